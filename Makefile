@@ -1,0 +1,36 @@
+# peerlog — the two commands are `make demo` and `make test`.
+PY ?= .venv/bin/python
+PROTOS := $(wildcard proto/peerlog/v1/*.proto)
+
+.PHONY: install proto proto-check jars test demo bench clean
+
+.venv/bin/python:
+	python3 -m venv .venv
+
+install: .venv/bin/python
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+
+# generated gRPC code lives in gen/ (committed, never hand-edited); proto-check fails on drift
+proto:
+	rm -rf gen/peerlog && mkdir -p gen
+	$(PY) -m grpc_tools.protoc -I proto --python_out=gen --pyi_out=gen --grpc_python_out=gen $(PROTOS)
+	touch gen/peerlog/__init__.py gen/peerlog/v1/__init__.py
+
+proto-check: proto
+	git diff --exit-code -- gen/ || (echo "generated code is stale: run make proto and commit" && exit 1)
+
+jars: .venv/bin/python
+	$(PY) -c "from infra.kafka.broker import ensure_jars; print(ensure_jars())"
+
+test: install jars proto-check
+	$(PY) -m pytest
+
+demo: install jars
+	$(PY) -m services.cli.main demo
+
+bench: install jars
+	$(PY) tests/bench/ingest.py
+
+clean:
+	rm -rf .peerlog

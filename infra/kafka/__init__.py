@@ -1,0 +1,11 @@
+"""Local single-node Apache Kafka broker (KRaft) for peerlog's dev loop and tests."""
+
+from infra.kafka.broker import (
+    KAFKA_VERSION,
+    BrokerStartError,
+    KafkaBroker,
+    ensure_jars,
+    stop_broker,
+)
+
+__all__ = ["KAFKA_VERSION", "BrokerStartError", "KafkaBroker", "ensure_jars", "stop_broker"]

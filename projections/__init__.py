@@ -1,0 +1,1 @@
+"""Postgres projections of the log: schema, projector, read queries and rebuild."""

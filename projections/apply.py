@@ -1,0 +1,132 @@
+"""Apply a batch of log records to a projection schema, exactly once.
+
+The rows an event produces and the partition offsets it advances are written in one transaction,
+and records below a partition's stored offset are skipped, so redelivery after a crash or a
+rebalance changes nothing. A record that cannot be read or applied is parked in `quarantine`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import groupby
+
+from sqlalchemy import Connection, select, tuple_
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from projections.handlers import HANDLERS
+from projections.schema import projection_offsets, quarantine
+from services.events import Event, EventDecodeError, decode
+
+
+@dataclass(frozen=True)
+class Record:
+    """One log record as the projector sees it (independent of the Kafka client)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    value: bytes
+    logged_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Applied:
+    events: int
+    skipped: int
+    quarantined: int
+
+
+def stored_offsets(conn: Connection, partitions: set[tuple[str, int]], lock: bool = False):
+    """{(topic, partition): next offset to apply} for the given partitions."""
+    if not partitions:
+        return {}
+    t = projection_offsets.c
+    stmt = select(t.topic, t.partition, t.next_offset).where(
+        tuple_(t.topic, t.partition).in_(sorted(partitions))
+    )
+    rows = conn.execute(stmt.with_for_update() if lock else stmt)
+    return {(topic, part): nxt for topic, part, nxt in rows}
+
+
+def apply_batch(conn: Connection, records: Sequence[Record]) -> Applied:
+    """Apply `records` (in log order per partition) inside the caller's transaction."""
+    done = stored_offsets(conn, {(r.topic, r.partition) for r in records}, lock=True)
+    fresh = [r for r in records if r.offset >= done.get((r.topic, r.partition), 0)]
+    decoded, bad = _decode_all(fresh)
+    try:
+        with conn.begin_nested():
+            _apply_runs(conn, [event for _, event in decoded])
+    except OperationalError:
+        raise  # the database is unwell: retry the whole batch later, never quarantine for it
+    except DBAPIError:
+        # one event broke the bulk write: redo one by one and park just the culprits
+        bad += _apply_one_by_one(conn, decoded)
+    _park(conn, bad)
+    _advance(conn, fresh)
+    return Applied(events=len(fresh) - len(bad), skipped=len(records) - len(fresh),
+                   quarantined=len(bad))
+
+
+def _decode_all(records: Sequence[Record]):
+    decoded: list[tuple[Record, Event]] = []
+    bad: list[tuple[Record, str]] = []
+    for r in records:
+        try:
+            decoded.append((r, decode(r.value)))
+        except EventDecodeError as exc:
+            bad.append((r, str(exc)))
+    return decoded, bad
+
+
+def _runs(events: Sequence[Event]) -> Iterator[list[Event]]:
+    # consecutive events of one type are applied together, keeping the log's order between types
+    for _, run in groupby(events, key=type):
+        yield list(run)
+
+
+def _apply_runs(conn: Connection, events: Sequence[Event]) -> None:
+    for run in _runs(events):
+        HANDLERS[type(run[0])](conn, run)
+
+
+def _apply_one_by_one(conn: Connection, decoded) -> list[tuple[Record, str]]:
+    bad = []
+    for record, event in decoded:
+        try:
+            with conn.begin_nested():
+                HANDLERS[type(event)](conn, [event])
+        except OperationalError:
+            raise
+        except DBAPIError as exc:
+            bad.append((record, f"could not apply {event.type}: {exc.orig}"))
+    return bad
+
+
+def _park(conn: Connection, bad: list[tuple[Record, str]]) -> None:
+    if bad:
+        rows = [
+            dict(topic=r.topic, partition=r.partition, offset=r.offset, key=r.key, reason=reason,
+                 payload=r.value, logged_at=r.logged_at)
+            for r, reason in bad
+        ]
+        conn.execute(insert(quarantine).on_conflict_do_nothing(), rows)
+
+
+def _advance(conn: Connection, records: Sequence[Record]) -> None:
+    last: dict[tuple[str, int], int] = {}
+    for r in records:
+        last[(r.topic, r.partition)] = max(r.offset, last.get((r.topic, r.partition), -1))
+    if not last:
+        return
+    rows = [dict(topic=t, partition=p, next_offset=o + 1) for (t, p), o in last.items()]
+    stmt = insert(projection_offsets)
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["topic", "partition"], set_={"next_offset": stmt.excluded.next_offset}
+        ),
+        rows,
+    )

@@ -1,0 +1,41 @@
+"""Engines bound to a projection schema, and creating that schema."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from projections.schema import metadata, projection_meta
+from services.config import DatabaseSettings
+
+
+def sync_engine(settings: DatabaseSettings, schema: str | None = None) -> Engine:
+    """A blocking engine whose tables resolve to `schema` (default: the serving schema)."""
+    engine = create_engine(settings.url, pool_size=4, pool_pre_ping=True)
+    return engine.execution_options(schema_translate_map={None: schema or settings.schema_name})
+
+
+def async_engine(settings: DatabaseSettings) -> AsyncEngine:
+    """An asyncio engine for the API, reading the serving schema."""
+    engine = create_async_engine(settings.url, pool_size=settings.pool_size, pool_pre_ping=True)
+    return engine.execution_options(schema_translate_map={None: settings.schema_name})
+
+
+def schema_exists(conn: Connection, schema: str) -> bool:
+    found = conn.execute(
+        text("SELECT 1 FROM information_schema.schemata WHERE schema_name = :s"), {"s": schema}
+    )
+    return found.first() is not None
+
+
+def create_schema(engine: Engine, schema: str) -> None:
+    """Create `schema` and every projection table in it, if missing."""
+    with engine.begin() as conn:
+        conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+        conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+        mapped = conn.execution_options(schema_translate_map={None: schema})
+        metadata.create_all(mapped)
+        if mapped.execute(projection_meta.select()).first() is None:
+            mapped.execute(projection_meta.insert().values(generation=uuid.uuid4().hex))

@@ -1,0 +1,164 @@
+"""One handler per event type. Each applies a run of events of its type in bulk, idempotently."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import Connection, and_, bindparam, func, select, tuple_, update
+from sqlalchemy.dialects.postgresql import insert
+
+from projections.schema import memberships, messages, peers, sessions, workspaces
+from services.events import (
+    Event,
+    MemberJoined,
+    MemberLeft,
+    MessageAppended,
+    PeerConfigured,
+    PeerCreated,
+    SessionCreated,
+    WorkspaceCreated,
+)
+
+Handler = Callable[[Connection, Sequence], None]
+
+
+def _insert_new(conn: Connection, table, rows: list[dict]) -> None:
+    # ON CONFLICT DO NOTHING: a repeated event id, or a second "create" of the same entity, is a no-op
+    if rows:
+        conn.execute(insert(table).on_conflict_do_nothing(), rows)
+
+
+def workspace_created(conn: Connection, events: Sequence[WorkspaceCreated]) -> None:
+    _insert_new(
+        conn,
+        workspaces,
+        [
+            dict(workspace_id=e.workspace_id, metadata=e.metadata, created_at=e.occurred_at,
+                 event_id=e.event_id)
+            for e in events
+        ],
+    )
+
+
+def peer_created(conn: Connection, events: Sequence[PeerCreated]) -> None:
+    _insert_new(
+        conn,
+        peers,
+        [
+            dict(workspace_id=e.workspace_id, peer_id=e.peer_id, observe_me=e.observe_me,
+                 metadata=e.metadata, created_at=e.occurred_at, event_id=e.event_id)
+            for e in events
+        ],
+    )
+
+
+def peer_configured(conn: Connection, events: Sequence[PeerConfigured]) -> None:
+    for e in events:
+        conn.execute(
+            update(peers)
+            .where(peers.c.workspace_id == e.workspace_id, peers.c.peer_id == e.peer_id)
+            .values(observe_me=e.observe_me)
+        )
+
+
+def session_created(conn: Connection, events: Sequence[SessionCreated]) -> None:
+    _insert_new(
+        conn,
+        sessions,
+        [
+            dict(workspace_id=e.workspace_id, session_id=e.session_id, metadata=e.metadata,
+                 created_at=e.occurred_at, message_count=0, event_id=e.event_id)
+            for e in events
+        ],
+    )
+
+
+def member_joined(conn: Connection, events: Sequence[MemberJoined]) -> None:
+    _insert_new(
+        conn,
+        memberships,
+        [
+            dict(joined_event_id=e.event_id, workspace_id=e.workspace_id, session_id=e.session_id,
+                 peer_id=e.peer_id, observe_me=e.observe_me, observe_others=e.observe_others,
+                 joined_at=e.joined_at, left_at=None, left_event_id=None)
+            for e in events
+        ],
+    )
+
+
+def member_left(conn: Connection, events: Sequence[MemberLeft]) -> None:
+    # closes the open membership period; a repeated event finds none open and changes nothing
+    for e in events:
+        conn.execute(
+            update(memberships)
+            .where(
+                memberships.c.workspace_id == e.workspace_id,
+                memberships.c.session_id == e.session_id,
+                memberships.c.peer_id == e.peer_id,
+                memberships.c.left_event_id.is_(None),
+            )
+            .values(left_at=e.left_at, left_event_id=e.event_id)
+        )
+
+
+def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> None:
+    fresh = _unseen(conn, events)
+    if not fresh:
+        return
+    next_seq = _last_seqs(conn, {(e.workspace_id, e.session_id) for e in fresh})
+    rows = []
+    for e in fresh:
+        session = (e.workspace_id, e.session_id)
+        next_seq[session] = next_seq.get(session, 0) + 1
+        rows.append(
+            dict(workspace_id=e.workspace_id, message_id=e.message_id, session_id=e.session_id,
+                 seq=next_seq[session], peer_id=e.peer_id, content=e.content,
+                 created_at=e.created_at, recorded_at=e.occurred_at, metadata=e.metadata,
+                 event_id=e.event_id)
+        )
+    conn.execute(insert(messages), rows)
+    _set_counts(conn, next_seq)
+
+
+def _unseen(conn: Connection, events: Sequence[MessageAppended]) -> list[MessageAppended]:
+    ids = [e.event_id for e in events]
+    seen = set(conn.scalars(select(messages.c.event_id).where(messages.c.event_id.in_(ids))))
+    unique: dict[str, MessageAppended] = {}
+    for e in events:
+        if e.event_id not in seen:
+            unique.setdefault(e.event_id, e)
+    return list(unique.values())
+
+
+def _last_seqs(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    rows = conn.execute(
+        select(messages.c.workspace_id, messages.c.session_id, func.max(messages.c.seq))
+        .where(tuple_(messages.c.workspace_id, messages.c.session_id).in_(list(keys)))
+        .group_by(messages.c.workspace_id, messages.c.session_id)
+    )
+    return {(w, s): n for w, s, n in rows}
+
+
+def _set_counts(conn: Connection, counts: dict[tuple[str, str], int]) -> None:
+    stmt = (
+        update(sessions)
+        .where(
+            and_(
+                sessions.c.workspace_id == bindparam("w"),
+                sessions.c.session_id == bindparam("s"),
+            )
+        )
+        .values(message_count=bindparam("n"))
+    )
+    conn.execute(stmt, [{"w": w, "s": s, "n": n} for (w, s), n in counts.items()])
+
+
+HANDLERS: dict[type[Event], Handler] = {
+    WorkspaceCreated: workspace_created,
+    PeerCreated: peer_created,
+    PeerConfigured: peer_configured,
+    SessionCreated: session_created,
+    MemberJoined: member_joined,
+    MemberLeft: member_left,
+    MessageAppended: message_appended,
+}

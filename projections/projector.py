@@ -1,0 +1,134 @@
+"""The projector: consume the log and keep the Postgres projections current.
+
+Offsets live in Postgres next to the rows (see apply.py); Kafka's committed offsets are not used,
+so the database alone decides where reading resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import UTC, datetime
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from sqlalchemy import Engine, select
+
+from projections.apply import Applied, Record, apply_batch, stored_offsets
+from projections.db import create_schema, sync_engine
+from projections.schema import projection_meta
+from services.bus.topics import ALL_TOPICS
+from services.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+def to_record(msg: Message) -> Record:
+    kind, ms = msg.timestamp()
+    key = msg.key()
+    return Record(
+        topic=msg.topic(),
+        partition=msg.partition(),
+        offset=msg.offset(),
+        key=key.decode(errors="replace") if key is not None else None,
+        value=msg.value() or b"",
+        logged_at=datetime.fromtimestamp(ms / 1000, UTC) if ms > 0 else None,
+    )
+
+
+def consumer_config(settings: Settings, group_id: str) -> dict:
+    return {
+        "bootstrap.servers": settings.kafka.bootstrap_servers,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",  # aborted API writes must never be projected
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 10,
+        "fetch.min.bytes": 1,
+    }
+
+
+class Projector:
+    """Runs the consume → apply → record-offsets loop until `stop()`."""
+
+    def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
+        self.settings = settings
+        self.engine = engine or sync_engine(settings.database)
+        self.topics = [t.full_name(settings.kafka.topic_prefix) for t in ALL_TOPICS]
+        self._stop = threading.Event()
+        self._generation: str | None = None
+        self._consumer: Consumer | None = None
+        self.applied_total = 0
+
+    def run(self) -> None:
+        create_schema(self.engine, self.settings.database.schema_name)
+        self._consumer = Consumer(consumer_config(self.settings, self.settings.projector.group_id))
+        self._consumer.subscribe(self.topics, on_assign=self._on_assign)
+        try:
+            while not self._stop.is_set():
+                self._step()
+        finally:
+            self._consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _step(self) -> None:
+        msgs = self._consumer.consume(
+            self.settings.projector.max_batch, self.settings.projector.poll_timeout_s
+        )
+        records = [to_record(m) for m in msgs if not _is_noise(m)]
+        if records:
+            result = self._apply(records)
+            if result is not None:
+                self.applied_total += result.events
+
+    def _apply(self, records: list[Record]) -> Applied | None:
+        with self.engine.begin() as conn:
+            if self._schema_swapped(conn):
+                self._rewind_to_stored()
+                return None
+            return apply_batch(conn, records)
+
+    def _schema_swapped(self, conn) -> bool:
+        generation = conn.scalar(select(projection_meta.c.generation))
+        swapped = self._generation is not None and generation != self._generation
+        self._generation = generation
+        return swapped
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self.engine.begin() as conn:
+            self._generation = conn.scalar(select(projection_meta.c.generation))
+            done = stored_offsets(conn, {(p.topic, p.partition) for p in partitions})
+        for p in partitions:
+            p.offset = done.get((p.topic, p.partition), OFFSET_BEGINNING)
+        consumer.assign(partitions)
+        log.info("projector assigned %s", [(p.topic, p.partition, p.offset) for p in partitions])
+
+    def _rewind_to_stored(self) -> None:
+        # a rebuild swapped in a new schema: resume from the offsets *it* recorded
+        assigned = self._consumer.assignment()
+        with self.engine.begin() as conn:
+            done = stored_offsets(conn, {(p.topic, p.partition) for p in assigned})
+        for p in assigned:
+            self._consumer.seek(
+                TopicPartition(p.topic, p.partition, done.get((p.topic, p.partition), OFFSET_BEGINNING))
+            )
+        log.info("projection schema was swapped; rewound to its stored offsets")
+
+
+def _is_noise(msg: Message) -> bool:
+    err = msg.error()
+    if err is None:
+        return False
+    if err.code() != KafkaError._PARTITION_EOF:
+        log.warning("consumer error: %s", err)
+    return True
+
+
+def run_in_thread(settings: Settings) -> tuple[Projector, threading.Thread]:
+    """Start a projector on a daemon thread (for the dev stack and tests)."""
+    projector = Projector(settings)
+    thread = threading.Thread(target=projector.run, name="projector", daemon=True)
+    thread.start()
+    return projector, thread

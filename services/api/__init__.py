@@ -1,0 +1,1 @@
+"""The gRPC front door: validate, append events, read projections."""

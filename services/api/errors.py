@@ -1,0 +1,64 @@
+"""The one table from domain errors to gRPC status codes, and the interceptor that applies it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import grpc
+
+from services.bus.consistency import InvalidConsistencyToken
+from services.bus.producer import AppendFailed
+from services.errors import (
+    AlreadyExists,
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unavailable,
+)
+
+log = logging.getLogger(__name__)
+
+STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidConsistencyToken: grpc.StatusCode.INVALID_ARGUMENT,
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    AppendFailed: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def status_for(exc: Exception) -> grpc.StatusCode | None:
+    for cls in type(exc).__mro__:
+        if cls in STATUS_OF:
+            return STATUS_OF[cls]
+    return None
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):
+    """Turns domain errors raised by unary handlers into gRPC statuses with their message."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        inner = handler.unary_unary
+
+        async def guarded(request, context: grpc.aio.ServicerContext):
+            try:
+                return await inner(request, context)
+            except (DomainError, InvalidConsistencyToken, AppendFailed) as exc:
+                await context.abort(status_for(exc), str(exc))
+
+        return grpc.unary_unary_rpc_method_handler(
+            guarded,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )

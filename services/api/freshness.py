@@ -1,0 +1,40 @@
+"""Read-your-writes: wait until the projections include the positions in a consistency token."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from projections import queries
+from services.bus.consistency import ConsistencyToken
+from services.errors import Unavailable
+
+
+class Freshness:
+    def __init__(self, engine: AsyncEngine, timeout_s: float) -> None:
+        self._engine = engine
+        self._timeout_s = timeout_s
+
+    async def wait(self, token: ConsistencyToken | str | None) -> None:
+        """Return once every (topic, partition, offset) of `token` is projected; else Unavailable."""
+        if isinstance(token, str):
+            token = ConsistencyToken.decode(token)
+        if not token or not token.offsets:
+            return
+        deadline = time.monotonic() + self._timeout_s
+        pause = 0.002
+        while not await self._reached(token):
+            if time.monotonic() > deadline:
+                raise Unavailable(
+                    f"the projections have not caught up with consistency token {token.encode()!r} "
+                    f"after {self._timeout_s:g} s; the projector may be down or far behind"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    async def _reached(self, token: ConsistencyToken) -> bool:
+        async with self._engine.connect() as conn:
+            done = await queries.projected_offsets(conn, list(token.offsets))
+        return all(done.get(tp, 0) > offset for tp, offset in token.offsets.items())

@@ -1,0 +1,133 @@
+"""Read-side service functions: wait for the requested freshness, then query the projections."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import RowMapping
+
+from projections import queries
+from services.api import validation as v
+from services.api.context import ApiContext
+from services.api.writes import require_session, require_workspace
+from services.errors import InvalidArgument, NotFound
+
+
+@dataclass(frozen=True)
+class Page:
+    items: Sequence
+    next_token: str
+
+
+@dataclass(frozen=True)
+class SessionView:
+    session: RowMapping
+    memberships: Sequence[RowMapping]
+
+
+def encode_cursor(value: str | int) -> str:
+    return base64.urlsafe_b64encode(str(value).encode()).decode().rstrip("=")
+
+
+def decode_cursor(token: str) -> str:
+    if not token:
+        return ""
+    try:
+        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        raise InvalidArgument("page_token is not one this server issued; pass next_page_token back as-is") from None
+
+
+def _page(rows: Sequence, limit: int, cursor_of) -> Page:
+    token = encode_cursor(cursor_of(rows[-1])) if len(rows) == limit else ""
+    return Page(rows, token)
+
+
+async def get_workspace(ctx: ApiContext, workspace_id: str, token: str) -> RowMapping:
+    await ctx.freshness.wait(token)
+    return await require_workspace(ctx, workspace_id)
+
+
+async def list_workspaces(ctx: ApiContext, size: int, page_token: str, token: str) -> Page:
+    await ctx.freshness.wait(token)
+    limit = v.page_size(size)
+    async with ctx.engine.connect() as conn:
+        rows = await queries.list_workspaces(conn, decode_cursor(page_token), limit)
+    return _page(rows, limit, lambda r: r["workspace_id"])
+
+
+async def get_peer(ctx: ApiContext, workspace_id: str, peer_id: str, token: str) -> RowMapping:
+    await ctx.freshness.wait(token)
+    v.check_id("peer_id", peer_id)
+    await require_workspace(ctx, workspace_id)
+    async with ctx.engine.connect() as conn:
+        row = await queries.peer(conn, workspace_id, peer_id)
+    if row is None:
+        raise NotFound(f"peer {peer_id!r} does not exist in workspace {workspace_id!r}")
+    return row
+
+
+async def list_peers(ctx: ApiContext, workspace_id: str, size: int, page_token: str, token: str) -> Page:
+    await ctx.freshness.wait(token)
+    await require_workspace(ctx, workspace_id)
+    limit = v.page_size(size)
+    async with ctx.engine.connect() as conn:
+        rows = await queries.list_peers(conn, workspace_id, decode_cursor(page_token), limit)
+    return _page(rows, limit, lambda r: r["peer_id"])
+
+
+async def session_views(ctx: ApiContext, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
+    async with ctx.engine.connect() as conn:
+        members = await queries.memberships_of(conn, workspace_id, [r["session_id"] for r in rows])
+    return [SessionView(r, members[r["session_id"]]) for r in rows]
+
+
+async def get_session(ctx: ApiContext, workspace_id: str, session_id: str, token: str) -> SessionView:
+    await ctx.freshness.wait(token)
+    row = await require_session(ctx, workspace_id, session_id)
+    return (await session_views(ctx, workspace_id, [row]))[0]
+
+
+async def list_sessions(
+    ctx: ApiContext, workspace_id: str, member: str, size: int, page_token: str, token: str
+) -> Page:
+    await ctx.freshness.wait(token)
+    await require_workspace(ctx, workspace_id)
+    if member:
+        v.check_id("peer_id", member)
+    limit = v.page_size(size)
+    async with ctx.engine.connect() as conn:
+        rows = await queries.list_sessions(conn, workspace_id, member, decode_cursor(page_token), limit)
+    page = _page(rows, limit, lambda r: r["session_id"])
+    return Page(await session_views(ctx, workspace_id, rows), page.next_token)
+
+
+async def get_message(ctx: ApiContext, workspace_id: str, message_id: str, token: str) -> RowMapping:
+    await ctx.freshness.wait(token)
+    v.check_id("message_id", message_id)
+    await require_workspace(ctx, workspace_id)
+    async with ctx.engine.connect() as conn:
+        row = await queries.message(conn, workspace_id, message_id)
+    if row is None:
+        raise NotFound(f"message {message_id!r} does not exist in workspace {workspace_id!r}")
+    return row
+
+
+async def list_messages(
+    ctx: ApiContext, workspace_id: str, session_id: str, size: int, page_token: str,
+    reverse: bool, token: str,
+) -> Page:
+    await ctx.freshness.wait(token)
+    await require_session(ctx, workspace_id, session_id)
+    limit = v.page_size(size)
+    cursor = decode_cursor(page_token)
+    if cursor and not cursor.isdigit():
+        raise InvalidArgument("page_token is not one this server issued; pass next_page_token back as-is")
+    async with ctx.engine.connect() as conn:
+        rows = await queries.list_messages(
+            conn, workspace_id, session_id, int(cursor) if cursor else None, limit, reverse
+        )
+    return _page(rows, limit, lambda r: r["seq"])

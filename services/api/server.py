@@ -1,0 +1,90 @@
+"""The asyncio gRPC server: servicers, health, reflection, interceptors, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from peerlog.v1 import (
+    messages_pb2,
+    messages_pb2_grpc,
+    peers_pb2,
+    peers_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    workspaces_pb2,
+    workspaces_pb2_grpc,
+)
+from projections.db import async_engine
+from services.api.context import ApiContext
+from services.api.errors import ErrorInterceptor
+from services.api.freshness import Freshness
+from services.api.servicers import MessageServicer, PeerServicer, SessionServicer, WorkspaceServicer
+from services.bus.producer import EventLog
+from services.config import Settings
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    workspaces_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].full_name,
+    peers_pb2.DESCRIPTOR.services_by_name["PeerService"].full_name,
+    sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
+    messages_pb2.DESCRIPTOR.services_by_name["MessageService"].full_name,
+)
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    port: int
+    ctx: ApiContext
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self.server.stop(grace)
+        self.ctx.log.close()
+        await self.ctx.engine.dispose()
+
+
+def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
+    workspaces_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(ctx), server)
+    peers_pb2_grpc.add_PeerServiceServicer_to_server(PeerServicer(ctx), server)
+    sessions_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(ctx), server)
+    messages_pb2_grpc.add_MessageServiceServicer_to_server(MessageServicer(ctx), server)
+    checker = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+    for name in (*SERVICE_NAMES, ""):
+        asyncio.get_running_loop().create_task(
+            checker.set(name, health_pb2.HealthCheckResponse.SERVING)
+        )
+    reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
+
+
+async def start(settings: Settings) -> RunningServer:
+    """Start serving on settings.api.host:port (port 0 picks a free one)."""
+    engine = async_engine(settings.database)
+    event_log = EventLog(settings.kafka)
+    await asyncio.get_running_loop().run_in_executor(None, event_log.start)
+    ctx = ApiContext(engine=engine, log=event_log, freshness=Freshness(engine, settings.api.consistency_wait_s))
+    server = grpc.aio.server(interceptors=[ErrorInterceptor()])
+    _register(server, ctx)
+    port = server.add_insecure_port(f"{settings.api.host}:{settings.api.port}")
+    await server.start()
+    log.info("peerlog API listening on %s:%d", settings.api.host, port)
+    return RunningServer(server, port, ctx)
+
+
+async def serve(settings: Settings) -> None:
+    """Serve until SIGTERM/SIGINT, then drain in-flight calls."""
+    running = await start(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await running.stop()

@@ -1,0 +1,132 @@
+"""Thin gRPC servicers: proto in, one service call, proto out. Errors map in errors.py."""
+
+from __future__ import annotations
+
+from peerlog.v1 import (
+    messages_pb2,
+    messages_pb2_grpc,
+    peers_pb2,
+    peers_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    workspaces_pb2,
+    workspaces_pb2_grpc,
+)
+from services.api import convert as c
+from services.api import reads, writes
+from services.api.context import ApiContext
+
+
+class WorkspaceServicer(workspaces_pb2_grpc.WorkspaceServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def GetOrCreateWorkspace(self, request, context):
+        w = await writes.get_or_create_workspace(self.ctx, request.workspace_id, c.to_dict(request.metadata))
+        return workspaces_pb2.GetOrCreateWorkspaceResponse(
+            workspace=c.workspace(w.row), created=w.created, consistency_token=w.token
+        )
+
+    async def GetWorkspace(self, request, context):
+        row = await reads.get_workspace(self.ctx, request.workspace_id, request.consistency.consistency_token)
+        return c.workspace(row)
+
+    async def ListWorkspaces(self, request, context):
+        page = await reads.list_workspaces(
+            self.ctx, request.page.page_size, request.page.page_token, request.consistency.consistency_token
+        )
+        return workspaces_pb2.ListWorkspacesResponse(
+            workspaces=[c.workspace(r) for r in page.items], next_page_token=page.next_token
+        )
+
+
+class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def GetOrCreatePeer(self, request, context):
+        observe_me = request.observe_me if request.HasField("observe_me") else None
+        w = await writes.get_or_create_peer(
+            self.ctx, request.workspace_id, request.peer_id, observe_me, c.to_dict(request.metadata)
+        )
+        return peers_pb2.GetOrCreatePeerResponse(peer=c.peer(w.row), created=w.created, consistency_token=w.token)
+
+    async def GetPeer(self, request, context):
+        return c.peer(await reads.get_peer(
+            self.ctx, request.workspace_id, request.peer_id, request.consistency.consistency_token
+        ))
+
+    async def ListPeers(self, request, context):
+        page = await reads.list_peers(
+            self.ctx, request.workspace_id, request.page.page_size, request.page.page_token,
+            request.consistency.consistency_token,
+        )
+        return peers_pb2.ListPeersResponse(peers=[c.peer(r) for r in page.items], next_page_token=page.next_token)
+
+
+class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def GetOrCreateSession(self, request, context):
+        w = await writes.get_or_create_session(
+            self.ctx, request.workspace_id, request.session_id, c.to_dict(request.metadata),
+            [c.member_spec(m) for m in request.members],
+        )
+        view = await reads.get_session(self.ctx, request.workspace_id, request.session_id, "")
+        return sessions_pb2.GetOrCreateSessionResponse(
+            session=c.session(view), created=w.created, consistency_token=w.token
+        )
+
+    async def AddMembers(self, request, context):
+        w = await writes.add_members(
+            self.ctx, request.workspace_id, request.session_id, [c.member_spec(m) for m in request.members]
+        )
+        return await self._membership(request, w.token)
+
+    async def RemoveMembers(self, request, context):
+        w = await writes.remove_members(self.ctx, request.workspace_id, request.session_id, list(request.peer_ids))
+        return await self._membership(request, w.token)
+
+    async def _membership(self, request, token: str):
+        view = await reads.get_session(self.ctx, request.workspace_id, request.session_id, "")
+        return sessions_pb2.MembershipResponse(session=c.session(view), consistency_token=token)
+
+    async def GetSession(self, request, context):
+        return c.session(await reads.get_session(
+            self.ctx, request.workspace_id, request.session_id, request.consistency.consistency_token
+        ))
+
+    async def ListSessions(self, request, context):
+        page = await reads.list_sessions(
+            self.ctx, request.workspace_id, request.peer_id, request.page.page_size,
+            request.page.page_token, request.consistency.consistency_token,
+        )
+        return sessions_pb2.ListSessionsResponse(
+            sessions=[c.session(s) for s in page.items], next_page_token=page.next_token
+        )
+
+
+class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def AddMessages(self, request, context):
+        ids, token = await writes.add_messages(
+            self.ctx, request.workspace_id, request.session_id, [c.new_message(m) for m in request.messages]
+        )
+        return messages_pb2.AddMessagesResponse(message_ids=ids, consistency_token=token)
+
+    async def ListMessages(self, request, context):
+        page = await reads.list_messages(
+            self.ctx, request.workspace_id, request.session_id, request.page.page_size,
+            request.page.page_token, request.reverse, request.consistency.consistency_token,
+        )
+        return messages_pb2.ListMessagesResponse(
+            messages=[c.message(r) for r in page.items], next_page_token=page.next_token
+        )
+
+    async def GetMessage(self, request, context):
+        return c.message(await reads.get_message(
+            self.ctx, request.workspace_id, request.message_id, request.consistency.consistency_token
+        ))

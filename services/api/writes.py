@@ -1,0 +1,229 @@
+"""Write-side service functions: validate against the projections, then append events atomically.
+
+Control-plane writes (workspaces, peers, sessions, membership) wait until they are readable before
+answering, so the next call can rely on them; AddMessages answers at the durable ack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import uuid6
+from sqlalchemy import RowMapping
+
+from projections import queries
+from services.api import validation as v
+from services.api.context import ApiContext
+from services.errors import AlreadyExists, FailedPrecondition, NotFound
+from services.events import (
+    Event,
+    MemberJoined,
+    MemberLeft,
+    MessageAppended,
+    PeerConfigured,
+    PeerCreated,
+    SessionCreated,
+    WorkspaceCreated,
+)
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    peer_id: str
+    observe_me: bool | None = None
+    observe_others: bool = False
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    peer_id: str
+    content: str
+    created_at: datetime | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Written:
+    row: RowMapping
+    created: bool
+    token: str
+
+
+async def _commit(ctx: ApiContext, events: Sequence[Event], wait: bool = True) -> str:
+    if not events:
+        return ""
+    token = await ctx.log.append(events)
+    if wait:
+        await ctx.freshness.wait(token)
+    return token.encode()
+
+
+async def require_workspace(ctx: ApiContext, workspace_id: str) -> RowMapping:
+    async with ctx.engine.connect() as conn:
+        row = await queries.workspace(conn, v.check_id("workspace_id", workspace_id))
+    if row is None:
+        raise NotFound(f"workspace {workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
+    return row
+
+
+async def require_session(ctx: ApiContext, workspace_id: str, session_id: str) -> RowMapping:
+    v.check_id("session_id", session_id)
+    await require_workspace(ctx, workspace_id)
+    async with ctx.engine.connect() as conn:
+        row = await queries.session(conn, workspace_id, session_id)
+    if row is None:
+        raise NotFound(
+            f"session {session_id!r} does not exist in workspace {workspace_id!r}; "
+            "create it with GetOrCreateSession"
+        )
+    return row
+
+
+async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: dict) -> Written:
+    v.check_id("workspace_id", workspace_id)
+    async with ctx.engine.connect() as conn:
+        row = await queries.workspace(conn, workspace_id)
+    if row is not None:
+        return Written(row, False, "")
+    event = WorkspaceCreated(workspace_id=workspace_id, metadata=metadata, producer=ctx.producer)
+    token = await _commit(ctx, [event])
+    return Written(await require_workspace(ctx, workspace_id), True, token)
+
+
+async def get_or_create_peer(
+    ctx: ApiContext, workspace_id: str, peer_id: str, observe_me: bool | None, metadata: dict
+) -> Written:
+    v.check_id("peer_id", peer_id)
+    await require_workspace(ctx, workspace_id)
+    async with ctx.engine.connect() as conn:
+        before = await queries.peer(conn, workspace_id, peer_id)
+    events: list[Event] = []
+    if before is None:
+        events.append(PeerCreated(workspace_id=workspace_id, peer_id=peer_id, metadata=metadata,
+                                  observe_me=True if observe_me is None else observe_me,
+                                  producer=ctx.producer))
+    elif observe_me is not None and observe_me != before["observe_me"]:
+        events.append(PeerConfigured(workspace_id=workspace_id, peer_id=peer_id,
+                                     observe_me=observe_me, producer=ctx.producer))
+    token = await _commit(ctx, events)
+    async with ctx.engine.connect() as conn:
+        row = await queries.peer(conn, workspace_id, peer_id)
+    return Written(row, before is None, token)
+
+
+async def _check_members(ctx: ApiContext, workspace_id: str, peer_ids: Sequence[str]) -> None:
+    for p in peer_ids:
+        v.check_id("peer_id", p)
+    v.check_distinct("peer_id", peer_ids)
+    async with ctx.engine.connect() as conn:
+        known = await queries.existing_peers(conn, workspace_id, peer_ids)
+    missing = [p for p in peer_ids if p not in known]
+    if missing:
+        raise NotFound(
+            f"peer(s) {', '.join(map(repr, missing))} do not exist in workspace {workspace_id!r}; "
+            "create them with GetOrCreatePeer"
+        )
+
+
+def _joins(ctx: ApiContext, workspace_id: str, session_id: str, members: Sequence[MemberSpec]):
+    now = datetime.now(UTC)
+    return [
+        MemberJoined(workspace_id=workspace_id, session_id=session_id, peer_id=m.peer_id,
+                     observe_me=m.observe_me, observe_others=m.observe_others, joined_at=now,
+                     producer=ctx.producer)
+        for m in members
+    ]
+
+
+async def get_or_create_session(
+    ctx: ApiContext, workspace_id: str, session_id: str, metadata: dict,
+    members: Sequence[MemberSpec],
+) -> Written:
+    v.check_id("session_id", session_id)
+    await require_workspace(ctx, workspace_id)
+    await _check_members(ctx, workspace_id, [m.peer_id for m in members])
+    async with ctx.engine.connect() as conn:
+        row = await queries.session(conn, workspace_id, session_id)
+        current = await queries.current_members(conn, workspace_id, session_id) if row else set()
+    events: list[Event] = []
+    if row is None:
+        events.append(SessionCreated(workspace_id=workspace_id, session_id=session_id,
+                                     metadata=metadata, producer=ctx.producer))
+    events += _joins(ctx, workspace_id, session_id, [m for m in members if m.peer_id not in current])
+    token = await _commit(ctx, events)
+    return Written(await require_session(ctx, workspace_id, session_id), row is None, token)
+
+
+async def add_members(
+    ctx: ApiContext, workspace_id: str, session_id: str, members: Sequence[MemberSpec]
+) -> Written:
+    await require_session(ctx, workspace_id, session_id)
+    await _check_members(ctx, workspace_id, [m.peer_id for m in members])
+    async with ctx.engine.connect() as conn:
+        current = await queries.current_members(conn, workspace_id, session_id)
+    already = [m.peer_id for m in members if m.peer_id in current]
+    if already:
+        raise AlreadyExists(
+            f"peer(s) {', '.join(map(repr, already))} are already members of session {session_id!r}"
+        )
+    token = await _commit(ctx, _joins(ctx, workspace_id, session_id, members))
+    return Written(await require_session(ctx, workspace_id, session_id), False, token)
+
+
+async def remove_members(
+    ctx: ApiContext, workspace_id: str, session_id: str, peer_ids: Sequence[str]
+) -> Written:
+    await require_session(ctx, workspace_id, session_id)
+    for p in peer_ids:
+        v.check_id("peer_id", p)
+    v.check_distinct("peer_id", peer_ids)
+    async with ctx.engine.connect() as conn:
+        current = await queries.current_members(conn, workspace_id, session_id)
+    absent = [p for p in peer_ids if p not in current]
+    if absent:
+        raise FailedPrecondition(
+            f"peer(s) {', '.join(map(repr, absent))} are not current members of session {session_id!r}"
+        )
+    now = datetime.now(UTC)
+    events = [MemberLeft(workspace_id=workspace_id, session_id=session_id, peer_id=p, left_at=now,
+                         producer=ctx.producer) for p in peer_ids]
+    token = await _commit(ctx, events)
+    return Written(await require_session(ctx, workspace_id, session_id), False, token)
+
+
+def _validate_messages(new: Sequence[NewMessage]) -> None:
+    v.check_message_count(len(new))
+    for i, m in enumerate(new):
+        v.check_id(f"messages[{i}].peer_id", m.peer_id)
+        v.check_content(i, m.content)
+        if m.created_at is not None:
+            v.check_created_at(i, m.created_at)
+
+
+async def add_messages(
+    ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage]
+) -> tuple[list[str], str]:
+    """Append messages atomically; returns their ids and the consistency token."""
+    _validate_messages(new)
+    await require_session(ctx, workspace_id, session_id)
+    async with ctx.engine.connect() as conn:
+        members = await queries.current_members(conn, workspace_id, session_id)
+    outsiders = sorted({m.peer_id for m in new if m.peer_id not in members})
+    if outsiders:
+        await _check_members(ctx, workspace_id, outsiders)  # unknown peers are NOT_FOUND
+        raise FailedPrecondition(
+            f"peer(s) {', '.join(map(repr, outsiders))} are not members of session {session_id!r}; "
+            "add them with AddMembers before they post"
+        )
+    now = datetime.now(UTC)
+    events = [
+        MessageAppended(workspace_id=workspace_id, session_id=session_id,
+                        message_id=str(uuid6.uuid7()), peer_id=m.peer_id, content=m.content,
+                        created_at=m.created_at or now, metadata=m.metadata, producer=ctx.producer)
+        for m in new
+    ]
+    token = await _commit(ctx, events, wait=False)
+    return [e.message_id for e in events], token

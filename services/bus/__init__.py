@@ -1,0 +1,1 @@
+"""The Kafka log: topics, appending events atomically, and consistency tokens."""

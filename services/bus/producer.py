@@ -1,0 +1,106 @@
+"""Append events to the log, all events of one call atomically (a Kafka transaction)."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from confluent_kafka import KafkaException, Producer
+
+from services.bus.consistency import ConsistencyToken
+from services.bus.topics import topic_for
+from services.config import KafkaSettings
+from services.events import Event, encode
+
+
+class AppendFailed(RuntimeError):
+    """The log did not accept a write; nothing of it became visible."""
+
+
+class EventLog:
+    """A pool of transactional producers; each `append` is one transaction on one producer.
+
+    A pool, because a producer holds one open transaction at a time and a commit round-trip is the
+    slow part: several in flight keep concurrent writers from queueing behind each other.
+    """
+
+    def __init__(self, settings: KafkaSettings, client_id: str = "peerlog-api") -> None:
+        self._settings = settings
+        self._client_id = client_id
+        self._instance = uuid.uuid4().hex[:12]
+        self._idle: queue.Queue[Producer] = queue.Queue()
+        self._executor = ThreadPoolExecutor(settings.producer_pool_size, thread_name_prefix="append")
+        self._serial = 0
+
+    def start(self) -> None:
+        for _ in range(self._settings.producer_pool_size):
+            self._idle.put(self._new_producer())
+
+    def _new_producer(self) -> Producer:
+        self._serial += 1
+        producer = Producer(
+            {
+                "bootstrap.servers": self._settings.bootstrap_servers,
+                "client.id": self._client_id,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 1,
+                "compression.type": "lz4",
+                "transactional.id": f"{self._client_id}-{self._instance}-{self._serial}",
+                "transaction.timeout.ms": self._settings.transaction_timeout_ms,
+            }
+        )
+        producer.init_transactions(30)
+        return producer
+
+    def append_sync(self, events: Sequence[Event]) -> ConsistencyToken:
+        """Write all `events` or none; return the positions written once Kafka acknowledged them."""
+        producer = self._idle.get()
+        try:
+            token = self._transact(producer, events)
+        except KafkaException as exc:
+            producer = self._recover(producer, exc)
+            raise AppendFailed(f"the log rejected the write: {exc.args[0].str()}") from exc
+        finally:
+            self._idle.put(producer)
+        return token
+
+    async def append(self, events: Sequence[Event]) -> ConsistencyToken:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.append_sync, events)
+
+    def _transact(self, producer: Producer, events: Sequence[Event]) -> ConsistencyToken:
+        written: list[tuple[str, int, int]] = []
+        errors: list[str] = []
+
+        def on_delivery(err, msg) -> None:
+            if err is not None:
+                errors.append(err.str())
+            else:
+                written.append((msg.topic(), msg.partition(), msg.offset()))
+
+        producer.begin_transaction()
+        for event in events:
+            topic = topic_for(event).full_name(self._settings.topic_prefix)
+            producer.produce(topic, encode(event), key=event.key.encode(), on_delivery=on_delivery)
+        producer.commit_transaction(30)  # flushes, so every delivery callback has run
+        if errors:
+            raise AppendFailed(f"delivery failed: {errors[0]}")
+        return ConsistencyToken.of(written)
+
+    def _recover(self, producer: Producer, exc: KafkaException) -> Producer:
+        error = exc.args[0]
+        if error.txn_requires_abort():
+            producer.abort_transaction(30)
+            return producer
+        if error.fatal():
+            return self._new_producer()
+        return producer
+
+    def close(self) -> None:
+        while not self._idle.empty():
+            self._idle.get_nowait().flush(10)
+        self._executor.shutdown(wait=False)

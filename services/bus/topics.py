@@ -1,0 +1,70 @@
+"""Every Kafka topic: name, key shape, partitioning and config, and which events go where.
+
+Log topics are the source of truth and keep data forever; only changelog/state topics compact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.events import (
+    Event,
+    MemberJoined,
+    MemberLeft,
+    MessageAppended,
+    PeerConfigured,
+    PeerCreated,
+    SessionCreated,
+    WorkspaceCreated,
+)
+
+LOG_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+COMPACTED_CONFIG = {"cleanup.policy": "compact"}
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic by its unprefixed name. `key` documents the key shape its events use."""
+
+    name: str
+    key: str
+    events: tuple[type[Event], ...]
+    config: dict[str, str] = field(default_factory=lambda: dict(LOG_CONFIG))
+
+    def full_name(self, prefix: str) -> str:
+        return f"{prefix}{self.name}"
+
+
+DIRECTORY = TopicSpec(
+    name="directory",
+    key="workspace",
+    events=(WorkspaceCreated, PeerCreated, PeerConfigured),
+)
+SESSIONS = TopicSpec(
+    name="sessions",
+    key="workspace/session",
+    # membership and messages share a key so the router sees them in the order they happened
+    events=(SessionCreated, MemberJoined, MemberLeft, MessageAppended),
+)
+
+ALL_TOPICS: tuple[TopicSpec, ...] = (DIRECTORY, SESSIONS)
+
+_TOPIC_OF: dict[type[Event], TopicSpec] = {e: t for t in ALL_TOPICS for e in t.events}
+
+
+def topic_for(event: Event) -> TopicSpec:
+    """The topic an event belongs on."""
+    try:
+        return _TOPIC_OF[type(event)]
+    except KeyError:
+        raise LookupError(f"no topic declared for {type(event).__name__}") from None
+
+
+def _check_keys() -> None:
+    # a topic's events must all key the same way, or per-key ordering would be a lie
+    for spec in ALL_TOPICS:
+        shapes = {"/".join(f.removesuffix("_id") for f in e.key_fields) for e in spec.events}
+        assert shapes == {spec.key}, f"{spec.name}: events key as {shapes}, topic says {spec.key}"
+
+
+_check_keys()

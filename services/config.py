@@ -1,0 +1,73 @@
+"""Settings for every peerlog component, from `PEERLOG_*` environment variables.
+
+Each component has its own small class with its own prefix (`PEERLOG_KAFKA_`, `PEERLOG_DATABASE_`, …);
+`Settings` composes them. Nothing else in the code base reads the environment.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _prefixed(prefix: str) -> SettingsConfigDict:
+    return SettingsConfigDict(env_prefix=prefix, extra="ignore", frozen=True)
+
+
+class KafkaSettings(BaseSettings):
+    """Where the log lives and how topics are laid out."""
+
+    model_config = _prefixed("PEERLOG_KAFKA_")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic_prefix: str = "peerlog."
+    partitions: int = Field(6, ge=1, description="partitions per log topic when created")
+    replication_factor: int = Field(1, ge=1)
+    producer_pool_size: int = Field(
+        4, ge=1, description="transactional producers the API rotates through (one open txn each)"
+    )
+    transaction_timeout_ms: int = 60_000
+
+
+class DatabaseSettings(BaseSettings):
+    """The Postgres (with pgvector) that holds the projections."""
+
+    model_config = _prefixed("PEERLOG_DATABASE_")
+
+    url: str = "postgresql+psycopg://peerlog@127.0.0.1:5432/peerlog"
+    schema_name: str = Field("peerlog", description="schema that reads are served from")
+    pool_size: int = 10
+
+
+class ProjectorSettings(BaseSettings):
+    """How the projector batches the log into Postgres."""
+
+    model_config = _prefixed("PEERLOG_PROJECTOR_")
+
+    group_id: str = "peerlog-projector"
+    max_batch: int = Field(2000, ge=1, description="events applied per transaction, at most")
+    poll_timeout_s: float = 0.05
+
+
+class ApiSettings(BaseSettings):
+    """The gRPC front door."""
+
+    model_config = _prefixed("PEERLOG_API_")
+
+    host: str = "127.0.0.1"
+    port: int = 50051
+    consistency_wait_s: float = Field(
+        10.0, description="longest a read waits for the projections to reach a consistency token"
+    )
+    max_workers: int = 8
+
+
+class Settings(BaseSettings):
+    """All settings, composed from the per-component classes."""
+
+    model_config = SettingsConfigDict(env_prefix="PEERLOG_", extra="ignore", frozen=True)
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    projector: ProjectorSettings = Field(default_factory=ProjectorSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)

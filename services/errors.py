@@ -1,0 +1,27 @@
+"""Domain errors. Every layer raises these; the API maps them to gRPC status codes in one table."""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """An error a caller can act on; the message says what to change."""
+
+
+class InvalidArgument(DomainError):
+    pass
+
+
+class NotFound(DomainError):
+    pass
+
+
+class AlreadyExists(DomainError):
+    pass
+
+
+class FailedPrecondition(DomainError):
+    pass
+
+
+class Unavailable(DomainError):
+    """A dependency (log, projections) is down or lagging; retrying later may succeed."""

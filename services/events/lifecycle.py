@@ -1,0 +1,65 @@
+"""Workspace, peer, session and membership lifecycle events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from services.events.base import Event
+
+
+class WorkspaceCreated(Event):
+    """A tenant came into existence."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class PeerCreated(Event):
+    """A participant (human or agent) was registered in a workspace."""
+
+    peer_id: str
+    observe_me: bool = True
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class PeerConfigured(Event):
+    """A peer's workspace-level settings changed."""
+
+    peer_id: str
+    observe_me: bool
+
+
+class SessionCreated(Event):
+    """A conversation was opened."""
+
+    key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
+
+    session_id: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class MemberJoined(Event):
+    """A peer joined a session, with its session-level observation settings.
+
+    `observe_me` None means "use the peer's own setting"; session settings override peer ones.
+    """
+
+    key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
+
+    session_id: str
+    peer_id: str
+    observe_me: bool | None = None
+    observe_others: bool = False
+    joined_at: datetime
+
+
+class MemberLeft(Event):
+    """A peer left a session; it perceives nothing sent after `left_at`."""
+
+    key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
+
+    session_id: str
+    peer_id: str
+    left_at: datetime

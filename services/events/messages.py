@@ -1,0 +1,27 @@
+"""Conversation turns."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from services.events.base import Event
+
+
+class MessageAppended(Event):
+    """One turn was posted to a session.
+
+    `created_at` is when the turn happened (a client may set it for backfills); `occurred_at` in the
+    envelope is when peerlog recorded it.
+    """
+
+    key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
+
+    session_id: str
+    message_id: str
+    peer_id: str
+    content: str
+    created_at: datetime
+    metadata: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,79 @@
+"""Shared fixtures: one real broker and Postgres per test run, isolated topics and schema per test."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import grpc
+import pytest
+
+from projections.projector import Projector
+from services.bus.admin import create_topics
+from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings, Settings
+from tests.support.infra import Infra, test_infra
+
+
+@pytest.fixture(scope="session")
+def infra(tmp_path_factory) -> Iterator[Infra]:
+    with test_infra(tmp_path_factory.mktemp("infra")) as running:
+        yield running
+
+
+def make_settings(infra: Infra, name: str | None = None) -> Settings:
+    """Settings with their own topic prefix and schema, so tests never see each other's data."""
+    name = name or uuid.uuid4().hex[:10]
+    return Settings(
+        kafka=KafkaSettings(
+            bootstrap_servers=infra.bootstrap_servers, topic_prefix=f"t{name}.", partitions=3,
+            producer_pool_size=2,
+        ),
+        database=DatabaseSettings(url=infra.database_url, schema_name=f"t{name}", pool_size=5),
+        projector=ProjectorSettings(group_id=f"projector-{name}", poll_timeout_s=0.02),
+        api=ApiSettings(port=0, consistency_wait_s=15.0),
+    )
+
+
+@pytest.fixture
+def settings(infra: Infra) -> Settings:
+    s = make_settings(infra)
+    create_topics(s.kafka)
+    return s
+
+
+class RunningProjector:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.projector: Projector | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.projector = Projector(self.settings)
+        self.thread = threading.Thread(target=self.projector.run, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.projector is not None:
+            self.projector.stop()
+            self.thread.join(30)
+            self.projector.engine.dispose()
+            self.projector = None
+
+
+@pytest.fixture
+def projector(settings: Settings) -> Iterator[RunningProjector]:
+    running = RunningProjector(settings)
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def channel(settings: Settings, projector: RunningProjector) -> AsyncIterator[grpc.aio.Channel]:
+    from services.api.server import start
+
+    server = await start(settings)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as chan:
+        yield chan
+    await server.stop(0)

@@ -1,0 +1,129 @@
+"""A client writes through the gRPC API and reads its own writes back from the projections."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from google.protobuf import timestamp_pb2
+
+from peerlog.v1 import common_pb2, messages_pb2, peers_pb2, sessions_pb2, workspaces_pb2
+from tests.support.client import Client
+
+
+async def test_added_messages_read_back_in_order_with_a_per_session_sequence(channel):
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    first = await c.add("acme", "s1", [("alice", "hi bob"), ("bob", "hi alice")])
+    second = await c.add("acme", "s1", [("alice", "how was the trip to Lisbon?")])
+
+    got = await c.list_messages("acme", "s1", token=second.consistency_token)
+
+    assert [m.content for m in got.messages] == ["hi bob", "hi alice", "how was the trip to Lisbon?"]
+    assert [m.seq for m in got.messages] == [1, 2, 3]
+    assert [m.message_id for m in got.messages] == [*first.message_ids, *second.message_ids]
+    assert [m.peer_id for m in got.messages] == ["alice", "bob", "alice"]
+
+
+async def test_a_read_carrying_the_write_token_sees_the_write_immediately(channel):
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    for i in range(5):
+        resp = await c.add("acme", "s1", [("alice", f"turn {i}")])
+        msg = await c.messages.GetMessage(
+            messages_pb2.GetMessageRequest(
+                workspace_id="acme", message_id=resp.message_ids[0],
+                consistency=common_pb2.ReadConsistency(consistency_token=resp.consistency_token),
+            )
+        )
+        assert msg.content == f"turn {i}"
+
+
+async def test_get_or_create_returns_the_existing_entity_the_second_time(channel):
+    c = Client(channel)
+    first = await c.workspace("acme")
+    again = await c.workspace("acme")
+    assert first.created and not again.created
+    assert again.workspace.created_at == first.workspace.created_at
+
+    p1 = await c.peer("acme", "alice")
+    p2 = await c.peer("acme", "alice")
+    assert p1.created and not p2.created and p2.peer.observe_me is True
+
+    s1 = await c.session("acme", "s1", members=["alice"])
+    s2 = await c.session("acme", "s1", members=["alice"])
+    assert s1.created and not s2.created
+    assert len(s2.session.memberships) == 1
+
+
+async def test_peer_observe_me_can_be_turned_off_and_is_remembered(channel):
+    c = Client(channel)
+    await c.workspace("acme")
+    await c.peer("acme", "bot", observe_me=False)
+    got = await c.peers.GetPeer(peers_pb2.GetPeerRequest(workspace_id="acme", peer_id="bot"))
+    assert got.observe_me is False
+    changed = await c.peer("acme", "bot", observe_me=True)
+    assert changed.peer.observe_me is True and not changed.created
+
+
+async def test_membership_history_keeps_join_and_leave_times(channel):
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1", peers=("alice", "bob"))
+    await c.sessions.RemoveMembers(
+        sessions_pb2.RemoveMembersRequest(workspace_id="acme", session_id="s1", peer_ids=["bob"])
+    )
+    resp = await c.sessions.AddMembers(
+        sessions_pb2.AddMembersRequest(
+            workspace_id="acme", session_id="s1",
+            members=[sessions_pb2.MemberSpec(peer_id="bob", observe_others=True)],
+        )
+    )
+    periods = [(m.peer_id, m.HasField("left_at"), m.observe_others) for m in resp.session.memberships]
+    assert periods == [("alice", False, False), ("bob", True, False), ("bob", False, True)]
+    bob_left = resp.session.memberships[1]
+    assert bob_left.left_at.ToDatetime() >= bob_left.joined_at.ToDatetime()
+
+
+async def test_backfilled_messages_keep_the_client_timestamp_and_metadata(channel):
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    when = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(when)
+    msg = messages_pb2.NewMessage(peer_id="alice", content="old news", created_at=ts)
+    msg.metadata.update({"source": "import", "n": 3})
+    resp = await c.add("acme", "s1", [msg])
+    got = (await c.list_messages("acme", "s1", token=resp.consistency_token)).messages[0]
+    assert got.created_at.ToDatetime(tzinfo=UTC) == when
+    assert dict(got.metadata) == {"source": "import", "n": 3}
+
+
+async def test_paging_returns_every_message_exactly_once_in_both_directions(channel):
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    token = ""
+    for batch in range(3):
+        resp = await c.add("acme", "s1", [("alice", f"m{batch}-{i}") for i in range(40)])
+        token = resp.consistency_token
+    forward = await c.all_messages("acme", "s1", token=token, page_size=7)
+    assert [m.seq for m in forward] == list(range(1, 121))
+
+    backward, page_token = [], ""
+    while True:
+        resp = await c.list_messages("acme", "s1", page_size=50, page_token=page_token, reverse=True)
+        backward += resp.messages
+        page_token = resp.next_page_token
+        if not page_token:
+            break
+    assert [m.seq for m in backward] == list(range(120, 0, -1))
+
+
+async def test_lists_are_scoped_to_their_workspace(channel):
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1", peers=("alice",))
+    await c.setup_conversation("globex", "s2", peers=("zed",))
+    peers = await c.peers.ListPeers(peers_pb2.ListPeersRequest(workspace_id="acme"))
+    assert [p.peer_id for p in peers.peers] == ["alice"]
+    sessions = await c.sessions.ListSessions(sessions_pb2.ListSessionsRequest(workspace_id="globex"))
+    assert [s.session_id for s in sessions.sessions] == ["s2"]
+    spaces = await c.workspaces.ListWorkspaces(workspaces_pb2.ListWorkspacesRequest())
+    assert [w.workspace_id for w in spaces.workspaces] == ["acme", "globex"]

@@ -1,0 +1,77 @@
+"""A small typed client over the generated stubs, so tests read like a user's code."""
+
+from __future__ import annotations
+
+import grpc
+
+from peerlog.v1 import (
+    common_pb2,
+    messages_pb2,
+    messages_pb2_grpc,
+    peers_pb2,
+    peers_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    workspaces_pb2,
+    workspaces_pb2_grpc,
+)
+
+
+class Client:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.workspaces = workspaces_pb2_grpc.WorkspaceServiceStub(channel)
+        self.peers = peers_pb2_grpc.PeerServiceStub(channel)
+        self.sessions = sessions_pb2_grpc.SessionServiceStub(channel)
+        self.messages = messages_pb2_grpc.MessageServiceStub(channel)
+
+    async def workspace(self, workspace_id: str):
+        return await self.workspaces.GetOrCreateWorkspace(
+            workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id=workspace_id)
+        )
+
+    async def peer(self, workspace_id: str, peer_id: str, **kw):
+        return await self.peers.GetOrCreatePeer(
+            peers_pb2.GetOrCreatePeerRequest(workspace_id=workspace_id, peer_id=peer_id, **kw)
+        )
+
+    async def session(self, workspace_id: str, session_id: str, members=(), **kw):
+        specs = [m if isinstance(m, sessions_pb2.MemberSpec) else sessions_pb2.MemberSpec(peer_id=m)
+                 for m in members]
+        return await self.sessions.GetOrCreateSession(
+            sessions_pb2.GetOrCreateSessionRequest(
+                workspace_id=workspace_id, session_id=session_id, members=specs, **kw
+            )
+        )
+
+    async def add(self, workspace_id: str, session_id: str, turns):
+        """turns: [(peer_id, content)] or NewMessage protos."""
+        msgs = [t if isinstance(t, messages_pb2.NewMessage) else messages_pb2.NewMessage(peer_id=t[0], content=t[1])
+                for t in turns]
+        return await self.messages.AddMessages(
+            messages_pb2.AddMessagesRequest(workspace_id=workspace_id, session_id=session_id, messages=msgs)
+        )
+
+    async def list_messages(self, workspace_id: str, session_id: str, token: str = "", page_size: int = 0,
+                            page_token: str = "", reverse: bool = False):
+        return await self.messages.ListMessages(
+            messages_pb2.ListMessagesRequest(
+                workspace_id=workspace_id, session_id=session_id, reverse=reverse,
+                page=common_pb2.PageRequest(page_size=page_size, page_token=page_token),
+                consistency=common_pb2.ReadConsistency(consistency_token=token),
+            )
+        )
+
+    async def all_messages(self, workspace_id: str, session_id: str, token: str = "", page_size: int = 50):
+        out, page_token = [], ""
+        while True:
+            resp = await self.list_messages(workspace_id, session_id, token, page_size, page_token)
+            out += resp.messages
+            page_token = resp.next_page_token
+            if not page_token:
+                return out
+
+    async def setup_conversation(self, workspace_id: str, session_id: str, peers=("alice", "bob")):
+        await self.workspace(workspace_id)
+        for p in peers:
+            await self.peer(workspace_id, p)
+        return await self.session(workspace_id, session_id, members=peers)
