@@ -27,6 +27,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -131,8 +132,13 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
-def render_server_properties(log_dir: Path, port: int, controller_port: int) -> str:
-    """Return server.properties for a combined broker+controller node on 127.0.0.1."""
+def render_server_properties(
+    log_dir: Path, port: int, controller_port: int, overrides: Mapping[str, str] | None = None
+) -> str:
+    """Return server.properties for a combined broker+controller node on 127.0.0.1.
+
+    overrides replace or add settings (e.g. a test that needs a shorter broker.session.timeout.ms).
+    """
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -172,6 +178,7 @@ def render_server_properties(log_dir: Path, port: int, controller_port: int) -> 
         # (projection snapshots, faust changelogs) is observable in a dev loop or a test.
         "log.cleaner.backoff.ms": "1000",
     }
+    settings.update(overrides or {})
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
@@ -231,6 +238,20 @@ def _tail(path: Path, lines: int = 40) -> str:
         return ""
 
 
+def _error_lines(path: Path, lines: int = 15) -> str:
+    """Return the last ERROR/FATAL and exception lines of a Kafka log (the cause, minus stack frames)."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return ""
+    hits = [
+        line for line in text
+        if " ERROR " in line or " FATAL " in line or line.startswith("Caused by:")
+        or (line[:1].isalpha() and ("Exception: " in line or "Error: " in line))
+    ]
+    return "\n".join(hits[-lines:])
+
+
 def _port_open(port: int) -> bool:
     """Tell whether something accepts TCP connections on 127.0.0.1:port."""
     try:
@@ -275,12 +296,14 @@ class KafkaBroker:
         controller_port: int = 0,
         heap: str = "768m",
         lib_dir: Path | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
         self.controller_port = controller_port or free_port(avoid={self.port})
         self.heap = heap
         self.lib_dir = lib_dir
+        self.properties = dict(properties or {})
         self._proc: subprocess.Popen | None = None
 
     # -- paths and properties
@@ -326,7 +349,7 @@ class KafkaBroker:
         lib_dir = ensure_jars(self.lib_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(
-            render_server_properties(self.log_dir, self.port, self.controller_port)
+            render_server_properties(self.log_dir, self.port, self.controller_port, self.properties)
         )
         if not self._formatted():
             self._format(lib_dir)
@@ -436,10 +459,12 @@ class KafkaBroker:
         else:
             self._forget()
             reason = f"exited with code {code}"
+        server_log = self.data_dir / "server.log"
         raise BrokerStartError(
             f"Kafka broker on {self.bootstrap_servers} {reason}.\n"
-            f"--- {self.broker_log}\n{_tail(self.broker_log)}\n"
-            f"--- {self.data_dir / 'server.log'}\n{_tail(self.data_dir / 'server.log')}"
+            f"--- errors in {server_log}\n{_error_lines(server_log)}\n"
+            f"--- tail of {self.broker_log}\n{_tail(self.broker_log)}\n"
+            f"--- tail of {server_log}\n{_tail(server_log, 20)}"
         )
 
     def _forget(self) -> None:

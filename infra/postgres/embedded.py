@@ -24,6 +24,7 @@ import pwd
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -71,7 +72,6 @@ class EmbeddedPostgres:
         self.port = port or free_port()
         self.database = database
         self.fast = fast
-        self._started_here = False
 
     @property
     def pgdata(self) -> Path:
@@ -103,19 +103,17 @@ class EmbeddedPostgres:
         return pid if process_alive(pid) else None
 
     def start(self, timeout: float = 60) -> None:
-        """Initialise the cluster if new, start it, and make sure `database` has pgvector."""
-        if self._started_here and self.is_running():
-            return
+        """Init the cluster if new, start it (or reuse it if up on `port`), ensure db + pgvector."""
         deadline = time.monotonic() + timeout
         self._prepare_data_dir()
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb(_remaining(deadline))
-        elif self.is_running():
-            raise RuntimeError(
-                f"a server is already running on {self.pgdata} (pid {self.pid}); stop it first"
-            )
+        if self.is_running():
+            # e.g. started earlier by `python -m infra.postgres start`: reuse it
+            self._check_running_port()
+            self._ensure_database()
+            return
         self._pg_ctl_start(_remaining(deadline))
-        self._started_here = True
         try:
             self._wait_for_connections(deadline)
             self._ensure_database()
@@ -124,12 +122,22 @@ class EmbeddedPostgres:
             raise
 
     def stop(self, timeout: float = 60) -> bool:
-        """Stop the server (fast shutdown: roll back open transactions). True if it was running."""
-        self._started_here = False
-        if not self.is_running():
+        """Fast shutdown (roll back open transactions, checkpoint). True if it was running."""
+        pid = self.pid
+        if pid is None:
             return False
-        args = ["stop", "-D", str(self.pgdata), "-m", "fast", "-w", "-t", str(int(timeout))]
-        self._run("pg_ctl", args, timeout + 5)
+        # SIGINT is what `pg_ctl stop -m fast` sends. Sending it ourselves
+        # needs no user switch as root and no access to data_dir's ancestors
+        # (pytest, for one, resets /tmp/pytest-of-root to 0700 at each session).
+        try:
+            os.kill(pid, signal.SIGINT)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + timeout
+        while self.is_running():  # the postmaster removes postmaster.pid last
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"PostgreSQL (pid {pid}) did not stop within {timeout}s")
+            time.sleep(0.05)
         return True
 
     def is_running(self) -> bool:
@@ -212,7 +220,18 @@ class EmbeddedPostgres:
         try:
             self._run("pg_ctl", args, timeout + 5)
         except RuntimeError as err:
-            raise RuntimeError(f"{err}\n--- {self.log_path} (tail) ---\n{self._log_tail()}") from None
+            tail = self._log_tail()
+            raise RuntimeError(f"{err}\n--- {self.log_path} (tail) ---\n{tail}") from None
+
+    def _check_running_port(self) -> None:
+        """Raise unless the running server listens on self.port (postmaster.pid line 4)."""
+        lines = (self.pgdata / "postmaster.pid").read_text().splitlines()
+        running = int(lines[3]) if len(lines) > 3 and lines[3].strip() else None
+        if running != self.port:
+            raise RuntimeError(
+                f"{self.pgdata} is already served on port {running} (pid {self.pid}),"
+                f" not {self.port}; stop it first or use that port"
+            )
 
     def _wait_for_connections(self, deadline: float) -> None:
         """Poll until the server accepts an authenticated TCP connection."""
@@ -368,7 +387,7 @@ def grant_search_path(path: Path, uid: int, gid: int) -> None:
         else:
             bit = stat.S_IXOTH
         if not st.st_mode & bit:
-            log.warning("adding search permission to %s so uid %d can reach %s", directory, uid, path)
+            log.warning("adding search permission to %s for uid %d", directory, uid)
             directory.chmod(stat.S_IMODE(st.st_mode) | bit)
 
 

@@ -36,7 +36,7 @@ def decode_cursor(token: str) -> str:
     if not token:
         return ""
     try:
-        return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        return base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
         raise InvalidArgument("page_token is not one this server issued; pass next_page_token back as-is") from None
 

@@ -1,6 +1,6 @@
 """The embedded PostgreSQL 18 + pgvector server used for development and tests.
 
-One server for the whole module (initdb + start once), in a pytest tmp dir.
+One server for the whole module (initdb + start once), in a temporary directory.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import os
 import pwd
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,9 +28,14 @@ pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", fast=True)
-    with server:
+def pg() -> Iterator[EmbeddedPostgres]:
+    # Not tmp_path_factory: as root the server runs as another user, and each
+    # pytest session starting on this machine chmods /tmp/pytest-of-root back
+    # to 0700, which would lock that user out of a data dir below it.
+    with (
+        tempfile.TemporaryDirectory(prefix="peerlog-pg-test-") as tmp,
+        EmbeddedPostgres(Path(tmp) / "data", fast=True) as server,
+    ):
         yield server
 
 
@@ -154,9 +160,18 @@ def test_data_survives_a_restart(pg: EmbeddedPostgres) -> None:
         assert conn.execute("SELECT name FROM survivors").fetchall() == [("kept",)]
 
 
-def test_start_refuses_a_data_dir_already_served(pg: EmbeddedPostgres) -> None:
-    with pytest.raises(RuntimeError, match="already running"):
-        EmbeddedPostgres(pg.data_dir).start()
+def test_start_reuses_a_server_already_running_on_its_port(pg: EmbeddedPostgres) -> None:
+    pid = pg.pid
+    other = EmbeddedPostgres(pg.data_dir, port=pg.port, database="second")
+    other.start()
+    assert other.pid == pid
+    with psycopg.connect(other.dsn) as conn:
+        assert conn.execute("SELECT extname FROM pg_extension WHERE extname = 'vector'").fetchone()
+
+
+def test_start_refuses_a_server_running_on_another_port(pg: EmbeddedPostgres) -> None:
+    with pytest.raises(RuntimeError, match=f"already served on port {pg.port}"):
+        EmbeddedPostgres(pg.data_dir, port=pg.port + 1).start()
 
 
 def test_cli_starts_a_detached_server_and_stops_it(pg: EmbeddedPostgres) -> None:
@@ -170,6 +185,8 @@ def test_cli_starts_a_detached_server_and_stops_it(pg: EmbeddedPostgres) -> None
         assert psutil.pid_exists(info["pid"])
         with psycopg.connect(info["dsn"]) as conn:
             assert conn.execute("SELECT 1").fetchone() == (1,)
+        again = run_cli("start", "--data-dir", str(pg.data_dir), "--port", str(pg.port))
+        assert json.loads(again.stdout) == info  # starting a running server is a no-op
         run_cli("stop", "--data-dir", str(pg.data_dir))
         assert not pg.is_running()
     finally:

@@ -1,0 +1,167 @@
+"""The local dev stack: Kafka, Postgres, topics, projector and API server, as background processes.
+
+State (ports, pids, data) lives in one directory (default `.peerlog/dev`), so `dev up` after
+`dev down` brings back the same data on the same ports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from infra.kafka.broker import KafkaBroker, stop_broker
+from infra.postgres.embedded import EmbeddedPostgres
+from services.bus.admin import create_topics
+from services.config import KafkaSettings
+
+# the long-running peerlog processes of the stack: name -> CLI arguments
+PROCESSES: dict[str, list[str]] = {
+    "projector": ["projector", "run"],
+    "api": ["serve"],
+}
+
+
+@dataclass
+class StackState:
+    root: str
+    kafka_port: int = 0
+    postgres_port: int = 0
+    api_port: int = 0
+    database_url: str = ""
+    pids: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    def env(self) -> dict[str, str]:
+        """The PEERLOG_* settings a process needs to join this stack."""
+        return {
+            "PEERLOG_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "PEERLOG_DATABASE_URL": self.database_url,
+            "PEERLOG_API_PORT": str(self.api_port),
+        }
+
+
+def _state_file(root: Path) -> Path:
+    return root / "stack.json"
+
+
+def load_state(root: Path) -> StackState:
+    path = _state_file(root)
+    if path.exists():
+        return StackState(**json.loads(path.read_text()))
+    return StackState(root=str(root))
+
+
+def _save(state: StackState) -> None:
+    _state_file(Path(state.root)).write_text(json.dumps(asdict(state), indent=2))
+
+
+def _free_or(preferred: int) -> int:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", preferred))
+            return preferred
+        except OSError:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has already exited
+
+
+def _spawn(state: StackState, name: str) -> int:
+    log = open(Path(state.root) / f"{name}.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.cli.main", *PROCESSES[name]],
+        env={**os.environ, **state.env()}, stdout=log, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, start_new_session=True,  # outlives `dev up`
+    )
+    return proc.pid
+
+
+def wait_for_api(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"API on port {port} not healthy after {timeout:.0f} s")
+            time.sleep(0.2)
+
+
+def up(root: Path, progress=print) -> StackState:
+    """Start whatever part of the stack is not running; return its state."""
+    root = root.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    state = load_state(root)
+    state.kafka_port = state.kafka_port or _free_or(9092)
+    state.postgres_port = state.postgres_port or _free_or(54329)
+    state.api_port = state.api_port or _free_or(50051)
+    progress(f"kafka     starting on 127.0.0.1:{state.kafka_port}")
+    KafkaBroker(root / "kafka", port=state.kafka_port).start()
+    progress(f"postgres  starting on 127.0.0.1:{state.postgres_port}")
+    pg = EmbeddedPostgres(root / "postgres", port=state.postgres_port)
+    pg.start()
+    state.database_url = pg.url
+    created = create_topics(KafkaSettings(bootstrap_servers=state.bootstrap_servers))
+    progress(f"topics    {', '.join(f'{t} ({s})' for t, s in created.items())}")
+    for name in PROCESSES:
+        if not _alive(state.pids.get(name, 0)):
+            state.pids[name] = _spawn(state, name)
+            progress(f"{name:<9} started (pid {state.pids[name]}, log {root / (name + '.log')})")
+    _save(state)
+    wait_for_api(state.api_port)
+    progress(f"api       serving on 127.0.0.1:{state.api_port}")
+    return state
+
+
+def down(root: Path, progress=print) -> None:
+    """Stop every part of the stack; data stays for the next `up`."""
+    root = root.resolve()
+    state = load_state(root)
+    for name, pid in state.pids.items():
+        if _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            _wait_exit(pid, 30)
+            progress(f"{name:<9} stopped")
+    state.pids = {}
+    stop_broker(root / "kafka")
+    progress("kafka     stopped")
+    if (root / "postgres").exists():
+        EmbeddedPostgres(root / "postgres", port=state.postgres_port or 1).stop()
+        progress("postgres  stopped")
+    if root.exists():
+        _save(state)
+
+
+def _wait_exit(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,160 @@
+"""Rebuild the projections: replay the log from offset 0 into a fresh schema, verify, switch.
+
+The switch holds a lock that pauses the live projector, replays the last few events so both
+schemas stand at the same offsets, compares every table row for row, then renames the schemas in
+one transaction. Readers never see a half-built schema; the live projector notices the new
+schema's generation and resumes from the offsets it recorded.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from sqlalchemy import Connection, Engine, text
+
+from projections.apply import apply_batch
+from projections.db import create_schema, schema_exists, sync_engine
+from projections.projector import consumer_config, to_record
+from projections.schema import DATA_TABLES, projection_offsets
+from services.bus.admin import partitions_of
+from services.bus.topics import ALL_TOPICS
+from services.config import Settings
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class RebuildReport:
+    schema: str
+    events: int = 0
+    seconds: float = 0.0
+    differences: dict[str, int] = field(default_factory=dict)
+    switched: bool = False
+    retired: str | None = None
+
+
+class Replayer:
+    """Applies the log into one schema, never past a per-partition target offset."""
+
+    def __init__(self, settings: Settings, engine: Engine, progress: Progress) -> None:
+        self.engine = engine
+        self.progress = progress
+        self.consumer = Consumer(consumer_config(settings, f"peerlog-rebuild-{uuid.uuid4().hex}"))
+        self.partitions = [
+            (name, p)
+            for spec in ALL_TOPICS
+            for name in [spec.full_name(settings.kafka.topic_prefix)]
+            for p in partitions_of(settings.kafka, name)
+        ]
+        self.consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in self.partitions])
+        self.applied_upto: dict[tuple[str, int], int] = {}  # next offset applied, per partition
+        self.events = 0
+
+    def replay_to(self, target: dict[tuple[str, int], int]) -> None:
+        """Apply every record below `target` (missing partitions: 0); stop there."""
+        self.consumer.resume([TopicPartition(t, p) for t, p in self.partitions])
+        last_report = time.monotonic()
+        while not self._reached(target):
+            records = [to_record(m) for m in self.consumer.consume(2000, 0.2) if m.error() is None]
+            wanted = self._hold_back(records, target)
+            if wanted:
+                with self.engine.begin() as conn:
+                    self.events += apply_batch(conn, wanted).events
+                for r in wanted:
+                    self.applied_upto[(r.topic, r.partition)] = r.offset + 1
+            if time.monotonic() - last_report > 2:
+                self.progress(f"  replayed {self.events} events")
+                last_report = time.monotonic()
+
+    def _reached(self, target: dict[tuple[str, int], int]) -> bool:
+        return all(self.applied_upto.get(tp, 0) >= target.get(tp, 0) for tp in self.partitions)
+
+    def _hold_back(self, records, target):
+        # a record at or past the target is left for the next phase: rewind to it and pause
+        wanted, stopped = [], set()
+        for r in records:
+            tp = (r.topic, r.partition)
+            if tp in stopped:
+                continue
+            if r.offset >= target.get(tp, 0):
+                stopped.add(tp)
+                self.consumer.seek(TopicPartition(r.topic, r.partition, r.offset))
+                self.consumer.pause([TopicPartition(r.topic, r.partition)])
+            else:
+                wanted.append(r)
+        return wanted
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def live_offsets(conn: Connection, schema: str) -> dict[tuple[str, int], int]:
+    mapped = conn.execution_options(schema_translate_map={None: schema})
+    return {(t, p): n for t, p, n in mapped.execute(projection_offsets.select())}
+
+
+def compare(conn: Connection, live: str, build: str) -> dict[str, int]:
+    """Rows present in one schema and not the other, per table (0 everywhere = identical)."""
+    out = {}
+    for table in DATA_TABLES:
+        a, b = f'"{live}"."{table.name}"', f'"{build}"."{table.name}"'
+        n = conn.execute(text(
+            f"SELECT (SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}) x)"
+            f" + (SELECT count(*) FROM (SELECT * FROM {b} EXCEPT ALL SELECT * FROM {a}) y)"
+        )).scalar_one()
+        out[table.name] = n
+    return out
+
+
+def rebuild(settings: Settings, progress: Progress = print, accept_differences: bool = False) -> RebuildReport:
+    """Rebuild the serving schema from the log; see the module docstring."""
+    started = time.monotonic()
+    live = settings.database.schema_name
+    stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+    report = RebuildReport(schema=f"{live}_build_{stamp}")
+    build_engine = sync_engine(settings.database, report.schema)
+    live_engine = sync_engine(settings.database, live)
+    create_schema(build_engine, report.schema)
+    progress(f"rebuilding into schema {report.schema}")
+    replayer = Replayer(settings, build_engine, progress)
+    try:
+        with live_engine.connect() as conn:
+            has_live = schema_exists(conn, live)
+            first_target = live_offsets(conn, live) if has_live else {}
+        replayer.replay_to(first_target)
+        progress(f"caught up with the live projection ({replayer.events} events); switching")
+        _switch(live_engine, replayer, report, has_live, accept_differences, progress)
+    finally:
+        replayer.close()
+        build_engine.dispose()
+        live_engine.dispose()
+    report.events = replayer.events
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _switch(engine, replayer, report, has_live, accept_differences, progress) -> None:
+    live = engine.get_execution_options()["schema_translate_map"][None]
+    with engine.begin() as conn:
+        if has_live:
+            # pauses the live projector (it locks offset rows) while reads go on
+            conn.execute(text(f'LOCK TABLE "{live}".projection_offsets IN EXCLUSIVE MODE'))
+            replayer.replay_to(live_offsets(conn, live))
+            report.differences = compare(conn, live, report.schema)
+            differing = {t: n for t, n in report.differences.items() if n}
+            progress("verified: identical to the live projection" if not differing
+                     else f"differences from the live projection: {differing}")
+            if differing and not accept_differences:
+                progress(f"not switching; the rebuilt schema {report.schema} is kept for inspection")
+                return
+            report.retired = f"{live}_retired_{report.schema.rsplit('_', 1)[1]}"
+            conn.execute(text(f'ALTER SCHEMA "{live}" RENAME TO "{report.retired}"'))
+        conn.execute(text(f'ALTER SCHEMA "{report.schema}" RENAME TO "{live}"'))
+    report.switched = True
+    progress(f"reads now served from the rebuilt schema ({live})"
+             + (f"; the old one is kept as {report.retired}" if report.retired else ""))

@@ -1,0 +1,1 @@
+"""The `peerlog` command line."""

@@ -1,0 +1,101 @@
+"""`peerlog` — run the services, manage topics and projections, and drive the local stack."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import typer
+
+from services.config import Settings
+
+app = typer.Typer(help="peerlog: event-sourced memory for AI agents.", no_args_is_help=True)
+dev = typer.Typer(help="The local stack (Kafka, Postgres, projector, API) without Docker.")
+topics = typer.Typer(help="Kafka topics.")
+projections = typer.Typer(help="Postgres projections of the log.")
+projector = typer.Typer(help="The projector process.")
+for sub, name in ((dev, "dev"), (topics, "topics"), (projections, "projections"), (projector, "projector")):
+    app.add_typer(sub, name=name)
+
+DEV_DIR = typer.Option(Path(".peerlog/dev"), "--dir", help="where the dev stack keeps its data")
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def serve() -> None:
+    """Run the gRPC API server until SIGTERM."""
+    from services.api.server import serve as run
+
+    _logging()
+    asyncio.run(run(Settings()))
+
+
+@projector.command("run")
+def projector_run() -> None:
+    """Project the log into Postgres until SIGTERM."""
+    import signal
+
+    from projections.projector import Projector
+
+    _logging()
+    p = Projector(Settings())
+    signal.signal(signal.SIGTERM, lambda *_: p.stop())
+    p.run()
+
+
+@topics.command("create")
+def topics_create() -> None:
+    """Create every peerlog topic that is missing (safe to repeat)."""
+    from services.bus.admin import create_topics
+
+    for name, outcome in create_topics(Settings().kafka).items():
+        typer.echo(f"{name}: {outcome}")
+
+
+@projections.command("rebuild")
+def projections_rebuild(
+    accept_differences: bool = typer.Option(
+        False, help="switch even if the rebuilt tables differ from the live ones"
+    ),
+) -> None:
+    """Replay the log from offset 0 into a fresh schema, verify it, and switch reads to it."""
+    from projections.rebuild import rebuild
+
+    report = rebuild(Settings(), progress=typer.echo, accept_differences=accept_differences)
+    if not report.switched:
+        raise typer.Exit(1)
+
+
+@dev.command("up")
+def dev_up(root: Path = DEV_DIR) -> None:
+    """Start the local stack in the background."""
+    from infra.stack import up
+
+    state = up(root, progress=typer.echo)
+    typer.echo("\nTo point the CLI at it:")
+    for k, v in state.env().items():
+        typer.echo(f"  export {k}='{v}'")
+
+
+@dev.command("down")
+def dev_down(root: Path = DEV_DIR) -> None:
+    """Stop the local stack (its data stays)."""
+    from infra.stack import down
+
+    down(root, progress=typer.echo)
+
+
+@app.command()
+def demo(root: Path = typer.Option(Path(".peerlog/demo"), "--dir")) -> None:
+    """Start the stack, run a scripted conversation through the API, print it back, stop."""
+    from services.cli.demo import run_demo
+
+    run_demo(root)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,109 @@
+"""The projector applies each event exactly once, parks what it cannot read, and ignores aborted writes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from confluent_kafka import Producer
+from sqlalchemy import func, select
+
+from projections.db import sync_engine
+from projections.schema import messages, quarantine, sessions
+from services.bus.producer import EventLog
+from services.bus.topics import SESSIONS
+from services.events import MessageAppended, ProducerInfo, SessionCreated, WorkspaceCreated, encode
+from tests.support.wait import eventually
+
+P = ProducerInfo(component="test", version="0")
+
+
+def msg(i: int, session: str = "s1") -> MessageAppended:
+    return MessageAppended(workspace_id="w", session_id=session, message_id=f"m{i}", peer_id="alice",
+                           content=f"turn {i}", created_at=datetime.now(UTC), producer=P)
+
+
+def count(engine, table, *where) -> int:
+    with engine.connect() as conn:
+        return conn.scalar(select(func.count()).select_from(table).where(*where))
+
+
+def seqs(engine) -> list[int]:
+    with engine.connect() as conn:
+        return list(conn.scalars(select(messages.c.seq).order_by(messages.c.seq)))
+
+
+def test_malformed_and_unknown_records_are_quarantined_and_the_projector_moves_on(settings, projector):
+    topic = SESSIONS.full_name(settings.kafka.topic_prefix)
+    raw = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    raw.produce(topic, b"{not json", key=b"w/s1")
+    raw.produce(topic, b'{"type": "MessageTeleported", "workspace_id": "w"}', key=b"w/s1")
+    future = encode(msg(1)).replace(b'"schema_version":1', b'"schema_version":99')
+    raw.produce(topic, future, key=b"w/s1")
+    raw.flush(10)
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
+                     SessionCreated(workspace_id="w", session_id="s1", producer=P), msg(2)])
+    engine = sync_engine(settings.database)
+
+    eventually(lambda: count(engine, messages) == 1)
+    with engine.connect() as conn:
+        reasons = sorted(conn.scalars(select(quarantine.c.reason)))
+    assert len(reasons) == 3
+    assert any("not JSON" in r for r in reasons)
+    assert any("unknown event type 'MessageTeleported'" in r for r in reasons)
+    assert any("newer than this code" in r for r in reasons)
+    log.close()
+
+
+def test_a_restarted_projector_applies_nothing_twice(settings, projector):
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
+                     SessionCreated(workspace_id="w", session_id="s1", producer=P)])
+    log.append_sync([msg(i) for i in range(50)])
+    engine = sync_engine(settings.database)
+    eventually(lambda: count(engine, messages) == 50)
+
+    projector.stop()
+    log.append_sync([msg(i) for i in range(50, 60)])
+    projector.start()
+
+    eventually(lambda: count(engine, messages) == 60)
+    assert seqs(engine) == list(range(1, 61))
+    with engine.connect() as conn:
+        assert conn.scalar(select(sessions.c.message_count)) == 60
+    log.close()
+
+
+def test_the_same_event_delivered_twice_is_applied_once(settings, projector):
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
+                     SessionCreated(workspace_id="w", session_id="s1", producer=P)])
+    once = msg(1)
+    log.append_sync([once, msg(2)])
+    log.append_sync([once])  # e.g. a client retry that re-sent an already-written event
+    log.append_sync([msg(3)])
+    engine = sync_engine(settings.database)
+    eventually(lambda: count(engine, messages) == 3)
+    assert seqs(engine) == [1, 2, 3]
+    log.close()
+
+
+def test_an_aborted_transaction_never_reaches_the_projections(settings, projector):
+    topic = SESSIONS.full_name(settings.kafka.topic_prefix)
+    txn = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers, "transactional.id": "aborter"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(topic, encode(msg(1)), key=b"w/s1")
+    txn.flush(10)
+    txn.abort_transaction(30)
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([msg(2)])
+    engine = sync_engine(settings.database)
+    eventually(lambda: count(engine, messages) == 1)
+    with engine.connect() as conn:
+        assert conn.scalar(select(messages.c.message_id)) == "m2"
+    log.close()
