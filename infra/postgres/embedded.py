@@ -164,8 +164,16 @@ class EmbeddedPostgres:
             return
         uid, gid = account
         # PostgreSQL only needs to *reach* its files: add search (x) permission
-        # on ancestors that lack it, never read/list permission.
+        # on ancestors that lack it, never read/list permission. It keeps
+        # needing it: the server opens files by absolute path and PANICs if
+        # it loses the way in.
         grant_search_path(self.data_dir, uid, gid)
+        if any(d.name.startswith("pytest-of-") for d in self.data_dir.parents):
+            log.warning(
+                "%s is below a pytest-of-* dir, which every new pytest session chmods back "
+                "to 0700; uid %d then loses its data dir. Use tempfile.mkdtemp() instead.",
+                self.data_dir, uid,
+            )
         grant_search_path(POSTGRES_BIN_PATH.parent, uid, gid)
         os.chown(self.data_dir, uid, gid)
         self.data_dir.chmod(0o700)

@@ -16,7 +16,7 @@ DEFAULT_PAGE, MAX_PAGE = 50, 1000
 
 
 def check_id(kind: str, value: str) -> str:
-    if not ID_PATTERN.match(value or ""):
+    if not ID_PATTERN.fullmatch(value or ""):
         shown = value if len(value or "") <= 40 else value[:40] + "…"
         raise InvalidArgument(
             f"{kind} {shown!r} is not a valid id: use 1–512 characters from A–Z, a–z, 0–9, '_' and '-'"

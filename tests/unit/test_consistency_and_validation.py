@@ -1,0 +1,57 @@
+"""Consistency tokens and request checks, without a broker."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from services.api import validation as v
+from services.bus.consistency import ConsistencyToken, InvalidConsistencyToken
+from services.errors import InvalidArgument
+
+
+def test_a_token_keeps_the_highest_offset_per_partition_and_round_trips():
+    token = ConsistencyToken.of([("peerlog.sessions", 1, 5), ("peerlog.sessions", 1, 9),
+                                 ("peerlog.directory", 0, 2)])
+    assert token.offsets == {("peerlog.sessions", 1): 9, ("peerlog.directory", 0): 2}
+    assert ConsistencyToken.decode(token.encode()) == token
+    merged = token.merge(ConsistencyToken.of([("peerlog.sessions", 1, 3), ("peerlog.sessions", 2, 1)]))
+    assert merged.offsets[("peerlog.sessions", 1)] == 9 and merged.offsets[("peerlog.sessions", 2)] == 1
+
+
+def test_topic_names_with_colons_survive_a_token_round_trip():
+    token = ConsistencyToken.of([("a:b.sessions", 3, 7)])
+    assert ConsistencyToken.decode(token.encode()) == token
+
+
+@pytest.mark.parametrize("bad", ["garbage", "t:x:1", "t:1:y", ":1:2"])
+def test_malformed_tokens_are_refused(bad):
+    with pytest.raises(InvalidConsistencyToken):
+        ConsistencyToken.decode(bad)
+
+
+@pytest.mark.parametrize("ok", ["a", "A-z_09", "x" * 512])
+def test_ids_within_the_pattern_pass(ok):
+    assert v.check_id("peer_id", ok) == ok
+
+
+@pytest.mark.parametrize("bad", ["", "a b", "a/b", "é", "x" * 513, "a\n"])
+def test_ids_outside_the_pattern_are_refused_with_the_rule(bad):
+    with pytest.raises(InvalidArgument, match="1–512 characters"):
+        v.check_id("peer_id", bad)
+
+
+def test_created_at_may_be_in_the_past_but_not_far_in_the_future():
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    v.check_created_at(0, now - timedelta(days=3650), now)
+    v.check_created_at(0, now + timedelta(minutes=5), now)
+    with pytest.raises(InvalidArgument, match="future"):
+        v.check_created_at(0, now + timedelta(days=1), now)
+
+
+def test_page_size_defaults_and_caps():
+    assert v.page_size(0) == 50
+    assert v.page_size(1000) == 1000
+    with pytest.raises(InvalidArgument):
+        v.page_size(1001)

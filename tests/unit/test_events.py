@@ -1,0 +1,91 @@
+"""Events are immutable, keyed by their payload, and refuse to be read when they can't be understood."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import ClassVar
+
+import orjson
+import pydantic
+import pytest
+
+from services.bus.topics import ALL_TOPICS, SESSIONS, topic_for
+from services.events import (
+    Event,
+    EventDecodeError,
+    MemberJoined,
+    MessageAppended,
+    ProducerInfo,
+    UnknownEventType,
+    UnsupportedSchemaVersion,
+    decode,
+    encode,
+    event_types,
+)
+
+P = ProducerInfo(component="test", version="0")
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def message(**kw) -> MessageAppended:
+    fields = dict(workspace_id="w", session_id="s", message_id="m", peer_id="p", content="hi",
+                  created_at=NOW, producer=P)
+    return MessageAppended(**{**fields, **kw})
+
+
+def test_an_event_survives_the_wire_unchanged():
+    e = message(metadata={"lang": "en", "nested": {"n": [1, 2]}})
+    assert decode(encode(e)) == e
+
+
+def test_the_key_is_derived_from_the_payload_with_the_workspace_first():
+    assert message().key == "w/s"
+    with pytest.raises(pydantic.ValidationError, match="does not match"):
+        message(key="other/s")
+
+
+def test_events_are_frozen():
+    with pytest.raises(pydantic.ValidationError):
+        message().content = "changed"
+
+
+def test_every_event_gets_a_unique_time_ordered_id():
+    ids = [message().event_id for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    assert ids == sorted(ids)
+
+
+def test_unknown_types_newer_versions_and_garbage_are_refused_with_a_reason():
+    with pytest.raises(UnknownEventType, match="MessageTeleported"):
+        decode(orjson.dumps({"type": "MessageTeleported"}))
+    newer = orjson.loads(encode(message()))
+    newer["schema_version"] = 2
+    with pytest.raises(UnsupportedSchemaVersion, match="upgrade peerlog"):
+        decode(orjson.dumps(newer))
+    with pytest.raises(EventDecodeError, match="not JSON"):
+        decode(b"\x00\x01")
+    broken = orjson.loads(encode(message()))
+    del broken["content"]
+    with pytest.raises(EventDecodeError, match="content"):
+        decode(orjson.dumps(broken))
+
+
+def test_an_old_schema_version_is_upcast_before_validation():
+    class ThingRenamed(Event):
+        schema_version_current: ClassVar[int] = 2
+        upcasters: ClassVar = {1: lambda d: {**{k: v for k, v in d.items() if k != "old"}, "new": d["old"]}}
+        new: str
+
+    v1 = {"type": "ThingRenamed", "schema_version": 1, "workspace_id": "w", "old": "x",
+          "producer": P.model_dump()}
+    got = decode(orjson.dumps(v1))
+    assert got.new == "x" and got.schema_version == 2
+    event_types()  # the registry still answers after a test-local type registered itself
+
+
+def test_every_event_type_has_exactly_one_topic_and_session_facts_share_one():
+    declared = [e for spec in ALL_TOPICS for e in spec.events]
+    assert len(declared) == len(set(declared))
+    assert topic_for(message()) is SESSIONS
+    joined = MemberJoined(workspace_id="w", session_id="s", peer_id="p", joined_at=NOW, producer=P)
+    assert topic_for(joined) is SESSIONS and joined.key == message().key
