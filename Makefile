@@ -24,6 +24,7 @@ jars: .venv/bin/python
 	$(PY) -c "from infra.kafka.broker import ensure_jars; print(ensure_jars())"
 
 test: install jars proto-check
+	.venv/bin/lint-imports
 	$(PY) -m pytest
 
 demo: install jars
