@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -16,8 +18,10 @@ from tests.support.infra import Infra, test_infra
 
 
 @pytest.fixture(scope="session")
-def infra(tmp_path_factory) -> Iterator[Infra]:
-    with test_infra(tmp_path_factory.mktemp("infra")) as running:
+def infra() -> Iterator[Infra]:
+    # not under pytest's tmp dir: as root, a later pytest run resets its permissions under a
+    # running Postgres (which runs as an unprivileged user) and the server dies
+    with tempfile.TemporaryDirectory(prefix="peerlog-test-") as root, test_infra(Path(root)) as running:
         yield running
 
 

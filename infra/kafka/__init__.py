@@ -5,7 +5,8 @@ from infra.kafka.broker import (
     BrokerStartError,
     KafkaBroker,
     ensure_jars,
+    running_broker,
     stop_broker,
 )
 
-__all__ = ["KAFKA_VERSION", "BrokerStartError", "KafkaBroker", "ensure_jars", "stop_broker"]
+__all__ = ["KAFKA_VERSION", "BrokerStartError", "KafkaBroker", "ensure_jars", "running_broker", "stop_broker"]

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from infra.kafka.broker import KafkaBroker, stop_broker
+from infra.kafka.broker import KafkaBroker, running_broker, stop_broker
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "stop":
         stopped = stop_broker(args.data_dir)
         print(json.dumps({"stopped": stopped}))
+        return 0
+    already = running_broker(args.data_dir)
+    if already is not None:
+        print(json.dumps(already))
         return 0
     broker = KafkaBroker(args.data_dir, args.port, args.controller_port, args.heap).start()
     # The JVM runs in its own session, so it outlives this process; no stop() here.

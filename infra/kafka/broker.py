@@ -261,22 +261,43 @@ def _port_open(port: int) -> bool:
         return False
 
 
+def _running_pid(data_dir: Path) -> int | None:
+    """Return the pid from data_dir/broker.pid if that process is our live broker, else None."""
+    try:
+        pid = int((data_dir / "broker.pid").read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    if _pid_alive(pid) and _is_our_broker(pid, data_dir / "server.properties"):
+        return pid
+    return None
+
+
+def running_broker(data_dir: Path) -> dict | None:
+    """Describe the broker already running on data_dir ({"bootstrap_servers", "pid"}), or None.
+
+    Lets `python -m infra.kafka start` be idempotent for a dev loop.
+    """
+    data_dir = Path(data_dir).resolve()
+    pid = _running_pid(data_dir)
+    if pid is None:
+        return None
+    for line in (data_dir / "server.properties").read_text().splitlines():
+        if line.startswith("advertised.listeners=PLAINTEXT://"):
+            return {"bootstrap_servers": line.split("//", 1)[1], "pid": pid}
+    return None
+
+
 def stop_broker(data_dir: Path, timeout: float = 30) -> bool:
     """Stop the broker whose pid is in data_dir/broker.pid; True if one was running.
 
     For brokers started by another process (e.g. ``python -m infra.kafka start``).
     """
     data_dir = Path(data_dir).resolve()
-    pid_file = data_dir / "broker.pid"
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return False
-    running = _pid_alive(pid) and _is_our_broker(pid, data_dir / "server.properties")
-    if running:
+    pid = _running_pid(data_dir)
+    if pid is not None:
         _terminate(pid, timeout)
-    pid_file.unlink(missing_ok=True)
-    return running
+    (data_dir / "broker.pid").unlink(missing_ok=True)
+    return pid is not None
 
 
 # --------------------------------------------------------------------------- broker
