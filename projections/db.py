@@ -33,6 +33,8 @@ def schema_exists(conn: Connection, schema: str) -> bool:
 def create_schema(engine: Engine, schema: str) -> None:
     """Create `schema` and every projection table in it, if missing."""
     with engine.begin() as conn:
+        # the projector and the API may both create it at start: serialise them
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:s))"), {"s": f"peerlog-schema:{schema}"})
         conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
         mapped = conn.execution_options(schema_translate_map={None: schema})

@@ -115,7 +115,7 @@ def rebuild(settings: Settings, progress: Progress = print, accept_differences: 
     """Rebuild the serving schema from the log; see the module docstring."""
     started = time.monotonic()
     live = settings.database.schema_name
-    stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
     report = RebuildReport(schema=f"{live}_build_{stamp}")
     build_engine = sync_engine(settings.database, report.schema)
     live_engine = sync_engine(settings.database, live)
@@ -152,7 +152,7 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
             if differing and not accept_differences:
                 progress(f"not switching; the rebuilt schema {report.schema} is kept for inspection")
                 return
-            report.retired = f"{live}_retired_{report.schema.rsplit('_', 1)[1]}"
+            report.retired = f"{live}_retired_{report.schema.rsplit('_', 1)[1]}"  # same stamp as the build
             conn.execute(text(f'ALTER SCHEMA "{live}" RENAME TO "{report.retired}"'))
         conn.execute(text(f'ALTER SCHEMA "{report.schema}" RENAME TO "{live}"'))
     report.switched = True

@@ -56,6 +56,12 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 return await inner(request, context)
             except (DomainError, InvalidConsistencyToken, AppendFailed) as exc:
                 await context.abort(status_for(exc), str(exc))
+            except grpc.aio.AbortError:
+                raise
+            except Exception:
+                # a bug, not the caller's fault: keep internals out of the reply, keep them in the log
+                log.exception("unexpected error in %s", details.method)
+                await context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
 
         return grpc.unary_unary_rpc_method_handler(
             guarded,

@@ -21,7 +21,7 @@ from peerlog.v1 import (
     workspaces_pb2,
     workspaces_pb2_grpc,
 )
-from projections.db import async_engine
+from projections.db import async_engine, create_schema, sync_engine
 from services.api.context import ApiContext
 from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
@@ -65,8 +65,18 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
 
 
+def _ensure_schema(settings: Settings) -> None:
+    # reads must not fail with "relation does not exist" just because the projector starts later
+    engine = sync_engine(settings.database)
+    try:
+        create_schema(engine, settings.database.schema_name)
+    finally:
+        engine.dispose()
+
+
 async def start(settings: Settings) -> RunningServer:
     """Start serving on settings.api.host:port (port 0 picks a free one)."""
+    await asyncio.get_running_loop().run_in_executor(None, _ensure_schema, settings)
     engine = async_engine(settings.database)
     event_log = EventLog(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
