@@ -211,6 +211,7 @@ async def add_messages(
     await require_session(ctx, workspace_id, session_id)
     async with ctx.engine.connect() as conn:
         members = await queries.current_members(conn, workspace_id, session_id)
+        observe_me = await queries.peer_observe_me(conn, workspace_id, {m.peer_id for m in new})
     outsiders = sorted({m.peer_id for m in new if m.peer_id not in members})
     if outsiders:
         await _check_members(ctx, workspace_id, outsiders)  # unknown peers are NOT_FOUND
@@ -222,7 +223,8 @@ async def add_messages(
     events = [
         MessageAppended(workspace_id=workspace_id, session_id=session_id,
                         message_id=str(uuid6.uuid7()), peer_id=m.peer_id, content=m.content,
-                        created_at=m.created_at or now, metadata=m.metadata, producer=ctx.producer)
+                        created_at=m.created_at or now, metadata=m.metadata, producer=ctx.producer,
+                        author_observe_me=observe_me.get(m.peer_id, True))
         for m in new
     ]
     token = await _commit(ctx, events, wait=False)

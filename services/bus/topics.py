@@ -8,8 +8,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.events import (
+    BatchDerived,
+    DerivationDeadLettered,
+    DerivationDue,
+    DerivationStarted,
     Event,
     MemberJoined,
+    MessagePerceived,
+    ObservationAdded,
+    ObservationDeleted,
+    ObservationReinforced,
+    ObservationRejected,
+    ObservationSuperseded,
+    SummaryDeadLettered,
+    SummaryUpdated,
     MemberLeft,
     MessageAppended,
     PeerConfigured,
@@ -47,7 +59,30 @@ SESSIONS = TopicSpec(
     events=(SessionCreated, MemberJoined, MemberLeft, MessageAppended),
 )
 
-ALL_TOPICS: tuple[TopicSpec, ...] = (DIRECTORY, SESSIONS)
+PERCEIVED = TopicSpec(
+    name="perceived",
+    key="workspace/observer/observed",
+    events=(MessagePerceived, DerivationDue),
+)
+OBSERVATIONS = TopicSpec(
+    name="observations",
+    key="workspace/observer/observed",
+    # one partition holds a pair's whole store history, in order
+    events=(ObservationAdded, ObservationReinforced, ObservationSuperseded, ObservationDeleted,
+            ObservationRejected, DerivationStarted, BatchDerived),
+)
+SUMMARIES = TopicSpec(
+    name="summaries",
+    key="workspace/session",
+    events=(SummaryUpdated,),
+)
+DEADLETTER = TopicSpec(
+    name="deadletter",
+    key="*",  # pair-keyed and session-keyed failures both land here
+    events=(DerivationDeadLettered, SummaryDeadLettered),
+)
+
+ALL_TOPICS: tuple[TopicSpec, ...] = (DIRECTORY, SESSIONS, PERCEIVED, OBSERVATIONS, SUMMARIES, DEADLETTER)
 
 _TOPIC_OF: dict[type[Event], TopicSpec] = {e: t for t in ALL_TOPICS for e in t.events}
 
@@ -63,6 +98,8 @@ def topic_for(event: Event) -> TopicSpec:
 def _check_keys() -> None:
     # a topic's events must all key the same way, or per-key ordering would be a lie
     for spec in ALL_TOPICS:
+        if spec.key == "*":
+            continue
         shapes = {"/".join(f.removesuffix("_id") for f in e.key_fields) for e in spec.events}
         assert shapes == {spec.key}, f"{spec.name}: events key as {shapes}, topic says {spec.key}"
 

@@ -20,8 +20,40 @@ from services.events.lifecycle import (
     WorkspaceCreated,
 )
 from services.events.messages import MessageAppended
+from services.events.observations import (
+    BatchDerived,
+    DerivationDeadLettered,
+    DerivationStarted,
+    Level,
+    ObservationAdded,
+    ObservationDeleted,
+    ObservationReinforced,
+    ObservationRejected,
+    ObservationSuperseded,
+    PairEvent,
+    Source,
+)
+from services.events.perception import DerivationDue, MessagePerceived, Turn
+from services.events.summaries import SummaryDeadLettered, SummaryKind, SummaryUpdated
 
 __all__ = [
+    "BatchDerived",
+    "DerivationDeadLettered",
+    "DerivationDue",
+    "DerivationStarted",
+    "Level",
+    "MessagePerceived",
+    "ObservationAdded",
+    "ObservationDeleted",
+    "ObservationReinforced",
+    "ObservationRejected",
+    "ObservationSuperseded",
+    "PairEvent",
+    "Source",
+    "SummaryDeadLettered",
+    "SummaryKind",
+    "SummaryUpdated",
+    "Turn",
     "Event",
     "EventDecodeError",
     "MemberJoined",

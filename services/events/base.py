@@ -70,7 +70,8 @@ class Event(BaseModel):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _REGISTRY[cls.__name__] = cls
+        if not cls.__dict__.get("abstract", False):  # shared bases are not event types
+            _REGISTRY[cls.__name__] = cls
 
     @model_validator(mode="before")
     @classmethod

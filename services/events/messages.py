@@ -24,4 +24,7 @@ class MessageAppended(Event):
     peer_id: str
     content: str
     created_at: datetime
+    # the author's peer-level observe_me when the message was accepted; a session-level setting
+    # (MemberJoined.observe_me) overrides it. Stamped here so the router decides from its own stream.
+    author_observe_me: bool = True
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,67 @@
+"""Pure batching: a pair's pending messages, when they are due, and how they split into model calls."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.deriver.settings import DeriverSettings
+from services.events import MessagePerceived, Turn
+
+
+class Pending(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    message_id: str
+    session_id: str
+    seq: int
+    content: str
+    created_at: datetime
+    tokens: int
+    previous_turn: Turn | None = None
+    perceived_at: datetime
+
+
+class Batching(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pending: tuple[Pending, ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.tokens for p in self.pending)
+
+    def oldest(self) -> datetime | None:
+        return min((p.perceived_at for p in self.pending), default=None)
+
+
+def add(state: Batching, event: MessagePerceived, tokens: int) -> Batching:
+    """`state` with the perceived message queued (a message already queued is ignored)."""
+    if any(p.message_id == event.message_id for p in state.pending):
+        return state
+    item = Pending(message_id=event.message_id, session_id=event.session_id, seq=event.seq,
+                   content=event.content, created_at=event.created_at, tokens=tokens,
+                   previous_turn=event.previous_turn, perceived_at=event.occurred_at)
+    return Batching(pending=(*state.pending, item))
+
+
+def due(state: Batching, settings: DeriverSettings, now: datetime) -> bool:
+    """Whether the pair's pending messages should be derived now."""
+    if not state.pending:
+        return False
+    if settings.flush or state.tokens >= settings.batch_tokens:
+        return True
+    return (now - state.oldest()).total_seconds() >= settings.max_wait_s
+
+
+def next_window(state: Batching, window_tokens: int) -> tuple[tuple[Pending, ...], Batching]:
+    """The oldest messages that fit one call (always at least one), and what stays pending."""
+    taken: list[Pending] = []
+    used = 0
+    for item in state.pending:
+        if taken and used + item.tokens > window_tokens:
+            break
+        taken.append(item)
+        used += item.tokens
+    return tuple(taken), Batching(pending=state.pending[len(taken):])

@@ -1,0 +1,136 @@
+"""Pure judgement of a model's proposed facts: grounding, de-duplication, and the events that follow."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from services.deriver.batching import Pending
+from services.deriver.prompt import ExtractedFact
+from services.events import (
+    Event,
+    Level,
+    ObservationAdded,
+    ObservationReinforced,
+    ObservationRejected,
+    ObservationSuperseded,
+    ProducerInfo,
+    Source,
+)
+
+_SPACE = re.compile(r"\s+")
+
+
+def normalise(text: str) -> str:
+    """Case- and whitespace-insensitive form used for grounding and exact duplicates."""
+    return _SPACE.sub(" ", text).strip().casefold()
+
+
+def batch_id(workspace: str, observer: str, observed: str, message_ids: Sequence[str]) -> str:
+    """Deterministic, so a batch retried after a crash keeps its id."""
+    raw = "/".join([workspace, observer, observed, *message_ids])
+    return hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Known:
+    """An observation already in the pair's store, as dedup needs it."""
+
+    observation_id: str
+    level: Level
+    normalised: str
+    session_id: str | None
+    embedding: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Pair:
+    workspace_id: str
+    observer_id: str
+    observed_id: str
+
+    def fields(self) -> dict:
+        return {"workspace_id": self.workspace_id, "observer_id": self.observer_id,
+                "observed_id": self.observed_id}
+
+
+@dataclass
+class Verdicts:
+    events: list[Event] = field(default_factory=list)
+    added: int = 0
+    reinforced: int = 0
+    superseded: int = 0
+    rejected: int = 0
+    new_known: list[Known] = field(default_factory=list)
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    # embeddings are L2-normalised, so the dot product is the cosine
+    return sum(x * y for x, y in zip(a, b, strict=True)) if a and b and len(a) == len(b) else 0.0
+
+
+def ground(fact: ExtractedFact, window: Sequence[Pending]) -> str | None:
+    """None if the fact's span is in the cited target message; else why not."""
+    cited = next((p for p in window if p.message_id == fact.message_id), None)
+    if cited is None:
+        return f"cites message {fact.message_id!r}, which is not one of the target's messages in this batch"
+    if not normalise(fact.span):
+        return "has an empty span"
+    if normalise(fact.span) not in normalise(cited.content):
+        return f"span {fact.span!r} is not in message {fact.message_id!r}"
+    return None
+
+
+def _match(known: Sequence[Known], norm: str, session: str, emb, threshold: float):
+    for k in known:
+        if k.level == Level.EXPLICIT and k.normalised == norm and k.session_id == session:
+            return "exact", k
+    best = max(known, key=lambda k: cosine(k.embedding, emb), default=None)
+    if best is not None and best.level == Level.EXPLICIT and cosine(best.embedding, emb) >= threshold:
+        return "near", best
+    return None, None
+
+
+def judge(
+    pair: Pair, facts: Sequence[ExtractedFact], embeddings: Sequence[Sequence[float]],
+    window: Sequence[Pending], known: Sequence[Known], *, batch: str, threshold: float,
+    embedding_model: str, producer: ProducerInfo, cause: str | None, new_id: Callable[[], str],
+) -> Verdicts:
+    """The events for the model's proposed facts of one batch."""
+    out = Verdicts()
+    pool = list(known)
+    common = {**pair.fields(), "producer": producer, "causation_id": cause}
+    for fact, emb in zip(facts, embeddings, strict=True):
+        source = Source(message_id=fact.message_id, span=fact.span)
+        problem = ground(fact, window)
+        if problem:
+            out.events.append(ObservationRejected(rejection_id=new_id(), level=Level.EXPLICIT, content=fact.content,
+                                                  reason=f"not grounded: {problem}", sources=(source,),
+                                                  batch_id=batch, **common))
+            out.rejected += 1
+            continue
+        session = next(p.session_id for p in window if p.message_id == fact.message_id)
+        norm = normalise(fact.content)
+        kind, match = _match(pool, norm, session, emb, threshold)
+        if kind == "exact" or (kind == "near" and len(norm) <= len(match.normalised)):
+            out.events.append(ObservationReinforced(observation_id=match.observation_id, sources=(source,),
+                                                    batch_id=batch, **common))
+            out.reinforced += 1
+            continue
+        added = ObservationAdded(observation_id=new_id(), level=Level.EXPLICIT, content=fact.content,
+                                 session_id=session, sources=(source,), embedding=tuple(emb),
+                                 embedding_model=embedding_model, batch_id=batch, **common)
+        out.events.append(added)
+        out.added += 1
+        new = Known(added.observation_id, Level.EXPLICIT, norm, session, tuple(emb))
+        if kind == "near":  # the new text says more: it replaces the old one
+            out.events.append(ObservationSuperseded(observation_id=match.observation_id,
+                                                    superseded_by=added.observation_id,
+                                                    reason="near-duplicate with less information", **common))
+            out.superseded += 1
+            pool = [k for k in pool if k.observation_id != match.observation_id]
+        pool.append(new)
+        out.new_known.append(new)
+    return out

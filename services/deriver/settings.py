@@ -1,0 +1,18 @@
+"""The deriver's own settings (env prefix PEERLOG_DERIVER_)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class DeriverSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PEERLOG_DERIVER_", extra="ignore", frozen=True)
+
+    batch_tokens: int = Field(512, ge=1, description="derive a pair once its pending messages reach this many tokens")
+    max_wait_s: float = Field(1800, gt=0, description="…or once the oldest pending message has waited this long")
+    flush: bool = Field(False, description="derive every message at once (no batching)")
+    window_tokens: int = Field(1024, ge=64, description="most tokens of turns in one model call")
+    tick_s: float = Field(30.0, gt=0, description="how often the clock checks waiting pairs")
+    near_duplicate: float = Field(0.95, gt=0, le=1, description="cosine similarity that counts as the same fact")
+    recent_cache: int = Field(64, ge=0, description="own recent observations kept in state for dedup")

@@ -1,0 +1,118 @@
+"""A pair's store: observations and what happened to them, plus derivation bookkeeping."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.events.base import Event
+from services.events.perception import PAIR_KEY
+
+
+class Level(StrEnum):
+    EXPLICIT = "explicit"
+    DEDUCTIVE = "deductive"
+    INDUCTIVE = "inductive"
+    CONTRADICTION = "contradiction"
+
+
+class Source(BaseModel):
+    """The message an explicit observation came from, and the verbatim span that supports it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    message_id: str
+    span: str
+
+
+class PairEvent(Event):
+    """Base of every event about one (observer, observed) store; keyed so a pair's history is in order."""
+
+    abstract: ClassVar[bool] = True
+    key_fields: ClassVar[tuple[str, ...]] = PAIR_KEY
+
+    observer_id: str
+    observed_id: str
+
+
+class ObservationAdded(PairEvent):
+    """A new proposition in the pair's store, with the embedding computed for it (so replay needs no model)."""
+
+    observation_id: str
+    level: Level
+    content: str
+    session_id: str | None = None
+    sources: tuple[Source, ...] = ()
+    premise_ids: tuple[str, ...] = ()
+    confidence: str | None = None
+    embedding: tuple[float, ...] = ()
+    embedding_model: str = ""
+    batch_id: str | None = None
+
+
+class ObservationReinforced(PairEvent):
+    """The same proposition was derived again (times_derived + 1)."""
+
+    observation_id: str
+    sources: tuple[Source, ...] = ()
+    batch_id: str | None = None
+
+
+class ObservationSuperseded(PairEvent):
+    """An observation was replaced by a better or newer one; its history stays."""
+
+    observation_id: str
+    superseded_by: str
+    reason: str
+
+
+class ObservationDeleted(PairEvent):
+    """An observation was withdrawn (soft: the history stays)."""
+
+    observation_id: str
+    reason: str = ""
+
+
+class ObservationRejected(PairEvent):
+    """A proposed observation failed a check (e.g. its span is not in the cited message)."""
+
+    rejection_id: str
+    level: Level
+    content: str
+    reason: str
+    sources: tuple[Source, ...] = ()
+    batch_id: str | None = None
+
+
+class DerivationStarted(PairEvent):
+    """The deriver began a batch (sent outside the batch's transaction, so status can show in-flight work)."""
+
+    batch_id: str
+    message_ids: tuple[str, ...]
+
+
+class BatchDerived(PairEvent):
+    """A batch of perceived messages was derived; counts say what came of it."""
+
+    batch_id: str
+    message_ids: tuple[str, ...]
+    added: int
+    reinforced: int
+    superseded: int
+    rejected: int
+    model: str
+    prompt_version: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    duration_ms: int = 0
+
+
+class DerivationDeadLettered(PairEvent):
+    """The model kept failing on a batch; it is parked with the error, never marked done."""
+
+    batch_id: str
+    message_ids: tuple[str, ...]
+    error: str
+    attempts: int = Field(ge=1)
