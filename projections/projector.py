@@ -17,7 +17,7 @@ from projections.apply import Applied, Record, apply_batch, stored_offsets
 from projections.db import create_schema, sync_engine
 from projections.schema import projection_meta
 from services.bus.topics import ALL_TOPICS
-from services.config import Settings
+from services.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from projections.projector import consumer_config, to_record
 from projections.schema import DATA_TABLES, projection_offsets
 from services.bus.admin import partitions_of
 from services.bus.topics import ALL_TOPICS
-from services.config import Settings
+from services.settings import Settings
 
 Progress = Callable[[str], None]
 

@@ -21,10 +21,15 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, TSVECTOR
+from pgvector.sqlalchemy import Vector
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, TSVECTOR
+
+from services.llm.settings import EmbeddingSettings
 
 metadata = MetaData()
 TS = TIMESTAMP(timezone=True)
+# the vector column follows the embedding setting; changing it means a rebuild into a fresh schema
+EMBEDDING_DIMENSIONS = EmbeddingSettings().dimensions
 
 workspaces = Table(
     "workspaces",
@@ -95,6 +100,148 @@ messages = Table(
     Index("messages_fts", "content_tsv", postgresql_using="gin"),
 )
 
+# what each pair perceived: the deriver's input, for processing status
+perceptions = Table(
+    "perceptions",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("observer_id", Text, nullable=False),
+    Column("observed_id", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("perceived_at", TS, nullable=False),
+    Column("event_id", Text, nullable=False, unique=True),
+    PrimaryKeyConstraint("workspace_id", "observer_id", "observed_id", "message_id"),
+    Index("perceptions_by_session", "workspace_id", "session_id"),
+)
+
+observations = Table(
+    "observations",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("observation_id", Text, nullable=False),
+    Column("observer_id", Text, nullable=False),
+    Column("observed_id", Text, nullable=False),
+    Column("level", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("content_key", Text, nullable=False),  # normalised content, for exact-duplicate lookups
+    Column("session_id", Text, nullable=True),
+    Column("confidence", Text, nullable=True),
+    Column("embedding", Vector(EMBEDDING_DIMENSIONS), nullable=True),
+    Column("embedding_model", Text, nullable=False),
+    Column("times_derived", Integer, nullable=False),
+    Column("created_at", TS, nullable=False),
+    Column("batch_id", Text, nullable=True),
+    Column("superseded_by", Text, nullable=True),
+    Column("superseded_at", TS, nullable=True),
+    Column("deleted_at", TS, nullable=True),
+    Column("delete_reason", Text, nullable=True),
+    Column("event_id", Text, nullable=False, unique=True),
+    Column("content_tsv", TSVECTOR, Computed("to_tsvector('english', content)", persisted=True)),
+    PrimaryKeyConstraint("workspace_id", "observation_id"),
+    Index("observations_by_pair", "workspace_id", "observer_id", "observed_id", "created_at"),
+    Index("observations_by_key", "workspace_id", "observer_id", "observed_id", "content_key"),
+    Index("observations_fts", "content_tsv", postgresql_using="gin"),
+    Index("observations_embedding", "embedding", postgresql_using="hnsw",
+          postgresql_ops={"embedding": "vector_cosine_ops"}),
+)
+
+# the message and verbatim span behind an observation; reinforcements add sources too
+observation_sources = Table(
+    "observation_sources",
+    metadata,
+    Column("event_id", Text, nullable=False),
+    Column("ordinal", Integer, nullable=False),
+    Column("workspace_id", Text, nullable=False),
+    Column("observation_id", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("span", Text, nullable=False),
+    PrimaryKeyConstraint("event_id", "ordinal"),
+    Index("sources_by_observation", "workspace_id", "observation_id"),
+)
+
+premises = Table(
+    "premises",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("observation_id", Text, nullable=False),
+    Column("premise_id", Text, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "observation_id", "premise_id"),
+    Index("premises_by_premise", "workspace_id", "premise_id"),
+)
+
+rejected_observations = Table(
+    "rejected_observations",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("rejection_id", Text, nullable=False),
+    Column("observer_id", Text, nullable=False),
+    Column("observed_id", Text, nullable=False),
+    Column("level", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("sources", JSONB, nullable=False),
+    Column("batch_id", Text, nullable=True),
+    Column("rejected_at", TS, nullable=False),
+    Column("event_id", Text, nullable=False, unique=True),
+    PrimaryKeyConstraint("workspace_id", "rejection_id"),
+)
+
+# one row per derivation batch: started → done | dead_lettered
+derivation_batches = Table(
+    "derivation_batches",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("batch_id", Text, nullable=False),
+    Column("observer_id", Text, nullable=False),
+    Column("observed_id", Text, nullable=False),
+    Column("message_ids", ARRAY(Text), nullable=False),
+    Column("state", Text, nullable=False),
+    Column("added", Integer, nullable=True),
+    Column("reinforced", Integer, nullable=True),
+    Column("superseded", Integer, nullable=True),
+    Column("rejected", Integer, nullable=True),
+    Column("model", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("started_at", TS, nullable=True),
+    Column("finished_at", TS, nullable=True),
+    PrimaryKeyConstraint("workspace_id", "batch_id"),
+    Index("batches_by_pair", "workspace_id", "observer_id", "observed_id"),
+)
+
+summaries = Table(
+    "summaries",
+    metadata,
+    Column("event_id", Text, primary_key=True),
+    Column("workspace_id", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("last_message_id", Text, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("messages_covered", Integer, nullable=False),
+    Column("token_count", Integer, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("created_at", TS, nullable=False),
+    Index("summaries_by_session", "workspace_id", "session_id", "kind", "last_seq"),
+)
+
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("event_id", Text, primary_key=True),
+    Column("workspace_id", Text, nullable=False),
+    Column("kind", Text, nullable=False),  # derivation | summary
+    Column("observer_id", Text, nullable=True),
+    Column("observed_id", Text, nullable=True),
+    Column("session_id", Text, nullable=True),
+    Column("batch_id", Text, nullable=True),
+    Column("message_ids", ARRAY(Text), nullable=False),
+    Column("error", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("failed_at", TS, nullable=False),
+)
+
 # next offset to read per partition, written in the same transaction as the rows it produced
 projection_offsets = Table(
     "projection_offsets",
@@ -128,4 +275,8 @@ projection_meta = Table(
 )
 
 # tables whose rows are the projection proper (compared row for row after a rebuild)
-DATA_TABLES = (workspaces, peers, sessions, memberships, messages, projection_offsets, quarantine)
+DATA_TABLES = (
+    workspaces, peers, sessions, memberships, messages, perceptions, observations, observation_sources,
+    premises, rejected_observations, derivation_batches, summaries, dead_letters, projection_offsets,
+    quarantine,
+)

@@ -1,7 +1,7 @@
-"""Settings for every peerlog component, from `PEERLOG_*` environment variables.
+"""Settings of the shared infrastructure: the log, the database, the projector and the API.
 
-Each component has its own small class with its own prefix (`PEERLOG_KAFKA_`, `PEERLOG_DATABASE_`, …);
-`Settings` composes them. Nothing else in the code base reads the environment.
+Each component has its own small class with its own env prefix (`PEERLOG_KAFKA_`, …); processors keep
+theirs in their own package; `services.settings.Settings` composes them all.
 """
 
 from __future__ import annotations
@@ -60,14 +60,3 @@ class ApiSettings(BaseSettings):
         10.0, description="longest a read waits for the projections to reach a consistency token"
     )
     max_workers: int = 8
-
-
-class Settings(BaseSettings):
-    """All settings, composed from the per-component classes."""
-
-    model_config = SettingsConfigDict(env_prefix="PEERLOG_", extra="ignore", frozen=True)
-
-    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
-    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
-    projector: ProjectorSettings = Field(default_factory=ProjectorSettings)
-    api: ApiSettings = Field(default_factory=ApiSettings)

@@ -13,7 +13,8 @@ import pytest
 
 from projections.projector import Projector
 from services.bus.admin import create_topics
-from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings, Settings
+from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings
+from services.settings import Settings
 from tests.support.infra import Infra, test_infra
 
 
@@ -81,3 +82,40 @@ async def channel(settings: Settings, projector: RunningProjector) -> AsyncItera
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as chan:
         yield chan
     await server.stop(0)
+
+
+@pytest.fixture
+def model_server():
+    from tests.support.model_server import ModelServer
+
+    with ModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+def start_worker(settings, tmp_path, model_server):
+    """Start `peerlog worker` subprocesses against this test's topics, schema and model server."""
+    from tests.support.processes import Worker
+
+    started: list[Worker] = []
+
+    def start(processors: str = "router,deriver,summarizer", **env: str) -> Worker:
+        base = {
+            "PEERLOG_WORKER_PROCESSORS": processors,
+            "PEERLOG_WORKER_DATA_DIR": str(tmp_path / f"faust-{len(started)}"),
+            "PEERLOG_LLM_BASE_URL": model_server.base_url,
+            "PEERLOG_LLM_MODEL": "test-model",
+            "PEERLOG_LLM_TIMEOUT_S": "5",
+            "PEERLOG_LLM_MAX_RETRIES": "1",
+            "PEERLOG_DERIVER_FLUSH": "true",
+        }
+        worker = Worker(settings, tmp_path / f"worker-{len(started)}.log", {**base, **env}).start()
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+        tail = worker.log_text()[-4000:]
+        if "Traceback" in tail or "ERROR" in tail:
+            print(f"--- worker log tail ---\n{tail}")

@@ -27,7 +27,7 @@ from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
 from services.api.servicers import MessageServicer, PeerServicer, SessionServicer, WorkspaceServicer
 from services.bus.producer import EventLog
-from services.config import Settings
+from services.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -104,3 +104,33 @@ class EventLog:
         while not self._idle.empty():
             self._idle.get_nowait().flush(10)
         self._executor.shutdown(wait=False)
+
+
+class Emitter:
+    """An idempotent, non-transactional producer for events that must be visible at once.
+
+    Used for clock ticks and progress markers (e.g. DerivationStarted), which must not wait for a
+    processor's transaction to commit. Consumers treat them as hints, so a repeat is harmless.
+    """
+
+    def __init__(self, settings: KafkaSettings, client_id: str) -> None:
+        self._settings = settings
+        self._producer = Producer(
+            {
+                "bootstrap.servers": settings.bootstrap_servers,
+                "client.id": client_id,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+            }
+        )
+
+    def emit_sync(self, events: Sequence[Event]) -> None:
+        for event in events:
+            topic = topic_for(event).full_name(self._settings.topic_prefix)
+            self._producer.produce(topic, encode(event), key=event.key.encode())
+        if self._producer.flush(30) > 0:
+            raise AppendFailed("side events were not acknowledged within 30 s")
+
+    async def emit(self, events: Sequence[Event]) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.emit_sync, events)

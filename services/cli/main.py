@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from services.config import Settings
+from services.settings import Settings
 
 app = typer.Typer(help="peerlog: event-sourced memory for AI agents.", no_args_is_help=True)
 dev = typer.Typer(help="The local stack (Kafka, Postgres, projector, API) without Docker.")
@@ -32,6 +32,19 @@ def serve() -> None:
 
     _logging()
     asyncio.run(run(Settings()))
+
+
+@app.command()
+def worker() -> None:
+    """Run the stream processors (router, deriver, summarizer; see PEERLOG_WORKER_PROCESSORS)."""
+    import faust
+
+    from services.bus.admin import create_topics
+    from services.worker.app import build_app
+
+    settings = Settings()
+    create_topics(settings.kafka)
+    faust.Worker(build_app(settings), loglevel="info").execute_from_commandline()
 
 
 @projector.command("run")

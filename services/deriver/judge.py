@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -19,13 +18,7 @@ from services.events import (
     ProducerInfo,
     Source,
 )
-
-_SPACE = re.compile(r"\s+")
-
-
-def normalise(text: str) -> str:
-    """Case- and whitespace-insensitive form used for grounding and exact duplicates."""
-    return _SPACE.sub(" ", text).strip().casefold()
+from services.events.text import normalise
 
 
 def batch_id(workspace: str, observer: str, observed: str, message_ids: Sequence[str]) -> str:
@@ -84,11 +77,12 @@ def ground(fact: ExtractedFact, window: Sequence[Pending]) -> str | None:
 
 
 def _match(known: Sequence[Known], norm: str, session: str, emb, threshold: float):
-    for k in known:
-        if k.level == Level.EXPLICIT and k.normalised == norm and k.session_id == session:
+    explicit = [k for k in known if k.level == Level.EXPLICIT]
+    for k in explicit:
+        if k.normalised == norm and k.session_id == session:
             return "exact", k
-    best = max(known, key=lambda k: cosine(k.embedding, emb), default=None)
-    if best is not None and best.level == Level.EXPLICIT and cosine(best.embedding, emb) >= threshold:
+    best = max(explicit, key=lambda k: cosine(k.embedding, emb), default=None)
+    if best is not None and cosine(best.embedding, emb) >= threshold:
         return "near", best
     return None, None
 

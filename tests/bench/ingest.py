@@ -354,16 +354,54 @@ async def setup_workspace(target: str, workspace: str, sessions: list[str]) -> N
             await client.session(workspace, s, members=PEERS)
 
 
+def broker_pid(root: Path) -> int | None:
+    """The JVM serving root/kafka, found by its command line (broker.pid can be stale, see below)."""
+    config = str(root / "kafka" / "server.properties").encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"kafka.Kafka" in args and config in args:
+                return int(entry.name)
+    return None
+
+
+def postmaster_pid(root: Path) -> int | None:
+    try:
+        pid = int((root / "postgres" / "pgdata" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if _ticks(pid) is not None else None
+
+
+def running_stack(root: Path):
+    """The stack's state if every part of it already runs, else None.
+
+    stack.up() on a running stack launches a second broker JVM (which rewrites server.properties
+    with a new controller port and broker.pid with its own pid, then exits), leaving the first
+    broker unreachable for `down` and failing its controller heartbeats; so a running stack is
+    reused as it is.
+    """
+    from infra import stack
+
+    if not (root / "stack.json").exists():
+        return None
+    state = stack.load_state(root)
+    if broker_pid(root) is None or postmaster_pid(root) is None:
+        return None
+    if not all(stack._alive(state.pids.get(name, 0)) for name in stack.PROCESSES):
+        return None
+    return state
+
+
 def stack_pids(root: Path, state) -> dict[str, list[int]]:
     pids: dict[str, list[int]] = {}
-    try:
-        pids["kafka"] = [int((root / "kafka" / "broker.pid").read_text().strip())]
-    except (OSError, ValueError):
-        pass
-    try:
-        pids["postgres"] = [int((root / "postgres" / "pgdata" / "postmaster.pid").read_text().split()[0])]
-    except (OSError, ValueError, IndexError):
-        pass
+    if (pid := broker_pid(root)) is not None:
+        pids["kafka"] = [pid]
+    if (pid := postmaster_pid(root)) is not None:
+        pids["postgres"] = [pid]
     for name in ("api", "projector"):
         if name in state.pids:
             pids[name] = [state.pids[name]]
@@ -404,6 +442,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="how long to wait for the projection to catch up after the load")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                     help="PEERLOG_* setting for the stack processes (only applies to processes this run starts)")
+    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
+                    help="wait up to S seconds for the machine to be idle (<15%% busy) before the load")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/ingest.json")
     args = ap.parse_args(argv)
     if not 1 <= args.batch <= 100:
@@ -422,7 +462,8 @@ def main(argv: list[str]) -> int:
 
     from infra import stack
     from services.bus.admin import partitions_of
-    from services.config import KafkaSettings, Settings
+    from services.config import KafkaSettings
+from services.settings import Settings
 
     made_dir = args.dir is None
     root = Path(tempfile.mkdtemp(prefix="peerlog-bench-")) if made_dir else args.dir.resolve()
@@ -430,7 +471,14 @@ def main(argv: list[str]) -> int:
     ctx = mp.get_context("spawn")
     state = None
     try:
-        state = stack.up(root, progress=lambda s: log(s))
+        state = running_stack(root)
+        if state is None:
+            state = stack.up(root, progress=lambda s: log(s))
+        else:
+            if args.env:
+                log("warning: the stack already runs; --env does not reach its processes")
+            stack.wait_for_api(state.api_port)
+            log(f"reusing the running stack in {root}")
         settings = Settings()  # what the stack processes see (same environment)
         schema = settings.database.schema_name
         dsn = state.database_url.replace("postgresql+psycopg://", "postgresql://", 1)
@@ -444,6 +492,12 @@ def main(argv: list[str]) -> int:
         asyncio.run(setup_workspace(target, workspace, sessions))
 
         busy_before = idle_check()
+        waited = 0.0
+        while busy_before > 15 and waited < args.wait_quiet:
+            log(f"machine {busy_before}% busy (other work); waiting for it to quiet down")
+            time.sleep(5)
+            waited += 7
+            busy_before = idle_check()
         if busy_before > 15:
             log(f"warning: the machine is {busy_before}% busy before the load; figures will be low")
 

@@ -1,0 +1,89 @@
+"""Derive one window of a pair's messages: model call, embeddings, de-duplication lookups, judgement.
+
+I/O lives here; every decision is in judge.py and batching.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import uuid6
+
+from services.deriver.batching import Pending
+from services.deriver.judge import Known, Pair, batch_id, judge
+from services.deriver.prompt import PROMPT_VERSION, Extraction, build_messages
+from services.deriver.settings import DeriverSettings
+from services.deriver.store import ObservationStore
+from services.events import (
+    BatchDerived,
+    DerivationDeadLettered,
+    DerivationStarted,
+    Event,
+    ObservationSuperseded,
+    ProducerInfo,
+)
+from services.events.text import normalise
+from services.llm.client import ModelClient
+from services.llm.embeddings import Embedder
+from services.llm.errors import ModelError
+
+log = logging.getLogger(__name__)
+VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    events: list[Event]
+    recent: list[Known]
+    superseded: set[str]
+
+
+def new_id() -> str:
+    return str(uuid6.uuid7())
+
+
+class Deriver:
+    def __init__(self, settings: DeriverSettings, model: ModelClient, embedder: Embedder,
+                 store: ObservationStore, emit) -> None:
+        self.settings, self.model, self.embedder, self.store, self.emit = settings, model, embedder, store, emit
+
+    def producer(self, model: str | None = None) -> ProducerInfo:
+        return ProducerInfo(component="deriver", version=VERSION, model=model or self.model.settings.model,
+                            prompt_version=PROMPT_VERSION)
+
+    async def derive(self, pair: Pair, window: Sequence[Pending], recent: list[Known], cause: str | None) -> Outcome:
+        ids = tuple(p.message_id for p in window)
+        bid = batch_id(pair.workspace_id, pair.observer_id, pair.observed_id, ids)
+        base = {**pair.fields(), "batch_id": bid, "message_ids": ids, "causation_id": cause}
+        # visible at once (outside this batch's transaction), so status can show the batch in flight
+        await self.emit([DerivationStarted(producer=self.producer(), **base)])
+        started = time.monotonic()
+        try:
+            completion = await self.model.structured(
+                build_messages(pair.observer_id, pair.observed_id, window), Extraction, name="extraction")
+        except ModelError as exc:
+            log.warning("batch %s dead-lettered: %s", bid, exc)
+            attempts = getattr(exc, "attempts", None) or self.model.settings.max_retries + 1
+            return Outcome([DerivationDeadLettered(producer=self.producer(), error=str(exc)[:4000],
+                                                   attempts=max(1, attempts), **base)], recent, set())
+        return await self._judge(pair, window, recent, completion, base, started)
+
+    async def _judge(self, pair, window, recent, completion, base, started) -> Outcome:
+        facts = completion.value.facts
+        embeddings = await self.embedder.embed([f.content for f in facts]) if facts else []
+        stored = await self.store.candidates(pair, [normalise(f.content) for f in facts], embeddings) if facts else []
+        known = {k.observation_id: k for k in [*stored, *recent]}
+        producer = self.producer(completion.model)
+        verdicts = judge(pair, facts, embeddings, window, list(known.values()), batch=base["batch_id"],
+                         threshold=self.settings.near_duplicate, embedding_model=self.embedder.model_name,
+                         producer=producer, cause=base["causation_id"], new_id=new_id)
+        done = BatchDerived(producer=producer, added=verdicts.added, reinforced=verdicts.reinforced,
+                            superseded=verdicts.superseded, rejected=verdicts.rejected, model=completion.model,
+                            prompt_version=PROMPT_VERSION, prompt_tokens=completion.usage.prompt_tokens,
+                            completion_tokens=completion.usage.completion_tokens,
+                            duration_ms=int((time.monotonic() - started) * 1000), **base)
+        superseded = {e.observation_id for e in verdicts.events if isinstance(e, ObservationSuperseded)}
+        return Outcome([*verdicts.events, done], [*recent, *verdicts.new_known], superseded)

@@ -1,0 +1,37 @@
+"""The deriver's per-pair state as stored in its Faust tables (JSON), and the recent-observation cache."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+
+import numpy as np
+
+from services.deriver.batching import Batching
+from services.deriver.judge import Known
+from services.events import Level
+
+
+def load_batching(raw: dict | None) -> Batching:
+    return Batching.model_validate(raw) if raw else Batching()
+
+
+def _pack(embedding: Sequence[float]) -> str:
+    # float16 keeps the cache small (768 bytes a vector); plenty for a 0.95 cosine threshold
+    return base64.b64encode(np.asarray(embedding, dtype=np.float16).tobytes()).decode()
+
+
+def _unpack(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in np.frombuffer(base64.b64decode(text), dtype=np.float16))
+
+
+def load_recent(raw: dict | None) -> list[Known]:
+    items = (raw or {}).get("items", [])
+    return [Known(i["id"], Level(i["level"]), i["key"], i["session"], _unpack(i["emb"])) for i in items]
+
+
+def dump_recent(known: Sequence[Known], keep: int, superseded: set[str]) -> dict:
+    """The newest `keep` live observations, oldest first."""
+    live = [k for k in known if k.observation_id not in superseded][-keep:] if keep else []
+    return {"items": [{"id": k.observation_id, "level": k.level.value, "key": k.normalised,
+                       "session": k.session_id, "emb": _pack(k.embedding)} for k in live]}

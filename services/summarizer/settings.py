@@ -1,0 +1,15 @@
+"""The summarizer's own settings (env prefix PEERLOG_SUMMARIZER_)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SummarizerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PEERLOG_SUMMARIZER_", extra="ignore", frozen=True)
+
+    short_every: int = Field(20, ge=1, description="messages between short summaries")
+    long_every: int = Field(60, ge=1, description="messages between long summaries")
+    short_max_input_tokens: int = Field(1000, ge=1, description="short summary ≤ 0.75 × min(input tokens, this) words")
+    long_max_words: int = Field(3000, ge=1)

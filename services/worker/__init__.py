@@ -1,0 +1,1 @@
+"""The Faust worker that hosts the stream processors."""

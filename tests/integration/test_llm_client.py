@@ -1,0 +1,262 @@
+"""ModelClient against a real OpenAI-compatible HTTP server (tests/support/model_server.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from prometheus_client import REGISTRY
+from pydantic import BaseModel
+
+from services.llm.client import Completion, ModelClient, Usage
+from services.llm.errors import ModelOutputInvalid, ModelRequestRejected, ModelUnavailable
+from services.llm.settings import ModelStageSettings
+from tests.support.model_server import ModelServer, Reply
+
+
+class Fact(BaseModel):
+    subject: str
+    statement: str
+
+
+class Facts(BaseModel):
+    facts: list[Fact]
+
+
+GOOD = {"facts": [{"subject": "alice", "statement": "moved to Lisbon"}]}
+ASK = [{"role": "system", "content": "Extract facts."}, {"role": "user", "content": "Alice moved to Lisbon."}]
+
+
+@pytest.fixture
+def server() -> Iterator[ModelServer]:
+    with ModelServer() as running:
+        yield running
+
+
+def settings_for(server: ModelServer, **overrides: object) -> ModelStageSettings:
+    fast = {"timeout_s": 2.0, "max_retries": 2, "backoff_s": 0.01, "max_backoff_s": 0.05, "model": "qwen-test"}
+    return ModelStageSettings(base_url=server.base_url, **{**fast, **overrides})
+
+
+@pytest.fixture
+async def client(server: ModelServer) -> AsyncIterator[ModelClient]:
+    async with ModelClient("deriver", settings_for(server)) as model_client:
+        yield model_client
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_structured_reply_is_validated_into_the_schema(server: ModelServer, client: ModelClient) -> None:
+    server.script([Reply(content=GOOD, model="qwen2.5-coder-0.5b-instruct-q4")])
+
+    completion = await client.structured(ASK, Facts)
+
+    assert isinstance(completion, Completion)
+    assert completion.value == Facts.model_validate(GOOD)
+    assert completion.attempts == 1
+    assert completion.model == "qwen2.5-coder-0.5b-instruct-q4"  # what the server reported
+    assert Facts.model_validate_json(completion.raw) == completion.value
+    sent = server.requests[0]
+    assert (sent["model"], sent["messages"], sent["temperature"]) == ("qwen-test", ASK, 0.0)
+
+
+async def test_a_fenced_reply_is_accepted(server: ModelServer, client: ModelClient) -> None:
+    server.script([Reply(content='```json\n{"facts": []}\n```')])
+
+    completion = await client.structured(ASK, Facts)
+
+    assert completion.value == Facts(facts=[]) and completion.attempts == 1
+
+
+async def test_garbage_then_a_repaired_reply_succeeds_on_the_second_attempt(
+    server: ModelServer, client: ModelClient
+) -> None:
+    server.script([Reply(content="Sure! Alice moved."), Reply(content=GOOD)])
+
+    completion = await client.structured(ASK, Facts)
+
+    assert completion.value == Facts.model_validate(GOOD)
+    assert completion.attempts == 2
+    repair = server.requests[1]["messages"]
+    assert repair[: len(ASK)] == ASK
+    assert repair[len(ASK)] == {"role": "assistant", "content": "Sure! Alice moved."}
+    assert repair[-1]["role"] == "user" and "Invalid JSON" in repair[-1]["content"]
+    assert server.requests[1]["response_format"] == server.requests[0]["response_format"]
+
+
+async def test_a_reply_with_the_wrong_shape_is_repaired_with_the_field_named(
+    server: ModelServer, client: ModelClient
+) -> None:
+    server.script([Reply(content={"facts": [{"subject": "alice"}]}), Reply(content=GOOD)])
+
+    completion = await client.structured(ASK, Facts)
+
+    assert completion.attempts == 2
+    assert "facts.0.statement: Field required" in server.requests[1]["messages"][-1]["content"]
+
+
+async def test_garbage_twice_raises_model_output_invalid(server: ModelServer, client: ModelClient) -> None:
+    server.script([Reply(content="no"), Reply(content="still no")])
+
+    with pytest.raises(ModelOutputInvalid) as caught:
+        await client.structured(ASK, Facts)
+
+    assert caught.value.raw == "still no"
+    assert "Invalid JSON" in caught.value.error
+    assert len(server.requests) == 2  # one repair attempt, no more
+
+
+async def test_a_server_error_is_retried_then_succeeds(server: ModelServer, client: ModelClient) -> None:
+    server.script([Reply(status=500), Reply(status=503), Reply(content=GOOD)])
+
+    completion = await client.structured(ASK, Facts)
+
+    assert completion.value == Facts.model_validate(GOOD)
+    assert completion.attempts == 1  # transport retries are not model attempts
+    assert len(server.requests) == 3
+
+
+async def test_rate_limiting_is_retried_after_the_servers_hint(server: ModelServer, client: ModelClient) -> None:
+    server.script([Reply(status=429, headers={"Retry-After": "0.04"}), Reply(content="hello")])
+
+    started = time.perf_counter()
+    completion = await client.text([{"role": "user", "content": "hi"}])
+
+    assert completion.value == "hello"
+    assert time.perf_counter() - started >= 0.04  # waited at least the hint (capped by max_backoff_s)
+
+
+async def test_timeouts_are_retried_then_model_unavailable(server: ModelServer) -> None:
+    server.reply_with(lambda _request: Reply(content="late", delay_s=5))
+    settings = settings_for(server, timeout_s=0.3, max_retries=1)
+
+    async with ModelClient("deriver", settings) as client:
+        with pytest.raises(ModelUnavailable) as caught:
+            await client.text([{"role": "user", "content": "hi"}])
+
+    assert caught.value.attempts == 2
+    assert "timed out" in str(caught.value.last_error).lower()
+    assert len(server.requests) == 2
+
+
+async def test_an_unreachable_server_is_model_unavailable() -> None:
+    settings = ModelStageSettings(base_url="http://127.0.0.1:9/v1", max_retries=1, backoff_s=0.01, timeout_s=1)
+
+    async with ModelClient("deriver", settings) as client:
+        with pytest.raises(ModelUnavailable) as caught:
+            await client.text([{"role": "user", "content": "hi"}])
+
+    assert caught.value.attempts == 2
+
+
+async def test_a_bad_request_is_rejected_without_retries(server: ModelServer, client: ModelClient) -> None:
+    server.script([Reply(status=400, error_body={"error": {"message": "context length exceeded"}})])
+
+    with pytest.raises(ModelRequestRejected) as caught:
+        await client.structured(ASK, Facts)
+
+    assert caught.value.status_code == 400
+    assert "context length exceeded" in caught.value.body
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected_type"),
+    [("json_schema", "json_schema"), ("json_object_schema", "json_object"), ("json_object", "json_object")],
+)
+async def test_each_schema_mode_sends_its_response_format(server: ModelServer, mode: str, expected_type: str) -> None:
+    server.script([Reply(content=GOOD)])
+
+    async with ModelClient("deriver", settings_for(server, schema_mode=mode)) as client:
+        await client.structured(ASK, Facts, name="facts")
+
+    sent = server.requests[0]
+    assert sent["response_format"]["type"] == expected_type
+    if mode == "json_schema":
+        assert sent["response_format"]["json_schema"]["name"] == "facts"
+        assert sent["response_format"]["json_schema"]["strict"] is True
+        assert sent["response_format"]["json_schema"]["schema"]["required"] == ["facts"]
+    if mode == "json_object_schema":
+        assert sent["response_format"]["schema"] == Facts.model_json_schema()
+    if mode == "json_object":
+        assert set(sent["response_format"]) == {"type"}
+        assert '"statement"' in sent["messages"][0]["content"]  # the schema travels in the prompt
+    if mode != "json_object":
+        assert sent["messages"] == ASK
+
+
+async def test_assistant_messages_with_null_content_are_sent_as_empty_strings(
+    server: ModelServer, client: ModelClient
+) -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "find it"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "found"},
+    ]
+
+    await client.text(messages)
+
+    assert server.requests[0]["messages"][1] == {"role": "assistant", "content": "", "tool_calls": [call]}
+
+
+async def test_plain_text_completion(server: ModelServer, client: ModelClient) -> None:
+    server.script([Reply(content="Alice lives in Lisbon.")])
+
+    completion = await client.text([{"role": "user", "content": "Where does Alice live?"}])
+
+    assert completion.value == completion.raw == "Alice lives in Lisbon."
+    assert completion.usage == Usage(prompt_tokens=4, completion_tokens=4)
+    assert "response_format" not in server.requests[0]
+
+
+async def test_usage_is_summed_over_attempts_and_counted_per_stage(server: ModelServer) -> None:
+    before = {k: metric("peerlog_llm_tokens_total", stage="summarizer", kind=k) for k in ("prompt", "completion")}
+    repaired_before = metric("peerlog_llm_calls_total", stage="summarizer", outcome="repaired")
+    server.script([Reply(content="not json"), Reply(content={"facts": []})])
+
+    async with ModelClient("summarizer", settings_for(server)) as client:
+        completion = await client.structured([{"role": "user", "content": "one two three"}], Facts)
+
+    first_prompt = 3
+    second_prompt = sum(len(m["content"].split()) for m in server.requests[1]["messages"])
+    assert completion.usage == Usage(first_prompt + second_prompt, 2 + 2)  # "not json", '{"facts": []}'
+    assert metric("peerlog_llm_tokens_total", stage="summarizer", kind="prompt") - before["prompt"] == (
+        first_prompt + second_prompt
+    )
+    assert metric("peerlog_llm_tokens_total", stage="summarizer", kind="completion") - before["completion"] == 4
+    assert metric("peerlog_llm_calls_total", stage="summarizer", outcome="repaired") - repaired_before == 1
+
+
+async def test_outcomes_and_retries_are_counted(server: ModelServer) -> None:
+    stage = "dialectic_low"
+    before = {o: metric("peerlog_llm_calls_total", stage=stage, outcome=o) for o in ("ok", "rejected")}
+    retries_before = metric("peerlog_llm_retries_total", stage=stage)
+    latency_before = metric("peerlog_llm_request_seconds_count", stage=stage)
+    server.script([Reply(status=502), Reply(content="fine"), Reply(status=404)])
+
+    async with ModelClient(stage, settings_for(server)) as client:
+        await client.text([{"role": "user", "content": "hi"}])
+        with pytest.raises(ModelRequestRejected):
+            await client.text([{"role": "user", "content": "hi"}])
+
+    assert metric("peerlog_llm_calls_total", stage=stage, outcome="ok") - before["ok"] == 1
+    assert metric("peerlog_llm_calls_total", stage=stage, outcome="rejected") - before["rejected"] == 1
+    assert metric("peerlog_llm_retries_total", stage=stage) - retries_before == 1
+    assert metric("peerlog_llm_request_seconds_count", stage=stage) - latency_before == 3
+
+
+async def test_the_api_key_comes_from_the_named_variable(
+    server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PEERLOG_TEST_ABSENT_KEY", raising=False)
+    monkeypatch.setenv("PEERLOG_TEST_PRESENT_KEY", "sk-peerlog")
+
+    cases = (("PEERLOG_TEST_ABSENT_KEY", "Bearer none"), ("PEERLOG_TEST_PRESENT_KEY", "Bearer sk-peerlog"))
+    for env, expected in cases:
+        async with ModelClient("deriver", settings_for(server, api_key_env=env)) as client:
+            await client.text([{"role": "user", "content": "hi"}])
+        assert server.calls[-1].headers["authorization"] == expected

@@ -1,0 +1,54 @@
+"""Run peerlog processes (the Faust worker) as real subprocesses, so tests can kill them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from services.settings import Settings
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The PEERLOG_* environment that reproduces `settings` in another process."""
+    env: dict[str, str] = {}
+    sections = {"kafka": "KAFKA", "database": "DATABASE", "projector": "PROJECTOR", "api": "API",
+                "worker": "WORKER", "deriver": "DERIVER", "summarizer": "SUMMARIZER"}
+    for attr, prefix in sections.items():
+        for name, value in getattr(settings, attr).model_dump().items():
+            env[f"PEERLOG_{prefix}_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    return env
+
+
+class Worker:
+    """`peerlog worker` in a subprocess, logging to a file."""
+
+    def __init__(self, settings: Settings, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
+        self.env = {**os.environ, **settings_env(settings), **(extra_env or {})}
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Worker:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", "worker"], env=self.env,
+                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return self
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
