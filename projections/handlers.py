@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import Connection, and_, bindparam, func, select, tuple_, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import Connection, Text, and_, any_, bindparam, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import memberships, messages, peers, sessions, workspaces
@@ -121,9 +121,15 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
     _set_counts(conn, next_seq)
 
 
+# one array parameter instead of an IN list: the statement text stays the same for every batch
+_SEEN_IDS = select(messages.c.event_id).where(
+    messages.c.event_id == any_(bindparam("ids", type_=ARRAY(Text)))
+)
+
+
 def _unseen(conn: Connection, events: Sequence[MessageAppended]) -> list[MessageAppended]:
     ids = [e.event_id for e in events]
-    seen = set(conn.scalars(select(messages.c.event_id).where(messages.c.event_id.in_(ids))))
+    seen = set(conn.scalars(_SEEN_IDS, {"ids": ids}))
     unique: dict[str, MessageAppended] = {}
     for e in events:
         if e.event_id not in seen:
@@ -131,13 +137,26 @@ def _unseen(conn: Connection, events: Sequence[MessageAppended]) -> list[Message
     return list(unique.values())
 
 
+# max(seq) per session as one correlated subquery each: a backward scan of messages_session_seq
+# that reads one index entry, where GROUP BY over an IN list read every message of the sessions
+_KEYS = (
+    func.unnest(bindparam("ws", type_=ARRAY(Text)), bindparam("ss", type_=ARRAY(Text)))
+    .table_valued("w", "s")
+    .render_derived(name="k")
+)
+_LAST_SEQS = select(
+    _KEYS.c.w,
+    _KEYS.c.s,
+    select(func.max(messages.c.seq))
+    .where(messages.c.workspace_id == _KEYS.c.w, messages.c.session_id == _KEYS.c.s)
+    .scalar_subquery(),
+)
+
+
 def _last_seqs(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
-    rows = conn.execute(
-        select(messages.c.workspace_id, messages.c.session_id, func.max(messages.c.seq))
-        .where(tuple_(messages.c.workspace_id, messages.c.session_id).in_(list(keys)))
-        .group_by(messages.c.workspace_id, messages.c.session_id)
-    )
-    return {(w, s): n for w, s, n in rows}
+    ordered = sorted(keys)
+    rows = conn.execute(_LAST_SEQS, {"ws": [w for w, _ in ordered], "ss": [s for _, s in ordered]})
+    return {(w, s): n for w, s, n in rows if n is not None}
 
 
 def _set_counts(conn: Connection, counts: dict[tuple[str, str], int]) -> None:

@@ -74,14 +74,26 @@ class Projector:
         self._stop.set()
 
     def _step(self) -> None:
-        msgs = self._consumer.consume(
-            self.settings.projector.max_batch, self.settings.projector.poll_timeout_s
-        )
+        msgs = self._poll()
         records = [to_record(m) for m in msgs if not _is_noise(m)]
         if records:
             result = self._apply(records)
             if result is not None:
                 self.applied_total += result.events
+
+    def _poll(self) -> list[Message]:
+        """Up to max_batch messages: all that are fetched already, else wait for the first one.
+
+        `consume(n, timeout)` alone waits until n messages or the timeout, so below n per timeout
+        every batch would idle for the whole timeout before being applied.
+        """
+        max_batch, timeout = self.settings.projector.max_batch, self.settings.projector.poll_timeout_s
+        msgs = self._consumer.consume(max_batch, 0)
+        if not msgs:
+            msgs = self._consumer.consume(1, timeout)
+            if msgs and max_batch > 1:
+                msgs += self._consumer.consume(max_batch - 1, 0)
+        return msgs
 
     def _apply(self, records: list[Record]) -> Applied | None:
         with self.engine.begin() as conn:

@@ -37,14 +37,13 @@ def serve() -> None:
 @app.command()
 def worker() -> None:
     """Run the stream processors (router, deriver, summarizer; see PEERLOG_WORKER_PROCESSORS)."""
-    import faust
-
     from services.bus.admin import create_topics
-    from services.worker.app import build_app
+    from services.worker.app import run_worker
 
+    _logging()
     settings = Settings()
     create_topics(settings.kafka)
-    faust.Worker(build_app(settings), loglevel="info").execute_from_commandline()
+    asyncio.run(run_worker(settings))
 
 
 @projector.command("run")

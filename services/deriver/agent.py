@@ -1,22 +1,23 @@
-"""The deriver's Faust shell: perceived messages in, observations out, per-pair state in tables."""
+"""The deriver's shell: perceived messages in, observations out, per-pair state in its changelog."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.bus.producer import Emitter
-from services.bus.streams import Wiring, read
-from services.bus.topics import DEADLETTER, OBSERVATIONS, PERCEIVED
+from services.bus.runner import Get, State, Step
+from services.bus.topics import PERCEIVED
 from services.deriver.batching import add, due, next_window
 from services.deriver.derive import Deriver
 from services.deriver.judge import Pair
 from services.deriver.state import dump_recent, load_batching, load_recent
 from services.deriver.store import ObservationStore
-from services.events import DerivationDue, MessagePerceived, ProducerInfo
+from services.events import DerivationDue, Event, MessagePerceived, ProducerInfo
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.llm.tokens import count_tokens
@@ -26,47 +27,56 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 CLOCK = ProducerInfo(component="deriver-clock", version="0.1.0")
+RECENT = "#recent"  # suffix of the state key holding a pair's recent observations (same partition)
 
 
-def build_deriver(settings: Settings) -> Deriver:
-    emitter = Emitter(settings.kafka, "peerlog-deriver")
-    store = ObservationStore(create_async_engine(settings.database.url, pool_size=2),
-                             settings.database.schema_name)
-    return Deriver(settings.deriver, ModelClient("deriver", settings.llm.stage("deriver")),
-                   make_embedder(settings.embedding), store, emitter.emit)
+class DeriverProcessor:
+    name = "deriver"
+    inputs = (PERCEIVED,)
+    max_batch = 20  # each event may mean a model call: keep transactions short
 
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings.deriver
+        emitter = Emitter(settings.kafka, "peerlog-deriver")
+        store = ObservationStore(create_async_engine(settings.database.url, pool_size=2),
+                                 settings.database.schema_name)
+        self.deriver = Deriver(settings.deriver, ModelClient("deriver", settings.llm.stage("deriver")),
+                               make_embedder(settings.embedding), store, emitter.emit)
+        self.ticks = Emitter(settings.kafka, "peerlog-deriver-clock")
 
-def register(w: Wiring, settings: Settings) -> None:
-    perceived = w.topic(PERCEIVED)
-    send = w.sender(OBSERVATIONS, DEADLETTER)
-    pending, recent = w.table("deriver-pending"), w.table("deriver-recent")
-    deriver = build_deriver(settings)
-    ticks = Emitter(settings.kafka, "peerlog-deriver-clock")
+    async def handle(self, get: Get, event: Event) -> Step:
+        if not isinstance(event, MessagePerceived | DerivationDue):
+            return Step()
+        batching = load_batching(get(event.key))
+        if isinstance(event, MessagePerceived):
+            batching = add(batching, event, count_tokens(event.content))
+        events: list[Event] = []
+        states: dict[str, State | None] = {}
+        recent = load_recent(get(event.key + RECENT))
+        while due(batching, self.settings, datetime.now(UTC)):
+            window, batching = next_window(batching, self.settings.window_tokens)
+            pair = Pair(event.workspace_id, event.observer_id, event.observed_id)
+            outcome = await self.deriver.derive(pair, window, recent, event.event_id)
+            events += outcome.events
+            recent = [k for k in outcome.recent if k.observation_id not in outcome.superseded]
+            states[event.key + RECENT] = dump_recent(recent, self.settings.recent_cache, outcome.superseded)
+        states[event.key] = batching.model_dump(mode="json")
+        return Step(events, states)
 
-    @w.app.agent(perceived, name="deriver")
-    async def derive(stream):
-        async for record in stream.events():
-            event = read(record.value)
-            if not isinstance(event, MessagePerceived | DerivationDue):
-                continue
-            batching = load_batching(pending.get(event.key))
-            if isinstance(event, MessagePerceived):
-                batching = add(batching, event, count_tokens(event.content))
-            while due(batching, settings.deriver, datetime.now(UTC)):
-                window, batching = next_window(batching, settings.deriver.window_tokens)
-                pair = Pair(event.workspace_id, event.observer_id, event.observed_id)
-                outcome = await deriver.derive(pair, window, load_recent(recent.get(event.key)), event.event_id)
-                for out in outcome.events:
-                    await send(out)
-                recent[event.key] = dump_recent(outcome.recent, settings.deriver.recent_cache, outcome.superseded)
-            pending[event.key] = batching.model_dump(mode="json")
-
-    @w.app.timer(interval=settings.deriver.tick_s)
-    async def tick():
-        # the age limit must fire for a quiet pair too: a tick is an event, derived in-stream
+    async def tick(self, states: Mapping[str, State]) -> None:
+        """The age limit must fire for a quiet pair too: a tick is an event, derived in-stream."""
         now = datetime.now(UTC)
-        for key, raw in list(pending.items()):
-            if raw and due(load_batching(raw), settings.deriver, now):
-                workspace, observer, observed = key.split("/", 2)
-                await ticks.emit([DerivationDue(workspace_id=workspace, observer_id=observer,
-                                                observed_id=observed, producer=CLOCK)])
+        due_keys = [k for k, raw in states.items()
+                    if not k.endswith(RECENT) and raw and due(load_batching(raw), self.settings, now)]
+        ticks = []
+        for key in due_keys:
+            workspace, observer, observed = key.split("/", 2)
+            ticks.append(DerivationDue(workspace_id=workspace, observer_id=observer, observed_id=observed,
+                                       producer=CLOCK))
+        if ticks:
+            await self.ticks.emit(ticks)
+
+
+def build(settings: Settings):
+    processor = DeriverProcessor(settings)
+    return processor, processor.tick

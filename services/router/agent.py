@@ -1,12 +1,12 @@
-"""The router's Faust shell: session events in, MessagePerceived out, session state in a table."""
+"""The router's shell: session events in, MessagePerceived out, each session's state in its changelog."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from services.bus.streams import Wiring, read
-from services.bus.topics import PERCEIVED, SESSIONS
-from services.events import ProducerInfo, encode
+from services.bus.runner import Get, Step
+from services.bus.topics import SESSIONS
+from services.events import Event, ProducerInfo
 from services.router.policy import SessionState, decide, evolve
 
 if TYPE_CHECKING:
@@ -15,18 +15,16 @@ if TYPE_CHECKING:
 PRODUCER = ProducerInfo(component="router", version="0.1.0")
 
 
-def register(w: Wiring, settings: Settings) -> None:
-    sessions, perceived = w.topic(SESSIONS), w.topic(PERCEIVED)
-    states = w.table("router-sessions")
+class Router:
+    name = "router"
+    inputs = (SESSIONS,)
+    max_batch = 500
 
-    @w.app.agent(sessions, name="router")
-    async def route(stream):
-        async for record in stream.events():
-            event = read(record.value)
-            if event is None:
-                continue
-            raw = states.get(event.key)
-            state = SessionState.model_validate(raw) if raw else SessionState()
-            for out in decide(state, event, PRODUCER):
-                await perceived.send(key=out.key.encode(), value=encode(out))
-            states[event.key] = evolve(state, event).model_dump(mode="json")
+    async def handle(self, get: Get, event: Event) -> Step:
+        raw = get(event.key)
+        state = SessionState.model_validate(raw) if raw else SessionState()
+        return Step(decide(state, event, PRODUCER), {event.key: evolve(state, event).model_dump(mode="json")})
+
+
+def build(settings: Settings):
+    return Router(), None

@@ -1,13 +1,16 @@
-"""Build the Faust app: one consumer group hosting the chosen processors, exactly-once."""
+"""The worker: runs the chosen processors, each an exactly-once member of its own consumer group."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import logging
+import signal
 
-import faust
-
-from services.bus.streams import Wiring
+from services.bus.runner import Runner
 from services.settings import Settings
+
+log = logging.getLogger(__name__)
 
 PROCESSORS = {
     "router": "services.router.agent",
@@ -16,24 +19,30 @@ PROCESSORS = {
 }
 
 
-def build_app(settings: Settings) -> faust.App:
-    """The Faust app with every processor in settings.worker.processors registered on it."""
+def build_runners(settings: Settings) -> list[Runner]:
+    """One runner per processor named in settings.worker.processors."""
     w = settings.worker
-    app = faust.App(
-        w.app_id,
-        broker=f"kafka://{settings.kafka.bootstrap_servers}",
-        store="memory://",  # tables recover from their changelog topics, the durable copy
-        processing_guarantee="exactly_once",
-        topic_partitions=settings.kafka.partitions,
-        topic_replication_factor=settings.kafka.replication_factor,
-        broker_commit_interval=w.commit_interval_s,
-        consumer_auto_offset_reset="earliest",
-        web_enabled=False,
-        datadir=w.data_dir,
-    )
-    wiring = Wiring(app, settings.kafka)
+    runners = []
     for name in w.processor_names():
         if name not in PROCESSORS:
             raise ValueError(f"unknown processor {name!r}; choose from {', '.join(PROCESSORS)}")
-        importlib.import_module(PROCESSORS[name]).register(wiring, settings)
-    return app
+        processor, tick = importlib.import_module(PROCESSORS[name]).build(settings)
+        runners.append(Runner(settings.kafka, w.app_id_for(settings.kafka.topic_prefix), processor,
+                              tick=tick, tick_s=settings.deriver.tick_s))
+    return runners
+
+
+async def run_worker(settings: Settings) -> None:
+    """Run until SIGTERM/SIGINT; a processor that fails takes the worker down (nothing half-done survives)."""
+    runners = build_runners(settings)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: [r.stop() for r in runners])
+    log.info("worker running %s", ", ".join(r.processor.name for r in runners))
+    tasks = [asyncio.create_task(r.run(), name=r.group) for r in runners]
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    for r in runners:
+        r.stop()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        task.result()  # re-raise a processor's failure

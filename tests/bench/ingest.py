@@ -444,6 +444,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="PEERLOG_* setting for the stack processes (only applies to processes this run starts)")
     ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                     help="wait up to S seconds for the machine to be idle (<15%% busy) before the load")
+    ap.add_argument("--raw", type=Path, help="also write every call (send time, latency, lag) here")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/ingest.json")
     args = ap.parse_args(argv)
     if not 1 <= args.batch <= 100:
@@ -463,7 +464,7 @@ def main(argv: list[str]) -> int:
     from infra import stack
     from services.bus.admin import partitions_of
     from services.config import KafkaSettings
-from services.settings import Settings
+    from services.settings import Settings
 
     made_dir = args.dir is None
     root = Path(tempfile.mkdtemp(prefix="peerlog-bench-")) if made_dir else args.dir.resolve()
@@ -565,13 +566,18 @@ from services.settings import Settings
         in_window = [(c, parts) for c, parts in zip(calls, tokens) if measure_at <= c[1] <= stop_at]
         acked_msgs = sum(c[2] for c, _ in in_window)
         latency = [(c[1] - c[0]) * 1000 for c, _ in in_window]
-        lags, unprojected = [], 0
+        lags, unprojected, raw = [], 0, []
         for c, parts in in_window:
             seen = projected_at(timeline, parts)
             if seen is None:
                 unprojected += 1
             else:
                 lags.append(max(0.0, seen - c[1]) * 1000)
+            raw.append([round(c[0] - measure_at, 4), round((c[1] - c[0]) * 1000, 2),
+                        None if seen is None else round(max(0.0, seen - c[1]) * 1000, 2), c[2], parts])
+        if args.raw:
+            args.raw.write_text(json.dumps({"columns": ["sent_s", "rpc_ms", "lag_ms", "messages", "token"],
+                                            "calls": raw}))
         projected_rows = count_projected(dsn, schema, workspace)
         all_acked = sum(c[2] for c in calls)
 
