@@ -5,11 +5,10 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings
+from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings, WorkerSettings
 from services.deriver.settings import DeriverSettings
 from services.llm.settings import EmbeddingSettings, LlmSettings
 from services.summarizer.settings import SummarizerSettings
-from services.worker.settings import WorkerSettings
 
 
 class Settings(BaseSettings):
