@@ -27,6 +27,7 @@ from services.config import KafkaSettings
 # the long-running peerlog processes of the stack: name -> CLI arguments
 PROCESSES: dict[str, list[str]] = {
     "projector": ["projector", "run"],
+    "worker": ["worker"],
     "api": ["serve"],
 }
 
@@ -38,6 +39,7 @@ class StackState:
     postgres_port: int = 0
     api_port: int = 0
     database_url: str = ""
+    model_env: dict[str, str] = field(default_factory=dict)  # PEERLOG_LLM_* of the model the stack uses
     pids: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -50,6 +52,8 @@ class StackState:
             "PEERLOG_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "PEERLOG_DATABASE_URL": self.database_url,
             "PEERLOG_API_PORT": str(self.api_port),
+            "PEERLOG_WORKER_DATA_DIR": str(Path(self.root) / "worker"),
+            **self.model_env,
         }
 
 
@@ -114,11 +118,17 @@ def wait_for_api(port: int, timeout: float = 60.0) -> None:
             time.sleep(0.2)
 
 
-def up(root: Path, progress=print) -> StackState:
-    """Start whatever part of the stack is not running; return its state."""
+def up(root: Path, progress=print, model_env: dict[str, str] | None = None) -> StackState:
+    """Start whatever part of the stack is not running; return its state.
+
+    `model_env` (PEERLOG_LLM_* settings) points the worker at a model server; without it the
+    worker uses whatever the environment says.
+    """
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     state = load_state(root)
+    if model_env is not None:
+        state.model_env = model_env
     state.kafka_port = state.kafka_port or _free_or(9092)
     state.postgres_port = state.postgres_port or _free_or(54329)
     state.api_port = state.api_port or _free_or(50051)

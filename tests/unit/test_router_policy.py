@@ -1,0 +1,64 @@
+"""Routing decisions, without a broker: who perceives a message."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from services.events import MemberJoined, MemberLeft, MessageAppended, ProducerInfo
+from services.router.policy import SessionState, decide, evolve
+
+P = ProducerInfo(component="test", version="0")
+T = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def joined(peer, observe_me=None, observe_others=False):
+    return MemberJoined(workspace_id="w", session_id="s", peer_id=peer, observe_me=observe_me,
+                        observe_others=observe_others, joined_at=T, producer=P)
+
+
+def said(peer, text, author_observe_me=True):
+    return MessageAppended(workspace_id="w", session_id="s", message_id=f"m-{text}", peer_id=peer, content=text,
+                           created_at=T, author_observe_me=author_observe_me, producer=P)
+
+
+def run(*events):
+    state, out = SessionState(), []
+    for e in events:
+        out += decide(state, e, P)
+        state = evolve(state, e)
+    return [(p.observer_id, p.observed_id, p.content) for p in out]
+
+
+def test_the_author_perceives_itself_and_only_observe_others_members_perceive_it():
+    got = run(joined("a", observe_others=True), joined("b"), joined("c"), said("b", "hi"))
+    assert got == [("b", "b", "hi"), ("a", "b", "hi")]
+
+
+def test_a_member_who_left_perceives_nothing_more_and_a_rejoin_resumes():
+    got = run(joined("a", observe_others=True), joined("b"), said("b", "one"), MemberLeft(
+        workspace_id="w", session_id="s", peer_id="a", left_at=T, producer=P), said("b", "two"),
+        joined("a", observe_others=True), said("b", "three"))
+    assert [g for g in got if g[0] == "a"] == [("a", "b", "one"), ("a", "b", "three")]
+
+
+def test_session_observe_me_overrides_the_peer_level_setting_both_ways():
+    assert run(joined("a", observe_me=False), said("a", "x", author_observe_me=True)) == []
+    assert run(joined("a", observe_me=True), said("a", "x", author_observe_me=False)) == [("a", "a", "x")]
+    assert run(joined("a"), said("a", "x", author_observe_me=False)) == []
+
+
+def test_a_message_from_a_non_member_reaches_nobody():
+    assert run(joined("a", observe_others=True), said("z", "sneaky")) == []
+
+
+def test_the_context_turn_is_the_latest_by_someone_else_and_seq_counts_messages():
+    state = SessionState()
+    out = []
+    for e in (joined("a"), joined("b"), said("a", "q1"), said("b", "r1"), said("b", "r2"), said("a", "q2")):
+        out += decide(state, e, P)
+        state = evolve(state, e)
+    by = {p.content: p for p in out}
+    assert by["q1"].previous_turn is None
+    assert by["r2"].previous_turn.content == "q1"
+    assert by["q2"].previous_turn.content == "r2"
+    assert [by[t].seq for t in ("q1", "r1", "r2", "q2")] == [1, 2, 3, 4]
