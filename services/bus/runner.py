@@ -162,12 +162,14 @@ class Runner:
         return {"bootstrap.servers": self.kafka.bootstrap_servers, "group.id": self.group,
                 "enable.auto.commit": False, "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20,
-                "session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000}
+                "session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000,
+                # a batch may hold several slow model calls between polls
+                "max.poll.interval.ms": 900_000}
 
     def _producer_config(self) -> dict:
         return {"bootstrap.servers": self.kafka.bootstrap_servers, "enable.idempotence": True, "acks": "all",
                 "transactional.id": f"{self.group}-{uuid.uuid4().hex[:12]}", "linger.ms": 2,
-                "transaction.timeout.ms": 300_000}
+                "transaction.timeout.ms": 900_000}
 
 
 def _usable(msg: Message) -> bool:
