@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import RowMapping, select, tuple_
+from sqlalchemy import RowMapping, case, func, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.schema import memberships, messages, peers, projection_offsets, sessions, workspaces
+from projections.schema import (
+    derivation_batches,
+    memberships,
+    messages,
+    observation_sources,
+    observations,
+    peers,
+    perceptions,
+    premises,
+    projection_offsets,
+    sessions,
+    summaries,
+    workspaces,
+)
 
 
 async def workspace(conn: AsyncConnection, workspace_id: str) -> RowMapping | None:
@@ -132,3 +147,197 @@ async def projected_offsets(
         tuple_(t.topic, t.partition).in_(list(partitions))
     )
     return {(topic, p): n for topic, p, n in await conn.execute(stmt)}
+
+
+async def messages_by_id(
+    conn: AsyncConnection, workspace_id: str, message_ids: Sequence[str]
+) -> dict[str, RowMapping]:
+    """The workspace's messages among `message_ids`, by id (unknown ids are absent)."""
+    stmt = select(messages).where(
+        messages.c.workspace_id == workspace_id, messages.c.message_id.in_(sorted(set(message_ids)))
+    )
+    return {r["message_id"]: r for r in (await conn.execute(stmt)).mappings()}
+
+
+# everything of an observation row but its vector and search columns, which no reader returns
+_OBSERVATION_COLUMNS = [c for c in observations.c if c.name not in ("embedding", "content_tsv", "content_key")]
+
+
+@dataclass(frozen=True)
+class ObservationFilter:
+    """Which of a pair's observations a list or search covers."""
+
+    workspace_id: str
+    observer_id: str
+    observed_id: str
+    levels: Sequence[str] = ()
+    session_id: str = ""
+    include_superseded: bool = False
+    include_deleted: bool = False
+
+    def where(self, table=observations) -> list:
+        c = table.c
+        out = [c.workspace_id == self.workspace_id, c.observer_id == self.observer_id,
+               c.observed_id == self.observed_id]
+        if self.levels:
+            out.append(c.level.in_(list(self.levels)))
+        if self.session_id:
+            out.append(c.session_id == self.session_id)
+        if not self.include_superseded:
+            out.append(c.superseded_by.is_(None))
+        if not self.include_deleted:
+            out.append(c.deleted_at.is_(None))
+        return out
+
+
+async def observation(conn: AsyncConnection, workspace_id: str, observation_id: str) -> RowMapping | None:
+    stmt = select(*_OBSERVATION_COLUMNS).where(
+        observations.c.workspace_id == workspace_id, observations.c.observation_id == observation_id
+    )
+    return (await conn.execute(stmt)).mappings().first()
+
+
+async def list_observations(
+    conn: AsyncConnection, where: ObservationFilter, after: tuple[datetime, str] | None,
+    limit: int, reverse: bool,
+) -> Sequence[RowMapping]:
+    """A pair's observations ordered by (created_at, observation_id), after a keyset cursor."""
+    c = observations.c
+    key = tuple_(c.created_at, c.observation_id)
+    stmt = select(*_OBSERVATION_COLUMNS).where(*where.where())
+    if after is not None:
+        stmt = stmt.where(key < tuple_(*after) if reverse else key > tuple_(*after))
+    order = [c.created_at.desc(), c.observation_id.desc()] if reverse else [c.created_at, c.observation_id]
+    return (await conn.execute(stmt.order_by(*order).limit(limit))).mappings().all()
+
+
+async def nearest_observations(
+    conn: AsyncConnection, where: ObservationFilter, vector: Sequence[float], limit: int,
+    max_distance: float | None,
+) -> Sequence[RowMapping]:
+    """A pair's observations nearest to `vector` by cosine distance (column `distance`), nearest first."""
+    # exact over the pair's rows: filtering an approximate HNSW scan afterwards can return fewer
+    # than `limit` rows, and one pair's store is small enough to scan
+    store = (select(*_OBSERVATION_COLUMNS, observations.c.embedding)
+             .where(*where.where(), observations.c.embedding.is_not(None))
+             .cte("pair_store").prefix_with("MATERIALIZED"))
+    distance = store.c.embedding.cosine_distance(list(vector)).label("distance")
+    stmt = select(*[store.c[col.name] for col in _OBSERVATION_COLUMNS], distance)
+    if max_distance is not None:
+        stmt = stmt.where(distance <= max_distance)
+    return (await conn.execute(stmt.order_by(distance, store.c.observation_id).limit(limit))).mappings().all()
+
+
+async def sources_of(
+    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]
+) -> dict[str, list[RowMapping]]:
+    """Each observation's sources, oldest first, by observation id."""
+    t = observation_sources.c
+    stmt = (select(observation_sources)
+            .where(t.workspace_id == workspace_id, t.observation_id.in_(list(observation_ids)))
+            .order_by(t.event_id, t.ordinal))
+    out: dict[str, list[RowMapping]] = {o: [] for o in observation_ids}
+    for row in (await conn.execute(stmt)).mappings():
+        out[row["observation_id"]].append(row)
+    return out
+
+
+async def premises_of(
+    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]
+) -> dict[str, list[str]]:
+    """Each observation's premise ids, by observation id."""
+    t = premises.c
+    stmt = (select(t.observation_id, t.premise_id)
+            .where(t.workspace_id == workspace_id, t.observation_id.in_(list(observation_ids)))
+            .order_by(t.observation_id, t.premise_id))
+    out: dict[str, list[str]] = {o: [] for o in observation_ids}
+    for observation_id, premise_id in await conn.execute(stmt):
+        out[observation_id].append(premise_id)
+    return out
+
+
+@dataclass(frozen=True)
+class StatusScope:
+    """Which perceived messages a processing status covers: a workspace, optionally narrowed."""
+
+    workspace_id: str
+    observer_id: str = ""
+    observed_id: str = ""
+    session_id: str = ""
+
+
+# a perceived message counts once, in the first of these states that covers it
+BATCH_STATES = ("done", "dead_lettered", "in_flight")
+PROCESSING_STATES = (*BATCH_STATES, "pending")
+
+
+def _perceived_in(scope: StatusScope):
+    p = perceptions.c
+    stmt = select(p.observer_id, p.observed_id, p.message_id).where(p.workspace_id == scope.workspace_id)
+    if scope.observer_id:
+        stmt = stmt.where(p.observer_id == scope.observer_id)
+    if scope.observed_id:
+        stmt = stmt.where(p.observed_id == scope.observed_id)
+    if scope.session_id:
+        stmt = stmt.where(p.session_id == scope.session_id)
+    return stmt.subquery("perceived")
+
+
+def _batched_in(scope: StatusScope):
+    """Per (pair, message) in a batch: the rank of the best state any of its batches reached."""
+    b = derivation_batches.c
+    rank = case(*[(b.state == s, i) for i, s in enumerate(BATCH_STATES)], else_=len(BATCH_STATES))
+    stmt = select(b.observer_id, b.observed_id, func.unnest(b.message_ids).label("message_id"),
+                  rank.label("rank")).where(b.workspace_id == scope.workspace_id)
+    if scope.observer_id:
+        stmt = stmt.where(b.observer_id == scope.observer_id)
+    if scope.observed_id:
+        stmt = stmt.where(b.observed_id == scope.observed_id)
+    per_message = stmt.subquery("batched_messages")
+    m = per_message.c
+    return (select(m.observer_id, m.observed_id, m.message_id, func.min(m.rank).label("rank"))
+            .group_by(m.observer_id, m.observed_id, m.message_id).subquery("batched"))
+
+
+async def processing_counts(conn: AsyncConnection, scope: StatusScope) -> dict[str, int]:
+    """Perceived messages in scope by derivation state (see PROCESSING_STATES); every state present."""
+    perceived, batched = _perceived_in(scope), _batched_in(scope)
+    rank = func.coalesce(batched.c.rank, literal(len(BATCH_STATES)))
+    joined = perceived.outerjoin(batched, (perceived.c.observer_id == batched.c.observer_id)
+                                 & (perceived.c.observed_id == batched.c.observed_id)
+                                 & (perceived.c.message_id == batched.c.message_id))
+    stmt = select(rank.label("rank"), func.count()).select_from(joined).group_by(rank)
+    counts = dict.fromkeys(PROCESSING_STATES, 0)
+    for r, n in await conn.execute(stmt):
+        counts[PROCESSING_STATES[min(r, len(BATCH_STATES))]] = n
+    return counts
+
+
+async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:
+    """Dead-lettered derivation batches with a perceived message in scope, most recent first."""
+    b, p = derivation_batches.c, perceptions.c
+    in_scope = select(literal(1)).where(
+        p.workspace_id == b.workspace_id, p.observer_id == b.observer_id, p.observed_id == b.observed_id,
+        p.message_id == b.message_ids.any_(),
+    )
+    if scope.session_id:
+        in_scope = in_scope.where(p.session_id == scope.session_id)
+    stmt = select(derivation_batches).where(
+        b.workspace_id == scope.workspace_id, b.state == "dead_lettered", in_scope.exists()
+    )
+    if scope.observer_id:
+        stmt = stmt.where(b.observer_id == scope.observer_id)
+    if scope.observed_id:
+        stmt = stmt.where(b.observed_id == scope.observed_id)
+    order = [b.finished_at.desc().nulls_last(), b.batch_id]
+    return (await conn.execute(stmt.order_by(*order).limit(limit))).mappings().all()
+
+
+async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id: str) -> dict[str, RowMapping]:
+    """The latest summary of each kind a session has, by kind ("short", "long")."""
+    t = summaries.c
+    stmt = (select(summaries)
+            .where(t.workspace_id == workspace_id, t.session_id == session_id)
+            .order_by(t.kind, t.last_seq.desc(), t.created_at.desc(), t.event_id.desc())
+            .distinct(t.kind))
+    return {r["kind"]: r for r in (await conn.execute(stmt)).mappings()}

@@ -1,4 +1,5 @@
-"""What the API's service functions need: the projections, the log, freshness and who we are."""
+"""What the API's service functions need: the projections, the log, freshness, the embedding model
+and who we are."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.api.freshness import Freshness
 from services.bus.producer import EventLog
 from services.events import ProducerInfo
+from services.llm.embeddings import Embedder
 
 API_PRODUCER = ProducerInfo(component="api", version="0.1.0")
 
@@ -18,4 +20,5 @@ class ApiContext:
     engine: AsyncEngine
     log: EventLog
     freshness: Freshness
+    embedder: Embedder  # one per server: the local model loads once, on first use
     producer: ProducerInfo = API_PRODUCER

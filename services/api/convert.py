@@ -7,9 +7,14 @@ from datetime import UTC, datetime
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from sqlalchemy import RowMapping
 
-from peerlog.v1 import messages_pb2, peers_pb2, sessions_pb2, workspaces_pb2
+from peerlog.v1 import messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2
+from projections.queries import ObservationFilter, StatusScope
+from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
+from services.api.observation_writes import NewObservation
 from services.api.reads import SessionView
 from services.api.writes import MemberSpec, NewMessage
+from services.errors import InvalidArgument
+from services.events import Level, Source
 
 
 def struct(value: dict) -> struct_pb2.Struct:
@@ -88,3 +93,105 @@ def message(row: RowMapping) -> messages_pb2.Message:
         peer_id=row["peer_id"], content=row["content"], created_at=ts(row["created_at"]),
         metadata=struct(row["metadata"]), seq=row["seq"],
     )
+
+
+LEVEL_TO_PROTO = {
+    Level.EXPLICIT: observations_pb2.OBSERVATION_LEVEL_EXPLICIT,
+    Level.DEDUCTIVE: observations_pb2.OBSERVATION_LEVEL_DEDUCTIVE,
+    Level.INDUCTIVE: observations_pb2.OBSERVATION_LEVEL_INDUCTIVE,
+    Level.CONTRADICTION: observations_pb2.OBSERVATION_LEVEL_CONTRADICTION,
+}
+LEVEL_OF_PROTO = {number: level for level, number in LEVEL_TO_PROTO.items()}
+
+
+def levels(values) -> tuple[str, ...]:
+    """The levels a request filters on; UNSPECIFIED entries filter nothing."""
+    out = []
+    for number in values:
+        if number == observations_pb2.OBSERVATION_LEVEL_UNSPECIFIED:
+            continue
+        if number not in LEVEL_OF_PROTO:
+            raise InvalidArgument(
+                f"levels: {number} is not an ObservationLevel; use EXPLICIT, DEDUCTIVE, INDUCTIVE or CONTRADICTION"
+            )
+        out.append(LEVEL_OF_PROTO[number].value)
+    return tuple(out)
+
+
+def list_filter(r: observations_pb2.ListObservationsRequest) -> ObservationFilter:
+    return ObservationFilter(
+        workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id,
+        levels=levels(r.levels), session_id=r.session_id, include_superseded=r.include_superseded,
+        include_deleted=r.include_deleted,
+    )
+
+
+def search_query(r: observations_pb2.SearchObservationsRequest) -> SearchQuery:
+    pair = ObservationFilter(workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id,
+                             levels=levels(r.levels))
+    max_distance = r.max_distance if r.HasField("max_distance") else None
+    return SearchQuery(pair=pair, text=r.query, top_k=r.top_k, max_distance=max_distance)
+
+
+def new_observation(o: observations_pb2.NewObservation) -> NewObservation:
+    sources = tuple(Source(message_id=s.message_id, span=s.span) for s in o.sources)
+    return NewObservation(content=o.content, session_id=o.session_id, sources=sources)
+
+
+def observation(view: ObservationView) -> observations_pb2.Observation:
+    row = view.row
+    out = observations_pb2.Observation(
+        workspace_id=row["workspace_id"], observation_id=row["observation_id"], observer_id=row["observer_id"],
+        observed_id=row["observed_id"], level=LEVEL_TO_PROTO[Level(row["level"])], content=row["content"],
+        session_id=row["session_id"] or "", confidence=row["confidence"] or "",
+        times_derived=row["times_derived"], created_at=ts(row["created_at"]),
+        superseded_by=row["superseded_by"] or "", delete_reason=row["delete_reason"] or "",
+        sources=[observations_pb2.ObservationSource(message_id=s["message_id"], span=s["span"]) for s in view.sources],
+        premise_ids=view.premise_ids,
+    )
+    for name in ("superseded_at", "deleted_at"):
+        if row[name] is not None:
+            getattr(out, name).CopyFrom(ts(row[name]))
+    return out
+
+
+def match(view: ObservationView) -> observations_pb2.ObservationMatch:
+    return observations_pb2.ObservationMatch(observation=observation(view), distance=float(view.row["distance"]))
+
+
+def status_scope(r: observations_pb2.GetProcessingStatusRequest) -> StatusScope:
+    return StatusScope(workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id,
+                       session_id=r.session_id)
+
+
+def dead_lettered_batch(row: RowMapping) -> observations_pb2.DeadLetteredBatch:
+    out = observations_pb2.DeadLetteredBatch(
+        batch_id=row["batch_id"], observer_id=row["observer_id"], observed_id=row["observed_id"],
+        message_ids=row["message_ids"], error=row["error"] or "",
+    )
+    if row["finished_at"] is not None:
+        out.failed_at.CopyFrom(ts(row["finished_at"]))
+    return out
+
+
+def processing_status(status: ProcessingStatus) -> observations_pb2.GetProcessingStatusResponse:
+    return observations_pb2.GetProcessingStatusResponse(
+        counts=observations_pb2.ProcessingCounts(**status.counts),
+        dead_lettered_batches=[dead_lettered_batch(r) for r in status.dead_lettered],
+    )
+
+
+def summary(row: RowMapping) -> sessions_pb2.SessionSummary:
+    return sessions_pb2.SessionSummary(
+        content=row["content"], last_message_id=row["last_message_id"], last_seq=row["last_seq"],
+        messages_covered=row["messages_covered"], token_count=row["token_count"], model=row["model"],
+        created_at=ts(row["created_at"]),
+    )
+
+
+def session_summaries(by_kind: dict[str, RowMapping]) -> sessions_pb2.GetSessionSummariesResponse:
+    out = sessions_pb2.GetSessionSummariesResponse()
+    for kind, field in (("short", "short_summary"), ("long", "long_summary")):
+        if kind in by_kind:
+            getattr(out, field).CopyFrom(summary(by_kind[kind]))
+    return out

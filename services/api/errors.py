@@ -11,12 +11,12 @@ from services.bus.consistency import InvalidConsistencyToken
 from services.bus.producer import AppendFailed
 from services.errors import (
     AlreadyExists,
-    DomainError,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     Unavailable,
 )
+from services.llm.errors import ModelUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,9 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     AppendFailed: grpc.StatusCode.UNAVAILABLE,
+    ModelUnavailable: grpc.StatusCode.UNAVAILABLE,  # the embedding endpoint of a search or write
 }
+HANDLED = tuple(STATUS_OF)  # what the interceptor turns into a status; anything else is a bug
 
 
 def status_for(exc: Exception) -> grpc.StatusCode | None:
@@ -54,7 +56,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         async def guarded(request, context: grpc.aio.ServicerContext):
             try:
                 return await inner(request, context)
-            except (DomainError, InvalidConsistencyToken, AppendFailed) as exc:
+            except HANDLED as exc:
                 await context.abort(status_for(exc), str(exc))
             except grpc.aio.AbortError:
                 raise

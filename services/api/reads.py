@@ -131,3 +131,13 @@ async def list_messages(
             conn, workspace_id, session_id, int(cursor) if cursor else None, limit, reverse
         )
     return _page(rows, limit, lambda r: r["seq"])
+
+
+async def get_session_summaries(
+    ctx: ApiContext, workspace_id: str, session_id: str, token: str
+) -> dict[str, RowMapping]:
+    """The session's latest summary of each kind that exists, by kind ("short", "long")."""
+    await ctx.freshness.wait(token)
+    await require_session(ctx, workspace_id, session_id)
+    async with ctx.engine.connect() as conn:
+        return await queries.latest_summaries(conn, workspace_id, session_id)

@@ -14,6 +14,8 @@ from grpc_reflection.v1alpha import reflection
 from peerlog.v1 import (
     messages_pb2,
     messages_pb2_grpc,
+    observations_pb2,
+    observations_pb2_grpc,
     peers_pb2,
     peers_pb2_grpc,
     sessions_pb2,
@@ -25,8 +27,15 @@ from projections.db import async_engine, create_schema, sync_engine
 from services.api.context import ApiContext
 from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
-from services.api.servicers import MessageServicer, PeerServicer, SessionServicer, WorkspaceServicer
+from services.api.servicers import (
+    MessageServicer,
+    ObservationServicer,
+    PeerServicer,
+    SessionServicer,
+    WorkspaceServicer,
+)
 from services.bus.producer import EventLog
+from services.llm.embeddings import make_embedder
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,6 +45,7 @@ SERVICE_NAMES = (
     peers_pb2.DESCRIPTOR.services_by_name["PeerService"].full_name,
     sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
     messages_pb2.DESCRIPTOR.services_by_name["MessageService"].full_name,
+    observations_pb2.DESCRIPTOR.services_by_name["ObservationService"].full_name,
 )
 
 
@@ -49,6 +59,9 @@ class RunningServer:
         await self.server.stop(grace)
         self.ctx.log.close()
         await self.ctx.engine.dispose()
+        close = getattr(self.ctx.embedder, "aclose", None)  # an HTTP embedder holds connections
+        if close is not None:
+            await close()
 
 
 def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
@@ -56,6 +69,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
     peers_pb2_grpc.add_PeerServiceServicer_to_server(PeerServicer(ctx), server)
     sessions_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(ctx), server)
     messages_pb2_grpc.add_MessageServiceServicer_to_server(MessageServicer(ctx), server)
+    observations_pb2_grpc.add_ObservationServiceServicer_to_server(ObservationServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     for name in (*SERVICE_NAMES, ""):
@@ -77,10 +91,12 @@ def _ensure_schema(settings: Settings) -> None:
 async def start(settings: Settings) -> RunningServer:
     """Start serving on settings.api.host:port (port 0 picks a free one)."""
     await asyncio.get_running_loop().run_in_executor(None, _ensure_schema, settings)
+    embedder = make_embedder(settings.embedding)  # first: a misconfigured model fails before anything opens
     engine = async_engine(settings.database)
     event_log = EventLog(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
-    ctx = ApiContext(engine=engine, log=event_log, freshness=Freshness(engine, settings.api.consistency_wait_s))
+    ctx = ApiContext(engine=engine, log=event_log, freshness=Freshness(engine, settings.api.consistency_wait_s),
+                     embedder=embedder)
     server = grpc.aio.server(interceptors=[ErrorInterceptor()])
     _register(server, ctx)
     port = server.add_insecure_port(f"{settings.api.host}:{settings.api.port}")

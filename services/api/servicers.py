@@ -5,6 +5,8 @@ from __future__ import annotations
 from peerlog.v1 import (
     messages_pb2,
     messages_pb2_grpc,
+    observations_pb2,
+    observations_pb2_grpc,
     peers_pb2,
     peers_pb2_grpc,
     sessions_pb2,
@@ -13,7 +15,7 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from services.api import convert as c
-from services.api import reads, writes
+from services.api import observation_reads, observation_writes, reads, writes
 from services.api.context import ApiContext
 
 
@@ -106,6 +108,11 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
             sessions=[c.session(s) for s in page.items], next_page_token=page.next_token
         )
 
+    async def GetSessionSummaries(self, request, context):
+        return c.session_summaries(await reads.get_session_summaries(
+            self.ctx, request.workspace_id, request.session_id, request.consistency.consistency_token
+        ))
+
 
 class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
     def __init__(self, ctx: ApiContext) -> None:
@@ -130,3 +137,49 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         return c.message(await reads.get_message(
             self.ctx, request.workspace_id, request.message_id, request.consistency.consistency_token
         ))
+
+
+class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def ListObservations(self, request, context):
+        page = await observation_reads.list_observations(
+            self.ctx, c.list_filter(request), request.page.page_size, request.page.page_token,
+            request.reverse, request.consistency.consistency_token,
+        )
+        return observations_pb2.ListObservationsResponse(
+            observations=[c.observation(v) for v in page.items], next_page_token=page.next_token
+        )
+
+    async def GetObservation(self, request, context):
+        return c.observation(await observation_reads.get_observation(
+            self.ctx, request.workspace_id, request.observation_id, request.consistency.consistency_token
+        ))
+
+    async def SearchObservations(self, request, context):
+        found = await observation_reads.search_observations(
+            self.ctx, c.search_query(request), request.consistency.consistency_token
+        )
+        return observations_pb2.SearchObservationsResponse(
+            results=[c.match(v) for v in found], embedding_model=self.ctx.embedder.model_name
+        )
+
+    async def CreateObservations(self, request, context):
+        ids, token = await observation_writes.create_observations(
+            self.ctx, request.workspace_id, request.observer_id, request.observed_id,
+            [c.new_observation(o) for o in request.observations],
+        )
+        return observations_pb2.CreateObservationsResponse(observation_ids=ids, consistency_token=token)
+
+    async def DeleteObservation(self, request, context):
+        token = await observation_writes.delete_observation(
+            self.ctx, request.workspace_id, request.observation_id, request.reason
+        )
+        return observations_pb2.DeleteObservationResponse(consistency_token=token)
+
+    async def GetProcessingStatus(self, request, context):
+        status = await observation_reads.processing_status(
+            self.ctx, c.status_scope(request), request.consistency.consistency_token
+        )
+        return c.processing_status(status)

@@ -65,3 +65,53 @@ def page_size(requested: int) -> int:
     if requested > MAX_PAGE:
         raise InvalidArgument(f"page_size {requested} is over the limit of {MAX_PAGE}")
     return requested or DEFAULT_PAGE
+
+
+MAX_OBSERVATIONS_PER_CALL = 100
+MAX_OBSERVATION_CHARS = 2_000
+MAX_SOURCES_PER_OBSERVATION = 20
+MAX_REASON_CHARS = 2_000
+MAX_QUERY_CHARS = MAX_CONTENT_CHARS  # so a whole message can serve as a query
+DEFAULT_TOP_K, MAX_TOP_K = 10, 100
+MAX_COSINE_DISTANCE = 2.0
+
+
+def check_observation_count(n: int) -> None:
+    if n == 0:
+        raise InvalidArgument("CreateObservations needs at least one observation")
+    if n > MAX_OBSERVATIONS_PER_CALL:
+        raise InvalidArgument(
+            f"CreateObservations takes at most {MAX_OBSERVATIONS_PER_CALL} observations per call, "
+            f"got {n}; split the batch"
+        )
+
+
+def check_text(field: str, text: str, limit: int, *, required: bool = True) -> None:
+    """InvalidArgument if `text` is blank (when required) or longer than `limit` characters."""
+    if required and not text.strip():
+        raise InvalidArgument(f"{field} is empty")
+    if len(text) > limit:
+        raise InvalidArgument(f"{field} has {len(text)} characters; the limit is {limit}: shorten it")
+
+
+def check_source_count(index: int, n: int) -> None:
+    if n > MAX_SOURCES_PER_OBSERVATION:
+        raise InvalidArgument(
+            f"observations[{index}] cites {n} sources; the limit is {MAX_SOURCES_PER_OBSERVATION}: "
+            "keep the ones that support it best"
+        )
+
+
+def top_k(requested: int) -> int:
+    if requested > MAX_TOP_K:
+        raise InvalidArgument(f"top_k {requested} is over the limit of {MAX_TOP_K}")
+    return requested or DEFAULT_TOP_K
+
+
+def check_max_distance(value: float | None) -> float | None:
+    if value is not None and not 0.0 <= value <= MAX_COSINE_DISTANCE:
+        raise InvalidArgument(
+            f"max_distance {value:g} is not a cosine distance: use a value from 0 (identical) "
+            f"to {MAX_COSINE_DISTANCE:g}, or leave it unset for no limit"
+        )
+    return value

@@ -52,7 +52,8 @@ class Written:
     token: str
 
 
-async def _commit(ctx: ApiContext, events: Sequence[Event], wait: bool = True) -> str:
+async def commit(ctx: ApiContext, events: Sequence[Event], wait: bool = True) -> str:
+    """Append `events` in one transaction; with `wait`, return only once they are readable."""
     if not events:
         return ""
     token = await ctx.log.append(events)
@@ -82,6 +83,20 @@ async def require_session(ctx: ApiContext, workspace_id: str, session_id: str) -
     return row
 
 
+async def require_peers(ctx: ApiContext, workspace_id: str, **peer_ids: str) -> None:
+    """NotFound unless the workspace and every named peer exist (keyword = the request field)."""
+    for kind, peer_id in peer_ids.items():
+        v.check_id(kind, peer_id)
+    await require_workspace(ctx, workspace_id)
+    async with ctx.engine.connect() as conn:
+        known = await queries.existing_peers(conn, workspace_id, sorted(set(peer_ids.values())))
+    missing = [f"{kind} {p!r}" for kind, p in peer_ids.items() if p not in known]
+    if missing:
+        raise NotFound(
+            f"no such peer in workspace {workspace_id!r}: {', '.join(missing)}; create it with GetOrCreatePeer"
+        )
+
+
 async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: dict) -> Written:
     v.check_id("workspace_id", workspace_id)
     async with ctx.engine.connect() as conn:
@@ -89,7 +104,7 @@ async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: 
     if row is not None:
         return Written(row, False, "")
     event = WorkspaceCreated(workspace_id=workspace_id, metadata=metadata, producer=ctx.producer)
-    token = await _commit(ctx, [event])
+    token = await commit(ctx, [event])
     return Written(await require_workspace(ctx, workspace_id), True, token)
 
 
@@ -108,7 +123,7 @@ async def get_or_create_peer(
     elif observe_me is not None and observe_me != before["observe_me"]:
         events.append(PeerConfigured(workspace_id=workspace_id, peer_id=peer_id,
                                      observe_me=observe_me, producer=ctx.producer))
-    token = await _commit(ctx, events)
+    token = await commit(ctx, events)
     async with ctx.engine.connect() as conn:
         row = await queries.peer(conn, workspace_id, peer_id)
     return Written(row, before is None, token)
@@ -153,7 +168,7 @@ async def get_or_create_session(
         events.append(SessionCreated(workspace_id=workspace_id, session_id=session_id,
                                      metadata=metadata, producer=ctx.producer))
     events += _joins(ctx, workspace_id, session_id, [m for m in members if m.peer_id not in current])
-    token = await _commit(ctx, events)
+    token = await commit(ctx, events)
     return Written(await require_session(ctx, workspace_id, session_id), row is None, token)
 
 
@@ -169,7 +184,7 @@ async def add_members(
         raise AlreadyExists(
             f"peer(s) {', '.join(map(repr, already))} are already members of session {session_id!r}"
         )
-    token = await _commit(ctx, _joins(ctx, workspace_id, session_id, members))
+    token = await commit(ctx, _joins(ctx, workspace_id, session_id, members))
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
 
 
@@ -190,7 +205,7 @@ async def remove_members(
     now = datetime.now(UTC)
     events = [MemberLeft(workspace_id=workspace_id, session_id=session_id, peer_id=p, left_at=now,
                          producer=ctx.producer) for p in peer_ids]
-    token = await _commit(ctx, events)
+    token = await commit(ctx, events)
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
 
 
@@ -227,5 +242,5 @@ async def add_messages(
                         author_observe_me=observe_me.get(m.peer_id, True))
         for m in new
     ]
-    token = await _commit(ctx, events, wait=False)
+    token = await commit(ctx, events, wait=False)
     return [e.message_id for e in events], token

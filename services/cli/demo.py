@@ -1,8 +1,11 @@
-"""`make demo`: start the local stack, talk to it through the gRPC API, print what comes back."""
+"""`make demo`: a real local model, the local stack, a scripted conversation, and what peerlog made of it."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -12,6 +15,8 @@ from peerlog.v1 import (
     common_pb2,
     messages_pb2,
     messages_pb2_grpc,
+    observations_pb2,
+    observations_pb2_grpc,
     peers_pb2,
     peers_pb2_grpc,
     sessions_pb2,
@@ -29,50 +34,125 @@ SCRIPT = [
     ("assistant", "Understood. The tram 28 route gives views without heights."),
     ("alice", "Great. Also, I work remotely as a data engineer, so I need decent wifi."),
 ]
+WS, SESSION = "demo", "lisbon-trip"
+# the demo shows memory forming within a minute or two, so it batches and summarises sooner than the defaults
+DEMO_SETTINGS = {"PEERLOG_DERIVER_BATCH_TOKENS": "48", "PEERLOG_DERIVER_MAX_WAIT_S": "20",
+                 "PEERLOG_DERIVER_TICK_S": "2", "PEERLOG_SUMMARIZER_SHORT_EVERY": "7"}
 
 
-async def converse(port: int) -> None:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        ws, peers = workspaces_pb2_grpc.WorkspaceServiceStub(ch), peers_pb2_grpc.PeerServiceStub(ch)
-        sessions, msgs = sessions_pb2_grpc.SessionServiceStub(ch), messages_pb2_grpc.MessageServiceStub(ch)
-        await ws.GetOrCreateWorkspace(workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id="demo"))
-        await peers.GetOrCreatePeer(peers_pb2.GetOrCreatePeerRequest(workspace_id="demo", peer_id="alice"))
-        await peers.GetOrCreatePeer(peers_pb2.GetOrCreatePeerRequest(
-            workspace_id="demo", peer_id="assistant", observe_me=False))
-        await sessions.GetOrCreateSession(sessions_pb2.GetOrCreateSessionRequest(
-            workspace_id="demo", session_id="lisbon-trip",
-            members=[sessions_pb2.MemberSpec(peer_id="alice"),
-                     sessions_pb2.MemberSpec(peer_id="assistant", observe_others=True)]))
-        added = await msgs.AddMessages(messages_pb2.AddMessagesRequest(
-            workspace_id="demo", session_id="lisbon-trip",
-            messages=[messages_pb2.NewMessage(peer_id=p, content=t) for p, t in SCRIPT]))
-        typer.echo(f"\nAddMessages: {len(added.message_ids)} messages acknowledged by the log "
-                   f"(consistency token {added.consistency_token})")
-        listed = await msgs.ListMessages(messages_pb2.ListMessagesRequest(
-            workspace_id="demo", session_id="lisbon-trip",
-            consistency=common_pb2.ReadConsistency(consistency_token=added.consistency_token)))
-        session = await sessions.GetSession(sessions_pb2.GetSessionRequest(
-            workspace_id="demo", session_id="lisbon-trip"))
-    _print(session, listed.messages)
+def say(line: str = "") -> None:
+    typer.echo(line)
 
 
-def _print(session, messages) -> None:
-    typer.echo(f"\nSession {session.session_id!r}: {session.message_count} messages, members:")
-    for m in session.memberships:
-        flags = f"observe_others={m.observe_others}"
-        typer.echo(f"  - {m.peer_id:<10} joined {m.joined_at.ToDatetime():%H:%M:%S}  {flags}")
-    typer.echo("\nRead back from the projections:")
-    for m in messages:
-        typer.echo(f"  #{m.seq:<2} {m.peer_id:>9}: {m.content}")
+class Api:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.ws = workspaces_pb2_grpc.WorkspaceServiceStub(channel)
+        self.peers = peers_pb2_grpc.PeerServiceStub(channel)
+        self.sessions = sessions_pb2_grpc.SessionServiceStub(channel)
+        self.msgs = messages_pb2_grpc.MessageServiceStub(channel)
+        self.obs = observations_pb2_grpc.ObservationServiceStub(channel)
+
+
+async def converse(api: Api) -> str:
+    await api.ws.GetOrCreateWorkspace(workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id=WS))
+    await api.peers.GetOrCreatePeer(peers_pb2.GetOrCreatePeerRequest(workspace_id=WS, peer_id="alice"))
+    await api.peers.GetOrCreatePeer(peers_pb2.GetOrCreatePeerRequest(
+        workspace_id=WS, peer_id="assistant", observe_me=False))
+    await api.sessions.GetOrCreateSession(sessions_pb2.GetOrCreateSessionRequest(
+        workspace_id=WS, session_id=SESSION,
+        members=[sessions_pb2.MemberSpec(peer_id="alice"),
+                 sessions_pb2.MemberSpec(peer_id="assistant", observe_others=True)]))
+    added = await api.msgs.AddMessages(messages_pb2.AddMessagesRequest(
+        workspace_id=WS, session_id=SESSION,
+        messages=[messages_pb2.NewMessage(peer_id=p, content=t) for p, t in SCRIPT]))
+    say(f"\nAddMessages: {len(added.message_ids)} messages acknowledged by the log "
+        f"(consistency token {added.consistency_token})")
+    listed = await api.msgs.ListMessages(messages_pb2.ListMessagesRequest(
+        workspace_id=WS, session_id=SESSION,
+        consistency=common_pb2.ReadConsistency(consistency_token=added.consistency_token)))
+    say("\nRead back from the projections:")
+    for m in listed.messages:
+        say(f"  #{m.seq:<2} {m.peer_id:>9}: {m.content}")
+    return added.consistency_token
+
+
+async def wait_for_memory(api: Api, timeout: float = 900) -> None:
+    say("\nThe router, deriver and summarizer are at work (each model call takes a few seconds)…")
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        status = await api.obs.GetProcessingStatus(observations_pb2.GetProcessingStatusRequest(workspace_id=WS))
+        summaries = await api.sessions.GetSessionSummaries(sessions_pb2.GetSessionSummariesRequest(
+            workspace_id=WS, session_id=SESSION))
+        c = status.counts
+        now = (c.pending, c.in_flight, c.done, c.dead_lettered, summaries.HasField("short_summary"))
+        if now != last:
+            say(f"  pending {c.pending}, in flight {c.in_flight}, done {c.done}, dead-lettered {c.dead_lettered}"
+                f"{', short summary ready' if now[4] else ''}")
+            last = now
+        if c.done + c.dead_lettered > 0 and c.pending == c.in_flight == 0 and now[4]:
+            return
+        await asyncio.sleep(2)
+    say("  (gave up waiting; showing what exists so far)")
+
+
+async def show_memory(api: Api) -> None:
+    for observer, observed in (("alice", "alice"), ("assistant", "alice")):
+        listed = await api.obs.ListObservations(observations_pb2.ListObservationsRequest(
+            workspace_id=WS, observer_id=observer, observed_id=observed))
+        say(f"\nWhat {observer} knows about {observed} ({len(listed.observations)} observations):")
+        for o in listed.observations:
+            span = o.sources[0].span if o.sources else ""
+            say(f"  - {o.content}\n      source: “{span}”")
+    status = await api.obs.GetProcessingStatus(observations_pb2.GetProcessingStatusRequest(workspace_id=WS))
+    for batch in status.dead_lettered_batches:
+        say(f"\nDead-lettered batch {batch.batch_id} ({batch.observer_id}→{batch.observed_id}): {batch.error[:200]}")
+    summaries = await api.sessions.GetSessionSummaries(sessions_pb2.GetSessionSummariesRequest(
+        workspace_id=WS, session_id=SESSION))
+    if summaries.HasField("short_summary"):
+        say(f"\nShort summary of {SESSION!r} (covers {summaries.short_summary.messages_covered} messages, "
+            f"model {summaries.short_summary.model}):\n  {summaries.short_summary.content}")
+
+
+async def run(port: int) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        api = Api(channel)
+        await converse(api)
+        await wait_for_memory(api)
+        await show_memory(api)
+
+
+@contextmanager
+def model_endpoint(root: Path):
+    """PEERLOG_LLM_* for the demo: the configured endpoint if there is one, else the local Qwen model."""
+    if os.environ.get("PEERLOG_LLM_BASE_URL"):
+        say(f"Using the model endpoint at {os.environ['PEERLOG_LLM_BASE_URL']}")
+        yield {}
+        return
+    from infra.models.qwen import ensure_model
+    from infra.models.server import LocalModelServer, ensure_llama_server
+
+    say("Preparing the local model (first run: ~6 min to build llama-cpp-python, then cached)…")
+    path = ensure_model()
+    ensure_llama_server()
+    server = LocalModelServer(path, log_path=root / "model.log").start(timeout=300)
+    say(f"  local model {server.model} serving at {server.base_url}")
+    try:
+        # this server takes a schema only as {"type": "json_object", "schema": ...}
+        yield {"PEERLOG_LLM_BASE_URL": server.base_url, "PEERLOG_LLM_MODEL": server.model,
+               "PEERLOG_LLM_SCHEMA_MODE": "json_object_schema", "PEERLOG_LLM_TIMEOUT_S": "180"}
+    finally:
+        server.stop()
 
 
 def run_demo(root: Path) -> None:
     from infra.stack import down, up
 
-    typer.echo("Starting the local stack (first run resolves Kafka's jars and may take a minute)…")
-    state = up(root, progress=lambda line: typer.echo(f"  {line}"))
-    try:
-        asyncio.run(converse(state.api_port))
-    finally:
-        typer.echo("\nStopping the local stack…")
-        down(root, progress=lambda line: typer.echo(f"  {line}"))
+    root.mkdir(parents=True, exist_ok=True)
+    with model_endpoint(root) as model_env:
+        say("Starting the local stack (first run resolves Kafka's jars and may take a minute)…")
+        state = up(root, progress=lambda line: say(f"  {line}"), model_env={**model_env, **DEMO_SETTINGS})
+        try:
+            asyncio.run(run(state.api_port))
+        finally:
+            say("\nStopping the local stack…")
+            down(root, progress=lambda line: say(f"  {line}"))

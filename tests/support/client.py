@@ -8,6 +8,8 @@ from peerlog.v1 import (
     common_pb2,
     messages_pb2,
     messages_pb2_grpc,
+    observations_pb2,
+    observations_pb2_grpc,
     peers_pb2,
     peers_pb2_grpc,
     sessions_pb2,
@@ -23,6 +25,7 @@ class Client:
         self.peers = peers_pb2_grpc.PeerServiceStub(channel)
         self.sessions = sessions_pb2_grpc.SessionServiceStub(channel)
         self.messages = messages_pb2_grpc.MessageServiceStub(channel)
+        self.observations = observations_pb2_grpc.ObservationServiceStub(channel)
 
     async def workspace(self, workspace_id: str):
         return await self.workspaces.GetOrCreateWorkspace(
@@ -75,3 +78,77 @@ class Client:
         for p in peers:
             await self.peer(workspace_id, p)
         return await self.session(workspace_id, session_id, members=peers)
+
+    async def list_observations(self, workspace_id: str, observer_id: str, observed_id: str, token: str = "",
+                                page_size: int = 0, page_token: str = "", **kw):
+        """One page of a pair's observations; kw: levels, session_id, include_superseded/deleted, reverse."""
+        return await self.observations.ListObservations(
+            observations_pb2.ListObservationsRequest(
+                workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id,
+                page=common_pb2.PageRequest(page_size=page_size, page_token=page_token),
+                consistency=common_pb2.ReadConsistency(consistency_token=token), **kw,
+            )
+        )
+
+    async def all_observations(self, workspace_id: str, observer_id: str, observed_id: str, token: str = "",
+                               page_size: int = 50, **kw):
+        """Every observation of a pair the filters in kw let through, following the page tokens."""
+        out, page_token = [], ""
+        while True:
+            resp = await self.list_observations(workspace_id, observer_id, observed_id, token, page_size,
+                                                page_token, **kw)
+            out += resp.observations
+            page_token = resp.next_page_token
+            if not page_token:
+                return out
+
+    async def get_observation(self, workspace_id: str, observation_id: str, token: str = ""):
+        return await self.observations.GetObservation(
+            observations_pb2.GetObservationRequest(
+                workspace_id=workspace_id, observation_id=observation_id,
+                consistency=common_pb2.ReadConsistency(consistency_token=token),
+            )
+        )
+
+    async def search_observations(self, workspace_id: str, observer_id: str, observed_id: str, query: str,
+                                  token: str = "", **kw):
+        """kw: top_k, max_distance, levels."""
+        return await self.observations.SearchObservations(
+            observations_pb2.SearchObservationsRequest(
+                workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id, query=query,
+                consistency=common_pb2.ReadConsistency(consistency_token=token), **kw,
+            )
+        )
+
+    async def create_observations(self, workspace_id: str, observer_id: str, observed_id: str, items):
+        """items: contents, or NewObservation protos."""
+        new = [i if isinstance(i, observations_pb2.NewObservation) else observations_pb2.NewObservation(content=i)
+               for i in items]
+        return await self.observations.CreateObservations(
+            observations_pb2.CreateObservationsRequest(
+                workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id, observations=new
+            )
+        )
+
+    async def delete_observation(self, workspace_id: str, observation_id: str, reason: str = ""):
+        return await self.observations.DeleteObservation(
+            observations_pb2.DeleteObservationRequest(
+                workspace_id=workspace_id, observation_id=observation_id, reason=reason
+            )
+        )
+
+    async def processing_status(self, workspace_id: str, token: str = "", **kw):
+        """kw: observer_id, observed_id, session_id."""
+        return await self.observations.GetProcessingStatus(
+            observations_pb2.GetProcessingStatusRequest(
+                workspace_id=workspace_id, consistency=common_pb2.ReadConsistency(consistency_token=token), **kw
+            )
+        )
+
+    async def session_summaries(self, workspace_id: str, session_id: str, token: str = ""):
+        return await self.sessions.GetSessionSummaries(
+            sessions_pb2.GetSessionSummariesRequest(
+                workspace_id=workspace_id, session_id=session_id,
+                consistency=common_pb2.ReadConsistency(consistency_token=token),
+            )
+        )

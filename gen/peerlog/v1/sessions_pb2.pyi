@@ -130,3 +130,39 @@ class ListSessionsResponse(_message.Message):
     sessions: _containers.RepeatedCompositeFieldContainer[Session]
     next_page_token: str
     def __init__(self, sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetSessionSummariesRequest(_message.Message):
+    __slots__ = ("workspace_id", "session_id", "consistency")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    session_id: str
+    consistency: _common_pb2.ReadConsistency
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+
+class SessionSummary(_message.Message):
+    __slots__ = ("content", "last_message_id", "last_seq", "messages_covered", "token_count", "model", "created_at")
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    LAST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_COVERED_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    content: str
+    last_message_id: str
+    last_seq: int
+    messages_covered: int
+    token_count: int
+    model: str
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, content: _Optional[str] = ..., last_message_id: _Optional[str] = ..., last_seq: _Optional[int] = ..., messages_covered: _Optional[int] = ..., token_count: _Optional[int] = ..., model: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetSessionSummariesResponse(_message.Message):
+    __slots__ = ("short_summary", "long_summary")
+    SHORT_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    LONG_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    short_summary: SessionSummary
+    long_summary: SessionSummary
+    def __init__(self, short_summary: _Optional[_Union[SessionSummary, _Mapping]] = ..., long_summary: _Optional[_Union[SessionSummary, _Mapping]] = ...) -> None: ...

@@ -61,6 +61,11 @@ class SessionServiceStub:
                 request_serializer=peerlog_dot_v1_dot_sessions__pb2.ListSessionsRequest.SerializeToString,
                 response_deserializer=peerlog_dot_v1_dot_sessions__pb2.ListSessionsResponse.FromString,
                 _registered_method=True)
+        self.GetSessionSummaries = channel.unary_unary(
+                '/peerlog.v1.SessionService/GetSessionSummaries',
+                request_serializer=peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -104,6 +109,14 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSessionSummaries(self, request, context):
+        """The latest short and the latest long rolling summary of a session; either is absent until
+        the summarizer has written one. NOT_FOUND if the session does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -131,6 +144,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.ListSessions,
                     request_deserializer=peerlog_dot_v1_dot_sessions__pb2.ListSessionsRequest.FromString,
                     response_serializer=peerlog_dot_v1_dot_sessions__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'GetSessionSummaries': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSessionSummaries,
+                    request_deserializer=peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -270,6 +288,33 @@ class SessionService:
             '/peerlog.v1.SessionService/ListSessions',
             peerlog_dot_v1_dot_sessions__pb2.ListSessionsRequest.SerializeToString,
             peerlog_dot_v1_dot_sessions__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSessionSummaries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peerlog.v1.SessionService/GetSessionSummaries',
+            peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesRequest.SerializeToString,
+            peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,123 @@
+"""Read-side service functions of a pair's store: list, get, search, and processing status."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from projections import queries
+from projections.queries import ObservationFilter, StatusScope
+from services.api import validation as v
+from services.api.context import ApiContext
+from services.api.reads import Page, decode_cursor, encode_cursor
+from services.api.writes import require_peers, require_session, require_workspace
+from services.errors import InvalidArgument, NotFound
+
+MAX_DEAD_LETTERED_SHOWN = 100
+
+
+@dataclass(frozen=True)
+class ObservationView:
+    """An observation row with its provenance. Search results also carry `row["distance"]`."""
+
+    row: RowMapping
+    sources: Sequence[RowMapping]
+    premise_ids: Sequence[str]
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    pair: ObservationFilter
+    text: str
+    top_k: int = 0
+    max_distance: float | None = None
+
+
+@dataclass(frozen=True)
+class ProcessingStatus:
+    counts: dict[str, int]
+    dead_lettered: Sequence[RowMapping]
+
+
+async def _with_provenance(
+    conn: AsyncConnection, workspace_id: str, rows: Sequence[RowMapping]
+) -> list[ObservationView]:
+    ids = [r["observation_id"] for r in rows]
+    sources = await queries.sources_of(conn, workspace_id, ids)
+    premises = await queries.premises_of(conn, workspace_id, ids)
+    return [ObservationView(r, sources[r["observation_id"]], premises[r["observation_id"]]) for r in rows]
+
+
+async def require_observation(ctx: ApiContext, workspace_id: str, observation_id: str) -> ObservationView:
+    v.check_id("observation_id", observation_id)
+    await require_workspace(ctx, workspace_id)
+    async with ctx.engine.connect() as conn:
+        row = await queries.observation(conn, workspace_id, observation_id)
+        if row is None:
+            raise NotFound(f"observation {observation_id!r} does not exist in workspace {workspace_id!r}")
+        return (await _with_provenance(conn, workspace_id, [row]))[0]
+
+
+async def get_observation(ctx: ApiContext, workspace_id: str, observation_id: str, token: str) -> ObservationView:
+    await ctx.freshness.wait(token)
+    return await require_observation(ctx, workspace_id, observation_id)
+
+
+async def _require_filter(ctx: ApiContext, pair: ObservationFilter) -> None:
+    await require_peers(ctx, pair.workspace_id, observer_id=pair.observer_id, observed_id=pair.observed_id)
+    if pair.session_id:
+        await require_session(ctx, pair.workspace_id, pair.session_id)
+
+
+def _cursor(page_token: str) -> tuple[datetime, str] | None:
+    raw = decode_cursor(page_token)
+    if not raw:
+        return None
+    created_at, _, observation_id = raw.partition("|")
+    try:
+        return datetime.fromisoformat(created_at), v.check_id("page_token", observation_id)
+    except (ValueError, InvalidArgument):
+        raise InvalidArgument("page_token is not one this server issued; pass next_page_token back as-is") from None
+
+
+async def list_observations(
+    ctx: ApiContext, pair: ObservationFilter, size: int, page_token: str, reverse: bool, token: str
+) -> Page:
+    """One page of a pair's observations, with their provenance."""
+    limit, after = v.page_size(size), _cursor(page_token)
+    await ctx.freshness.wait(token)
+    await _require_filter(ctx, pair)
+    async with ctx.engine.connect() as conn:
+        rows = await queries.list_observations(conn, pair, after, limit, reverse)
+        views = await _with_provenance(conn, pair.workspace_id, rows)
+    last = rows[-1] if len(rows) == limit else None
+    return Page(views, encode_cursor(f"{last['created_at'].isoformat()}|{last['observation_id']}") if last else "")
+
+
+async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -> list[ObservationView]:
+    """The pair's live observations nearest to the query text, nearest first."""
+    v.check_text("query", query.text, v.MAX_QUERY_CHARS)
+    limit, max_distance = v.top_k(query.top_k), v.check_max_distance(query.max_distance)
+    await ctx.freshness.wait(token)
+    await _require_filter(ctx, query.pair)
+    (vector,) = await ctx.embedder.embed([query.text])
+    async with ctx.engine.connect() as conn:
+        rows = await queries.nearest_observations(conn, query.pair, vector, limit, max_distance)
+        return await _with_provenance(conn, query.pair.workspace_id, rows)
+
+
+async def processing_status(ctx: ApiContext, scope: StatusScope, token: str) -> ProcessingStatus:
+    """Perceived messages in scope by derivation state, and the dead-lettered batches among them."""
+    await ctx.freshness.wait(token)
+    named = {k: p for k, p in (("observer_id", scope.observer_id), ("observed_id", scope.observed_id)) if p}
+    await require_peers(ctx, scope.workspace_id, **named)
+    if scope.session_id:
+        await require_session(ctx, scope.workspace_id, scope.session_id)
+    async with ctx.engine.connect() as conn:
+        counts = await queries.processing_counts(conn, scope)
+        dead = await queries.dead_lettered_batches(conn, scope, MAX_DEAD_LETTERED_SHOWN)
+    return ProcessingStatus(counts, dead)

@@ -1,0 +1,91 @@
+"""Write-side service functions of a pair's store: explicit observations from a client, and deletion."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import uuid6
+
+from projections import queries
+from services.api import validation as v
+from services.api.context import ApiContext
+from services.api.observation_reads import require_observation
+from services.api.writes import commit, require_peers, require_session
+from services.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.events import Level, ObservationAdded, ObservationDeleted, Source
+from services.events.text import normalise
+
+
+@dataclass(frozen=True)
+class NewObservation:
+    content: str
+    session_id: str = ""
+    sources: tuple[Source, ...] = ()
+
+
+def _validate(new: Sequence[NewObservation]) -> None:
+    v.check_observation_count(len(new))
+    for i, o in enumerate(new):
+        v.check_text(f"observations[{i}].content", o.content, v.MAX_OBSERVATION_CHARS)
+        if o.session_id:
+            v.check_id(f"observations[{i}].session_id", o.session_id)
+        v.check_source_count(i, len(o.sources))
+        for j, s in enumerate(o.sources):
+            v.check_id(f"observations[{i}].sources[{j}].message_id", s.message_id)
+
+
+async def _check_sessions(ctx: ApiContext, workspace_id: str, new: Sequence[NewObservation]) -> None:
+    for session_id in sorted({o.session_id for o in new if o.session_id}):
+        await require_session(ctx, workspace_id, session_id)
+
+
+async def _check_sources(ctx: ApiContext, workspace_id: str, new: Sequence[NewObservation]) -> None:
+    """NotFound for a cited message the workspace lacks; InvalidArgument for a span not in its message."""
+    async with ctx.engine.connect() as conn:
+        found = await queries.messages_by_id(conn, workspace_id, [s.message_id for o in new for s in o.sources])
+    for i, o in enumerate(new):
+        for j, s in enumerate(o.sources):
+            cited = found.get(s.message_id)
+            if cited is None:
+                raise NotFound(f"observations[{i}].sources[{j}] cites message {s.message_id!r}, which does "
+                               f"not exist in workspace {workspace_id!r}")
+            if normalise(s.span) not in normalise(cited["content"]):
+                raise InvalidArgument(
+                    f"observations[{i}].sources[{j}].span {s.span[:80]!r} is not in message {s.message_id!r}; "
+                    "quote the message verbatim (case and whitespace may differ) or leave the span empty")
+
+
+async def create_observations(
+    ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, new: Sequence[NewObservation]
+) -> tuple[list[str], str]:
+    """Append explicit observations to a pair's store atomically; returns their ids and the token."""
+    _validate(new)
+    await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
+    await _check_sessions(ctx, workspace_id, new)
+    await _check_sources(ctx, workspace_id, new)
+    # embedded here and carried in the events, so replaying the log never calls a model
+    vectors = await ctx.embedder.embed([o.content for o in new])
+    events = [
+        ObservationAdded(workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id,
+                         observation_id=str(uuid6.uuid7()), level=Level.EXPLICIT, content=o.content,
+                         session_id=o.session_id or None, sources=o.sources, embedding=tuple(vector),
+                         embedding_model=ctx.embedder.model_name, producer=ctx.producer)
+        for o, vector in zip(new, vectors, strict=True)
+    ]
+    token = await commit(ctx, events, wait=False)
+    return [e.observation_id for e in events], token
+
+
+async def delete_observation(ctx: ApiContext, workspace_id: str, observation_id: str, reason: str) -> str:
+    """Withdraw an observation (an event; its history stays); returns once lists no longer show it."""
+    v.check_text("reason", reason, v.MAX_REASON_CHARS, required=False)
+    row = (await require_observation(ctx, workspace_id, observation_id)).row
+    if row["deleted_at"] is not None:
+        raise FailedPrecondition(
+            f"observation {observation_id!r} was already deleted at {row['deleted_at'].isoformat()}"
+        )
+    event = ObservationDeleted(workspace_id=workspace_id, observer_id=row["observer_id"],
+                               observed_id=row["observed_id"], observation_id=observation_id, reason=reason,
+                               producer=ctx.producer)
+    return await commit(ctx, [event])
