@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from services.deriver.batching import Pending
 
-PROMPT_VERSION = "deriver-v1"
+PROMPT_VERSION = "deriver-v2"
 
 
 class ExtractedFact(BaseModel):
@@ -35,7 +35,13 @@ self-contained (understandable without the conversation; name the target as "{ob
 absolute dates where the turn's date makes a relative one ("yesterday") resolvable.
 For each fact give the message_id of the target turn it comes from and a span: text copied exactly,
 character for character, from that turn, that supports the fact. Do not guess. If the target's turns
-state nothing about the target, return no facts."""
+state nothing about the target, return no facts.
+
+Example. For the turn
+<turn id="m7" speaker="{observed}" date="2024-03-02" target="yes">I moved to Berlin last year and I teach piano.</turn>
+the answer is
+{{"facts": [{{"content": "{observed} moved to Berlin in 2023.", "message_id": "m7", "span": "I moved to Berlin last year"}},
+{{"content": "{observed} teaches piano.", "message_id": "m7", "span": "I teach piano"}}]}}"""
 
 
 def render_turn(item_id: str, speaker: str, when: str, content: str, target: bool, context: bool) -> str:
