@@ -107,8 +107,11 @@ class Runner:
     async def _transact(self, loop, records: list[Message]) -> None:
         self.producer.begin_transaction()
         try:
+            # keys are independent: handle them concurrently (model calls overlap), each key in order
+            by_key: dict[bytes, list[Message]] = {}
             for msg in records:
-                await self._handle(msg)
+                by_key.setdefault(msg.key() or b"", []).append(msg)
+            await asyncio.gather(*(self._handle_in_order(msgs) for msgs in by_key.values()))
             offsets = _next_offsets(records)
             meta = self.consumer.consumer_group_metadata()
             await loop.run_in_executor(None, self.producer.send_offsets_to_transaction, offsets, meta, 30)
@@ -118,6 +121,10 @@ class Runner:
             await loop.run_in_executor(None, self.producer.abort_transaction, 30)
             raise
         self.processed += len(records)
+
+    async def _handle_in_order(self, msgs: list[Message]) -> None:
+        for msg in msgs:
+            await self._handle(msg)
 
     async def _handle(self, msg: Message) -> None:
         event = read(msg.value())

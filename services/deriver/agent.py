@@ -33,7 +33,7 @@ RECENT = "#recent"  # suffix of the state key holding a pair's recent observatio
 class DeriverProcessor:
     name = "deriver"
     inputs = (PERCEIVED,)
-    max_batch = 5  # each event may mean a model call: keep transactions short
+    max_batch = 32  # pairs in one batch are derived concurrently; a pair's own events stay in order
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.deriver

@@ -62,8 +62,10 @@ def sql_dsn(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
 
 
-async def drive(port: int, workspace: str, n: int, sessions: int, rng: random.Random) -> dict[str, float]:
-    """Post n messages (one per call, round-robin over sessions); return ack time per message id."""
+async def drive(port: int, workspace: str, n: int, sessions: int, rng: random.Random,
+                rate: float | None) -> dict[str, float]:
+    """Post n messages (one per call, round-robin over sessions, at `rate` per second or as fast as
+    possible); return the ack time per message id."""
     acked: dict[str, float] = {}
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         c = Client(channel)
@@ -77,7 +79,8 @@ async def drive(port: int, workspace: str, n: int, sessions: int, rng: random.Ra
             s = i % sessions
             resp = await c.add(workspace, f"s{s}", [(peers[s], turn(rng, i))])
             acked[resp.message_ids[0]] = time.monotonic()
-            await asyncio.sleep(0.01)
+            if rate:
+                await asyncio.sleep(1 / rate)
     return acked
 
 
@@ -96,18 +99,19 @@ def watch(dsn: str, schema: str, workspace: str, acked_ids: set[str], timeout: f
     return seen
 
 
-async def phase(state, name: str, n: int, sessions: int, server: ModelServer | None) -> dict:
+async def phase(state, name: str, n: int, sessions: int, server: ModelServer | None,
+                rate: float | None = None) -> dict:
     workspace = f"bench-{name}"
     calls_before = len([r for r in server.chat_requests() if is_deriver(r)]) if server else 0
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    acked = await drive(state.api_port, workspace, n, sessions, random.Random(7))
+    acked = await drive(state.api_port, workspace, n, sessions, random.Random(7), rate)
     ids = set(acked)
     seen = await loop.run_in_executor(None, watch, sql_dsn(state.database_url), "peerlog", workspace, ids, 600)
     elapsed = max(seen.values(), default=started) - started
     fresh = [(seen[m] - acked[m]) * 1000 for m in ids if m in seen]
     calls = (len([r for r in server.chat_requests() if is_deriver(r)]) - calls_before) if server else None
-    return {"messages": n, "derived": len(seen), "messages_per_s": round(len(seen) / elapsed, 1) if elapsed else None,
+    return {"messages": n, "offered_rate_per_s": rate or "as fast as possible", "derived": len(seen), "messages_per_s": round(len(seen) / elapsed, 1) if elapsed else None,
             "llm_calls": calls, "llm_calls_per_1000_messages": round(calls * 1000 / n, 1) if calls is not None else None,
             "freshness_ms": {"p50": pct(fresh, 0.5), "p99": pct(fresh, 0.99), "max": pct(fresh, 1.0)}}
 
@@ -137,11 +141,18 @@ async def run(args) -> dict:
         server.reply_with(lambda req: Reply(content=extract_each_turn(req).content, delay_s=args.delay_ms / 1000))
         env = {"PEERLOG_LLM_BASE_URL": server.base_url, "PEERLOG_LLM_MODEL": "bench-model"}
         result["model"] = f"test server, {args.delay_ms} ms per call"
-        for name, extra in (("flush", {"PEERLOG_DERIVER_FLUSH": "true"}), ("batched", {"PEERLOG_DERIVER_TICK_S": "1"})):
+        phases = (
+            # freshness under a load the deriver sustains; then throughput when flooded
+            ("flush", {"PEERLOG_DERIVER_FLUSH": "true"}, args.rate),
+            ("flush_flood", {"PEERLOG_DERIVER_FLUSH": "true"}, None),
+            # default 512-token batching; the age limit is cut to 10 s so the tail of each pair is derived too
+            ("batched", {"PEERLOG_DERIVER_TICK_S": "1", "PEERLOG_DERIVER_MAX_WAIT_S": "10"}, None),
+        )
+        for name, extra, rate in phases:
             log(f"phase {name}: starting the stack")
             state = up(root / name, progress=log, model_env={**env, **extra})
             try:
-                result[name] = await phase(state, name, args.messages, args.sessions, server)
+                result[name] = await phase(state, name, args.messages, args.sessions, server, rate)
                 log(f"phase {name}: {result[name]}")
             finally:
                 down(root / name, progress=log)
@@ -159,7 +170,7 @@ async def run_local(root: Path, args) -> dict:
                "PEERLOG_DERIVER_FLUSH": "true"}
         state = up(root / "local", progress=log, model_env=env)
         try:
-            out = await phase(state, "local", args.messages, 2, None)
+            out = await phase(state, "local", args.messages, 2, None, rate=0.2)
             secs = batch_seconds(sql_dsn(state.database_url), "bench-local")
         finally:
             down(root / "local", progress=log)
@@ -173,6 +184,7 @@ def main() -> int:
     p.add_argument("--messages", type=int, default=300)
     p.add_argument("--sessions", type=int, default=10)
     p.add_argument("--delay-ms", type=int, default=200)
+    p.add_argument("--rate", type=float, default=5.0, help="messages/s offered in the freshness phase")
     p.add_argument("--local-model", action="store_true")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
