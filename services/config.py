@@ -59,17 +59,19 @@ class ApiSettings(BaseSettings):
     consistency_wait_s: float = Field(
         10.0, description="longest a read waits for the projections to reach a consistency token"
     )
-    max_workers: int = 8
+    metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics on this port (0: off)")
 
 
 class WorkerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PEERLOG_WORKER_", extra="ignore", frozen=True)
+    """The processor worker (`peerlog worker`)."""
 
-    app_id: str = Field("", description="Faust app id = consumer group and changelog prefix; "
-                        "empty: '<topic prefix>processors', so two deployments on one cluster never share state")
-    processors: str = Field("router,deriver,summarizer", description="comma-separated processors this group runs")
-    commit_interval_s: float = Field(0.1, gt=0, description="how often output and offsets commit (one transaction)")
-    data_dir: str = Field(".peerlog/worker", description="Faust's local data directory")
+    model_config = _prefixed("PEERLOG_WORKER_")
+
+    app_id: str = Field("", description="consumer-group and changelog prefix; empty: '<topic prefix>processors', "
+                        "so two deployments on one cluster never share state")
+    processors: str = Field("router,deriver,summarizer", description="comma-separated processors this worker runs")
+    data_dir: str = Field(".peerlog/worker", description="local scratch directory")
+    metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics (model tokens, calls) on this port (0: off)")
 
     def app_id_for(self, topic_prefix: str) -> str:
         return self.app_id or f"{topic_prefix}processors"

@@ -8,6 +8,7 @@ import signal
 from dataclasses import dataclass
 
 import grpc
+from prometheus_client import start_http_server
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -108,6 +109,8 @@ async def start(settings: Settings) -> RunningServer:
 async def serve(settings: Settings) -> None:
     """Serve until SIGTERM/SIGINT, then drain in-flight calls."""
     running = await start(settings)
+    if settings.api.metrics_port:
+        start_http_server(settings.api.metrics_port, addr=settings.api.host)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
