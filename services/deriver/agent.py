@@ -38,7 +38,7 @@ class DeriverProcessor:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.deriver
         emitter = Emitter(settings.kafka, "peerlog-deriver")
-        store = ObservationStore(create_async_engine(settings.database.url, pool_size=2),
+        store = ObservationStore(create_async_engine(settings.database.url, pool_size=8),
                                  settings.database.schema_name)
         self.deriver = Deriver(settings.deriver, ModelClient("deriver", settings.llm.stage("deriver")),
                                make_embedder(settings.embedding), store, emitter.emit)

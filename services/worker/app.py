@@ -28,9 +28,11 @@ def build_runners(settings: Settings) -> list[Runner]:
     for name in w.processor_names():
         if name not in PROCESSORS:
             raise ValueError(f"unknown processor {name!r}; choose from {', '.join(PROCESSORS)}")
-        processor, tick = importlib.import_module(PROCESSORS[name]).build(settings)
-        runners.append(Runner(settings.kafka, w.app_id_for(settings.kafka.topic_prefix), processor,
-                              tick=tick, tick_s=settings.deriver.tick_s))
+        instances = w.deriver_instances if name == "deriver" else 1
+        for _ in range(instances):
+            processor, tick = importlib.import_module(PROCESSORS[name]).build(settings)
+            runners.append(Runner(settings.kafka, w.app_id_for(settings.kafka.topic_prefix), processor,
+                                  tick=tick, tick_s=settings.deriver.tick_s))
     return runners
 
 
