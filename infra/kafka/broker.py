@@ -430,7 +430,8 @@ class KafkaBroker:
         """Format log_dir with a fresh cluster id (StorageTool)."""
         cmd = self._java(lib_dir, "256m") + [
             "kafka.tools.StorageTool", "format",
-            "-t", new_cluster_id(), "-c", str(self.config_path),
+            # one token with "=": an id may start with "-", which argparse would take for an option
+            f"--cluster-id={new_cluster_id()}", "-c", str(self.config_path),
         ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
