@@ -84,12 +84,12 @@ async def drive(port: int, workspace: str, n: int, sessions: int, rng: random.Ra
     return acked
 
 
-def watch(dsn: str, schema: str, workspace: str, acked_ids: set[str], timeout: float) -> dict[str, float]:
-    """First time an observation citing each message became readable."""
+def watch(dsn: str, schema: str, workspace: str, expected: int, timeout: float) -> dict[str, float]:
+    """First time an observation citing each message became readable (runs while messages are sent)."""
     seen: dict[str, float] = {}
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as conn:
-        while time.monotonic() < deadline and len(seen) < len(acked_ids):
+        while time.monotonic() < deadline and len(seen) < expected:
             rows = conn.execute(f'SELECT DISTINCT message_id FROM "{schema}".observation_sources '
                                 "WHERE workspace_id = %s", (workspace,)).fetchall()
             now = time.monotonic()
@@ -105,9 +105,10 @@ async def phase(state, name: str, n: int, sessions: int, server: ModelServer | N
     calls_before = len([r for r in server.chat_requests() if is_deriver(r)]) if server else 0
     loop = asyncio.get_running_loop()
     started = time.monotonic()
+    watching = loop.run_in_executor(None, watch, sql_dsn(state.database_url), "peerlog", workspace, n, 600)
     acked = await drive(state.api_port, workspace, n, sessions, random.Random(7), rate)
     ids = set(acked)
-    seen = await loop.run_in_executor(None, watch, sql_dsn(state.database_url), "peerlog", workspace, ids, 600)
+    seen = await watching
     elapsed = max(seen.values(), default=started) - started
     fresh = [(seen[m] - acked[m]) * 1000 for m in ids if m in seen]
     calls = (len([r for r in server.chat_requests() if is_deriver(r)]) - calls_before) if server else None
