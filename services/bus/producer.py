@@ -124,6 +124,7 @@ class Emitter:
                 "linger.ms": 5,
             }
         )
+        self._io = ThreadPoolExecutor(2, thread_name_prefix=client_id)
 
     def emit_sync(self, events: Sequence[Event]) -> None:
         for event in events:
@@ -133,4 +134,4 @@ class Emitter:
             raise AppendFailed("side events were not acknowledged within 30 s")
 
     async def emit(self, events: Sequence[Event]) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.emit_sync, events)
+        await asyncio.get_running_loop().run_in_executor(self._io, self.emit_sync, events)

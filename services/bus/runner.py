@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -76,27 +77,30 @@ class Runner:
         self.partition_of: dict[str, int] = {}  # the input (= changelog) partition each state belongs to
         self._stop = asyncio.Event()
         self.processed = 0
+        # its own threads for blocking Kafka calls: runners must not queue behind each other's polls
+        self._io = ThreadPoolExecutor(2, thread_name_prefix=self.group)
 
     def stop(self) -> None:
         self._stop.set()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, create_topics, self.kafka, (self.changelog,))
+        await loop.run_in_executor(self._io, create_topics, self.kafka, (self.changelog,))
         self.consumer = Consumer(self._consumer_config())
         self.producer = Producer(self._producer_config())
-        await loop.run_in_executor(None, self.producer.init_transactions, 60)
+        await loop.run_in_executor(self._io, self.producer.init_transactions, 60)
         self.consumer.subscribe([s.full_name(self.kafka.topic_prefix) for s in self.processor.inputs],
                                 on_assign=self._on_assign, on_revoke=self._on_revoke)
         try:
             await self._loop(loop)
         finally:
-            await loop.run_in_executor(None, self.consumer.close)
+            await loop.run_in_executor(self._io, self.consumer.close)
+            self._io.shutdown(wait=False)
 
     async def _loop(self, loop) -> None:
         next_tick = time.monotonic() + self.tick_s
         while not self._stop.is_set():
-            msgs = await loop.run_in_executor(None, self.consumer.consume, self.processor.max_batch, 0.05)
+            msgs = await loop.run_in_executor(self._io, self.consumer.consume, self.processor.max_batch, 0.05)
             records = [m for m in msgs if _usable(m)]
             if records:
                 await self._transact(loop, records)
@@ -114,11 +118,11 @@ class Runner:
             await asyncio.gather(*(self._handle_in_order(msgs) for msgs in by_key.values()))
             offsets = _next_offsets(records)
             meta = self.consumer.consumer_group_metadata()
-            await loop.run_in_executor(None, self.producer.send_offsets_to_transaction, offsets, meta, 30)
-            await loop.run_in_executor(None, self.producer.commit_transaction, 60)
+            await loop.run_in_executor(self._io, self.producer.send_offsets_to_transaction, offsets, meta, 30)
+            await loop.run_in_executor(self._io, self.producer.commit_transaction, 60)
         except BaseException:
             # nothing of the batch may survive: abort, and let the process die so a clean owner resumes
-            await loop.run_in_executor(None, self.producer.abort_transaction, 30)
+            await loop.run_in_executor(self._io, self.producer.abort_transaction, 30)
             raise
         self.processed += len(records)
 
