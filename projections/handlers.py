@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import Connection, Text, and_, any_, bindparam, func, select, update
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+import orjson
+import psycopg
+from psycopg import sql
+from sqlalchemy import Connection, Table, Text, and_, any_, bindparam, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.exc import DBAPIError
 
 from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import memberships, messages, peers, sessions, workspaces
@@ -117,8 +121,36 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
                  created_at=e.created_at, recorded_at=e.occurred_at, metadata=e.metadata,
                  event_id=e.event_id)
         )
-    conn.execute(insert(messages), rows)
+    _copy_in(conn, messages, rows)
     _set_counts(conn, next_seq)
+
+
+def _copy_in(conn: Connection, table: Table, rows: list[dict]) -> None:
+    """INSERT `rows` with one COPY ... FROM STDIN on the caller's connection and transaction.
+
+    Per message the bulk of the projector's time went to executemany's one INSERT per row; COPY
+    streams the rows in one statement. Errors surface as SQLAlchemy's DBAPIError subclasses, as
+    from conn.execute, so apply_batch's fallback (one by one, quarantine) works unchanged.
+    """
+    if not rows:
+        return
+    columns = list(rows[0])
+    as_json = [isinstance(table.c[c].type, JSONB) for c in columns]
+    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(table.schema)
+    schema = schema or table.schema
+    target = sql.Identifier(schema, table.name) if schema else sql.Identifier(table.name)
+    stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        target, sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    )
+    raw = conn.connection.driver_connection
+    try:
+        with raw.cursor() as cursor, cursor.copy(stmt) as copy:
+            for row in rows:
+                copy.write_row([
+                    orjson.dumps(row[c]).decode() if j else row[c] for c, j in zip(columns, as_json)
+                ])
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(stmt.as_string(raw), None, exc, psycopg.Error) from exc
 
 
 # one array parameter instead of an IN list: the statement text stays the same for every batch

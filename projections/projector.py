@@ -6,6 +6,7 @@ so the database alone decides where reading resumes.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from datetime import UTC, datetime
@@ -43,7 +44,10 @@ def consumer_config(settings: Settings, group_id: str) -> dict:
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",  # aborted API writes must never be projected
         "auto.offset.reset": "earliest",
-        "fetch.wait.max.ms": 10,
+        # fetch.min.bytes=1 makes the broker answer a fetch as soon as committed data arrives; the
+        # wait only bounds idle polling (10 ms cost the broker ~0.1 core of a 2-core box at rest,
+        # with the same projection lag)
+        "fetch.wait.max.ms": 100,
         "fetch.min.bytes": 1,
     }
 
@@ -64,6 +68,11 @@ class Projector:
         create_schema(self.engine, self.settings.database.schema_name)
         self._consumer = Consumer(consumer_config(self.settings, self.settings.projector.group_id))
         self._consumer.subscribe(self.topics, on_assign=self._on_assign)
+        # Everything allocated so far (modules, engine, consumer) lives as long as the process: keep
+        # the collector from re-scanning it. Decoding a batch allocates thousands of objects, and
+        # the full collections they trigger had made decoding ~2.5x slower.
+        gc.collect()
+        gc.freeze()
         try:
             while not self._stop.is_set():
                 self._step()

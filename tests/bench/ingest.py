@@ -2,12 +2,15 @@
 """Ingest benchmark: durable AddMessages throughput, RPC latency and projection lag on the local stack.
 
     .venv/bin/python tests/bench/ingest.py [--dir D] [--keep] [--clients 8] [--procs 1] \
-        [--seconds 30] [--warmup 5] [--batch 100] [--sessions 24] [--env KEY=VALUE ...] \
+        [--seconds 30] [--warmup 5] [--rate 0] [--batch 100] [--sessions 24] \
+        [--processes api,projector] [--env KEY=VALUE ...] [--wait-quiet S] [--raw FILE] \
         [--out tests/bench/results/ingest.json]
 
 Starts the dev stack (infra.stack.up) in a fresh temp dir or in --dir, creates a workspace, two peers
 and --sessions sessions through the gRPC API, then N client tasks (spread over --procs processes, each
-task with its own grpc.aio channel) send AddMessages batches back to back until the time is up.
+task with its own grpc.aio channel) send AddMessages batches back to back (or paced to --rate
+messages/s in total) until the time is up. Stack processes off the ingest path (the worker) are
+stopped unless --processes says otherwise.
 
 Projection lag is measured without touching the API: a watcher process polls
 `<schema>.projection_offsets` every --poll-ms and records when each partition's next_offset moved.
@@ -376,8 +379,8 @@ def postmaster_pid(root: Path) -> int | None:
     return pid if _ticks(pid) is not None else None
 
 
-def running_stack(root: Path):
-    """The stack's state if every part of it already runs, else None.
+def running_stack(root: Path, needed: list[str]):
+    """The stack's state if Kafka, Postgres and the `needed` processes already run, else None.
 
     stack.up() on a running stack launches a second broker JVM (which rewrites server.properties
     with a new controller port and broker.pid with its own pid, then exits), leaving the first
@@ -391,9 +394,47 @@ def running_stack(root: Path):
     state = stack.load_state(root)
     if broker_pid(root) is None or postmaster_pid(root) is None:
         return None
-    if not all(stack._alive(state.pids.get(name, 0)) for name in stack.PROCESSES):
+    if not all(stack._alive(state.pids.get(name, 0)) for name in needed):
         return None
     return state
+
+
+def pin_fresh_ports(root: Path) -> None:
+    """Give a new stack kernel-picked ports instead of the dev defaults (9092, 54329, 50051).
+
+    Other stacks on the machine prefer those defaults, and gRPC servers bind with SO_REUSEPORT:
+    two APIs on one port silently share its connections, so half the load would reach a stranger.
+    """
+    import socket
+
+    from infra import stack
+
+    ports = []
+    socks = []
+    for _ in range(3):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        socks.append(sock)
+        ports.append(sock.getsockname()[1])
+    for sock in socks:
+        sock.close()
+    state = stack.StackState(root=str(root), kafka_port=ports[0], postgres_port=ports[1], api_port=ports[2])
+    stack._save(state)
+
+
+def stop_others(state, keep: list[str]) -> list[str]:
+    """SIGTERM the stack processes not in `keep` (the next `up` starts them again)."""
+    import signal
+
+    from infra import stack
+
+    stopped = []
+    for name, pid in state.pids.items():
+        if name not in keep and stack._alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            stack._wait_exit(pid, 30)
+            stopped.append(name)
+    return stopped
 
 
 def stack_pids(root: Path, state) -> dict[str, list[int]]:
@@ -402,9 +443,11 @@ def stack_pids(root: Path, state) -> dict[str, list[int]]:
         pids["kafka"] = [pid]
     if (pid := postmaster_pid(root)) is not None:
         pids["postgres"] = [pid]
-    for name in ("api", "projector"):
-        if name in state.pids:
-            pids[name] = [state.pids[name]]
+    from infra import stack
+
+    for name, pid in state.pids.items():
+        if stack._alive(pid):
+            pids[name] = [pid]
     return pids
 
 
@@ -414,7 +457,9 @@ def count_projected(dsn: str, schema: str, workspace: str) -> int:
 
     with psycopg.connect(dsn) as conn:
         return conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.messages WHERE workspace_id = %s").format(sql.Identifier(schema)),
+            sql.SQL("SELECT count(*) FROM {}.messages WHERE workspace_id = %s").format(
+                sql.Identifier(schema)
+            ),
             (workspace,),
         ).fetchone()[0]
 
@@ -441,15 +486,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--drain-timeout", type=float, default=120.0,
                     help="how long to wait for the projection to catch up after the load")
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                    help="PEERLOG_* setting for the stack processes (only applies to processes this run starts)")
+                    help="PEERLOG_* setting for the stack processes (only those this run starts)")
     ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                     help="wait up to S seconds for the machine to be idle (<15%% busy) before the load")
+    ap.add_argument("--processes", default="api,projector",
+                    help="stack processes to keep running (comma list; 'all' keeps every one)")
     ap.add_argument("--raw", type=Path, help="also write every call (send time, latency, lag) here")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/ingest.json")
     args = ap.parse_args(argv)
     if not 1 <= args.batch <= 100:
         ap.error("--batch must be 1..100 (the API's per-call limit)")
     args.procs = max(1, min(args.procs, args.clients))
+    from infra.stack import PROCESSES
+
+    args.processes = list(PROCESSES) if args.processes == "all" else args.processes.split(",")
+    for needed in ("api", "projector"):
+        if needed not in args.processes:
+            ap.error(f"--processes must include {needed}")
     return args
 
 
@@ -471,15 +524,21 @@ def main(argv: list[str]) -> int:
     log(f"stack dir {root}")
     ctx = mp.get_context("spawn")
     state = None
+    ok = False
     try:
-        state = running_stack(root)
+        state = running_stack(root, args.processes)
         if state is None:
+            if made_dir:
+                pin_fresh_ports(root)
             state = stack.up(root, progress=lambda s: log(s))
         else:
             if args.env:
                 log("warning: the stack already runs; --env does not reach its processes")
             stack.wait_for_api(state.api_port)
             log(f"reusing the running stack in {root}")
+        stopped = stop_others(state, args.processes)
+        if stopped:
+            log(f"stopped {', '.join(stopped)} (not part of the ingest path; see --processes)")
         settings = Settings()  # what the stack processes see (same environment)
         schema = settings.database.schema_name
         dsn = state.database_url.replace("postgresql+psycopg://", "postgresql://", 1)
@@ -549,6 +608,10 @@ def main(argv: list[str]) -> int:
         for p in procs:
             p.join(10)
         log(f"load done: {len(calls)} calls acknowledged, {len(errors)} failed; waiting for the projection")
+        if errors:
+            log(f"first error: {errors[0][2]} {errors[0][3]}")
+        if not calls:
+            raise RuntimeError("no AddMessages call succeeded; see the first error above")
 
         # tell the watcher what to wait for: the highest acknowledged offset per partition
         tokens = [parse_token(tok) for _, _, _, tok in calls]
@@ -595,9 +658,10 @@ def main(argv: list[str]) -> int:
                 "poll_ms": args.poll_ms,
                 "producer_pool_size": settings.kafka.producer_pool_size,
                 "projector_max_batch": settings.projector.max_batch,
-                "env": {k: v for k, v in os.environ.items() if k.startswith("PEERLOG_") and "URL" not in k
-                        and "BOOTSTRAP" not in k},
+                "env": {k: v for k, v in os.environ.items() if k.startswith("PEERLOG_") and not any(
+                    w in k for w in ("URL", "BOOTSTRAP", "KEY", "TOKEN", "SECRET", "PASSWORD"))},
                 "stack_dir_reused": not made_dir,
+                "stack_processes": sorted(n for n in state.pids if stack._alive(state.pids[n])),
             },
             "machine": machine(),
             "results": {
@@ -628,14 +692,24 @@ def main(argv: list[str]) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
         log(f"wrote {args.out}")
+        ok = True
         return 0
+    except BaseException:
+        for name in ("api", "projector"):
+            path = root / f"{name}.log"
+            if path.exists():
+                tail = path.read_text(errors="replace").splitlines()[-15:]
+                log(f"last lines of {path}:\n" + "\n".join(tail))
+        raise
     finally:
         if args.keep:
             log(f"stack left running in {root} (stop: peerlog dev down --dir {root})")
         elif state is not None or (root / "stack.json").exists():
             stack.down(root, progress=lambda s: log(s))
-            if made_dir:
+            if made_dir and ok:
                 shutil.rmtree(root, ignore_errors=True)
+            elif made_dir:
+                log(f"kept {root} for its logs")
 
 
 if __name__ == "__main__":
