@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from infra.kafka.broker import KafkaBroker, stop_broker
+from infra.kafka.broker import KafkaBroker, running_broker, stop_broker
 from infra.postgres.embedded import EmbeddedPostgres
 from services.bus.admin import create_topics
 from services.config import KafkaSettings
@@ -132,8 +132,11 @@ def up(root: Path, progress=print, model_env: dict[str, str] | None = None) -> S
     state.kafka_port = state.kafka_port or _free_or(9092)
     state.postgres_port = state.postgres_port or _free_or(54329)
     state.api_port = state.api_port or _free_or(50051)
-    progress(f"kafka     starting on 127.0.0.1:{state.kafka_port}")
-    KafkaBroker(root / "kafka", port=state.kafka_port).start()
+    if running_broker(root / "kafka"):
+        progress(f"kafka     already running on 127.0.0.1:{state.kafka_port}")
+    else:
+        progress(f"kafka     starting on 127.0.0.1:{state.kafka_port}")
+        KafkaBroker(root / "kafka", port=state.kafka_port).start()
     progress(f"postgres  starting on 127.0.0.1:{state.postgres_port}")
     pg = EmbeddedPostgres(root / "postgres", port=state.postgres_port)
     pg.start()

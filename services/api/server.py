@@ -98,7 +98,8 @@ async def start(settings: Settings) -> RunningServer:
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
     ctx = ApiContext(engine=engine, log=event_log, freshness=Freshness(engine, settings.api.consistency_wait_s),
                      embedder=embedder)
-    server = grpc.aio.server(interceptors=[ErrorInterceptor()])
+    # without SO_REUSEPORT a second server on a taken port fails loudly instead of sharing it
+    server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=[("grpc.so_reuseport", 0)])
     _register(server, ctx)
     port = server.add_insecure_port(f"{settings.api.host}:{settings.api.port}")
     await server.start()
