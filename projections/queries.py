@@ -341,3 +341,16 @@ async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id:
             .order_by(t.kind, t.last_seq.desc(), t.created_at.desc(), t.event_id.desc())
             .distinct(t.kind))
     return {r["kind"]: r for r in (await conn.execute(stmt)).mappings()}
+
+
+async def seen_by(conn: AsyncConnection, workspace_id: str, observer_id: str, message_ids: Sequence[str]) -> set[str]:
+    """The given messages that `observer_id` could see: sent while it was a member of their session."""
+    m, ms = messages.c, memberships.c
+    stmt = select(m.message_id).where(
+        m.workspace_id == workspace_id, m.message_id.in_(list(message_ids)),
+        select(ms.joined_event_id).where(
+            ms.workspace_id == workspace_id, ms.session_id == m.session_id, ms.peer_id == observer_id,
+            ms.joined_at <= m.recorded_at, (ms.left_at.is_(None)) | (ms.left_at >= m.recorded_at),
+        ).exists(),
+    )
+    return set((await conn.scalars(stmt)).all())

@@ -23,5 +23,9 @@ class FailedPrecondition(DomainError):
     pass
 
 
+class PermissionDenied(DomainError):
+    """The request would break scoping (e.g. a pair's store citing what its observer never saw)."""
+
+
 class Unavailable(DomainError):
     """A dependency (log, projections) is down or lagging; retrying later may succeed."""

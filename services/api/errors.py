@@ -14,6 +14,7 @@ from services.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     Unavailable,
 )
 from services.llm.errors import ModelUnavailable
@@ -26,6 +27,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     NotFound: grpc.StatusCode.NOT_FOUND,
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     AppendFailed: grpc.StatusCode.UNAVAILABLE,
     ModelUnavailable: grpc.StatusCode.UNAVAILABLE,  # the embedding endpoint of a search or write

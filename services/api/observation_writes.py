@@ -12,7 +12,7 @@ from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.observation_reads import require_observation
 from services.api.writes import commit, require_peers, require_session
-from services.errors import FailedPrecondition, InvalidArgument, NotFound
+from services.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from services.events import Level, ObservationAdded, ObservationDeleted, Source
 from services.events.text import normalise
 
@@ -40,16 +40,26 @@ async def _check_sessions(ctx: ApiContext, workspace_id: str, new: Sequence[NewO
         await require_session(ctx, workspace_id, session_id)
 
 
-async def _check_sources(ctx: ApiContext, workspace_id: str, new: Sequence[NewObservation]) -> None:
-    """NotFound for a cited message the workspace lacks; InvalidArgument for a span not in its message."""
+async def _check_sources(
+    ctx: ApiContext, workspace_id: str, observer_id: str, new: Sequence[NewObservation]
+) -> None:
+    """NotFound for a cited message the workspace lacks; PermissionDenied for one the observer never saw;
+    InvalidArgument for a span not in its message."""
+    cited_ids = [s.message_id for o in new for s in o.sources]
     async with ctx.engine.connect() as conn:
-        found = await queries.messages_by_id(conn, workspace_id, [s.message_id for o in new for s in o.sources])
+        found = await queries.messages_by_id(conn, workspace_id, cited_ids)
+        visible = await queries.seen_by(conn, workspace_id, observer_id, cited_ids) if cited_ids else set()
     for i, o in enumerate(new):
         for j, s in enumerate(o.sources):
             cited = found.get(s.message_id)
             if cited is None:
                 raise NotFound(f"observations[{i}].sources[{j}] cites message {s.message_id!r}, which does "
                                f"not exist in workspace {workspace_id!r}")
+            if s.message_id not in visible:
+                raise PermissionDenied(
+                    f"observations[{i}].sources[{j}] cites message {s.message_id!r}, which {observer_id!r} "
+                    "could not see (it was not a member of that session when the message was sent); a pair's "
+                    "store may only cite what its observer saw")
             if normalise(s.span) not in normalise(cited["content"]):
                 raise InvalidArgument(
                     f"observations[{i}].sources[{j}].span {s.span[:80]!r} is not in message {s.message_id!r}; "
@@ -63,7 +73,7 @@ async def create_observations(
     _validate(new)
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
     await _check_sessions(ctx, workspace_id, new)
-    await _check_sources(ctx, workspace_id, new)
+    await _check_sources(ctx, workspace_id, observer_id, new)
     # embedded here and carried in the events, so replaying the log never calls a model
     vectors = await ctx.embedder.embed([o.content for o in new])
     events = [

@@ -183,6 +183,14 @@ async def test_bad_observations_are_rejected_and_nothing_is_written(channel, set
     await rejected(create(o.NewObservation(content="Bob says hi", session_id="nope")),
                    grpc.StatusCode.NOT_FOUND, "session 'nope'")
 
+    # alice was not in "elsewhere": (alice, bob) may not cite what bob said there
+    await c.peer("w", "carol")
+    await c.session("w", "elsewhere", members=["bob", "carol"])
+    hidden = await c.add("w", "elsewhere", [("bob", "my pin is 1234")])
+    await c.list_messages("w", "elsewhere", hidden.consistency_token)
+    await rejected(create(o.NewObservation(content="Bob's pin is 1234", sources=[source(hidden.message_ids[0])])),
+                   grpc.StatusCode.PERMISSION_DENIED, "could not see", "'alice'")
+
     sentinel = await create("the only one")
     listed = await c.all_observations("w", "alice", "bob", sentinel.consistency_token)
     assert [x.content for x in listed] == ["the only one"]
