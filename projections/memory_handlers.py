@@ -12,6 +12,7 @@ from projections.schema import (
     derivation_batches,
     observation_sources,
     observations,
+    peer_cards,
     perceptions,
     premises,
     rejected_observations,
@@ -28,6 +29,7 @@ from services.events import (
     ObservationReinforced,
     ObservationRejected,
     ObservationSuperseded,
+    PeerCardUpdated,
     SummaryDeadLettered,
     SummaryUpdated,
 )
@@ -149,6 +151,14 @@ def derivation_dead_lettered(conn: Connection, events: Sequence[DerivationDeadLe
     ])
 
 
+def peer_card_updated(conn: Connection, events: Sequence[PeerCardUpdated]) -> None:
+    _insert_new(conn, peer_cards, [
+        dict(event_id=e.event_id, workspace_id=e.workspace_id, observer_id=e.observer_id,
+             observed_id=e.observed_id, entries=list(e.entries), updated_at=e.occurred_at)
+        for e in events
+    ])
+
+
 def summary_updated(conn: Connection, events: Sequence[SummaryUpdated]) -> None:
     _insert_new(conn, summaries, [
         dict(event_id=e.event_id, workspace_id=e.workspace_id, session_id=e.session_id, kind=e.kind.value,
@@ -178,6 +188,7 @@ MEMORY_HANDLERS = {
     DerivationStarted: derivation_started,
     BatchDerived: batch_derived,
     DerivationDeadLettered: derivation_dead_lettered,
+    PeerCardUpdated: peer_card_updated,
     SummaryUpdated: summary_updated,
     SummaryDeadLettered: summary_dead_lettered,
 }

@@ -15,6 +15,7 @@ from projections.schema import (
     messages,
     observation_sources,
     observations,
+    peer_cards,
     peers,
     perceptions,
     premises,
@@ -354,3 +355,12 @@ async def seen_by(conn: AsyncConnection, workspace_id: str, observer_id: str, me
         ).exists(),
     )
     return set((await conn.scalars(stmt)).all())
+
+
+async def peer_card(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str) -> RowMapping | None:
+    """The latest card of a pair, or None."""
+    c = peer_cards.c
+    stmt = (select(peer_cards)
+            .where(c.workspace_id == workspace_id, c.observer_id == observer_id, c.observed_id == observed_id)
+            .order_by(c.updated_at.desc(), c.event_id.desc()).limit(1))
+    return (await conn.execute(stmt)).mappings().first()

@@ -209,6 +209,19 @@ derivation_batches = Table(
     Index("batches_by_pair", "workspace_id", "observer_id", "observed_id"),
 )
 
+# every version of every card (latest by event order), so a card can be read as it stood
+peer_cards = Table(
+    "peer_cards",
+    metadata,
+    Column("event_id", Text, primary_key=True),
+    Column("workspace_id", Text, nullable=False),
+    Column("observer_id", Text, nullable=False),
+    Column("observed_id", Text, nullable=False),
+    Column("entries", JSONB, nullable=False),
+    Column("updated_at", TS, nullable=False),
+    Index("peer_cards_by_pair", "workspace_id", "observer_id", "observed_id", "updated_at"),
+)
+
 summaries = Table(
     "summaries",
     metadata,
@@ -277,6 +290,6 @@ projection_meta = Table(
 # tables whose rows are the projection proper (compared row for row after a rebuild)
 DATA_TABLES = (
     workspaces, peers, sessions, memberships, messages, perceptions, observations, observation_sources,
-    premises, rejected_observations, derivation_batches, summaries, dead_letters, projection_offsets,
+    premises, rejected_observations, derivation_batches, peer_cards, summaries, dead_letters, projection_offsets,
     quarantine,
 )

@@ -195,3 +195,11 @@ def session_summaries(by_kind: dict[str, RowMapping]) -> sessions_pb2.GetSession
         if kind in by_kind:
             getattr(out, field).CopyFrom(summary(by_kind[kind]))
     return out
+
+
+def peer_card(card) -> peers_pb2.PeerCard:
+    out = peers_pb2.PeerCard(workspace_id=card.workspace_id, observer_id=card.observer_id,
+                             observed_id=card.observed_id, entries=list(card.entries))
+    if card.updated_at is not None:
+        out.updated_at.CopyFrom(ts(card.updated_at))
+    return out

@@ -15,7 +15,7 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from services.api import convert as c
-from services.api import observation_reads, observation_writes, reads, writes
+from services.api import cards, observation_reads, observation_writes, reads, writes
 from services.api.context import ApiContext
 
 
@@ -64,6 +64,18 @@ class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
             request.consistency.consistency_token,
         )
         return peers_pb2.ListPeersResponse(peers=[c.peer(r) for r in page.items], next_page_token=page.next_token)
+
+    async def GetPeerCard(self, request, context):
+        return c.peer_card(await cards.get_peer_card(
+            self.ctx, request.workspace_id, request.observer_id, request.observed_id,
+            request.consistency.consistency_token,
+        ))
+
+    async def SetPeerCard(self, request, context):
+        card, token = await cards.set_peer_card(
+            self.ctx, request.workspace_id, request.observer_id, request.observed_id, list(request.entries)
+        )
+        return peers_pb2.SetPeerCardResponse(card=c.peer_card(card), consistency_token=token)
 
 
 class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):

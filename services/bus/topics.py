@@ -20,6 +20,7 @@ from services.events import (
     ObservationReinforced,
     ObservationRejected,
     ObservationSuperseded,
+    PeerCardUpdated,
     SummaryDeadLettered,
     SummaryUpdated,
     MemberLeft,
@@ -69,7 +70,7 @@ OBSERVATIONS = TopicSpec(
     key="workspace/observer/observed",
     # one partition holds a pair's whole store history, in order
     events=(ObservationAdded, ObservationReinforced, ObservationSuperseded, ObservationDeleted,
-            ObservationRejected, DerivationStarted, BatchDerived),
+            ObservationRejected, DerivationStarted, BatchDerived, PeerCardUpdated),
 )
 SUMMARIES = TopicSpec(
     name="summaries",

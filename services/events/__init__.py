@@ -11,6 +11,7 @@ from services.events.base import (
     event_types,
     new_event_id,
 )
+from services.events.cards import PeerCardUpdated
 from services.events.lifecycle import (
     MemberJoined,
     MemberLeft,
@@ -59,6 +60,7 @@ __all__ = [
     "MemberJoined",
     "MemberLeft",
     "MessageAppended",
+    "PeerCardUpdated",
     "PeerConfigured",
     "PeerCreated",
     "ProducerInfo",

@@ -11,6 +11,52 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class PeerCard(_message.Message):
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "entries", "updated_at")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    observer_id: str
+    observed_id: str
+    entries: _containers.RepeatedScalarFieldContainer[str]
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., entries: _Optional[_Iterable[str]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetPeerCardRequest(_message.Message):
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "consistency")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    observer_id: str
+    observed_id: str
+    consistency: _common_pb2.ReadConsistency
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+
+class SetPeerCardRequest(_message.Message):
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "entries")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    observer_id: str
+    observed_id: str
+    entries: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., entries: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SetPeerCardResponse(_message.Message):
+    __slots__ = ("card", "consistency_token")
+    CARD_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    card: PeerCard
+    consistency_token: str
+    def __init__(self, card: _Optional[_Union[PeerCard, _Mapping]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
+
 class Peer(_message.Message):
     __slots__ = ("workspace_id", "peer_id", "observe_me", "metadata", "created_at")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]

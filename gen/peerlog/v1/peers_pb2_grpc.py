@@ -50,6 +50,16 @@ class PeerServiceStub:
                 request_serializer=peerlog_dot_v1_dot_peers__pb2.ListPeersRequest.SerializeToString,
                 response_deserializer=peerlog_dot_v1_dot_peers__pb2.ListPeersResponse.FromString,
                 _registered_method=True)
+        self.GetPeerCard = channel.unary_unary(
+                '/peerlog.v1.PeerService/GetPeerCard',
+                request_serializer=peerlog_dot_v1_dot_peers__pb2.GetPeerCardRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_peers__pb2.PeerCard.FromString,
+                _registered_method=True)
+        self.SetPeerCard = channel.unary_unary(
+                '/peerlog.v1.PeerService/SetPeerCard',
+                request_serializer=peerlog_dot_v1_dot_peers__pb2.SetPeerCardRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_peers__pb2.SetPeerCardResponse.FromString,
+                _registered_method=True)
 
 
 class PeerServiceServicer:
@@ -78,6 +88,21 @@ class PeerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPeerCard(self, request, context):
+        """The peer card of a pair: stable facts `observer_id` holds about `observed_id`. Empty if none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetPeerCard(self, request, context):
+        """Replaces a pair's peer card (recorded as a PeerCardUpdated event). INVALID_ARGUMENT for an
+        entry without a known prefix, over 200 characters, or more than 40 entries.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -95,6 +120,16 @@ def add_PeerServiceServicer_to_server(servicer, server):
                     servicer.ListPeers,
                     request_deserializer=peerlog_dot_v1_dot_peers__pb2.ListPeersRequest.FromString,
                     response_serializer=peerlog_dot_v1_dot_peers__pb2.ListPeersResponse.SerializeToString,
+            ),
+            'GetPeerCard': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPeerCard,
+                    request_deserializer=peerlog_dot_v1_dot_peers__pb2.GetPeerCardRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_peers__pb2.PeerCard.SerializeToString,
+            ),
+            'SetPeerCard': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetPeerCard,
+                    request_deserializer=peerlog_dot_v1_dot_peers__pb2.SetPeerCardRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_peers__pb2.SetPeerCardResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -179,6 +214,60 @@ class PeerService:
             '/peerlog.v1.PeerService/ListPeers',
             peerlog_dot_v1_dot_peers__pb2.ListPeersRequest.SerializeToString,
             peerlog_dot_v1_dot_peers__pb2.ListPeersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPeerCard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peerlog.v1.PeerService/GetPeerCard',
+            peerlog_dot_v1_dot_peers__pb2.GetPeerCardRequest.SerializeToString,
+            peerlog_dot_v1_dot_peers__pb2.PeerCard.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetPeerCard(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peerlog.v1.PeerService/SetPeerCard',
+            peerlog_dot_v1_dot_peers__pb2.SetPeerCardRequest.SerializeToString,
+            peerlog_dot_v1_dot_peers__pb2.SetPeerCardResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,49 @@
+"""Peer cards: read and replace a pair's card (each replacement is a PeerCardUpdated event)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from projections import queries
+from services.api.context import ApiContext
+from services.api.writes import commit, require_peers
+from services.errors import InvalidArgument
+from services.events import PeerCardUpdated
+from services.events.cards import card_problems
+
+
+@dataclass(frozen=True)
+class Card:
+    workspace_id: str
+    observer_id: str
+    observed_id: str
+    entries: tuple[str, ...]
+    updated_at: datetime | None
+
+
+async def get_peer_card(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, token: str) -> Card:
+    await ctx.freshness.wait(token)
+    observed_id = observed_id or observer_id
+    await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
+    async with ctx.engine.connect() as conn:
+        row = await queries.peer_card(conn, workspace_id, observer_id, observed_id)
+    if row is None:
+        return Card(workspace_id, observer_id, observed_id, (), None)
+    return Card(workspace_id, observer_id, observed_id, tuple(row["entries"]), row["updated_at"])
+
+
+async def set_peer_card(
+    ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, entries: Sequence[str]
+) -> tuple[Card, str]:
+    """Replace the pair's card; waits until it is readable, returns it and the consistency token."""
+    observed_id = observed_id or observer_id
+    problems = card_problems(entries)
+    if problems:
+        raise InvalidArgument("invalid peer card: " + "; ".join(problems))
+    await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
+    event = PeerCardUpdated(workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id,
+                            entries=tuple(entries), producer=ctx.producer)
+    token = await commit(ctx, [event])
+    return await get_peer_card(ctx, workspace_id, observer_id, observed_id, ""), token

@@ -1,0 +1,38 @@
+"""Peer cards: a short list of stable facts about the observed peer, per pair."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from services.events.base import Event
+from services.events.perception import PAIR_KEY
+
+CARD_PREFIXES = ("IDENTITY:", "ATTRIBUTE:", "RELATIONSHIP:", "INSTRUCTION:")
+MAX_ENTRIES = 40
+MAX_ENTRY_CHARS = 200
+
+
+class PeerCardUpdated(Event):
+    """The pair's peer card now reads `entries` (the whole card, not a diff)."""
+
+    key_fields: ClassVar[tuple[str, ...]] = PAIR_KEY
+
+    observer_id: str
+    observed_id: str
+    entries: tuple[str, ...]
+
+
+def card_problems(entries: Sequence[str]) -> list[str]:
+    """Why `entries` is not a valid card (empty list: it is)."""
+    problems = []
+    if len(entries) > MAX_ENTRIES:
+        problems.append(f"a card holds at most {MAX_ENTRIES} entries, got {len(entries)}")
+    for i, entry in enumerate(entries):
+        if not entry.startswith(CARD_PREFIXES):
+            problems.append(f"entries[{i}] {entry[:40]!r} must start with one of {', '.join(CARD_PREFIXES)}")
+        elif not entry.split(":", 1)[1].strip():
+            problems.append(f"entries[{i}] has nothing after its prefix")
+        if len(entry) > MAX_ENTRY_CHARS:
+            problems.append(f"entries[{i}] has {len(entry)} characters; the limit is {MAX_ENTRY_CHARS}")
+    return problems

@@ -1,0 +1,62 @@
+"""Peer cards are set and read per pair, validated, and kept as events."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from peerlog.v1 import peers_pb2
+from services.bus.topics import OBSERVATIONS
+from services.events import PeerCardUpdated
+from tests.support.client import Client
+from tests.support.log import read_events
+
+
+def set_card(c: Client, entries, observer="alice", observed="bob", workspace="w"):
+    return c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
+        workspace_id=workspace, observer_id=observer, observed_id=observed, entries=entries))
+
+
+def get_card(c: Client, observer="alice", observed="bob", token=""):
+    from peerlog.v1 import common_pb2
+
+    return c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(
+        workspace_id="w", observer_id=observer, observed_id=observed,
+        consistency=common_pb2.ReadConsistency(consistency_token=token)))
+
+
+async def test_a_card_is_set_per_pair_and_the_latest_version_is_read(channel, settings):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    assert list((await get_card(c)).entries) == []
+    await set_card(c, ["IDENTITY: Bob, a nurse in Oslo"])
+    second = await set_card(c, ["IDENTITY: Bob, a nurse in Oslo", "ATTRIBUTE: allergic to peanuts"])
+    got = await get_card(c, token=second.consistency_token)
+    assert list(got.entries) == ["IDENTITY: Bob, a nurse in Oslo", "ATTRIBUTE: allergic to peanuts"]
+    assert got.HasField("updated_at")
+    assert list((await get_card(c, observer="bob", observed="")).entries) == []  # bob's own card is separate
+    events = read_events(settings, OBSERVATIONS, lambda evs: len(evs) >= 2)
+    assert [len(e.entries) for e in events if isinstance(e, PeerCardUpdated)] == [1, 2]
+
+
+@pytest.mark.parametrize("entries, phrase", [
+    (["likes tea"], "must start with one of IDENTITY:"),
+    (["ATTRIBUTE: " + "x" * 200], "the limit is 200"),
+    ([f"ATTRIBUTE: fact {i}" for i in range(41)], "at most 40 entries"),
+    (["INSTRUCTION:   "], "nothing after its prefix"),
+])
+async def test_invalid_cards_are_refused_with_the_rule_and_nothing_is_written(channel, entries, phrase):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await set_card(c, entries)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and phrase in err.value.details()
+    assert list((await get_card(c)).entries) == []
+
+
+async def test_a_card_for_an_unknown_peer_is_not_found(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await set_card(c, ["IDENTITY: ghost"], observed="ghost")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "ghost" in err.value.details()
