@@ -212,6 +212,14 @@ async def list_observations(
     return (await conn.execute(stmt.order_by(*order).limit(limit))).mappings().all()
 
 
+async def most_reinforced(conn: AsyncConnection, where: ObservationFilter, limit: int) -> Sequence[RowMapping]:
+    """A pair's most-derived observations (times_derived, then newest), most first."""
+    c = observations.c
+    stmt = (select(*_OBSERVATION_COLUMNS).where(*where.where())
+            .order_by(c.times_derived.desc(), c.created_at.desc(), c.observation_id).limit(limit))
+    return (await conn.execute(stmt)).mappings().all()
+
+
 async def nearest_observations(
     conn: AsyncConnection, where: ObservationFilter, vector: Sequence[float], limit: int,
     max_distance: float | None,

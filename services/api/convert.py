@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from sqlalchemy import RowMapping
 
-from peerlog.v1 import messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2
+from peerlog.v1 import context_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2
 from projections.queries import ObservationFilter, StatusScope
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
+from services.api import context_reads
 from services.api.reads import SessionView
 from services.api.writes import MemberSpec, NewMessage
 from services.errors import InvalidArgument
@@ -203,3 +204,38 @@ def peer_card(card) -> peers_pb2.PeerCard:
     if card.updated_at is not None:
         out.updated_at.CopyFrom(ts(card.updated_at))
     return out
+
+
+def context_query(r) -> context_reads.ContextQuery:
+    return context_reads.ContextQuery(
+        workspace_id=r.workspace_id, session_id=r.session_id, token_budget=r.token_budget,
+        include_summary=r.include_summary if r.HasField("include_summary") else True,
+        observer_id=r.observer_id, target_id=r.target_id, search_query=r.search_query,
+        search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
+        include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
+        max_observations=r.max_observations,
+    )
+
+
+def _chat(packed, assistant: str) -> list:
+    out = [context_pb2.ChatMessage(role="system", content=text)
+           for text in (packed.representation, "\n".join(packed.card), packed.summary) if text]
+    for m in packed.messages:
+        role = "assistant" if m.peer_id == assistant else "user"
+        out.append(context_pb2.ChatMessage(role=role, content=m.content, name=m.peer_id))
+    return out
+
+
+def context_response(packed, assistant: str) -> context_pb2.GetContextResponse:
+    t = packed.tokens
+    return context_pb2.GetContextResponse(
+        observations=[context_pb2.ContextObservation(observation_id=o.observation_id, level=o.level, content=o.content)
+                      for o in packed.observations],
+        representation=packed.representation, peer_card=list(packed.card), summary_kind=packed.summary_kind,
+        summary=packed.summary,
+        messages=[context_pb2.ContextMessage(message_id=m.message_id, peer_id=m.peer_id, content=m.content)
+                  for m in packed.messages],
+        tokens=context_pb2.TokenCounts(representation=t["representation"], card=t["card"], summary=t["summary"],
+                                       messages=t["messages"], total=t["total"]),
+        chat_messages=_chat(packed, assistant) if assistant else [],
+    )

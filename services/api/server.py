@@ -13,6 +13,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from peerlog.v1 import (
+    context_pb2,
+    context_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -29,6 +31,7 @@ from services.api.context import ApiContext
 from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
 from services.api.servicers import (
+    ContextServicer,
     MessageServicer,
     ObservationServicer,
     PeerServicer,
@@ -42,6 +45,7 @@ from services.settings import Settings
 log = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
+    context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name,
     workspaces_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].full_name,
     peers_pb2.DESCRIPTOR.services_by_name["PeerService"].full_name,
     sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
@@ -70,6 +74,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
     peers_pb2_grpc.add_PeerServiceServicer_to_server(PeerServicer(ctx), server)
     sessions_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(ctx), server)
     messages_pb2_grpc.add_MessageServiceServicer_to_server(MessageServicer(ctx), server)
+    context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(ctx), server)
     observations_pb2_grpc.add_ObservationServiceServicer_to_server(ObservationServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from peerlog.v1 import (
+    context_pb2,
+    context_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -15,7 +17,7 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from services.api import convert as c
-from services.api import cards, observation_reads, observation_writes, reads, writes
+from services.api import cards, context_reads, observation_reads, observation_writes, reads, writes
 from services.api.context import ApiContext
 
 
@@ -195,3 +197,13 @@ class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
             self.ctx, c.status_scope(request), request.consistency.consistency_token
         )
         return c.processing_status(status)
+
+
+class ContextServicer(context_pb2_grpc.ContextServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def GetContext(self, request, context):
+        packed = await context_reads.get_context(self.ctx, c.context_query(request),
+                                                 request.consistency.consistency_token)
+        return c.context_response(packed, request.assistant_peer_id)

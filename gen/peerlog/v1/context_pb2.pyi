@@ -1,0 +1,102 @@
+from peerlog.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetContextRequest(_message.Message):
+    __slots__ = ("workspace_id", "session_id", "token_budget", "include_summary", "observer_id", "target_id", "search_query", "search_top_k", "search_max_distance", "include_most_reinforced", "max_observations", "assistant_peer_id", "consistency")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ID_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_QUERY_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_TOP_K_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_MAX_DISTANCE_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_MOST_REINFORCED_FIELD_NUMBER: _ClassVar[int]
+    MAX_OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    ASSISTANT_PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    session_id: str
+    token_budget: int
+    include_summary: bool
+    observer_id: str
+    target_id: str
+    search_query: str
+    search_top_k: int
+    search_max_distance: float
+    include_most_reinforced: bool
+    max_observations: int
+    assistant_peer_id: str
+    consistency: _common_pb2.ReadConsistency
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., token_budget: _Optional[int] = ..., include_summary: _Optional[bool] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., search_query: _Optional[str] = ..., search_top_k: _Optional[int] = ..., search_max_distance: _Optional[float] = ..., include_most_reinforced: _Optional[bool] = ..., max_observations: _Optional[int] = ..., assistant_peer_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+
+class ContextObservation(_message.Message):
+    __slots__ = ("observation_id", "level", "content")
+    OBSERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    observation_id: str
+    level: str
+    content: str
+    def __init__(self, observation_id: _Optional[str] = ..., level: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class ContextMessage(_message.Message):
+    __slots__ = ("message_id", "peer_id", "content")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    peer_id: str
+    content: str
+    def __init__(self, message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class ChatMessage(_message.Message):
+    __slots__ = ("role", "content", "name")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    name: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class TokenCounts(_message.Message):
+    __slots__ = ("representation", "card", "summary", "messages", "total")
+    REPRESENTATION_FIELD_NUMBER: _ClassVar[int]
+    CARD_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    representation: int
+    card: int
+    summary: int
+    messages: int
+    total: int
+    def __init__(self, representation: _Optional[int] = ..., card: _Optional[int] = ..., summary: _Optional[int] = ..., messages: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+
+class GetContextResponse(_message.Message):
+    __slots__ = ("observations", "representation", "peer_card", "summary_kind", "summary", "messages", "tokens", "chat_messages")
+    OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    REPRESENTATION_FIELD_NUMBER: _ClassVar[int]
+    PEER_CARD_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_KIND_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CHAT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    observations: _containers.RepeatedCompositeFieldContainer[ContextObservation]
+    representation: str
+    peer_card: _containers.RepeatedScalarFieldContainer[str]
+    summary_kind: str
+    summary: str
+    messages: _containers.RepeatedCompositeFieldContainer[ContextMessage]
+    tokens: TokenCounts
+    chat_messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    def __init__(self, observations: _Optional[_Iterable[_Union[ContextObservation, _Mapping]]] = ..., representation: _Optional[str] = ..., peer_card: _Optional[_Iterable[str]] = ..., summary_kind: _Optional[str] = ..., summary: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., tokens: _Optional[_Union[TokenCounts, _Mapping]] = ..., chat_messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...

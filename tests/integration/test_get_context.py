@@ -1,0 +1,63 @@
+"""GetContext packs representation, card, summary and recent messages within the token budget."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2
+from services.llm.tokens import count_tokens
+from tests.support.client import Client
+
+
+def ask(channel, **kw) -> context_pb2.GetContextResponse:
+    return context_pb2_grpc.ContextServiceStub(channel).GetContext(context_pb2.GetContextRequest(**kw))
+
+
+@pytest.fixture
+async def convo(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    token = ""
+    for i in range(30):
+        token = (await c.add("w", "s", [("alice" if i % 2 else "bob", f"turn {i}: " + "talk " * 10)])).consistency_token
+    made = await c.create_observations("w", "alice", "bob", ["Bob lives in Oslo", "Bob keeps bees", "Bob is a nurse"])
+    card = await c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
+        workspace_id="w", observer_id="alice", observed_id="bob", entries=["IDENTITY: Bob, a nurse"]))
+    await c.list_messages("w", "s", token)
+    await c.all_observations("w", "alice", "bob", made.consistency_token)
+    return c, card.consistency_token
+
+
+async def test_a_generous_budget_gets_everything_in_order_and_counts_it_exactly(channel, convo):
+    _, token = convo
+    out = await ask(channel, workspace_id="w", session_id="s", token_budget=5000, observer_id="alice",
+                    target_id="bob", search_query="where does bob live", consistency={"consistency_token": token})
+    assert {o.content for o in out.observations} == {"Bob lives in Oslo", "Bob keeps bees", "Bob is a nurse"}
+    assert list(out.peer_card) == ["IDENTITY: Bob, a nurse"]
+    assert [m.content.split(":")[0] for m in out.messages] == [f"turn {i}" for i in range(30)]
+    parts = (count_tokens(out.representation) + count_tokens("\n".join(out.peer_card))
+             + sum(count_tokens(f"{m.peer_id}: {m.content}") for m in out.messages))
+    assert out.tokens.total == parts <= 5000
+
+
+@pytest.mark.parametrize("budget", [1, 5, 20, 60, 150, 400])
+async def test_small_budgets_are_never_exceeded_and_keep_the_newest_messages(channel, convo, budget):
+    out = await ask(channel, workspace_id="w", session_id="s", token_budget=budget, observer_id="alice", target_id="bob")
+    assert out.tokens.total <= budget
+    if out.messages:
+        assert out.messages[-1].content.startswith("turn 29")
+
+
+async def test_chat_rendering_puts_the_assistant_peer_turns_as_assistant(channel, convo):
+    out = await ask(channel, workspace_id="w", session_id="s", token_budget=2000, observer_id="alice",
+                    target_id="bob", assistant_peer_id="alice")
+    roles = [(m.role, m.name) for m in out.chat_messages if m.role != "system"]
+    assert roles[-1] == ("assistant", "alice") and ("user", "bob") in roles
+    assert out.chat_messages[0].role == "system" and "Bob" in out.chat_messages[0].content
+
+
+async def test_a_budget_over_the_limit_is_invalid_argument(channel, convo):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await ask(channel, workspace_id="w", session_id="s", token_budget=100_001)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "token_budget" in err.value.details()
