@@ -113,12 +113,30 @@ async def show_memory(api: Api) -> None:
             f"model {summaries.short_summary.model}):\n  {summaries.short_summary.content}")
 
 
-async def run(port: int) -> None:
+def show_rejections(database_url: str) -> None:
+    """What the grounding check refused: a small model often paraphrases where it must quote."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT content, reason FROM peerlog.rejected_observations "
+                                     "WHERE workspace_id = :w ORDER BY rejected_at LIMIT 5"), {"w": WS}).all()
+    finally:
+        engine.dispose()
+    if rows:
+        say(f"\nProposals the grounding check rejected (first {len(rows)}):")
+        for content, reason in rows:
+            say(f"  - {content}\n      {reason[:160]}")
+
+
+async def run(port: int, database_url: str) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         api = Api(channel)
         await converse(api)
         await wait_for_memory(api)
         await show_memory(api)
+    show_rejections(database_url)
 
 
 @contextmanager
@@ -152,7 +170,7 @@ def run_demo(root: Path) -> None:
         say("Starting the local stack (first run resolves Kafka's jars and may take a minute)…")
         state = up(root, progress=lambda line: say(f"  {line}"), model_env={**model_env, **DEMO_SETTINGS})
         try:
-            asyncio.run(run(state.api_port))
+            asyncio.run(run(state.api_port, state.database_url))
         finally:
             say("\nStopping the local stack…")
             down(root, progress=lambda line: say(f"  {line}"))
