@@ -80,3 +80,25 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     lines = [Line(r["message_id"], r["peer_id"], r["content"]) for r in recent]
     short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
     return pack(q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary)
+
+
+LEVELS = ("explicit", "deductive", "inductive", "contradiction")
+
+
+def representation_markdown(observations) -> str:
+    """One section per level that has observations, each a list in time order."""
+    sections = []
+    for level in LEVELS:
+        items = [o for o in observations if o.level == level]
+        if items:
+            sections.append(f"## {level.capitalize()}\n" + "\n".join(f"- {o.content}" for o in items))
+    return "\n\n".join(sections)
+
+
+async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> list[Obs]:
+    """The working representation of (observer, target), in time order."""
+    await ctx.freshness.wait(token)
+    q = _check(q)
+    target = q.target_id or q.observer_id
+    await require_peers(ctx, q.workspace_id, observer_id=q.observer_id, target_id=target)
+    return sorted(await _ranked(ctx, q, q.observer_id, target), key=lambda o: o.created_key)

@@ -239,3 +239,20 @@ def context_response(packed, assistant: str) -> context_pb2.GetContextResponse:
                                        messages=t["messages"], total=t["total"]),
         chat_messages=_chat(packed, assistant) if assistant else [],
     )
+
+
+def representation_query(r) -> context_reads.ContextQuery:
+    return context_reads.ContextQuery(
+        workspace_id=r.workspace_id, session_id="", observer_id=r.observer_id, target_id=r.target_id,
+        search_query=r.search_query, search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
+        include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
+        max_observations=r.max_observations,
+    )
+
+
+def representation_response(observations) -> context_pb2.GetRepresentationResponse:
+    return context_pb2.GetRepresentationResponse(
+        observations=[context_pb2.ContextObservation(observation_id=o.observation_id, level=o.level, content=o.content)
+                      for o in observations],
+        markdown=context_reads.representation_markdown(observations),
+    )

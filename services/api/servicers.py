@@ -207,3 +207,8 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         packed = await context_reads.get_context(self.ctx, c.context_query(request),
                                                  request.consistency.consistency_token)
         return c.context_response(packed, request.assistant_peer_id)
+
+    async def GetRepresentation(self, request, context):
+        observations = await context_reads.get_representation(
+            self.ctx, c.representation_query(request), request.consistency.consistency_token)
+        return c.representation_response(observations)

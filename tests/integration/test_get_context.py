@@ -61,3 +61,19 @@ async def test_a_budget_over_the_limit_is_invalid_argument(channel, convo):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await ask(channel, workspace_id="w", session_id="s", token_budget=100_001)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "token_budget" in err.value.details()
+
+
+async def test_the_representation_is_in_time_order_with_markdown_by_level(channel, convo):
+    c, token = convo
+    out = await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(context_pb2.GetRepresentationRequest(
+        workspace_id="w", observer_id="alice", target_id="bob", search_query="bees",
+        consistency={"consistency_token": token}))
+    assert [o.content for o in out.observations] == ["Bob lives in Oslo", "Bob keeps bees", "Bob is a nurse"]
+    assert out.markdown.startswith("## Explicit\n- Bob lives in Oslo")
+
+
+async def test_a_representation_of_an_unknown_peer_is_not_found(channel, convo):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(context_pb2.GetRepresentationRequest(
+            workspace_id="w", observer_id="alice", target_id="ghost"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "ghost" in err.value.details()

@@ -7,6 +7,36 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class GetRepresentationRequest(_message.Message):
+    __slots__ = ("workspace_id", "observer_id", "target_id", "search_query", "search_top_k", "search_max_distance", "include_most_reinforced", "max_observations", "consistency")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ID_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_QUERY_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_TOP_K_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_MAX_DISTANCE_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_MOST_REINFORCED_FIELD_NUMBER: _ClassVar[int]
+    MAX_OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    observer_id: str
+    target_id: str
+    search_query: str
+    search_top_k: int
+    search_max_distance: float
+    include_most_reinforced: bool
+    max_observations: int
+    consistency: _common_pb2.ReadConsistency
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., search_query: _Optional[str] = ..., search_top_k: _Optional[int] = ..., search_max_distance: _Optional[float] = ..., include_most_reinforced: _Optional[bool] = ..., max_observations: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+
+class GetRepresentationResponse(_message.Message):
+    __slots__ = ("observations", "markdown")
+    OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    MARKDOWN_FIELD_NUMBER: _ClassVar[int]
+    observations: _containers.RepeatedCompositeFieldContainer[ContextObservation]
+    markdown: str
+    def __init__(self, observations: _Optional[_Iterable[_Union[ContextObservation, _Mapping]]] = ..., markdown: _Optional[str] = ...) -> None: ...
+
 class GetContextRequest(_message.Message):
     __slots__ = ("workspace_id", "session_id", "token_budget", "include_summary", "observer_id", "target_id", "search_query", "search_top_k", "search_max_distance", "include_most_reinforced", "max_observations", "assistant_peer_id", "consistency")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]

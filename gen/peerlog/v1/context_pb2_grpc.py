@@ -40,6 +40,11 @@ class ContextServiceStub:
                 request_serializer=peerlog_dot_v1_dot_context__pb2.GetContextRequest.SerializeToString,
                 response_deserializer=peerlog_dot_v1_dot_context__pb2.GetContextResponse.FromString,
                 _registered_method=True)
+        self.GetRepresentation = channel.unary_unary(
+                '/peerlog.v1.ContextService/GetRepresentation',
+                request_serializer=peerlog_dot_v1_dot_context__pb2.GetRepresentationRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_context__pb2.GetRepresentationResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -56,6 +61,15 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRepresentation(self, request, context):
+        """The working representation of (observer, target): up to `max_observations` made of a semantic
+        slice for `search_query`, a most-reinforced slice and the most recent for the rest,
+        de-duplicated and ordered by time; structured and as markdown grouped by level.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -63,6 +77,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.GetContext,
                     request_deserializer=peerlog_dot_v1_dot_context__pb2.GetContextRequest.FromString,
                     response_serializer=peerlog_dot_v1_dot_context__pb2.GetContextResponse.SerializeToString,
+            ),
+            'GetRepresentation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRepresentation,
+                    request_deserializer=peerlog_dot_v1_dot_context__pb2.GetRepresentationRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_context__pb2.GetRepresentationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -93,6 +112,33 @@ class ContextService:
             '/peerlog.v1.ContextService/GetContext',
             peerlog_dot_v1_dot_context__pb2.GetContextRequest.SerializeToString,
             peerlog_dot_v1_dot_context__pb2.GetContextResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRepresentation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peerlog.v1.ContextService/GetRepresentation',
+            peerlog_dot_v1_dot_context__pb2.GetRepresentationRequest.SerializeToString,
+            peerlog_dot_v1_dot_context__pb2.GetRepresentationResponse.FromString,
             options,
             channel_credentials,
             insecure,
