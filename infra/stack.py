@@ -52,7 +52,6 @@ class StackState:
             "PEERLOG_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "PEERLOG_DATABASE_URL": self.database_url,
             "PEERLOG_API_PORT": str(self.api_port),
-            "PEERLOG_WORKER_DATA_DIR": str(Path(self.root) / "worker"),
             **self.model_env,
         }
 

@@ -11,12 +11,13 @@ import logging
 import threading
 from datetime import UTC, datetime
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from sqlalchemy import Engine, select
 
 from projections.apply import Applied, Record, apply_batch, stored_offsets
 from projections.db import create_schema, sync_engine
 from projections.schema import projection_meta
+from services.bus.runner import usable
 from services.bus.topics import ALL_TOPICS
 from services.settings import Settings
 
@@ -84,7 +85,7 @@ class Projector:
 
     def _step(self) -> None:
         msgs = self._poll()
-        records = [to_record(m) for m in msgs if not _is_noise(m)]
+        records = [to_record(m) for m in msgs if usable(m)]
         if records:
             result = self._apply(records)
             if result is not None:
@@ -136,15 +137,6 @@ class Projector:
                 TopicPartition(p.topic, p.partition, done.get((p.topic, p.partition), OFFSET_BEGINNING))
             )
         log.info("projection schema was swapped; rewound to its stored offsets")
-
-
-def _is_noise(msg: Message) -> bool:
-    err = msg.error()
-    if err is None:
-        return False
-    if err.code() != KafkaError._PARTITION_EOF:
-        log.warning("consumer error: %s", err)
-    return True
 
 
 def run_in_thread(settings: Settings) -> tuple[Projector, threading.Thread]:

@@ -72,7 +72,6 @@ class WorkerSettings(BaseSettings):
     processors: str = Field("router,deriver,summarizer", description="comma-separated processors this worker runs")
     deriver_instances: int = Field(4, ge=1, description="deriver group members in this worker: model calls of "
                                    "different partitions overlap, each in its own transaction")
-    data_dir: str = Field(".peerlog/worker", description="local scratch directory")
     metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics (model tokens, calls) on this port (0: off)")
 
     def app_id_for(self, topic_prefix: str) -> str:

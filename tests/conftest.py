@@ -102,7 +102,6 @@ def start_worker(settings, tmp_path, model_server):
     def start(processors: str = "router,deriver,summarizer", **env: str) -> Worker:
         base = {
             "PEERLOG_WORKER_PROCESSORS": processors,
-            "PEERLOG_WORKER_DATA_DIR": str(tmp_path / f"faust-{len(started)}"),
             "PEERLOG_LLM_BASE_URL": model_server.base_url,
             "PEERLOG_LLM_MODEL": "test-model",
             "PEERLOG_LLM_TIMEOUT_S": "5",

@@ -101,7 +101,7 @@ class Runner:
         next_tick = time.monotonic() + self.tick_s
         while not self._stop.is_set():
             msgs = await loop.run_in_executor(self._io, self.consumer.consume, self.processor.max_batch, 0.05)
-            records = [m for m in msgs if _usable(m)]
+            records = [m for m in msgs if usable(m)]
             if records:
                 await self._transact(loop, records)
             if self.tick and time.monotonic() >= next_tick:
@@ -183,7 +183,8 @@ class Runner:
                 "transaction.timeout.ms": 900_000}
 
 
-def _usable(msg: Message) -> bool:
+def usable(msg: Message) -> bool:
+    """True for a record; logs a consumer error (end-of-partition notices are not errors)."""
     err = msg.error()
     if err is None:
         return True

@@ -1,4 +1,4 @@
-"""The deriver's per-pair state as stored in its Faust tables (JSON), and the recent-observation cache."""
+"""The deriver's per-pair state as stored in its changelog (JSON), and the recent-observation cache."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""The Faust worker that hosts the stream processors."""
+"""The worker process that hosts the stream processors (`peerlog worker`)."""
