@@ -37,12 +37,12 @@ class DeriverProcessor:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.deriver
-        emitter = Emitter(settings.kafka, "peerlog-deriver")
+        # one side producer for progress markers and clock ticks: both must be visible at once
+        self.emitter = Emitter(settings.kafka, "peerlog-deriver")
         store = ObservationStore(create_async_engine(settings.database.url, pool_size=8),
                                  settings.database.schema_name)
         self.deriver = Deriver(settings.deriver, ModelClient("deriver", settings.llm.stage("deriver")),
-                               make_embedder(settings.embedding), store, emitter.emit)
-        self.ticks = Emitter(settings.kafka, "peerlog-deriver-clock")
+                               make_embedder(settings.embedding), store, self.emitter.emit)
 
     async def handle(self, get: Get, event: Event) -> Step:
         if not isinstance(event, MessagePerceived | DerivationDue):
@@ -58,8 +58,8 @@ class DeriverProcessor:
             pair = Pair(event.workspace_id, event.observer_id, event.observed_id)
             outcome = await self.deriver.derive(pair, window, recent, event.event_id)
             events += outcome.events
-            recent = [k for k in outcome.recent if k.observation_id not in outcome.superseded]
-            states[event.key + RECENT] = dump_recent(recent, self.settings.recent_cache, outcome.superseded)
+            recent = outcome.recent
+            states[event.key + RECENT] = dump_recent(recent, self.settings.recent_cache)
         states[event.key] = batching.model_dump(mode="json")
         return Step(events, states)
 
@@ -74,7 +74,7 @@ class DeriverProcessor:
             ticks.append(DerivationDue(workspace_id=workspace, observer_id=observer, observed_id=observed,
                                        producer=CLOCK))
         if ticks:
-            await self.ticks.emit(ticks)
+            await self.emitter.emit(ticks)
 
 
 def build(settings: Settings):

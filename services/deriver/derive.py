@@ -37,8 +37,7 @@ VERSION = "0.1.0"
 @dataclass(frozen=True)
 class Outcome:
     events: list[Event]
-    recent: list[Known]
-    superseded: set[str]
+    recent: list[Known]  # the pair's recent live observations after this batch, oldest first
 
 
 def new_id() -> str:
@@ -68,7 +67,7 @@ class Deriver:
             log.warning("batch %s dead-lettered: %s", bid, exc)
             attempts = getattr(exc, "attempts", None) or self.model.settings.max_retries + 1
             return Outcome([DerivationDeadLettered(producer=self.producer(), error=str(exc)[:4000],
-                                                   attempts=max(1, attempts), **base)], recent, set())
+                                                   attempts=max(1, attempts), **base)], recent)
         return await self._judge(pair, window, recent, completion, base, started)
 
     async def _judge(self, pair, window, recent, completion, base, started) -> Outcome:
@@ -86,4 +85,5 @@ class Deriver:
                             completion_tokens=completion.usage.completion_tokens,
                             duration_ms=int((time.monotonic() - started) * 1000), **base)
         superseded = {e.observation_id for e in verdicts.events if isinstance(e, ObservationSuperseded)}
-        return Outcome([*verdicts.events, done], [*recent, *verdicts.new_known], superseded)
+        live = [k for k in [*recent, *verdicts.new_known] if k.observation_id not in superseded]
+        return Outcome([*verdicts.events, done], live)

@@ -30,8 +30,8 @@ def load_recent(raw: dict | None) -> list[Known]:
     return [Known(i["id"], Level(i["level"]), i["key"], i["session"], _unpack(i["emb"])) for i in items]
 
 
-def dump_recent(known: Sequence[Known], keep: int, superseded: set[str]) -> dict:
-    """The newest `keep` live observations, oldest first."""
-    live = [k for k in known if k.observation_id not in superseded][-keep:] if keep else []
+def dump_recent(known: Sequence[Known], keep: int) -> dict:
+    """The newest `keep` observations, oldest first."""
+    live = list(known)[-keep:] if keep else []
     return {"items": [{"id": k.observation_id, "level": k.level.value, "key": k.normalised,
                        "session": k.session_id, "emb": _pack(k.embedding)} for k in live]}

@@ -28,9 +28,9 @@ def build_runners(settings: Settings) -> list[Runner]:
     for name in w.processor_names():
         if name not in PROCESSORS:
             raise ValueError(f"unknown processor {name!r}; choose from {', '.join(PROCESSORS)}")
-        instances = w.deriver_instances if name == "deriver" else 1
-        for _ in range(instances):
-            processor, tick = importlib.import_module(PROCESSORS[name]).build(settings)
+        # members share one processor (model client, embedder, pool); each runner keeps its own state
+        processor, tick = importlib.import_module(PROCESSORS[name]).build(settings)
+        for _ in range(w.deriver_instances if name == "deriver" else 1):
             runners.append(Runner(settings.kafka, w.app_id_for(settings.kafka.topic_prefix), processor,
                                   tick=tick, tick_s=settings.deriver.tick_s))
     return runners
