@@ -7,12 +7,14 @@ answering, so the next call can rely on them; AddMessages answers at the durable
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import uuid6
 from sqlalchemy import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import queries
 from services.api import validation as v
@@ -70,12 +72,25 @@ async def require_workspace(ctx: ApiContext, workspace_id: str) -> RowMapping:
     return row
 
 
-async def require_session(ctx: ApiContext, workspace_id: str, session_id: str) -> RowMapping:
+@asynccontextmanager
+async def _connection(ctx: ApiContext, conn: AsyncConnection | None):
+    """`conn` if the caller has one open, else a new connection for this block."""
+    if conn is not None:
+        yield conn
+    else:
+        async with ctx.engine.connect() as fresh:
+            yield fresh
+
+
+async def require_session(
+    ctx: ApiContext, workspace_id: str, session_id: str, conn: AsyncConnection | None = None
+) -> RowMapping:
+    v.check_id("workspace_id", workspace_id)
     v.check_id("session_id", session_id)
-    await require_workspace(ctx, workspace_id)
-    async with ctx.engine.connect() as conn:
-        row = await queries.session(conn, workspace_id, session_id)
+    async with _connection(ctx, conn) as c:
+        row = await queries.session(c, workspace_id, session_id)
     if row is None:
+        await require_workspace(ctx, workspace_id)  # say which of the two is missing
         raise NotFound(
             f"session {session_id!r} does not exist in workspace {workspace_id!r}; "
             "create it with GetOrCreateSession"
@@ -223,8 +238,9 @@ async def add_messages(
 ) -> tuple[list[str], str]:
     """Append messages atomically; returns their ids and the consistency token."""
     _validate_messages(new)
-    await require_session(ctx, workspace_id, session_id)
+    # the hot path: one connection for every check (the session row implies its workspace)
     async with ctx.engine.connect() as conn:
+        await require_session(ctx, workspace_id, session_id, conn)
         members = await queries.current_members(conn, workspace_id, session_id)
         observe_me = await queries.peer_observe_me(conn, workspace_id, {m.peer_id for m in new})
     outsiders = sorted({m.peer_id for m in new if m.peer_id not in members})
