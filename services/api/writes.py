@@ -103,8 +103,7 @@ async def require_peers(ctx: ApiContext, workspace_id: str, **peer_ids: str) -> 
     for kind, peer_id in peer_ids.items():
         v.check_id(kind, peer_id)
     await require_workspace(ctx, workspace_id)
-    async with ctx.engine.connect() as conn:
-        known = await queries.existing_peers(conn, workspace_id, sorted(set(peer_ids.values())))
+    known = await _known_peers(ctx, workspace_id, peer_ids.values())
     missing = [f"{kind} {p!r}" for kind, p in peer_ids.items() if p not in known]
     if missing:
         raise NotFound(
@@ -144,12 +143,20 @@ async def get_or_create_peer(
     return Written(row, before is None, token)
 
 
-async def _check_members(ctx: ApiContext, workspace_id: str, peer_ids: Sequence[str]) -> None:
+async def _known_peers(ctx: ApiContext, workspace_id: str, peer_ids) -> set[str]:
+    async with ctx.engine.connect() as conn:
+        return await queries.existing_peers(conn, workspace_id, sorted(set(peer_ids)))
+
+
+def _check_peer_ids(peer_ids: Sequence[str]) -> None:
     for p in peer_ids:
         v.check_id("peer_id", p)
     v.check_distinct("peer_id", peer_ids)
-    async with ctx.engine.connect() as conn:
-        known = await queries.existing_peers(conn, workspace_id, peer_ids)
+
+
+async def _check_members(ctx: ApiContext, workspace_id: str, peer_ids: Sequence[str]) -> None:
+    _check_peer_ids(peer_ids)
+    known = await _known_peers(ctx, workspace_id, peer_ids)
     missing = [p for p in peer_ids if p not in known]
     if missing:
         raise NotFound(
@@ -207,9 +214,7 @@ async def remove_members(
     ctx: ApiContext, workspace_id: str, session_id: str, peer_ids: Sequence[str]
 ) -> Written:
     await require_session(ctx, workspace_id, session_id)
-    for p in peer_ids:
-        v.check_id("peer_id", p)
-    v.check_distinct("peer_id", peer_ids)
+    _check_peer_ids(peer_ids)
     async with ctx.engine.connect() as conn:
         current = await queries.current_members(conn, workspace_id, session_id)
     absent = [p for p in peer_ids if p not in current]
