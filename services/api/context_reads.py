@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from projections import queries
-from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.packing import Line, Obs, Packed, pack
 from services.api.writes import require_peers, require_session

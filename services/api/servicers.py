@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from peerlog.v1 import (
-    context_pb2,
     context_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,

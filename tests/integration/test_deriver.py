@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from projections.db import sync_engine
 from projections.schema import dead_letters, derivation_batches, observation_sources, observations, rejected_observations
 from tests.support.client import Client
-from tests.support.extractor import extract_each_turn, is_deriver, with_fact
+from tests.support.extractor import extract_each_turn, is_deriver, target_turns, with_fact
 from tests.support.model_server import Reply
 from tests.support.wait import eventually
 
@@ -63,7 +63,7 @@ async def test_the_prompt_marks_target_turns_and_escapes_markup_in_messages(chan
 async def test_a_fact_whose_span_is_not_in_the_message_is_rejected_and_recorded(channel, settings, model_server, start_worker):
     def lying(request):
         facts = [{"content": "alice is a pilot", "message_id": mid, "span": "I fly planes"}
-                 for mid, _ in __import__("tests.support.extractor", fromlist=["x"]).target_turns(request)]
+                 for mid, _ in target_turns(request)]
         return Reply(content={"facts": facts})
 
     model_server.reply_with(lying)
