@@ -65,7 +65,8 @@ def observation_added(conn: Connection, events: Sequence[ObservationAdded]) -> N
     _insert_new(conn, observations, [
         dict(workspace_id=e.workspace_id, observation_id=e.observation_id, observer_id=e.observer_id,
              observed_id=e.observed_id, level=e.level.value, content=e.content, content_key=normalise(e.content),
-             session_id=e.session_id, confidence=e.confidence, embedding=list(e.embedding) or None,
+             session_id=e.session_id, confidence=e.confidence, pattern_type=e.pattern_type,
+             embedding=list(e.embedding) or None,
              embedding_model=e.embedding_model, times_derived=1, created_at=e.occurred_at,
              batch_id=e.batch_id, event_id=e.event_id)
         for e in events

@@ -175,11 +175,15 @@ class ObservationFilter:
     session_id: str = ""
     include_superseded: bool = False
     include_deleted: bool = False
+    # a session allowlist: None serves every session; see `_allowed_by_sessions`
+    allowed_sessions: tuple[str, ...] | None = None
 
     def where(self, table=observations) -> list:
         c = table.c
         out = [c.workspace_id == self.workspace_id, c.observer_id == self.observer_id,
                c.observed_id == self.observed_id]
+        if self.allowed_sessions is not None:
+            out.append(_allowed_by_sessions(self, c))
         if self.levels:
             out.append(c.level.in_(list(self.levels)))
         if self.session_id:
@@ -189,6 +193,37 @@ class ObservationFilter:
         if not self.include_deleted:
             out.append(c.deleted_at.is_(None))
         return out
+
+
+def _outside_allowlist(where: ObservationFilter):
+    """Ids in the pair's store that an allowlist cannot vouch for, and everything concluded from them.
+
+    The base: explicit observations from other sessions (or none), derived ones citing no premise, and
+    premise ids the store lacks. Conclusions inherit it through the premise edges, so a derived
+    observation is outside when any premise in its closure is — the rule works bottom-up in one
+    recursive query instead of walking every candidate's closure.
+    """
+    o, p = observations.c, premises.c
+    pair = [o.workspace_id == where.workspace_id, o.observer_id == where.observer_id,
+            o.observed_id == where.observed_id]
+    allowed = list(where.allowed_sessions or ())
+    foreign = select(o.observation_id.label("id")).where(
+        *pair, o.level == "explicit", ~func.coalesce(o.session_id.in_(allowed), False))
+    unfounded = select(o.observation_id).where(*pair, o.level != "explicit", ~select(p.premise_id).where(
+        p.workspace_id == where.workspace_id, p.observation_id == o.observation_id).exists())
+    pair_ids = select(o.observation_id).where(*pair)
+    missing = select(p.premise_id).where(
+        p.workspace_id == where.workspace_id, p.observation_id.in_(pair_ids), p.premise_id.not_in(pair_ids))
+    base = foreign.union(unfounded, missing).subquery("outside_base")
+    outside = select(base.c.id).cte("outside_allowlist", recursive=True)
+    inherited = select(p.observation_id).join(outside, p.premise_id == outside.c.id).where(
+        p.workspace_id == where.workspace_id)
+    return outside.union(inherited)
+
+
+def _allowed_by_sessions(where: ObservationFilter, c):
+    """Explicit observations from allowed sessions; derived ones whose whole premise closure is."""
+    return c.observation_id.not_in(select(_outside_allowlist(where).c.id))
 
 
 async def observation(conn: AsyncConnection, workspace_id: str, observation_id: str) -> RowMapping | None:
@@ -262,6 +297,23 @@ async def premises_of(
     out: dict[str, list[str]] = {o: [] for o in observation_ids}
     for observation_id, premise_id in await conn.execute(stmt):
         out[observation_id].append(premise_id)
+    return out
+
+
+async def premise_rows(
+    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]
+) -> dict[str, list[RowMapping]]:
+    """Each observation's premises (observation_id, level, content), oldest first, by observation id."""
+    if not observation_ids:
+        return {}
+    p, o = premises.c, observations.c
+    stmt = (select(p.observation_id.label("concluded_id"), o.observation_id, o.level, o.content)
+            .join(observations, (o.workspace_id == p.workspace_id) & (o.observation_id == p.premise_id))
+            .where(p.workspace_id == workspace_id, p.observation_id.in_(list(observation_ids)))
+            .order_by(p.observation_id, o.created_at, o.observation_id))
+    out: dict[str, list[RowMapping]] = {}
+    for row in (await conn.execute(stmt)).mappings():
+        out.setdefault(row["concluded_id"], []).append(row)
     return out
 
 

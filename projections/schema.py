@@ -127,6 +127,7 @@ observations = Table(
     Column("content_key", Text, nullable=False),  # normalised content, for exact-duplicate lookups
     Column("session_id", Text, nullable=True),
     Column("confidence", Text, nullable=True),
+    Column("pattern_type", Text, nullable=True),
     Column("embedding", Vector(EMBEDDING_DIMENSIONS), nullable=True),
     Column("embedding_model", Text, nullable=False),
     Column("times_derived", Integer, nullable=False),

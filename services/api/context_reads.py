@@ -6,12 +6,14 @@ from dataclasses import dataclass
 
 from projections import queries
 from services.api.context import ApiContext
-from services.api.packing import Line, Obs, Packed, pack
+from services.api import validation as v
+from services.api.packing import Line, Obs, Packed, Premise, pack
 from services.api.writes import require_peers, require_session
 from services.errors import InvalidArgument
 from services.llm.tokens import count_tokens
 
 MAX_BUDGET = 100_000
+MAX_ALLOWED_SESSIONS = 100
 MAX_MESSAGES_SCANNED = 2_000  # newest messages considered; 2,000 turns exceed any budget we allow in practice
 
 
@@ -28,6 +30,7 @@ class ContextQuery:
     search_max_distance: float = 0.0
     include_most_reinforced: bool = True
     max_observations: int = 100
+    session_ids: tuple[str, ...] = ()  # the allowlist; empty: every session
 
 
 def _check(q: ContextQuery) -> ContextQuery:
@@ -37,13 +40,30 @@ def _check(q: ContextQuery) -> ContextQuery:
         raise InvalidArgument(f"max_observations {q.max_observations} is over the limit of 500")
     if not 0 <= q.search_max_distance <= 2:
         raise InvalidArgument("search_max_distance is a cosine distance: 0–2")
+    if len(q.session_ids) > MAX_ALLOWED_SESSIONS:
+        raise InvalidArgument(f"session_ids lists {len(q.session_ids)} sessions; at most {MAX_ALLOWED_SESSIONS}")
+    for i, s in enumerate(q.session_ids):
+        v.check_id(f"session_ids[{i}]", s)
     return q
+
+
+async def _check_allowlist(ctx: ApiContext, q: ContextQuery) -> None:
+    for session_id in sorted(set(q.session_ids)):
+        await require_session(ctx, q.workspace_id, session_id)
+
+
+def _obs(row, premises) -> Obs:
+    return Obs(row["observation_id"], row["content"], row["level"], (row["created_at"], row["observation_id"]),
+               session_id=row["session_id"] or "", times_derived=row["times_derived"],
+               premises=tuple(Premise(p["observation_id"], p["level"], p["content"]) for p in premises),
+               confidence=row["confidence"] or "", pattern_type=row["pattern_type"] or "")
 
 
 async def _ranked(ctx: ApiContext, q: ContextQuery, observer: str, target: str) -> list[Obs]:
     """Semantic slice, then most reinforced, then most recent; de-duplicated, best first."""
     n = q.max_observations or 100
-    where = queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target)
+    where = queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
+                                      allowed_sessions=tuple(q.session_ids) if q.session_ids else None)
     rows = []
     async with ctx.engine.connect() as conn:
         if q.search_query:
@@ -53,12 +73,18 @@ async def _ranked(ctx: ApiContext, q: ContextQuery, observer: str, target: str) 
         if q.include_most_reinforced:
             rows += await queries.most_reinforced(conn, where, max(1, n // 3))
         rows += await queries.list_observations(conn, where, None, n, reverse=True)
-    seen, out = set(), []
+        kept = list(_dedup(rows))[:n]
+        premises = await queries.premise_rows(conn, q.workspace_id, [r["observation_id"] for r in kept
+                                                                     if r["level"] != "explicit"])
+    return [_obs(r, premises.get(r["observation_id"], ())) for r in kept]
+
+
+def _dedup(rows):
+    seen = set()
     for r in rows:
-        if r["observation_id"] not in seen and len(out) < n:
+        if r["observation_id"] not in seen:
             seen.add(r["observation_id"])
-            out.append(Obs(r["observation_id"], r["content"], r["level"], (r["created_at"], r["observation_id"])))
-    return out
+            yield r
 
 
 async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
@@ -69,6 +95,7 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     ranked, card = [], []
     if observer:
         await require_peers(ctx, q.workspace_id, observer_id=observer, target_id=target)
+        await _check_allowlist(ctx, q)
         ranked = await _ranked(ctx, q, observer, target)
         async with ctx.engine.connect() as conn:
             row = await queries.peer_card(conn, q.workspace_id, observer, target)
@@ -81,23 +108,11 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     return pack(q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary)
 
 
-LEVELS = ("explicit", "deductive", "inductive", "contradiction")
-
-
-def representation_markdown(observations) -> str:
-    """One section per level that has observations, each a list in time order."""
-    sections = []
-    for level in LEVELS:
-        items = [o for o in observations if o.level == level]
-        if items:
-            sections.append(f"## {level.capitalize()}\n" + "\n".join(f"- {o.content}" for o in items))
-    return "\n\n".join(sections)
-
-
 async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> list[Obs]:
     """The working representation of (observer, target), in time order."""
     await ctx.freshness.wait(token)
     q = _check(q)
     target = q.target_id or q.observer_id
     await require_peers(ctx, q.workspace_id, observer_id=q.observer_id, target_id=target)
+    await _check_allowlist(ctx, q)
     return sorted(await _ranked(ctx, q, q.observer_id, target), key=lambda o: o.created_key)

@@ -12,6 +12,7 @@ from projections.queries import ObservationFilter, StatusScope
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
 from services.api import context_reads
+from services.api.packing import render_representation
 from services.api.reads import SessionView
 from services.api.writes import MemberSpec, NewMessage
 from services.errors import InvalidArgument
@@ -144,7 +145,7 @@ def observation(view: ObservationView) -> observations_pb2.Observation:
     out = observations_pb2.Observation(
         workspace_id=row["workspace_id"], observation_id=row["observation_id"], observer_id=row["observer_id"],
         observed_id=row["observed_id"], level=LEVEL_TO_PROTO[Level(row["level"])], content=row["content"],
-        session_id=row["session_id"] or "", confidence=row["confidence"] or "",
+        session_id=row["session_id"] or "", confidence=row["confidence"] or "", pattern_type=row["pattern_type"] or "",
         times_derived=row["times_derived"], created_at=ts(row["created_at"]),
         superseded_by=row["superseded_by"] or "", delete_reason=row["delete_reason"] or "",
         sources=[observations_pb2.ObservationSource(message_id=s["message_id"], span=s["span"]) for s in view.sources],
@@ -213,7 +214,7 @@ def context_query(r) -> context_reads.ContextQuery:
         observer_id=r.observer_id, target_id=r.target_id, search_query=r.search_query,
         search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
         include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
-        max_observations=r.max_observations,
+        max_observations=r.max_observations, session_ids=tuple(r.session_ids),
     )
 
 
@@ -229,8 +230,7 @@ def _chat(packed, assistant: str) -> list:
 def context_response(packed, assistant: str) -> context_pb2.GetContextResponse:
     t = packed.tokens
     return context_pb2.GetContextResponse(
-        observations=[context_pb2.ContextObservation(observation_id=o.observation_id, level=o.level, content=o.content)
-                      for o in packed.observations],
+        observations=[context_observation(o) for o in packed.observations],
         representation=packed.representation, peer_card=list(packed.card), summary_kind=packed.summary_kind,
         summary=packed.summary,
         messages=[context_pb2.ContextMessage(message_id=m.message_id, peer_id=m.peer_id, content=m.content)
@@ -246,13 +246,22 @@ def representation_query(r) -> context_reads.ContextQuery:
         workspace_id=r.workspace_id, session_id="", observer_id=r.observer_id, target_id=r.target_id,
         search_query=r.search_query, search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
         include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
-        max_observations=r.max_observations,
+        max_observations=r.max_observations, session_ids=tuple(r.session_ids),
+    )
+
+
+def context_observation(o) -> context_pb2.ContextObservation:
+    return context_pb2.ContextObservation(
+        observation_id=o.observation_id, level=o.level, content=o.content, created_at=ts(o.created_key[0]),
+        session_id=o.session_id, times_derived=o.times_derived, confidence=o.confidence,
+        pattern_type=o.pattern_type,
+        premises=[context_pb2.ContextPremise(observation_id=p.observation_id, level=p.level, content=p.content)
+                  for p in o.premises],
     )
 
 
 def representation_response(observations) -> context_pb2.GetRepresentationResponse:
     return context_pb2.GetRepresentationResponse(
-        observations=[context_pb2.ContextObservation(observation_id=o.observation_id, level=o.level, content=o.content)
-                      for o in observations],
-        markdown=context_reads.representation_markdown(observations),
+        observations=[context_observation(o) for o in observations],
+        markdown=render_representation(observations),
     )

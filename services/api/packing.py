@@ -14,11 +14,23 @@ Count = Callable[[str], int]
 
 
 @dataclass(frozen=True)
+class Premise:
+    observation_id: str
+    level: str
+    content: str
+
+
+@dataclass(frozen=True)
 class Obs:
     observation_id: str
     content: str
     level: str
-    created_key: tuple  # sorts in time order
+    created_key: tuple  # (created_at, observation_id): sorts in time order
+    session_id: str = ""
+    times_derived: int = 1
+    premises: tuple[Premise, ...] = ()  # derived levels: what it follows from
+    confidence: str = ""  # inductive only
+    pattern_type: str = ""  # inductive only
 
 
 @dataclass(frozen=True)
@@ -39,8 +51,28 @@ class Packed:
     tokens: dict[str, int]
 
 
+LEVELS = ("explicit", "deductive", "inductive", "contradiction")
+# how each derived level names what it rests on
+_PREMISE_LABEL = {"deductive": "premise", "inductive": "source", "contradiction": "conflicts with"}
+
+
+def _render_item(o: Obs) -> str:
+    details = [d for d in (o.pattern_type, f"confidence {o.confidence}" if o.confidence else "") if d]
+    head = f"- {o.content}" + (f" ({'; '.join(details)})" if details else "")
+    label = _PREMISE_LABEL.get(o.level)
+    return "\n".join([head, *(f"  - {label}: {p.content}" for p in o.premises if label)])
+
+
 def render_representation(kept: Sequence[Obs]) -> str:
-    return "\n".join(f"- [{o.level}] {o.content}" for o in sorted(kept, key=lambda o: o.created_key))
+    """Markdown, one section per level that has observations, each in time order. Deductive ones list
+    their premises, inductive ones their pattern type, confidence and sources, contradictions what clashes."""
+    ordered = sorted(kept, key=lambda o: o.created_key)
+    sections = []
+    for level in LEVELS:
+        items = [_render_item(o) for o in ordered if o.level == level]
+        if items:
+            sections.append(f"## {level.capitalize()}\n" + "\n".join(items))
+    return "\n\n".join(sections)
 
 
 def render_line(line: Line) -> str:

@@ -47,6 +47,8 @@ class ObservationAdded(PairEvent):
     sources: tuple[Source, ...] = ()
     premise_ids: tuple[str, ...] = ()
     confidence: str | None = None
+    # inductive only: the kind of pattern (preference, behaviour, personality, tendency, correlation)
+    pattern_type: str | None = None
     embedding: tuple[float, ...] = ()
     embedding_model: str = ""
     batch_id: str | None = None

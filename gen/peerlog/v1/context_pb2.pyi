@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from peerlog.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -8,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GetRepresentationRequest(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "target_id", "search_query", "search_top_k", "search_max_distance", "include_most_reinforced", "max_observations", "consistency")
+    __slots__ = ("workspace_id", "observer_id", "target_id", "search_query", "search_top_k", "search_max_distance", "include_most_reinforced", "max_observations", "consistency", "session_ids")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_ID_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +21,7 @@ class GetRepresentationRequest(_message.Message):
     INCLUDE_MOST_REINFORCED_FIELD_NUMBER: _ClassVar[int]
     MAX_OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     target_id: str
@@ -27,7 +31,8 @@ class GetRepresentationRequest(_message.Message):
     include_most_reinforced: bool
     max_observations: int
     consistency: _common_pb2.ReadConsistency
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., search_query: _Optional[str] = ..., search_top_k: _Optional[int] = ..., search_max_distance: _Optional[float] = ..., include_most_reinforced: _Optional[bool] = ..., max_observations: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., search_query: _Optional[str] = ..., search_top_k: _Optional[int] = ..., search_max_distance: _Optional[float] = ..., include_most_reinforced: _Optional[bool] = ..., max_observations: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., session_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetRepresentationResponse(_message.Message):
     __slots__ = ("observations", "markdown")
@@ -38,7 +43,7 @@ class GetRepresentationResponse(_message.Message):
     def __init__(self, observations: _Optional[_Iterable[_Union[ContextObservation, _Mapping]]] = ..., markdown: _Optional[str] = ...) -> None: ...
 
 class GetContextRequest(_message.Message):
-    __slots__ = ("workspace_id", "session_id", "token_budget", "include_summary", "observer_id", "target_id", "search_query", "search_top_k", "search_max_distance", "include_most_reinforced", "max_observations", "assistant_peer_id", "consistency")
+    __slots__ = ("workspace_id", "session_id", "token_budget", "include_summary", "observer_id", "target_id", "search_query", "search_top_k", "search_max_distance", "include_most_reinforced", "max_observations", "assistant_peer_id", "consistency", "session_ids")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +57,7 @@ class GetContextRequest(_message.Message):
     MAX_OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     ASSISTANT_PEER_ID_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     session_id: str
     token_budget: int
@@ -65,9 +71,32 @@ class GetContextRequest(_message.Message):
     max_observations: int
     assistant_peer_id: str
     consistency: _common_pb2.ReadConsistency
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., token_budget: _Optional[int] = ..., include_summary: _Optional[bool] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., search_query: _Optional[str] = ..., search_top_k: _Optional[int] = ..., search_max_distance: _Optional[float] = ..., include_most_reinforced: _Optional[bool] = ..., max_observations: _Optional[int] = ..., assistant_peer_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+    session_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., token_budget: _Optional[int] = ..., include_summary: _Optional[bool] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., search_query: _Optional[str] = ..., search_top_k: _Optional[int] = ..., search_max_distance: _Optional[float] = ..., include_most_reinforced: _Optional[bool] = ..., max_observations: _Optional[int] = ..., assistant_peer_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., session_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ContextObservation(_message.Message):
+    __slots__ = ("observation_id", "level", "content", "created_at", "session_id", "times_derived", "premises", "confidence", "pattern_type")
+    OBSERVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMES_DERIVED_FIELD_NUMBER: _ClassVar[int]
+    PREMISES_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_TYPE_FIELD_NUMBER: _ClassVar[int]
+    observation_id: str
+    level: str
+    content: str
+    created_at: _timestamp_pb2.Timestamp
+    session_id: str
+    times_derived: int
+    premises: _containers.RepeatedCompositeFieldContainer[ContextPremise]
+    confidence: str
+    pattern_type: str
+    def __init__(self, observation_id: _Optional[str] = ..., level: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., session_id: _Optional[str] = ..., times_derived: _Optional[int] = ..., premises: _Optional[_Iterable[_Union[ContextPremise, _Mapping]]] = ..., confidence: _Optional[str] = ..., pattern_type: _Optional[str] = ...) -> None: ...
+
+class ContextPremise(_message.Message):
     __slots__ = ("observation_id", "level", "content")
     OBSERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     LEVEL_FIELD_NUMBER: _ClassVar[int]
