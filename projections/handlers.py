@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Table, Text, and_, any_, bindparam, func, sel
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.exc import DBAPIError
 
+from projections.dream_handlers import DREAM_HANDLERS
 from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import memberships, messages, peers, sessions, workspaces
 from services.events import (
@@ -207,6 +208,7 @@ def _set_counts(conn: Connection, counts: dict[tuple[str, str], int]) -> None:
 
 HANDLERS: dict[type[Event], Handler] = {
     **MEMORY_HANDLERS,
+    **DREAM_HANDLERS,
     WorkspaceCreated: workspace_created,
     PeerCreated: peer_created,
     PeerConfigured: peer_configured,

@@ -68,7 +68,7 @@ def observation_added(conn: Connection, events: Sequence[ObservationAdded]) -> N
              session_id=e.session_id, confidence=e.confidence, pattern_type=e.pattern_type,
              embedding=list(e.embedding) or None,
              embedding_model=e.embedding_model, times_derived=1, created_at=e.occurred_at,
-             batch_id=e.batch_id, event_id=e.event_id)
+             batch_id=e.batch_id, dream_id=e.dream_id, event_id=e.event_id)
         for e in events
     ])
     _insert_new(conn, observation_sources, _sources(events))

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.schema import (
     derivation_batches,
+    dreams,
     memberships,
     messages,
     observation_sources,
@@ -315,6 +316,16 @@ async def premise_rows(
     for row in (await conn.execute(stmt)).mappings():
         out.setdefault(row["concluded_id"], []).append(row)
     return out
+
+
+async def dreams_of(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str,
+                    limit: int) -> Sequence[RowMapping]:
+    """A pair's dreams, newest request first."""
+    d = dreams.c
+    stmt = (select(dreams)
+            .where(d.workspace_id == workspace_id, d.observer_id == observer_id, d.observed_id == observed_id)
+            .order_by(d.requested_at.desc(), d.dream_id.desc()).limit(limit))
+    return (await conn.execute(stmt)).mappings().all()
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,7 @@ observations = Table(
     Column("times_derived", Integer, nullable=False),
     Column("created_at", TS, nullable=False),
     Column("batch_id", Text, nullable=True),
+    Column("dream_id", Text, nullable=True),
     Column("superseded_by", Text, nullable=True),
     Column("superseded_at", TS, nullable=True),
     Column("deleted_at", TS, nullable=True),
@@ -208,6 +209,26 @@ derivation_batches = Table(
     Column("finished_at", TS, nullable=True),
     PrimaryKeyConstraint("workspace_id", "batch_id"),
     Index("batches_by_pair", "workspace_id", "observer_id", "observed_id"),
+)
+
+# one row per dream a pair was sent into, from its request to its end
+dreams = Table(
+    "dreams",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("dream_id", Text, nullable=False),
+    Column("observer_id", Text, nullable=False),
+    Column("observed_id", Text, nullable=False),
+    Column("reason", Text, nullable=False),  # threshold | forced
+    Column("new_explicit", Integer, nullable=False),
+    Column("state", Text, nullable=False),  # requested | started | completed | failed
+    Column("edits", Integer, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("requested_at", TS, nullable=False),
+    Column("started_at", TS, nullable=True),
+    Column("finished_at", TS, nullable=True),
+    PrimaryKeyConstraint("workspace_id", "dream_id"),
+    Index("dreams_by_pair", "workspace_id", "observer_id", "observed_id", "requested_at"),
 )
 
 # every version of every card (latest by event order), so a card can be read as it stood
@@ -291,6 +312,6 @@ projection_meta = Table(
 # tables whose rows are the projection proper (compared row for row after a rebuild)
 DATA_TABLES = (
     workspaces, peers, sessions, memberships, messages, perceptions, observations, observation_sources,
-    premises, rejected_observations, derivation_batches, peer_cards, summaries, dead_letters, projection_offsets,
+    premises, rejected_observations, derivation_batches, dreams, peer_cards, summaries, dead_letters, projection_offsets,
     quarantine,
 )

@@ -7,6 +7,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings, WorkerSettings
 from services.deriver.settings import DeriverSettings
+from services.dreamer.settings import DreamSettings
 from services.llm.settings import EmbeddingSettings, LlmSettings
 from services.summarizer.settings import SummarizerSettings
 
@@ -23,5 +24,6 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     deriver: DeriverSettings = Field(default_factory=DeriverSettings)
     summarizer: SummarizerSettings = Field(default_factory=SummarizerSettings)
+    dream: DreamSettings = Field(default_factory=DreamSettings)
     llm: LlmSettings = Field(default_factory=LlmSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)

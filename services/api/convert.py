@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from sqlalchemy import RowMapping
 
-from peerlog.v1 import context_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2
+from peerlog.v1 import context_pb2, dreams_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2
 from projections.queries import ObservationFilter, StatusScope
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
@@ -196,6 +196,16 @@ def session_summaries(by_kind: dict[str, RowMapping]) -> sessions_pb2.GetSession
     for kind, field in (("short", "short_summary"), ("long", "long_summary")):
         if kind in by_kind:
             getattr(out, field).CopyFrom(summary(by_kind[kind]))
+    return out
+
+
+def dream(row: RowMapping) -> dreams_pb2.Dream:
+    out = dreams_pb2.Dream(dream_id=row["dream_id"], observer_id=row["observer_id"], observed_id=row["observed_id"],
+                           reason=row["reason"], new_explicit=row["new_explicit"], state=row["state"],
+                           edits=row["edits"] or 0, error=row["error"] or "", requested_at=ts(row["requested_at"]))
+    for name in ("started_at", "finished_at"):
+        if row[name] is not None:
+            getattr(out, name).CopyFrom(ts(row[name]))
     return out
 
 

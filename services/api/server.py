@@ -15,6 +15,8 @@ from grpc_reflection.v1alpha import reflection
 from peerlog.v1 import (
     context_pb2,
     context_pb2_grpc,
+    dreams_pb2,
+    dreams_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -32,6 +34,7 @@ from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
 from services.api.servicers import (
     ContextServicer,
+    DreamServicer,
     MessageServicer,
     ObservationServicer,
     PeerServicer,
@@ -51,6 +54,7 @@ SERVICE_NAMES = (
     sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
     messages_pb2.DESCRIPTOR.services_by_name["MessageService"].full_name,
     observations_pb2.DESCRIPTOR.services_by_name["ObservationService"].full_name,
+    dreams_pb2.DESCRIPTOR.services_by_name["DreamService"].full_name,
 )
 
 
@@ -76,6 +80,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
     messages_pb2_grpc.add_MessageServiceServicer_to_server(MessageServicer(ctx), server)
     context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(ctx), server)
     observations_pb2_grpc.add_ObservationServiceServicer_to_server(ObservationServicer(ctx), server)
+    dreams_pb2_grpc.add_DreamServiceServicer_to_server(DreamServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     for name in (*SERVICE_NAMES, ""):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from peerlog.v1 import (
     context_pb2_grpc,
+    dreams_pb2,
+    dreams_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -16,7 +18,7 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from services.api import convert as c
-from services.api import cards, context_reads, observation_reads, observation_writes, reads, writes
+from services.api import cards, context_reads, dreams, observation_reads, observation_writes, reads, writes
 from services.api.context import ApiContext
 
 
@@ -211,3 +213,18 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         observations = await context_reads.get_representation(
             self.ctx, c.representation_query(request), request.consistency.consistency_token)
         return c.representation_response(observations)
+
+
+class DreamServicer(dreams_pb2_grpc.DreamServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def ScheduleDream(self, request, context):
+        token = await dreams.schedule_dream(self.ctx, request.workspace_id, request.observer_id,
+                                            request.observed_id, request.reason)
+        return dreams_pb2.ScheduleDreamResponse(consistency_token=token)
+
+    async def ListDreams(self, request, context):
+        rows = await dreams.list_dreams(self.ctx, request.workspace_id, request.observer_id, request.observed_id,
+                                        request.limit, request.consistency.consistency_token)
+        return dreams_pb2.ListDreamsResponse(dreams=[c.dream(r) for r in rows])

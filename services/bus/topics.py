@@ -12,6 +12,12 @@ from services.events import (
     DerivationDeadLettered,
     DerivationDue,
     DerivationStarted,
+    DreamCheckDue,
+    DreamCompleted,
+    DreamFailed,
+    DreamForced,
+    DreamRequested,
+    DreamStarted,
     Event,
     MemberJoined,
     MessagePerceived,
@@ -77,13 +83,18 @@ SUMMARIES = TopicSpec(
     key="workspace/session",
     events=(SummaryUpdated,),
 )
+DREAMS = TopicSpec(
+    name="dreams",
+    key="workspace/observer/observed",
+    events=(DreamForced, DreamCheckDue, DreamRequested, DreamStarted, DreamCompleted, DreamFailed),
+)
 DEADLETTER = TopicSpec(
     name="deadletter",
     key="*",  # pair-keyed and session-keyed failures both land here
     events=(DerivationDeadLettered, SummaryDeadLettered),
 )
 
-ALL_TOPICS: tuple[TopicSpec, ...] = (DIRECTORY, SESSIONS, PERCEIVED, OBSERVATIONS, SUMMARIES, DEADLETTER)
+ALL_TOPICS: tuple[TopicSpec, ...] = (DIRECTORY, SESSIONS, PERCEIVED, OBSERVATIONS, SUMMARIES, DREAMS, DEADLETTER)
 
 _TOPIC_OF: dict[type[Event], TopicSpec] = {e: t for t in ALL_TOPICS for e in t.events}
 

@@ -18,6 +18,7 @@ from services.deriver.judge import Pair
 from services.deriver.state import dump_recent, load_batching, load_recent
 from services.deriver.store import ObservationStore
 from services.events import DerivationDue, Event, MessagePerceived, ProducerInfo
+from services.events.perception import pair_of
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.llm.tokens import count_tokens
@@ -37,6 +38,7 @@ class DeriverProcessor:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.deriver
+        self.tick_s = settings.deriver.tick_s
         # one side producer for progress markers and clock ticks: both must be visible at once
         self.emitter = Emitter(settings.kafka, "peerlog-deriver")
         store = ObservationStore(create_async_engine(settings.database.url, pool_size=8),
@@ -66,13 +68,8 @@ class DeriverProcessor:
     async def tick(self, states: Mapping[str, State]) -> None:
         """The age limit must fire for a quiet pair too: a tick is an event, derived in-stream."""
         now = datetime.now(UTC)
-        due_keys = [k for k, raw in states.items()
-                    if not k.endswith(RECENT) and raw and due(load_batching(raw), self.settings, now)]
-        ticks = []
-        for key in due_keys:
-            workspace, observer, observed = key.split("/", 2)
-            ticks.append(DerivationDue(workspace_id=workspace, observer_id=observer, observed_id=observed,
-                                       producer=CLOCK))
+        ticks = [DerivationDue(**pair_of(k), producer=CLOCK) for k, raw in states.items()
+                 if not k.endswith(RECENT) and raw and due(load_batching(raw), self.settings, now)]
         if ticks:
             await self.emitter.emit(ticks)
 

@@ -12,6 +12,15 @@ from services.events.base import (
     new_event_id,
 )
 from services.events.cards import PeerCardUpdated
+from services.events.dreams import (
+    DreamCheckDue,
+    DreamCompleted,
+    DreamFailed,
+    DreamForced,
+    DreamReason,
+    DreamRequested,
+    DreamStarted,
+)
 from services.events.lifecycle import (
     MemberJoined,
     MemberLeft,
@@ -38,6 +47,13 @@ from services.events.perception import DerivationDue, MessagePerceived, Turn
 from services.events.summaries import SummaryDeadLettered, SummaryKind, SummaryUpdated
 
 __all__ = [
+    "DreamCheckDue",
+    "DreamCompleted",
+    "DreamFailed",
+    "DreamForced",
+    "DreamReason",
+    "DreamRequested",
+    "DreamStarted",
     "BatchDerived",
     "DerivationDeadLettered",
     "DerivationDue",

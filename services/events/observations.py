@@ -52,6 +52,7 @@ class ObservationAdded(PairEvent):
     embedding: tuple[float, ...] = ()
     embedding_model: str = ""
     batch_id: str | None = None
+    dream_id: str | None = None  # set when a dream wrote it
 
 
 class ObservationReinforced(PairEvent):

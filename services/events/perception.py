@@ -12,6 +12,11 @@ from services.events.base import Event
 PAIR_KEY = ("workspace_id", "observer_id", "observed_id")
 
 
+def pair_of(key: str) -> dict[str, str]:
+    """The pair fields of a pair key (the inverse of a pair event's `key`)."""
+    return dict(zip(PAIR_KEY, key.split("/", 2), strict=True))
+
+
 class Turn(BaseModel):
     """A message as context for another: who said what, truncated."""
 

@@ -18,6 +18,7 @@ PROCESSORS = {
     "router": "services.router.agent",
     "deriver": "services.deriver.agent",
     "summarizer": "services.summarizer.agent",
+    "dream-scheduler": "services.dreamer.scheduler_agent",
 }
 
 
@@ -32,7 +33,7 @@ def build_runners(settings: Settings) -> list[Runner]:
         processor, tick = importlib.import_module(PROCESSORS[name]).build(settings)
         for _ in range(w.deriver_instances if name == "deriver" else 1):
             runners.append(Runner(settings.kafka, w.app_id_for(settings.kafka.topic_prefix), processor,
-                                  tick=tick, tick_s=settings.deriver.tick_s))
+                                  tick=tick, tick_s=getattr(processor, "tick_s", 30.0)))
     return runners
 
 

@@ -6,6 +6,7 @@ import grpc
 
 from peerlog.v1 import (
     common_pb2,
+    dreams_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -26,6 +27,7 @@ class Client:
         self.sessions = sessions_pb2_grpc.SessionServiceStub(channel)
         self.messages = messages_pb2_grpc.MessageServiceStub(channel)
         self.observations = observations_pb2_grpc.ObservationServiceStub(channel)
+        self.dreams = dreams_pb2_grpc.DreamServiceStub(channel)
 
     async def workspace(self, workspace_id: str):
         return await self.workspaces.GetOrCreateWorkspace(

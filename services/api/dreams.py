@@ -1,0 +1,37 @@
+"""Dreams from the API: force one for a pair (a DreamForced event the scheduler de-duplicates), list them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import RowMapping
+
+from projections import queries
+from services.api import validation as v
+from services.api.context import ApiContext
+from services.api.writes import commit, require_peers
+from services.errors import InvalidArgument
+from services.events import DreamForced
+
+MAX_REASON_CHARS = 1_000
+
+
+async def schedule_dream(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, reason: str) -> str:
+    """Append the request; returns the consistency token (the scheduler decides what it leads to)."""
+    observed_id = observed_id or observer_id
+    v.check_text("reason", reason, MAX_REASON_CHARS, required=False)
+    await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
+    event = DreamForced(workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id, reason=reason,
+                        producer=ctx.producer)
+    return await commit(ctx, [event], wait=False)
+
+
+async def list_dreams(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, limit: int,
+                      token: str) -> Sequence[RowMapping]:
+    await ctx.freshness.wait(token)
+    observed_id = observed_id or observer_id
+    if limit > 100:
+        raise InvalidArgument(f"limit {limit} is over the maximum of 100")
+    await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
+    async with ctx.engine.connect() as conn:
+        return await queries.dreams_of(conn, workspace_id, observer_id, observed_id, limit or 20)

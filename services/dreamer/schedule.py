@@ -1,0 +1,83 @@
+"""The dream scheduler's pure core: when does a pair dream? `decide(state, event, settings) -> (state, events)`.
+
+A dream is due when at least `threshold` explicit observations arrived since the last one, `cooldown_s`
+passed since it ended, and the observed peer has been quiet for `idle_s`. Time is the event's own
+`occurred_at` (clock ticks are events too), so the decision depends on nothing but its inputs.
+At most one dream is outstanding per pair: requested and not yet completed or failed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import uuid6
+from pydantic import BaseModel, ConfigDict
+
+from services.dreamer.settings import DreamSettings
+from services.events import (
+    DreamCheckDue,
+    DreamCompleted,
+    DreamFailed,
+    DreamForced,
+    DreamReason,
+    DreamRequested,
+    Event,
+    Level,
+    MessagePerceived,
+    ObservationAdded,
+    ProducerInfo,
+)
+
+
+class PairSchedule(BaseModel):
+    """What the scheduler remembers about one pair (kept in its changelog, so waits survive restarts)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    new_explicit: int = 0  # explicit observations since the last dream was requested
+    last_dream_at: datetime | None = None  # when the last dream ended
+    last_message_at: datetime | None = None  # the observed peer's latest message, as perceived
+    outstanding: str | None = None  # the dream id requested and not yet ended
+    outstanding_explicit: int = 0  # what that dream took from new_explicit (given back if it fails)
+
+
+def ready(s: PairSchedule, now: datetime, cfg: DreamSettings) -> bool:
+    """Whether the pair should dream at `now` (the clock pre-checks with this before sending a tick)."""
+    return (s.outstanding is None and s.new_explicit >= cfg.threshold
+            and (s.last_dream_at is None or now - s.last_dream_at >= timedelta(seconds=cfg.cooldown_s))
+            and (s.last_message_at is None or now - s.last_message_at >= timedelta(seconds=cfg.idle_s)))
+
+
+def _request(s: PairSchedule, e: Event, reason: DreamReason, producer: ProducerInfo):
+    dream = DreamRequested(workspace_id=e.workspace_id, observer_id=e.observer_id, observed_id=e.observed_id,
+                           dream_id=str(uuid6.uuid7()), reason=reason, new_explicit=s.new_explicit,
+                           causation_id=e.event_id, producer=producer)
+    state = s.model_copy(update={"outstanding": dream.dream_id, "outstanding_explicit": s.new_explicit,
+                                 "new_explicit": 0})
+    return state, [dream]
+
+
+def _ended(s: PairSchedule, e: DreamCompleted | DreamFailed) -> PairSchedule:
+    if e.dream_id != s.outstanding:
+        return s  # an old dream's late report
+    # a failed dream starts the cooldown too: a model that is down must not be asked again every tick
+    if isinstance(e, DreamFailed):  # its observations still wait to be consolidated
+        return s.model_copy(update={"outstanding": None, "new_explicit": s.new_explicit + s.outstanding_explicit,
+                                    "outstanding_explicit": 0, "last_dream_at": e.occurred_at})
+    return s.model_copy(update={"outstanding": None, "outstanding_explicit": 0, "last_dream_at": e.occurred_at})
+
+
+def decide(s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo) -> tuple[PairSchedule, list[Event]]:
+    """The pair's new state and the dream requests `e` causes (none or one)."""
+    if isinstance(e, ObservationAdded) and e.level == Level.EXPLICIT and e.dream_id is None:
+        s = s.model_copy(update={"new_explicit": s.new_explicit + 1})
+    elif isinstance(e, MessagePerceived):
+        # the observed peer spoke: a waiting dream waits again (a running one is not interrupted)
+        return s.model_copy(update={"last_message_at": e.occurred_at}), []
+    elif isinstance(e, DreamForced):
+        return _request(s, e, DreamReason.FORCED, producer) if s.outstanding is None else (s, [])
+    elif isinstance(e, DreamCompleted | DreamFailed):
+        s = _ended(s, e)
+    elif not isinstance(e, DreamCheckDue):
+        return s, []
+    return _request(s, e, DreamReason.THRESHOLD, producer) if ready(s, e.occurred_at, cfg) else (s, [])

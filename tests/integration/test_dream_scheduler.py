@@ -1,0 +1,134 @@
+"""The dream scheduler, running as a worker: threshold, idle wait, postponement, cooldown, de-duplication,
+the timer re-check and a restart in the middle of a wait. No dreamer runs here: requests stay outstanding
+unless the test ends them, as the dreamer would, with a DreamCompleted event."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import select
+
+from peerlog.v1 import dreams_pb2
+from projections.db import sync_engine
+from projections.schema import dreams, perceptions
+from services.bus.producer import EventLog
+from services.events import DreamCompleted, ProducerInfo
+from tests.support.client import Client
+from tests.support.wait import eventually
+
+IDLE_S = 3.0
+SCHEDULE = {"PEERLOG_DREAM_THRESHOLD": "3", "PEERLOG_DREAM_IDLE_S": str(IDLE_S), "PEERLOG_DREAM_TICK_S": "0.3",
+            "PEERLOG_DREAM_COOLDOWN_S": "0"}
+
+
+def pair_dreams(settings) -> list[dict]:
+    engine = sync_engine(settings.database)
+    try:
+        with engine.connect() as conn:
+            return [dict(r) for r in conn.execute(select(dreams).order_by(dreams.c.requested_at)).mappings()]
+    finally:
+        engine.dispose()
+
+
+def perceived(settings) -> int:
+    engine = sync_engine(settings.database)
+    try:
+        with engine.connect() as conn:
+            return len(conn.execute(select(perceptions.c.message_id)).all())
+    finally:
+        engine.dispose()
+
+
+async def bob_says(c: Client, settings, text: str, expect: int) -> float:
+    """Bob speaks; returns when (bob, bob) has perceived it, as a monotonic time."""
+    await c.add("w", "s", [("bob", text)])
+    eventually(lambda: perceived(settings) >= expect, 30)
+    return time.monotonic()
+
+
+async def three_facts(c: Client) -> None:
+    await c.create_observations("w", "bob", "bob", ["Bob keeps bees", "Bob lives in Oslo", "Bob is a nurse"])
+
+
+async def test_a_dream_waits_for_the_threshold_and_then_for_the_pair_to_be_idle(channel, settings, start_worker):
+    start_worker("router,dream-scheduler", **SCHEDULE)
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await bob_says(c, settings, "hello", 1)
+    await c.create_observations("w", "bob", "bob", ["Bob keeps bees", "Bob lives in Oslo"])
+    time.sleep(IDLE_S + 1)
+    assert pair_dreams(settings) == []  # two of three: idle long enough, but not enough to dream about
+
+    spoke = await bob_says(c, settings, "still here", 2)
+    await c.create_observations("w", "bob", "bob", ["Bob is a nurse"])
+    dream = eventually(lambda: pair_dreams(settings), 30)[0]
+    waited = time.monotonic() - spoke
+    assert waited >= IDLE_S - 0.5  # the idle wait ran from bob's last message
+    assert (dream["observer_id"], dream["observed_id"], dream["reason"], dream["new_explicit"], dream["state"]) == (
+        "bob", "bob", "threshold", 3, "requested")
+
+
+async def test_a_new_message_postpones_a_waiting_dream(channel, settings, start_worker):
+    start_worker("router,dream-scheduler", **SCHEDULE)
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await bob_says(c, settings, "hello", 1)
+    await three_facts(c)
+    spoke = 0.0
+    for i in range(3):  # keep talking inside the idle window: the dream keeps waiting
+        time.sleep(IDLE_S / 2)
+        spoke = await bob_says(c, settings, f"and another thing {i}", 2 + i)
+        assert pair_dreams(settings) == []
+    eventually(lambda: pair_dreams(settings), 30)
+    assert time.monotonic() - spoke >= IDLE_S - 0.5
+
+
+async def test_forced_dreams_are_deduplicated_while_one_is_outstanding(channel, settings, start_worker):
+    start_worker("router,dream-scheduler", **SCHEDULE)
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    ask = dreams_pb2.ScheduleDreamRequest(workspace_id="w", observer_id="bob", reason="operator asked")
+    await c.dreams.ScheduleDream(ask)
+    first = eventually(lambda: pair_dreams(settings), 30)
+    await c.dreams.ScheduleDream(ask)
+    await three_facts(c)  # the threshold is met too, but one dream is already outstanding
+    time.sleep(2)
+    assert [d["dream_id"] for d in pair_dreams(settings)] == [first[0]["dream_id"]]
+    assert first[0]["reason"] == "forced"
+
+    listed = await c.dreams.ListDreams(dreams_pb2.ListDreamsRequest(workspace_id="w", observer_id="bob"))
+    assert [(d.dream_id, d.state) for d in listed.dreams] == [(first[0]["dream_id"], "requested")]
+
+
+async def test_after_a_dream_the_cooldown_holds_the_next_until_a_tick_finds_it_over(channel, settings, start_worker):
+    start_worker("router,dream-scheduler", **{**SCHEDULE, "PEERLOG_DREAM_COOLDOWN_S": "4", "PEERLOG_DREAM_IDLE_S": "0"})
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await three_facts(c)
+    first = eventually(lambda: pair_dreams(settings), 30)[0]
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([DreamCompleted(workspace_id="w", observer_id="bob", observed_id="bob",
+                                    dream_id=first["dream_id"], producer=ProducerInfo(component="test", version="0"))])
+    log.close()
+    ended = time.monotonic()
+    await c.create_observations("w", "bob", "bob", ["Bob has a dog", "Bob likes jazz", "Bob runs"])
+    time.sleep(1.5)
+    assert len(pair_dreams(settings)) == 1  # the threshold is met again, inside the cooldown
+    eventually(lambda: len(pair_dreams(settings)) == 2, 30)  # no new event arrives: the timer found it
+    assert time.monotonic() - ended >= 4 - 0.5
+    assert pair_dreams(settings)[0]["state"] == "completed"
+
+
+async def test_an_idle_wait_survives_a_worker_restart(channel, settings, start_worker):
+    worker = start_worker("router,dream-scheduler", **{**SCHEDULE, "PEERLOG_DREAM_IDLE_S": "6"})
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await bob_says(c, settings, "hello", 1)
+    await three_facts(c)
+    time.sleep(2)  # the scheduler has counted them and is waiting out the idle time
+    worker.kill()
+    assert pair_dreams(settings) == []
+    start_worker("router,dream-scheduler", **{**SCHEDULE, "PEERLOG_DREAM_IDLE_S": "6"})
+    dream = eventually(lambda: pair_dreams(settings), 60)[0]
+    assert dream["new_explicit"] == 3 and dream["reason"] == "threshold"

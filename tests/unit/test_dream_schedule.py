@@ -1,0 +1,112 @@
+"""The dream trigger, decided from events alone: threshold, cooldown, idle wait, de-duplication."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from services.dreamer.schedule import PairSchedule, decide, ready
+from services.dreamer.settings import DreamSettings
+from services.events import (
+    DreamCheckDue,
+    DreamCompleted,
+    DreamFailed,
+    DreamForced,
+    DreamReason,
+    DreamRequested,
+    Level,
+    MessagePerceived,
+    ObservationAdded,
+    ProducerInfo,
+)
+
+P = ProducerInfo(component="test", version="0")
+CFG = DreamSettings(threshold=3, cooldown_s=3600, idle_s=600)
+T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
+PAIR = dict(workspace_id="w", observer_id="a", observed_id="b", producer=P)
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def explicit(minute: float, dream_id: str | None = None, level=Level.EXPLICIT) -> ObservationAdded:
+    return ObservationAdded(**PAIR, observation_id=f"o{minute}", level=level, content="x", dream_id=dream_id,
+                            occurred_at=at(minute))
+
+
+def message(minute: float) -> MessagePerceived:
+    return MessagePerceived(**PAIR, session_id="s", message_id=f"m{minute}", seq=1, content="hi",
+                            created_at=at(minute), occurred_at=at(minute))
+
+
+def tick(minute: float) -> DreamCheckDue:
+    return DreamCheckDue(**PAIR, occurred_at=at(minute))
+
+
+def run(events, state=PairSchedule()):
+    out = []
+    for e in events:
+        state, produced = decide(state, e, CFG, P)
+        out += produced
+    return state, out
+
+
+def test_a_quiet_pair_with_enough_new_explicit_observations_dreams_once():
+    state, out = run([message(0), explicit(1), explicit(2), explicit(3), tick(11)])
+    assert [(type(e), e.reason, e.new_explicit) for e in out] == [(DreamRequested, DreamReason.THRESHOLD, 3)]
+    assert state.outstanding == out[0].dream_id and state.new_explicit == 0
+
+
+def test_below_the_threshold_nothing_happens_however_long_it_waits():
+    _, out = run([explicit(1), explicit(2), tick(10_000)])
+    assert out == []
+
+
+def test_derived_and_dream_written_observations_do_not_count():
+    _, out = run([explicit(1), explicit(2), explicit(3, level=Level.DEDUCTIVE), explicit(4, dream_id="d"),
+                  tick(100)])
+    assert out == []
+
+
+def test_the_pair_must_have_been_idle_and_a_new_message_postpones_the_wait():
+    state, out = run([message(0), explicit(1), explicit(2), explicit(3), message(5), tick(14)])
+    assert out == []  # only 9 minutes of quiet
+    assert ready(state, at(15), CFG)
+    state, out = run([message(15), tick(16)], state)
+    assert out == [] and not ready(state, at(24), CFG) and ready(state, at(25), CFG)
+
+
+def test_the_threshold_reached_during_the_cooldown_is_honoured_by_a_later_tick():
+    state, out = run([explicit(1), explicit(2), explicit(3), tick(4)])
+    done = DreamCompleted(**PAIR, dream_id=out[0].dream_id, occurred_at=at(10))
+    state, out = run([done, explicit(11), explicit(12), explicit(13), tick(20)], state)
+    assert out == []  # cooldown: an hour from the end of the last dream
+    state, out = run([tick(71)], state)
+    assert len(out) == 1 and out[0].new_explicit == 3
+
+
+def test_only_one_dream_is_outstanding_and_a_forced_one_is_deduplicated():
+    state, out = run([explicit(1), explicit(2), explicit(3), tick(4)])
+    first = out[0].dream_id
+    state, more = run([DreamForced(**PAIR, occurred_at=at(5)), explicit(6), explicit(7), explicit(8), tick(100)],
+                      state)
+    assert more == [] and state.outstanding == first
+
+
+def test_a_forced_dream_skips_threshold_cooldown_and_idle():
+    _, out = run([message(0), DreamForced(**PAIR, occurred_at=at(0.5))])
+    assert [e.reason for e in out] == [DreamReason.FORCED]
+
+
+def test_a_failed_dream_gives_its_observations_back_for_the_next_one():
+    state, out = run([explicit(1), explicit(2), explicit(3), tick(4)])
+    state, _ = run([DreamFailed(**PAIR, dream_id=out[0].dream_id, reason="model down", occurred_at=at(5))], state)
+    assert state.outstanding is None and state.new_explicit == 3
+    _, out = run([tick(66)], state)
+    assert len(out) == 1 and out[0].new_explicit == 3
+
+
+def test_a_late_report_of_an_old_dream_changes_nothing():
+    state, out = run([explicit(1), explicit(2), explicit(3), tick(4)])
+    later, _ = run([DreamCompleted(**PAIR, dream_id="an-old-one", occurred_at=at(5))], state)
+    assert later == state
