@@ -1,21 +1,19 @@
-"""Handlers for the pair-store events: perceptions, observations, batches, summaries, dead letters."""
+"""Handlers for the pair-store events: perceptions, batches, cards, summaries, dead letters (observations:
+observation_handlers.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection
 from sqlalchemy.dialects.postgresql import insert
 
+from projections.observation_handlers import OBSERVATION_HANDLERS
 from projections.schema import (
     dead_letters,
     derivation_batches,
-    observation_sources,
-    observations,
     peer_cards,
     perceptions,
-    premises,
-    rejected_observations,
     summaries,
 )
 from services.events import (
@@ -24,16 +22,10 @@ from services.events import (
     DerivationDue,
     DerivationStarted,
     MessagePerceived,
-    ObservationAdded,
-    ObservationDeleted,
-    ObservationReinforced,
-    ObservationRejected,
-    ObservationSuperseded,
     PeerCardUpdated,
     SummaryDeadLettered,
     SummaryUpdated,
 )
-from services.events.text import normalise
 
 
 def _insert_new(conn: Connection, table, rows: list[dict]) -> None:
@@ -53,67 +45,6 @@ def derivation_due(conn: Connection, events: Sequence[DerivationDue]) -> None:
     """Clock ticks change no projection."""
 
 
-def _sources(events) -> list[dict]:
-    return [
-        dict(event_id=e.event_id, ordinal=i, workspace_id=e.workspace_id, observation_id=e.observation_id,
-             message_id=s.message_id, span=s.span)
-        for e in events for i, s in enumerate(e.sources)
-    ]
-
-
-def observation_added(conn: Connection, events: Sequence[ObservationAdded]) -> None:
-    _insert_new(conn, observations, [
-        dict(workspace_id=e.workspace_id, observation_id=e.observation_id, observer_id=e.observer_id,
-             observed_id=e.observed_id, level=e.level.value, content=e.content, content_key=normalise(e.content),
-             session_id=e.session_id, confidence=e.confidence, pattern_type=e.pattern_type,
-             embedding=list(e.embedding) or None,
-             embedding_model=e.embedding_model, times_derived=1, created_at=e.occurred_at,
-             batch_id=e.batch_id, dream_id=e.dream_id, event_id=e.event_id)
-        for e in events
-    ])
-    _insert_new(conn, observation_sources, _sources(events))
-    _insert_new(conn, premises, [dict(workspace_id=e.workspace_id, observation_id=e.observation_id,
-                                      premise_id=p) for e in events for p in e.premise_ids])
-
-
-def observation_reinforced(conn: Connection, events: Sequence[ObservationReinforced]) -> None:
-    for e in events:
-        # the source rows are keyed by this event, so a repeat inserts nothing and must not count either
-        added = conn.execute(insert(observation_sources).on_conflict_do_nothing()
-                             .returning(observation_sources.c.event_id), _sources([e])).all() if e.sources else [1]
-        if added:
-            conn.execute(update(observations)
-                         .where(observations.c.workspace_id == e.workspace_id,
-                                observations.c.observation_id == e.observation_id)
-                         .values(times_derived=observations.c.times_derived + 1))
-
-
-def observation_superseded(conn: Connection, events: Sequence[ObservationSuperseded]) -> None:
-    for e in events:
-        conn.execute(update(observations)
-                     .where(observations.c.workspace_id == e.workspace_id,
-                            observations.c.observation_id == e.observation_id,
-                            observations.c.superseded_by.is_(None))
-                     .values(superseded_by=e.superseded_by, superseded_at=e.occurred_at))
-
-
-def observation_deleted(conn: Connection, events: Sequence[ObservationDeleted]) -> None:
-    for e in events:
-        conn.execute(update(observations)
-                     .where(observations.c.workspace_id == e.workspace_id,
-                            observations.c.observation_id == e.observation_id,
-                            observations.c.deleted_at.is_(None))
-                     .values(deleted_at=e.occurred_at, delete_reason=e.reason))
-
-
-def observation_rejected(conn: Connection, events: Sequence[ObservationRejected]) -> None:
-    _insert_new(conn, rejected_observations, [
-        dict(workspace_id=e.workspace_id, rejection_id=e.rejection_id, observer_id=e.observer_id,
-             observed_id=e.observed_id, level=e.level.value, content=e.content, reason=e.reason,
-             sources=[s.model_dump() for s in e.sources], batch_id=e.batch_id, rejected_at=e.occurred_at,
-             event_id=e.event_id)
-        for e in events
-    ])
 
 
 def derivation_started(conn: Connection, events: Sequence[DerivationStarted]) -> None:
@@ -181,11 +112,7 @@ def summary_dead_lettered(conn: Connection, events: Sequence[SummaryDeadLettered
 MEMORY_HANDLERS = {
     MessagePerceived: message_perceived,
     DerivationDue: derivation_due,
-    ObservationAdded: observation_added,
-    ObservationReinforced: observation_reinforced,
-    ObservationSuperseded: observation_superseded,
-    ObservationDeleted: observation_deleted,
-    ObservationRejected: observation_rejected,
+    **OBSERVATION_HANDLERS,
     DerivationStarted: derivation_started,
     BatchDerived: batch_derived,
     DerivationDeadLettered: derivation_dead_lettered,

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections.schema import (
     derivation_batches,
     dreams,
+    observation_events,
     memberships,
     messages,
     observation_sources,
@@ -162,7 +163,7 @@ async def messages_by_id(
 
 
 # everything of an observation row but its vector and search columns, which no reader returns
-_OBSERVATION_COLUMNS = [c for c in observations.c if c.name not in ("embedding", "content_tsv", "content_key")]
+OBSERVATION_COLUMNS = [c for c in observations.c if c.name not in ("embedding", "content_tsv", "content_key")]
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,8 @@ class ObservationFilter:
     include_deleted: bool = False
     # a session allowlist: None serves every session; see `_allowed_by_sessions`
     allowed_sessions: tuple[str, ...] | None = None
+    # the store as it stood then: recorded by then, and superseded or deleted only after it
+    as_of: datetime | None = None
 
     def where(self, table=observations) -> list:
         c = table.c
@@ -189,11 +192,27 @@ class ObservationFilter:
             out.append(c.level.in_(list(self.levels)))
         if self.session_id:
             out.append(c.session_id == self.session_id)
+        if self.as_of is not None:
+            out.append(c.created_at <= self.as_of)
         if not self.include_superseded:
-            out.append(c.superseded_by.is_(None))
+            out.append(c.superseded_by.is_(None) if self.as_of is None
+                       else c.superseded_at.is_(None) | (c.superseded_at > self.as_of))
         if not self.include_deleted:
-            out.append(c.deleted_at.is_(None))
+            out.append(c.deleted_at.is_(None) if self.as_of is None
+                       else c.deleted_at.is_(None) | (c.deleted_at > self.as_of))
         return out
+
+    def columns(self) -> list:
+        """The columns a reader gets; as of a past time, times_derived counts reinforcements up to then."""
+        if self.as_of is None:
+            return OBSERVATION_COLUMNS
+        h = observation_events.c
+        reinforced = (select(func.count()).where(h.workspace_id == observations.c.workspace_id,
+                                                 h.observation_id == observations.c.observation_id,
+                                                 h.kind == "reinforced", h.occurred_at <= self.as_of)
+                      .scalar_subquery())
+        return [(1 + reinforced).label("times_derived") if c.name == "times_derived" else c
+                for c in OBSERVATION_COLUMNS]
 
 
 def _outside_allowlist(where: ObservationFilter):
@@ -228,7 +247,7 @@ def _allowed_by_sessions(where: ObservationFilter, c):
 
 
 async def observation(conn: AsyncConnection, workspace_id: str, observation_id: str) -> RowMapping | None:
-    stmt = select(*_OBSERVATION_COLUMNS).where(
+    stmt = select(*OBSERVATION_COLUMNS).where(
         observations.c.workspace_id == workspace_id, observations.c.observation_id == observation_id
     )
     return (await conn.execute(stmt)).mappings().first()
@@ -241,7 +260,7 @@ async def list_observations(
     """A pair's observations ordered by (created_at, observation_id), after a keyset cursor."""
     c = observations.c
     key = tuple_(c.created_at, c.observation_id)
-    stmt = select(*_OBSERVATION_COLUMNS).where(*where.where())
+    stmt = select(*where.columns()).where(*where.where())
     if after is not None:
         stmt = stmt.where(key < tuple_(*after) if reverse else key > tuple_(*after))
     order = [c.created_at.desc(), c.observation_id.desc()] if reverse else [c.created_at, c.observation_id]
@@ -251,8 +270,10 @@ async def list_observations(
 async def most_reinforced(conn: AsyncConnection, where: ObservationFilter, limit: int) -> Sequence[RowMapping]:
     """A pair's most-derived observations (times_derived, then newest), most first."""
     c = observations.c
-    stmt = (select(*_OBSERVATION_COLUMNS).where(*where.where())
-            .order_by(c.times_derived.desc(), c.created_at.desc(), c.observation_id).limit(limit))
+    columns = where.columns()
+    times_derived = next(col for col in columns if col.name == "times_derived")
+    stmt = (select(*columns).where(*where.where())
+            .order_by(times_derived.desc(), c.created_at.desc(), c.observation_id).limit(limit))
     return (await conn.execute(stmt)).mappings().all()
 
 
@@ -263,11 +284,11 @@ async def nearest_observations(
     """A pair's observations nearest to `vector` by cosine distance (column `distance`), nearest first."""
     # exact over the pair's rows: filtering an approximate HNSW scan afterwards can return fewer
     # than `limit` rows, and one pair's store is small enough to scan
-    store = (select(*_OBSERVATION_COLUMNS, observations.c.embedding)
+    store = (select(*where.columns(), observations.c.embedding)
              .where(*where.where(), observations.c.embedding.is_not(None))
              .cte("pair_store").prefix_with("MATERIALIZED"))
     distance = store.c.embedding.cosine_distance(list(vector)).label("distance")
-    stmt = select(*[store.c[col.name] for col in _OBSERVATION_COLUMNS], distance)
+    stmt = select(*[store.c[col.name] for col in OBSERVATION_COLUMNS], distance)
     if max_distance is not None:
         stmt = stmt.where(distance <= max_distance)
     return (await conn.execute(stmt.order_by(distance, store.c.observation_id).limit(limit))).mappings().all()
@@ -428,10 +449,12 @@ async def seen_by(conn: AsyncConnection, workspace_id: str, observer_id: str, me
     return set((await conn.scalars(stmt)).all())
 
 
-async def peer_card(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str) -> RowMapping | None:
-    """The latest card of a pair, or None."""
+async def peer_card(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str,
+                    as_of: datetime | None = None) -> RowMapping | None:
+    """The latest card of a pair (as it stood at `as_of`, if given), or None."""
     c = peer_cards.c
     stmt = (select(peer_cards)
             .where(c.workspace_id == workspace_id, c.observer_id == observer_id, c.observed_id == observed_id)
+            .where(c.updated_at <= as_of if as_of is not None else True)
             .order_by(c.updated_at.desc(), c.event_id.desc()).limit(1))
     return (await conn.execute(stmt)).mappings().first()

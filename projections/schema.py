@@ -134,6 +134,7 @@ observations = Table(
     Column("created_at", TS, nullable=False),
     Column("batch_id", Text, nullable=True),
     Column("dream_id", Text, nullable=True),
+    Column("premise_superseded_at", TS, nullable=True),  # a premise in its closure stopped being current
     Column("superseded_by", Text, nullable=True),
     Column("superseded_at", TS, nullable=True),
     Column("deleted_at", TS, nullable=True),
@@ -183,10 +184,27 @@ rejected_observations = Table(
     Column("content", Text, nullable=False),
     Column("reason", Text, nullable=False),
     Column("sources", JSONB, nullable=False),
+    Column("premise_ids", ARRAY(Text), nullable=False, server_default="{}"),
     Column("batch_id", Text, nullable=True),
+    Column("dream_id", Text, nullable=True),
     Column("rejected_at", TS, nullable=False),
     Column("event_id", Text, nullable=False, unique=True),
     PrimaryKeyConstraint("workspace_id", "rejection_id"),
+)
+
+# every event that touched an observation, for its audit history (see observation_handlers.py)
+observation_events = Table(
+    "observation_events",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("observation_id", Text, nullable=False),
+    Column("event_id", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("occurred_at", TS, nullable=False),
+    Column("producer", JSONB, nullable=False),
+    Column("causation_id", Text, nullable=True),
+    Column("detail", JSONB, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "observation_id", "event_id"),
 )
 
 # one row per derivation batch: started → done | dead_lettered
@@ -312,6 +330,6 @@ projection_meta = Table(
 # tables whose rows are the projection proper (compared row for row after a rebuild)
 DATA_TABLES = (
     workspaces, peers, sessions, memberships, messages, perceptions, observations, observation_sources,
-    premises, rejected_observations, derivation_batches, dreams, peer_cards, summaries, dead_letters, projection_offsets,
+    premises, observation_events, rejected_observations, derivation_batches, dreams, peer_cards, summaries, dead_letters, projection_offsets,
     quarantine,
 )

@@ -80,6 +80,7 @@ async def channel(settings: Settings, projector: RunningProjector) -> AsyncItera
 
     server = await start(settings)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as chan:
+        chan.address = f"127.0.0.1:{server.port}"  # for tests that drive a command-line client
         yield chan
     await server.stop(0)
 

@@ -23,12 +23,13 @@ class Card:
     updated_at: datetime | None
 
 
-async def get_peer_card(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, token: str) -> Card:
+async def get_peer_card(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, token: str,
+                        as_of: datetime | None = None) -> Card:
     await ctx.freshness.wait(token)
     observed_id = observed_id or observer_id
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
     async with ctx.engine.connect() as conn:
-        row = await queries.peer_card(conn, workspace_id, observer_id, observed_id)
+        row = await queries.peer_card(conn, workspace_id, observer_id, observed_id, as_of)
     if row is None:
         return Card(workspace_id, observer_id, observed_id, (), None)
     return Card(workspace_id, observer_id, observed_id, tuple(row["entries"]), row["updated_at"])

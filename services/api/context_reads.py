@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from projections import queries
 from services.api.context import ApiContext
@@ -31,6 +32,7 @@ class ContextQuery:
     include_most_reinforced: bool = True
     max_observations: int = 100
     session_ids: tuple[str, ...] = ()  # the allowlist; empty: every session
+    as_of: datetime | None = None  # the store as it stood then
 
 
 def _check(q: ContextQuery) -> ContextQuery:
@@ -63,7 +65,8 @@ async def _ranked(ctx: ApiContext, q: ContextQuery, observer: str, target: str) 
     """Semantic slice, then most reinforced, then most recent; de-duplicated, best first."""
     n = q.max_observations or 100
     where = queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
-                                      allowed_sessions=tuple(q.session_ids) if q.session_ids else None)
+                                      allowed_sessions=tuple(q.session_ids) if q.session_ids else None,
+                                      as_of=q.as_of)
     rows = []
     async with ctx.engine.connect() as conn:
         if q.search_query:

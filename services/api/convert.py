@@ -149,9 +149,9 @@ def observation(view: ObservationView) -> observations_pb2.Observation:
         times_derived=row["times_derived"], created_at=ts(row["created_at"]),
         superseded_by=row["superseded_by"] or "", delete_reason=row["delete_reason"] or "",
         sources=[observations_pb2.ObservationSource(message_id=s["message_id"], span=s["span"]) for s in view.sources],
-        premise_ids=view.premise_ids,
+        premise_ids=view.premise_ids, dream_id=row["dream_id"] or "",
     )
-    for name in ("superseded_at", "deleted_at"):
+    for name in ("superseded_at", "deleted_at", "premise_superseded_at"):
         if row[name] is not None:
             getattr(out, name).CopyFrom(ts(row[name]))
     return out
@@ -256,7 +256,7 @@ def representation_query(r) -> context_reads.ContextQuery:
         workspace_id=r.workspace_id, session_id="", observer_id=r.observer_id, target_id=r.target_id,
         search_query=r.search_query, search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
         include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
-        max_observations=r.max_observations, session_ids=tuple(r.session_ids),
+        max_observations=r.max_observations, session_ids=tuple(r.session_ids), as_of=from_ts(r, "as_of"),
     )
 
 

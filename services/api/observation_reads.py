@@ -43,7 +43,7 @@ class ProcessingStatus:
     dead_lettered: Sequence[RowMapping]
 
 
-async def _with_provenance(
+async def with_provenance(
     conn: AsyncConnection, workspace_id: str, rows: Sequence[RowMapping]
 ) -> list[ObservationView]:
     ids = [r["observation_id"] for r in rows]
@@ -59,7 +59,7 @@ async def require_observation(ctx: ApiContext, workspace_id: str, observation_id
         row = await queries.observation(conn, workspace_id, observation_id)
         if row is None:
             raise NotFound(f"observation {observation_id!r} does not exist in workspace {workspace_id!r}")
-        return (await _with_provenance(conn, workspace_id, [row]))[0]
+        return (await with_provenance(conn, workspace_id, [row]))[0]
 
 
 async def get_observation(ctx: ApiContext, workspace_id: str, observation_id: str, token: str) -> ObservationView:
@@ -93,7 +93,7 @@ async def list_observations(
     await _require_filter(ctx, pair)
     async with ctx.engine.connect() as conn:
         rows = await queries.list_observations(conn, pair, after, limit, reverse)
-        views = await _with_provenance(conn, pair.workspace_id, rows)
+        views = await with_provenance(conn, pair.workspace_id, rows)
     last = rows[-1] if len(rows) == limit else None
     return Page(views, encode_cursor(f"{last['created_at'].isoformat()}|{last['observation_id']}") if last else "")
 
@@ -107,7 +107,7 @@ async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -
     (vector,) = await ctx.embedder.embed([query.text])
     async with ctx.engine.connect() as conn:
         rows = await queries.nearest_observations(conn, query.pair, vector, limit, max_distance)
-        return await _with_provenance(conn, query.pair.workspace_id, rows)
+        return await with_provenance(conn, query.pair.workspace_id, rows)
 
 
 async def processing_status(ctx: ApiContext, scope: StatusScope, token: str) -> ProcessingStatus:

@@ -13,6 +13,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from peerlog.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     context_pb2,
     context_pb2_grpc,
     dreams_pb2,
@@ -34,6 +36,7 @@ from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
 from services.api.servicers import (
     ContextServicer,
+    AuditServicer,
     DreamServicer,
     MessageServicer,
     ObservationServicer,
@@ -55,6 +58,7 @@ SERVICE_NAMES = (
     messages_pb2.DESCRIPTOR.services_by_name["MessageService"].full_name,
     observations_pb2.DESCRIPTOR.services_by_name["ObservationService"].full_name,
     dreams_pb2.DESCRIPTOR.services_by_name["DreamService"].full_name,
+    audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
 )
 
 
@@ -81,6 +85,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
     context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(ctx), server)
     observations_pb2_grpc.add_ObservationServiceServicer_to_server(ObservationServicer(ctx), server)
     dreams_pb2_grpc.add_DreamServiceServicer_to_server(DreamServicer(ctx), server)
+    audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     for name in (*SERVICE_NAMES, ""):

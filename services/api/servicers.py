@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from peerlog.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     context_pb2_grpc,
     dreams_pb2,
     dreams_pb2_grpc,
@@ -18,7 +20,8 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from services.api import convert as c
-from services.api import cards, context_reads, dreams, observation_reads, observation_writes, reads, writes
+from services.api import convert_audit
+from services.api import audit, cards, context_reads, dreams, observation_reads, observation_writes, reads, writes
 from services.api.context import ApiContext
 
 
@@ -71,7 +74,7 @@ class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
     async def GetPeerCard(self, request, context):
         return c.peer_card(await cards.get_peer_card(
             self.ctx, request.workspace_id, request.observer_id, request.observed_id,
-            request.consistency.consistency_token,
+            request.consistency.consistency_token, c.from_ts(request, "as_of"),
         ))
 
     async def SetPeerCard(self, request, context):
@@ -228,3 +231,23 @@ class DreamServicer(dreams_pb2_grpc.DreamServiceServicer):
         rows = await dreams.list_dreams(self.ctx, request.workspace_id, request.observer_id, request.observed_id,
                                         request.limit, request.consistency.consistency_token)
         return dreams_pb2.ListDreamsResponse(dreams=[c.dream(r) for r in rows])
+
+
+class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def GetProvenance(self, request, context):
+        found = await audit.get_provenance(self.ctx, request.workspace_id, request.observation_id,
+                                           request.consistency.consistency_token)
+        return convert_audit.provenance(found)
+
+    async def GetObservationHistory(self, request, context):
+        rows = await audit.get_observation_history(self.ctx, request.workspace_id, request.observation_id,
+                                                   request.consistency.consistency_token)
+        return audit_pb2.GetObservationHistoryResponse(entries=[convert_audit.history_entry(r) for r in rows])
+
+    async def ListRejectedObservations(self, request, context):
+        rows = await audit.list_rejected(self.ctx, request.workspace_id, request.observer_id, request.observed_id,
+                                         request.dream_id, request.limit, request.consistency.consistency_token)
+        return audit_pb2.ListRejectedObservationsResponse(rejections=[convert_audit.rejection(r) for r in rows])

@@ -46,6 +46,27 @@ def worker() -> None:
     asyncio.run(run_worker(settings))
 
 
+@app.command()
+def audit(
+    observation_id: str,
+    workspace: str = typer.Option(..., "--workspace", "-w", help="the workspace holding the observation"),
+    address: str = typer.Option("", help="the API's host:port; default: PEERLOG_API_HOST/PORT"),
+) -> None:
+    """Print an observation's provenance (premises down to source messages and spans) and its history."""
+    import grpc
+    from rich.console import Console
+
+    from services.cli.audit import audit_view
+
+    api = Settings().api
+    try:
+        view = audit_view(address or f"{api.host}:{api.port}", workspace, observation_id)
+    except grpc.RpcError as err:
+        typer.echo(f"{err.code().name}: {err.details()}", err=True)
+        raise typer.Exit(1) from None
+    Console().print(view)
+
+
 @projector.command("run")
 def projector_run() -> None:
     """Project the log into Postgres until SIGTERM."""

@@ -87,6 +87,8 @@ class ObservationRejected(PairEvent):
     reason: str
     sources: tuple[Source, ...] = ()
     batch_id: str | None = None
+    premise_ids: tuple[str, ...] = ()
+    dream_id: str | None = None
 
 
 class DerivationStarted(PairEvent):

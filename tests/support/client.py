@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from peerlog.v1 import (
+    audit_pb2_grpc,
     common_pb2,
     dreams_pb2_grpc,
     messages_pb2,
@@ -28,6 +29,7 @@ class Client:
         self.messages = messages_pb2_grpc.MessageServiceStub(channel)
         self.observations = observations_pb2_grpc.ObservationServiceStub(channel)
         self.dreams = dreams_pb2_grpc.DreamServiceStub(channel)
+        self.audit = audit_pb2_grpc.AuditServiceStub(channel)
 
     async def workspace(self, workspace_id: str):
         return await self.workspaces.GetOrCreateWorkspace(

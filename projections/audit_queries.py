@@ -1,0 +1,52 @@
+"""Read queries for the audit trail: premise DAGs, observation histories, rejected writes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import RowMapping, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from projections.queries import OBSERVATION_COLUMNS, premises_of
+from projections.schema import observation_events, observations, rejected_observations
+
+
+async def observations_by_id(conn: AsyncConnection, workspace_id: str, ids: Sequence[str]) -> dict[str, RowMapping]:
+    stmt = select(*OBSERVATION_COLUMNS).where(observations.c.workspace_id == workspace_id,
+                                              observations.c.observation_id.in_(list(ids)))
+    return {r["observation_id"]: r for r in (await conn.execute(stmt)).mappings()}
+
+
+async def premise_dag(conn: AsyncConnection, workspace_id: str, root_id: str,
+                      limit: int) -> tuple[list[str], dict[str, list[str]], bool]:
+    """The ids under `root_id` breadth first (root first, each once), every node's premise ids, and
+    whether the walk stopped at `limit` nodes. Level by level: a DAG is shallow, and each level is one query."""
+    order, edges, frontier = [root_id], {}, [root_id]
+    while frontier and len(order) < limit:
+        found = await premises_of(conn, workspace_id, frontier)
+        edges.update(found)
+        frontier = [p for node in frontier for p in found[node] if p not in edges and p not in order]
+        frontier = list(dict.fromkeys(frontier))[: limit - len(order)]
+        order += frontier
+    truncated = bool(frontier) and len(order) >= limit
+    for node in order:
+        edges.setdefault(node, [])
+    return order, edges, truncated
+
+
+async def history(conn: AsyncConnection, workspace_id: str, observation_id: str) -> Sequence[RowMapping]:
+    h = observation_events.c
+    stmt = (select(observation_events).where(h.workspace_id == workspace_id, h.observation_id == observation_id)
+            .order_by(h.occurred_at, h.event_id))
+    return (await conn.execute(stmt)).mappings().all()
+
+
+async def rejections(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, dream_id: str,
+                     limit: int) -> Sequence[RowMapping]:
+    r = rejected_observations.c
+    stmt = select(rejected_observations).where(r.workspace_id == workspace_id)
+    if observer_id:
+        stmt = stmt.where(r.observer_id == observer_id, r.observed_id == observed_id)
+    if dream_id:
+        stmt = stmt.where(r.dream_id == dream_id)
+    return (await conn.execute(stmt.order_by(r.rejected_at.desc(), r.rejection_id).limit(limit))).mappings().all()

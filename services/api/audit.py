@@ -1,0 +1,67 @@
+"""Audit reads: an observation's premise DAG down to its source messages, its history, rejected writes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import RowMapping
+
+from projections import audit_queries, queries
+from services.api.context import ApiContext
+from services.api.observation_reads import ObservationView, require_observation, with_provenance
+from services.api.writes import require_peers, require_workspace
+from services.errors import InvalidArgument
+
+MAX_DAG_NODES = 1_000
+
+
+@dataclass(frozen=True)
+class ProvenanceNode:
+    view: ObservationView
+    messages: dict[str, RowMapping]  # the source messages, by id
+
+
+@dataclass(frozen=True)
+class Provenance:
+    root_id: str
+    nodes: list[ProvenanceNode]  # root first, then breadth first
+    missing_ids: list[str]
+    truncated: bool
+
+
+async def get_provenance(ctx: ApiContext, workspace_id: str, observation_id: str, token: str) -> Provenance:
+    await ctx.freshness.wait(token)
+    await require_observation(ctx, workspace_id, observation_id)
+    async with ctx.engine.connect() as conn:
+        order, _, truncated = await audit_queries.premise_dag(conn, workspace_id, observation_id, MAX_DAG_NODES)
+        rows = await audit_queries.observations_by_id(conn, workspace_id, order)
+        views = await with_provenance(conn, workspace_id, [rows[i] for i in order if i in rows])
+        cited = [s["message_id"] for view in views for s in view.sources]
+        messages = await queries.messages_by_id(conn, workspace_id, cited) if cited else {}
+    nodes = [ProvenanceNode(view, {s["message_id"]: messages[s["message_id"]] for s in view.sources
+                                   if s["message_id"] in messages}) for view in views]
+    return Provenance(observation_id, nodes, [i for i in order if i not in rows], truncated)
+
+
+async def get_observation_history(ctx: ApiContext, workspace_id: str, observation_id: str,
+                                  token: str) -> Sequence[RowMapping]:
+    await ctx.freshness.wait(token)
+    await require_observation(ctx, workspace_id, observation_id)
+    async with ctx.engine.connect() as conn:
+        return await audit_queries.history(conn, workspace_id, observation_id)
+
+
+async def list_rejected(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, dream_id: str,
+                        limit: int, token: str) -> Sequence[RowMapping]:
+    await ctx.freshness.wait(token)
+    if bool(observer_id) != bool(observed_id):
+        raise InvalidArgument("give both observer_id and observed_id to narrow to a pair, or neither")
+    if limit > 500:
+        raise InvalidArgument(f"limit {limit} is over the maximum of 500")
+    if observer_id:
+        await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
+    else:
+        await require_workspace(ctx, workspace_id)
+    async with ctx.engine.connect() as conn:
+        return await audit_queries.rejections(conn, workspace_id, observer_id, observed_id, dream_id, limit or 50)

@@ -1,0 +1,77 @@
+"""`peerlog audit`: an observation's premise tree down to its messages, and its history, for a person."""
+
+from __future__ import annotations
+
+import grpc
+from rich.console import Group
+from rich.markup import escape
+from rich.text import Text
+from rich.tree import Tree
+
+from peerlog.v1 import audit_pb2, audit_pb2_grpc
+
+
+def _when(ts) -> str:
+    return ts.ToDatetime().strftime("%Y-%m-%d %H:%M:%S") if ts.seconds else ""
+
+
+def _label(o) -> str:
+    level = {1: "explicit", 2: "deductive", 3: "inductive", 4: "contradiction"}.get(o.level, "?")
+    extra = [x for x in (o.pattern_type, f"confidence {o.confidence}" if o.confidence else "",
+                         f"dream {o.dream_id}" if o.dream_id else "") if x]
+    state = []
+    if o.superseded_by:
+        state.append(f"[red]superseded by {escape(o.superseded_by)}[/red]")
+    if o.HasField("deleted_at"):
+        state.append(f"[red]deleted {_when(o.deleted_at)}: {escape(o.delete_reason)}[/red]")
+    if o.HasField("premise_superseded_at"):
+        state.append("[yellow]rests on a superseded premise[/yellow]")
+    head = f"[bold]{escape(o.content)}[/bold]  [dim]{level}{'; ' + '; '.join(extra) if extra else ''} · {o.observation_id}[/dim]"
+    return "  ".join([head, *state])
+
+
+def provenance_tree(p: audit_pb2.GetProvenanceResponse) -> Tree:
+    """The DAG as a tree: a premise shared by two branches is shown under each (marked the second time)."""
+    nodes = {n.observation.observation_id: n for n in p.nodes}
+    shown: set[str] = set()
+
+    def add(parent: Tree, obs_id: str) -> None:
+        node = nodes.get(obs_id)
+        if node is None:
+            parent.add(f"[red]missing premise {escape(obs_id)}[/red]")
+            return
+        branch = parent.add(_label(node.observation) + ("  [dim](shown above)[/dim]" if obs_id in shown else ""))
+        if obs_id in shown:
+            return
+        shown.add(obs_id)
+        for m in node.source_messages:
+            branch.add(f"[cyan]{escape(m.peer_id)}[/cyan] [dim]{_when(m.created_at)} · session {escape(m.session_id)}"
+                       f" · {m.message_id}[/dim]\n“{escape(m.content)}”\n[green]span:[/green] “{escape(m.span)}”")
+        for premise in node.observation.premise_ids:
+            add(branch, premise)
+
+    root = Tree("[bold]provenance[/bold]" + ("  [red](cut at 1,000 nodes)[/red]" if p.truncated else ""))
+    add(root, p.root_id)
+    return root
+
+
+def history_tree(h: audit_pb2.GetObservationHistoryResponse) -> Tree:
+    root = Tree("[bold]history[/bold]")
+    for e in h.entries:
+        who = " ".join(x for x in (e.producer.component, e.producer.version, e.producer.model,
+                                   e.producer.prompt_version) if x)
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(dict(e.detail).items()))
+        cause = f" · cause {e.causation_id}" if e.causation_id else ""
+        root.add(f"{_when(e.occurred_at)}  [bold]{e.kind}[/bold] {escape(detail)}  [dim]by {escape(who)}{cause}[/dim]")
+    return root
+
+
+def audit_view(address: str, workspace_id: str, observation_id: str) -> Group:
+    """Both trees for one observation, read from the API at `address`."""
+    with grpc.insecure_channel(address) as channel:
+        stub = audit_pb2_grpc.AuditServiceStub(channel)
+        p = stub.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id=workspace_id,
+                                                              observation_id=observation_id))
+        h = stub.GetObservationHistory(audit_pb2.GetObservationHistoryRequest(
+            workspace_id=workspace_id, observation_id=observation_id))
+    return Group(provenance_tree(p), Text(""), history_tree(h))
