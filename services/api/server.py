@@ -15,6 +15,8 @@ from grpc_reflection.v1alpha import reflection
 from peerlog.v1 import (
     context_pb2,
     context_pb2_grpc,
+    dialectic_pb2,
+    dialectic_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -32,6 +34,7 @@ from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
 from services.api.servicers import (
     ContextServicer,
+    DialecticServicer,
     MessageServicer,
     ObservationServicer,
     PeerServicer,
@@ -39,6 +42,9 @@ from services.api.servicers import (
     WorkspaceServicer,
 )
 from services.bus.producer import EventLog
+from services.config import LEVELS
+from services.dialectic.agent import Dialectic
+from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.settings import Settings
 
@@ -46,6 +52,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
     context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name,
+    dialectic_pb2.DESCRIPTOR.services_by_name["DialecticService"].full_name,
     workspaces_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].full_name,
     peers_pb2.DESCRIPTOR.services_by_name["PeerService"].full_name,
     sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
@@ -64,6 +71,8 @@ class RunningServer:
         await self.server.stop(grace)
         self.ctx.log.close()
         await self.ctx.engine.dispose()
+        for model in self.ctx.dialectic.models.values() if self.ctx.dialectic else ():
+            await model.aclose()
         close = getattr(self.ctx.embedder, "aclose", None)  # an HTTP embedder holds connections
         if close is not None:
             await close()
@@ -76,6 +85,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
     messages_pb2_grpc.add_MessageServiceServicer_to_server(MessageServicer(ctx), server)
     context_pb2_grpc.add_ContextServiceServicer_to_server(ContextServicer(ctx), server)
     observations_pb2_grpc.add_ObservationServiceServicer_to_server(ObservationServicer(ctx), server)
+    dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(DialecticServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     for name in (*SERVICE_NAMES, ""):
@@ -94,6 +104,12 @@ def _ensure_schema(settings: Settings) -> None:
         engine.dispose()
 
 
+def _dialectic(settings: Settings, engine, embedder) -> Dialectic:
+    stages = {level: settings.dialectic.level(level).stage for level in LEVELS}
+    models = {level: ModelClient(stage, settings.llm.stage(stage)) for level, stage in stages.items()}
+    return Dialectic(engine, embedder, settings.dialectic, models)
+
+
 async def start(settings: Settings) -> RunningServer:
     """Start serving on settings.api.host:port (port 0 picks a free one)."""
     await asyncio.get_running_loop().run_in_executor(None, _ensure_schema, settings)
@@ -102,7 +118,7 @@ async def start(settings: Settings) -> RunningServer:
     event_log = EventLog(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
     ctx = ApiContext(engine=engine, log=event_log, freshness=Freshness(engine, settings.api.consistency_wait_s),
-                     embedder=embedder)
+                     embedder=embedder, dialectic=_dialectic(settings, engine, embedder))
     # without SO_REUSEPORT a second server on a taken port fails loudly instead of sharing it
     server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=[("grpc.so_reuseport", 0)])
     _register(server, ctx)

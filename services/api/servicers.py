@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from peerlog.v1 import (
     context_pb2_grpc,
+    dialectic_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -16,7 +17,7 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from services.api import convert as c
-from services.api import cards, context_reads, observation_reads, observation_writes, reads, writes
+from services.api import cards, chat, context_reads, observation_reads, observation_writes, reads, writes
 from services.api.context import ApiContext
 
 
@@ -211,3 +212,18 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         observations = await context_reads.get_representation(
             self.ctx, c.representation_query(request), request.consistency.consistency_token)
         return c.representation_response(observations)
+
+
+class DialecticServicer(dialectic_pb2_grpc.DialecticServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def Chat(self, request, context):
+        result = await chat.chat(self.ctx, c.chat_request(request), request.consistency.consistency_token,
+                                 context.time_remaining())
+        return c.chat_response(result)
+
+    async def ChatStream(self, request, context):
+        async for event in chat.chat_stream(self.ctx, c.chat_request(request), request.consistency.consistency_token,
+                                            context.time_remaining()):
+            yield c.chat_chunk(event)

@@ -188,7 +188,7 @@ class _Run:
         messages = self.opening(pre)
         streams_text = self.stream and not self.structured and not wants_json
         while True:
-            tokens = conversation_tokens(messages)
+            tokens = self.withdraw_tools(messages)
             offered = specs(self.tools) if policy.may_use_tools(self.state, self.limits, tokens) else None
             turn, streamed = None, False
             async for item in self.ask(messages, offered, streams_text):
@@ -212,6 +212,16 @@ class _Run:
                 continue
             async for event in self.use_tools(messages, turn, decision, streamed):
                 yield event
+
+    def withdraw_tools(self, messages: list[dict[str, Any]]) -> int:
+        """Tell the model to answer now once tools it has been using are withdrawn; the conversation's tokens."""
+        tokens = conversation_tokens(messages)
+        reason = policy.withheld(self.state, self.limits, tokens)
+        if reason is not None and self.state.rounds > 0 and not self.state.forced:
+            messages.append({"role": "user", "content": prompt.FORCE[reason]})
+            self.state = self.state.force()
+            tokens = conversation_tokens(messages)
+        return tokens
 
     async def ask(self, messages, tools, streams_text: bool) -> AsyncIterator[str | Turn]:
         """The model's next turn (streamed text pieces first, when asked to stream)."""

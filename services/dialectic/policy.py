@@ -66,19 +66,30 @@ class Finish:
     cited: tuple[str, ...]
 
 
+ForceReason = Literal["round_cap", "token_budget"]
+
+
 @dataclass(frozen=True)
 class ForceAnswer:
-    reason: Literal["round_cap", "token_budget"]
+    reason: ForceReason
 
 
 Decision = CallTools | Finish | ForceAnswer
 
 
+def withheld(state: LoopState, limits: Limits, conversation_tokens: int) -> ForceReason | None:
+    """Why the next call may not offer tools, if it may not: no rounds left, or no room for another
+    round plus the final answer."""
+    if state.rounds >= limits.tool_rounds:
+        return "round_cap"
+    if state.spent_tokens + 2 * (conversation_tokens + limits.result_tokens) > limits.token_budget:
+        return "token_budget"
+    return None
+
+
 def may_use_tools(state: LoopState, limits: Limits, conversation_tokens: int) -> bool:
-    """Whether the next call may offer tools: rounds left, and room for a round plus the final answer."""
-    if state.forced or state.rounds >= limits.tool_rounds:
-        return False
-    return state.spent_tokens + 2 * (conversation_tokens + limits.result_tokens) <= limits.token_budget
+    """Whether the next call may offer tools."""
+    return not state.forced and withheld(state, limits, conversation_tokens) is None
 
 
 def decide(state: LoopState, turn: Turn, limits: Limits, conversation_tokens: int) -> Decision:
@@ -88,11 +99,8 @@ def decide(state: LoopState, turn: Turn, limits: Limits, conversation_tokens: in
     """
     if not turn.tool_calls or state.forced:
         return Finish(turn.text, turn.cited)
-    if state.rounds >= limits.tool_rounds:
-        return ForceAnswer("round_cap")
-    if not may_use_tools(state, limits, conversation_tokens):
-        return ForceAnswer("token_budget")
-    return CallTools(turn.tool_calls)
+    reason = withheld(state, limits, conversation_tokens)
+    return CallTools(turn.tool_calls) if reason is None else ForceAnswer(reason)
 
 
 @dataclass(frozen=True)
