@@ -272,3 +272,43 @@ async def test_a_model_slower_than_the_deadline_is_deadline_exceeded(serve, memo
     chan = await serve(PEERLOG_DIALECTIC_DEADLINE_S="1")
     model_server.reply_with(lambda req: Reply(content="late", delay_s=3))
     await rejected(ask(chan), grpc.StatusCode.DEADLINE_EXCEEDED, "did not finish within 1.0 s")
+
+
+async def test_a_token_budget_too_small_for_a_tool_round_makes_the_model_answer_without_tools(serve, memory,
+                                                                                              model_server):
+    chan = await serve(PEERLOG_DIALECTIC_TOKEN_BUDGET="1000")
+    model_server.reply_with(lambda req: Reply(content="Oslo", tool_calls=[call("search_observations", query="x")]))
+    out = await ask(chan)
+    requests = model_server.chat_requests()
+    assert out.tool_rounds == 0 and out.answer == "Oslo" and all("tools" not in r for r in requests)
+    assert "no room for more tool results" in requests[-1]["messages"][-1]["content"]
+
+
+async def test_reasoning_chain_follows_a_derived_belief_to_its_explicit_premises(settings, memory, model_server):
+    from services.bus.producer import EventLog
+    from services.events import Level, ObservationAdded, ProducerInfo
+
+    premise = memory["obs"][1]
+    derived = ObservationAdded(workspace_id="w", observer_id="alice", observed_id="bob", observation_id="derived-1",
+                               level=Level.DEDUCTIVE, content="Bob lives in Norway", premise_ids=(premise,),
+                               producer=ProducerInfo(component="test-dreamer", version="0"))
+    log = EventLog(settings.kafka)
+    log.start()
+    try:
+        token = (await log.append([derived])).encode()
+    finally:
+        log.close()
+    await Client(memory["chan"]).all_observations("w", "alice", "bob", token)
+    model_server.script([Reply(tool_calls=[call("reasoning_chain", "c1", observation_id="derived-1"),
+                                           call("reasoning_chain", "c2", observation_id=premise),
+                                           call("source_messages", "c3", observation_id=premise)])])
+    model_server.reply_with(lambda req: Reply(content=f"Norway, since he lives in Oslo [obs:{premise}] "
+                                                      f"[msg:{memory['oslo']}]"))
+
+    out = await ask(memory["chan"], query="Which country does Bob live in?", consistency={"consistency_token": token})
+
+    chain, back, sources = tool_messages(model_server.chat_requests()[1])
+    assert chain.index("Bob lives in Norway") < chain.index("Premises:\n[obs:" + premise) < chain.index("Concluded")
+    assert "Concluded from it:\n[obs:derived-1]" in back
+    assert "span: 'moved to Oslo'" in sources
+    assert list(out.cited_observation_ids) == [premise] and list(out.cited_message_ids) == [memory["oslo"]]
