@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, RootModel
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import dialectic_reads as reads
 from projections import queries
@@ -102,7 +103,7 @@ class Prefetched:
 class Dialectic:
     """Answers questions about peers; one model client per reasoning level."""
 
-    def __init__(self, engine, embedder: Embedder, settings: DialecticSettings,
+    def __init__(self, engine: AsyncEngine, embedder: Embedder, settings: DialecticSettings,
                  models: Mapping[str, ModelClient]) -> None:
         self.engine, self.embedder, self.settings, self.models = engine, embedder, settings, models
 
