@@ -312,3 +312,10 @@ async def test_reasoning_chain_follows_a_derived_belief_to_its_explicit_premises
     assert "Concluded from it:\n[obs:derived-1]" in back
     assert "span: 'moved to Oslo'" in sources
     assert list(out.cited_observation_ids) == [premise] and list(out.cited_message_ids) == [memory["oslo"]]
+
+
+async def test_structured_mode_garbage_after_the_repair_is_a_clear_error(serve, memory, model_server):
+    chan = await serve(PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object")
+    model_server.script([Reply(content="Bob lives in Oslo."), Reply(content={"neither": "tool nor answer"})])
+    await rejected(ask(chan), grpc.StatusCode.UNAVAILABLE, "dialectic_low", "model output invalid")
+    assert len(model_server.chat_requests()) == 2
