@@ -436,15 +436,20 @@ async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id:
     return {r["kind"]: r for r in (await conn.execute(stmt)).mappings()}
 
 
+def visible_to(workspace_id: str, observer_id: str):
+    """A condition on `messages` rows: `observer_id` could see the message (sent while it was a member)."""
+    m, ms = messages.c, memberships.c
+    return select(ms.joined_event_id).where(
+        ms.workspace_id == workspace_id, ms.session_id == m.session_id, ms.peer_id == observer_id,
+        ms.joined_at <= m.recorded_at, (ms.left_at.is_(None)) | (ms.left_at >= m.recorded_at),
+    ).exists()
+
+
 async def seen_by(conn: AsyncConnection, workspace_id: str, observer_id: str, message_ids: Sequence[str]) -> set[str]:
     """The given messages that `observer_id` could see: sent while it was a member of their session."""
-    m, ms = messages.c, memberships.c
+    m = messages.c
     stmt = select(m.message_id).where(
-        m.workspace_id == workspace_id, m.message_id.in_(list(message_ids)),
-        select(ms.joined_event_id).where(
-            ms.workspace_id == workspace_id, ms.session_id == m.session_id, ms.peer_id == observer_id,
-            ms.joined_at <= m.recorded_at, (ms.left_at.is_(None)) | (ms.left_at >= m.recorded_at),
-        ).exists(),
+        m.workspace_id == workspace_id, m.message_id.in_(list(message_ids)), visible_to(workspace_id, observer_id)
     )
     return set((await conn.scalars(stmt)).all())
 

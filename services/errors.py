@@ -29,3 +29,7 @@ class PermissionDenied(DomainError):
 
 class Unavailable(DomainError):
     """A dependency (log, projections) is down or lagging; retrying later may succeed."""
+
+
+class DeadlineExceeded(DomainError):
+    """The work did not finish within its time limit; nothing was written."""

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings, WorkerSettings
+from services.config import (
+    ApiSettings,
+    DatabaseSettings,
+    DialecticSettings,
+    KafkaSettings,
+    ProjectorSettings,
+    WorkerSettings,
+)
 from services.deriver.settings import DeriverSettings
 from services.dreamer.settings import DreamSettings
 from services.llm.settings import EmbeddingSettings, LlmSettings
@@ -25,5 +32,6 @@ class Settings(BaseSettings):
     deriver: DeriverSettings = Field(default_factory=DeriverSettings)
     summarizer: SummarizerSettings = Field(default_factory=SummarizerSettings)
     dream: DreamSettings = Field(default_factory=DreamSettings)
+    dialectic: DialecticSettings = Field(default_factory=DialecticSettings)
     llm: LlmSettings = Field(default_factory=LlmSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)

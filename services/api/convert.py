@@ -7,12 +7,23 @@ from datetime import UTC, datetime
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from sqlalchemy import RowMapping
 
-from peerlog.v1 import context_pb2, dreams_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2
+from peerlog.v1 import (
+    context_pb2,
+    dialectic_pb2,
+    dreams_pb2,
+    messages_pb2,
+    observations_pb2,
+    peers_pb2,
+    sessions_pb2,
+    workspaces_pb2,
+)
 from projections.queries import ObservationFilter, StatusScope
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
 from services.api import context_reads
 from services.api.packing import render_representation
+from services.api.chat import response_schema
+from services.dialectic.agent import ChatRequest, ChatResult, TextDelta, ToolUsed
 from services.api.reads import SessionView
 from services.api.writes import MemberSpec, NewMessage
 from services.errors import InvalidArgument
@@ -275,3 +286,34 @@ def representation_response(observations) -> context_pb2.GetRepresentationRespon
         observations=[context_observation(o) for o in observations],
         markdown=render_representation(observations),
     )
+
+
+# unspecified means low; an unknown number passes through as itself, for the level check to refuse
+_LEVEL_NAMES = {dialectic_pb2.REASONING_LEVEL_UNSPECIFIED: "low", dialectic_pb2.REASONING_LEVEL_MINIMAL: "minimal",
+                dialectic_pb2.REASONING_LEVEL_LOW: "low", dialectic_pb2.REASONING_LEVEL_MEDIUM: "medium",
+                dialectic_pb2.REASONING_LEVEL_HIGH: "high", dialectic_pb2.REASONING_LEVEL_MAX: "max"}
+
+
+def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
+    level = _LEVEL_NAMES.get(r.reasoning_level, str(r.reasoning_level))
+    fmt = r.response_format
+    schema = response_schema(fmt.json_schema if fmt.HasField("json_schema") else None,
+                             to_dict(fmt.json_schema_object) if fmt.HasField("json_schema_object") else None)
+    return ChatRequest(r.workspace_id, r.observer_id, r.target_id or r.observer_id, r.query, r.session_id,
+                       level, schema)
+
+
+def chat_response(result: ChatResult) -> dialectic_pb2.ChatResponse:
+    return dialectic_pb2.ChatResponse(
+        answer=result.answer, cited_observation_ids=result.observation_ids, cited_message_ids=result.message_ids,
+        tool_rounds=result.tool_rounds, model=result.model, abstained=result.abstained)
+
+
+def chat_chunk(event) -> dialectic_pb2.ChatChunk:
+    if isinstance(event, TextDelta):
+        return dialectic_pb2.ChatChunk(text=event.text)
+    if isinstance(event, ToolUsed):
+        return dialectic_pb2.ChatChunk(tool=dialectic_pb2.ToolProgress(
+            round=event.round, tool=event.name, arguments=event.arguments, results=event.hits,
+            discard_text=event.discard_text))
+    return dialectic_pb2.ChatChunk(done=chat_response(event))

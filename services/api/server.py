@@ -19,6 +19,8 @@ from peerlog.v1 import (
     context_pb2_grpc,
     dreams_pb2,
     dreams_pb2_grpc,
+    dialectic_pb2,
+    dialectic_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -38,6 +40,7 @@ from services.api.servicers import (
     ContextServicer,
     AuditServicer,
     DreamServicer,
+    DialecticServicer,
     MessageServicer,
     ObservationServicer,
     PeerServicer,
@@ -45,6 +48,9 @@ from services.api.servicers import (
     WorkspaceServicer,
 )
 from services.bus.producer import EventLog
+from services.config import LEVELS
+from services.dialectic.agent import Dialectic
+from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.settings import Settings
 
@@ -52,6 +58,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
     context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name,
+    dialectic_pb2.DESCRIPTOR.services_by_name["DialecticService"].full_name,
     workspaces_pb2.DESCRIPTOR.services_by_name["WorkspaceService"].full_name,
     peers_pb2.DESCRIPTOR.services_by_name["PeerService"].full_name,
     sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
@@ -72,6 +79,8 @@ class RunningServer:
         await self.server.stop(grace)
         self.ctx.log.close()
         await self.ctx.engine.dispose()
+        for model in self.ctx.dialectic.models.values() if self.ctx.dialectic else ():
+            await model.aclose()
         close = getattr(self.ctx.embedder, "aclose", None)  # an HTTP embedder holds connections
         if close is not None:
             await close()
@@ -86,6 +95,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
     observations_pb2_grpc.add_ObservationServiceServicer_to_server(ObservationServicer(ctx), server)
     dreams_pb2_grpc.add_DreamServiceServicer_to_server(DreamServicer(ctx), server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(ctx), server)
+    dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(DialecticServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     for name in (*SERVICE_NAMES, ""):
@@ -104,6 +114,12 @@ def _ensure_schema(settings: Settings) -> None:
         engine.dispose()
 
 
+def _dialectic(settings: Settings, engine, embedder) -> Dialectic:
+    stages = {level: settings.dialectic.level(level).stage for level in LEVELS}
+    models = {level: ModelClient(stage, settings.llm.stage(stage)) for level, stage in stages.items()}
+    return Dialectic(engine, embedder, settings.dialectic, models)
+
+
 async def start(settings: Settings) -> RunningServer:
     """Start serving on settings.api.host:port (port 0 picks a free one)."""
     await asyncio.get_running_loop().run_in_executor(None, _ensure_schema, settings)
@@ -112,7 +128,7 @@ async def start(settings: Settings) -> RunningServer:
     event_log = EventLog(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
     ctx = ApiContext(engine=engine, log=event_log, freshness=Freshness(engine, settings.api.consistency_wait_s),
-                     embedder=embedder)
+                     embedder=embedder, dialectic=_dialectic(settings, engine, embedder))
     # without SO_REUSEPORT a second server on a taken port fails loudly instead of sharing it
     server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=[("grpc.so_reuseport", 0)])
     _register(server, ctx)

@@ -8,6 +8,7 @@ from peerlog.v1 import (
     context_pb2_grpc,
     dreams_pb2,
     dreams_pb2_grpc,
+    dialectic_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -21,7 +22,17 @@ from peerlog.v1 import (
 )
 from services.api import convert as c
 from services.api import convert_audit
-from services.api import audit, cards, context_reads, dreams, observation_reads, observation_writes, reads, writes
+from services.api import (
+    audit,
+    cards,
+    chat,
+    context_reads,
+    dreams,
+    observation_reads,
+    observation_writes,
+    reads,
+    writes,
+)
 from services.api.context import ApiContext
 
 
@@ -251,3 +262,16 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         rows = await audit.list_rejected(self.ctx, request.workspace_id, request.observer_id, request.observed_id,
                                          request.dream_id, request.limit, request.consistency.consistency_token)
         return audit_pb2.ListRejectedObservationsResponse(rejections=[convert_audit.rejection(r) for r in rows])
+class DialecticServicer(dialectic_pb2_grpc.DialecticServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def Chat(self, request, context):
+        result = await chat.chat(self.ctx, c.chat_request(request), request.consistency.consistency_token,
+                                 context.time_remaining())
+        return c.chat_response(result)
+
+    async def ChatStream(self, request, context):
+        async for event in chat.chat_stream(self.ctx, c.chat_request(request), request.consistency.consistency_token,
+                                            context.time_remaining()):
+            yield c.chat_chunk(event)

@@ -1,4 +1,5 @@
-"""The chat-model client every stage uses: structured (schema-validated) and plain-text completions.
+"""The chat-model client every stage uses: structured (schema-validated), plain-text and tool-calling
+completions, the last also streamed.
 
 One retry policy (tenacity; the SDK's own retries are off), one repair attempt for invalid output,
 and per-stage metrics. Works with any OpenAI-compatible server.
@@ -7,6 +8,7 @@ and per-stage metrics. Works with any OpenAI-compatible server.
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -15,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from services.llm import formats, metrics
 from services.llm.errors import ModelError, ModelOutputInvalid
-from services.llm.retry import call_async
+from services.llm.retry import as_model_error, call_async
 from services.llm.settings import ModelStageSettings
 
 V = TypeVar("V")
@@ -48,10 +50,28 @@ class Completion(Generic[V]):
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asked for; `arguments` is the raw JSON text it wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class AssistantTurn:
+    """A reply that may carry text, tool calls, or both."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True)
 class _Reply:
     content: str
     model: str
     usage: Usage
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class ModelClient:
@@ -77,6 +97,49 @@ class ModelClient:
         """A plain-text reply."""
         return await self._observed(self._text(messages))
 
+    async def turn(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> Completion[AssistantTurn]:
+        """One assistant turn, offered `tools` (OpenAI function-tool specs; none: plain text only)."""
+        return await self._observed(self._turn(messages, tools))
+
+    async def stream_turn(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> AsyncIterator[str | Completion[AssistantTurn]]:
+        """The turn's text pieces as they arrive, then the whole turn as a Completion.
+
+        Only opening the stream is retried: once text has been handed on, a failure ends the call.
+        """
+        body = {**self._request_body(messages, None, tools), "stream": True, "stream_options": {"include_usage": True}}
+        try:
+            stream = await call_async(
+                self.stage, self.settings, lambda: self._openai.chat.completions.create(**body), self._count_retry
+            )
+            pieces: list[str] = []
+            calls: dict[int, dict[str, str]] = {}
+            usage, model = Usage(), self.settings.model
+            async for chunk in stream:
+                model = chunk.model or model
+                if chunk.usage is not None:
+                    usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
+                for choice in chunk.choices:
+                    if choice.delta.content:
+                        pieces.append(choice.delta.content)
+                        yield choice.delta.content
+                    for call in choice.delta.tool_calls or []:
+                        _merge_call_delta(calls, call)
+        except openai.APIError as error:
+            metrics.record_call(self.stage, "unavailable")
+            raise as_model_error(self.stage, 1, error) from error
+        except ModelError as error:
+            metrics.record_call(self.stage, error.outcome)
+            raise
+        metrics.record_call(self.stage, "ok")
+        metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
+        turn = AssistantTurn("".join(pieces), tuple(ToolCall(c["id"], c["name"], c["arguments"]) for _, c in
+                                                    sorted(calls.items())))
+        yield Completion(turn, turn.content, model, usage, attempts=1)
+
     async def aclose(self) -> None:
         """Close the HTTP connections."""
         await self._openai.close()
@@ -100,6 +163,11 @@ class ModelClient:
         reply = await self._call(messages, None)
         return Completion(reply.content, reply.content, reply.model, reply.usage, attempts=1)
 
+    async def _turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Completion[Any]:
+        reply = await self._call(messages, None, tools)
+        turn = AssistantTurn(reply.content, reply.tool_calls)
+        return Completion(turn, reply.content, reply.model, reply.usage, attempts=1)
+
     async def _structured(self, messages: list[dict[str, Any]], schema: type[M], name: str) -> Completion[M]:
         mode = self.settings.schema_mode
         if mode == "json_object":  # the server cannot enforce the schema, so the prompt must carry it
@@ -121,15 +189,21 @@ class ModelClient:
         value = formats.parse_reply(reply.content, schema)
         return Completion(value, reply.content, reply.model, usage, attempts)
 
-    async def _call(self, messages: list[dict[str, Any]], response_format: dict[str, Any] | None) -> _Reply:
+    async def _call(
+        self, messages: list[dict[str, Any]], response_format: dict[str, Any] | None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> _Reply:
         """One completion, retried on transient errors; raises ModelUnavailable or ModelRequestRejected."""
-        body = self._request_body(messages, response_format)
+        body = self._request_body(messages, response_format, tools)
         return await call_async(self.stage, self.settings, lambda: self._request(body), self._count_retry)
 
     def _count_retry(self) -> None:
         metrics.record_retry(self.stage)
 
-    def _request_body(self, messages: list[dict[str, Any]], response_format: dict[str, Any] | None) -> dict[str, Any]:
+    def _request_body(
+        self, messages: list[dict[str, Any]], response_format: dict[str, Any] | None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.settings.model,
             "messages": formats.normalise_messages(messages),
@@ -138,6 +212,8 @@ class ModelClient:
         }
         if response_format is not None:
             body["response_format"] = response_format
+        if tools:
+            body["tools"] = tools
         return body
 
     async def _request(self, body: dict[str, Any]) -> _Reply:
@@ -155,5 +231,18 @@ class ModelClient:
             getattr(response.usage, "prompt_tokens", 0) or 0, getattr(response.usage, "completion_tokens", 0) or 0
         )
         metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
-        content = response.choices[0].message.content or ""  # a tool-call-only reply has no text
-        return _Reply(content, response.model or self.settings.model, usage)
+        message = response.choices[0].message
+        content = message.content or ""  # a tool-call-only reply has no text
+        calls = tuple(ToolCall(c.id or f"call_{i}", c.function.name, c.function.arguments or "")
+                      for i, c in enumerate(message.tool_calls or []) if getattr(c, "function", None))
+        return _Reply(content, response.model or self.settings.model, usage, calls)
+
+
+def _merge_call_delta(calls: dict[int, dict[str, str]], delta: Any) -> None:
+    """Streamed tool calls arrive in pieces keyed by index: the id and name once, the arguments in parts."""
+    call = calls.setdefault(delta.index, {"id": f"call_{delta.index}", "name": "", "arguments": ""})
+    if delta.id:
+        call["id"] = delta.id
+    if delta.function is not None:
+        call["name"] += delta.function.name or ""
+        call["arguments"] += delta.function.arguments or ""

@@ -26,6 +26,7 @@ Stage = Literal[
 STAGES: tuple[str, ...] = get_args(Stage)
 
 SchemaMode = Literal["json_schema", "json_object_schema", "json_object"]
+ToolMode = Literal["native", "structured"]
 
 NO_API_KEY = "none"  # what local servers get when no key is configured; the SDK refuses an empty one
 
@@ -48,6 +49,12 @@ class ModelStageSettings(BaseModel):
         "json_schema",
         description="json_schema: OpenAI's standard form; json_object_schema: {type: json_object, schema} "
         "(llama-cpp-python's server); json_object: plain JSON mode, schema described in the prompt",
+    )
+
+    tool_mode: ToolMode = Field(
+        "native",
+        description="native: OpenAI function tools; structured: the server has no tool calling, so each turn is "
+        "a schema-checked object naming a tool or giving the answer (agent stages only)",
     )
 
     def api_key(self) -> str:

@@ -260,3 +260,37 @@ async def test_the_api_key_comes_from_the_named_variable(
         async with ModelClient("deriver", settings_for(server, api_key_env=env)) as client:
             await client.text([{"role": "user", "content": "hi"}])
         assert server.calls[-1].headers["authorization"] == expected
+
+
+TOOL = {"type": "function", "function": {"name": "lookup", "description": "Look up.", "parameters": {"type": "object"}}}
+CALL = {"id": "call_7", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "Lisbon"}'}}
+
+
+async def test_a_turn_offers_the_tools_and_returns_the_calls_the_model_made(server, client):
+    server.script([Reply(tool_calls=[CALL])])
+    done = await client.turn(ASK, [TOOL])
+    assert server.chat_requests()[0]["tools"] == [TOOL]
+    assert done.value.content == "" and [(c.id, c.name, c.arguments) for c in done.value.tool_calls] == \
+        [("call_7", "lookup", '{"q": "Lisbon"}')]
+
+
+async def test_a_streamed_turn_yields_text_pieces_then_the_whole_turn_with_usage(server, client):
+    server.script([Reply(content="Alice lives in Lisbon now")])
+    items = [item async for item in client.stream_turn(ASK)]
+    *pieces, done = items
+    assert len(pieces) == 5 and "".join(pieces) == "Alice lives in Lisbon now"
+    assert isinstance(done, Completion) and done.value.content == "Alice lives in Lisbon now"
+    assert done.usage.completion_tokens == 5 and "tools" not in server.chat_requests()[0]
+
+
+async def test_a_streamed_turn_reassembles_tool_calls(server, client):
+    server.script([Reply(tool_calls=[CALL])])
+    *_, done = [item async for item in client.stream_turn(ASK, [TOOL])]
+    assert [(c.id, c.name, c.arguments) for c in done.value.tool_calls] == [("call_7", "lookup", '{"q": "Lisbon"}')]
+
+
+async def test_a_stream_that_cannot_open_is_retried_then_unavailable(server, client):
+    server.script([Reply(status=503)] * 3)
+    with pytest.raises(ModelUnavailable):
+        [item async for item in client.stream_turn(ASK)]
+    assert len(server.chat_requests()) == 3

@@ -19,6 +19,7 @@ from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.log import read_events
 from tests.support.model_server import Reply
+from tests.support.rpc import rejected
 
 EXPLICIT, DEDUCTIVE, INDUCTIVE = (o.OBSERVATION_LEVEL_EXPLICIT, o.OBSERVATION_LEVEL_DEDUCTIVE,
                                   o.OBSERVATION_LEVEL_INDUCTIVE)
@@ -34,14 +35,6 @@ async def until(read, ok, timeout: float = 60.0):
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s (last value: {value!r})")
         await asyncio.sleep(0.1)
-
-
-async def rejected(call, code: grpc.StatusCode, *phrases: str) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call
-    assert err.value.code() == code, err.value.details()
-    for phrase in phrases:
-        assert phrase in err.value.details(), err.value.details()
 
 
 def counts(status) -> tuple[int, int, int, int]:

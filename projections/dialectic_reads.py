@@ -1,0 +1,78 @@
+"""Read queries of the dialectic Chat's tools. Every message query is scoped to what the observer could see."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import RowMapping, exists, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from projections.message_search import MESSAGE_COLUMNS
+from projections.queries import OBSERVATION_COLUMNS, ObservationFilter, visible_to
+from projections.schema import messages, observations, premises
+
+
+def _visible(workspace_id: str, observer_id: str):
+    return select(*MESSAGE_COLUMNS).where(messages.c.workspace_id == workspace_id, visible_to(workspace_id, observer_id))
+
+
+async def messages_between(
+    conn: AsyncConnection, workspace_id: str, observer_id: str, after: datetime | None, before: datetime | None,
+    limit: int,
+) -> Sequence[RowMapping]:
+    """Messages the observer could see, created strictly inside (after, before), oldest first."""
+    m = messages.c
+    stmt = _visible(workspace_id, observer_id)
+    if after is not None:
+        stmt = stmt.where(m.created_at > after)
+    if before is not None:
+        stmt = stmt.where(m.created_at < before)
+    return (await conn.execute(stmt.order_by(m.created_at, m.message_id).limit(limit))).mappings().all()
+
+
+def _like_literal(pattern: str) -> str:
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+async def grep_messages(
+    conn: AsyncConnection, workspace_id: str, observer_id: str, pattern: str, limit: int
+) -> Sequence[RowMapping]:
+    """Messages the observer could see that contain `pattern` (literal, any case), newest first."""
+    m = messages.c
+    stmt = _visible(workspace_id, observer_id).where(m.content.ilike(_like_literal(pattern), escape="\\"))
+    return (await conn.execute(stmt.order_by(m.created_at.desc(), m.message_id).limit(limit))).mappings().all()
+
+
+async def session_history(
+    conn: AsyncConnection, workspace_id: str, session_id: str, observer_id: str, limit: int
+) -> Sequence[RowMapping]:
+    """A session's most recent messages the observer could see, newest first."""
+    m = messages.c
+    stmt = _visible(workspace_id, observer_id).where(m.session_id == session_id)
+    return (await conn.execute(stmt.order_by(m.seq.desc()).limit(limit))).mappings().all()
+
+
+async def pair_observations(conn: AsyncConnection, pair: ObservationFilter, ids: Sequence[str]) -> list[RowMapping]:
+    """The pair's observations among `ids` (superseded and deleted ones too, as the filter says), oldest first."""
+    o = observations.c
+    stmt = select(*OBSERVATION_COLUMNS).where(*pair.where(), o.observation_id.in_(list(ids)))
+    return list((await conn.execute(stmt.order_by(o.created_at, o.observation_id))).mappings().all())
+
+
+async def concluded_from(conn: AsyncConnection, workspace_id: str, premise_id: str) -> list[str]:
+    """Ids of the observations that cite `premise_id` as a premise."""
+    p = premises.c
+    stmt = select(p.observation_id).where(p.workspace_id == workspace_id, p.premise_id == premise_id)
+    return list((await conn.scalars(stmt.order_by(p.observation_id))).all())
+
+
+async def has_evidence(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str) -> bool:
+    """Whether anything could answer a question about the pair: a live observation in its store, or a
+    message by the observed peer that the observer could see."""
+    o, m = observations.c, messages.c
+    store = exists().where(*ObservationFilter(workspace_id, observer_id, observed_id).where())
+    said = exists().where(m.workspace_id == workspace_id, m.peer_id == observed_id,
+                          visible_to(workspace_id, observer_id))
+    return bool(await conn.scalar(select(store | said)))

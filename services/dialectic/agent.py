@@ -1,0 +1,305 @@
+"""The thin shell of Chat: prefetch, then the tool loop the policy decides, then the checked answer.
+
+Reads go through short-lived connections; no connection is open while a model is called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, RootModel
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from projections import dialectic_reads as reads
+from projections import queries
+from services.dialectic import policy, prompt
+from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, Turn
+from services.config import SEARCH_TOOLS, DialecticSettings, LevelPolicy
+from services.dialectic.tools import DERIVED_LEVELS, TOOLS, Scope, ToolEnv, execute, specs
+from services.errors import DeadlineExceeded
+from services.llm.client import AssistantTurn, Completion, ModelClient, ToolCall
+from services.llm.embeddings import Embedder
+from services.llm.errors import ModelOutputInvalid
+from services.llm.formats import strip_fences
+from services.llm.tokens import count_tokens
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    workspace_id: str
+    observer_id: str
+    target_id: str
+    query: str
+    session_id: str = ""
+    level: str = "low"
+    response_schema: Mapping[str, Any] | None = None  # a JSON schema the answer must satisfy
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    answer: str  # text, or JSON text when a schema was given
+    observation_ids: tuple[str, ...]
+    message_ids: tuple[str, ...]
+    tool_rounds: int
+    model: str  # empty when no model was called (abstained at once)
+    abstained: bool
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolUsed:
+    round: int
+    name: str
+    arguments: str
+    hits: int
+    discard_text: bool  # text streamed in this turn was the model thinking aloud, not the answer
+
+
+ChatEvent = TextDelta | ToolUsed | ChatResult
+
+
+class _ToolRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tool: str
+    arguments: dict[str, Any] = {}
+
+
+class _FinalReply(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    answer: Any
+    cited_ids: list[str] = []
+
+
+class StructuredReply(RootModel[_ToolRequest | _FinalReply]):
+    """One turn in structured tool mode: a tool request or the final answer."""
+
+
+def conversation_tokens(messages: list[dict[str, Any]]) -> int:
+    return count_tokens(json.dumps(messages, ensure_ascii=False, default=str))
+
+
+def _tool_message(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    explicit: list
+    derived: list
+    history: list
+    evidence: bool
+
+
+class Dialectic:
+    """Answers questions about peers; one model client per reasoning level."""
+
+    def __init__(self, engine: AsyncEngine, embedder: Embedder, settings: DialecticSettings,
+                 models: Mapping[str, ModelClient]) -> None:
+        self.engine, self.embedder, self.settings, self.models = engine, embedder, settings, models
+
+    async def chat(self, request: ChatRequest, deadline_s: float | None = None) -> ChatResult:
+        """The whole answer at once."""
+        async for event in self.events(request, deadline_s, stream=False):
+            if isinstance(event, ChatResult):
+                return event
+        raise AssertionError("unreachable: events() ends with a ChatResult")
+
+    async def events(self, request: ChatRequest, deadline_s: float | None = None,
+                     stream: bool = True) -> AsyncIterator[ChatEvent]:
+        """Tool progress and the answer's text as it is generated, ending with the ChatResult."""
+        limit = min(self.settings.deadline_s, deadline_s if deadline_s is not None else math.inf)
+        try:
+            async with asyncio.timeout(limit):
+                async for event in _Run(self, request, stream).events():
+                    yield event
+        except TimeoutError:
+            raise DeadlineExceeded(f"Chat did not finish within {limit:.1f} s; nothing was written") from None
+
+
+class _Run:
+    """One Chat call's loop; its state lives in `state`, its decisions in policy."""
+
+    def __init__(self, owner: Dialectic, request: ChatRequest, stream: bool) -> None:
+        self.owner, self.request, self.stream = owner, request, stream
+        self.level: LevelPolicy = owner.settings.level(request.level)
+        self.model = owner.models[request.level]
+        self.structured = self.model.settings.tool_mode == "structured"
+        self.scope = Scope(request.workspace_id, request.observer_id, request.target_id, request.session_id)
+        settings = owner.settings
+        self.env = ToolEnv(owner.engine, owner.embedder, self.scope, settings.tool_result_limit,
+                           settings.tool_result_chars)
+        self.limits = Limits(self.level.tool_rounds, settings.token_budget, settings.tool_result_chars // 3)
+        self.tools = SEARCH_TOOLS if self.level.search_only else tuple(TOOLS)
+        self.state = LoopState()
+        self.model_name = ""
+
+    async def prefetch(self) -> Prefetched:
+        r, n = self.request, self.level.prefetch
+        vector = (await self.owner.embedder.embed([r.query]))[0]
+        async with self.owner.engine.connect() as conn:
+            explicit = await queries.nearest_observations(conn, self.scope.pair(["explicit"]), vector, n, None)
+            derived = await queries.nearest_observations(conn, self.scope.pair(DERIVED_LEVELS), vector, n, None)
+            history = (await reads.session_history(conn, r.workspace_id, r.session_id, r.observer_id, 200)
+                       if r.session_id else [])
+            evidence = bool(explicit or derived or history) or await reads.has_evidence(
+                conn, r.workspace_id, r.observer_id, r.target_id)
+        return Prefetched(list(explicit), list(derived), self._capped(history), evidence)
+
+    def _capped(self, newest_first) -> list:
+        kept, used = [], 0
+        for row in newest_first:
+            used += count_tokens(prompt.message_line(row))
+            if used > self.owner.settings.history_tokens:
+                break
+            kept.append(row)
+        return kept[::-1]
+
+    def opening(self, pre: Prefetched) -> list[dict[str, Any]]:
+        r = self.request
+        if self.structured:
+            tools_text = prompt.structured_instruction(specs(self.tools) if self.limits.tool_rounds else [])
+        else:
+            tools_text = prompt.TOOLS_NATIVE if self.limits.tool_rounds else prompt.TOOLS_NONE
+        system = prompt.system_prompt(r.observer_id, r.target_id, tools_text)
+        if r.response_schema is not None:
+            system += "\n\n" + prompt.json_answer_instruction(r.response_schema)
+        user = prompt.user_prompt(r.query, pre.explicit, pre.derived, pre.history)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    async def events(self) -> AsyncIterator[ChatEvent]:
+        pre = await self.prefetch()
+        wants_json = self.request.response_schema is not None
+        if policy.should_short_circuit(pre.evidence, wants_json):
+            yield TextDelta(policy.ABSTAIN_ANSWER)
+            yield ChatResult(policy.ABSTAIN_ANSWER, (), (), 0, "", abstained=True)
+            return
+        self.state = self.state.showed(
+            {**{o["observation_id"]: "observation" for o in (*pre.explicit, *pre.derived)},
+             **{m["message_id"]: "message" for m in pre.history}})
+        messages = self.opening(pre)
+        streams_text = self.stream and not self.structured and not wants_json
+        while True:
+            tokens = self.withdraw_tools(messages)
+            offered = specs(self.tools) if policy.may_use_tools(self.state, self.limits, tokens) else None
+            turn, streamed = None, False
+            async for item in self.ask(messages, offered, streams_text):
+                if isinstance(item, Turn):
+                    turn = item
+                else:
+                    streamed = True
+                    yield TextDelta(item)
+            self.state = self.state.called(tokens)
+            decision = policy.decide(self.state, turn, self.limits, tokens)
+            if isinstance(decision, Finish):
+                answer = await self.finish(messages, decision)
+                if self.stream and not streams_text:
+                    yield TextDelta(answer.text)
+                yield ChatResult(answer.text, answer.citations.observation_ids, answer.citations.message_ids,
+                                 self.state.rounds, self.model_name, answer.abstained)
+                return
+            if isinstance(decision, ForceAnswer):
+                messages.append({"role": "user", "content": prompt.FORCE[decision.reason]})
+                self.state = self.state.force()
+                continue
+            async for event in self.use_tools(messages, turn, decision, streamed):
+                yield event
+
+    def withdraw_tools(self, messages: list[dict[str, Any]]) -> int:
+        """Tell the model to answer now once tools it has been using are withdrawn; the conversation's tokens."""
+        tokens = conversation_tokens(messages)
+        reason = policy.withheld(self.state, self.limits, tokens)
+        if reason is not None and self.state.rounds > 0 and not self.state.forced:
+            messages.append({"role": "user", "content": prompt.FORCE[reason]})
+            self.state = self.state.force()
+            tokens = conversation_tokens(messages)
+        return tokens
+
+    async def ask(self, messages, tools, streams_text: bool) -> AsyncIterator[str | Turn]:
+        """The model's next turn (streamed text pieces first, when asked to stream)."""
+        if self.structured:
+            done = await self.model.structured(messages, StructuredReply, name="dialectic_turn")
+            self.model_name = done.model
+            yield self._structured_turn(done.value.root)
+            return
+        if not streams_text:
+            completion = await self.model.turn(messages, tools)
+        else:
+            completion = None
+            async for item in self.model.stream_turn(messages, tools):
+                if isinstance(item, Completion):
+                    completion = item
+                else:
+                    yield item
+        self.model_name = completion.model
+        value: AssistantTurn = completion.value
+        yield Turn(value.content, value.tool_calls)
+
+    def _structured_turn(self, reply) -> Turn:
+        if isinstance(reply, _ToolRequest):
+            return Turn("", (ToolCall(f"call_{self.state.rounds}", reply.tool, json.dumps(reply.arguments)),))
+        text = reply.answer if isinstance(reply.answer, str) else json.dumps(reply.answer)
+        return Turn(text, (), tuple(reply.cited_ids))
+
+    async def use_tools(self, messages, turn: Turn, decision: CallTools, streamed: bool) -> AsyncIterator[ToolUsed]:
+        self.state = self.state.next_round()
+        if self.structured:
+            call = decision.calls[0]
+            messages.append({"role": "assistant", "content": json.dumps(
+                {"tool": call.name, "arguments": json.loads(call.arguments)})})
+        else:
+            messages.append({"role": "assistant", "content": turn.text or None,
+                             "tool_calls": [_tool_message(c) for c in decision.calls]})
+        for index, call in enumerate(decision.calls):
+            result = await execute(self.env, call, self.tools)
+            self.state = self.state.showed(result.shown)
+            if self.structured:
+                messages.append({"role": "user", "content": f"Result of {call.name}:\n{result.text}"})
+            else:
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": result.text})
+            yield ToolUsed(self.state.rounds, call.name, call.arguments, result.hits, streamed and index == 0)
+
+    async def finish(self, messages, decision: Finish) -> policy.Answer:
+        schema = self.request.response_schema
+        text = decision.text
+        if schema is not None:
+            text = await self.checked_json(messages, text, schema)
+        return policy.final_answer(text, decision.cited, self.state.shown, free_text=schema is None)
+
+    async def checked_json(self, messages, text: str, schema: Mapping[str, Any]) -> str:
+        """The answer as canonical JSON valid for `schema`, after at most one repair; else ModelOutputInvalid."""
+        error = _schema_error(text, schema)
+        if error is None:
+            return _canonical(text)
+        retry = [*messages, {"role": "assistant", "content": text},
+                 {"role": "user", "content": prompt.REPAIR.format(error=error)}]
+        repaired = await self.model.turn(retry, None)
+        self.model_name = repaired.model
+        again = _schema_error(repaired.value.content, schema)
+        if again is not None:
+            raise ModelOutputInvalid(self.model.stage, repaired.value.content,
+                                     f"the answer does not match response_format after one repair: {again}")
+        return _canonical(repaired.value.content)
+
+
+def _schema_error(text: str, schema: Mapping[str, Any]) -> str | None:
+    try:
+        value = json.loads(strip_fences(text))
+    except ValueError as error:
+        return f"not JSON: {error}"
+    found = jsonschema.validators.validator_for(schema)(schema).iter_errors(value)
+    problems = [f"- {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in found]
+    return "\n".join(problems)[:2000] or None
+
+
+def _canonical(text: str) -> str:
+    return json.dumps(json.loads(strip_fences(text)), ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,88 @@
+"""The dialectic prompt (versioned) and how evidence is rendered for the model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import RowMapping
+
+PROMPT_VERSION = "dialectic-1"
+
+SYSTEM = """You answer questions about a peer, using only the memory of what {observer} knows about {target}.
+Memory holds observations (explicit: stated in a message; deductive, inductive: derived from premises;
+contradiction: flags conflicting observations) and the messages {observer} could see. Use only this memory.
+
+Rules:
+- Cite every observation and message your answer relies on with its marker exactly as shown, e.g. [obs:ID]
+  or [msg:ID]. Never cite an id you have not been shown.
+- A derived belief is only as good as its premises: follow it to its explicit premises (reasoning_chain,
+  source_messages) and cite those.
+- When something changed over time, prefer the most recent value that the evidence supports, and say so.
+- When the evidence genuinely conflicts, present both sides with their citations instead of choosing.
+- When the evidence is thin or missing, say that you do not know. Do not guess.
+{tools}"""
+
+TOOLS_NATIVE = "You may call the tools offered to look for more evidence; answer in plain text when done."
+TOOLS_NONE = "Answer now from the evidence given."
+
+STRUCTURED = """Reply with one JSON object only, no prose and no code fences: either
+{{"tool": "<name>", "arguments": {{...}}}} to call one tool, or {{"answer": ..., "cited_ids": ["<id>", ...]}}
+to finish (cited_ids: the ids you rely on, without the obs:/msg: prefix). Tools:
+{catalogue}"""
+
+JSON_ANSWER = """The final answer must be JSON matching this schema (no prose, no code fences):
+{schema}
+Put citations in cited_ids (structured mode) or leave them out; the answer itself must fit the schema."""
+
+FORCE = {
+    "round_cap": "You have used all your tool rounds. Answer now from the evidence above.",
+    "token_budget": "There is no room for more tool results. Answer now from the evidence above.",
+}
+
+REPAIR = """Your answer did not match the required JSON schema:
+{error}
+Reply again with only the corrected JSON, nothing else."""
+
+
+def system_prompt(observer: str, target: str, tools: str) -> str:
+    return SYSTEM.format(observer=observer, target="itself" if target == observer else target, tools=tools)
+
+
+def structured_instruction(specs: Sequence[dict[str, Any]]) -> str:
+    catalogue = "\n".join(
+        f"- {s['function']['name']}: {s['function']['description']} Arguments schema: "
+        f"{json.dumps(s['function']['parameters'], separators=(',', ':'))}"
+        for s in specs
+    )
+    return STRUCTURED.format(catalogue=catalogue or "(none: answer now)")
+
+
+def json_answer_instruction(schema: Mapping[str, Any]) -> str:
+    return JSON_ANSWER.format(schema=json.dumps(schema, separators=(",", ":")))
+
+
+def observation_line(row: RowMapping) -> str:
+    state = " superseded" if row.get("superseded_by") else ""
+    return f"[obs:{row['observation_id']}] ({row['level']}{state}, {row['created_at']:%Y-%m-%d}) {row['content']}"
+
+
+def message_line(row: RowMapping) -> str:
+    return (f"[msg:{row['message_id']}] ({row['created_at']:%Y-%m-%d %H:%M} UTC, session {row['session_id']}) "
+            f"{row['peer_id']}: {row['content']}")
+
+
+def user_prompt(query: str, explicit: Sequence[RowMapping], derived: Sequence[RowMapping],
+                history: Sequence[RowMapping]) -> str:
+    """The question with the prefetched evidence (history in time order)."""
+    parts = []
+    if explicit:
+        parts.append("Explicit observations most related to the question:\n" + "\n".join(map(observation_line, explicit)))
+    if derived:
+        parts.append("Derived observations most related to the question:\n" + "\n".join(map(observation_line, derived)))
+    if history:
+        parts.append("Recent messages of this session:\n" + "\n".join(map(message_line, history)))
+    if not parts:
+        parts.append("No observations matched the question.")
+    return "\n\n".join([*parts, f"Question: {query}"])

@@ -1,0 +1,321 @@
+"""Chat / ChatStream: the dialectic agent over real Kafka, Postgres and the HTTP test model server."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+
+from peerlog.v1 import dialectic_pb2 as d
+from peerlog.v1 import dialectic_pb2_grpc
+from peerlog.v1 import observations_pb2 as o
+from services.config import DialecticSettings
+from services.dialectic.policy import ABSTAIN_ANSWER
+from services.llm.settings import LlmSettings
+from tests.support.client import Client
+from tests.support.model_server import Reply
+from tests.support.rpc import rejected
+
+CAPS = {d.REASONING_LEVEL_MINIMAL: 1, d.REASONING_LEVEL_LOW: 5, d.REASONING_LEVEL_MEDIUM: 2,
+        d.REASONING_LEVEL_HIGH: 4, d.REASONING_LEVEL_MAX: 10}
+
+
+@pytest.fixture
+async def serve(settings, projector, model_server, monkeypatch):
+    """Start an API server whose Chat talks to the test model server; env: extra PEERLOG_* settings."""
+    from services.api.server import start
+
+    running = []
+
+    async def start_with(**env: str) -> grpc.aio.Channel:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        llm = LlmSettings(base_url=model_server.base_url, model="test-model", timeout_s=5, max_retries=0)
+        server = await start(settings.model_copy(update={"llm": llm, "dialectic": DialecticSettings()}))
+        chan = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+        running.append((server, chan))
+        return chan
+
+    yield start_with
+    for server, chan in running:
+        await chan.close()
+        await server.stop(0)
+
+
+@pytest.fixture
+async def memory(serve):
+    """alice and bob talk in s; bob tells carol a secret in s2 (alice is not there). alice knows two
+    things about bob, with sources; carol knows the secret."""
+    chan = await serve()
+    c = Client(chan)
+    await c.setup_conversation("w", "s", peers=("alice", "bob", "carol"))
+    await c.session("w", "s", members=("alice", "bob"))
+    await c.session("w", "s2", members=("bob", "carol"))
+    sent = await c.add("w", "s", [("bob", "I keep bees in my garden"), ("alice", "cool"),
+                                  ("bob", "I moved to Oslo last year")])
+    secret = await c.add("w", "s2", [("bob", "I love sailing but tell nobody")])
+    bees, _, oslo = sent.message_ids
+    await c.list_messages("w", "s", sent.consistency_token)  # observations may cite only projected messages
+    await c.list_messages("w", "s2", secret.consistency_token)
+    made = await c.create_observations("w", "alice", "bob", [
+        o.NewObservation(content="Bob keeps bees", session_id="s",
+                         sources=[o.ObservationSource(message_id=bees, span="I keep bees")]),
+        o.NewObservation(content="Bob lives in Oslo", session_id="s",
+                         sources=[o.ObservationSource(message_id=oslo, span="moved to Oslo")])])
+    hidden = await c.create_observations("w", "carol", "bob", [o.NewObservation(
+        content="Bob loves sailing", sources=[o.ObservationSource(message_id=secret.message_ids[0], span="sailing")])])
+    await c.all_observations("w", "carol", "bob", hidden.consistency_token)
+    await c.all_observations("w", "alice", "bob", made.consistency_token)
+    return {"chan": chan, "bees": bees, "oslo": oslo, "secret": secret.message_ids[0],
+            "obs": list(made.observation_ids), "hidden_obs": hidden.observation_ids[0]}
+
+
+def ask(chan, **kw):
+    base = {"workspace_id": "w", "observer_id": "alice", "target_id": "bob", "query": "Where does Bob live?"}
+    return dialectic_pb2_grpc.DialecticServiceStub(chan).Chat(d.ChatRequest(**{**base, **kw}))
+
+
+def stream(chan, **kw):
+    base = {"workspace_id": "w", "observer_id": "alice", "target_id": "bob", "query": "Where does Bob live?"}
+    return dialectic_pb2_grpc.DialecticServiceStub(chan).ChatStream(d.ChatRequest(**{**base, **kw}))
+
+
+def call(name: str, call_id: str = "call_1", **arguments) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def tool_messages(request: dict) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+def offered(request: dict) -> list[str]:
+    return sorted(t["function"]["name"] for t in request.get("tools", []))
+
+
+async def test_chat_calls_a_tool_and_the_result_reaches_the_model_in_the_next_request(memory, model_server):
+    model_server.script([Reply(tool_calls=[call("grep_messages", pattern="OSLO")])])
+    model_server.reply_with(lambda req: Reply(content=f"Bob lives in Oslo [msg:{memory['oslo']}]"))
+
+    out = await ask(memory["chan"])
+
+    first, second = model_server.chat_requests()
+    assert "grep_messages" in offered(first)
+    assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "grep_messages"
+    assert tool_messages(second) and "I moved to Oslo last year" in tool_messages(second)[0]
+    assert out.answer == f"Bob lives in Oslo [msg:{memory['oslo']}]" and out.tool_rounds == 1
+    assert list(out.cited_message_ids) == [memory["oslo"]] and out.model == "test-model" and not out.abstained
+
+
+async def test_the_prompt_carries_the_prefetched_observations_with_their_ids(memory, model_server):
+    model_server.script([Reply(content="Oslo")])
+    await ask(memory["chan"], session_id="s")
+    user = model_server.chat_requests()[0]["messages"][1]["content"]
+    assert f"[obs:{memory['obs'][1]}]" in user and "Bob lives in Oslo" in user
+    assert f"[msg:{memory['oslo']}]" in user  # the session's recent history
+    assert "sailing" not in user
+
+
+async def test_only_ids_the_agent_was_shown_are_cited(memory, model_server):
+    oslo_obs = memory["obs"][1]
+    # the secret message and carol's observation exist, but alice's agent was never shown them
+    answer = (f"Oslo [obs:{oslo_obs}] [obs:made-up-id] [msg:{memory['secret']}] [obs:{memory['hidden_obs']}]")
+    model_server.script([Reply(content=answer)])
+    out = await ask(memory["chan"])
+    assert list(out.cited_observation_ids) == [oslo_obs] and list(out.cited_message_ids) == []
+    assert out.answer.strip() == f"Oslo [obs:{oslo_obs}]"
+
+
+@pytest.mark.parametrize("level,cap", sorted(CAPS.items()))
+async def test_a_model_that_always_wants_tools_is_cut_off_at_the_level_cap_and_made_to_answer(
+        memory, model_server, level, cap):
+    model_server.reply_with(lambda req: Reply(content="Bob lives in Oslo" if "tools" not in req else "",
+                                              tool_calls=[call("search_observations", query="home")]))
+    out = await ask(memory["chan"], reasoning_level=level)
+    requests = model_server.chat_requests()
+    assert out.tool_rounds == cap and len(requests) == cap + 1
+    assert all("tools" in r for r in requests[:-1]) and "tools" not in requests[-1]
+    assert "used all your tool rounds" in requests[-1]["messages"][-1]["content"]
+    assert out.answer == "Bob lives in Oslo"
+
+
+async def test_minimal_level_offers_only_the_two_search_tools(memory, model_server):
+    model_server.script([Reply(content="Oslo")])
+    await ask(memory["chan"], reasoning_level=d.REASONING_LEVEL_MINIMAL)
+    assert offered(model_server.chat_requests()[0]) == ["search_messages", "search_observations"]
+    model_server.reset()
+    model_server.script([Reply(content="Oslo")])
+    await ask(memory["chan"], reasoning_level=d.REASONING_LEVEL_HIGH)
+    assert len(offered(model_server.chat_requests()[0])) == 7
+
+
+async def test_streaming_sends_tool_progress_then_the_answer_in_chunks_then_the_citations(memory, model_server):
+    model_server.script([Reply(tool_calls=[call("search_messages", query="Oslo")])])
+    model_server.reply_with(lambda req: Reply(content=f"Bob moved to Oslo last year [msg:{memory['oslo']}]"))
+
+    chunks = [chunk async for chunk in stream(memory["chan"])]
+
+    kinds = [chunk.WhichOneof("event") for chunk in chunks]
+    assert kinds[0] == "tool" and kinds[-1] == "done" and kinds.count("text") > 3
+    assert chunks[0].tool.tool == "search_messages" and chunks[0].tool.results >= 1
+    text = "".join(chunk.text for chunk in chunks if chunk.WhichOneof("event") == "text")
+    done = chunks[-1].done
+    assert text == done.answer == f"Bob moved to Oslo last year [msg:{memory['oslo']}]"
+    assert list(done.cited_message_ids) == [memory["oslo"]] and done.tool_rounds == 1
+    assert model_server.chat_requests()[-1]["stream"] is True
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+          "additionalProperties": False}
+
+
+async def test_a_response_format_answer_comes_back_as_valid_json(memory, model_server):
+    model_server.script([Reply(content='```json\n{"city": "Oslo"}\n```')])
+    out = await ask(memory["chan"], response_format=d.ResponseFormat(json_schema=json.dumps(SCHEMA)))
+    assert json.loads(out.answer) == {"city": "Oslo"}
+    assert '"required":["city"]' in model_server.chat_requests()[0]["messages"][0]["content"]
+
+
+async def test_an_answer_that_breaks_the_schema_is_repaired_once(memory, model_server):
+    model_server.script([Reply(content='{"town": "Oslo"}'), Reply(content='{"city": "Oslo"}')])
+    fmt = d.ResponseFormat()
+    fmt.json_schema_object.update(SCHEMA)
+    out = await ask(memory["chan"], response_format=fmt)
+    assert json.loads(out.answer) == {"city": "Oslo"}
+    repair = model_server.chat_requests()[1]["messages"][-1]["content"]
+    assert "did not match the required JSON schema" in repair and "city" in repair
+
+
+async def test_an_answer_still_invalid_after_the_repair_is_a_clear_error(memory, model_server):
+    model_server.script([Reply(content="Oslo, I think"), Reply(content='{"city": 7}')])
+    await rejected(ask(memory["chan"], response_format=d.ResponseFormat(json_schema=json.dumps(SCHEMA))),
+                  grpc.StatusCode.UNAVAILABLE, "response_format after one repair")
+
+
+async def test_structured_tool_mode_works_end_to_end(serve, memory, model_server):
+    chan = await serve(PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object")
+    model_server.script([Reply(content={"tool": "grep_messages", "arguments": {"pattern": "bees"}})])
+    model_server.reply_with(lambda req: Reply(content={"answer": "Bob keeps bees", "cited_ids": [memory["bees"], "fake"]}))
+
+    out = await ask(chan, query="What does Bob keep?")
+
+    first, second = model_server.chat_requests()
+    assert "tools" not in first and first["response_format"] == {"type": "json_object"}
+    assert "grep_messages" in first["messages"][0]["content"]
+    assert "Result of grep_messages" in second["messages"][-1]["content"]
+    assert "I keep bees in my garden" in second["messages"][-1]["content"]
+    assert out.answer == "Bob keeps bees" and list(out.cited_message_ids) == [memory["bees"]] and out.tool_rounds == 1
+
+
+async def test_with_nothing_about_the_pair_it_says_it_does_not_know_without_calling_a_model(memory, model_server):
+    # carol never spoke where alice could hear, and alice holds no observations about her
+    out = await ask(memory["chan"], target_id="carol", query="What does Carol do?")
+    assert out.answer == ABSTAIN_ANSWER and out.abstained and out.model == ""
+    assert not out.cited_observation_ids and not out.cited_message_ids
+    assert model_server.chat_requests() == []
+
+
+async def test_an_answer_made_up_when_tools_found_nothing_is_replaced_by_i_do_not_know(memory, model_server):
+    # bob has no observations about alice, but alice spoke where bob heard: the agent runs, finds nothing
+    model_server.script([Reply(tool_calls=[call("grep_messages", pattern="zebra")]),
+                         Reply(content="Alice owns a zebra [obs:invented]")])
+    out = await ask(memory["chan"], observer_id="bob", target_id="alice", query="Does Alice own a zebra?")
+    assert "No messages found" in tool_messages(model_server.chat_requests()[1])[0]
+    assert out.answer == ABSTAIN_ANSWER and out.abstained and not out.cited_observation_ids
+
+
+async def test_no_tool_shows_a_message_the_observer_never_saw_nor_another_pairs_observation(memory, model_server):
+    model_server.script([Reply(tool_calls=[
+        call("grep_messages", "c1", pattern="sailing"), call("search_messages", "c2", query="sailing"),
+        call("temporal_search", "c3", query="sailing", after="2000-01-01"),
+        call("messages_by_date_range", "c4", after="2000-01-01T00:00:00Z", limit=50),
+        call("source_messages", "c5", observation_id=memory["hidden_obs"]),
+        call("reasoning_chain", "c6", observation_id=memory["hidden_obs"]),
+        call("search_observations", "c7", query="sailing", limit=50),
+        call("source_messages", "c8", observation_id=memory["obs"][0])])])
+    model_server.reply_with(lambda req: Reply(content="Bob keeps bees"))
+
+    await ask(memory["chan"], query="Does Bob like sailing?", reasoning_level=d.REASONING_LEVEL_HIGH)
+
+    results = tool_messages(model_server.chat_requests()[1])
+    assert len(results) == 8
+    everything = "\n".join(results)
+    assert "sailing" not in everything.lower() and memory["secret"] not in everything
+    assert memory["hidden_obs"] not in everything.replace(f"No observation {memory['hidden_obs']}", "")
+    assert "I moved to Oslo last year" in results[3]  # the date range does list what alice saw
+    assert "span: 'I keep bees'" in results[7]  # and an own observation's source is shown
+
+
+@pytest.mark.parametrize("kw,code,phrase", [
+    ({"query": "  "}, grpc.StatusCode.INVALID_ARGUMENT, "query is empty"),
+    ({"query": "x" * 10_001}, grpc.StatusCode.INVALID_ARGUMENT, "the limit is 10000"),
+    ({"target_id": "ghost"}, grpc.StatusCode.NOT_FOUND, "ghost"),
+    ({"session_id": "nope"}, grpc.StatusCode.NOT_FOUND, "nope"),
+    ({"reasoning_level": 9}, grpc.StatusCode.INVALID_ARGUMENT, "reasoning_level"),
+    ({"response_format": d.ResponseFormat(json_schema="{not json")}, grpc.StatusCode.INVALID_ARGUMENT, "not JSON"),
+    ({"response_format": d.ResponseFormat(json_schema='{"type": 5}')}, grpc.StatusCode.INVALID_ARGUMENT,
+     "not a valid JSON schema"),
+])
+async def test_bad_input_is_refused_before_any_model_call(memory, model_server, kw, code, phrase):
+    await rejected(ask(memory["chan"], **kw), code, phrase)
+    await rejected(anext(aiter(stream(memory["chan"], **kw))), code, phrase)
+    assert model_server.chat_requests() == []
+
+
+async def test_a_model_that_is_down_is_a_clear_unavailable_error(memory, model_server):
+    model_server.reply_with(lambda req: Reply(status=503))
+    await rejected(ask(memory["chan"]), grpc.StatusCode.UNAVAILABLE, "dialectic_low", "model unavailable")
+    await rejected(anext(aiter(stream(memory["chan"]))), grpc.StatusCode.UNAVAILABLE, "model unavailable")
+
+
+async def test_a_model_slower_than_the_deadline_is_deadline_exceeded(serve, memory, model_server):
+    chan = await serve(PEERLOG_DIALECTIC_DEADLINE_S="1")
+    model_server.reply_with(lambda req: Reply(content="late", delay_s=3))
+    await rejected(ask(chan), grpc.StatusCode.DEADLINE_EXCEEDED, "did not finish within 1.0 s")
+
+
+async def test_a_token_budget_too_small_for_a_tool_round_makes_the_model_answer_without_tools(serve, memory,
+                                                                                              model_server):
+    chan = await serve(PEERLOG_DIALECTIC_TOKEN_BUDGET="1000")
+    model_server.reply_with(lambda req: Reply(content="Oslo", tool_calls=[call("search_observations", query="x")]))
+    out = await ask(chan)
+    requests = model_server.chat_requests()
+    assert out.tool_rounds == 0 and out.answer == "Oslo" and all("tools" not in r for r in requests)
+    assert "no room for more tool results" in requests[-1]["messages"][-1]["content"]
+
+
+async def test_reasoning_chain_follows_a_derived_belief_to_its_explicit_premises(settings, memory, model_server):
+    from services.bus.producer import EventLog
+    from services.events import Level, ObservationAdded, ProducerInfo
+
+    premise = memory["obs"][1]
+    derived = ObservationAdded(workspace_id="w", observer_id="alice", observed_id="bob", observation_id="derived-1",
+                               level=Level.DEDUCTIVE, content="Bob lives in Norway", premise_ids=(premise,),
+                               producer=ProducerInfo(component="test-dreamer", version="0"))
+    log = EventLog(settings.kafka)
+    log.start()
+    try:
+        token = (await log.append([derived])).encode()
+    finally:
+        log.close()
+    await Client(memory["chan"]).all_observations("w", "alice", "bob", token)
+    model_server.script([Reply(tool_calls=[call("reasoning_chain", "c1", observation_id="derived-1"),
+                                           call("reasoning_chain", "c2", observation_id=premise),
+                                           call("source_messages", "c3", observation_id=premise)])])
+    model_server.reply_with(lambda req: Reply(content=f"Norway, since he lives in Oslo [obs:{premise}] "
+                                                      f"[msg:{memory['oslo']}]"))
+
+    out = await ask(memory["chan"], query="Which country does Bob live in?", consistency={"consistency_token": token})
+
+    chain, back, sources = tool_messages(model_server.chat_requests()[1])
+    assert chain.index("Bob lives in Norway") < chain.index("Premises:\n[obs:" + premise) < chain.index("Concluded")
+    assert "Concluded from it:\n[obs:derived-1]" in back
+    assert "span: 'moved to Oslo'" in sources
+    assert list(out.cited_observation_ids) == [premise] and list(out.cited_message_ids) == [memory["oslo"]]
+
+
+async def test_structured_mode_garbage_after_the_repair_is_a_clear_error(serve, memory, model_server):
+    chan = await serve(PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object")
+    model_server.script([Reply(content="Bob lives in Oslo."), Reply(content={"neither": "tool nor answer"})])
+    await rejected(ask(chan), grpc.StatusCode.UNAVAILABLE, "dialectic_low", "model output invalid")
+    assert len(model_server.chat_requests()) == 2
