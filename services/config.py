@@ -72,7 +72,7 @@ class WorkerSettings(BaseSettings):
 
     app_id: str = Field("", description="consumer-group and changelog prefix; empty: '<topic prefix>processors', "
                         "so two deployments on one cluster never share state")
-    processors: str = Field("router,deriver,summarizer,dream-scheduler", description="comma-separated processors this worker runs")
+    processors: str = Field("router,deriver,summarizer,dream-scheduler,dreamer", description="comma-separated processors this worker runs")
     deriver_instances: int = Field(4, ge=1, description="deriver group members in this worker: model calls of "
                                    "different partitions overlap, each in its own transaction")
     metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics (model tokens, calls) on this port (0: off)")
@@ -128,3 +128,14 @@ class DialecticSettings(BaseSettings):
             raise ValueError(f"unknown reasoning level {name!r}; expected one of {', '.join(LEVELS)}")
         prefetch = self.prefetch_minimal if name == "minimal" else self.prefetch
         return LevelPolicy(name, f"dialectic_{name}", getattr(self, f"rounds_{name}"), prefetch, name == "minimal")
+
+
+class DreamSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PEERLOG_DREAM_", extra="ignore", frozen=True)
+
+    threshold: int = Field(50, ge=1, description="new explicit observations since the last dream that make one due")
+    cooldown_s: float = Field(8 * 3600, ge=0, description="least time between the end of one dream and the next")
+    idle_s: float = Field(3600, ge=0, description="how long the observed peer must have been quiet first")
+    tick_s: float = Field(60.0, gt=0, description="how often the clock re-checks pairs that wait")
+    deduction_rounds: int = Field(12, ge=1, description="tool-round cap of the deduction specialist")
+    induction_rounds: int = Field(10, ge=1, description="tool-round cap of the induction specialist")

@@ -9,12 +9,12 @@ from services.config import (
     ApiSettings,
     DatabaseSettings,
     DialecticSettings,
+    DreamSettings,
     KafkaSettings,
     ProjectorSettings,
     WorkerSettings,
 )
 from services.deriver.settings import DeriverSettings
-from services.dreamer.settings import DreamSettings
 from services.llm.settings import EmbeddingSettings, LlmSettings
 from services.summarizer.settings import SummarizerSettings
 

@@ -50,13 +50,17 @@ def system_prompt(observer: str, target: str, tools: str) -> str:
     return SYSTEM.format(observer=observer, target="itself" if target == observer else target, tools=tools)
 
 
-def structured_instruction(specs: Sequence[dict[str, Any]]) -> str:
-    catalogue = "\n".join(
+def tool_catalogue(specs: Sequence[dict[str, Any]]) -> str:
+    """Function-tool specs as text, for a model that is told about tools in the prompt (structured mode)."""
+    return "\n".join(
         f"- {s['function']['name']}: {s['function']['description']} Arguments schema: "
         f"{json.dumps(s['function']['parameters'], separators=(',', ':'))}"
         for s in specs
     )
-    return STRUCTURED.format(catalogue=catalogue or "(none: answer now)")
+
+
+def structured_instruction(specs: Sequence[dict[str, Any]]) -> str:
+    return STRUCTURED.format(catalogue=tool_catalogue(specs) or "(none: answer now)")
 
 
 def json_answer_instruction(schema: Mapping[str, Any]) -> str:

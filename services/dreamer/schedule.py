@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import uuid6
 from pydantic import BaseModel, ConfigDict
 
-from services.dreamer.settings import DreamSettings
+from services.config import DreamSettings
 from services.events import (
     DreamCheckDue,
     DreamCompleted,

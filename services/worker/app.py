@@ -19,6 +19,7 @@ PROCESSORS = {
     "deriver": "services.deriver.agent",
     "summarizer": "services.summarizer.agent",
     "dream-scheduler": "services.dreamer.scheduler_agent",
+    "dreamer": "services.dreamer.agent",
 }
 
 

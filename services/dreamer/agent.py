@@ -1,0 +1,67 @@
+"""The dreamer's shell: a DreamRequested in, the dream's edits and its outcome out, in one transaction.
+
+DreamStarted goes out at once on a side producer (so ListDreams shows a dream in progress); everything
+the specialists write, and DreamCompleted or DreamFailed, commit atomically with the request's offset.
+A worker killed mid-dream therefore leaves nothing behind, and the next owner dreams again from the start.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from projections.db import async_engine
+from services.bus.producer import Emitter
+from services.bus.runner import Get, Step
+from services.bus.topics import DREAMS
+from services.dreamer.edits import Dream
+from services.dreamer.specialist import DreamRun
+from services.events import DreamCompleted, DreamFailed, DreamRequested, DreamStarted, Event, ProducerInfo
+from services.llm.client import ModelClient
+from services.llm.embeddings import make_embedder
+from services.llm.errors import ModelError
+
+if TYPE_CHECKING:
+    from services.settings import Settings
+
+log = logging.getLogger(__name__)
+PRODUCER = ProducerInfo(component="dreamer", version="0.1.0")
+SPECIALISTS = ("deduction", "induction")
+
+
+class Dreamer:
+    name = "dreamer"
+    inputs = (DREAMS,)
+    max_batch = 4  # dreams of different pairs run concurrently; each is many model calls
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings.dream
+        self.engine = async_engine(settings.database)
+        self.embedder = make_embedder(settings.embedding)
+        self.models = {s: ModelClient(s, settings.llm.stage(s)) for s in SPECIALISTS}
+        self.emitter = Emitter(settings.kafka, "peerlog-dreamer")
+
+    async def handle(self, get: Get, event: Event) -> Step:
+        if not isinstance(event, DreamRequested):
+            return Step()
+        pair = dict(workspace_id=event.workspace_id, observer_id=event.observer_id, observed_id=event.observed_id)
+        await self.emitter.emit([DreamStarted(**pair, dream_id=event.dream_id, producer=PRODUCER,
+                                              causation_id=event.event_id)])
+        run = DreamRun(Dream(**pair, dream_id=event.dream_id, producer=PRODUCER, causation_id=event.dream_id),
+                       self.engine, self.embedder)
+        rounds = {"deduction": self.settings.deduction_rounds, "induction": self.settings.induction_rounds}
+        try:
+            for specialist in SPECIALISTS:
+                await run.specialist(specialist, self.models[specialist], rounds[specialist])
+            end: Event = DreamCompleted(**pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER,
+                                        causation_id=event.event_id)
+        except ModelError as error:
+            # what the specialists wrote before the model failed stands; the scheduler retries after its cooldown
+            log.warning("dream %s failed: %s", event.dream_id, error)
+            end = DreamFailed(**pair, dream_id=event.dream_id, reason=str(error)[:2000], producer=PRODUCER,
+                              causation_id=event.event_id)
+        return Step([*run.events, end])
+
+
+def build(settings: Settings):
+    return Dreamer(settings), None

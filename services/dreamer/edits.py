@@ -1,0 +1,210 @@
+"""The dreamer's pure core: turn one action a specialist asks for into events, or into a refusal it can read.
+
+`decide_edit(pending, known, action, dream) -> Outcome`. `known` describes the observations the action
+names, as the store holds them; `pending` overlays what this dream already wrote, so a later action
+may cite an earlier one and nothing is superseded twice. Every refusal that concerns an observation
+write is an ObservationRejected event too, so the audit trail shows what the dream tried.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import uuid6
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.events import (
+    Event,
+    Level,
+    ObservationAdded,
+    ObservationDeleted,
+    ObservationRejected,
+    ObservationSuperseded,
+    PeerCardUpdated,
+    ProducerInfo,
+)
+from services.events.cards import card_problems
+from services.events.provenance import PremiseState, confidence_for, premise_problems
+
+PatternType = Literal["preference", "behaviour", "personality", "tendency", "correlation"]
+
+
+class _Action(BaseModel):
+    # premise counts are not checked here: the provenance rule checks them, so a refusal is recorded
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AddDeduction(_Action):
+    """Record a conclusion that follows logically from observations already in memory."""
+
+    content: str = Field(min_length=1, max_length=2000, description="the conclusion, one proposition")
+    premise_ids: list[str] = Field(max_length=20, description="ids of the observations it follows from (at least 1)")
+
+
+class UpdateKnowledge(_Action):
+    """Something changed: record the new belief (citing the evidence) and retire the outdated observation."""
+
+    outdated_id: str = Field(min_length=1, max_length=512, description="the observation that is no longer true")
+    content: str = Field(min_length=1, max_length=2000, description="the belief that replaces it")
+    premise_ids: list[str] = Field(max_length=20, description="the newer evidence it rests on (at least 1)")
+    reason: str = Field("", max_length=500)
+
+
+class AddContradiction(_Action):
+    """Flag observations that cannot all be true, without choosing between them."""
+
+    content: str = Field(min_length=1, max_length=2000, description="what conflicts with what")
+    premise_ids: list[str] = Field(max_length=20, description="the conflicting observations (at least 2)")
+
+
+class RemoveDeduction(_Action):
+    """Withdraw a deductive observation that no longer holds (its premises changed or it was wrong)."""
+
+    observation_id: str = Field(min_length=1, max_length=512)
+    reason: str = Field(min_length=1, max_length=500)
+
+
+class SetPeerCard(_Action):
+    """Replace the peer card: stable facts only, each starting IDENTITY:, ATTRIBUTE:, RELATIONSHIP: or INSTRUCTION:."""
+
+    entries: list[str] = Field(max_length=40)
+
+
+class AddPattern(_Action):
+    """Record a pattern seen across two or more observations; confidence follows from how many support it."""
+
+    content: str = Field(min_length=1, max_length=2000)
+    pattern_type: PatternType
+    premise_ids: list[str] = Field(max_length=20, description="the observations that show it (at least 2)")
+
+
+Action = AddDeduction | UpdateKnowledge | AddContradiction | RemoveDeduction | SetPeerCard | AddPattern
+
+
+@dataclass(frozen=True)
+class Known:
+    """An observation an action names, as the store (or this dream) holds it."""
+
+    observer_id: str
+    observed_id: str
+    level: str
+    live: bool
+
+
+@dataclass(frozen=True)
+class Dream:
+    """Who is dreaming: the pair, the dream, the specialist and who to credit events to."""
+
+    workspace_id: str
+    observer_id: str
+    observed_id: str
+    dream_id: str
+    producer: ProducerInfo
+    causation_id: str
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What this dream wrote so far: new observations (by id, with level) and the ones it retired."""
+
+    added: dict[str, str] = field(default_factory=dict)
+    retired: frozenset[str] = frozenset()
+
+    def overlay(self, dream: Dream, known: dict[str, Known]) -> dict[str, Known]:
+        view = {**known, **{i: Known(dream.observer_id, dream.observed_id, level, True)
+                            for i, level in self.added.items()}}
+        return {i: replace(k, live=False) if i in self.retired else k for i, k in view.items()}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    events: list[Event]
+    reply: str  # what the specialist is told
+    pending: Pending
+    accepted: bool
+
+
+def _pair(d: Dream) -> dict:
+    return dict(workspace_id=d.workspace_id, observer_id=d.observer_id, observed_id=d.observed_id,
+                producer=d.producer, causation_id=d.causation_id)
+
+
+def _refuse(d: Dream, pending: Pending, level: Level, content: str, premises, problems: list[str]) -> Outcome:
+    event = ObservationRejected(**_pair(d), rejection_id=str(uuid6.uuid7()), level=level, content=content,
+                                reason="; ".join(problems), premise_ids=tuple(premises), dream_id=d.dream_id)
+    return Outcome([event], "rejected: " + "; ".join(problems), pending, False)
+
+
+def _add(d: Dream, pending: Pending, view: dict[str, Known], level: Level, content: str, premises: list[str],
+         vector, **extra) -> tuple[ObservationAdded | None, Outcome | None]:
+    states = {i: PremiseState(k.observer_id, k.observed_id, k.live) for i, k in view.items()}
+    problems = premise_problems(level, d.observer_id, d.observed_id, premises, states)
+    if problems:
+        return None, _refuse(d, pending, level, content, premises, problems)
+    return ObservationAdded(**_pair(d), observation_id=str(uuid6.uuid7()), level=level, content=content,
+                            premise_ids=tuple(dict.fromkeys(premises)), embedding=tuple(vector),
+                            dream_id=d.dream_id, **extra), None
+
+
+def _written(pending: Pending, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> Outcome:
+    new = Pending({**pending.added, event.observation_id: event.level.value},
+                  pending.retired | ({retired} if retired else set()))
+    return Outcome([event, *more], f"ok: written as {event.observation_id}", new, True)
+
+
+def _retirable(d: Dream, view: dict[str, Known], obs_id: str, levels: tuple[str, ...]) -> str | None:
+    k = view.get(obs_id)
+    if k is None or (k.observer_id, k.observed_id) != (d.observer_id, d.observed_id):
+        return f"observation {obs_id!r} is not in this memory"
+    if not k.live:
+        return f"observation {obs_id!r} was already superseded or deleted"
+    if k.level not in levels:
+        return f"observation {obs_id!r} is {k.level}; only {' or '.join(levels)} observations can be changed this way"
+    return None
+
+
+def decide_edit(pending: Pending, known: dict[str, Known], action: Action, d: Dream,
+                vector=(), embedding_model: str = "") -> Outcome:
+    """The events for `action` (or its refusal) and the dream's new pending state."""
+    view = pending.overlay(d, known)
+    model = dict(embedding_model=embedding_model)
+    if isinstance(action, SetPeerCard):
+        problems = card_problems(action.entries)
+        if problems:
+            return Outcome([], "rejected: " + "; ".join(problems), pending, False)
+        return Outcome([PeerCardUpdated(**_pair(d), entries=tuple(action.entries))], "ok: card replaced", pending, True)
+    if isinstance(action, RemoveDeduction):
+        problem = _retirable(d, view, action.observation_id, ("deductive",))
+        if problem:
+            return Outcome([], "rejected: " + problem, pending, False)
+        event = ObservationDeleted(**_pair(d), observation_id=action.observation_id, reason=action.reason)
+        return Outcome([event], "ok: removed", replace(pending, retired=pending.retired | {action.observation_id}),
+                       True)
+    if isinstance(action, UpdateKnowledge):
+        problem = _retirable(d, view, action.outdated_id, ("explicit", "deductive"))
+        if problem:
+            return _refuse(d, pending, Level.DEDUCTIVE, action.content, action.premise_ids, [problem])
+        added, refused = _add(d, pending, view, Level.DEDUCTIVE, action.content, action.premise_ids, vector, **model)
+        if refused:
+            return refused
+        retire = ObservationSuperseded(**_pair(d), observation_id=action.outdated_id,
+                                       superseded_by=added.observation_id, reason=action.reason or "knowledge update")
+        return _written(pending, added, [retire], retired=action.outdated_id)
+    if isinstance(action, AddPattern):
+        added, refused = _add(d, pending, view, Level.INDUCTIVE, action.content, action.premise_ids, vector,
+                              pattern_type=action.pattern_type,
+                              confidence=confidence_for(len(set(action.premise_ids))), **model)
+    else:
+        level = Level.CONTRADICTION if isinstance(action, AddContradiction) else Level.DEDUCTIVE
+        added, refused = _add(d, pending, view, level, action.content, action.premise_ids, vector, **model)
+    return refused or _written(pending, added)
+
+
+def named_ids(action: Action) -> list[str]:
+    """The observation ids an action refers to (the shell looks these up before deciding)."""
+    ids = list(getattr(action, "premise_ids", []))
+    for name in ("outdated_id", "observation_id"):
+        if getattr(action, name, None):
+            ids.append(getattr(action, name))
+    return ids

@@ -1,0 +1,59 @@
+"""The dream specialists' prompts (versioned): deduction, then induction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from services.dialectic.prompt import tool_catalogue
+
+PROMPT_VERSIONS = {"deduction": "deduction-1", "induction": "induction-1"}
+
+COMMON = """You are consolidating the memory that {observer} holds about {target}: observations (explicit: stated
+in a message; deductive, inductive: derived from premises; contradiction: flags conflicts), each shown as
+[obs:ID]. Look with the discovery tools, then act with the write tools. Every write cites premise ids you were
+shown (without the obs: prefix); a write whose premises do not exist, belong elsewhere or were retired is
+refused and you are told why. Write only what the memory supports: no guesses, no restating an observation
+that already exists. When you can make no more supported edits, stop: reply with one short sentence and no tool call."""
+
+DEDUCTION = COMMON + """
+
+Your job is deduction:
+- knowledge updates: when a newer observation shows an older one is no longer true, use update_knowledge
+  (the new belief cites the newer evidence; the outdated observation is retired);
+- logical implications: add_deduction for what follows necessarily from the premises;
+- contradictions: add_contradiction citing observations that cannot all be true (do not choose between them);
+- stale deductions: remove_deduction for a deduction whose basis no longer holds;
+- the peer card: set_peer_card with stable facts only, each entry starting IDENTITY:, ATTRIBUTE:,
+  RELATIONSHIP: or INSTRUCTION:, at most 40 entries of at most 200 characters (it replaces the whole card)."""
+
+INDUCTION = COMMON + """
+
+Your job is induction: patterns that show across two or more observations — a preference, behaviour,
+personality trait, tendency or correlation — with add_pattern. Patterns are additive: never retire anything.
+Confidence follows from the number of supporting observations (2: low, 3–4: medium, 5+: high), so cite all
+that support the pattern."""
+
+SYSTEMS = {"deduction": DEDUCTION, "induction": INDUCTION}
+
+STRUCTURED = """Reply with one JSON object only, no prose and no code fences: either
+{{"tool": "<name>", "arguments": {{...}}}} to call one tool, or {{"done": "<one sentence>"}} when you can make
+no more supported edits. Tools:
+{catalogue}"""
+
+FORCE_STOP = "You have used all your tool rounds. Stop now: reply with one short sentence and no tool call."
+
+
+def system_prompt(specialist: str, observer: str, target: str, structured_tools: Sequence[dict[str, Any]] = ()) -> str:
+    text = SYSTEMS[specialist].format(observer=observer, target="itself" if target == observer else target)
+    if structured_tools:
+        text += "\n\n" + STRUCTURED.format(catalogue=tool_catalogue(structured_tools))
+    return text
+
+
+def opening(observation_lines: Sequence[str], card: Sequence[str], written: Sequence[str]) -> str:
+    parts = ["Recent observations:\n" + ("\n".join(observation_lines) or "(none)"),
+             "Current peer card:\n" + ("\n".join(card) or "(empty)")]
+    if written:
+        parts.append("Written earlier in this dream:\n" + "\n".join(written))
+    return "\n\n".join(parts)

@@ -1,0 +1,177 @@
+"""One dream: the deduction then the induction specialist, each a tool loop of discovery and action.
+
+Discovery reuses Chat's read tools (scoped to the pair) plus `recent_observations`; actions go through
+the pure edit core (edits.py). Nothing is written here: the events collect in the run and the caller
+commits them with the request's offset in one transaction. No connection is held across a model call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from prometheus_client import Counter
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from projections import queries
+from projections.audit_queries import observations_by_id
+from services.dialectic import tools as chat_tools
+from services.dialectic.prompt import observation_line
+from services.dreamer import edits, prompt
+from services.dreamer.edits import Action, Dream, Known, Pending
+from services.events import Event, ObservationRejected, ProducerInfo
+from services.llm.client import ModelClient, ToolCall
+from services.llm.embeddings import Embedder
+
+DISCOVERY = ("recent_observations", "search_observations", "search_messages", "source_messages", "reasoning_chain")
+ACTIONS: dict[str, dict[str, type[BaseModel]]] = {
+    "deduction": {"add_deduction": edits.AddDeduction, "update_knowledge": edits.UpdateKnowledge,
+                  "add_contradiction": edits.AddContradiction, "remove_deduction": edits.RemoveDeduction,
+                  "set_peer_card": edits.SetPeerCard},
+    "induction": {"add_pattern": edits.AddPattern},
+}
+WRITES_TEXT = (edits.AddDeduction, edits.UpdateKnowledge, edits.AddContradiction, edits.AddPattern)
+REJECTED = Counter("peerlog_dream_rejected_writes_total",
+                   "Observation writes of a dream specialist the provenance rule refused", ["specialist"])
+OPENING_OBSERVATIONS = 60
+RESULT_CHARS = 6_000
+
+
+class RecentObservations(BaseModel):
+    """The pair's most recent live observations, newest first."""
+
+    model_config = ConfigDict(extra="forbid")
+    levels: list[chat_tools.ObservationLevel] = Field(default_factory=list, description="only these levels")
+    limit: int = Field(20, ge=1, le=50)
+
+
+class _ToolStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tool: str
+    arguments: dict[str, Any] = {}
+
+
+class _Done(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    done: str
+
+
+class StructuredStep(RootModel[_ToolStep | _Done]):
+    """One specialist turn in structured tool mode: a tool call, or done."""
+
+
+def _spec(name: str, model: type[BaseModel]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": (model.__doc__ or "").strip(),
+                                             "parameters": model.model_json_schema()}}
+
+
+@dataclass
+class DreamRun:
+    """The state of one dream across both specialists: what it wrote and what the specialists were told."""
+
+    dream: Dream
+    engine: AsyncEngine
+    embedder: Embedder
+    pending: Pending = field(default_factory=Pending)
+    events: list[Event] = field(default_factory=list)
+    edits: int = 0
+    written: list[str] = field(default_factory=list)  # lines for the next specialist's opening
+
+    def scope(self) -> chat_tools.Scope:
+        d = self.dream
+        return chat_tools.Scope(d.workspace_id, d.observer_id, d.observed_id)
+
+    async def specialist(self, name: str, model: ModelClient, rounds: int) -> None:
+        """Run one specialist until it stops (or its rounds run out)."""
+        structured = model.settings.tool_mode == "structured"
+        actions = ACTIONS[name]
+        specs = [*chat_tools.specs([n for n in DISCOVERY if n in chat_tools.TOOLS]),
+                 _spec("recent_observations", RecentObservations),
+                 *(_spec(n, m) for n, m in actions.items())]
+        producer = ProducerInfo(component="dreamer", version="0.1.0", model=model.settings.model,
+                                prompt_version=prompt.PROMPT_VERSIONS[name])
+        self.dream = replace(self.dream, producer=producer)
+        system = prompt.system_prompt(name, self.dream.observer_id, self.dream.observed_id, specs if structured else ())
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": await self.opening()}]
+        for used in range(rounds + 1):
+            if used == rounds:
+                messages.append({"role": "user", "content": prompt.FORCE_STOP})
+            calls = await self.ask(model, messages, specs if used < rounds else None, structured, used)
+            if not calls or used == rounds:
+                return
+            for call in calls:
+                result = await self.run_tool(call, actions)
+                if structured:
+                    messages.append({"role": "user", "content": f"Result of {call.name}:\n{result}"})
+                else:
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+
+    async def ask(self, model: ModelClient, messages: list, offered, structured: bool, used: int) -> list[ToolCall]:
+        """The model's next turn as tool calls (empty: it stopped); the turn is appended to `messages`."""
+        if structured:
+            step = (await model.structured(messages, StructuredStep, name="dream_step")).value.root
+            messages.append({"role": "assistant", "content": step.model_dump_json()})
+            if isinstance(step, _Done):
+                return []
+            return [ToolCall(f"call_{used}", step.tool, json.dumps(step.arguments))]
+        turn = (await model.turn(messages, offered)).value
+        messages.append({"role": "assistant", "content": turn.content or None, **(
+            {"tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                            for c in turn.tool_calls]} if turn.tool_calls else {})})
+        return list(turn.tool_calls)
+
+    async def opening(self) -> str:
+        d = self.dream
+        pair = queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id)
+        async with self.engine.connect() as conn:
+            rows = await queries.list_observations(conn, pair, None, OPENING_OBSERVATIONS, reverse=True)
+            card = await queries.peer_card(conn, d.workspace_id, d.observer_id, d.observed_id)
+        return prompt.opening([observation_line(r) for r in reversed(rows)],
+                              list(card["entries"]) if card else [], self.written)
+
+    async def run_tool(self, call: ToolCall, actions: dict[str, type[BaseModel]]) -> str:
+        if call.name in actions:
+            return await self.act(call, actions[call.name])
+        if call.name == "recent_observations":
+            return await self.recent(call)
+        env = chat_tools.ToolEnv(self.engine, self.embedder, self.scope(), 25, RESULT_CHARS)
+        return (await chat_tools.execute(env, call, DISCOVERY)).text
+
+    async def recent(self, call: ToolCall) -> str:
+        try:
+            args = RecentObservations.model_validate(chat_tools.parse_arguments(call.arguments))
+        except (ValueError, ValidationError) as error:
+            return f"error: bad arguments for {call.name}: {error}"[:1000]
+        d = self.dream
+        pair = queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id, tuple(args.levels))
+        async with self.engine.connect() as conn:
+            rows = await queries.list_observations(conn, pair, None, args.limit, reverse=True)
+        return "\n".join(map(observation_line, rows)) or "No observations."
+
+    async def act(self, call: ToolCall, model: type[BaseModel]) -> str:
+        try:
+            action: Action = model.model_validate(chat_tools.parse_arguments(call.arguments))
+        except (ValueError, ValidationError) as error:
+            return f"error: bad arguments for {call.name}: {error}"[:1000]
+        known = await self.known(edits.named_ids(action))
+        vector, embedding_model = (), ""
+        if isinstance(action, WRITES_TEXT):
+            vector, embedding_model = (await self.embedder.embed([action.content]))[0], self.embedder.model_name
+        outcome = edits.decide_edit(self.pending, known, action, self.dream, vector, embedding_model)
+        self.pending, self.events = outcome.pending, [*self.events, *outcome.events]
+        if any(isinstance(e, ObservationRejected) for e in outcome.events):
+            REJECTED.labels(self.dream.producer.prompt_version.split("-")[0]).inc()
+        if outcome.accepted:
+            self.edits += 1
+            if isinstance(action, WRITES_TEXT):
+                self.written.append(f"[obs:{outcome.events[0].observation_id}] ({call.name}) {action.content}")
+        return outcome.reply
+
+    async def known(self, ids: Sequence[str]) -> dict[str, Known]:
+        async with self.engine.connect() as conn:
+            rows = await observations_by_id(conn, self.dream.workspace_id, list(ids))
+        return {i: Known(r["observer_id"], r["observed_id"], r["level"],
+                         r["superseded_by"] is None and r["deleted_at"] is None) for i, r in rows.items()}

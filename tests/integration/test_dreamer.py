@@ -1,0 +1,140 @@
+"""The dreamer, running as a worker against the HTTP test model: specialists' tool loops, enforced premises,
+knowledge updates, graded patterns, the round cap, a failing model, and a rebuild that needs no model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from peerlog.v1 import audit_pb2, dreams_pb2, peers_pb2
+from projections.rebuild import rebuild
+from tests.support.client import Client
+from tests.support.model_server import Reply
+
+FACTS = ["Bob lives in Oslo", "Bob moved to Bergen last month", "Bob keeps bees", "Bob goes to the market every Saturday"]
+
+
+def call(name: str, **arguments) -> dict:
+    return {"id": f"call_{name}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def specialist(request: dict) -> str:
+    system = request["messages"][0]["content"]
+    return "deduction" if "Your job is deduction" in system else "induction"
+
+
+def rounds_done(request: dict) -> int:
+    return sum(1 for m in request["messages"] if m["role"] == "assistant")
+
+
+def scripted(ids: list[str]):
+    oslo, bergen, bees, market = ids
+    plan = {
+        "deduction": [call("search_observations", query="where does bob live"),
+                      call("update_knowledge", outdated_id=oslo, content="Bob lives in Bergen", premise_ids=[bergen],
+                           reason="he moved"),
+                      call("add_deduction", content="Bob is happy", premise_ids=[]),
+                      call("set_peer_card", entries=["ATTRIBUTE: lives in Bergen", "ATTRIBUTE: keeps bees"])],
+        "induction": [call("add_pattern", content="Bob keeps routines", pattern_type="tendency", premise_ids=[bees]),
+                      call("add_pattern", content="Bob spends his free time on steady outdoor routines",
+                           pattern_type="behaviour", premise_ids=[bees, market])],
+    }
+
+    def reply(request: dict) -> Reply:
+        steps, n = plan[specialist(request)], rounds_done(request)
+        return Reply(tool_calls=[steps[n]]) if n < len(steps) else Reply(content="No more supported edits.")
+    return reply
+
+
+async def seed(c: Client) -> list[str]:
+    await c.setup_conversation("w", "s")
+    made = await c.create_observations("w", "bob", "bob", FACTS)
+    return list(made.observation_ids)
+
+
+async def dream_once(c: Client, settings, state: str = "completed", timeout: float = 90) -> dreams_pb2.Dream:
+    await c.dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(workspace_id="w", observer_id="bob"))
+
+    async def ended():
+        for _ in range(int(timeout * 5)):
+            got = await c.dreams.ListDreams(dreams_pb2.ListDreamsRequest(workspace_id="w", observer_id="bob"))
+            if got.dreams and got.dreams[0].state in ("completed", "failed"):
+                return got.dreams[0]
+            await asyncio.sleep(0.2)
+        raise AssertionError("the dream did not end in time")
+    dream = await ended()
+    assert dream.state == state, dream.error
+    return dream
+
+
+async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(channel, settings, model_server,
+                                                                               start_worker):
+    c = Client(channel)
+    ids = await seed(c)
+    oslo, bergen, bees, market = ids
+    model_server.reply_with(scripted(ids))
+    start_worker("dream-scheduler,dreamer")
+    dream = await dream_once(c, settings)
+    assert dream.edits == 3 and dream.reason == "forced"
+
+    live = {o.content: o for o in await c.all_observations("w", "bob", "bob")}
+    assert "Bob lives in Oslo" not in live
+    update, pattern = live["Bob lives in Bergen"], live["Bob spends his free time on steady outdoor routines"]
+    assert list(update.premise_ids) == [bergen] and update.dream_id == dream.dream_id
+    assert (pattern.confidence, pattern.pattern_type, list(pattern.premise_ids)) == ("low", "behaviour", [bees, market])
+
+    history = await c.audit.GetObservationHistory(audit_pb2.GetObservationHistoryRequest(workspace_id="w",
+                                                                                         observation_id=oslo))
+    superseded = [e for e in history.entries if e.kind == "superseded"]
+    assert dict(superseded[0].detail)["by"] == update.observation_id
+    assert superseded[0].producer.prompt_version == "deduction-1"
+
+    refused = await c.audit.ListRejectedObservations(audit_pb2.ListRejectedObservationsRequest(
+        workspace_id="w", dream_id=dream.dream_id))
+    assert sorted(r.content for r in refused.rejections) == ["Bob is happy", "Bob keeps routines"]
+    card = await c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="bob"))
+    assert list(card.entries) == ["ATTRIBUTE: lives in Bergen", "ATTRIBUTE: keeps bees"]
+
+    # the specialist was told why: the refusal is the tool result of its next request
+    after_refusal = [r for r in model_server.chat_requests() if specialist(r) == "deduction" and rounds_done(r) == 3]
+    assert "rejected: a deductive observation must cite at least 1" in after_refusal[0]["messages"][-1]["content"]
+    offered = {specialist(r): sorted(t["function"]["name"] for t in r["tools"]) for r in model_server.chat_requests()
+               if r.get("tools")}
+    assert "add_pattern" in offered["induction"] and "update_knowledge" not in offered["induction"]
+    assert "set_peer_card" in offered["deduction"] and "add_pattern" not in offered["deduction"]
+
+
+async def test_a_rebuild_reproduces_the_dream_exactly_without_calling_a_model(channel, settings, model_server,
+                                                                              start_worker):
+    c = Client(channel)
+    model_server.reply_with(scripted(await seed(c)))
+    worker = start_worker("dream-scheduler,dreamer")
+    await dream_once(c, settings)
+    worker.stop()
+    calls = len(model_server.chat_requests())
+    report = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings, progress=lambda _: None))
+    assert report.switched and set(report.differences.values()) == {0}, report.differences
+    assert len(model_server.chat_requests()) == calls
+
+
+async def test_a_specialist_that_never_stops_is_cut_off_at_its_round_cap(channel, settings, model_server,
+                                                                         start_worker):
+    c = Client(channel)
+    await seed(c)
+    model_server.reply_with(lambda r: Reply(tool_calls=[call("recent_observations", limit=5)]))
+    start_worker("dream-scheduler,dreamer", PEERLOG_DREAM_DEDUCTION_ROUNDS="3", PEERLOG_DREAM_INDUCTION_ROUNDS="2")
+    dream = await dream_once(c, settings)
+    per = {s: [r for r in model_server.chat_requests() if specialist(r) == s] for s in ("deduction", "induction")}
+    assert (len(per["deduction"]), len(per["induction"])) == (4, 3)  # the cap, then one last turn without tools
+    assert "tools" not in per["deduction"][-1] and "used all your tool rounds" in per["deduction"][-1]["messages"][-1]["content"]
+    assert dream.edits == 0
+
+
+async def test_a_model_that_fails_ends_the_dream_as_failed_with_the_reason(channel, settings, model_server,
+                                                                           start_worker):
+    c = Client(channel)
+    await seed(c)
+    model_server.reply_with(lambda r: Reply(status=500))
+    start_worker("dream-scheduler,dreamer")
+    dream = await dream_once(c, settings, state="failed")
+    assert dream.error and "deduction" in dream.error

@@ -1,0 +1,92 @@
+"""The dreamer's edit core: premises checked, refusals recorded, knowledge updates supersede, patterns graded."""
+
+from __future__ import annotations
+
+from services.dreamer.edits import (
+    AddContradiction,
+    AddDeduction,
+    AddPattern,
+    Dream,
+    Known,
+    Pending,
+    RemoveDeduction,
+    SetPeerCard,
+    UpdateKnowledge,
+    decide_edit,
+    named_ids,
+)
+from services.events import (
+    ObservationAdded,
+    ObservationDeleted,
+    ObservationRejected,
+    ObservationSuperseded,
+    PeerCardUpdated,
+    ProducerInfo,
+)
+
+D = Dream("w", "alice", "bob", "dream-1", ProducerInfo(component="dreamer", version="0", model="m",
+                                                       prompt_version="deduction-1"), "req-1")
+KNOWN = {"oslo": Known("alice", "bob", "explicit", True), "bees": Known("alice", "bob", "explicit", True),
+         "market": Known("alice", "bob", "explicit", True), "old": Known("alice", "bob", "explicit", False),
+         "carols": Known("carol", "bob", "explicit", True), "ded": Known("alice", "bob", "deductive", True)}
+
+
+def test_a_deduction_with_live_premises_of_the_pair_is_written_with_the_dream_id():
+    out = decide_edit(Pending(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
+    (added,) = out.events
+    assert isinstance(added, ObservationAdded) and out.accepted
+    assert (added.level.value, added.premise_ids, added.dream_id, added.causation_id) == (
+        "deductive", ("oslo",), "dream-1", "req-1")
+    assert out.pending.added == {added.observation_id: "deductive"}
+
+
+def test_a_deduction_without_premises_or_citing_another_pair_is_refused_and_recorded():
+    for premises, why in (([], "at least 1"), (["carols"], "store of (carol, bob)"), (["nope"], "does not exist"),
+                          (["old"], "superseded or deleted")):
+        out = decide_edit(Pending(), KNOWN, AddDeduction(content="x", premise_ids=premises), D)
+        (rejected,) = out.events
+        assert isinstance(rejected, ObservationRejected) and not out.accepted
+        assert why in rejected.reason and why in out.reply and rejected.dream_id == "dream-1"
+
+
+def test_induction_refuses_fewer_than_two_premises_and_grades_confidence_by_count():
+    one = decide_edit(Pending(), KNOWN, AddPattern(content="p", pattern_type="tendency", premise_ids=["oslo"]), D)
+    assert isinstance(one.events[0], ObservationRejected) and "at least 2" in one.reply
+    known = {**KNOWN, **{f"e{i}": Known("alice", "bob", "explicit", True) for i in range(5)}}
+    grades = [decide_edit(Pending(), known, AddPattern(content="p", pattern_type="preference",
+                                                       premise_ids=[f"e{i}" for i in range(n)]), D).events[0].confidence
+              for n in (2, 3, 4, 5)]
+    assert grades == ["low", "medium", "medium", "high"]
+
+
+def test_a_knowledge_update_writes_the_new_belief_then_supersedes_the_old_one():
+    out = decide_edit(Pending(), KNOWN, UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen",
+                                                        premise_ids=["bees"], reason="moved"), D)
+    added, superseded = out.events
+    assert isinstance(superseded, ObservationSuperseded)
+    assert (superseded.observation_id, superseded.superseded_by) == ("oslo", added.observation_id)
+    again = decide_edit(out.pending, KNOWN, UpdateKnowledge(outdated_id="oslo", content="y", premise_ids=["bees"]), D)
+    assert "already superseded" in again.reply
+    cite_old = decide_edit(out.pending, KNOWN, AddDeduction(content="z", premise_ids=["oslo"]), D)
+    assert "superseded or deleted" in cite_old.reply
+
+
+def test_a_later_edit_may_cite_an_earlier_one_of_the_same_dream():
+    first = decide_edit(Pending(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
+    new_id = first.events[0].observation_id
+    second = decide_edit(first.pending, KNOWN, AddContradiction(content="c", premise_ids=[new_id, "bees"]), D)
+    assert second.accepted and second.events[0].premise_ids == (new_id, "bees")
+
+
+def test_only_deductions_can_be_removed_and_cards_follow_the_card_rules():
+    assert "only deductive" in decide_edit(Pending(), KNOWN, RemoveDeduction(observation_id="oslo", reason="r"), D).reply
+    removed = decide_edit(Pending(), KNOWN, RemoveDeduction(observation_id="ded", reason="stale"), D)
+    assert isinstance(removed.events[0], ObservationDeleted) and "ded" in removed.pending.retired
+    bad = decide_edit(Pending(), KNOWN, SetPeerCard(entries=["Bob is nice"]), D)
+    assert bad.events == [] and "must start with" in bad.reply
+    good = decide_edit(Pending(), KNOWN, SetPeerCard(entries=["IDENTITY: Bob"]), D)
+    assert isinstance(good.events[0], PeerCardUpdated)
+
+
+def test_the_shell_looks_up_every_id_an_action_names():
+    assert named_ids(UpdateKnowledge(outdated_id="o", content="c", premise_ids=["a", "b"])) == ["a", "b", "o"]
