@@ -51,7 +51,7 @@ def derivation_started(conn: Connection, events: Sequence[DerivationStarted]) ->
     # a batch retried after a crash starts again under the same id: keep the first start
     _insert_new(conn, derivation_batches, [
         dict(workspace_id=e.workspace_id, batch_id=e.batch_id, observer_id=e.observer_id,
-             observed_id=e.observed_id, message_ids=list(e.message_ids), state="in_flight",
+             observed_id=e.observed_id, message_ids=list(e.message_ids), derivation=e.derivation, state="in_flight",
              started_at=e.occurred_at)
         for e in events
     ])
@@ -60,7 +60,8 @@ def derivation_started(conn: Connection, events: Sequence[DerivationStarted]) ->
 def _finish(conn: Connection, e, values: dict) -> None:
     stmt = insert(derivation_batches).values(
         workspace_id=e.workspace_id, batch_id=e.batch_id, observer_id=e.observer_id,
-        observed_id=e.observed_id, message_ids=list(e.message_ids), finished_at=e.occurred_at, **values)
+        observed_id=e.observed_id, message_ids=list(e.message_ids), derivation=e.derivation,
+        finished_at=e.occurred_at, **values)
     conn.execute(stmt.on_conflict_do_update(
         index_elements=["workspace_id", "batch_id"],
         set_={"finished_at": e.occurred_at, **values}))

@@ -57,7 +57,7 @@ def _rejection(e: ObservationAdded, problems: list[str]) -> dict:
     return dict(workspace_id=e.workspace_id, rejection_id=e.observation_id, observer_id=e.observer_id,
                 observed_id=e.observed_id, level=e.level.value, content=e.content, reason="; ".join(problems),
                 sources=[s.model_dump() for s in e.sources], premise_ids=list(e.premise_ids), batch_id=e.batch_id,
-                dream_id=e.dream_id, rejected_at=e.occurred_at, event_id=e.event_id)
+                dream_id=e.dream_id, derivation=e.derivation, rejected_at=e.occurred_at, event_id=e.event_id)
 
 
 def _added_row(e: ObservationAdded) -> dict:
@@ -65,7 +65,8 @@ def _added_row(e: ObservationAdded) -> dict:
                 observed_id=e.observed_id, level=e.level.value, content=e.content, content_key=normalise(e.content),
                 session_id=e.session_id, confidence=e.confidence, pattern_type=e.pattern_type,
                 embedding=list(e.embedding) or None, embedding_model=e.embedding_model, times_derived=1,
-                created_at=e.occurred_at, batch_id=e.batch_id, dream_id=e.dream_id, event_id=e.event_id)
+                created_at=e.occurred_at, batch_id=e.batch_id, dream_id=e.dream_id, derivation=e.derivation,
+                event_id=e.event_id)
 
 
 def _add(conn: Connection, events: Sequence[ObservationAdded]) -> None:
@@ -149,7 +150,7 @@ def observation_rejected(conn: Connection, events: Sequence[ObservationRejected]
         dict(workspace_id=e.workspace_id, rejection_id=e.rejection_id, observer_id=e.observer_id,
              observed_id=e.observed_id, level=e.level.value, content=e.content, reason=e.reason,
              sources=[s.model_dump() for s in e.sources], premise_ids=list(e.premise_ids), batch_id=e.batch_id,
-             dream_id=e.dream_id, rejected_at=e.occurred_at, event_id=e.event_id)
+             dream_id=e.dream_id, derivation=e.derivation, rejected_at=e.occurred_at, event_id=e.event_id)
         for e in events
     ])
     _insert_new(conn, observation_events, [_history(e, p, "cited_by_rejected", rejection=e.rejection_id)

@@ -181,11 +181,12 @@ class ObservationFilter:
     allowed_sessions: tuple[str, ...] | None = None
     # the store as it stood then: recorded by then, and superseded or deleted only after it
     as_of: datetime | None = None
+    derivation: str = ""  # "" is the current derivation; a name reads a re-derivation
 
     def where(self, table=observations) -> list:
         c = table.c
         out = [c.workspace_id == self.workspace_id, c.observer_id == self.observer_id,
-               c.observed_id == self.observed_id]
+               c.observed_id == self.observed_id, c.derivation == self.derivation]
         if self.allowed_sessions is not None:
             out.append(_allowed_by_sessions(self, c))
         if self.levels:
@@ -381,7 +382,7 @@ def _batched_in(scope: StatusScope):
     b = derivation_batches.c
     rank = case(*[(b.state == s, i) for i, s in enumerate(BATCH_STATES)], else_=len(BATCH_STATES))
     stmt = select(b.observer_id, b.observed_id, func.unnest(b.message_ids).label("message_id"),
-                  rank.label("rank")).where(b.workspace_id == scope.workspace_id)
+                  rank.label("rank")).where(b.workspace_id == scope.workspace_id, b.derivation == "")
     if scope.observer_id:
         stmt = stmt.where(b.observer_id == scope.observer_id)
     if scope.observed_id:
@@ -416,7 +417,7 @@ async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit
     if scope.session_id:
         in_scope = in_scope.where(p.session_id == scope.session_id)
     stmt = select(derivation_batches).where(
-        b.workspace_id == scope.workspace_id, b.state == "dead_lettered", in_scope.exists()
+        b.workspace_id == scope.workspace_id, b.derivation == "", b.state == "dead_lettered", in_scope.exists()
     )
     if scope.observer_id:
         stmt = stmt.where(b.observer_id == scope.observer_id)

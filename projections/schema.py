@@ -134,6 +134,7 @@ observations = Table(
     Column("created_at", TS, nullable=False),
     Column("batch_id", Text, nullable=True),
     Column("dream_id", Text, nullable=True),
+    Column("derivation", Text, nullable=False, server_default=""),  # "" is the current derivation
     Column("premise_superseded_at", TS, nullable=True),  # a premise in its closure stopped being current
     Column("superseded_by", Text, nullable=True),
     Column("superseded_at", TS, nullable=True),
@@ -185,6 +186,7 @@ rejected_observations = Table(
     Column("reason", Text, nullable=False),
     Column("sources", JSONB, nullable=False),
     Column("premise_ids", ARRAY(Text), nullable=False, server_default="{}"),
+    Column("derivation", Text, nullable=False, server_default=""),
     Column("batch_id", Text, nullable=True),
     Column("dream_id", Text, nullable=True),
     Column("rejected_at", TS, nullable=False),
@@ -216,6 +218,7 @@ derivation_batches = Table(
     Column("observer_id", Text, nullable=False),
     Column("observed_id", Text, nullable=False),
     Column("message_ids", ARRAY(Text), nullable=False),
+    Column("derivation", Text, nullable=False, server_default=""),
     Column("state", Text, nullable=False),
     Column("added", Integer, nullable=True),
     Column("reinforced", Integer, nullable=True),

@@ -135,7 +135,7 @@ def list_filter(r: observations_pb2.ListObservationsRequest) -> ObservationFilte
     return ObservationFilter(
         workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id,
         levels=levels(r.levels), session_id=r.session_id, include_superseded=r.include_superseded,
-        include_deleted=r.include_deleted,
+        include_deleted=r.include_deleted, derivation=r.derivation,
     )
 
 
@@ -160,7 +160,7 @@ def observation(view: ObservationView) -> observations_pb2.Observation:
         times_derived=row["times_derived"], created_at=ts(row["created_at"]),
         superseded_by=row["superseded_by"] or "", delete_reason=row["delete_reason"] or "",
         sources=[observations_pb2.ObservationSource(message_id=s["message_id"], span=s["span"]) for s in view.sources],
-        premise_ids=view.premise_ids, dream_id=row["dream_id"] or "",
+        premise_ids=view.premise_ids, dream_id=row["dream_id"] or "", derivation=row["derivation"],
     )
     for name in ("superseded_at", "deleted_at", "premise_superseded_at"):
         if row[name] is not None:

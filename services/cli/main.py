@@ -67,6 +67,50 @@ def audit(
     Console().print(view)
 
 
+derivations = typer.Typer(help="Named re-derivations of pairs' stores.")
+app.add_typer(derivations, name="derivations")
+
+
+def _pair_option(pair: str) -> tuple[str, str]:
+    observer, sep, observed = pair.partition("/")
+    if pair and not (sep and observer and observed):
+        raise typer.BadParameter("--pair takes OBSERVER/OBSERVED")
+    return observer, observed
+
+
+@app.command()
+def rederive(
+    name: str = typer.Option(..., "--name", help="the new derivation's name ([A-Za-z0-9_-], ≤ 64)"),
+    workspace: str = typer.Option(..., "--workspace", "-w"),
+    pair: str = typer.Option("", "--pair", help="OBSERVER/OBSERVED; default: every pair of the workspace"),
+    model: str = typer.Option("", "--model", help="the chat model; default: the deriver's"),
+) -> None:
+    """Re-run the deriver over the recorded perceptions into a separate, named derivation (nothing current changes)."""
+    from services.deriver.rederive import Scope, rederive as run
+
+    observer, observed = _pair_option(pair)
+    report = asyncio.run(run(Settings(), name, Scope(workspace, observer, observed), model))
+    typer.echo(f"{report.name}: {report.pairs} pairs, {report.messages} messages, {report.batches} batches, "
+               f"{report.events} events")
+
+
+@derivations.command("compare")
+def derivations_compare(
+    name: str = typer.Option(..., "--name"),
+    workspace: str = typer.Option(..., "--workspace", "-w"),
+    pair: str = typer.Option(..., "--pair", help="OBSERVER/OBSERVED"),
+    address: str = typer.Option("", help="the API's host:port; default: PEERLOG_API_HOST/PORT"),
+) -> None:
+    """Print a pair's current observations beside those of a named derivation."""
+    from rich.console import Console
+
+    from services.cli.derivations import comparison
+
+    api = Settings().api
+    observer, observed = _pair_option(pair)
+    Console().print(comparison(address or f"{api.host}:{api.port}", workspace, observer, observed, name))
+
+
 @projector.command("run")
 def projector_run() -> None:
     """Project the log into Postgres until SIGTERM."""

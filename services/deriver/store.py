@@ -18,7 +18,8 @@ from services.events import Level
 
 log = logging.getLogger(__name__)
 
-_LIVE = "superseded_by IS NULL AND deleted_at IS NULL AND workspace_id = :w AND observer_id = :o AND observed_id = :d"
+_LIVE = ("superseded_by IS NULL AND deleted_at IS NULL AND workspace_id = :w AND observer_id = :o "
+         "AND observed_id = :d AND derivation = :v")
 
 
 def _vector(values: Sequence[float]) -> str:
@@ -31,14 +32,15 @@ def _known(row) -> Known:
 
 
 class ObservationStore:
-    def __init__(self, engine: AsyncEngine, schema: str) -> None:
+    def __init__(self, engine: AsyncEngine, schema: str, derivation: str = "") -> None:
         self.engine = engine
         self.table = f'"{schema}".observations'
+        self.derivation = derivation  # de-duplicate within this derivation only
 
     async def candidates(self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]) -> list[Known]:
         """Live explicit observations of the pair with one of `keys`, or nearest to one of `embeddings`."""
         cols = "observation_id, level, content_key, session_id, embedding::text AS embedding"
-        params = {"w": pair.workspace_id, "o": pair.observer_id, "d": pair.observed_id}
+        params = {"w": pair.workspace_id, "o": pair.observer_id, "d": pair.observed_id, "v": self.derivation}
         queries = [f"SELECT {cols} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' AND content_key = ANY(:keys)"]
         params["keys"] = list(keys)
         for i, emb in enumerate(embeddings):

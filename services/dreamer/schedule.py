@@ -69,7 +69,7 @@ def _ended(s: PairSchedule, e: DreamCompleted | DreamFailed) -> PairSchedule:
 
 def decide(s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo) -> tuple[PairSchedule, list[Event]]:
     """The pair's new state and the dream requests `e` causes (none or one)."""
-    if isinstance(e, ObservationAdded) and e.level == Level.EXPLICIT and e.dream_id is None:
+    if isinstance(e, ObservationAdded) and e.level == Level.EXPLICIT and e.dream_id is None and not e.derivation:
         s = s.model_copy(update={"new_explicit": s.new_explicit + 1})
     elif isinstance(e, MessagePerceived):
         # the observed peer spoke: a waiting dream waits again (a running one is not interrupted)

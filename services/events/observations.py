@@ -35,6 +35,9 @@ class PairEvent(Event):
 
     observer_id: str
     observed_id: str
+    # which derivation of the pair's store this belongs to: "" is the current one; a name is a
+    # re-derivation (peerlog rederive) kept apart so it can be compared without touching the current
+    derivation: str = ""
 
 
 class ObservationAdded(PairEvent):

@@ -33,7 +33,7 @@ class ObservationSource(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., span: _Optional[str] = ...) -> None: ...
 
 class Observation(_message.Message):
-    __slots__ = ("workspace_id", "observation_id", "observer_id", "observed_id", "level", "content", "session_id", "confidence", "times_derived", "created_at", "superseded_by", "superseded_at", "deleted_at", "delete_reason", "sources", "premise_ids", "pattern_type", "premise_superseded_at", "dream_id")
+    __slots__ = ("workspace_id", "observation_id", "observer_id", "observed_id", "level", "content", "session_id", "confidence", "times_derived", "created_at", "superseded_by", "superseded_at", "deleted_at", "delete_reason", "sources", "premise_ids", "pattern_type", "premise_superseded_at", "dream_id", "derivation")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class Observation(_message.Message):
     PATTERN_TYPE_FIELD_NUMBER: _ClassVar[int]
     PREMISE_SUPERSEDED_AT_FIELD_NUMBER: _ClassVar[int]
     DREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    DERIVATION_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observation_id: str
     observer_id: str
@@ -72,10 +73,11 @@ class Observation(_message.Message):
     pattern_type: str
     premise_superseded_at: _timestamp_pb2.Timestamp
     dream_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., level: _Optional[_Union[ObservationLevel, str]] = ..., content: _Optional[str] = ..., session_id: _Optional[str] = ..., confidence: _Optional[str] = ..., times_derived: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., superseded_by: _Optional[str] = ..., superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deleted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delete_reason: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[ObservationSource, _Mapping]]] = ..., premise_ids: _Optional[_Iterable[str]] = ..., pattern_type: _Optional[str] = ..., premise_superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dream_id: _Optional[str] = ...) -> None: ...
+    derivation: str
+    def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., level: _Optional[_Union[ObservationLevel, str]] = ..., content: _Optional[str] = ..., session_id: _Optional[str] = ..., confidence: _Optional[str] = ..., times_derived: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., superseded_by: _Optional[str] = ..., superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deleted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delete_reason: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[ObservationSource, _Mapping]]] = ..., premise_ids: _Optional[_Iterable[str]] = ..., pattern_type: _Optional[str] = ..., premise_superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dream_id: _Optional[str] = ..., derivation: _Optional[str] = ...) -> None: ...
 
 class ListObservationsRequest(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "observed_id", "levels", "session_id", "include_superseded", "include_deleted", "page", "reverse", "consistency")
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "levels", "session_id", "include_superseded", "include_deleted", "page", "reverse", "consistency", "derivation")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +88,7 @@ class ListObservationsRequest(_message.Message):
     PAGE_FIELD_NUMBER: _ClassVar[int]
     REVERSE_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    DERIVATION_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     observed_id: str
@@ -96,7 +99,8 @@ class ListObservationsRequest(_message.Message):
     page: _common_pb2.PageRequest
     reverse: bool
     consistency: _common_pb2.ReadConsistency
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., levels: _Optional[_Iterable[_Union[ObservationLevel, str]]] = ..., session_id: _Optional[str] = ..., include_superseded: _Optional[bool] = ..., include_deleted: _Optional[bool] = ..., page: _Optional[_Union[_common_pb2.PageRequest, _Mapping]] = ..., reverse: _Optional[bool] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+    derivation: str
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., levels: _Optional[_Iterable[_Union[ObservationLevel, str]]] = ..., session_id: _Optional[str] = ..., include_superseded: _Optional[bool] = ..., include_deleted: _Optional[bool] = ..., page: _Optional[_Union[_common_pb2.PageRequest, _Mapping]] = ..., reverse: _Optional[bool] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., derivation: _Optional[str] = ...) -> None: ...
 
 class ListObservationsResponse(_message.Message):
     __slots__ = ("observations", "next_page_token")

@@ -1,0 +1,37 @@
+"""`peerlog derivations compare`: a pair's current store beside a named re-derivation."""
+
+from __future__ import annotations
+
+import grpc
+from rich.table import Table
+
+from peerlog.v1 import observations_pb2, observations_pb2_grpc
+
+
+def _contents(stub, workspace: str, observer: str, observed: str, derivation: str) -> list[str]:
+    out, token = [], ""
+    while True:
+        page = stub.ListObservations(observations_pb2.ListObservationsRequest(
+            workspace_id=workspace, observer_id=observer, observed_id=observed, derivation=derivation,
+            page={"page_size": 1000, "page_token": token}))
+        out += [o.content for o in page.observations]
+        token = page.next_page_token
+        if not token:
+            return out
+
+
+def comparison(address: str, workspace: str, observer: str, observed: str, name: str) -> Table:
+    with grpc.insecure_channel(address) as channel:
+        stub = observations_pb2_grpc.ObservationServiceStub(channel)
+        current = _contents(stub, workspace, observer, observed, "")
+        named = _contents(stub, workspace, observer, observed, name)
+    table = Table(title=f"({observer}, {observed}): current vs {name}")
+    table.add_column(f"current ({len(current)})")
+    table.add_column(f"{name} ({len(named)})")
+    only_current, only_named = set(current) - set(named), set(named) - set(current)
+    for i in range(max(len(current), len(named))):
+        left = current[i] if i < len(current) else ""
+        right = named[i] if i < len(named) else ""
+        table.add_row(f"[red]{left}[/red]" if left in only_current else left,
+                      f"[green]{right}[/green]" if right in only_named else right)
+    return table
