@@ -13,7 +13,7 @@ from services.api.observation_reads import ObservationView, ProcessingStatus, Se
 from services.api.observation_writes import NewObservation
 from services.api import context_reads
 from services.api.chat import response_schema
-from services.dialectic.agent import ChatRequest, ChatResult, TextDelta, ToolUsed
+from services.dialectic.agent import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
 from services.api.reads import SessionView
 from services.api.writes import MemberSpec, NewMessage
 from services.errors import InvalidArgument
@@ -286,6 +286,7 @@ def chat_chunk(event) -> dialectic_pb2.ChatChunk:
         return dialectic_pb2.ChatChunk(text=event.text)
     if isinstance(event, ToolUsed):
         return dialectic_pb2.ChatChunk(tool=dialectic_pb2.ToolProgress(
-            round=event.round, tool=event.name, arguments=event.arguments, results=event.hits,
-            discard_text=event.discard_text))
+            round=event.round, tool=event.name, arguments=event.arguments, results=event.hits))
+    if isinstance(event, DiscardText):
+        return dialectic_pb2.ChatChunk(discard_text=True)
     return dialectic_pb2.ChatChunk(done=chat_response(event))

@@ -319,3 +319,15 @@ async def test_structured_mode_garbage_after_the_repair_is_a_clear_error(serve, 
     model_server.script([Reply(content="Bob lives in Oslo."), Reply(content={"neither": "tool nor answer"})])
     await rejected(ask(chan), grpc.StatusCode.UNAVAILABLE, "dialectic_low", "model output invalid")
     assert len(model_server.chat_requests()) == 2
+
+
+async def test_streamed_thinking_before_a_tool_call_is_marked_for_discarding(memory, model_server):
+    model_server.script([Reply(content="Let me check", tool_calls=[call("grep_messages", pattern="Oslo")])])
+    model_server.reply_with(lambda req: Reply(content="He lives in Oslo"))
+
+    chunks = [chunk async for chunk in stream(memory["chan"])]
+
+    kinds = [chunk.WhichOneof("event") for chunk in chunks]
+    assert kinds == ["text"] * 3 + ["discard_text", "tool"] + ["text"] * 4 + ["done"]
+    assert "".join(chunk.text for chunk in chunks[:3]) == "Let me check"
+    assert "".join(chunk.text for chunk in chunks[5:-1]) == chunks[-1].done.answer == "He lives in Oslo"

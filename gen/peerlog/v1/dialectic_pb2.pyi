@@ -69,25 +69,25 @@ class ChatResponse(_message.Message):
     def __init__(self, answer: _Optional[str] = ..., cited_observation_ids: _Optional[_Iterable[str]] = ..., cited_message_ids: _Optional[_Iterable[str]] = ..., tool_rounds: _Optional[int] = ..., model: _Optional[str] = ..., abstained: _Optional[bool] = ...) -> None: ...
 
 class ToolProgress(_message.Message):
-    __slots__ = ("round", "tool", "arguments", "results", "discard_text")
+    __slots__ = ("round", "tool", "arguments", "results")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
-    DISCARD_TEXT_FIELD_NUMBER: _ClassVar[int]
     round: int
     tool: str
     arguments: str
     results: int
-    discard_text: bool
-    def __init__(self, round: _Optional[int] = ..., tool: _Optional[str] = ..., arguments: _Optional[str] = ..., results: _Optional[int] = ..., discard_text: _Optional[bool] = ...) -> None: ...
+    def __init__(self, round: _Optional[int] = ..., tool: _Optional[str] = ..., arguments: _Optional[str] = ..., results: _Optional[int] = ...) -> None: ...
 
 class ChatChunk(_message.Message):
-    __slots__ = ("text", "tool", "done")
+    __slots__ = ("text", "tool", "done", "discard_text")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_TEXT_FIELD_NUMBER: _ClassVar[int]
     text: str
     tool: ToolProgress
     done: ChatResponse
-    def __init__(self, text: _Optional[str] = ..., tool: _Optional[_Union[ToolProgress, _Mapping]] = ..., done: _Optional[_Union[ChatResponse, _Mapping]] = ...) -> None: ...
+    discard_text: bool
+    def __init__(self, text: _Optional[str] = ..., tool: _Optional[_Union[ToolProgress, _Mapping]] = ..., done: _Optional[_Union[ChatResponse, _Mapping]] = ..., discard_text: _Optional[bool] = ...) -> None: ...
