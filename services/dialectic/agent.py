@@ -66,7 +66,8 @@ class ToolUsed:
 
 @dataclass(frozen=True)
 class DiscardText:
-    """The text streamed since the last other event was the model thinking aloud, not the answer."""
+    """The text streamed since the last other event is not the answer (thinking aloud before a tool call,
+    or an answer corrected after it was streamed)."""
 
 
 ChatEvent = TextDelta | ToolUsed | DiscardText | ChatResult
@@ -208,7 +209,10 @@ class _Run:
                 yield DiscardText()
             if isinstance(decision, Finish):
                 answer = await self.finish(messages, decision)
-                if self.stream and not streams_text:
+                sent = turn.text if streamed else ""
+                if self.stream and answer.text != sent.strip():  # checked or corrected after streaming: resend
+                    if sent:
+                        yield DiscardText()
                     yield TextDelta(answer.text)
                 yield ChatResult(answer.text, answer.citations.observation_ids, answer.citations.message_ids,
                                  self.state.rounds, self.model_name, answer.abstained)

@@ -331,3 +331,11 @@ async def test_streamed_thinking_before_a_tool_call_is_marked_for_discarding(mem
     assert kinds == ["text"] * 3 + ["discard_text", "tool"] + ["text"] * 4 + ["done"]
     assert "".join(chunk.text for chunk in chunks[:3]) == "Let me check"
     assert "".join(chunk.text for chunk in chunks[5:-1]) == chunks[-1].done.answer == "He lives in Oslo"
+
+
+async def test_a_streamed_answer_corrected_afterwards_is_withdrawn_and_resent(memory, model_server):
+    model_server.script([Reply(content="Oslo [obs:invented]")])
+    chunks = [chunk async for chunk in stream(memory["chan"])]
+    kinds = [chunk.WhichOneof("event") for chunk in chunks]
+    assert kinds == ["text", "text", "discard_text", "text", "done"]
+    assert chunks[3].text == chunks[-1].done.answer == "Oslo"
