@@ -105,6 +105,7 @@ async def test_chat_calls_a_tool_and_the_result_reaches_the_model_in_the_next_re
     assert tool_messages(second) and "I moved to Oslo last year" in tool_messages(second)[0]
     assert out.answer == f"Bob lives in Oslo [msg:{memory['oslo']}]" and out.tool_rounds == 1
     assert list(out.cited_message_ids) == [memory["oslo"]] and out.model == "test-model" and not out.abstained
+    assert out.prompt_version == "dialectic-1"
 
 
 async def test_the_prompt_carries_the_prefetched_observations_with_their_ids(memory, model_server):
