@@ -163,6 +163,7 @@ async def messages_by_id(
 # everything of an observation row but its vector and search columns, which no reader returns
 _OBSERVATION_COLUMNS = [c for c in observations.c if c.name not in ("embedding", "content_tsv", "content_key")]
 OBSERVATION_COLUMNS = _OBSERVATION_COLUMNS  # for the other read modules
+MESSAGE_COLUMNS = [c for c in messages.c if c.name != "content_tsv"]  # a message row as readers return it
 
 
 @dataclass(frozen=True)
