@@ -8,8 +8,7 @@ from datetime import datetime
 from sqlalchemy import RowMapping, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.message_search import MESSAGE_COLUMNS
-from projections.queries import OBSERVATION_COLUMNS, ObservationFilter, visible_to
+from projections.queries import MESSAGE_COLUMNS, OBSERVATION_COLUMNS, ObservationFilter, visible_to
 from projections.schema import messages, observations, premises
 
 

@@ -13,10 +13,8 @@ from datetime import datetime
 from sqlalchemy import Float, RowMapping, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.queries import visible_to
+from projections.queries import MESSAGE_COLUMNS, visible_to
 from projections.schema import messages
-
-MESSAGE_COLUMNS = [c for c in messages.c if c.name != "content_tsv"]
 
 
 @dataclass(frozen=True)

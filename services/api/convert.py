@@ -23,7 +23,8 @@ from services.api.observation_writes import NewObservation
 from services.api import context_reads
 from services.api.packing import render_representation
 from services.api.chat import response_schema
-from services.dialectic.agent import ChatRequest, ChatResult, TextDelta, ToolUsed
+from services.dialectic.agent import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
+from services.dialectic.prompt import PROMPT_VERSION
 from services.api.reads import SessionView
 from services.api.writes import MemberSpec, NewMessage
 from services.errors import InvalidArgument
@@ -306,7 +307,8 @@ def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
 def chat_response(result: ChatResult) -> dialectic_pb2.ChatResponse:
     return dialectic_pb2.ChatResponse(
         answer=result.answer, cited_observation_ids=result.observation_ids, cited_message_ids=result.message_ids,
-        tool_rounds=result.tool_rounds, model=result.model, abstained=result.abstained)
+        tool_rounds=result.tool_rounds, model=result.model, abstained=result.abstained,
+        prompt_version=PROMPT_VERSION)
 
 
 def chat_chunk(event) -> dialectic_pb2.ChatChunk:
@@ -314,6 +316,7 @@ def chat_chunk(event) -> dialectic_pb2.ChatChunk:
         return dialectic_pb2.ChatChunk(text=event.text)
     if isinstance(event, ToolUsed):
         return dialectic_pb2.ChatChunk(tool=dialectic_pb2.ToolProgress(
-            round=event.round, tool=event.name, arguments=event.arguments, results=event.hits,
-            discard_text=event.discard_text))
+            round=event.round, tool=event.name, arguments=event.arguments, results=event.hits))
+    if isinstance(event, DiscardText):
+        return dialectic_pb2.ChatChunk(discard_text=True)
     return dialectic_pb2.ChatChunk(done=chat_response(event))

@@ -62,10 +62,15 @@ class ToolUsed:
     name: str
     arguments: str
     hits: int
-    discard_text: bool  # text streamed in this turn was the model thinking aloud, not the answer
 
 
-ChatEvent = TextDelta | ToolUsed | ChatResult
+@dataclass(frozen=True)
+class DiscardText:
+    """The text streamed since the last other event is not the answer (thinking aloud before a tool call,
+    or an answer corrected after it was streamed)."""
+
+
+ChatEvent = TextDelta | ToolUsed | DiscardText | ChatResult
 
 
 class _ToolRequest(BaseModel):
@@ -200,9 +205,14 @@ class _Run:
                     yield TextDelta(item)
             self.state = self.state.called(tokens)
             decision = policy.decide(self.state, turn, self.limits, tokens)
+            if streamed and not isinstance(decision, Finish):
+                yield DiscardText()
             if isinstance(decision, Finish):
                 answer = await self.finish(messages, decision)
-                if self.stream and not streams_text:
+                sent = turn.text if streamed else ""
+                if self.stream and answer.text != sent.strip():  # checked or corrected after streaming: resend
+                    if sent:
+                        yield DiscardText()
                     yield TextDelta(answer.text)
                 yield ChatResult(answer.text, answer.citations.observation_ids, answer.citations.message_ids,
                                  self.state.rounds, self.model_name, answer.abstained)
@@ -211,7 +221,7 @@ class _Run:
                 messages.append({"role": "user", "content": prompt.FORCE[decision.reason]})
                 self.state = self.state.force()
                 continue
-            async for event in self.use_tools(messages, turn, decision, streamed):
+            async for event in self.use_tools(messages, turn, decision):
                 yield event
 
     def withdraw_tools(self, messages: list[dict[str, Any]]) -> int:
@@ -250,7 +260,7 @@ class _Run:
         text = reply.answer if isinstance(reply.answer, str) else json.dumps(reply.answer)
         return Turn(text, (), tuple(reply.cited_ids))
 
-    async def use_tools(self, messages, turn: Turn, decision: CallTools, streamed: bool) -> AsyncIterator[ToolUsed]:
+    async def use_tools(self, messages, turn: Turn, decision: CallTools) -> AsyncIterator[ToolUsed]:
         self.state = self.state.next_round()
         if self.structured:
             call = decision.calls[0]
@@ -259,14 +269,14 @@ class _Run:
         else:
             messages.append({"role": "assistant", "content": turn.text or None,
                              "tool_calls": [_tool_message(c) for c in decision.calls]})
-        for index, call in enumerate(decision.calls):
+        for call in decision.calls:
             result = await execute(self.env, call, self.tools)
             self.state = self.state.showed(result.shown)
             if self.structured:
                 messages.append({"role": "user", "content": f"Result of {call.name}:\n{result.text}"})
             else:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result.text})
-            yield ToolUsed(self.state.rounds, call.name, call.arguments, result.hits, streamed and index == 0)
+            yield ToolUsed(self.state.rounds, call.name, call.arguments, result.hits)
 
     async def finish(self, messages, decision: Finish) -> policy.Answer:
         schema = self.request.response_schema

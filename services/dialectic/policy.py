@@ -142,7 +142,7 @@ def final_answer(text: str, declared: Iterable[str], shown: Mapping[str, Kind], 
     """
     if not shown or (free_text and not text.strip()):
         return Answer(ABSTAIN_ANSWER if free_text else text, Citations(), abstained=True)
-    clean = drop_invented_markers(text, shown) if free_text else text
+    clean = drop_invented_markers(text, shown).strip() if free_text else text
     return Answer(clean, cited_ids(text, declared, shown), abstained=False)
 
 

@@ -105,6 +105,7 @@ async def test_chat_calls_a_tool_and_the_result_reaches_the_model_in_the_next_re
     assert tool_messages(second) and "I moved to Oslo last year" in tool_messages(second)[0]
     assert out.answer == f"Bob lives in Oslo [msg:{memory['oslo']}]" and out.tool_rounds == 1
     assert list(out.cited_message_ids) == [memory["oslo"]] and out.model == "test-model" and not out.abstained
+    assert out.prompt_version == "dialectic-1"
 
 
 async def test_the_prompt_carries_the_prefetched_observations_with_their_ids(memory, model_server):
@@ -319,3 +320,23 @@ async def test_structured_mode_garbage_after_the_repair_is_a_clear_error(serve, 
     model_server.script([Reply(content="Bob lives in Oslo."), Reply(content={"neither": "tool nor answer"})])
     await rejected(ask(chan), grpc.StatusCode.UNAVAILABLE, "dialectic_low", "model output invalid")
     assert len(model_server.chat_requests()) == 2
+
+
+async def test_streamed_thinking_before_a_tool_call_is_marked_for_discarding(memory, model_server):
+    model_server.script([Reply(content="Let me check", tool_calls=[call("grep_messages", pattern="Oslo")])])
+    model_server.reply_with(lambda req: Reply(content="He lives in Oslo"))
+
+    chunks = [chunk async for chunk in stream(memory["chan"])]
+
+    kinds = [chunk.WhichOneof("event") for chunk in chunks]
+    assert kinds == ["text"] * 3 + ["discard_text", "tool"] + ["text"] * 4 + ["done"]
+    assert "".join(chunk.text for chunk in chunks[:3]) == "Let me check"
+    assert "".join(chunk.text for chunk in chunks[5:-1]) == chunks[-1].done.answer == "He lives in Oslo"
+
+
+async def test_a_streamed_answer_corrected_afterwards_is_withdrawn_and_resent(memory, model_server):
+    model_server.script([Reply(content="Oslo [obs:invented]")])
+    chunks = [chunk async for chunk in stream(memory["chan"])]
+    kinds = [chunk.WhichOneof("event") for chunk in chunks]
+    assert kinds == ["text", "text", "discard_text", "text", "done"]
+    assert chunks[3].text == chunks[-1].done.answer == "Oslo"

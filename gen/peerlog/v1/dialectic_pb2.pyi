@@ -53,41 +53,43 @@ class ChatRequest(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., query: _Optional[str] = ..., session_id: _Optional[str] = ..., reasoning_level: _Optional[_Union[ReasoningLevel, str]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
 
 class ChatResponse(_message.Message):
-    __slots__ = ("answer", "cited_observation_ids", "cited_message_ids", "tool_rounds", "model", "abstained")
+    __slots__ = ("answer", "cited_observation_ids", "cited_message_ids", "tool_rounds", "model", "abstained", "prompt_version")
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     CITED_OBSERVATION_IDS_FIELD_NUMBER: _ClassVar[int]
     CITED_MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
     TOOL_ROUNDS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ABSTAINED_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_VERSION_FIELD_NUMBER: _ClassVar[int]
     answer: str
     cited_observation_ids: _containers.RepeatedScalarFieldContainer[str]
     cited_message_ids: _containers.RepeatedScalarFieldContainer[str]
     tool_rounds: int
     model: str
     abstained: bool
-    def __init__(self, answer: _Optional[str] = ..., cited_observation_ids: _Optional[_Iterable[str]] = ..., cited_message_ids: _Optional[_Iterable[str]] = ..., tool_rounds: _Optional[int] = ..., model: _Optional[str] = ..., abstained: _Optional[bool] = ...) -> None: ...
+    prompt_version: str
+    def __init__(self, answer: _Optional[str] = ..., cited_observation_ids: _Optional[_Iterable[str]] = ..., cited_message_ids: _Optional[_Iterable[str]] = ..., tool_rounds: _Optional[int] = ..., model: _Optional[str] = ..., abstained: _Optional[bool] = ..., prompt_version: _Optional[str] = ...) -> None: ...
 
 class ToolProgress(_message.Message):
-    __slots__ = ("round", "tool", "arguments", "results", "discard_text")
+    __slots__ = ("round", "tool", "arguments", "results")
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
-    DISCARD_TEXT_FIELD_NUMBER: _ClassVar[int]
     round: int
     tool: str
     arguments: str
     results: int
-    discard_text: bool
-    def __init__(self, round: _Optional[int] = ..., tool: _Optional[str] = ..., arguments: _Optional[str] = ..., results: _Optional[int] = ..., discard_text: _Optional[bool] = ...) -> None: ...
+    def __init__(self, round: _Optional[int] = ..., tool: _Optional[str] = ..., arguments: _Optional[str] = ..., results: _Optional[int] = ...) -> None: ...
 
 class ChatChunk(_message.Message):
-    __slots__ = ("text", "tool", "done")
+    __slots__ = ("text", "tool", "done", "discard_text")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_TEXT_FIELD_NUMBER: _ClassVar[int]
     text: str
     tool: ToolProgress
     done: ChatResponse
-    def __init__(self, text: _Optional[str] = ..., tool: _Optional[_Union[ToolProgress, _Mapping]] = ..., done: _Optional[_Union[ChatResponse, _Mapping]] = ...) -> None: ...
+    discard_text: bool
+    def __init__(self, text: _Optional[str] = ..., tool: _Optional[_Union[ToolProgress, _Mapping]] = ..., done: _Optional[_Union[ChatResponse, _Mapping]] = ..., discard_text: _Optional[bool] = ...) -> None: ...
