@@ -24,6 +24,8 @@ from peerlog.v1 import (
     workspaces_pb2,
     workspaces_pb2_grpc,
 )
+from services.cli.demo_dream import show_dream
+from services.cli.demo_reads import show_chat, show_context
 
 SCRIPT = [
     ("alice", "Hi! I'm planning a trip to Lisbon in May with my sister Maya."),
@@ -37,7 +39,10 @@ SCRIPT = [
 WS, SESSION = "demo", "lisbon-trip"
 # the demo shows memory forming within a minute or two, so it batches and summarises sooner than the defaults
 DEMO_SETTINGS = {"PEERLOG_DERIVER_BATCH_TOKENS": "48", "PEERLOG_DERIVER_MAX_WAIT_S": "20",
-                 "PEERLOG_DERIVER_TICK_S": "2", "PEERLOG_SUMMARIZER_SHORT_EVERY": "7"}
+                 "PEERLOG_DERIVER_TICK_S": "2", "PEERLOG_SUMMARIZER_SHORT_EVERY": "7",
+                 # a 0.5B model on two cores takes ~10 s a call: keep the dream's tool loops short
+                 "PEERLOG_DREAM_DEDUCTION_ROUNDS": "4", "PEERLOG_DREAM_INDUCTION_ROUNDS": "3",
+                 "PEERLOG_DIALECTIC_DEADLINE_S": "600"}
 
 
 def say(line: str = "") -> None:
@@ -136,7 +141,10 @@ async def run(port: int, database_url: str) -> None:
         await converse(api)
         await wait_for_memory(api)
         await show_memory(api)
-    show_rejections(database_url)
+        show_rejections(database_url)
+        await show_context(channel, WS, SESSION, say)
+        await show_chat(channel, WS, SESSION, say)
+        await show_dream(channel, WS, say)
 
 
 @contextmanager
@@ -156,8 +164,10 @@ def model_endpoint(root: Path):
     say(f"  local model {server.model} serving at {server.base_url}")
     try:
         # this server takes a schema only as {"type": "json_object", "schema": ...}
+        # and has no native tool calling: Chat and the dream specialists work through structured output
         yield {"PEERLOG_LLM_BASE_URL": server.base_url, "PEERLOG_LLM_MODEL": server.model,
-               "PEERLOG_LLM_SCHEMA_MODE": "json_object_schema", "PEERLOG_LLM_TIMEOUT_S": "180"}
+               "PEERLOG_LLM_SCHEMA_MODE": "json_object_schema", "PEERLOG_LLM_TIMEOUT_S": "180",
+               "PEERLOG_LLM_TOOL_MODE": "structured"}
     finally:
         server.stop()
 

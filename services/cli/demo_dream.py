@@ -1,0 +1,54 @@
+"""The demo's dream step: force a dream of (assistant, alice), wait for it, show the new beliefs' provenance."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from rich.console import Console
+
+from peerlog.v1 import audit_pb2, audit_pb2_grpc, dreams_pb2, dreams_pb2_grpc, observations_pb2, observations_pb2_grpc
+from services.cli.audit import provenance_tree
+
+PAIR = {"observer_id": "assistant", "observed_id": "alice"}
+
+
+async def _wait(stub, ws: str, say, timeout: float) -> dreams_pb2.Dream | None:
+    deadline, last = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        got = await stub.ListDreams(dreams_pb2.ListDreamsRequest(workspace_id=ws, **PAIR))
+        if got.dreams:
+            dream = got.dreams[0]
+            if dream.state != last:
+                say(f"  dream {dream.dream_id}: {dream.state}")
+                last = dream.state
+            if dream.state in ("completed", "failed"):
+                return dream
+        await asyncio.sleep(3)
+    say("  (gave up waiting for the dream)")
+    return None
+
+
+async def show_dream(channel: grpc.aio.Channel, ws: str, say, timeout: float = 1200) -> None:
+    say("\nScheduleDream (assistant about alice): the deduction and induction specialists run with the model…")
+    dreams = dreams_pb2_grpc.DreamServiceStub(channel)
+    await dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(workspace_id=ws, reason="make demo", **PAIR))
+    dream = await _wait(dreams, ws, say, timeout)
+    if dream is None:
+        return
+    if dream.state == "failed":
+        say(f"  the dream failed: {dream.error[:300]}")
+    listed = await observations_pb2_grpc.ObservationServiceStub(channel).ListObservations(
+        observations_pb2.ListObservationsRequest(workspace_id=ws, page={"page_size": 1000}, **PAIR))
+    beliefs = [o for o in listed.observations if o.dream_id == dream.dream_id]
+    say(f"  {dream.edits} edits; {len(beliefs)} new beliefs in the store")
+    audit = audit_pb2_grpc.AuditServiceStub(channel)
+    console = Console()
+    for o in beliefs:
+        tree = await audit.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id=ws, observation_id=o.observation_id))
+        console.print(provenance_tree(tree))
+    refused = await audit.ListRejectedObservations(audit_pb2.ListRejectedObservationsRequest(
+        workspace_id=ws, dream_id=dream.dream_id, limit=5))
+    for r in refused.rejections:
+        say(f"  refused {r.level} “{r.content[:100]}”: {r.reason[:160]}")
