@@ -58,7 +58,29 @@ class Api:
         self.obs = observations_pb2_grpc.ObservationServiceStub(channel)
 
 
-async def converse(api: Api) -> str:
+# what the assistant app itself is sure of, written with CreateObservations (verbatim spans are checked):
+# the dream and Chat then have premises even when the small model's own extraction is thin
+KNOWN = [(2, "Alice does not eat meat", "I don't eat meat"), (2, "Alice loves old bookshops", "I love old bookshops"),
+         (4, "Alice's sister Maya is afraid of heights", "Maya is afraid of heights"),
+         (0, "Alice is travelling to Lisbon in May with her sister Maya", "a trip to Lisbon in May with my sister Maya"),
+         (6, "Alice works remotely as a data engineer", "I work remotely as a data engineer"),
+         (6, "Alice needs decent wifi", "I need decent wifi")]
+
+
+async def record_known(api: Api, message_ids: list[str]) -> None:
+    made = await api.obs.CreateObservations(observations_pb2.CreateObservationsRequest(
+        workspace_id=WS, observer_id="assistant", observed_id="alice", observations=[
+            observations_pb2.NewObservation(content=text, session_id=SESSION, sources=[
+                observations_pb2.ObservationSource(message_id=message_ids[i], span=span)])
+            for i, text, span in KNOWN]))
+    await api.obs.ListObservations(observations_pb2.ListObservationsRequest(
+        workspace_id=WS, observer_id="assistant", observed_id="alice",
+        consistency=common_pb2.ReadConsistency(consistency_token=made.consistency_token)))
+    say(f"\nThe assistant app also recorded {len(made.observation_ids)} facts it is sure of (CreateObservations, "
+        "each with a verbatim span the server checked).")
+
+
+async def converse(api: Api) -> list[str]:
     await api.ws.GetOrCreateWorkspace(workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id=WS))
     await api.peers.GetOrCreatePeer(peers_pb2.GetOrCreatePeerRequest(workspace_id=WS, peer_id="alice"))
     await api.peers.GetOrCreatePeer(peers_pb2.GetOrCreatePeerRequest(
@@ -78,7 +100,7 @@ async def converse(api: Api) -> str:
     say("\nRead back from the projections:")
     for m in listed.messages:
         say(f"  #{m.seq:<2} {m.peer_id:>9}: {m.content}")
-    return added.consistency_token
+    return list(added.message_ids)
 
 
 async def wait_for_memory(api: Api, timeout: float = 900) -> None:
@@ -138,9 +160,10 @@ def show_rejections(database_url: str) -> None:
 async def run(port: int, database_url: str) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         api = Api(channel)
-        await converse(api)
+        message_ids = await converse(api)
         await wait_for_memory(api)
         await show_memory(api)
+        await record_known(api, message_ids)
         show_rejections(database_url)
         await show_context(channel, WS, SESSION, say)
         await show_chat(channel, WS, SESSION, say)

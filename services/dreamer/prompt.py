@@ -38,7 +38,8 @@ SYSTEMS = {"deduction": DEDUCTION, "induction": INDUCTION}
 
 STRUCTURED = """Reply with one JSON object only, no prose and no code fences: either
 {{"tool": "<name>", "arguments": {{...}}}} to call one tool, or {{"done": "<one sentence>"}} when you can make
-no more supported edits. Tools:
+no more supported edits. For example {{"tool": "add_deduction", "arguments": {{"content": "…",
+"premise_ids": ["<an id shown as obs:ID>"]}}}}. Tools:
 {catalogue}"""
 
 FORCE_STOP = "You have used all your tool rounds. Stop now: reply with one short sentence and no tool call."
