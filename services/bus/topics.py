@@ -25,6 +25,7 @@ from services.events import (
     SummaryUpdated,
     MemberLeft,
     MessageAppended,
+    MessagesEmbedded,
     PeerConfigured,
     PeerCreated,
     SessionCreated,
@@ -72,6 +73,11 @@ OBSERVATIONS = TopicSpec(
     events=(ObservationAdded, ObservationReinforced, ObservationSuperseded, ObservationDeleted,
             ObservationRejected, DerivationStarted, BatchDerived, PeerCardUpdated),
 )
+MESSAGE_EMBEDDINGS = TopicSpec(
+    name="message-embeddings",
+    key="workspace/session",
+    events=(MessagesEmbedded,),
+)
 SUMMARIES = TopicSpec(
     name="summaries",
     key="workspace/session",
@@ -83,7 +89,8 @@ DEADLETTER = TopicSpec(
     events=(DerivationDeadLettered, SummaryDeadLettered),
 )
 
-ALL_TOPICS: tuple[TopicSpec, ...] = (DIRECTORY, SESSIONS, PERCEIVED, OBSERVATIONS, SUMMARIES, DEADLETTER)
+ALL_TOPICS: tuple[TopicSpec, ...] = (DIRECTORY, SESSIONS, PERCEIVED, OBSERVATIONS, MESSAGE_EMBEDDINGS, SUMMARIES,
+                                     DEADLETTER)
 
 _TOPIC_OF: dict[type[Event], TopicSpec] = {e: t for t in ALL_TOPICS for e in t.events}
 

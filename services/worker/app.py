@@ -18,6 +18,7 @@ PROCESSORS = {
     "router": "services.router.agent",
     "deriver": "services.deriver.agent",
     "summarizer": "services.summarizer.agent",
+    "embedder": "services.embedder.agent",
 }
 
 
