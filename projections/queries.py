@@ -53,6 +53,13 @@ async def existing_peers(conn: AsyncConnection, workspace_id: str, peer_ids: Seq
     return set((await conn.scalars(stmt)).all())
 
 
+async def existing_sessions(conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str]) -> set[str]:
+    stmt = select(sessions.c.session_id).where(
+        sessions.c.workspace_id == workspace_id, sessions.c.session_id.in_(list(session_ids))
+    )
+    return set((await conn.scalars(stmt)).all())
+
+
 async def peer_observe_me(conn: AsyncConnection, workspace_id: str, peer_ids: set[str]) -> dict[str, bool]:
     stmt = select(peers.c.peer_id, peers.c.observe_me).where(
         peers.c.workspace_id == workspace_id, peers.c.peer_id.in_(sorted(peer_ids))

@@ -1,0 +1,61 @@
+"""SearchMessages at workspace, session and peer level: one implementation, three entry points."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlalchemy import RowMapping
+
+from projections import queries
+from projections.message_search import MessageSearch, search_messages
+from services.api import validation as v
+from services.api.context import ApiContext
+from services.errors import InvalidArgument, NotFound
+
+MAX_SEARCH_QUERY_CHARS = 10_000
+DEFAULT_LIMIT, MAX_LIMIT = 10, 100
+
+
+def _checked(q: MessageSearch) -> MessageSearch:
+    v.check_text("query", q.query, MAX_SEARCH_QUERY_CHARS)
+    if not 0 <= q.limit <= MAX_LIMIT:
+        raise InvalidArgument(f"limit {q.limit} is outside 1–{MAX_LIMIT}; 0 means the default ({DEFAULT_LIMIT})")
+    if q.after is not None and q.before is not None and q.after >= q.before:
+        raise InvalidArgument(f"after ({q.after.isoformat()}) must be earlier than before "
+                              f"({q.before.isoformat()}); the range is [after, before)")
+    for kind, ids in (("session_id", q.session_ids), ("author_peer_id", q.author_ids)):
+        for i in ids:
+            v.check_id(kind, i)
+        v.check_distinct(kind, ids)
+    return q
+
+
+async def _require_scope(ctx: ApiContext, q: MessageSearch) -> None:
+    """NotFound unless the workspace and every named session and peer exist (one connection)."""
+    peers = {**{f"author_peer_ids[{i}]": p for i, p in enumerate(q.author_ids)},
+             **({"perspective_peer_id": q.perspective_id} if q.perspective_id else {})}
+    for kind, peer_id in peers.items():
+        v.check_id(kind, peer_id)
+    async with ctx.engine.connect() as conn:
+        if await queries.workspace(conn, v.check_id("workspace_id", q.workspace_id)) is None:
+            raise NotFound(f"workspace {q.workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
+        known_peers = await queries.existing_peers(conn, q.workspace_id, sorted(set(peers.values())))
+        known_sessions = await queries.existing_sessions(conn, q.workspace_id, q.session_ids)
+    missing = [f"{kind} {p!r}" for kind, p in peers.items() if p not in known_peers]
+    missing += [f"session {s!r}" for s in q.session_ids if s not in known_sessions]
+    if missing:
+        raise NotFound(f"not in workspace {q.workspace_id!r}: {', '.join(missing)}; create it first "
+                       "(GetOrCreatePeer, GetOrCreateSession)")
+
+
+async def search(ctx: ApiContext, q: MessageSearch, token: str) -> list[RowMapping]:
+    """Messages matching the query by meaning and by words, fused by reciprocal rank, best first.
+
+    `q` comes as the request put it: no vector yet (the query is embedded here), limit 0 = the default.
+    """
+    q = _checked(q)
+    await ctx.freshness.wait(token)
+    await _require_scope(ctx, q)
+    (vector,) = await ctx.embedder.embed([q.query])
+    async with ctx.engine.connect() as conn:
+        return await search_messages(conn, replace(q, vector=vector, limit=q.limit or DEFAULT_LIMIT))
