@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import Float, RowMapping, Text, and_, bindparam, func, literal, literal_column, select, text
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import RowMapping, Text, and_, bindparam, func, literal, literal_column, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.schema import memberships, messages
@@ -40,7 +40,11 @@ class MessageSearch:
 
 
 def fuse(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[tuple[str, float]]:
-    """Reciprocal rank fusion: score = Σ 1/(k + rank), rank 1-based; best first, ties by id."""
+    """Reciprocal rank fusion: score = Σ 1/(k + rank), rank 1-based; best first, ties by id.
+
+    The definition; search_messages computes the same in SQL (`fused`: one round trip instead of three
+    on the API's hot path), and an integration test holds the two equal.
+    """
     scores: dict[str, float] = {}
     for ranking in rankings:
         for rank, item in enumerate(ranking, start=1):
@@ -53,61 +57,101 @@ def depth(limit: int) -> int:
     return max(limit * 4, MIN_DEPTH)
 
 
-def _filters(s: MessageSearch) -> list:
+@dataclass(frozen=True)
+class Shape:
+    """Which parts a search has. Statements are built once per shape (building one costs more CPU than
+    running it) and take every value as a bound parameter."""
+
+    vector: bool
+    text: bool
+    sessions: bool = False
+    authors: bool = False
+    after: bool = False
+    before: bool = False
+    perspective: bool = False
+
+    @classmethod
+    def of(cls, s: MessageSearch) -> Shape:
+        return cls(vector=s.vector is not None, text=bool(s.query.strip()), sessions=bool(s.session_ids),
+                   authors=bool(s.author_ids), after=s.after is not None, before=s.before is not None,
+                   perspective=bool(s.perspective_id))
+
+
+def params(s: MessageSearch) -> dict:
+    """The bound values of `s`'s statement."""
+    return {"workspace_id": s.workspace_id, "q": s.query, "vector": list(s.vector) if s.vector is not None else None,
+            "session_ids": list(s.session_ids), "author_ids": list(s.author_ids), "after": s.after,
+            "before": s.before, "perspective_id": s.perspective_id, "n": depth(s.limit), "limit": s.limit}
+
+
+def _filters(shape: Shape) -> list:
     m, ms = messages.c, memberships.c
-    where = [m.workspace_id == s.workspace_id]
-    if s.session_ids:
-        where.append(m.session_id.in_(list(s.session_ids)))
-    if s.author_ids:
-        where.append(m.peer_id.in_(list(s.author_ids)))
-    if s.after is not None:
-        where.append(m.created_at >= s.after)
-    if s.before is not None:
-        where.append(m.created_at < s.before)
-    if s.perspective_id:
+    where = [m.workspace_id == bindparam("workspace_id")]
+    if shape.sessions:
+        where.append(m.session_id.in_(bindparam("session_ids", expanding=True)))
+    if shape.authors:
+        where.append(m.peer_id.in_(bindparam("author_ids", expanding=True)))
+    if shape.after:
+        where.append(m.created_at >= bindparam("after"))
+    if shape.before:
+        where.append(m.created_at < bindparam("before"))
+    if shape.perspective:
         # the rule of queries.seen_by: sent (recorded) while the peer was a member of the session
         where.append(select(literal(1)).where(
-            ms.workspace_id == s.workspace_id, ms.session_id == m.session_id, ms.peer_id == s.perspective_id,
+            ms.workspace_id == m.workspace_id, ms.session_id == m.session_id,
+            ms.peer_id == bindparam("perspective_id"),
             ms.joined_at <= m.recorded_at, ms.left_at.is_(None) | (ms.left_at >= m.recorded_at),
         ).exists())
     return where
 
 
-def _semantic(s: MessageSearch, n: int):
-    distance = messages.c.embedding.cosine_distance(bindparam("vector", list(s.vector), type_=Vector()))
+@lru_cache(maxsize=256)
+def semantic(shape: Shape):
+    """(message_id, r): the n nearest messages by cosine distance, r = 1-based rank."""
+    distance = messages.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))
     near = (select(messages.c.message_id, distance.label("d"))
-            .where(*_filters(s), messages.c.embedding.is_not(None))
-            .order_by(distance).limit(n).cte("near").prefix_with("MATERIALIZED", dialect="postgresql"))
-    return select(near.c.message_id).order_by(near.c.d, near.c.message_id)
+            .where(*_filters(shape), messages.c.embedding.is_not(None))
+            .order_by(distance).limit(bindparam("n")).cte("near").prefix_with("MATERIALIZED", dialect="postgresql"))
+    # relaxed_order may hand candidates over slightly out of order: rank by the exact distance
+    rank = func.row_number().over(order_by=(near.c.d, near.c.message_id))
+    return select(near.c.message_id, rank.label("r"))
 
 
-def _lexical(s: MessageSearch, n: int):
-    query = func.websearch_to_tsquery(literal_column("'english'::regconfig"), bindparam("q", s.query, type_=Text))
-    rank = func.ts_rank_cd(messages.c.content_tsv, query)
-    return (select(messages.c.message_id).where(*_filters(s), messages.c.content_tsv.op("@@")(query))
-            .order_by(rank.desc(), messages.c.message_id).limit(n))
+@lru_cache(maxsize=256)
+def lexical(shape: Shape):
+    """(message_id, r): the n best full-text matches by ts_rank_cd, r = 1-based rank."""
+    query = func.websearch_to_tsquery(literal_column("'english'::regconfig"), bindparam("q", type_=Text))
+    score = func.ts_rank_cd(messages.c.content_tsv, query)
+    hits = (select(messages.c.message_id, score.label("s"))
+            .where(*_filters(shape), messages.c.content_tsv.op("@@")(query))
+            .order_by(score.desc(), messages.c.message_id).limit(bindparam("n")).subquery("hits"))
+    rank = func.row_number().over(order_by=(hits.c.s.desc(), hits.c.message_id))
+    return select(hits.c.message_id, rank.label("r"))
+
+
+@lru_cache(maxsize=256)
+def fused(shape: Shape):
+    """The whole search as one statement: both rankings, RRF as in `fuse`, then the rows."""
+    lists = ([semantic(shape)] if shape.vector else []) + ([lexical(shape)] if shape.text else [])
+    ranks = union_all(*lists).subquery("ranks") if len(lists) > 1 else lists[0].subquery("ranks")
+    # .op("/"): SQLAlchemy's `/` would cast the divisor to NUMERIC; float8 / bigint stays float8
+    score = func.sum(literal_column("1.0::float8").op("/")((ranks.c.r + RRF_K).self_group())).label("score")
+    best = (select(ranks.c.message_id, score).group_by(ranks.c.message_id)
+            .order_by(score.desc(), ranks.c.message_id).limit(bindparam("limit")).subquery("best"))
+    m = messages.c
+    return (select(*(m[c] for c in MESSAGE_COLUMNS), best.c.score)
+            .join_from(best, messages, and_(m.workspace_id == bindparam("workspace_id"),
+                                            m.message_id == best.c.message_id))
+            .order_by(best.c.score.desc(), best.c.message_id))
 
 
 async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[RowMapping]:
     """Message rows matching `search`, best first, each with its fused `score` (see module docstring)."""
-    n = depth(search.limit)
-    rankings = []
-    if search.vector is not None:
-        # local to the caller's transaction; ef_search bounds how many candidates one graph walk yields
-        await conn.execute(text("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                                "set_config('hnsw.ef_search', :ef, true)"), {"ef": str(max(n, 40))})
-        rankings.append(list((await conn.scalars(_semantic(search, n))).all()))
-    if search.query.strip():
-        rankings.append(list((await conn.scalars(_lexical(search, n))).all()))
-    best = fuse(rankings)[: search.limit]
-    if not best:
+    if search.vector is None and not search.query.strip():
         return []
-    m = messages.c
-    picked = (func.unnest(bindparam("ids", [i for i, _ in best], type_=ARRAY(Text)),
-                          bindparam("scores", [sc for _, sc in best], type_=ARRAY(Float)))
-              .table_valued("message_id", "score", with_ordinality="ord").render_derived(name="k"))
-    stmt = (select(*(m[c] for c in MESSAGE_COLUMNS), picked.c.score.label("score"))
-            .join_from(picked, messages, and_(m.workspace_id == search.workspace_id,
-                                              m.message_id == picked.c.message_id))
-            .order_by(picked.c.ord))
-    return list((await conn.execute(stmt)).mappings().all())
+    values = params(search)
+    if search.vector is not None:
+        # local to the caller's transaction; ef_search bounds the candidates one graph walk yields
+        await conn.exec_driver_sql("SET LOCAL hnsw.iterative_scan = relaxed_order; "
+                                   f"SET LOCAL hnsw.ef_search = {max(values['n'], 40):d}")
+    return list((await conn.execute(fused(Shape.of(search)), values)).mappings().all())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from sqlalchemy import RowMapping
@@ -31,18 +32,18 @@ def _checked(q: MessageSearch) -> MessageSearch:
 
 
 async def _require_scope(ctx: ApiContext, q: MessageSearch) -> None:
-    """NotFound unless the workspace and every named session and peer exist (one connection)."""
+    """NotFound unless the workspace and every named session and peer exist (one query)."""
     peers = {**{f"author_peer_ids[{i}]": p for i, p in enumerate(q.author_ids)},
              **({"perspective_peer_id": q.perspective_id} if q.perspective_id else {})}
     for kind, peer_id in peers.items():
         v.check_id(kind, peer_id)
+    v.check_id("workspace_id", q.workspace_id)
     async with ctx.engine.connect() as conn:
-        if await queries.workspace(conn, v.check_id("workspace_id", q.workspace_id)) is None:
-            raise NotFound(f"workspace {q.workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
-        known_peers = await queries.existing_peers(conn, q.workspace_id, sorted(set(peers.values())))
-        known_sessions = await queries.existing_sessions(conn, q.workspace_id, q.session_ids)
-    missing = [f"{kind} {p!r}" for kind, p in peers.items() if p not in known_peers]
-    missing += [f"session {s!r}" for s in q.session_ids if s not in known_sessions]
+        known = await queries.known(conn, q.workspace_id, sorted(set(peers.values())), q.session_ids)
+    if not known.workspace:
+        raise NotFound(f"workspace {q.workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
+    missing = [f"{kind} {p!r}" for kind, p in peers.items() if p not in known.peers]
+    missing += [f"session {s!r}" for s in q.session_ids if s not in known.sessions]
     if missing:
         raise NotFound(f"not in workspace {q.workspace_id!r}: {', '.join(missing)}; create it first "
                        "(GetOrCreatePeer, GetOrCreateSession)")
@@ -55,7 +56,7 @@ async def search(ctx: ApiContext, q: MessageSearch, token: str) -> list[RowMappi
     """
     q = _checked(q)
     await ctx.freshness.wait(token)
-    await _require_scope(ctx, q)
-    (vector,) = await ctx.embedder.embed([q.query])
+    # the query is embedded (in a thread) while the scope is checked; a NotFound discards the vector
+    _, (vector,) = await asyncio.gather(_require_scope(ctx, q), ctx.embedder.embed([q.query]))
     async with ctx.engine.connect() as conn:
         return await search_messages(conn, replace(q, vector=vector, limit=q.limit or DEFAULT_LIMIT))

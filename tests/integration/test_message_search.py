@@ -218,3 +218,22 @@ async def test_a_rebuild_reproduces_message_embeddings_without_the_embedder(sett
     assert report.switched and set(report.differences.values()) == {0}, report.differences
     assert embedded_count(settings) == 4
     assert contents(await search_ws(c, "frozen pond")) == before
+
+
+async def test_the_sql_fusion_equals_the_pure_fuse_of_the_two_rankings(settings, garden):
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from projections.message_search import MessageSearch, Shape, fuse, lexical, params, search_messages, semantic
+
+    vector = make_embedder().embed_sync(["frozen garden pond"])[0]
+    search = MessageSearch(workspace_id="w", query="garden", vector=vector, limit=3)
+    engine = create_async_engine(settings.database.url).execution_options(
+        schema_translate_map={None: settings.database.schema_name})
+    async with engine.connect() as conn:
+        got = await search_messages(conn, search)
+        lists = [[r.message_id for r in await conn.execute(q(Shape.of(search)), params(search))]
+                 for q in (semantic, lexical)]
+    await engine.dispose()
+    expected = fuse(lists)[:3]
+    assert [r["message_id"] for r in got] == [i for i, _ in expected]
+    assert [r["score"] for r in got] == pytest.approx([s for _, s in expected])
