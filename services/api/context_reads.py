@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import queries
 from services.api.context import ApiContext
@@ -40,19 +43,23 @@ def _check(q: ContextQuery) -> ContextQuery:
     return q
 
 
-async def _ranked(ctx: ApiContext, q: ContextQuery, observer: str, target: str) -> list[Obs]:
-    """Semantic slice, then most reinforced, then most recent; de-duplicated, best first."""
+async def _query_vector(ctx: ApiContext, q: ContextQuery) -> list[float] | None:
+    return (await ctx.embedder.embed([q.search_query]))[0] if q.search_query else None
+
+
+async def _ranked(conn: AsyncConnection, q: ContextQuery, observer: str, target: str,
+                  vector: list[float] | None) -> list[Obs]:
+    """Semantic slice (when there is a query vector), then most reinforced, then most recent;
+    de-duplicated, best first."""
     n = q.max_observations or 100
     where = queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target)
     rows = []
-    async with ctx.engine.connect() as conn:
-        if q.search_query:
-            vector = (await ctx.embedder.embed([q.search_query]))[0]
-            rows += await queries.nearest_observations(conn, where, vector, q.search_top_k or max(1, n // 3),
-                                                       q.search_max_distance or None)
-        if q.include_most_reinforced:
-            rows += await queries.most_reinforced(conn, where, max(1, n // 3))
-        rows += await queries.list_observations(conn, where, None, n, reverse=True)
+    if vector is not None:
+        rows += await queries.nearest_observations(conn, where, vector, q.search_top_k or max(1, n // 3),
+                                                   q.search_max_distance or None)
+    if q.include_most_reinforced:
+        rows += await queries.most_reinforced(conn, where, max(1, n // 3))
+    rows += await queries.list_observations(conn, where, None, n, reverse=True)
     seen, out = set(), []
     for r in rows:
         if r["observation_id"] not in seen and len(out) < n:
@@ -61,19 +68,29 @@ async def _ranked(ctx: ApiContext, q: ContextQuery, observer: str, target: str) 
     return out
 
 
+async def _nothing() -> None:
+    return None
+
+
+async def _require(ctx: ApiContext, q: ContextQuery, observer: str, target: str) -> None:
+    await require_session(ctx, q.workspace_id, q.session_id)
+    if observer:
+        await require_peers(ctx, q.workspace_id, observer_id=observer, target_id=target)
+
+
 async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     await ctx.freshness.wait(token)
     q = _check(q)
-    await require_session(ctx, q.workspace_id, q.session_id)
     observer, target = q.observer_id, q.target_id or q.observer_id
+    # the query is embedded (in a thread) while session and peers are checked
+    _, vector = await asyncio.gather(_require(ctx, q, observer, target),
+                                     _query_vector(ctx, q) if observer else _nothing())
     ranked, card = [], []
-    if observer:
-        await require_peers(ctx, q.workspace_id, observer_id=observer, target_id=target)
-        ranked = await _ranked(ctx, q, observer, target)
-        async with ctx.engine.connect() as conn:
-            row = await queries.peer_card(conn, q.workspace_id, observer, target)
-        card = list(row["entries"]) if row else []
     async with ctx.engine.connect() as conn:
+        if observer:
+            ranked = await _ranked(conn, q, observer, target, vector)
+            row = await queries.peer_card(conn, q.workspace_id, observer, target)
+            card = list(row["entries"]) if row else []
         summaries = await queries.latest_summaries(conn, q.workspace_id, q.session_id)
         recent = await queries.list_messages(conn, q.workspace_id, q.session_id, None, MAX_MESSAGES_SCANNED, True)
     lines = [Line(r["message_id"], r["peer_id"], r["content"]) for r in recent]
@@ -100,4 +117,7 @@ async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> li
     q = _check(q)
     target = q.target_id or q.observer_id
     await require_peers(ctx, q.workspace_id, observer_id=q.observer_id, target_id=target)
-    return sorted(await _ranked(ctx, q, q.observer_id, target), key=lambda o: o.created_key)
+    vector = await _query_vector(ctx, q)
+    async with ctx.engine.connect() as conn:
+        ranked = await _ranked(conn, q, q.observer_id, target, vector)
+    return sorted(ranked, key=lambda o: o.created_key)
