@@ -27,13 +27,19 @@ class Coalescer:
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
         self._pending: list[tuple[str, asyncio.Future]] = []
+        self._flushing: set[asyncio.Task] = set()  # held, so a running flush is never garbage-collected
+
+    def _start_flush(self) -> None:
+        task = asyncio.ensure_future(self._flush())
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
 
     async def embed(self, text: str) -> list[float]:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if not self._pending:
             # scheduled behind the tasks already runnable, so their texts join this call
-            loop.call_soon(lambda: asyncio.ensure_future(self._flush()))
+            loop.call_soon(self._start_flush)
         self._pending.append((text, future))
         return await future
 
