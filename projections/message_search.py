@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import datetime
+from functools import lru_cache
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import RowMapping, Text, and_, bindparam, func, literal, literal_column, select, union_all
