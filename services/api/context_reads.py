@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections import queries
 from services.api.context import ApiContext
 from services.api.packing import Line, Obs, Packed, pack
-from services.api.writes import require_peers, require_session
+from services.api.writes import require_peers, require_scope
 from services.errors import InvalidArgument
 from services.llm.tokens import count_tokens
 
@@ -73,9 +73,8 @@ async def _nothing() -> None:
 
 
 async def _require(ctx: ApiContext, q: ContextQuery, observer: str, target: str) -> None:
-    await require_session(ctx, q.workspace_id, q.session_id)
-    if observer:
-        await require_peers(ctx, q.workspace_id, observer_id=observer, target_id=target)
+    peers = {"observer_id": observer, "target_id": target} if observer else {}
+    await require_scope(ctx, q.workspace_id, [q.session_id], **peers)
 
 
 async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 from sqlalchemy import RowMapping
 
-from projections import queries
 from projections.message_search import MessageSearch, search_messages
 from services.api import validation as v
 from services.api.context import ApiContext
-from services.errors import InvalidArgument, NotFound
+from services.api.writes import require_scope
+from services.errors import InvalidArgument
 
 MAX_SEARCH_QUERY_CHARS = 10_000
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100
@@ -31,22 +31,10 @@ def _checked(q: MessageSearch) -> MessageSearch:
     return q
 
 
-async def _require_scope(ctx: ApiContext, q: MessageSearch) -> None:
-    """NotFound unless the workspace and every named session and peer exist (one query)."""
+def _require_scope(ctx: ApiContext, q: MessageSearch):
     peers = {**{f"author_peer_ids[{i}]": p for i, p in enumerate(q.author_ids)},
              **({"perspective_peer_id": q.perspective_id} if q.perspective_id else {})}
-    for kind, peer_id in peers.items():
-        v.check_id(kind, peer_id)
-    v.check_id("workspace_id", q.workspace_id)
-    async with ctx.engine.connect() as conn:
-        known = await queries.known(conn, q.workspace_id, sorted(set(peers.values())), q.session_ids)
-    if not known.workspace:
-        raise NotFound(f"workspace {q.workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
-    missing = [f"{kind} {p!r}" for kind, p in peers.items() if p not in known.peers]
-    missing += [f"session {s!r}" for s in q.session_ids if s not in known.sessions]
-    if missing:
-        raise NotFound(f"not in workspace {q.workspace_id!r}: {', '.join(missing)}; create it first "
-                       "(GetOrCreatePeer, GetOrCreateSession)")
+    return require_scope(ctx, q.workspace_id, q.session_ids, **peers)
 
 
 async def search(ctx: ApiContext, q: MessageSearch, token: str) -> list[RowMapping]:
