@@ -1,9 +1,10 @@
 """The embedder's shell: session events in, MessagesEmbedded out; stateless, so no changelog state.
 
 The runner handles keys concurrently, one event per key at a time, so a single handle call only ever
-sees one message. Texts of concurrent calls are coalesced into one model call (`Coalescer`): measured
-with the local MiniLM on 2 cores, one text per call costs 3.8 ms, batches of 8–256 2.6–2.9 ms per
-text, and an HTTP embedder saves a round trip per text.
+sees one message. Texts of concurrent calls (other sessions of the same batch) are coalesced into one
+model call (`Coalescer`): measured with the local MiniLM on 2 cores (2 ONNX threads), one text per call
+costs 3.8 ms, batches of 8–256 2.6–2.9 ms per text; an HTTP embedder saves a round trip per text. A busy
+single session still embeds one message at a time (its events must stay in order within the key).
 """
 
 from __future__ import annotations
