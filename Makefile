@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 PROTOS := $(wildcard proto/peerlog/v1/*.proto)
 
-.PHONY: install proto proto-check jars test demo bench clean
+.PHONY: install proto proto-check jars test demo bench bench-read clean
 
 .venv/bin/python:
 	python3 -m venv .venv
@@ -33,6 +33,10 @@ demo: install jars
 
 bench: install jars
 	$(PY) tests/bench/ingest.py
+
+# GetContext and SearchMessages latency on 50,000 messages and 100,000 observations built through the log
+bench-read: install jars
+	$(PY) tests/bench/read.py
 
 clean:
 	rm -rf .peerlog

@@ -7,18 +7,20 @@ from collections.abc import Callable, Sequence
 import orjson
 import psycopg
 from psycopg import sql
-from sqlalchemy import Connection, Table, Text, and_, any_, bindparam, func, select, update
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import Connection, Table, Text, and_, any_, bindparam, delete, func, or_, select, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.exc import DBAPIError
 
 from projections.dream_handlers import DREAM_HANDLERS
 from projections.memory_handlers import MEMORY_HANDLERS
-from projections.schema import memberships, messages, peers, sessions, workspaces
+from projections.schema import memberships, messages, peers, pending_message_embeddings, sessions, workspaces
 from services.events import (
     Event,
     MemberJoined,
     MemberLeft,
     MessageAppended,
+    MessagesEmbedded,
     PeerConfigured,
     PeerCreated,
     SessionCreated,
@@ -124,6 +126,57 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
         )
     _copy_in(conn, messages, rows)
     _set_counts(conn, next_seq)
+    _take_pending_embeddings(conn, [(e.workspace_id, e.message_id) for e in fresh])
+
+
+def messages_embedded(conn: Connection, events: Sequence[MessagesEmbedded]) -> None:
+    """Vectors onto their messages; a vector whose message is not projected yet waits in the pending table."""
+    rows = [
+        dict(workspace_id=e.workspace_id, message_id=m.message_id, embedding=list(m.vector),
+             embedding_model=e.embedding_model, event_id=e.event_id)
+        for e in events for m in e.messages
+    ]
+    if not rows:
+        return
+    m = messages.c
+    known = set(conn.execute(select(m.workspace_id, m.message_id).where(
+        tuple_(m.workspace_id, m.message_id).in_(sorted({(r["workspace_id"], r["message_id"]) for r in rows}))
+    )).tuples())
+    _set_embeddings(conn, [r for r in rows if (r["workspace_id"], r["message_id"]) in known])
+    waiting = [r for r in rows if (r["workspace_id"], r["message_id"]) not in known]
+    if waiting:
+        stmt = insert(pending_message_embeddings)
+        p = pending_message_embeddings.c
+        conn.execute(stmt.on_conflict_do_update(
+            index_elements=["workspace_id", "message_id"],
+            set_={c: stmt.excluded[c] for c in ("embedding", "embedding_model", "event_id")},
+            where=p.event_id < stmt.excluded.event_id,
+        ), waiting)
+
+
+# the latest embedding event wins whatever order events arrive in, and a repeat changes nothing
+_SET_EMBEDDING = (
+    update(messages)
+    .where(messages.c.workspace_id == bindparam("w"), messages.c.message_id == bindparam("m"),
+           or_(messages.c.embedding_event_id.is_(None), messages.c.embedding_event_id < bindparam("e")))
+    .values(embedding=bindparam("v", type_=Vector()), embedding_model=bindparam("model"),
+            embedding_event_id=bindparam("e"))
+)
+
+
+def _set_embeddings(conn: Connection, rows: list[dict]) -> None:
+    if rows:
+        conn.execute(_SET_EMBEDDING, [dict(w=r["workspace_id"], m=r["message_id"], v=r["embedding"],
+                                           model=r["embedding_model"], e=r["event_id"]) for r in rows])
+
+
+def _take_pending_embeddings(conn: Connection, keys: list[tuple[str, str]]) -> None:
+    p = pending_message_embeddings.c
+    taken = conn.execute(
+        delete(pending_message_embeddings).where(tuple_(p.workspace_id, p.message_id).in_(keys))
+        .returning(p.workspace_id, p.message_id, p.embedding, p.embedding_model, p.event_id)
+    ).mappings().all()
+    _set_embeddings(conn, [dict(r) for r in taken])
 
 
 def _copy_in(conn: Connection, table: Table, rows: list[dict]) -> None:
@@ -216,4 +269,5 @@ HANDLERS: dict[type[Event], Handler] = {
     MemberJoined: member_joined,
     MemberLeft: member_left,
     MessageAppended: message_appended,
+    MessagesEmbedded: messages_embedded,
 }

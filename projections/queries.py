@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import RowMapping, case, func, literal, select, tuple_
+from sqlalchemy import RowMapping, Text, case, func, literal, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.schema import (
@@ -53,6 +54,25 @@ async def existing_peers(conn: AsyncConnection, workspace_id: str, peer_ids: Seq
         peers.c.workspace_id == workspace_id, peers.c.peer_id.in_(list(peer_ids))
     )
     return set((await conn.scalars(stmt)).all())
+
+
+@dataclass(frozen=True)
+class Known:
+    workspace: bool
+    peers: frozenset[str]
+    sessions: frozenset[str]
+
+
+async def known(conn: AsyncConnection, workspace_id: str, peer_ids: Sequence[str], session_ids: Sequence[str]) -> Known:
+    """Whether the workspace exists, and which of the given peers and sessions it has (one round trip)."""
+    def ids(column, table, wanted):
+        return (select(func.coalesce(func.array_agg(column), literal([], ARRAY(Text))))
+                .where(table.c.workspace_id == workspace_id, column.in_(list(wanted))).scalar_subquery())
+    row = (await conn.execute(select(
+        select(workspaces.c.workspace_id).where(workspaces.c.workspace_id == workspace_id).exists(),
+        ids(peers.c.peer_id, peers, peer_ids), ids(sessions.c.session_id, sessions, session_ids),
+    ))).one()
+    return Known(row[0], frozenset(row[1]), frozenset(row[2]))
 
 
 async def peer_observe_me(conn: AsyncConnection, workspace_id: str, peer_ids: set[str]) -> dict[str, bool]:
@@ -122,8 +142,13 @@ async def current_members(conn: AsyncConnection, workspace_id: str, session_id: 
     return set((await conn.scalars(stmt)).all())
 
 
+# what reads of messages return: not the embedding (384 floats parsed per row) nor the tsvector
+MESSAGE_COLUMNS = [c for c in messages.c if c.name not in ("embedding", "embedding_model", "embedding_event_id",
+                                                           "content_tsv")]
+
+
 async def message(conn: AsyncConnection, workspace_id: str, message_id: str) -> RowMapping | None:
-    stmt = select(messages).where(
+    stmt = select(*MESSAGE_COLUMNS).where(
         messages.c.workspace_id == workspace_id, messages.c.message_id == message_id
     )
     return (await conn.execute(stmt)).mappings().first()
@@ -134,7 +159,7 @@ async def list_messages(
     limit: int, reverse: bool,
 ) -> Sequence[RowMapping]:
     c = messages.c
-    stmt = select(messages).where(c.workspace_id == workspace_id, c.session_id == session_id)
+    stmt = select(*MESSAGE_COLUMNS).where(c.workspace_id == workspace_id, c.session_id == session_id)
     if after_seq is not None:
         stmt = stmt.where(c.seq < after_seq if reverse else c.seq > after_seq)
     order = c.seq.desc() if reverse else c.seq
@@ -156,7 +181,7 @@ async def messages_by_id(
     conn: AsyncConnection, workspace_id: str, message_ids: Sequence[str]
 ) -> dict[str, RowMapping]:
     """The workspace's messages among `message_ids`, by id (unknown ids are absent)."""
-    stmt = select(messages).where(
+    stmt = select(*MESSAGE_COLUMNS).where(
         messages.c.workspace_id == workspace_id, messages.c.message_id.in_(sorted(set(message_ids)))
     )
     return {r["message_id"]: r for r in (await conn.execute(stmt)).mappings()}

@@ -95,9 +95,29 @@ messages = Table(
     Column("metadata", JSONB, nullable=False),
     Column("event_id", Text, nullable=False, unique=True),
     Column("content_tsv", TSVECTOR, Computed("to_tsvector('english', content)", persisted=True)),
+    # from MessagesEmbedded; the latest embedding event (by id, UUIDv7 = time order) wins
+    Column("embedding", Vector(EMBEDDING_DIMENSIONS), nullable=True),
+    Column("embedding_model", Text, nullable=True),
+    Column("embedding_event_id", Text, nullable=True),
     PrimaryKeyConstraint("workspace_id", "message_id"),
     UniqueConstraint("workspace_id", "session_id", "seq", name="messages_session_seq"),
     Index("messages_fts", "content_tsv", postgresql_using="gin"),
+    Index("messages_embedding", "embedding", postgresql_using="hnsw",
+          postgresql_ops={"embedding": "vector_cosine_ops"}),
+    Index("messages_by_peer", "workspace_id", "peer_id", "created_at"),
+)
+
+# embeddings whose message is not projected yet: the projector reads the embeddings topic and the
+# sessions topic independently, so a MessagesEmbedded may arrive first; MessageAppended takes it from here
+pending_message_embeddings = Table(
+    "pending_message_embeddings",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("embedding", Vector(EMBEDDING_DIMENSIONS), nullable=False),
+    Column("embedding_model", Text, nullable=False),
+    Column("event_id", Text, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "message_id"),
 )
 
 # what each pair perceived: the deriver's input, for processing status
@@ -330,7 +350,8 @@ projection_meta = Table(
     Column("generation", Text, nullable=False),
 )
 
-# tables whose rows are the projection proper (compared row for row after a rebuild)
+# tables whose rows are the projection proper (compared row for row after a rebuild);
+# pending_message_embeddings is left out: what waits there depends on the order topics were read in
 DATA_TABLES = (
     workspaces, peers, sessions, memberships, messages, perceptions, observations, observation_sources,
     premises, observation_events, rejected_observations, derivation_batches, dreams, peer_cards, summaries, dead_letters, projection_offsets,

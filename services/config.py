@@ -72,7 +72,8 @@ class WorkerSettings(BaseSettings):
 
     app_id: str = Field("", description="consumer-group and changelog prefix; empty: '<topic prefix>processors', "
                         "so two deployments on one cluster never share state")
-    processors: str = Field("router,deriver,summarizer,dream-scheduler,dreamer", description="comma-separated processors this worker runs")
+    processors: str = Field("router,deriver,summarizer,embedder,dream-scheduler,dreamer",
+                            description="comma-separated processors this worker runs")
     deriver_instances: int = Field(4, ge=1, description="deriver group members in this worker: model calls of "
                                    "different partitions overlap, each in its own transaction")
     metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics (model tokens, calls) on this port (0: off)")

@@ -100,7 +100,7 @@ def start_worker(settings, tmp_path, model_server):
 
     started: list[Worker] = []
 
-    def start(processors: str = "router,deriver,summarizer", **env: str) -> Worker:
+    def start(processors: str = "router,deriver,summarizer,embedder", **env: str) -> Worker:
         base = {
             "PEERLOG_WORKER_PROCESSORS": processors,
             "PEERLOG_LLM_BASE_URL": model_server.base_url,

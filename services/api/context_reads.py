@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from projections import queries
-from services.api.context import ApiContext
 from services.api import validation as v
+from services.api.context import ApiContext
 from services.api.packing import Line, Obs, Packed, Premise, pack
-from services.api.writes import require_peers, require_session
+from services.api.writes import require_scope
 from services.errors import InvalidArgument
 from services.llm.tokens import count_tokens
 
@@ -49,11 +52,6 @@ def _check(q: ContextQuery) -> ContextQuery:
     return q
 
 
-async def _check_allowlist(ctx: ApiContext, q: ContextQuery) -> None:
-    for session_id in sorted(set(q.session_ids)):
-        await require_session(ctx, q.workspace_id, session_id)
-
-
 def _obs(row, premises) -> Obs:
     return Obs(row["observation_id"], row["content"], row["level"], (row["created_at"], row["observation_id"]),
                session_id=row["session_id"] or "", times_derived=row["times_derived"],
@@ -61,25 +59,8 @@ def _obs(row, premises) -> Obs:
                confidence=row["confidence"] or "", pattern_type=row["pattern_type"] or "")
 
 
-async def _ranked(ctx: ApiContext, q: ContextQuery, observer: str, target: str) -> list[Obs]:
-    """Semantic slice, then most reinforced, then most recent; de-duplicated, best first."""
-    n = q.max_observations or 100
-    where = queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
-                                      allowed_sessions=tuple(q.session_ids) if q.session_ids else None,
-                                      as_of=q.as_of)
-    rows = []
-    async with ctx.engine.connect() as conn:
-        if q.search_query:
-            vector = (await ctx.embedder.embed([q.search_query]))[0]
-            rows += await queries.nearest_observations(conn, where, vector, q.search_top_k or max(1, n // 3),
-                                                       q.search_max_distance or None)
-        if q.include_most_reinforced:
-            rows += await queries.most_reinforced(conn, where, max(1, n // 3))
-        rows += await queries.list_observations(conn, where, None, n, reverse=True)
-        kept = list(_dedup(rows))[:n]
-        premises = await queries.premise_rows(conn, q.workspace_id, [r["observation_id"] for r in kept
-                                                                     if r["level"] != "explicit"])
-    return [_obs(r, premises.get(r["observation_id"], ())) for r in kept]
+async def _query_vector(ctx: ApiContext, q: ContextQuery) -> list[float] | None:
+    return (await ctx.embedder.embed([q.search_query]))[0] if q.search_query else None
 
 
 def _dedup(rows):
@@ -90,20 +71,49 @@ def _dedup(rows):
             yield r
 
 
+async def _ranked(conn: AsyncConnection, q: ContextQuery, observer: str, target: str,
+                  vector: list[float] | None) -> list[Obs]:
+    """Semantic slice (when there is a query vector), then most reinforced, then most recent;
+    de-duplicated, best first."""
+    n = q.max_observations or 100
+    where = queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
+                                      allowed_sessions=tuple(q.session_ids) if q.session_ids else None,
+                                      as_of=q.as_of)
+    rows = []
+    if vector is not None:
+        rows += await queries.nearest_observations(conn, where, vector, q.search_top_k or max(1, n // 3),
+                                                   q.search_max_distance or None)
+    if q.include_most_reinforced:
+        rows += await queries.most_reinforced(conn, where, max(1, n // 3))
+    rows += await queries.list_observations(conn, where, None, n, reverse=True)
+    kept = list(_dedup(rows))[:n]
+    premises = await queries.premise_rows(conn, q.workspace_id, [r["observation_id"] for r in kept
+                                                                 if r["level"] != "explicit"])
+    return [_obs(r, premises.get(r["observation_id"], ())) for r in kept]
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _require(ctx: ApiContext, q: ContextQuery, observer: str, target: str, sessions: list[str]) -> None:
+    peers = {"observer_id": observer, "target_id": target} if observer else {}
+    await require_scope(ctx, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
+
+
 async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     await ctx.freshness.wait(token)
     q = _check(q)
-    await require_session(ctx, q.workspace_id, q.session_id)
     observer, target = q.observer_id, q.target_id or q.observer_id
+    # the query is embedded (in a thread) while session and peers are checked
+    _, vector = await asyncio.gather(_require(ctx, q, observer, target, [q.session_id]),
+                                     _query_vector(ctx, q) if observer else _nothing())
     ranked, card = [], []
-    if observer:
-        await require_peers(ctx, q.workspace_id, observer_id=observer, target_id=target)
-        await _check_allowlist(ctx, q)
-        ranked = await _ranked(ctx, q, observer, target)
-        async with ctx.engine.connect() as conn:
-            row = await queries.peer_card(conn, q.workspace_id, observer, target)
-        card = list(row["entries"]) if row else []
     async with ctx.engine.connect() as conn:
+        if observer:
+            ranked = await _ranked(conn, q, observer, target, vector)
+            row = await queries.peer_card(conn, q.workspace_id, observer, target)
+            card = list(row["entries"]) if row else []
         summaries = await queries.latest_summaries(conn, q.workspace_id, q.session_id)
         recent = await queries.list_messages(conn, q.workspace_id, q.session_id, None, MAX_MESSAGES_SCANNED, True)
     lines = [Line(r["message_id"], r["peer_id"], r["content"]) for r in recent]
@@ -116,6 +126,7 @@ async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> li
     await ctx.freshness.wait(token)
     q = _check(q)
     target = q.target_id or q.observer_id
-    await require_peers(ctx, q.workspace_id, observer_id=q.observer_id, target_id=target)
-    await _check_allowlist(ctx, q)
-    return sorted(await _ranked(ctx, q, q.observer_id, target), key=lambda o: o.created_key)
+    _, vector = await asyncio.gather(_require(ctx, q, q.observer_id, target, []), _query_vector(ctx, q))
+    async with ctx.engine.connect() as conn:
+        ranked = await _ranked(conn, q, q.observer_id, target, vector)
+    return sorted(ranked, key=lambda o: o.created_key)

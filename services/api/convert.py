@@ -17,6 +17,7 @@ from peerlog.v1 import (
     sessions_pb2,
     workspaces_pb2,
 )
+from projections.message_search import MessageSearch
 from projections.queries import ObservationFilter, StatusScope
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
@@ -320,3 +321,20 @@ def chat_chunk(event) -> dialectic_pb2.ChatChunk:
     if isinstance(event, DiscardText):
         return dialectic_pb2.ChatChunk(discard_text=True)
     return dialectic_pb2.ChatChunk(done=chat_response(event))
+
+
+def message_query(r, **scope) -> MessageSearch:
+    """The search of any SearchMessages request (no vector yet); `scope` fixes what the request's level implies."""
+    fields = dict(workspace_id=r.workspace_id, query=r.query, vector=None, perspective_id=r.perspective_peer_id,
+                  after=from_ts(r, "after"), before=from_ts(r, "before"), limit=r.limit)
+    for name, proto_field in (("session_ids", "session_ids"), ("author_ids", "author_peer_ids")):
+        if hasattr(r, proto_field):
+            fields[name] = tuple(getattr(r, proto_field))
+    return MessageSearch(**{**fields, **scope})
+
+
+def search_messages_response(rows, embedding_model: str) -> messages_pb2.SearchMessagesResponse:
+    return messages_pb2.SearchMessagesResponse(
+        results=[messages_pb2.ScoredMessage(message=message(r), score=r["score"]) for r in rows],
+        embedding_model=embedding_model,
+    )

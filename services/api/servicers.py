@@ -28,6 +28,7 @@ from services.api import (
     chat,
     context_reads,
     dreams,
+    message_reads,
     observation_reads,
     observation_writes,
     reads,
@@ -57,6 +58,9 @@ class WorkspaceServicer(workspaces_pb2_grpc.WorkspaceServiceServicer):
         return workspaces_pb2.ListWorkspacesResponse(
             workspaces=[c.workspace(r) for r in page.items], next_page_token=page.next_token
         )
+
+    async def SearchMessages(self, request, context):
+        return await _search_messages(self.ctx, request, c.message_query(request))
 
 
 class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
@@ -93,6 +97,9 @@ class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
             self.ctx, request.workspace_id, request.observer_id, request.observed_id, list(request.entries)
         )
         return peers_pb2.SetPeerCardResponse(card=c.peer_card(card), consistency_token=token)
+
+    async def SearchMessages(self, request, context):
+        return await _search_messages(self.ctx, request, c.message_query(request, author_ids=(request.peer_id,)))
 
 
 class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
@@ -141,6 +148,15 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
         return c.session_summaries(await reads.get_session_summaries(
             self.ctx, request.workspace_id, request.session_id, request.consistency.consistency_token
         ))
+
+    async def SearchMessages(self, request, context):
+        return await _search_messages(self.ctx, request, c.message_query(request, session_ids=(request.session_id,)))
+
+
+async def _search_messages(ctx: ApiContext, request, query):
+    """The one implementation behind WorkspaceService, SessionService and PeerService.SearchMessages."""
+    rows = await message_reads.search(ctx, query, request.consistency.consistency_token)
+    return c.search_messages_response(rows, ctx.embedder.model_name)
 
 
 class MessageServicer(messages_pb2_grpc.MessageServiceServicer):

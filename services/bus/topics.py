@@ -31,6 +31,7 @@ from services.events import (
     SummaryUpdated,
     MemberLeft,
     MessageAppended,
+    MessagesEmbedded,
     PeerConfigured,
     PeerCreated,
     SessionCreated,
@@ -78,6 +79,11 @@ OBSERVATIONS = TopicSpec(
     events=(ObservationAdded, ObservationReinforced, ObservationSuperseded, ObservationDeleted,
             ObservationRejected, DerivationStarted, BatchDerived, PeerCardUpdated),
 )
+MESSAGE_EMBEDDINGS = TopicSpec(
+    name="message-embeddings",
+    key="workspace/session",
+    events=(MessagesEmbedded,),
+)
 SUMMARIES = TopicSpec(
     name="summaries",
     key="workspace/session",
@@ -94,7 +100,8 @@ DEADLETTER = TopicSpec(
     events=(DerivationDeadLettered, SummaryDeadLettered),
 )
 
-ALL_TOPICS: tuple[TopicSpec, ...] = (DIRECTORY, SESSIONS, PERCEIVED, OBSERVATIONS, SUMMARIES, DREAMS, DEADLETTER)
+ALL_TOPICS: tuple[TopicSpec, ...] = (DIRECTORY, SESSIONS, PERCEIVED, OBSERVATIONS, MESSAGE_EMBEDDINGS, SUMMARIES,
+                                     DREAMS, DEADLETTER)
 
 _TOPIC_OF: dict[type[Event], TopicSpec] = {e: t for t in ALL_TOPICS for e in t.events}
 

@@ -29,7 +29,7 @@ from services.events.lifecycle import (
     SessionCreated,
     WorkspaceCreated,
 )
-from services.events.messages import MessageAppended
+from services.events.messages import EmbeddedMessage, MessageAppended, MessagesEmbedded
 from services.events.observations import (
     BatchDerived,
     DerivationDeadLettered,
@@ -76,6 +76,8 @@ __all__ = [
     "MemberJoined",
     "MemberLeft",
     "MessageAppended",
+    "MessagesEmbedded",
+    "EmbeddedMessage",
     "PeerCardUpdated",
     "PeerConfigured",
     "PeerCreated",

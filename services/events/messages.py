@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.events.base import Event
 
@@ -28,3 +28,30 @@ class MessageAppended(Event):
     # (MemberJoined.observe_me) overrides it. Stamped here so the router decides from its own stream.
     author_observe_me: bool = True
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class EmbeddedMessage(BaseModel):
+    """One message's embedding."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    message_id: str
+    session_id: str
+    vector: tuple[float, ...]
+
+
+class MessagesEmbedded(Event):
+    """Messages of one session were embedded; the vectors ride in the event, so replay needs no model."""
+
+    key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
+
+    session_id: str
+    messages: tuple[EmbeddedMessage, ...]
+    embedding_model: str
+
+    @model_validator(mode="after")
+    def _one_session(self) -> MessagesEmbedded:
+        strays = {m.session_id for m in self.messages} - {self.session_id}
+        if strays:
+            raise ValueError(f"messages of sessions {sorted(strays)} in an event keyed by {self.session_id!r}")
+        return self

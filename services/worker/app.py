@@ -20,6 +20,7 @@ PROCESSORS = {
     "summarizer": "services.summarizer.agent",
     "dream-scheduler": "services.dreamer.scheduler_agent",
     "dreamer": "services.dreamer.agent",
+    "embedder": "services.embedder.agent",
 }
 
 

@@ -92,3 +92,19 @@ class GetMessageRequest(_message.Message):
     message_id: str
     consistency: _common_pb2.ReadConsistency
     def __init__(self, workspace_id: _Optional[str] = ..., message_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+
+class ScoredMessage(_message.Message):
+    __slots__ = ("message", "score")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    message: Message
+    score: float
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., score: _Optional[float] = ...) -> None: ...
+
+class SearchMessagesResponse(_message.Message):
+    __slots__ = ("results", "embedding_model")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ScoredMessage]
+    embedding_model: str
+    def __init__(self, results: _Optional[_Iterable[_Union[ScoredMessage, _Mapping]]] = ..., embedding_model: _Optional[str] = ...) -> None: ...

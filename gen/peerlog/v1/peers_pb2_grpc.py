@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from peerlog.v1 import messages_pb2 as peerlog_dot_v1_dot_messages__pb2
 from peerlog.v1 import peers_pb2 as peerlog_dot_v1_dot_peers__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -60,6 +61,11 @@ class PeerServiceStub:
                 request_serializer=peerlog_dot_v1_dot_peers__pb2.SetPeerCardRequest.SerializeToString,
                 response_deserializer=peerlog_dot_v1_dot_peers__pb2.SetPeerCardResponse.FromString,
                 _registered_method=True)
+        self.SearchMessages = channel.unary_unary(
+                '/peerlog.v1.PeerService/SearchMessages',
+                request_serializer=peerlog_dot_v1_dot_peers__pb2.SearchPeerMessagesRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.FromString,
+                _registered_method=True)
 
 
 class PeerServiceServicer:
@@ -103,6 +109,14 @@ class PeerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SearchMessages(self, request, context):
+        """Hybrid (semantic + full-text) search over the messages this peer wrote, best first.
+        NOT_FOUND if the peer, a named session or the perspective peer does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +144,11 @@ def add_PeerServiceServicer_to_server(servicer, server):
                     servicer.SetPeerCard,
                     request_deserializer=peerlog_dot_v1_dot_peers__pb2.SetPeerCardRequest.FromString,
                     response_serializer=peerlog_dot_v1_dot_peers__pb2.SetPeerCardResponse.SerializeToString,
+            ),
+            'SearchMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchMessages,
+                    request_deserializer=peerlog_dot_v1_dot_peers__pb2.SearchPeerMessagesRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -268,6 +287,33 @@ class PeerService:
             '/peerlog.v1.PeerService/SetPeerCard',
             peerlog_dot_v1_dot_peers__pb2.SetPeerCardRequest.SerializeToString,
             peerlog_dot_v1_dot_peers__pb2.SetPeerCardResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peerlog.v1.PeerService/SearchMessages',
+            peerlog_dot_v1_dot_peers__pb2.SearchPeerMessagesRequest.SerializeToString,
+            peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

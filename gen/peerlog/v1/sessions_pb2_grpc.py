@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from peerlog.v1 import messages_pb2 as peerlog_dot_v1_dot_messages__pb2
 from peerlog.v1 import sessions_pb2 as peerlog_dot_v1_dot_sessions__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -66,6 +67,11 @@ class SessionServiceStub:
                 request_serializer=peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesRequest.SerializeToString,
                 response_deserializer=peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesResponse.FromString,
                 _registered_method=True)
+        self.SearchMessages = channel.unary_unary(
+                '/peerlog.v1.SessionService/SearchMessages',
+                request_serializer=peerlog_dot_v1_dot_sessions__pb2.SearchSessionMessagesRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -117,6 +123,14 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SearchMessages(self, request, context):
+        """Hybrid (semantic + full-text) search over one session's messages, best first. NOT_FOUND if
+        the session or a named peer does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -149,6 +163,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.GetSessionSummaries,
                     request_deserializer=peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesRequest.FromString,
                     response_serializer=peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesResponse.SerializeToString,
+            ),
+            'SearchMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchMessages,
+                    request_deserializer=peerlog_dot_v1_dot_sessions__pb2.SearchSessionMessagesRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -315,6 +334,33 @@ class SessionService:
             '/peerlog.v1.SessionService/GetSessionSummaries',
             peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesRequest.SerializeToString,
             peerlog_dot_v1_dot_sessions__pb2.GetSessionSummariesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peerlog.v1.SessionService/SearchMessages',
+            peerlog_dot_v1_dot_sessions__pb2.SearchSessionMessagesRequest.SerializeToString,
+            peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

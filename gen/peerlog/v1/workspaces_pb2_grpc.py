@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from peerlog.v1 import messages_pb2 as peerlog_dot_v1_dot_messages__pb2
 from peerlog.v1 import workspaces_pb2 as peerlog_dot_v1_dot_workspaces__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -50,6 +51,11 @@ class WorkspaceServiceStub:
                 request_serializer=peerlog_dot_v1_dot_workspaces__pb2.ListWorkspacesRequest.SerializeToString,
                 response_deserializer=peerlog_dot_v1_dot_workspaces__pb2.ListWorkspacesResponse.FromString,
                 _registered_method=True)
+        self.SearchMessages = channel.unary_unary(
+                '/peerlog.v1.WorkspaceService/SearchMessages',
+                request_serializer=peerlog_dot_v1_dot_workspaces__pb2.SearchWorkspaceMessagesRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.FromString,
+                _registered_method=True)
 
 
 class WorkspaceServiceServicer:
@@ -78,6 +84,14 @@ class WorkspaceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SearchMessages(self, request, context):
+        """Hybrid (semantic + full-text) search over the workspace's messages, best first. NOT_FOUND if
+        the workspace, a named session or a named peer does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkspaceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -95,6 +109,11 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
                     servicer.ListWorkspaces,
                     request_deserializer=peerlog_dot_v1_dot_workspaces__pb2.ListWorkspacesRequest.FromString,
                     response_serializer=peerlog_dot_v1_dot_workspaces__pb2.ListWorkspacesResponse.SerializeToString,
+            ),
+            'SearchMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchMessages,
+                    request_deserializer=peerlog_dot_v1_dot_workspaces__pb2.SearchWorkspaceMessagesRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -179,6 +198,33 @@ class WorkspaceService:
             '/peerlog.v1.WorkspaceService/ListWorkspaces',
             peerlog_dot_v1_dot_workspaces__pb2.ListWorkspacesRequest.SerializeToString,
             peerlog_dot_v1_dot_workspaces__pb2.ListWorkspacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peerlog.v1.WorkspaceService/SearchMessages',
+            peerlog_dot_v1_dot_workspaces__pb2.SearchWorkspaceMessagesRequest.SerializeToString,
+            peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

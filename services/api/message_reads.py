@@ -1,0 +1,50 @@
+"""SearchMessages at workspace, session and peer level: one implementation, three entry points."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from sqlalchemy import RowMapping
+
+from projections.message_search import MessageSearch, search_messages
+from services.api import validation as v
+from services.api.context import ApiContext
+from services.api.writes import require_scope
+from services.errors import InvalidArgument
+
+MAX_SEARCH_QUERY_CHARS = 10_000
+DEFAULT_LIMIT, MAX_LIMIT = 10, 100
+
+
+def _checked(q: MessageSearch) -> MessageSearch:
+    v.check_text("query", q.query, MAX_SEARCH_QUERY_CHARS)
+    if not 0 <= q.limit <= MAX_LIMIT:
+        raise InvalidArgument(f"limit {q.limit} is outside 1–{MAX_LIMIT}; 0 means the default ({DEFAULT_LIMIT})")
+    if q.after is not None and q.before is not None and q.after >= q.before:
+        raise InvalidArgument(f"after ({q.after.isoformat()}) must be earlier than before "
+                              f"({q.before.isoformat()}); the range is [after, before)")
+    for kind, ids in (("session_id", q.session_ids), ("author_peer_id", q.author_ids)):
+        for i in ids:
+            v.check_id(kind, i)
+        v.check_distinct(kind, ids)
+    return q
+
+
+def _require_scope(ctx: ApiContext, q: MessageSearch):
+    peers = {**{f"author_peer_ids[{i}]": p for i, p in enumerate(q.author_ids)},
+             **({"perspective_peer_id": q.perspective_id} if q.perspective_id else {})}
+    return require_scope(ctx, q.workspace_id, q.session_ids, **peers)
+
+
+async def search(ctx: ApiContext, q: MessageSearch, token: str) -> list[RowMapping]:
+    """Messages matching the query by meaning and by words, fused by reciprocal rank, best first.
+
+    `q` comes as the request put it: no vector yet (the query is embedded here), limit 0 = the default.
+    """
+    q = _checked(q)
+    await ctx.freshness.wait(token)
+    # the query is embedded (in a thread) while the scope is checked; a NotFound discards the vector
+    _, (vector,) = await asyncio.gather(_require_scope(ctx, q), ctx.embedder.embed([q.query]))
+    async with ctx.engine.connect() as conn:
+        return await search_messages(conn, replace(q, vector=vector, limit=q.limit or DEFAULT_LIMIT))

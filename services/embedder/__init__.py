@@ -1,0 +1,1 @@
+"""The embedder: embeds each message and appends the vectors as MessagesEmbedded (hybrid message search)."""

@@ -1,0 +1,81 @@
+"""The embedder's shell: session events in, MessagesEmbedded out; stateless, so no changelog state.
+
+The runner handles keys concurrently, one event per key at a time, so a single handle call only ever
+sees one message. Texts of concurrent calls (other sessions of the same batch) are coalesced into one
+model call (`Coalescer`): measured with the local MiniLM on 2 cores (2 ONNX threads), one text per call
+costs 3.8 ms, batches of 8–256 2.6–2.9 ms per text; an HTTP embedder saves a round trip per text. A busy
+single session still embeds one message at a time (its events must stay in order within the key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from services.bus.runner import Get, Step
+from services.bus.topics import SESSIONS
+from services.embedder.policy import embedded, text_to_embed
+from services.events import Event, MessageAppended, ProducerInfo
+from services.llm.embeddings import Embedder, make_embedder
+
+if TYPE_CHECKING:
+    from services.settings import Settings
+
+
+class Coalescer:
+    """Gathers the texts asked for within one event-loop turn and embeds them in one call."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self._pending: list[tuple[str, asyncio.Future]] = []
+        self._flushing: set[asyncio.Task] = set()  # held, so a running flush is never garbage-collected
+
+    def _start_flush(self) -> None:
+        task = asyncio.ensure_future(self._flush())
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def embed(self, text: str) -> list[float]:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if not self._pending:
+            # scheduled behind the tasks already runnable, so their texts join this call
+            loop.call_soon(self._start_flush)
+        self._pending.append((text, future))
+        return await future
+
+    async def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        try:
+            vectors = await self.embedder.embed([text for text, _ in batch])
+        except Exception as exc:  # every waiter fails, so its transaction aborts
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), vector in zip(batch, vectors, strict=True):
+            if not future.done():
+                future.set_result(vector)
+
+
+class EmbedderProcessor:
+    name = "embedder"
+    inputs = (SESSIONS,)
+    max_batch = 500
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.model_name = embedder.model_name
+        self.coalescer = Coalescer(embedder)
+        self.producer = ProducerInfo(component="embedder", version="0.1.0", model=embedder.model_name)
+
+    async def handle(self, get: Get, event: Event) -> Step:
+        text = text_to_embed(event)
+        if text is None:
+            return Step()
+        assert isinstance(event, MessageAppended)
+        vector = await self.coalescer.embed(text)
+        return Step([embedded(event, vector, self.model_name, self.producer)])
+
+
+def build(settings: Settings):
+    return EmbedderProcessor(make_embedder(settings.embedding)), None

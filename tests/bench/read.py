@@ -1,0 +1,381 @@
+#!/usr/bin/env python
+"""Read benchmark: GetContext (with a search query) and SearchMessages latency on a large workspace.
+
+    .venv/bin/python tests/bench/read.py [--messages 50000] [--observations 100000] [--clients 8] \
+        [--seconds 20] [--warmup 3] [--keep] [--out tests/bench/results/read.json]
+
+Starts the dev stack (infra.stack.up) on fresh ports and stops its worker (nothing here needs a
+processor, and the deriver would call a chat model). The workspace is built THROUGH THE LOG: the
+script embeds every message and observation text with the real local embedder (all-MiniLM-L6-v2,
+in batches), appends WorkspaceCreated, PeerCreated, SessionCreated, MemberJoined, MessageAppended,
+MessagesEmbedded and ObservationAdded events to Kafka with the project's producer (EventLog), and
+waits for the stack's projector to catch up. Then it runs VACUUM ANALYZE (what autovacuum would do
+after a bulk load) and measures each phase with --clients concurrent gRPC clients (one channel each)
+calling back to back for --seconds after --warmup. Latency is per call, client-side, including
+embedding the query text (no chat model is involved in these RPCs).
+
+Prints one JSON object on stdout (progress on stderr) and writes it to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import grpc  # noqa: E402
+import psycopg  # noqa: E402
+
+from infra import stack  # noqa: E402
+from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2, peers_pb2_grpc  # noqa: E402
+from peerlog.v1 import sessions_pb2, sessions_pb2_grpc, workspaces_pb2, workspaces_pb2_grpc  # noqa: E402
+from services.bus.producer import EventLog  # noqa: E402
+from services.config import KafkaSettings  # noqa: E402
+from services.embedder.policy import embedded  # noqa: E402
+from services.events import (  # noqa: E402
+    Level,
+    MemberJoined,
+    MessageAppended,
+    ObservationAdded,
+    PeerCreated,
+    ProducerInfo,
+    SessionCreated,
+    WorkspaceCreated,
+)
+from services.llm.embeddings import LocalMiniLmEmbedder  # noqa: E402
+from services.llm.settings import EmbeddingSettings  # noqa: E402
+from tests.bench.ingest import idle_check, machine, pct, pin_fresh_ports, stop_others  # noqa: E402
+
+WORKSPACE = "bench-read"
+BENCH = ProducerInfo(component="bench-read", version="0.1.0")
+TARGETS_MS = {"GetContext": 25.0, "SearchMessages": 30.0}
+
+WHO = ["I", "My sister", "Our neighbour", "The coach", "My manager", "Grandpa", "A friend from school", "The vet"]
+DID = ["planted", "repaired", "painted", "sold", "booked", "cancelled", "cooked", "photographed", "forgot",
+       "borrowed", "recommended", "complained about"]
+WHAT = ["the tomatoes", "a bicycle", "the kitchen table", "tickets to Lisbon", "a jazz concert", "the old piano",
+        "lentil soup", "the garden fence", "a used laptop", "the dentist appointment", "a marathon plan",
+        "the greenhouse", "a birthday cake", "the car insurance", "a sourdough starter", "the cello lesson"]
+WHEN = ["on Monday", "last weekend", "in March", "after work", "before the storm", "during the holidays",
+        "this morning", "two years ago", "at the farmers market", "while it rained"]
+WHY = ["because it was cheap", "to surprise everyone", "since the old one broke", "for the first time",
+       "again, sadly", "with a lot of help", "and it went well", "but nobody noticed"]
+QUERIES = ["who repaired the bicycle", "tickets to Lisbon", "sourdough starter", "jazz concert last weekend",
+           "garden fence painted", "dentist appointment cancelled", "marathon training", "birthday cake surprise",
+           "car insurance", "old piano sold", "cello lesson", "lentil soup in March", "greenhouse tomatoes",
+           "used laptop borrowed", "what happened before the storm", "photographed the kitchen table"]
+
+
+def log(msg: str) -> None:
+    print(f"[read-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def sentence(rng: random.Random) -> str:
+    return f"{rng.choice(WHO)} {rng.choice(DID)} {rng.choice(WHAT)} {rng.choice(WHEN)} {rng.choice(WHY)}."
+
+
+def sql_dsn(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+# --------------------------------------------------------------------------- the workspace, through the log
+
+
+def plan(args, rng: random.Random) -> dict:
+    """Peers, sessions with their members, message and observation texts (no events yet)."""
+    peers = [f"p{i}" for i in range(args.peers)]
+    sessions = {f"s{i}": rng.sample(peers, 3) for i in range(args.messages // args.per_session)}
+    pairs = [(o, t) for o in peers for t in peers][: args.pairs]
+    # texts are drawn from pools of --distinct sentences each, so setup time stays bounded (every distinct
+    # text is embedded once); a message text recurs ~2 times, an observation ~4 times (across pairs)
+    message_pool = [sentence(rng) for _ in range(min(args.distinct, args.messages))]
+    observation_pool = [f"The peer {s[0].lower()}{s[1:]}" for s in
+                        (sentence(rng) for _ in range(min(args.distinct, args.observations)))]
+    return {"peers": peers, "sessions": sessions, "pairs": pairs,
+            "messages": [rng.choice(message_pool) for _ in range(args.messages)],
+            "observations": [rng.choice(observation_pool) for _ in range(args.observations)]}
+
+
+def embed_all(texts: list[str], embedder: LocalMiniLmEmbedder, label: str) -> list[list[float]]:
+    """Vectors for `texts`; a text that repeats is embedded once (same text, same vector)."""
+    unique = list(dict.fromkeys(texts))
+    vectors: list[list[float]] = []
+    started = time.monotonic()
+    for i in range(0, len(unique), 4096):
+        vectors += embedder.embed_sync(unique[i:i + 4096])
+        log(f"  embedded {len(vectors)}/{len(unique)} distinct {label} ({time.monotonic() - started:.0f} s)")
+    by_text = dict(zip(unique, vectors, strict=True))
+    return [by_text[t] for t in texts]
+
+
+def events(p: dict, message_vectors, observation_vectors, rng: random.Random):
+    """The log of the workspace, in an order the API could have written it, in chunks."""
+    yield [WorkspaceCreated(workspace_id=WORKSPACE, producer=BENCH)]
+    yield [PeerCreated(workspace_id=WORKSPACE, peer_id=peer, producer=BENCH) for peer in p["peers"]]
+    joined = datetime.now(UTC)
+    yield [e for s, members in p["sessions"].items()
+           for e in [SessionCreated(workspace_id=WORKSPACE, session_id=s, producer=BENCH)]
+           + [MemberJoined(workspace_id=WORKSPACE, session_id=s, peer_id=m, joined_at=joined, producer=BENCH)
+              for m in members]]
+    session_ids = list(p["sessions"])
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    chunk = []
+    for i, (text, vector) in enumerate(zip(p["messages"], message_vectors, strict=True)):
+        s = session_ids[i % len(session_ids)]
+        m = MessageAppended(workspace_id=WORKSPACE, session_id=s, message_id=f"m{i}",
+                            peer_id=rng.choice(p["sessions"][s]), content=text,
+                            created_at=start + timedelta(minutes=10 * i), producer=BENCH)
+        chunk += [m, embedded(m, vector, LocalMiniLmEmbedder.model_name, BENCH)]
+        if len(chunk) >= 2000:
+            yield chunk
+            chunk = []
+    for i, (text, vector) in enumerate(zip(p["observations"], observation_vectors, strict=True)):
+        observer, observed = p["pairs"][i % len(p["pairs"])]
+        chunk.append(ObservationAdded(workspace_id=WORKSPACE, observer_id=observer, observed_id=observed,
+                                      observation_id=f"o{i}", level=Level.EXPLICIT, content=text,
+                                      embedding=tuple(vector), embedding_model=LocalMiniLmEmbedder.model_name,
+                                      producer=BENCH))
+        if len(chunk) >= 2000:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def wait_projected(dsn: str, messages: int, observations: int, timeout: float = 3600) -> None:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            m = conn.execute("SELECT count(*) FROM peerlog.messages WHERE embedding IS NOT NULL").fetchone()[0]
+            o = conn.execute("SELECT count(*) FROM peerlog.observations").fetchone()[0]
+            log(f"  projected {m}/{messages} embedded messages, {o}/{observations} observations")
+            if m >= messages and o >= observations:
+                return
+            time.sleep(5)
+    raise RuntimeError("the projector did not catch up in time")
+
+
+def build(state, args) -> dict:
+    rng = random.Random(20261130)
+    timings = {}
+    p = plan(args, rng)
+    embedder = LocalMiniLmEmbedder(EmbeddingSettings(threads=2, batch_size=64))  # bulk: both cores, big batches
+    t = time.monotonic()
+    message_vectors = embed_all(p["messages"], embedder, "messages")
+    observation_vectors = embed_all(p["observations"], embedder, "observations")
+    timings["embed_s"] = round(time.monotonic() - t, 1)
+    timings["distinct_texts_embedded"] = len(set(p["messages"])) + len(set(p["observations"]))
+    t = time.monotonic()
+    log_ = EventLog(KafkaSettings(bootstrap_servers=state.bootstrap_servers))
+    log_.start()
+    appended = 0
+    for chunk in events(p, message_vectors, observation_vectors, rng):
+        log_.append_sync(chunk)
+        appended += len(chunk)
+    log_.close()
+    timings["append_s"] = round(time.monotonic() - t, 1)
+    t = time.monotonic()
+    dsn = sql_dsn(state.database_url)
+    wait_projected(dsn, args.messages, args.observations)
+    timings["project_after_append_s"] = round(time.monotonic() - t, 1)
+    t = time.monotonic()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE peerlog.messages")
+        conn.execute("VACUUM ANALYZE peerlog.observations")
+        conn.execute("VACUUM ANALYZE peerlog.memberships")
+    timings["vacuum_analyze_s"] = round(time.monotonic() - t, 1)
+    return {"events_appended": appended, "timings": timings, "plan": p}
+
+
+# --------------------------------------------------------------------------- load
+
+
+def calls(p: dict):
+    """name -> function(channel, rng) -> awaitable, one per measured phase."""
+    sessions = p["sessions"]
+    session_ids = list(sessions)
+
+    def get_context(ch, rng):
+        s = rng.choice(session_ids)
+        observer, target = rng.choice(p["pairs"])
+        return context_pb2_grpc.ContextServiceStub(ch).GetContext(context_pb2.GetContextRequest(
+            workspace_id=WORKSPACE, session_id=s, token_budget=2000, observer_id=observer, target_id=target,
+            search_query=rng.choice(QUERIES)))
+
+    def search_workspace(ch, rng):
+        return workspaces_pb2_grpc.WorkspaceServiceStub(ch).SearchMessages(
+            workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=WORKSPACE, query=rng.choice(QUERIES)))
+
+    def search_perspective(ch, rng):
+        return workspaces_pb2_grpc.WorkspaceServiceStub(ch).SearchMessages(
+            workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=WORKSPACE, query=rng.choice(QUERIES),
+                                                         perspective_peer_id=rng.choice(p["peers"])))
+
+    def search_session(ch, rng):
+        return sessions_pb2_grpc.SessionServiceStub(ch).SearchMessages(sessions_pb2.SearchSessionMessagesRequest(
+            workspace_id=WORKSPACE, session_id=rng.choice(session_ids), query=rng.choice(QUERIES)))
+
+    def search_peer(ch, rng):
+        return peers_pb2_grpc.PeerServiceStub(ch).SearchMessages(peers_pb2.SearchPeerMessagesRequest(
+            workspace_id=WORKSPACE, peer_id=rng.choice(p["peers"]), query=rng.choice(QUERIES)))
+
+    return {"GetContext": get_context, "SearchMessages workspace": search_workspace,
+            "SearchMessages workspace+perspective": search_perspective,
+            "SearchMessages session": search_session, "SearchMessages peer": search_peer}
+
+
+async def measure(port: int, call, clients: int, warmup: float, seconds: float, rate: float = 0.0) -> dict:
+    """Closed loop (rate 0: each client calls again as soon as it has an answer) or paced (`rate` calls/s
+    offered in total, spread evenly over the clients; a late call is sent at once, never skipped)."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    start = time.monotonic()
+    measure_from, stop_at = start + warmup, start + warmup + seconds
+
+    async def client(i: int) -> None:
+        rng = random.Random(i)
+        interval = clients / rate if rate else 0.0
+        due = start + interval * i / clients
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            while True:
+                if interval:
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                    due += interval
+                if (now := time.monotonic()) >= stop_at:
+                    break
+                try:
+                    await call(ch, rng)
+                except grpc.aio.AioRpcError as exc:
+                    errors.append(f"{exc.code().name}: {exc.details()}")
+                    continue
+                done = time.monotonic()
+                if now >= measure_from:
+                    latencies.append((done - now) * 1000)
+
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    return {"calls": len(latencies), "calls_per_s": round(len(latencies) / seconds, 1), "errors": len(errors),
+            "first_error": errors[0] if errors else None,
+            "latency_ms": {"p50": pct(latencies, 50), "p95": pct(latencies, 95), "p99": pct(latencies, 99),
+                           "max": pct(latencies, 100)}}
+
+
+def explain(dsn: str) -> dict:
+    """EXPLAIN ANALYZE of the search statement, unfiltered and with a perspective, for the record."""
+    import re
+
+    from sqlalchemy.dialects import postgresql
+
+    from projections.message_search import MessageSearch, Shape, depth, fused, params
+
+    vector = LocalMiniLmEmbedder().embed_sync([QUERIES[0]])[0]
+    plans = {}
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET search_path TO peerlog, public")
+        conn.execute(f"SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = {depth(10)}")
+        for name, search in (("workspace", MessageSearch(WORKSPACE, QUERIES[0], vector)),
+                             ("perspective", MessageSearch(WORKSPACE, QUERIES[0], vector, perspective_id="p3")),
+                             ("peer", MessageSearch(WORKSPACE, QUERIES[0], vector, author_ids=["p3"]))):
+            values = params(search)
+            compiled = fused(Shape.of(search)).params(values).compile(
+                dialect=postgresql.dialect(), compile_kwargs={"render_postcompile": True})
+            bound = {k: (str(v) if k == "vector" else v) for k, v in compiled.params.items()}
+            sql = str(compiled).replace("%(vector)s", "%(vector)s::vector")
+            rows = conn.execute(f"EXPLAIN (ANALYZE, COSTS OFF, SUMMARY ON) {sql}", bound).fetchall()
+            plans[name] = [re.sub(r"'\[[-0-9.e,]+\]'", "'[query vector]'", r[0]) for r in rows]
+    return plans
+
+
+async def load(state, p: dict, args) -> dict:
+    out = {}
+    for rate in (0.0, args.paced_rate):
+        mode = f"paced {rate:g}/s" if rate else "closed loop"
+        for name, call in calls(p).items():
+            log(f"measuring {name} ({mode}): {args.clients} clients, {args.seconds:g} s after {args.warmup:g} s warm-up")
+            busy = idle_check(1.0)
+            out.setdefault(mode, {})[name] = {**await measure(state.api_port, call, args.clients, args.warmup,
+                                                              args.seconds, rate),
+                                              "machine_busy_pct_before": busy}
+            log(f"  {out[mode][name]}")
+    return out
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--observations", type=int, default=100_000)
+    ap.add_argument("--peers", type=int, default=40)
+    ap.add_argument("--distinct", type=int, default=25_000, help="distinct texts per kind (messages, observations)")
+    ap.add_argument("--per-session", type=int, default=100, help="messages per session")
+    ap.add_argument("--pairs", type=int, default=100, help="(observer, observed) pairs holding the observations")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--paced-rate", type=float, default=40.0,
+                    help="calls/s offered in total in the second, paced pass (the first is closed loop)")
+    ap.add_argument("--dir", type=Path, help="stack directory (default: a fresh temp dir)")
+    ap.add_argument("--keep", action="store_true", help="leave the stack running and its directory in place")
+    ap.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/read.json")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    root = (args.dir or Path(tempfile.mkdtemp(prefix="peerlog-read-bench-"))).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / "stack.json").exists():
+        pin_fresh_ports(root)
+    started = time.monotonic()
+    state = stack.up(root, progress=log)
+    ok = False
+    try:
+        stop_others(state, keep=["api", "projector"])
+        log(f"building {args.messages} messages and {args.observations} observations through the log")
+        built = build(state, args)
+        setup_s = round(time.monotonic() - started, 1)
+        log(f"setup took {setup_s} s: {built['timings']}")
+        measured = asyncio.run(load(state, built["plan"], args))
+        plans = explain(sql_dsn(state.database_url))
+        result = {
+            "benchmark": "read",
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": shlex.join([".venv/bin/python", str(Path(__file__).relative_to(ROOT)), *argv]),
+            "machine": machine(),
+            "workspace": {"messages": args.messages, "observations": args.observations, "peers": args.peers,
+                          "distinct_texts_per_kind": args.distinct,
+                          "sessions": len(built["plan"]["sessions"]), "pairs": args.pairs,
+                          "events_appended": built["events_appended"]},
+            "setup": {"total_s": setup_s, **built["timings"]},
+            "clients": args.clients, "seconds_per_phase": args.seconds,
+            "targets_p95_ms": TARGETS_MS,
+            "phases": measured,
+            "met_p95_target": {f"{mode}: {name}": r["latency_ms"]["p95"] is not None
+                               and r["latency_ms"]["p95"] <= TARGETS_MS[name.split()[0]]
+                               for mode, phases in measured.items() for name, r in phases.items()},
+            "plans": plans,
+        }
+        text = json.dumps(result, indent=2)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+        print(text)
+        ok = True
+    finally:
+        if not args.keep:
+            stack.down(root, progress=log)
+            if ok and args.dir is None:
+                shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,239 @@
+"""Hybrid message search: the embedder's vectors reach the projection, and SearchMessages fuses
+semantic and full-text rankings under every filter, at workspace, session and peer level."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import grpc
+import pytest
+from google.protobuf import timestamp_pb2
+from sqlalchemy import func, select
+
+from peerlog.v1 import messages_pb2, peers_pb2, sessions_pb2, workspaces_pb2
+from projections.db import sync_engine
+from projections.rebuild import rebuild
+from projections.schema import messages, pending_message_embeddings
+from services.bus.producer import EventLog
+from services.events import EmbeddedMessage, MessagesEmbedded, SessionCreated, WorkspaceCreated
+from services.llm.embeddings import LOCAL_MODEL, make_embedder
+from tests.integration.test_projector import P, msg
+from tests.support.client import Client
+from tests.support.wait import eventually
+
+FILLER = [f"{what} {when}" for what in ("The weather was mild", "We cooked lentil soup", "The band played jazz",
+                                        "Taxes are due soon", "The printer jammed again", "Tomatoes grew well")
+          for when in ("on monday", "on tuesday", "last week", "this morning", "at noon", "after lunch",
+                       "before dinner", "in spring", "in autumn", "yesterday")]
+
+
+def embedded_count(settings) -> int:
+    engine = sync_engine(settings.database)
+    try:
+        with engine.connect() as conn:
+            return conn.scalar(select(func.count()).select_from(messages).where(messages.c.embedding.is_not(None)))
+    finally:
+        engine.dispose()
+
+
+def ts(day: int) -> timestamp_pb2.Timestamp:
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(datetime(2026, 1, day, tzinfo=UTC))
+    return out
+
+
+async def search_ws(c: Client, query: str, **kw):
+    return await c.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
+        workspace_id=kw.pop("workspace_id", "w"), query=query, **kw))
+
+
+def contents(response) -> list[str]:
+    return [r.message.content for r in response.results]
+
+
+@pytest.fixture
+async def garden(channel, settings, start_worker):
+    """s1: alice and bob from the start, carol joins after the first turn, bob leaves after the second;
+    s2: alice and bob only. Every turn mentions the garden, with its own created_at day."""
+    worker = start_worker("embedder")
+    c = Client(channel)
+    await c.workspace("w")
+    for p in ("alice", "bob", "carol"):
+        await c.peer("w", p)
+    await c.session("w", "s1", members=["alice", "bob"])
+    await c.session("w", "s2", members=["alice", "bob"])
+
+    def turn(peer, text, day):
+        return messages_pb2.NewMessage(peer_id=peer, content=text, created_at=ts(day))
+
+    await c.add("w", "s1", [turn("alice", "garden 1: the roses need pruning", 1)])
+    await c.session("w", "s1", members=["carol"])
+    await c.add("w", "s1", [turn("bob", "garden 2: slugs ate the lettuce", 2)])
+    await c.sessions.RemoveMembers(sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="s1",
+                                                                     peer_ids=["bob"]))
+    await c.add("w", "s1", [turn("alice", "garden 3: the pond froze over", 3)])
+    token = (await c.add("w", "s2", [turn("bob", "garden 4: planted garlic for winter", 4)])).consistency_token
+    eventually(lambda: embedded_count(settings) == 4, 60)
+    return c, token, worker
+
+
+async def test_embeddings_of_messages_arrive_from_the_embedder_and_are_projected(settings, garden):
+    engine = sync_engine(settings.database)
+    with engine.connect() as conn:
+        rows = conn.execute(select(messages.c.content, messages.c.embedding, messages.c.embedding_model)).all()
+    engine.dispose()
+    expected = make_embedder().embed_sync([r.content for r in rows])
+    for row, vector in zip(rows, expected, strict=True):
+        assert row.embedding_model == LOCAL_MODEL and len(row.embedding) == 384
+        assert max(abs(a - b) for a, b in zip(row.embedding, vector)) < 1e-5
+
+
+async def test_a_message_matching_by_words_and_by_meaning_ranks_above_one_matching_only_by_meaning(
+        channel, settings, start_worker):
+    start_worker("embedder")
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    both = "I put my car keys in the blue bowl by the door"
+    meaning_only = "Where is the key fob for my vehicle?"
+    words_only = "The car wash takes no keys, cards or coins"
+    for i in range(0, len(FILLER), 20):
+        await c.add("w", "s", [("alice", t) for t in FILLER[i:i + 20]])
+    await c.add("w", "s", [("bob", both), ("alice", meaning_only), ("bob", words_only)])
+    eventually(lambda: embedded_count(settings) == len(FILLER) + 3, 90)
+
+    found = contents(await search_ws(c, "car keys", limit=5))
+    assert found[0] == both
+    # each list contributes what the other misses: full text alone never finds meaning_only (no "car")
+    assert meaning_only in found and words_only in found
+    exact = contents(await search_ws(c, "lentil soup monday", limit=3))
+    assert exact[0] == "We cooked lentil soup on monday"
+
+
+async def test_scores_are_reciprocal_rank_sums_best_first(garden):
+    c, token, _ = garden
+    out = await search_ws(c, "garden pond", consistency={"consistency_token": token})
+    assert out.results[0].message.content.startswith("garden 3")
+    scores = [r.score for r in out.results]
+    assert scores == sorted(scores, reverse=True) and scores[0] == pytest.approx(2 / 61)
+    assert out.embedding_model == LOCAL_MODEL
+
+
+async def test_each_filter_narrows_both_rankings(garden):
+    c, _, _ = garden
+
+    async def days(**kw) -> set[int]:
+        return {int(t.split(":")[0].split()[1]) for t in contents(await search_ws(c, "garden", limit=100, **kw))}
+
+    assert await days() == {1, 2, 3, 4}
+    assert await days(session_ids=["s2"]) == {4}
+    assert await days(author_peer_ids=["bob"]) == {2, 4}
+    assert await days(after=ts(2), before=ts(4)) == {2, 3}  # [after, before)
+    assert await days(session_ids=["s1"], author_peer_ids=["alice"], after=ts(2)) == {3}
+
+
+async def test_a_perspective_sees_only_what_was_sent_while_it_was_a_member(garden):
+    c, _, _ = garden
+
+    async def days(peer: str, **kw) -> set[int]:
+        found = contents(await search_ws(c, "garden", limit=100, perspective_peer_id=peer, **kw))
+        return {int(t.split(":")[0].split()[1]) for t in found}
+
+    assert await days("carol") == {2, 3}  # joined after turn 1; never in s2
+    assert await days("bob") == {1, 2, 4}  # left before turn 3
+    assert await days("alice") == {1, 2, 3, 4}
+
+
+async def test_session_and_peer_level_search_share_the_filters(garden):
+    c, _, _ = garden
+    in_s1 = await c.sessions.SearchMessages(sessions_pb2.SearchSessionMessagesRequest(
+        workspace_id="w", session_id="s1", query="garden", limit=100))
+    assert sorted(contents(in_s1))[0].startswith("garden 1") and len(in_s1.results) == 3
+    by_bob = await c.peers.SearchMessages(peers_pb2.SearchPeerMessagesRequest(
+        workspace_id="w", peer_id="bob", query="garden", limit=100))
+    assert sorted(contents(by_bob)) == ["garden 2: slugs ate the lettuce", "garden 4: planted garlic for winter"]
+    by_bob_for_carol = await c.peers.SearchMessages(peers_pb2.SearchPeerMessagesRequest(
+        workspace_id="w", peer_id="bob", query="garden", perspective_peer_id="carol"))
+    assert contents(by_bob_for_carol) == ["garden 2: slugs ate the lettuce"]
+
+
+@pytest.mark.parametrize("request_kw, code, says", [
+    (dict(query=""), grpc.StatusCode.INVALID_ARGUMENT, "query is empty"),
+    (dict(query="x" * 10_001), grpc.StatusCode.INVALID_ARGUMENT, "limit is 10000"),
+    (dict(query="garden", limit=101), grpc.StatusCode.INVALID_ARGUMENT, "limit 101"),
+    (dict(query="garden", after=ts(3), before=ts(3)), grpc.StatusCode.INVALID_ARGUMENT, "must be earlier"),
+    (dict(query="garden", session_ids=["bad id!"]), grpc.StatusCode.INVALID_ARGUMENT, "not a valid id"),
+    (dict(query="garden", workspace_id="nowhere"), grpc.StatusCode.NOT_FOUND, "'nowhere' does not exist"),
+    (dict(query="garden", session_ids=["s9"]), grpc.StatusCode.NOT_FOUND, "session 's9'"),
+    (dict(query="garden", author_peer_ids=["ghost"]), grpc.StatusCode.NOT_FOUND, "'ghost'"),
+    (dict(query="garden", perspective_peer_id="ghost"), grpc.StatusCode.NOT_FOUND, "perspective_peer_id 'ghost'"),
+])
+async def test_bad_search_input_gets_an_actionable_status(channel, request_kw, code, says):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await search_ws(c, **request_kw)
+    assert err.value.code() == code and says in err.value.details(), err.value.details()
+
+
+async def test_unknown_session_or_peer_at_their_own_level_is_not_found(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await c.sessions.SearchMessages(sessions_pb2.SearchSessionMessagesRequest(
+            workspace_id="w", session_id="nope", query="x"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "'nope'" in err.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await c.peers.SearchMessages(peers_pb2.SearchPeerMessagesRequest(workspace_id="w", peer_id="nope", query="x"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "'nope'" in err.value.details()
+
+
+def test_an_embedding_that_arrives_before_its_message_is_applied_when_the_message_lands(settings, projector):
+    engine = sync_engine(settings.database)
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([MessagesEmbedded(workspace_id="w", session_id="s1", embedding_model="m", producer=P,
+                                      messages=(EmbeddedMessage(message_id="m1", session_id="s1",
+                                                                vector=tuple([0.5] * 384)),))])
+    with engine.connect() as conn:
+        eventually(lambda: conn.scalar(select(func.count()).select_from(pending_message_embeddings)) == 1)
+    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
+                     SessionCreated(workspace_id="w", session_id="s1", producer=P), msg(1)])
+    log.close()
+
+    def landed():
+        with engine.connect() as conn:
+            return conn.execute(select(messages.c.embedding, messages.c.embedding_model)).first()
+    row = eventually(landed)
+    assert list(row.embedding) == [0.5] * 384 and row.embedding_model == "m"
+    with engine.connect() as conn:
+        assert conn.scalar(select(func.count()).select_from(pending_message_embeddings)) == 0
+    engine.dispose()
+
+
+async def test_a_rebuild_reproduces_message_embeddings_without_the_embedder(settings, garden):
+    c, _, worker = garden
+    before = contents(await search_ws(c, "frozen pond"))
+    worker.stop()  # the only thing that embeds messages: the rebuild can only replay what the log holds
+    report = rebuild(settings, progress=lambda _: None)
+    assert report.switched and set(report.differences.values()) == {0}, report.differences
+    assert embedded_count(settings) == 4
+    assert contents(await search_ws(c, "frozen pond")) == before
+
+
+async def test_the_sql_fusion_equals_the_pure_fuse_of_the_two_rankings(settings, garden):
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from projections.message_search import MessageSearch, Shape, fuse, lexical, params, search_messages, semantic
+
+    vector = make_embedder().embed_sync(["frozen garden pond"])[0]
+    search = MessageSearch(workspace_id="w", query="garden", vector=vector, limit=3)
+    engine = create_async_engine(settings.database.url).execution_options(
+        schema_translate_map={None: settings.database.schema_name})
+    async with engine.connect() as conn:
+        got = await search_messages(conn, search)
+        lists = [[r.message_id for r in await conn.execute(q(Shape.of(search)), params(search))]
+                 for q in (semantic, lexical)]
+    await engine.dispose()
+    expected = fuse(lists)[:3]
+    assert [r["message_id"] for r in got] == [i for i, _ in expected]
+    assert [r["score"] for r in got] == pytest.approx([s for _, s in expected])
