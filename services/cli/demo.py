@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -198,6 +199,9 @@ def model_endpoint(root: Path):
 def run_demo(root: Path) -> None:
     from infra.stack import down, up
 
+    if root.exists():  # every demo starts from an empty log and store
+        down(root, progress=lambda line: None)
+        shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     with model_endpoint(root) as model_env:
         say("Starting the local stack (first run resolves Kafka's jars and may take a minute)…")

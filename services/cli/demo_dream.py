@@ -14,12 +14,18 @@ from services.cli.audit import provenance_tree
 PAIR = {"observer_id": "assistant", "observed_id": "alice"}
 
 
-async def _wait(stub, ws: str, say, timeout: float) -> dreams_pb2.Dream | None:
+async def _dream_ids(stub, ws: str) -> set[str]:
+    got = await stub.ListDreams(dreams_pb2.ListDreamsRequest(workspace_id=ws, **PAIR))
+    return {d.dream_id for d in got.dreams}
+
+
+async def _wait(stub, ws: str, say, timeout: float, earlier: set[str]) -> dreams_pb2.Dream | None:
     deadline, last = time.monotonic() + timeout, ""
     while time.monotonic() < deadline:
         got = await stub.ListDreams(dreams_pb2.ListDreamsRequest(workspace_id=ws, **PAIR))
-        if got.dreams:
-            dream = got.dreams[0]
+        new = [d for d in got.dreams if d.dream_id not in earlier]
+        if new:
+            dream = new[0]
             if dream.state != last:
                 say(f"  dream {dream.dream_id}: {dream.state}")
                 last = dream.state
@@ -33,8 +39,9 @@ async def _wait(stub, ws: str, say, timeout: float) -> dreams_pb2.Dream | None:
 async def show_dream(channel: grpc.aio.Channel, ws: str, say, timeout: float = 1200) -> None:
     say("\nScheduleDream (assistant about alice): the deduction and induction specialists run with the model…")
     dreams = dreams_pb2_grpc.DreamServiceStub(channel)
+    earlier = await _dream_ids(dreams, ws)
     await dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(workspace_id=ws, reason="make demo", **PAIR))
-    dream = await _wait(dreams, ws, say, timeout)
+    dream = await _wait(dreams, ws, say, timeout, earlier)
     if dream is None:
         return
     if dream.state == "failed":

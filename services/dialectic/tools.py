@@ -78,7 +78,7 @@ class SearchObservations(_Args):
 
 
 class SearchMessages(_Args):
-    """Search the messages the observer could see, by words (full text)."""
+    """Search the messages the observer could see, by meaning and by words (hybrid, best first)."""
 
     query: str = Field(min_length=1, max_length=2000)
     limit: int = Field(10, ge=1, le=50)
@@ -102,7 +102,7 @@ class MessagesByDateRange(_Args):
 
 
 class TemporalSearch(_Args):
-    """Search messages by words, restricted to a time window (ISO 8601, UTC when no zone)."""
+    """Search messages by meaning and words, restricted to a time window (ISO 8601, UTC when no zone)."""
 
     query: str = Field(min_length=1, max_length=2000)
     after: UtcDatetime | None = None

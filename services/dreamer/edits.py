@@ -9,10 +9,10 @@ write is an ObservationRejected event too, so the audit trail shows what the dre
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Annotated, Literal
 
 import uuid6
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from services.events import (
     Event,
@@ -26,8 +26,17 @@ from services.events import (
 )
 from services.events.cards import card_problems
 from services.events.provenance import PremiseState, confidence_for, premise_problems
+from services.events.text import normalise
 
 PatternType = Literal["preference", "behaviour", "personality", "tendency", "correlation"]
+
+
+def _bare_id(value):
+    # models often copy the marker they were shown ("[obs:ID]", "obs:ID"); ids themselves never hold ":"
+    return value.strip().strip("[]").removeprefix("obs:") if isinstance(value, str) else value
+
+
+ObsId = Annotated[str, BeforeValidator(_bare_id), Field(min_length=1, max_length=512)]
 
 
 class _Action(BaseModel):
@@ -39,15 +48,15 @@ class AddDeduction(_Action):
     """Record a conclusion that follows logically from observations already in memory."""
 
     content: str = Field(min_length=1, max_length=2000, description="the conclusion, one proposition")
-    premise_ids: list[str] = Field(max_length=20, description="ids of the observations it follows from (at least 1)")
+    premise_ids: list[ObsId] = Field(max_length=20, description="ids of the observations it follows from (at least 1)")
 
 
 class UpdateKnowledge(_Action):
     """Something changed: record the new belief (citing the evidence) and retire the outdated observation."""
 
-    outdated_id: str = Field(min_length=1, max_length=512, description="the observation that is no longer true")
+    outdated_id: ObsId = Field(description="the observation that is no longer true")
     content: str = Field(min_length=1, max_length=2000, description="the belief that replaces it")
-    premise_ids: list[str] = Field(max_length=20, description="the newer evidence it rests on (at least 1)")
+    premise_ids: list[ObsId] = Field(max_length=20, description="the newer evidence it rests on (at least 1)")
     reason: str = Field("", max_length=500)
 
 
@@ -55,13 +64,13 @@ class AddContradiction(_Action):
     """Flag observations that cannot all be true, without choosing between them."""
 
     content: str = Field(min_length=1, max_length=2000, description="what conflicts with what")
-    premise_ids: list[str] = Field(max_length=20, description="the conflicting observations (at least 2)")
+    premise_ids: list[ObsId] = Field(max_length=20, description="the conflicting observations (at least 2)")
 
 
 class RemoveDeduction(_Action):
     """Withdraw a deductive observation that no longer holds (its premises changed or it was wrong)."""
 
-    observation_id: str = Field(min_length=1, max_length=512)
+    observation_id: ObsId
     reason: str = Field(min_length=1, max_length=500)
 
 
@@ -76,7 +85,7 @@ class AddPattern(_Action):
 
     content: str = Field(min_length=1, max_length=2000)
     pattern_type: PatternType
-    premise_ids: list[str] = Field(max_length=20, description="the observations that show it (at least 2)")
+    premise_ids: list[ObsId] = Field(max_length=20, description="the observations that show it (at least 2)")
 
 
 Action = AddDeduction | UpdateKnowledge | AddContradiction | RemoveDeduction | SetPeerCard | AddPattern
@@ -110,6 +119,7 @@ class Pending:
 
     added: dict[str, str] = field(default_factory=dict)
     retired: frozenset[str] = frozenset()
+    contents: dict[str, str] = field(default_factory=dict)  # normalised content → id, to refuse repeats
 
     def overlay(self, dream: Dream, known: dict[str, Known]) -> dict[str, Known]:
         view = {**known, **{i: Known(dream.observer_id, dream.observed_id, level, True)
@@ -140,6 +150,8 @@ def _add(d: Dream, pending: Pending, view: dict[str, Known], level: Level, conte
          vector, **extra) -> tuple[ObservationAdded | None, Outcome | None]:
     states = {i: PremiseState(k.observer_id, k.observed_id, k.live) for i, k in view.items()}
     problems = premise_problems(level, d.observer_id, d.observed_id, premises, states)
+    if normalise(content) in pending.contents:
+        problems.append(f"this dream already wrote that as {pending.contents[normalise(content)]}")
     if problems:
         return None, _refuse(d, pending, level, content, premises, problems)
     return ObservationAdded(**_pair(d), observation_id=str(uuid6.uuid7()), level=level, content=content,
@@ -149,7 +161,8 @@ def _add(d: Dream, pending: Pending, view: dict[str, Known], level: Level, conte
 
 def _written(pending: Pending, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> Outcome:
     new = Pending({**pending.added, event.observation_id: event.level.value},
-                  pending.retired | ({retired} if retired else set()))
+                  pending.retired | ({retired} if retired else set()),
+                  {**pending.contents, normalise(event.content): event.observation_id})
     return Outcome([event, *more], f"ok: written as {event.observation_id}", new, True)
 
 

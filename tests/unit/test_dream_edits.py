@@ -90,3 +90,15 @@ def test_only_deductions_can_be_removed_and_cards_follow_the_card_rules():
 
 def test_the_shell_looks_up_every_id_an_action_names():
     assert named_ids(UpdateKnowledge(outdated_id="o", content="c", premise_ids=["a", "b"])) == ["a", "b", "o"]
+
+
+def test_an_id_copied_with_its_marker_is_read_as_the_bare_id():
+    action = AddPattern(content="p", pattern_type="tendency", premise_ids=["obs:bees", "[obs:market]"])
+    assert action.premise_ids == ["bees", "market"]
+    assert RemoveDeduction(observation_id="[obs:ded]", reason="r").observation_id == "ded"
+
+
+def test_the_same_conclusion_twice_in_one_dream_is_refused_the_second_time():
+    first = decide_edit(Pending(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
+    again = decide_edit(first.pending, KNOWN, AddDeduction(content="bob lives in  Norway", premise_ids=["oslo"]), D)
+    assert not again.accepted and "already wrote that" in again.reply
