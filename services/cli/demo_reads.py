@@ -24,11 +24,11 @@ async def show_context(channel: grpc.aio.Channel, ws: str, session: str, say) ->
 
 
 async def show_chat(channel: grpc.aio.Channel, ws: str, session: str, say) -> None:
-    say(f"\nChat (assistant about alice, level low): {QUESTION}")
+    say(f"\nChat (assistant about alice, level minimal: one tool round, then it answers): {QUESTION}")
     try:
         out = await dialectic_pb2_grpc.DialecticServiceStub(channel).Chat(dialectic_pb2.ChatRequest(
             workspace_id=ws, observer_id="assistant", target_id="alice", query=QUESTION, session_id=session,
-            reasoning_level=dialectic_pb2.REASONING_LEVEL_LOW), timeout=600)
+            reasoning_level=dialectic_pb2.REASONING_LEVEL_MINIMAL), timeout=600)
     except grpc.aio.AioRpcError as err:
         say(f"  Chat failed: {err.code().name}: {err.details()}")
         return

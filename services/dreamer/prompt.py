@@ -38,9 +38,14 @@ SYSTEMS = {"deduction": DEDUCTION, "induction": INDUCTION}
 
 STRUCTURED = """Reply with one JSON object only, no prose and no code fences: either
 {{"tool": "<name>", "arguments": {{...}}}} to call one tool, or {{"done": "<one sentence>"}} when you can make
-no more supported edits. For example {{"tool": "add_deduction", "arguments": {{"content": "…",
-"premise_ids": ["<an id shown as obs:ID>"]}}}}. Tools:
+no more supported edits. For example {example}. Tools:
 {catalogue}"""
+
+EXAMPLES = {
+    "deduction": '{"tool": "add_deduction", "arguments": {"content": "…", "premise_ids": ["<id>"]}}',
+    "induction": '{"tool": "add_pattern", "arguments": {"content": "…", "pattern_type": "preference", '
+                 '"premise_ids": ["<id>", "<another id>"]}}',
+}
 
 FORCE_STOP = "You have used all your tool rounds. Stop now: reply with one short sentence and no tool call."
 
@@ -48,7 +53,7 @@ FORCE_STOP = "You have used all your tool rounds. Stop now: reply with one short
 def system_prompt(specialist: str, observer: str, target: str, structured_tools: Sequence[dict[str, Any]] = ()) -> str:
     text = SYSTEMS[specialist].format(observer=observer, target="itself" if target == observer else target)
     if structured_tools:
-        text += "\n\n" + STRUCTURED.format(catalogue=tool_catalogue(structured_tools))
+        text += "\n\n" + STRUCTURED.format(catalogue=tool_catalogue(structured_tools), example=EXAMPLES[specialist])
     return text
 
 
