@@ -310,21 +310,15 @@ async def nearest_observations(
 ) -> Sequence[RowMapping]:
     """A pair's observations nearest to `vector` by cosine distance (column `distance`), nearest first."""
     # exact over the pair's rows: filtering an approximate HNSW scan afterwards can return fewer
-    # than `limit` rows, and one pair's store is small enough to scan. Ranking needs only ids and
-    # vectors, which the pair's covering index holds (observations_pair_vectors): the scan stays in
-    # the index instead of visiting a heap page per row, and only the winners' rows are read.
-    o = observations.c
-    distance = o.embedding.cosine_distance(list(vector))
-    nearest = (select(o.observation_id, distance.label("distance"))
-               .where(*where.where(), o.embedding.is_not(None))
-               .where(distance <= max_distance if max_distance is not None else True)
-               .order_by(distance, o.observation_id).limit(limit)
-               .cte("nearest").prefix_with("MATERIALIZED"))
-    stmt = (select(*where.columns(), nearest.c.distance)
-            .join_from(observations, nearest, o.observation_id == nearest.c.observation_id)
-            .where(o.workspace_id == where.workspace_id)
-            .order_by(nearest.c.distance, o.observation_id))
-    return (await conn.execute(stmt)).mappings().all()
+    # than `limit` rows, and one pair's store is small enough to scan
+    store = (select(*where.columns(), observations.c.embedding)
+             .where(*where.where(), observations.c.embedding.is_not(None))
+             .cte("pair_store").prefix_with("MATERIALIZED"))
+    distance = store.c.embedding.cosine_distance(list(vector)).label("distance")
+    stmt = select(*[store.c[col.name] for col in OBSERVATION_COLUMNS], distance)
+    if max_distance is not None:
+        stmt = stmt.where(distance <= max_distance)
+    return (await conn.execute(stmt.order_by(distance, store.c.observation_id).limit(limit))).mappings().all()
 
 
 async def sources_of(

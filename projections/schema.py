@@ -135,16 +135,6 @@ perceptions = Table(
     Index("perceptions_by_session", "workspace_id", "session_id"),
 )
 
-def _pair_vectors_index() -> list[Index]:
-    """A pair's vectors with every column a pair filter reads, so nearest-observation ranking is an
-    index-only scan. A B-tree entry must stay under ~2.7 kB, so it exists only for vectors that fit."""
-    if EMBEDDING_DIMENSIONS > 512:
-        return []
-    return [Index("observations_pair_vectors", "workspace_id", "observer_id", "observed_id", "derivation",
-                  postgresql_include=["level", "session_id", "superseded_by", "superseded_at", "deleted_at",
-                                      "created_at", "observation_id", "embedding"])]
-
-
 observations = Table(
     "observations",
     metadata,
@@ -178,7 +168,6 @@ observations = Table(
     Index("observations_fts", "content_tsv", postgresql_using="gin"),
     Index("observations_embedding", "embedding", postgresql_using="hnsw",
           postgresql_ops={"embedding": "vector_cosine_ops"}),
-    *_pair_vectors_index(),
 )
 
 # the message and verbatim span behind an observation; reinforcements add sources too
