@@ -79,6 +79,26 @@ class DreamRun:
     events: list[Event] = field(default_factory=list)
     edits: int = 0
     written: list[str] = field(default_factory=list)  # lines for the next specialist's opening
+    # short names (o1, o2, …) for the observations the opening shows: small models copy 36-character
+    # ids badly, and every mangled id is a refused write. Full ids from tool results work as well.
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    def alias(self, observation_id: str) -> str:
+        for short, full in self.aliases.items():
+            if full == observation_id:
+                return short
+        short = f"o{len(self.aliases) + 1}"
+        self.aliases[short] = observation_id
+        return short
+
+    def unalias(self, action: Action) -> Action:
+        update = {}
+        if hasattr(action, "premise_ids"):
+            update["premise_ids"] = [self.aliases.get(i, i) for i in action.premise_ids]
+        for name in ("outdated_id", "observation_id"):
+            if hasattr(action, name):
+                update[name] = self.aliases.get(getattr(action, name), getattr(action, name))
+        return action.model_copy(update=update)
 
     def scope(self) -> chat_tools.Scope:
         d = self.dream
@@ -129,8 +149,8 @@ class DreamRun:
         async with self.engine.connect() as conn:
             rows = await queries.list_observations(conn, pair, None, OPENING_OBSERVATIONS, reverse=True)
             card = await queries.peer_card(conn, d.workspace_id, d.observer_id, d.observed_id)
-        return prompt.opening([observation_line(r) for r in reversed(rows)],
-                              list(card["entries"]) if card else [], self.written)
+        lines = [observation_line({**r, "observation_id": self.alias(r["observation_id"])}) for r in reversed(rows)]
+        return prompt.opening(lines, list(card["entries"]) if card else [], self.written)
 
     async def run_tool(self, call: ToolCall, actions: dict[str, type[BaseModel]]) -> str:
         if call.name in actions:
@@ -156,6 +176,7 @@ class DreamRun:
             action: Action = model.model_validate(chat_tools.parse_arguments(call.arguments))
         except (ValueError, ValidationError) as error:
             return f"error: bad arguments for {call.name}: {error}"[:1000]
+        action = self.unalias(action)
         known = await self.known(edits.named_ids(action))
         vector, embedding_model = (), ""
         if isinstance(action, WRITES_TEXT):
@@ -167,7 +188,9 @@ class DreamRun:
         if outcome.accepted:
             self.edits += 1
             if isinstance(action, WRITES_TEXT):
-                self.written.append(f"[obs:{outcome.events[0].observation_id}] ({call.name}) {action.content}")
+                short = self.alias(outcome.events[0].observation_id)
+                self.written.append(f"[obs:{short}] ({call.name}) {action.content}")
+                return f"ok: written as {short}"
         return outcome.reply
 
     async def known(self, ids: Sequence[str]) -> dict[str, Known]:

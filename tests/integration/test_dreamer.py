@@ -140,15 +140,16 @@ async def test_a_model_that_fails_ends_the_dream_as_failed_with_the_reason(chann
     assert dream.error and "deduction" in dream.error
 
 
-async def test_a_model_without_tool_calling_dreams_through_structured_output(channel, settings, model_server,
-                                                                             start_worker):
+async def test_a_model_without_tool_calling_dreams_through_structured_output_citing_short_names(
+        channel, settings, model_server, start_worker):
     c = Client(channel)
     oslo, bergen, bees, market = await seed(c)
 
     def reply(request: dict) -> Reply:
         if specialist(request) == "deduction" and rounds_done(request) == 0:
+            # the opening names observations o1, o2, … (oldest first): o1 is Oslo
             return Reply(content={"tool": "add_deduction", "arguments": {
-                "content": "Bob lives in Norway", "premise_ids": [oslo]}})
+                "content": "Bob lives in Norway", "premise_ids": ["o1"]}})
         return Reply(content={"done": "No more supported edits."})
     model_server.reply_with(reply)
     start_worker("dream-scheduler,dreamer", PEERLOG_LLM_TOOL_MODE="structured", PEERLOG_LLM_SCHEMA_MODE="json_object")
@@ -156,5 +157,6 @@ async def test_a_model_without_tool_calling_dreams_through_structured_output(cha
     assert dream.edits == 1
     first = model_server.chat_requests()[0]
     assert "tools" not in first and '"tool": "<name>"' in first["messages"][0]["content"]
+    assert "[obs:o1] (explicit" in first["messages"][1]["content"] and oslo not in first["messages"][1]["content"]
     norway = next(o for o in await c.all_observations("w", "bob", "bob") if o.content == "Bob lives in Norway")
     assert list(norway.premise_ids) == [oslo] and norway.dream_id == dream.dream_id
