@@ -189,7 +189,6 @@ async def messages_by_id(
 
 # everything of an observation row but its vector and search columns, which no reader returns
 OBSERVATION_COLUMNS = [c for c in observations.c if c.name not in ("embedding", "content_tsv", "content_key")]
-MESSAGE_COLUMNS = [c for c in messages.c if c.name != "content_tsv"]  # a message row as readers return it
 
 
 @dataclass(frozen=True)
