@@ -10,7 +10,7 @@ import jsonschema
 
 from services.api import validation as v
 from services.api.context import ApiContext
-from services.api.writes import require_peers, require_session
+from services.api.writes import require_scope
 from services.config import LEVELS
 from services.dialectic.agent import ChatEvent, ChatRequest, ChatResult
 from services.errors import InvalidArgument, Unavailable
@@ -44,9 +44,8 @@ async def _checked(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
     v.check_text("query", r.query, MAX_QUERY_CHARS)
     if r.level not in LEVELS:
         raise InvalidArgument(f"reasoning_level {r.level!r} is not one of {', '.join(LEVELS)}")
-    await require_peers(ctx, r.workspace_id, observer_id=r.observer_id, target_id=r.target_id)
-    if r.session_id:
-        await require_session(ctx, r.workspace_id, r.session_id)
+    await require_scope(ctx, r.workspace_id, [r.session_id] if r.session_id else [],
+                        observer_id=r.observer_id, target_id=r.target_id)
     return r
 
 

@@ -100,15 +100,7 @@ async def require_session(
 
 async def require_peers(ctx: ApiContext, workspace_id: str, **peer_ids: str) -> None:
     """NotFound unless the workspace and every named peer exist (keyword = the request field)."""
-    for kind, peer_id in peer_ids.items():
-        v.check_id(kind, peer_id)
-    await require_workspace(ctx, workspace_id)
-    known = await _known_peers(ctx, workspace_id, peer_ids.values())
-    missing = [f"{kind} {p!r}" for kind, p in peer_ids.items() if p not in known]
-    if missing:
-        raise NotFound(
-            f"no such peer in workspace {workspace_id!r}: {', '.join(missing)}; create it with GetOrCreatePeer"
-        )
+    await require_scope(ctx, workspace_id, (), **peer_ids)
 
 
 async def require_scope(ctx: ApiContext, workspace_id: str, session_ids: Sequence[str] = (), **peer_ids: str) -> None:
