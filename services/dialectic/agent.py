@@ -73,7 +73,9 @@ class DiscardText:
 ChatEvent = TextDelta | ToolUsed | DiscardText | ChatResult
 
 
-class _ToolRequest(BaseModel):
+class ToolRequest(BaseModel):
+    """A tool call as a structured-mode turn names it (the dreamer's specialists use it too)."""
+
     model_config = ConfigDict(extra="forbid")
     tool: str
     arguments: dict[str, Any] = {}
@@ -85,7 +87,7 @@ class _FinalReply(BaseModel):
     cited_ids: list[str] = []
 
 
-class StructuredReply(RootModel[_ToolRequest | _FinalReply]):
+class StructuredReply(RootModel[ToolRequest | _FinalReply]):
     """One turn in structured tool mode: a tool request or the final answer."""
 
 
@@ -255,7 +257,7 @@ class _Run:
         yield Turn(value.content, value.tool_calls)
 
     def _structured_turn(self, reply) -> Turn:
-        if isinstance(reply, _ToolRequest):
+        if isinstance(reply, ToolRequest):
             return Turn("", (ToolCall(f"call_{self.state.rounds}", reply.tool, json.dumps(reply.arguments)),))
         text = reply.answer if isinstance(reply.answer, str) else json.dumps(reply.answer)
         return Turn(text, (), tuple(reply.cited_ids))

@@ -211,6 +211,12 @@ async def _reasoning_chain(env: ToolEnv, a: ReasoningChain) -> ToolResult:
     return ToolResult("\n".join(parts), {r["observation_id"]: "observation" for r in rows}, len(premises) + len(conclusions))
 
 
+def function_spec(name: str, args: type[BaseModel]) -> dict[str, Any]:
+    """An OpenAI function-tool spec: the description and parameters come from the input model."""
+    return {"type": "function", "function": {
+        "name": name, "description": (args.__doc__ or "").strip(), "parameters": args.model_json_schema()}}
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -218,10 +224,7 @@ class Tool:
     run: Callable[[ToolEnv, Any], Awaitable[ToolResult]]
 
     def spec(self) -> dict[str, Any]:
-        """The OpenAI function-tool spec: the description and parameters come from the input model."""
-        return {"type": "function", "function": {
-            "name": self.name, "description": (self.args.__doc__ or "").strip(),
-            "parameters": self.args.model_json_schema()}}
+        return function_spec(self.name, self.args)
 
 
 TOOLS: dict[str, Tool] = {t.name: t for t in (

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from projections import queries
 from projections.audit_queries import observations_by_id
 from services.dialectic import tools as chat_tools
+from services.dialectic.agent import ToolRequest
 from services.dialectic.prompt import observation_line
 from services.dreamer import edits, prompt
 from services.dreamer.edits import Action, Dream, Known, Pending
@@ -48,24 +49,13 @@ class RecentObservations(BaseModel):
     limit: int = Field(20, ge=1, le=50)
 
 
-class _ToolStep(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    tool: str
-    arguments: dict[str, Any] = {}
-
-
 class _Done(BaseModel):
     model_config = ConfigDict(extra="forbid")
     done: str
 
 
-class StructuredStep(RootModel[_ToolStep | _Done]):
+class StructuredStep(RootModel[ToolRequest | _Done]):
     """One specialist turn in structured tool mode: a tool call, or done."""
-
-
-def _spec(name: str, model: type[BaseModel]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "description": (model.__doc__ or "").strip(),
-                                             "parameters": model.model_json_schema()}}
 
 
 @dataclass
@@ -109,8 +99,8 @@ class DreamRun:
         structured = model.settings.tool_mode == "structured"
         actions = ACTIONS[name]
         specs = [*chat_tools.specs([n for n in DISCOVERY if n in chat_tools.TOOLS]),
-                 _spec("recent_observations", RecentObservations),
-                 *(_spec(n, m) for n, m in actions.items())]
+                 chat_tools.function_spec("recent_observations", RecentObservations),
+                 *(chat_tools.function_spec(n, m) for n, m in actions.items())]
         producer = ProducerInfo(component="dreamer", version="0.1.0", model=model.settings.model,
                                 prompt_version=prompt.PROMPT_VERSIONS[name])
         self.dream = replace(self.dream, producer=producer)
