@@ -59,8 +59,8 @@ def _obs(row, premises) -> Obs:
                confidence=row["confidence"] or "", pattern_type=row["pattern_type"] or "")
 
 
-async def _query_vector(ctx: ApiContext, q: ContextQuery) -> list[float] | None:
-    return (await ctx.embedder.embed([q.search_query]))[0] if q.search_query else None
+async def _query_vector(ctx: ApiContext, text: str) -> list[float] | None:
+    return (await ctx.embedder.embed([text]))[0] if text else None
 
 
 def _dedup(rows):
@@ -92,10 +92,6 @@ async def _ranked(conn: AsyncConnection, q: ContextQuery, observer: str, target:
     return [_obs(r, premises.get(r["observation_id"], ())) for r in kept]
 
 
-async def _nothing() -> None:
-    return None
-
-
 async def _require(ctx: ApiContext, q: ContextQuery, observer: str, target: str, sessions: list[str]) -> None:
     peers = {"observer_id": observer, "target_id": target} if observer else {}
     await require_scope(ctx, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
@@ -107,7 +103,7 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     observer, target = q.observer_id, q.target_id or q.observer_id
     # the query is embedded (in a thread) while session and peers are checked
     _, vector = await asyncio.gather(_require(ctx, q, observer, target, [q.session_id]),
-                                     _query_vector(ctx, q) if observer else _nothing())
+                                     _query_vector(ctx, q.search_query if observer else ""))
     ranked, card = [], []
     async with ctx.engine.connect() as conn:
         if observer:
@@ -126,7 +122,7 @@ async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> li
     await ctx.freshness.wait(token)
     q = _check(q)
     target = q.target_id or q.observer_id
-    _, vector = await asyncio.gather(_require(ctx, q, q.observer_id, target, []), _query_vector(ctx, q))
+    _, vector = await asyncio.gather(_require(ctx, q, q.observer_id, target, []), _query_vector(ctx, q.search_query))
     async with ctx.engine.connect() as conn:
         ranked = await _ranked(conn, q, q.observer_id, target, vector)
     return sorted(ranked, key=lambda o: o.created_key)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from services.events import Level
+
 Count = Callable[[str], int]
 
 
@@ -51,7 +53,7 @@ class Packed:
     tokens: dict[str, int]
 
 
-LEVELS = ("explicit", "deductive", "inductive", "contradiction")
+LEVELS = tuple(level.value for level in Level)  # the order of the markdown's sections
 # how each derived level names what it rests on
 _PREMISE_LABEL = {"deductive": "premise", "inductive": "source", "contradiction": "conflicts with"}
 
