@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from services.bus.admin import create_topics
-from services.bus.streams import read
+from services.bus.streams import read, to_the_end
 from services.bus.topics import COMPACTED_CONFIG, TopicSpec, topic_for
 from services.config import KafkaSettings
 from services.events import Event, encode
@@ -202,26 +202,11 @@ def _next_offsets(records: list[Message]) -> list[TopicPartition]:
 
 def restore(kafka: KafkaSettings, topic: str, partition: int) -> dict[str, State]:
     """The latest state per key on one changelog partition (committed records only)."""
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"restore-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True})
-    try:
-        if consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)[1] <= 0:
-            return {}
-        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        states: dict[str, State] = {}
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            for m in consumer.consume(1000, 0.2):
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        return states
-                    continue
-                key = m.key().decode()
-                if m.value() is None:
-                    states.pop(key, None)
-                else:
-                    states[key] = orjson.loads(m.value())
-        raise RuntimeError(f"could not restore {topic}[{partition}] within 120 s")
-    finally:
-        consumer.close()
+    states: dict[str, State] = {}
+    for m in to_the_end(kafka, topic, [partition]):
+        key = m.key().decode()
+        if m.value() is None:
+            states.pop(key, None)
+        else:
+            states[key] = orjson.loads(m.value())
+    return states

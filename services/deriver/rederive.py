@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from services.bus.consistency import ConsistencyToken
 from services.bus.producer import EventLog
-from services.bus.streams import read
+from services.bus.streams import read, to_the_end
 from services.bus.topics import PERCEIVED
 from services.deriver.batching import Batching, add, next_window
 from services.deriver.derive import Deriver
@@ -65,28 +63,12 @@ def labelled(event: Event, name: str) -> Event:
 
 def perceived(settings, scope: Scope) -> dict[str, list[MessagePerceived]]:
     """Every committed perception in scope, by pair key in log order (up to the end as of now)."""
-    topic = PERCEIVED.full_name(settings.kafka.topic_prefix)
-    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": f"rederive-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        # read to the end of each partition (end-of-partition events: watermarks count commit markers)
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        by_pair: dict[str, list[MessagePerceived]] = {}
-        open_parts = set(parts)
-        while open_parts:
-            for msg in consumer.consume(500, 1.0):
-                if msg.error() is not None:
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        open_parts.discard(msg.partition())
-                    continue
-                event = read(msg.value())
-                if isinstance(event, MessagePerceived) and scope.covers(event):
-                    by_pair.setdefault(event.key, []).append(event)
-        return by_pair
-    finally:
-        consumer.close()
+    by_pair: dict[str, list[MessagePerceived]] = {}
+    for msg in to_the_end(settings.kafka, PERCEIVED.full_name(settings.kafka.topic_prefix), timeout=3600):
+        event = read(msg.value())
+        if isinstance(event, MessagePerceived) and scope.covers(event):
+            by_pair.setdefault(event.key, []).append(event)
+    return by_pair
 
 
 async def rederive(settings, name: str, scope: Scope, model: str = "",
