@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, update
-from sqlalchemy.dialects.postgresql import insert
 
+from projections.inserts import insert_new
 from projections.schema import dreams
 from services.events import (
     DreamCheckDue,
@@ -22,8 +22,7 @@ def dream_requested(conn: Connection, events: Sequence[DreamRequested]) -> None:
     rows = [dict(workspace_id=e.workspace_id, dream_id=e.dream_id, observer_id=e.observer_id,
                  observed_id=e.observed_id, reason=e.reason.value, new_explicit=e.new_explicit,
                  state="requested", requested_at=e.occurred_at) for e in events]
-    if rows:
-        conn.execute(insert(dreams).on_conflict_do_nothing(), rows)
+    insert_new(conn, dreams, rows)
 
 
 def _advance(conn: Connection, e, **values) -> None:

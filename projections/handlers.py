@@ -13,6 +13,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.exc import DBAPIError
 
 from projections.dream_handlers import DREAM_HANDLERS
+from projections.inserts import insert_new
 from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import memberships, messages, peers, pending_message_embeddings, sessions, workspaces
 from services.events import (
@@ -30,14 +31,10 @@ from services.events import (
 Handler = Callable[[Connection, Sequence], None]
 
 
-def _insert_new(conn: Connection, table, rows: list[dict]) -> None:
-    # ON CONFLICT DO NOTHING: a repeated event id, or a second "create" of the same entity, is a no-op
-    if rows:
-        conn.execute(insert(table).on_conflict_do_nothing(), rows)
 
 
 def workspace_created(conn: Connection, events: Sequence[WorkspaceCreated]) -> None:
-    _insert_new(
+    insert_new(
         conn,
         workspaces,
         [
@@ -49,7 +46,7 @@ def workspace_created(conn: Connection, events: Sequence[WorkspaceCreated]) -> N
 
 
 def peer_created(conn: Connection, events: Sequence[PeerCreated]) -> None:
-    _insert_new(
+    insert_new(
         conn,
         peers,
         [
@@ -70,7 +67,7 @@ def peer_configured(conn: Connection, events: Sequence[PeerConfigured]) -> None:
 
 
 def session_created(conn: Connection, events: Sequence[SessionCreated]) -> None:
-    _insert_new(
+    insert_new(
         conn,
         sessions,
         [
@@ -82,7 +79,7 @@ def session_created(conn: Connection, events: Sequence[SessionCreated]) -> None:
 
 
 def member_joined(conn: Connection, events: Sequence[MemberJoined]) -> None:
-    _insert_new(
+    insert_new(
         conn,
         memberships,
         [

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection
 from sqlalchemy.dialects.postgresql import insert
 
+from projections.inserts import insert_new
 from projections.observation_handlers import OBSERVATION_HANDLERS
 from projections.schema import (
     dead_letters,
@@ -28,13 +29,10 @@ from services.events import (
 )
 
 
-def _insert_new(conn: Connection, table, rows: list[dict]) -> None:
-    if rows:
-        conn.execute(insert(table).on_conflict_do_nothing(), rows)
 
 
 def message_perceived(conn: Connection, events: Sequence[MessagePerceived]) -> None:
-    _insert_new(conn, perceptions, [
+    insert_new(conn, perceptions, [
         dict(workspace_id=e.workspace_id, observer_id=e.observer_id, observed_id=e.observed_id,
              message_id=e.message_id, session_id=e.session_id, perceived_at=e.occurred_at, event_id=e.event_id)
         for e in events
@@ -49,7 +47,7 @@ def derivation_due(conn: Connection, events: Sequence[DerivationDue]) -> None:
 
 def derivation_started(conn: Connection, events: Sequence[DerivationStarted]) -> None:
     # a batch retried after a crash starts again under the same id: keep the first start
-    _insert_new(conn, derivation_batches, [
+    insert_new(conn, derivation_batches, [
         dict(workspace_id=e.workspace_id, batch_id=e.batch_id, observer_id=e.observer_id,
              observed_id=e.observed_id, message_ids=list(e.message_ids), derivation=e.derivation, state="in_flight",
              started_at=e.occurred_at)
@@ -76,7 +74,7 @@ def batch_derived(conn: Connection, events: Sequence[BatchDerived]) -> None:
 def derivation_dead_lettered(conn: Connection, events: Sequence[DerivationDeadLettered]) -> None:
     for e in events:
         _finish(conn, e, dict(state="dead_lettered", error=e.error))
-    _insert_new(conn, dead_letters, [
+    insert_new(conn, dead_letters, [
         dict(event_id=e.event_id, workspace_id=e.workspace_id, kind="derivation", observer_id=e.observer_id,
              observed_id=e.observed_id, batch_id=e.batch_id, message_ids=list(e.message_ids), error=e.error,
              attempts=e.attempts, failed_at=e.occurred_at)
@@ -85,7 +83,7 @@ def derivation_dead_lettered(conn: Connection, events: Sequence[DerivationDeadLe
 
 
 def peer_card_updated(conn: Connection, events: Sequence[PeerCardUpdated]) -> None:
-    _insert_new(conn, peer_cards, [
+    insert_new(conn, peer_cards, [
         dict(event_id=e.event_id, workspace_id=e.workspace_id, observer_id=e.observer_id,
              observed_id=e.observed_id, entries=list(e.entries), updated_at=e.occurred_at)
         for e in events
@@ -93,7 +91,7 @@ def peer_card_updated(conn: Connection, events: Sequence[PeerCardUpdated]) -> No
 
 
 def summary_updated(conn: Connection, events: Sequence[SummaryUpdated]) -> None:
-    _insert_new(conn, summaries, [
+    insert_new(conn, summaries, [
         dict(event_id=e.event_id, workspace_id=e.workspace_id, session_id=e.session_id, kind=e.kind.value,
              content=e.content, last_message_id=e.last_message_id, last_seq=e.last_seq,
              messages_covered=e.messages_covered, token_count=e.token_count, model=e.model,
@@ -103,7 +101,7 @@ def summary_updated(conn: Connection, events: Sequence[SummaryUpdated]) -> None:
 
 
 def summary_dead_lettered(conn: Connection, events: Sequence[SummaryDeadLettered]) -> None:
-    _insert_new(conn, dead_letters, [
+    insert_new(conn, dead_letters, [
         dict(event_id=e.event_id, workspace_id=e.workspace_id, kind="summary", session_id=e.session_id,
              message_ids=[], error=e.error, attempts=e.attempts, failed_at=e.occurred_at)
         for e in events

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import Connection, select, update
-from sqlalchemy.dialects.postgresql import insert
 
+from projections.inserts import insert_new
 from projections.schema import observation_events, observation_sources, observations, premises, rejected_observations
 from services.events import (
     Event,
@@ -27,10 +27,6 @@ from services.events.provenance import PremiseState, premise_problems
 from services.events.text import normalise
 
 
-def _insert_new(conn: Connection, table, rows: list[dict]) -> list:
-    if not rows:
-        return []
-    return conn.execute(insert(table).on_conflict_do_nothing().returning(*table.primary_key.columns), rows).all()
 
 
 def _history(e: Event, observation_id: str, kind: str, **detail) -> dict:
@@ -72,11 +68,11 @@ def _added_row(e: ObservationAdded) -> dict:
 def _add(conn: Connection, events: Sequence[ObservationAdded]) -> None:
     if not events:
         return
-    _insert_new(conn, observations, [_added_row(e) for e in events])
-    _insert_new(conn, observation_sources, _sources(events))
-    _insert_new(conn, premises, [dict(workspace_id=e.workspace_id, observation_id=e.observation_id, premise_id=p)
+    insert_new(conn, observations, [_added_row(e) for e in events])
+    insert_new(conn, observation_sources, _sources(events))
+    insert_new(conn, premises, [dict(workspace_id=e.workspace_id, observation_id=e.observation_id, premise_id=p)
                                  for e in events for p in dict.fromkeys(e.premise_ids)])
-    _insert_new(conn, observation_events, [
+    insert_new(conn, observation_events, [
         row for e in events for row in (
             _history(e, e.observation_id, "added", level=e.level.value, dream_id=e.dream_id, batch_id=e.batch_id),
             *(_history(e, p, "cited", by=e.observation_id) for p in dict.fromkeys(e.premise_ids)))
@@ -92,16 +88,17 @@ def observation_added(conn: Connection, events: Sequence[ObservationAdded]) -> N
                                     _premise_states(conn, e.workspace_id, e.premise_ids))
         if not problems:
             _add(conn, [e])
-        elif _insert_new(conn, rejected_observations, [_rejection(e, problems)]):
-            _insert_new(conn, observation_events, [_history(e, p, "cited_by_rejected", rejection=e.observation_id)
+        elif insert_new(conn, rejected_observations, [_rejection(e, problems)], returning=True):
+            insert_new(conn, observation_events, [_history(e, p, "cited_by_rejected", rejection=e.observation_id)
                                                    for p in dict.fromkeys(e.premise_ids)])
 
 
 def observation_reinforced(conn: Connection, events: Sequence[ObservationReinforced]) -> None:
     for e in events:
         # the history row is keyed by this event: a repeat inserts nothing and must not count again
-        if _insert_new(conn, observation_events, [_history(e, e.observation_id, "reinforced", batch_id=e.batch_id)]):
-            _insert_new(conn, observation_sources, _sources([e]))
+        if insert_new(conn, observation_events, [_history(e, e.observation_id, "reinforced", batch_id=e.batch_id)],
+                      returning=True):
+            insert_new(conn, observation_sources, _sources([e]))
             conn.execute(update(observations)
                          .where(observations.c.workspace_id == e.workspace_id,
                                 observations.c.observation_id == e.observation_id)
@@ -134,7 +131,7 @@ def observation_superseded(conn: Connection, events: Sequence[ObservationSuperse
     for e in events:
         _retire(conn, e, dict(superseded_by=e.superseded_by, superseded_at=e.occurred_at),
                 observations.c.superseded_by.is_(None))
-        _insert_new(conn, observation_events, [
+        insert_new(conn, observation_events, [
             _history(e, e.observation_id, "superseded", by=e.superseded_by, reason=e.reason),
             _history(e, e.superseded_by, "supersedes", replaces=e.observation_id, reason=e.reason)])
 
@@ -142,18 +139,18 @@ def observation_superseded(conn: Connection, events: Sequence[ObservationSuperse
 def observation_deleted(conn: Connection, events: Sequence[ObservationDeleted]) -> None:
     for e in events:
         _retire(conn, e, dict(deleted_at=e.occurred_at, delete_reason=e.reason), observations.c.deleted_at.is_(None))
-        _insert_new(conn, observation_events, [_history(e, e.observation_id, "deleted", reason=e.reason)])
+        insert_new(conn, observation_events, [_history(e, e.observation_id, "deleted", reason=e.reason)])
 
 
 def observation_rejected(conn: Connection, events: Sequence[ObservationRejected]) -> None:
-    _insert_new(conn, rejected_observations, [
+    insert_new(conn, rejected_observations, [
         dict(workspace_id=e.workspace_id, rejection_id=e.rejection_id, observer_id=e.observer_id,
              observed_id=e.observed_id, level=e.level.value, content=e.content, reason=e.reason,
              sources=[s.model_dump() for s in e.sources], premise_ids=list(e.premise_ids), batch_id=e.batch_id,
              dream_id=e.dream_id, derivation=e.derivation, rejected_at=e.occurred_at, event_id=e.event_id)
         for e in events
     ])
-    _insert_new(conn, observation_events, [_history(e, p, "cited_by_rejected", rejection=e.rejection_id)
+    insert_new(conn, observation_events, [_history(e, p, "cited_by_rejected", rejection=e.rejection_id)
                                            for e in events for p in dict.fromkeys(e.premise_ids)])
 
 
