@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import RowMapping, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.queries import OBSERVATION_COLUMNS, premises_of
+from projections.store_queries import OBSERVATION_COLUMNS, premises_of
 from projections.schema import observation_events, observations, rejected_observations
 
 

@@ -8,7 +8,8 @@ from datetime import datetime
 from sqlalchemy import RowMapping, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.queries import MESSAGE_COLUMNS, OBSERVATION_COLUMNS, ObservationFilter, visible_to
+from projections.queries import MESSAGE_COLUMNS, visible_to
+from projections.store_queries import OBSERVATION_COLUMNS, ObservationFilter
 from projections.schema import messages, observations, premises
 
 

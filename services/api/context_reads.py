@@ -8,7 +8,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections import queries
+from projections import queries, store_queries
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.packing import Line, Obs, Packed, Premise, pack
@@ -76,18 +76,18 @@ async def _ranked(conn: AsyncConnection, q: ContextQuery, observer: str, target:
     """Semantic slice (when there is a query vector), then most reinforced, then most recent;
     de-duplicated, best first."""
     n = q.max_observations or 100
-    where = queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
+    where = store_queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
                                       allowed_sessions=tuple(q.session_ids) if q.session_ids else None,
                                       as_of=q.as_of)
     rows = []
     if vector is not None:
-        rows += await queries.nearest_observations(conn, where, vector, q.search_top_k or max(1, n // 3),
+        rows += await store_queries.nearest_observations(conn, where, vector, q.search_top_k or max(1, n // 3),
                                                    q.search_max_distance or None)
     if q.include_most_reinforced:
-        rows += await queries.most_reinforced(conn, where, max(1, n // 3))
-    rows += await queries.list_observations(conn, where, None, n, reverse=True)
+        rows += await store_queries.most_reinforced(conn, where, max(1, n // 3))
+    rows += await store_queries.list_observations(conn, where, None, n, reverse=True)
     kept = list(_dedup(rows))[:n]
-    premises = await queries.premise_rows(conn, q.workspace_id, [r["observation_id"] for r in kept
+    premises = await store_queries.premise_rows(conn, q.workspace_id, [r["observation_id"] for r in kept
                                                                  if r["level"] != "explicit"])
     return [_obs(r, premises.get(r["observation_id"], ())) for r in kept]
 

@@ -18,7 +18,8 @@ from peerlog.v1 import (
     workspaces_pb2,
 )
 from projections.message_search import MessageSearch
-from projections.queries import ObservationFilter, StatusScope
+from projections.queries import StatusScope
+from projections.store_queries import ObservationFilter
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
 from services.api import context_reads

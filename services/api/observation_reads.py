@@ -9,8 +9,9 @@ from datetime import datetime
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections import queries
-from projections.queries import ObservationFilter, StatusScope
+from projections import queries, store_queries
+from projections.queries import StatusScope
+from projections.store_queries import ObservationFilter
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.reads import Page, decode_cursor, encode_cursor
@@ -47,8 +48,8 @@ async def with_provenance(
     conn: AsyncConnection, workspace_id: str, rows: Sequence[RowMapping]
 ) -> list[ObservationView]:
     ids = [r["observation_id"] for r in rows]
-    sources = await queries.sources_of(conn, workspace_id, ids)
-    premises = await queries.premises_of(conn, workspace_id, ids)
+    sources = await store_queries.sources_of(conn, workspace_id, ids)
+    premises = await store_queries.premises_of(conn, workspace_id, ids)
     return [ObservationView(r, sources[r["observation_id"]], premises[r["observation_id"]]) for r in rows]
 
 
@@ -56,7 +57,7 @@ async def require_observation(ctx: ApiContext, workspace_id: str, observation_id
     v.check_id("observation_id", observation_id)
     await require_workspace(ctx, workspace_id)
     async with ctx.engine.connect() as conn:
-        row = await queries.observation(conn, workspace_id, observation_id)
+        row = await store_queries.observation(conn, workspace_id, observation_id)
         if row is None:
             raise NotFound(f"observation {observation_id!r} does not exist in workspace {workspace_id!r}")
         return (await with_provenance(conn, workspace_id, [row]))[0]
@@ -92,7 +93,7 @@ async def list_observations(
     await ctx.freshness.wait(token)
     await _require_filter(ctx, pair)
     async with ctx.engine.connect() as conn:
-        rows = await queries.list_observations(conn, pair, after, limit, reverse)
+        rows = await store_queries.list_observations(conn, pair, after, limit, reverse)
         views = await with_provenance(conn, pair.workspace_id, rows)
     last = rows[-1] if len(rows) == limit else None
     return Page(views, encode_cursor(f"{last['created_at'].isoformat()}|{last['observation_id']}") if last else "")
@@ -106,7 +107,7 @@ async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -
     await _require_filter(ctx, query.pair)
     (vector,) = await ctx.embedder.embed([query.text])
     async with ctx.engine.connect() as conn:
-        rows = await queries.nearest_observations(conn, query.pair, vector, limit, max_distance)
+        rows = await store_queries.nearest_observations(conn, query.pair, vector, limit, max_distance)
         return await with_provenance(conn, query.pair.workspace_id, rows)
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, RootModel
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import dialectic_reads as reads
-from projections import queries
+from projections import queries, store_queries
 from services.dialectic import policy, prompt
 from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, Turn
 from services.config import SEARCH_TOOLS, DialecticSettings, LevelPolicy
@@ -154,8 +154,8 @@ class _Run:
         r, n = self.request, self.level.prefetch
         vector = (await self.owner.embedder.embed([r.query]))[0]
         async with self.owner.engine.connect() as conn:
-            explicit = await queries.nearest_observations(conn, self.scope.pair(["explicit"]), vector, n, None)
-            derived = await queries.nearest_observations(conn, self.scope.pair(DERIVED_LEVELS), vector, n, None)
+            explicit = await store_queries.nearest_observations(conn, self.scope.pair(["explicit"]), vector, n, None)
+            derived = await store_queries.nearest_observations(conn, self.scope.pair(DERIVED_LEVELS), vector, n, None)
             history = (await reads.session_history(conn, r.workspace_id, r.session_id, r.observer_id, 200)
                        if r.session_id else [])
             evidence = bool(explicit or derived or history) or await reads.has_evidence(

@@ -16,7 +16,7 @@ from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from projections import queries
+from projections import queries, store_queries
 from projections.audit_queries import observations_by_id
 from services.dialectic import tools as chat_tools
 from services.dialectic.agent import ToolRequest
@@ -135,9 +135,9 @@ class DreamRun:
 
     async def opening(self) -> str:
         d = self.dream
-        pair = queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id)
+        pair = store_queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id)
         async with self.engine.connect() as conn:
-            rows = await queries.list_observations(conn, pair, None, OPENING_OBSERVATIONS, reverse=True)
+            rows = await store_queries.list_observations(conn, pair, None, OPENING_OBSERVATIONS, reverse=True)
             card = await queries.peer_card(conn, d.workspace_id, d.observer_id, d.observed_id)
         lines = [observation_line({**r, "observation_id": self.alias(r["observation_id"])}) for r in reversed(rows)]
         return prompt.opening(lines, list(card["entries"]) if card else [], self.written)
@@ -156,9 +156,9 @@ class DreamRun:
         except (ValueError, ValidationError) as error:
             return f"error: bad arguments for {call.name}: {error}"[:1000]
         d = self.dream
-        pair = queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id, tuple(args.levels))
+        pair = store_queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id, tuple(args.levels))
         async with self.engine.connect() as conn:
-            rows = await queries.list_observations(conn, pair, None, args.limit, reverse=True)
+            rows = await store_queries.list_observations(conn, pair, None, args.limit, reverse=True)
         return "\n".join(map(observation_line, rows)) or "No observations."
 
     async def act(self, call: ToolCall, model: type[BaseModel]) -> str:

@@ -1,0 +1,191 @@
+"""Read queries over one pair's store of observations: the filter every read shares (pair, levels,
+session, live or as of a time, session allowlist, derivation), lists, rankings, sources and premises."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import RowMapping, func, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from projections.schema import observation_events, observation_sources, observations, premises
+
+
+# everything of an observation row but its vector and search columns, which no reader returns
+OBSERVATION_COLUMNS = [c for c in observations.c if c.name not in ("embedding", "content_tsv", "content_key")]
+
+
+@dataclass(frozen=True)
+class ObservationFilter:
+    """Which of a pair's observations a list or search covers."""
+
+    workspace_id: str
+    observer_id: str
+    observed_id: str
+    levels: Sequence[str] = ()
+    session_id: str = ""
+    include_superseded: bool = False
+    include_deleted: bool = False
+    # a session allowlist: None serves every session; see `_allowed_by_sessions`
+    allowed_sessions: tuple[str, ...] | None = None
+    # the store as it stood then: recorded by then, and superseded or deleted only after it
+    as_of: datetime | None = None
+    derivation: str = ""  # "" is the current derivation; a name reads a re-derivation
+
+    def where(self, table=observations) -> list:
+        c = table.c
+        out = [c.workspace_id == self.workspace_id, c.observer_id == self.observer_id,
+               c.observed_id == self.observed_id, c.derivation == self.derivation]
+        if self.allowed_sessions is not None:
+            out.append(_allowed_by_sessions(self, c))
+        if self.levels:
+            out.append(c.level.in_(list(self.levels)))
+        if self.session_id:
+            out.append(c.session_id == self.session_id)
+        if self.as_of is not None:
+            out.append(c.created_at <= self.as_of)
+        if not self.include_superseded:
+            out.append(c.superseded_by.is_(None) if self.as_of is None
+                       else c.superseded_at.is_(None) | (c.superseded_at > self.as_of))
+        if not self.include_deleted:
+            out.append(c.deleted_at.is_(None) if self.as_of is None
+                       else c.deleted_at.is_(None) | (c.deleted_at > self.as_of))
+        return out
+
+    def columns(self) -> list:
+        """The columns a reader gets; as of a past time, times_derived counts reinforcements up to then."""
+        if self.as_of is None:
+            return OBSERVATION_COLUMNS
+        h = observation_events.c
+        reinforced = (select(func.count()).where(h.workspace_id == observations.c.workspace_id,
+                                                 h.observation_id == observations.c.observation_id,
+                                                 h.kind == "reinforced", h.occurred_at <= self.as_of)
+                      .scalar_subquery())
+        return [(1 + reinforced).label("times_derived") if c.name == "times_derived" else c
+                for c in OBSERVATION_COLUMNS]
+
+
+def _outside_allowlist(where: ObservationFilter):
+    """Ids in the pair's store that an allowlist cannot vouch for, and everything concluded from them.
+
+    The base: explicit observations from other sessions (or none), derived ones citing no premise, and
+    premise ids the store lacks. Conclusions inherit it through the premise edges, so a derived
+    observation is outside when any premise in its closure is — the rule works bottom-up in one
+    recursive query instead of walking every candidate's closure.
+    """
+    o, p = observations.c, premises.c
+    pair = [o.workspace_id == where.workspace_id, o.observer_id == where.observer_id,
+            o.observed_id == where.observed_id]
+    allowed = list(where.allowed_sessions or ())
+    foreign = select(o.observation_id.label("id")).where(
+        *pair, o.level == "explicit", ~func.coalesce(o.session_id.in_(allowed), False))
+    unfounded = select(o.observation_id).where(*pair, o.level != "explicit", ~select(p.premise_id).where(
+        p.workspace_id == where.workspace_id, p.observation_id == o.observation_id).exists())
+    pair_ids = select(o.observation_id).where(*pair)
+    missing = select(p.premise_id).where(
+        p.workspace_id == where.workspace_id, p.observation_id.in_(pair_ids), p.premise_id.not_in(pair_ids))
+    base = foreign.union(unfounded, missing).subquery("outside_base")
+    outside = select(base.c.id).cte("outside_allowlist", recursive=True)
+    inherited = select(p.observation_id).join(outside, p.premise_id == outside.c.id).where(
+        p.workspace_id == where.workspace_id)
+    return outside.union(inherited)
+
+
+def _allowed_by_sessions(where: ObservationFilter, c):
+    """Explicit observations from allowed sessions; derived ones whose whole premise closure is."""
+    return c.observation_id.not_in(select(_outside_allowlist(where).c.id))
+
+
+async def observation(conn: AsyncConnection, workspace_id: str, observation_id: str) -> RowMapping | None:
+    stmt = select(*OBSERVATION_COLUMNS).where(
+        observations.c.workspace_id == workspace_id, observations.c.observation_id == observation_id
+    )
+    return (await conn.execute(stmt)).mappings().first()
+
+
+async def list_observations(
+    conn: AsyncConnection, where: ObservationFilter, after: tuple[datetime, str] | None,
+    limit: int, reverse: bool,
+) -> Sequence[RowMapping]:
+    """A pair's observations ordered by (created_at, observation_id), after a keyset cursor."""
+    c = observations.c
+    key = tuple_(c.created_at, c.observation_id)
+    stmt = select(*where.columns()).where(*where.where())
+    if after is not None:
+        stmt = stmt.where(key < tuple_(*after) if reverse else key > tuple_(*after))
+    order = [c.created_at.desc(), c.observation_id.desc()] if reverse else [c.created_at, c.observation_id]
+    return (await conn.execute(stmt.order_by(*order).limit(limit))).mappings().all()
+
+
+async def most_reinforced(conn: AsyncConnection, where: ObservationFilter, limit: int) -> Sequence[RowMapping]:
+    """A pair's most-derived observations (times_derived, then newest), most first."""
+    c = observations.c
+    columns = where.columns()
+    times_derived = next(col for col in columns if col.name == "times_derived")
+    stmt = (select(*columns).where(*where.where())
+            .order_by(times_derived.desc(), c.created_at.desc(), c.observation_id).limit(limit))
+    return (await conn.execute(stmt)).mappings().all()
+
+
+async def nearest_observations(
+    conn: AsyncConnection, where: ObservationFilter, vector: Sequence[float], limit: int,
+    max_distance: float | None,
+) -> Sequence[RowMapping]:
+    """A pair's observations nearest to `vector` by cosine distance (column `distance`), nearest first."""
+    # exact over the pair's rows: filtering an approximate HNSW scan afterwards can return fewer
+    # than `limit` rows, and one pair's store is small enough to scan
+    store = (select(*where.columns(), observations.c.embedding)
+             .where(*where.where(), observations.c.embedding.is_not(None))
+             .cte("pair_store").prefix_with("MATERIALIZED"))
+    distance = store.c.embedding.cosine_distance(list(vector)).label("distance")
+    stmt = select(*[store.c[col.name] for col in OBSERVATION_COLUMNS], distance)
+    if max_distance is not None:
+        stmt = stmt.where(distance <= max_distance)
+    return (await conn.execute(stmt.order_by(distance, store.c.observation_id).limit(limit))).mappings().all()
+
+
+async def sources_of(
+    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]
+) -> dict[str, list[RowMapping]]:
+    """Each observation's sources, oldest first, by observation id."""
+    t = observation_sources.c
+    stmt = (select(observation_sources)
+            .where(t.workspace_id == workspace_id, t.observation_id.in_(list(observation_ids)))
+            .order_by(t.event_id, t.ordinal))
+    out: dict[str, list[RowMapping]] = {o: [] for o in observation_ids}
+    for row in (await conn.execute(stmt)).mappings():
+        out[row["observation_id"]].append(row)
+    return out
+
+
+async def premises_of(
+    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]
+) -> dict[str, list[str]]:
+    """Each observation's premise ids, by observation id."""
+    t = premises.c
+    stmt = (select(t.observation_id, t.premise_id)
+            .where(t.workspace_id == workspace_id, t.observation_id.in_(list(observation_ids)))
+            .order_by(t.observation_id, t.premise_id))
+    out: dict[str, list[str]] = {o: [] for o in observation_ids}
+    for observation_id, premise_id in await conn.execute(stmt):
+        out[observation_id].append(premise_id)
+    return out
+
+
+async def premise_rows(
+    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]
+) -> dict[str, list[RowMapping]]:
+    """Each observation's premises (observation_id, level, content), oldest first, by observation id."""
+    if not observation_ids:
+        return {}
+    p, o = premises.c, observations.c
+    stmt = (select(p.observation_id.label("concluded_id"), o.observation_id, o.level, o.content)
+            .join(observations, (o.workspace_id == p.workspace_id) & (o.observation_id == p.premise_id))
+            .where(p.workspace_id == workspace_id, p.observation_id.in_(list(observation_ids)))
+            .order_by(p.observation_id, o.created_at, o.observation_id))
+    out: dict[str, list[RowMapping]] = {}
+    for row in (await conn.execute(stmt)).mappings():
+        out.setdefault(row["concluded_id"], []).append(row)
+    return out
