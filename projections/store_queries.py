@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import RowMapping, func, select, tuple_
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import RowMapping, bindparam, func, literal_column, select, tuple_, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.schema import observation_events, observation_sources, observations, premises
@@ -34,40 +35,58 @@ class ObservationFilter:
     as_of: datetime | None = None
     derivation: str = ""  # "" is the current derivation; a name reads a re-derivation
 
-    def where(self, table=observations) -> list:
-        c = table.c
-        out = [c.workspace_id == self.workspace_id, c.observer_id == self.observer_id,
-               c.observed_id == self.observed_id, c.derivation == self.derivation]
+    def shape(self) -> tuple:
+        """What decides the statement's structure; filters of one shape differ only in bound values."""
+        return (bool(self.levels), bool(self.session_id), self.include_superseded, self.include_deleted,
+                self.allowed_sessions is not None, self.as_of is not None)
+
+    def params(self) -> dict:
+        """The values a statement built with `bound=False` is executed with."""
+        return {"f_workspace_id": self.workspace_id, "f_observer_id": self.observer_id,
+                "f_observed_id": self.observed_id, "f_derivation": self.derivation,
+                "f_levels": list(self.levels), "f_session_id": self.session_id,
+                "f_allowed": list(self.allowed_sessions or ()), "f_as_of": self.as_of}
+
+    def value(self, name: str, bound: bool, expanding: bool = False):
+        """A parameter for one filter value: carrying it, or (bound=False) named only, for a cached statement."""
+        if not bound:
+            return bindparam(f"f_{name}", expanding=expanding)
+        return bindparam(f"f_{name}", self.params()[f"f_{name}"], expanding=expanding)
+
+    def where(self, table=observations, bound: bool = True) -> list:
+        c, v = table.c, (lambda name, **kw: self.value(name, bound, **kw))
+        out = [c.workspace_id == v("workspace_id"), c.observer_id == v("observer_id"),
+               c.observed_id == v("observed_id"), c.derivation == v("derivation")]
         if self.allowed_sessions is not None:
-            out.append(_allowed_by_sessions(self, c))
+            out.append(_allowed_by_sessions(self, c, bound))
         if self.levels:
-            out.append(c.level.in_(list(self.levels)))
+            out.append(c.level.in_(v("levels", expanding=True)))
         if self.session_id:
-            out.append(c.session_id == self.session_id)
+            out.append(c.session_id == v("session_id"))
         if self.as_of is not None:
-            out.append(c.created_at <= self.as_of)
+            out.append(c.created_at <= v("as_of"))
         if not self.include_superseded:
             out.append(c.superseded_by.is_(None) if self.as_of is None
-                       else c.superseded_at.is_(None) | (c.superseded_at > self.as_of))
+                       else c.superseded_at.is_(None) | (c.superseded_at > v("as_of")))
         if not self.include_deleted:
             out.append(c.deleted_at.is_(None) if self.as_of is None
-                       else c.deleted_at.is_(None) | (c.deleted_at > self.as_of))
+                       else c.deleted_at.is_(None) | (c.deleted_at > v("as_of")))
         return out
 
-    def columns(self) -> list:
+    def columns(self, bound: bool = True) -> list:
         """The columns a reader gets; as of a past time, times_derived counts reinforcements up to then."""
         if self.as_of is None:
             return OBSERVATION_COLUMNS
         h = observation_events.c
         reinforced = (select(func.count()).where(h.workspace_id == observations.c.workspace_id,
                                                  h.observation_id == observations.c.observation_id,
-                                                 h.kind == "reinforced", h.occurred_at <= self.as_of)
+                                                 h.kind == "reinforced", h.occurred_at <= self.value("as_of", bound))
                       .scalar_subquery())
         return [(1 + reinforced).label("times_derived") if c.name == "times_derived" else c
                 for c in OBSERVATION_COLUMNS]
 
 
-def _outside_allowlist(where: ObservationFilter):
+def _outside_allowlist(where: ObservationFilter, bound: bool):
     """Ids in the pair's store that an allowlist cannot vouch for, and everything concluded from them.
 
     The base: explicit observations from other sessions (or none), derived ones citing no premise, and
@@ -76,26 +95,27 @@ def _outside_allowlist(where: ObservationFilter):
     recursive query instead of walking every candidate's closure.
     """
     o, p = observations.c, premises.c
-    pair = [o.workspace_id == where.workspace_id, o.observer_id == where.observer_id,
-            o.observed_id == where.observed_id]
-    allowed = list(where.allowed_sessions or ())
+    workspace = where.value("workspace_id", bound)
+    pair = [o.workspace_id == workspace, o.observer_id == where.value("observer_id", bound),
+            o.observed_id == where.value("observed_id", bound)]
+    allowed = where.value("allowed", bound, expanding=True)
     foreign = select(o.observation_id.label("id")).where(
         *pair, o.level == "explicit", ~func.coalesce(o.session_id.in_(allowed), False))
     unfounded = select(o.observation_id).where(*pair, o.level != "explicit", ~select(p.premise_id).where(
-        p.workspace_id == where.workspace_id, p.observation_id == o.observation_id).exists())
+        p.workspace_id == workspace, p.observation_id == o.observation_id).exists())
     pair_ids = select(o.observation_id).where(*pair)
     missing = select(p.premise_id).where(
-        p.workspace_id == where.workspace_id, p.observation_id.in_(pair_ids), p.premise_id.not_in(pair_ids))
+        p.workspace_id == workspace, p.observation_id.in_(pair_ids), p.premise_id.not_in(pair_ids))
     base = foreign.union(unfounded, missing).subquery("outside_base")
     outside = select(base.c.id).cte("outside_allowlist", recursive=True)
     inherited = select(p.observation_id).join(outside, p.premise_id == outside.c.id).where(
-        p.workspace_id == where.workspace_id)
+        p.workspace_id == workspace)
     return outside.union(inherited)
 
 
-def _allowed_by_sessions(where: ObservationFilter, c):
+def _allowed_by_sessions(where: ObservationFilter, c, bound: bool):
     """Explicit observations from allowed sessions; derived ones whose whole premise closure is."""
-    return c.observation_id.not_in(select(_outside_allowlist(where).c.id))
+    return c.observation_id.not_in(select(_outside_allowlist(where, bound).c.id))
 
 
 async def observation(conn: AsyncConnection, workspace_id: str, observation_id: str) -> RowMapping | None:
@@ -117,16 +137,6 @@ async def list_observations(
         stmt = stmt.where(key < tuple_(*after) if reverse else key > tuple_(*after))
     order = [c.created_at.desc(), c.observation_id.desc()] if reverse else [c.created_at, c.observation_id]
     return (await conn.execute(stmt.order_by(*order).limit(limit))).mappings().all()
-
-
-async def most_reinforced(conn: AsyncConnection, where: ObservationFilter, limit: int) -> Sequence[RowMapping]:
-    """A pair's most-derived observations (times_derived, then newest), most first."""
-    c = observations.c
-    columns = where.columns()
-    times_derived = next(col for col in columns if col.name == "times_derived")
-    stmt = (select(*columns).where(*where.where())
-            .order_by(times_derived.desc(), c.created_at.desc(), c.observation_id).limit(limit))
-    return (await conn.execute(stmt)).mappings().all()
 
 
 async def nearest_observations(
@@ -189,3 +199,64 @@ async def premise_rows(
     for row in (await conn.execute(stmt)).mappings():
         out.setdefault(row["concluded_id"], []).append(row)
     return out
+
+
+@dataclass(frozen=True)
+class Slices:
+    """How many observations each slice of a working set takes (0 leaves a slice out)."""
+
+    semantic: int = 0  # nearest to a query vector
+    max_distance: float | None = None  # semantic hits farther than this are dropped
+    reinforced: int = 0  # most derived
+    recent: int = 0  # newest
+
+
+SEMANTIC, REINFORCED, RECENT = 0, 1, 2
+_WORKING_SETS: dict[tuple, object] = {}
+
+
+def _working_set_statement(where: ObservationFilter, slices: Slices):
+    """One statement for all slices, so the pair's rows are read from the heap once: a materialized
+    scan of the pair's store, ranked three ways. Built once per shape (bound parameters)."""
+    key = (where.shape(), slices.semantic > 0, slices.max_distance is not None, slices.reinforced > 0)
+    if key in _WORKING_SETS:
+        return _WORKING_SETS[key]
+    o = observations.c
+    # the distance is computed during the scan, so the 1.5 kB vectors are not copied into the CTE
+    distance = (o.embedding.cosine_distance(bindparam("vector", type_=Vector())) if slices.semantic
+                else literal_column("NULL::float8")).label("distance")
+    store = (select(*where.columns(bound=False), distance).where(*where.where(bound=False))
+             .cte("pair_store").prefix_with("MATERIALIZED"))
+    s = store.c
+    columns = [s[c.name] for c in OBSERVATION_COLUMNS]
+
+    def ranked(slice_no: int, order: list, *conditions, limit: str):
+        rank = func.row_number().over(order_by=order).label("rank")
+        return (select(literal_column(str(slice_no)).label("slice"), rank, *columns).where(*conditions)
+                .order_by(*order).limit(bindparam(limit)))
+    parts = []
+    if slices.semantic:
+        cap = [s.distance <= bindparam("max_distance")] if slices.max_distance is not None else []
+        parts.append(ranked(SEMANTIC, [s.distance, s.observation_id], s.distance.is_not(None), *cap,
+                            limit="semantic_n"))
+    if slices.reinforced:
+        parts.append(ranked(REINFORCED, [s.times_derived.desc(), s.created_at.desc(), s.observation_id],
+                            limit="reinforced_n"))
+    parts.append(ranked(RECENT, [s.created_at.desc(), s.observation_id.desc()], limit="recent_n"))
+    every = union_all(*parts).subquery("slices")
+    stmt = select(every).order_by(every.c.slice, every.c.rank)
+    _WORKING_SETS[key] = stmt
+    return stmt
+
+
+async def working_set(conn: AsyncConnection, where: ObservationFilter, slices: Slices,
+                      vector: Sequence[float] | None) -> Sequence[RowMapping]:
+    """A pair's observations by slice (column `slice`: SEMANTIC, REINFORCED, RECENT), each slice best
+    first (column `rank`); an observation can appear in several slices. No vector: no semantic slice."""
+    if vector is None:
+        slices = Slices(reinforced=slices.reinforced, recent=slices.recent)
+    stmt = _working_set_statement(where, slices)
+    values = {**where.params(), "vector": list(vector) if vector is not None else None,
+              "max_distance": slices.max_distance, "semantic_n": slices.semantic,
+              "reinforced_n": slices.reinforced, "recent_n": slices.recent}
+    return (await conn.execute(stmt, values)).mappings().all()

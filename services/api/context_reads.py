@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -12,7 +13,7 @@ from projections import queries, store_queries
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.packing import Line, Obs, Packed, Premise, pack
-from services.api.writes import require_scope
+from services.api.writes import check_scope
 from services.errors import InvalidArgument
 from services.llm.tokens import count_tokens
 
@@ -77,41 +78,50 @@ async def _ranked(conn: AsyncConnection, q: ContextQuery, observer: str, target:
     de-duplicated, best first."""
     n = q.max_observations or 100
     where = store_queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
-                                      allowed_sessions=tuple(q.session_ids) if q.session_ids else None,
-                                      as_of=q.as_of)
-    rows = []
-    if vector is not None:
-        rows += await store_queries.nearest_observations(conn, where, vector, q.search_top_k or max(1, n // 3),
-                                                   q.search_max_distance or None)
-    if q.include_most_reinforced:
-        rows += await store_queries.most_reinforced(conn, where, max(1, n // 3))
-    rows += await store_queries.list_observations(conn, where, None, n, reverse=True)
+                                            allowed_sessions=tuple(q.session_ids) if q.session_ids else None,
+                                            as_of=q.as_of)
+    slices = store_queries.Slices(semantic=q.search_top_k or max(1, n // 3),
+                                  max_distance=q.search_max_distance or None,
+                                  reinforced=max(1, n // 3) if q.include_most_reinforced else 0, recent=n)
+    rows = await store_queries.working_set(conn, where, slices, vector)
     kept = list(_dedup(rows))[:n]
     premises = await store_queries.premise_rows(conn, q.workspace_id, [r["observation_id"] for r in kept
-                                                                 if r["level"] != "explicit"])
+                                                                       if r["level"] != "explicit"])
     return [_obs(r, premises.get(r["observation_id"], ())) for r in kept]
 
 
-async def _require(ctx: ApiContext, q: ContextQuery, observer: str, target: str, sessions: list[str]) -> None:
+async def _check_scope(conn: AsyncConnection, q: ContextQuery, observer: str, target: str,
+                       sessions: list[str]) -> None:
     peers = {"observer_id": observer, "target_id": target} if observer else {}
-    await require_scope(ctx, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
+    await check_scope(conn, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
+
+
+@asynccontextmanager
+async def _embedding(ctx: ApiContext, text: str):
+    """The query's vector as a future, computed in a thread (ONNX Runtime runs without the GIL) while
+    the caller reads everything that does not need it."""
+    future = asyncio.ensure_future(_query_vector(ctx, text))
+    try:
+        yield future
+    finally:
+        if not future.done():  # the caller failed: let the thread finish, nobody needs its vector
+            future.add_done_callback(lambda f: f.exception())
 
 
 async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     await ctx.freshness.wait(token)
     q = _check(q)
     observer, target = q.observer_id, q.target_id or q.observer_id
-    # the query is embedded (in a thread) while session and peers are checked
-    _, vector = await asyncio.gather(_require(ctx, q, observer, target, [q.session_id]),
-                                     _query_vector(ctx, q.search_query if observer else ""))
     ranked, card = [], []
-    async with ctx.engine.connect() as conn:
+    async with _embedding(ctx, q.search_query if observer else "") as vector, ctx.engine.connect() as conn:
+        await _check_scope(conn, q, observer, target, [q.session_id])
         if observer:
-            ranked = await _ranked(conn, q, observer, target, vector)
             row = await queries.peer_card(conn, q.workspace_id, observer, target)
             card = list(row["entries"]) if row else []
         summaries = await queries.latest_summaries(conn, q.workspace_id, q.session_id)
         recent = await queries.list_messages(conn, q.workspace_id, q.session_id, None, MAX_MESSAGES_SCANNED, True)
+        if observer:
+            ranked = await _ranked(conn, q, observer, target, await vector)
     lines = [Line(r["message_id"], r["peer_id"], r["content"]) for r in recent]
     short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
     return pack(q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary)
@@ -122,7 +132,7 @@ async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> li
     await ctx.freshness.wait(token)
     q = _check(q)
     target = q.target_id or q.observer_id
-    _, vector = await asyncio.gather(_require(ctx, q, q.observer_id, target, []), _query_vector(ctx, q.search_query))
-    async with ctx.engine.connect() as conn:
-        ranked = await _ranked(conn, q, q.observer_id, target, vector)
+    async with _embedding(ctx, q.search_query) as vector, ctx.engine.connect() as conn:
+        await _check_scope(conn, q, q.observer_id, target, [])
+        ranked = await _ranked(conn, q, q.observer_id, target, await vector)
     return sorted(ranked, key=lambda o: o.created_key)
