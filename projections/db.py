@@ -18,8 +18,12 @@ def sync_engine(settings: DatabaseSettings, schema: str | None = None) -> Engine
 
 
 def async_engine(settings: DatabaseSettings) -> AsyncEngine:
-    """An asyncio engine for the API, reading the serving schema."""
-    engine = create_async_engine(settings.url, pool_size=settings.pool_size, pool_pre_ping=True)
+    """An asyncio engine for readers (the API, the dreamer), reading the serving schema.
+
+    Autocommit: a read needs no BEGIN and ROLLBACK round trips around it, and under READ COMMITTED
+    each statement saw its own snapshot anyway."""
+    engine = create_async_engine(settings.url, pool_size=settings.pool_size, pool_pre_ping=True,
+                                 isolation_level="AUTOCOMMIT")
     return engine.execution_options(schema_translate_map={None: settings.schema_name})
 
 

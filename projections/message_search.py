@@ -151,7 +151,9 @@ async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[
         return []
     values = params(search)
     if search.vector is not None:
-        # local to the caller's transaction; ef_search bounds the candidates one graph walk yields
-        await conn.exec_driver_sql("SET LOCAL hnsw.iterative_scan = relaxed_order; "
-                                   f"SET LOCAL hnsw.ef_search = {max(values['n'], 40):d}")
+        # ef_search bounds the candidates one graph walk yields. Plain SET: readers' connections are in
+        # autocommit, where SET LOCAL does nothing; every HNSW search sets both first, so a pooled
+        # connection's earlier values are never the ones used
+        await conn.exec_driver_sql("SET hnsw.iterative_scan = relaxed_order; "
+                                   f"SET hnsw.ef_search = {max(values['n'], 40):d}")
     return list((await conn.execute(fused(Shape.of(search)), values)).mappings().all())

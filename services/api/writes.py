@@ -106,13 +106,19 @@ async def require_peers(ctx: ApiContext, workspace_id: str, **peer_ids: str) -> 
 async def require_scope(ctx: ApiContext, workspace_id: str, session_ids: Sequence[str] = (), **peer_ids: str) -> None:
     """NotFound unless the workspace, every session and every named peer (keyword = the request field)
     exist; one query, for read paths where each round trip shows in the latency."""
+    async with ctx.engine.connect() as conn:
+        await check_scope(conn, workspace_id, session_ids, **peer_ids)
+
+
+async def check_scope(conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str] = (),
+                      **peer_ids: str) -> None:
+    """`require_scope` on a connection the caller goes on reading with."""
     v.check_id("workspace_id", workspace_id)
     for session_id in session_ids:
         v.check_id("session_id", session_id)
     for kind, peer_id in peer_ids.items():
         v.check_id(kind, peer_id)
-    async with ctx.engine.connect() as conn:
-        known = await queries.known(conn, workspace_id, sorted(set(peer_ids.values())), list(session_ids))
+    known = await queries.known(conn, workspace_id, sorted(set(peer_ids.values())), list(session_ids))
     if not known.workspace:
         raise NotFound(f"workspace {workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
     sessions = [repr(s) for s in session_ids if s not in known.sessions]
