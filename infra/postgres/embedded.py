@@ -297,7 +297,7 @@ def server_settings(port: int, fast: bool) -> dict[str, str]:
         # no Unix socket: nothing to place in a shared /tmp, TCP is the only way in
         "unix_socket_directories": "",
         "max_connections": "200",  # pools of several services + tests
-        "shared_buffers": "256MB",
+        "shared_buffers": "1GB",  # a pair's store is read row by row from scattered pages: keep them cached
         "maintenance_work_mem": "256MB",  # HNSW builds slow down badly when the graph spills
     }
     if fast:
