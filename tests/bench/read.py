@@ -166,10 +166,23 @@ def wait_projected(dsn: str, messages: int, observations: int, timeout: float = 
     raise RuntimeError("the projector did not catch up in time")
 
 
+def already_built(dsn: str, args) -> bool:
+    """Whether a kept stack (--dir) already holds this workspace in full: then the setup is skipped."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        m = conn.execute("SELECT count(*) FROM peerlog.messages WHERE workspace_id = %s AND embedding IS NOT NULL",
+                         (WORKSPACE,)).fetchone()[0]
+        o = conn.execute("SELECT count(*) FROM peerlog.observations WHERE workspace_id = %s",
+                         (WORKSPACE,)).fetchone()[0]
+    return (m, o) == (args.messages, args.observations)
+
+
 def build(state, args) -> dict:
     rng = random.Random(20261130)
     timings = {}
     p = plan(args, rng)
+    if already_built(sql_dsn(state.database_url), args):
+        log("the kept stack already holds the workspace: setup skipped")
+        return {"events_appended": 0, "timings": {"reused_stack": True}, "plan": p}
     embedder = LocalMiniLmEmbedder(EmbeddingSettings(threads=2, batch_size=64))  # bulk: both cores, big batches
     t = time.monotonic()
     message_vectors = embed_all(p["messages"], embedder, "messages")
@@ -301,6 +314,8 @@ async def load(state, p: dict, args) -> dict:
     for rate in (0.0, args.paced_rate):
         mode = f"paced {rate:g}/s" if rate else "closed loop"
         for name, call in calls(p).items():
+            if args.only and not name.startswith(args.only):
+                continue
             log(f"measuring {name} ({mode}): {args.clients} clients, {args.seconds:g} s after {args.warmup:g} s warm-up")
             busy = idle_check(1.0)
             out.setdefault(mode, {})[name] = {**await measure(state.api_port, call, args.clients, args.warmup,
@@ -323,6 +338,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--paced-rate", type=float, default=40.0,
                     help="calls/s offered in total in the second, paced pass (the first is closed loop)")
+    ap.add_argument("--only", default="", help="measure only the phases whose name starts with this")
     ap.add_argument("--dir", type=Path, help="stack directory (default: a fresh temp dir)")
     ap.add_argument("--keep", action="store_true", help="leave the stack running and its directory in place")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/read.json")
