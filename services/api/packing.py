@@ -81,16 +81,37 @@ def render_line(line: Line) -> str:
     return f"{line.peer_id}: {line.content}"
 
 
+def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> tuple[int, str, int]:
+    """The most best-ranked observations whose markdown fits `room`: (how many, the markdown, its tokens).
+
+    Binary search over prefixes (a longer prefix renders more text, so its count does not shrink): a
+    few counts of the whole markdown instead of one per dropped observation. The count of the answer
+    is exact, so the budget holds even if the tokenizer were to break that monotonicity somewhere."""
+    def cost(n: int) -> tuple[str, int]:
+        text = render_representation(ranked[:n])
+        return text, count(text)
+    text, tokens = cost(len(ranked))
+    if tokens <= room:
+        return len(ranked), text, tokens
+    low, high = 0, len(ranked)  # prefix `low` fits, `high` does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if cost(mid)[1] <= room else (low, mid)
+    return (low, *cost(low))
+
+
 def _fit_representation(ranked: Sequence[Obs], card: Sequence[str], budget: int, count: Count):
-    kept, entries = list(ranked), list(card)
-    rep, card_text = render_representation(kept), "\n".join(entries)
-    while count(rep) + count(card_text) > budget and kept:
-        kept.pop()  # ranked best first: the last is the lowest-ranked
-        rep = render_representation(kept)
-    while count(card_text) > budget and entries:
+    """Representation and card within `budget`: the lowest-ranked observations go first, then the card's
+    last entries. Returns the kept observations, the markdown and its tokens, the entries, the card text
+    and its tokens."""
+    entries, card_text = list(card), "\n".join(card)
+    card_tokens = count(card_text)
+    n, rep, rep_tokens = _longest_fitting_prefix(ranked, max(0, budget - card_tokens), count)
+    while card_tokens > budget and entries:
         entries.pop()
         card_text = "\n".join(entries)
-    return kept, rep, entries, card_text
+        card_tokens = count(card_text)
+    return list(ranked[:n]), rep, rep_tokens, entries, card_text, card_tokens
 
 
 def _pick_summary(short: str, long: str, cap: float, count: Count) -> tuple[str, str]:
@@ -104,10 +125,11 @@ def _pick_summary(short: str, long: str, cap: float, count: Count) -> tuple[str,
 def pack(budget: int, ranked: Sequence[Obs], card: Sequence[str], short: str, long: str,
          newest_first: Sequence[Line], count: Count, include_summary: bool = True) -> Packed:
     """Fill `budget` tokens: representation and card first, summary ≤ 0.4 of the rest, then messages."""
-    kept, rep, entries, card_text = _fit_representation(ranked, card, budget, count)
-    rest = budget - count(rep) - count(card_text)
+    kept, rep, rep_tokens, entries, card_text, card_tokens = _fit_representation(ranked, card, budget, count)
+    rest = budget - rep_tokens - card_tokens
     kind, summary = _pick_summary(short, long, 0.4 * rest, count) if include_summary else ("", "")
-    room = rest - count(summary)
+    summary_tokens = count(summary)
+    room = rest - summary_tokens
     lines: list[Line] = []
     for line in newest_first:
         cost = count(render_line(line))
@@ -115,8 +137,8 @@ def pack(budget: int, ranked: Sequence[Obs], card: Sequence[str], short: str, lo
             break  # keep the recent window contiguous
         lines.append(line)
         room -= cost
-    tokens = {"representation": count(rep), "card": count(card_text), "summary": count(summary),
-              "messages": sum(count(render_line(x)) for x in lines)}
+    tokens = {"representation": rep_tokens, "card": card_tokens, "summary": summary_tokens,
+              "messages": rest - summary_tokens - room}
     tokens["total"] = sum(tokens.values())
     ordered = tuple(sorted(kept, key=lambda o: o.created_key))
     return Packed(ordered, rep, tuple(entries), kind, summary, tuple(reversed(lines)), tokens)
