@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import RowMapping, Text, case, func, literal, select, tuple_
+from sqlalchemy import RowMapping, Text, bindparam, case, func, literal, select, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -59,15 +60,23 @@ class Known:
     sessions: frozenset[str]
 
 
+@functools.cache
+def _known_statement():
+    """Built once: the scope check runs on every read, and building it cost more than running it."""
+    workspace_id = bindparam("workspace_id")
+
+    def ids(column, table, name):
+        return (select(func.coalesce(func.array_agg(column), literal([], ARRAY(Text))))
+                .where(table.c.workspace_id == workspace_id, column.in_(bindparam(name, expanding=True)))
+                .scalar_subquery())
+    return select(select(workspaces.c.workspace_id).where(workspaces.c.workspace_id == workspace_id).exists(),
+                  ids(peers.c.peer_id, peers, "peer_ids"), ids(sessions.c.session_id, sessions, "session_ids"))
+
+
 async def known(conn: AsyncConnection, workspace_id: str, peer_ids: Sequence[str], session_ids: Sequence[str]) -> Known:
     """Whether the workspace exists, and which of the given peers and sessions it has (one round trip)."""
-    def ids(column, table, wanted):
-        return (select(func.coalesce(func.array_agg(column), literal([], ARRAY(Text))))
-                .where(table.c.workspace_id == workspace_id, column.in_(list(wanted))).scalar_subquery())
-    row = (await conn.execute(select(
-        select(workspaces.c.workspace_id).where(workspaces.c.workspace_id == workspace_id).exists(),
-        ids(peers.c.peer_id, peers, peer_ids), ids(sessions.c.session_id, sessions, session_ids),
-    ))).one()
+    row = (await conn.execute(_known_statement(), {"workspace_id": workspace_id, "peer_ids": list(peer_ids),
+                                                  "session_ids": list(session_ids)})).one()
     return Known(row[0], frozenset(row[1]), frozenset(row[2]))
 
 
@@ -150,16 +159,23 @@ async def message(conn: AsyncConnection, workspace_id: str, message_id: str) -> 
     return (await conn.execute(stmt)).mappings().first()
 
 
+@functools.cache
+def _messages_statement(after: bool, reverse: bool):
+    c = messages.c
+    stmt = select(*MESSAGE_COLUMNS).where(c.workspace_id == bindparam("workspace_id"),
+                                          c.session_id == bindparam("session_id"))
+    if after:
+        stmt = stmt.where(c.seq < bindparam("after_seq") if reverse else c.seq > bindparam("after_seq"))
+    return stmt.order_by(c.seq.desc() if reverse else c.seq).limit(bindparam("limit"))
+
+
 async def list_messages(
     conn: AsyncConnection, workspace_id: str, session_id: str, after_seq: int | None,
     limit: int, reverse: bool,
 ) -> Sequence[RowMapping]:
-    c = messages.c
-    stmt = select(*MESSAGE_COLUMNS).where(c.workspace_id == workspace_id, c.session_id == session_id)
-    if after_seq is not None:
-        stmt = stmt.where(c.seq < after_seq if reverse else c.seq > after_seq)
-    order = c.seq.desc() if reverse else c.seq
-    return (await conn.execute(stmt.order_by(order).limit(limit))).mappings().all()
+    stmt = _messages_statement(after_seq is not None, reverse)
+    values = {"workspace_id": workspace_id, "session_id": session_id, "after_seq": after_seq, "limit": limit}
+    return (await conn.execute(stmt, values)).mappings().all()
 
 
 async def projected_offsets(
@@ -270,14 +286,19 @@ async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit
     return (await conn.execute(stmt.order_by(*order).limit(limit))).mappings().all()
 
 
-async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id: str) -> dict[str, RowMapping]:
-    """The latest summary of each kind a session has, by kind ("short", "long")."""
+@functools.cache
+def _summaries_statement():
     t = summaries.c
-    stmt = (select(summaries)
-            .where(t.workspace_id == workspace_id, t.session_id == session_id)
+    return (select(summaries)
+            .where(t.workspace_id == bindparam("workspace_id"), t.session_id == bindparam("session_id"))
             .order_by(t.kind, t.last_seq.desc(), t.created_at.desc(), t.event_id.desc())
             .distinct(t.kind))
-    return {r["kind"]: r for r in (await conn.execute(stmt)).mappings()}
+
+
+async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id: str) -> dict[str, RowMapping]:
+    """The latest summary of each kind a session has, by kind ("short", "long")."""
+    rows = await conn.execute(_summaries_statement(), {"workspace_id": workspace_id, "session_id": session_id})
+    return {r["kind"]: r for r in rows.mappings()}
 
 
 def visible_to(workspace_id: str, observer_id: str):
@@ -298,12 +319,18 @@ async def seen_by(conn: AsyncConnection, workspace_id: str, observer_id: str, me
     return set((await conn.scalars(stmt)).all())
 
 
+@functools.cache
+def _card_statement(as_of: bool):
+    c = peer_cards.c
+    return (select(peer_cards)
+            .where(c.workspace_id == bindparam("workspace_id"), c.observer_id == bindparam("observer_id"),
+                   c.observed_id == bindparam("observed_id"))
+            .where(c.updated_at <= bindparam("as_of") if as_of else True)
+            .order_by(c.updated_at.desc(), c.event_id.desc()).limit(1))
+
+
 async def peer_card(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str,
                     as_of: datetime | None = None) -> RowMapping | None:
     """The latest card of a pair (as it stood at `as_of`, if given), or None."""
-    c = peer_cards.c
-    stmt = (select(peer_cards)
-            .where(c.workspace_id == workspace_id, c.observer_id == observer_id, c.observed_id == observed_id)
-            .where(c.updated_at <= as_of if as_of is not None else True)
-            .order_by(c.updated_at.desc(), c.event_id.desc()).limit(1))
-    return (await conn.execute(stmt)).mappings().first()
+    values = {"workspace_id": workspace_id, "observer_id": observer_id, "observed_id": observed_id, "as_of": as_of}
+    return (await conn.execute(_card_statement(as_of is not None), values)).mappings().first()
