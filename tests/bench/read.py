@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import shlex
 import shutil
@@ -55,7 +56,8 @@ from services.events import (  # noqa: E402
 )
 from services.llm.embeddings import LocalMiniLmEmbedder  # noqa: E402
 from services.llm.settings import EmbeddingSettings  # noqa: E402
-from tests.bench.ingest import idle_check, machine, pct, pin_fresh_ports, stop_others  # noqa: E402
+from tests.bench.ingest import (  # noqa: E402
+    CpuMeter, idle_check, machine, pct, pin_fresh_ports, stack_pids, stop_others)
 
 WORKSPACE = "bench-read"
 BENCH = ProducerInfo(component="bench-read", version="0.1.0")
@@ -248,7 +250,8 @@ def calls(p: dict):
             "SearchMessages session": search_session, "SearchMessages peer": search_peer}
 
 
-async def measure(port: int, call, clients: int, warmup: float, seconds: float, rate: float = 0.0) -> dict:
+async def measure(port: int, call, clients: int, warmup: float, seconds: float, rate: float = 0.0,
+                  meter: CpuMeter | None = None) -> dict:
     """Closed loop (rate 0: each client calls again as soon as it has an answer) or paced (`rate` calls/s
     offered in total, spread evenly over the clients; a late call is sent at once, never skipped)."""
     latencies: list[float] = []
@@ -276,8 +279,13 @@ async def measure(port: int, call, clients: int, warmup: float, seconds: float, 
                 if now >= measure_from:
                     latencies.append((done - now) * 1000)
 
+    if meter is not None:
+        asyncio.get_running_loop().call_later(warmup, meter.start)
     await asyncio.gather(*(client(i) for i in range(clients)))
-    return {"calls": len(latencies), "calls_per_s": round(len(latencies) / seconds, 1), "errors": len(errors),
+    cpu = meter.stop() if meter is not None else {}
+    per_call = {name: round(cores * seconds * 1000 / max(1, len(latencies)), 2) for name, cores in cpu.items()
+                if name in ("api", "postgres", "bench_clients")}
+    return {"calls": len(latencies), "cpu_cores": cpu, "cpu_ms_per_call": per_call, "calls_per_s": round(len(latencies) / seconds, 1), "errors": len(errors),
             "first_error": errors[0] if errors else None,
             "latency_ms": {"p50": pct(latencies, 50), "p95": pct(latencies, 95), "p99": pct(latencies, 99),
                            "max": pct(latencies, 100)}}
@@ -318,8 +326,10 @@ async def load(state, p: dict, args) -> dict:
                 continue
             log(f"measuring {name} ({mode}): {args.clients} clients, {args.seconds:g} s after {args.warmup:g} s warm-up")
             busy = idle_check(1.0)
+            meter = CpuMeter({**stack_pids(Path(state.root), state), "bench_clients": [os.getpid()]},
+                             with_children={"postgres"})
             out.setdefault(mode, {})[name] = {**await measure(state.api_port, call, args.clients, args.warmup,
-                                                              args.seconds, rate),
+                                                              args.seconds, rate, meter),
                                               "machine_busy_pct_before": busy}
             log(f"  {out[mode][name]}")
     return out
