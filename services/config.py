@@ -63,6 +63,10 @@ class ApiSettings(BaseSettings):
         10.0, description="longest a read waits for the projections to reach a consistency token"
     )
     metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics on this port (0: off)")
+    processes: int = Field(1, ge=1, le=64, description="server processes sharing the port (SO_REUSEPORT; the kernel "
+                           "spreads connections over them): one Python process uses about one core, so set it to "
+                           "the cores the API may use. Above 1 the port must be fixed and only the first process "
+                           "serves metrics")
 
 
 class WorkerSettings(BaseSettings):

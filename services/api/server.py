@@ -129,8 +129,10 @@ async def start(settings: Settings) -> RunningServer:
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
     ctx = ApiContext(engine=engine, log=event_log, freshness=Freshness(engine, settings.api.consistency_wait_s),
                      embedder=embedder, dialectic=_dialectic(settings, engine, embedder))
-    # without SO_REUSEPORT a second server on a taken port fails loudly instead of sharing it
-    server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=[("grpc.so_reuseport", 0)])
+    # without SO_REUSEPORT a second server on a taken port fails loudly instead of sharing it; with
+    # several processes (services/api/processes.py) they share it on purpose
+    shared = settings.api.processes > 1
+    server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=[("grpc.so_reuseport", int(shared))])
     _register(server, ctx)
     port = server.add_insecure_port(f"{settings.api.host}:{settings.api.port}")
     await server.start()
@@ -138,10 +140,10 @@ async def start(settings: Settings) -> RunningServer:
     return RunningServer(server, port, ctx)
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, metrics: bool = True) -> None:
     """Serve until SIGTERM/SIGINT, then drain in-flight calls."""
     running = await start(settings)
-    if settings.api.metrics_port:
+    if settings.api.metrics_port and metrics:
         start_http_server(settings.api.metrics_port, addr=settings.api.host)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -28,10 +28,10 @@ def _logging() -> None:
 @app.command()
 def serve() -> None:
     """Run the gRPC API server until SIGTERM."""
-    from services.api.server import serve as run
+    from services.api.processes import run
 
     _logging()
-    asyncio.run(run(Settings()))
+    run(Settings())
 
 
 @app.command()

@@ -1,4 +1,4 @@
-"""Run peerlog processes (the Faust worker) as real subprocesses, so tests can kill them."""
+"""Run peerlog processes (the worker, the API server) as real subprocesses, so tests can kill them."""
 
 from __future__ import annotations
 
@@ -23,16 +23,18 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 class Worker:
-    """`peerlog worker` in a subprocess, logging to a file."""
+    """`peerlog worker` (or another `command`) in a subprocess, logging to a file."""
 
-    def __init__(self, settings: Settings, log_path: Path, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, settings: Settings, log_path: Path, extra_env: dict[str, str] | None = None,
+                 command: str = "worker") -> None:
         self.env = {**os.environ, **settings_env(settings), **(extra_env or {})}
         self.log_path = log_path
+        self.command = command
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Worker:
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", "worker"], env=self.env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", self.command], env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         return self
 

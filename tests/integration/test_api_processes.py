@@ -1,0 +1,102 @@
+"""`peerlog serve` with PEERLOG_API_PROCESSES=2: two server processes on one port, supervised as one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from infra.postgres.embedded import free_port
+from infra.stack import wait_for_api
+from peerlog.v1 import workspaces_pb2, workspaces_pb2_grpc
+from tests.support.processes import Worker
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(p) for p in text.split()]
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[8:-1])
+    return out
+
+
+def _established_on(port: int) -> set[str]:
+    """Inodes of established TCP connections whose local end is `port`."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "01":
+                inodes.add(fields[9])
+    return inodes
+
+
+def _server_pids(parent: int) -> list[int]:
+    """The supervising process and its server children (multiprocessing's resource tracker is not one)."""
+    return [parent] + [c for c in _children(parent) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+@pytest.fixture
+def two_process_api(settings, projector, tmp_path):
+    port = free_port()
+    api = Worker(settings, tmp_path / "api.log", {"PEERLOG_API_PORT": str(port), "PEERLOG_API_PROCESSES": "2"},
+                 command="serve").start()
+    try:
+        wait_for_api(port, timeout=60)
+        yield api, port
+    finally:
+        api.stop()
+        print(api.log_text()[-3000:])
+
+
+def test_two_api_processes_share_the_port_and_both_serve_calls(two_process_api):
+    api, port = two_process_api
+    # each channel its own connection, like 16 separate clients (channels in one process share by default)
+    channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(16)]
+    try:
+        for i, ch in enumerate(channels):
+            reply = workspaces_pb2_grpc.WorkspaceServiceStub(ch).GetOrCreateWorkspace(
+                workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id=f"w{i % 3}"), timeout=30)
+            assert reply.workspace.workspace_id == f"w{i % 3}"
+        established = _established_on(port)
+        holding = [pid for pid in _server_pids(api.proc.pid) if _socket_inodes(pid) & established]
+        # 16 connections spread by the kernel: all on one process would be a 1 in 32,768 chance
+        assert len(holding) == 2, f"only {holding} hold client connections"
+    finally:
+        for ch in channels:
+            ch.close()
+
+
+def test_when_one_api_process_dies_the_whole_server_stops_so_a_supervisor_notices(two_process_api):
+    api, port = two_process_api
+    servers = _server_pids(api.proc.pid)
+    assert len(servers) == 2
+    os.kill(servers[1], signal.SIGKILL)
+    api.proc.wait(timeout=30)
+    assert "exited with" in api.log_text()
+
+
+def test_sigterm_stops_every_api_process(two_process_api):
+    api, _ = two_process_api
+    servers = _server_pids(api.proc.pid)
+    api.proc.send_signal(signal.SIGTERM)
+    api.proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]
+              for p in servers[1:]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in servers[1:] if Path(f"/proc/{p}").exists()
+                and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"]
