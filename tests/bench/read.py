@@ -263,7 +263,9 @@ async def measure(port: int, call, clients: int, warmup: float, seconds: float, 
         rng = random.Random(i)
         interval = clients / rate if rate else 0.0
         due = start + interval * i / clients
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        # its own TCP connection, like a separate client (channels in one process share one by default)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}",
+                                             options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
             while True:
                 if interval:
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
@@ -327,7 +329,7 @@ async def load(state, p: dict, args) -> dict:
             log(f"measuring {name} ({mode}): {args.clients} clients, {args.seconds:g} s after {args.warmup:g} s warm-up")
             busy = idle_check(1.0)
             meter = CpuMeter({**stack_pids(Path(state.root), state), "bench_clients": [os.getpid()]},
-                             with_children={"postgres"})
+                             with_children={"postgres", "api"})  # api: with PEERLOG_API_PROCESSES > 1
             out.setdefault(mode, {})[name] = {**await measure(state.api_port, call, args.clients, args.warmup,
                                                               args.seconds, rate, meter),
                                               "machine_busy_pct_before": busy}
