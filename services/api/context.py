@@ -3,6 +3,9 @@ Chat's agent and who we are."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -24,3 +27,17 @@ class ApiContext:
     embedder: Embedder  # one per server: the local model loads once, on first use
     producer: ProducerInfo = API_PRODUCER
     dialectic: Dialectic | None = None  # Chat's agent, with one model client per reasoning level
+
+    @asynccontextmanager
+    async def embedding(self, text: str) -> AsyncIterator[asyncio.Future]:
+        """The vector of `text` (None for no text) as a future, computed in a thread (ONNX Runtime runs
+        without the GIL) while the caller reads what does not need it."""
+        future = asyncio.ensure_future(self._embed(text))
+        try:
+            yield future
+        finally:
+            if not future.done():  # the caller failed: let the thread finish, nobody needs its vector
+                future.add_done_callback(lambda f: f.exception())
+
+    async def _embed(self, text: str) -> list[float] | None:
+        return (await self.embedder.embed([text]))[0] if text else None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -60,10 +58,6 @@ def _obs(row, premises) -> Obs:
                confidence=row["confidence"] or "", pattern_type=row["pattern_type"] or "")
 
 
-async def _query_vector(ctx: ApiContext, text: str) -> list[float] | None:
-    return (await ctx.embedder.embed([text]))[0] if text else None
-
-
 def _dedup(rows):
     seen = set()
     for r in rows:
@@ -96,24 +90,12 @@ async def _check_scope(conn: AsyncConnection, q: ContextQuery, observer: str, ta
     await check_scope(conn, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
 
 
-@asynccontextmanager
-async def _embedding(ctx: ApiContext, text: str):
-    """The query's vector as a future, computed in a thread (ONNX Runtime runs without the GIL) while
-    the caller reads everything that does not need it."""
-    future = asyncio.ensure_future(_query_vector(ctx, text))
-    try:
-        yield future
-    finally:
-        if not future.done():  # the caller failed: let the thread finish, nobody needs its vector
-            future.add_done_callback(lambda f: f.exception())
-
-
 async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     await ctx.freshness.wait(token)
     q = _check(q)
     observer, target = q.observer_id, q.target_id or q.observer_id
     ranked, card = [], []
-    async with _embedding(ctx, q.search_query if observer else "") as vector, ctx.engine.connect() as conn:
+    async with ctx.embedding(q.search_query if observer else "") as vector, ctx.engine.connect() as conn:
         await _check_scope(conn, q, observer, target, [q.session_id])
         if observer:
             row = await queries.peer_card(conn, q.workspace_id, observer, target)
@@ -132,7 +114,7 @@ async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> li
     await ctx.freshness.wait(token)
     q = _check(q)
     target = q.target_id or q.observer_id
-    async with _embedding(ctx, q.search_query) as vector, ctx.engine.connect() as conn:
+    async with ctx.embedding(q.search_query) as vector, ctx.engine.connect() as conn:
         await _check_scope(conn, q, q.observer_id, target, [])
         ranked = await _ranked(conn, q, q.observer_id, target, await vector)
     return sorted(ranked, key=lambda o: o.created_key)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 
 from sqlalchemy import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.message_search import MessageSearch, search_messages
 from services.api import validation as v
 from services.api.context import ApiContext
-from services.api.writes import require_scope
+from services.api.writes import check_scope
 from services.errors import InvalidArgument
 
 MAX_SEARCH_QUERY_CHARS = 10_000
@@ -31,10 +31,10 @@ def _checked(q: MessageSearch) -> MessageSearch:
     return q
 
 
-def _require_scope(ctx: ApiContext, q: MessageSearch):
+def _check_scope(conn: AsyncConnection, q: MessageSearch):
     peers = {**{f"author_peer_ids[{i}]": p for i, p in enumerate(q.author_ids)},
              **({"perspective_peer_id": q.perspective_id} if q.perspective_id else {})}
-    return require_scope(ctx, q.workspace_id, q.session_ids, **peers)
+    return check_scope(conn, q.workspace_id, q.session_ids, **peers)
 
 
 async def search(ctx: ApiContext, q: MessageSearch, token: str) -> list[RowMapping]:
@@ -44,7 +44,7 @@ async def search(ctx: ApiContext, q: MessageSearch, token: str) -> list[RowMappi
     """
     q = _checked(q)
     await ctx.freshness.wait(token)
-    # the query is embedded (in a thread) while the scope is checked; a NotFound discards the vector
-    _, (vector,) = await asyncio.gather(_require_scope(ctx, q), ctx.embedder.embed([q.query]))
-    async with ctx.engine.connect() as conn:
-        return await search_messages(conn, replace(q, vector=vector, limit=q.limit or DEFAULT_LIMIT))
+    # the query is embedded while the scope is checked; a NotFound discards the vector
+    async with ctx.embedding(q.query) as vector, ctx.engine.connect() as conn:
+        await _check_scope(conn, q)
+        return await search_messages(conn, replace(q, vector=await vector, limit=q.limit or DEFAULT_LIMIT))
