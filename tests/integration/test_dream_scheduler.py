@@ -121,7 +121,9 @@ async def test_after_a_dream_the_cooldown_holds_the_next_until_a_tick_finds_it_o
 
 
 async def test_an_idle_wait_survives_a_worker_restart(channel, settings, start_worker):
-    worker = start_worker("router,dream-scheduler", **{**SCHEDULE, "PEERLOG_DREAM_IDLE_S": "6"})
+    # 15 s: the kill must land inside the idle wait even when a busy machine slows the steps before it
+    idle = {**SCHEDULE, "PEERLOG_DREAM_IDLE_S": "15"}
+    worker = start_worker("router,dream-scheduler", **idle)
     c = Client(channel)
     await c.setup_conversation("w", "s")
     await bob_says(c, settings, "hello", 1)
@@ -129,6 +131,6 @@ async def test_an_idle_wait_survives_a_worker_restart(channel, settings, start_w
     time.sleep(2)  # the scheduler has counted them and is waiting out the idle time
     worker.kill()
     assert pair_dreams(settings) == []
-    start_worker("router,dream-scheduler", **{**SCHEDULE, "PEERLOG_DREAM_IDLE_S": "6"})
+    start_worker("router,dream-scheduler", **idle)
     dream = eventually(lambda: pair_dreams(settings), 60)[0]
     assert dream["new_explicit"] == 3 and dream["reason"] == "threshold"
