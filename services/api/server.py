@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from dataclasses import dataclass
@@ -51,7 +52,8 @@ from services.bus.producer import EventLog
 from services.config import LEVELS
 from services.dialectic.agent import Dialectic
 from services.llm.client import ModelClient
-from services.llm.embeddings import make_embedder
+from services.llm.embeddings import LocalMiniLmEmbedder, make_embedder
+from services.llm.tokens import count_tokens
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -140,9 +142,21 @@ async def start(settings: Settings) -> RunningServer:
     return RunningServer(server, port, ctx)
 
 
+async def _warm(ctx: ApiContext) -> None:
+    """Load the tokenizer and a local embedding model now rather than in the first caller's request."""
+    count_tokens("warm-up")
+    if isinstance(ctx.embedder, LocalMiniLmEmbedder):
+        await ctx.embedder.embed(["warm-up"])
+
+
 async def serve(settings: Settings, metrics: bool = True) -> None:
     """Serve until SIGTERM/SIGINT, then drain in-flight calls."""
     running = await start(settings)
+    await _warm(running.ctx)
+    # what exists now lives as long as the process: keep the collector from re-scanning it on every
+    # full collection (a GetContext allocates thousands of rows, strings and messages)
+    gc.collect()
+    gc.freeze()
     if settings.api.metrics_port and metrics:
         start_http_server(settings.api.metrics_port, addr=settings.api.host)
     stop = asyncio.Event()
