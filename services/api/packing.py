@@ -65,6 +65,10 @@ def _render_item(o: Obs) -> str:
     return "\n".join([head, *(f"  - {label}: {p.content}" for p in o.premises if label)])
 
 
+def _heading(level: str) -> str:
+    return f"## {level.capitalize()}"
+
+
 def render_representation(kept: Sequence[Obs]) -> str:
     """Markdown, one section per level that has observations, each in time order. Deductive ones list
     their premises, inductive ones their pattern type, confidence and sources, contradictions what clashes."""
@@ -73,7 +77,7 @@ def render_representation(kept: Sequence[Obs]) -> str:
     for level in LEVELS:
         items = [_render_item(o) for o in ordered if o.level == level]
         if items:
-            sections.append(f"## {level.capitalize()}\n" + "\n".join(items))
+            sections.append(f"{_heading(level)}\n" + "\n".join(items))
     return "\n\n".join(sections)
 
 
@@ -84,20 +88,29 @@ def render_line(line: Line) -> str:
 def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> tuple[int, str, int]:
     """The most best-ranked observations whose markdown fits `room`: (how many, the markdown, its tokens).
 
-    Binary search over prefixes (a longer prefix renders more text, so its count does not shrink): a
-    few counts of the whole markdown instead of one per dropped observation. The count of the answer
-    is exact, so the budget holds even if the tokenizer were to break that monotonicity somewhere."""
+    The headings' and the items' own counts estimate where the cut falls (the tokenizer splits at line
+    breaks, so they nearly add up); the whole markdown is then counted exactly around that point,
+    usually twice, instead of once per dropped observation. The count of the answer is exact, so the
+    budget always holds."""
     def cost(n: int) -> tuple[str, int]:
         text = render_representation(ranked[:n])
         return text, count(text)
     text, tokens = cost(len(ranked))
     if tokens <= room:
         return len(ranked), text, tokens
-    low, high = 0, len(ranked)  # prefix `low` fits, `high` does not
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if cost(mid)[1] <= room else (low, mid)
-    return (low, *cost(low))
+    n, used = 0, count("\n".join(_heading(level) for level in LEVELS if any(o.level == level for o in ranked)))
+    for item in ranked:
+        used += count(_render_item(item))
+        if used > room:
+            break
+        n += 1
+    text, tokens = cost(n)
+    while tokens > room:  # the section headings the estimate left out
+        n -= 1
+        text, tokens = cost(n)
+    while n + 1 < len(ranked) and (wider := cost(n + 1))[1] <= room:  # tokens merging across lines
+        n, (text, tokens) = n + 1, wider
+    return n, text, tokens
 
 
 def _fit_representation(ranked: Sequence[Obs], card: Sequence[str], budget: int, count: Count):
