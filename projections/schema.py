@@ -318,6 +318,20 @@ dead_letters = Table(
     Column("failed_at", TS, nullable=False),
 )
 
+# each pair's current derivation (the latest DerivationPromoted); a pair without a row reads "" (the original)
+current_derivations = Table(
+    "current_derivations",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("observer_id", Text, nullable=False),
+    Column("observed_id", Text, nullable=False),
+    Column("derivation", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("promoted_at", TS, nullable=False),
+    Column("event_id", Text, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "observer_id", "observed_id"),
+)
+
 # next offset to read per partition, written in the same transaction as the rows it produced
 projection_offsets = Table(
     "projection_offsets",
@@ -354,6 +368,6 @@ projection_meta = Table(
 # pending_message_embeddings is left out: what waits there depends on the order topics were read in
 DATA_TABLES = (
     workspaces, peers, sessions, memberships, messages, perceptions, observations, observation_sources,
-    premises, observation_events, rejected_observations, derivation_batches, dreams, peer_cards, summaries, dead_letters, projection_offsets,
+    premises, observation_events, rejected_observations, derivation_batches, current_derivations, dreams, peer_cards, summaries, dead_letters, projection_offsets,
     quarantine,
 )
