@@ -59,11 +59,12 @@ class ObservationFilter:
 
     def where(self, table=observations, bound: bool = True) -> list:
         c, v = table.c, (lambda name, **kw: self.value(name, bound, **kw))
+        as_of = v("as_of") if self.as_of is not None else None  # as of then: the derivation current then
+        current = current_label(v("workspace_id"), v("observer_id"), v("observed_id"), as_of)
         out = [c.workspace_id == v("workspace_id"), c.observer_id == v("observer_id"),
                c.observed_id == v("observed_id"),
                # a named derivation's label, or (no name: NULL) the label of the pair's current one
-               c.derivation == func.coalesce(v("derivation"),
-                                             current_label(v("workspace_id"), v("observer_id"), v("observed_id")))]
+               c.derivation == func.coalesce(v("derivation"), current)]
         if self.allowed_sessions is not None:
             out.append(_allowed_by_sessions(self, c, bound))
         if self.levels:

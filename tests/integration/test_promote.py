@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from peerlog.v1 import context_pb2, context_pb2_grpc
 from projections.rebuild import rebuild
@@ -47,6 +50,8 @@ async def test_a_promoted_derivation_is_read_by_default_and_the_live_deriver_wri
     await until(lambda: c.processing_status("w"), lambda s: s.counts.pending == 1)
     original = current_rows(settings)
     assert len(original) == 3
+    before_promotion = Timestamp()
+    before_promotion.FromDatetime(datetime.now(UTC))
 
     report = await promote(here, "v2", Scope("w", "alice", "alice"), model=V2_MODEL, reason="better model",
                            progress=lambda _: None)
@@ -73,6 +78,9 @@ async def test_a_promoted_derivation_is_read_by_default_and_the_live_deriver_wri
         context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice",
                                              consistency={"consistency_token": after.consistency_token}))
     assert sorted(contents(representation.observations)) == sorted(contents(current))
+    then = await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(
+        context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice", as_of=before_promotion))
+    assert sorted(contents(then.observations)) == sorted(contents(old)[:2])  # as of then: the original, as it was
     status = await until(lambda: c.processing_status("w"), lambda s: s.counts.done == 5)
     assert status.counts.pending == status.counts.in_flight == status.counts.dead_lettered == 0
 
