@@ -109,10 +109,10 @@ async def rederive(settings, name: str, scope: Scope, model: str = "",
 
 
 class Rederivation:
-    """One run deriving into derivation `label`: its deriver and log, its counts and consistency token."""
+    """One run deriving into derivation `name`: its deriver and log, its counts and consistency token."""
 
-    def __init__(self, settings, label: str, model: str = "", progress: Callable[[str], None] = print) -> None:
-        self.settings, self.label, self.model, self.progress = settings, stored_derivation(label), model, progress
+    def __init__(self, settings, name: str, model: str = "", progress: Callable[[str], None] = print) -> None:
+        self.settings, self.label, self.model, self.progress = settings, stored_derivation(name), model, progress
         self.pairs: set[str] = set()
         self.batches = self.messages = self.events = self.perceived = 0
         self.written = ConsistencyToken.of([])
