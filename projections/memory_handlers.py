@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection
 from sqlalchemy.dialects.postgresql import insert
 
+from projections.derivations import derivation_promoted
 from projections.inserts import insert_new
 from projections.observation_handlers import OBSERVATION_HANDLERS
 from projections.schema import (
@@ -21,6 +22,7 @@ from services.events import (
     BatchDerived,
     DerivationDeadLettered,
     DerivationDue,
+    DerivationPromoted,
     DerivationStarted,
     MessagePerceived,
     PeerCardUpdated,
@@ -111,6 +113,7 @@ def summary_dead_lettered(conn: Connection, events: Sequence[SummaryDeadLettered
 MEMORY_HANDLERS = {
     MessagePerceived: message_perceived,
     DerivationDue: derivation_due,
+    DerivationPromoted: derivation_promoted,
     **OBSERVATION_HANDLERS,
     DerivationStarted: derivation_started,
     BatchDerived: batch_derived,

@@ -11,6 +11,7 @@ from sqlalchemy import RowMapping, Text, bindparam, case, func, literal, select,
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from projections.derivations import current_label
 from projections.schema import (
     derivation_batches,
     dreams,
@@ -236,12 +237,17 @@ def _perceived_in(scope: StatusScope):
     return stmt.subquery("perceived")
 
 
+def _current(b):
+    """Batches of their pair's current derivation: status speaks of what reads serve."""
+    return b.derivation == current_label(b.workspace_id, b.observer_id, b.observed_id)
+
+
 def _batched_in(scope: StatusScope):
     """Per (pair, message) in a batch: the rank of the best state any of its batches reached."""
     b = derivation_batches.c
     rank = case(*[(b.state == s, i) for i, s in enumerate(BATCH_STATES)], else_=len(BATCH_STATES))
     stmt = select(b.observer_id, b.observed_id, func.unnest(b.message_ids).label("message_id"),
-                  rank.label("rank")).where(b.workspace_id == scope.workspace_id, b.derivation == "")
+                  rank.label("rank")).where(b.workspace_id == scope.workspace_id, _current(b))
     if scope.observer_id:
         stmt = stmt.where(b.observer_id == scope.observer_id)
     if scope.observed_id:
@@ -276,7 +282,7 @@ async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit
     if scope.session_id:
         in_scope = in_scope.where(p.session_id == scope.session_id)
     stmt = select(derivation_batches).where(
-        b.workspace_id == scope.workspace_id, b.derivation == "", b.state == "dead_lettered", in_scope.exists()
+        b.workspace_id == scope.workspace_id, _current(b), b.state == "dead_lettered", in_scope.exists()
     )
     if scope.observer_id:
         stmt = stmt.where(b.observer_id == scope.observer_id)

@@ -154,7 +154,7 @@ observations = Table(
     Column("created_at", TS, nullable=False),
     Column("batch_id", Text, nullable=True),
     Column("dream_id", Text, nullable=True),
-    Column("derivation", Text, nullable=False, server_default=""),  # "" is the current derivation
+    Column("derivation", Text, nullable=False, server_default=""),  # "" is the original; see derivations.py
     Column("premise_superseded_at", TS, nullable=True),  # a premise in its closure stopped being current
     Column("superseded_by", Text, nullable=True),
     Column("superseded_at", TS, nullable=True),
@@ -318,6 +318,22 @@ dead_letters = Table(
     Column("failed_at", TS, nullable=False),
 )
 
+# every DerivationPromoted, numbered per pair in log order: the latest is the pair's current derivation,
+# the latest promoted by a time is the one an as-of read follows; a pair without a row reads "" (the original)
+derivation_promotions = Table(
+    "derivation_promotions",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("observer_id", Text, nullable=False),
+    Column("observed_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("derivation", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("promoted_at", TS, nullable=False),
+    Column("event_id", Text, nullable=False, unique=True),
+    PrimaryKeyConstraint("workspace_id", "observer_id", "observed_id", "seq"),
+)
+
 # next offset to read per partition, written in the same transaction as the rows it produced
 projection_offsets = Table(
     "projection_offsets",
@@ -354,6 +370,6 @@ projection_meta = Table(
 # pending_message_embeddings is left out: what waits there depends on the order topics were read in
 DATA_TABLES = (
     workspaces, peers, sessions, memberships, messages, perceptions, observations, observation_sources,
-    premises, observation_events, rejected_observations, derivation_batches, dreams, peer_cards, summaries, dead_letters, projection_offsets,
+    premises, observation_events, rejected_observations, derivation_batches, derivation_promotions, dreams, peer_cards, summaries, dead_letters, projection_offsets,
     quarantine,
 )

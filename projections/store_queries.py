@@ -11,7 +11,9 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy import RowMapping, bindparam, func, literal_column, select, tuple_, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from projections.derivations import current_label
 from projections.schema import observation_events, observation_sources, observations, premises
+from services.events import stored_derivation
 
 
 # everything of an observation row but its vector and search columns, which no reader returns
@@ -33,7 +35,8 @@ class ObservationFilter:
     allowed_sessions: tuple[str, ...] | None = None
     # the store as it stood then: recorded by then, and superseded or deleted only after it
     as_of: datetime | None = None
-    derivation: str = ""  # "" is the current derivation; a name reads a re-derivation
+    # "" follows the pair's current derivation (projections/derivations.py); a name reads that one
+    derivation: str = ""
 
     def shape(self) -> tuple:
         """What decides the statement's structure; filters of one shape differ only in bound values."""
@@ -42,8 +45,9 @@ class ObservationFilter:
 
     def params(self) -> dict:
         """The values a statement built with `bound=False` is executed with."""
+        named = stored_derivation(self.derivation) if self.derivation else None  # None: the current one
         return {"f_workspace_id": self.workspace_id, "f_observer_id": self.observer_id,
-                "f_observed_id": self.observed_id, "f_derivation": self.derivation,
+                "f_observed_id": self.observed_id, "f_derivation": named,
                 "f_levels": list(self.levels), "f_session_id": self.session_id,
                 "f_allowed": list(self.allowed_sessions or ()), "f_as_of": self.as_of}
 
@@ -55,8 +59,12 @@ class ObservationFilter:
 
     def where(self, table=observations, bound: bool = True) -> list:
         c, v = table.c, (lambda name, **kw: self.value(name, bound, **kw))
+        as_of = v("as_of") if self.as_of is not None else None  # as of then: the derivation current then
+        current = current_label(v("workspace_id"), v("observer_id"), v("observed_id"), as_of)
         out = [c.workspace_id == v("workspace_id"), c.observer_id == v("observer_id"),
-               c.observed_id == v("observed_id"), c.derivation == v("derivation")]
+               c.observed_id == v("observed_id"),
+               # a named derivation's label, or (no name: NULL) the label of the pair's current one
+               c.derivation == func.coalesce(v("derivation"), current)]
         if self.allowed_sessions is not None:
             out.append(_allowed_by_sessions(self, c, bound))
         if self.levels:

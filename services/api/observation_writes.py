@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import uuid6
 
 from projections import queries
+from projections.derivations import current_derivation
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.observation_reads import require_observation
@@ -76,10 +77,12 @@ async def create_observations(
     await _check_sources(ctx, workspace_id, observer_id, new)
     # embedded here and carried in the events, so replaying the log never calls a model
     vectors = await ctx.embedder.embed([o.content for o in new])
+    async with ctx.engine.connect() as conn:  # a client's observations join the store reads serve
+        derivation = await current_derivation(conn, workspace_id, observer_id, observed_id)
     events = [
         ObservationAdded(workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id,
-                         observation_id=str(uuid6.uuid7()), level=Level.EXPLICIT, content=o.content,
-                         session_id=o.session_id or None, sources=o.sources, embedding=tuple(vector),
+                         derivation=derivation, observation_id=str(uuid6.uuid7()), level=Level.EXPLICIT,
+                         content=o.content, session_id=o.session_id or None, sources=o.sources, embedding=tuple(vector),
                          embedding_model=ctx.embedder.model_name, producer=ctx.producer)
         for o, vector in zip(new, vectors, strict=True)
     ]
@@ -97,5 +100,5 @@ async def delete_observation(ctx: ApiContext, workspace_id: str, observation_id:
         )
     event = ObservationDeleted(workspace_id=workspace_id, observer_id=row["observer_id"],
                                observed_id=row["observed_id"], observation_id=observation_id, reason=reason,
-                               producer=ctx.producer)
+                               derivation=row["derivation"], producer=ctx.producer)
     return await commit(ctx, [event])

@@ -11,6 +11,7 @@ from services.events import (
     BatchDerived,
     DerivationDeadLettered,
     DerivationDue,
+    DerivationPromoted,
     DerivationStarted,
     DreamCheckDue,
     DreamCompleted,
@@ -70,7 +71,8 @@ SESSIONS = TopicSpec(
 PERCEIVED = TopicSpec(
     name="perceived",
     key="workspace/observer/observed",
-    events=(MessagePerceived, DerivationDue),
+    # a promotion sits among the pair's perceptions: the deriver switches derivation exactly there
+    events=(MessagePerceived, DerivationDue, DerivationPromoted),
 )
 OBSERVATIONS = TopicSpec(
     name="observations",

@@ -1,4 +1,4 @@
-"""`peerlog derivations compare`: a pair's current store beside a named re-derivation."""
+"""`peerlog derivations compare`: a pair's current store (or another derivation) beside a named one."""
 
 from __future__ import annotations
 
@@ -20,13 +20,15 @@ def _contents(stub, workspace: str, observer: str, observed: str, derivation: st
             return out
 
 
-def comparison(address: str, workspace: str, observer: str, observed: str, name: str) -> Table:
+def comparison(address: str, workspace: str, observer: str, observed: str, name: str, base: str = "") -> Table:
+    """`base` ("" = the pair's current derivation) on the left, derivation `name` on the right."""
     with grpc.insecure_channel(address) as channel:
         stub = observations_pb2_grpc.ObservationServiceStub(channel)
-        current = _contents(stub, workspace, observer, observed, "")
+        current = _contents(stub, workspace, observer, observed, base)
         named = _contents(stub, workspace, observer, observed, name)
-    table = Table(title=f"({observer}, {observed}): current vs {name}")
-    table.add_column(f"current ({len(current)})")
+    left = base or "current"
+    table = Table(title=f"({observer}, {observed}): {left} vs {name}")
+    table.add_column(f"{left} ({len(current)})")
     table.add_column(f"{name} ({len(named)})")
     only_current, only_named = set(current) - set(named), set(named) - set(current)
     for i in range(max(len(current), len(named))):

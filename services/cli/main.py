@@ -91,7 +91,29 @@ def rederive(
     observer, observed = _pair_option(pair)
     report = asyncio.run(run(Settings(), name, Scope(workspace, observer, observed), model))
     typer.echo(f"{report.name}: {report.pairs} pairs, {report.messages} messages, {report.batches} batches, "
-               f"{report.events} events")
+               f"{report.events} events, {report.skipped} messages already there")
+
+
+@derivations.command("promote")
+def derivations_promote(
+    name: str = typer.Argument(..., help="the derivation to make current; 'original' goes back to the first one"),
+    workspace: str = typer.Option(..., "--workspace", "-w"),
+    pair: str = typer.Option("", "--pair", help="OBSERVER/OBSERVED"),
+    all_pairs: bool = typer.Option(False, "--all-pairs", help="every pair the workspace has perceived so far"),
+    model: str = typer.Option("", "--model", help="the chat model for the catch-up; default: the deriver's"),
+    reason: str = typer.Option("", "--reason", help="why, kept on the DerivationPromoted event"),
+) -> None:
+    """Make a derivation the current one (reads and the live deriver follow it); derive what it lacks first."""
+    from services.deriver.promote import promote
+    from services.deriver.rederive import Scope
+
+    if bool(pair) == all_pairs:
+        raise typer.BadParameter("give either --pair OBSERVER/OBSERVED or --all-pairs")
+    observer, observed = _pair_option(pair)
+    report = asyncio.run(promote(Settings(), name, Scope(workspace, observer, observed), model, reason))
+    typer.echo(f"{report.name} is current for {report.pairs} pairs: {report.messages} messages caught up in "
+               f"{report.batches} batches, {report.skipped} already there or left to the live deriver; "
+               f"consistency token {report.consistency_token}")
 
 
 @derivations.command("compare")
@@ -99,16 +121,17 @@ def derivations_compare(
     name: str = typer.Option(..., "--name"),
     workspace: str = typer.Option(..., "--workspace", "-w"),
     pair: str = typer.Option(..., "--pair", help="OBSERVER/OBSERVED"),
+    base: str = typer.Option("", "--base", help="the derivation on the left ('original', a name); default: current"),
     address: str = typer.Option("", help="the API's host:port; default: PEERLOG_API_HOST/PORT"),
 ) -> None:
-    """Print a pair's current observations beside those of a named derivation."""
+    """Print a pair's current observations (or --base's) beside those of a named derivation."""
     from rich.console import Console
 
     from services.cli.derivations import comparison
 
     api = Settings().api
     observer, observed = _pair_option(pair)
-    Console().print(comparison(address or f"{api.host}:{api.port}", workspace, observer, observed, name))
+    Console().print(comparison(address or f"{api.host}:{api.port}", workspace, observer, observed, name, base))
 
 
 @projector.command("run")

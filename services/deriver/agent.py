@@ -12,12 +12,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from services.bus.producer import Emitter
 from services.bus.runner import Get, State, Step
 from services.bus.topics import PERCEIVED
-from services.deriver.batching import add, due, next_window
+from services.deriver.batching import Batching, add, due, next_window
 from services.deriver.derive import Deriver
-from services.deriver.judge import Pair
+from services.deriver.judge import Known, Pair
 from services.deriver.state import dump_recent, load_batching, load_recent
 from services.deriver.store import ObservationStore
-from services.events import DerivationDue, Event, MessagePerceived, ProducerInfo
+from services.events import DerivationDue, DerivationPromoted, Event, MessagePerceived, ProducerInfo
 from services.events.perception import pair_of
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
@@ -47,23 +47,31 @@ class DeriverProcessor:
                                make_embedder(settings.embedding), store, self.emitter.emit)
 
     async def handle(self, get: Get, event: Event) -> Step:
-        if not isinstance(event, MessagePerceived | DerivationDue):
+        if not isinstance(event, MessagePerceived | DerivationDue | DerivationPromoted):
             return Step()
         batching = load_batching(get(event.key))
         if isinstance(event, MessagePerceived):
             batching = add(batching, event, count_tokens(event.content))
+        # a promotion first derives everything pending into the old derivation: no message changes label
+        switch = isinstance(event, DerivationPromoted) and event.derivation != batching.derivation
+        events, batching, recent = await self._drain(event, batching, load_recent(get(event.key + RECENT)), switch)
+        if switch:
+            batching, recent = batching.model_copy(update={"derivation": event.derivation}), []
+        states: dict[str, State | None] = {event.key: batching.model_dump(mode="json")}
+        if events or switch:  # the cache changes only then; rewriting it per message would bloat the changelog
+            states[event.key + RECENT] = dump_recent(recent, self.settings.recent_cache)
+        return Step(events, states)
+
+    async def _drain(self, event: Event, batching: Batching, recent: list[Known], everything: bool):
+        """Derive the pair's due windows (all of them with `everything`) into its current derivation."""
         events: list[Event] = []
-        states: dict[str, State | None] = {}
-        recent = load_recent(get(event.key + RECENT))
-        while due(batching, self.settings, datetime.now(UTC)):
+        pair = Pair(event.workspace_id, event.observer_id, event.observed_id, batching.derivation)
+        while batching.pending and (everything or due(batching, self.settings, datetime.now(UTC))):
             window, batching = next_window(batching, self.settings.window_tokens)
-            pair = Pair(event.workspace_id, event.observer_id, event.observed_id)
             outcome = await self.deriver.derive(pair, window, recent, event.event_id)
             events += outcome.events
             recent = outcome.recent
-            states[event.key + RECENT] = dump_recent(recent, self.settings.recent_cache)
-        states[event.key] = batching.model_dump(mode="json")
-        return Step(events, states)
+        return events, batching, recent
 
     async def tick(self, states: Mapping[str, State]) -> None:
         """The age limit must fire for a quiet pair too: a tick is an event, derived in-stream."""

@@ -27,6 +27,8 @@ class Batching(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     pending: tuple[Pending, ...] = ()
+    # the derivation (stored label) the pair's messages go into; DerivationPromoted moves it
+    derivation: str = ""
 
     @property
     def tokens(self) -> int:
@@ -43,7 +45,7 @@ def add(state: Batching, event: MessagePerceived, tokens: int) -> Batching:
     item = Pending(message_id=event.message_id, session_id=event.session_id, seq=event.seq,
                    content=event.content, created_at=event.created_at, tokens=tokens,
                    previous_turn=event.previous_turn, perceived_at=event.occurred_at)
-    return Batching(pending=(*state.pending, item))
+    return state.model_copy(update={"pending": (*state.pending, item)})
 
 
 def due(state: Batching, settings: DeriverSettings, now: datetime) -> bool:
@@ -64,4 +66,4 @@ def next_window(state: Batching, window_tokens: int) -> tuple[tuple[Pending, ...
             break
         taken.append(item)
         used += item.tokens
-    return tuple(taken), Batching(pending=state.pending[len(taken):])
+    return tuple(taken), state.model_copy(update={"pending": state.pending[len(taken):]})

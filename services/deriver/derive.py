@@ -55,7 +55,7 @@ class Deriver:
 
     async def derive(self, pair: Pair, window: Sequence[Pending], recent: list[Known], cause: str | None) -> Outcome:
         ids = tuple(p.message_id for p in window)
-        bid = batch_id(pair.workspace_id, pair.observer_id, pair.observed_id, ids)
+        bid = batch_id(pair.workspace_id, pair.observer_id, pair.observed_id, ids, pair.derivation)
         base = {**pair.fields(), "batch_id": bid, "message_ids": ids, "causation_id": cause}
         # visible at once (outside this batch's transaction), so status can show the batch in flight
         await self.emit([DerivationStarted(producer=self.producer(), **base)])

@@ -21,10 +21,11 @@ from services.events import (
 from services.events.text import normalise
 
 
-def batch_id(workspace: str, observer: str, observed: str, message_ids: Sequence[str]) -> str:
-    """Deterministic, so a batch retried after a crash keeps its id."""
+def batch_id(workspace: str, observer: str, observed: str, message_ids: Sequence[str], derivation: str = "") -> str:
+    """Deterministic, so a batch retried after a crash keeps its id; each derivation has its own ids."""
     raw = "/".join([workspace, observer, observed, *message_ids])
-    return hashlib.sha256(raw.encode()).hexdigest()[:24]
+    bid = hashlib.sha256(raw.encode()).hexdigest()[:24]
+    return hashlib.sha256(f"{derivation}/{bid}".encode()).hexdigest()[:24] if derivation else bid
 
 
 @dataclass(frozen=True)
@@ -40,13 +41,16 @@ class Known:
 
 @dataclass(frozen=True)
 class Pair:
+    """A pair's store as one derivation of it: everything derived for it carries that label."""
+
     workspace_id: str
     observer_id: str
     observed_id: str
+    derivation: str = ""  # the stored label: "" is the original live derivation
 
     def fields(self) -> dict:
         return {"workspace_id": self.workspace_id, "observer_id": self.observer_id,
-                "observed_id": self.observed_id}
+                "observed_id": self.observed_id, "derivation": self.derivation}
 
 
 @dataclass

@@ -2,15 +2,19 @@
 
 The perceived topic is the record of what each pair saw; replaying it through the deriver with another
 model or prompt yields a second store for the same pairs, stamped `derivation=<name>` on every event.
-Reads default to the current derivation (""), so nothing existing changes; a named one is read by name
-(ListObservations.derivation, `peerlog derivations compare`). Each batch is one log transaction.
+Reads follow each pair's current derivation (projections/derivations.py), so nothing existing changes;
+a named one is read by name (ListObservations.derivation, `peerlog derivations compare`). Each batch is
+one log transaction.
+
+It resumes: a message already in a finished batch of the derivation is skipped, and so is one perceived
+while the derivation was current (the live deriver writes those), so running it again, or to catch a
+derivation up after `peerlog derivations promote`, neither repeats nor misses a message.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -18,18 +22,19 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from services.bus.consistency import ConsistencyToken
 from services.bus.producer import EventLog
 from services.bus.streams import read, to_the_end
-from services.bus.topics import PERCEIVED
+from services.bus.topics import OBSERVATIONS, PERCEIVED
 from services.deriver.batching import Batching, add, next_window
 from services.deriver.derive import Deriver
-from services.deriver.judge import Known, Pair
+from services.deriver.judge import Pair
 from services.deriver.store import ObservationStore
-from services.events import Event, MessagePerceived
+from services.events import ORIGINAL, BatchDerived, DerivationPromoted, Event, MessagePerceived, stored_derivation
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.llm.settings import ModelStageSettings
 from services.llm.tokens import count_tokens
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+Seen = MessagePerceived | DerivationPromoted
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,7 @@ class Scope:
     observer_id: str = ""  # both or neither: one pair, or the whole workspace
     observed_id: str = ""
 
-    def covers(self, e: MessagePerceived) -> bool:
+    def covers(self, e: Event) -> bool:
         return e.workspace_id == self.workspace_id and (
             not self.observer_id or (e.observer_id, e.observed_id) == (self.observer_id, self.observed_id))
 
@@ -51,58 +56,109 @@ class Report:
     batches: int
     events: int
     consistency_token: str  # pass to a read to see the whole derivation
+    skipped: int = 0  # messages the derivation already had, or that the live deriver writes into it
 
 
-def labelled(event: Event, name: str) -> Event:
-    """The event as part of derivation `name`: its batch id is the name's own, so batch rows never collide."""
-    update = {"derivation": name}
-    if getattr(event, "batch_id", None):
-        update["batch_id"] = hashlib.sha256(f"{name}/{event.batch_id}".encode()).hexdigest()[:24]
-    return event.model_copy(update=update)
+def check_name(name: str) -> None:
+    """ValueError unless `name` can name a new derivation (ORIGINAL is the first live one's)."""
+    if not NAME.match(name) or name == ORIGINAL:
+        raise ValueError(f"derivation name {name!r} must match {NAME.pattern} and not be {ORIGINAL!r}")
 
 
-def perceived(settings, scope: Scope) -> dict[str, list[MessagePerceived]]:
-    """Every committed perception in scope, by pair key in log order (up to the end as of now)."""
-    by_pair: dict[str, list[MessagePerceived]] = {}
+def missing(history: Sequence[Seen], label: str, done: set[str]) -> list[MessagePerceived]:
+    """The pair's perceptions that derivation `label` lacks and the live deriver will not write into it:
+    perceived while another derivation was current, and in no finished batch of `label`."""
+    current, out = "", []
+    for e in history:
+        if isinstance(e, DerivationPromoted):
+            current = e.derivation
+        elif current != label and e.message_id not in done:
+            out.append(e)
+    return out
+
+
+def perceived(settings, scope: Scope) -> dict[str, list[Seen]]:
+    """Every committed perception and promotion in scope, by pair key in log order (up to the end as of now)."""
+    by_pair: dict[str, list[Seen]] = {}
     for msg in to_the_end(settings.kafka, PERCEIVED.full_name(settings.kafka.topic_prefix), timeout=3600):
         event = read(msg.value())
-        if isinstance(event, MessagePerceived) and scope.covers(event):
+        if isinstance(event, Seen) and scope.covers(event):
             by_pair.setdefault(event.key, []).append(event)
     return by_pair
 
 
+def derived(settings, scope: Scope, label: str) -> dict[str, set[str]]:
+    """Per pair key, the message ids in finished batches of derivation `label` (read from the log itself,
+    so a run right after another one sees all of it; a dead-lettered batch is tried again)."""
+    out: dict[str, set[str]] = {}
+    for msg in to_the_end(settings.kafka, OBSERVATIONS.full_name(settings.kafka.topic_prefix), timeout=3600):
+        event = read(msg.value())
+        if isinstance(event, BatchDerived) and event.derivation == label and scope.covers(event):
+            out.setdefault(event.key, set()).update(event.message_ids)
+    return out
+
+
 async def rederive(settings, name: str, scope: Scope, model: str = "",
                    progress: Callable[[str], None] = print) -> Report:
-    """Derive every perception in scope again into derivation `name`, with `model` (default: the deriver's)."""
-    if not NAME.match(name):
-        raise ValueError(f"derivation name {name!r} must match {NAME.pattern}")
-    stage = settings.llm.stage("deriver")
-    stage = ModelStageSettings(**{**stage.model_dump(), **({"model": model} if model else {})})
-    log = EventLog(settings.kafka, client_id=f"peerlog-rederive-{name}")
-    log.start()
-    engine = create_async_engine(settings.database.url, pool_size=2)
-    store = ObservationStore(engine, settings.database.schema_name, derivation=name)
+    """Derive every perception in scope again into derivation `name`, with `model` (default: the deriver's),
+    skipping what `name` already holds."""
+    check_name(name)
+    async with Rederivation(settings, name, model, progress) as run:
+        await run.catch_up(scope, f"rederive:{name}")
+    return run.report()
 
-    async def emit(events):  # progress markers, labelled like everything else
-        await log.append([labelled(e, name) for e in events])
-    deriver = Deriver(settings.deriver, ModelClient("deriver", stage), make_embedder(settings.embedding), store, emit)
-    batches = messages = events = 0
-    written = ConsistencyToken.of([])
-    try:
-        by_pair = perceived(settings, scope)
-        for key, seen in by_pair.items():
-            pair, state = Pair(*key.split("/", 2)), Batching()
-            recent: list[Known] = []
-            for e in seen:
-                state = add(state, e, count_tokens(e.content))
-            while state.pending:
-                window, state = next_window(state, settings.deriver.window_tokens)
-                outcome = await deriver.derive(pair, window, recent, f"rederive:{name}")
-                recent = outcome.recent
-                written = written.merge(await log.append([labelled(e, name) for e in outcome.events]))
-                batches, messages, events = batches + 1, messages + len(window), events + len(outcome.events)
-            progress(f"{key}: {len(seen)} messages re-derived into {name!r}")
-        return Report(name, len(by_pair), messages, batches, events, written.encode())
-    finally:
-        log.close()
-        await engine.dispose()
+
+class Rederivation:
+    """One run deriving into derivation `name`: its deriver and log, its counts and consistency token."""
+
+    def __init__(self, settings, name: str, model: str = "", progress: Callable[[str], None] = print) -> None:
+        self.settings, self.label, self.model, self.progress = settings, stored_derivation(name), model, progress
+        self.pairs: set[str] = set()
+        self.batches = self.messages = self.events = self.perceived = 0
+        self.written = ConsistencyToken.of([])
+
+    async def __aenter__(self) -> Rederivation:
+        stage = self.settings.llm.stage("deriver")
+        stage = ModelStageSettings(**{**stage.model_dump(), **({"model": self.model} if self.model else {})})
+        self.log = EventLog(self.settings.kafka, client_id=f"peerlog-rederive-{self.label or ORIGINAL}")
+        self.log.start()
+        self.engine = create_async_engine(self.settings.database.url, pool_size=2)
+        self.deriver = Deriver(self.settings.deriver, ModelClient("deriver", stage),
+                               make_embedder(self.settings.embedding),
+                               ObservationStore(self.engine, self.settings.database.schema_name), self.log.append)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.log.close()
+        await self.engine.dispose()
+
+    async def append(self, events: Sequence[Event]) -> None:
+        self.written = self.written.merge(await self.log.append(events))
+
+    async def catch_up(self, scope: Scope, cause: str) -> None:
+        """Derive what the derivation lacks in scope (see `missing`), batch by batch, pair by pair."""
+        history, done = perceived(self.settings, scope), derived(self.settings, scope, self.label)
+        self.pairs |= set(history)
+        self.perceived = sum(isinstance(e, MessagePerceived) for seen in history.values() for e in seen)
+        for key, seen in history.items():
+            todo = missing(seen, self.label, done.get(key, set()))
+            await self._derive(Pair(*key.split("/", 2), self.label), todo, cause)
+            self.progress(f"{key}: {len(todo)} messages derived into {self.label or ORIGINAL!r}")
+
+    async def _derive(self, pair: Pair, todo: Sequence[MessagePerceived], cause: str) -> None:
+        state, recent = Batching(), []
+        for e in todo:
+            state = add(state, e, count_tokens(e.content))
+        while state.pending:
+            window, state = next_window(state, self.settings.deriver.window_tokens)
+            outcome = await self.deriver.derive(pair, window, recent, cause)
+            recent = outcome.recent
+            await self.append(outcome.events)
+            self.batches, self.messages = self.batches + 1, self.messages + len(window)
+            self.events += len(outcome.events)
+
+    def report(self) -> Report:
+        # what this run did not derive: the derivation had it already, or the live deriver writes it
+        skipped = self.perceived - self.messages
+        return Report(self.label or ORIGINAL, len(self.pairs), self.messages, self.batches, self.events,
+                      self.written.encode(), skipped)

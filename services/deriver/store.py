@@ -32,15 +32,15 @@ def _known(row) -> Known:
 
 
 class ObservationStore:
-    def __init__(self, engine: AsyncEngine, schema: str, derivation: str = "") -> None:
+    def __init__(self, engine: AsyncEngine, schema: str) -> None:
         self.engine = engine
         self.table = f'"{schema}".observations'
-        self.derivation = derivation  # de-duplicate within this derivation only
 
     async def candidates(self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]) -> list[Known]:
-        """Live explicit observations of the pair with one of `keys`, or nearest to one of `embeddings`."""
+        """Live explicit observations of the pair's derivation (dedup stays within it) with one of `keys`,
+        or nearest to one of `embeddings`."""
         cols = "observation_id, level, content_key, session_id, embedding::text AS embedding"
-        params = {"w": pair.workspace_id, "o": pair.observer_id, "d": pair.observed_id, "v": self.derivation}
+        params = {"w": pair.workspace_id, "o": pair.observer_id, "d": pair.observed_id, "v": pair.derivation}
         queries = [f"SELECT {cols} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' AND content_key = ANY(:keys)"]
         params["keys"] = list(keys)
         for i, emb in enumerate(embeddings):

@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from projections.db import async_engine
+from projections.derivations import current_derivation
 from services.bus.producer import Emitter
 from services.bus.runner import Get, Step
 from services.bus.topics import DREAMS
@@ -47,8 +48,10 @@ class Dreamer:
         pair = dict(workspace_id=event.workspace_id, observer_id=event.observer_id, observed_id=event.observed_id)
         await self.emitter.emit([DreamStarted(**pair, dream_id=event.dream_id, producer=PRODUCER,
                                               causation_id=event.event_id)])
-        run = DreamRun(Dream(**pair, dream_id=event.dream_id, producer=PRODUCER, causation_id=event.dream_id),
-                       self.engine, self.embedder)
+        async with self.engine.connect() as conn:  # read before any model call, never across one
+            derivation = await current_derivation(conn, **pair)
+        run = DreamRun(Dream(**pair, dream_id=event.dream_id, producer=PRODUCER, causation_id=event.dream_id,
+                             derivation=derivation), self.engine, self.embedder)
         rounds = {"deduction": self.settings.deduction_rounds, "induction": self.settings.induction_rounds}
         try:
             for specialist in SPECIALISTS:

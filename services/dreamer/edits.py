@@ -111,6 +111,7 @@ class Dream:
     dream_id: str
     producer: ProducerInfo
     causation_id: str
+    derivation: str = ""  # the pair's current derivation when the dream began: its edits go there
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,13 @@ def _pair(d: Dream) -> dict:
                 producer=d.producer, causation_id=d.causation_id)
 
 
+def _in_store(d: Dream) -> dict:
+    """The fields of an event about the pair's store: the pair, in the dream's derivation."""
+    return {**_pair(d), "derivation": d.derivation}
+
+
 def _refuse(d: Dream, pending: Pending, level: Level, content: str, premises, problems: list[str]) -> Outcome:
-    event = ObservationRejected(**_pair(d), rejection_id=str(uuid6.uuid7()), level=level, content=content,
+    event = ObservationRejected(**_in_store(d), rejection_id=str(uuid6.uuid7()), level=level, content=content,
                                 reason="; ".join(problems), premise_ids=tuple(premises), dream_id=d.dream_id)
     return Outcome([event], "rejected: " + "; ".join(problems), pending, False)
 
@@ -154,7 +160,7 @@ def _add(d: Dream, pending: Pending, view: dict[str, Known], level: Level, conte
         problems.append(f"this dream already wrote that as {pending.contents[normalise(content)]}")
     if problems:
         return None, _refuse(d, pending, level, content, premises, problems)
-    return ObservationAdded(**_pair(d), observation_id=str(uuid6.uuid7()), level=level, content=content,
+    return ObservationAdded(**_in_store(d), observation_id=str(uuid6.uuid7()), level=level, content=content,
                             premise_ids=tuple(dict.fromkeys(premises)), embedding=tuple(vector),
                             dream_id=d.dream_id, **extra), None
 
@@ -191,7 +197,7 @@ def decide_edit(pending: Pending, known: dict[str, Known], action: Action, d: Dr
         problem = _retirable(d, view, action.observation_id, ("deductive",))
         if problem:
             return Outcome([], "rejected: " + problem, pending, False)
-        event = ObservationDeleted(**_pair(d), observation_id=action.observation_id, reason=action.reason)
+        event = ObservationDeleted(**_in_store(d), observation_id=action.observation_id, reason=action.reason)
         return Outcome([event], "ok: removed", replace(pending, retired=pending.retired | {action.observation_id}),
                        True)
     if isinstance(action, UpdateKnowledge):
@@ -201,7 +207,7 @@ def decide_edit(pending: Pending, known: dict[str, Known], action: Action, d: Dr
         added, refused = _add(d, pending, view, Level.DEDUCTIVE, action.content, action.premise_ids, vector, **model)
         if refused:
             return refused
-        retire = ObservationSuperseded(**_pair(d), observation_id=action.outdated_id,
+        retire = ObservationSuperseded(**_in_store(d), observation_id=action.outdated_id,
                                        superseded_by=added.observation_id, reason=action.reason or "knowledge update")
         return _written(pending, added, [retire], retired=action.outdated_id)
     if isinstance(action, AddPattern):

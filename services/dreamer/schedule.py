@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from services.config import DreamSettings
 from services.events import (
+    DerivationPromoted,
     DreamCheckDue,
     DreamCompleted,
     DreamFailed,
@@ -39,6 +40,7 @@ class PairSchedule(BaseModel):
     last_message_at: datetime | None = None  # the observed peer's latest message, as perceived
     outstanding: str | None = None  # the dream id requested and not yet ended
     outstanding_explicit: int = 0  # what that dream took from new_explicit (given back if it fails)
+    derivation: str = ""  # the pair's current derivation: only its new observations count
 
 
 def ready(s: PairSchedule, now: datetime, cfg: DreamSettings) -> bool:
@@ -69,8 +71,11 @@ def _ended(s: PairSchedule, e: DreamCompleted | DreamFailed) -> PairSchedule:
 
 def decide(s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo) -> tuple[PairSchedule, list[Event]]:
     """The pair's new state and the dream requests `e` causes (none or one)."""
-    if isinstance(e, ObservationAdded) and e.level == Level.EXPLICIT and e.dream_id is None and not e.derivation:
+    if isinstance(e, ObservationAdded) and e.level == Level.EXPLICIT and e.dream_id is None \
+            and e.derivation == s.derivation:
         s = s.model_copy(update={"new_explicit": s.new_explicit + 1})
+    elif isinstance(e, DerivationPromoted):
+        return s.model_copy(update={"derivation": e.derivation}), []
     elif isinstance(e, MessagePerceived):
         # the observed peer spoke: a waiting dream waits again (a running one is not interrupted)
         return s.model_copy(update={"last_message_at": e.occurred_at}), []

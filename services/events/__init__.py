@@ -43,7 +43,14 @@ from services.events.observations import (
     PairEvent,
     Source,
 )
-from services.events.perception import DerivationDue, MessagePerceived, Turn
+from services.events.perception import (
+    ORIGINAL,
+    DerivationDue,
+    DerivationPromoted,
+    MessagePerceived,
+    Turn,
+    stored_derivation,
+)
 from services.events.summaries import SummaryDeadLettered, SummaryKind, SummaryUpdated
 
 __all__ = [
@@ -57,8 +64,10 @@ __all__ = [
     "BatchDerived",
     "DerivationDeadLettered",
     "DerivationDue",
+    "DerivationPromoted",
     "DerivationStarted",
     "Level",
+    "ORIGINAL",
     "MessagePerceived",
     "ObservationAdded",
     "ObservationDeleted",
@@ -90,4 +99,5 @@ __all__ = [
     "encode",
     "event_types",
     "new_event_id",
+    "stored_derivation",
 ]

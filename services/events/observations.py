@@ -35,8 +35,8 @@ class PairEvent(Event):
 
     observer_id: str
     observed_id: str
-    # which derivation of the pair's store this belongs to: "" is the current one; a name is a
-    # re-derivation (peerlog rederive) kept apart so it can be compared without touching the current
+    # which derivation of the pair's store this belongs to: "" is the original live one; a name is a
+    # re-derivation (peerlog rederive) kept apart until it is promoted (DerivationPromoted)
     derivation: str = ""
 
 

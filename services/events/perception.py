@@ -55,3 +55,27 @@ class DerivationDue(Event):
 
     observer_id: str
     observed_id: str
+
+
+# the name that reads (or promotes back) a pair's first live derivation, whose events carry derivation=""
+ORIGINAL = "original"
+
+
+def stored_derivation(name: str) -> str:
+    """The `derivation` label events carry for derivation `name` (ORIGINAL is stored as "")."""
+    return "" if name == ORIGINAL else name
+
+
+class DerivationPromoted(Event):
+    """From here on the pair's current derivation is `derivation` ("" = the original one).
+
+    On the perceived topic, so it is ordered with the pair's perceptions: those before it belong to the
+    old derivation's live run, those after it are derived into the new one. Nothing existing changes.
+    """
+
+    key_fields: ClassVar[tuple[str, ...]] = PAIR_KEY
+
+    observer_id: str
+    observed_id: str
+    derivation: str  # the stored label, as on the derivation's events
+    reason: str = ""

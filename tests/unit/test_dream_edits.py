@@ -102,3 +102,15 @@ def test_the_same_conclusion_twice_in_one_dream_is_refused_the_second_time():
     first = decide_edit(Pending(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
     again = decide_edit(first.pending, KNOWN, AddDeduction(content="bob lives in  Norway", premise_ids=["oslo"]), D)
     assert not again.accepted and "already wrote that" in again.reply
+
+
+def test_a_dream_writes_into_the_derivation_current_when_it_began_and_the_card_stays_per_pair():
+    from dataclasses import replace
+
+    d = replace(D, derivation="v2")
+    update = UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen", premise_ids=["bees"])
+    out = decide_edit(Pending(), KNOWN, update, d)
+    assert [type(e) for e in out.events] == [ObservationAdded, ObservationSuperseded]
+    assert {e.derivation for e in out.events} == {"v2"}
+    card = decide_edit(Pending(), KNOWN, SetPeerCard(entries=["IDENTITY: Bob"]), d)
+    assert isinstance(card.events[0], PeerCardUpdated)

@@ -110,3 +110,17 @@ def test_a_late_report_of_an_old_dream_changes_nothing():
     state, out = run([explicit(1), explicit(2), explicit(3), tick(4)])
     later, _ = run([DreamCompleted(**PAIR, dream_id="an-old-one", occurred_at=at(5))], state)
     assert later == state
+
+
+def test_after_a_promotion_only_the_promoted_derivations_observations_count():
+    from services.events import DerivationPromoted
+
+    def in_derivation(minute: float, name: str) -> ObservationAdded:
+        return explicit(minute).model_copy(update={"derivation": name})
+
+    promote = DerivationPromoted(**PAIR, derivation="v2", occurred_at=at(1))
+    state, out = run([in_derivation(0, "v2"), promote, explicit(2), explicit(3), in_derivation(4, "v2"),
+                      in_derivation(5, "v2"), tick(100)])
+    assert state.derivation == "v2" and out == []
+    _, out = run([in_derivation(6, "v2"), tick(200)], state)
+    assert [e.new_explicit for e in out] == [3]

@@ -89,3 +89,13 @@ def test_every_event_type_has_exactly_one_topic_and_session_facts_share_one():
     assert topic_for(message()) is SESSIONS
     joined = MemberJoined(workspace_id="w", session_id="s", peer_id="p", joined_at=NOW, producer=P)
     assert topic_for(joined) is SESSIONS and joined.key == message().key
+
+
+def test_a_promotion_is_ordered_with_the_pairs_perceptions_and_original_is_stored_as_empty():
+    from services.bus.topics import PERCEIVED
+    from services.events import ORIGINAL, DerivationPromoted, MessagePerceived, stored_derivation
+
+    e = DerivationPromoted(workspace_id="w", observer_id="a", observed_id="b", derivation="v2", producer=P)
+    assert e.key == "w/a/b" and topic_for(e) is PERCEIVED
+    assert MessagePerceived.key_fields == DerivationPromoted.key_fields
+    assert (stored_derivation(ORIGINAL), stored_derivation("v2")) == ("", "v2")

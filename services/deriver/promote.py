@@ -1,0 +1,43 @@
+"""Promotion: make a derivation the current one of a pair (or of every pair of a workspace), rewriting nothing.
+
+A DerivationPromoted on the pair's perceived partition moves the pointer at one point of the pair's
+history: the live deriver derives what it has pending into the old derivation, and everything perceived
+after it into the new one. What the new derivation lacks from before that point is derived here, as
+`peerlog rederive` would: first the bulk, while reads still serve the old derivation, then the few
+messages perceived between that pass and the promotion. So the promoted store has no gap and no overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from services.deriver.rederive import NAME, Report, Rederivation, Scope
+from services.events import ORIGINAL, DerivationPromoted, ProducerInfo
+from services.events.perception import pair_of
+
+PRODUCER = ProducerInfo(component="promote", version="0.1.0")
+
+
+def check_promotable(name: str) -> None:
+    if name != ORIGINAL and not NAME.match(name):
+        raise ValueError(f"derivation name {name!r} must match {NAME.pattern} or be {ORIGINAL!r}")
+
+
+def promotions(keys, label: str, reason: str) -> list[DerivationPromoted]:
+    return [DerivationPromoted(**pair_of(k), derivation=label, reason=reason, producer=PRODUCER) for k in sorted(keys)]
+
+
+async def promote(settings, name: str, scope: Scope, model: str = "", reason: str = "",
+                  progress: Callable[[str], None] = print) -> Report:
+    """Make derivation `name` current for the pair in `scope` (or for every pair the workspace has perceived
+    so far) and derive into it, with `model`, whatever it lacks from before the promotion."""
+    check_promotable(name)
+    async with Rederivation(settings, name, model, progress) as run:
+        await run.catch_up(scope, f"promote:{name}")  # the bulk, before reads switch over
+        keys = {f"{scope.workspace_id}/{scope.observer_id}/{scope.observed_id}"} if scope.observer_id else run.pairs
+        promoted = promotions(keys, run.label, reason)
+        if promoted:
+            await run.append(promoted)
+        progress(f"{len(promoted)} pairs now read derivation {name!r}")
+        await run.catch_up(scope, f"promote:{name}")  # what was perceived between the first pass and the promotion
+    return run.report()

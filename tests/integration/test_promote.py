@@ -1,0 +1,116 @@
+"""`peerlog derivations promote` makes a named derivation the current one, rewriting nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from peerlog.v1 import context_pb2, context_pb2_grpc
+from projections.rebuild import rebuild
+from services.cli.derivations import comparison
+from services.deriver.promote import promote
+from services.deriver.rederive import Scope, rederive
+from tests.integration.test_observations_api import until
+from tests.integration.test_rederive import current_rows
+from tests.support.client import Client
+from tests.support.extractor import extract_each_turn, with_fact
+from tests.support.wait import eventually
+
+V2_MODEL = "other-model"
+v2_facts = with_fact(lambda text: f"v2: {text.lower()}")
+FILLER = " ".join(["and the garden needs water every single day"] * 6)  # enough tokens to fill a batch
+
+
+def by_model(request):
+    """The re-derivation's model writes "v2: …" facts; the live deriver's keeps its own wording."""
+    return (v2_facts if request.get("model") == V2_MODEL else extract_each_turn)(request)
+
+
+def contents(observations) -> list[str]:
+    return [o.content for o in observations]
+
+
+async def test_a_promoted_derivation_is_read_by_default_and_the_live_deriver_writes_into_it(
+        channel, settings, model_server, start_worker):
+    model_server.reply_with(by_model)
+    # batches fill at 40 tokens, so a short message stays pending: the promotion must flush it
+    worker = start_worker("router,deriver", PEERLOG_DERIVER_FLUSH="false", PEERLOG_DERIVER_BATCH_TOKENS="40")
+    here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await c.add("w", "s", [("alice", "I adopted a cat named Miso"), ("alice", f"Miso sleeps all day {FILLER}"),
+                           ("bob", f"I run every morning {FILLER}")])
+    eventually(lambda: len(current_rows(settings)) == 3, 60)
+
+    first = await rederive(here, "v2", Scope("w", "alice", "alice"), model=V2_MODEL, progress=lambda _: None)
+    assert (first.messages, first.skipped) == (2, 0)
+    await c.add("w", "s", [("alice", "I moved to Oslo")])  # perceived, then pending in the live deriver
+    await until(lambda: c.processing_status("w"), lambda s: s.counts.pending == 1)
+    original = current_rows(settings)
+    assert len(original) == 3
+    before_promotion = Timestamp()
+    before_promotion.FromDatetime(datetime.now(UTC))
+
+    report = await promote(here, "v2", Scope("w", "alice", "alice"), model=V2_MODEL, reason="better model",
+                           progress=lambda _: None)
+    # the catch-up derived only what v2 lacked: the message perceived after the rederive
+    assert (report.messages, report.skipped) == (1, 2)
+    flushed = eventually(lambda: [r for r in current_rows(settings) if r["observation_id"] not in
+                                  {o["observation_id"] for o in original}], 60)
+    assert [r["content"] for r in flushed] == ["The target said: I moved to Oslo"]  # into the old derivation
+    assert [r for r in current_rows(settings) if r not in flushed] == original  # the rest untouched
+
+    after = await c.add("w", "s", [("alice", f"Miso hates the vet {FILLER}")])
+    current = await until(lambda: c.all_observations("w", "alice", "alice", token=after.consistency_token),
+                          lambda got: len(got) == 4)
+    assert contents(current) == ["v2: i adopted a cat named miso", f"v2: miso sleeps all day {FILLER}".lower(),
+                                 "v2: i moved to oslo", f"The target said: Miso hates the vet {FILLER}"]
+    assert {o.derivation for o in current} == {"v2"}
+    old = await c.all_observations("w", "alice", "alice", derivation="original")
+    assert contents(old) == ["The target said: I adopted a cat named Miso",
+                             f"The target said: Miso sleeps all day {FILLER}", "The target said: I moved to Oslo"]
+    bob = await c.all_observations("w", "bob", "bob")  # another pair's pointer did not move
+    assert contents(bob) == [f"The target said: I run every morning {FILLER}"]
+
+    representation = await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(
+        context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice",
+                                             consistency={"consistency_token": after.consistency_token}))
+    assert sorted(contents(representation.observations)) == sorted(contents(current))
+    then = await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(
+        context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice", as_of=before_promotion))
+    assert sorted(contents(then.observations)) == sorted(contents(old)[:2])  # as of then: the original, as it was
+    status = await until(lambda: c.processing_status("w"), lambda s: s.counts.done == 5)
+    assert status.counts.pending == status.counts.in_flight == status.counts.dead_lettered == 0
+
+    table = await asyncio.get_running_loop().run_in_executor(
+        None, lambda: comparison(channel.address, "w", "alice", "alice", "v2", base="original"))
+    assert [col.header for col in table.columns] == ["original (3)", "v2 (4)"]
+
+    worker.stop()
+    rebuilt = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings, progress=lambda _: None))
+    assert rebuilt.switched and set(rebuilt.differences.values()) == {0}, rebuilt.differences
+    assert contents(await c.all_observations("w", "alice", "alice")) == contents(current)
+
+
+async def test_promoting_back_to_the_original_derivation_catches_it_up(channel, settings, model_server, start_worker):
+    model_server.reply_with(by_model)
+    start_worker("router,deriver")
+    here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await c.add("w", "s", [("alice", "I adopted a cat named Miso")])
+    eventually(lambda: len(current_rows(settings)) == 1, 60)
+    pair = Scope("w", "alice", "alice")
+    await promote(here, "v2", pair, model=V2_MODEL, progress=lambda _: None)
+    after = await c.add("w", "s", [("alice", "I moved to Oslo")])
+    await until(lambda: c.all_observations("w", "alice", "alice", token=after.consistency_token),
+                lambda got: len(got) == 2)
+
+    back = await promote(here, "original", pair, progress=lambda _: None)
+    assert (back.name, back.messages) == ("original", 1)  # what only v2 had: the message sent while it was current
+    current = await until(lambda: c.all_observations("w", "alice", "alice", token=back.consistency_token),
+                          lambda got: len(got) == 2)
+    assert contents(current) == ["The target said: I adopted a cat named Miso", "The target said: I moved to Oslo"]
+    assert {o.derivation for o in current} == {""}
