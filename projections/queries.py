@@ -272,6 +272,20 @@ async def processing_counts(conn: AsyncConnection, scope: StatusScope) -> dict[s
     return counts
 
 
+DREAM_STATES = ("requested", "started", "completed", "failed")
+
+
+async def dream_counts(conn: AsyncConnection, scope: StatusScope) -> dict[str, int]:
+    """Dreams of the pairs in scope by state (every state present); a dream has no session."""
+    d = dreams.c
+    stmt = select(d.state, func.count()).where(d.workspace_id == scope.workspace_id).group_by(d.state)
+    if scope.observer_id:
+        stmt = stmt.where(d.observer_id == scope.observer_id)
+    if scope.observed_id:
+        stmt = stmt.where(d.observed_id == scope.observed_id)
+    return {**dict.fromkeys(DREAM_STATES, 0), **{state: n for state, n in await conn.execute(stmt)}}
+
+
 async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:
     """Dead-lettered derivation batches with a perceived message in scope, most recent first."""
     b, p = derivation_batches.c, perceptions.c

@@ -194,6 +194,7 @@ def processing_status(status: ProcessingStatus) -> observations_pb2.GetProcessin
     return observations_pb2.GetProcessingStatusResponse(
         counts=observations_pb2.ProcessingCounts(**status.counts),
         dead_lettered_batches=[dead_lettered_batch(r) for r in status.dead_lettered],
+        dreams=observations_pb2.DreamCounts(**status.dreams),
     )
 
 

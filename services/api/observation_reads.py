@@ -42,6 +42,7 @@ class SearchQuery:
 class ProcessingStatus:
     counts: dict[str, int]
     dead_lettered: Sequence[RowMapping]
+    dreams: dict[str, int]
 
 
 async def with_provenance(
@@ -112,7 +113,8 @@ async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -
 
 
 async def processing_status(ctx: ApiContext, scope: StatusScope, token: str) -> ProcessingStatus:
-    """Perceived messages in scope by derivation state, and the dead-lettered batches among them."""
+    """Perceived messages in scope by derivation state, the dead-lettered batches among them, and the
+    pairs' dreams by state."""
     await ctx.freshness.wait(token)
     named = {k: p for k, p in (("observer_id", scope.observer_id), ("observed_id", scope.observed_id)) if p}
     await require_peers(ctx, scope.workspace_id, **named)
@@ -121,4 +123,5 @@ async def processing_status(ctx: ApiContext, scope: StatusScope, token: str) -> 
     async with ctx.engine.connect() as conn:
         counts = await queries.processing_counts(conn, scope)
         dead = await queries.dead_lettered_batches(conn, scope, MAX_DEAD_LETTERED_SHOWN)
-    return ProcessingStatus(counts, dead)
+        dreams = await queries.dream_counts(conn, scope)
+    return ProcessingStatus(counts, dead, dreams)

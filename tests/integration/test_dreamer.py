@@ -76,6 +76,7 @@ async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(c
     start_worker("dream-scheduler,dreamer")
     dream = await dream_once(c, settings)
     assert dream.edits == 3 and dream.reason == "forced"
+    assert (await c.processing_status("w", observer_id="bob")).dreams.completed == 1
 
     live = {o.content: o for o in await c.all_observations("w", "bob", "bob")}
     assert "Bob lives in Oslo" not in live
@@ -138,6 +139,8 @@ async def test_a_model_that_fails_ends_the_dream_as_failed_with_the_reason(chann
     start_worker("dream-scheduler,dreamer")
     dream = await dream_once(c, settings, state="failed")
     assert dream.error and "deduction" in dream.error
+    status = await c.processing_status("w", observer_id="bob")
+    assert (status.dreams.failed, status.dreams.completed, status.dreams.requested) == (1, 0, 0)
 
 
 async def test_a_model_without_tool_calling_dreams_through_structured_output_citing_short_names(

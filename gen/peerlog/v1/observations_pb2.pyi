@@ -244,10 +244,24 @@ class DeadLetteredBatch(_message.Message):
     failed_at: _timestamp_pb2.Timestamp
     def __init__(self, batch_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
+class DreamCounts(_message.Message):
+    __slots__ = ("requested", "started", "completed", "failed")
+    REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    requested: int
+    started: int
+    completed: int
+    failed: int
+    def __init__(self, requested: _Optional[int] = ..., started: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ...) -> None: ...
+
 class GetProcessingStatusResponse(_message.Message):
-    __slots__ = ("counts", "dead_lettered_batches")
+    __slots__ = ("counts", "dead_lettered_batches", "dreams")
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERED_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    DREAMS_FIELD_NUMBER: _ClassVar[int]
     counts: ProcessingCounts
     dead_lettered_batches: _containers.RepeatedCompositeFieldContainer[DeadLetteredBatch]
-    def __init__(self, counts: _Optional[_Union[ProcessingCounts, _Mapping]] = ..., dead_lettered_batches: _Optional[_Iterable[_Union[DeadLetteredBatch, _Mapping]]] = ...) -> None: ...
+    dreams: DreamCounts
+    def __init__(self, counts: _Optional[_Union[ProcessingCounts, _Mapping]] = ..., dead_lettered_batches: _Optional[_Iterable[_Union[DeadLetteredBatch, _Mapping]]] = ..., dreams: _Optional[_Union[DreamCounts, _Mapping]] = ...) -> None: ...
