@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from projections.db import create_schema, sync_engine
 from projections.projector import Projector
 from services.bus.admin import create_topics
 from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings
@@ -68,6 +69,11 @@ class RunningProjector:
 
 @pytest.fixture
 def projector(settings: Settings) -> Iterator[RunningProjector]:
+    # the projector creates the tables when its thread starts; creating them here first (idempotent)
+    # means a test can query them at once instead of racing that thread
+    engine = sync_engine(settings.database)
+    create_schema(engine, settings.database.schema_name)
+    engine.dispose()
     running = RunningProjector(settings)
     running.start()
     yield running
