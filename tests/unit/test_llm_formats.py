@@ -21,7 +21,7 @@ class Facts(BaseModel):
 
 
 def test_json_schema_mode_sends_a_strict_openai_schema() -> None:
-    fmt = formats.response_format("json_schema", Facts, "Facts")
+    fmt = formats.response_format("json_schema", Facts.model_json_schema(), "Facts")
 
     assert fmt["type"] == "json_schema"
     assert fmt["json_schema"]["name"] == "Facts" and fmt["json_schema"]["strict"] is True
@@ -32,18 +32,18 @@ def test_json_schema_mode_sends_a_strict_openai_schema() -> None:
 
 
 def test_json_object_schema_mode_sends_the_pydantic_schema_inline() -> None:
-    assert formats.response_format("json_object_schema", Facts, "Facts") == {
+    assert formats.response_format("json_object_schema", Facts.model_json_schema(), "Facts") == {
         "type": "json_object",
         "schema": Facts.model_json_schema(),
     }
 
 
 def test_json_object_mode_sends_plain_json_mode() -> None:
-    assert formats.response_format("json_object", Facts, "Facts") == {"type": "json_object"}
+    assert formats.response_format("json_object", Facts.model_json_schema(), "Facts") == {"type": "json_object"}
 
 
 def test_schema_instruction_carries_the_schema() -> None:
-    text = formats.schema_instruction(Facts)
+    text = formats.schema_instruction(Facts.model_json_schema())
     schema = json.loads(text[text.index("{") :])
     assert "JSON" in text and schema == Facts.model_json_schema()
 
