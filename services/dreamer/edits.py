@@ -25,22 +25,29 @@ from services.events import (
     ProducerInfo,
 )
 from services.events.cards import card_problems
-from services.events.provenance import PremiseState, confidence_for, premise_problems
+from services.events.provenance import MIN_PREMISES, PremiseState, confidence_for, premise_problems
 from services.events.text import normalise
 
 PatternType = Literal["preference", "behaviour", "personality", "tendency", "correlation"]
 
 
-def _bare_id(value):
-    # models often copy the marker they were shown ("[obs:ID]", "obs:ID"); ids themselves never hold ":"
+def bare_id(value):
+    """The id inside a copied marker: models often copy what they were shown ("[obs:ID]", "obs:ID")."""
+    # ids themselves never hold ":"
     return value.strip().strip("[]").removeprefix("obs:") if isinstance(value, str) else value
 
 
-ObsId = Annotated[str, BeforeValidator(_bare_id), Field(min_length=1, max_length=512)]
+ObsId = Annotated[str, BeforeValidator(bare_id), Field(min_length=1, max_length=512)]
+
+
+def _premises(level: Level, what: str):
+    # the schema states the rule's minimum so that a constrained decoder cannot cite too few; pydantic does
+    # not check it: the provenance rule does, so a refusal is recorded
+    least = MIN_PREMISES[level]
+    return Field(max_length=20, description=f"{what} (at least {least})", json_schema_extra={"minItems": least})
 
 
 class _Action(BaseModel):
-    # premise counts are not checked here: the provenance rule checks them, so a refusal is recorded
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -48,7 +55,7 @@ class AddDeduction(_Action):
     """Record a conclusion that follows logically from observations already in memory."""
 
     content: str = Field(min_length=1, max_length=2000, description="the conclusion, one proposition")
-    premise_ids: list[ObsId] = Field(max_length=20, description="ids of the observations it follows from (at least 1)")
+    premise_ids: list[ObsId] = _premises(Level.DEDUCTIVE, "ids of the observations it follows from")
 
 
 class UpdateKnowledge(_Action):
@@ -56,7 +63,7 @@ class UpdateKnowledge(_Action):
 
     outdated_id: ObsId = Field(description="the observation that is no longer true")
     content: str = Field(min_length=1, max_length=2000, description="the belief that replaces it")
-    premise_ids: list[ObsId] = Field(max_length=20, description="the newer evidence it rests on (at least 1)")
+    premise_ids: list[ObsId] = _premises(Level.DEDUCTIVE, "the newer evidence it rests on")
     reason: str = Field("", max_length=500)
 
 
@@ -64,7 +71,7 @@ class AddContradiction(_Action):
     """Flag observations that cannot all be true, without choosing between them."""
 
     content: str = Field(min_length=1, max_length=2000, description="what conflicts with what")
-    premise_ids: list[ObsId] = Field(max_length=20, description="the conflicting observations (at least 2)")
+    premise_ids: list[ObsId] = _premises(Level.CONTRADICTION, "the conflicting observations")
 
 
 class RemoveDeduction(_Action):
@@ -85,7 +92,7 @@ class AddPattern(_Action):
 
     content: str = Field(min_length=1, max_length=2000)
     pattern_type: PatternType
-    premise_ids: list[ObsId] = Field(max_length=20, description="the observations that show it (at least 2)")
+    premise_ids: list[ObsId] = _premises(Level.INDUCTIVE, "the observations that show it")
 
 
 Action = AddDeduction | UpdateKnowledge | AddContradiction | RemoveDeduction | SetPeerCard | AddPattern
