@@ -34,8 +34,25 @@ def response_format(mode: SchemaMode, schema: Mapping[str, Any], name: str) -> d
         strict = _ensure_strict_json_schema(strict, path=(), root=strict)
         return {"type": "json_schema", "json_schema": {"name": name, "schema": strict, "strict": True}}
     if mode == "json_object_schema":
-        return {"type": "json_object", "schema": dict(schema)}
+        return {"type": "json_object", "schema": _within_grammar_limits(schema)}
     return {"type": "json_object"}
+
+
+# llama.cpp's grammar parser refuses a string bound that expands past its repetition limit (measured with
+# llama-cpp-python 0.3.36: maxLength 1000 parses, 2000 does not), and that server then dies mid-request
+_GRAMMAR_MAX_LENGTH = 500
+
+
+def _within_grammar_limits(schema: Any) -> Any:
+    """A copy of `schema` without string length bounds a grammar cannot hold; pydantic still checks them."""
+    if isinstance(schema, list):
+        return [_within_grammar_limits(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {key: _within_grammar_limits(value) for key, value in schema.items()}
+    if isinstance(out.get("maxLength"), int) and out["maxLength"] > _GRAMMAR_MAX_LENGTH:
+        del out["maxLength"]
+    return out
 
 
 def schema_instruction(schema: Mapping[str, Any]) -> str:

@@ -113,3 +113,11 @@ def test_repair_conversation_quotes_the_bad_reply_and_the_error() -> None:
     assert out[1] == {"role": "assistant", "content": "{oops"}
     assert out[2]["role"] == "user" and "- (root): Invalid JSON" in out[2]["content"]
     assert "only the corrected JSON" in out[2]["content"]
+
+
+def test_json_object_schema_mode_drops_string_bounds_a_grammar_cannot_hold() -> None:
+    schema = {"type": "object", "properties": {"long": {"type": "string", "maxLength": 2000},
+                                               "short": {"type": "string", "maxLength": 200}}}
+    sent = formats.response_format("json_object_schema", schema, "S")["schema"]
+    assert sent["properties"] == {"long": {"type": "string"}, "short": {"type": "string", "maxLength": 200}}
+    assert schema["properties"]["long"]["maxLength"] == 2000  # the caller's schema is not changed
