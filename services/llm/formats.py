@@ -117,7 +117,14 @@ def strip_fences(text: str) -> str:
 
 def parse_reply(text: str, schema: type[M]) -> M:
     """The reply validated as `schema`; raises pydantic.ValidationError (bad JSON included)."""
-    return schema.model_validate_json(strip_fences(text))
+    body = strip_fences(text)
+    try:
+        # raw control characters inside strings are let through: llama-cpp-python's grammars for a JSON
+        # schema allow them (its plain-JSON grammar does not), and a newline in a text is no reason to repair
+        body = json.dumps(json.loads(body, strict=False))
+    except ValueError:
+        pass  # pydantic describes the bad JSON
+    return schema.model_validate_json(body)
 
 
 def describe_error(error: ValidationError) -> str:

@@ -87,6 +87,12 @@ def test_replies_parse_with_or_without_code_fences(reply: str) -> None:
     assert formats.parse_reply(reply, Facts) == Facts(facts=[])
 
 
+def test_a_raw_newline_inside_a_string_is_read_as_a_newline() -> None:
+    # llama-cpp-python's schema grammars let a model write one; strict JSON would call the reply invalid
+    assert formats.parse_reply('{"facts": [{"subject": "a", "statement": "line one\nline two"}]}', Facts) == Facts(
+        facts=[Fact(subject="a", statement="line one\nline two")])
+
+
 def test_bad_json_and_wrong_shapes_both_raise_validation_errors() -> None:
     with pytest.raises(ValidationError):
         formats.parse_reply("not json at all", Facts)
