@@ -34,10 +34,13 @@ class Aliases:
         self.full_ids[short] = observation_id
         return short
 
-    def in_text(self, text: str, observation_ids: Iterable[str]) -> str:
-        """`text` with the markers of `observation_ids` ([obs:ID]) showing their short names instead."""
+    def in_text(self, text: str, observation_ids: Iterable[str] = ()) -> str:
+        """`text` with observation ids shown as short names: those of `observation_ids` (named now if new)
+        and any named before, as in a refusal that quotes a premise."""
         for observation_id in observation_ids:
-            text = text.replace(f"[obs:{observation_id}]", f"[obs:{self.alias(observation_id)}]")
+            self.alias(observation_id)
+        for short, full in self.full_ids.items():
+            text = text.replace(full, short)
         return text
 
     def unaliased(self, arguments: Mapping[str, Any]) -> dict[str, Any]:

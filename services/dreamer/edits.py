@@ -54,8 +54,9 @@ class _Action(BaseModel):
 class AddDeduction(_Action):
     """Record a conclusion that follows logically from observations already in memory."""
 
-    content: str = Field(min_length=1, max_length=2000, description="the conclusion, one proposition")
+    # premises first: a constrained decoder writes fields in this order, and the content should follow from them
     premise_ids: list[ObsId] = _premises(Level.DEDUCTIVE, "ids of the observations it follows from")
+    content: str = Field(min_length=1, max_length=2000, description="the conclusion, one proposition")
 
 
 class UpdateKnowledge(_Action):
@@ -90,9 +91,9 @@ class SetPeerCard(_Action):
 class AddPattern(_Action):
     """Record a pattern seen across two or more observations; confidence follows from how many support it."""
 
-    content: str = Field(min_length=1, max_length=2000)
+    premise_ids: list[ObsId] = _premises(Level.INDUCTIVE, "the observations that show it")  # first, as above
     pattern_type: PatternType
-    premise_ids: list[ObsId] = _premises(Level.INDUCTIVE, "the observations that show it")
+    content: str = Field(min_length=1, max_length=2000, description="what the cited observations have in common")
 
 
 Action = AddDeduction | UpdateKnowledge | AddContradiction | RemoveDeduction | SetPeerCard | AddPattern
@@ -106,6 +107,7 @@ class Known:
     observed_id: str
     level: str
     live: bool
+    content: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,8 @@ class Pending:
     contents: dict[str, str] = field(default_factory=dict)  # normalised content → id, to refuse repeats
 
     def overlay(self, dream: Dream, known: dict[str, Known]) -> dict[str, Known]:
-        view = {**known, **{i: Known(dream.observer_id, dream.observed_id, level, True)
+        texts = {i: text for text, i in self.contents.items()}
+        view = {**known, **{i: Known(dream.observer_id, dream.observed_id, level, True, texts.get(i, ""))
                             for i, level in self.added.items()}}
         return {i: replace(k, live=False) if i in self.retired else k for i, k in view.items()}
 
@@ -159,11 +162,20 @@ def _add(d: Dream, pending: Pending, view: dict[str, Known], level: Level, conte
     problems = premise_problems(level, d.observer_id, d.observed_id, premises, states)
     if normalise(content) in pending.contents:
         problems.append(f"this dream already wrote that as {pending.contents[normalise(content)]}")
+    problems.extend(_restated(view, content, premises))
     if problems:
         return None, _refuse(d, pending, level, content, premises, problems)
     return ObservationAdded(**_pair(d), observation_id=str(uuid6.uuid7()), level=level, content=content,
                             premise_ids=tuple(dict.fromkeys(premises)), embedding=tuple(vector),
                             dream_id=d.dream_id, **extra), None
+
+
+def _restated(view: dict[str, Known], content: str, premises: list[str]) -> list[str]:
+    # a conclusion that repeats one of its premises adds nothing; small models write them often
+    key = normalise(content)
+    copied = next((p for p in premises if p in view and normalise(view[p].content) == key), None)
+    return [f"it only restates its premise {copied}: write what the premises show together, in new words"
+            ] if copied else []
 
 
 def _written(pending: Pending, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> Outcome:

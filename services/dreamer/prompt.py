@@ -7,7 +7,7 @@ from typing import Any
 
 from services.dialectic.prompt import tool_catalogue
 
-PROMPT_VERSIONS = {"deduction": "deduction-1", "induction": "induction-1"}
+PROMPT_VERSIONS = {"deduction": "deduction-2", "induction": "induction-2"}
 
 COMMON = """You are consolidating the memory that {observer} holds about {target}: observations (explicit: stated
 in a message; deductive, inductive: derived from premises; contradiction: flags conflicts), each shown as
@@ -30,9 +30,10 @@ Your job is deduction:
 INDUCTION = COMMON + """
 
 Your job is induction: patterns that show across two or more observations — a preference, behaviour,
-personality trait, tendency or correlation — with add_pattern. Patterns are additive: never retire anything.
-Confidence follows from the number of supporting observations (2: low, 3–4: medium, 5+: high), so cite all
-that support the pattern."""
+personality trait, tendency or correlation — with add_pattern. A pattern is a new, more general sentence in
+your own words about what the cited observations have in common; it never copies one observation's text.
+Patterns are additive: never retire anything. Confidence follows from the number of different supporting
+observations (2: low, 3–4: medium, 5+: high), so cite each one that supports the pattern, once."""
 
 SYSTEMS = {"deduction": DEDUCTION, "induction": INDUCTION}
 
@@ -41,10 +42,13 @@ STRUCTURED = """Reply with one JSON object only, no prose and no code fences: ei
 no more supported edits. For example {example}. Tools:
 {catalogue}"""
 
+# worked examples about someone else, so that a model copying one is plain to see
 EXAMPLES = {
-    "deduction": '{"tool": "add_deduction", "arguments": {"content": "…", "premise_ids": ["<id>"]}}',
-    "induction": '{"tool": "add_pattern", "arguments": {"content": "…", "pattern_type": "preference", '
-                 '"premise_ids": ["<id>", "<another id>"]}}',
+    "deduction": 'given [obs:o1] "Bob lives in Oslo": {"tool": "add_deduction", "arguments": {"premise_ids": '
+                 '["o1"], "content": "Bob lives in Norway"}}',
+    "induction": 'given [obs:o1] "Bob runs every morning" and [obs:o2] "Bob cycles to work": {"tool": '
+                 '"add_pattern", "arguments": {"premise_ids": ["o1", "o2"], "pattern_type": "behaviour", '
+                 '"content": "Bob exercises as part of his daily routine"}}',
 }
 
 FORCE_STOP = "You have used all your tool rounds. Stop now: reply with one short sentence and no tool call."

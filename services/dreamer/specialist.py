@@ -185,10 +185,10 @@ class DreamRun:
                 short = self.names.alias(outcome.events[0].observation_id)
                 self.written.append(f"[obs:{short}] ({call.name}) {action.content}")
                 return f"ok: written as {short}"
-        return outcome.reply
+        return self.names.in_text(outcome.reply)
 
     async def known(self, ids: Sequence[str]) -> dict[str, Known]:
         async with self.engine.connect() as conn:
             rows = await observations_by_id(conn, self.dream.workspace_id, list(ids))
         return {i: Known(r["observer_id"], r["observed_id"], r["level"],
-                         r["superseded_by"] is None and r["deleted_at"] is None) for i, r in rows.items()}
+                         r["superseded_by"] is None and r["deleted_at"] is None, r["content"]) for i, r in rows.items()}

@@ -87,6 +87,7 @@ def test_names_shown_map_back_to_ids_and_text_shows_names():
     assert args == {"premise_ids": ["id-1", "id-2", "id-9"], "outdated_id": "id-3", "content": "o4"}
     assert aliases.in_text("[obs:id-5] (explicit) x\n[obs:new] (deductive) y", ["id-5", "new"]) == (
         "[obs:o5] (explicit) x\n[obs:o13] (deductive) y")
+    assert aliases.in_text("premise 'id-2' was superseded") == "premise 'o2' was superseded"  # a refusal
 
 
 def test_with_nothing_shown_id_arguments_stay_as_declared():
