@@ -11,7 +11,7 @@ PROMPT_VERSIONS = {"deduction": "deduction-2", "induction": "induction-2"}
 
 COMMON = """You are consolidating the memory that {observer} holds about {target}: observations (explicit: stated
 in a message; deductive, inductive: derived from premises; contradiction: flags conflicts), each shown as
-[obs:ID]. Look with the discovery tools, then act with the write tools. Every write cites premise ids you were
+[obs:ID]. Work from the observations listed; the discovery tools find more when you need them. Every write cites premise ids you were
 shown (without the obs: prefix); a write whose premises do not exist, belong elsewhere or were retired is
 refused and you are told why. Write only what the memory supports: no guesses, no restating an observation
 that already exists. When you can make no more supported edits, stop: reply with one short sentence and no tool call."""
