@@ -61,9 +61,18 @@ def system_prompt(specialist: str, observer: str, target: str, structured_tools:
     return text
 
 
-def opening(observation_lines: Sequence[str], card: Sequence[str], written: Sequence[str]) -> str:
+# the opening ends with the specialist's question: small models act on the last thing they read
+QUESTIONS = {
+    "deduction": "What follows from these observations that none of them says, what has changed, and what "
+                 "conflicts? Act with one tool call, or stop.",
+    "induction": "Which two or more of these observations show the same preference, behaviour, trait, tendency "
+                 "or correlation? Record it with add_pattern, or stop.",
+}
+
+
+def opening(specialist: str, observation_lines: Sequence[str], card: Sequence[str], written: Sequence[str]) -> str:
     parts = ["Recent observations:\n" + ("\n".join(observation_lines) or "(none)"),
              "Current peer card:\n" + ("\n".join(card) or "(empty)")]
     if written:
         parts.append("Written earlier in this dream:\n" + "\n".join(written))
-    return "\n\n".join(parts)
+    return "\n\n".join([*parts, QUESTIONS[specialist]])

@@ -98,7 +98,7 @@ class DreamRun:
                                 prompt_version=prompt.PROMPT_VERSIONS[name])
         self.dream = replace(self.dream, producer=producer)
         system = prompt.system_prompt(name, self.dream.observer_id, self.dream.observed_id, specs if structured else ())
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": await self.opening()}]
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": await self.opening(name)}]
         for used in range(rounds + 1):
             if used == rounds:
                 messages.append({"role": "user", "content": prompt.FORCE_STOP})
@@ -129,14 +129,14 @@ class DreamRun:
                             for c in turn.tool_calls]} if turn.tool_calls else {})})
         return list(turn.tool_calls)
 
-    async def opening(self) -> str:
+    async def opening(self, specialist: str) -> str:
         d = self.dream
         pair = store_queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id)
         async with self.engine.connect() as conn:
             rows = await store_queries.list_observations(conn, pair, None, OPENING_OBSERVATIONS, reverse=True)
             card = await queries.peer_card(conn, d.workspace_id, d.observer_id, d.observed_id)
         lines = [self.line(r) for r in reversed(rows)]
-        return prompt.opening(lines, list(card["entries"]) if card else [], self.written)
+        return prompt.opening(specialist, lines, list(card["entries"]) if card else [], self.written)
 
     def line(self, row) -> str:
         return observation_line({**row, "observation_id": self.names.alias(row["observation_id"])})
