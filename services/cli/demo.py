@@ -42,7 +42,9 @@ WS, SESSION = "demo", "lisbon-trip"
 DEMO_SETTINGS = {"PEERLOG_DERIVER_BATCH_TOKENS": "48", "PEERLOG_DERIVER_MAX_WAIT_S": "20",
                  "PEERLOG_DERIVER_TICK_S": "2", "PEERLOG_SUMMARIZER_SHORT_EVERY": "7",
                  # a 0.5B model on two cores takes ~10 s a call: keep the dream's tool loops short
-                 "PEERLOG_DREAM_DEDUCTION_ROUNDS": "4", "PEERLOG_DREAM_INDUCTION_ROUNDS": "3",
+                 "PEERLOG_DREAM_DEDUCTION_ROUNDS": "4", "PEERLOG_DREAM_INDUCTION_ROUNDS": "4",
+                 # greedy decoding repeats a refused call word for word; sampling lets a refusal change the next try
+                 "PEERLOG_LLM_DEDUCTION_TEMPERATURE": "0.7", "PEERLOG_LLM_INDUCTION_TEMPERATURE": "0.7",
                  "PEERLOG_DIALECTIC_DEADLINE_S": "600"}
 
 

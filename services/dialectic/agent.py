@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import dialectic_reads as reads
@@ -26,7 +26,7 @@ from services.errors import DeadlineExceeded
 from services.llm.client import AssistantTurn, Completion, ModelClient, ToolCall
 from services.llm.embeddings import Embedder
 from services.llm.errors import ModelOutputInvalid
-from services.llm.formats import strip_fences
+from services.llm import formats
 from services.llm.tokens import count_tokens
 
 
@@ -83,12 +83,22 @@ class ToolRequest(BaseModel):
 
 class _FinalReply(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    answer: Any
+    # any JSON value; declared as a type list because llama-cpp-python's grammar compiler rejects a schema
+    # without a type (and then silently enforces plain JSON instead of the whole turn's schema)
+    answer: Any = Field(json_schema_extra={"type": ["string", "object", "array", "number", "boolean", "null"]})
     cited_ids: list[str] = []
 
 
 class StructuredReply(RootModel[ToolRequest | _FinalReply]):
     """One turn in structured tool mode: a tool request or the final answer."""
+
+
+def structured_turn_schema(tools: list[dict[str, Any]] | None, free_text: bool) -> dict[str, Any]:
+    """The JSON schema a structured-mode turn is held to: a call of one offered tool, or the final answer."""
+    finish = _FinalReply.model_json_schema()
+    if free_text:  # without a response schema the answer is text
+        finish["properties"]["answer"] = {"type": "string"}
+    return formats.tool_turn_schema(tools or [], finish)
 
 
 def conversation_tokens(messages: list[dict[str, Any]]) -> int:
@@ -239,7 +249,8 @@ class _Run:
     async def ask(self, messages, tools, streams_text: bool) -> AsyncIterator[str | Turn]:
         """The model's next turn (streamed text pieces first, when asked to stream)."""
         if self.structured:
-            done = await self.model.structured(messages, StructuredReply, name="dialectic_turn")
+            wire = structured_turn_schema(tools, free_text=self.request.response_schema is None)
+            done = await self.model.structured(messages, StructuredReply, name="dialectic_turn", wire_schema=wire)
             self.model_name = done.model
             yield self._structured_turn(done.value.root)
             return
@@ -305,7 +316,7 @@ class _Run:
 
 def _schema_error(text: str, schema: Mapping[str, Any]) -> str | None:
     try:
-        value = json.loads(strip_fences(text))
+        value = json.loads(formats.strip_fences(text))
     except ValueError as error:
         return f"not JSON: {error}"
     found = jsonschema.validators.validator_for(schema)(schema).iter_errors(value)
@@ -314,4 +325,4 @@ def _schema_error(text: str, schema: Mapping[str, Any]) -> str | None:
 
 
 def _canonical(text: str) -> str:
-    return json.dumps(json.loads(strip_fences(text)), ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(json.loads(formats.strip_fences(text)), ensure_ascii=False, separators=(",", ":"))

@@ -51,12 +51,27 @@ def system_prompt(observer: str, target: str, tools: str) -> str:
 
 
 def tool_catalogue(specs: Sequence[dict[str, Any]]) -> str:
-    """Function-tool specs as text, for a model that is told about tools in the prompt (structured mode)."""
-    return "\n".join(
-        f"- {s['function']['name']}: {s['function']['description']} Arguments schema: "
-        f"{json.dumps(s['function']['parameters'], separators=(',', ':'))}"
-        for s in specs
-    )
+    """Function-tool specs as text, for a model that is told about tools in the prompt (structured mode).
+
+    Each tool's arguments by name and meaning only: the turn's schema holds their exact form (enforced by
+    the server, or added to the prompt where it cannot be), and small models lose the thread in raw schemas.
+    """
+    return "\n".join(f"- {s['function']['name']}: {s['function']['description']}{_arguments(s['function'])}"
+                     for s in specs)
+
+
+def _arguments(function: Mapping[str, Any]) -> str:
+    parameters = function["parameters"]
+    required = set(parameters.get("required", ()))
+    parts = [_argument(name, schema, name in required) for name, schema in parameters.get("properties", {}).items()]
+    return f" Arguments: {'; '.join(parts)}." if parts else ""
+
+
+def _argument(name: str, schema: Mapping[str, Any], required: bool) -> str:
+    choices = schema.get("enum") or schema.get("items", {}).get("enum")
+    notes = [schema.get("description", ""), f"one of {', '.join(map(str, choices))}" if choices else "",
+             "" if required else "optional"]
+    return f"{name} ({', '.join(n for n in notes if n)})" if any(notes) else name
 
 
 def structured_instruction(specs: Sequence[dict[str, Any]]) -> str:

@@ -25,30 +25,38 @@ from services.events import (
     ProducerInfo,
 )
 from services.events.cards import card_problems
-from services.events.provenance import PremiseState, confidence_for, premise_problems
+from services.events.provenance import MIN_PREMISES, PremiseState, confidence_for, premise_problems
 from services.events.text import normalise
 
 PatternType = Literal["preference", "behaviour", "personality", "tendency", "correlation"]
 
 
-def _bare_id(value):
-    # models often copy the marker they were shown ("[obs:ID]", "obs:ID"); ids themselves never hold ":"
+def bare_id(value):
+    """The id inside a copied marker: models often copy what they were shown ("[obs:ID]", "obs:ID")."""
+    # ids themselves never hold ":"
     return value.strip().strip("[]").removeprefix("obs:") if isinstance(value, str) else value
 
 
-ObsId = Annotated[str, BeforeValidator(_bare_id), Field(min_length=1, max_length=512)]
+ObsId = Annotated[str, BeforeValidator(bare_id), Field(min_length=1, max_length=512)]
+
+
+def _premises(level: Level, what: str):
+    # the schema states the rule's minimum so that a constrained decoder cannot cite too few; pydantic does
+    # not check it: the provenance rule does, so a refusal is recorded
+    least = MIN_PREMISES[level]
+    return Field(max_length=20, description=f"{what} (at least {least})", json_schema_extra={"minItems": least})
 
 
 class _Action(BaseModel):
-    # premise counts are not checked here: the provenance rule checks them, so a refusal is recorded
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class AddDeduction(_Action):
     """Record a conclusion that follows logically from observations already in memory."""
 
+    # premises first: a constrained decoder writes fields in this order, and the content should follow from them
+    premise_ids: list[ObsId] = _premises(Level.DEDUCTIVE, "ids of the observations it follows from")
     content: str = Field(min_length=1, max_length=2000, description="the conclusion, one proposition")
-    premise_ids: list[ObsId] = Field(max_length=20, description="ids of the observations it follows from (at least 1)")
 
 
 class UpdateKnowledge(_Action):
@@ -56,7 +64,7 @@ class UpdateKnowledge(_Action):
 
     outdated_id: ObsId = Field(description="the observation that is no longer true")
     content: str = Field(min_length=1, max_length=2000, description="the belief that replaces it")
-    premise_ids: list[ObsId] = Field(max_length=20, description="the newer evidence it rests on (at least 1)")
+    premise_ids: list[ObsId] = _premises(Level.DEDUCTIVE, "the newer evidence it rests on")
     reason: str = Field("", max_length=500)
 
 
@@ -64,7 +72,7 @@ class AddContradiction(_Action):
     """Flag observations that cannot all be true, without choosing between them."""
 
     content: str = Field(min_length=1, max_length=2000, description="what conflicts with what")
-    premise_ids: list[ObsId] = Field(max_length=20, description="the conflicting observations (at least 2)")
+    premise_ids: list[ObsId] = _premises(Level.CONTRADICTION, "the conflicting observations")
 
 
 class RemoveDeduction(_Action):
@@ -83,9 +91,9 @@ class SetPeerCard(_Action):
 class AddPattern(_Action):
     """Record a pattern seen across two or more observations; confidence follows from how many support it."""
 
-    content: str = Field(min_length=1, max_length=2000)
+    premise_ids: list[ObsId] = _premises(Level.INDUCTIVE, "the observations that show it")  # first, as above
     pattern_type: PatternType
-    premise_ids: list[ObsId] = Field(max_length=20, description="the observations that show it (at least 2)")
+    content: str = Field(min_length=1, max_length=2000, description="what the cited observations have in common")
 
 
 Action = AddDeduction | UpdateKnowledge | AddContradiction | RemoveDeduction | SetPeerCard | AddPattern
@@ -99,6 +107,7 @@ class Known:
     observed_id: str
     level: str
     live: bool
+    content: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,8 @@ class Pending:
     contents: dict[str, str] = field(default_factory=dict)  # normalised content → id, to refuse repeats
 
     def overlay(self, dream: Dream, known: dict[str, Known]) -> dict[str, Known]:
-        view = {**known, **{i: Known(dream.observer_id, dream.observed_id, level, True)
+        texts = {i: text for text, i in self.contents.items()}
+        view = {**known, **{i: Known(dream.observer_id, dream.observed_id, level, True, texts.get(i, ""))
                             for i, level in self.added.items()}}
         return {i: replace(k, live=False) if i in self.retired else k for i, k in view.items()}
 
@@ -158,11 +168,20 @@ def _add(d: Dream, pending: Pending, view: dict[str, Known], level: Level, conte
     problems = premise_problems(level, d.observer_id, d.observed_id, premises, states)
     if normalise(content) in pending.contents:
         problems.append(f"this dream already wrote that as {pending.contents[normalise(content)]}")
+    problems.extend(_restated(view, content, premises))
     if problems:
         return None, _refuse(d, pending, level, content, premises, problems)
     return ObservationAdded(**_in_store(d), observation_id=str(uuid6.uuid7()), level=level, content=content,
                             premise_ids=tuple(dict.fromkeys(premises)), embedding=tuple(vector),
                             dream_id=d.dream_id, **extra), None
+
+
+def _restated(view: dict[str, Known], content: str, premises: list[str]) -> list[str]:
+    # a conclusion that repeats one of its premises adds nothing; small models write them often
+    key = normalise(content)
+    copied = next((p for p in premises if p in view and normalise(view[p].content) == key), None)
+    return [f"it only restates its premise {copied}: write what the premises show together, in new words"
+            ] if copied else []
 
 
 def _written(pending: Pending, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> Outcome:

@@ -7,11 +7,11 @@ from typing import Any
 
 from services.dialectic.prompt import tool_catalogue
 
-PROMPT_VERSIONS = {"deduction": "deduction-1", "induction": "induction-1"}
+PROMPT_VERSIONS = {"deduction": "deduction-2", "induction": "induction-2"}
 
 COMMON = """You are consolidating the memory that {observer} holds about {target}: observations (explicit: stated
 in a message; deductive, inductive: derived from premises; contradiction: flags conflicts), each shown as
-[obs:ID]. Look with the discovery tools, then act with the write tools. Every write cites premise ids you were
+[obs:ID]. Work from the observations listed; the discovery tools find more when you need them. Every write cites premise ids you were
 shown (without the obs: prefix); a write whose premises do not exist, belong elsewhere or were retired is
 refused and you are told why. Write only what the memory supports: no guesses, no restating an observation
 that already exists. When you can make no more supported edits, stop: reply with one short sentence and no tool call."""
@@ -30,9 +30,10 @@ Your job is deduction:
 INDUCTION = COMMON + """
 
 Your job is induction: patterns that show across two or more observations — a preference, behaviour,
-personality trait, tendency or correlation — with add_pattern. Patterns are additive: never retire anything.
-Confidence follows from the number of supporting observations (2: low, 3–4: medium, 5+: high), so cite all
-that support the pattern."""
+personality trait, tendency or correlation — with add_pattern. A pattern is a new, more general sentence in
+your own words about what the cited observations have in common; it never copies one observation's text.
+Patterns are additive: never retire anything. Confidence follows from the number of different supporting
+observations (2: low, 3–4: medium, 5+: high), so cite each one that supports the pattern, once."""
 
 SYSTEMS = {"deduction": DEDUCTION, "induction": INDUCTION}
 
@@ -41,10 +42,13 @@ STRUCTURED = """Reply with one JSON object only, no prose and no code fences: ei
 no more supported edits. For example {example}. Tools:
 {catalogue}"""
 
+# worked examples about someone else, so that a model copying one is plain to see
 EXAMPLES = {
-    "deduction": '{"tool": "add_deduction", "arguments": {"content": "…", "premise_ids": ["<id>"]}}',
-    "induction": '{"tool": "add_pattern", "arguments": {"content": "…", "pattern_type": "preference", '
-                 '"premise_ids": ["<id>", "<another id>"]}}',
+    "deduction": 'given [obs:o1] "Bob lives in Oslo": {"tool": "add_deduction", "arguments": {"premise_ids": '
+                 '["o1"], "content": "Bob lives in Norway"}}',
+    "induction": 'given [obs:o1] "Bob runs every morning" and [obs:o2] "Bob cycles to work": {"tool": '
+                 '"add_pattern", "arguments": {"premise_ids": ["o1", "o2"], "pattern_type": "behaviour", '
+                 '"content": "Bob exercises as part of his daily routine"}}',
 }
 
 FORCE_STOP = "You have used all your tool rounds. Stop now: reply with one short sentence and no tool call."
@@ -57,9 +61,18 @@ def system_prompt(specialist: str, observer: str, target: str, structured_tools:
     return text
 
 
-def opening(observation_lines: Sequence[str], card: Sequence[str], written: Sequence[str]) -> str:
+# the opening ends with the specialist's question: small models act on the last thing they read
+QUESTIONS = {
+    "deduction": "What follows from these observations that none of them says, what has changed, and what "
+                 "conflicts? Act with one tool call, or stop.",
+    "induction": "Which two or more of these observations show the same preference, behaviour, trait, tendency "
+                 "or correlation? Record it with add_pattern, or stop.",
+}
+
+
+def opening(specialist: str, observation_lines: Sequence[str], card: Sequence[str], written: Sequence[str]) -> str:
     parts = ["Recent observations:\n" + ("\n".join(observation_lines) or "(none)"),
              "Current peer card:\n" + ("\n".join(card) or "(empty)")]
     if written:
         parts.append("Written earlier in this dream:\n" + "\n".join(written))
-    return "\n\n".join(parts)
+    return "\n\n".join([*parts, QUESTIONS[specialist]])

@@ -22,8 +22,10 @@ from services.dialectic import tools as chat_tools
 from services.dialectic.agent import ToolRequest
 from services.dialectic.prompt import observation_line
 from services.dreamer import edits, prompt
+from services.dreamer.aliases import Aliases
 from services.dreamer.edits import Action, Dream, Known, Pending
 from services.events import Event, ObservationRejected, ProducerInfo
+from services.llm import formats
 from services.llm.client import ModelClient, ToolCall
 from services.llm.embeddings import Embedder
 
@@ -58,6 +60,18 @@ class StructuredStep(RootModel[ToolRequest | _Done]):
     """One specialist turn in structured tool mode: a tool call, or done."""
 
 
+def tool_specs(specialist: str) -> list[dict[str, Any]]:
+    """The function-tool specs a specialist is offered: discovery, then its own actions."""
+    return [*chat_tools.specs([n for n in DISCOVERY if n in chat_tools.TOOLS]),
+            chat_tools.function_spec("recent_observations", RecentObservations),
+            *(chat_tools.function_spec(n, m) for n, m in ACTIONS[specialist].items())]
+
+
+def step_schema(offered: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The JSON schema a structured-mode step is held to: a call of one offered tool, or done."""
+    return formats.tool_turn_schema(offered or [], _Done.model_json_schema())
+
+
 @dataclass
 class DreamRun:
     """The state of one dream across both specialists: what it wrote and what the specialists were told."""
@@ -69,26 +83,7 @@ class DreamRun:
     events: list[Event] = field(default_factory=list)
     edits: int = 0
     written: list[str] = field(default_factory=list)  # lines for the next specialist's opening
-    # short names (o1, o2, …) for the observations the opening shows: small models copy 36-character
-    # ids badly, and every mangled id is a refused write. Full ids from tool results work as well.
-    aliases: dict[str, str] = field(default_factory=dict)
-
-    def alias(self, observation_id: str) -> str:
-        for short, full in self.aliases.items():
-            if full == observation_id:
-                return short
-        short = f"o{len(self.aliases) + 1}"
-        self.aliases[short] = observation_id
-        return short
-
-    def unalias(self, action: Action) -> Action:
-        update = {}
-        if hasattr(action, "premise_ids"):
-            update["premise_ids"] = [self.aliases.get(i, i) for i in action.premise_ids]
-        for name in ("outdated_id", "observation_id"):
-            if hasattr(action, name):
-                update[name] = self.aliases.get(getattr(action, name), getattr(action, name))
-        return action.model_copy(update=update)
+    names: Aliases = field(default_factory=Aliases)  # short names of the observations shown
 
     def scope(self) -> chat_tools.Scope:
         d = self.dream
@@ -98,18 +93,18 @@ class DreamRun:
         """Run one specialist until it stops (or its rounds run out)."""
         structured = model.settings.tool_mode == "structured"
         actions = ACTIONS[name]
-        specs = [*chat_tools.specs([n for n in DISCOVERY if n in chat_tools.TOOLS]),
-                 chat_tools.function_spec("recent_observations", RecentObservations),
-                 *(chat_tools.function_spec(n, m) for n, m in actions.items())]
+        specs = tool_specs(name)
         producer = ProducerInfo(component="dreamer", version="0.1.0", model=model.settings.model,
                                 prompt_version=prompt.PROMPT_VERSIONS[name])
         self.dream = replace(self.dream, producer=producer)
         system = prompt.system_prompt(name, self.dream.observer_id, self.dream.observed_id, specs if structured else ())
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": await self.opening()}]
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": await self.opening(name)}]
         for used in range(rounds + 1):
             if used == rounds:
                 messages.append({"role": "user", "content": prompt.FORCE_STOP})
-            calls = await self.ask(model, messages, specs if used < rounds else None, structured, used)
+            # narrowed each turn: the names a call may cite grow as the specialist is shown more
+            offered = [self.names.narrowed(s) for s in specs] if used < rounds else None
+            calls = await self.ask(model, messages, offered, structured, used)
             if not calls or used == rounds:
                 return
             for call in calls:
@@ -122,7 +117,8 @@ class DreamRun:
     async def ask(self, model: ModelClient, messages: list, offered, structured: bool, used: int) -> list[ToolCall]:
         """The model's next turn as tool calls (empty: it stopped); the turn is appended to `messages`."""
         if structured:
-            step = (await model.structured(messages, StructuredStep, name="dream_step")).value.root
+            step = (await model.structured(messages, StructuredStep, name="dream_step",
+                                           wire_schema=step_schema(offered))).value.root
             messages.append({"role": "assistant", "content": step.model_dump_json()})
             if isinstance(step, _Done):
                 return []
@@ -133,22 +129,31 @@ class DreamRun:
                             for c in turn.tool_calls]} if turn.tool_calls else {})})
         return list(turn.tool_calls)
 
-    async def opening(self) -> str:
+    async def opening(self, specialist: str) -> str:
         d = self.dream
         pair = store_queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id)
         async with self.engine.connect() as conn:
             rows = await store_queries.list_observations(conn, pair, None, OPENING_OBSERVATIONS, reverse=True)
             card = await queries.peer_card(conn, d.workspace_id, d.observer_id, d.observed_id)
-        lines = [observation_line({**r, "observation_id": self.alias(r["observation_id"])}) for r in reversed(rows)]
-        return prompt.opening(lines, list(card["entries"]) if card else [], self.written)
+        lines = [self.line(r) for r in reversed(rows)]
+        return prompt.opening(specialist, lines, list(card["entries"]) if card else [], self.written)
+
+    def line(self, row) -> str:
+        return observation_line({**row, "observation_id": self.names.alias(row["observation_id"])})
 
     async def run_tool(self, call: ToolCall, actions: dict[str, type[BaseModel]]) -> str:
+        try:
+            arguments = self.names.unaliased(chat_tools.parse_arguments(call.arguments))
+        except ValueError as error:
+            return f"error: bad arguments for {call.name}: {error}"[:1000]
+        call = replace(call, arguments=json.dumps(arguments))
         if call.name in actions:
             return await self.act(call, actions[call.name])
         if call.name == "recent_observations":
             return await self.recent(call)
         env = chat_tools.ToolEnv(self.engine, self.embedder, self.scope(), 25, RESULT_CHARS)
-        return (await chat_tools.execute(env, call, DISCOVERY)).text
+        result = await chat_tools.execute(env, call, DISCOVERY)
+        return self.names.in_text(result.text, [i for i, kind in result.shown.items() if kind == "observation"])
 
     async def recent(self, call: ToolCall) -> str:
         try:
@@ -159,14 +164,13 @@ class DreamRun:
         pair = store_queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id, tuple(args.levels))
         async with self.engine.connect() as conn:
             rows = await store_queries.list_observations(conn, pair, None, args.limit, reverse=True)
-        return "\n".join(map(observation_line, rows)) or "No observations."
+        return "\n".join(map(self.line, rows)) or "No observations."
 
     async def act(self, call: ToolCall, model: type[BaseModel]) -> str:
         try:
             action: Action = model.model_validate(chat_tools.parse_arguments(call.arguments))
         except (ValueError, ValidationError) as error:
             return f"error: bad arguments for {call.name}: {error}"[:1000]
-        action = self.unalias(action)
         known = await self.known(edits.named_ids(action))
         vector, embedding_model = (), ""
         if isinstance(action, WRITES_TEXT):
@@ -178,13 +182,13 @@ class DreamRun:
         if outcome.accepted:
             self.edits += 1
             if isinstance(action, WRITES_TEXT):
-                short = self.alias(outcome.events[0].observation_id)
+                short = self.names.alias(outcome.events[0].observation_id)
                 self.written.append(f"[obs:{short}] ({call.name}) {action.content}")
                 return f"ok: written as {short}"
-        return outcome.reply
+        return self.names.in_text(outcome.reply)
 
     async def known(self, ids: Sequence[str]) -> dict[str, Known]:
         async with self.engine.connect() as conn:
             rows = await observations_by_id(conn, self.dream.workspace_id, list(ids))
         return {i: Known(r["observer_id"], r["observed_id"], r["level"],
-                         r["superseded_by"] is None and r["deleted_at"] is None) for i, r in rows.items()}
+                         r["superseded_by"] is None and r["deleted_at"] is None, r["content"]) for i, r in rows.items()}

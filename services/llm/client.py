@@ -8,7 +8,7 @@ and per-stage metrics. Works with any OpenAI-compatible server.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -88,10 +88,16 @@ class ModelClient:
         )
 
     async def structured(
-        self, messages: list[dict[str, Any]], schema: type[M], *, name: str | None = None
+        self, messages: list[dict[str, Any]], schema: type[M], *, name: str | None = None,
+        wire_schema: Mapping[str, Any] | None = None,
     ) -> Completion[M]:
-        """A reply validated as `schema`; one repair attempt, then ModelOutputInvalid."""
-        return await self._observed(self._structured(messages, schema, formats.schema_name(schema, name)))
+        """A reply validated as `schema`; one repair attempt, then ModelOutputInvalid.
+
+        `wire_schema` is the JSON schema the server is asked for instead of `schema`'s own, when the caller
+        knows a narrower one (e.g. this turn's tools); the reply is still validated as `schema`.
+        """
+        wire = wire_schema if wire_schema is not None else schema.model_json_schema()
+        return await self._observed(self._structured(messages, schema, wire, formats.schema_name(schema, name)))
 
     async def text(self, messages: list[dict[str, Any]]) -> Completion[str]:
         """A plain-text reply."""
@@ -168,11 +174,12 @@ class ModelClient:
         turn = AssistantTurn(reply.content, reply.tool_calls)
         return Completion(turn, reply.content, reply.model, reply.usage, attempts=1)
 
-    async def _structured(self, messages: list[dict[str, Any]], schema: type[M], name: str) -> Completion[M]:
+    async def _structured(self, messages: list[dict[str, Any]], schema: type[M], wire: Mapping[str, Any],
+                          name: str) -> Completion[M]:
         mode = self.settings.schema_mode
         if mode == "json_object":  # the server cannot enforce the schema, so the prompt must carry it
-            messages = formats.with_instruction(messages, formats.schema_instruction(schema))
-        response_format = formats.response_format(mode, schema, name)
+            messages = formats.with_instruction(messages, formats.schema_instruction(wire))
+        response_format = formats.response_format(mode, wire, name)
         first = await self._call(messages, response_format)
         try:
             return self._completion(first, schema, first.usage, attempts=1)

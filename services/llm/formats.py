@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from openai.lib._pydantic import to_strict_json_schema  # the SDK's own strict transform, as .parse() uses
+# the SDK's own strict transform (what .parse() applies to a model), used here on a schema we built
+from openai.lib._pydantic import _ensure_strict_json_schema
 from pydantic import BaseModel, ValidationError
 
 from services.llm.settings import SchemaMode
@@ -23,23 +26,67 @@ def schema_name(schema: type[BaseModel], name: str | None = None) -> str:
     return _NAME_UNSAFE.sub("_", name or schema.__name__)[:64] or "response"
 
 
-def response_format(mode: SchemaMode, schema: type[BaseModel], name: str) -> dict[str, Any]:
-    """The `response_format` request field for `mode`."""
+def response_format(mode: SchemaMode, schema: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The `response_format` request field for `mode`, asking for replies that match the JSON `schema`."""
     if mode == "json_schema":
         # strict mode needs every property required and no extra keys; pydantic still validates the reply
-        strict = to_strict_json_schema(schema)
+        strict = copy.deepcopy(dict(schema))
+        strict = _ensure_strict_json_schema(strict, path=(), root=strict)
         return {"type": "json_schema", "json_schema": {"name": name, "schema": strict, "strict": True}}
     if mode == "json_object_schema":
-        return {"type": "json_object", "schema": schema.model_json_schema()}
+        return {"type": "json_object", "schema": _within_grammar_limits(schema)}
     return {"type": "json_object"}
 
 
-def schema_instruction(schema: type[BaseModel]) -> str:
-    """The prompt text that describes the schema when the server cannot enforce it."""
+# llama.cpp's grammar parser refuses a string bound that expands past its repetition limit (measured with
+# llama-cpp-python 0.3.36: maxLength 1000 parses, 2000 does not), and that server then dies mid-request
+_GRAMMAR_MAX_LENGTH = 500
+
+
+def _within_grammar_limits(schema: Any) -> Any:
+    """A copy of `schema` without string length bounds a grammar cannot hold; pydantic still checks them."""
+    if isinstance(schema, list):
+        return [_within_grammar_limits(item) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {key: _within_grammar_limits(value) for key, value in schema.items()}
+    if isinstance(out.get("maxLength"), int) and out["maxLength"] > _GRAMMAR_MAX_LENGTH:
+        del out["maxLength"]
+    return out
+
+
+def schema_instruction(schema: Mapping[str, Any]) -> str:
+    """The prompt text that describes the JSON `schema` when the server cannot enforce it."""
     return (
         "Reply with one JSON object only, no prose and no code fences. "
-        f"It must match this JSON schema:\n{json.dumps(schema.model_json_schema(), separators=(',', ':'))}"
+        f"It must match this JSON schema:\n{json.dumps(schema, separators=(',', ':'))}"
     )
+
+
+def tool_turn_schema(specs: Sequence[Mapping[str, Any]], finish: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON schema of one structured-mode turn: a call of one of the function-tool `specs`, or `finish`.
+
+    A call is `{"tool": <name>, "arguments": <that tool's parameters>}` with the name as a const, one
+    alternative per tool, so a grammar-constrained decoder can only write a call that tool accepts.
+    """
+    defs: dict[str, Any] = {}
+    alternatives = [*(_call_schema(spec["function"], defs) for spec in specs), _moving_defs(finish, defs)]
+    return {"anyOf": alternatives, **({"$defs": defs} if defs else {})}
+
+
+def _call_schema(function: Mapping[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"tool": {"type": "string", "const": function["name"]},
+                                             "arguments": _moving_defs(function["parameters"], defs)},
+            "required": ["tool", "arguments"], "additionalProperties": False}
+
+
+def _moving_defs(schema: Mapping[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `schema` whose $defs moved into `defs`: pydantic's "#/$defs/X" refs resolve against the root."""
+    schema = copy.deepcopy(dict(schema))
+    for key, value in schema.pop("$defs", {}).items():
+        if defs.setdefault(key, value) != value:
+            raise ValueError(f"two schemas define a different {key!r} in $defs")
+    return schema
 
 
 def with_instruction(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
@@ -70,7 +117,14 @@ def strip_fences(text: str) -> str:
 
 def parse_reply(text: str, schema: type[M]) -> M:
     """The reply validated as `schema`; raises pydantic.ValidationError (bad JSON included)."""
-    return schema.model_validate_json(strip_fences(text))
+    body = strip_fences(text)
+    try:
+        # raw control characters inside strings are let through: llama-cpp-python's grammars for a JSON
+        # schema allow them (its plain-JSON grammar does not), and a newline in a text is no reason to repair
+        body = json.dumps(json.loads(body, strict=False))
+    except ValueError:
+        pass  # pydantic describes the bad JSON
+    return schema.model_validate_json(body)
 
 
 def describe_error(error: ValidationError) -> str:

@@ -8,6 +8,7 @@ import json
 
 from peerlog.v1 import audit_pb2, dreams_pb2, peers_pb2
 from projections.rebuild import rebuild
+from services.dreamer.prompt import PROMPT_VERSIONS
 from tests.support.client import Client
 from tests.support.model_server import Reply
 
@@ -88,7 +89,7 @@ async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(c
                                                                                          observation_id=oslo))
     superseded = [e for e in history.entries if e.kind == "superseded"]
     assert dict(superseded[0].detail)["by"] == update.observation_id
-    assert superseded[0].producer.prompt_version == "deduction-1"
+    assert superseded[0].producer.prompt_version == PROMPT_VERSIONS["deduction"]
 
     refused = await c.audit.ListRejectedObservations(audit_pb2.ListRejectedObservationsRequest(
         workspace_id="w", dream_id=dream.dream_id))

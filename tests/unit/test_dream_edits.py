@@ -114,3 +114,20 @@ def test_a_dream_writes_into_the_derivation_current_when_it_began_and_the_card_s
     assert {e.derivation for e in out.events} == {"v2"}
     card = decide_edit(Pending(), KNOWN, SetPeerCard(entries=["IDENTITY: Bob"]), d)
     assert isinstance(card.events[0], PeerCardUpdated)
+
+
+def test_a_conclusion_that_only_restates_a_premise_is_refused_and_recorded():
+    known = {**KNOWN, "oslo": Known("alice", "bob", "explicit", True, "Bob lives in Oslo")}
+    out = decide_edit(Pending(), known, AddPattern(content="bob lives in  Oslo", pattern_type="tendency",
+                                                   premise_ids=["bees", "oslo"]), D)
+    (refused,) = out.events
+    assert isinstance(refused, ObservationRejected) and not out.accepted
+    assert "restates its premise oslo" in out.reply
+
+
+def test_a_conclusion_that_restates_what_this_dream_wrote_before_is_refused_too():
+    first = decide_edit(Pending(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
+    written = first.events[0].observation_id
+    again = decide_edit(first.pending, KNOWN, AddPattern(content="Bob lives in Norway", pattern_type="tendency",
+                                                         premise_ids=[written, "bees"]), D)
+    assert not again.accepted and f"restates its premise {written}" in again.reply

@@ -21,7 +21,7 @@ class Facts(BaseModel):
 
 
 def test_json_schema_mode_sends_a_strict_openai_schema() -> None:
-    fmt = formats.response_format("json_schema", Facts, "Facts")
+    fmt = formats.response_format("json_schema", Facts.model_json_schema(), "Facts")
 
     assert fmt["type"] == "json_schema"
     assert fmt["json_schema"]["name"] == "Facts" and fmt["json_schema"]["strict"] is True
@@ -32,18 +32,18 @@ def test_json_schema_mode_sends_a_strict_openai_schema() -> None:
 
 
 def test_json_object_schema_mode_sends_the_pydantic_schema_inline() -> None:
-    assert formats.response_format("json_object_schema", Facts, "Facts") == {
+    assert formats.response_format("json_object_schema", Facts.model_json_schema(), "Facts") == {
         "type": "json_object",
         "schema": Facts.model_json_schema(),
     }
 
 
 def test_json_object_mode_sends_plain_json_mode() -> None:
-    assert formats.response_format("json_object", Facts, "Facts") == {"type": "json_object"}
+    assert formats.response_format("json_object", Facts.model_json_schema(), "Facts") == {"type": "json_object"}
 
 
 def test_schema_instruction_carries_the_schema() -> None:
-    text = formats.schema_instruction(Facts)
+    text = formats.schema_instruction(Facts.model_json_schema())
     schema = json.loads(text[text.index("{") :])
     assert "JSON" in text and schema == Facts.model_json_schema()
 
@@ -87,6 +87,12 @@ def test_replies_parse_with_or_without_code_fences(reply: str) -> None:
     assert formats.parse_reply(reply, Facts) == Facts(facts=[])
 
 
+def test_a_raw_newline_inside_a_string_is_read_as_a_newline() -> None:
+    # llama-cpp-python's schema grammars let a model write one; strict JSON would call the reply invalid
+    assert formats.parse_reply('{"facts": [{"subject": "a", "statement": "line one\nline two"}]}', Facts) == Facts(
+        facts=[Fact(subject="a", statement="line one\nline two")])
+
+
 def test_bad_json_and_wrong_shapes_both_raise_validation_errors() -> None:
     with pytest.raises(ValidationError):
         formats.parse_reply("not json at all", Facts)
@@ -113,3 +119,11 @@ def test_repair_conversation_quotes_the_bad_reply_and_the_error() -> None:
     assert out[1] == {"role": "assistant", "content": "{oops"}
     assert out[2]["role"] == "user" and "- (root): Invalid JSON" in out[2]["content"]
     assert "only the corrected JSON" in out[2]["content"]
+
+
+def test_json_object_schema_mode_drops_string_bounds_a_grammar_cannot_hold() -> None:
+    schema = {"type": "object", "properties": {"long": {"type": "string", "maxLength": 2000},
+                                               "short": {"type": "string", "maxLength": 200}}}
+    sent = formats.response_format("json_object_schema", schema, "S")["schema"]
+    assert sent["properties"] == {"long": {"type": "string"}, "short": {"type": "string", "maxLength": 200}}
+    assert schema["properties"]["long"]["maxLength"] == 2000  # the caller's schema is not changed
