@@ -51,14 +51,16 @@ class ObservationFilter:
                 "f_levels": list(self.levels), "f_session_id": self.session_id,
                 "f_allowed": list(self.allowed_sessions or ()), "f_as_of": self.as_of}
 
-    def value(self, name: str, bound: bool, expanding: bool = False):
-        """A parameter for one filter value: carrying it, or (bound=False) named only, for a cached statement."""
-        if not bound:
+    def value(self, name: str, values: dict | None, expanding: bool = False):
+        """A parameter for one filter value: carrying it (from `values`, this filter's `params()`), or named
+        only (values None), for a statement cached by shape."""
+        if values is None:
             return bindparam(f"f_{name}", expanding=expanding)
-        return bindparam(f"f_{name}", self.params()[f"f_{name}"], expanding=expanding)
+        return bindparam(f"f_{name}", values[f"f_{name}"], expanding=expanding)
 
     def where(self, table=observations, bound: bool = True) -> list:
-        c, v = table.c, (lambda name, **kw: self.value(name, bound, **kw))
+        values = self.params() if bound else None
+        c, v = table.c, (lambda name, **kw: self.value(name, values, **kw))
         as_of = v("as_of") if self.as_of is not None else None  # as of then: the derivation current then
         current = current_label(v("workspace_id"), v("observer_id"), v("observed_id"), as_of)
         out = [c.workspace_id == v("workspace_id"), c.observer_id == v("observer_id"),
@@ -66,7 +68,7 @@ class ObservationFilter:
                # a named derivation's label, or (no name: NULL) the label of the pair's current one
                c.derivation == func.coalesce(v("derivation"), current)]
         if self.allowed_sessions is not None:
-            out.append(_allowed_by_sessions(self, c, bound))
+            out.append(_allowed_by_sessions(self, c, values))
         if self.levels:
             out.append(c.level.in_(v("levels", expanding=True)))
         if self.session_id:
@@ -88,13 +90,14 @@ class ObservationFilter:
         h = observation_events.c
         reinforced = (select(func.count()).where(h.workspace_id == observations.c.workspace_id,
                                                  h.observation_id == observations.c.observation_id,
-                                                 h.kind == "reinforced", h.occurred_at <= self.value("as_of", bound))
+                                                 h.kind == "reinforced",
+                                                 h.occurred_at <= self.value("as_of", self.params() if bound else None))
                       .scalar_subquery())
         return [(1 + reinforced).label("times_derived") if c.name == "times_derived" else c
                 for c in OBSERVATION_COLUMNS]
 
 
-def _outside_allowlist(where: ObservationFilter, bound: bool):
+def _outside_allowlist(where: ObservationFilter, values: dict | None):
     """Ids in the pair's store that an allowlist cannot vouch for, and everything concluded from them.
 
     The base: explicit observations from other sessions (or none), derived ones citing no premise, and
@@ -103,10 +106,10 @@ def _outside_allowlist(where: ObservationFilter, bound: bool):
     recursive query instead of walking every candidate's closure.
     """
     o, p = observations.c, premises.c
-    workspace = where.value("workspace_id", bound)
-    pair = [o.workspace_id == workspace, o.observer_id == where.value("observer_id", bound),
-            o.observed_id == where.value("observed_id", bound)]
-    allowed = where.value("allowed", bound, expanding=True)
+    workspace = where.value("workspace_id", values)
+    pair = [o.workspace_id == workspace, o.observer_id == where.value("observer_id", values),
+            o.observed_id == where.value("observed_id", values)]
+    allowed = where.value("allowed", values, expanding=True)
     foreign = select(o.observation_id.label("id")).where(
         *pair, o.level == "explicit", ~func.coalesce(o.session_id.in_(allowed), False))
     unfounded = select(o.observation_id).where(*pair, o.level != "explicit", ~select(p.premise_id).where(
@@ -121,9 +124,9 @@ def _outside_allowlist(where: ObservationFilter, bound: bool):
     return outside.union(inherited)
 
 
-def _allowed_by_sessions(where: ObservationFilter, c, bound: bool):
+def _allowed_by_sessions(where: ObservationFilter, c, values: dict | None):
     """Explicit observations from allowed sessions; derived ones whose whole premise closure is."""
-    return c.observation_id.not_in(select(_outside_allowlist(where, bound).c.id))
+    return c.observation_id.not_in(select(_outside_allowlist(where, values).c.id))
 
 
 async def observation(conn: AsyncConnection, workspace_id: str, observation_id: str) -> RowMapping | None:
@@ -151,17 +154,9 @@ async def nearest_observations(
     conn: AsyncConnection, where: ObservationFilter, vector: Sequence[float], limit: int,
     max_distance: float | None,
 ) -> Sequence[RowMapping]:
-    """A pair's observations nearest to `vector` by cosine distance (column `distance`), nearest first."""
-    # exact over the pair's rows: filtering an approximate HNSW scan afterwards can return fewer
-    # than `limit` rows, and one pair's store is small enough to scan
-    store = (select(*where.columns(), observations.c.embedding)
-             .where(*where.where(), observations.c.embedding.is_not(None))
-             .cte("pair_store").prefix_with("MATERIALIZED"))
-    distance = store.c.embedding.cosine_distance(list(vector)).label("distance")
-    stmt = select(*[store.c[col.name] for col in OBSERVATION_COLUMNS], distance)
-    if max_distance is not None:
-        stmt = stmt.where(distance <= max_distance)
-    return (await conn.execute(stmt.order_by(distance, store.c.observation_id).limit(limit))).mappings().all()
+    """A pair's observations nearest to `vector` by cosine distance (column `distance`), nearest first:
+    the semantic slice of a working set."""
+    return await working_set(conn, where, Slices(semantic=limit, max_distance=max_distance), vector)
 
 
 async def sources_of(
@@ -225,8 +220,11 @@ _WORKING_SETS: dict[tuple, object] = {}
 
 def _working_set_statement(where: ObservationFilter, slices: Slices):
     """One statement for all slices, so the pair's rows are read from the heap once: a materialized
-    scan of the pair's store, ranked three ways. Built once per shape (bound parameters)."""
-    key = (where.shape(), slices.semantic > 0, slices.max_distance is not None, slices.reinforced > 0)
+    scan of the pair's store, ranked up to three ways. Exact, not an HNSW scan: filtering an approximate
+    scan afterwards can return fewer than asked for, and one pair's store is small enough to scan.
+    Built once per shape (bound parameters)."""
+    key = (where.shape(), slices.semantic > 0, slices.max_distance is not None, slices.reinforced > 0,
+           slices.recent > 0)
     if key in _WORKING_SETS:
         return _WORKING_SETS[key]
     o = observations.c
@@ -240,7 +238,7 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
 
     def ranked(slice_no: int, order: list, *conditions, limit: str):
         rank = func.row_number().over(order_by=order).label("rank")
-        return (select(literal_column(str(slice_no)).label("slice"), rank, *columns).where(*conditions)
+        return (select(literal_column(str(slice_no)).label("slice"), rank, *columns, s.distance).where(*conditions)
                 .order_by(*order).limit(bindparam(limit)))
     parts = []
     if slices.semantic:
@@ -250,8 +248,9 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
     if slices.reinforced:
         parts.append(ranked(REINFORCED, [s.times_derived.desc(), s.created_at.desc(), s.observation_id],
                             limit="reinforced_n"))
-    parts.append(ranked(RECENT, [s.created_at.desc(), s.observation_id.desc()], limit="recent_n"))
-    every = union_all(*parts).subquery("slices")
+    if slices.recent:
+        parts.append(ranked(RECENT, [s.created_at.desc(), s.observation_id.desc()], limit="recent_n"))
+    every = (union_all(*parts) if len(parts) > 1 else parts[0]).subquery("slices")
     stmt = select(every).order_by(every.c.slice, every.c.rank)
     _WORKING_SETS[key] = stmt
     return stmt
@@ -260,7 +259,8 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
 async def working_set(conn: AsyncConnection, where: ObservationFilter, slices: Slices,
                       vector: Sequence[float] | None) -> Sequence[RowMapping]:
     """A pair's observations by slice (column `slice`: SEMANTIC, REINFORCED, RECENT), each slice best
-    first (column `rank`); an observation can appear in several slices. No vector: no semantic slice."""
+    first (column `rank`, and `distance` to the vector); an observation can appear in several slices.
+    No vector: no semantic slice."""
     if vector is None:
         slices = Slices(reinforced=slices.reinforced, recent=slices.recent)
     stmt = _working_set_statement(where, slices)
