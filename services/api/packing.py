@@ -105,7 +105,7 @@ def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> t
             break
         n += 1
     text, tokens = cost(n)
-    while tokens > room:  # the section headings the estimate left out
+    while tokens > room:  # the line breaks between items the estimate left out
         n -= 1
         text, tokens = cost(n)
     while n + 1 < len(ranked) and (wider := cost(n + 1))[1] <= room:  # tokens merging across lines
