@@ -5,13 +5,16 @@ of its time in Python. The processes bind the same port with SO_REUSEPORT, so th
 incoming connections over them; each has its own pools, embedder and log producer. The first process
 supervises: SIGTERM stops them all, and when one dies the others are stopped too, so whatever runs
 `peerlog serve` sees the failure and can restart it instead of serving at part capacity unnoticed.
+If the supervisor itself dies, even by SIGKILL, the kernel sends its children SIGTERM (PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import multiprocessing
+import os
 import signal
 
 from services.api.server import serve
@@ -19,8 +22,20 @@ from services.settings import Settings
 
 log = logging.getLogger(__name__)
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
-def _child() -> None:
+
+def _die_with_parent(parent: int) -> None:
+    """Ask the kernel for SIGTERM when the supervisor dies, even by SIGKILL: no orphan keeps the port."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # it died before the request took effect
+        raise SystemExit("the supervising API process is gone")
+
+
+def _child(parent: int) -> None:
+    _die_with_parent(parent)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(serve(Settings(), metrics=False))  # the environment is inherited: the same settings
 
@@ -45,7 +60,7 @@ def run(settings: Settings) -> None:
     if settings.api.port == 0:
         raise ValueError("PEERLOG_API_PROCESSES > 1 needs a fixed PEERLOG_API_PORT (0 would give each its own)")
     spawn = multiprocessing.get_context("spawn")  # no forked gRPC or event-loop state
-    children = [spawn.Process(target=_child, name=f"peerlog-api-{i}") for i in range(1, settings.api.processes)]
+    children = [spawn.Process(target=_child, args=(os.getpid(),), name=f"peerlog-api-{i}") for i in range(1, settings.api.processes)]
     for child in children:
         child.start()
     try:

@@ -151,6 +151,12 @@ async def _warm(ctx: ApiContext) -> None:
 
 async def serve(settings: Settings, metrics: bool = True) -> None:
     """Serve until SIGTERM/SIGINT, then drain in-flight calls."""
+    # handlers first: a SIGTERM during start-up (the port may already answer while the model loads)
+    # must stop the server through the same path, not kill it before a supervisor can clean up
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     running = await start(settings)
     await _warm(running.ctx)
     # what exists now lives as long as the process: keep the collector from re-scanning it on every
@@ -159,9 +165,5 @@ async def serve(settings: Settings, metrics: bool = True) -> None:
     gc.freeze()
     if settings.api.metrics_port and metrics:
         start_http_server(settings.api.metrics_port, addr=settings.api.host)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await running.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -89,14 +90,49 @@ def test_when_one_api_process_dies_the_whole_server_stops_so_a_supervisor_notice
     assert "exited with" in api.log_text()
 
 
+def _running(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _still_running_after(pids: list[int], seconds: float) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if _running(p)]
+
+
 def test_sigterm_stops_every_api_process(two_process_api):
     api, _ = two_process_api
     servers = _server_pids(api.proc.pid)
     api.proc.send_signal(signal.SIGTERM)
     api.proc.wait(timeout=30)
-    deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]
-              for p in servers[1:]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [p for p in servers[1:] if Path(f"/proc/{p}").exists()
-                and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"]
+    assert not _still_running_after(servers[1:], 10)
+
+
+def test_sigterm_while_the_processes_start_still_stops_every_one(settings, projector, tmp_path):
+    api = Worker(settings, tmp_path / "api.log", {"PEERLOG_API_PORT": str(free_port()),
+                                                  "PEERLOG_API_PROCESSES": "2"}, command="serve").start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(servers := _server_pids(api.proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(servers) == 2, api.log_text()
+        api.proc.send_signal(signal.SIGTERM)  # before either is listening: the models are still loading
+        api.proc.wait(timeout=30)
+        assert not _still_running_after(servers[1:], 10)
+    finally:
+        api.kill()
+
+
+def test_an_api_process_does_not_outlive_its_killed_supervisor(two_process_api):
+    api, port = two_process_api
+    servers = _server_pids(api.proc.pid)
+    api.proc.kill()
+    api.proc.wait(timeout=30)
+    assert not _still_running_after(servers[1:], 10)
+    with pytest.raises(OSError):  # nothing is left holding the port
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
