@@ -286,8 +286,21 @@ async def dream_counts(conn: AsyncConnection, scope: StatusScope) -> dict[str, i
     return {**dict.fromkeys(DREAM_STATES, 0), **{state: n for state, n in await conn.execute(stmt)}}
 
 
+def _outstanding(b):
+    """True while some message of dead-lettered batch `b` is in no finished batch of its derivation; once
+    a retry (`peerlog derivations retry`, a promotion's catch-up) has derived them all, it needs no one."""
+    later = derivation_batches.alias("later").c
+    message = func.unnest(b.message_ids).table_valued("id").render_derived("m")
+    finished = select(literal(1)).where(
+        later.workspace_id == b.workspace_id, later.observer_id == b.observer_id,
+        later.observed_id == b.observed_id, later.derivation == b.derivation, later.state == "done",
+        message.c.id == later.message_ids.any_()).correlate(derivation_batches, message)
+    return select(literal(1)).select_from(message).where(~finished.exists()).correlate(derivation_batches).exists()
+
+
 async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:
-    """Dead-lettered derivation batches with a perceived message in scope, most recent first."""
+    """Dead-lettered derivation batches with a perceived message in scope that no retry has finished since,
+    most recent first."""
     b, p = derivation_batches.c, perceptions.c
     in_scope = select(literal(1)).where(
         p.workspace_id == b.workspace_id, p.observer_id == b.observer_id, p.observed_id == b.observed_id,
@@ -296,8 +309,8 @@ async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit
     if scope.session_id:
         in_scope = in_scope.where(p.session_id == scope.session_id)
     stmt = select(derivation_batches).where(
-        b.workspace_id == scope.workspace_id, _current(b), b.state == "dead_lettered", in_scope.exists()
-    )
+        b.workspace_id == scope.workspace_id, _current(b), b.state == "dead_lettered", in_scope.exists(),
+        _outstanding(b))
     if scope.observer_id:
         stmt = stmt.where(b.observer_id == scope.observer_id)
     if scope.observed_id:

@@ -78,6 +78,17 @@ def _pair_option(pair: str) -> tuple[str, str]:
     return observer, observed
 
 
+def _run_derivation(coro):
+    """Run a rederive/promote/retry; a refusal (bad name, a run already holding the workspace) is one line."""
+    from services.deriver.exclusive import RunInProgress
+
+    try:
+        return asyncio.run(coro)
+    except (ValueError, RunInProgress) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def rederive(
     name: str = typer.Option(..., "--name", help="the new derivation's name ([A-Za-z0-9_-], ≤ 64)"),
@@ -89,7 +100,7 @@ def rederive(
     from services.deriver.rederive import Scope, rederive as run
 
     observer, observed = _pair_option(pair)
-    report = asyncio.run(run(Settings(), name, Scope(workspace, observer, observed), model))
+    report = _run_derivation(run(Settings(), name, Scope(workspace, observer, observed), model))
     typer.echo(f"{report.name}: {report.pairs} pairs, {report.messages} messages, {report.batches} batches, "
                f"{report.events} events, {report.skipped} messages already there")
 
@@ -110,10 +121,26 @@ def derivations_promote(
     if bool(pair) == all_pairs:
         raise typer.BadParameter("give either --pair OBSERVER/OBSERVED or --all-pairs")
     observer, observed = _pair_option(pair)
-    report = asyncio.run(promote(Settings(), name, Scope(workspace, observer, observed), model, reason))
+    report = _run_derivation(promote(Settings(), name, Scope(workspace, observer, observed), model, reason))
     typer.echo(f"{report.name} is current for {report.pairs} pairs: {report.messages} messages caught up in "
                f"{report.batches} batches, {report.skipped} already there or left to the live deriver; "
                f"consistency token {report.consistency_token}")
+
+
+@derivations.command("retry")
+def derivations_retry(
+    workspace: str = typer.Option(..., "--workspace", "-w"),
+    pair: str = typer.Option("", "--pair", help="OBSERVER/OBSERVED; default: every pair of the workspace"),
+    model: str = typer.Option("", "--model", help="the chat model; default: the deriver's"),
+) -> None:
+    """Derive again the batches the live deriver dead-lettered, into each pair's current derivation."""
+    from services.deriver.rederive import Scope
+    from services.deriver.retry import retry
+
+    observer, observed = _pair_option(pair)
+    for report in _run_derivation(retry(Settings(), Scope(workspace, observer, observed), model)):
+        typer.echo(f"{report.name}: {report.messages} messages derived in {report.batches} batches over "
+                   f"{report.pairs} pairs; consistency token {report.consistency_token}")
 
 
 @derivations.command("compare")

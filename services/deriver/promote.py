@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from services.deriver.exclusive import exclusive
 from services.deriver.rederive import NAME, Report, Rederivation, Scope
 from services.events import ORIGINAL, DerivationPromoted, ProducerInfo
 from services.events.perception import pair_of
@@ -32,7 +33,7 @@ async def promote(settings, name: str, scope: Scope, model: str = "", reason: st
     """Make derivation `name` current for the pair in `scope` (or for every pair the workspace has perceived
     so far) and derive into it, with `model`, whatever it lacks from before the promotion."""
     check_promotable(name)
-    async with Rederivation(settings, name, model, progress) as run:
+    async with exclusive(settings, scope.workspace_id), Rederivation(settings, name, model, progress) as run:
         await run.catch_up(scope, f"promote:{name}")  # the bulk, before reads switch over
         keys = {f"{scope.workspace_id}/{scope.observer_id}/{scope.observed_id}"} if scope.observer_id else run.pairs
         promoted = promotions(keys, run.label, reason)

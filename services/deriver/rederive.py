@@ -22,12 +22,21 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from services.bus.consistency import ConsistencyToken
 from services.bus.producer import EventLog
 from services.bus.streams import read, to_the_end
-from services.bus.topics import OBSERVATIONS, PERCEIVED
+from services.bus.topics import DEADLETTER, OBSERVATIONS, PERCEIVED, TopicSpec
 from services.deriver.batching import Batching, add, next_window
 from services.deriver.derive import Deriver
+from services.deriver.exclusive import exclusive
 from services.deriver.judge import Pair
 from services.deriver.store import ObservationStore
-from services.events import ORIGINAL, BatchDerived, DerivationPromoted, Event, MessagePerceived, stored_derivation
+from services.events import (
+    ORIGINAL,
+    BatchDerived,
+    DerivationDeadLettered,
+    DerivationPromoted,
+    Event,
+    MessagePerceived,
+    stored_derivation,
+)
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.llm.settings import ModelStageSettings
@@ -65,15 +74,25 @@ def check_name(name: str) -> None:
         raise ValueError(f"derivation name {name!r} must match {NAME.pattern} and not be {ORIGINAL!r}")
 
 
-def missing(history: Sequence[Seen], label: str, done: set[str]) -> list[MessagePerceived]:
+def missing(history: Sequence[Seen], label: str, done: set[str], parked: set[str] = frozenset()) -> list[MessagePerceived]:
     """The pair's perceptions that derivation `label` lacks and the live deriver will not write into it:
-    perceived while another derivation was current, and in no finished batch of `label`."""
+    those in no finished batch of `label` that were perceived while another derivation was current, or
+    that the live deriver parked (dead-lettered) while `label` was current. The live deriver never tries a
+    parked batch again, so deriving it here is the only way it gets done, and it is done once."""
     current, out = "", []
     for e in history:
         if isinstance(e, DerivationPromoted):
             current = e.derivation
-        elif current != label and e.message_id not in done:
+        elif e.message_id not in done and (current != label or e.message_id in parked):
             out.append(e)
+    return out
+
+
+def current_labels(history: dict[str, list[Seen]]) -> dict[str, str]:
+    """Per pair key, the derivation current at the end of its history ("" before any promotion)."""
+    out = {}
+    for key, seen in history.items():
+        out[key] = next((e.derivation for e in reversed(seen) if isinstance(e, DerivationPromoted)), "")
     return out
 
 
@@ -87,15 +106,25 @@ def perceived(settings, scope: Scope) -> dict[str, list[Seen]]:
     return by_pair
 
 
-def derived(settings, scope: Scope, label: str) -> dict[str, set[str]]:
-    """Per pair key, the message ids in finished batches of derivation `label` (read from the log itself,
-    so a run right after another one sees all of it; a dead-lettered batch is tried again)."""
+def _batched(settings, topic: TopicSpec, kind: type, scope: Scope, label: str) -> dict[str, set[str]]:
+    """Per pair key, the message ids of `kind` batch events of derivation `label` (read from the log itself,
+    so a run right after another one sees all of it)."""
     out: dict[str, set[str]] = {}
-    for msg in to_the_end(settings.kafka, OBSERVATIONS.full_name(settings.kafka.topic_prefix), timeout=3600):
+    for msg in to_the_end(settings.kafka, topic.full_name(settings.kafka.topic_prefix), timeout=3600):
         event = read(msg.value())
-        if isinstance(event, BatchDerived) and event.derivation == label and scope.covers(event):
+        if isinstance(event, kind) and event.derivation == label and scope.covers(event):
             out.setdefault(event.key, set()).update(event.message_ids)
     return out
+
+
+def derived(settings, scope: Scope, label: str) -> dict[str, set[str]]:
+    """Per pair key, the message ids in finished batches of derivation `label`."""
+    return _batched(settings, OBSERVATIONS, BatchDerived, scope, label)
+
+
+def parked(settings, scope: Scope, label: str) -> dict[str, set[str]]:
+    """Per pair key, the message ids in dead-lettered batches of derivation `label` (finished or not since)."""
+    return _batched(settings, DEADLETTER, DerivationDeadLettered, scope, label)
 
 
 async def rederive(settings, name: str, scope: Scope, model: str = "",
@@ -103,7 +132,7 @@ async def rederive(settings, name: str, scope: Scope, model: str = "",
     """Derive every perception in scope again into derivation `name`, with `model` (default: the deriver's),
     skipping what `name` already holds."""
     check_name(name)
-    async with Rederivation(settings, name, model, progress) as run:
+    async with exclusive(settings, scope.workspace_id), Rederivation(settings, name, model, progress) as run:
         await run.catch_up(scope, f"rederive:{name}")
     return run.report()
 
@@ -135,13 +164,15 @@ class Rederivation:
     async def append(self, events: Sequence[Event]) -> None:
         self.written = self.written.merge(await self.log.append(events))
 
-    async def catch_up(self, scope: Scope, cause: str) -> None:
-        """Derive what the derivation lacks in scope (see `missing`), batch by batch, pair by pair."""
-        history, done = perceived(self.settings, scope), derived(self.settings, scope, self.label)
+    async def catch_up(self, scope: Scope, cause: str, history: dict[str, list[Seen]] | None = None) -> None:
+        """Derive what the derivation lacks in scope (see `missing`), batch by batch, pair by pair; `history`
+        (perceptions by pair key) narrows it to those pairs."""
+        history = perceived(self.settings, scope) if history is None else history
+        done, dead = derived(self.settings, scope, self.label), parked(self.settings, scope, self.label)
         self.pairs |= set(history)
         self.perceived = sum(isinstance(e, MessagePerceived) for seen in history.values() for e in seen)
         for key, seen in history.items():
-            todo = missing(seen, self.label, done.get(key, set()))
+            todo = missing(seen, self.label, done.get(key, set()), dead.get(key, set()))
             await self._derive(Pair(*key.split("/", 2), self.label), todo, cause)
             self.progress(f"{key}: {len(todo)} messages derived into {self.label or ORIGINAL!r}")
 

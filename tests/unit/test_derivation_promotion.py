@@ -9,6 +9,7 @@ from services.deriver.judge import Pair, batch_id, judge
 from services.deriver.prompt import ExtractedFact
 from services.deriver.promote import check_promotable
 from services.deriver.rederive import check_name, missing
+from services.deriver.retry import by_current_label
 from services.events import ORIGINAL, DerivationPromoted, ObservationAdded
 from tests.unit.test_deriver_core import P, batch, perceived
 
@@ -60,3 +61,17 @@ def test_original_can_be_promoted_back_to_but_not_used_as_a_new_name():
         check_name(ORIGINAL)
     with pytest.raises(ValueError):
         check_promotable("no spaces")
+
+
+def test_a_batch_the_live_deriver_parked_is_derived_again_until_a_batch_finishes_it():
+    history = [perceived(1, "x"), perceived(2, "y"), promoted("v2"), perceived(3, "z")]
+    assert ids(missing(history, "", done={"m1"}, parked={"m1", "m2"})) == ["m2", "m3"]
+    assert ids(missing(history, "v2", done=set(), parked={"m3"})) == ["m1", "m2", "m3"]
+    assert ids(missing(history, "v2", done={"m1", "m2", "m3"}, parked={"m3"})) == []
+
+
+def test_a_pair_not_yet_promoted_is_retried_into_the_original_and_a_promoted_one_into_its_latest():
+    a = [perceived(1, "x")]
+    b = [perceived(2, "y"), promoted("v2"), promoted("v3")]
+    groups = by_current_label({"w/a/a": a, "w/b/b": b})
+    assert groups == {"": {"w/a/a": a}, "v3": {"w/b/b": b}}

@@ -1,0 +1,34 @@
+"""Retry: derive again the batches the live deriver dead-lettered, into each pair's current derivation.
+
+The live deriver parks a batch the model keeps failing on and never tries it again (a retry loop on a
+broken prompt or model would stall the pair). Once the cause is fixed, `peerlog derivations retry`
+brings each pair's current derivation up to date: it derives what that derivation lacks (`missing`),
+which for a pair whose batches all finished is nothing, and is otherwise its parked messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from services.deriver.exclusive import exclusive
+from services.deriver.rederive import Rederivation, Report, Scope, Seen, current_labels, perceived
+from services.events import ORIGINAL
+
+
+def by_current_label(history: dict[str, list[Seen]]) -> dict[str, dict[str, list[Seen]]]:
+    """The pairs' histories grouped by the derivation current for each pair."""
+    groups: dict[str, dict[str, list[Seen]]] = {}
+    for key, label in current_labels(history).items():
+        groups.setdefault(label, {})[key] = history[key]
+    return groups
+
+
+async def retry(settings, scope: Scope, model: str = "", progress: Callable[[str], None] = print) -> list[Report]:
+    """Derive, with `model` (default: the deriver's), what each pair's current derivation lacks in scope."""
+    reports = []
+    async with exclusive(settings, scope.workspace_id):
+        for label, pairs in sorted(by_current_label(perceived(settings, scope)).items()):
+            async with Rederivation(settings, label or ORIGINAL, model, progress) as run:
+                await run.catch_up(scope, "retry", pairs)
+            reports.append(run.report())
+    return reports

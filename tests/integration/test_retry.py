@@ -1,0 +1,51 @@
+"""`peerlog derivations retry` derives what the live deriver dead-lettered, once; runs exclude each other."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.deriver.exclusive import RunInProgress, exclusive
+from services.deriver.promote import promote
+from services.deriver.rederive import Scope, rederive
+from services.deriver.retry import retry
+from tests.integration.test_observations_api import until
+from tests.integration.test_rederive import current_rows
+from tests.support.client import Client
+from tests.support.extractor import extract_each_turn
+from tests.support.model_server import Reply
+
+
+async def test_a_dead_lettered_batch_is_derived_by_retry_once_the_model_works_and_leaves_the_status(
+        channel, settings, model_server, start_worker):
+    model_server.reply_with(lambda request: Reply(content="this is not JSON at all"))
+    start_worker("router,deriver")
+    here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    await c.add("w", "s", [("alice", "I live in Oslo")])
+    parked = await until(lambda: c.processing_status("w"), lambda s: s.counts.dead_lettered == 1, timeout=60)
+    assert len(parked.dead_lettered_batches) == 1 and not current_rows(settings)
+
+    model_server.reply_with(extract_each_turn)  # the cause is fixed
+    [report] = await retry(here, Scope("w"), progress=lambda _: None)
+    assert (report.name, report.messages, report.batches) == ("original", 1, 1)
+    status = await until(lambda: c.processing_status("w", token=report.consistency_token),
+                         lambda s: s.counts.done == 1)
+    assert status.counts.dead_lettered == 0 and not status.dead_lettered_batches
+    assert [r["content"] for r in current_rows(settings)] == ["The target said: I live in Oslo"]
+
+    [again] = await retry(here, Scope("w"), progress=lambda _: None)
+    assert (again.messages, again.skipped) == (0, 1)  # nothing is derived twice
+    assert len(current_rows(settings)) == 1
+
+
+async def test_a_second_derivation_run_on_a_workspace_is_refused_while_one_holds_it(settings, model_server):
+    here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
+    async with exclusive(here, "w"):
+        for run in (rederive(here, "v2", Scope("w"), progress=lambda _: None),
+                    promote(here, "v2", Scope("w", "alice", "alice"), progress=lambda _: None),
+                    retry(here, Scope("w"), progress=lambda _: None)):
+            with pytest.raises(RunInProgress, match="workspace 'w'"):
+                await run
+        await rederive(here, "v2", Scope("other"), progress=lambda _: None)  # another workspace is free
+    await rederive(here, "v2", Scope("w"), progress=lambda _: None)  # and so is this one once released
