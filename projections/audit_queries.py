@@ -17,6 +17,16 @@ async def observations_by_id(conn: AsyncConnection, workspace_id: str, ids: Sequ
     return {r["observation_id"]: r for r in (await conn.execute(stmt)).mappings()}
 
 
+async def live_with_content(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str,
+                            derivation: str, key: str) -> dict[str, RowMapping]:
+    """The pair's live observations in `derivation` whose normalised content is `key` (index observations_by_key)."""
+    o = observations.c
+    stmt = select(*OBSERVATION_COLUMNS).where(
+        o.workspace_id == workspace_id, o.observer_id == observer_id, o.observed_id == observed_id,
+        o.content_key == key, o.derivation == derivation, o.superseded_by.is_(None), o.deleted_at.is_(None))
+    return {r["observation_id"]: r for r in (await conn.execute(stmt)).mappings()}
+
+
 async def premise_dag(conn: AsyncConnection, workspace_id: str, root_id: str,
                       limit: int) -> tuple[list[str], dict[str, list[str]], bool]:
     """The ids under `root_id` breadth first (root first, each once), every node's premise ids, and

@@ -168,7 +168,7 @@ def _add(d: Dream, pending: Pending, view: dict[str, Known], level: Level, conte
     problems = premise_problems(level, d.observer_id, d.observed_id, premises, states)
     if normalise(content) in pending.contents:
         problems.append(f"this dream already wrote that as {pending.contents[normalise(content)]}")
-    problems.extend(_restated(view, content, premises))
+    problems.extend(_restated(view, content, premises, d))
     if problems:
         return None, _refuse(d, pending, level, content, premises, problems)
     return ObservationAdded(**_in_store(d), observation_id=str(uuid6.uuid7()), level=level, content=content,
@@ -176,12 +176,16 @@ def _add(d: Dream, pending: Pending, view: dict[str, Known], level: Level, conte
                             dream_id=d.dream_id, **extra), None
 
 
-def _restated(view: dict[str, Known], content: str, premises: list[str]) -> list[str]:
-    # a conclusion that repeats one of its premises adds nothing; small models write them often
+def _restated(view: dict[str, Known], content: str, premises: list[str], d: Dream) -> list[str]:
+    # a conclusion that repeats one of its premises, or a belief the pair's store already holds, adds
+    # nothing; small models write them often. `view` holds the live observations with this content too
     key = normalise(content)
     copied = next((p for p in premises if p in view and normalise(view[p].content) == key), None)
-    return [f"it only restates its premise {copied}: write what the premises show together, in new words"
-            ] if copied else []
+    if copied:
+        return [f"it only restates its premise {copied}: write what the premises show together, in new words"]
+    held = sorted(i for i, k in view.items() if k.live and (k.observer_id, k.observed_id) == (d.observer_id,
+                  d.observed_id) and normalise(k.content) == key)
+    return [f"observation {held[0]} already says that: cite it, or write only what is new"] if held else []
 
 
 def _written(pending: Pending, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> Outcome:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import queries, store_queries
-from projections.audit_queries import observations_by_id
+from projections.audit_queries import live_with_content, observations_by_id
 from services.dialectic import tools as chat_tools
 from services.dialectic.agent import ToolRequest
 from services.dialectic.prompt import observation_line
@@ -25,6 +25,7 @@ from services.dreamer import edits, prompt
 from services.dreamer.aliases import Aliases
 from services.dreamer.edits import Action, Dream, Known, Pending
 from services.events import Event, ObservationRejected, ProducerInfo
+from services.events.text import normalise
 from services.llm import formats
 from services.llm.client import ModelClient, ToolCall
 from services.llm.embeddings import Embedder
@@ -171,7 +172,7 @@ class DreamRun:
             action: Action = model.model_validate(chat_tools.parse_arguments(call.arguments))
         except (ValueError, ValidationError) as error:
             return f"error: bad arguments for {call.name}: {error}"[:1000]
-        known = await self.known(edits.named_ids(action))
+        known = await self.known(edits.named_ids(action), getattr(action, "content", ""))
         vector, embedding_model = (), ""
         if isinstance(action, WRITES_TEXT):
             vector, embedding_model = (await self.embedder.embed([action.content]))[0], self.embedder.model_name
@@ -187,8 +188,13 @@ class DreamRun:
                 return f"ok: written as {short}"
         return self.names.in_text(outcome.reply)
 
-    async def known(self, ids: Sequence[str]) -> dict[str, Known]:
+    async def known(self, ids: Sequence[str], content: str = "") -> dict[str, Known]:
+        """The observations `ids` name, and the pair's live ones that already say `content`."""
+        d = self.dream
         async with self.engine.connect() as conn:
-            rows = await observations_by_id(conn, self.dream.workspace_id, list(ids))
+            rows = await observations_by_id(conn, d.workspace_id, list(ids))
+            if content:
+                rows = {**await live_with_content(conn, d.workspace_id, d.observer_id, d.observed_id, d.derivation,
+                                                  normalise(content)), **rows}
         return {i: Known(r["observer_id"], r["observed_id"], r["level"],
                          r["superseded_by"] is None and r["deleted_at"] is None, r["content"]) for i, r in rows.items()}

@@ -37,6 +37,9 @@ def scripted(ids: list[str]):
                       call("add_deduction", content="Bob is happy", premise_ids=[]),
                       call("set_peer_card", entries=["ATTRIBUTE: lives in Bergen", "ATTRIBUTE: keeps bees"])],
         "induction": [call("add_pattern", content="Bob keeps routines", pattern_type="tendency", premise_ids=[bees]),
+                      # a copy of a belief the store holds, which it does not cite
+                      call("add_pattern", content="bob goes to the market  every Saturday", pattern_type="tendency",
+                           premise_ids=[bees, bergen]),
                       call("add_pattern", content="Bob spends his free time on steady outdoor routines",
                            pattern_type="behaviour", premise_ids=[bees, market])],
     }
@@ -93,7 +96,10 @@ async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(c
 
     refused = await c.audit.ListRejectedObservations(audit_pb2.ListRejectedObservationsRequest(
         workspace_id="w", dream_id=dream.dream_id))
-    assert sorted(r.content for r in refused.rejections) == ["Bob is happy", "Bob keeps routines"]
+    assert sorted(r.content for r in refused.rejections) == ["Bob is happy", "Bob keeps routines",
+                                                              "bob goes to the market  every Saturday"]
+    copy = next(r for r in refused.rejections if r.content.startswith("bob goes"))
+    assert f"observation {market} already says that" in copy.reason
     card = await c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="bob"))
     assert list(card.entries) == ["ATTRIBUTE: lives in Bergen", "ATTRIBUTE: keeps bees"]
 

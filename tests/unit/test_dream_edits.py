@@ -131,3 +131,16 @@ def test_a_conclusion_that_restates_what_this_dream_wrote_before_is_refused_too(
     again = decide_edit(first.pending, KNOWN, AddPattern(content="Bob lives in Norway", pattern_type="tendency",
                                                          premise_ids=[written, "bees"]), D)
     assert not again.accepted and f"restates its premise {written}" in again.reply
+
+
+def test_a_conclusion_that_copies_a_live_belief_it_does_not_cite_is_refused():
+    known = {**KNOWN, "norway": Known("alice", "bob", "deductive", True, "Bob lives in Norway")}
+    out = decide_edit(Pending(), known, AddDeduction(content="bob lives in  NORWAY", premise_ids=["oslo"]), D)
+    assert not out.accepted and isinstance(out.events[0], ObservationRejected)
+    assert "observation norway already says that" in out.reply
+
+
+def test_a_belief_that_was_superseded_may_be_written_again():
+    known = {**KNOWN, "norway": Known("alice", "bob", "deductive", False, "Bob lives in Norway")}
+    out = decide_edit(Pending(), known, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
+    assert out.accepted
