@@ -6,6 +6,14 @@ transaction per batch holds the output events, the state changes and the consume
 A crash anywhere before the commit aborts all three; the next owner of the partitions restores the
 state from the changelog and re-reads from the committed offsets, so nothing is lost or doubled.
 
+When the transaction itself fails (a broker restart, a coordinator move) the processor is not at fault:
+the runner ends that incarnation and starts a new one with the same transactional.id. Its
+`init_transactions` fences the old producer and aborts its open transaction at once (otherwise
+read_committed readers of the output would wait out transaction.timeout.ms), and the new consumer
+resumes from the committed offsets with state restored from the changelog. Every blocking
+transactional call has a deadline of our own, because librdkafka 2.16's send_offsets_to_transaction can
+ignore its timeout and wait forever after a broker restart (measured here; librdkafka issues 5456, 5511).
+
 Why not Faust's `exactly_once`: faust-streaming picks the transactional producer from the *output*
 record's partition, so a processor that re-keys (session → pair, as the router and deriver do) does
 not commit its output in the transaction of the input it came from, and sends to topics the app does
@@ -17,15 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from services.bus.admin import create_topics
 from services.bus.streams import read, to_the_end
@@ -62,6 +71,14 @@ class Processor(Protocol):
 
 Ticker = Callable[[Mapping[str, State]], Awaitable[None]]
 
+# our own deadline on a transactional call, beyond the timeout handed to librdkafka: a stall ends the
+# incarnation after at most that long (measured after a broker restart: send_offsets never returned)
+_GRACE_S = 5.0
+
+
+class TransactionFailed(Exception):
+    """The log refused or stalled a transaction; nothing of it is visible and this incarnation is over."""
+
 
 class Runner:
     """Runs one processor as a member of its consumer group until `stop()`."""
@@ -73,29 +90,54 @@ class Runner:
         self.changelog = TopicSpec(name=f"{app_id.removeprefix(kafka.topic_prefix)}-{processor.name}-state",
                                    key="state key", events=(), config=dict(COMPACTED_CONFIG))
         self.changelog_topic = self.changelog.full_name(kafka.topic_prefix)
+        # kept for the runner's life: each new incarnation's producer fences the one before
+        self.transactional_id = f"{self.group}-{uuid.uuid4().hex[:12]}"
         self.states: dict[str, State] = {}
         self.partition_of: dict[str, int] = {}  # the input (= changelog) partition each state belongs to
         self._stop = asyncio.Event()
         self.processed = 0
-        # its own threads for blocking Kafka calls: runners must not queue behind each other's polls
-        self._io = ThreadPoolExecutor(2, thread_name_prefix=self.group)
+        self.incarnations = 0
 
     def stop(self) -> None:
         self._stop.set()
 
     async def run(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, create_topics, self.kafka, (self.changelog,))
+        while not self._stop.is_set():
+            try:
+                await self._incarnation()
+            except TransactionFailed as exc:
+                log.warning("%s: %s; starting again from the committed offsets", self.group, exc)
+                await asyncio.sleep(1)  # a log that keeps refusing is not hammered
+
+    async def _incarnation(self) -> None:
+        """Consume, decide and commit until stopped or until a transaction fails."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._io, create_topics, self.kafka, (self.changelog,))
+        self.incarnations += 1
+        # its own threads for blocking Kafka calls: runners must not queue behind each other's polls,
+        # and a call stuck in librdkafka must not hold up the next incarnation
+        self._io = ThreadPoolExecutor(1, thread_name_prefix=f"{self.group}-{self.incarnations}")
+        self.states.clear()
+        self.partition_of.clear()
         self.consumer = Consumer(self._consumer_config())
-        self.producer = Producer(self._producer_config())
-        await loop.run_in_executor(self._io, self.producer.init_transactions, 60)
-        self.consumer.subscribe([s.full_name(self.kafka.topic_prefix) for s in self.processor.inputs],
-                                on_assign=self._on_assign, on_revoke=self._on_revoke)
         try:
+            self.producer = Producer(self._producer_config())
+            await self._call(self.producer.init_transactions, 60)
+            self.consumer.subscribe([s.full_name(self.kafka.topic_prefix) for s in self.processor.inputs],
+                                    on_assign=self._on_assign, on_revoke=self._on_revoke)
             await self._loop(loop)
         finally:
-            await loop.run_in_executor(self._io, self.consumer.close)
+            # leaving the group hands the partitions on; a consumer stuck with the broker is left behind
+            await _bounded(self.consumer.close, seconds=30)
             self._io.shutdown(wait=False)
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A blocking transactional call with a timeout (the last arg): a Kafka error or a stall fails the
+        transaction."""
+        try:
+            return await _bounded(fn, *args, seconds=args[-1] + _GRACE_S)
+        except KafkaException as exc:
+            raise TransactionFailed(f"{fn.__name__} failed: {exc.args[0].str()}") from exc
 
     async def _loop(self, loop) -> None:
         next_tick = time.monotonic() + self.tick_s
@@ -103,14 +145,14 @@ class Runner:
             msgs = await loop.run_in_executor(self._io, self.consumer.consume, self.processor.max_batch, 0.05)
             records = [m for m in msgs if usable(m)]
             if records:
-                await self._transact(loop, records)
+                await self._transact(records)
             if self.tick and time.monotonic() >= next_tick:
                 next_tick = time.monotonic() + self.tick_s
                 await self.tick(dict(self.states))
 
-    async def _transact(self, loop, records: list[Message]) -> None:
-        self.producer.begin_transaction()
+    async def _transact(self, records: list[Message]) -> None:
         try:
+            self.producer.begin_transaction()
             # keys are independent: handle them concurrently (model calls overlap), each key in order
             by_key: dict[bytes, list[Message]] = {}
             for msg in records:
@@ -118,11 +160,15 @@ class Runner:
             await asyncio.gather(*(self._handle_in_order(msgs) for msgs in by_key.values()))
             offsets = _next_offsets(records)
             meta = self.consumer.consumer_group_metadata()
-            await loop.run_in_executor(self._io, self.producer.send_offsets_to_transaction, offsets, meta, 30)
-            await loop.run_in_executor(self._io, self.producer.commit_transaction, 60)
+            await self._call(self.producer.send_offsets_to_transaction, offsets, meta, 15)
+            await self._call(self.producer.commit_transaction, 60)
+        except TransactionFailed:
+            raise  # the next incarnation's producer aborts it (fencing), whatever state this one is in
+        except KafkaException as exc:  # the log, not the processor: the same
+            raise TransactionFailed(f"the log refused the batch: {exc.args[0].str()}") from exc
         except BaseException:
-            # nothing of the batch may survive: abort, and let the process die so a clean owner resumes
-            await loop.run_in_executor(self._io, self.producer.abort_transaction, 30)
+            # a processor's failure: nothing of the batch may survive; abort, and let the process die
+            await self._call(self.producer.abort_transaction, 30)
             raise
         self.processed += len(records)
 
@@ -179,8 +225,33 @@ class Runner:
 
     def _producer_config(self) -> dict:
         return {"bootstrap.servers": self.kafka.bootstrap_servers, "enable.idempotence": True, "acks": "all",
-                "transactional.id": f"{self.group}-{uuid.uuid4().hex[:12]}", "linger.ms": 2,
+                "transactional.id": self.transactional_id, "linger.ms": 2,
                 "transaction.timeout.ms": 900_000}
+
+
+async def _bounded(fn: Callable[..., Any], *args: Any, seconds: float) -> Any:
+    """fn(*args) in a daemon thread, awaited for at most `seconds`. A call stuck in librdkafka is left
+    behind in its thread, which cannot then hold up the process's exit as an executor's thread would."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def call() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            loop.call_soon_threadsafe(settle, lambda: future.set_exception(exc))
+        else:
+            loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
+
+    threading.Thread(target=call, name=f"kafka-{fn.__name__}", daemon=True).start()
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), seconds)
+    except TimeoutError:
+        raise TransactionFailed(f"{fn.__name__} did not return within {seconds:.0f} s") from None
 
 
 def usable(msg: Message) -> bool:

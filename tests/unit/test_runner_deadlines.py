@@ -1,0 +1,35 @@
+"""The runner's own deadline on blocking Kafka calls: a call that never returns ends the incarnation."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from services.bus.runner import TransactionFailed, _bounded
+
+
+async def test_a_call_stuck_past_its_deadline_fails_the_transaction_and_is_left_in_a_daemon_thread():
+    release = threading.Event()
+
+    def send_offsets_to_transaction():
+        release.wait()
+
+    started = time.monotonic()
+    with pytest.raises(TransactionFailed, match="send_offsets_to_transaction did not return within 0 s"):
+        await _bounded(send_offsets_to_transaction, seconds=0.2)
+    assert time.monotonic() - started < 2
+    stuck = [t for t in threading.enumerate() if t.name == "kafka-send_offsets_to_transaction"]
+    assert stuck and all(t.daemon for t in stuck)  # cannot hold up the worker's exit
+    release.set()
+
+
+async def test_a_call_that_returns_or_raises_in_time_is_passed_through():
+    assert await _bounded(lambda x: x + 1, 41, seconds=5) == 42
+
+    def refuses():
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        await _bounded(refuses, seconds=5)
