@@ -235,17 +235,17 @@ async def _bounded(fn: Callable[..., Any], *args: Any, seconds: float) -> Any:
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
-    def settle(outcome: Callable[[], None]) -> None:
+    def settle(outcome: Callable[[Any], None], value: Any) -> None:
         if not future.done():
-            outcome()
+            outcome(value)
 
     def call() -> None:
         try:
             result = fn(*args)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-            loop.call_soon_threadsafe(settle, lambda: future.set_exception(exc))
+            loop.call_soon_threadsafe(settle, future.set_exception, exc)
         else:
-            loop.call_soon_threadsafe(settle, lambda: future.set_result(result))
+            loop.call_soon_threadsafe(settle, future.set_result, result)
 
     threading.Thread(target=call, name=f"kafka-{fn.__name__}", daemon=True).start()
     try:
