@@ -7,6 +7,7 @@ import queue
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
 
@@ -20,27 +21,41 @@ class AppendFailed(RuntimeError):
     """The log did not accept a write; nothing of it became visible."""
 
 
+@dataclass
+class _Slot:
+    """One producer of the pool and the transactional id it keeps; no producer while it must be reopened."""
+
+    transactional_id: str
+    producer: Producer | None = None
+
+
 class EventLog:
     """A pool of transactional producers; each `append` is one transaction on one producer.
 
     A pool, because a producer holds one open transaction at a time and a commit round-trip is the
     slow part: several in flight keep concurrent writers from queueing behind each other.
+
+    A write that fails and cannot be cleanly aborted (the broker away: the commit times out with the
+    records still queued) leaves its producer unusable, and librdkafka would refuse every later
+    transaction on it. That producer is purged and dropped; the next write on its slot opens a new one
+    with the same transactional id, whose init_transactions fences the old one and aborts its open
+    transaction, so the failed write can never be committed later.
     """
 
     def __init__(self, settings: KafkaSettings, client_id: str = "peerlog-api") -> None:
         self._settings = settings
         self._client_id = client_id
         self._instance = uuid.uuid4().hex[:12]
-        self._idle: queue.Queue[Producer] = queue.Queue()
+        self._idle: queue.Queue[_Slot] = queue.Queue()
         self._executor = ThreadPoolExecutor(settings.producer_pool_size, thread_name_prefix="append")
-        self._serial = 0
 
     def start(self) -> None:
-        for _ in range(self._settings.producer_pool_size):
-            self._idle.put(self._new_producer())
+        for serial in range(1, self._settings.producer_pool_size + 1):
+            slot = _Slot(f"{self._client_id}-{self._instance}-{serial}")
+            slot.producer = self._open(slot.transactional_id, 30)
+            self._idle.put(slot)
 
-    def _new_producer(self) -> Producer:
-        self._serial += 1
+    def _open(self, transactional_id: str, timeout: float) -> Producer:
         producer = Producer(
             {
                 "bootstrap.servers": self._settings.bootstrap_servers,
@@ -49,24 +64,25 @@ class EventLog:
                 "acks": "all",
                 "linger.ms": 1,
                 "compression.type": "lz4",
-                "transactional.id": f"{self._client_id}-{self._instance}-{self._serial}",
+                "transactional.id": transactional_id,
                 "transaction.timeout.ms": self._settings.transaction_timeout_ms,
             }
         )
-        producer.init_transactions(30)
+        producer.init_transactions(timeout)
         return producer
 
     def append_sync(self, events: Sequence[Event]) -> ConsistencyToken:
         """Write all `events` or none; return the positions written once Kafka acknowledged them."""
-        producer = self._idle.get()
+        slot = self._idle.get()
         try:
-            token = self._transact(producer, events)
+            if slot.producer is None:
+                slot.producer = self._open(slot.transactional_id, 10)
+            return self._transact(slot.producer, events)
         except KafkaException as exc:
-            producer = self._recover(producer, exc)
+            self._recover(slot, exc)
             raise AppendFailed(f"the log rejected the write: {exc.args[0].str()}") from exc
         finally:
-            self._idle.put(producer)
-        return token
+            self._idle.put(slot)
 
     async def append(self, events: Sequence[Event]) -> ConsistencyToken:
         loop = asyncio.get_running_loop()
@@ -91,18 +107,25 @@ class EventLog:
             raise AppendFailed(f"delivery failed: {errors[0]}")
         return ConsistencyToken.of(written)
 
-    def _recover(self, producer: Producer, exc: KafkaException) -> Producer:
-        error = exc.args[0]
-        if error.txn_requires_abort():
-            producer.abort_transaction(30)
-            return producer
-        if error.fatal():
-            return self._new_producer()
-        return producer
+    @staticmethod
+    def _recover(slot: _Slot, exc: KafkaException) -> None:
+        """Abort the failed transaction, or drop the producer so that the slot's next one fences it."""
+        producer, error = slot.producer, exc.args[0]
+        if producer is not None and error.txn_requires_abort():
+            try:
+                producer.abort_transaction(10)
+                return
+            except KafkaException:
+                pass
+        if producer is not None:
+            producer.purge()  # what never reached the broker never will
+        slot.producer = None
 
     def close(self) -> None:
         while not self._idle.empty():
-            self._idle.get_nowait().flush(10)
+            slot = self._idle.get_nowait()
+            if slot.producer is not None:
+                slot.producer.flush(10)
         self._executor.shutdown(wait=False)
 
 

@@ -8,8 +8,8 @@ from collections import Counter
 import grpc
 import pytest
 
-from services.bus.topics import OBSERVATIONS
-from services.events import BatchDerived, ObservationAdded
+from services.bus.topics import OBSERVATIONS, SESSIONS
+from services.events import BatchDerived, MessageAppended, ObservationAdded
 from tests.integration.test_deriver import deriver_calls
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
@@ -60,3 +60,28 @@ async def test_a_broker_restart_mid_derivation_loses_and_doubles_no_message(
     assert worker.proc.poll() is None, "the worker rode through the restart:\n" + worker.log_text()[-3000:]
     observed = await c.all_observations("w", "alice", "alice")
     assert len(observed) == 6  # the projector, too, picked up where it was
+
+
+async def test_a_write_while_the_broker_is_down_is_refused_whole_and_later_writes_succeed(infra, channel, settings):
+    if infra.kafka is None:
+        pytest.skip("needs the local broker, which the tests can stop")
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, infra.kafka.stop)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await c.add("w", "s", [("alice", "sent while the log is away")])
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await loop.run_in_executor(None, infra.kafka.start)
+    # more writes than the API has producers: the one the failed write used works again too
+    after = [f"after the outage {i}" for i in range(4)]
+    for text in after:
+        await add_until_accepted(c, text)
+
+    def appended(events):
+        return [e.content for e in events if isinstance(e, MessageAppended)]
+
+    events = read_events(settings, SESSIONS, lambda got: len(appended(got)) >= len(after), timeout=60, settle=3.0)
+    assert appended(events) == after  # the refused write never surfaced, not even after the broker came back
