@@ -151,13 +151,22 @@ class Runner:
                 await self.tick(dict(self.states))
 
     async def _transact(self, records: list[Message]) -> None:
+        began = False
         try:
-            self.producer.begin_transaction()
             # keys are independent: handle them concurrently (model calls overlap), each key in order
             by_key: dict[bytes, list[Message]] = {}
             for msg in records:
                 by_key.setdefault(msg.key() or b"", []).append(msg)
-            await asyncio.gather(*(self._handle_in_order(msgs) for msgs in by_key.values()))
+            outputs: list[dict[str, Any]] = []
+            await asyncio.gather(*(self._handle_in_order(msgs, outputs) for msgs in by_key.values()))
+            # produced only now: the broker opens the transaction at its first record, so it stays open
+            # for the commit's round trips, not for the batch's model calls. An open transaction holds
+            # up every read_committed reader of its partitions, and one left by a killed worker does so
+            # until transaction.timeout.ms
+            self.producer.begin_transaction()
+            began = True
+            for record in outputs:
+                self.producer.produce(**record)
             offsets = _next_offsets(records)
             meta = self.consumer.consumer_group_metadata()
             await self._call(self.producer.send_offsets_to_transaction, offsets, meta, 15)
@@ -168,37 +177,40 @@ class Runner:
             raise TransactionFailed(f"the log refused the batch: {exc.args[0].str()}") from exc
         except BaseException:
             # a processor's failure: nothing of the batch may survive; abort, and let the process die
-            await self._call(self.producer.abort_transaction, 30)
+            if began:
+                await self._call(self.producer.abort_transaction, 30)
             raise
         self.processed += len(records)
 
-    async def _handle_in_order(self, msgs: list[Message]) -> None:
+    async def _handle_in_order(self, msgs: list[Message], outputs: list[dict[str, Any]]) -> None:
         for msg in msgs:
-            await self._handle(msg)
+            await self._handle(msg, outputs)
 
-    async def _handle(self, msg: Message) -> None:
+    async def _handle(self, msg: Message, outputs: list[dict[str, Any]]) -> None:
+        """Decide on one record: its events and changelog records go to `outputs`, its states to memory."""
         event = read(msg.value())
         if event is None:
             return
         step = await self.processor.handle(self.states.get, event)
         for out in step.events:
             topic = topic_for(out).full_name(self.kafka.topic_prefix)
-            self.producer.produce(topic, encode(out), key=out.key.encode())
+            outputs.append(dict(topic=topic, value=encode(out), key=out.key.encode()))
         for key, state in step.states.items():
-            self._save_state(key, state, msg.partition())
+            outputs.extend(self._save_state(key, state, msg.partition()))
 
-    def _save_state(self, key: str, state: State | None, partition: int) -> None:
+    def _save_state(self, key: str, state: State | None, partition: int) -> list[dict[str, Any]]:
+        """Keep `state` for `key` in memory; the changelog record that persists it, if it changed."""
         if state == self.states.get(key) and key in self.partition_of:
-            return
+            return []
         # state lives on the changelog partition of the input it belongs to, so restoring a
         # partition's inputs restores exactly the state they need
         self.partition_of[key] = partition
         if state is None:
             self.states.pop(key, None)
-            self.producer.produce(self.changelog_topic, None, key=key.encode(), partition=partition)
         else:
             self.states[key] = state
-            self.producer.produce(self.changelog_topic, orjson.dumps(state), key=key.encode(), partition=partition)
+        value = None if state is None else orjson.dumps(state)
+        return [dict(topic=self.changelog_topic, value=value, key=key.encode(), partition=partition)]
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for part in {p.partition for p in partitions}:
@@ -226,7 +238,9 @@ class Runner:
     def _producer_config(self) -> dict:
         return {"bootstrap.servers": self.kafka.bootstrap_servers, "enable.idempotence": True, "acks": "all",
                 "transactional.id": self.transactional_id, "linger.ms": 2,
-                "transaction.timeout.ms": 900_000}
+                # a transaction is open only while a batch commits (see _transact); this bounds how long
+                # one left by a killed worker holds up readers of its partitions
+                "transaction.timeout.ms": 60_000}
 
 
 async def _bounded(fn: Callable[..., Any], *args: Any, seconds: float) -> Any:
@@ -241,11 +255,13 @@ async def _bounded(fn: Callable[..., Any], *args: Any, seconds: float) -> Any:
 
     def call() -> None:
         try:
-            result = fn(*args)
+            outcome, value = future.set_result, fn(*args)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-            loop.call_soon_threadsafe(settle, future.set_exception, exc)
-        else:
-            loop.call_soon_threadsafe(settle, future.set_result, result)
+            outcome, value = future.set_exception, exc
+        try:
+            loop.call_soon_threadsafe(settle, outcome, value)
+        except RuntimeError:
+            pass  # the loop is gone (a call that returned after its runner stopped): no one is waiting
 
     threading.Thread(target=call, name=f"kafka-{fn.__name__}", daemon=True).start()
     try:
