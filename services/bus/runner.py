@@ -240,7 +240,7 @@ class Runner:
                 "transactional.id": self.transactional_id, "linger.ms": 2,
                 # a transaction is open only while a batch commits (see _transact); this bounds how long
                 # one left by a killed worker holds up readers of its partitions
-                "transaction.timeout.ms": 60_000}
+                "transaction.timeout.ms": self.kafka.transaction_timeout_ms}
 
 
 async def _bounded(fn: Callable[..., Any], *args: Any, seconds: float) -> Any:
