@@ -127,8 +127,12 @@ class Runner:
                                     on_assign=self._on_assign, on_revoke=self._on_revoke)
             await self._loop(loop)
         finally:
-            # leaving the group hands the partitions on; a consumer stuck with the broker is left behind
-            await _bounded(self.consumer.close, seconds=30)
+            # leaving the group hands the partitions on; a consumer stuck with the broker is left behind,
+            # and what ended this incarnation is what gets reported
+            try:
+                await _bounded(self.consumer.close, seconds=30)
+            except (TransactionFailed, KafkaException) as exc:
+                log.warning("%s: closing the consumer: %s", self.group, exc)
             self._io.shutdown(wait=False)
 
     async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
