@@ -18,6 +18,7 @@ import os
 import signal
 
 from services.api.server import serve
+from services import logs
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ def _die_with_parent(parent: int) -> None:
 
 def _child(parent: int) -> None:
     _die_with_parent(parent)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure()
     asyncio.run(serve(Settings(), metrics=False))  # the environment is inherited: the same settings
 
 

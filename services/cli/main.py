@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from pathlib import Path
 
 import typer
 
+from services import logs
 from services.settings import Settings
 
 app = typer.Typer(help="peerlog: event-sourced memory for AI agents.", no_args_is_help=True)
@@ -22,7 +22,7 @@ DEV_DIR = typer.Option(Path(".peerlog/dev"), "--dir", help="where the dev stack 
 
 
 def _logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure()
 
 
 @app.command()
