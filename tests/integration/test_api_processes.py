@@ -56,6 +56,10 @@ def two_process_api(settings, projector, tmp_path):
                  command="serve").start()
     try:
         wait_for_api(port, timeout=60)
+        # the port answers as soon as one process listens; the tests need both
+        deadline = time.monotonic() + 60
+        while api.log_text().count("peerlog API listening") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
         yield api, port
     finally:
         api.stop()
