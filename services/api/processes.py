@@ -17,8 +17,8 @@ import multiprocessing
 import os
 import signal
 
-from services.api.server import serve
 from services import logs
+from services.api.server import serve
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,8 @@ def run(settings: Settings) -> None:
     if settings.api.port == 0:
         raise ValueError("PEERLOG_API_PROCESSES > 1 needs a fixed PEERLOG_API_PORT (0 would give each its own)")
     spawn = multiprocessing.get_context("spawn")  # no forked gRPC or event-loop state
-    children = [spawn.Process(target=_child, args=(os.getpid(),), name=f"peerlog-api-{i}") for i in range(1, settings.api.processes)]
+    children = [spawn.Process(target=_child, args=(os.getpid(),), name=f"peerlog-api-{i}")
+                for i in range(1, settings.api.processes)]
     for child in children:
         child.start()
     try:

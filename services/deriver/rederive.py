@@ -37,6 +37,7 @@ from services.events import (
     MessagePerceived,
     stored_derivation,
 )
+from services.events.perception import pair_of
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.llm.settings import ModelStageSettings
@@ -88,14 +89,6 @@ def missing(history: Sequence[Seen], label: str, done: set[str], parked: set[str
     return out
 
 
-def current_labels(history: dict[str, list[Seen]]) -> dict[str, str]:
-    """Per pair key, the derivation current at the end of its history ("" before any promotion)."""
-    out = {}
-    for key, seen in history.items():
-        out[key] = next((e.derivation for e in reversed(seen) if isinstance(e, DerivationPromoted)), "")
-    return out
-
-
 def perceived(settings, scope: Scope) -> dict[str, list[Seen]]:
     """Every committed perception and promotion in scope, by pair key in log order (up to the end as of now)."""
     by_pair: dict[str, list[Seen]] = {}
@@ -106,25 +99,32 @@ def perceived(settings, scope: Scope) -> dict[str, list[Seen]]:
     return by_pair
 
 
-def _batched(settings, topic: TopicSpec, kind: type, scope: Scope, label: str) -> dict[str, set[str]]:
-    """Per pair key, the message ids of `kind` batch events of derivation `label` (read from the log itself,
-    so a run right after another one sees all of it)."""
-    out: dict[str, set[str]] = {}
+@dataclass(frozen=True)
+class Finished:
+    """Per (derivation label, pair key), the message ids in its finished batches and in its dead-lettered ones."""
+
+    done: dict[tuple[str, str], set[str]]
+    parked: dict[tuple[str, str], set[str]]
+
+    def of(self, label: str, key: str) -> tuple[set[str], set[str]]:
+        return self.done.get((label, key), set()), self.parked.get((label, key), set())
+
+
+def _batched(settings, topic: TopicSpec, kind: type, scope: Scope) -> dict[tuple[str, str], set[str]]:
+    """Per (derivation label, pair key), the message ids of `kind` batch events in scope (read from the log
+    itself, so a run right after another one sees all of it)."""
+    out: dict[tuple[str, str], set[str]] = {}
     for msg in to_the_end(settings.kafka, topic.full_name(settings.kafka.topic_prefix), timeout=3600):
         event = read(msg.value())
-        if isinstance(event, kind) and event.derivation == label and scope.covers(event):
-            out.setdefault(event.key, set()).update(event.message_ids)
+        if isinstance(event, kind) and scope.covers(event):
+            out.setdefault((event.derivation, event.key), set()).update(event.message_ids)
     return out
 
 
-def derived(settings, scope: Scope, label: str) -> dict[str, set[str]]:
-    """Per pair key, the message ids in finished batches of derivation `label`."""
-    return _batched(settings, OBSERVATIONS, BatchDerived, scope, label)
-
-
-def parked(settings, scope: Scope, label: str) -> dict[str, set[str]]:
-    """Per pair key, the message ids in dead-lettered batches of derivation `label` (finished or not since)."""
-    return _batched(settings, DEADLETTER, DerivationDeadLettered, scope, label)
+def finished(settings, scope: Scope) -> Finished:
+    """What every derivation in scope has finished, and what the deriver parked, as of now."""
+    return Finished(_batched(settings, OBSERVATIONS, BatchDerived, scope),
+                    _batched(settings, DEADLETTER, DerivationDeadLettered, scope))
 
 
 async def rederive(settings, name: str, scope: Scope, model: str = "",
@@ -164,16 +164,17 @@ class Rederivation:
     async def append(self, events: Sequence[Event]) -> None:
         self.written = self.written.merge(await self.log.append(events))
 
-    async def catch_up(self, scope: Scope, cause: str, history: dict[str, list[Seen]] | None = None) -> None:
-        """Derive what the derivation lacks in scope (see `missing`), batch by batch, pair by pair; `history`
-        (perceptions by pair key) narrows it to those pairs."""
+    async def catch_up(self, scope: Scope, cause: str, history: dict[str, list[Seen]] | None = None,
+                       logs: Finished | None = None) -> None:
+        """Derive what the derivation lacks in scope (see `missing`), batch by batch, pair by pair. `history`
+        (perceptions by pair key) narrows it to those pairs; `history` and `logs` are read now if not given."""
         history = perceived(self.settings, scope) if history is None else history
-        done, dead = derived(self.settings, scope, self.label), parked(self.settings, scope, self.label)
+        logs = finished(self.settings, scope) if logs is None else logs
         self.pairs |= set(history)
         self.perceived = sum(isinstance(e, MessagePerceived) for seen in history.values() for e in seen)
         for key, seen in history.items():
-            todo = missing(seen, self.label, done.get(key, set()), dead.get(key, set()))
-            await self._derive(Pair(*key.split("/", 2), self.label), todo, cause)
+            todo = missing(seen, self.label, *logs.of(self.label, key))
+            await self._derive(Pair(**pair_of(key), derivation=self.label), todo, cause)
             self.progress(f"{key}: {len(todo)} messages derived into {self.label or ORIGINAL!r}")
 
     async def _derive(self, pair: Pair, todo: Sequence[MessagePerceived], cause: str) -> None:

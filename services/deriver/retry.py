@@ -11,15 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from services.deriver.exclusive import exclusive
-from services.deriver.rederive import Rederivation, Report, Scope, Seen, current_labels, perceived
-from services.events import ORIGINAL
+from services.deriver.rederive import Rederivation, Report, Scope, Seen, finished, perceived
+from services.events import ORIGINAL, DerivationPromoted
 
 
 def by_current_label(history: dict[str, list[Seen]]) -> dict[str, dict[str, list[Seen]]]:
-    """The pairs' histories grouped by the derivation current for each pair."""
+    """The pairs' histories grouped by the derivation current at the end of each ("" before any promotion)."""
     groups: dict[str, dict[str, list[Seen]]] = {}
-    for key, label in current_labels(history).items():
-        groups.setdefault(label, {})[key] = history[key]
+    for key, seen in history.items():
+        label = next((e.derivation for e in reversed(seen) if isinstance(e, DerivationPromoted)), "")
+        groups.setdefault(label, {})[key] = seen
     return groups
 
 
@@ -27,8 +28,9 @@ async def retry(settings, scope: Scope, model: str = "", progress: Callable[[str
     """Derive, with `model` (default: the deriver's), what each pair's current derivation lacks in scope."""
     reports = []
     async with exclusive(settings, scope.workspace_id):
-        for label, pairs in sorted(by_current_label(perceived(settings, scope)).items()):
+        history, logs = perceived(settings, scope), finished(settings, scope)  # read once for every group
+        for label, pairs in sorted(by_current_label(history).items()):
             async with Rederivation(settings, label or ORIGINAL, model, progress) as run:
-                await run.catch_up(scope, "retry", pairs)
+                await run.catch_up(scope, "retry", pairs, logs)
             reports.append(run.report())
     return reports
