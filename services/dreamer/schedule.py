@@ -1,8 +1,9 @@
 """The dream scheduler's pure core: when does a pair dream? `decide(state, event, settings) -> (state, events)`.
 
 A dream is due when at least `threshold` explicit observations arrived since the last one, `cooldown_s`
-passed since it ended, and the observed peer has been quiet for `idle_s`. Time is the event's own
-`occurred_at` (clock ticks are events too), so the decision depends on nothing but its inputs.
+passed since it ended, and the pair has been quiet for `idle_s`: no message from the observed peer and no
+new explicit observation (`last_activity`). Time is the event's own `occurred_at` (clock ticks are events
+too), so the decision depends on nothing but its inputs.
 At most one dream is outstanding per pair: requested and not yet completed or failed.
 """
 
@@ -38,16 +39,27 @@ class PairSchedule(BaseModel):
     new_explicit: int = 0  # explicit observations since the last dream was requested
     last_dream_at: datetime | None = None  # when the last dream ended
     last_message_at: datetime | None = None  # the observed peer's latest message, as perceived
+    last_explicit_at: datetime | None = None  # the latest observation counted in new_explicit
     outstanding: str | None = None  # the dream id requested and not yet ended
     outstanding_explicit: int = 0  # what that dream took from new_explicit (given back if it fails)
     derivation: str = ""  # the pair's current derivation: only its new observations count
 
 
+def last_activity(s: PairSchedule) -> datetime | None:
+    """When the pair last changed: the later of its latest message and its latest counted observation."""
+    # both: they come from different topics, so after a start, a restart or lag the observations can be read
+    # before their message, which alone would then be unknown and the pair idle since forever. The later of
+    # the two does not depend on that order; and new facts are activity: a dream amid a burst gets half of it
+    known = [t for t in (s.last_message_at, s.last_explicit_at) if t is not None]
+    return max(known, default=None)
+
+
 def ready(s: PairSchedule, now: datetime, cfg: DreamSettings) -> bool:
     """Whether the pair should dream at `now` (the clock pre-checks with this before sending a tick)."""
+    active = last_activity(s)
     return (s.outstanding is None and s.new_explicit >= cfg.threshold
             and (s.last_dream_at is None or now - s.last_dream_at >= timedelta(seconds=cfg.cooldown_s))
-            and (s.last_message_at is None or now - s.last_message_at >= timedelta(seconds=cfg.idle_s)))
+            and (active is None or now - active >= timedelta(seconds=cfg.idle_s)))
 
 
 def _request(s: PairSchedule, e: Event, reason: DreamReason, producer: ProducerInfo):
@@ -73,7 +85,8 @@ def decide(s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo
     """The pair's new state and the dream requests `e` causes (none or one)."""
     if isinstance(e, ObservationAdded) and e.level == Level.EXPLICIT and e.dream_id is None \
             and e.derivation == s.derivation:
-        s = s.model_copy(update={"new_explicit": s.new_explicit + 1})
+        latest = max(e.occurred_at, s.last_explicit_at or e.occurred_at)
+        s = s.model_copy(update={"new_explicit": s.new_explicit + 1, "last_explicit_at": latest})
     elif isinstance(e, DerivationPromoted):
         return s.model_copy(update={"derivation": e.derivation}), []
     elif isinstance(e, MessagePerceived):

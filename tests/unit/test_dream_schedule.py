@@ -52,7 +52,7 @@ def run(events, state=PairSchedule()):
 
 
 def test_a_quiet_pair_with_enough_new_explicit_observations_dreams_once():
-    state, out = run([message(0), explicit(1), explicit(2), explicit(3), tick(11)])
+    state, out = run([message(0), explicit(1), explicit(2), explicit(3), tick(13)])
     assert [(type(e), e.reason, e.new_explicit) for e in out] == [(DreamRequested, DreamReason.THRESHOLD, 3)]
     assert state.outstanding == out[0].dream_id and state.new_explicit == 0
 
@@ -76,19 +76,44 @@ def test_the_pair_must_have_been_idle_and_a_new_message_postpones_the_wait():
     assert out == [] and not ready(state, at(24), CFG) and ready(state, at(25), CFG)
 
 
+def test_the_idle_wait_is_the_same_whether_a_message_is_read_before_or_after_its_observations():
+    # perceived and observations are separate topics: a backlog may deliver them in any interleaving
+    for position in range(4):
+        events = [explicit(1), explicit(2), explicit(3)]
+        events.insert(position, message(0))
+        state, out = run([*events, tick(5)])
+        assert out == [], f"the message read at position {position}: dreamed without waiting"
+        _, out = run([tick(13)], state)
+        assert len(out) == 1, f"the message read at position {position}"
+
+
+def test_the_idle_wait_runs_from_the_later_of_the_last_message_and_the_last_new_observation():
+    state, out = run([message(0), explicit(1), explicit(2), explicit(9), tick(11)])
+    assert out == []  # eleven quiet minutes since the message, but only two since the last new fact
+    _, out = run([tick(19)], state)
+    assert len(out) == 1
+
+
+def test_a_pair_without_messages_dreams_once_its_new_observations_have_been_quiet_for_the_idle_time():
+    state, out = run([explicit(1), explicit(2), explicit(3), tick(5)])
+    assert out == []
+    _, out = run([tick(13)], state)
+    assert len(out) == 1
+
+
 def test_the_threshold_reached_during_the_cooldown_is_honoured_by_a_later_tick():
-    state, out = run([explicit(1), explicit(2), explicit(3), tick(4)])
-    done = DreamCompleted(**PAIR, dream_id=out[0].dream_id, occurred_at=at(10))
-    state, out = run([done, explicit(11), explicit(12), explicit(13), tick(20)], state)
-    assert out == []  # cooldown: an hour from the end of the last dream
-    state, out = run([tick(71)], state)
+    state, out = run([explicit(1), explicit(2), explicit(3), tick(13)])
+    done = DreamCompleted(**PAIR, dream_id=out[0].dream_id, occurred_at=at(14))
+    state, out = run([done, explicit(15), explicit(16), explicit(17), tick(30)], state)
+    assert out == []  # idle, but in the cooldown: an hour from the end of the last dream
+    state, out = run([tick(75)], state)
     assert len(out) == 1 and out[0].new_explicit == 3
 
 
 def test_only_one_dream_is_outstanding_and_a_forced_one_is_deduplicated():
-    state, out = run([explicit(1), explicit(2), explicit(3), tick(4)])
+    state, out = run([explicit(1), explicit(2), explicit(3), tick(13)])
     first = out[0].dream_id
-    state, more = run([DreamForced(**PAIR, occurred_at=at(5)), explicit(6), explicit(7), explicit(8), tick(100)],
+    state, more = run([DreamForced(**PAIR, occurred_at=at(14)), explicit(15), explicit(16), explicit(17), tick(100)],
                       state)
     assert more == [] and state.outstanding == first
 
@@ -99,17 +124,17 @@ def test_a_forced_dream_skips_threshold_cooldown_and_idle():
 
 
 def test_a_failed_dream_gives_its_observations_back_for_the_next_one():
-    state, out = run([explicit(1), explicit(2), explicit(3), tick(4)])
-    state, _ = run([DreamFailed(**PAIR, dream_id=out[0].dream_id, reason="model down", occurred_at=at(5))], state)
+    state, out = run([explicit(1), explicit(2), explicit(3), tick(13)])
+    state, _ = run([DreamFailed(**PAIR, dream_id=out[0].dream_id, reason="model down", occurred_at=at(14))], state)
     assert state.outstanding is None and state.new_explicit == 3
-    _, out = run([tick(66)], state)
+    _, out = run([tick(75)], state)
     assert len(out) == 1 and out[0].new_explicit == 3
 
 
 def test_a_late_report_of_an_old_dream_changes_nothing():
-    state, out = run([explicit(1), explicit(2), explicit(3), tick(4)])
-    later, _ = run([DreamCompleted(**PAIR, dream_id="an-old-one", occurred_at=at(5))], state)
-    assert later == state
+    state, out = run([explicit(1), explicit(2), explicit(3), tick(13)])
+    later, _ = run([DreamCompleted(**PAIR, dream_id="an-old-one", occurred_at=at(14))], state)
+    assert state.outstanding == out[0].dream_id and later == state
 
 
 def test_after_a_promotion_only_the_promoted_derivations_observations_count():
