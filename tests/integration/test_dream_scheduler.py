@@ -5,14 +5,20 @@ unless the test ends them, as the dreamer would, with a DreamCompleted event."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
+import orjson
 from sqlalchemy import select
 
 from peerlog.v1 import dreams_pb2
 from projections.db import sync_engine
 from projections.schema import dreams, perceptions
 from services.bus.producer import EventLog
-from services.events import DreamCompleted, ProducerInfo
+from services.bus.runner import Runner
+from services.bus.streams import to_the_end
+from services.bus.topics import DREAMS, OBSERVATIONS, TopicSpec
+from services.dreamer.scheduler_agent import DreamScheduler
+from services.events import DreamCompleted, DreamReason, DreamRequested, Event, ProducerInfo, decode
 from tests.support.client import Client
 from tests.support.wait import eventually
 
@@ -37,6 +43,29 @@ def perceived(settings) -> int:
             return len(conn.execute(select(perceptions.c.message_id)).all())
     finally:
         engine.dispose()
+
+
+def logged(settings, topic: TopicSpec) -> list[Event]:
+    """Every committed event on `topic`: the log itself, which the projection may trail."""
+    return [decode(m.value()) for m in to_the_end(settings.kafka, topic.full_name(settings.kafka.topic_prefix))]
+
+
+def requested(settings) -> list[DreamRequested]:
+    return [e for e in logged(settings, DREAMS) if isinstance(e, DreamRequested)]
+
+
+def scheduler_state(settings, pair: str = "w/bob/bob") -> dict:
+    """The dream scheduler's committed state for `pair`, from its changelog ({} until it has one)."""
+    app_id = settings.worker.app_id_for(settings.kafka.topic_prefix)
+    changelog = Runner(settings.kafka, app_id, DreamScheduler).changelog_topic  # the runner names it
+    values = [m.value() for m in to_the_end(settings.kafka, changelog) if m.key() == pair.encode()]
+    return orjson.loads(values[-1]) if values and values[-1] is not None else {}
+
+
+def handled_three_facts(settings) -> dict | None:
+    """The scheduler's state for (bob, bob) once all three facts are counted, whether or not a dream took them."""
+    state = scheduler_state(settings)
+    return state if state.get("new_explicit", 0) + state.get("outstanding_explicit", 0) == 3 else None
 
 
 async def bob_says(c: Client, settings, text: str, expect: int) -> float:
@@ -128,9 +157,13 @@ async def test_an_idle_wait_survives_a_worker_restart(channel, settings, start_w
     await c.setup_conversation("w", "s")
     await bob_says(c, settings, "hello", 1)
     await three_facts(c)
-    time.sleep(2)  # the scheduler has counted them and is waiting out the idle time
+    # waited for, not slept on: a kill before the scheduler had counted them would test no wait at all
+    state = eventually(lambda: handled_three_facts(settings), 30)
+    assert state["outstanding"] is None  # counted, and waiting out the idle time
     worker.kill()
-    assert pair_dreams(settings) == []
+    assert requested(settings) == []  # read from the log: the projection may not show a dream yet
     start_worker("router,dream-scheduler", **idle)
-    dream = eventually(lambda: pair_dreams(settings), 60)[0]
-    assert dream["new_explicit"] == 3 and dream["reason"] == "threshold"
+    dream = eventually(lambda: requested(settings), 60)[0]
+    assert (dream.new_explicit, dream.reason) == (3, DreamReason.THRESHOLD)  # the count survived the restart
+    last_fact = max(e.occurred_at for e in logged(settings, OBSERVATIONS))
+    assert dream.occurred_at - last_fact >= timedelta(seconds=15)  # and so did the wait
