@@ -8,14 +8,36 @@ import orjson
 import psycopg
 from psycopg import sql
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import Connection, Table, Text, and_, any_, bindparam, delete, func, or_, select, tuple_, update
+from sqlalchemy import (
+    Connection,
+    Table,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.exc import DBAPIError
 
 from projections.dream_handlers import DREAM_HANDLERS
 from projections.inserts import insert_new
 from projections.memory_handlers import MEMORY_HANDLERS
-from projections.schema import memberships, messages, peers, pending_message_embeddings, sessions, workspaces
+from projections.schema import (
+    memberships,
+    message_lexicon,
+    messages,
+    peers,
+    pending_message_embeddings,
+    sessions,
+    workspaces,
+)
 from services.events import (
     Event,
     MemberJoined,
@@ -123,6 +145,7 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
         )
     _copy_in(conn, messages, rows)
     _set_counts(conn, next_seq)
+    _count_lexemes(conn, [(e.workspace_id, e.message_id) for e in fresh])
     _take_pending_embeddings(conn, [(e.workspace_id, e.message_id) for e in fresh])
 
 
@@ -165,6 +188,24 @@ def _set_embeddings(conn: Connection, rows: list[dict]) -> None:
     if rows:
         conn.execute(_SET_EMBEDDING, [dict(w=r["workspace_id"], m=r["message_id"], v=r["embedding"],
                                            model=r["embedding_model"], e=r["event_id"]) for r in rows])
+
+
+def _count_lexemes(conn: Connection, keys: list[tuple[str, str]]) -> None:
+    """Add the new messages to their workspace's lexicon: one more document for each lexeme they hold,
+    and to the totals row (lexeme ''); `keys` are messages inserted just now, so none counts twice."""
+    m, lx = messages.c, message_lexicon.c
+    fresh = select(m.workspace_id, m.content_tsv).where(tuple_(m.workspace_id, m.message_id).in_(keys)).subquery()
+    each = select(fresh.c.workspace_id, func.unnest(func.tsvector_to_array(fresh.c.content_tsv)).label("lexeme"),
+                  ).subquery()
+    per_lexeme = select(each.c.workspace_id, each.c.lexeme, func.count(), literal(0)).group_by(
+        each.c.workspace_id, each.c.lexeme)
+    totals = select(fresh.c.workspace_id, literal(""), func.count(),
+                    func.sum(func.length(fresh.c.content_tsv))).group_by(fresh.c.workspace_id)
+    for rows in (per_lexeme, totals):
+        stmt = insert(message_lexicon).from_select(["workspace_id", "lexeme", "docs", "lexemes"], rows)
+        conn.execute(stmt.on_conflict_do_update(
+            index_elements=[lx.workspace_id, lx.lexeme],
+            set_={"docs": lx.docs + stmt.excluded.docs, "lexemes": lx.lexemes + stmt.excluded.lexemes}))
 
 
 def _take_pending_embeddings(conn: Connection, keys: list[tuple[str, str]]) -> None:

@@ -1,28 +1,59 @@
-"""Hybrid message search: pgvector cosine and Postgres full text, fused by reciprocal rank fusion.
+"""Hybrid message search: pgvector cosine and BM25-weighted full text, fused by score, neighbours heard.
 
-Both candidate lists apply every filter before ranking, so a filtered search is as deep as an
-unfiltered one. The vector list runs with `hnsw.iterative_scan = relaxed_order` (pgvector ≥ 0.8):
-when filters drop most of what the HNSW graph walk finds, the scan continues instead of returning too
-few rows; the planner still picks an exact scan over a btree-filtered set (one session, one author,
-a perspective's sessions) when that is cheaper. relaxed_order may return candidates slightly out of
-distance order, so they are ranked by their exact distance afterwards.
+How a search ranks, and what each step was worth on LoCoMo (tests/bench/README.md has the table):
+1. Two candidate lists, each with every filter applied before ranking, so a filtered search is as deep
+   as an unfiltered one:
+   - semantic: the n nearest messages by cosine similarity. Messages are embedded with their author,
+     date and the turn they answer (services/embedder/policy.py), so a question that names a person or
+     a time can match. The scan runs with `hnsw.iterative_scan = relaxed_order` (pgvector ≥ 0.8): when
+     filters drop most of what the graph walk finds, it continues instead of returning too few rows;
+     relaxed order is why candidates are ranked by their exact score afterwards.
+   - lexical: any of the question's content words (`to_tsvector` drops stop and question words and
+     stems the rest), ranked by BM25 with binary term frequency (turns are short: counting repeats
+     changed nothing measurable): Σ idf(term) · (k1 + 1) / (1 + k1 · (1 − b + b · length / mean length)).
+     Document frequencies come from `message_lexicon`, kept by the projector. The author's name is
+     part of the indexed text.
+2. Fusion by score, not by rank: each list's scores become z-scores against that list's own candidates,
+   and a message's fused score is the sum of its two z-scores, each computed exactly even when the
+   message made only one list. Rank fusion (RRF) throws away how much better the best candidate is.
+3. Neighbours: an answer often spans two turns (a question, then its reply). A message's score gains
+   NEIGHBOUR_WEIGHT × the better fused score of its adjacent turns in the same session (those the
+   filters let through), so a turn next to a strong match rises.
+`fused_score` is the pure definition of steps 2–3; the statement computes the same in SQL (one round
+trip on the API's hot path), and an integration test holds the two equal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import RowMapping, Text, and_, bindparam, func, literal, literal_column, select, union_all
+from sqlalchemy import (
+    Float,
+    RowMapping,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    union,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.schema import memberships, messages
+from projections.schema import memberships, message_lexicon, messages
 
-RRF_K = 60
 MIN_DEPTH = 50
+NEIGHBOUR_WEIGHT = 0.3  # measured on LoCoMo: 0.15 and 0.5 score within ±0.01 of it
+BM25_K1, BM25_B = 1.2, 0.75
 MESSAGE_COLUMNS = ("workspace_id", "message_id", "session_id", "seq", "peer_id", "content", "created_at", "metadata")
 
 
@@ -39,17 +70,31 @@ class MessageSearch:
     limit: int = 10
 
 
-def fuse(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[tuple[str, float]]:
-    """Reciprocal rank fusion: score = Σ 1/(k + rank), rank 1-based; best first, ties by id.
+def list_stats(list_scores: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, population standard deviation, lowest) of one list's candidate scores; zeros for none."""
+    if not list_scores:
+        return 0.0, 0.0, 0.0
+    mean = sum(list_scores) / len(list_scores)
+    return mean, math.sqrt(sum((s - mean) ** 2 for s in list_scores) / len(list_scores)), min(list_scores)
 
-    The definition; search_messages computes the same in SQL (`fused`: one round trip instead of three
-    on the API's hot path), and an integration test holds the two equal.
-    """
-    scores: dict[str, float] = {}
-    for ranking in rankings:
-        for rank, item in enumerate(ranking, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+def standardised(score: float | None, stats: tuple[float, float, float]) -> float:
+    """`score` as a z-score against its list; a message with no score yet (no embedding) counts as the
+    list's lowest candidate."""
+    mean, std, low = stats
+    return 0.0 if std == 0 else ((low if score is None else score) - mean) / std
+
+
+def fused_score(scores: Mapping[str, tuple[float | None, float]],
+                lists: tuple[Sequence[float], Sequence[float]],
+                neighbours: Mapping[str, Sequence[str]]) -> list[tuple[str, float]]:
+    """The definition of steps 2–3: `scores` maps each message to its (semantic, lexical) score,
+    `lists` holds each list's candidate scores, `neighbours` a message's adjacent turns; best first."""
+    stats = (list_stats(lists[0]), list_stats(lists[1]))
+    fused = {m: standardised(s, stats[0]) + standardised(x, stats[1]) for m, (s, x) in scores.items()}
+    out = {m: f + NEIGHBOUR_WEIGHT * max([fused[n] for n in neighbours.get(m, ()) if n in fused], default=0.0)
+           for m, f in fused.items()}
+    return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def depth(limit: int) -> int:
@@ -84,8 +129,9 @@ def params(s: MessageSearch) -> dict:
             "before": s.before, "perspective_id": s.perspective_id, "n": depth(s.limit), "limit": s.limit}
 
 
-def _filters(shape: Shape) -> list:
-    m, ms = messages.c, memberships.c
+def _filters(shape: Shape, t=messages) -> list:
+    """The search's filters over message table (or alias) `t`."""
+    m, ms = t.c, memberships.c
     where = [m.workspace_id == bindparam("workspace_id")]
     if shape.sessions:
         where.append(m.session_id.in_(bindparam("session_ids", expanding=True)))
@@ -105,40 +151,114 @@ def _filters(shape: Shape) -> list:
     return where
 
 
+def _similarity(t):
+    return 1 - t.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))
+
+
+@lru_cache(maxsize=1)
+def _terms():
+    """The query's lexemes found in the workspace, each with its BM25 idf; and the corpus' totals."""
+    lx = message_lexicon.c
+    totals = (select(lx.docs.label("n"), lx.lexemes.cast(Float).op("/")(lx.docs).label("mean_length"))
+              .where(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == "").cte("corpus"))
+    words = select(func.unnest(func.tsvector_to_array(
+        func.to_tsvector(literal_column("'english'::regconfig"), bindparam("q", type_=Text)))).label("lexeme")
+    ).subquery("words")
+    idf = func.ln(1 + (totals.c.n - lx.docs + 0.5) / (lx.docs + 0.5))
+    terms = (select(lx.lexeme, idf.label("idf")).select_from(words)
+             .join(message_lexicon, and_(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == words.c.lexeme))
+             .join(totals, literal(True)).cte("terms"))
+    return terms, totals
+
+
+def _bm25(t, terms, totals):
+    """BM25 with binary term frequency of message row `t` for the query's terms (0 when none match)."""
+    matched = select(func.coalesce(func.sum(terms.c.idf), 0.0)).where(
+        terms.c.lexeme == any_(func.tsvector_to_array(t.c.content_tsv))).scalar_subquery()
+    length = func.length(t.c.content_tsv).cast(Float)
+    mean_length = select(totals.c.mean_length).scalar_subquery()
+    norm = 1 + BM25_K1 * (1 - BM25_B + BM25_B * length / mean_length)
+    return matched * (BM25_K1 + 1) / norm
+
+
 @lru_cache(maxsize=256)
 def semantic(shape: Shape):
-    """(message_id, r): the n nearest messages by cosine distance, r = 1-based rank."""
-    distance = messages.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))
-    near = (select(messages.c.message_id, distance.label("d"))
-            .where(*_filters(shape), messages.c.embedding.is_not(None))
-            .order_by(distance).limit(bindparam("n")).cte("near").prefix_with("MATERIALIZED", dialect="postgresql"))
-    # relaxed_order may hand candidates over slightly out of order: rank by the exact distance
-    rank = func.row_number().over(order_by=(near.c.d, near.c.message_id))
-    return select(near.c.message_id, rank.label("r"))
+    """(message_id, s): the n most similar messages, s = cosine similarity."""
+    m = messages.alias("sm")
+    sim = _similarity(m)
+    near = (select(m.c.message_id, sim.label("s"))
+            .where(*_filters(shape, m), m.c.embedding.is_not(None))
+            .order_by(m.c.embedding.cosine_distance(bindparam("vector", type_=Vector())))
+            .limit(bindparam("n")))
+    return near
 
 
 @lru_cache(maxsize=256)
 def lexical(shape: Shape):
-    """(message_id, r): the n best full-text matches by ts_rank_cd, r = 1-based rank."""
-    query = func.websearch_to_tsquery(literal_column("'english'::regconfig"), bindparam("q", type_=Text))
-    score = func.ts_rank_cd(messages.c.content_tsv, query)
-    hits = (select(messages.c.message_id, score.label("s"))
-            .where(*_filters(shape), messages.c.content_tsv.op("@@")(query))
-            .order_by(score.desc(), messages.c.message_id).limit(bindparam("n")).subquery("hits"))
-    rank = func.row_number().over(order_by=(hits.c.s.desc(), hits.c.message_id))
-    return select(hits.c.message_id, rank.label("r"))
+    """(message_id, s): the n messages of best BM25 among those holding any query term."""
+    terms, totals = _terms()
+    m = messages.alias("lx")
+    # the lexemes are stemmed already: 'simple' keeps them as they are, and websearch syntax never
+    # fails to parse, whatever characters a lexeme holds
+    any_term = func.websearch_to_tsquery(literal_column("'simple'::regconfig"), select(
+        func.string_agg(terms.c.lexeme, literal(" or "))).scalar_subquery())
+    score = _bm25(m, terms, totals)
+    return (select(m.c.message_id, score.label("s"))
+            .where(*_filters(shape, m), m.c.content_tsv.op("@@")(any_term))
+            .order_by(score.desc(), m.c.message_id).limit(bindparam("n")))
+
+
+def _stats(listed, present: bool):
+    """(mean, std, low) of a list's scores as a one-row CTE; zeros when the search has no such list."""
+    if not present:
+        return select(literal(0.0).label("mean"), literal(0.0).label("std"), literal(0.0).label("low"))
+    return select(func.coalesce(func.avg(listed.c.s), 0.0).label("mean"),
+                  func.coalesce(func.stddev_pop(listed.c.s), 0.0).label("std"),
+                  func.coalesce(func.min(listed.c.s), 0.0).label("low"))
+
+
+def _z(score, stats):
+    """As `standardised`."""
+    return case((stats.c.std > 0, (func.coalesce(score, stats.c.low) - stats.c.mean).self_group().op("/")(stats.c.std)),
+                else_=0.0)
 
 
 @lru_cache(maxsize=256)
 def fused(shape: Shape):
-    """The whole search as one statement: both rankings, RRF as in `fuse`, then the rows."""
-    lists = ([semantic(shape)] if shape.vector else []) + ([lexical(shape)] if shape.text else [])
-    ranks = union_all(*lists).subquery("ranks") if len(lists) > 1 else lists[0].subquery("ranks")
-    # .op("/"): SQLAlchemy's `/` would cast the divisor to NUMERIC; float8 / bigint stays float8
-    score = func.sum(literal_column("1.0::float8").op("/")((ranks.c.r + RRF_K).self_group())).label("score")
-    best = (select(ranks.c.message_id, score).group_by(ranks.c.message_id)
-            .order_by(score.desc(), ranks.c.message_id).limit(bindparam("limit")).subquery("best"))
+    """The whole search as one statement: both lists, their candidates and adjacent turns scored
+    exactly, z-score fusion and the neighbours' share as in `fused_score`, then the rows."""
+    terms, totals = _terms()
+    lists = []
+    if shape.vector:
+        sem = semantic(shape).cte("sem").prefix_with("MATERIALIZED", dialect="postgresql")
+        lists.append(sem)
+    if shape.text:
+        lex = lexical(shape).cte("lex").prefix_with("MATERIALIZED", dialect="postgresql")
+        lists.append(lex)
+    sem_stats = _stats(lists[0], shape.vector).cte("sem_stats")
+    lex_stats = _stats(lists[-1], shape.text).cte("lex_stats")
+    ids = union(*(select(x.c.message_id) for x in lists)).subquery("ids")
     m = messages.c
+    hit = (select(m.session_id, m.seq).join_from(ids, messages, and_(
+        m.workspace_id == bindparam("workspace_id"), m.message_id == ids.c.message_id)).cte("hit"))
+    # the candidates and their adjacent turns, each once, under the same filters
+    p = messages.alias("pool")
+    sem_z = _z(_similarity(p), sem_stats) if shape.vector else literal(0.0)
+    lex_z = _z(_bm25(p, terms, totals), lex_stats) if shape.text else literal(0.0)
+    pool = (select(p.c.message_id, p.c.session_id, p.c.seq, (sem_z + lex_z).label("f")).distinct()
+            .select_from(hit).join(p, and_(p.c.workspace_id == bindparam("workspace_id"),
+                                           p.c.session_id == hit.c.session_id,
+                                           p.c.seq.between(hit.c.seq - 1, hit.c.seq + 1)))
+            .join(sem_stats, literal(True)).join(lex_stats, literal(True))
+            .where(*_filters(shape, p)).cte("pool"))
+    window = {"partition_by": pool.c.session_id, "order_by": pool.c.seq}
+    before, after = func.lag(pool.c.seq).over(**window), func.lead(pool.c.seq).over(**window)
+    prev_f, next_f = func.lag(pool.c.f).over(**window), func.lead(pool.c.f).over(**window)
+    adjacent = func.greatest(case((before == pool.c.seq - 1, prev_f)), case((after == pool.c.seq + 1, next_f)))
+    scored = select(pool.c.message_id, (pool.c.f + NEIGHBOUR_WEIGHT * func.coalesce(adjacent, 0.0)).label("score")
+                    ).subquery("scored")
+    best = (select(scored).order_by(scored.c.score.desc(), scored.c.message_id)
+            .limit(bindparam("limit")).subquery("best"))
     return (select(*(m[c] for c in MESSAGE_COLUMNS), best.c.score)
             .join_from(best, messages, and_(m.workspace_id == bindparam("workspace_id"),
                                             m.message_id == best.c.message_id))

@@ -94,7 +94,10 @@ messages = Table(
     Column("recorded_at", TS, nullable=False),
     Column("metadata", JSONB, nullable=False),
     Column("event_id", Text, nullable=False, unique=True),
-    Column("content_tsv", TSVECTOR, Computed("to_tsvector('english', content)", persisted=True)),
+    # the author's name is part of what a lexical search matches: questions name people ("What did Ann
+    # buy?"); underscores split, so a peer id "Ann_Lee" matches "Ann" and "Lee"
+    Column("content_tsv", TSVECTOR, Computed(
+        "to_tsvector('english', replace(peer_id, '_', ' ') || ' ' || content)", persisted=True)),
     # from MessagesEmbedded; the latest embedding event (by id, UUIDv7 = time order) wins
     Column("embedding", Vector(EMBEDDING_DIMENSIONS), nullable=True),
     Column("embedding_model", Text, nullable=True),
@@ -105,6 +108,20 @@ messages = Table(
     Index("messages_embedding", "embedding", postgresql_using="hnsw",
           postgresql_ops={"embedding": "vector_cosine_ops"}),
     Index("messages_by_peer", "workspace_id", "peer_id", "created_at"),
+)
+
+# per workspace, how many messages hold each lexeme of `content_tsv` (its document frequency), for the
+# inverse document frequency of lexical search; the row with lexeme '' holds the workspace's totals:
+# docs = messages, lexemes = the sum of their distinct-lexeme counts (for the mean length). Kept by the
+# projector in the transaction that inserts the messages, so it always matches them.
+message_lexicon = Table(
+    "message_lexicon",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("lexeme", Text, nullable=False),
+    Column("docs", BigInteger, nullable=False),
+    Column("lexemes", BigInteger, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "lexeme"),
 )
 
 # embeddings whose message is not projected yet: the projector reads the embeddings topic and the
@@ -369,7 +386,7 @@ projection_meta = Table(
 # tables whose rows are the projection proper (compared row for row after a rebuild);
 # pending_message_embeddings is left out: what waits there depends on the order topics were read in
 DATA_TABLES = (
-    workspaces, peers, sessions, memberships, messages, perceptions, observations, observation_sources,
+    workspaces, peers, sessions, memberships, messages, message_lexicon, perceptions, observations, observation_sources,
     premises, observation_events, rejected_observations, derivation_batches, derivation_promotions, dreams, peer_cards, summaries, dead_letters, projection_offsets,
     quarantine,
 )

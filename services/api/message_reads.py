@@ -38,7 +38,7 @@ def _check_scope(conn: AsyncConnection, q: MessageSearch):
 
 
 async def search(ctx: ApiContext, q: MessageSearch, token: str) -> list[RowMapping]:
-    """Messages matching the query by meaning and by words, fused by reciprocal rank, best first.
+    """Messages matching the query by meaning and by words, fused by score with their neighbours, best first.
 
     `q` comes as the request put it: no vector yet (the query is embedded here), limit 0 = the default.
     """

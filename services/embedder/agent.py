@@ -1,4 +1,5 @@
-"""The embedder's shell: session events in, MessagesEmbedded out; stateless, so no changelog state.
+"""The embedder's shell: session events in, MessagesEmbedded out; per session, its state is the last
+turn (what the next message is embedded with), kept in the changelog like any processor's state.
 
 The runner handles keys concurrently, one event per key at a time, so a single handle call only ever
 sees one message. Texts of concurrent calls (other sessions of the same batch) are coalesced into one
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from services.bus.runner import Get, Step
 from services.bus.topics import SESSIONS
-from services.embedder.policy import embedded, text_to_embed
+from services.embedder.policy import embedded, previous_turn, text_to_embed
 from services.events import Event, MessageAppended, ProducerInfo
 from services.llm.embeddings import Embedder, make_embedder
 
@@ -66,15 +67,15 @@ class EmbedderProcessor:
     def __init__(self, embedder: Embedder) -> None:
         self.model_name = embedder.model_name
         self.coalescer = Coalescer(embedder)
-        self.producer = ProducerInfo(component="embedder", version="0.1.0", model=embedder.model_name)
+        self.producer = ProducerInfo(component="embedder", version="0.2.0", model=embedder.model_name)
 
     async def handle(self, get: Get, event: Event) -> Step:
-        text = text_to_embed(event)
+        text = text_to_embed(event, get(event.key))
         if text is None:
             return Step()
         assert isinstance(event, MessageAppended)
         vector = await self.coalescer.embed(text)
-        return Step([embedded(event, vector, self.model_name, self.producer)])
+        return Step([embedded(event, vector, self.model_name, self.producer)], {event.key: previous_turn(event)})
 
 
 def build(settings: Settings):

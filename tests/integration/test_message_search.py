@@ -15,7 +15,8 @@ from projections.db import sync_engine
 from projections.rebuild import rebuild
 from projections.schema import messages, pending_message_embeddings
 from services.bus.producer import EventLog
-from services.events import EmbeddedMessage, MessagesEmbedded, SessionCreated, WorkspaceCreated
+from services.embedder.policy import previous_turn, text_to_embed
+from services.events import EmbeddedMessage, MessageAppended, MessagesEmbedded, SessionCreated, WorkspaceCreated
 from services.llm.embeddings import LOCAL_MODEL, make_embedder
 from tests.integration.test_projector import P, msg
 from tests.support.client import Client
@@ -77,12 +78,21 @@ async def garden(channel, settings, start_worker):
     return c, token, worker
 
 
-async def test_embeddings_of_messages_arrive_from_the_embedder_and_are_projected(settings, garden):
+async def test_messages_are_embedded_with_date_author_and_previous_turn_and_projected(settings, garden):
     engine = sync_engine(settings.database)
+    m = messages.c
     with engine.connect() as conn:
-        rows = conn.execute(select(messages.c.content, messages.c.embedding, messages.c.embedding_model)).all()
+        rows = conn.execute(select(m.session_id, m.peer_id, m.content, m.created_at, m.embedding, m.embedding_model)
+                            .order_by(m.session_id, m.seq)).all()
     engine.dispose()
-    expected = make_embedder().embed_sync([r.content for r in rows])
+    texts, before = [], {}
+    for r in rows:
+        appended = MessageAppended(workspace_id="w", session_id=r.session_id, message_id="m", peer_id=r.peer_id,
+                                   content=r.content, created_at=r.created_at, producer=P)
+        texts.append(text_to_embed(appended, before.get(r.session_id)))
+        before[r.session_id] = previous_turn(appended)
+    assert texts[1] == "[2 January 2026] bob: garden 2: slugs ate the lettuce (replying to alice: garden 1: the roses need pruning)"
+    expected = make_embedder().embed_sync(texts)
     for row, vector in zip(rows, expected, strict=True):
         assert row.embedding_model == LOCAL_MODEL and len(row.embedding) == 384
         assert max(abs(a - b) for a, b in zip(row.embedding, vector)) < 1e-5
@@ -98,8 +108,10 @@ async def test_a_message_matching_by_words_and_by_meaning_ranks_above_one_matchi
     words_only = "The car wash takes no keys, cards or coins"
     for i in range(0, len(FILLER), 20):
         await c.add("w", "s", [("alice", t) for t in FILLER[i:i + 20]])
-    await c.add("w", "s", [("bob", both), ("alice", meaning_only), ("bob", words_only)])
-    eventually(lambda: embedded_count(settings) == len(FILLER) + 3, 90)
+    # filler between them: each is judged on its own words and meaning, not its neighbours'
+    gap = [("alice", t) for t in FILLER[:3]]
+    await c.add("w", "s", [("bob", both), *gap, ("alice", meaning_only), *gap, ("bob", words_only)])
+    eventually(lambda: embedded_count(settings) == len(FILLER) + 9, 90)
 
     found = contents(await search_ws(c, "car keys", limit=5))
     assert found[0] == both
@@ -109,13 +121,20 @@ async def test_a_message_matching_by_words_and_by_meaning_ranks_above_one_matchi
     assert exact[0] == "We cooked lentil soup on monday"
 
 
-async def test_scores_are_reciprocal_rank_sums_best_first(garden):
+async def test_results_come_best_first_with_their_fused_scores(garden):
     c, token, _ = garden
     out = await search_ws(c, "garden pond", consistency={"consistency_token": token})
     assert out.results[0].message.content.startswith("garden 3")
     scores = [r.score for r in out.results]
-    assert scores == sorted(scores, reverse=True) and scores[0] == pytest.approx(2 / 61)
+    assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1]
     assert out.embedding_model == LOCAL_MODEL
+
+
+async def test_a_question_naming_the_author_finds_the_authors_turn_by_words(garden):
+    c, _, _ = garden
+    # "bob" is in no message's text: only the indexed author name can match it
+    out = await search_ws(c, "what did bob say", limit=2)
+    assert {r.message.peer_id for r in out.results} == {"bob"}
 
 
 async def test_each_filter_narrows_both_rankings(garden):
@@ -220,20 +239,36 @@ async def test_a_rebuild_reproduces_message_embeddings_without_the_embedder(sett
     assert contents(await search_ws(c, "frozen pond")) == before
 
 
-async def test_the_sql_fusion_equals_the_pure_fuse_of_the_two_rankings(settings, garden):
+async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here(settings, garden):
+    import math
+
+    import numpy as np
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from projections.message_search import MessageSearch, Shape, fuse, lexical, params, search_messages, semantic
+    from projections.message_search import BM25_K1, BM25_B, MessageSearch, fused_score, search_messages
 
-    vector = make_embedder().embed_sync(["frozen garden pond"])[0]
-    search = MessageSearch(workspace_id="w", query="garden", vector=vector, limit=3)
+    query = "frozen garden pond slugs"
+    vector = np.array(make_embedder().embed_sync([query])[0])
     engine = create_async_engine(settings.database.url).execution_options(
         schema_translate_map={None: settings.database.schema_name})
     async with engine.connect() as conn:
-        got = await search_messages(conn, search)
-        lists = [[r.message_id for r in await conn.execute(q(Shape.of(search)), params(search))]
-                 for q in (semantic, lexical)]
+        got = await search_messages(conn, MessageSearch(workspace_id="w", query=query, vector=list(vector), limit=4))
+        rows = (await conn.execute(select(messages.c.message_id, messages.c.session_id, messages.c.seq,
+                                          messages.c.embedding, func.tsvector_to_array(messages.c.content_tsv)))).all()
+        words = set((await conn.execute(select(func.tsvector_to_array(func.to_tsvector("english", query))))).scalar())
     await engine.dispose()
-    expected = fuse(lists)[:3]
-    assert [r["message_id"] for r in got] == [i for i, _ in expected]
-    assert [r["score"] for r in got] == pytest.approx([s for _, s in expected])
+    # BM25 with binary tf over the workspace's four messages, from their lexemes alone
+    docs = {r[0]: set(r[4]) for r in rows}
+    mean_length = sum(len(d) for d in docs.values()) / len(docs)
+    df = {w: sum(w in d for d in docs.values()) for w in words}
+    idf = {w: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for w, n in df.items() if n}
+    bm25 = {m: sum(idf[w] for w in d & idf.keys()) * (BM25_K1 + 1)
+            / (1 + BM25_K1 * (1 - BM25_B + BM25_B * len(d) / mean_length)) for m, d in docs.items()}
+    similarity = {r[0]: float(np.dot(r[3], vector) / np.linalg.norm(r[3]) / np.linalg.norm(vector)) for r in rows}
+    matched = [m for m in docs if docs[m] & idf.keys()]
+    at = {(r[1], r[2]): r[0] for r in rows}
+    neighbours = {r[0]: [at[(r[1], r[2] + d)] for d in (-1, 1) if (r[1], r[2] + d) in at] for r in rows}
+    expected = fused_score({m: (similarity[m], bm25[m]) for m in docs},
+                           (list(similarity.values()), [bm25[m] for m in matched]), neighbours)
+    assert [r["message_id"] for r in got] == [m for m, _ in expected]
+    assert [r["score"] for r in got] == pytest.approx([s for _, s in expected], abs=1e-4)

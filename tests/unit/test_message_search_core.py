@@ -1,25 +1,36 @@
-"""The pure parts of hybrid message search: which messages get embedded, and rank fusion."""
+"""The pure parts of hybrid message search: what text stands for a message, and score fusion."""
 
 from datetime import UTC, datetime
 
 import pytest
 
-from projections.message_search import depth, fuse
-from services.embedder.policy import embedded, text_to_embed
+from projections.message_search import NEIGHBOUR_WEIGHT, depth, fused_score
+from services.embedder.policy import embedded, previous_turn, text_to_embed
 from services.events import MessageAppended, MessagesEmbedded, ProducerInfo, SessionCreated, decode, encode
 
 P = ProducerInfo(component="test", version="0")
 
 
-def _message(content: str = "I adopted a greyhound") -> MessageAppended:
-    return MessageAppended(workspace_id="w", session_id="s", message_id="m1", peer_id="alice", content=content,
-                           created_at=datetime(2026, 1, 1, tzinfo=UTC), producer=P)
+def _message(content: str = "I adopted a greyhound", peer: str = "alice") -> MessageAppended:
+    return MessageAppended(workspace_id="w", session_id="s", message_id="m1", peer_id=peer, content=content,
+                           created_at=datetime(2026, 5, 8, 13, 56, tzinfo=UTC), producer=P)
 
 
 def test_only_messages_with_text_are_embedded():
-    assert text_to_embed(_message()) == "I adopted a greyhound"
     assert text_to_embed(_message("   ")) is None
     assert text_to_embed(SessionCreated(workspace_id="w", session_id="s", producer=P)) is None
+
+
+def test_a_message_is_embedded_with_its_date_its_author_and_the_turn_it_answers():
+    assert text_to_embed(_message(peer="Ann_Lee")) == "[8 May 2026] Ann Lee: I adopted a greyhound"
+    before = previous_turn(_message("Did you get a dog?", peer="bob"))
+    assert text_to_embed(_message("Yes, last week!"), before) == (
+        "[8 May 2026] alice: Yes, last week! (replying to bob: Did you get a dog?)")
+
+
+def test_only_the_start_of_a_long_previous_turn_is_kept():
+    kept = previous_turn(_message("x" * 10_000))
+    assert kept == {"author": "alice", "content": "x" * 500}
 
 
 def test_embedded_event_is_keyed_by_session_caused_by_the_message_and_survives_the_wire():
@@ -36,21 +47,31 @@ def test_messages_embedded_refuses_a_message_of_another_session():
                          messages=[{"message_id": "m", "session_id": "other", "vector": [1.0]}])
 
 
-def test_fuse_puts_an_item_in_both_lists_above_items_in_one():
-    fused = fuse([["a", "both", "b"], ["c", "both"]])
-    assert fused[0][0] == "both"
-    assert fused[0][1] == pytest.approx(1 / 62 + 1 / 62)
+def test_fusion_adds_each_lists_z_score_so_a_message_strong_in_both_ranks_first():
+    scores = {"both": (0.9, 6.0), "sem": (0.95, 0.0), "lex": (0.3, 9.0), "none": (0.3, 0.0)}
+    lists = ([0.9, 0.95, 0.3], [6.0, 9.0])
+    ranked = [m for m, _ in fused_score(scores, lists, {})]
+    assert ranked[0] == "both" and ranked[-1] == "none"
 
 
-def test_fuse_scores_are_reciprocal_ranks_and_ties_break_by_id():
-    fused = fuse([["x", "y"], ["z"]], k=60)
-    # x and z both rank first in one list: equal scores, ordered by id
-    assert [i for i, _ in fused] == ["x", "z", "y"]
-    assert dict(fused) == pytest.approx({"x": 1 / 61, "z": 1 / 61, "y": 1 / 62})
+def test_an_unembedded_message_counts_as_its_lists_lowest_candidate():
+    scores = {"new": (None, 1.0), "low": (0.1, 1.0), "high": (0.9, 1.0)}
+    got = dict(fused_score(scores, ([0.1, 0.9], [1.0]), {}))
+    assert got["new"] == pytest.approx(got["low"]) and got["high"] > got["low"]
 
 
-def test_fuse_of_nothing_is_empty():
-    assert fuse([]) == [] and fuse([[], []]) == []
+def test_a_turn_next_to_a_strong_match_gains_a_share_of_its_score():
+    scores = {"question": (0.9, 9.0), "reply": (0.2, 0.0), "far": (0.2, 0.0)}
+    lists = ([0.9, 0.2, 0.2], [9.0, 0.0, 0.0])
+    alone = dict(fused_score(scores, lists, {}))
+    got = dict(fused_score(scores, lists, {"reply": ["question"], "question": ["reply"]}))
+    assert got["reply"] - got["far"] == pytest.approx(NEIGHBOUR_WEIGHT * alone["question"])
+    assert [m for m, _ in fused_score(scores, lists, {"reply": ["question"]})][:2] == ["question", "reply"]
+
+
+def test_fusion_of_nothing_is_empty_and_flat_lists_add_nothing():
+    assert fused_score({}, ([], []), {}) == []
+    assert fused_score({"a": (0.5, 1.0)}, ([0.5], [1.0]), {}) == [("a", 0.0)]
 
 
 def test_candidate_depth_is_four_times_the_limit_but_at_least_fifty():
