@@ -10,7 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections import queries, store_queries
 from services.api import validation as v
 from services.api.context import ApiContext
-from services.api.packing import Line, Obs, Packed, Premise, pack
+from projections.message_search import MessageSearch, search_messages
+from services.api.packing import Line, Obs, Packed, Premise, Relevant, pack
 from services.api.writes import check_scope
 from services.errors import InvalidArgument
 from services.llm.tokens import count_tokens
@@ -18,6 +19,7 @@ from services.llm.tokens import count_tokens
 MAX_BUDGET = 100_000
 MAX_ALLOWED_SESSIONS = 100
 MAX_MESSAGES_SCANNED = 2_000  # newest messages considered; 2,000 turns exceed any budget we allow in practice
+RELEVANT_MESSAGES = 50  # candidates for the relevant-messages section; packing keeps what fits
 
 
 @dataclass(frozen=True)
@@ -90,23 +92,37 @@ async def _check_scope(conn: AsyncConnection, q: ContextQuery, observer: str, ta
     await check_scope(conn, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
 
 
+async def _relevant(conn: AsyncConnection, q: ContextQuery, vector: list[float] | None) -> list[Relevant]:
+    """The past messages most relevant to the query that the observer saw (every session it was a
+    member of while they were sent, within the allowlist): the message search, best first."""
+    if not q.search_query.strip():
+        return []
+    search = MessageSearch(q.workspace_id, q.search_query, vector, session_ids=q.session_ids,
+                           perspective_id=q.observer_id, before=q.as_of, limit=RELEVANT_MESSAGES)
+    return [Relevant(r["message_id"], r["peer_id"], r["session_id"], r["content"], r["created_at"], r["score"])
+            for r in await search_messages(conn, search)]
+
+
 async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     await ctx.freshness.wait(token)
     q = _check(q)
     observer, target = q.observer_id, q.target_id or q.observer_id
     ranked, card = [], []
-    async with ctx.embedding(q.search_query if observer else "") as vector, ctx.engine.connect() as conn:
+    async with ctx.embedding(q.search_query) as vector, ctx.engine.connect() as conn:
         await _check_scope(conn, q, observer, target, [q.session_id])
         if observer:
             row = await queries.peer_card(conn, q.workspace_id, observer, target)
             card = list(row["entries"]) if row else []
         summaries = await queries.latest_summaries(conn, q.workspace_id, q.session_id)
         recent = await queries.list_messages(conn, q.workspace_id, q.session_id, None, MAX_MESSAGES_SCANNED, True)
+        query_vector = await vector
         if observer:
-            ranked = await _ranked(conn, q, observer, target, await vector)
+            ranked = await _ranked(conn, q, observer, target, query_vector)
+        relevant = await _relevant(conn, q, query_vector)
     lines = [Line(r["message_id"], r["peer_id"], r["content"]) for r in recent]
     short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
-    return pack(q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary)
+    return pack(q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary,
+                relevant)
 
 
 async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> list[Obs]:

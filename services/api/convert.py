@@ -23,7 +23,7 @@ from projections.store_queries import ObservationFilter
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
 from services.api import context_reads
-from services.api.packing import render_representation
+from services.api.packing import render_relevant, render_representation
 from services.api.chat import response_schema
 from services.dialectic.agent import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
 from services.dialectic.prompt import PROMPT_VERSION
@@ -244,8 +244,9 @@ def context_query(r) -> context_reads.ContextQuery:
 
 
 def _chat(packed, assistant: str) -> list:
+    relevant = "\n".join(render_relevant(r) for r in packed.relevant)
     out = [context_pb2.ChatMessage(role="system", content=text)
-           for text in (packed.representation, "\n".join(packed.card), packed.summary) if text]
+           for text in (packed.representation, "\n".join(packed.card), packed.summary, relevant) if text]
     for m in packed.messages:
         role = "assistant" if m.peer_id == assistant else "user"
         out.append(context_pb2.ChatMessage(role=role, content=m.content, name=m.peer_id))
@@ -261,9 +262,16 @@ def context_response(packed, assistant: str) -> context_pb2.GetContextResponse:
         messages=[context_pb2.ContextMessage(message_id=m.message_id, peer_id=m.peer_id, content=m.content)
                   for m in packed.messages],
         tokens=context_pb2.TokenCounts(representation=t["representation"], card=t["card"], summary=t["summary"],
-                                       messages=t["messages"], total=t["total"]),
+                                       messages=t["messages"], total=t["total"],
+                                       relevant_messages=t["relevant_messages"]),
         chat_messages=_chat(packed, assistant) if assistant else [],
+        relevant_messages=[_relevant(r) for r in packed.relevant],
     )
+
+
+def _relevant(r) -> context_pb2.RelevantMessage:
+    return context_pb2.RelevantMessage(message_id=r.message_id, peer_id=r.peer_id, session_id=r.session_id,
+                                       content=r.content, created_at=ts(r.created_at), score=r.score)
 
 
 def representation_query(r) -> context_reads.ContextQuery:

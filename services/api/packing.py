@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from services.events import Level
 
@@ -43,6 +44,18 @@ class Line:
 
 
 @dataclass(frozen=True)
+class Relevant:
+    """A past message found for the search query, best first."""
+
+    message_id: str
+    peer_id: str
+    session_id: str
+    content: str
+    created_at: datetime
+    score: float
+
+
+@dataclass(frozen=True)
 class Packed:
     observations: tuple[Obs, ...]  # in time order
     representation: str
@@ -51,6 +64,7 @@ class Packed:
     summary: str
     messages: tuple[Line, ...]  # in time order
     tokens: dict[str, int]
+    relevant: tuple[Relevant, ...] = ()  # best first
 
 
 LEVELS = tuple(level.value for level in Level)  # the order of the markdown's sections
@@ -83,6 +97,23 @@ def render_representation(kept: Sequence[Obs]) -> str:
 
 def render_line(line: Line) -> str:
     return f"{line.peer_id}: {line.content}"
+
+
+def render_relevant(r: Relevant) -> str:
+    """What a relevant message costs: it is marked with its session and time, unlike a recent turn."""
+    return f"[{r.created_at:%Y-%m-%d %H:%M} · {r.session_id}] {r.peer_id}: {r.content}"
+
+
+def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tuple[list[Relevant], int]:
+    """The best relevant messages that fit in `room`, best first; one too long is skipped, not an end:
+    relevance, unlike recency, has no contiguous window to keep."""
+    kept, used = [], 0
+    for r in relevant:
+        cost = count(render_relevant(r))
+        if used + cost <= room:
+            kept.append(r)
+            used += cost
+    return kept, used
 
 
 def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> tuple[int, str, int]:
@@ -136,22 +167,27 @@ def _pick_summary(short: str, long: str, cap: float, count: Count) -> tuple[str,
 
 
 def pack(budget: int, ranked: Sequence[Obs], card: Sequence[str], short: str, long: str,
-         newest_first: Sequence[Line], count: Count, include_summary: bool = True) -> Packed:
-    """Fill `budget` tokens: representation and card first, summary ≤ 0.4 of the rest, then messages."""
+         newest_first: Sequence[Line], count: Count, include_summary: bool = True,
+         relevant: Sequence[Relevant] = ()) -> Packed:
+    """Fill `budget` tokens: representation and card first, summary ≤ 0.4 of the rest, then the messages
+    relevant to the query (≤ half of what is left), then the newest messages (not repeating those)."""
     kept, rep, rep_tokens, entries, card_text, card_tokens = _fit_representation(ranked, card, budget, count)
     rest = budget - rep_tokens - card_tokens
     kind, summary = _pick_summary(short, long, 0.4 * rest, count) if include_summary else ("", "")
     summary_tokens = count(summary)
     room = rest - summary_tokens
+    found, relevant_tokens = _fit_relevant(relevant, room // 2, count)
+    room -= relevant_tokens
+    shown = {r.message_id for r in found}
     lines: list[Line] = []
-    for line in newest_first:
+    for line in (x for x in newest_first if x.message_id not in shown):
         cost = count(render_line(line))
         if cost > room:
             break  # keep the recent window contiguous
         lines.append(line)
         room -= cost
     tokens = {"representation": rep_tokens, "card": card_tokens, "summary": summary_tokens,
-              "messages": rest - summary_tokens - room}
+              "relevant_messages": relevant_tokens, "messages": rest - summary_tokens - relevant_tokens - room}
     tokens["total"] = sum(tokens.values())
     ordered = tuple(sorted(kept, key=lambda o: o.created_key))
-    return Packed(ordered, rep, tuple(entries), kind, summary, tuple(reversed(lines)), tokens)
+    return Packed(ordered, rep, tuple(entries), kind, summary, tuple(reversed(lines)), tokens, tuple(found))

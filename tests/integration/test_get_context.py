@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import grpc
 import pytest
 
 from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2
+from services.api.packing import Relevant, render_relevant
 from services.llm.tokens import count_tokens
 from tests.support.client import Client
 
@@ -35,10 +38,34 @@ async def test_a_generous_budget_gets_everything_in_order_and_counts_it_exactly(
                     target_id="bob", search_query="where does bob live", consistency={"consistency_token": token})
     assert {o.content for o in out.observations} == {"Bob lives in Oslo", "Bob keeps bees", "Bob is a nurse"}
     assert list(out.peer_card) == ["IDENTITY: Bob, a nurse"]
-    assert [m.content.split(":")[0] for m in out.messages] == [f"turn {i}" for i in range(30)]
+    # the turns the query found are in relevant_messages, the rest in messages: each turn once
+    recent = [m.content.split(":")[0] for m in out.messages]
+    found = [m.content.split(":")[0] for m in out.relevant_messages]
+    assert found and recent == sorted(recent, key=lambda t: int(t.split()[1]))
+    assert sorted(recent + found) == sorted(f"turn {i}" for i in range(30))
     parts = (count_tokens(out.representation) + count_tokens("\n".join(out.peer_card))
-             + sum(count_tokens(f"{m.peer_id}: {m.content}") for m in out.messages))
+             + sum(count_tokens(f"{m.peer_id}: {m.content}") for m in out.messages)
+             + sum(count_tokens(render_relevant(_relevant(m))) for m in out.relevant_messages))
     assert out.tokens.total == parts <= 5000
+    assert out.tokens.relevant_messages == parts - out.tokens.representation - out.tokens.card - out.tokens.messages
+
+
+def _relevant(m) -> Relevant:
+    return Relevant(m.message_id, m.peer_id, m.session_id, m.content, m.created_at.ToDatetime(tzinfo=UTC), m.score)
+
+
+async def test_relevant_messages_come_from_every_session_the_observer_saw_and_no_other(channel, convo):
+    c, _ = convo
+    await c.peer("w", "carol")
+    await c.session("w", "trip", members=["alice", "carol"])
+    await c.session("w", "private", members=["bob", "carol"])
+    await c.add("w", "trip", [("carol", "The lighthouse keeper retired in May")])
+    token = (await c.add("w", "private", [("carol", "The lighthouse was painted red")])).consistency_token
+    out = await ask(channel, workspace_id="w", session_id="s", token_budget=3000, observer_id="alice",
+                    search_query="lighthouse", consistency={"consistency_token": token})
+    assert [(m.session_id, m.content) for m in out.relevant_messages] == [
+        ("trip", "The lighthouse keeper retired in May")]
+    assert out.relevant_messages[0].created_at.seconds > 0
 
 
 @pytest.mark.parametrize("budget", [1, 5, 20, 60, 150, 400])

@@ -5,7 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.api.packing import Line, Obs, pack
+from datetime import UTC, datetime
+
+from services.api.packing import Line, Obs, Relevant, pack, render_relevant
 from services.llm.tokens import count_tokens
 
 words = st.text(alphabet=st.sampled_from("abcdefgh ijk.,é😀"), min_size=0, max_size=300)
@@ -13,14 +15,31 @@ words = st.text(alphabet=st.sampled_from("abcdefgh ijk.,é😀"), min_size=0, ma
 
 @settings(max_examples=300, deadline=None)
 @given(budget=st.integers(0, 3000), obs=st.lists(words, max_size=30), card=st.lists(words, max_size=10),
-       short=words, long=st.text(max_size=2000), msgs=st.lists(words, max_size=40))
-def test_the_packed_context_never_exceeds_the_budget(budget, obs, card, short, long, msgs):
+       short=words, long=st.text(max_size=2000), msgs=st.lists(words, max_size=40),
+       found=st.lists(words, max_size=20))
+def test_the_packed_context_never_exceeds_the_budget(budget, obs, card, short, long, msgs, found):
     ranked = [Obs(f"o{i}", t, "explicit", (i,)) for i, t in enumerate(obs)]
     lines = [Line(f"m{i}", "alice" if i % 2 else "bob", t) for i, t in enumerate(msgs)]
-    out = pack(budget, ranked, card, short, long, lines, count_tokens)
+    relevant = [_relevant(f"m{i * 3}", t) for i, t in enumerate(found)]  # some are recent messages too
+    out = pack(budget, ranked, card, short, long, lines, count_tokens, relevant=relevant)
     measured = (count_tokens(out.representation) + count_tokens("\n".join(out.card)) + count_tokens(out.summary)
-                + sum(count_tokens(f"{x.peer_id}: {x.content}") for x in out.messages))
+                + sum(count_tokens(f"{x.peer_id}: {x.content}") for x in out.messages)
+                + sum(count_tokens(render_relevant(r)) for r in out.relevant))
     assert measured == out.tokens["total"] <= budget
+
+
+def _relevant(message_id: str, content: str) -> Relevant:
+    return Relevant(message_id, "carol", "trip", content, datetime(2025, 3, 1, 9, 30, tzinfo=UTC), 1.0)
+
+
+def test_relevant_messages_take_at_most_half_the_room_best_first_and_are_not_repeated_as_recent():
+    relevant = [_relevant(f"old{i}", f"relevant {i} " * 5) for i in range(20)] + [_relevant("m9", "message 9")]
+    newest_first = [Line(f"m{i}", "bob", f"message {i}") for i in range(9, -1, -1)]
+    out = pack(200, [], [], "", "", newest_first, count_tokens, relevant=relevant)
+    assert 0 < out.tokens["relevant_messages"] <= 100
+    assert [r.message_id for r in out.relevant] == [f"old{i}" for i in range(len(out.relevant))]
+    assert render_relevant(out.relevant[0]).startswith("[2025-03-01 09:30 · trip] carol: relevant 0")
+    assert "m9" not in {r.message_id for r in out.relevant} or "m9" not in {x.message_id for x in out.messages}
 
 
 def test_the_lowest_ranked_observations_go_first_when_the_representation_is_too_big():

@@ -118,6 +118,22 @@ class ContextMessage(_message.Message):
     content: str
     def __init__(self, message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
+class RelevantMessage(_message.Message):
+    __slots__ = ("message_id", "peer_id", "session_id", "content", "created_at", "score")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    peer_id: str
+    session_id: str
+    content: str
+    created_at: _timestamp_pb2.Timestamp
+    score: float
+    def __init__(self, message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., session_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., score: _Optional[float] = ...) -> None: ...
+
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content", "name")
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -129,21 +145,23 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class TokenCounts(_message.Message):
-    __slots__ = ("representation", "card", "summary", "messages", "total")
+    __slots__ = ("representation", "card", "summary", "messages", "total", "relevant_messages")
     REPRESENTATION_FIELD_NUMBER: _ClassVar[int]
     CARD_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RELEVANT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     representation: int
     card: int
     summary: int
     messages: int
     total: int
-    def __init__(self, representation: _Optional[int] = ..., card: _Optional[int] = ..., summary: _Optional[int] = ..., messages: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
+    relevant_messages: int
+    def __init__(self, representation: _Optional[int] = ..., card: _Optional[int] = ..., summary: _Optional[int] = ..., messages: _Optional[int] = ..., total: _Optional[int] = ..., relevant_messages: _Optional[int] = ...) -> None: ...
 
 class GetContextResponse(_message.Message):
-    __slots__ = ("observations", "representation", "peer_card", "summary_kind", "summary", "messages", "tokens", "chat_messages")
+    __slots__ = ("observations", "representation", "peer_card", "summary_kind", "summary", "messages", "tokens", "chat_messages", "relevant_messages")
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     REPRESENTATION_FIELD_NUMBER: _ClassVar[int]
     PEER_CARD_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +170,7 @@ class GetContextResponse(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     CHAT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RELEVANT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     observations: _containers.RepeatedCompositeFieldContainer[ContextObservation]
     representation: str
     peer_card: _containers.RepeatedScalarFieldContainer[str]
@@ -160,4 +179,5 @@ class GetContextResponse(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[ContextMessage]
     tokens: TokenCounts
     chat_messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
-    def __init__(self, observations: _Optional[_Iterable[_Union[ContextObservation, _Mapping]]] = ..., representation: _Optional[str] = ..., peer_card: _Optional[_Iterable[str]] = ..., summary_kind: _Optional[str] = ..., summary: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., tokens: _Optional[_Union[TokenCounts, _Mapping]] = ..., chat_messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
+    relevant_messages: _containers.RepeatedCompositeFieldContainer[RelevantMessage]
+    def __init__(self, observations: _Optional[_Iterable[_Union[ContextObservation, _Mapping]]] = ..., representation: _Optional[str] = ..., peer_card: _Optional[_Iterable[str]] = ..., summary_kind: _Optional[str] = ..., summary: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[ContextMessage, _Mapping]]] = ..., tokens: _Optional[_Union[TokenCounts, _Mapping]] = ..., chat_messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., relevant_messages: _Optional[_Iterable[_Union[RelevantMessage, _Mapping]]] = ...) -> None: ...
