@@ -335,10 +335,10 @@ def table(recall_by_group: dict, args) -> dict:
     for group, by_field in recall_by_group.items():
         if ALL not in by_field[f"search@{KS[0]}"]:
             continue  # only adversarial questions: nothing to compare
-        mean = lambda f: by_field[f][ALL]["mean"]  # noqa: E731
-        rows = {method: {f"@{k}": mean(f"{prefix}@{k}") for k in KS} for method, prefix in METHODS.items()}
+        rows = {method: {f"@{k}": by_field[f"{prefix}@{k}"][ALL]["mean"] for k in KS}
+                for method, prefix in METHODS.items()}
         if args.context:
-            rows["peerlog"].update({f"context@{b}": mean(f"context@{b}") for b in BUDGETS})
+            rows["peerlog"].update({f"context@{b}": by_field[f"context@{b}"][ALL]["mean"] for b in BUDGETS})
         best = {f"@{k}": max(baselines.NAMES, key=lambda name: rows[name][f"@{k}"]) for k in KS}
         margin = {at: round(rows["peerlog"][at] - rows[name][at], 3) for at, name in best.items()}
         out[group] = {**rows, "best_baseline": best, "margin": margin}
@@ -361,30 +361,39 @@ def report(result: dict, args) -> dict:
     return result
 
 
-def text_table(result: dict) -> str:
-    """The recall of peerlog and the baselines per group: all (1-4) @5 @10 @25, then @10 @25 per category."""
-    def cell(by_field: dict, f: str, cat: str) -> str:
-        got = by_field[f].get(cat)
-        return f"{got['mean']:.3f}" if got else "    -"
+# the text table's column blocks: all (1-4) at every k, then each category at 10 and 25
+COLUMNS = [(ALL, KS)] + [(CATEGORIES[c], (10, 25)) for c in sorted(CATEGORIES)]
+CELL = 7  # a mean is 5 characters
 
-    cats = [CATEGORIES[c] for c in sorted(CATEGORIES)]
-    lines = []
-    for group, by_field in result["recall"].items():
-        counts = by_field[f"search@{KS[0]}"]
-        heads = [f"{ALL} ({counts.get(ALL, {}).get('questions', 0)})"] + [
-            f"{cat} ({counts.get(cat, {}).get('questions', 0)})" for cat in cats]
-        lines += [f"{group:<9}" + f"{heads[0]:<19}" + "".join(f"{h:<18}" for h in heads[1:]),
-                  " " * 9 + "".join(f"@{k:<5}" for k in KS) + " " + "@10   @25         " * len(cats)]
-        for method, prefix in METHODS.items():
-            lines.append(f"{method:<9}" + " ".join(cell(by_field, f"{prefix}@{k}", ALL) for k in KS) + "  "
-                         + "".join(f"{cell(by_field, f'{prefix}@10', c)} {cell(by_field, f'{prefix}@25', c)}      "
-                                   for c in cats))
-        if f"context@{BUDGETS[0]}" in by_field:
-            lines.append(f"GetContext evidence recall, {ALL}: " + ", ".join(
-                f"{b} tokens {cell(by_field, f'context@{b}', ALL)}" for b in BUDGETS))
-        lines.append("")
-    lines.append(f"search p50 {result['search_ms_p50']} ms, p95 {result['search_ms_p95']} ms")
-    return "\n".join(lines)
+
+def block(cells: list[str], ks: tuple[int, ...]) -> str:
+    """One column block; 4 more spaces than its cells, so a category label ("adversarial (334)") fits."""
+    return "".join(c.ljust(CELL) for c in cells).ljust(CELL * len(ks) + 4)
+
+
+def group_lines(group: str, by_field: dict) -> list[str]:
+    def mean(field: str, cat: str) -> str:
+        got = by_field[field].get(cat)
+        return f"{got['mean']:.3f}" if got else "-"
+
+    def line(label: str, cells) -> str:
+        return (label.ljust(9) + "".join(block(cells(cat, ks), ks) for cat, ks in COLUMNS)).rstrip()
+
+    counts = by_field[f"search@{KS[0]}"]
+    lines = [line(group, lambda cat, ks: [f"{cat} ({counts.get(cat, {}).get('questions', 0)})"]),
+             line("", lambda cat, ks: [f"@{k}" for k in ks])]
+    lines += [line(method, lambda cat, ks: [mean(f"{prefix}@{k}", cat) for k in ks])
+              for method, prefix in METHODS.items()]
+    if f"context@{BUDGETS[0]}" in by_field:
+        lines.append(f"GetContext evidence recall, {ALL}: "
+                     + ", ".join(f"{b} tokens {mean(f'context@{b}', ALL)}" for b in BUDGETS))
+    return lines
+
+
+def text_table(result: dict) -> str:
+    """Per group, peerlog and the baselines: all (1-4) @5 @10 @25, then @10 @25 per category; search latency."""
+    lines = [line for group, by_field in result["recall"].items() for line in [*group_lines(group, by_field), ""]]
+    return "\n".join(lines + [f"search p50 {result['search_ms_p50']} ms, p95 {result['search_ms_p95']} ms"])
 
 
 def main() -> int:
