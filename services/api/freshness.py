@@ -9,13 +9,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import queries
 from services.bus.consistency import ConsistencyToken
+from services.bus.log_ends import LogEnds
 from services.errors import Unavailable
 
 
 class Freshness:
-    def __init__(self, engine: AsyncEngine, timeout_s: float) -> None:
+    def __init__(self, engine: AsyncEngine, timeout_s: float, ends: LogEnds | None = None) -> None:
         self._engine = engine
         self._timeout_s = timeout_s
+        self._ends = ends  # None: no check against the log (a token is only waited for)
 
     async def wait(self, token: ConsistencyToken | str | None) -> None:
         """Return once every (topic, partition, offset) of `token` is projected; else Unavailable."""
@@ -23,6 +25,8 @@ class Freshness:
             token = ConsistencyToken.decode(token)
         if not token or not token.offsets:
             return
+        if self._ends is not None:
+            await self._ends.check(token)  # what no write can have made would only hold the call, then fail
         deadline = time.monotonic() + self._timeout_s
         pause = 0.002
         while not await self._reached(token):

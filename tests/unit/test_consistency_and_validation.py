@@ -55,3 +55,18 @@ def test_page_size_defaults_and_caps():
     assert v.page_size(1000) == 1000
     with pytest.raises(InvalidArgument):
         v.page_size(1001)
+
+
+@pytest.mark.parametrize("bad", [
+    "peerlog.sessions:0:²", "peerlog.sessions:²:0", "peerlog.sessions:0:" + "9" * 5000,
+    "peerlog.sessions:0:" + "9" * 20, "peerlog.se\x00ssions:0:1", "peerlog.sessions:0:1\x00",
+])
+def test_tokens_with_non_ascii_digits_oversized_numbers_or_nul_are_refused(bad):
+    with pytest.raises(InvalidConsistencyToken) as refused:
+        ConsistencyToken.decode(bad)
+    assert len(str(refused.value)) < 200  # a 5,000-digit part is not echoed whole into a status header
+
+
+def test_a_token_of_50000_parts_is_refused_before_it_is_parsed():
+    with pytest.raises(InvalidConsistencyToken, match="more than 1024 parts"):
+        ConsistencyToken.decode(",".join(["peerlog.sessions:0:1"] * 50_000))
