@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -67,6 +67,11 @@ class ApiSettings(BaseSettings):
                            "spreads connections over them): one Python process uses about one core, so set it to "
                            "the cores the API may use. Above 1 the port must be fixed and only the first process "
                            "serves metrics")
+    health_interval_s: float = Field(5.0, gt=0, description="seconds between checks of Kafka and Postgres; the "
+                                     "health service says NOT_SERVING while either does not answer")
+    cursor_key: SecretStr = Field(SecretStr(""), description="key that signs page tokens, so a token only works "
+                                  "for the list that issued it; empty: a random key per start (tokens then "
+                                  "do not survive a restart). Set it when several API hosts serve one deployment")
 
 
 class WorkerSettings(BaseSettings):

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from services.api.cursors import PageCursors
 from services.api.freshness import Freshness
 from services.bus.producer import EventLog
 from services.dialectic.agent import Dialectic
@@ -27,6 +28,7 @@ class ApiContext:
     embedder: Embedder  # one per server: the local model loads once, on first use
     producer: ProducerInfo = API_PRODUCER
     dialectic: Dialectic | None = None  # Chat's agent, with one model client per reasoning level
+    cursors: PageCursors = field(default_factory=lambda: PageCursors.from_setting(""))  # signs page tokens
 
     @asynccontextmanager
     async def embedding(self, text: str) -> AsyncIterator[asyncio.Future]:

@@ -14,7 +14,7 @@ from projections.queries import StatusScope
 from projections.store_queries import ObservationFilter
 from services.api import validation as v
 from services.api.context import ApiContext
-from services.api.reads import Page, decode_cursor, encode_cursor
+from services.api.reads import Page
 from services.api.writes import require_peers, require_session, require_workspace
 from services.errors import InvalidArgument, NotFound
 
@@ -75,8 +75,13 @@ async def _require_filter(ctx: ApiContext, pair: ObservationFilter) -> None:
         await require_session(ctx, pair.workspace_id, pair.session_id)
 
 
-def _cursor(page_token: str) -> tuple[datetime, str] | None:
-    raw = decode_cursor(page_token)
+def _scope(pair: ObservationFilter, reverse: bool) -> tuple[str, ...]:
+    """What a ListObservations page token is valid for: this list, this pair and filter, this direction."""
+    return ("ListObservations", repr(pair), str(reverse))
+
+
+def _cursor(ctx: ApiContext, scope: tuple[str, ...], page_token: str) -> tuple[datetime, str] | None:
+    raw = ctx.cursors.decode(scope, page_token)
     if not raw:
         return None
     created_at, _, observation_id = raw.partition("|")
@@ -90,14 +95,16 @@ async def list_observations(
     ctx: ApiContext, pair: ObservationFilter, size: int, page_token: str, reverse: bool, token: str
 ) -> Page:
     """One page of a pair's observations, with their provenance."""
-    limit, after = v.page_size(size), _cursor(page_token)
+    scope = _scope(pair, reverse)
+    limit, after = v.page_size(size), _cursor(ctx, scope, page_token)
     await ctx.freshness.wait(token)
     await _require_filter(ctx, pair)
     async with ctx.engine.connect() as conn:
         rows = await store_queries.list_observations(conn, pair, after, limit, reverse)
         views = await with_provenance(conn, pair.workspace_id, rows)
     last = rows[-1] if len(rows) == limit else None
-    return Page(views, encode_cursor(f"{last['created_at'].isoformat()}|{last['observation_id']}") if last else "")
+    position = f"{last['created_at'].isoformat()}|{last['observation_id']}" if last else ""
+    return Page(views, ctx.cursors.encode(scope, position) if last else "")
 
 
 async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -> list[ObservationView]:

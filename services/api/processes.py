@@ -15,7 +15,10 @@ import ctypes
 import logging
 import multiprocessing
 import os
+import secrets
 import signal
+
+from pydantic import SecretStr
 
 from services import logs
 from services.api.server import serve
@@ -53,6 +56,16 @@ async def _supervise(settings: Settings, children: list) -> None:
     await server
 
 
+def _shared_cursor_key(settings: Settings) -> Settings:
+    """Settings whose page-token key every process shares: a connection may reach any of them, so a
+    token one process issued must pass in the others. The children read it from the environment."""
+    if settings.api.cursor_key.get_secret_value():
+        return settings
+    key = secrets.token_hex(32)
+    os.environ["PEERLOG_API_CURSOR_KEY"] = key
+    return settings.model_copy(update={"api": settings.api.model_copy(update={"cursor_key": SecretStr(key)})})
+
+
 def run(settings: Settings) -> None:
     """Serve with `settings.api.processes` processes until SIGTERM/SIGINT."""
     if settings.api.processes == 1:
@@ -60,6 +73,7 @@ def run(settings: Settings) -> None:
         return
     if settings.api.port == 0:
         raise ValueError("PEERLOG_API_PROCESSES > 1 needs a fixed PEERLOG_API_PORT (0 would give each its own)")
+    settings = _shared_cursor_key(settings)
     spawn = multiprocessing.get_context("spawn")  # no forked gRPC or event-loop state
     children = [spawn.Process(target=_child, args=(os.getpid(),), name=f"peerlog-api-{i}")
                 for i in range(1, settings.api.processes)]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,7 +11,7 @@ from projections import queries
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.writes import require_session, require_workspace
-from services.errors import InvalidArgument, NotFound
+from services.errors import NotFound
 
 
 @dataclass(frozen=True)
@@ -28,21 +26,9 @@ class SessionView:
     memberships: Sequence[RowMapping]
 
 
-def encode_cursor(value: str | int) -> str:
-    return base64.urlsafe_b64encode(str(value).encode()).decode().rstrip("=")
-
-
-def decode_cursor(token: str) -> str:
-    if not token:
-        return ""
-    try:
-        return base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        raise InvalidArgument("page_token is not one this server issued; pass next_page_token back as-is") from None
-
-
-def _page(rows: Sequence, limit: int, cursor_of) -> Page:
-    token = encode_cursor(cursor_of(rows[-1])) if len(rows) == limit else ""
+def page(ctx: ApiContext, scope: Sequence[str], rows: Sequence, limit: int, cursor_of) -> Page:
+    """`rows` as a page; a full page carries the token of its last row, signed for `scope` (see cursors.py)."""
+    token = ctx.cursors.encode(scope, str(cursor_of(rows[-1]))) if len(rows) == limit else ""
     return Page(rows, token)
 
 
@@ -53,10 +39,11 @@ async def get_workspace(ctx: ApiContext, workspace_id: str, token: str) -> RowMa
 
 async def list_workspaces(ctx: ApiContext, size: int, page_token: str, token: str) -> Page:
     await ctx.freshness.wait(token)
-    limit = v.page_size(size)
+    limit, scope = v.page_size(size), ("ListWorkspaces",)
+    after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
-        rows = await queries.list_workspaces(conn, decode_cursor(page_token), limit)
-    return _page(rows, limit, lambda r: r["workspace_id"])
+        rows = await queries.list_workspaces(conn, after, limit)
+    return page(ctx, scope, rows, limit, lambda r: r["workspace_id"])
 
 
 async def get_peer(ctx: ApiContext, workspace_id: str, peer_id: str, token: str) -> RowMapping:
@@ -73,10 +60,11 @@ async def get_peer(ctx: ApiContext, workspace_id: str, peer_id: str, token: str)
 async def list_peers(ctx: ApiContext, workspace_id: str, size: int, page_token: str, token: str) -> Page:
     await ctx.freshness.wait(token)
     await require_workspace(ctx, workspace_id)
-    limit = v.page_size(size)
+    limit, scope = v.page_size(size), ("ListPeers", workspace_id)
+    after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
-        rows = await queries.list_peers(conn, workspace_id, decode_cursor(page_token), limit)
-    return _page(rows, limit, lambda r: r["peer_id"])
+        rows = await queries.list_peers(conn, workspace_id, after, limit)
+    return page(ctx, scope, rows, limit, lambda r: r["peer_id"])
 
 
 async def session_views(ctx: ApiContext, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
@@ -98,11 +86,12 @@ async def list_sessions(
     await require_workspace(ctx, workspace_id)
     if member:
         v.check_id("peer_id", member)
-    limit = v.page_size(size)
+    limit, scope = v.page_size(size), ("ListSessions", workspace_id, member)
+    after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
-        rows = await queries.list_sessions(conn, workspace_id, member, decode_cursor(page_token), limit)
-    page = _page(rows, limit, lambda r: r["session_id"])
-    return Page(await session_views(ctx, workspace_id, rows), page.next_token)
+        rows = await queries.list_sessions(conn, workspace_id, member, after, limit)
+    token = page(ctx, scope, rows, limit, lambda r: r["session_id"]).next_token
+    return Page(await session_views(ctx, workspace_id, rows), token)
 
 
 async def get_message(ctx: ApiContext, workspace_id: str, message_id: str, token: str) -> RowMapping:
@@ -122,15 +111,11 @@ async def list_messages(
 ) -> Page:
     await ctx.freshness.wait(token)
     await require_session(ctx, workspace_id, session_id)
-    limit = v.page_size(size)
-    cursor = decode_cursor(page_token)
-    if cursor and not cursor.isdigit():
-        raise InvalidArgument("page_token is not one this server issued; pass next_page_token back as-is")
+    limit, scope = v.page_size(size), ("ListMessages", workspace_id, session_id, str(reverse))
+    after = ctx.cursors.decode_seq(scope, page_token)
     async with ctx.engine.connect() as conn:
-        rows = await queries.list_messages(
-            conn, workspace_id, session_id, int(cursor) if cursor else None, limit, reverse
-        )
-    return _page(rows, limit, lambda r: r["seq"])
+        rows = await queries.list_messages(conn, workspace_id, session_id, after, limit, reverse)
+    return page(ctx, scope, rows, limit, lambda r: r["seq"])
 
 
 async def get_session_summaries(
