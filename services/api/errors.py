@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 
 import grpc
+from google.protobuf.message import DecodeError
+from sqlalchemy import exc as sa
 
 from services.bus.consistency import InvalidConsistencyToken
 from services.bus.producer import AppendFailed
@@ -18,7 +21,7 @@ from services.errors import (
     PermissionDenied,
     Unavailable,
 )
-from services.llm.errors import ModelError, ModelUnavailable
+from services.llm.errors import EmbeddingError, ModelError, ModelUnavailable, TokenizerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +38,37 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     # Chat's model: rejected requests and output still invalid after a repair are the server's, not the caller's
     ModelError: grpc.StatusCode.UNAVAILABLE,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    # infrastructure that is down or missing, not a bug: a retry (after an operator acts) can succeed
+    sa.OperationalError: grpc.StatusCode.UNAVAILABLE,  # Postgres unreachable, restarting, or dropped us
+    sa.InterfaceError: grpc.StatusCode.UNAVAILABLE,  # the connection broke under the driver
+    sa.TimeoutError: grpc.StatusCode.UNAVAILABLE,  # no pooled connection came free in time
+    EmbeddingError: grpc.StatusCode.UNAVAILABLE,  # the embedding model is missing or answers wrongly
+    TokenizerUnavailable: grpc.StatusCode.UNAVAILABLE,
 }
 HANDLED = tuple(STATUS_OF)  # what the interceptor turns into a status; anything else is a bug
+# their text names hosts, paths and SQL: the caller gets this instead, the log gets the details
+PUBLIC_MESSAGE: dict[type[Exception], str] = {
+    sa.OperationalError: "the projections database is unavailable; retry later",
+    sa.InterfaceError: "the projections database is unavailable; retry later",
+    sa.TimeoutError: "the projections database is overloaded; retry later",
+    EmbeddingError: "the embedding model is unavailable; retry later",
+    TokenizerUnavailable: "the tokenizer is unavailable; retry later",
+}
 
 
 def status_for(exc: Exception) -> grpc.StatusCode | None:
     for cls in type(exc).__mro__:
         if cls in STATUS_OF:
             return STATUS_OF[cls]
+    return None
+
+
+def public_message(exc: Exception) -> str | None:
+    """The fixed message an infrastructure error reaches the caller with; None for a domain error,
+    whose own message is for the caller."""
+    for cls in type(exc).__mro__:
+        if cls in PUBLIC_MESSAGE:
+            return PUBLIC_MESSAGE[cls]
     return None
 
 
@@ -60,21 +86,52 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _guarded(handler.unary_unary, details.method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 _guarded_stream(handler.unary_stream, details.method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         return handler
 
 
+class Undecodable:
+    """A request body that did not parse (invalid UTF-8 in a string, nesting too deep, truncated bytes)."""
+
+    def __init__(self, error: DecodeError) -> None:
+        self.error = error
+
+
+def _tolerant(deserialize):
+    # grpc aio calls the deserializer outside any handler and answers its exception with UNKNOWN, and
+    # a deserializer has no context to abort with: so hand the failure to the handler as a value instead
+    if deserialize is None:
+        return None
+
+    def tolerant(data: bytes):
+        try:
+            return deserialize(data)
+        except DecodeError as exc:
+            return Undecodable(exc)
+
+    return tolerant
+
+
+async def _refuse_undecodable(request, context: grpc.aio.ServicerContext) -> None:
+    if isinstance(request, Undecodable):
+        shown = str(request.error)[:300]
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid message: {shown}")
+
+
 async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str) -> None:
     if isinstance(exc, HANDLED):
-        await context.abort(status_for(exc), str(exc))
+        fixed = public_message(exc)
+        if fixed is not None:  # the operator needs what the caller does not see
+            log.warning("%s: %s: %s", method, type(exc).__name__, exc)
+        await context.abort(status_for(exc), fixed or str(exc))
     # a bug, not the caller's fault: keep internals out of the reply, keep them in the log
     log.exception("unexpected error in %s", method)
     await context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")
@@ -82,6 +139,7 @@ async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str)
 
 def _guarded(inner, method: str):
     async def guarded(request, context: grpc.aio.ServicerContext):
+        await _refuse_undecodable(request, context)
         try:
             return await inner(request, context)
         except grpc.aio.AbortError:
@@ -93,7 +151,13 @@ def _guarded(inner, method: str):
 
 
 def _guarded_stream(inner, method: str):
+    if not inspect.isasyncgenfunction(inner):
+        # a streaming handler that writes with context.write instead of yielding (grpc's Health.Watch):
+        # iterating over it would fail with INTERNAL; awaiting it keeps it a writer
+        return _guarded(inner, method)
+
     async def guarded(request, context: grpc.aio.ServicerContext):
+        await _refuse_undecodable(request, context)
         try:
             async for item in inner(request, context):
                 yield item

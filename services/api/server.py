@@ -6,7 +6,7 @@ import asyncio
 import gc
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from prometheus_client import start_http_server
@@ -35,8 +35,10 @@ from peerlog.v1 import (
 )
 from projections.db import async_engine, create_schema, sync_engine
 from services.api.context import ApiContext
+from services.api.cursors import PageCursors
 from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
+from services.api.health import HealthMonitor, database_reachable
 from services.api.servicers import (
     ContextServicer,
     AuditServicer,
@@ -48,6 +50,7 @@ from services.api.servicers import (
     SessionServicer,
     WorkspaceServicer,
 )
+from services.bus.log_ends import LogEnds
 from services.bus.producer import EventLog
 from services.config import LEVELS
 from services.dialectic.agent import Dialectic
@@ -76,10 +79,16 @@ class RunningServer:
     server: grpc.aio.Server
     port: int
     ctx: ApiContext
+    ends: LogEnds | None = None
+    background: list[asyncio.Task] = field(default_factory=list)
 
     async def stop(self, grace: float = 5.0) -> None:
+        for task in self.background:
+            task.cancel()
         await self.server.stop(grace)
         self.ctx.log.close()
+        if self.ends is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.ends.close)
         await self.ctx.engine.dispose()
         for model in self.ctx.dialectic.models.values() if self.ctx.dialectic else ():
             await model.aclose()
@@ -88,7 +97,7 @@ class RunningServer:
             await close()
 
 
-def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
+def _register(server: grpc.aio.Server, ctx: ApiContext) -> health.aio.HealthServicer:
     workspaces_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(ctx), server)
     peers_pb2_grpc.add_PeerServiceServicer_to_server(PeerServicer(ctx), server)
     sessions_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(ctx), server)
@@ -100,11 +109,14 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> None:
     dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(DialecticServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
-    for name in (*SERVICE_NAMES, ""):
-        asyncio.get_running_loop().create_task(
-            checker.set(name, health_pb2.HealthCheckResponse.SERVING)
-        )
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
+    return checker
+
+
+def _health(checker: health.aio.HealthServicer, ctx: ApiContext, ends: LogEnds, settings: Settings) -> HealthMonitor:
+    """SERVING only while the log and the projections answer (checked every few seconds)."""
+    checks = {"kafka": ends.reachable, "postgres": lambda: database_reachable(ctx.engine)}
+    return HealthMonitor(checker, (*SERVICE_NAMES, ""), checks, settings.api.health_interval_s)
 
 
 def _ensure_schema(settings: Settings) -> None:
@@ -129,17 +141,22 @@ async def start(settings: Settings) -> RunningServer:
     engine = async_engine(settings.database)
     event_log = EventLog(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
-    ctx = ApiContext(engine=engine, log=event_log, freshness=Freshness(engine, settings.api.consistency_wait_s),
-                     embedder=embedder, dialectic=_dialectic(settings, engine, embedder))
+    ends = LogEnds(settings.kafka)
+    await asyncio.get_running_loop().run_in_executor(None, ends.list_topics)
+    ctx = ApiContext(engine=engine, log=event_log,
+                     freshness=Freshness(engine, settings.api.consistency_wait_s, ends),
+                     embedder=embedder, dialectic=_dialectic(settings, engine, embedder),
+                     cursors=PageCursors.from_setting(settings.api.cursor_key.get_secret_value()))
     # without SO_REUSEPORT a second server on a taken port fails loudly instead of sharing it; with
     # several processes (services/api/processes.py) they share it on purpose
     shared = settings.api.processes > 1
     server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=[("grpc.so_reuseport", int(shared))])
-    _register(server, ctx)
+    monitor = _health(_register(server, ctx), ctx, ends, settings)
+    await monitor.check_once()  # the first answer is already a real one
     port = server.add_insecure_port(f"{settings.api.host}:{settings.api.port}")
     await server.start()
     log.info("peerlog API listening on %s:%d", settings.api.host, port)
-    return RunningServer(server, port, ctx)
+    return RunningServer(server, port, ctx, ends, [asyncio.get_running_loop().create_task(monitor.run())])
 
 
 async def _warm(ctx: ApiContext) -> None:

@@ -1,0 +1,157 @@
+"""Health follows Kafka and Postgres, and an outage of either (or of a model) reaches clients as
+UNAVAILABLE, a status they may retry, never INTERNAL."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from peerlog.v1 import workspaces_pb2, workspaces_pb2_grpc
+from projections.db import async_engine
+from services.api.context import ApiContext
+from services.api.errors import ErrorInterceptor
+from services.api.freshness import Freshness
+from services.api.health import HealthMonitor, database_reachable
+from services.api.server import start
+from services.api.servicers import WorkspaceServicer
+from services.bus.log_ends import LogEnds
+from services.config import DatabaseSettings, KafkaSettings
+from services.llm.errors import EmbeddingError, TokenizerUnavailable
+
+SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket is closed
+
+
+def dead_database() -> DatabaseSettings:
+    return DatabaseSettings(url=f"postgresql+psycopg://peerlog@127.0.0.1:{closed_port()}/peerlog", schema_name="t")
+
+
+async def health_of(channel: grpc.aio.Channel, service: str = "") -> int:
+    stub = health_pb2_grpc.HealthStub(channel)
+    return (await stub.Check(health_pb2.HealthCheckRequest(service=service))).status
+
+
+async def until(check, want, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while (got := await check()) != want:
+        assert time.monotonic() < deadline, f"still {got} after {timeout} s, wanted {want}"
+        await asyncio.sleep(0.2)
+
+
+async def test_health_says_not_serving_while_the_broker_is_down_and_serving_once_it_is_back(infra, settings):
+    if infra.kafka is None:
+        pytest.skip("needs the local broker, which the tests can stop")
+    fast = settings.model_copy(update={"api": settings.api.model_copy(update={"health_interval_s": 0.3})})
+    server = await start(fast)
+    loop = asyncio.get_running_loop()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            assert await health_of(channel) == SERVING
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+            assert (await watch.read()).status == SERVING  # Watch streams, too (it failed as INTERNAL)
+            await loop.run_in_executor(None, infra.kafka.stop)
+            try:
+                await until(lambda: health_of(channel), NOT_SERVING, 30)
+                assert await health_of(channel, "peerlog.v1.WorkspaceService") == NOT_SERVING
+            finally:
+                await loop.run_in_executor(None, infra.kafka.start)
+            await until(lambda: health_of(channel), SERVING, 60)
+            statuses = [(await watch.read()).status for _ in range(2)]
+            assert statuses == [NOT_SERVING, SERVING]
+            watch.cancel()
+    finally:
+        await server.stop(0)
+
+
+async def test_the_dependency_checks_fail_against_unreachable_endpoints_and_pass_against_real_ones(infra, settings):
+    dead = async_engine(dead_database())
+    live = async_engine(settings.database)
+    nowhere = LogEnds(KafkaSettings(bootstrap_servers=f"127.0.0.1:{closed_port()}"), timeout_s=1.0)
+    broker = LogEnds(settings.kafka)
+    try:
+        assert await database_reachable(dead) is False
+        assert await database_reachable(live) is True
+        assert await nowhere.reachable() is False
+        assert await broker.reachable() is True
+    finally:
+        await dead.dispose()
+        await live.dispose()
+        nowhere.close()
+        broker.close()
+
+
+async def test_the_monitor_reports_not_serving_when_postgres_does_not_answer():
+    dead = async_engine(dead_database())
+    servicer = health.aio.HealthServicer()
+
+    async def kafka_up() -> bool:
+        return True
+
+    monitor = HealthMonitor(servicer, ("", "peerlog.v1.WorkspaceService"),
+                            {"kafka": kafka_up, "postgres": lambda: database_reachable(dead)}, interval_s=1)
+    try:
+        assert await monitor.check_once() is False
+        for name in ("", "peerlog.v1.WorkspaceService"):
+            response = await servicer.Check(health_pb2.HealthCheckRequest(service=name), None)
+            assert response.status == NOT_SERVING
+    finally:
+        await dead.dispose()
+
+
+async def serve(*handlers) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server(interceptors=[ErrorInterceptor()])
+    server.add_generic_rpc_handlers(handlers)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
+async def test_a_postgres_outage_reaches_the_client_as_unavailable_without_its_internals():
+    dead = async_engine(dead_database())
+    ctx = ApiContext(engine=dead, log=None, freshness=Freshness(dead, 1.0), embedder=None)
+    server = grpc.aio.server(interceptors=[ErrorInterceptor()])
+    workspaces_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(ctx), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await workspaces_pb2_grpc.WorkspaceServiceStub(channel).GetWorkspace(
+                    workspaces_pb2.GetWorkspaceRequest(workspace_id="acme"))
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "database is unavailable" in refused.value.details()
+        assert "127.0.0.1" not in refused.value.details()  # no host, port or SQL for the caller
+    finally:
+        await server.stop(0)
+        await dead.dispose()
+
+
+@pytest.mark.parametrize("error", [
+    EmbeddingError("/models/minilm/model.onnx is missing from package 'x'"),
+    TokenizerUnavailable("npm is not installed; it is needed once to fetch the cl100k_base ranks"),
+])
+async def test_a_missing_model_or_tokenizer_reaches_the_client_as_unavailable(error):
+    async def fail(request, context):
+        raise error
+
+    handler = grpc.method_handlers_generic_handler(
+        "test.Failing", {"Call": grpc.unary_unary_rpc_method_handler(fail)})
+    server, port = await serve(handler)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await channel.unary_unary("/test.Failing/Call")(b"")
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "retry later" in refused.value.details() and "npm" not in refused.value.details()
+    finally:
+        await server.stop(0)
