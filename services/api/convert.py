@@ -49,10 +49,22 @@ def ts(value: datetime) -> timestamp_pb2.Timestamp:
     return out
 
 
+# what google.protobuf.Timestamp allows (and datetime can hold): 0001-01-01 to 9999-12-31, UTC
+_MIN_TS_SECONDS, _MAX_TS_SECONDS = -62_135_596_800, 253_402_300_799
+
+
 def from_ts(msg, field: str) -> datetime | None:
+    """The timestamp `field` of `msg`, None if unset; InvalidArgument if it is outside Timestamp's range."""
     if not msg.HasField(field):
         return None
-    return getattr(msg, field).ToDatetime(tzinfo=UTC)
+    value = getattr(msg, field)
+    # ToDatetime would raise a bare ValueError (or OverflowError) here and surface as INTERNAL
+    if not (_MIN_TS_SECONDS <= value.seconds <= _MAX_TS_SECONDS and 0 <= value.nanos < 1_000_000_000):
+        raise InvalidArgument(
+            f"{field} (seconds={value.seconds}, nanos={value.nanos}) is not a valid timestamp: it must lie "
+            "between 0001-01-01 and 9999-12-31 UTC, with nanos from 0 to 999999999"
+        )
+    return value.ToDatetime(tzinfo=UTC)
 
 
 def workspace(row: RowMapping) -> workspaces_pb2.Workspace:
