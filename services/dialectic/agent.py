@@ -12,13 +12,12 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import dialectic_reads as reads
 from projections import queries, store_queries
-from services.dialectic import policy, prompt
+from services.dialectic import policy, prompt, response_format
 from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, Turn
 from services.config import SEARCH_TOOLS, DialecticSettings, LevelPolicy
 from services.dialectic.tools import DERIVED_LEVELS, TOOLS, Scope, ToolEnv, execute, specs
@@ -300,27 +299,27 @@ class _Run:
 
     async def checked_json(self, messages, text: str, schema: Mapping[str, Any]) -> str:
         """The answer as canonical JSON valid for `schema`, after at most one repair; else ModelOutputInvalid."""
-        error = _schema_error(text, schema)
+        error = await _schema_error(text, schema)
         if error is None:
             return _canonical(text)
         retry = [*messages, {"role": "assistant", "content": text},
                  {"role": "user", "content": prompt.REPAIR.format(error=error)}]
         repaired = await self.model.turn(retry, None)
         self.model_name = repaired.model
-        again = _schema_error(repaired.value.content, schema)
+        again = await _schema_error(repaired.value.content, schema)
         if again is not None:
             raise ModelOutputInvalid(self.model.stage, repaired.value.content,
                                      f"the answer does not match response_format after one repair: {again}")
         return _canonical(repaired.value.content)
 
 
-def _schema_error(text: str, schema: Mapping[str, Any]) -> str | None:
+async def _schema_error(text: str, schema: Mapping[str, Any]) -> str | None:
     try:
         value = json.loads(formats.strip_fences(text))
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:
         return f"not JSON: {error}"
-    found = jsonschema.validators.validator_for(schema)(schema).iter_errors(value)
-    problems = [f"- {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in found]
+    # validation can be CPU-heavy (the caller wrote the schema): keep the event loop free
+    problems = await asyncio.to_thread(response_format.problems, schema, value)
     return "\n".join(problems)[:2000] or None
 
 

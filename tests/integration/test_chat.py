@@ -256,6 +256,7 @@ async def test_no_tool_shows_a_message_the_observer_never_saw_nor_another_pairs_
     ({"response_format": d.ResponseFormat(json_schema="{not json")}, grpc.StatusCode.INVALID_ARGUMENT, "not JSON"),
     ({"response_format": d.ResponseFormat(json_schema='{"type": 5}')}, grpc.StatusCode.INVALID_ARGUMENT,
      "not a valid JSON schema"),
+    ({"query": "where\x00"}, grpc.StatusCode.INVALID_ARGUMENT, "NUL"),
 ])
 async def test_bad_input_is_refused_before_any_model_call(memory, model_server, kw, code, phrase):
     await rejected(ask(memory["chan"], **kw), code, phrase)
@@ -340,3 +341,42 @@ async def test_a_streamed_answer_corrected_afterwards_is_withdrawn_and_resent(me
     kinds = [chunk.WhichOneof("event") for chunk in chunks]
     assert kinds == ["text", "text", "discard_text", "text", "done"]
     assert chunks[3].text == chunks[-1].done.answer == "Oslo"
+
+
+def schema_object(value: dict) -> d.ResponseFormat:
+    fmt = d.ResponseFormat()
+    fmt.json_schema_object.update(value)
+    return fmt
+
+
+def nested(depth: int) -> str:
+    return '{"not": ' * depth + "{}" + "}" * depth
+
+
+@pytest.mark.parametrize("fmt,phrase", [
+    (d.ResponseFormat(json_schema=json.dumps({"$ref": "http://127.0.0.1:9/schema.json"})), "only references into"),
+    (d.ResponseFormat(json_schema=json.dumps({"$ref": "file:///etc/hostname"})), "only references into"),
+    (schema_object({"properties": {"a": {"$ref": "file:///etc/hostname"}}}), "only references into"),
+    (d.ResponseFormat(json_schema='{"$ref": "#"}'), "only references into"),
+    (d.ResponseFormat(json_schema=nested(3_000)), "nested more than 32 deep"),
+    (schema_object({"type": "number", "minimum": float("nan")}), "NaN or Infinity"),
+    (d.ResponseFormat(json_schema='{"type": "number", "minimum": NaN}'), "not a JSON number"),
+    (d.ResponseFormat(json_schema=json.dumps({"description": "x" * 70_000})), "the limit is 65536"),
+    (d.ResponseFormat(json_schema=json.dumps({"$schema": "http://json-schema.org/draft-04/schema#",
+                                              "enum": [{"a": i} for i in range(3_000)]})), "too many objects"),
+    (d.ResponseFormat(json_schema=json.dumps({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}},
+                                              "$ref": "#/$defs/a"})), "cycle"),
+])
+async def test_a_hostile_response_format_is_invalid_argument_before_any_model_call(memory, model_server, fmt, phrase):
+    await rejected(ask(memory["chan"], response_format=fmt), grpc.StatusCode.INVALID_ARGUMENT, phrase)
+    await rejected(anext(aiter(stream(memory["chan"], response_format=fmt))), grpc.StatusCode.INVALID_ARGUMENT,
+                   phrase)
+    assert model_server.chat_requests() == []
+
+
+async def test_a_local_ref_in_the_response_format_is_followed_without_fetching(memory, model_server):
+    schema = {"type": "object", "required": ["city"], "properties": {"city": {"$ref": "#/$defs/name"}},
+              "$defs": {"name": {"type": "string"}}}
+    model_server.reply_with(lambda req: Reply(content='{"city": "Oslo"}'))
+    out = await ask(memory["chan"], response_format=d.ResponseFormat(json_schema=json.dumps(schema)))
+    assert json.loads(out.answer) == {"city": "Oslo"}

@@ -1,0 +1,177 @@
+"""The JSON schema a Chat answer must satisfy (`response_format`).
+
+A caller's schema is refused unless it is small, shallow and self-contained, and it is checked and applied
+without ever fetching anything: a `$ref` to a URL or a file would be request forgery or file disclosure.
+`parse` is cheap and may run on the event loop; `check` and `problems` are CPU-heavy: run them in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import jsonschema
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
+
+from services.errors import InvalidArgument
+
+MAX_SCHEMA_BYTES = 64 * 1024  # serialized as UTF-8 JSON; a real answer schema is a few KB
+MAX_SCHEMA_DEPTH = 32  # objects and arrays inside each other; well below Python's recursion limit
+# draft-04's metaschema makes `enum` unique, and jsonschema compares objects pairwise (O(n²): 1,000 objects
+# took 2 s, 3,000 took 25 s); these keep that check to a few milliseconds
+MAX_COMPOSITES_PER_ARRAY = 100
+MAX_COMPOSITES_IN_ARRAYS = 1_000
+REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+LOCAL_REF_PREFIX = "#/"  # a JSON pointer into the schema itself; "#" alone is the root, i.e. self-recursion
+# retrieves nothing: any reference outside the schema fails to resolve instead of being fetched
+NO_RETRIEVAL: referencing.Registry = referencing.Registry()
+# one instance of each JSON type: a $ref cycle that consumes nothing recurses on at least one of them
+_TRIAL_INSTANCES = (None, True, 0, "", [], {})
+
+
+def parse(text: str | None, obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The schema from its text or object form, with its shape checked (size, depth, numbers, refs); None if
+    absent. Does not check it against its metaschema: that is `check`."""
+    if text is None and obj is None:
+        return None
+    schema: Any = obj if text is None else _loads(text)
+    if not isinstance(schema, dict):
+        raise InvalidArgument("response_format must be a JSON schema object")
+    _check_dialect(schema.get("$schema"))
+    _check_shape(schema)
+    _check_size(schema)
+    return schema
+
+
+def check(schema: Mapping[str, Any]) -> None:
+    """InvalidArgument unless `schema` is valid for its metaschema, every $ref points into it, and no $ref
+    cycle recurses without end. CPU-heavy: call it off the event loop."""
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as error:
+        raise InvalidArgument(f"response_format is not a valid JSON schema: {error.message}") from None
+    resolver = NO_RETRIEVAL.resolver_with_root(
+        referencing.Resource.from_contents(schema, default_specification=referencing.jsonschema.DRAFT202012))
+    for ref in sorted(set(_refs(schema))):
+        try:
+            resolver.lookup(ref)
+        except referencing.exceptions.Unresolvable:
+            raise _dangling(ref) from None
+    validator = cls(schema, registry=NO_RETRIEVAL)
+    for instance in _TRIAL_INSTANCES:
+        try:
+            for _ in validator.iter_errors(instance):
+                pass
+        except RecursionError:
+            raise InvalidArgument("response_format: its $refs form a cycle that recurses without end") from None
+        except referencing.exceptions.Unresolvable as error:  # a ref resolved against a nested $id
+            raise _dangling(str(getattr(error, "ref", error))) from None
+
+
+def _dangling(ref: str) -> InvalidArgument:
+    return InvalidArgument(f"response_format: $ref {_shown(ref)} points at nothing in the schema; "
+                           "use a JSON pointer from the schema's root, such as '#/$defs/name'")
+
+
+def problems(schema: Mapping[str, Any], value: Any) -> list[str]:
+    """Why `value` does not satisfy `schema` (empty: it does). CPU-heavy: call it off the event loop."""
+    validator = jsonschema.validators.validator_for(schema)(schema, registry=NO_RETRIEVAL)
+    try:
+        return [f"- {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+                for e in validator.iter_errors(value)]
+    except RecursionError:  # an answer nested deeper than a recursive schema can follow
+        return ["- (root): the answer is nested too deeply to check against the schema"]
+    except referencing.exceptions.Unresolvable as error:  # `check` tries every ref; this is a safety net
+        return [f"- (root): the schema's $ref {_shown(str(getattr(error, 'ref', error)))} points at nothing"]
+
+
+def _loads(text: str) -> Any:
+    if len(text) > MAX_SCHEMA_BYTES:  # before parsing: a character is at least one byte
+        raise InvalidArgument(f"response_format.json_schema has {len(text)} characters; "
+                              f"the limit is {MAX_SCHEMA_BYTES} bytes")
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise InvalidArgument(f"response_format.json_schema is nested more than {MAX_SCHEMA_DEPTH} deep") from None
+    except ValueError as error:
+        raise InvalidArgument(f"response_format.json_schema is not JSON: {error}") from None
+
+
+def _check_dialect(uri: Any) -> None:
+    # an unknown dialect would be validated as the latest draft, with a warning that it will become an error
+    if uri is None:
+        return
+    try:
+        referencing.jsonschema.specification_with(uri if isinstance(uri, str) else "")
+    except referencing.jsonschema.UnknownDialect:
+        raise InvalidArgument(f"response_format: $schema {_shown(str(uri))} is not a JSON Schema dialect this "
+                              "server knows; omit it or use e.g. 'https://json-schema.org/draft/2020-12/schema'"
+                              ) from None
+
+
+def _no_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_shape(schema: dict[str, Any]) -> None:
+    """Depth, finite numbers, local refs and few objects in arrays, walked without recursion (the input may
+    be deeper than the stack)."""
+    composites = 0
+    for value, depth in _walk(schema):
+        if depth > MAX_SCHEMA_DEPTH:
+            raise InvalidArgument(f"response_format is nested more than {MAX_SCHEMA_DEPTH} deep")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidArgument(f"response_format holds the number {value}, which JSON cannot express")
+        if isinstance(value, dict):
+            for keyword in REF_KEYWORDS:
+                ref = value.get(keyword)
+                if isinstance(ref, str) and not ref.startswith(LOCAL_REF_PREFIX):
+                    raise InvalidArgument(
+                        f"response_format: {keyword} {_shown(ref)} is not allowed; only references into the "
+                        f"schema itself ('{LOCAL_REF_PREFIX}…', e.g. '#/$defs/name') are, and never to its root")
+        if isinstance(value, list):
+            n = sum(isinstance(item, dict | list) for item in value)
+            composites += n
+            if n > MAX_COMPOSITES_PER_ARRAY or composites > MAX_COMPOSITES_IN_ARRAYS:
+                raise InvalidArgument(
+                    f"response_format has too many objects or arrays inside arrays: at most "
+                    f"{MAX_COMPOSITES_PER_ARRAY} in one array and {MAX_COMPOSITES_IN_ARRAYS} in all")
+
+
+def _walk(root: Any) -> Iterator[tuple[Any, int]]:
+    """Every value in `root` with its depth (root = 1), depth-first; keys are not yielded."""
+    stack = [(root, 1)]
+    while stack:
+        value, depth = stack.pop()
+        yield value, depth
+        if depth > MAX_SCHEMA_DEPTH:
+            continue  # the caller refuses it; do not walk a deeper input any further
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+
+
+def _refs(schema: Any) -> Iterator[str]:
+    for value, _ in _walk(schema):
+        if isinstance(value, dict):
+            yield from (value[k] for k in REF_KEYWORDS if isinstance(value.get(k), str))
+
+
+def _check_size(schema: dict[str, Any]) -> None:
+    try:
+        size = len(json.dumps(schema, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate from a "\ud800" escape: not Unicode text
+        raise InvalidArgument("response_format holds a lone surrogate (\\ud800–\\udfff), which is not text") from None
+    if size > MAX_SCHEMA_BYTES:
+        raise InvalidArgument(f"response_format is {size} bytes as JSON; the limit is {MAX_SCHEMA_BYTES}")
+
+
+def _shown(ref: str) -> str:
+    return repr(ref if len(ref) <= 80 else ref[:80] + "…")
