@@ -23,8 +23,9 @@ from projections.store_queries import ObservationFilter
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
 from services.api import context_reads
+from services.api import validation as v
 from services.api.packing import render_relevant, render_representation
-from services.api.chat import response_schema
+from services.dialectic import response_format
 from services.dialectic.agent import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
 from services.dialectic.prompt import PROMPT_VERSION
 from services.api.reads import SessionView
@@ -39,8 +40,21 @@ def struct(value: dict) -> struct_pb2.Struct:
     return s
 
 
-def to_dict(value: struct_pb2.Struct) -> dict:
-    return json_format.MessageToDict(value)
+def json_object(value: struct_pb2.Struct, field: str, max_bytes: int) -> dict:
+    """A Struct from a request as a dict; InvalidArgument if it holds NaN or ±Infinity (not JSON), or is so
+    large encoded that it cannot be under `max_bytes` as JSON (refused before the costly conversion)."""
+    encoded = value.ByteSize()
+    if encoded > 8 * max_bytes:  # a number takes at most ~8 times the bytes in protobuf that it takes in JSON
+        raise InvalidArgument(f"{field} is {encoded} bytes encoded; the limit is {max_bytes} bytes as JSON")
+    try:
+        return json_format.MessageToDict(value)
+    except ValueError:  # json_format refuses non-finite numbers, which JSON (and jsonb) cannot hold
+        raise InvalidArgument(f"{field} holds NaN or Infinity, which JSON cannot express") from None
+
+
+def metadata(value: struct_pb2.Struct, field: str = "metadata") -> dict:
+    """Request metadata as a dict, refused early when hopelessly large; writes.py checks the rest."""
+    return json_object(value, field, v.MAX_METADATA_BYTES)
 
 
 def ts(value: datetime) -> timestamp_pb2.Timestamp:
@@ -108,10 +122,10 @@ def member_spec(spec: sessions_pb2.MemberSpec) -> MemberSpec:
     )
 
 
-def new_message(m: messages_pb2.NewMessage) -> NewMessage:
+def new_message(m: messages_pb2.NewMessage, index: int = 0) -> NewMessage:
     return NewMessage(
         peer_id=m.peer_id, content=m.content, created_at=from_ts(m, "created_at"),
-        metadata=to_dict(m.metadata),
+        metadata=metadata(m.metadata, f"messages[{index}].metadata"),
     )
 
 
@@ -245,6 +259,7 @@ def peer_card(card) -> peers_pb2.PeerCard:
 
 
 def context_query(r) -> context_reads.ContextQuery:
+    v.check_text("search_query", r.search_query, v.MAX_SEARCH_QUERY_CHARS, required=False)
     return context_reads.ContextQuery(
         workspace_id=r.workspace_id, session_id=r.session_id, token_budget=r.token_budget,
         include_summary=r.include_summary if r.HasField("include_summary") else True,
@@ -287,6 +302,7 @@ def _relevant(r) -> context_pb2.RelevantMessage:
 
 
 def representation_query(r) -> context_reads.ContextQuery:
+    v.check_text("search_query", r.search_query, v.MAX_SEARCH_QUERY_CHARS, required=False)
     return context_reads.ContextQuery(
         workspace_id=r.workspace_id, session_id="", observer_id=r.observer_id, target_id=r.target_id,
         search_query=r.search_query, search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
@@ -321,8 +337,11 @@ _LEVEL_NAMES = {dialectic_pb2.REASONING_LEVEL_UNSPECIFIED: "low", dialectic_pb2.
 def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
     level = _LEVEL_NAMES.get(r.reasoning_level, str(r.reasoning_level))
     fmt = r.response_format
-    schema = response_schema(fmt.json_schema if fmt.HasField("json_schema") else None,
-                             to_dict(fmt.json_schema_object) if fmt.HasField("json_schema_object") else None)
+    obj = None
+    if fmt.HasField("json_schema_object"):
+        obj = json_object(fmt.json_schema_object, "response_format.json_schema_object",
+                          response_format.MAX_SCHEMA_BYTES)
+    schema = response_format.parse(fmt.json_schema if fmt.HasField("json_schema") else None, obj)
     return ChatRequest(r.workspace_id, r.observer_id, r.target_id or r.observer_id, r.query, r.session_id,
                        level, schema)
 

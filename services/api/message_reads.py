@@ -13,18 +13,18 @@ from services.api.context import ApiContext
 from services.api.writes import check_scope
 from services.errors import InvalidArgument
 
-MAX_SEARCH_QUERY_CHARS = 10_000
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100
 
 
 def _checked(q: MessageSearch) -> MessageSearch:
-    v.check_text("query", q.query, MAX_SEARCH_QUERY_CHARS)
+    v.check_text("query", q.query, v.MAX_SEARCH_QUERY_CHARS)
     if not 0 <= q.limit <= MAX_LIMIT:
         raise InvalidArgument(f"limit {q.limit} is outside 1–{MAX_LIMIT}; 0 means the default ({DEFAULT_LIMIT})")
     if q.after is not None and q.before is not None and q.after >= q.before:
         raise InvalidArgument(f"after ({q.after.isoformat()}) must be earlier than before "
                               f"({q.before.isoformat()}); the range is [after, before)")
     for kind, ids in (("session_id", q.session_ids), ("author_peer_id", q.author_ids)):
+        v.check_id_count(f"{kind}s", ids)  # each is looked up, and a missing one named in the error
         for i in ids:
             v.check_id(kind, i)
         v.check_distinct(kind, ids)

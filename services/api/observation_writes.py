@@ -34,6 +34,7 @@ def _validate(new: Sequence[NewObservation]) -> None:
         v.check_source_count(i, len(o.sources))
         for j, s in enumerate(o.sources):
             v.check_id(f"observations[{i}].sources[{j}].message_id", s.message_id)
+            v.check_no_nul(f"observations[{i}].sources[{j}].span", s.span)
 
 
 async def _check_sessions(ctx: ApiContext, workspace_id: str, new: Sequence[NewObservation]) -> None:

@@ -42,7 +42,7 @@ class WorkspaceServicer(workspaces_pb2_grpc.WorkspaceServiceServicer):
         self.ctx = ctx
 
     async def GetOrCreateWorkspace(self, request, context):
-        w = await writes.get_or_create_workspace(self.ctx, request.workspace_id, c.to_dict(request.metadata))
+        w = await writes.get_or_create_workspace(self.ctx, request.workspace_id, c.metadata(request.metadata))
         return workspaces_pb2.GetOrCreateWorkspaceResponse(
             workspace=c.workspace(w.row), created=w.created, consistency_token=w.token
         )
@@ -70,7 +70,7 @@ class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
     async def GetOrCreatePeer(self, request, context):
         observe_me = request.observe_me if request.HasField("observe_me") else None
         w = await writes.get_or_create_peer(
-            self.ctx, request.workspace_id, request.peer_id, observe_me, c.to_dict(request.metadata)
+            self.ctx, request.workspace_id, request.peer_id, observe_me, c.metadata(request.metadata)
         )
         return peers_pb2.GetOrCreatePeerResponse(peer=c.peer(w.row), created=w.created, consistency_token=w.token)
 
@@ -108,7 +108,7 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
 
     async def GetOrCreateSession(self, request, context):
         w = await writes.get_or_create_session(
-            self.ctx, request.workspace_id, request.session_id, c.to_dict(request.metadata),
+            self.ctx, request.workspace_id, request.session_id, c.metadata(request.metadata),
             [c.member_spec(m) for m in request.members],
         )
         view = await reads.get_session(self.ctx, request.workspace_id, request.session_id, "")
@@ -164,9 +164,8 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         self.ctx = ctx
 
     async def AddMessages(self, request, context):
-        ids, token = await writes.add_messages(
-            self.ctx, request.workspace_id, request.session_id, [c.new_message(m) for m in request.messages]
-        )
+        new = [c.new_message(m, i) for i, m in enumerate(request.messages)]
+        ids, token = await writes.add_messages(self.ctx, request.workspace_id, request.session_id, new)
         return messages_pb2.AddMessagesResponse(message_ids=ids, consistency_token=token)
 
     async def ListMessages(self, request, context):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
 
 from services.errors import InvalidArgument
 
@@ -13,6 +17,11 @@ MAX_CONTENT_CHARS = 25_000
 MAX_MESSAGES_PER_CALL = 100
 MAX_CLOCK_SKEW = timedelta(hours=1)
 DEFAULT_PAGE, MAX_PAGE = 50, 1000
+# serialized as JSON; more would be refused by the broker as an oversized record, after the request was accepted
+MAX_METADATA_BYTES = 64 * 1024
+MAX_SEARCH_QUERY_CHARS = 10_000
+MAX_FILTER_IDS = 100  # ids in one filter list (sessions, authors), like GetContext's allowlist
+SHOWN_IDS = 5  # ids an error message names before "and N more": it travels in a header capped at 16 KB
 
 
 def check_id(kind: str, value: str) -> str:
@@ -22,6 +31,23 @@ def check_id(kind: str, value: str) -> str:
             f"{kind} {shown!r} is not a valid id: use 1–512 characters from A–Z, a–z, 0–9, '_' and '-'"
         )
     return value
+
+
+def check_id_count(field: str, values: Sequence[str], limit: int = MAX_FILTER_IDS) -> None:
+    if len(values) > limit:
+        raise InvalidArgument(f"{field} lists {len(values)} ids; the limit is {limit}")
+
+
+def listed(items: Sequence[str], shown: int = SHOWN_IDS) -> str:
+    """`items` (already formatted) for an error message: the first few, then how many more."""
+    head = ", ".join(items[:shown])
+    return head if len(items) <= shown else f"{head} and {len(items) - shown} more"
+
+
+def check_no_nul(field: str, text: str) -> None:
+    # Postgres text and jsonb cannot hold U+0000: accepted here, the event would be quarantined by the projector
+    if "\x00" in text:
+        raise InvalidArgument(f"{field} contains a NUL character (U+0000), which cannot be stored; remove it")
 
 
 def check_distinct(kind: str, values: Sequence[str]) -> None:
@@ -43,6 +69,7 @@ def check_message_count(n: int) -> None:
 
 
 def check_content(index: int, content: str) -> None:
+    check_no_nul(f"messages[{index}].content", content)
     if not content.strip():
         raise InvalidArgument(f"messages[{index}].content is empty")
     if len(content) > MAX_CONTENT_CHARS:
@@ -87,7 +114,8 @@ def check_observation_count(n: int) -> None:
 
 
 def check_text(field: str, text: str, limit: int, *, required: bool = True) -> None:
-    """InvalidArgument if `text` is blank (when required) or longer than `limit` characters."""
+    """InvalidArgument if `text` is blank (when required), longer than `limit` characters, or holds a NUL."""
+    check_no_nul(field, text)
     if required and not text.strip():
         raise InvalidArgument(f"{field} is empty")
     if len(text) > limit:
@@ -115,3 +143,31 @@ def check_max_distance(value: float | None) -> float | None:
             f"to {MAX_COSINE_DISTANCE:g}, or leave it unset for no limit"
         )
     return value
+
+
+def check_metadata(field: str, value: dict[str, Any]) -> None:
+    """InvalidArgument unless `value` can be stored as it is: no NUL in any key or string, only finite numbers,
+    at most MAX_METADATA_BYTES as JSON."""
+    for path, item in _metadata_items(field, value):
+        if isinstance(item, str):
+            check_no_nul(path, item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidArgument(f"{path} is {item}, which JSON cannot express")
+    size = len(orjson.dumps(value))
+    if size > MAX_METADATA_BYTES:
+        raise InvalidArgument(f"{field} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}: "
+                              "keep large payloads elsewhere and store a reference")
+
+
+def _metadata_items(field: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """(path, item) for every key (as a string item) and value at any depth, without recursion."""
+    stack = [(field, value)]
+    while stack:
+        path, item = stack.pop()
+        yield path, item
+        if isinstance(item, dict):
+            for key, child in item.items():
+                yield f"{path} key {key[:40]!r}", key
+                stack.append((f"{path}[{key[:40]!r}]", child))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", child) for i, child in enumerate(item))

@@ -123,17 +123,18 @@ async def check_scope(conn: AsyncConnection, workspace_id: str, session_ids: Seq
         raise NotFound(f"workspace {workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
     sessions = [repr(s) for s in session_ids if s not in known.sessions]
     if sessions:
-        raise NotFound(f"session {', '.join(sessions)} does not exist in workspace {workspace_id!r}; "
+        raise NotFound(f"session {v.listed(sessions)} does not exist in workspace {workspace_id!r}; "
                        "create it with GetOrCreateSession")
     missing = [f"{kind} {p!r}" for kind, p in peer_ids.items() if p not in known.peers]
     if missing:
         raise NotFound(
-            f"no such peer in workspace {workspace_id!r}: {', '.join(missing)}; create it with GetOrCreatePeer"
+            f"no such peer in workspace {workspace_id!r}: {v.listed(missing)}; create it with GetOrCreatePeer"
         )
 
 
 async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: dict) -> Written:
     v.check_id("workspace_id", workspace_id)
+    v.check_metadata("metadata", metadata)
     async with ctx.engine.connect() as conn:
         row = await queries.workspace(conn, workspace_id)
     if row is not None:
@@ -147,6 +148,7 @@ async def get_or_create_peer(
     ctx: ApiContext, workspace_id: str, peer_id: str, observe_me: bool | None, metadata: dict
 ) -> Written:
     v.check_id("peer_id", peer_id)
+    v.check_metadata("metadata", metadata)
     await require_workspace(ctx, workspace_id)
     async with ctx.engine.connect() as conn:
         before = await queries.peer(conn, workspace_id, peer_id)
@@ -181,7 +183,7 @@ async def _check_members(ctx: ApiContext, workspace_id: str, peer_ids: Sequence[
     missing = [p for p in peer_ids if p not in known]
     if missing:
         raise NotFound(
-            f"peer(s) {', '.join(map(repr, missing))} do not exist in workspace {workspace_id!r}; "
+            f"peer(s) {v.listed([repr(p) for p in missing])} do not exist in workspace {workspace_id!r}; "
             "create them with GetOrCreatePeer"
         )
 
@@ -201,6 +203,7 @@ async def get_or_create_session(
     members: Sequence[MemberSpec],
 ) -> Written:
     v.check_id("session_id", session_id)
+    v.check_metadata("metadata", metadata)
     await require_workspace(ctx, workspace_id)
     await _check_members(ctx, workspace_id, [m.peer_id for m in members])
     async with ctx.engine.connect() as conn:
@@ -225,7 +228,7 @@ async def add_members(
     already = [m.peer_id for m in members if m.peer_id in current]
     if already:
         raise AlreadyExists(
-            f"peer(s) {', '.join(map(repr, already))} are already members of session {session_id!r}"
+            f"peer(s) {v.listed([repr(p) for p in already])} are already members of session {session_id!r}"
         )
     token = await commit(ctx, _joins(ctx, workspace_id, session_id, members))
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
@@ -241,7 +244,7 @@ async def remove_members(
     absent = [p for p in peer_ids if p not in current]
     if absent:
         raise FailedPrecondition(
-            f"peer(s) {', '.join(map(repr, absent))} are not current members of session {session_id!r}"
+            f"peer(s) {v.listed([repr(p) for p in absent])} are not current members of session {session_id!r}"
         )
     now = datetime.now(UTC)
     events = [MemberLeft(workspace_id=workspace_id, session_id=session_id, peer_id=p, left_at=now,
@@ -255,6 +258,7 @@ def _validate_messages(new: Sequence[NewMessage]) -> None:
     for i, m in enumerate(new):
         v.check_id(f"messages[{i}].peer_id", m.peer_id)
         v.check_content(i, m.content)
+        v.check_metadata(f"messages[{i}].metadata", m.metadata)
         if m.created_at is not None:
             v.check_created_at(i, m.created_at)
 
@@ -273,7 +277,7 @@ async def add_messages(
     if outsiders:
         await _check_members(ctx, workspace_id, outsiders)  # unknown peers are NOT_FOUND
         raise FailedPrecondition(
-            f"peer(s) {', '.join(map(repr, outsiders))} are not members of session {session_id!r}; "
+            f"peer(s) {v.listed([repr(p) for p in outsiders])} are not members of session {session_id!r}; "
             "add them with AddMembers before they post"
         )
     now = datetime.now(UTC)

@@ -33,6 +33,8 @@ def card_problems(entries: Sequence[str]) -> list[str]:
             problems.append(f"entries[{i}] {entry[:40]!r} must start with one of {', '.join(CARD_PREFIXES)}")
         elif not entry.split(":", 1)[1].strip():
             problems.append(f"entries[{i}] has nothing after its prefix")
+        if "\x00" in entry:  # Postgres text cannot hold it: the card would be quarantined, not shown
+            problems.append(f"entries[{i}] contains a NUL character (U+0000)")
         if len(entry) > MAX_ENTRY_CHARS:
             problems.append(f"entries[{i}] has {len(entry)} characters; the limit is {MAX_ENTRY_CHARS}")
     return problems

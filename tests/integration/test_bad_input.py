@@ -6,7 +6,22 @@ import grpc
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from peerlog.v1 import common_pb2, messages_pb2, peers_pb2, sessions_pb2
+from google.protobuf import struct_pb2
+from sqlalchemy import func, select
+
+from peerlog.v1 import (
+    common_pb2,
+    context_pb2,
+    context_pb2_grpc,
+    dreams_pb2,
+    messages_pb2,
+    observations_pb2,
+    peers_pb2,
+    sessions_pb2,
+    workspaces_pb2,
+)
+from projections.db import sync_engine
+from projections.schema import quarantine
 from services.bus.topics import ALL_TOPICS
 from tests.support.client import Client
 
@@ -123,3 +138,111 @@ async def test_malformed_page_and_consistency_tokens_are_invalid_argument(convo)
             workspace_id="acme", page=common_pb2.PageRequest(page_size=5000))),
         grpc.StatusCode.INVALID_ARGUMENT, "page_size",
     )
+
+
+def metadata(value: dict) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    out.update(value)
+    return out
+
+
+def quarantined(settings) -> int:
+    with sync_engine(settings.database).connect() as conn:
+        return conn.scalar(select(func.count()).select_from(quarantine))
+
+
+def message_with(metadata_value: dict, content: str = "hi") -> messages_pb2.NewMessage:
+    return messages_pb2.NewMessage(peer_id="alice", content=content, metadata=metadata(metadata_value))
+
+
+async def test_nul_in_any_written_string_is_invalid_argument_naming_the_field_and_nothing_is_written(convo, settings):
+    made = await convo.add("acme", "s1", [("alice", "I keep bees")])
+    await convo.list_messages("acme", "s1", made.consistency_token)
+    before = log_end_offsets(settings)
+    nul = "a\x00b"
+    cases = [
+        (convo.add("acme", "s1", [("alice", "fine"), ("bob", nul)]), "messages[1].content"),
+        (convo.add("acme", "s1", [message_with({nul: 1})]), "messages[0].metadata key"),
+        (convo.add("acme", "s1", [message_with({"a": {"b": [1, nul]}})]), "messages[0].metadata['a']['b'][1]"),
+        (convo.workspaces.GetOrCreateWorkspace(workspaces_pb2.GetOrCreateWorkspaceRequest(
+            workspace_id="w2", metadata=metadata({"k": nul}))), "metadata['k']"),
+        (convo.peer("acme", "dave", metadata=metadata({nul: "v"})), "metadata key"),
+        (convo.session("acme", "s9", metadata=metadata({"k": [nul]})), "metadata['k'][0]"),
+        (convo.create_observations("acme", "alice", "bob", [observations_pb2.NewObservation(content=nul)]),
+         "observations[0].content"),
+        (convo.create_observations("acme", "alice", "alice", [observations_pb2.NewObservation(
+            content="Alice keeps bees", sources=[observations_pb2.ObservationSource(
+                message_id=made.message_ids[0], span="bees\x00")])]), "observations[0].sources[0].span"),
+        (convo.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
+            workspace_id="acme", observer_id="alice", observed_id="bob", entries=[f"IDENTITY: {nul}"])),
+         "entries[0]"),
+        (convo.dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(
+            workspace_id="acme", observer_id="alice", reason=nul)), "reason"),
+    ]
+    for call, field in cases:
+        await rejected(call, grpc.StatusCode.INVALID_ARGUMENT, field, "NUL")
+    assert log_end_offsets(settings) == before
+    assert quarantined(settings) == 0
+
+
+async def test_metadata_numbers_json_cannot_hold_are_invalid_argument(convo, settings):
+    before = log_end_offsets(settings)
+    for number in (float("nan"), float("inf"), float("-inf")):
+        await rejected(convo.add("acme", "s1", [message_with({"score": {"x": [number]}})]),
+                       grpc.StatusCode.INVALID_ARGUMENT, "messages[0].metadata", "NaN or Infinity")
+        await rejected(convo.peer("acme", "erin", metadata=metadata({"n": number})),
+                       grpc.StatusCode.INVALID_ARGUMENT, "metadata", "NaN or Infinity")
+    assert log_end_offsets(settings) == before
+
+
+async def test_metadata_over_64_kb_is_invalid_argument_not_unavailable(convo, settings):
+    before = log_end_offsets(settings)
+    await rejected(convo.add("acme", "s1", [message_with({"blob": "x" * 70_000})]),
+                   grpc.StatusCode.INVALID_ARGUMENT, "messages[0].metadata", "the limit is 65536")
+    await rejected(convo.add("acme", "s1", [message_with({"blob": "x" * 3_000_000})]),
+                   grpc.StatusCode.INVALID_ARGUMENT, "messages[0].metadata", "65536")
+    await rejected(convo.session("acme", "s8", metadata=metadata({"blob": "y" * 1_000_000})),
+                   grpc.StatusCode.INVALID_ARGUMENT, "metadata", "65536")
+    assert log_end_offsets(settings) == before
+    just_under = {"blob": "z" * (65_536 - len('{"blob":""}'))}
+    sent = await convo.add("acme", "s1", [message_with(just_under)])
+    (got,) = (await convo.list_messages("acme", "s1", sent.consistency_token)).messages
+    assert len(got.metadata["blob"]) == len(just_under["blob"])
+
+
+async def test_search_queries_with_nul_or_over_10000_characters_are_invalid_argument(convo, channel):
+    context = context_pb2_grpc.ContextServiceStub(channel)
+    for bad, phrase in (("find\x00me", "NUL"), ("x" * 10_001, "the limit is 10000")):
+        await rejected(convo.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
+            workspace_id="acme", query=bad)), grpc.StatusCode.INVALID_ARGUMENT, "query", phrase)
+        await rejected(context.GetContext(context_pb2.GetContextRequest(
+            workspace_id="acme", session_id="s1", observer_id="alice", search_query=bad)),
+            grpc.StatusCode.INVALID_ARGUMENT, "search_query", phrase)
+        await rejected(context.GetRepresentation(context_pb2.GetRepresentationRequest(
+            workspace_id="acme", observer_id="alice", search_query=bad)),
+            grpc.StatusCode.INVALID_ARGUMENT, "search_query", phrase)
+
+
+async def test_search_filters_of_70000_ids_are_invalid_argument(convo):
+    many = [f"s{i}" for i in range(70_000)]
+    await rejected(convo.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
+        workspace_id="acme", query="bees", session_ids=many)), grpc.StatusCode.INVALID_ARGUMENT,
+        "session_ids lists 70000 ids; the limit is 100")
+    await rejected(convo.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
+        workspace_id="acme", query="bees", author_peer_ids=many)), grpc.StatusCode.INVALID_ARGUMENT,
+        "author_peer_ids lists 70000 ids; the limit is 100")
+    await rejected(convo.sessions.SearchMessages(sessions_pb2.SearchSessionMessagesRequest(
+        workspace_id="acme", session_id="s1", query="bees", author_peer_ids=many)),
+        grpc.StatusCode.INVALID_ARGUMENT, "the limit is 100")
+
+
+async def test_not_found_for_many_unknown_ids_names_a_few_and_counts_the_rest(convo):
+    unknown = [f"nosuch{i}" for i in range(100)]
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await convo.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
+            workspace_id="acme", query="bees", session_ids=unknown))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND, err.value.details()
+    assert "'nosuch0'" in err.value.details() and "and 95 more" in err.value.details()
+    assert "nosuch99" not in err.value.details() and len(err.value.details()) < 400
+    await rejected(convo.session("acme", "s7", members=[f"ghost{i}" for i in range(2_000)]),
+                   grpc.StatusCode.NOT_FOUND, "'ghost0'", "and 1995 more")
