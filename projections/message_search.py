@@ -49,7 +49,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.schema import memberships, message_lexicon, messages
+from projections.schema import ACTIVE_EMBEDDING_MODEL, memberships, message_lexicon, messages
 
 MIN_DEPTH = 50
 NEIGHBOUR_WEIGHT = 0.3  # measured on LoCoMo: 0.15 and 0.5 score within ±0.01 of it
@@ -126,7 +126,8 @@ def params(s: MessageSearch) -> dict:
     """The bound values of `s`'s statement."""
     return {"workspace_id": s.workspace_id, "q": s.query, "vector": list(s.vector) if s.vector is not None else None,
             "session_ids": list(s.session_ids), "author_ids": list(s.author_ids), "after": s.after,
-            "before": s.before, "perspective_id": s.perspective_id, "n": depth(s.limit), "limit": s.limit}
+            "before": s.before, "perspective_id": s.perspective_id, "n": depth(s.limit), "limit": s.limit,
+            "model": ACTIVE_EMBEDDING_MODEL}
 
 
 def _filters(shape: Shape, t=messages) -> list:
@@ -152,7 +153,10 @@ def _filters(shape: Shape, t=messages) -> list:
 
 
 def _similarity(t):
-    return 1 - t.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))
+    """Cosine similarity to the query; NULL for a vector of another model than the query's (see
+    schema.ACTIVE_EMBEDDING_MODEL), which then counts as its list's lowest candidate."""
+    return case((t.c.embedding_model == bindparam("model"),
+                 1 - t.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))))
 
 
 @lru_cache(maxsize=1)
@@ -187,7 +191,7 @@ def semantic(shape: Shape):
     m = messages.alias("sm")
     sim = _similarity(m)
     near = (select(m.c.message_id, sim.label("s"))
-            .where(*_filters(shape, m), m.c.embedding.is_not(None))
+            .where(*_filters(shape, m), m.c.embedding.is_not(None), m.c.embedding_model == bindparam("model"))
             .order_by(m.c.embedding.cosine_distance(bindparam("vector", type_=Vector())))
             .limit(bindparam("n")))
     return near

@@ -30,6 +30,10 @@ metadata = MetaData()
 TS = TIMESTAMP(timezone=True)
 # the vector column follows the embedding setting; changing it means a rebuild into a fresh schema
 EMBEDDING_DIMENSIONS = EmbeddingSettings().dimensions
+# every vector is stored with the model that made it; reads compare a query only with vectors of the
+# model the deployment embeds queries with (the same setting), never across vector spaces: two models of
+# one dimension would otherwise mix silently
+ACTIVE_EMBEDDING_MODEL = EmbeddingSettings().model
 
 workspaces = Table(
     "workspaces",

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import RowMapping, bindparam, func, literal_column, select, tuple_, union_all
+from sqlalchemy import RowMapping, bindparam, case, func, literal_column, select, tuple_, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.derivations import current_label
-from projections.schema import observation_events, observation_sources, observations, premises
+from projections.schema import ACTIVE_EMBEDDING_MODEL, observation_events, observation_sources, observations, premises
 from services.events import stored_derivation
 
 
@@ -229,8 +229,9 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
         return _WORKING_SETS[key]
     o = observations.c
     # the distance is computed during the scan, so the 1.5 kB vectors are not copied into the CTE
-    distance = (o.embedding.cosine_distance(bindparam("vector", type_=Vector())) if slices.semantic
-                else literal_column("NULL::float8")).label("distance")
+    # another model's vector has no distance (NULL): the semantic slice leaves it out
+    distance = (case((o.embedding_model == bindparam("model"), o.embedding.cosine_distance(
+        bindparam("vector", type_=Vector())))) if slices.semantic else literal_column("NULL::float8")).label("distance")
     store = (select(*where.columns(bound=False), distance).where(*where.where(bound=False))
              .cte("pair_store").prefix_with("MATERIALIZED"))
     s = store.c
@@ -265,6 +266,6 @@ async def working_set(conn: AsyncConnection, where: ObservationFilter, slices: S
         slices = Slices(reinforced=slices.reinforced, recent=slices.recent)
     stmt = _working_set_statement(where, slices)
     values = {**where.params(), "vector": list(vector) if vector is not None else None,
-              "max_distance": slices.max_distance, "semantic_n": slices.semantic,
+              "model": ACTIVE_EMBEDDING_MODEL, "max_distance": slices.max_distance, "semantic_n": slices.semantic,
               "reinforced_n": slices.reinforced, "recent_n": slices.recent}
     return (await conn.execute(stmt, values)).mappings().all()

@@ -154,7 +154,8 @@ class Rederivation:
         self.engine = create_async_engine(self.settings.database.url, pool_size=2)
         self.deriver = Deriver(self.settings.deriver, ModelClient("deriver", stage),
                                make_embedder(self.settings.embedding),
-                               ObservationStore(self.engine, self.settings.database.schema_name), self.log.append)
+                               ObservationStore(self.engine, self.settings.database.schema_name,
+                                                self.settings.embedding.model), self.log.append)
         return self
 
     async def __aexit__(self, *exc) -> None:

@@ -32,20 +32,22 @@ def _known(row) -> Known:
 
 
 class ObservationStore:
-    def __init__(self, engine: AsyncEngine, schema: str) -> None:
+    def __init__(self, engine: AsyncEngine, schema: str, embedding_model: str) -> None:
         self.engine = engine
         self.table = f'"{schema}".observations'
+        self.embedding_model = embedding_model  # near duplicates are looked for among its vectors only
 
     async def candidates(self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]) -> list[Known]:
         """Live explicit observations of the pair's derivation (dedup stays within it) with one of `keys`,
         or nearest to one of `embeddings`."""
         cols = "observation_id, level, content_key, session_id, embedding::text AS embedding"
-        params = {"w": pair.workspace_id, "o": pair.observer_id, "d": pair.observed_id, "v": pair.derivation}
+        params = {"w": pair.workspace_id, "o": pair.observer_id, "d": pair.observed_id, "v": pair.derivation,
+                  "model": self.embedding_model}
         queries = [f"SELECT {cols} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' AND content_key = ANY(:keys)"]
         params["keys"] = list(keys)
         for i, emb in enumerate(embeddings):
             queries.append(f"(SELECT {cols} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' "
-                           f"ORDER BY embedding <=> CAST(:e{i} AS vector) LIMIT 1)")
+                           f"AND embedding_model = :model ORDER BY embedding <=> CAST(:e{i} AS vector) LIMIT 1)")
             params[f"e{i}"] = _vector(emb)
         try:
             async with self.engine.connect() as conn:

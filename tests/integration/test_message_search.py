@@ -272,3 +272,28 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
                            (list(similarity.values()), [bm25[m] for m in matched]), neighbours)
     assert [r["message_id"] for r in got] == [m for m, _ in expected]
     assert [r["score"] for r in got] == pytest.approx([s for _, s in expected], abs=1e-4)
+
+
+async def test_a_vector_of_another_model_of_the_same_size_is_never_compared_with_the_query(settings, garden):
+    c, _, _ = garden
+    query = make_embedder().embed_sync(["frozen pond"])[0]
+    engine = sync_engine(settings.database)
+    with engine.connect() as conn:
+        first = conn.execute(select(messages.c.message_id).where(messages.c.content.like("garden 1%"))).scalar()
+    log = EventLog(settings.kafka)
+    log.start()  # a later embedding by another model of 384 dimensions, equal to the query's own vector
+    log.append_sync([MessagesEmbedded(workspace_id="w", session_id="s1", embedding_model="impostor", producer=P,
+                                      messages=(EmbeddedMessage(message_id=first, session_id="s1",
+                                                                vector=tuple(query)),))])
+    log.close()
+
+    def replaced():
+        with engine.connect() as conn:
+            return conn.execute(select(messages.c.embedding_model).where(messages.c.message_id == first)
+                                ).scalar() == "impostor"
+    eventually(replaced, 30)
+    engine.dispose()
+    top = contents(await search_ws(c, "frozen pond", limit=4))
+    # had the impostor been compared, similarity 1.0 would put garden 1 first; its vector now counts as
+    # the list's lowest, so it trails every message the active model embedded
+    assert top[0].startswith("garden 3") and top[-1].startswith("garden 1")
