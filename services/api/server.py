@@ -55,7 +55,7 @@ from services.bus.producer import EventLog
 from services.config import LEVELS
 from services.dialectic.agent import Dialectic
 from services.llm.client import ModelClient
-from services.llm.embeddings import LocalMiniLmEmbedder, make_embedder
+from services.llm.embeddings import LocalOnnxEmbedder, make_embedder
 from services.llm.tokens import count_tokens
 from services.settings import Settings
 
@@ -162,7 +162,7 @@ async def start(settings: Settings) -> RunningServer:
 async def _warm(ctx: ApiContext) -> None:
     """Load the tokenizer and a local embedding model now rather than in the first caller's request."""
     count_tokens("warm-up")
-    if isinstance(ctx.embedder, LocalMiniLmEmbedder):
+    if isinstance(ctx.embedder, LocalOnnxEmbedder):
         await ctx.embedder.embed(["warm-up"])
 
 

@@ -4,7 +4,7 @@ Every chat and embedding call goes through the `openai` client, so any OpenAI-co
 """
 
 from services.llm.client import Completion, ModelClient, Usage
-from services.llm.embeddings import Embedder, LocalMiniLmEmbedder, OpenAIEmbedder, make_embedder
+from services.llm.embeddings import Embedder, LocalOnnxEmbedder, OpenAIEmbedder, make_embedder
 from services.llm.errors import (
     EmbeddingError,
     ModelError,
@@ -23,7 +23,7 @@ __all__ = [
     "EmbeddingError",
     "EmbeddingSettings",
     "LlmSettings",
-    "LocalMiniLmEmbedder",
+    "LocalOnnxEmbedder",
     "ModelClient",
     "ModelError",
     "ModelOutputInvalid",

@@ -54,7 +54,7 @@ from services.events import (  # noqa: E402
     SessionCreated,
     WorkspaceCreated,
 )
-from services.llm.embeddings import LocalMiniLmEmbedder  # noqa: E402
+from services.llm.embeddings import LocalOnnxEmbedder  # noqa: E402
 from services.llm.settings import EmbeddingSettings  # noqa: E402
 from tests.bench.ingest import (  # noqa: E402
     CpuMeter, idle_check, machine, pct, pin_fresh_ports, stack_pids, stop_others)
@@ -109,7 +109,7 @@ def plan(args, rng: random.Random) -> dict:
             "observations": [rng.choice(observation_pool) for _ in range(args.observations)]}
 
 
-def embed_all(texts: list[str], embedder: LocalMiniLmEmbedder, label: str) -> list[list[float]]:
+def embed_all(texts: list[str], embedder: LocalOnnxEmbedder, label: str) -> list[list[float]]:
     """Vectors for `texts`; a text that repeats is embedded once (same text, same vector)."""
     unique = list(dict.fromkeys(texts))
     vectors: list[list[float]] = []
@@ -138,7 +138,7 @@ def events(p: dict, message_vectors, observation_vectors, rng: random.Random):
         m = MessageAppended(workspace_id=WORKSPACE, session_id=s, message_id=f"m{i}",
                             peer_id=rng.choice(p["sessions"][s]), content=text,
                             created_at=start + timedelta(minutes=10 * i), producer=BENCH)
-        chunk += [m, embedded(m, vector, LocalMiniLmEmbedder.model_name, BENCH)]
+        chunk += [m, embedded(m, vector, LocalOnnxEmbedder.model_name, BENCH)]
         if len(chunk) >= 2000:
             yield chunk
             chunk = []
@@ -146,7 +146,7 @@ def events(p: dict, message_vectors, observation_vectors, rng: random.Random):
         observer, observed = p["pairs"][i % len(p["pairs"])]
         chunk.append(ObservationAdded(workspace_id=WORKSPACE, observer_id=observer, observed_id=observed,
                                       observation_id=f"o{i}", level=Level.EXPLICIT, content=text,
-                                      embedding=tuple(vector), embedding_model=LocalMiniLmEmbedder.model_name,
+                                      embedding=tuple(vector), embedding_model=LocalOnnxEmbedder.model_name,
                                       producer=BENCH))
         if len(chunk) >= 2000:
             yield chunk
@@ -185,7 +185,7 @@ def build(state, args) -> dict:
     if already_built(sql_dsn(state.database_url), args):
         log("the kept stack already holds the workspace: setup skipped")
         return {"events_appended": 0, "timings": {"reused_stack": True}, "plan": p}
-    embedder = LocalMiniLmEmbedder(EmbeddingSettings(threads=2, batch_size=64))  # bulk: both cores, big batches
+    embedder = LocalOnnxEmbedder(EmbeddingSettings(threads=2, batch_size=64))  # bulk: both cores, big batches
     t = time.monotonic()
     message_vectors = embed_all(p["messages"], embedder, "messages")
     observation_vectors = embed_all(p["observations"], embedder, "observations")
@@ -301,7 +301,7 @@ def explain(dsn: str) -> dict:
 
     from projections.message_search import MessageSearch, Shape, depth, fused, params
 
-    vector = LocalMiniLmEmbedder().embed_sync([QUERIES[0]])[0]
+    vector = LocalOnnxEmbedder().embed_sync([QUERIES[0]])[0]
     plans = {}
     with psycopg.connect(dsn) as conn:
         conn.execute("SET search_path TO peerlog, public")

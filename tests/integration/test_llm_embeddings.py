@@ -1,4 +1,5 @@
-"""The real local embedding model (all-MiniLM-L6-v2, int8 ONNX) and the OpenAI-compatible embedder."""
+"""The real local embedding models (all-MiniLM-L6-v2 and bge-small-en-v1.5, int8 ONNX) and the
+OpenAI-compatible embedder."""
 
 from __future__ import annotations
 
@@ -9,22 +10,22 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from services.llm.embeddings import Embedder, LocalMiniLmEmbedder, OpenAIEmbedder
+from services.llm.embeddings import Embedder, LocalOnnxEmbedder, OpenAIEmbedder
 from services.llm.errors import EmbeddingError, ModelUnavailable
 from services.llm.settings import EmbeddingSettings
 from tests.support.model_server import ModelServer
 
 
 @pytest.fixture(scope="module")
-def local() -> LocalMiniLmEmbedder:
-    return LocalMiniLmEmbedder(EmbeddingSettings(batch_size=8))
+def local() -> LocalOnnxEmbedder:
+    return LocalOnnxEmbedder(EmbeddingSettings(batch_size=8))
 
 
 def cosine(a: list[float], b: list[float]) -> float:
     return float(np.dot(a, b))  # the vectors are unit length
 
 
-def test_local_embedder_returns_384_dimension_unit_vectors(local: LocalMiniLmEmbedder) -> None:
+def test_local_embedder_returns_384_dimension_unit_vectors(local: LocalOnnxEmbedder) -> None:
     vectors = local.embed_sync(["Alice moved to Lisbon.", "", "x" * 5000])
 
     assert isinstance(local, Embedder)
@@ -41,7 +42,7 @@ def test_local_embedder_returns_384_dimension_unit_vectors(local: LocalMiniLmEmb
     ],
 )
 def test_a_paraphrase_ranks_above_an_unrelated_sentence(
-    local: LocalMiniLmEmbedder, anchor: str, paraphrase: str, unrelated: str
+    local: LocalOnnxEmbedder, anchor: str, paraphrase: str, unrelated: str
 ) -> None:
     a, p, u = local.embed_sync([anchor, paraphrase, unrelated])
 
@@ -50,7 +51,19 @@ def test_a_paraphrase_ranks_above_an_unrelated_sentence(
     assert cosine(a, p) > cosine(a, u) + 0.4
 
 
-def test_batching_and_order_do_not_change_the_vectors(local: LocalMiniLmEmbedder) -> None:
+def test_bge_small_from_its_jar_gives_unit_vectors_that_rank_a_paraphrase_first() -> None:
+    bge = LocalOnnxEmbedder(EmbeddingSettings(batch_size=8), "bge-small-en-v1.5")
+    pairs = [("I love my dog.", "My puppy is my favourite companion.", "Quantum chromodynamics describes the strong force."),
+             ("How do I reset my password?", "I forgot my login, how can I change it?", "The weather in Paris is sunny.")]
+    for anchor, paraphrase, unrelated in pairs:
+        a, p, u = bge.embed_sync([anchor, paraphrase, unrelated])
+        np.testing.assert_allclose(np.linalg.norm([a, p, u], axis=1), 1.0, atol=1e-5)
+        # BGE's cosines sit higher than MiniLM's: compare the margin, not fixed levels
+        assert cosine(a, p) > cosine(a, u) + 0.15
+    assert bge.embed_sync(["same text"] * 3)[0] == pytest.approx(bge.embed_sync(["same text"])[0], abs=1e-5)
+
+
+def test_batching_and_order_do_not_change_the_vectors(local: LocalOnnxEmbedder) -> None:
     texts = [f"sentence number {i} " + "word " * (i * 7 % 40) for i in range(21)]
 
     together = np.array(local.embed_sync(texts))
@@ -59,16 +72,16 @@ def test_batching_and_order_do_not_change_the_vectors(local: LocalMiniLmEmbedder
     np.testing.assert_allclose(together, alone, atol=1e-5)
 
 
-async def test_async_embedding_matches_sync(local: LocalMiniLmEmbedder) -> None:
+async def test_async_embedding_matches_sync(local: LocalOnnxEmbedder) -> None:
     texts = ["Bob is allergic to peanuts.", "Alice owns a cat."]
     assert np.allclose(await local.embed(texts), local.embed_sync(texts), atol=1e-6)
     assert await local.embed([]) == []
 
 
 def test_one_embedder_is_safe_to_share_between_threads() -> None:
-    fresh = LocalMiniLmEmbedder()  # not loaded yet: every thread races to load it
+    fresh = LocalOnnxEmbedder()  # not loaded yet: every thread races to load it
     texts = [f"message {i} about the weekend hike" for i in range(8)]
-    expected = np.array(LocalMiniLmEmbedder().embed_sync(texts))
+    expected = np.array(LocalOnnxEmbedder().embed_sync(texts))
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda t: fresh.embed_sync([t])[0], texts))

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from services.llm.embeddings import (
-    LocalMiniLmEmbedder,
+    JarEntry,
+    LocalOnnxEmbedder,
     OpenAIEmbedder,
     PackagedFile,
     length_sorted_batches,
@@ -42,7 +43,7 @@ def test_batches_group_texts_of_similar_length_and_cover_every_text() -> None:
 
 def test_the_default_embedder_is_the_local_model() -> None:
     embedder = make_embedder(EmbeddingSettings(provider="local"))
-    assert isinstance(embedder, LocalMiniLmEmbedder)
+    assert isinstance(embedder, LocalOnnxEmbedder)
     assert (embedder.model_name, embedder.dimensions) == ("all-MiniLM-L6-v2", 384)
 
 
@@ -53,7 +54,7 @@ def test_the_openai_provider_takes_model_and_dimensions_from_settings() -> None:
 
 
 def test_the_local_provider_refuses_another_model_or_size() -> None:
-    with pytest.raises(EmbeddingError, match="runs only all-MiniLM-L6-v2"):
+    with pytest.raises(EmbeddingError, match="runs all-MiniLM-L6-v2 or bge-small-en-v1.5"):
         make_embedder(EmbeddingSettings(provider="local", dimensions=768))
 
 
@@ -66,3 +67,11 @@ def test_a_packaged_file_with_the_wrong_hash_is_refused() -> None:
 def test_a_missing_package_says_how_to_install_it() -> None:
     with pytest.raises(EmbeddingError, match="not installed"):
         PackagedFile("no_such_package_peerlog", "x", "0" * 64).locate()
+
+
+def test_bge_small_is_a_local_model_read_from_its_pinned_jar() -> None:
+    embedder = make_embedder(EmbeddingSettings(provider="local", model="bge-small-en-v1.5"))
+    assert (embedder.model_name, embedder.dimensions) == ("bge-small-en-v1.5", 384)
+    wrong = JarEntry("no-such.jar", "model.onnx", "0" * 64)
+    with pytest.raises(EmbeddingError, match="make install"):
+        wrong.verified()
