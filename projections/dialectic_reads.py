@@ -8,13 +8,14 @@ from datetime import datetime
 from sqlalchemy import RowMapping, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.queries import MESSAGE_COLUMNS, visible_to
+from projections.queries import MESSAGE_COLUMNS, seen_while_member
 from projections.store_queries import OBSERVATION_COLUMNS, ObservationFilter
 from projections.schema import messages, observations, premises
 
 
 def _visible(workspace_id: str, observer_id: str):
-    return select(*MESSAGE_COLUMNS).where(messages.c.workspace_id == workspace_id, visible_to(workspace_id, observer_id))
+    return select(*MESSAGE_COLUMNS).where(messages.c.workspace_id == workspace_id,
+                                          seen_while_member(messages, observer_id))
 
 
 async def messages_between(
@@ -74,5 +75,5 @@ async def has_evidence(conn: AsyncConnection, workspace_id: str, observer_id: st
     o, m = observations.c, messages.c
     store = exists().where(*ObservationFilter(workspace_id, observer_id, observed_id).where())
     said = exists().where(m.workspace_id == workspace_id, m.peer_id == observed_id,
-                          visible_to(workspace_id, observer_id))
+                          seen_while_member(messages, observer_id))
     return bool(await conn.scalar(select(store | said)))

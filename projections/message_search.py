@@ -49,7 +49,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.schema import ACTIVE_EMBEDDING_MODEL, memberships, message_lexicon, messages
+from projections.queries import seen_while_member
+from projections.schema import ACTIVE_EMBEDDING_MODEL, message_lexicon, messages
 
 MIN_DEPTH = 50
 NEIGHBOUR_WEIGHT = 0.3  # measured on LoCoMo: 0.15 and 0.5 score within ±0.01 of it
@@ -132,7 +133,7 @@ def params(s: MessageSearch) -> dict:
 
 def _filters(shape: Shape, t=messages) -> list:
     """The search's filters over message table (or alias) `t`."""
-    m, ms = t.c, memberships.c
+    m = t.c
     where = [m.workspace_id == bindparam("workspace_id")]
     if shape.sessions:
         where.append(m.session_id.in_(bindparam("session_ids", expanding=True)))
@@ -143,12 +144,7 @@ def _filters(shape: Shape, t=messages) -> list:
     if shape.before:
         where.append(m.created_at < bindparam("before"))
     if shape.perspective:
-        # the rule of queries.seen_by: sent (recorded) while the peer was a member of the session
-        where.append(select(literal(1)).where(
-            ms.workspace_id == m.workspace_id, ms.session_id == m.session_id,
-            ms.peer_id == bindparam("perspective_id"),
-            ms.joined_at <= m.recorded_at, ms.left_at.is_(None) | (ms.left_at >= m.recorded_at),
-        ).exists())
+        where.append(seen_while_member(t, bindparam("perspective_id")))
     return where
 
 

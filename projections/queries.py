@@ -161,21 +161,26 @@ async def message(conn: AsyncConnection, workspace_id: str, message_id: str) -> 
 
 
 @functools.cache
-def _messages_statement(after: bool, reverse: bool):
+def _messages_statement(after: bool, reverse: bool, perspective: bool):
     c = messages.c
     stmt = select(*MESSAGE_COLUMNS).where(c.workspace_id == bindparam("workspace_id"),
                                           c.session_id == bindparam("session_id"))
     if after:
         stmt = stmt.where(c.seq < bindparam("after_seq") if reverse else c.seq > bindparam("after_seq"))
+    if perspective:
+        stmt = stmt.where(seen_while_member(messages, bindparam("perspective_id")))
     return stmt.order_by(c.seq.desc() if reverse else c.seq).limit(bindparam("limit"))
 
 
 async def list_messages(
     conn: AsyncConnection, workspace_id: str, session_id: str, after_seq: int | None,
-    limit: int, reverse: bool,
+    limit: int, reverse: bool, perspective_id: str = "",
 ) -> Sequence[RowMapping]:
-    stmt = _messages_statement(after_seq is not None, reverse)
-    values = {"workspace_id": workspace_id, "session_id": session_id, "after_seq": after_seq, "limit": limit}
+    """A session's messages in seq order (newest first when `reverse`), after `after_seq` if given; with a
+    `perspective_id`, only those that peer saw (`seen_while_member`)."""
+    stmt = _messages_statement(after_seq is not None, reverse, bool(perspective_id))
+    values = {"workspace_id": workspace_id, "session_id": session_id, "after_seq": after_seq, "limit": limit,
+              "perspective_id": perspective_id}
     return (await conn.execute(stmt, values)).mappings().all()
 
 
@@ -334,21 +339,22 @@ async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id:
     return {r["kind"]: r for r in rows.mappings()}
 
 
-def visible_to(workspace_id: str, observer_id: str):
-    """A condition on `messages` rows: `observer_id` could see the message (sent while it was a member)."""
-    m, ms = messages.c, memberships.c
-    return select(ms.joined_event_id).where(
-        ms.workspace_id == workspace_id, ms.session_id == m.session_id, ms.peer_id == observer_id,
-        ms.joined_at <= m.recorded_at, (ms.left_at.is_(None)) | (ms.left_at >= m.recorded_at),
+def seen_while_member(t, observer):
+    """The perspective rule, declared once: a condition on rows of message table (or alias) `t` that
+    `observer` (a peer id or a bound parameter) could see them, i.e. they were sent (recorded) while it was a
+    member of their session. Every read of messages under a perspective uses it."""
+    m, ms = t.c, memberships.c
+    return select(literal(1)).where(
+        ms.workspace_id == m.workspace_id, ms.session_id == m.session_id, ms.peer_id == observer,
+        ms.joined_at <= m.recorded_at, ms.left_at.is_(None) | (ms.left_at >= m.recorded_at),
     ).exists()
 
 
 async def seen_by(conn: AsyncConnection, workspace_id: str, observer_id: str, message_ids: Sequence[str]) -> set[str]:
     """The given messages that `observer_id` could see: sent while it was a member of their session."""
     m = messages.c
-    stmt = select(m.message_id).where(
-        m.workspace_id == workspace_id, m.message_id.in_(list(message_ids)), visible_to(workspace_id, observer_id)
-    )
+    stmt = select(m.message_id).where(m.workspace_id == workspace_id, m.message_id.in_(list(message_ids)),
+                                      seen_while_member(messages, observer_id))
     return set((await conn.scalars(stmt)).all())
 
 

@@ -114,7 +114,9 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
             row = await queries.peer_card(conn, q.workspace_id, observer, target)
             card = list(row["entries"]) if row else []
         summaries = await queries.latest_summaries(conn, q.workspace_id, q.session_id)
-        recent = await queries.list_messages(conn, q.workspace_id, q.session_id, None, MAX_MESSAGES_SCANNED, True)
+        # the observer's perspective: only the turns sent while it was a member
+        recent = await queries.list_messages(conn, q.workspace_id, q.session_id, None, MAX_MESSAGES_SCANNED, True,
+                                             perspective_id=observer)
         query_vector = await vector
         if observer:
             ranked = await _ranked(conn, q, observer, target, query_vector)

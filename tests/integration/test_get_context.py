@@ -7,7 +7,7 @@ from datetime import UTC
 import grpc
 import pytest
 
-from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2
+from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2, sessions_pb2
 from services.api.packing import Relevant, render_relevant
 from services.llm.tokens import count_tokens
 from tests.support.client import Client
@@ -66,6 +66,33 @@ async def test_relevant_messages_come_from_every_session_the_observer_saw_and_no
     assert [(m.session_id, m.content) for m in out.relevant_messages] == [
         ("trip", "The lighthouse keeper retired in May")]
     assert out.relevant_messages[0].created_at.seconds > 0
+
+
+async def test_recent_messages_are_only_those_the_observer_saw_while_a_member(channel):
+    """carol joins after the first two turns, dave leaves after the third: each gets only its turns."""
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob", "dave"))
+    await c.peer("w", "carol")
+    await c.add("w", "s", [("alice", "turn 0: hello"), ("bob", "turn 1: hi")])
+    await c.session("w", "s", members=["carol"])
+    await c.add("w", "s", [("alice", "turn 2: carol is here")])
+    await c.sessions.RemoveMembers(sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="s",
+                                                                     peer_ids=["dave"]))
+    token = (await c.add("w", "s", [("bob", "turn 3: dave left"), ("carol", "turn 4: bye")])).consistency_token
+
+    async def recent(observer: str, **kw) -> list[str]:
+        out = await ask(channel, workspace_id="w", session_id="s", token_budget=2000, observer_id=observer,
+                        consistency={"consistency_token": token}, **kw)
+        return [m.content.split(":")[0] for m in [*out.messages, *out.relevant_messages]]
+
+    assert await recent("carol") == ["turn 2", "turn 3", "turn 4"]
+    assert await recent("dave") == ["turn 0", "turn 1", "turn 2"]
+    assert await recent("alice") == [f"turn {i}" for i in range(5)]
+    assert sorted(await recent("carol", search_query="hello hi dave left")) == ["turn 2", "turn 3", "turn 4"]
+    # without an observer there is no perspective: the session as it is
+    out = await ask(channel, workspace_id="w", session_id="s", token_budget=2000,
+                    consistency={"consistency_token": token})
+    assert len(out.messages) == 5
 
 
 @pytest.mark.parametrize("budget", [1, 5, 20, 60, 150, 400])
