@@ -30,6 +30,7 @@ from projections.dream_handlers import DREAM_HANDLERS
 from projections.inserts import insert_new
 from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import (
+    ACTIVE_EMBEDDING_MODEL,
     memberships,
     message_lexicon,
     messages,
@@ -150,11 +151,13 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
 
 
 def messages_embedded(conn: Connection, events: Sequence[MessagesEmbedded]) -> None:
-    """Vectors onto their messages; a vector whose message is not projected yet waits in the pending table."""
+    """Vectors of the active model onto their messages; a vector whose message is not projected yet waits
+    in the pending table. Another model's vectors (`peerlog reembed` ahead of a switch) stay on the log
+    only: the live reads keep their model until a rebuild under the new setting takes those instead."""
     rows = [
         dict(workspace_id=e.workspace_id, message_id=m.message_id, embedding=list(m.vector),
              embedding_model=e.embedding_model, event_id=e.event_id)
-        for e in events for m in e.messages
+        for e in events if e.embedding_model == ACTIVE_EMBEDDING_MODEL for m in e.messages
     ]
     if not rows:
         return

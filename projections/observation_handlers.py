@@ -10,14 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, select, update
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import Connection, bindparam, select, update
 
 from projections.inserts import insert_new
-from projections.schema import observation_events, observation_sources, observations, premises, rejected_observations
+from projections.schema import (
+    ACTIVE_EMBEDDING_MODEL,
+    observation_events,
+    observation_sources,
+    observations,
+    premises,
+    rejected_observations,
+)
 from services.events import (
     Event,
     Level,
     ObservationAdded,
+    ObservationsEmbedded,
     ObservationDeleted,
     ObservationReinforced,
     ObservationRejected,
@@ -60,7 +69,10 @@ def _added_row(e: ObservationAdded) -> dict:
     return dict(workspace_id=e.workspace_id, observation_id=e.observation_id, observer_id=e.observer_id,
                 observed_id=e.observed_id, level=e.level.value, content=e.content, content_key=normalise(e.content),
                 session_id=e.session_id, confidence=e.confidence, pattern_type=e.pattern_type,
-                embedding=list(e.embedding) or None, embedding_model=e.embedding_model, times_derived=1,
+                # a vector of another model than the active one is not kept (see handlers.messages_embedded)
+                embedding=(list(e.embedding) or None) if e.embedding_model == ACTIVE_EMBEDDING_MODEL else None,
+                embedding_model=e.embedding_model if e.embedding_model == ACTIVE_EMBEDDING_MODEL else "",
+                times_derived=1,
                 created_at=e.occurred_at, batch_id=e.batch_id, dream_id=e.dream_id, derivation=e.derivation,
                 event_id=e.event_id)
 
@@ -154,10 +166,25 @@ def observation_rejected(conn: Connection, events: Sequence[ObservationRejected]
                                            for e in events for p in dict.fromkeys(e.premise_ids)])
 
 
+_SET_EMBEDDING = (update(observations)
+                  .where(observations.c.workspace_id == bindparam("w"), observations.c.observation_id == bindparam("o"))
+                  .values(embedding=bindparam("v", type_=Vector()), embedding_model=bindparam("model")))
+
+
+def observations_embedded(conn: Connection, events: Sequence[ObservationsEmbedded]) -> None:
+    """Vectors of the active model onto their observations (which precede them on the pair's partition);
+    a later event replaces an earlier one."""
+    rows = [dict(w=e.workspace_id, o=o.observation_id, v=list(o.vector), model=e.embedding_model)
+            for e in events if e.embedding_model == ACTIVE_EMBEDDING_MODEL for o in e.observations]
+    if rows:
+        conn.execute(_SET_EMBEDDING, rows)
+
+
 OBSERVATION_HANDLERS = {
     ObservationAdded: observation_added,
     ObservationReinforced: observation_reinforced,
     ObservationSuperseded: observation_superseded,
     ObservationDeleted: observation_deleted,
     ObservationRejected: observation_rejected,
+    ObservationsEmbedded: observations_embedded,
 }

@@ -23,6 +23,7 @@ from services.events import (
     MemberJoined,
     MessagePerceived,
     ObservationAdded,
+    ObservationsEmbedded,
     ObservationDeleted,
     ObservationReinforced,
     ObservationRejected,
@@ -79,7 +80,7 @@ OBSERVATIONS = TopicSpec(
     key="workspace/observer/observed",
     # one partition holds a pair's whole store history, in order
     events=(ObservationAdded, ObservationReinforced, ObservationSuperseded, ObservationDeleted,
-            ObservationRejected, DerivationStarted, BatchDerived, PeerCardUpdated),
+            ObservationRejected, DerivationStarted, BatchDerived, PeerCardUpdated, ObservationsEmbedded),
 )
 MESSAGE_EMBEDDINGS = TopicSpec(
     name="message-embeddings",

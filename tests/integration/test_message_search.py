@@ -210,7 +210,7 @@ def test_an_embedding_that_arrives_before_its_message_is_applied_when_the_messag
     engine = sync_engine(settings.database)
     log = EventLog(settings.kafka)
     log.start()
-    log.append_sync([MessagesEmbedded(workspace_id="w", session_id="s1", embedding_model="m", producer=P,
+    log.append_sync([MessagesEmbedded(workspace_id="w", session_id="s1", embedding_model=LOCAL_MODEL, producer=P,
                                       messages=(EmbeddedMessage(message_id="m1", session_id="s1",
                                                                 vector=tuple([0.5] * 384)),))])
     with engine.connect() as conn:
@@ -223,7 +223,7 @@ def test_an_embedding_that_arrives_before_its_message_is_applied_when_the_messag
         with engine.connect() as conn:
             return conn.execute(select(messages.c.embedding, messages.c.embedding_model)).first()
     row = eventually(landed)
-    assert list(row.embedding) == [0.5] * 384 and row.embedding_model == "m"
+    assert list(row.embedding) == [0.5] * 384 and row.embedding_model == LOCAL_MODEL
     with engine.connect() as conn:
         assert conn.scalar(select(func.count()).select_from(pending_message_embeddings)) == 0
     engine.dispose()
@@ -274,26 +274,28 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
     assert [r["score"] for r in got] == pytest.approx([s for _, s in expected], abs=1e-4)
 
 
-async def test_a_vector_of_another_model_of_the_same_size_is_never_compared_with_the_query(settings, garden):
+async def test_a_vector_of_another_model_stays_on_the_log_and_is_never_compared_with_the_query(settings, garden):
     c, _, _ = garden
+    before = contents(await search_ws(c, "frozen pond", limit=4))
     query = make_embedder().embed_sync(["frozen pond"])[0]
     engine = sync_engine(settings.database)
+    m = messages.c
     with engine.connect() as conn:
-        first = conn.execute(select(messages.c.message_id).where(messages.c.content.like("garden 1%"))).scalar()
+        first = conn.execute(select(m.message_id).where(m.content.like("garden 1%"))).scalar()
     log = EventLog(settings.kafka)
-    log.start()  # a later embedding by another model of 384 dimensions, equal to the query's own vector
-    log.append_sync([MessagesEmbedded(workspace_id="w", session_id="s1", embedding_model="impostor", producer=P,
-                                      messages=(EmbeddedMessage(message_id=first, session_id="s1",
-                                                                vector=tuple(query)),))])
+    log.start()  # another model's vector, equal to the query's own: what `peerlog reembed` appends
+    token = log.append_sync([MessagesEmbedded(
+        workspace_id="w", session_id="s1", embedding_model="impostor", producer=P,
+        messages=(EmbeddedMessage(message_id=first, session_id="s1", vector=tuple(query)),))]).encode()
     log.close()
-
-    def replaced():
-        with engine.connect() as conn:
-            return conn.execute(select(messages.c.embedding_model).where(messages.c.message_id == first)
-                                ).scalar() == "impostor"
-    eventually(replaced, 30)
+    await c.list_messages("w", "s1", token)  # the projector is past the impostor's event
+    with engine.connect() as conn:
+        assert conn.execute(select(m.embedding_model).where(m.message_id == first)).scalar() == LOCAL_MODEL
+        # a projection made under another setting: the row's vector is not of the model queries use
+        conn.execute(messages.update().where(m.message_id == first).values(embedding=list(query),
+                                                                           embedding_model="impostor"))
+        conn.commit()
     engine.dispose()
-    top = contents(await search_ws(c, "frozen pond", limit=4))
-    # had the impostor been compared, similarity 1.0 would put garden 1 first; its vector now counts as
-    # the list's lowest, so it trails every message the active model embedded
-    assert top[0].startswith("garden 3") and top[-1].startswith("garden 1")
+    after = contents(await search_ws(c, "frozen pond", limit=4))
+    # compared, similarity 1.0 would have put garden 1 first; it counts as the list's lowest instead
+    assert after[0] == before[0] and after[0].startswith("garden 3") and after[-1].startswith("garden 1")

@@ -1,0 +1,126 @@
+"""`peerlog reembed`: embed a workspace's messages and observations again with another model, as new
+events on the log, ahead of switching the deployment to that model.
+
+Everything is read from the log itself, not from the projections (which keep only the active model's
+vectors): the messages in session order (each embedded with its previous turn, as the embedder does),
+the observations, and what an earlier run for the same model already appended, which is skipped. So a
+run resumes where another stopped, and no vector is appended twice. The switch itself is a setting and a
+rebuild: the projector keeps only vectors of the model it is configured with (projections/handlers.py),
+so until then live reads keep comparing the old model's vectors with the old model's queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from services.bus.streams import read, to_the_end
+from services.bus.topics import MESSAGE_EMBEDDINGS, OBSERVATIONS, SESSIONS
+from services.embedder.policy import previous_turn, text_to_embed
+from services.events import (
+    EmbeddedMessage,
+    EmbeddedObservation,
+    Event,
+    MessageAppended,
+    MessagesEmbedded,
+    ObservationAdded,
+    ObservationsEmbedded,
+    ProducerInfo,
+)
+from services.llm.embeddings import Embedder
+
+CHUNK = 64  # texts per model call, and items per appended event
+
+
+@dataclass
+class Plan:
+    """What a run still has to embed: per session, (message, its text); per pair key, observations."""
+
+    messages: dict[str, list[tuple[MessageAppended, str]]] = field(default_factory=dict)
+    observations: dict[str, list[ObservationAdded]] = field(default_factory=dict)
+
+    def size(self) -> int:
+        return sum(map(len, self.messages.values())) + sum(map(len, self.observations.values()))
+
+
+def done_by(events: Iterable[Event | None], workspace_id: str, model: str) -> set[str]:
+    """Ids of the messages and observations of the workspace that `model` has embedded already."""
+    done: set[str] = set()
+    for e in events:
+        if isinstance(e, MessagesEmbedded) and e.workspace_id == workspace_id and e.embedding_model == model:
+            done.update(m.message_id for m in e.messages)
+        elif isinstance(e, ObservationsEmbedded) and e.workspace_id == workspace_id and e.embedding_model == model:
+            done.update(o.observation_id for o in e.observations)
+    return done
+
+
+def plan(sessions: Iterable[Event | None], observations: Iterable[Event | None], workspace_id: str,
+         done: set[str]) -> Plan:
+    """The work left: every message (in session order, with its context) and observation of the
+    workspace not in `done`. Pure: the caller reads the topics."""
+    out, previous = Plan(), {}
+    for e in sessions:
+        if not isinstance(e, MessageAppended) or e.workspace_id != workspace_id:
+            continue
+        text = text_to_embed(e, previous.get(e.key))
+        previous[e.key] = previous_turn(e)
+        if text is not None and e.message_id not in done:
+            out.messages.setdefault(e.key, []).append((e, text))
+    for e in observations:
+        if isinstance(e, ObservationAdded) and e.workspace_id == workspace_id and e.observation_id not in done:
+            out.observations.setdefault(e.key, []).append(e)
+    return out
+
+
+def chunks(items: Sequence, size: int = CHUNK) -> list[Sequence]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+async def _messages(embedder: Embedder, items: Sequence[tuple[MessageAppended, str]],
+                    producer: ProducerInfo) -> MessagesEmbedded:
+    vectors = await embedder.embed([text for _, text in items])
+    first = items[0][0]
+    return MessagesEmbedded(
+        workspace_id=first.workspace_id, session_id=first.session_id, embedding_model=embedder.model_name,
+        producer=producer, messages=tuple(EmbeddedMessage(message_id=m.message_id, session_id=m.session_id,
+                                                          vector=tuple(v)) for (m, _), v in zip(items, vectors)))
+
+
+async def _observations(embedder: Embedder, items: Sequence[ObservationAdded],
+                        producer: ProducerInfo) -> ObservationsEmbedded:
+    vectors = await embedder.embed([o.content for o in items])
+    first = items[0]
+    return ObservationsEmbedded(
+        workspace_id=first.workspace_id, observer_id=first.observer_id, observed_id=first.observed_id,
+        derivation=first.derivation, embedding_model=embedder.model_name, producer=producer,
+        observations=tuple(EmbeddedObservation(observation_id=o.observation_id, vector=tuple(v))
+                           for o, v in zip(items, vectors)))
+
+
+def scan(settings, workspace_id: str, model: str) -> Plan:
+    """Read the three topics and plan the run (blocking)."""
+    prefix = settings.kafka.topic_prefix
+
+    def events(topic):
+        return (read(m.value()) for m in to_the_end(settings.kafka, topic.full_name(prefix), timeout=3600))
+    done = done_by(events(MESSAGE_EMBEDDINGS), workspace_id, model)
+    done |= done_by(events(OBSERVATIONS), workspace_id, model)
+    return plan(events(SESSIONS), events(OBSERVATIONS), workspace_id, done)
+
+
+async def reembed(the_plan: Plan, embedder: Embedder, append: Callable, advance: Callable[[int], None]) -> int:
+    """Embed what `the_plan` holds, CHUNK texts at a time, appending one event per chunk before the next
+    (so a run stopped at any point has lost at most the chunk in flight); returns the vectors appended."""
+    producer = ProducerInfo(component="reembed", version="0.1.0", model=embedder.model_name)
+    total = 0
+    for items in the_plan.messages.values():
+        for chunk in chunks(items):
+            await append([await _messages(embedder, chunk, producer)])
+            total += len(chunk)
+            advance(len(chunk))
+    for items in the_plan.observations.values():
+        for chunk in chunks(items):
+            await append([await _observations(embedder, chunk, producer)])
+            total += len(chunk)
+            advance(len(chunk))
+    return total
