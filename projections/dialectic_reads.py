@@ -22,11 +22,11 @@ async def messages_between(
     conn: AsyncConnection, workspace_id: str, observer_id: str, after: datetime | None, before: datetime | None,
     limit: int,
 ) -> Sequence[RowMapping]:
-    """Messages the observer could see, created strictly inside (after, before), oldest first."""
+    """Messages the observer could see, created in [after, before) (the message search's window), oldest first."""
     m = messages.c
     stmt = _visible(workspace_id, observer_id)
     if after is not None:
-        stmt = stmt.where(m.created_at > after)
+        stmt = stmt.where(m.created_at >= after)
     if before is not None:
         stmt = stmt.where(m.created_at < before)
     return (await conn.execute(stmt.order_by(m.created_at, m.message_id).limit(limit))).mappings().all()
@@ -44,15 +44,6 @@ async def grep_messages(
     m = messages.c
     stmt = _visible(workspace_id, observer_id).where(m.content.ilike(_like_literal(pattern), escape="\\"))
     return (await conn.execute(stmt.order_by(m.created_at.desc(), m.message_id).limit(limit))).mappings().all()
-
-
-async def session_history(
-    conn: AsyncConnection, workspace_id: str, session_id: str, observer_id: str, limit: int
-) -> Sequence[RowMapping]:
-    """A session's most recent messages the observer could see, newest first."""
-    m = messages.c
-    stmt = _visible(workspace_id, observer_id).where(m.session_id == session_id)
-    return (await conn.execute(stmt.order_by(m.seq.desc()).limit(limit))).mappings().all()
 
 
 async def pair_observations(conn: AsyncConnection, pair: ObservationFilter, ids: Sequence[str]) -> list[RowMapping]:

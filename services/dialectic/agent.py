@@ -165,8 +165,9 @@ class _Run:
         async with self.owner.engine.connect() as conn:
             explicit = await store_queries.nearest_observations(conn, self.scope.pair(["explicit"]), vector, n, None)
             derived = await store_queries.nearest_observations(conn, self.scope.pair(DERIVED_LEVELS), vector, n, None)
-            history = (await reads.session_history(conn, r.workspace_id, r.session_id, r.observer_id, 200)
-                       if r.session_id else [])
+            # the session's newest turns the observer saw: GetContext's recent messages, same rule
+            history = (await queries.list_messages(conn, r.workspace_id, r.session_id, None, 200, True,
+                                                   perspective_id=r.observer_id) if r.session_id else [])
             evidence = bool(explicit or derived or history) or await reads.has_evidence(
                 conn, r.workspace_id, r.observer_id, r.target_id)
         return Prefetched(list(explicit), list(derived), self._capped(history), evidence)

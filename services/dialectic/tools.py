@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -93,20 +93,34 @@ class GrepMessages(_Args):
     limit: int = Field(10, ge=1, le=50)
 
 
-class MessagesByDateRange(_Args):
-    """List messages created between two times (ISO 8601, UTC when no zone), oldest first."""
+AFTER = "created at or after this time (ISO 8601, UTC when no zone)"
+BEFORE = "created before this time (ISO 8601, UTC when no zone)"
 
-    after: UtcDatetime | None = None
-    before: UtcDatetime | None = None
+
+class _Window(_Args):
+    """A time window [after, before), as SearchMessages takes it."""
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.after is not None and self.before is not None and self.after >= self.before:
+            raise ValueError("after must be earlier than before")
+        return self
+
+
+class MessagesByDateRange(_Window):
+    """List the messages the observer could see in a time window, oldest first (to search one: temporal_search)."""
+
+    after: UtcDatetime | None = Field(None, description=AFTER)
+    before: UtcDatetime | None = Field(None, description=BEFORE)
     limit: int = Field(20, ge=1, le=50)
 
 
-class TemporalSearch(_Args):
-    """Search messages by meaning and words, restricted to a time window (ISO 8601, UTC when no zone)."""
+class TemporalSearch(_Window):
+    """search_messages within a time window: messages the observer could see, by meaning and words, best first."""
 
     query: str = Field(min_length=1, max_length=2000)
-    after: UtcDatetime | None = None
-    before: UtcDatetime | None = None
+    after: UtcDatetime | None = Field(None, description=AFTER)
+    before: UtcDatetime | None = Field(None, description=BEFORE)
     limit: int = Field(10, ge=1, le=50)
 
 
@@ -141,6 +155,7 @@ async def _search_observations(env: ToolEnv, a: SearchObservations) -> ToolResul
 
 
 async def _message_search(env: ToolEnv, query: str, limit: int, **filters: Any) -> ToolResult:
+    """The message search SearchMessages runs, from the observer's perspective: Chat finds what search finds."""
     vector = (await env.embedder.embed([query]))[0]
     s = env.scope
     search = MessageSearch(s.workspace_id, query, vector, perspective_id=s.observer_id,

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 
 import grpc
 import pytest
+from google.protobuf import timestamp_pb2
 
 from peerlog.v1 import dialectic_pb2 as d
-from peerlog.v1 import dialectic_pb2_grpc
+from peerlog.v1 import dialectic_pb2_grpc, messages_pb2, workspaces_pb2
 from peerlog.v1 import observations_pb2 as o
 from services.config import DialecticSettings
 from services.dialectic.policy import ABSTAIN_ANSWER
 from services.llm.settings import LlmSettings
+from tests.integration.test_message_search import embedded_count
 from tests.support.client import Client
 from tests.support.model_server import Reply
 from tests.support.rpc import rejected
+from tests.support.wait import eventually
 
 CAPS = {d.REASONING_LEVEL_MINIMAL: 1, d.REASONING_LEVEL_LOW: 5, d.REASONING_LEVEL_MEDIUM: 2,
         d.REASONING_LEVEL_HIGH: 4, d.REASONING_LEVEL_MAX: 10}
@@ -380,3 +385,78 @@ async def test_a_local_ref_in_the_response_format_is_followed_without_fetching(m
     model_server.reply_with(lambda req: Reply(content='{"city": "Oslo"}'))
     out = await ask(memory["chan"], response_format=d.ResponseFormat(json_schema=json.dumps(schema)))
     assert json.loads(out.answer) == {"city": "Oslo"}
+
+
+def day(n: int) -> timestamp_pb2.Timestamp:
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(datetime(2026, 1, n, tzinfo=UTC))
+    return out
+
+
+@pytest.fixture
+async def diary(serve, settings, start_worker):
+    """Embedded turns with their own days. alice and bob in s: a dog on day 1, a puppy on day 13 (named by
+    no word of the question below), filler between, a dog again on day 20; bob and carol in s2: a dog on
+    day 12, which alice never saw."""
+    start_worker("embedder")
+    chan = await serve()
+    c = Client(chan)
+    await c.setup_conversation("w", "s", peers=("alice", "bob", "carol"))
+    await c.session("w", "s2", members=("bob", "carol"))
+
+    def turn(peer: str, text: str, n: int) -> messages_pb2.NewMessage:
+        return messages_pb2.NewMessage(peer_id=peer, content=text, created_at=day(n))
+
+    await c.add("w", "s", [turn("bob", "My old dog Max loved chasing the ball in the park", 1),
+                           turn("alice", "Ha, I remember him", 2),
+                           turn("alice", "The printer jammed again", 10),
+                           turn("bob", "Taxes are due soon", 11),
+                           turn("alice", "We cooked lentil soup", 12),
+                           turn("bob", "We adopted a puppy last weekend, she sleeps all day", 13),
+                           turn("alice", "The dog bit the mailman", 20)])
+    await c.add("w", "s2", [turn("bob", "I got a new dog for my kids", 12)])
+    eventually(lambda: embedded_count(settings) == 8, 90)
+    return chan, c
+
+
+def shown(result: str) -> list[str]:
+    return re.findall(r"\[msg:([^\]]+)\]", result)
+
+
+async def search_api(c: Client, **kw) -> list[str]:
+    out = await c.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
+        workspace_id="w", perspective_peer_id="alice", **kw))
+    return [r.message.message_id for r in out.results]
+
+
+async def test_temporal_search_finds_by_meaning_inside_the_window_only_what_the_observer_saw(diary, model_server):
+    chan, c = diary
+    question = "a new pet dog"
+    window = {"after": "2026-01-05", "before": "2026-01-15T00:00:00Z"}
+    model_server.script([Reply(tool_calls=[
+        call("temporal_search", "c1", query=question, limit=50, **window),
+        call("temporal_search", "c2", query=question, limit=1, **window),
+        call("search_messages", "c3", query=question, limit=50),
+        call("messages_by_date_range", "c4", after="2026-01-10T00:00:00Z", before="2026-01-13T00:00:00Z"),
+        call("temporal_search", "c5", query=question, after="2026-01-15", before="2026-01-05")])])
+    model_server.reply_with(lambda req: Reply(content="Bob adopted a puppy"))
+
+    await ask(chan, query="Which pet did Bob get in January?")
+
+    in_window, best, anywhere, listed, backwards = tool_messages(model_server.chat_requests()[1])
+    assert "puppy" in best and "[msg:" in best
+    for text in ("puppy", "printer", "Taxes", "lentil"):
+        assert text in in_window
+    # a better match by words outside the window, and one inside it that alice never saw, are left out
+    for text in ("Max", "mailman", "new dog"):
+        assert text not in in_window
+    assert "Max" in anywhere and "mailman" in anywhere and "new dog" not in anywhere
+    # the listing's window is the search's: [after, before)
+    assert [line.split(": ", 1)[1] for line in listed.splitlines()] == [
+        "The printer jammed again", "Taxes are due soon", "We cooked lentil soup"]
+    assert "after must be earlier than before" in backwards
+
+    # Chat finds what search finds: the same messages in the same order as SearchMessages from alice's view
+    limit = DialecticSettings().tool_result_limit
+    assert shown(in_window) == await search_api(c, query=question, limit=limit, after=day(5), before=day(15))
+    assert shown(anywhere) == await search_api(c, query=question, limit=limit)
