@@ -8,7 +8,7 @@ from sqlalchemy import RowMapping, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.store_queries import OBSERVATION_COLUMNS, premises_of
-from projections.schema import observation_events, observations, rejected_observations
+from projections.schema import content_key_matches, observation_events, observations, rejected_observations
 
 
 async def observations_by_id(conn: AsyncConnection, workspace_id: str, ids: Sequence[str]) -> dict[str, RowMapping]:
@@ -19,11 +19,11 @@ async def observations_by_id(conn: AsyncConnection, workspace_id: str, ids: Sequ
 
 async def live_with_content(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str,
                             derivation: str, key: str) -> dict[str, RowMapping]:
-    """The pair's live observations in `derivation` whose normalised content is `key` (index observations_by_key)."""
+    """The pair's live observations in `derivation` whose normalised content is `key` (via observations_by_key_hash)."""
     o = observations.c
     stmt = select(*OBSERVATION_COLUMNS).where(
         o.workspace_id == workspace_id, o.observer_id == observer_id, o.observed_id == observed_id,
-        o.content_key == key, o.derivation == derivation, o.superseded_by.is_(None), o.deleted_at.is_(None))
+        content_key_matches(key), o.derivation == derivation, o.superseded_by.is_(None), o.deleted_at.is_(None))
     return {r["observation_id"]: r for r in (await conn.execute(stmt)).mappings()}
 
 

@@ -7,7 +7,7 @@ import uuid
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from projections.schema import metadata, projection_meta
+from projections.schema import RETIRED_INDEXES, metadata, projection_meta
 from services.config import DatabaseSettings
 
 
@@ -34,6 +34,16 @@ def schema_exists(conn: Connection, schema: str) -> bool:
     return found.first() is not None
 
 
+def _upgrade_indexes(conn: Connection, schema: str) -> None:
+    """Bring a schema created by an older version to today's indexes: create_all adds none to a table
+    that already exists."""
+    for name in RETIRED_INDEXES:
+        conn.execute(text(f'DROP INDEX IF EXISTS "{schema}"."{name}"'))
+    for table in metadata.sorted_tables:
+        for index in table.indexes:
+            index.create(conn, checkfirst=True)
+
+
 def create_schema(engine: Engine, schema: str) -> None:
     """Create `schema` and every projection table in it, if missing."""
     with engine.begin() as conn:
@@ -43,5 +53,6 @@ def create_schema(engine: Engine, schema: str) -> None:
         conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
         mapped = conn.execution_options(schema_translate_map={None: schema})
         metadata.create_all(mapped)
+        _upgrade_indexes(mapped, schema)
         if mapped.execute(projection_meta.select()).first() is None:
             mapped.execute(projection_meta.insert().values(generation=uuid.uuid4().hex))

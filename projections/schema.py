@@ -20,6 +20,8 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
+    func,
 )
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, TSVECTOR
@@ -165,7 +167,8 @@ observations = Table(
     Column("observed_id", Text, nullable=False),
     Column("level", Text, nullable=False),
     Column("content", Text, nullable=False),
-    Column("content_key", Text, nullable=False),  # normalised content, for exact-duplicate lookups
+    # normalised content, for exact-duplicate lookups (indexed by its md5: see observations_by_key_hash)
+    Column("content_key", Text, nullable=False),
     Column("session_id", Text, nullable=True),
     Column("confidence", Text, nullable=True),
     Column("pattern_type", Text, nullable=True),
@@ -185,11 +188,23 @@ observations = Table(
     Column("content_tsv", TSVECTOR, Computed("to_tsvector('english', content)", persisted=True)),
     PrimaryKeyConstraint("workspace_id", "observation_id"),
     Index("observations_by_pair", "workspace_id", "observer_id", "observed_id", "created_at"),
-    Index("observations_by_key", "workspace_id", "observer_id", "observed_id", "content_key"),
     Index("observations_fts", "content_tsv", postgresql_using="gin"),
     Index("observations_embedding", "embedding", postgresql_using="hnsw",
           postgresql_ops={"embedding": "vector_cosine_ops"}),
 )
+
+# a btree entry holds at most 2,704 bytes and the normalised content may be 8,000 (2,000 four-byte
+# characters): index its md5, and compare both the md5 and the value (content_key_matches)
+Index("observations_by_key_hash", observations.c.workspace_id, observations.c.observer_id,
+      observations.c.observed_id, func.md5(observations.c.content_key))
+# indexes an older schema has that this one replaced; create_schema drops them
+RETIRED_INDEXES = ("observations_by_key",)
+
+
+def content_key_matches(key):
+    """The condition "content_key = key" in a form observations_by_key_hash serves."""
+    return and_(func.md5(observations.c.content_key) == func.md5(key), observations.c.content_key == key)
+
 
 # the message and verbatim span behind an observation; reinforcements add sources too
 observation_sources = Table(

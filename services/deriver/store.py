@@ -43,7 +43,11 @@ class ObservationStore:
         cols = "observation_id, level, content_key, session_id, embedding::text AS embedding"
         params = {"w": pair.workspace_id, "o": pair.observer_id, "d": pair.observed_id, "v": pair.derivation,
                   "model": self.embedding_model}
-        queries = [f"SELECT {cols} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' AND content_key = ANY(:keys)"]
+        # the index is on md5(content_key) (a long key is over a btree entry's size): the md5s find the
+        # rows, the keys themselves decide; Postgres hashes the keys, in the database's encoding
+        queries = [f"SELECT {cols} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' "
+                   "AND md5(content_key) = ANY(ARRAY(SELECT md5(k) FROM unnest(CAST(:keys AS text[])) AS k)) "
+                   "AND content_key = ANY(:keys)"]
         params["keys"] = list(keys)
         for i, emb in enumerate(embeddings):
             queries.append(f"(SELECT {cols} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' "

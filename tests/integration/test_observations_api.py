@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import time
 
 import grpc
@@ -14,7 +15,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from peerlog.v1 import observations_pb2 as o
 from services.bus.topics import OBSERVATIONS
 from services.events import ObservationAdded
+from services.llm.embeddings import LOCAL_MODEL
 from services.llm.tokens import count_tokens
+from tests.integration.test_bad_input import quarantined
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.log import read_events
@@ -110,7 +113,7 @@ async def test_search_ranks_the_semantically_close_observation_first_and_honours
     await c.list_observations("w", "alice", "bob", token=made.consistency_token)
 
     found = await c.search_observations("w", "alice", "bob", "Which pet cat does Bob have?")
-    assert found.embedding_model == "all-MiniLM-L6-v2"
+    assert found.embedding_model == LOCAL_MODEL
     assert found.results[0].observation.content == "Bob adopted a kitten and named it Miso"
     distances = [r.distance for r in found.results]
     assert len(distances) == 3 and distances == sorted(distances) and 0 <= distances[0] < distances[1] <= 2
@@ -147,7 +150,26 @@ async def test_created_observations_are_explicit_carry_api_embeddings_and_are_re
     events = read_events(settings, OBSERVATIONS, lambda evs: len(evs) >= 2)
     assert [type(e) for e in events] == [ObservationAdded, ObservationAdded]
     assert {(e.producer.component, e.level.value, e.embedding_model, len(e.embedding)) for e in events} == {
-        ("api", "explicit", "all-MiniLM-L6-v2", 384)}
+        ("api", "explicit", LOCAL_MODEL, 384)}
+
+
+async def test_the_longest_observation_the_api_accepts_is_projected_and_listed_and_nothing_is_quarantined(
+        channel, settings):
+    # 512-character ids and 2,000 incompressible four-byte characters: a btree over the raw normalised
+    # content (8 KB) is over Postgres' 2,704-byte row limit, so the acknowledged event was quarantined
+    rng = random.Random(17)
+    content = "".join(chr(rng.randrange(0x20000, 0x2A6DF)) for _ in range(2_000))  # CJK extension B
+    workspace, alice, bob = ("w" * 511 + "1"), ("a" * 511 + "2"), ("b" * 511 + "3")
+    c = Client(channel)
+    await c.workspace(workspace)
+    for peer in (alice, bob):
+        await c.peer(workspace, peer)
+    made = await c.create_observations(workspace, alice, bob, [content])
+    assert len(made.observation_ids) == 1 and made.consistency_token
+
+    listed = await c.all_observations(workspace, alice, bob, made.consistency_token)
+    assert [(x.observation_id, x.content) for x in listed] == [(made.observation_ids[0], content)]
+    assert quarantined(settings) == 0
 
 
 async def test_bad_observations_are_rejected_and_nothing_is_written(channel, settings):
