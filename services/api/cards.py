@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from projections import queries
+from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.writes import commit, require_peers
 from services.errors import InvalidArgument
@@ -42,7 +43,7 @@ async def set_peer_card(
     observed_id = observed_id or observer_id
     problems = card_problems(entries)
     if problems:
-        raise InvalidArgument("invalid peer card: " + "; ".join(problems))
+        raise InvalidArgument("invalid peer card: " + v.listed(problems, v.SHOWN_PROBLEMS, "; "))
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
     event = PeerCardUpdated(workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id,
                             entries=tuple(entries), producer=ctx.producer)

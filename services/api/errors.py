@@ -56,6 +56,22 @@ PUBLIC_MESSAGE: dict[type[Exception], str] = {
 }
 
 
+# a status message travels percent-encoded (up to 3 bytes per byte) in a header, and headers are capped at
+# 16 KB: a longer message reaches the caller as RESOURCE_EXHAUSTED "Stream removed" instead of the refusal
+MAX_DETAILS_BYTES = 2_000
+
+
+def fitted(message: str) -> str:
+    """`message`, cut to at most MAX_DETAILS_BYTES of UTF-8 with a note of how much was left out.
+
+    A backstop: error builders bound what they quote (`validation.listed`); this keeps one that does not
+    from turning a refusal into a transport error."""
+    if len(message.encode()) <= MAX_DETAILS_BYTES:
+        return message
+    head = message.encode()[:MAX_DETAILS_BYTES - 40].decode(errors="ignore")
+    return f"{head}… ({len(message) - len(head)} more characters)"
+
+
 def status_for(exc: Exception) -> grpc.StatusCode | None:
     for cls in type(exc).__mro__:
         if cls in STATUS_OF:
@@ -131,7 +147,7 @@ async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str)
         fixed = public_message(exc)
         if fixed is not None:  # the operator needs what the caller does not see
             log.warning("%s: %s: %s", method, type(exc).__name__, exc)
-        await context.abort(status_for(exc), fixed or str(exc))
+        await context.abort(status_for(exc), fitted(fixed or str(exc)))
     # a bug, not the caller's fault: keep internals out of the reply, keep them in the log
     log.exception("unexpected error in %s", method)
     await context.abort(grpc.StatusCode.INTERNAL, "internal error; the server log has the details")

@@ -14,7 +14,7 @@ from projections.queries import StatusScope
 from projections.store_queries import ObservationFilter
 from services.api import validation as v
 from services.api.context import ApiContext
-from services.api.reads import Page
+from services.api.reads import Page, page
 from services.api.writes import require_peers, require_session, require_workspace
 from services.errors import InvalidArgument, NotFound
 
@@ -91,6 +91,11 @@ def _cursor(ctx: ApiContext, scope: tuple[str, ...], page_token: str) -> tuple[d
         raise InvalidArgument("page_token is not one this server issued; pass next_page_token back as-is") from None
 
 
+def _position(view: ObservationView) -> str:
+    """Where a page ending at `view` stops, as `_cursor` reads it back."""
+    return f"{view.row['created_at'].isoformat()}|{view.row['observation_id']}"
+
+
 async def list_observations(
     ctx: ApiContext, pair: ObservationFilter, size: int, page_token: str, reverse: bool, token: str
 ) -> Page:
@@ -102,9 +107,7 @@ async def list_observations(
     async with ctx.engine.connect() as conn:
         rows = await store_queries.list_observations(conn, pair, after, limit, reverse)
         views = await with_provenance(conn, pair.workspace_id, rows)
-    last = rows[-1] if len(rows) == limit else None
-    position = f"{last['created_at'].isoformat()}|{last['observation_id']}" if last else ""
-    return Page(views, ctx.cursors.encode(scope, position) if last else "")
+    return page(ctx, scope, views, limit, _position)
 
 
 async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -> list[ObservationView]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any
 
+import orjson
 from sqlalchemy import RowMapping
 
 from projections import queries
@@ -26,10 +28,42 @@ class SessionView:
     memberships: Sequence[RowMapping]
 
 
-def page(ctx: ApiContext, scope: Sequence[str], rows: Sequence, limit: int, cursor_of) -> Page:
-    """`rows` as a page; a full page carries the token of its last row, signed for `scope` (see cursors.py)."""
-    token = ctx.cursors.encode(scope, str(cursor_of(rows[-1]))) if len(rows) == limit else ""
-    return Page(rows, token)
+FIELD_BYTES = 16  # a field's tag and length, or a number, timestamp or boolean with its tag
+
+
+def reply_bytes(item: Any) -> int:
+    """An upper bound of `item`'s size in a reply: a row, a view of rows (dataclass), or a column's value.
+    Strings count as UTF-8; JSON objects (metadata) as Structs, at their worst per byte of JSON."""
+    if isinstance(item, str):
+        return len(item.encode()) + FIELD_BYTES
+    if isinstance(item, dict):  # a JSON column; rows are RowMappings, not dicts
+        return v.STRUCT_BYTES_PER_JSON_BYTE * len(orjson.dumps(item, default=str)) + FIELD_BYTES
+    if isinstance(item, Mapping):
+        return sum(map(reply_bytes, item.values()))
+    if is_dataclass(item):
+        return sum(reply_bytes(getattr(item, f.name)) for f in fields(item))
+    if isinstance(item, (list, tuple)):
+        return sum(map(reply_bytes, item)) + FIELD_BYTES
+    return FIELD_BYTES
+
+
+def fitting(items: Sequence, budget: int = v.MAX_PAGE_BYTES) -> Sequence:
+    """The first of `items` whose replies fit `budget` bytes together; at least one (an item alone fits
+    any client: the request limits keep it well under 4 MiB)."""
+    total = 0
+    for n, item in enumerate(items):
+        total += reply_bytes(item)
+        if total > budget and n:
+            return items[:n]
+    return items
+
+
+def page(ctx: ApiContext, scope: Sequence[str], items: Sequence, limit: int, cursor_of) -> Page:
+    """`items` as a page, cut short where its reply would pass MAX_PAGE_BYTES; a full or cut page carries
+    the token of its last item, signed for `scope` (see cursors.py)."""
+    kept = fitting(items)
+    more = len(items) == limit or len(kept) < len(items)
+    return Page(kept, ctx.cursors.encode(scope, str(cursor_of(kept[-1]))) if more else "")
 
 
 async def get_workspace(ctx: ApiContext, workspace_id: str, token: str) -> RowMapping:
@@ -90,8 +124,8 @@ async def list_sessions(
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
         rows = await queries.list_sessions(conn, workspace_id, member, after, limit)
-    token = page(ctx, scope, rows, limit, lambda r: r["session_id"]).next_token
-    return Page(await session_views(ctx, workspace_id, rows), token)
+    views = await session_views(ctx, workspace_id, rows)  # memberships count towards the page's bytes
+    return page(ctx, scope, views, limit, lambda view: view.session["session_id"])
 
 
 async def get_message(ctx: ApiContext, workspace_id: str, message_id: str, token: str) -> RowMapping:

@@ -19,9 +19,27 @@ MAX_CLOCK_SKEW = timedelta(hours=1)
 DEFAULT_PAGE, MAX_PAGE = 50, 1000
 # serialized as JSON; more would be refused by the broker as an oversized record, after the request was accepted
 MAX_METADATA_BYTES = 64 * 1024
+# metadata is capped as JSON; protobuf's Struct spends up to 5.5 wire bytes per JSON byte (a list of
+# one-digit numbers: 2 bytes each as JSON, 11 on the wire)
+STRUCT_BYTES_PER_JSON_BYTE = 6
 MAX_SEARCH_QUERY_CHARS = 10_000
+# a list page stops adding items before its reply would pass this, so any page fits a client with gRPC's
+# default 4 MiB receive limit (what is left covers the reply's framing); it ends with a page token as usual
+MAX_PAGE_BYTES = 3_500_000
 MAX_FILTER_IDS = 100  # ids in one filter list (sessions, authors), like GetContext's allowlist
 SHOWN_IDS = 5  # ids an error message names before "and N more": it travels in a header capped at 16 KB
+SHOWN_PROBLEMS = 3  # problems an error message names before "and N more" (each may quote the input)
+
+
+# The largest request these limits allow, which the server must be able to receive (server.py): AddMessages
+# with MAX_MESSAGES_PER_CALL messages of MAX_CONTENT_CHARS characters, up to 4 bytes each in UTF-8, each with
+# MAX_METADATA_BYTES of metadata as a Struct; then per message its peer_id (≤ 512), created_at, and the
+# tags and lengths, and per request its ids. About 50 MB, nearly all of it metadata at its worst encoding.
+MESSAGE_FRAMING_BYTES = 4 * 1024
+REQUEST_FRAMING_BYTES = 64 * 1024
+MAX_REQUEST_BYTES = MAX_MESSAGES_PER_CALL * (
+    4 * MAX_CONTENT_CHARS + STRUCT_BYTES_PER_JSON_BYTE * MAX_METADATA_BYTES + MESSAGE_FRAMING_BYTES
+) + REQUEST_FRAMING_BYTES
 
 
 def check_id(kind: str, value: str) -> str:
@@ -38,9 +56,9 @@ def check_id_count(field: str, values: Sequence[str], limit: int = MAX_FILTER_ID
         raise InvalidArgument(f"{field} lists {len(values)} ids; the limit is {limit}")
 
 
-def listed(items: Sequence[str], shown: int = SHOWN_IDS) -> str:
+def listed(items: Sequence[str], shown: int = SHOWN_IDS, sep: str = ", ") -> str:
     """`items` (already formatted) for an error message: the first few, then how many more."""
-    head = ", ".join(items[:shown])
+    head = sep.join(items[:shown])
     return head if len(items) <= shown else f"{head} and {len(items) - shown} more"
 
 

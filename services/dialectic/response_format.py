@@ -54,7 +54,9 @@ def check(schema: Mapping[str, Any]) -> None:
     try:
         cls.check_schema(schema)
     except jsonschema.SchemaError as error:
-        raise InvalidArgument(f"response_format is not a valid JSON schema: {error.message}") from None
+        # the message quotes the offending part of the schema, which may be most of its 64 KB
+        shown = error.message if len(error.message) <= 300 else error.message[:300] + "…"
+        raise InvalidArgument(f"response_format is not a valid JSON schema: {shown}") from None
     resolver = NO_RETRIEVAL.resolver_with_root(
         referencing.Resource.from_contents(schema, default_specification=referencing.jsonschema.DRAFT202012))
     for ref in sorted(set(_refs(schema))):

@@ -25,9 +25,9 @@ class PeerCardUpdated(Event):
 
 def card_problems(entries: Sequence[str]) -> list[str]:
     """Why `entries` is not a valid card (empty list: it is)."""
+    if len(entries) > MAX_ENTRIES:  # the only problem worth naming: checking each entry would list thousands
+        return [f"a card holds at most {MAX_ENTRIES} entries, got {len(entries)}"]
     problems = []
-    if len(entries) > MAX_ENTRIES:
-        problems.append(f"a card holds at most {MAX_ENTRIES} entries, got {len(entries)}")
     for i, entry in enumerate(entries):
         if not entry.startswith(CARD_PREFIXES):
             problems.append(f"entries[{i}] {entry[:40]!r} must start with one of {', '.join(CARD_PREFIXES)}")

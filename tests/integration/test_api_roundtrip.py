@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from google.protobuf import timestamp_pb2
 
 from peerlog.v1 import common_pb2, messages_pb2, peers_pb2, sessions_pb2, workspaces_pb2
+from services.api.validation import MAX_PAGE_BYTES
 from tests.support.client import Client
 
 
@@ -115,6 +116,39 @@ async def test_paging_returns_every_message_exactly_once_in_both_directions(chan
         if not page_token:
             break
     assert [m.seq for m in backward] == list(range(120, 0, -1))
+
+
+async def test_add_messages_at_the_documented_maximum_is_received_not_resource_exhausted(channel):
+    # 100 messages of 25,000 four-byte characters (10 MB) are within the documented limits; the server's
+    # receive limit was gRPC's default 4 MiB
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    sent = await c.add("acme", "s1", [("alice", f"{i:03} " + "𝄞" * 24_996) for i in range(100)])
+    assert len(sent.message_ids) == 100
+    got = await c.messages.GetMessage(messages_pb2.GetMessageRequest(
+        workspace_id="acme", message_id=sent.message_ids[99],
+        consistency=common_pb2.ReadConsistency(consistency_token=sent.consistency_token)))
+    assert got.content == "099 " + "𝄞" * 24_996
+
+
+async def test_a_page_of_large_messages_is_cut_short_to_fit_a_default_client(channel):
+    # page_size 1000 over 100 messages of 75 KB each was one 7.5 MB reply, over a default client's 4 MiB
+    c = Client(channel)  # a default client
+    await c.setup_conversation("acme", "s1")
+    ids, token = [], ""
+    for batch in range(2):  # each call under the default 4 MiB the client sends
+        sent = await c.add("acme", "s1", [("alice", f"{batch}-{i:02} " + "€" * 24_990) for i in range(50)])
+        ids, token = ids + list(sent.message_ids), sent.consistency_token
+    for reverse in (False, True):
+        pages, page_token = [], ""
+        while True:
+            resp = await c.list_messages("acme", "s1", token, page_size=1000, page_token=page_token, reverse=reverse)
+            pages.append(resp)
+            page_token = resp.next_page_token
+            if not page_token:
+                break
+        assert [m.message_id for p in pages for m in p.messages] == (ids[::-1] if reverse else ids)
+        assert len(pages) == 3 and all(p.ByteSize() <= MAX_PAGE_BYTES for p in pages)
 
 
 async def test_lists_are_scoped_to_their_workspace(channel):

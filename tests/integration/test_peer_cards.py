@@ -54,6 +54,28 @@ async def test_invalid_cards_are_refused_with_the_rule_and_nothing_is_written(ch
     assert list((await get_card(c)).entries) == []
 
 
+async def test_a_card_of_1000_invalid_entries_is_a_short_invalid_argument_not_a_broken_status_header(channel):
+    # the refusal listed all 1,000 entries (84 KB) and broke the 16 KB status header: RESOURCE_EXHAUSTED
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await set_card(c, [f"no prefix {i} " + "€" * 250 for i in range(1_000)])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+    assert "at most 40 entries, got 1000" in err.value.details() and len(err.value.details()) < 200
+
+
+async def test_a_card_with_a_problem_in_every_entry_names_a_few_problems_then_how_many_more(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await set_card(c, [f"no prefix {i} " + "€" * 250 for i in range(40)])  # two problems each
+    details = err.value.details()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert details.startswith("invalid peer card: entries[0] ") and details.endswith(" and 77 more")
+    assert len(details.encode()) < 1_000, details
+    assert list((await get_card(c)).entries) == []
+
+
 async def test_a_card_for_an_unknown_peer_is_not_found(channel):
     c = Client(channel)
     await c.setup_conversation("w", "s")

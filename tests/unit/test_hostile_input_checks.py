@@ -11,6 +11,7 @@ import pytest
 
 from services.api import chat
 from services.api import validation as v
+from services.api.errors import MAX_DETAILS_BYTES, fitted
 from services.dialectic import response_format as rf
 from services.dialectic.agent import ChatRequest
 from services.errors import InvalidArgument
@@ -159,6 +160,28 @@ def test_filter_lists_are_capped_and_long_lists_are_named_briefly():
 def test_a_card_entry_with_nul_is_a_card_problem():
     assert any("NUL" in p for p in card_problems(["IDENTITY: Ann\x00"]))
     assert card_problems(["IDENTITY: Ann"]) == []
+
+
+def test_a_card_of_more_than_40_entries_is_one_problem_not_one_per_entry():
+    assert card_problems(["no prefix"] * 1_000) == ["a card holds at most 40 entries, got 1000"]
+    assert len(card_problems(["no prefix " + "x" * 300] * 40)) == 80  # up to 40 are each checked
+
+
+def test_problems_are_listed_a_few_then_how_many_more():
+    problems = [f"entries[{i}] is wrong" for i in range(80)]
+    assert v.listed(problems, v.SHOWN_PROBLEMS, "; ") == (
+        "entries[0] is wrong; entries[1] is wrong; entries[2] is wrong and 77 more")
+
+
+def test_a_schema_error_quoting_most_of_the_schema_is_shortened():
+    message = refused(obj={"type": ["x" * 100] * 500})  # jsonschema quotes the whole 50 KB list
+    assert message.startswith("response_format is not a valid JSON schema: ") and len(message) < 400
+
+
+def test_a_status_message_over_the_header_budget_is_cut_and_says_how_much_was_left_out():
+    assert fitted("short") == "short"
+    cut = fitted("€" * 10_000)  # 30 KB of UTF-8, 90 KB percent-encoded in the status header
+    assert len(cut.encode()) <= MAX_DETAILS_BYTES and cut.endswith(f"… ({10_000 - 653} more characters)")
 
 
 def test_checks_of_large_inputs_are_quick():
