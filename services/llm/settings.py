@@ -81,9 +81,11 @@ class EmbeddingSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PEERLOG_EMBEDDING_", extra="ignore", frozen=True)
 
     provider: Literal["local", "openai"] = Field(
-        "local", description="local: all-MiniLM-L6-v2 in-process (ONNX); openai: any /v1/embeddings endpoint"
+        "local", description="local: bge-small-en-v1.5 or all-MiniLM-L6-v2 in-process (ONNX); openai: any /v1/embeddings endpoint"
     )
-    model: str = "all-MiniLM-L6-v2"
+    # bge-small-en-v1.5 finds more evidence than all-MiniLM-L6-v2 on LoCoMo (+0.03 recall@10, +0.03
+    # @25) at a like cost per text here; MiniLM stays available (and needs no Maven fetch)
+    model: str = "bge-small-en-v1.5"
     dimensions: int = Field(384, ge=1, description="must match the vector column of the projections")
     base_url: str = "http://127.0.0.1:8080/v1"
     api_key_env: str = Field("PEERLOG_EMBEDDING_API_KEY", description="NAME of the env var that holds the key")

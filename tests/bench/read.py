@@ -138,7 +138,7 @@ def events(p: dict, message_vectors, observation_vectors, rng: random.Random):
         m = MessageAppended(workspace_id=WORKSPACE, session_id=s, message_id=f"m{i}",
                             peer_id=rng.choice(p["sessions"][s]), content=text,
                             created_at=start + timedelta(minutes=10 * i), producer=BENCH)
-        chunk += [m, embedded(m, vector, LocalOnnxEmbedder.model_name, BENCH)]
+        chunk += [m, embedded(m, vector, EmbeddingSettings().model, BENCH)]
         if len(chunk) >= 2000:
             yield chunk
             chunk = []
@@ -146,7 +146,7 @@ def events(p: dict, message_vectors, observation_vectors, rng: random.Random):
         observer, observed = p["pairs"][i % len(p["pairs"])]
         chunk.append(ObservationAdded(workspace_id=WORKSPACE, observer_id=observer, observed_id=observed,
                                       observation_id=f"o{i}", level=Level.EXPLICIT, content=text,
-                                      embedding=tuple(vector), embedding_model=LocalOnnxEmbedder.model_name,
+                                      embedding=tuple(vector), embedding_model=EmbeddingSettings().model,
                                       producer=BENCH))
         if len(chunk) >= 2000:
             yield chunk
@@ -185,7 +185,8 @@ def build(state, args) -> dict:
     if already_built(sql_dsn(state.database_url), args):
         log("the kept stack already holds the workspace: setup skipped")
         return {"events_appended": 0, "timings": {"reused_stack": True}, "plan": p}
-    embedder = LocalOnnxEmbedder(EmbeddingSettings(threads=2, batch_size=64))  # bulk: both cores, big batches
+    # bulk: both cores, big batches; the model the stack's API embeds queries with
+    embedder = LocalOnnxEmbedder(EmbeddingSettings(threads=2, batch_size=64))
     t = time.monotonic()
     message_vectors = embed_all(p["messages"], embedder, "messages")
     observation_vectors = embed_all(p["observations"], embedder, "observations")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from services.llm.embeddings import Embedder, LocalOnnxEmbedder, OpenAIEmbedder
+from services.llm.embeddings import MINILM, Embedder, LocalOnnxEmbedder, OpenAIEmbedder
 from services.llm.errors import EmbeddingError, ModelUnavailable
 from services.llm.settings import EmbeddingSettings
 from tests.support.model_server import ModelServer
@@ -18,7 +18,7 @@ from tests.support.model_server import ModelServer
 
 @pytest.fixture(scope="module")
 def local() -> LocalOnnxEmbedder:
-    return LocalOnnxEmbedder(EmbeddingSettings(batch_size=8))
+    return LocalOnnxEmbedder(EmbeddingSettings(batch_size=8), MINILM)
 
 
 def cosine(a: list[float], b: list[float]) -> float:

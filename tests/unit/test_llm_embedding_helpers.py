@@ -44,7 +44,7 @@ def test_batches_group_texts_of_similar_length_and_cover_every_text() -> None:
 def test_the_default_embedder_is_the_local_model() -> None:
     embedder = make_embedder(EmbeddingSettings(provider="local"))
     assert isinstance(embedder, LocalOnnxEmbedder)
-    assert (embedder.model_name, embedder.dimensions) == ("all-MiniLM-L6-v2", 384)
+    assert (embedder.model_name, embedder.dimensions) == ("bge-small-en-v1.5", 384)
 
 
 def test_the_openai_provider_takes_model_and_dimensions_from_settings() -> None:
