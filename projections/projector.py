@@ -138,10 +138,3 @@ class Projector:
             )
         log.info("projection schema was swapped; rewound to its stored offsets")
 
-
-def run_in_thread(settings: Settings) -> tuple[Projector, threading.Thread]:
-    """Start a projector on a daemon thread (for the dev stack and tests)."""
-    projector = Projector(settings)
-    thread = threading.Thread(target=projector.run, name="projector", daemon=True)
-    thread.start()
-    return projector, thread
