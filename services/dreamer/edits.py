@@ -224,9 +224,13 @@ def decide_edit(pending: Pending, known: dict[str, Known], action: Action, d: Dr
         return Outcome([event], "ok: removed", replace(pending, retired=pending.retired | {action.observation_id}),
                        True)
     if isinstance(action, UpdateKnowledge):
-        problem = _retirable(d, view, action.outdated_id, ("explicit", "deductive"))
-        if problem:
-            return _refuse(d, pending, Level.DEDUCTIVE, action.content, action.premise_ids, [problem])
+        problems = [p for p in [_retirable(d, view, action.outdated_id, ("explicit", "deductive"))] if p]
+        if action.outdated_id in action.premise_ids:
+            # the write supersedes that premise, so the new belief would be born premise-superseded
+            problems.append(f"it cites the observation it replaces ({action.outdated_id}) as a premise: "
+                            "cite the newer evidence instead")
+        if problems:
+            return _refuse(d, pending, Level.DEDUCTIVE, action.content, action.premise_ids, problems)
         added, refused = _add(d, pending, view, Level.DEDUCTIVE, action.content, action.premise_ids, vector, **model)
         if refused:
             return refused

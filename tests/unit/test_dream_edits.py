@@ -144,3 +144,14 @@ def test_a_belief_that_was_superseded_may_be_written_again():
     known = {**KNOWN, "norway": Known("alice", "bob", "deductive", False, "Bob lives in Norway")}
     out = decide_edit(Pending(), known, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
     assert out.accepted
+
+
+def test_a_knowledge_update_citing_the_observation_it_replaces_is_refused_and_recorded():
+    # the new belief would be born resting on a superseded premise
+    out = decide_edit(Pending(), KNOWN, UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen",
+                                                        premise_ids=["bees", "oslo"], reason="moved"), D)
+    (rejected,) = out.events
+    assert isinstance(rejected, ObservationRejected) and not out.accepted
+    assert "cites the observation it replaces" in rejected.reason and "oslo" in out.reply
+    assert rejected.premise_ids == ("bees", "oslo") and rejected.dream_id == "dream-1"
+    assert out.pending == Pending()
