@@ -18,7 +18,11 @@ from services.events import (
     ProducerInfo,
     Source,
 )
-from services.events.text import normalise
+from services.events.text import normalise, span_support
+
+# the share of a fact's content words its span must contain: "Great." does not ground a fact about a job, while
+# a short span that leans on earlier turns ("she is my pet" for "Alice has a pet cat named Miso") still does
+MIN_SPAN_SUPPORT = 0.25
 
 
 def batch_id(workspace: str, observer: str, observed: str, message_ids: Sequence[str], derivation: str = "") -> str:
@@ -68,8 +72,8 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) if a and b and len(a) == len(b) else 0.0
 
 
-def ground(fact: ExtractedFact, window: Sequence[Pending]) -> str | None:
-    """None if the fact's span is in the cited target message; else why not."""
+def ground(fact: ExtractedFact, window: Sequence[Pending], observed_id: str = "") -> str | None:
+    """None if the fact's span is in the cited target message and supports the fact; else why not."""
     cited = next((p for p in window if p.message_id == fact.message_id), None)
     if cited is None:
         return f"cites message {fact.message_id!r}, which is not one of the target's messages in this batch"
@@ -77,6 +81,10 @@ def ground(fact: ExtractedFact, window: Sequence[Pending]) -> str | None:
         return "has an empty span"
     if normalise(fact.span) not in normalise(cited.content):
         return f"span {fact.span!r} is not in message {fact.message_id!r}"
+    found, wanted = span_support(fact.content, fact.span, subject=observed_id)
+    if wanted and len(found) < MIN_SPAN_SUPPORT * len(wanted):
+        return (f"span {fact.span!r} does not support the fact: it has {len(found)} of its {len(wanted)} content "
+                f"words, fewer than {MIN_SPAN_SUPPORT:.0%}")
     return None
 
 
@@ -102,7 +110,7 @@ def judge(
     common = {**pair.fields(), "producer": producer, "causation_id": cause}
     for fact, emb in zip(facts, embeddings, strict=True):
         source = Source(message_id=fact.message_id, span=fact.span)
-        problem = ground(fact, window)
+        problem = ground(fact, window, pair.observed_id)
         if problem:
             out.events.append(ObservationRejected(rejection_id=new_id(), level=Level.EXPLICIT, content=fact.content,
                                                   reason=f"not grounded: {problem}", sources=(source,),

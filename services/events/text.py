@@ -10,3 +10,45 @@ _SPACE = re.compile(r"\s+")
 def normalise(text: str) -> str:
     """Case- and whitespace-insensitive form: the basis of grounding and exact-duplicate checks."""
     return _SPACE.sub(" ", text).strip().casefold()
+
+
+_WORD = re.compile(r"[^\W_]+")
+# function words, pronouns and the verbs of reporting speech: they say nothing a span must support
+_STOP = frozenset("""
+a about above after again against all am an and any are as at be because been before being below between both
+but by can could did do does doing don down during each few for from further had has have having he her here hers
+herself him himself his how i if in into is it its itself just me more most my myself no nor not now of off on
+once only or other our ours ourselves out over own same she should so some such than that the their theirs them
+themselves then there these they this those through to too under until up very was we were what when where which
+while who whom why will with would you your yours yourself yourselves also s t ll re ve d m
+say said says tell told tells mention mentioned mentions state stated states target user
+""".split())
+
+
+def stem(word: str) -> str:
+    """A light suffix-stripping stem, enough to match "moved" with "move" and "teaches" with "teach"."""
+    for suffix, repl in (("ies", "y"), ("ied", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x"),
+                         ("ing", ""), ("ed", ""), ("ly", ""), ("s", "")):
+        base = word[: len(word) - len(suffix)] + repl
+        if word.endswith(suffix) and not word.endswith(("ss", "eed")) and len(base) >= 3:
+            if not repl and base[-1] == base[-2] and base[-1] not in "aeiouls":
+                return base[:-1]  # planned → plann → plan
+            return _without_e(base)
+    return _without_e(word)
+
+
+def _without_e(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("e") else word  # live / lives / lived → liv
+
+
+def content_words(text: str, drop: str = "") -> set[str]:
+    """The stems of `text`'s words that carry content: stop words and the words of `drop` left out."""
+    dropped = _STOP | set(_WORD.findall(drop.casefold()))
+    return {stem(w) for w in _WORD.findall(text.casefold()) if w not in dropped and (len(w) > 1 or w.isdigit())}
+
+
+def span_support(content: str, span: str, subject: str = "") -> tuple[set[str], set[str]]:
+    """(the content words of `content` that `span` has, all of them), the `subject`'s name not counted: a fact
+    names its subject where the subject's own message says "I"."""
+    wanted = content_words(content, drop=subject)
+    return wanted & content_words(span), wanted
