@@ -102,16 +102,21 @@ def session_created(conn: Connection, events: Sequence[SessionCreated]) -> None:
 
 
 def member_joined(conn: Connection, events: Sequence[MemberJoined]) -> None:
-    insert_new(
-        conn,
-        memberships,
-        [
-            dict(joined_event_id=e.event_id, workspace_id=e.workspace_id, session_id=e.session_id,
-                 peer_id=e.peer_id, observe_me=e.observe_me, observe_others=e.observe_others,
-                 joined_at=e.joined_at, left_at=None, left_event_id=None)
-            for e in events
-        ],
-    )
+    # a join of a peer whose period is open changes nothing (two API processes racing on one peer can
+    # both append one): a second open period would outlive the one MemberLeft that closes the first
+    for e in events:
+        is_open = conn.scalar(select(memberships.c.joined_event_id).where(
+            memberships.c.workspace_id == e.workspace_id,
+            memberships.c.session_id == e.session_id,
+            memberships.c.peer_id == e.peer_id,
+            memberships.c.left_event_id.is_(None),
+        ).limit(1))
+        if is_open is None:
+            insert_new(conn, memberships, [
+                dict(joined_event_id=e.event_id, workspace_id=e.workspace_id, session_id=e.session_id,
+                     peer_id=e.peer_id, observe_me=e.observe_me, observe_others=e.observe_others,
+                     joined_at=e.joined_at, left_at=None, left_event_id=None)
+            ])
 
 
 def member_left(conn: Connection, events: Sequence[MemberLeft]) -> None:

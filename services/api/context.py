@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.api.cursors import PageCursors
 from services.api.freshness import Freshness
+from services.api.locks import KeyedLocks
 from services.bus.producer import EventLog
 from services.dialectic.agent import Dialectic
 from services.events import ProducerInfo
@@ -29,6 +30,8 @@ class ApiContext:
     producer: ProducerInfo = API_PRODUCER
     dialectic: Dialectic | None = None  # Chat's agent, with one model client per reasoning level
     cursors: PageCursors = field(default_factory=lambda: PageCursors.from_setting(""))  # signs page tokens
+    # control-plane writes check the projection, then append: per entity, one at a time in this process
+    writes: KeyedLocks = field(default_factory=KeyedLocks)
 
     @asynccontextmanager
     async def embedding(self, text: str) -> AsyncIterator[asyncio.Future]:
@@ -40,6 +43,18 @@ class ApiContext:
         finally:
             if not future.done():  # the caller failed: let the thread finish, nobody needs its vector
                 future.add_done_callback(lambda f: f.exception())
+
+    @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[AsyncConnection]:
+        """A connection whose statements all read one snapshot: a read-only REPEATABLE READ transaction.
+
+        The engine autocommits, so each statement reads its own snapshot; a read that builds one answer
+        from several statements (GetContext) could otherwise pair a card or summary from before a projected
+        batch with messages from after it. The isolation level is reset when the connection goes back."""
+        async with self.engine.connect() as conn:
+            await conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+            async with conn.begin():
+                yield conn
 
     async def _embed(self, text: str) -> list[float] | None:
         return (await self.embedder.embed([text]))[0] if text else None

@@ -108,7 +108,8 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     q = _check(q)
     observer, target = q.observer_id, q.target_id or q.observer_id
     ranked, card = [], []
-    async with ctx.embedding(q.search_query) as vector, ctx.engine.connect() as conn:
+    # one snapshot for every statement (ApiContext.snapshot): the pieces must agree with each other
+    async with ctx.embedding(q.search_query) as vector, ctx.snapshot() as conn:
         await _check_scope(conn, q, observer, target, [q.session_id])
         if observer:
             row = await queries.peer_card(conn, q.workspace_id, observer, target)
@@ -132,7 +133,7 @@ async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> li
     await ctx.freshness.wait(token)
     q = _check(q)
     target = q.target_id or q.observer_id
-    async with ctx.embedding(q.search_query) as vector, ctx.engine.connect() as conn:
+    async with ctx.embedding(q.search_query) as vector, ctx.snapshot() as conn:
         await _check_scope(conn, q, q.observer_id, target, [])
         ranked = await _ranked(conn, q, q.observer_id, target, await vector)
     return sorted(ranked, key=lambda o: o.created_key)

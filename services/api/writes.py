@@ -2,6 +2,13 @@
 
 Control-plane writes (workspaces, peers, sessions, membership) wait until they are readable before
 answering, so the next call can rely on them; AddMessages answers at the durable ack.
+
+Racing control-plane writes (issue 17 §2.1, §2.13): in one API process, the check against the projection
+and the append run under a per-entity lock (`ApiContext.writes`), so a second caller sees the first one's
+write. Across API processes nothing here serialises them; the projection decides instead, in log order:
+the first create of an entity wins (a caller was `created` only if the projected row is its own event)
+and a MemberJoined for a peer with an open period is ignored (projections/handlers.py, and the router
+does the same), so two processes can append a duplicate event but never make the projection diverge.
 """
 
 from __future__ import annotations
@@ -135,13 +142,15 @@ async def check_scope(conn: AsyncConnection, workspace_id: str, session_ids: Seq
 async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: dict) -> Written:
     v.check_id("workspace_id", workspace_id)
     v.check_metadata("metadata", metadata)
-    async with ctx.engine.connect() as conn:
-        row = await queries.workspace(conn, workspace_id)
-    if row is not None:
-        return Written(row, False, "")
-    event = WorkspaceCreated(workspace_id=workspace_id, metadata=metadata, producer=ctx.producer)
-    token = await commit(ctx, [event])
-    return Written(await require_workspace(ctx, workspace_id), True, token)
+    async with ctx.writes.hold(("workspace", workspace_id)):
+        async with ctx.engine.connect() as conn:
+            row = await queries.workspace(conn, workspace_id)
+        if row is not None:
+            return Written(row, False, "")
+        event = WorkspaceCreated(workspace_id=workspace_id, metadata=metadata, producer=ctx.producer)
+        token = await commit(ctx, [event])
+    row = await require_workspace(ctx, workspace_id)
+    return Written(row, row["event_id"] == event.event_id, token)
 
 
 async def get_or_create_peer(
@@ -150,20 +159,21 @@ async def get_or_create_peer(
     v.check_id("peer_id", peer_id)
     v.check_metadata("metadata", metadata)
     await require_workspace(ctx, workspace_id)
-    async with ctx.engine.connect() as conn:
-        before = await queries.peer(conn, workspace_id, peer_id)
-    events: list[Event] = []
-    if before is None:
-        events.append(PeerCreated(workspace_id=workspace_id, peer_id=peer_id, metadata=metadata,
-                                  observe_me=True if observe_me is None else observe_me,
-                                  producer=ctx.producer))
-    elif observe_me is not None and observe_me != before["observe_me"]:
-        events.append(PeerConfigured(workspace_id=workspace_id, peer_id=peer_id,
-                                     observe_me=observe_me, producer=ctx.producer))
-    token = await commit(ctx, events)
+    async with ctx.writes.hold(("peer", workspace_id, peer_id)):
+        async with ctx.engine.connect() as conn:
+            before = await queries.peer(conn, workspace_id, peer_id)
+        events: list[Event] = []
+        if before is None:
+            events.append(PeerCreated(workspace_id=workspace_id, peer_id=peer_id, metadata=metadata,
+                                      observe_me=True if observe_me is None else observe_me,
+                                      producer=ctx.producer))
+        elif observe_me is not None and observe_me != before["observe_me"]:
+            events.append(PeerConfigured(workspace_id=workspace_id, peer_id=peer_id,
+                                         observe_me=observe_me, producer=ctx.producer))
+        token = await commit(ctx, events)
     async with ctx.engine.connect() as conn:
         row = await queries.peer(conn, workspace_id, peer_id)
-    return Written(row, before is None, token)
+    return Written(row, before is None and row["event_id"] == events[0].event_id, token)
 
 
 async def _known_peers(ctx: ApiContext, workspace_id: str, peer_ids) -> set[str]:
@@ -206,16 +216,18 @@ async def get_or_create_session(
     v.check_metadata("metadata", metadata)
     await require_workspace(ctx, workspace_id)
     await _check_members(ctx, workspace_id, [m.peer_id for m in members])
-    async with ctx.engine.connect() as conn:
-        row = await queries.session(conn, workspace_id, session_id)
-        current = await queries.current_members(conn, workspace_id, session_id) if row else set()
-    events: list[Event] = []
-    if row is None:
-        events.append(SessionCreated(workspace_id=workspace_id, session_id=session_id,
-                                     metadata=metadata, producer=ctx.producer))
-    events += _joins(ctx, workspace_id, session_id, [m for m in members if m.peer_id not in current])
-    token = await commit(ctx, events)
-    return Written(await require_session(ctx, workspace_id, session_id), row is None, token)
+    async with ctx.writes.hold(("session", workspace_id, session_id)):
+        async with ctx.engine.connect() as conn:
+            row = await queries.session(conn, workspace_id, session_id)
+            current = await queries.current_members(conn, workspace_id, session_id) if row else set()
+        events: list[Event] = []
+        if row is None:
+            events.append(SessionCreated(workspace_id=workspace_id, session_id=session_id,
+                                         metadata=metadata, producer=ctx.producer))
+        events += _joins(ctx, workspace_id, session_id, [m for m in members if m.peer_id not in current])
+        token = await commit(ctx, events)
+    after = await require_session(ctx, workspace_id, session_id)
+    return Written(after, row is None and after["event_id"] == events[0].event_id, token)
 
 
 async def add_members(
@@ -223,14 +235,15 @@ async def add_members(
 ) -> Written:
     await require_session(ctx, workspace_id, session_id)
     await _check_members(ctx, workspace_id, [m.peer_id for m in members])
-    async with ctx.engine.connect() as conn:
-        current = await queries.current_members(conn, workspace_id, session_id)
-    already = [m.peer_id for m in members if m.peer_id in current]
-    if already:
-        raise AlreadyExists(
-            f"peer(s) {v.listed([repr(p) for p in already])} are already members of session {session_id!r}"
-        )
-    token = await commit(ctx, _joins(ctx, workspace_id, session_id, members))
+    async with ctx.writes.hold(("session", workspace_id, session_id)):
+        async with ctx.engine.connect() as conn:
+            current = await queries.current_members(conn, workspace_id, session_id)
+        already = [m.peer_id for m in members if m.peer_id in current]
+        if already:
+            raise AlreadyExists(
+                f"peer(s) {v.listed([repr(p) for p in already])} are already members of session {session_id!r}"
+            )
+        token = await commit(ctx, _joins(ctx, workspace_id, session_id, members))
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
 
 
@@ -239,17 +252,18 @@ async def remove_members(
 ) -> Written:
     await require_session(ctx, workspace_id, session_id)
     _check_peer_ids(peer_ids)
-    async with ctx.engine.connect() as conn:
-        current = await queries.current_members(conn, workspace_id, session_id)
-    absent = [p for p in peer_ids if p not in current]
-    if absent:
-        raise FailedPrecondition(
-            f"peer(s) {v.listed([repr(p) for p in absent])} are not current members of session {session_id!r}"
-        )
-    now = datetime.now(UTC)
-    events = [MemberLeft(workspace_id=workspace_id, session_id=session_id, peer_id=p, left_at=now,
-                         producer=ctx.producer) for p in peer_ids]
-    token = await commit(ctx, events)
+    async with ctx.writes.hold(("session", workspace_id, session_id)):
+        async with ctx.engine.connect() as conn:
+            current = await queries.current_members(conn, workspace_id, session_id)
+        absent = [p for p in peer_ids if p not in current]
+        if absent:
+            raise FailedPrecondition(
+                f"peer(s) {v.listed([repr(p) for p in absent])} are not current members of session {session_id!r}"
+            )
+        now = datetime.now(UTC)
+        events = [MemberLeft(workspace_id=workspace_id, session_id=session_id, peer_id=p, left_at=now,
+                             producer=ctx.producer) for p in peer_ids]
+        token = await commit(ctx, events)
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
 
 

@@ -40,6 +40,8 @@ class SessionState(BaseModel):
 def evolve(state: SessionState, event: Event) -> SessionState:
     """The session state after `event`."""
     if isinstance(event, MemberJoined):
+        if event.peer_id in state.members:  # a current member's second join changes nothing, as in the projection
+            return state
         member = Member(observe_me=event.observe_me, observe_others=event.observe_others)
         return state.model_copy(update={"members": {**state.members, event.peer_id: member}})
     if isinstance(event, MemberLeft):
