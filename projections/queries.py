@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.derivations import current_label
 from projections.schema import (
+    dead_letters,
     derivation_batches,
     dreams,
     memberships,
@@ -301,6 +302,18 @@ def _outstanding(b):
         later.observed_id == b.observed_id, later.derivation == b.derivation, later.state == "done",
         message.c.id == later.message_ids.any_()).correlate(derivation_batches, message)
     return select(literal(1)).select_from(message).where(~finished.exists()).correlate(derivation_batches).exists()
+
+
+async def dead_lettered_summaries(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:
+    """Summary dead letters of the workspace (or the session in scope) whose session has no summary written
+    since, most recent first."""
+    d, s = dead_letters.c, summaries.c
+    since = select(literal(1)).where(s.workspace_id == d.workspace_id, s.session_id == d.session_id,
+                                     s.created_at > d.failed_at)
+    stmt = select(dead_letters).where(d.workspace_id == scope.workspace_id, d.kind == "summary", ~since.exists())
+    if scope.session_id:
+        stmt = stmt.where(d.session_id == scope.session_id)
+    return (await conn.execute(stmt.order_by(d.failed_at.desc(), d.event_id).limit(limit))).mappings().all()
 
 
 async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:

@@ -216,11 +216,19 @@ def dead_lettered_batch(row: RowMapping) -> observations_pb2.DeadLetteredBatch:
     return out
 
 
+def dead_lettered_summary(row: RowMapping) -> observations_pb2.DeadLetteredSummary:
+    out = observations_pb2.DeadLetteredSummary(session_id=row["session_id"] or "", error=row["error"],
+                                               attempts=row["attempts"])
+    out.failed_at.CopyFrom(ts(row["failed_at"]))
+    return out
+
+
 def processing_status(status: ProcessingStatus) -> observations_pb2.GetProcessingStatusResponse:
     return observations_pb2.GetProcessingStatusResponse(
         counts=observations_pb2.ProcessingCounts(**status.counts),
         dead_lettered_batches=[dead_lettered_batch(r) for r in status.dead_lettered],
         dreams=observations_pb2.DreamCounts(**status.dreams),
+        dead_lettered_summaries=[dead_lettered_summary(r) for r in status.dead_summaries],
     )
 
 

@@ -43,6 +43,7 @@ class ProcessingStatus:
     counts: dict[str, int]
     dead_lettered: Sequence[RowMapping]
     dreams: dict[str, int]
+    dead_summaries: Sequence[RowMapping] = ()
 
 
 async def with_provenance(
@@ -134,4 +135,5 @@ async def processing_status(ctx: ApiContext, scope: StatusScope, token: str) -> 
         counts = await queries.processing_counts(conn, scope)
         dead = await queries.dead_lettered_batches(conn, scope, MAX_DEAD_LETTERED_SHOWN)
         dreams = await queries.dream_counts(conn, scope)
-    return ProcessingStatus(counts, dead, dreams)
+        dead_summaries = await queries.dead_lettered_summaries(conn, scope, MAX_DEAD_LETTERED_SHOWN)
+    return ProcessingStatus(counts, dead, dreams, dead_summaries)

@@ -256,12 +256,26 @@ class DreamCounts(_message.Message):
     failed: int
     def __init__(self, requested: _Optional[int] = ..., started: _Optional[int] = ..., completed: _Optional[int] = ..., failed: _Optional[int] = ...) -> None: ...
 
+class DeadLetteredSummary(_message.Message):
+    __slots__ = ("session_id", "error", "attempts", "failed_at")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_AT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    error: str
+    attempts: int
+    failed_at: _timestamp_pb2.Timestamp
+    def __init__(self, session_id: _Optional[str] = ..., error: _Optional[str] = ..., attempts: _Optional[int] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class GetProcessingStatusResponse(_message.Message):
-    __slots__ = ("counts", "dead_lettered_batches", "dreams")
+    __slots__ = ("counts", "dead_lettered_batches", "dreams", "dead_lettered_summaries")
     COUNTS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERED_BATCHES_FIELD_NUMBER: _ClassVar[int]
     DREAMS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_SUMMARIES_FIELD_NUMBER: _ClassVar[int]
     counts: ProcessingCounts
     dead_lettered_batches: _containers.RepeatedCompositeFieldContainer[DeadLetteredBatch]
     dreams: DreamCounts
-    def __init__(self, counts: _Optional[_Union[ProcessingCounts, _Mapping]] = ..., dead_lettered_batches: _Optional[_Iterable[_Union[DeadLetteredBatch, _Mapping]]] = ..., dreams: _Optional[_Union[DreamCounts, _Mapping]] = ...) -> None: ...
+    dead_lettered_summaries: _containers.RepeatedCompositeFieldContainer[DeadLetteredSummary]
+    def __init__(self, counts: _Optional[_Union[ProcessingCounts, _Mapping]] = ..., dead_lettered_batches: _Optional[_Iterable[_Union[DeadLetteredBatch, _Mapping]]] = ..., dreams: _Optional[_Union[DreamCounts, _Mapping]] = ..., dead_lettered_summaries: _Optional[_Iterable[_Union[DeadLetteredSummary, _Mapping]]] = ...) -> None: ...
