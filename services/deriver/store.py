@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 _LIVE = ("superseded_by IS NULL AND deleted_at IS NULL AND workspace_id = :w AND observer_id = :o "
          "AND observed_id = :d AND derivation = :v")
+_PAIR_COLS = "observation_id, level, content_key, session_id, embedding"
 
 
 def _vector(values: Sequence[float]) -> str:
@@ -50,12 +51,16 @@ class ObservationStore:
                    "AND content_key = ANY(:keys)"]
         params["keys"] = list(keys)
         for i, emb in enumerate(embeddings):
-            queries.append(f"(SELECT {cols} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' "
-                           f"AND embedding_model = :model ORDER BY embedding <=> CAST(:e{i} AS vector) LIMIT 1)")
+            queries.append(f"(SELECT {cols} FROM pair ORDER BY embedding <=> CAST(:e{i} AS vector) LIMIT 1)")
             params[f"e{i}"] = _vector(emb)
+        # exact over the pair's rows: ordering the whole table by distance lets the planner walk the HNSW index
+        # (ef_search candidates from the whole workspace) and filter afterwards, which misses the pair's
+        # duplicate when other rows are nearer; a materialised CTE of the pair's rows cannot use that index
+        within = (f"WITH pair AS MATERIALIZED (SELECT {_PAIR_COLS} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' "
+                  "AND embedding_model = :model) ") if embeddings else ""
         try:
             async with self.engine.connect() as conn:
-                rows = (await conn.execute(text(" UNION ".join(queries)), params)).all()
+                rows = (await conn.execute(text(within + " UNION ".join(queries)), params)).all()
         except ProgrammingError as exc:
             log.warning("no projection to de-duplicate against yet (%s); relying on recent state", exc.orig)
             return []

@@ -1,0 +1,81 @@
+"""The deriver's duplicate lookup against a real Postgres: exact over the pair's rows, however big the workspace."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from projections.db import create_schema, sync_engine
+from projections.schema import EMBEDDING_DIMENSIONS
+from services.deriver.judge import Pair
+from services.deriver.store import ObservationStore
+
+MODEL = "test-model"
+
+
+def unit(values: list[float]) -> list[float]:
+    norm = math.sqrt(sum(v * v for v in values))
+    return [v / norm for v in values]
+
+
+def near(axis: int, cos: float, rng: random.Random) -> list[float]:
+    """A unit vector at cosine `cos` from the `axis` unit vector, in a random other direction."""
+    other = [0.0 if i == axis else rng.gauss(0, 1) for i in range(EMBEDDING_DIMENSIONS)]
+    other = unit(other)
+    return [cos if i == axis else math.sqrt(1 - cos * cos) * v for i, v in enumerate(other)]
+
+
+def vec(values: list[float]) -> str:
+    return "[" + ",".join(f"{v:.7g}" for v in values) + "]"
+
+
+def insert(conn, schema: str, rows: list[tuple[str, str, str, list[float]]]) -> None:
+    conn.execute(text(
+        f'INSERT INTO "{schema}".observations (workspace_id, observation_id, observer_id, observed_id, level, content, '
+        "content_key, embedding, embedding_model, times_derived, created_at, event_id) VALUES "
+        "('w', :id, :o, :d, :l, :c, :c, CAST(:e AS vector), :m, 1, :t, :id)"),
+        [{"id": i, "o": o, "d": "bob", "l": lvl, "c": f"fact {i}", "e": vec(e), "m": MODEL, "t": datetime.now(UTC)}
+         for i, o, lvl, e in rows])
+
+
+@pytest.fixture
+def store_schema(settings):
+    schema = settings.database.schema_name
+    engine = sync_engine(settings.database)
+    create_schema(engine, schema)
+    yield engine, schema
+    engine.dispose()
+
+
+async def test_a_pairs_near_duplicate_is_found_among_many_other_pairs_nearer_the_query(settings, store_schema):
+    engine, schema = store_schema
+    rng = random.Random(7)
+    # 3,000 observations of other observers of bob, all nearer the query than alice's own: an HNSW walk
+    # (ef_search 40) returns only theirs, the pair filter drops them all, and the duplicate is missed
+    others = [(f"x{i}", f"peer{i % 300}", "explicit", near(0, 0.99, rng)) for i in range(3000)]
+    derived = [(f"d{i}", "alice", "deductive", near(0, 0.99, rng)) for i in range(3000)]
+    mine = ("mine", "alice", "explicit", near(0, 0.6, rng))
+    with engine.begin() as conn:
+        insert(conn, schema, others + derived + [mine])
+        conn.execute(text(f'ANALYZE "{schema}".observations'))
+    aengine = create_async_engine(settings.database.url)
+    sent = []
+    event.listen(aengine.sync_engine, "before_cursor_execute", lambda *a: sent.append((a[2], a[3])))
+    try:
+        store = ObservationStore(aengine, schema, MODEL)
+        found = await store.candidates(Pair("w", "alice", "bob"), [], [[1.0] + [0.0] * (EMBEDDING_DIMENSIONS - 1)])
+    finally:
+        await aengine.dispose()
+    assert [k.observation_id for k in found] == ["mine"]
+    # and by construction, not by this data's luck: the plan has no HNSW scan to post-filter
+    statement, params = sent[-1]
+    with engine.connect() as conn:
+        cursor = conn.connection.cursor()
+        cursor.execute("EXPLAIN " + statement, params)
+        plan = "\n".join(r[0] for r in cursor.fetchall())
+    assert "observations_embedding" not in plan, plan
