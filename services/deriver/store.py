@@ -56,8 +56,8 @@ class ObservationStore:
         # exact over the pair's rows: ordering the whole table by distance lets the planner walk the HNSW index
         # (ef_search candidates from the whole workspace) and filter afterwards, which misses the pair's
         # duplicate when other rows are nearer; a materialised CTE of the pair's rows cannot use that index
-        within = (f"WITH pair AS MATERIALIZED (SELECT {_PAIR_COLS} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' "
-                  "AND embedding_model = :model) ") if embeddings else ""
+        within = (f"WITH pair AS MATERIALIZED (SELECT {_PAIR_COLS} FROM {self.table} "
+                  f"WHERE {_LIVE} AND level = 'explicit' AND embedding_model = :model) ") if embeddings else ""
         try:
             async with self.engine.connect() as conn:
                 rows = (await conn.execute(text(within + " UNION ".join(queries)), params)).all()
