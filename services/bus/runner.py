@@ -37,6 +37,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from services.bus.admin import create_topics
+from services.bus.producer import AppendFailed
 from services.bus.streams import read, to_the_end
 from services.bus.topics import COMPACTED_CONFIG, TopicSpec, topic_for
 from services.config import KafkaSettings
@@ -179,6 +180,13 @@ class Runner:
             raise  # the next incarnation's producer aborts it (fencing), whatever state this one is in
         except KafkaException as exc:  # the log, not the processor: the same
             raise TransactionFailed(f"the log refused the batch: {exc.args[0].str()}") from exc
+        except AppendFailed as exc:
+            # a processor's side append (progress markers, clock ticks) outlasted by a broker outage: the
+            # log's fault too, so the batch is redone from the committed offsets rather than the worker
+            # stopping (seen when a broker restart took over the side producer's 30 s)
+            if began:
+                await self._call(self.producer.abort_transaction, 30)
+            raise TransactionFailed(f"a side append failed: {exc}") from exc
         except BaseException:
             # a processor's failure: nothing of the batch may survive; abort, and let the process die
             if began:

@@ -33,3 +33,31 @@ async def test_a_call_that_returns_or_raises_in_time_is_passed_through():
 
     with pytest.raises(ValueError, match="refused"):
         await _bounded(refuses, seconds=5)
+
+
+async def test_a_side_append_that_fails_in_a_broker_outage_ends_the_incarnation_not_the_worker():
+    from services.bus.producer import AppendFailed
+    from services.bus.runner import Runner, Step
+    from services.config import KafkaSettings
+    from services.events import ProducerInfo, WorkspaceCreated, encode
+
+    class EmitsIntoAnOutage:
+        name, inputs, max_batch = "deriver", (), 1
+
+        async def handle(self, get, event) -> Step:
+            raise AppendFailed("side events were not acknowledged within 30 s")
+
+    class Record:
+        def key(self):
+            return b"w"
+
+        def value(self):
+            return encode(WorkspaceCreated(workspace_id="w", producer=ProducerInfo(component="t", version="0")))
+
+        def partition(self):
+            return 0
+
+    runner = Runner(KafkaSettings(), "app", EmitsIntoAnOutage())
+    # TransactionFailed: the run loop starts a new incarnation from the committed offsets
+    with pytest.raises(TransactionFailed, match="a side append failed"):
+        await runner._transact([Record()])
