@@ -43,7 +43,6 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
-    or_,
     select,
     union,
 )
@@ -185,12 +184,11 @@ def _bm25(t, terms, totals):
 def semantic(shape: Shape):
     """(message_id, s): the n most similar messages, s = cosine similarity."""
     m = messages.alias("sm")
-    sim = _similarity(m)
-    near = (select(m.c.message_id, sim.label("s"))
+    distance = m.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))
+    # only the active model's vectors are candidates, so the similarity needs no model check here
+    return (select(m.c.message_id, (1 - distance).label("s"))
             .where(*_filters(shape, m), m.c.embedding.is_not(None), m.c.embedding_model == bindparam("model"))
-            .order_by(m.c.embedding.cosine_distance(bindparam("vector", type_=Vector())))
-            .limit(bindparam("n")))
-    return near
+            .order_by(distance).limit(bindparam("n")))
 
 
 @lru_cache(maxsize=256)

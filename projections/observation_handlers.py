@@ -66,12 +66,13 @@ def _rejection(e: ObservationAdded, problems: list[str]) -> dict:
 
 
 def _added_row(e: ObservationAdded) -> dict:
+    # a vector of another model than the active one is not kept (see handlers.messages_embedded)
+    active = e.embedding_model == ACTIVE_EMBEDDING_MODEL
     return dict(workspace_id=e.workspace_id, observation_id=e.observation_id, observer_id=e.observer_id,
                 observed_id=e.observed_id, level=e.level.value, content=e.content, content_key=normalise(e.content),
                 session_id=e.session_id, confidence=e.confidence, pattern_type=e.pattern_type,
-                # a vector of another model than the active one is not kept (see handlers.messages_embedded)
-                embedding=(list(e.embedding) or None) if e.embedding_model == ACTIVE_EMBEDDING_MODEL else None,
-                embedding_model=e.embedding_model if e.embedding_model == ACTIVE_EMBEDDING_MODEL else "",
+                embedding=(list(e.embedding) or None) if active else None,
+                embedding_model=e.embedding_model if active else "",
                 times_derived=1,
                 created_at=e.occurred_at, batch_id=e.batch_id, dream_id=e.dream_id, derivation=e.derivation,
                 event_id=e.event_id)

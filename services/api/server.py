@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import grpc
 from prometheus_client import start_http_server
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from peerlog.v1 import (

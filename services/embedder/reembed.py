@@ -103,9 +103,10 @@ def scan(settings, workspace_id: str, model: str) -> Plan:
 
     def events(topic):
         return (read(m.value()) for m in to_the_end(settings.kafka, topic.full_name(prefix), timeout=3600))
-    done = done_by(events(MESSAGE_EMBEDDINGS), workspace_id, model)
-    done |= done_by(events(OBSERVATIONS), workspace_id, model)
-    return plan(events(SESSIONS), events(OBSERVATIONS), workspace_id, done)
+    # the observations topic holds both what to embed and what was embedded: read it once
+    observations = list(events(OBSERVATIONS))
+    done = done_by(events(MESSAGE_EMBEDDINGS), workspace_id, model) | done_by(observations, workspace_id, model)
+    return plan(events(SESSIONS), observations, workspace_id, done)
 
 
 async def reembed(the_plan: Plan, embedder: Embedder, append: Callable, advance: Callable[[int], None]) -> int:

@@ -19,7 +19,6 @@ from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as with_seed
-from hypothesis import strategies as st
 from sqlalchemy import text
 
 from peerlog.v1 import (
