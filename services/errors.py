@@ -24,7 +24,12 @@ class FailedPrecondition(DomainError):
 
 
 class PermissionDenied(DomainError):
-    """The request would break scoping (e.g. a pair's store citing what its observer never saw)."""
+    """The request would break scoping (e.g. a pair's store citing what its observer never saw), or the
+    caller's token does not reach what it touches."""
+
+
+class Unauthenticated(DomainError):
+    """No token, or one that does not verify: expired, badly signed, malformed, without a scope."""
 
 
 class Unavailable(DomainError):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.config import (
     ApiSettings,
+    AuthSettings,
     DatabaseSettings,
     DialecticSettings,
     DreamSettings,
@@ -28,6 +31,8 @@ class Settings(BaseSettings):
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     projector: ProjectorSettings = Field(default_factory=ProjectorSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    # NoDecode: PEERLOG_AUTH is the on/off switch, not this section as JSON (see _auth_switch)
+    auth: Annotated[AuthSettings, NoDecode] = Field(default_factory=AuthSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     deriver: DeriverSettings = Field(default_factory=DeriverSettings)
     summarizer: SummarizerSettings = Field(default_factory=SummarizerSettings)
@@ -35,3 +40,9 @@ class Settings(BaseSettings):
     dialectic: DialecticSettings = Field(default_factory=DialecticSettings)
     llm: LlmSettings = Field(default_factory=LlmSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+
+    @field_validator("auth", mode="before")
+    @classmethod
+    def _auth_switch(cls, value):
+        # the env source hands this field PEERLOG_AUTH's text ("on"/"off"); AuthSettings reads it itself
+        return AuthSettings() if isinstance(value, str) else value

@@ -19,6 +19,7 @@ from services.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    Unauthenticated,
     Unavailable,
 )
 from services.llm.errors import EmbeddingError, ModelError, ModelUnavailable, TokenizerUnavailable
@@ -32,6 +33,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     AppendFailed: grpc.StatusCode.UNAVAILABLE,
     ModelUnavailable: grpc.StatusCode.UNAVAILABLE,  # the embedding endpoint of a search or write

@@ -1,0 +1,107 @@
+"""The authentication interceptor: verify the caller's bearer token, then check what the request touches
+against the one table (access.RULES) before any servicer runs. Health and reflection stay open."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+
+import grpc
+
+from services.api import access
+from services.api.errors import Undecodable
+from services.api.tokens import ADMIN, Grant, Verifier
+from services.errors import Unauthenticated
+
+OPEN_SERVICES = frozenset({
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1alpha.ServerReflection",
+    "grpc.reflection.v1.ServerReflection",
+})
+_grant: ContextVar[Grant | None] = ContextVar("peerlog_grant", default=None)
+
+
+def visible_workspaces() -> frozenset[str] | None:
+    """The workspaces the current call's token may list; None: every one (admin, or auth off)."""
+    grant = _grant.get()
+    return None if grant is None else grant.workspaces()
+
+
+def bearer(metadata) -> str:
+    """The token of an 'authorization: Bearer <token>' header; Unauthenticated without one."""
+    for key, value in metadata or ():
+        if key == "authorization":
+            scheme, _, token = str(value).partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            raise Unauthenticated("the authorization header is not 'Bearer <token>'")
+    raise Unauthenticated("no token: send the header 'authorization: Bearer <token>' "
+                          "(make a token with `peerlog keys create`)")
+
+
+def refusal(grant: Grant, method: str, request) -> str | None:
+    """Why `grant` may not make this call, naming the scope it needs; None when it may."""
+    rule = access.rule_for(method)
+    if rule is None:  # a method the table forgot (a unit test catches it): only admin, never silently open
+        return None if ADMIN in grant.scopes else f"{method} has no access rule; only an admin token may call it"
+    for need in rule(request):
+        if not any(grant.covers(r) for r in need):
+            return f"{method.rpartition('/')[2]} here needs scope {access.need_text(need)}"
+    return None
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """UNAUTHENTICATED without a valid token; PERMISSION_DENIED when its scopes do not cover the request.
+
+    Outermost: it answers before the error interceptor and the servicers, so a refused call does nothing."""
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or details.method.lstrip("/").partition("/")[0] in OPEN_SERVICES:
+            return handler
+        try:
+            grant, unauthenticated = self.verifier.grant(bearer(details.invocation_metadata)), None
+        except Unauthenticated as exc:
+            grant, unauthenticated = None, str(exc)
+
+        async def admit(request, context: grpc.aio.ServicerContext) -> None:
+            if unauthenticated is not None:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, unauthenticated)
+            # an undecodable request touches nothing: the error interceptor inside refuses it
+            why = None if isinstance(request, Undecodable) else refusal(grant, details.method, request)
+            if why is not None:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+            _grant.set(grant)
+
+        return _admitting(handler, admit)
+
+
+def _admitting(handler: grpc.RpcMethodHandler, admit) -> grpc.RpcMethodHandler:
+    """`handler` with `admit(request, context)` awaited before it runs (unary and server-streaming)."""
+    if handler.unary_unary is not None:
+        inner = handler.unary_unary
+
+        async def unary(request, context):
+            await admit(request, context)
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer, handler.response_serializer)
+    if handler.unary_stream is not None and inspect.isasyncgenfunction(handler.unary_stream):
+        inner_stream = handler.unary_stream
+
+        async def stream(request, context):
+            await admit(request, context)
+            async for item in inner_stream(request, context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer,
+                                                    handler.response_serializer)
+    raise TypeError("peerlog serves unary and server-streaming (async generator) RPCs only")

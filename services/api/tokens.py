@@ -1,0 +1,162 @@
+"""Scoped API tokens: what a token may touch, and minting and verifying them (JWTs, PyJWT).
+
+A token's `scope` claim holds space-separated scopes (the OAuth 2.0 convention):
+  admin          everything, every workspace
+  workspace:W    everything in workspace W
+  peer:W/P       act as peer P in W: P itself, its messages, what P observes
+  session:W/S    session S in W: its members, messages and summaries
+An optional `exp` ends it. Ids cannot hold ':', '/' or spaces, so the forms cannot be confused.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+import jwt
+
+from services.config import AuthSettings
+from services.errors import Unauthenticated
+
+ADMIN = "admin"
+_ID = r"[A-Za-z0-9_-]{1,512}"
+_SCOPE = re.compile(rf"admin|workspace:{_ID}|(?:peer|session):{_ID}/{_ID}")
+MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key at least as long as the hash
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What a call touches: a workspace, or a peer or a session in one."""
+
+    workspace: str
+    kind: Literal["workspace", "peer", "session"] = "workspace"
+    id: str = ""
+
+    @property
+    def scope(self) -> str:
+        """The narrowest scope that covers it."""
+        return f"workspace:{self.workspace}" if self.kind == "workspace" else f"{self.kind}:{self.workspace}/{self.id}"
+
+
+def workspace(w: str) -> Resource:
+    return Resource(w)
+
+
+def peer(w: str, p: str) -> Resource:
+    return Resource(w, "peer", p)
+
+
+def session(w: str, s: str) -> Resource:
+    return Resource(w, "session", s)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The verified scopes of one token."""
+
+    scopes: frozenset[str]
+
+    def covers(self, r: Resource) -> bool:
+        return bool({ADMIN, f"workspace:{r.workspace}", r.scope} & self.scopes)
+
+    def workspaces(self) -> frozenset[str] | None:
+        """The workspaces it may see whole (ListWorkspaces); None: every one."""
+        if ADMIN in self.scopes:
+            return None
+        return frozenset(s.removeprefix("workspace:") for s in self.scopes if s.startswith("workspace:"))
+
+
+def parse_scopes(claim: object) -> frozenset[str]:
+    """The scopes of a `scope` claim; Unauthenticated unless it is a non-empty string of known forms."""
+    if not isinstance(claim, str) or not claim.split():
+        raise Unauthenticated("the token has no scope claim (e.g. 'workspace:W'); make one with `peerlog keys create`")
+    bad = [s for s in claim.split() if not _SCOPE.fullmatch(s)]
+    if bad:
+        raise Unauthenticated(f"the token's scope {bad[0][:100]!r} is not admin, workspace:W, peer:W/P or session:W/S")
+    return frozenset(claim.split())
+
+
+def scopes_for(workspace_id: str = "", peer_id: str = "", session_id: str = "") -> list[str]:
+    """The scopes `peerlog keys create` grants: admin without a workspace; else peer and/or session
+    scopes inside it, or the whole workspace when neither is named."""
+    if not workspace_id:
+        if peer_id or session_id:
+            raise ValueError("--peer and --session need --workspace")
+        return [ADMIN]
+    narrow = [r.scope for r in (peer(workspace_id, peer_id) if peer_id else None,
+                                session(workspace_id, session_id) if session_id else None) if r]
+    out = narrow or [workspace(workspace_id).scope]
+    parse_scopes(" ".join(out))  # ids that no scope can hold fail here, not at the server
+    return out
+
+
+def _read(path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"cannot read key file {path}: {err.strerror}") from None
+
+
+def verification_key(auth: AuthSettings) -> str | bytes:
+    """The key tokens verify with; ValueError (at start, not per call) when it is missing or too weak."""
+    if auth.algorithm == "HS256":
+        secret = auth.secret.get_secret_value()
+        if len(secret.encode()) < MIN_SECRET_BYTES:
+            raise ValueError(f"PEERLOG_AUTH_SECRET must be at least {MIN_SECRET_BYTES} bytes (e.g. "
+                             "`openssl rand -hex 32`), or set PEERLOG_AUTH=off to run without authentication")
+        return secret
+    if auth.public_key_file is None:
+        raise ValueError(f"PEERLOG_AUTH_ALGORITHM={auth.algorithm} needs PEERLOG_AUTH_PUBLIC_KEY_FILE")
+    return _read(auth.public_key_file)
+
+
+def signing_key(auth: AuthSettings) -> str | bytes:
+    if auth.algorithm == "HS256":
+        return verification_key(auth)
+    if auth.private_key_file is None:
+        raise ValueError(f"signing {auth.algorithm} tokens needs PEERLOG_AUTH_PRIVATE_KEY_FILE")
+    return _read(auth.private_key_file)
+
+
+def mint(auth: AuthSettings, scopes: list[str], expires_in: timedelta | None = None,
+         now: float | None = None) -> str:
+    """A signed token granting `scopes`, expiring `expires_in` from now (None: no `exp`)."""
+    issued = int(time.time() if now is None else now)
+    claims: dict[str, object] = {"scope": " ".join(sorted(parse_scopes(" ".join(scopes)))), "iat": issued}
+    if expires_in is not None:
+        claims["exp"] = issued + int(expires_in.total_seconds())
+    return jwt.encode(claims, signing_key(auth), algorithm=auth.algorithm)
+
+
+class Verifier:
+    """Checks tokens against the configured key and algorithm (only that one: no algorithm confusion)."""
+
+    def __init__(self, auth: AuthSettings) -> None:
+        self.key = verification_key(auth)
+        self.algorithm = auth.algorithm
+
+    def grant(self, token: str) -> Grant:
+        try:
+            claims = jwt.decode(token, self.key, algorithms=[self.algorithm], options={"require": ["scope"]})
+        except jwt.ExpiredSignatureError:
+            raise Unauthenticated("the token has expired; make a new one with `peerlog keys create`") from None
+        except jwt.InvalidSignatureError:
+            raise Unauthenticated("the token's signature does not verify with this server's key") from None
+        except jwt.InvalidTokenError as err:
+            raise Unauthenticated(f"the token is not valid: {str(err)[:200]}") from None
+        return Grant(parse_scopes(claims["scope"]))
+
+
+_DURATION = re.compile(r"(\d+)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """'30d', '12h', '90m', '45s', '2w' as a timedelta; ValueError otherwise."""
+    found = _DURATION.fullmatch(text.strip())
+    if not found or int(found[1]) == 0:
+        raise ValueError(f"{text!r} is not a duration such as 30d, 12h, 90m (s, m, h, d, w)")
+    return timedelta(seconds=int(found[1]) * _UNIT_S[found[2]])
