@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -41,17 +42,27 @@ class StackState:
     database_url: str = ""
     model_env: dict[str, str] = field(default_factory=dict)  # PEERLOG_LLM_* of the model the stack uses
     pids: dict[str, int] = field(default_factory=dict)
+    auth_secret: str = ""  # the API's HS256 key, made on the first `up` and kept, so tokens outlive restarts
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
 
+    def admin_token(self) -> str:
+        """A token for every call to this stack's API (no expiry: the stack is local)."""
+        from services.api.tokens import mint
+        from services.config import AuthSettings
+
+        return mint(AuthSettings(secret=self.auth_secret), ["admin"])
+
     def env(self) -> dict[str, str]:
-        """The PEERLOG_* settings a process needs to join this stack."""
+        """The PEERLOG_* settings a process needs to join this stack (PEERLOG_AUTH_TOKEN: as admin)."""
         return {
             "PEERLOG_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "PEERLOG_DATABASE_URL": self.database_url,
             "PEERLOG_API_PORT": str(self.api_port),
+            "PEERLOG_AUTH_SECRET": self.auth_secret,
+            "PEERLOG_AUTH_TOKEN": self.admin_token(),
             **self.model_env,
         }
 
@@ -131,6 +142,7 @@ def up(root: Path, progress=print, model_env: dict[str, str] | None = None) -> S
     state.kafka_port = state.kafka_port or _free_or(9092)
     state.postgres_port = state.postgres_port or _free_or(54329)
     state.api_port = state.api_port or _free_or(50051)
+    state.auth_secret = state.auth_secret or secrets.token_hex(32)
     if running_broker(root / "kafka"):
         progress(f"kafka     already running on 127.0.0.1:{state.kafka_port}")
     else:

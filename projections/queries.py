@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -33,13 +33,17 @@ async def workspace(conn: AsyncConnection, workspace_id: str) -> RowMapping | No
     return row.mappings().first()
 
 
-async def list_workspaces(conn: AsyncConnection, after: str, limit: int) -> Sequence[RowMapping]:
+async def list_workspaces(conn: AsyncConnection, after: str, limit: int,
+                          only: Collection[str] | None = None) -> Sequence[RowMapping]:
+    """Workspaces after `after` in id order; only those in `only` unless it is None."""
     stmt = (
         select(workspaces)
         .where(workspaces.c.workspace_id > after)
         .order_by(workspaces.c.workspace_id)
         .limit(limit)
     )
+    if only is not None:
+        stmt = stmt.where(workspaces.c.workspace_id.in_(sorted(only)))
     return (await conn.execute(stmt)).mappings().all()
 
 

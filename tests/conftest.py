@@ -16,6 +16,7 @@ from projections.projector import Projector
 from services.bus.admin import create_topics
 from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings
 from services.settings import Settings
+from tests.support.auth import AUTH, admin_channel, admin_token
 from tests.support.infra import Infra, test_infra
 
 
@@ -38,6 +39,7 @@ def make_settings(infra: Infra, name: str | None = None) -> Settings:
         database=DatabaseSettings(url=infra.database_url, schema_name=f"t{name}", pool_size=5),
         projector=ProjectorSettings(group_id=f"projector-{name}", poll_timeout_s=0.02),
         api=ApiSettings(port=0, consistency_wait_s=15.0),
+        auth=AUTH,
     )
 
 
@@ -85,8 +87,9 @@ async def channel(settings: Settings, projector: RunningProjector) -> AsyncItera
     from services.api.server import start
 
     server = await start(settings)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as chan:
-        chan.address = f"127.0.0.1:{server.port}"  # for tests that drive a command-line client
+    async with admin_channel(settings, server.port) as chan:
+        # for tests that drive a command-line client
+        chan.address, chan.token = f"127.0.0.1:{server.port}", admin_token(settings)
         yield chan
     await server.stop(0)
 

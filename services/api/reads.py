@@ -71,12 +71,14 @@ async def get_workspace(ctx: ApiContext, workspace_id: str, token: str) -> RowMa
     return await require_workspace(ctx, workspace_id)
 
 
-async def list_workspaces(ctx: ApiContext, size: int, page_token: str, token: str) -> Page:
+async def list_workspaces(ctx: ApiContext, size: int, page_token: str, token: str,
+                          only: frozenset[str] | None = None) -> Page:
+    """A page of workspaces; only those in `only` (what the caller's token may see) unless it is None."""
     await ctx.freshness.wait(token)
     limit, scope = v.page_size(size), ("ListWorkspaces",)
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
-        rows = await queries.list_workspaces(conn, after, limit)
+        rows = await queries.list_workspaces(conn, after, limit, only)
     return page(ctx, scope, rows, limit, lambda r: r["workspace_id"])
 
 

@@ -35,6 +35,7 @@ from peerlog.v1 import (
 )
 from projections.db import async_engine, create_schema, sync_engine
 from services.api import validation as v
+from services.api.auth import AuthInterceptor
 from services.api.context import ApiContext
 from services.api.cursors import PageCursors
 from services.api.errors import ErrorInterceptor
@@ -57,6 +58,8 @@ from services.config import LEVELS
 from services.dialectic.agent import Dialectic
 from services.llm.client import ModelClient
 from services.llm.embeddings import LocalOnnxEmbedder, make_embedder
+from services.api.tokens import Verifier
+from services.config import ApiSettings, AuthSettings
 from services.llm.tokens import count_tokens
 from services.settings import Settings
 
@@ -135,8 +138,39 @@ def _dialectic(settings: Settings, engine, embedder) -> Dialectic:
     return Dialectic(engine, embedder, settings.dialectic, models)
 
 
+def _interceptors(auth: AuthSettings) -> list[grpc.aio.ServerInterceptor]:
+    """Authentication outermost (a refused call reaches nothing), then the error table."""
+    if not auth.enabled:
+        log.warning("PEERLOG_AUTH=off: the API serves every call without a token, to anyone who reaches the port")
+        return [ErrorInterceptor()]
+    try:
+        verifier = Verifier(auth)
+    except ValueError as err:
+        raise ValueError(f"{err}; or set PEERLOG_AUTH=off to serve without authentication") from None
+    return [AuthInterceptor(verifier), ErrorInterceptor()]
+
+
+def _read_pem(path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror}") from None
+
+
+def _listen(server: grpc.aio.Server, api: ApiSettings) -> int:
+    """Bind the port: TLS (mutual with a client CA) when a certificate is set, else plaintext."""
+    address = f"{api.host}:{api.port}"
+    if api.tls_cert is None:
+        return server.add_insecure_port(address)
+    ca = _read_pem(api.tls_client_ca) if api.tls_client_ca else None
+    credentials = grpc.ssl_server_credentials([(_read_pem(api.tls_key), _read_pem(api.tls_cert))],
+                                              root_certificates=ca, require_client_auth=ca is not None)
+    return server.add_secure_port(address, credentials)
+
+
 async def start(settings: Settings) -> RunningServer:
     """Start serving on settings.api.host:port (port 0 picks a free one)."""
+    interceptors = _interceptors(settings.auth)  # first: a missing key fails before anything opens
     await asyncio.get_running_loop().run_in_executor(None, _ensure_schema, settings)
     embedder = make_embedder(settings.embedding)  # first: a misconfigured model fails before anything opens
     engine = async_engine(settings.database)
@@ -154,12 +188,13 @@ async def start(settings: Settings) -> RunningServer:
     # the receive limit admits the largest request the documented limits allow (gRPC's default, 4 MiB, did
     # not: 100 messages of 25,000 three-byte characters were refused by the transport)
     options = [("grpc.so_reuseport", int(shared)), ("grpc.max_receive_message_length", v.MAX_REQUEST_BYTES)]
-    server = grpc.aio.server(interceptors=[ErrorInterceptor()], options=options)
+    server = grpc.aio.server(interceptors=interceptors, options=options)
     monitor = _health(_register(server, ctx), ctx, ends, settings)
     await monitor.check_once()  # the first answer is already a real one
-    port = server.add_insecure_port(f"{settings.api.host}:{settings.api.port}")
+    port = _listen(server, settings.api)
     await server.start()
-    log.info("peerlog API listening on %s:%d", settings.api.host, port)
+    log.info("peerlog API listening on %s:%d (%s)", settings.api.host, port,
+             "TLS" if settings.api.tls_cert else "plaintext")
     return RunningServer(server, port, ctx, ends, [asyncio.get_running_loop().create_task(monitor.run())])
 
 
@@ -185,6 +220,6 @@ async def serve(settings: Settings, metrics: bool = True) -> None:
     gc.collect()
     gc.freeze()
     if settings.api.metrics_port and metrics:
-        start_http_server(settings.api.metrics_port, addr=settings.api.host)
+        start_http_server(settings.api.metrics_port, addr=settings.api.metrics_host)
     await stop.wait()
     await running.stop()

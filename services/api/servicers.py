@@ -34,6 +34,7 @@ from services.api import (
     reads,
     writes,
 )
+from services.api.auth import visible_workspaces
 from services.api.context import ApiContext
 
 
@@ -53,7 +54,8 @@ class WorkspaceServicer(workspaces_pb2_grpc.WorkspaceServiceServicer):
 
     async def ListWorkspaces(self, request, context):
         page = await reads.list_workspaces(
-            self.ctx, request.page.page_size, request.page.page_token, request.consistency.consistency_token
+            self.ctx, request.page.page_size, request.page.page_token, request.consistency.consistency_token,
+            visible_workspaces(),
         )
         return workspaces_pb2.ListWorkspacesResponse(
             workspaces=[c.workspace(r) for r in page.items], next_page_token=page.next_token

@@ -106,7 +106,7 @@ def verification_key(auth: AuthSettings) -> str | bytes:
         secret = auth.secret.get_secret_value()
         if len(secret.encode()) < MIN_SECRET_BYTES:
             raise ValueError(f"PEERLOG_AUTH_SECRET must be at least {MIN_SECRET_BYTES} bytes (e.g. "
-                             "`openssl rand -hex 32`), or set PEERLOG_AUTH=off to run without authentication")
+                             "`openssl rand -hex 32`)")
         return secret
     if auth.public_key_file is None:
         raise ValueError(f"PEERLOG_AUTH_ALGORITHM={auth.algorithm} needs PEERLOG_AUTH_PUBLIC_KEY_FILE")

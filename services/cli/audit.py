@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import grpc
 from rich.console import Group
 from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
 from peerlog.v1 import audit_pb2, audit_pb2_grpc
+from services.api.channels import channel
 
 
 def _when(ts) -> str:
@@ -66,10 +66,10 @@ def history_tree(h: audit_pb2.GetObservationHistoryResponse) -> Tree:
     return root
 
 
-def audit_view(address: str, workspace_id: str, observation_id: str) -> Group:
-    """Both trees for one observation, read from the API at `address`."""
-    with grpc.insecure_channel(address) as channel:
-        stub = audit_pb2_grpc.AuditServiceStub(channel)
+def audit_view(address: str, workspace_id: str, observation_id: str, token: str = "") -> Group:
+    """Both trees for one observation, read from the API at `address` with `token`."""
+    with channel(address, token) as chan:
+        stub = audit_pb2_grpc.AuditServiceStub(chan)
         p = stub.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id=workspace_id,
                                                               observation_id=observation_id))
         h = stub.GetObservationHistory(audit_pb2.GetObservationHistoryRequest(

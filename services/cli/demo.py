@@ -25,6 +25,7 @@ from peerlog.v1 import (
     workspaces_pb2,
     workspaces_pb2_grpc,
 )
+from services.api.channels import aio_channel
 from services.cli.demo_dream import show_dream
 from services.cli.demo_reads import show_chat, show_context
 
@@ -160,8 +161,8 @@ def show_rejections(database_url: str) -> None:
             say(f"  - {content}\n      {reason[:160]}")
 
 
-async def run(port: int, database_url: str) -> None:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+async def run(port: int, database_url: str, token: str) -> None:
+    async with aio_channel(f"127.0.0.1:{port}", token) as channel:
         api = Api(channel)
         message_ids = await converse(api)
         await wait_for_memory(api)
@@ -209,7 +210,7 @@ def run_demo(root: Path) -> None:
         say("Starting the local stack (first run resolves Kafka's jars and may take a minute)…")
         state = up(root, progress=lambda line: say(f"  {line}"), model_env={**model_env, **DEMO_SETTINGS})
         try:
-            asyncio.run(run(state.api_port, state.database_url))
+            asyncio.run(run(state.api_port, state.database_url, state.admin_token()))
         finally:
             say("\nStopping the local stack…")
             down(root, progress=lambda line: say(f"  {line}"))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import grpc
 from rich.table import Table
 
 from peerlog.v1 import observations_pb2, observations_pb2_grpc
+from services.api.channels import channel
 
 
 def _contents(stub, workspace: str, observer: str, observed: str, derivation: str) -> list[str]:
@@ -20,10 +20,12 @@ def _contents(stub, workspace: str, observer: str, observed: str, derivation: st
             return out
 
 
-def comparison(address: str, workspace: str, observer: str, observed: str, name: str, base: str = "") -> Table:
-    """`base` ("" = the pair's current derivation) on the left, derivation `name` on the right."""
-    with grpc.insecure_channel(address) as channel:
-        stub = observations_pb2_grpc.ObservationServiceStub(channel)
+def comparison(address: str, workspace: str, observer: str, observed: str, name: str, base: str = "",
+               token: str = "") -> Table:
+    """`base` ("" = the pair's current derivation) on the left, derivation `name` on the right; the API
+    at `address` is called with `token`."""
+    with channel(address, token) as chan:
+        stub = observations_pb2_grpc.ObservationServiceStub(chan)
         current = _contents(stub, workspace, observer, observed, base)
         named = _contents(stub, workspace, observer, observed, name)
     left = base or "current"

@@ -15,7 +15,9 @@ dev = typer.Typer(help="The local stack (Kafka, Postgres, projector, API) withou
 topics = typer.Typer(help="Kafka topics.")
 projections = typer.Typer(help="Postgres projections of the log.")
 projector = typer.Typer(help="The projector process.")
-for sub, name in ((dev, "dev"), (topics, "topics"), (projections, "projections"), (projector, "projector")):
+keys = typer.Typer(help="API tokens.")
+for sub, name in ((dev, "dev"), (topics, "topics"), (projections, "projections"), (projector, "projector"),
+                  (keys, "keys")):
     app.add_typer(sub, name=name)
 
 DEV_DIR = typer.Option(Path(".peerlog/dev"), "--dir", help="where the dev stack keeps its data")
@@ -46,21 +48,27 @@ def worker() -> None:
     asyncio.run(run_worker(settings))
 
 
+def _address(settings: Settings, given: str) -> str:
+    return given or f"{settings.api.host}:{settings.api.port}"
+
+
 @app.command()
 def audit(
     observation_id: str,
     workspace: str = typer.Option(..., "--workspace", "-w", help="the workspace holding the observation"),
     address: str = typer.Option("", help="the API's host:port; default: PEERLOG_API_HOST/PORT"),
 ) -> None:
-    """Print an observation's provenance (premises down to source messages and spans) and its history."""
+    """Print an observation's provenance (premises down to source messages and spans) and its history.
+    Sends PEERLOG_AUTH_TOKEN."""
     import grpc
     from rich.console import Console
 
     from services.cli.audit import audit_view
 
-    api = Settings().api
+    settings = Settings()
     try:
-        view = audit_view(address or f"{api.host}:{api.port}", workspace, observation_id)
+        view = audit_view(_address(settings, address), workspace, observation_id,
+                          settings.auth.token.get_secret_value())
     except grpc.RpcError as err:
         typer.echo(f"{err.code().name}: {err.details()}", err=True)
         raise typer.Exit(1) from None
@@ -190,14 +198,16 @@ def derivations_compare(
     base: str = typer.Option("", "--base", help="the derivation on the left ('original', a name); default: current"),
     address: str = typer.Option("", help="the API's host:port; default: PEERLOG_API_HOST/PORT"),
 ) -> None:
-    """Print a pair's current observations (or --base's) beside those of a named derivation."""
+    """Print a pair's current observations (or --base's) beside those of a named derivation.
+    Sends PEERLOG_AUTH_TOKEN."""
     from rich.console import Console
 
     from services.cli.derivations import comparison
 
-    api = Settings().api
+    settings = Settings()
     observer, observed = _pair_option(pair)
-    Console().print(comparison(address or f"{api.host}:{api.port}", workspace, observer, observed, name, base))
+    Console().print(comparison(_address(settings, address), workspace, observer, observed, name, base,
+                               settings.auth.token.get_secret_value()))
 
 
 @projector.command("run")
@@ -236,13 +246,36 @@ def projections_rebuild(
         raise typer.Exit(1)
 
 
+@keys.command("create")
+def keys_create(
+    workspace: str = typer.Option("", "--workspace", "-w", help="only this workspace; without it: admin"),
+    peer: str = typer.Option("", "--peer", help="only as this peer of --workspace (peer:W/P)"),
+    session: str = typer.Option("", "--session", help="only this session of --workspace (session:W/S)"),
+    expires: str = typer.Option("", "--expires", help="lifetime such as 30d, 12h, 90m; default: none"),
+) -> None:
+    """Print a token signed with PEERLOG_AUTH_SECRET (HS256) or PEERLOG_AUTH_PRIVATE_KEY_FILE (RS256/ES256).
+
+    --peer and --session together grant both scopes."""
+    from services.api.tokens import mint, parse_duration, scopes_for
+    from services.errors import Unauthenticated
+
+    try:
+        scopes = scopes_for(workspace, peer, session)
+        token = mint(Settings().auth, scopes, parse_duration(expires) if expires else None)
+    except (ValueError, Unauthenticated) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(token)
+
+
 @dev.command("up")
 def dev_up(root: Path = DEV_DIR) -> None:
-    """Start the local stack in the background."""
+    """Start the local stack in the background; print the settings that reach it, with an admin token."""
     from infra.stack import up
 
     state = up(root, progress=typer.echo)
-    typer.echo("\nTo point the CLI at it:")
+    typer.echo("\nTo point the CLI and clients at it (PEERLOG_AUTH_TOKEN is an admin token; "
+               "`peerlog keys create` makes narrower ones):")
     for k, v in state.env().items():
         typer.echo(f"  export {k}='{v}'")
 

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import grpc  # noqa: E402
+from services.api.channels import aio_channel  # noqa: E402
 import psycopg  # noqa: E402
 
 from infra.stack import down, up  # noqa: E402
@@ -62,12 +62,12 @@ def sql_dsn(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
 
 
-async def drive(port: int, workspace: str, n: int, sessions: int, rng: random.Random,
+async def drive(state, workspace: str, n: int, sessions: int, rng: random.Random,
                 rate: float | None) -> dict[str, float]:
     """Post n messages (one per call, round-robin over sessions, at `rate` per second or as fast as
     possible); return the ack time per message id."""
     acked: dict[str, float] = {}
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with aio_channel(f"127.0.0.1:{state.api_port}", state.admin_token()) as channel:
         c = Client(channel)
         await c.workspace(workspace)
         peers = [f"p{s}" for s in range(sessions)]
@@ -112,7 +112,7 @@ async def phase(state, name: str, n: int, sessions: int, server: ModelServer | N
     loop = asyncio.get_running_loop()
     started = time.monotonic()
     watching = loop.run_in_executor(None, watch, sql_dsn(state.database_url), "peerlog", workspace, n, 900, query)
-    acked = await drive(state.api_port, workspace, n, sessions, random.Random(7), rate)
+    acked = await drive(state, workspace, n, sessions, random.Random(7), rate)
     ids = set(acked)
     seen = await watching
     elapsed = max(seen.values(), default=started) - started
@@ -128,7 +128,7 @@ async def warm_up(state, name: str) -> None:
     loop = asyncio.get_running_loop()
     workspace = f"warmup-{name}"
     watching = loop.run_in_executor(None, watch, sql_dsn(state.database_url), "peerlog", workspace, 1, 300, FINISHED)
-    await drive(state.api_port, workspace, 1, 1, random.Random(1), None)
+    await drive(state, workspace, 1, 1, random.Random(1), None)
     await watching
 
 

@@ -53,7 +53,7 @@ def fuzz(root: Path, requests: int, seed: int, model_url: str) -> dict:
 
         engine = sync_engine(database)
         fuzzer = Fuzzer(f"127.0.0.1:{state.api_port}", state.bootstrap_servers, kafka.topic_prefix, topics,
-                        engine, database.schema_name, alive=dead, progress=log)
+                        engine, database.schema_name, alive=dead, progress=log, token=state.admin_token())
         try:
             fuzzer.seed()
             return fuzzer.run(requests, seed=seed)

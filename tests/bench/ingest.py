@@ -148,6 +148,7 @@ async def _clients(client_ids: list[int], cfg: dict) -> dict:
     import grpc
 
     from peerlog.v1 import messages_pb2, messages_pb2_grpc
+    from services.api.channels import aio_channel
 
     texts = contents(1000 + client_ids[0], 2000, cfg["content_chars"])
     rng = random.Random(client_ids[0])
@@ -176,7 +177,7 @@ async def _clients(client_ids: list[int], cfg: dict) -> dict:
         mine = sessions[cid::n_clients] or [sessions[cid % len(sessions)]]
         pool = [request(mine[k % len(mine)]) for k in range(max(4, 2 * len(mine)))]
         sent = 0
-        async with grpc.aio.insecure_channel(cfg["target"]) as channel:
+        async with aio_channel(cfg["target"], cfg["token"]) as channel:
             stub = messages_pb2_grpc.MessageServiceStub(channel)
             await channel.channel_ready()
             await asyncio.sleep(max(0.0, start_at - time.monotonic()))
@@ -343,12 +344,11 @@ def machine() -> dict:
     }
 
 
-async def setup_workspace(target: str, workspace: str, sessions: list[str]) -> None:
-    import grpc
-
+async def setup_workspace(target: str, token: str, workspace: str, sessions: list[str]) -> None:
+    from services.api.channels import aio_channel
     from tests.support.client import Client
 
-    async with grpc.aio.insecure_channel(target) as channel:
+    async with aio_channel(target, token) as channel:
         client = Client(channel)
         await client.workspace(workspace)
         for p in PEERS:
@@ -549,7 +549,7 @@ def main(argv: list[str]) -> int:
         workspace = f"bench-{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid.uuid4().hex[:6]}"
         sessions = [f"s{i:03d}" for i in range(args.sessions)]
         log(f"setting up workspace {workspace}: {len(PEERS)} peers, {len(sessions)} sessions")
-        asyncio.run(setup_workspace(target, workspace, sessions))
+        asyncio.run(setup_workspace(target, state.admin_token(), workspace, sessions))
 
         busy_before = idle_check()
         waited = 0.0
@@ -573,7 +573,7 @@ def main(argv: list[str]) -> int:
         measure_at = start_at + args.warmup
         stop_at = measure_at + args.seconds
         cfg = dict(
-            target=target, workspace=workspace, sessions=sessions, clients=args.clients, batch=args.batch,
+            target=target, token=state.admin_token(), workspace=workspace, sessions=sessions, clients=args.clients, batch=args.batch,
             content_chars=args.content_chars, start_at=start_at, stop_at=stop_at,
             max_messages=args.max_messages, rpc_timeout=args.rpc_timeout, rate=args.rate,
         )

@@ -58,7 +58,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-import grpc  # noqa: E402
+from services.api.channels import aio_channel  # noqa: E402
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 from google.protobuf import struct_pb2, timestamp_pb2  # noqa: E402
@@ -306,7 +306,7 @@ async def score(channel, c: Client, conv: Posted, q: dict, args) -> dict:
 
 async def evaluate(state, plan: list[tuple[dict, list[dict]]], args) -> dict:
     rows = []
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{state.api_port}") as channel:
+    async with aio_channel(f"127.0.0.1:{state.api_port}", state.admin_token()) as channel:
         c = Client(channel)
         started = time.monotonic()
         posted = [await ingest(c, sample) for sample, _ in plan]

@@ -41,6 +41,7 @@ import psycopg  # noqa: E402
 from infra import stack  # noqa: E402
 from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2, peers_pb2_grpc  # noqa: E402
 from peerlog.v1 import sessions_pb2, sessions_pb2_grpc, workspaces_pb2, workspaces_pb2_grpc  # noqa: E402
+from services.api.channels import aio_channel  # noqa: E402
 from services.bus.producer import EventLog  # noqa: E402
 from services.config import KafkaSettings  # noqa: E402
 from services.embedder.policy import embedded  # noqa: E402
@@ -251,7 +252,7 @@ def calls(p: dict):
             "SearchMessages session": search_session, "SearchMessages peer": search_peer}
 
 
-async def measure(port: int, call, clients: int, warmup: float, seconds: float, rate: float = 0.0,
+async def measure(state, call, clients: int, warmup: float, seconds: float, rate: float = 0.0,
                   meter: CpuMeter | None = None) -> dict:
     """Closed loop (rate 0: each client calls again as soon as it has an answer) or paced (`rate` calls/s
     offered in total, spread evenly over the clients; a late call is sent at once, never skipped)."""
@@ -265,8 +266,8 @@ async def measure(port: int, call, clients: int, warmup: float, seconds: float, 
         interval = clients / rate if rate else 0.0
         due = start + interval * i / clients
         # its own TCP connection, like a separate client (channels in one process share one by default)
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}",
-                                             options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
+        async with aio_channel(f"127.0.0.1:{state.api_port}", state.admin_token(),
+                               options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
             while True:
                 if interval:
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
@@ -331,7 +332,7 @@ async def load(state, p: dict, args) -> dict:
             busy = idle_check(1.0)
             meter = CpuMeter({**stack_pids(Path(state.root), state), "bench_clients": [os.getpid()]},
                              with_children={"postgres", "api"})  # api: with PEERLOG_API_PROCESSES > 1
-            out.setdefault(mode, {})[name] = {**await measure(state.api_port, call, args.clients, args.warmup,
+            out.setdefault(mode, {})[name] = {**await measure(state, call, args.clients, args.warmup,
                                                               args.seconds, rate, meter),
                                               "machine_busy_pct_before": busy}
             log(f"  {out[mode][name]}")

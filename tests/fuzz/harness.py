@@ -24,6 +24,7 @@ from sqlalchemy import text
 from peerlog.v1 import (
     common_pb2, dreams_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2,
 )
+from services.api.channels import channel
 from services.bus.consistency import ConsistencyToken
 from services.events import decode
 from tests.fuzz.oracle import Outcome, Tally, judge
@@ -38,10 +39,10 @@ class Fuzzer:
     def __init__(self, address: str, bootstrap_servers: str, topic_prefix: str, topics: Iterable[str],
                  engine, schema: str, alive: Callable[[], str | None] = lambda: None,
                  deadline_s: float = 30.0, stream_items: int = 5,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, token: str = "") -> None:
         """`topics`: full names of the log topics only the API writes while fuzzing (watched for refused
-        writes); `alive()` names a dead part of the stack, or returns None."""
-        self.channel = grpc.insecure_channel(address)  # default limits: what a default client can receive
+        writes); `alive()` names a dead part of the stack, or returns None; `token`: the bearer token sent."""
+        self.channel = channel(address, token)  # default limits: what a default client can receive
         self.health = health_pb2_grpc.HealthStub(self.channel)
         self.pools = Pools(topic_prefix)
         self.bootstrap = bootstrap_servers

@@ -17,6 +17,7 @@ from services.config import DialecticSettings
 from services.llm.settings import LlmSettings
 from tests.fuzz.harness import Fuzzer
 from tests.fuzz.rpcs import all_rpcs
+from tests.support.auth import admin_token
 
 EXAMPLES = 400  # about 11 per RPC
 
@@ -57,7 +58,7 @@ def test_fuzzing_every_rpc_finds_no_violation(settings, projector, model_server)
     with ServerThread(served) as api:
         fuzzer = Fuzzer(f"127.0.0.1:{api.running.port}", settings.kafka.bootstrap_servers,
                         settings.kafka.topic_prefix, topics, engine, settings.database.schema_name,
-                        alive=api.dead, deadline_s=20)
+                        alive=api.dead, deadline_s=20, token=admin_token(settings))
         try:
             fuzzer.seed()
             result = fuzzer.run(EXAMPLES)

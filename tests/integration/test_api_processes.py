@@ -14,6 +14,8 @@ import pytest
 from infra.postgres.embedded import free_port
 from infra.stack import wait_for_api
 from peerlog.v1 import workspaces_pb2, workspaces_pb2_grpc
+from services.api.channels import channel
+from tests.support.auth import admin_token
 from tests.support.processes import Worker
 
 def _children(pid: int) -> list[int]:
@@ -60,16 +62,16 @@ def two_process_api(settings, projector, tmp_path):
         deadline = time.monotonic() + 60
         while api.log_text().count("peerlog API listening") < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
-        yield api, port
+        yield api, port, admin_token(settings)
     finally:
         api.stop()
         print(api.log_text()[-3000:])
 
 
 def test_two_api_processes_share_the_port_and_both_serve_calls(two_process_api):
-    api, port = two_process_api
+    api, port, token = two_process_api
     # each channel its own connection, like 16 separate clients (channels in one process share by default)
-    channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+    channels = [channel(f"127.0.0.1:{port}", token, options=[("grpc.use_local_subchannel_pool", 1)])
                 for _ in range(16)]
     try:
         for i, ch in enumerate(channels):
@@ -86,7 +88,7 @@ def test_two_api_processes_share_the_port_and_both_serve_calls(two_process_api):
 
 
 def test_when_one_api_process_dies_the_whole_server_stops_so_a_supervisor_notices(two_process_api):
-    api, port = two_process_api
+    api, port, _ = two_process_api
     servers = _server_pids(api.proc.pid)
     assert len(servers) == 2
     os.kill(servers[1], signal.SIGKILL)
@@ -110,7 +112,7 @@ def _still_running_after(pids: list[int], seconds: float) -> list[int]:
 
 
 def test_sigterm_stops_every_api_process(two_process_api):
-    api, _ = two_process_api
+    api, _, _ = two_process_api
     servers = _server_pids(api.proc.pid)
     api.proc.send_signal(signal.SIGTERM)
     api.proc.wait(timeout=30)
@@ -133,7 +135,7 @@ def test_sigterm_while_the_processes_start_still_stops_every_one(settings, proje
 
 
 def test_an_api_process_does_not_outlive_its_killed_supervisor(two_process_api):
-    api, port = two_process_api
+    api, port, _ = two_process_api
     servers = _server_pids(api.proc.pid)
     api.proc.kill()
     api.proc.wait(timeout=30)

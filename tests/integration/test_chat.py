@@ -17,6 +17,7 @@ from services.config import DialecticSettings
 from services.dialectic.policy import ABSTAIN_ANSWER
 from services.llm.settings import LlmSettings
 from tests.integration.test_message_search import embedded_count
+from tests.support.auth import admin_channel
 from tests.support.client import Client
 from tests.support.model_server import Reply
 from tests.support.rpc import rejected
@@ -38,7 +39,7 @@ async def serve(settings, projector, model_server, monkeypatch):
             monkeypatch.setenv(name, value)
         llm = LlmSettings(base_url=model_server.base_url, model="test-model", timeout_s=5, max_retries=0)
         server = await start(settings.model_copy(update={"llm": llm, "dialectic": DialecticSettings()}))
-        chan = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
+        chan = admin_channel(settings, server.port)
         running.append((server, chan))
         return chan
 

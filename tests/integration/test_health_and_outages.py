@@ -22,6 +22,7 @@ from services.api.servicers import WorkspaceServicer
 from services.bus.log_ends import LogEnds
 from services.config import DatabaseSettings, KafkaSettings
 from services.llm.errors import EmbeddingError, TokenizerUnavailable
+from tests.support.auth import admin_channel
 
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -55,7 +56,7 @@ async def test_health_says_not_serving_while_the_broker_is_down_and_serving_once
     server = await start(fast)
     loop = asyncio.get_running_loop()
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        async with admin_channel(fast, server.port) as channel:
             assert await health_of(channel) == SERVING
             watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
             assert (await watch.read()).status == SERVING  # Watch streams, too (it failed as INTERNAL)

@@ -85,7 +85,8 @@ async def test_a_promoted_derivation_is_read_by_default_and_the_live_deriver_wri
     assert status.counts.pending == status.counts.in_flight == status.counts.dead_lettered == 0
 
     table = await asyncio.get_running_loop().run_in_executor(
-        None, lambda: comparison(channel.address, "w", "alice", "alice", "v2", base="original"))
+        None, lambda: comparison(channel.address, "w", "alice", "alice", "v2", base="original",
+                                 token=channel.token))
     assert [col.header for col in table.columns] == ["original (3)", "v2 (4)"]
 
     worker.stop()

@@ -168,7 +168,7 @@ async def test_peerlog_audit_prints_the_premise_tree_down_to_spans_and_the_histo
     # the command is synchronous: run it off the loop that serves the API
     result = await asyncio.to_thread(CliRunner().invoke, app, ["audit", "pattern", "-w", "w",
                                                               "--address", channel.address],
-                                     env={"COLUMNS": "200"})
+                                     env={"COLUMNS": "200", "PEERLOG_AUTH_TOKEN": channel.token})
     assert result.exit_code == 0, result.output
     out = result.output
     assert out.index("Bob keeps up steady outdoor routines") < out.index("Bob keeps bees") < out.index(
@@ -176,5 +176,6 @@ async def test_peerlog_audit_prints_the_premise_tree_down_to_spans_and_the_histo
     assert "span: “two hives of bees”" in out and "behaviour; confidence low; dream dream-1" in out
     assert "added" in out and "by dreamer 0 test-model deduction-v1" in out
     missing = await asyncio.to_thread(CliRunner().invoke, app, ["audit", "nope", "-w", "w", "--address",
-                                                                channel.address])
+                                                                channel.address],
+                                      env={"PEERLOG_AUTH_TOKEN": channel.token})
     assert missing.exit_code == 1 and "NOT_FOUND" in missing.output

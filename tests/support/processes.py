@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from services.settings import Settings
 
 
@@ -15,9 +17,13 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The PEERLOG_* environment that reproduces `settings` in another process."""
     env: dict[str, str] = {}
     sections = {"kafka": "KAFKA", "database": "DATABASE", "projector": "PROJECTOR", "api": "API",
-                "worker": "WORKER", "deriver": "DERIVER", "summarizer": "SUMMARIZER"}
+                "worker": "WORKER", "deriver": "DERIVER", "summarizer": "SUMMARIZER", "auth": "AUTH"}
     for attr, prefix in sections.items():
         for name, value in getattr(settings, attr).model_dump().items():
+            if value is None:  # unset (a TLS file): the other process's default is None too
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
             env[f"PEERLOG_{prefix}_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
     return env
 
