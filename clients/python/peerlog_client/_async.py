@@ -104,6 +104,12 @@ class AsyncTransport:
             if not token:
                 return
 
+    async def catch_up(self, workspace_id: str) -> None:
+        """Wait until this client's writes are readable: a cheap read that carries its consistency token."""
+        if self.context.writes.token:
+            await self.unary(Call(WorkspaceServiceStub, "GetWorkspace", wo.GetWorkspaceRequest(
+                workspace_id=workspace_id), lambda r: None))
+
     async def close(self) -> None:
         await self._channel.close()
 
@@ -428,10 +434,15 @@ class AsyncPeer(_AsyncHandle):
     async def create_observations(
         self, observations: Iterable[str | m.NewObservation], *, target: str | AsyncPeer | None = None,
     ) -> m.CreatedObservations:
-        """Write explicit observations (texts, or NewObservation with session and sources) about `target`."""
+        """Write explicit observations (texts, or NewObservation with session and sources) about `target`.
+        Sources may cite messages this client has just added: it first waits until they are readable
+        (the server checks a cited message against what it can read)."""
+        observations = [_new_observation(o) for o in observations]
+        if any(o.sources for o in observations):
+            await self._t.catch_up(self.workspace_id)
         return await self._t.unary(Call(ObservationServiceStub, "CreateObservations", ob.CreateObservationsRequest(
             workspace_id=self.workspace_id, observer_id=self.id, observed_id=self._target(target),
-            observations=[_new_observation(o) for o in observations]), c.to_model))
+            observations=observations), c.to_model))
 
     async def search(
         self, query: str, *, sessions: Iterable[str | AsyncSession] = (),
@@ -527,7 +538,7 @@ class AsyncSession(_AsyncHandle):
             **_search_filters(perspective, after, before, limit))))
 
     async def add_members(self, *members: str | AsyncPeer | m.MemberSpec) -> m.Session:
-        """Add peers (FailedPrecondition if one is already a member); returns the session as it is now."""
+        """Add peers (AlreadyExists if one is a member now); returns the session as it is now."""
         self.info = await self._t.unary(Call(SessionServiceStub, "AddMembers", se.AddMembersRequest(
             workspace_id=self.workspace_id, session_id=self.id, members=_members(members)), c.field_of("session")))
         return self.info

@@ -105,6 +105,12 @@ class Transport:
             if not token:
                 return
 
+    def catch_up(self, workspace_id: str) -> None:
+        """Wait until this client's writes are readable: a cheap read that carries its consistency token."""
+        if self.context.writes.token:
+            self.unary(Call(WorkspaceServiceStub, "GetWorkspace", wo.GetWorkspaceRequest(
+                workspace_id=workspace_id), lambda r: None))
+
     def close(self) -> None:
         self._channel.close()
 
@@ -429,10 +435,15 @@ class Peer(_AsyncHandle):
     def create_observations(
         self, observations: Iterable[str | m.NewObservation], *, target: str | Peer | None = None,
     ) -> m.CreatedObservations:
-        """Write explicit observations (texts, or NewObservation with session and sources) about `target`."""
+        """Write explicit observations (texts, or NewObservation with session and sources) about `target`.
+        Sources may cite messages this client has just added: it first waits until they are readable
+        (the server checks a cited message against what it can read)."""
+        observations = [_new_observation(o) for o in observations]
+        if any(o.sources for o in observations):
+            self._t.catch_up(self.workspace_id)
         return self._t.unary(Call(ObservationServiceStub, "CreateObservations", ob.CreateObservationsRequest(
             workspace_id=self.workspace_id, observer_id=self.id, observed_id=self._target(target),
-            observations=[_new_observation(o) for o in observations]), c.to_model))
+            observations=observations), c.to_model))
 
     def search(
         self, query: str, *, sessions: Iterable[str | Session] = (),
@@ -528,7 +539,7 @@ class Session(_AsyncHandle):
             **_search_filters(perspective, after, before, limit))))
 
     def add_members(self, *members: str | Peer | m.MemberSpec) -> m.Session:
-        """Add peers (FailedPrecondition if one is already a member); returns the session as it is now."""
+        """Add peers (AlreadyExists if one is a member now); returns the session as it is now."""
         self.info = self._t.unary(Call(SessionServiceStub, "AddMembers", se.AddMembersRequest(
             workspace_id=self.workspace_id, session_id=self.id, members=_members(members)), c.field_of("session")))
         return self.info
