@@ -11,12 +11,19 @@ def _with_token(details, token: str):
     return details._replace(metadata=[*(details.metadata or ()), ("authorization", f"Bearer {token}")])
 
 
-class _AioBearer(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+# two classes: an asyncio channel files each interceptor under the first kind it is (if/elif), so one
+# class of both kinds would never see a streaming call (ChatStream went out without its token)
+class _AioBearer(grpc.aio.UnaryUnaryClientInterceptor):
     def __init__(self, token: str) -> None:
         self.token = token
 
     async def intercept_unary_unary(self, continuation, client_call_details, request):
         return await continuation(_with_token(client_call_details, self.token), request)
+
+
+class _AioStreamBearer(grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, token: str) -> None:
+        self.token = token
 
     async def intercept_unary_stream(self, continuation, client_call_details, request):
         return await continuation(_with_token(client_call_details, self.token), request)
@@ -45,7 +52,7 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercepto
 def aio_channel(address: str, token: str = "", credentials: grpc.ChannelCredentials | None = None,
                 options=None) -> grpc.aio.Channel:
     """An asyncio channel to `address` sending `token` (none when empty); TLS with `credentials`."""
-    interceptors = [_AioBearer(token)] if token else None
+    interceptors = [_AioBearer(token), _AioStreamBearer(token)] if token else None
     if credentials is not None:
         return grpc.aio.secure_channel(address, credentials, options=options, interceptors=interceptors)
     return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
