@@ -302,3 +302,18 @@ async def test_chat_and_get_context_under_a_peer_token_use_only_that_peers_persp
             workspace_id="w", observer_id="bob", target_id="alice", query="when does alice wake up?"))
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "peer:w/bob" in refused.value.details()
+
+
+async def test_a_server_without_a_key_does_not_start_and_auth_off_is_said_out_loud(settings, caplog):
+    from services.api.server import start
+    from services.config import AuthSettings
+
+    with pytest.raises(ValueError, match="PEERLOG_AUTH_SECRET must be at least 32 bytes.*PEERLOG_AUTH=off"):
+        await start(settings.model_copy(update={"auth": AuthSettings(secret="")}))
+    server = await start(settings.model_copy(update={"auth": AuthSettings(enabled=False)}))
+    try:
+        assert any(r.levelname == "WARNING" and "PEERLOG_AUTH=off" in r.getMessage() for r in caplog.records)
+        async with aio_channel(f"127.0.0.1:{server.port}") as anonymous:
+            await Client(anonymous).workspaces.ListWorkspaces(workspaces_pb2.ListWorkspacesRequest())
+    finally:
+        await server.stop(0)
