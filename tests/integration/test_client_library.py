@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import grpc
 import pytest
@@ -340,3 +341,17 @@ def test_chat_answers_and_streams_through_the_test_model(peerlog, model_server):
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     model_server.script([Reply(content=json.dumps({"city": "Lisbon"}))])
     assert json.loads(alice.chat("Where?", level="minimal", response_format=schema).answer) == {"city": "Lisbon"}
+
+
+def test_the_readme_example_runs(api, token, monkeypatch, capsys):
+    readme = (Path(__file__).resolve().parents[2] / "clients" / "python" / "README.md").read_text()
+    example = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("PEERLOG_TARGET", api.address)
+    if token:
+        monkeypatch.setenv("PEERLOG_TOKEN", token)
+    else:
+        monkeypatch.delenv("PEERLOG_TOKEN", raising=False)
+    exec(compile(example, "clients/python/README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "Bees in Lisbon! How are they doing?" in out and "explicit Alice keeps bees" in out
+    assert "not found: session 'no-such-chat'" in out

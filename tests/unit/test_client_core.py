@@ -1,0 +1,174 @@
+"""peerlog_client's pure parts: error table, retry decisions, token merging, conversions, rendering."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import descriptor_pool
+
+import peerlog_client  # noqa: F401  (loads every stub)
+from peerlog_client import errors
+from peerlog_client import models as m
+from peerlog_client._convert import MODEL_OF, enum_value, to_model
+from peerlog_client._core import Attempts, CallContext, ReadYourWrites, RetryPolicy
+from peerlog_client._gen.peerlog.v1 import common_pb2, context_pb2, messages_pb2, observations_pb2, workspaces_pb2
+from peerlog_client._gen.peerlog.v1 import sessions_pb2
+
+CLIENT = Path(__file__).resolve().parents[2] / "clients" / "python"
+
+
+class Failed(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str = "the server's words") -> None:
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def test_every_status_code_but_ok_has_its_own_exception_keeping_the_message():
+    for code in grpc.StatusCode:
+        if code == grpc.StatusCode.OK:
+            continue
+        error = errors.from_rpc_error(Failed(code, f"why {code.name}"), attempts=3)
+        assert type(error).code == code and isinstance(error, errors.PeerlogError)
+        assert str(error) == f"why {code.name}" and error.attempts == 3
+    assert type(errors.from_rpc_error(Failed(grpc.StatusCode.NOT_FOUND))) is errors.NotFound
+
+
+def test_reads_are_retried_with_growing_jittered_waits_and_writes_are_not():
+    clock = [0.0]
+    read = Attempts(RetryPolicy(max_attempts=4, initial_backoff=0.1), timeout=10, retryable=True,
+                    clock=lambda: clock[0], rand=lambda: 1.0)
+    waits = []
+    while True:
+        read.remaining()
+        wait = read.retry_after(Failed(grpc.StatusCode.UNAVAILABLE))
+        if wait is None:
+            break
+        waits.append(wait)
+    assert waits == pytest.approx([0.1, 0.2, 0.4]) and read.made == 4
+
+    write = Attempts(RetryPolicy(), timeout=10, retryable=False)
+    write.remaining()
+    assert write.retry_after(Failed(grpc.StatusCode.UNAVAILABLE)) is None
+
+
+def test_jitter_keeps_each_wait_between_half_and_all_of_the_backoff():
+    policy = RetryPolicy(initial_backoff=1.0, max_backoff=3.0)
+    assert policy.backoff(1, rand=lambda: 0.0) == 0.5 and policy.backoff(1, rand=lambda: 1.0) == 1.0
+    assert policy.backoff(10, rand=lambda: 1.0) == 3.0  # capped
+
+
+def test_only_unavailable_is_retried_and_never_past_the_deadline():
+    clock = [0.0]
+    attempts = Attempts(RetryPolicy(initial_backoff=1.0), timeout=1.2, retryable=True, clock=lambda: clock[0],
+                        rand=lambda: 1.0)
+    attempts.remaining()
+    assert attempts.retry_after(Failed(grpc.StatusCode.NOT_FOUND)) is None
+    assert attempts.retry_after(Failed(grpc.StatusCode.DEADLINE_EXCEEDED)) is None
+    clock[0] = 0.5
+    assert attempts.retry_after(Failed(grpc.StatusCode.UNAVAILABLE)) is None  # 0.5 + 1.0 is past 1.2
+
+
+def test_reads_carry_the_merged_token_of_every_write_and_the_bearer_token():
+    ctx = CallContext(token="t0k", timeout=5, retry=RetryPolicy())
+    ctx.received(workspaces_pb2.GetOrCreateWorkspaceResponse(consistency_token="p.ws:0:7"))
+    ctx.received(messages_pb2.AddMessagesResponse(consistency_token="p.msg:1:3,p.ws:0:2"))
+    read = messages_pb2.ListMessagesRequest(workspace_id="w")
+    ctx.start(read)
+    assert read.consistency.consistency_token == "p.msg:1:3,p.ws:0:7"
+    assert ctx.metadata == (("authorization", "Bearer t0k"),)
+    assert CallContext(token=None, timeout=5, retry=RetryPolicy()).metadata == ()
+
+    explicit = messages_pb2.ListMessagesRequest(consistency=common_pb2.ReadConsistency(consistency_token="x:0:1"))
+    ctx.start(explicit)
+    assert explicit.consistency.consistency_token == "x:0:1"  # a token the caller set is kept
+
+
+def test_a_token_of_an_unknown_form_is_kept_as_it_is():
+    writes = ReadYourWrites()
+    writes.observe("topic:with:colons:2:10")
+    assert writes.token == "topic:with:colons:2:10"
+    writes.observe("opaque-v2-token")
+    assert writes.token == "opaque-v2-token"
+    writes.observe("t:0:1")
+    assert writes.token == "t:0:1"
+
+
+def test_every_model_mirrors_every_field_of_its_message():
+    pool = descriptor_pool.Default()  # the client's _async module has imported every stub
+    for name, model in MODEL_OF.items():
+        wire = {f.name for f in dataclasses.fields(model) if not f.metadata.get("local")}
+        assert wire == set(pool.FindMessageTypeByName(name).fields_by_name), name
+
+
+def test_conversion_gives_aware_times_none_for_unset_dicts_and_short_enum_names():
+    session = to_model(sessions_pb2.Session(workspace_id="w", session_id="s", memberships=[
+        sessions_pb2.Membership(peer_id="a", observe_others=True)]))
+    assert session.created_at is None and session.metadata == {} and session.memberships[0].observe_me is None
+    assert session.members == ("a",)
+    obs = observations_pb2.Observation(level=observations_pb2.OBSERVATION_LEVEL_INDUCTIVE)
+    obs.created_at.FromDatetime(datetime(2026, 12, 1, tzinfo=UTC))
+    got = to_model(obs)
+    assert got.level == "inductive" and got.created_at == datetime(2026, 12, 1, tzinfo=UTC)
+    with pytest.raises(ValueError, match="explicit, deductive, inductive, contradiction"):
+        enum_value(observations_pb2.ObservationLevel, "ObservationLevel", "vague")
+
+
+def context(*turns: tuple[str, str], representation: str = "## Explicit\n- likes tea") -> m.Context:
+    return to_model(context_pb2.GetContextResponse(
+        representation=representation, peer_card=["IDENTITY: Alice"], summary_kind="short", summary="They met.",
+        messages=[context_pb2.ContextMessage(message_id=str(i), peer_id=p, content=t) for i, (p, t) in
+                  enumerate(turns)]))
+
+
+def test_openai_rendering_names_each_turn_and_puts_memory_in_one_system_message():
+    got = context(("alice", "hi"), ("bot", "hello"), ("x" * 70, "long id")).to_openai(assistant="bot")
+    assert got[0]["role"] == "system"
+    assert "# Peer card\n- IDENTITY: Alice" in got[0]["content"] and "They met." in got[0]["content"]
+    assert got[1:] == [{"role": "user", "content": "hi", "name": "alice"},
+                       {"role": "assistant", "content": "hello", "name": "bot"},
+                       {"role": "user", "content": f"{'x' * 70}: long id"}]
+
+
+def test_anthropic_rendering_alternates_roles_starting_with_the_user():
+    system, messages = context(("bot", "welcome"), ("alice", "hi"), ("carol", "hey"), ("bot", "hello both"),
+                               ).to_anthropic(assistant="bot")
+    assert system.startswith("# What is known about the peer\n## Explicit")
+    assert messages == [{"role": "user", "content": "(earlier in this conversation)"},
+                        {"role": "assistant", "content": "welcome"},
+                        {"role": "user", "content": "alice: hi\n\ncarol: hey"},
+                        {"role": "assistant", "content": "hello both"}]
+
+
+def test_an_empty_context_renders_no_system_text():
+    empty = to_model(context_pb2.GetContextResponse(messages=[context_pb2.ContextMessage(peer_id="a", content="x")]))
+    assert empty.to_openai() == [{"role": "user", "content": "x", "name": "a"}]
+    assert empty.to_anthropic() == ("", [{"role": "user", "content": "x"}])
+
+
+def test_the_client_imports_nothing_of_the_server():
+    code = ("import sys, peerlog_client; "
+            "bad = [n for n in sys.modules if n.split('.')[0] in ('services', 'projections', 'infra', 'peerlog')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=CLIENT / "tools")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_sync_client_is_the_generated_twin_of_the_async_one():
+    sys.path.insert(0, str(CLIENT / "tools"))
+    try:
+        from unasync import unasync
+    finally:
+        sys.path.pop(0)
+    source = (CLIENT / "peerlog_client" / "_async.py").read_text()
+    assert (CLIENT / "peerlog_client" / "_sync.py").read_text() == unasync(source)
