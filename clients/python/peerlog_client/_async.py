@@ -218,10 +218,20 @@ class AsyncPeerlog:
 
 
 class _AsyncHandle:
+    _id_field: str  # the field of `info` that is the handle's id
+
     def __init__(self, transport: AsyncTransport, info: Any, created: bool) -> None:
         self._t = transport
         self.info = info  # as the server last answered
         self.created = created  # True if getting the handle created it
+
+    @property
+    def id(self) -> str:
+        return getattr(self.info, self._id_field)
+
+    @property
+    def workspace_id(self) -> str:
+        return self.info.workspace_id
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.id!r})"
@@ -231,10 +241,7 @@ class AsyncWorkspace(_AsyncHandle):
     """A workspace: its peers, sessions and everything read or written across them."""
 
     info: m.Workspace
-
-    @property
-    def id(self) -> str:
-        return self.info.workspace_id
+    _id_field = "workspace_id"
 
     async def refresh(self) -> m.Workspace:
         self.info = await self._t.unary(Call(
@@ -336,14 +343,7 @@ class AsyncPeer(_AsyncHandle):
     """A peer, and what it knows: about itself (target None) or about another peer (`target`)."""
 
     info: m.Peer
-
-    @property
-    def id(self) -> str:
-        return self.info.peer_id
-
-    @property
-    def workspace_id(self) -> str:
-        return self.info.workspace_id
+    _id_field = "peer_id"
 
     def _target(self, target: str | AsyncPeer | None) -> str:
         return c.id_of(target) or self.id
@@ -476,14 +476,7 @@ class AsyncSession(_AsyncHandle):
     """A conversation: its members, messages, summaries and context."""
 
     info: m.Session
-
-    @property
-    def id(self) -> str:
-        return self.info.session_id
-
-    @property
-    def workspace_id(self) -> str:
-        return self.info.workspace_id
+    _id_field = "session_id"
 
     async def refresh(self) -> m.Session:
         self.info = await self._t.unary(Call(SessionServiceStub, "GetSession", se.GetSessionRequest(

@@ -219,10 +219,20 @@ class Peerlog:
 
 
 class _AsyncHandle:
+    _id_field: str  # the field of `info` that is the handle's id
+
     def __init__(self, transport: Transport, info: Any, created: bool) -> None:
         self._t = transport
         self.info = info  # as the server last answered
         self.created = created  # True if getting the handle created it
+
+    @property
+    def id(self) -> str:
+        return getattr(self.info, self._id_field)
+
+    @property
+    def workspace_id(self) -> str:
+        return self.info.workspace_id
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.id!r})"
@@ -232,10 +242,7 @@ class Workspace(_AsyncHandle):
     """A workspace: its peers, sessions and everything read or written across them."""
 
     info: m.Workspace
-
-    @property
-    def id(self) -> str:
-        return self.info.workspace_id
+    _id_field = "workspace_id"
 
     def refresh(self) -> m.Workspace:
         self.info = self._t.unary(Call(
@@ -337,14 +344,7 @@ class Peer(_AsyncHandle):
     """A peer, and what it knows: about itself (target None) or about another peer (`target`)."""
 
     info: m.Peer
-
-    @property
-    def id(self) -> str:
-        return self.info.peer_id
-
-    @property
-    def workspace_id(self) -> str:
-        return self.info.workspace_id
+    _id_field = "peer_id"
 
     def _target(self, target: str | Peer | None) -> str:
         return c.id_of(target) or self.id
@@ -477,14 +477,7 @@ class Session(_AsyncHandle):
     """A conversation: its members, messages, summaries and context."""
 
     info: m.Session
-
-    @property
-    def id(self) -> str:
-        return self.info.session_id
-
-    @property
-    def workspace_id(self) -> str:
-        return self.info.workspace_id
+    _id_field = "session_id"
 
     def refresh(self) -> m.Session:
         self.info = self._t.unary(Call(SessionServiceStub, "GetSession", se.GetSessionRequest(
