@@ -4,7 +4,6 @@ against the one table (access.RULES) before any servicer runs. Health and reflec
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 
 import grpc
@@ -59,11 +58,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, verifier: Verifier) -> None:
         self.verifier = verifier
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    async def intercept_service(self, continuation, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
         if handler is None or details.method.lstrip("/").partition("/")[0] in OPEN_SERVICES:
             return handler

@@ -29,11 +29,15 @@ def _logging() -> None:
 
 @app.command()
 def serve() -> None:
-    """Run the gRPC API server until SIGTERM."""
+    """Run the gRPC API server until SIGTERM. It checks tokens unless PEERLOG_AUTH=off (see `keys create`)."""
     from services.api.processes import run
 
     _logging()
-    run(Settings())
+    try:
+        run(Settings())
+    except ValueError as err:  # a missing or weak key, an unreadable certificate: said before anything serves
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()
