@@ -166,3 +166,11 @@ def test_key_scopes_and_durations():
     for bad in ("", "30", "0d", "1y", "-1d"):
         with pytest.raises(ValueError):
             parse_duration(bad)
+
+
+def test_the_dev_stack_hands_its_processes_its_key_and_an_admin_token():
+    from infra.stack import StackState
+
+    env = StackState(root="/nowhere", api_port=5, auth_secret="k" * 64).env()
+    verifier = Verifier(AuthSettings(secret=env["PEERLOG_AUTH_SECRET"]))
+    assert verifier.grant(env["PEERLOG_AUTH_TOKEN"]).scopes == {"admin"}
