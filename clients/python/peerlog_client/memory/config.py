@@ -1,0 +1,238 @@
+"""The memory provider's settings: a global and a profile-local JSON file, host blocks, environment overrides.
+
+    {"host": "local", "peerName": "alice", "recallMode": "hybrid", "contextTokens": 1200,
+     "hosts": {"local": {"target": "localhost:50051", "token": "eyJ...", "workspace": "me"}}}
+
+Files are read global first (~/.peerlog/memory.json, or $PEERLOG_MEMORY_GLOBAL), then profile-local
+($PEERLOG_MEMORY_HOME/memory.json, default ./.peerlog/memory.json), each key of a later file replacing the
+same key of an earlier one; then the environment wins (ENV_KEYS, and PEERLOG_MEMORY_<KEY> for any key).
+Every key is checked by pydantic: an unknown key or a wrong value is a ConfigError naming it and the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+LEVELS: tuple[str, ...] = ("minimal", "low", "medium", "high", "max")
+Level = Literal["minimal", "low", "medium", "high", "max"]
+RecallMode = Literal["hybrid", "context", "tools"]
+SessionStrategy = Literal["per-session", "per-directory", "per-repo", "global"]
+WriteFrequency = Literal["async", "turn", "session"] | Annotated[int, Field(ge=1)]
+PEER_ID = re.compile(r"^[A-Za-z0-9_-]{1,512}$")  # what the server accepts as an id
+
+# well-known variables, then PEERLOG_MEMORY_<KEY> (e.g. PEERLOG_MEMORY_RECALL_MODE) for the rest
+ENV_KEYS = {"PEERLOG_TARGET": "target", "PEERLOG_TOKEN": "token", "PEERLOG_WORKSPACE": "workspace",
+            "PEERLOG_TIMEOUT": "timeout", "PEERLOG_MEMORY_HOST": "host"}
+
+
+class ConfigError(ValueError):
+    """A settings file or variable is wrong; the message names the key and where it came from."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class HostBlock(_Strict):
+    """One server: where it is and the token for it (each host keeps its own)."""
+
+    target: str = "localhost:50051"
+    token: str | None = None
+    workspace: str | None = None
+
+
+class PeerFlags(_Strict):
+    """A session member's observation toggles (observe_me: its own messages build its self-model;
+    observe_others: it builds models of the other members)."""
+
+    observe_me: bool = True
+    observe_others: bool = True
+
+
+class Observation(_Strict):
+    user: PeerFlags = PeerFlags()
+    ai: PeerFlags = PeerFlags()
+
+
+PRESETS = {
+    "directional": Observation(),  # full mutual observation
+    # the AI models the user from the user's messages; the user only self-models
+    "unified": Observation(user=PeerFlags(observe_me=True, observe_others=False),
+                           ai=PeerFlags(observe_me=False, observe_others=True)),
+}
+
+
+class MemoryConfig(_Strict):
+    """Every setting of the memory provider (JSON keys in camelCase, e.g. contextTokens)."""
+
+    # where: the host block named by `host` gives target/token/workspace unless set at the top level
+    host: str | None = None
+    hosts: dict[str, HostBlock] = {}
+    target: str | None = None
+    token: str | None = None
+    workspace: str | None = None
+    timeout: float = Field(5.0, gt=0, validation_alias=AliasChoices("timeout", "requestTimeout"))
+    # who
+    peer_name: str = "user"
+    ai_peer: str = "assistant"
+    pin_user_peer: bool = False
+    user_peer_aliases: dict[str, str] = {}
+    runtime_peer_prefix: str = ""
+    a2a_sessions: bool = True
+    # which session
+    session_strategy: SessionStrategy = "per-directory"
+    sessions: dict[str, str] = {}  # manual mappings: absolute directory -> session name
+    # the injected context
+    recall_mode: RecallMode = "hybrid"
+    context_tokens: int | None = Field(None, ge=1)
+    context_cadence: int = Field(1, ge=1)
+    dialectic_cadence: int = Field(2, ge=1)
+    dialectic_depth: int = 1
+    dialectic_depth_levels: list[Level] | None = None
+    dialectic_reasoning_level: Level = "low"
+    dialectic_dynamic: bool = True
+    dialectic_max_chars: int = Field(600, ge=1)
+    dialectic_max_input_chars: int = Field(10_000, ge=1)
+    reasoning_heuristic: bool = True
+    reasoning_level_cap: Level = "high"
+    init_on_session_start: bool = False
+    # writing
+    write_frequency: WriteFrequency = "async"
+    save_messages: bool = True
+    message_max_chars: int = Field(25_000, ge=1, le=25_000)
+    # observation
+    observation_mode: Literal["directional", "unified"] = "directional"
+    observation: Observation | None = None
+
+    @field_validator("dialectic_depth", mode="after")
+    @classmethod
+    def _clamp_depth(cls, depth: int) -> int:
+        return min(max(depth, 1), 3)
+
+    @field_validator("peer_name", "ai_peer", "runtime_peer_prefix", mode="after")
+    @classmethod
+    def _id_like(cls, value: str) -> str:
+        if value and not PEER_ID.match(value):
+            raise ValueError(f"{value!r} is not a peer id (letters, digits, _ and -)")
+        return value
+
+    def _host_block(self) -> HostBlock:
+        if self.host is None:
+            return HostBlock()
+        if self.host not in self.hosts:
+            raise ConfigError(f"host {self.host!r} has no block in hosts (known: {sorted(self.hosts)})")
+        return self.hosts[self.host]
+
+    @property
+    def resolved_target(self) -> str:
+        return self.target or self._host_block().target
+
+    @property
+    def resolved_token(self) -> str | None:
+        return self.token or self._host_block().token
+
+    @property
+    def resolved_workspace(self) -> str:
+        return self.workspace or self._host_block().workspace or "default"
+
+    @property
+    def flags(self) -> Observation:
+        """The observation toggles: the explicit block if given, else the preset."""
+        return self.observation or PRESETS[self.observation_mode]
+
+    def public(self) -> dict[str, Any]:
+        """The settings as JSON keys, every token masked (for status output and logs)."""
+        data = self.model_dump(by_alias=True, mode="json")
+        if data.get("token"):
+            data["token"] = "***"
+        for block in data.get("hosts", {}).values():
+            if block.get("token"):
+                block["token"] = "***"
+        return data
+
+
+def global_path(env: Mapping[str, str] = os.environ) -> Path:
+    return Path(env.get("PEERLOG_MEMORY_GLOBAL") or Path.home() / ".peerlog" / "memory.json")
+
+
+def local_path(env: Mapping[str, str] = os.environ) -> Path:
+    return Path(env.get("PEERLOG_MEMORY_HOME") or Path.cwd() / ".peerlog") / "memory.json"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}: not JSON: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the settings must be a JSON object")
+    return data
+
+
+def _env_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)  # numbers, booleans, lists, objects
+    except json.JSONDecodeError:
+        return raw  # a plain string
+
+
+def env_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """The settings given by environment variables, by JSON key."""
+    keys = {to_camel(name): name for name in MemoryConfig.model_fields}
+    out: dict[str, Any] = {}
+    for var, raw in env.items():
+        if var in ENV_KEYS:
+            out[to_camel(ENV_KEYS[var])] = raw if ENV_KEYS[var] in ("token", "target", "workspace", "host") \
+                else _env_value(raw)
+        elif var.startswith("PEERLOG_MEMORY_") and var not in ("PEERLOG_MEMORY_GLOBAL", "PEERLOG_MEMORY_HOME"):
+            key = to_camel(var.removeprefix("PEERLOG_MEMORY_").lower())
+            if key not in keys:
+                raise ConfigError(f"{var}: no setting {key!r}")
+            out[key] = _env_value(raw)
+    return out
+
+
+def validate(layers: list[tuple[str, dict[str, Any]]]) -> MemoryConfig:
+    """The config from (where, keys) layers, later ones winning; errors name the key and its origin."""
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for where, data in layers:
+        for key, value in data.items():
+            merged[key], origin[key] = value, where
+    try:
+        return MemoryConfig.model_validate(merged)
+    except ValidationError as error:
+        problems = []
+        for e in error.errors():
+            key = str(e["loc"][0]) if e["loc"] else "?"
+            path = ".".join(str(p) for p in e["loc"])
+            problems.append(f"{path} ({origin.get(key, 'default')}): {e['msg']}")
+        raise ConfigError("invalid memory settings: " + "; ".join(problems)) from None
+
+
+def load_config(env: Mapping[str, str] = os.environ, **overrides: Any) -> MemoryConfig:
+    """The settings from the global file, the profile-local file, the environment, then `overrides`
+    (JSON keys or field names)."""
+    g, p = global_path(env), local_path(env)
+    return validate([(str(g), _read(g)), (str(p), _read(p)), ("environment", env_overrides(env)),
+                     ("arguments", {to_camel(k): v for k, v in overrides.items()})])
+
+
+def save_local(changes: dict[str, Any], env: Mapping[str, str] = os.environ) -> Path:
+    """Write `changes` (JSON keys) into the profile-local file, checking the result first."""
+    path = local_path(env)
+    data = {**_read(path), **changes}
+    validate([(str(path), data)])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path

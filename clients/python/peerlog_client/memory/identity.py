@@ -1,0 +1,78 @@
+"""Who a turn is from and which session it goes to: the identity resolver and the session strategies."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from peerlog_client.memory.config import MemoryConfig
+
+_NOT_ID = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def safe_id(text: str) -> str:
+    """`text` as a server id: runs of other characters become '-', at most 512 characters."""
+    return _NOT_ID.sub("-", text).strip("-")[:512] or "default"
+
+
+@dataclass(frozen=True)
+class Sender:
+    """Who wrote a turn: the platform's id for them (None off-gateway) and whether they are a bot."""
+
+    runtime_id: str | None = None
+    is_bot: bool = False
+
+
+def user_peer(config: MemoryConfig, sender: Sender | None = None) -> str:
+    """The peer a human's turn is written under, first match wins: pinUserPeer, userPeerAliases[id],
+    runtimePeerPrefix + id, the raw id, peerName. A bot is never pinned nor aliased: it is its own peer."""
+    runtime_id = sender.runtime_id if sender else None
+    if sender and sender.is_bot and runtime_id:
+        return safe_id(f"bot-{runtime_id}")
+    if not runtime_id:
+        return config.peer_name
+    if config.pin_user_peer:
+        return config.peer_name
+    if runtime_id in config.user_peer_aliases:
+        return config.user_peer_aliases[runtime_id]
+    if config.runtime_peer_prefix:
+        return safe_id(f"{config.runtime_peer_prefix}{runtime_id}")
+    return safe_id(runtime_id)
+
+
+def a2a_session(peer_id: str) -> str:
+    """The session of a bot sender's turns: one per sender, never the human's."""
+    return safe_id(f"a2a-{peer_id}")
+
+
+def repo_root(directory: Path) -> Path | None:
+    """The nearest directory at or above `directory` holding .git."""
+    for candidate in (directory, *directory.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return None
+
+
+def session_name(config: MemoryConfig, directory: Path, *, gateway_key: str | None = None,
+                 title: str | None = None, run_id: str | None = None) -> str:
+    """The session for this run: a gateway's stable chat key; else per-session (a fresh one per run);
+    else a manual mapping of the directory, an explicit title, then the strategy."""
+    if gateway_key:
+        return safe_id(gateway_key)
+    if config.session_strategy == "per-session":
+        return safe_id(f"run-{run_id or uuid.uuid4().hex[:12]}")
+    directory = directory.resolve()
+    if str(directory) in config.sessions:
+        return safe_id(config.sessions[str(directory)])
+    if title:
+        return safe_id(title)
+    if config.session_strategy == "global":
+        return "global"
+    if config.session_strategy == "per-repo":
+        root = repo_root(directory)
+        return safe_id(f"repo-{(root or directory).name}")
+    # the name to read it by, a hash of the path so two folders of one name stay apart
+    return safe_id(f"dir-{directory.name}-{hashlib.sha256(str(directory).encode()).hexdigest()[:6]}")

@@ -1,0 +1,355 @@
+"""The memory provider: what an agent loop calls around each turn.
+
+    memory = MemoryProvider(load_config(), directory=Path.cwd())
+    memory.start()                                   # session, observation settings, prewarm
+    system = base_prompt + "\\n\\n" + memory.context_for_turn(user_text)
+    ... the model answers, maybe calling memory.dispatch(name, args) for memory.tools("openai") ...
+    memory.record_turn(user_text, answer)
+    memory.close()                                   # sends what is still queued
+
+Every server call is bounded by `timeout` (a turn's memory work as a whole too) and fails open: the
+turn goes on without memory, and the failure is logged and counted in `stats`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from peerlog_client import MemberSpec, Peerlog
+from peerlog_client._sync import Peer, Session, Workspace
+from peerlog_client.memory import policy
+from peerlog_client.memory.config import MemoryConfig, PeerFlags
+from peerlog_client.memory.identity import Sender, a2a_session, session_name, user_peer
+from peerlog_client.memory.writer import Writer
+from peerlog_client.models import NewMessage
+
+log = logging.getLogger("peerlog_client.memory")
+T = TypeVar("T")
+
+
+class MemoryUnavailable(RuntimeError):
+    """The server could not be reached within `timeout` (raised by tools only; turns fail open)."""
+
+
+@dataclass
+class Stats:
+    """What the provider did: by turn, which layers it refreshed; what failed open, by operation."""
+
+    turns: int = 0
+    base_refreshes: list[int] = field(default_factory=list)  # the turns that fetched the base layer
+    dialectic_runs: list[int] = field(default_factory=list)  # the turns that ran the dialectic
+    dialectic_passes: list[str] = field(default_factory=list)  # the level of every Chat pass made
+    prewarm_handed_over: bool = False
+    sync_fallbacks: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    timeouts: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class _Layers:
+    """The cached context layers of one user peer, and the turns they were refreshed at."""
+
+    base: str = ""
+    dialectic: str = ""
+    base_turn: int | None = None
+    dialectic_turn: int | None = None
+
+
+class MemoryProvider:
+    """Peerlog memory for one agent: context before each turn, messages after it, five tools.
+
+    config: the settings (load_config()). directory: the working directory the session strategy maps
+    (default: the current one). session: a fixed session name (a gateway's chat key) that overrides
+    the strategy. title: an explicit session title. client: a Peerlog to use instead of making one.
+    """
+
+    def __init__(self, config: MemoryConfig, *, directory: Path | None = None, session: str | None = None,
+                 title: str | None = None, client: Peerlog | None = None) -> None:
+        self.config = config
+        self.session_id = session_name(config, directory or Path.cwd(), gateway_key=session, title=title)
+        self.client = client or Peerlog(config.resolved_target, token=config.resolved_token,
+                                        timeout=config.timeout)
+        self._own_client = client is None
+        self.stats = Stats()
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="peerlog-memory")
+        self._lock = threading.RLock()  # the handles below
+        self._ws: Workspace | None = None
+        self._peers: dict[str, Peer] = {}
+        self._sessions: dict[str, Session] = {}
+        self.flags: dict[str, PeerFlags] = {}  # peer -> the observation toggles in force (the server's)
+        self._layers: dict[str, _Layers] = {}
+        self._prewarm: Future[str | None] | None = None
+        self._turn_sender: Sender | None = None  # set from context_for_turn to record_turn
+        self._turns_unwritten = 0
+        self.writer = Writer(self._send, background=config.write_frequency == "async",
+                             on_failure=lambda e: self._failed("write", e))
+
+    # --- what the agent loop calls -----------------------------------------------------------
+
+    def start(self) -> None:
+        """Ready the session. hybrid/context: in the background, then a prewarm dialectic at full depth
+        for turn 1. tools: only with initOnSessionStart, and then synchronously (bounded by timeout)."""
+        if self.config.recall_mode == "tools":
+            if self.config.init_on_session_start:
+                self._bounded("start", lambda: self._session_for(self.config.peer_name), self._deadline())
+            return
+        self._prewarm = self._pool.submit(self._prewarm_run)
+
+    def context_for_turn(self, user_message: str = "", *, sender: Sender | None = None) -> str:
+        """The memory to add to the system prompt for this turn ("" in tools mode or when none is at
+        hand). Refreshes what the cadences say is due; never takes longer than `timeout`."""
+        with self._lock:
+            self.stats.turns += 1
+            turn = self.stats.turns
+            self._turn_sender = sender
+        user = user_peer(self.config, sender)
+        layers = self._layers.setdefault(user, _Layers())
+        due = policy.due(self.config, turn, layers.base_turn, layers.dialectic_turn)
+        deadline = self._deadline()
+        if due.base:
+            self._refresh(layers, "base", turn, self._bounded("context", lambda: self._base_layer(user), deadline))
+        if due.dialectic:
+            self._refresh(layers, "dialectic", turn, self._dialectic_for_turn(user, user_message, turn, deadline))
+        return policy.assemble(layers.base, layers.dialectic, self.config)
+
+    def record_turn(self, user_message: str, assistant_message: str, *, sender: Sender | None = None) -> None:
+        """Queue the turn's two messages (chunked to messageMaxChars) and send them as writeFrequency
+        says: async (in the background), turn (now), session (at close) or every N turns."""
+        sender = sender or self._turn_sender
+        self._turn_sender = None
+        if not self.config.save_messages or (sender and sender.is_bot and not self.config.a2a_sessions):
+            return  # not saved; or a bot's turn, which without a2aSessions is left out entirely
+        user = user_peer(self.config, sender)
+        session = a2a_session(user) if sender and sender.is_bot else self.session_id
+        self.writer.add(session, [*self._chunked(user, user_message), *self._chunked(self.config.ai_peer,
+                                                                                      assistant_message)])
+        frequency = self.config.write_frequency
+        self._turns_unwritten += 1
+        if frequency == "turn" or (isinstance(frequency, int) and self._turns_unwritten >= frequency):
+            self._turns_unwritten = 0
+            self.writer.flush(self.config.timeout)
+
+    @property
+    def bot_turn(self) -> bool:
+        """True while a turn from another bot runs: the profile and conclude tools refuse writes."""
+        return bool(self._turn_sender and self._turn_sender.is_bot)
+
+    def tools(self, fmt: str = "openai") -> list[dict[str, Any]]:
+        """The five tools' schemas ("openai" or "anthropic"); none in context mode."""
+        from peerlog_client.memory.tools import schemas
+
+        return [] if self.config.recall_mode == "context" else schemas(self.config, fmt)
+
+    def dispatch(self, name: str, args: dict[str, Any] | str | None) -> str:
+        """Run a tool call; the result (or what went wrong) as text for the model."""
+        from peerlog_client.memory.tools import dispatch
+
+        return dispatch(self, name, args)
+
+    def wait_prewarm(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the prewarm; True when it has landed (whether or not it got an answer)."""
+        if self._prewarm is None:
+            return False
+        try:
+            self._prewarm.exception(timeout=timeout)
+        except FutureTimeout:
+            return False
+        return True
+
+    def flush(self) -> bool:
+        return self.writer.flush(self.config.timeout)
+
+    def close(self) -> None:
+        """Send what is still queued (bounded by timeout), then let go of the connection."""
+        self.writer.close(self.config.timeout)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._own_client:
+            self.client.close()
+
+    def __enter__(self) -> MemoryProvider:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- handles, for the tools too ----------------------------------------------------------
+
+    def workspace(self) -> Workspace:
+        with self._lock:
+            if self._ws is None:
+                self._ws = self.client.workspace(self.config.resolved_workspace)
+            return self._ws
+
+    def peer(self, peer_id: str) -> Peer:
+        with self._lock:
+            if peer_id not in self._peers:
+                self._peers[peer_id] = self.workspace().peer(peer_id)
+            return self._peers[peer_id]
+
+    def _session_for(self, user: str, session_id: str | None = None) -> Session:
+        """The session with `user` and the AI as members: new members get the configured observation
+        toggles, existing ones keep the server's, which are read back into `flags`."""
+        session_id = session_id or self.session_id
+        with self._lock:
+            session = self._sessions.get(session_id)
+            members = {m.peer_id for m in session.info.memberships if m.left_at is None} if session else set()
+            if session is None or user not in members:
+                wanted = self.config.flags
+                specs = [MemberSpec(p, observe_me=f.observe_me, observe_others=f.observe_others)
+                         for p, f in ((user, wanted.user), (self.config.ai_peer, wanted.ai))]
+                self.peer(user), self.peer(self.config.ai_peer)
+                session = self.workspace().session(session_id, members=specs)
+                self._sessions[session_id] = session
+            for m in session.info.memberships:
+                if m.left_at is None:
+                    self.flags[m.peer_id] = PeerFlags(observe_me=m.observe_me if m.observe_me is not None
+                                                      else True, observe_others=m.observe_others)
+            return session
+
+    def observer_of(self, user: str) -> str:
+        """Whose knowledge about `user` the layers and tools read: the AI's when it observes others,
+        else the user's own self-model."""
+        ai = self.flags.get(self.config.ai_peer, self.config.flags.ai)
+        return self.config.ai_peer if ai.observe_others else user
+
+    def current_user(self) -> str:
+        return user_peer(self.config, self._turn_sender)
+
+    def current_session(self) -> Session:
+        user = self.current_user()
+        bot = self._turn_sender is not None and self._turn_sender.is_bot
+        return self._session_for(user, a2a_session(user) if bot else None)
+
+    # --- the layers ----------------------------------------------------------------------------
+
+    def _base_layer(self, user: str) -> str:
+        """Session summary, what is known about the user and their card, the AI's self-model and card."""
+        session = self._session_for(user)
+        ctx = session.context(tokens=(self.config.context_tokens or 2000), observer=self.observer_of(user),
+                              target=user)
+        ai = self.peer(self.config.ai_peer)
+        self_model, card = ai.representation(), ai.card()
+        sections = [
+            ("This conversation so far", ctx.summary),
+            (f"What is known about {user}", ctx.representation),
+            (f"{user}'s card", "\n".join(f"- {e}" for e in ctx.peer_card)),
+            (f"What you ({self.config.ai_peer}) know about yourself", self_model.markdown),
+            ("Your identity card", "\n".join(f"- {e}" for e in card.entries)),
+        ]
+        return "\n\n".join(f"# {title}\n{body.strip()}" for title, body in sections if body.strip())
+
+    def dialectic(self, user: str, query: str, level: str, depth: int, warm: bool,
+                  deadline: float | None = None) -> str:
+        """Ask peerlog's dialectic in up to `depth` passes (assessment, self-audit, reconciliation),
+        stopping early after a pass with strong signal; the last answer."""
+        answers: list[str] = []
+        observer = self.peer(self.observer_of(user))
+        session = self._session_for(user)
+        for index, pass_level in enumerate(policy.pass_levels(depth, level, self.config.dialectic_depth_levels)):
+            prompt = policy.first_prompt(warm, query) if index == 0 else policy.next_prompt(answers)
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            answer = observer.chat(policy.truncate_words(prompt, self.config.dialectic_max_input_chars),
+                                   target=user, session=session, level=pass_level, timeout=remaining)
+            self.stats.dialectic_passes.append(pass_level)
+            answers.append(answer.answer)
+            if policy.strong_signal(answer.answer):
+                break
+        return answers[-1]
+
+    def _prewarm_run(self) -> str | None:
+        """Before turn 1: the base layer, then the dialectic at full depth (each fails open)."""
+        user = self.config.peer_name
+        base = self._bounded("prewarm", lambda: self._base_layer(user), self._deadline())
+        if base is not None:
+            layers = self._layers.setdefault(user, _Layers())
+            layers.base = base
+        level = self.config.dialectic_reasoning_level
+        return self._bounded("prewarm", lambda: self.dialectic(user, "", level, self.config.dialectic_depth,
+                                                              bool(base)), self._deadline())
+
+    def _dialectic_for_turn(self, user: str, query: str, turn: int, deadline: float) -> str | None:
+        layers = self._layers[user]
+        level = policy.query_level(self.config.dialectic_reasoning_level, query,
+                                   self.config.reasoning_level_cap, self.config.reasoning_heuristic)
+        if turn == 1 and self._prewarm is not None and user == self.config.peer_name:
+            if self._prewarm.done() and self._prewarm.result():
+                self.stats.prewarm_handed_over = True
+                return self._prewarm.result()
+            # the prewarm has not landed: one bounded pass now instead of waiting for it
+            self.stats.sync_fallbacks += 1
+            return self._bounded("dialectic", lambda: self.dialectic(user, query, level, 1, bool(layers.base),
+                                                                     deadline), deadline)
+        return self._bounded("dialectic", lambda: self.dialectic(
+            user, query, level, self.config.dialectic_depth, bool(layers.base), deadline), deadline)
+
+    def _refresh(self, layers: _Layers, layer: str, turn: int, text: str | None) -> None:
+        """Keep a fetched layer; a failed fetch keeps the old one and stays due for the next turn."""
+        if text is None:
+            return
+        setattr(layers, layer, text)
+        setattr(layers, f"{layer}_turn", turn)
+        (self.stats.base_refreshes if layer == "base" else self.stats.dialectic_runs).append(turn)
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def _chunked(self, peer_id: str, text: str) -> list[NewMessage]:
+        """A message as ordered chunks of at most messageMaxChars, each tagged with its place."""
+        pieces = policy.chunks(text, self.config.message_max_chars)
+        if len(pieces) == 1:
+            return [NewMessage(peer_id, text)]
+        return [NewMessage(peer_id, piece, metadata={"chunk": i, "chunks": len(pieces)})
+                for i, piece in enumerate(pieces)]
+
+    def _send(self, session_id: str, messages: list[NewMessage]) -> None:
+        session = None
+        for author in sorted({m.peer_id for m in messages} - {self.config.ai_peer}):
+            session = self._session_for(author, session_id)  # each author must be a member
+        (session or self._session_for(self.config.peer_name, session_id)).add_messages(messages)
+
+    # --- failing open --------------------------------------------------------------------------
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.config.timeout
+
+    def _bounded(self, what: str, work: Callable[[], T], deadline: float) -> T | None:
+        """work() in a worker thread, waited for until `deadline`; None (logged, counted) if it fails
+        or is late. A late call goes on in its thread, bounded by the client's own deadline."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            self._timed_out(what)
+            return None
+        future = self._pool.submit(work)
+        try:
+            return future.result(timeout=remaining)
+        except FutureTimeout:
+            self._timed_out(what)
+        except Exception as error:  # noqa: BLE001 - fail open: whatever went wrong, the turn goes on
+            self._failed(what, error)
+        return None
+
+    def call(self, what: str, work: Callable[[], T]) -> T:
+        """work() bounded by timeout, for the tools: raises MemoryUnavailable instead of hanging."""
+        future = self._pool.submit(work)
+        try:
+            return future.result(timeout=self.config.timeout)
+        except FutureTimeout:
+            self._timed_out(what)
+            raise MemoryUnavailable(f"peerlog did not answer within {self.config.timeout} s") from None
+
+    def _timed_out(self, what: str) -> None:
+        self.stats.timeouts[what] += 1
+        log.warning("peerlog memory: %s took longer than %.1f s; going on without it", what, self.config.timeout)
+
+    def _failed(self, what: str, error: Exception) -> None:
+        self.stats.failures[what] += 1
+        log.warning("peerlog memory: %s failed (%s: %s); going on without it", what, type(error).__name__, error)

@@ -1,0 +1,193 @@
+"""The five memory tools, each declared once: a pydantic input (its JSON schema), a description, a
+handler. `schemas(config, "openai" | "anthropic")` for the model, `dispatch(provider, name, args)` to run one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from peerlog_client.errors import PeerlogError
+from peerlog_client.memory.config import Level, MemoryConfig
+
+if TYPE_CHECKING:
+    from peerlog_client.memory.provider import MemoryProvider
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProfileArgs(_Args):
+    peer: str = Field("user", description='Whose card: "user" (the person you talk to) or "ai" (yourself).',
+                      pattern="^(user|ai)$")
+    card: list[str] | None = Field(None, description=(
+        "To replace the card: every entry, each starting with IDENTITY:, ATTRIBUTE:, RELATIONSHIP: or "
+        "INSTRUCTION:. Leave out to read the card."))
+
+
+class SearchArgs(_Args):
+    query: str = Field(description="What to look for, in words.", min_length=1)
+    limit: int = Field(8, ge=1, le=50, description="How many excerpts at most.")
+
+
+class ContextArgs(_Args):
+    search_query: str = Field("", description="Optional: also bring up the past messages most relevant to this.")
+    tokens: int = Field(2000, ge=100, le=50_000, description="The most tokens the context may take.")
+
+
+class ReasoningArgs(_Args):
+    query: str = Field(description="A question about the person, in natural language.", min_length=1)
+
+
+class DynamicReasoningArgs(ReasoningArgs):
+    reasoning_level: Level | None = Field(None, description=(
+        "How hard to think: minimal, low, medium, high or max (default: the configured level)."))
+
+
+class ConcludeArgs(_Args):
+    conclusion: str | None = Field(None, description="A fact about the person to remember.", min_length=1)
+    delete_id: str | None = Field(None, description=(
+        "The id of a conclusion to delete (for personal data that must go); deletes only that one."),
+        pattern="^[A-Za-z0-9_-]{1,512}$")
+
+    @model_validator(mode="after")
+    def _one(self) -> ConcludeArgs:
+        if (self.conclusion is None) == (self.delete_id is None):
+            raise ValueError("give exactly one of conclusion (to create) or delete_id (to delete)")
+        return self
+
+
+class RefusedDuringBotTurn(Exception):
+    """Profile and conclude write about the human; a turn from another bot must not."""
+
+
+# --- handlers: (provider, args) -> a JSON-able result ---------------------------------------------
+
+def _profile(p: MemoryProvider, a: ProfileArgs) -> Any:
+    user = p.current_user()
+    observer, target = (p.observer_of(user), user) if a.peer == "user" else (p.config.ai_peer, None)
+    if a.card is None:
+        return {"peer": target or p.config.ai_peer, "card": list(p.peer(observer).card(target=target).entries)}
+    if p.bot_turn:
+        raise RefusedDuringBotTurn("peerlog_profile does not change cards during a turn from another bot")
+    card = p.peer(observer).set_card(a.card, target=target)
+    return {"peer": target or p.config.ai_peer, "card": list(card.entries), "updated": True}
+
+
+def _search(p: MemoryProvider, a: SearchArgs) -> Any:
+    user = p.current_user()
+    p.current_session()
+    hits = p.workspace().search(a.query, perspective=p.observer_of(user), limit=a.limit)
+    return [{"session": h.message.session_id, "peer": h.message.peer_id, "content": h.message.content,
+             "created_at": h.message.created_at.isoformat() if h.message.created_at else None,
+             "score": round(h.score, 4)} for h in hits]
+
+
+def _context(p: MemoryProvider, a: ContextArgs) -> Any:
+    user = p.current_user()
+    ctx = p.current_session().context(tokens=a.tokens, search_query=a.search_query,
+                                      observer=p.observer_of(user), target=user, assistant=p.config.ai_peer)
+    return {"summary": ctx.summary, "representation": ctx.representation, "card": list(ctx.peer_card),
+            "relevant_messages": [{"peer": r.peer_id, "session": r.session_id, "content": r.content}
+                                  for r in ctx.relevant_messages],
+            "recent_messages": [{"peer": m.peer_id, "content": m.content} for m in ctx.messages]}
+
+
+def _reasoning(p: MemoryProvider, a: ReasoningArgs) -> Any:
+    level = getattr(a, "reasoning_level", None) or p.config.dialectic_reasoning_level
+    user = p.current_user()
+    query = a.query[:p.config.dialectic_max_input_chars]
+    answer = p.peer(p.observer_of(user)).chat(query, target=user, session=p.current_session(), level=level,
+                                              timeout=p.config.timeout)
+    return {"answer": answer.answer, "level": level}
+
+
+def _conclude(p: MemoryProvider, a: ConcludeArgs) -> Any:
+    if p.bot_turn:
+        raise RefusedDuringBotTurn("peerlog_conclude does not write during a turn from another bot")
+    user = p.current_user()
+    observer = p.observer_of(user)
+    if a.delete_id is not None:
+        found = p.workspace().observation(a.delete_id)
+        if (found.observer_id, found.observed_id) != (observer, user):
+            raise ValueError(f"{a.delete_id} is not a conclusion about {user}; nothing deleted")
+        p.workspace().delete_observation(a.delete_id, "deleted through peerlog_conclude")
+        return {"deleted": a.delete_id}
+    created = p.peer(observer).create_observations([a.conclusion], target=user)
+    return {"created": list(created.observation_ids)}
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    args: type[_Args]
+    handler: Callable[[MemoryProvider, Any], Any]
+
+
+TOOLS: dict[str, Tool] = {t.name: t for t in (
+    Tool("peerlog_profile", "Read the card of stable facts about the person (or about yourself), or replace "
+         "it by passing every entry in `card`.", ProfileArgs, _profile),
+    Tool("peerlog_search", "Search past conversations for raw excerpts about something, by meaning and "
+         "words; no synthesis.", SearchArgs, _search),
+    Tool("peerlog_context", "The full memory context of this session: summary, what is known about the "
+         "person, their card, and recent messages.", ContextArgs, _context),
+    Tool("peerlog_reasoning", "Ask peerlog's memory a question about the person and get a synthesized "
+         "answer from everything it has learned.", ReasoningArgs, _reasoning),
+    Tool("peerlog_conclude", "Remember a conclusion about the person (`conclusion`), or delete one by its "
+         "id (`delete_id`), e.g. personal data the person asked to forget.", ConcludeArgs, _conclude),
+)}
+TOOL_NAMES = tuple(TOOLS)
+
+
+def _args_model(tool: Tool, config: MemoryConfig) -> type[_Args]:
+    """With dialecticDynamic the model may pick the reasoning level; without it the parameter is absent."""
+    return DynamicReasoningArgs if tool.args is ReasoningArgs and config.dialectic_dynamic else tool.args
+
+
+def input_schema(tool: Tool, config: MemoryConfig) -> dict[str, Any]:
+    schema = _args_model(tool, config).model_json_schema()
+    schema.pop("title", None)
+    return schema
+
+
+def schemas(config: MemoryConfig, fmt: str = "openai") -> list[dict[str, Any]]:
+    """Every tool in OpenAI's function-tool format or Anthropic's tool format."""
+    if fmt == "openai":
+        return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                  "parameters": input_schema(t, config)}} for t in TOOLS.values()]
+    if fmt == "anthropic":
+        return [{"name": t.name, "description": t.description, "input_schema": input_schema(t, config)}
+                for t in TOOLS.values()]
+    raise ValueError(f"unknown tool format {fmt!r}: openai or anthropic")
+
+
+def run(provider: MemoryProvider, name: str, args: dict[str, Any] | str | None) -> Any:
+    """Run a tool; raises ValueError for a bad name or arguments, PeerlogError and the like for the rest."""
+    if name not in TOOLS:
+        raise ValueError(f"no tool {name!r} (tools: {', '.join(TOOLS)})")
+    if provider.config.recall_mode == "context":
+        raise ValueError("memory tools are off in context mode")
+    tool = TOOLS[name]
+    raw = json.loads(args) if isinstance(args, str) else (args or {})
+    parsed = _args_model(tool, provider.config).model_validate(raw)
+    return provider.call(name, lambda: tool.handler(provider, parsed))
+
+
+def dispatch(provider: MemoryProvider, name: str, args: dict[str, Any] | str | None) -> str:
+    """Run a tool call and answer in text for the model: its result as JSON, or an error line. It never
+    raises for what the model or the server did wrong."""
+    try:
+        return json.dumps(run(provider, name, args), ensure_ascii=False)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors())
+        return f"error: invalid arguments for {name}: {problems}"
+    except (ValueError, RefusedDuringBotTurn, PeerlogError) as error:
+        return f"error: {error}"
+    except Exception as error:  # noqa: BLE001 - MemoryUnavailable, and whatever else: the turn goes on
+        provider.stats.failures[name] += 1
+        return f"error: peerlog memory is unavailable ({error})"

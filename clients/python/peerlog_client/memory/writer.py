@@ -1,0 +1,103 @@
+"""The message writer: turns queued in order and sent when writeFrequency says; a failed send keeps them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from peerlog_client.models import NewMessage
+
+log = logging.getLogger("peerlog_client.memory")
+MAX_PER_APPEND = 100  # the server's limit on messages in one AddMessages
+RETRY_S = 0.5  # an async writer's pause after a failed send
+
+
+@dataclass(frozen=True)
+class Pending:
+    session: str
+    message: NewMessage
+
+
+class Writer:
+    """Queued messages, sent in order by `send(session, messages)` (which raises on failure). `flush` sends
+    what is queued, oldest first, at most one flush at a time; what a failure leaves stays queued. In
+    `async` mode a background thread flushes whenever something is queued and retries after failures."""
+
+    def __init__(self, send: Callable[[str, list[NewMessage]], None], background: bool,
+                 on_failure: Callable[[Exception], None]) -> None:
+        self._send, self._on_failure = send, on_failure
+        self._queue: deque[Pending] = deque()
+        self._lock = threading.Lock()  # the queue
+        self._flushing = threading.Lock()  # one flush at a time, so order holds
+        self._wake = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="peerlog-writer", daemon=True) if background else None
+        if self._thread:
+            self._thread.start()
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    def add(self, session: str, messages: list[NewMessage]) -> None:
+        with self._lock:
+            self._queue.extend(Pending(session, m) for m in messages)
+        self._wake.set()
+
+    def flush(self, timeout: float) -> bool:
+        """Send what is queued; True when the queue was emptied within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        if not self._flushing.acquire(timeout=max(timeout, 0.0)):
+            return False
+        try:
+            while time.monotonic() < deadline:
+                batch = self._next_batch()
+                if not batch:
+                    return True
+                try:
+                    self._send(batch[0].session, [p.message for p in batch])
+                except Exception as error:  # noqa: BLE001 - fail open: keep the turns, report, go on
+                    self._on_failure(error)
+                    return False
+                with self._lock:
+                    for _ in batch:
+                        self._queue.popleft()
+            return not self.pending
+        finally:
+            self._flushing.release()
+
+    def _next_batch(self) -> list[Pending]:
+        """The oldest messages of one session, at most MAX_PER_APPEND, left queued until sent."""
+        with self._lock:
+            batch: list[Pending] = []
+            for item in self._queue:
+                if len(batch) == MAX_PER_APPEND or (batch and item.session != batch[0].session):
+                    break
+                batch.append(item)
+            return batch
+
+    def _run(self) -> None:
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closed:
+                return
+            if not self.flush(timeout=60.0) and not self._closed:
+                time.sleep(RETRY_S)
+                self._wake.set()
+
+    def close(self, timeout: float) -> bool:
+        """Stop the background thread and send what is left; True when nothing is left."""
+        self._closed = True
+        self._wake.set()
+        if self._thread:
+            self._thread.join(timeout)
+        done = self.flush(timeout)
+        if not done:
+            log.warning("peerlog memory: %d message(s) not written at close", self.pending)
+        return done
