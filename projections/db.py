@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, exists, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from projections.schema import RETIRED_INDEXES, metadata, projection_meta
+from projections.schema import RETIRED_INDEXES, message_terms, messages, metadata, projection_meta
 from services.config import DatabaseSettings
 
 
@@ -44,6 +44,14 @@ def _upgrade_indexes(conn: Connection, schema: str) -> None:
             index.create(conn, checkfirst=True)
 
 
+def _backfill_terms(conn: Connection) -> None:
+    """A schema made before message_terms existed gets its messages copied there once (the projector
+    keeps it from then on); any other time the table is filled already, or there are no messages."""
+    columns = [c.name for c in message_terms.c]
+    conn.execute(insert(message_terms).from_select(columns, select(*(messages.c[c] for c in columns))
+                                                   .where(~exists(select(message_terms.c.message_id)))))
+
+
 def create_schema(engine: Engine, schema: str) -> None:
     """Create `schema` and every projection table in it, if missing."""
     with engine.begin() as conn:
@@ -54,5 +62,6 @@ def create_schema(engine: Engine, schema: str) -> None:
         mapped = conn.execution_options(schema_translate_map={None: schema})
         metadata.create_all(mapped)
         _upgrade_indexes(mapped, schema)
+        _backfill_terms(mapped)
         if mapped.execute(projection_meta.select()).first() is None:
             mapped.execute(projection_meta.insert().values(generation=uuid.uuid4().hex))

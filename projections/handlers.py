@@ -33,6 +33,7 @@ from projections.schema import (
     ACTIVE_EMBEDDING_MODEL,
     memberships,
     message_lexicon,
+    message_terms,
     messages,
     peers,
     pending_message_embeddings,
@@ -151,8 +152,10 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
         )
     _copy_in(conn, messages, rows)
     _set_counts(conn, next_seq)
-    _count_lexemes(conn, [(e.workspace_id, e.message_id) for e in fresh])
-    _take_pending_embeddings(conn, [(e.workspace_id, e.message_id) for e in fresh])
+    keys = [(e.workspace_id, e.message_id) for e in fresh]
+    _index_terms(conn, keys)
+    _count_lexemes(conn, keys)
+    _take_pending_embeddings(conn, keys)
 
 
 def messages_embedded(conn: Connection, events: Sequence[MessagesEmbedded]) -> None:
@@ -196,6 +199,13 @@ def _set_embeddings(conn: Connection, rows: list[dict]) -> None:
     if rows:
         conn.execute(_SET_EMBEDDING, [dict(w=r["workspace_id"], m=r["message_id"], v=r["embedding"],
                                            model=r["embedding_model"], e=r["event_id"]) for r in rows])
+
+
+def _index_terms(conn: Connection, keys: list[tuple[str, str]]) -> None:
+    """Copy the messages inserted just now into what lexical search scans (see schema.message_terms)."""
+    m, columns = messages.c, [c.name for c in message_terms.c]
+    conn.execute(insert(message_terms).from_select(
+        columns, select(*(m[c] for c in columns)).where(tuple_(m.workspace_id, m.message_id).in_(keys))))
 
 
 def _count_lexemes(conn: Connection, keys: list[tuple[str, str]]) -> None:

@@ -110,10 +110,27 @@ messages = Table(
     Column("embedding_event_id", Text, nullable=True),
     PrimaryKeyConstraint("workspace_id", "message_id"),
     UniqueConstraint("workspace_id", "session_id", "seq", name="messages_session_seq"),
-    Index("messages_fts", "content_tsv", postgresql_using="gin"),
     Index("messages_embedding", "embedding", postgresql_using="hnsw",
           postgresql_ops={"embedding": "vector_cosine_ops"}),
     Index("messages_by_peer", "workspace_id", "peer_id", "created_at"),
+)
+
+# what lexical search scans: each message's `content_tsv` and the columns the search filters on, copied
+# by the projector when it inserts the message. Not the messages table itself: its rows carry the
+# embedding (1.5 of their ~1.7 kB), so a query word held by 8,000 of 50,000 messages meant reading
+# 6,200 pages there and ~1,000 here, three times the time (tests/bench/README.md)
+message_terms = Table(
+    "message_terms",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("peer_id", Text, nullable=False),
+    Column("created_at", TS, nullable=False),
+    Column("recorded_at", TS, nullable=False),
+    Column("content_tsv", TSVECTOR, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "message_id"),
+    Index("message_terms_fts", "content_tsv", postgresql_using="gin"),
 )
 
 # per workspace, how many messages hold each lexeme of `content_tsv` (its document frequency), for the
@@ -198,7 +215,7 @@ observations = Table(
 Index("observations_by_key_hash", observations.c.workspace_id, observations.c.observer_id,
       observations.c.observed_id, func.md5(observations.c.content_key))
 # indexes an older schema has that this one replaced; create_schema drops them
-RETIRED_INDEXES = ("observations_by_key",)
+RETIRED_INDEXES = ("observations_by_key", "messages_fts")
 
 
 def content_key_matches(key):
@@ -405,7 +422,7 @@ projection_meta = Table(
 # tables whose rows are the projection proper (compared row for row after a rebuild);
 # pending_message_embeddings is left out: what waits there depends on the order topics were read in
 DATA_TABLES = (
-    workspaces, peers, sessions, memberships, messages, message_lexicon, perceptions, observations, observation_sources,
+    workspaces, peers, sessions, memberships, messages, message_terms, message_lexicon, perceptions, observations, observation_sources,
     premises, observation_events, rejected_observations, derivation_batches, derivation_promotions, dreams, peer_cards, summaries, dead_letters, projection_offsets,
     quarantine,
 )

@@ -146,6 +146,49 @@ async def test_a_question_naming_the_author_finds_the_authors_turns_by_words(set
     assert sorted(authors[m] for m in found) == ["bob", "bob"]
 
 
+async def lexical_ids(settings, query: str) -> list[str]:
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from projections.message_search import MessageSearch, Shape, lexical, params
+
+    search = MessageSearch(workspace_id="w", query=query, vector=None, limit=10)
+    engine = create_async_engine(settings.database.url).execution_options(
+        schema_translate_map={None: settings.database.schema_name})
+    async with engine.connect() as conn:
+        found = [r.message_id for r in await conn.execute(lexical(Shape.of(search)), params(search))]
+    await engine.dispose()
+    return found
+
+
+async def test_a_query_word_that_looks_like_an_operator_is_matched_as_written(channel, settings):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    texts = ["The freezer showed -5 at dawn", "The freezer showed 5 at dawn", "It's O'Neil's \\ backslash day"]
+    token = (await c.add("w", "s", [("alice", t) for t in texts])).consistency_token
+    await search_ws(c, "warm-up", consistency={"consistency_token": token})
+    ids = {r.message.content: r.message.message_id for r in (await search_ws(c, "freezer dawn o'neil", limit=10)).results}
+    # '-5' is a lexeme of its own: read as an operator it meant "not 5" and found every other message
+    assert await lexical_ids(settings, "what was -5") == [ids[texts[0]]]
+    assert await lexical_ids(settings, "O'Neil's \\") == [ids[texts[2]]]
+
+
+async def test_a_schema_from_before_the_lexical_table_gets_its_messages_indexed_at_start(settings, garden):
+    from sqlalchemy import text
+
+    from projections.db import create_schema
+    from projections.schema import message_terms
+
+    engine = sync_engine(settings.database)
+    with engine.begin() as conn:
+        conn.execute(text(f'DROP TABLE "{settings.database.schema_name}".message_terms'))
+    create_schema(engine, settings.database.schema_name)
+    create_schema(engine, settings.database.schema_name)  # once filled, starting again copies nothing
+    with engine.connect() as conn:
+        assert conn.scalar(select(func.count()).select_from(message_terms)) == 4
+    engine.dispose()
+    assert len(await lexical_ids(settings, "garden")) == 4
+
+
 async def test_each_filter_narrows_both_rankings(garden):
     c, _, _ = garden
 
