@@ -90,6 +90,7 @@ class MemoryProvider:
         self._prewarm: Future[str | None] | None = None
         self._turn_sender: Sender | None = None  # set from context_for_turn to record_turn
         self._turns_unwritten = 0
+        self._turn_spent = 0.0  # seconds the current turn's context took, out of its timeout
         self.writer = Writer(self._send, background=config.write_frequency == "async",
                              on_failure=lambda e: self._failed("write", e))
 
@@ -114,11 +115,13 @@ class MemoryProvider:
         user = user_peer(self.config, sender)
         layers = self._layers.setdefault(user, _Layers())
         due = policy.due(self.config, turn, layers.base_turn, layers.dialectic_turn)
-        deadline = self._deadline()
+        started = time.monotonic()
+        deadline = started + self.config.timeout
         if due.base:
             self._refresh(layers, "base", turn, self._bounded("context", lambda: self._base_layer(user), deadline))
         if due.dialectic:
             self._refresh(layers, "dialectic", turn, self._dialectic_for_turn(user, user_message, turn, deadline))
+        self._turn_spent = time.monotonic() - started
         return policy.assemble(layers.base, layers.dialectic, self.config)
 
     def record_turn(self, user_message: str, assistant_message: str, *, sender: Sender | None = None) -> None:
@@ -136,7 +139,9 @@ class MemoryProvider:
         self._turns_unwritten += 1
         if frequency == "turn" or (isinstance(frequency, int) and self._turns_unwritten >= frequency):
             self._turns_unwritten = 0
-            self.writer.flush(self.config.timeout)
+            # the turn's memory work as a whole stays within timeout: the write gets what the context left
+            budget, self._turn_spent = self.config.timeout - self._turn_spent, 0.0
+            self._bounded("write", lambda: self.writer.flush(budget), time.monotonic() + budget)
 
     @property
     def bot_turn(self) -> bool:
@@ -261,10 +266,12 @@ class MemoryProvider:
             answer = observer.chat(policy.truncate_words(prompt, self.config.dialectic_max_input_chars),
                                    target=user, session=session, level=pass_level, timeout=remaining)
             self.stats.dialectic_passes.append(pass_level)
+            if answer.abstained:
+                break  # nothing in memory about the user yet: a further pass would find nothing either
             answers.append(answer.answer)
             if policy.strong_signal(answer.answer):
                 break
-        return answers[-1]
+        return answers[-1] if answers else ""
 
     def _prewarm_run(self) -> str | None:
         """Before turn 1: the base layer, then the dialectic at full depth (each fails open)."""
