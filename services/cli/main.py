@@ -300,5 +300,15 @@ def demo(root: Path = typer.Option(Path(".peerlog/demo"), "--dir")) -> None:
     run_demo(root)
 
 
+@app.command("mcp")
+def mcp_stdio() -> None:
+    """Serve the agent memory tools (peerlog_profile, _search, _context, _reasoning, _conclude) to an MCP
+    client over stdio; settings as peerlog-memory's (PEERLOG_TARGET, PEERLOG_TOKEN, memory.json)."""
+    from peerlog_client.memory.mcp_server import serve
+
+    serve()
+
+
 if __name__ == "__main__":
     app()
+

@@ -86,7 +86,7 @@ class MemoryConfig(_Strict):
     pin_user_peer: bool = False
     user_peer_aliases: dict[str, str] = {}
     runtime_peer_prefix: str = ""
-    a2a_sessions: bool = True
+    a2a_sessions: bool = Field(True, alias="a2aSessions")  # to_camel would say a2ASessions
     # which session
     session_strategy: SessionStrategy = "per-directory"
     sessions: dict[str, str] = {}  # manual mappings: absolute directory -> session name
@@ -186,19 +186,23 @@ def _env_value(raw: str) -> Any:
         return raw  # a plain string
 
 
+def _key(name: str) -> str:
+    """The JSON key of a field."""
+    return MemoryConfig.model_fields[name].alias or to_camel(name)
+
+
 def env_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """The settings given by environment variables, by JSON key."""
-    keys = {to_camel(name): name for name in MemoryConfig.model_fields}
     out: dict[str, Any] = {}
     for var, raw in env.items():
         if var in ENV_KEYS:
-            out[to_camel(ENV_KEYS[var])] = raw if ENV_KEYS[var] in ("token", "target", "workspace", "host") \
-                else _env_value(raw)
+            name = ENV_KEYS[var]
+            out[_key(name)] = raw if name in ("token", "target", "workspace", "host") else _env_value(raw)
         elif var.startswith("PEERLOG_MEMORY_") and var not in ("PEERLOG_MEMORY_GLOBAL", "PEERLOG_MEMORY_HOME"):
-            key = to_camel(var.removeprefix("PEERLOG_MEMORY_").lower())
-            if key not in keys:
-                raise ConfigError(f"{var}: no setting {key!r}")
-            out[key] = _env_value(raw)
+            name = var.removeprefix("PEERLOG_MEMORY_").lower()
+            if name not in MemoryConfig.model_fields:
+                raise ConfigError(f"{var}: no such setting")
+            out[_key(name)] = _env_value(raw)
     return out
 
 
@@ -225,7 +229,8 @@ def load_config(env: Mapping[str, str] = os.environ, **overrides: Any) -> Memory
     (JSON keys or field names)."""
     g, p = global_path(env), local_path(env)
     return validate([(str(g), _read(g)), (str(p), _read(p)), ("environment", env_overrides(env)),
-                     ("arguments", {to_camel(k): v for k, v in overrides.items()})])
+                     ("arguments", {_key(k) if k in MemoryConfig.model_fields else k: v
+                                    for k, v in overrides.items()})])
 
 
 def save_local(changes: dict[str, Any], env: Mapping[str, str] = os.environ) -> Path:

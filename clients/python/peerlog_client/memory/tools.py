@@ -80,7 +80,6 @@ def _profile(p: MemoryProvider, a: ProfileArgs) -> Any:
 
 def _search(p: MemoryProvider, a: SearchArgs) -> Any:
     user = p.current_user()
-    p.current_session()
     hits = p.workspace().search(a.query, perspective=p.observer_of(user), limit=a.limit)
     return [{"session": h.message.session_id, "peer": h.message.peer_id, "content": h.message.content,
              "created_at": h.message.created_at.isoformat() if h.message.created_at else None,
@@ -175,7 +174,12 @@ def run(provider: MemoryProvider, name: str, args: dict[str, Any] | str | None) 
     tool = TOOLS[name]
     raw = json.loads(args) if isinstance(args, str) else (args or {})
     parsed = _args_model(tool, provider.config).model_validate(raw)
-    return provider.call(name, lambda: tool.handler(provider, parsed))
+
+    def work() -> Any:
+        provider.current_session()  # created on the first tool call unless initOnSessionStart made it
+        return tool.handler(provider, parsed)
+
+    return provider.call(name, work)
 
 
 def dispatch(provider: MemoryProvider, name: str, args: dict[str, Any] | str | None) -> str:

@@ -1,0 +1,328 @@
+"""peerlog_client.memory against the real stack (Kafka, Postgres, projector, API server) and the HTTP test
+model behind Chat: cadences, depth passes, prewarm, levels, recall modes, presets, chunking, failing open."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from peerlog_client import MemberSpec, Peerlog
+from peerlog_client.memory import MemoryProvider, Sender
+from peerlog_client.memory.config import validate
+from services.config import DialecticSettings
+from services.llm.settings import LlmSettings
+from tests.integration.test_client_library import ApiInThread, admin_token
+from tests.support.model_server import Reply
+
+WEAK = "Not much yet."
+STRONG = "\n".join(f"- Alice fact number {i}: she keeps bees, lives in Lisbon and likes long walks." for i in range(8))
+
+
+@pytest.fixture
+def api(settings, projector, model_server) -> Iterator[ApiInThread]:
+    llm = LlmSettings(base_url=model_server.base_url, model="test-model", timeout_s=10, max_retries=0)
+    running = ApiInThread(settings.model_copy(update={"llm": llm, "dialectic": DialecticSettings()})).start()
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def make_provider(api, settings, tmp_path) -> Iterator:
+    made: list[MemoryProvider] = []
+
+    def make(**keys) -> MemoryProvider:
+        config = validate([("test", {"target": api.address, "token": admin_token(settings), "workspace": "acme",
+                                     "peerName": "alice", "aiPeer": "bot", "sessionStrategy": "global",
+                                     "timeout": 5, "writeFrequency": "turn", **keys})])
+        provider = MemoryProvider(config, directory=tmp_path)
+        made.append(provider)
+        return provider
+
+    yield make
+    for provider in made:
+        provider.close()
+
+
+def seeded(memory: MemoryProvider) -> MemoryProvider:
+    """A first exchange in the session: with nothing about the pair, Chat abstains without a model call."""
+    memory.record_turn("I keep bees on my roof in Lisbon", "How many hives?")
+    memory.flush()
+    return memory
+
+
+def chats(model_server) -> list[dict]:
+    """The chat completion requests the dialectic made (embeddings are another route)."""
+    return model_server.chat_requests()
+
+
+def prompt_text(request: dict) -> str:
+    return "\n".join(str(m.get("content")) for m in request["messages"])
+
+
+@pytest.mark.parametrize(("context_cadence", "dialectic_cadence", "base_turns", "dialectic_turns"), [
+    (1, 2, [1, 2, 3, 4, 5, 6, 7], [1, 3, 5, 7]),
+    (3, 1, [1, 4, 7], [1, 2, 3, 4, 5, 6, 7]),
+    (2, 5, [1, 3, 5, 7], [1, 6]),
+])
+def test_cadences_count_turns_for_each_knob(make_provider, model_server, context_cadence, dialectic_cadence,
+                                             base_turns, dialectic_turns):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = seeded(make_provider(contextCadence=context_cadence, dialecticCadence=dialectic_cadence))
+    for i in range(7):
+        memory.context_for_turn(f"message {i}")
+        memory.record_turn(f"message {i}", f"answer {i}")
+    assert memory.stats.base_refreshes == base_turns
+    assert memory.stats.dialectic_runs == dialectic_turns
+    assert len(chats(model_server)) == len(dialectic_turns)  # depth 1: one Chat, one model call, per run
+
+
+def test_depth_three_runs_assessment_audit_and_reconciliation_at_rising_levels(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = seeded(make_provider(dialecticDepth=3, dialecticReasoningLevel="medium"))
+    context = memory.context_for_turn("hi")
+    assert memory.stats.dialectic_passes == ["minimal", "low", "medium"]
+    prompts = [prompt_text(r) for r in chats(model_server)]
+    assert len(prompts) == 3
+    assert "Who is this person?" in prompts[0]  # cold: no base context yet
+    assert "Audit it" in prompts[1] and WEAK in prompts[1]
+    assert "contradictions" in prompts[2]
+    assert WEAK in context
+
+
+def test_given_depth_levels_replace_the_proportional_ones(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = seeded(make_provider(dialecticDepth=2, dialecticDepthLevels=["high", "minimal"]))
+    memory.context_for_turn("hi")
+    assert memory.stats.dialectic_passes == ["high", "minimal"]
+
+
+def test_a_pass_with_strong_signal_ends_the_run_early(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=STRONG))
+    memory = seeded(make_provider(dialecticDepth=3, dialecticMaxChars=5000))
+    context = memory.context_for_turn("hi")
+    assert len(memory.stats.dialectic_passes) == 1 and len(chats(model_server)) == 1
+    assert "Alice fact number 7" in context
+
+
+def test_the_warm_prompt_is_used_once_base_context_exists(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = seeded(make_provider())
+    memory.context_for_turn("first")  # nothing about alice at all: cold
+    memory.peer("bot").set_card(["ATTRIBUTE: keeps bees"], target="alice")  # now the base layer has her card
+    memory.context_for_turn("second")
+    memory.context_for_turn("third: what about my bees?")
+    prompts = [prompt_text(r) for r in chats(model_server)]
+    assert "Who is this person?" in prompts[0]
+    assert "discussed in this session" in prompts[-1] and "what about my bees?" in prompts[-1]
+
+
+def test_prewarm_is_handed_to_turn_1(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content="Prewarmed: Alice likes bees."))
+    memory = seeded(make_provider(dialecticDepth=2))
+    memory.start()
+    assert memory.wait_prewarm(10)
+    made = len(chats(model_server))
+    assert made == 2  # the prewarm runs at full depth
+    context = memory.context_for_turn("hello")
+    assert "Prewarmed: Alice likes bees." in context
+    assert memory.stats.prewarm_handed_over and len(chats(model_server)) == made
+    assert memory.stats.dialectic_runs == [1]
+
+
+def test_turn_1_makes_one_bounded_call_when_the_prewarm_is_late(make_provider, model_server):
+    model_server.script([Reply(content="too late", delay_s=4), Reply(content="Fallback: Alice likes tea.")])
+    memory = seeded(make_provider(timeout=2))
+    memory.start()
+    deadline = time.monotonic() + 10
+    while not chats(model_server) and time.monotonic() < deadline:
+        time.sleep(0.02)  # the prewarm's Chat is waiting on its slow model reply
+    started = time.monotonic()
+    context = memory.context_for_turn("hello")
+    assert time.monotonic() - started < 2 + 0.1
+    assert memory.stats.sync_fallbacks == 1 and not memory.stats.prewarm_handed_over
+    assert "Fallback: Alice likes tea." in context
+
+
+def test_the_dialectic_level_rises_with_the_query_length_up_to_the_cap(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = seeded(make_provider(dialecticCadence=1, reasoningLevelCap="medium"))
+    for query in ("short", "x" * 120, "y" * 400):
+        memory.context_for_turn(query)
+    assert memory.stats.dialectic_passes == ["low", "medium", "medium"]
+    pinned = seeded(make_provider(dialecticCadence=1, reasoningHeuristic=False))
+    pinned.context_for_turn("z" * 500)
+    assert pinned.stats.dialectic_passes == ["low"]
+
+
+@pytest.mark.parametrize(("mode", "injects", "tools"), [("hybrid", True, 5), ("context", True, 0), ("tools", False, 5)])
+def test_each_recall_mode_injects_and_offers_tools_as_its_table_says(make_provider, model_server, mode, injects,
+                                                                      tools):
+    model_server.reply_with(lambda request: Reply(content="Alice keeps bees."))
+    memory = seeded(make_provider(recallMode=mode))
+    memory.start()
+    memory.wait_prewarm(10)
+    context = memory.context_for_turn("what do you know?")
+    assert ("Alice keeps bees." in context) is injects
+    assert (len(chats(model_server)) > 0) is injects  # tools mode calls nothing on its own
+    assert len(memory.tools("openai")) == len(memory.tools("anthropic")) == tools
+    answer = memory.dispatch("peerlog_reasoning", {"query": "What does Alice keep?"})
+    if tools:
+        assert '"answer": "Alice keeps bees."' in answer
+    else:
+        assert answer.startswith("error:") and "context mode" in answer
+
+
+def test_tools_mode_with_init_on_session_start_creates_the_session_at_start(make_provider):
+    memory = make_provider(recallMode="tools", initOnSessionStart=True)
+    memory.start()
+    assert [s.session_id for s in memory.workspace().sessions()] == ["global"]
+    lazy = make_provider(recallMode="tools", sessionStrategy="per-session")
+    lazy.start()
+    assert lazy.session_id not in [s.session_id for s in lazy.workspace().sessions()]
+
+
+def members(memory: MemoryProvider) -> dict[str, tuple[bool | None, bool]]:
+    session = memory.workspace().session("global", create=False)
+    return {m.peer_id: (m.observe_me, m.observe_others) for m in session.info.memberships if m.left_at is None}
+
+
+@pytest.mark.parametrize(("keys", "expected"), [
+    ({"observationMode": "directional"}, {"alice": (True, True), "bot": (True, True)}),
+    ({"observationMode": "unified"}, {"alice": (True, False), "bot": (False, True)}),
+    ({"observation": {"user": {"observeMe": True, "observeOthers": False},
+                      "ai": {"observeMe": True, "observeOthers": False}}},
+     {"alice": (True, False), "bot": (True, False)}),
+])
+def test_observation_presets_become_the_session_member_settings(make_provider, keys, expected):
+    memory = make_provider(**keys)
+    memory.record_turn("hi", "hello")
+    assert members(memory) == expected
+    assert {p: (f.observe_me, f.observe_others) for p, f in memory.flags.items()} == expected
+
+
+def test_server_side_member_settings_win_and_are_read_back(make_provider):
+    memory = make_provider(observationMode="directional")
+    ws = memory.client.workspace("acme")
+    ws.peer("alice"), ws.peer("bot")
+    ws.session("global", members=[MemberSpec("alice", observe_me=False), MemberSpec("bot", observe_others=False)])
+    memory.record_turn("hi", "hello")
+    assert members(memory) == {"alice": (False, False), "bot": (None, False)}
+    assert memory.observer_of("alice") == "alice"  # the bot does not observe others: read alice's self-model
+
+
+def test_chunking_keeps_order_and_loses_nothing(make_provider):
+    memory = make_provider(messageMaxChars=1000)
+    long = " ".join(f"word{i:04d}" for i in range(400))  # 3,599 characters
+    memory.record_turn("before", "ok")
+    memory.record_turn(long, "a" * 2500)
+    memory.record_turn("after", "done")
+    got = list(memory.workspace().session("global", create=False).messages())
+    alice = [m for m in got if m.peer_id == "alice"]
+    assert [m.content for m in alice][0] == "before" and alice[-1].content == "after"
+    pieces = alice[1:-1]
+    assert len(pieces) == 4 and all(len(m.content) <= 1000 for m in pieces)
+    assert "".join(m.content for m in pieces) == long
+    assert [m.metadata["chunk"] for m in pieces] == [0, 1, 2, 3]
+    assert "".join(m.content for m in got if m.peer_id == "bot" and m.content.startswith("a")) == "a" * 2500
+    assert [m.peer_id for m in got] == ["alice", "bot", *["alice"] * 4, *["bot"] * 3, "alice", "bot"]
+
+
+@pytest.mark.parametrize("frequency", ["async", "session", 2])
+def test_each_write_frequency_writes_every_turn_in_order_by_close(make_provider, frequency):
+    memory = make_provider(writeFrequency=frequency)
+    for i in range(3):
+        memory.record_turn(f"q{i}", f"a{i}")
+    if frequency == 2:  # every 2 turns: the first two are written, the third waits
+        assert [m.content for m in memory.workspace().session("global", create=False).messages()] == [
+            "q0", "a0", "q1", "a1"]
+    memory.close()
+    with Peerlog(memory.config.resolved_target, token=memory.config.resolved_token) as client:
+        client.remember_write(memory.client.consistency_token)  # the writes of the closed provider's client
+        got = [m.content for m in client.workspace("acme").session("global", create=False).messages()]
+    assert got == ["q0", "a0", "q1", "a1", "q2", "a2"]
+
+
+def test_save_messages_false_writes_nothing(make_provider):
+    memory = make_provider(saveMessages=False)
+    memory.record_turn("secret", "ok")
+    memory.close()
+    assert memory.writer.pending == 0
+    with Peerlog(memory.config.resolved_target, token=memory.config.resolved_token) as client:
+        assert [s.session_id for s in client.workspace("acme").sessions()] == []
+
+
+def test_a_bot_turn_goes_to_its_own_session_and_conclude_and_profile_refuse_writes(make_provider, model_server):
+    memory = make_provider(recallMode="tools")
+    memory.record_turn("hello human-bot", "hi")
+    memory.context_for_turn("ping from another bot", sender=Sender("helper", is_bot=True))
+    assert memory.bot_turn
+    refused = memory.dispatch("peerlog_conclude", {"conclusion": "The bot likes pings"})
+    assert refused.startswith("error:") and "another bot" in refused
+    assert "another bot" in memory.dispatch("peerlog_profile", {"card": ["ATTRIBUTE: x"]})
+    assert memory.dispatch("peerlog_profile", {}).startswith("{")  # reading is fine
+    memory.record_turn("ping from another bot", "pong")
+    assert not memory.bot_turn
+    ws = memory.workspace()
+    assert [m.content for m in ws.session("a2a-bot-helper", create=False).messages()] == [
+        "ping from another bot", "pong"]
+    assert [m.content for m in ws.session("global", create=False).messages()] == ["hello human-bot", "hi"]
+    skipping = make_provider(a2aSessions=False, workspace="other")
+    skipping.record_turn("ping", "pong", sender=Sender("helper", is_bot=True))
+    assert list(skipping.workspace().sessions()) == []
+
+
+def test_gateway_users_are_written_under_their_resolved_peers(make_provider):
+    memory = make_provider(userPeerAliases={"7654321": "alice"}, runtimePeerPrefix="tg_")
+    memory.record_turn("from the owner", "ok", sender=Sender("7654321"))
+    memory.record_turn("from a stranger", "ok", sender=Sender("42"))
+    got = [(m.peer_id, m.content) for m in memory.workspace().session("global", create=False).messages()]
+    assert got == [("alice", "from the owner"), ("bot", "ok"), ("tg_42", "from a stranger"), ("bot", "ok")]
+
+
+def test_the_five_tools_round_trip_against_the_server(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content="Alice keeps bees."))
+    memory = seeded(make_provider(recallMode="tools"))
+    created = memory.dispatch("peerlog_conclude", {"conclusion": "Alice keeps bees"})
+    observation_id = __import__("json").loads(created)["created"][0]
+    assert "Alice keeps bees" in memory.dispatch("peerlog_context", {"search_query": "bees"})
+    assert "roof in Lisbon" in memory.dispatch("peerlog_search", {"query": "bees roof"})
+    assert "ATTRIBUTE: keeps bees" in memory.dispatch("peerlog_profile", {"card": ["ATTRIBUTE: keeps bees"]})
+    assert "ATTRIBUTE: keeps bees" in memory.dispatch("peerlog_profile", {})
+    assert "Alice keeps bees." in memory.dispatch("peerlog_reasoning", {"query": "hobbies?", "reasoning_level": "minimal"})
+    assert memory.dispatch("peerlog_conclude", {"delete_id": observation_id}) == f'{{"deleted": "{observation_id}"}}'
+    assert memory.workspace().observation(observation_id).deleted_at is not None
+    # deletes only by id: no content, no query, and never another pair's observation
+    assert "exactly one" in memory.dispatch("peerlog_conclude", {})
+    assert "invalid arguments" in memory.dispatch("peerlog_conclude", {"delete_id": "bees*"})
+    other = memory.peer("bot").create_observations(["the bot is a bot"]).observation_ids[0]
+    assert "nothing deleted" in memory.dispatch("peerlog_conclude", {"delete_id": other})
+    assert memory.workspace().observation(other).deleted_at is None
+
+
+def test_a_stopped_server_costs_a_turn_at_most_timeout_and_later_writes_arrive(make_provider, api, model_server,
+                                                                               caplog):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = seeded(make_provider(timeout=1.0, dialecticCadence=1, writeFrequency="turn"))
+    memory.context_for_turn("before")
+    memory.record_turn("before", "ok")
+    api.stop()
+    for text in ("while down 1", "while down 2"):
+        started = time.monotonic()
+        context = memory.context_for_turn(text)
+        memory.record_turn(text, "ok")
+        assert time.monotonic() - started <= 1.0 + 0.1  # context and write together, within timeout
+        assert WEAK in context  # the cached layers are still served
+    # failed (refused connections, retried until the client gives up) or timed out: either way counted and logged
+    assert memory.stats.failures["context"] + memory.stats.timeouts["context"] == 2
+    assert memory.stats.failures["write"] + memory.stats.timeouts["write"] == 2 and memory.writer.pending == 4
+    assert sum("going on without it" in r.message for r in caplog.records) >= 4
+    api.start()
+    memory.record_turn("after", "back")
+    deadline = time.monotonic() + 15
+    while not memory.flush() and time.monotonic() < deadline:
+        time.sleep(0.2)  # the channel reconnects with backoff; writes fail fast until then
+    got = [m.content for m in memory.workspace().session("global", create=False).messages()][2:]
+    assert got == ["before", "ok", "while down 1", "ok", "while down 2", "ok", "after", "back"]
