@@ -42,7 +42,7 @@ class DeriverProcessor:
         # one side producer for progress markers and clock ticks: both must be visible at once
         self.emitter = Emitter(settings.kafka, "peerlog-deriver")
         store = ObservationStore(create_async_engine(settings.database.url, pool_size=8),
-                                 settings.database.schema_name, settings.embedding.model)
+                                 settings.database.schema_name, settings.embedding.model, settings.deriver)
         self.deriver = Deriver(settings.deriver, ModelClient("deriver", settings.llm.stage("deriver")),
                                make_embedder(settings.embedding), store, self.emitter.emit)
 

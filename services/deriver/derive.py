@@ -16,7 +16,7 @@ from services.deriver.batching import Pending
 from services.deriver.judge import Known, Pair, batch_id, judge
 from services.deriver.prompt import PROMPT_VERSION, Extraction, build_messages
 from services.deriver.settings import DeriverSettings
-from services.deriver.store import ObservationStore
+from services.deriver.store import ObservationStore, StoreUnavailable
 from services.events import (
     BatchDerived,
     DerivationDeadLettered,
@@ -28,10 +28,13 @@ from services.events import (
 from services.events.text import normalise
 from services.llm.client import ModelClient
 from services.llm.embeddings import Embedder
-from services.llm.errors import ModelError
+from services.llm.errors import EmbeddingError, ModelError
 
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
+# what a batch may fail on that is not the deriver's fault: the chat or embedding model (each already
+# retried by its client), the projections (retried by the store). The batch is parked, the worker goes on
+INFRASTRUCTURE = (ModelError, EmbeddingError, StoreUnavailable)
 
 
 @dataclass(frozen=True)
@@ -63,12 +66,12 @@ class Deriver:
         try:
             completion = await self.model.structured(
                 build_messages(pair.observer_id, pair.observed_id, window), Extraction, name="extraction")
-        except ModelError as exc:
+            return await self._judge(pair, window, recent, completion, base, started)
+        except INFRASTRUCTURE as exc:
             log.warning("batch %s dead-lettered: %s", bid, exc)
             attempts = getattr(exc, "attempts", None) or self.model.settings.max_retries + 1
             return Outcome([DerivationDeadLettered(producer=self.producer(), error=str(exc)[:4000],
                                                    attempts=max(1, attempts), **base)], recent)
-        return await self._judge(pair, window, recent, completion, base, started)
 
     async def _judge(self, pair, window, recent, completion, base, started) -> Outcome:
         facts = completion.value.facts

@@ -155,7 +155,8 @@ class Rederivation:
         self.deriver = Deriver(self.settings.deriver, ModelClient("deriver", stage),
                                make_embedder(self.settings.embedding),
                                ObservationStore(self.engine, self.settings.database.schema_name,
-                                                self.settings.embedding.model), self.log.append)
+                                                self.settings.embedding.model, self.settings.deriver),
+                               self.log.append)
         return self
 
     async def __aexit__(self, *exc) -> None:

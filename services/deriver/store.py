@@ -10,13 +10,18 @@ import logging
 from collections.abc import Sequence
 
 from sqlalchemy import text
-from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from services.deriver.judge import Known, Pair
+from services.deriver.settings import DeriverSettings
 from services.events import Level
 
 log = logging.getLogger(__name__)
+# the database, not the query: a refused or dropped connection, an exhausted pool
+_TRANSIENT = (OperationalError, InterfaceError, PoolTimeout)
 
 _LIVE = ("superseded_by IS NULL AND deleted_at IS NULL AND workspace_id = :w AND observer_id = :o "
          "AND observed_id = :d AND derivation = :v")
@@ -32,11 +37,36 @@ def _known(row) -> Known:
     return Known(row.observation_id, Level(row.level), row.content_key, row.session_id, emb)
 
 
+class StoreUnavailable(Exception):
+    """The projections could not be read, even after the retries."""
+
+    def __init__(self, attempts: int, last_error: BaseException) -> None:
+        super().__init__(f"observation store unavailable after {attempts} attempt(s): {last_error}")
+        self.attempts = attempts
+
+
 class ObservationStore:
-    def __init__(self, engine: AsyncEngine, schema: str, embedding_model: str) -> None:
+    def __init__(self, engine: AsyncEngine, schema: str, embedding_model: str,
+                 settings: DeriverSettings | None = None) -> None:
         self.engine = engine
         self.table = f'"{schema}".observations'
         self.embedding_model = embedding_model  # near duplicates are looked for among its vectors only
+        self.settings = settings or DeriverSettings()
+
+    async def _read(self, sql: str, params: dict) -> list:
+        """The rows of one query, retried with backoff while the database is unreachable."""
+        s, attempts = self.settings, 0
+        try:
+            async for attempt in AsyncRetrying(
+                    stop=stop_after_attempt(s.store_retries + 1), retry=retry_if_exception_type(_TRANSIENT),
+                    wait=wait_exponential_jitter(initial=s.store_backoff_s, max=s.store_max_backoff_s), reraise=True):
+                with attempt:
+                    attempts += 1
+                    async with self.engine.connect() as conn:
+                        return (await conn.execute(text(sql), params)).all()
+        except _TRANSIENT as exc:
+            raise StoreUnavailable(attempts, getattr(exc, "orig", None) or exc) from exc
+        raise AssertionError("unreachable: the retry loop returns or raises")
 
     async def candidates(self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]) -> list[Known]:
         """Live explicit observations of the pair's derivation (dedup stays within it) with one of `keys`,
@@ -59,8 +89,7 @@ class ObservationStore:
         within = (f"WITH pair AS MATERIALIZED (SELECT {_PAIR_COLS} FROM {self.table} "
                   f"WHERE {_LIVE} AND level = 'explicit' AND embedding_model = :model) ") if embeddings else ""
         try:
-            async with self.engine.connect() as conn:
-                rows = (await conn.execute(text(within + " UNION ".join(queries)), params)).all()
+            rows = await self._read(within + " UNION ".join(queries), params)
         except ProgrammingError as exc:
             log.warning("no projection to de-duplicate against yet (%s); relying on recent state", exc.orig)
             return []

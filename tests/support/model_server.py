@@ -201,6 +201,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, completion_body(request, reply, created), reply.headers)
 
     def _embeddings(self, request: dict[str, Any]) -> None:
+        failing = self.server.owner._embeddings_status
+        if failing is not None:
+            self._send(failing, error_body(Reply(status=failing)), "application/json", {})
+            return
         texts = request.get("input", [])
         texts = [texts] if isinstance(texts, str) else texts
         dimensions = request.get("dimensions") or self.server.owner.embedding_dimensions
@@ -262,6 +266,7 @@ class ModelServer:
         self._script: deque[Reply] = deque()
         self._scripted = False
         self._handler: Callable[[dict[str, Any]], Reply] | None = None
+        self._embeddings_status: int | None = None
         self._http: _HttpServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -300,6 +305,11 @@ class ModelServer:
         """Answer chat requests with `handler(request_json)` once any scripted replies are used up."""
         with self._lock:
             self._handler = handler
+
+    def fail_embeddings(self, status: int | None) -> None:
+        """Answer embedding requests with HTTP `status` (an outage) until called with None."""
+        with self._lock:
+            self._embeddings_status = status
 
     def script(self, replies: Iterable[Reply]) -> None:
         """Answer the next chat requests with these replies, in order; a request past the end gets HTTP 400."""

@@ -1,0 +1,79 @@
+"""Issue 17 §2.3: an embedding or Postgres outage inside the deriver parks the batch (retried first, then
+dead-lettered, derivable later by `peerlog derivations retry`); the worker keeps running."""
+
+from __future__ import annotations
+
+import socket
+
+from sqlalchemy.engine import make_url
+
+from services.deriver.rederive import Scope
+from services.deriver.retry import retry
+from tests.integration.test_observations_api import until
+from tests.integration.test_rederive import current_rows
+from tests.support.client import Client
+from tests.support.extractor import extract_each_turn
+
+QUICK_RETRIES = {"PEERLOG_EMBEDDING_MAX_RETRIES": "1", "PEERLOG_EMBEDDING_BACKOFF_S": "0.05",
+                 "PEERLOG_DERIVER_STORE_RETRIES": "1", "PEERLOG_DERIVER_STORE_BACKOFF_S": "0.05"}
+
+
+def embedding_env(model_server) -> dict[str, str]:
+    """The deriver embeds with the test model server (over HTTP), so a test can take it down."""
+    return {"PEERLOG_EMBEDDING_PROVIDER": "openai", "PEERLOG_EMBEDDING_BASE_URL": model_server.base_url,
+            "PEERLOG_EMBEDDING_MODEL": "test-embedding"}
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def dead_letters(c: Client, n: int):
+    status = await until(lambda: c.processing_status("w"), lambda s: s.counts.dead_lettered >= n, timeout=90)
+    return status.dead_lettered_batches
+
+
+async def test_an_embedding_outage_parks_the_batch_keeps_the_worker_and_retry_derives_it_once(
+        channel, settings, model_server, start_worker):
+    model_server.reply_with(extract_each_turn)
+    model_server.fail_embeddings(503)
+    worker = start_worker("router,deriver", **embedding_env(model_server), **QUICK_RETRIES)
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    await c.add("w", "s", [("alice", "I live in Oslo")])
+    [parked] = await dead_letters(c, 1)
+    assert "unavailable" in parked.error and worker.proc.poll() is None
+
+    model_server.fail_embeddings(None)  # the outage ends: the same worker derives the next message
+    await c.add("w", "s", [("alice", "I have a cat")])
+    await until(lambda: c.processing_status("w"), lambda s: s.counts.done == 1, timeout=90)
+    assert worker.proc.poll() is None
+
+    here = settings.model_copy(update={
+        "llm": settings.llm.model_copy(update={"base_url": model_server.base_url}),
+        "embedding": settings.embedding.model_copy(update={
+            "provider": "openai", "base_url": model_server.base_url, "model": "test-embedding"})})
+    [report] = await retry(here, Scope("w"), progress=lambda _: None)
+    assert (report.messages, report.batches) == (1, 1)
+    status = await until(lambda: c.processing_status("w", token=report.consistency_token),
+                         lambda s: s.counts.done == 2)
+    assert status.counts.dead_lettered == 0
+    assert sorted(r["content"] for r in current_rows(settings)) == [
+        "The target said: I have a cat", "The target said: I live in Oslo"]  # nothing lost, nothing twice
+
+
+async def test_an_unreachable_database_parks_each_batch_and_the_worker_keeps_going(
+        channel, settings, model_server, start_worker):
+    model_server.reply_with(extract_each_turn)
+    nowhere = make_url(settings.database.url).set(port=closed_port()).render_as_string(hide_password=False)
+    worker = start_worker("router,deriver", PEERLOG_DATABASE_URL=nowhere, **QUICK_RETRIES)
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    await c.add("w", "s", [("alice", "I live in Oslo")])
+    [parked] = await dead_letters(c, 1)
+    assert "observation store unavailable after 2 attempt(s)" in parked.error
+    await c.add("w", "s", [("alice", "I have a cat")])
+    assert len(await dead_letters(c, 2)) == 2  # the worker is still consuming
+    assert worker.proc.poll() is None and not current_rows(settings)
