@@ -45,6 +45,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     select,
+    tuple_,
     union,
 )
 from sqlalchemy.dialects.postgresql import TSQUERY
@@ -70,6 +71,7 @@ class MessageSearch:
     after: datetime | None = None
     before: datetime | None = None
     limit: int = 10
+    include_adjacent: bool = False
 
 
 def list_stats(list_scores: Sequence[float]) -> tuple[float, float, float]:
@@ -283,3 +285,18 @@ async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[
         await conn.exec_driver_sql("SET hnsw.iterative_scan = relaxed_order; "
                                    f"SET hnsw.ef_search = {max(values['n'], 40):d}")
     return list((await conn.execute(fused(Shape.of(search)), values)).mappings().all())
+
+
+async def adjacent_turns(conn: AsyncConnection, search: MessageSearch,
+                         hits: Sequence[RowMapping]) -> dict[tuple[str, int], RowMapping]:
+    """The turns just before and after each hit in its session, by (session_id, seq). Only the
+    perspective applies: a hit's context may be another author's turn or outside the time range."""
+    wanted = sorted({(h["session_id"], h["seq"] + d) for h in hits for d in (-1, 1)})
+    if not wanted:
+        return {}
+    m = messages.c
+    stmt = select(*(m[c] for c in MESSAGE_COLUMNS)).where(
+        m.workspace_id == search.workspace_id, tuple_(m.session_id, m.seq).in_(wanted))
+    if search.perspective_id:
+        stmt = stmt.where(seen_while_member(messages, search.perspective_id))
+    return {(r["session_id"], r["seq"]): r for r in (await conn.execute(stmt)).mappings()}

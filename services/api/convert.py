@@ -375,15 +375,18 @@ def chat_chunk(event) -> dialectic_pb2.ChatChunk:
 def message_query(r, **scope) -> MessageSearch:
     """The search of any SearchMessages request (no vector yet); `scope` fixes what the request's level implies."""
     fields = dict(workspace_id=r.workspace_id, query=r.query, vector=None, perspective_id=r.perspective_peer_id,
-                  after=from_ts(r, "after"), before=from_ts(r, "before"), limit=r.limit)
+                  after=from_ts(r, "after"), before=from_ts(r, "before"), limit=r.limit,
+                  include_adjacent=r.include_adjacent)
     for name, proto_field in (("session_ids", "session_ids"), ("author_ids", "author_peer_ids")):
         if hasattr(r, proto_field):
             fields[name] = tuple(getattr(r, proto_field))
     return MessageSearch(**{**fields, **scope})
 
 
-def search_messages_response(rows, embedding_model: str) -> messages_pb2.SearchMessagesResponse:
-    return messages_pb2.SearchMessagesResponse(
-        results=[messages_pb2.ScoredMessage(message=message(r), score=r["score"]) for r in rows],
-        embedding_model=embedding_model,
-    )
+def search_messages_response(rows, adjacent, embedding_model: str) -> messages_pb2.SearchMessagesResponse:
+    """`adjacent` maps (session_id, seq) to the turns around the hits, when the request asked for them."""
+    def scored(r):
+        around = {name: message(a) for name, d in (("previous", -1), ("next", 1))
+                  if (a := adjacent.get((r["session_id"], r["seq"] + d))) is not None}
+        return messages_pb2.ScoredMessage(message=message(r), score=r["score"], **around)
+    return messages_pb2.SearchMessagesResponse(results=[scored(r) for r in rows], embedding_model=embedding_model)

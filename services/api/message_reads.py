@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.message_search import MessageSearch, search_messages
+from projections.message_search import MessageSearch, adjacent_turns, search_messages
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.writes import check_scope
@@ -37,14 +37,23 @@ def _check_scope(conn: AsyncConnection, q: MessageSearch):
     return check_scope(conn, q.workspace_id, q.session_ids, **peers)
 
 
-async def search(ctx: ApiContext, q: MessageSearch, token: str) -> list[RowMapping]:
+@dataclass(frozen=True)
+class Found:
+    """A search's hits, best first, and (when asked for) their adjacent turns by (session_id, seq)."""
+    hits: list[RowMapping]
+    adjacent: dict[tuple[str, int], RowMapping]
+
+
+async def search(ctx: ApiContext, q: MessageSearch, token: str) -> Found:
     """Messages matching the query by meaning and by words, fused by score with their neighbours, best first.
 
     `q` comes as the request put it: no vector yet (the query is embedded here), limit 0 = the default.
     """
     q = _checked(q)
     await ctx.freshness.wait(token)
-    # the query is embedded while the scope is checked; a NotFound discards the vector
-    async with ctx.embedding(q.query) as vector, ctx.engine.connect() as conn:
+    # the query is embedded while the scope is checked; a NotFound discards the vector. Hits and their
+    # adjacent turns are two statements: one snapshot for both
+    async with ctx.embedding(q.query) as vector, (ctx.snapshot() if q.include_adjacent else ctx.engine.connect()) as conn:
         await _check_scope(conn, q)
-        return await search_messages(conn, replace(q, vector=await vector, limit=q.limit or DEFAULT_LIMIT))
+        hits = await search_messages(conn, replace(q, vector=await vector, limit=q.limit or DEFAULT_LIMIT))
+        return Found(hits, await adjacent_turns(conn, q, hits) if q.include_adjacent else {})

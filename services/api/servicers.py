@@ -157,8 +157,8 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
 
 async def _search_messages(ctx: ApiContext, request, query):
     """The one implementation behind WorkspaceService, SessionService and PeerService.SearchMessages."""
-    rows = await message_reads.search(ctx, query, request.consistency.consistency_token)
-    return c.search_messages_response(rows, ctx.embedder.model_name)
+    found = await message_reads.search(ctx, query, request.consistency.consistency_token)
+    return c.search_messages_response(found.hits, found.adjacent, ctx.embedder.model_name)
 
 
 class MessageServicer(messages_pb2_grpc.MessageServiceServicer):

@@ -189,6 +189,26 @@ async def test_a_schema_from_before_the_lexical_table_gets_its_messages_indexed_
     assert len(await lexical_ids(settings, "garden")) == 4
 
 
+async def test_a_hit_carries_its_adjacent_turns_when_asked_and_only_those_its_perspective_saw(garden):
+    c, token, _ = garden
+
+    async def top(**kw):
+        out = await search_ws(c, "slugs ate the lettuce", limit=1, session_ids=["s1"],
+                              consistency={"consistency_token": token}, **kw)
+        hit = out.results[0]
+        assert hit.message.content.startswith("garden 2")
+        return [hit.previous.content if hit.HasField("previous") else None,
+                hit.next.content if hit.HasField("next") else None]
+
+    assert await top() == [None, None]  # only when asked: they cost a read and bytes
+    assert await top(include_adjacent=True) == ["garden 1: the roses need pruning", "garden 3: the pond froze over"]
+    # the author filter picks hits, not their context: alice's turns still frame bob's
+    assert await top(include_adjacent=True, author_peer_ids=["bob"]) == [
+        "garden 1: the roses need pruning", "garden 3: the pond froze over"]
+    # carol joined after garden 1: she never saw it, so it is no context of hers
+    assert await top(include_adjacent=True, perspective_peer_id="carol") == [None, "garden 3: the pond froze over"]
+
+
 async def test_each_filter_narrows_both_rankings(garden):
     c, _, _ = garden
 

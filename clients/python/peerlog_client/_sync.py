@@ -127,10 +127,11 @@ def _page(size: int, token: str) -> common_pb2.PageRequest:
     return common_pb2.PageRequest(page_size=size, page_token=token)
 
 
-def _search_filters(perspective: Any, after: datetime | None, before: datetime | None, limit: int) -> dict[str, Any]:
+def _search_filters(perspective: Any, after: datetime | None, before: datetime | None, limit: int,
+                    include_adjacent: bool) -> dict[str, Any]:
     """The filters every SearchMessages request shares."""
     return {"perspective_peer_id": c.id_of(perspective), "after": c.timestamp(after),
-            "before": c.timestamp(before), "limit": limit}
+            "before": c.timestamp(before), "limit": limit, "include_adjacent": include_adjacent}
 
 
 def _searched(stub: type, request: Any) -> Call[tuple[m.ScoredMessage, ...]]:
@@ -290,11 +291,12 @@ class Workspace(_AsyncHandle):
         self, query: str, *, sessions: Iterable[str | Session] = (),
         authors: Iterable[str | Peer] = (), perspective: str | Peer | None = None,
         after: datetime | None = None, before: datetime | None = None, limit: int = 0,
+        include_adjacent: bool = False,
     ) -> tuple[m.ScoredMessage, ...]:
         """Messages of the workspace by meaning and words, best first; filters as SearchMessages."""
         return self._t.unary(_searched(WorkspaceServiceStub, wo.SearchWorkspaceMessagesRequest(
             workspace_id=self.id, query=query, session_ids=c.ids(sessions), author_peer_ids=c.ids(authors),
-            **_search_filters(perspective, after, before, limit))))
+            **_search_filters(perspective, after, before, limit, include_adjacent))))
 
     def message(self, message_id: str) -> m.Message:
         return self._t.unary(Call(MessageServiceStub, "GetMessage", ms.GetMessageRequest(
@@ -448,12 +450,12 @@ class Peer(_AsyncHandle):
     def search(
         self, query: str, *, sessions: Iterable[str | Session] = (),
         perspective: str | Peer | None = None, after: datetime | None = None,
-        before: datetime | None = None, limit: int = 0,
+        before: datetime | None = None, limit: int = 0, include_adjacent: bool = False,
     ) -> tuple[m.ScoredMessage, ...]:
         """The messages this peer wrote, by meaning and words, best first."""
         return self._t.unary(_searched(PeerServiceStub, pe.SearchPeerMessagesRequest(
             workspace_id=self.workspace_id, peer_id=self.id, query=query, session_ids=c.ids(sessions),
-            **_search_filters(perspective, after, before, limit))))
+            **_search_filters(perspective, after, before, limit, include_adjacent))))
 
     def sessions(self, *, page_size: int = 0) -> Iterator[m.Session]:
         """Every session this peer has been a member of, by id."""
@@ -524,12 +526,12 @@ class Session(_AsyncHandle):
     def search(
         self, query: str, *, authors: Iterable[str | Peer] = (),
         perspective: str | Peer | None = None, after: datetime | None = None,
-        before: datetime | None = None, limit: int = 0,
+        before: datetime | None = None, limit: int = 0, include_adjacent: bool = False,
     ) -> tuple[m.ScoredMessage, ...]:
         """The session's messages by meaning and words, best first."""
         return self._t.unary(_searched(SessionServiceStub, se.SearchSessionMessagesRequest(
             workspace_id=self.workspace_id, session_id=self.id, query=query, author_peer_ids=c.ids(authors),
-            **_search_filters(perspective, after, before, limit))))
+            **_search_filters(perspective, after, before, limit, include_adjacent))))
 
     def add_members(self, *members: str | Peer | m.MemberSpec) -> m.Session:
         """Add peers (AlreadyExists if one is a member now); returns the session as it is now."""

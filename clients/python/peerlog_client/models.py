@@ -116,10 +116,13 @@ class Message:
 
 @frozen
 class ScoredMessage:
-    """A search hit; `score` is comparable within one result list only (higher is better)."""
+    """A search hit; `score` is comparable within one result list only (higher is better). With
+    `include_adjacent=True`, the turns just before and after it in its session, when there are any."""
 
     message: Message
     score: float
+    previous: Message | None = None
+    next: Message | None = None
 
 
 @frozen

@@ -94,12 +94,16 @@ class GetMessageRequest(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., message_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
 
 class ScoredMessage(_message.Message):
-    __slots__ = ("message", "score")
+    __slots__ = ("message", "score", "previous", "next")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
     message: Message
     score: float
-    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., score: _Optional[float] = ...) -> None: ...
+    previous: Message
+    next: Message
+    def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., score: _Optional[float] = ..., previous: _Optional[_Union[Message, _Mapping]] = ..., next: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
 
 class SearchMessagesResponse(_message.Message):
     __slots__ = ("results", "embedding_model")
