@@ -11,7 +11,17 @@ from services.events import Event, ProducerInfo, SummaryDeadLettered, SummaryKin
 from services.llm.client import ModelClient
 from services.llm.errors import ModelError
 from services.llm.tokens import count_tokens
-from services.summarizer.policy import SessionSummaries, clip_words, due, evolve, failed, summarised, word_limit
+from services.summarizer.policy import (
+    Dropped,
+    SessionSummaries,
+    bounded,
+    clip_words,
+    due,
+    evolve,
+    failed,
+    summarised,
+    word_limit,
+)
 from services.summarizer.prompt import PROMPT_VERSION, build_messages
 
 if TYPE_CHECKING:
@@ -41,7 +51,19 @@ class Summarizer:
             out.append(result)
             state = summarised(state, result) if isinstance(result, SummaryUpdated) else failed(
                 state, kind, self.settings)
+        state, dropped = bounded(state, self.settings)  # the state is one record: it must fit the broker's limit
+        out += [self.dropped(d, event) for d in dropped]
         return Step(out, {event.key: state.model_dump(mode="json")})
+
+    def dropped(self, gone: Dropped, event) -> SummaryDeadLettered:
+        """The dead letter of messages that fell out of the pending state while the model kept failing."""
+        log.warning("summary %s of %s: messages %d-%d dropped unsummarised", gone.kind, event.session_id,
+                    gone.first_seq, gone.last_seq)
+        error = (f"messages {gone.first_seq}-{gone.last_seq} of the session fell out of the pending {gone.kind} "
+                 f"summary (over {self.settings.pending_max_bytes} bytes) while the model kept failing")
+        return SummaryDeadLettered(workspace_id=event.workspace_id, session_id=event.session_id, kind=gone.kind,
+                                   last_seq=gone.last_seq, error=error, attempts=gone.failures,
+                                   causation_id=event.event_id, producer=self.producer(self.model.settings.model))
 
     async def summarise(self, state: SessionSummaries, kind: SummaryKind, event):
         """A SummaryUpdated for `kind`, or SummaryDeadLettered when the model keeps failing."""

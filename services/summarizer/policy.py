@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.events import Event, MessageAppended, SessionCreated, SummaryKind, SummaryUpdated
@@ -28,6 +31,17 @@ class Track(BaseModel):
     pending: tuple[Line, ...] = ()
     previous: str = ""
     due_at: int = 0  # pending count at which the next attempt is made (0 = the configured cadence)
+    failures: int = 0  # dead-lettered attempts since the last summary
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """Pending messages of one kind that fell out of the bounded state unsummarised."""
+
+    kind: SummaryKind
+    first_seq: int
+    last_seq: int
+    failures: int
 
 
 class SessionSummaries(BaseModel):
@@ -58,13 +72,40 @@ def evolve(state: SessionSummaries, event: Event) -> SessionSummaries:
     return state
 
 
+def _weights(track: Track) -> list[int]:
+    """What each pending message weighs in the changelog record (its JSON-encoded text)."""
+    return [len(orjson.dumps(line.content)) for line in track.pending]
+
+
 def due(state: SessionSummaries, settings: SummarizerSettings) -> list[SummaryKind]:
-    """The kinds whose cadence the pending messages have reached."""
+    """The kinds whose cadence the pending messages have reached, or (unless waiting out a failure) their
+    byte bound: a long cadence must not make the bound drop messages a working model would summarise."""
     out = []
     for kind, track in state.tracks.items():
-        if len(track.pending) >= (track.due_at or cadence(state, kind, settings)):
+        if len(track.pending) >= (track.due_at or cadence(state, kind, settings)) or (
+                not track.due_at and sum(_weights(track)) > settings.pending_max_bytes):
             out.append(kind)
     return out
+
+
+def bounded(state: SessionSummaries, settings: SummarizerSettings) -> tuple[SessionSummaries, list[Dropped]]:
+    """The state with each kind's pending text within `pending_max_bytes`, and what fell out. A kind over
+    the bound loses its oldest messages down to half of it, so a model that keeps failing costs one dead
+    letter per half-bound of messages rather than one per message; its next attempt keeps its distance."""
+    tracks, dropped = dict(state.tracks), []
+    for kind, track in state.tracks.items():
+        weights = _weights(track)
+        if sum(weights) <= settings.pending_max_bytes:
+            continue
+        keep, size = len(weights), 0
+        while size + weights[keep - 1] <= settings.pending_max_bytes // 2:
+            keep -= 1
+            size += weights[keep]
+        gone = track.pending[:keep]
+        dropped.append(Dropped(kind, gone[0].seq, gone[-1].seq, track.failures))
+        tracks[kind] = track.model_copy(update={"pending": track.pending[keep:],
+                                                "due_at": max(0, track.due_at - len(gone))})
+    return state.model_copy(update={"tracks": tracks}), dropped
 
 
 def word_limit(kind: SummaryKind, input_tokens: int, settings: SummarizerSettings) -> int:
@@ -91,4 +132,5 @@ def failed(state: SessionSummaries, kind: SummaryKind, settings: SummarizerSetti
     """After a dead-lettered attempt: keep the messages, try again one cadence later."""
     track = state.tracks[kind]
     retry_at = len(track.pending) + cadence(state, kind, settings)
-    return state.model_copy(update={"tracks": {**state.tracks, kind: track.model_copy(update={"due_at": retry_at})}})
+    again = track.model_copy(update={"due_at": retry_at, "failures": track.failures + 1})
+    return state.model_copy(update={"tracks": {**state.tracks, kind: again}})
