@@ -27,6 +27,7 @@ from services.events import (
     MessagePerceived,
     PeerCardUpdated,
     SummaryDeadLettered,
+    SummaryRetryRequested,
     SummaryUpdated,
 )
 
@@ -110,6 +111,10 @@ def summary_dead_lettered(conn: Connection, events: Sequence[SummaryDeadLettered
     ])
 
 
+def summary_retry_requested(conn: Connection, events: Sequence[SummaryRetryRequested]) -> None:
+    """A request changes no projection; the SummaryUpdated or SummaryDeadLettered it causes does."""
+
+
 MEMORY_HANDLERS = {
     MessagePerceived: message_perceived,
     DerivationDue: derivation_due,
@@ -121,4 +126,5 @@ MEMORY_HANDLERS = {
     PeerCardUpdated: peer_card_updated,
     SummaryUpdated: summary_updated,
     SummaryDeadLettered: summary_dead_lettered,
+    SummaryRetryRequested: summary_retry_requested,
 }

@@ -30,6 +30,7 @@ from services.events import (
     ObservationSuperseded,
     PeerCardUpdated,
     SummaryDeadLettered,
+    SummaryRetryRequested,
     SummaryUpdated,
     MemberLeft,
     MessageAppended,
@@ -66,7 +67,7 @@ SESSIONS = TopicSpec(
     name="sessions",
     key="workspace/session",
     # membership and messages share a key so the router sees them in the order they happened
-    events=(SessionCreated, MemberJoined, MemberLeft, MessageAppended),
+    events=(SessionCreated, MemberJoined, MemberLeft, MessageAppended, SummaryRetryRequested),
 )
 
 PERCEIVED = TopicSpec(

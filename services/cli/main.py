@@ -184,14 +184,21 @@ def derivations_retry(
     pair: str = typer.Option("", "--pair", help="OBSERVER/OBSERVED; default: every pair of the workspace"),
     model: str = typer.Option("", "--model", help="the chat model; default: the deriver's"),
 ) -> None:
-    """Derive again the batches the live deriver dead-lettered, into each pair's current derivation."""
+    """Derive again the batches the live deriver dead-lettered, into each pair's current derivation; without
+    --pair, also ask the summarizer (through the log) to try its dead-lettered summaries again."""
     from services.deriver.rederive import Scope
     from services.deriver.retry import retry
+    from services.summarizer.retry import retry_summaries
 
     observer, observed = _pair_option(pair)
-    for report in _run_derivation(retry(Settings(), Scope(workspace, observer, observed), model)):
+    settings = Settings()
+    for report in _run_derivation(retry(settings, Scope(workspace, observer, observed), model)):
         typer.echo(f"{report.name}: {report.messages} messages derived in {report.batches} batches over "
                    f"{report.pairs} pairs; consistency token {report.consistency_token}")
+    if not pair:  # summaries belong to sessions, not to pairs
+        summaries = asyncio.run(retry_summaries(settings, workspace))
+        typer.echo(f"summaries: {len(summaries.sessions)} sessions asked to try again; "
+                   f"consistency token {summaries.consistency_token}")
 
 
 @derivations.command("compare")

@@ -53,7 +53,7 @@ from services.events.perception import (
     Turn,
     stored_derivation,
 )
-from services.events.summaries import SummaryDeadLettered, SummaryKind, SummaryUpdated
+from services.events.summaries import SummaryDeadLettered, SummaryKind, SummaryRetryRequested, SummaryUpdated
 
 __all__ = [
     "DreamCheckDue",
@@ -82,6 +82,7 @@ __all__ = [
     "Source",
     "SummaryDeadLettered",
     "SummaryKind",
+    "SummaryRetryRequested",
     "SummaryUpdated",
     "Turn",
     "Event",

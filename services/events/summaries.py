@@ -31,6 +31,15 @@ class SummaryUpdated(Event):
     prompt_version: str
 
 
+class SummaryRetryRequested(Event):
+    """An operator asks the summarizer to try the session's failed summaries again now
+    (`peerlog derivations retry`); on the session's topic, so it comes in order with its messages."""
+
+    key_fields: ClassVar[tuple[str, ...]] = SESSION_KEY
+
+    session_id: str
+
+
 class SummaryDeadLettered(Event):
     """The model kept failing on a summary; nothing is stored in its place."""
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.events import Event, MessageAppended, SessionCreated, SummaryKind, SummaryUpdated
+from services.events import Event, MessageAppended, SessionCreated, SummaryKind, SummaryRetryRequested, SummaryUpdated
 from services.summarizer.settings import SummarizerSettings
 
 KEEP_CHARS = 4000  # per message kept for the next summary; a summary is no place for a whole essay
@@ -69,6 +69,9 @@ def evolve(state: SessionSummaries, event: Event) -> SessionSummaries:
         tracks = {k: state.tracks.get(k, Track()) for k in SummaryKind}
         tracks = {k: t.model_copy(update={"pending": (*t.pending, line)}) for k, t in tracks.items()}
         return state.model_copy(update={"tracks": tracks, "seq": state.seq + 1})
+    if isinstance(event, SummaryRetryRequested):  # a kind that failed is due at once (due_at 1: any pending)
+        tracks = {k: t.model_copy(update={"due_at": 1}) if t.failures else t for k, t in state.tracks.items()}
+        return state.model_copy(update={"tracks": tracks})
     return state
 
 

@@ -1,0 +1,51 @@
+"""Issue 17 §2.9: which sessions `peerlog derivations retry` asks to summarise again, and what the
+summarizer does with the request."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from services.events import (
+    MessageAppended,
+    ProducerInfo,
+    SummaryDeadLettered,
+    SummaryKind,
+    SummaryRetryRequested,
+    SummaryUpdated,
+)
+from services.summarizer.policy import SessionSummaries, due, evolve, failed
+from services.summarizer.retry import unsummarised
+from services.summarizer.settings import SummarizerSettings
+
+P = ProducerInfo(component="test", version="0")
+T = datetime(2026, 1, 1, tzinfo=UTC)
+S = SummarizerSettings(short_every=2, long_every=6)
+
+
+def dead(session: str, minute: int, workspace: str = "w") -> SummaryDeadLettered:
+    return SummaryDeadLettered(workspace_id=workspace, session_id=session, kind=SummaryKind.SHORT, last_seq=2,
+                               error="model down", attempts=2, producer=P, occurred_at=T + timedelta(minutes=minute))
+
+
+def summary(session: str, minute: int) -> SummaryUpdated:
+    return SummaryUpdated(workspace_id="w", session_id=session, kind=SummaryKind.LONG, content="c",
+                          last_message_id="m", last_seq=6, messages_covered=6, token_count=1, model="m",
+                          prompt_version="1", producer=P, occurred_at=T + timedelta(minutes=minute))
+
+
+def test_only_sessions_whose_dead_letter_has_no_summary_after_it_are_retried():
+    events = [dead("failed", 1), summary("recovered", 2), dead("recovered", 1), summary("failed-again", 1),
+              dead("failed-again", 2), dead("elsewhere", 1, workspace="other"), summary("never-failed", 1)]
+    assert unsummarised(events, "w") == ["failed", "failed-again"]
+
+
+def test_a_retry_request_makes_a_failed_kind_due_at_once_and_leaves_the_others_alone():
+    state = SessionSummaries()
+    for i in range(2):
+        state = evolve(state, MessageAppended(workspace_id="w", session_id="s", message_id=f"m{i}", peer_id="a",
+                                              content="hi", created_at=T, producer=P))
+    state = failed(state, SummaryKind.SHORT, S)
+    assert due(state, S) == []  # left alone, it would try again only a cadence later
+    state = evolve(state, SummaryRetryRequested(workspace_id="w", session_id="s", producer=P))
+    assert due(state, S) == [SummaryKind.SHORT]
+    assert state.tracks[SummaryKind.LONG].due_at == 0
