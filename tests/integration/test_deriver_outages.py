@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import socket
 
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 
+from projections.db import create_schema, sync_engine
+from services.deriver.judge import Pair
 from services.deriver.rederive import Scope
 from services.deriver.retry import retry
+from services.deriver.settings import DeriverSettings
+from services.deriver.store import ObservationStore
 from tests.integration.test_observations_api import until
 from tests.integration.test_rederive import current_rows
 from tests.support.client import Client
@@ -77,3 +83,21 @@ async def test_an_unreachable_database_parks_each_batch_and_the_worker_keeps_goi
     await c.add("w", "s", [("alice", "I have a cat")])
     assert len(await dead_letters(c, 2)) == 2  # the worker is still consuming
     assert worker.proc.poll() is None and not current_rows(settings)
+
+
+async def test_a_connection_the_database_dropped_is_replaced_and_the_lookup_still_answers(settings):
+    admin = sync_engine(settings.database)
+    create_schema(admin, settings.database.schema_name)
+    engine = create_async_engine(settings.database.url, pool_size=1, max_overflow=0)  # one connection, reused
+    store = ObservationStore(engine, settings.database.schema_name, "m", DeriverSettings(store_backoff_s=0.01))
+    lookup = (Pair("w", "alice", "alice"), ["alice lives in oslo"], [[1.0] + [0.0] * 383])
+    try:
+        assert await store.candidates(*lookup) == []
+        async with engine.connect() as conn:
+            pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        with admin.begin() as conn:
+            assert conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar_one()
+        assert await store.candidates(*lookup) == []  # the dead connection failed once, a new one answered
+    finally:
+        await engine.dispose()
+        admin.dispose()
