@@ -16,6 +16,7 @@ from sqlalchemy import Connection, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from projections import idempotency
 from projections.handlers import HANDLERS
 from projections.schema import projection_offsets, quarantine
 from services.events import Event, EventDecodeError, decode
@@ -57,6 +58,7 @@ def apply_batch(conn: Connection, records: Sequence[Record]) -> Applied:
     done = stored_offsets(conn, {(r.topic, r.partition) for r in records}, lock=True)
     fresh = [r for r in records if r.offset >= done.get((r.topic, r.partition), 0)]
     decoded, bad = _decode_all(fresh)
+    decoded = idempotency.screen(conn, decoded)  # a later append under a used key is a no-op
     try:
         with conn.begin_nested():
             _apply_runs(conn, [event for _, event in decoded])

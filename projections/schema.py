@@ -387,6 +387,22 @@ derivation_promotions = Table(
     PrimaryKeyConstraint("workspace_id", "observer_id", "observed_id", "seq"),
 )
 
+# the first keyed client write per (workspace, scope, key) and the reply it got: the ids it created, in
+# request order, and the log positions it reached (projections/idempotency.py)
+idempotent_requests = Table(
+    "idempotent_requests",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("idempotency_key", Text, nullable=False),
+    Column("request_id", Text, nullable=False),
+    Column("fingerprint", Text, nullable=False),
+    Column("ids", ARRAY(Text), nullable=False),
+    Column("token", Text, nullable=False),
+    Column("recorded_at", TS, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "scope", "idempotency_key"),
+)
+
 # next offset to read per partition, written in the same transaction as the rows it produced
 projection_offsets = Table(
     "projection_offsets",
@@ -424,5 +440,5 @@ projection_meta = Table(
 DATA_TABLES = (
     workspaces, peers, sessions, memberships, messages, message_terms, message_lexicon, perceptions, observations, observation_sources,
     premises, observation_events, rejected_observations, derivation_batches, derivation_promotions, dreams, peer_cards, summaries, dead_letters, projection_offsets,
-    quarantine,
+    quarantine, idempotent_requests,
 )

@@ -125,7 +125,7 @@ def member_spec(spec: sessions_pb2.MemberSpec) -> MemberSpec:
 def new_message(m: messages_pb2.NewMessage, index: int = 0) -> NewMessage:
     return NewMessage(
         peer_id=m.peer_id, content=m.content, created_at=from_ts(m, "created_at"),
-        metadata=metadata(m.metadata, f"messages[{index}].metadata"),
+        metadata=metadata(m.metadata, f"messages[{index}].metadata"), message_id=m.message_id,
     )
 
 

@@ -9,12 +9,15 @@ import uuid6
 
 from projections import queries
 from projections.derivations import current_derivation
+from services.api import idempotency
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.observation_reads import require_observation
 from services.api.writes import commit, require_peers, require_session
 from services.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from services.events import Level, ObservationAdded, ObservationDeleted, Source
+from services.bus.topics import OBSERVATIONS
+from services.events.requests import KeyedRequest
 from services.events.text import normalise
 
 
@@ -69,10 +72,19 @@ async def _check_sources(
 
 
 async def create_observations(
-    ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, new: Sequence[NewObservation]
+    ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, new: Sequence[NewObservation],
+    idempotency_key: str = "",
 ) -> tuple[list[str], str]:
-    """Append explicit observations to a pair's store atomically; returns their ids and the token."""
+    """Append explicit observations to a pair's store atomically; returns their ids and the token. Under a
+    used idempotency key, the first call's reply instead (services/api/idempotency.py)."""
     _validate(new)
+    keyed = idempotency.keyed(workspace_id, (workspace_id, observer_id, observed_id), idempotency_key, new)
+    return await idempotency.once(ctx, keyed, OBSERVATIONS, lambda request: _append_observations(
+        ctx, workspace_id, observer_id, observed_id, new, request))
+
+
+async def _append_observations(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str,
+                               new: Sequence[NewObservation], request: KeyedRequest | None) -> tuple[list[str], str]:
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
     await _check_sessions(ctx, workspace_id, new)
     await _check_sources(ctx, workspace_id, observer_id, new)
@@ -84,7 +96,7 @@ async def create_observations(
         ObservationAdded(workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id,
                          derivation=derivation, observation_id=str(uuid6.uuid7()), level=Level.EXPLICIT,
                          content=o.content, session_id=o.session_id or None, sources=o.sources, embedding=tuple(vector),
-                         embedding_model=ctx.embedder.model_name, producer=ctx.producer)
+                         embedding_model=ctx.embedder.model_name, producer=ctx.producer, request=request)
         for o, vector in zip(new, vectors, strict=True)
     ]
     token = await commit(ctx, events, wait=False)

@@ -167,7 +167,8 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
 
     async def AddMessages(self, request, context):
         new = [c.new_message(m, i) for i, m in enumerate(request.messages)]
-        ids, token = await writes.add_messages(self.ctx, request.workspace_id, request.session_id, new)
+        ids, token = await writes.add_messages(self.ctx, request.workspace_id, request.session_id, new,
+                                               request.idempotency_key)
         return messages_pb2.AddMessagesResponse(message_ids=ids, consistency_token=token)
 
     async def ListMessages(self, request, context):
@@ -214,7 +215,7 @@ class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
     async def CreateObservations(self, request, context):
         ids, token = await observation_writes.create_observations(
             self.ctx, request.workspace_id, request.observer_id, request.observed_id,
-            [c.new_observation(o) for o in request.observations],
+            [c.new_observation(o) for o in request.observations], request.idempotency_key,
         )
         return observations_pb2.CreateObservationsResponse(observation_ids=ids, consistency_token=token)
 

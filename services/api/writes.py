@@ -24,8 +24,10 @@ from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import queries
+from services.api import idempotency
 from services.api import validation as v
 from services.api.context import ApiContext
+from services.bus.topics import SESSIONS
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.events import (
     Event,
@@ -37,6 +39,7 @@ from services.events import (
     SessionCreated,
     WorkspaceCreated,
 )
+from services.events.requests import KeyedRequest
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class NewMessage:
     content: str
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    message_id: str = ""  # the client's; empty: peerlog assigns one
 
 
 @dataclass(frozen=True)
@@ -275,18 +279,33 @@ def _validate_messages(new: Sequence[NewMessage]) -> None:
         v.check_metadata(f"messages[{i}].metadata", m.metadata)
         if m.created_at is not None:
             v.check_created_at(i, m.created_at)
+        if m.message_id:
+            v.check_id(f"messages[{i}].message_id", m.message_id)
+    v.check_distinct("message_id", [m.message_id for m in new if m.message_id])
 
 
 async def add_messages(
-    ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage]
+    ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage], idempotency_key: str = ""
 ) -> tuple[list[str], str]:
-    """Append messages atomically; returns their ids and the consistency token."""
+    """Append messages atomically; returns their ids and the consistency token. Under a used
+    idempotency key, the first call's reply instead (services/api/idempotency.py)."""
     _validate_messages(new)
+    keyed = idempotency.keyed(workspace_id, (workspace_id, session_id), idempotency_key, new)
+    return await idempotency.once(ctx, keyed, SESSIONS, lambda request: _append_messages(
+        ctx, workspace_id, session_id, new, request))
+
+
+async def _append_messages(ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage],
+                           request: KeyedRequest | None) -> tuple[list[str], str]:
     # the hot path: one connection for every check (the session row implies its workspace)
     async with ctx.engine.connect() as conn:
         await require_session(ctx, workspace_id, session_id, conn)
         members = await queries.current_members(conn, workspace_id, session_id)
         observe_me = await queries.peer_observe_me(conn, workspace_id, {m.peer_id for m in new})
+        taken = await queries.messages_by_id(conn, workspace_id, [m.message_id for m in new if m.message_id])
+    if taken:
+        raise AlreadyExists(f"message id(s) {v.listed([repr(i) for i in sorted(taken)])} already exist in "
+                            f"workspace {workspace_id!r}; a client's message ids must be new")
     outsiders = sorted({m.peer_id for m in new if m.peer_id not in members})
     if outsiders:
         await _check_members(ctx, workspace_id, outsiders)  # unknown peers are NOT_FOUND
@@ -297,9 +316,9 @@ async def add_messages(
     now = datetime.now(UTC)
     events = [
         MessageAppended(workspace_id=workspace_id, session_id=session_id,
-                        message_id=str(uuid6.uuid7()), peer_id=m.peer_id, content=m.content,
+                        message_id=m.message_id or str(uuid6.uuid7()), peer_id=m.peer_id, content=m.content,
                         created_at=m.created_at or now, metadata=m.metadata, producer=ctx.producer,
-                        author_observe_me=observe_me.get(m.peer_id, True))
+                        author_observe_me=observe_me.get(m.peer_id, True), request=request)
         for m in new
     ]
     token = await commit(ctx, events, wait=False)

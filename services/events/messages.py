@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.events.base import Event
+from services.events.requests import KeyedRequest, keyed_v1_to_v2
 
 
 class MessageAppended(Event):
@@ -18,6 +19,8 @@ class MessageAppended(Event):
     """
 
     key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
+    schema_version_current: ClassVar[int] = 2  # 2: `request`
+    upcasters = {1: keyed_v1_to_v2}
 
     session_id: str
     message_id: str
@@ -28,6 +31,7 @@ class MessageAppended(Event):
     # (MemberJoined.observe_me) overrides it. Stamped here so the router decides from its own stream.
     author_observe_me: bool = True
     metadata: dict[str, Any] = Field(default_factory=dict)
+    request: KeyedRequest | None = None  # set when the client sent an idempotency key
 
 
 class EmbeddedMessage(BaseModel):

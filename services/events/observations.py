@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from services.events.base import Event
 from services.events.perception import PAIR_KEY
+from services.events.requests import KeyedRequest, keyed_v1_to_v2
 
 
 class Level(StrEnum):
@@ -43,6 +44,9 @@ class PairEvent(Event):
 class ObservationAdded(PairEvent):
     """A new proposition in the pair's store, with the embedding computed for it (so replay needs no model)."""
 
+    schema_version_current: ClassVar[int] = 2  # 2: `request`
+    upcasters = {1: keyed_v1_to_v2}
+
     observation_id: str
     level: Level
     content: str
@@ -56,6 +60,7 @@ class ObservationAdded(PairEvent):
     embedding_model: str = ""
     batch_id: str | None = None
     dream_id: str | None = None  # set when a dream wrote it
+    request: KeyedRequest | None = None  # set when a client wrote it with an idempotency key
 
 
 class EmbeddedObservation(BaseModel):

@@ -12,16 +12,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NewMessage(_message.Message):
-    __slots__ = ("peer_id", "content", "created_at", "metadata")
+    __slots__ = ("peer_id", "content", "created_at", "metadata", "message_id")
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     content: str
     created_at: _timestamp_pb2.Timestamp
     metadata: _struct_pb2.Struct
-    def __init__(self, peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    message_id: str
+    def __init__(self, peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_id: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("workspace_id", "session_id", "message_id", "peer_id", "content", "created_at", "metadata", "seq")
@@ -44,14 +46,16 @@ class Message(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class AddMessagesRequest(_message.Message):
-    __slots__ = ("workspace_id", "session_id", "messages")
+    __slots__ = ("workspace_id", "session_id", "messages", "idempotency_key")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     session_id: str
     messages: _containers.RepeatedCompositeFieldContainer[NewMessage]
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[NewMessage, _Mapping]]] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[NewMessage, _Mapping]]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class AddMessagesResponse(_message.Message):
     __slots__ = ("message_ids", "consistency_token")

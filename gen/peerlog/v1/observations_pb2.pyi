@@ -167,16 +167,18 @@ class NewObservation(_message.Message):
     def __init__(self, content: _Optional[str] = ..., session_id: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[ObservationSource, _Mapping]]] = ...) -> None: ...
 
 class CreateObservationsRequest(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "observed_id", "observations")
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "observations", "idempotency_key")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     observed_id: str
     observations: _containers.RepeatedCompositeFieldContainer[NewObservation]
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[NewObservation, _Mapping]]] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[NewObservation, _Mapping]]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class CreateObservationsResponse(_message.Message):
     __slots__ = ("observation_ids", "consistency_token")

@@ -1,0 +1,160 @@
+"""Idempotent writes (issue 10 §2): a repeat under a key returns the first reply and appends nothing,
+across lost replies, racing API servers and restarts; another request under a used key is refused."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from peerlog.v1 import messages_pb2, observations_pb2
+from services.bus.topics import OBSERVATIONS, SESSIONS
+from services.events import MessageAppended, ObservationAdded
+from services.events.requests import KeyedRequest
+from tests.support.auth import admin_channel
+from tests.support.client import Client
+from tests.support.log import read_events
+from tests.support.rpc import rejected
+
+
+@pytest.fixture
+async def servers(settings, projector):
+    """Start API servers on demand: each its own process state (pools, locks, log producers)."""
+    from services.api.server import start
+
+    opened = []
+
+    async def open_server():
+        server = await start(settings)
+        chan = admin_channel(settings, server.port)
+        opened.append((server, chan))
+        return server, Client(chan)
+
+    yield open_server
+    for server, chan in opened:
+        await chan.close()
+        await server.stop(0)
+
+
+def add_request(key: str, *contents: str, session: str = "s") -> messages_pb2.AddMessagesRequest:
+    return messages_pb2.AddMessagesRequest(
+        workspace_id="w", session_id=session, idempotency_key=key,
+        messages=[messages_pb2.NewMessage(peer_id="alice", content=c) for c in contents])
+
+
+def logged(settings, spec, kind, count: int) -> list:
+    """The events of `kind` on the log once `count` are there, and after a second more (for any extra)."""
+    events = read_events(settings, spec, lambda es: sum(isinstance(e, kind) for e in es) >= count, settle=1.0)
+    return [e for e in events if isinstance(e, kind)]
+
+
+async def stored(c: Client, token: str = "") -> list[str]:
+    return [m.message_id for m in (await c.list_messages("w", "s", token=token)).messages]
+
+
+async def test_a_reply_lost_after_commit_is_retried_and_leaves_one_copy(settings, servers, projector):
+    server, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+    projector.stop()  # the retry then falls in the window: appended, not yet projected
+    append = server.ctx.log.append
+
+    async def commit_then_stall(events):  # the log has it; the reply is late past the client's deadline
+        token = await append(events)
+        await asyncio.sleep(1.5)
+        return token
+
+    server.ctx.log.append = commit_then_stall
+    request = add_request("k-lost", "one", "two")
+    with pytest.raises(grpc.aio.AioRpcError) as lost:
+        await c.messages.AddMessages(request, timeout=0.5)
+    assert lost.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    retry = asyncio.ensure_future(c.messages.AddMessages(request, timeout=60))
+    await asyncio.sleep(2.5)  # the first has committed and let go of the key
+    assert not retry.done()  # it waits for the projection to hold what the log holds
+    projector.start()
+    retried = await retry
+    assert len(retried.message_ids) == 2
+    assert await stored(c, retried.consistency_token) == list(retried.message_ids)
+    assert (await c.messages.AddMessages(request)) == retried
+    assert [e.message_id for e in logged(settings, SESSIONS, MessageAppended, 2)] == list(retried.message_ids)
+
+
+async def test_concurrent_calls_with_one_key_on_two_servers_give_one_copy_and_one_reply(settings, servers):
+    (_, a), (_, b) = await servers(), await servers()
+    await a.setup_conversation("w", "s", peers=("alice",))
+    request = add_request("k-race", "only once")
+    replies = await asyncio.gather(*(c.messages.AddMessages(request) for c in (a, b, a, b)))
+    assert all(r == replies[0] for r in replies), replies
+    assert await stored(b, replies[0].consistency_token) == list(replies[0].message_ids)
+    assert len(logged(settings, SESSIONS, MessageAppended, 1)) == 1
+
+
+async def test_a_different_request_under_a_used_key_is_refused_and_appends_nothing(settings, servers):
+    _, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+    first = await c.messages.AddMessages(add_request("k-used", "hello"))
+    # at once (the first may not be projected yet), and once it is
+    for attempt in (add_request("k-used", "something else"), add_request("k-used", "hello", "more")):
+        await rejected(c.messages.AddMessages(attempt), grpc.StatusCode.FAILED_PRECONDITION,
+                       "idempotency key 'k-used' was already used", "different request")
+    # the same key in another session is another write: keys are per session
+    await c.session("w", "s2", members=["alice"])
+    other = await c.messages.AddMessages(add_request("k-used", "hello", session="s2"))
+    assert set(other.message_ids).isdisjoint(first.message_ids)
+    assert await stored(c, first.consistency_token) == list(first.message_ids)
+    assert [e.content for e in logged(settings, SESSIONS, MessageAppended, 2)] == ["hello", "hello"]
+
+
+async def test_a_repeat_after_an_api_restart_returns_the_first_reply(settings, servers):
+    server, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+    first = await c.messages.AddMessages(add_request("k-restart", "before the restart"))
+    await server.stop(0)
+    _, again = await servers()
+    assert (await again.messages.AddMessages(add_request("k-restart", "before the restart"))) == first
+    assert len(logged(settings, SESSIONS, MessageAppended, 1)) == 1
+
+
+async def test_client_message_ids_are_kept_and_must_be_new(servers):
+    _, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+    request = messages_pb2.AddMessagesRequest(workspace_id="w", session_id="s", messages=[
+        messages_pb2.NewMessage(peer_id="alice", content="mine", message_id="client-1")])
+    reply = await c.messages.AddMessages(request)
+    assert list(reply.message_ids) == ["client-1"]
+    await stored(c, reply.consistency_token)
+    await rejected(c.messages.AddMessages(request), grpc.StatusCode.ALREADY_EXISTS, "'client-1'", "must be new")
+
+
+async def test_create_observations_under_a_key_writes_once(settings, servers):
+    _, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+
+    def request(*contents):
+        return observations_pb2.CreateObservationsRequest(
+            workspace_id="w", observer_id="alice", observed_id="bob", idempotency_key="k-obs",
+            observations=[observations_pb2.NewObservation(content=t) for t in contents])
+
+    first = await c.observations.CreateObservations(request("bob likes tea", "bob lives in Oslo"))
+    assert (await c.observations.CreateObservations(request("bob likes tea", "bob lives in Oslo"))) == first
+    await rejected(c.observations.CreateObservations(request("bob likes coffee")),
+                   grpc.StatusCode.FAILED_PRECONDITION, "already used")
+    assert len(logged(settings, OBSERVATIONS, ObservationAdded, 2)) == 2
+
+
+async def test_the_projector_keeps_the_first_append_under_a_key_and_drops_a_later_one(servers):
+    # what the API's lock prevents, the projection still survives: two appends under one key on the log
+    server, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+    first = await c.messages.AddMessages(add_request("k-twice", "first"))
+    rows = await c.list_messages("w", "s", token=first.consistency_token)
+    [original] = rows.messages
+    # a second append carrying the same key but another append id, straight to the log
+    late = MessageAppended(workspace_id="w", session_id="s", message_id="late", peer_id="alice", content="late",
+                           created_at=original.created_at.ToDatetime().astimezone(), producer=server.ctx.producer,
+                           request=KeyedRequest(key="k-twice", scope="w/s", fingerprint="other", request_id="x"))
+    token = (await server.ctx.log.append([late])).encode()
+    assert [m.message_id for m in (await c.list_messages("w", "s", token=token)).messages] == [original.message_id]
+    assert (await c.messages.AddMessages(add_request("k-twice", "first"))) == first
+
