@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_json
 
 from services.events import Event, MessageAppended, SessionCreated, SummaryKind, SummaryRetryRequested, SummaryUpdated
 from services.summarizer.settings import SummarizerSettings
@@ -21,6 +21,7 @@ class Line(BaseModel):
     seq: int
     peer_id: str
     content: str
+    weight: int = 0  # its bytes in the changelog record, ids included (0 in states from before the bound)
 
 
 class Track(BaseModel):
@@ -66,6 +67,7 @@ def evolve(state: SessionSummaries, event: Event) -> SessionSummaries:
     if isinstance(event, MessageAppended):
         line = Line(message_id=event.message_id, seq=state.seq + 1, peer_id=event.peer_id,
                     content=event.content[:KEEP_CHARS])
+        line = line.model_copy(update={"weight": len(to_json(line)) + 16})  # + the weight field itself
         tracks = {k: state.tracks.get(k, Track()) for k in SummaryKind}
         tracks = {k: t.model_copy(update={"pending": (*t.pending, line)}) for k, t in tracks.items()}
         return state.model_copy(update={"tracks": tracks, "seq": state.seq + 1})
@@ -76,8 +78,8 @@ def evolve(state: SessionSummaries, event: Event) -> SessionSummaries:
 
 
 def _weights(track: Track) -> list[int]:
-    """What each pending message weighs in the changelog record (its JSON-encoded text)."""
-    return [len(orjson.dumps(line.content)) for line in track.pending]
+    """What each pending message weighs in the changelog record."""
+    return [line.weight for line in track.pending]
 
 
 def due(state: SessionSummaries, settings: SummarizerSettings) -> list[SummaryKind]:

@@ -16,17 +16,21 @@ T = datetime(2026, 1, 1, tzinfo=UTC)
 S = SummarizerSettings(short_every=5, long_every=15, pending_max_bytes=16_384)
 
 
-def msg(i: int, size: int = 1000) -> MessageAppended:
-    return MessageAppended(workspace_id="w", session_id="s", message_id=f"m{i}", peer_id="a",
+def msg(i: int, size: int = 1000, id_chars: int = 0) -> MessageAppended:
+    return MessageAppended(workspace_id="w", session_id="s", message_id=f"m{i}".rjust(id_chars, "0"), peer_id="a",
                            content=f"{i} " + "x" * size, created_at=T, producer=P)
 
 
-def with_a_failing_model(n: int, settings: SummarizerSettings = S):
+def record_bytes(track) -> int:
+    return len(orjson.dumps([line.model_dump(mode="json") for line in track.pending]))
+
+
+def with_a_failing_model(n: int, settings: SummarizerSettings = S, **message):
     """What the summarizer's shell does per message when every model call fails: the final state, the
     dropped ranges, and the seq at which each kind was attempted."""
     state, dropped, attempts = SessionSummaries(), [], {k: [] for k in SummaryKind}
     for i in range(1, n + 1):
-        state = evolve(state, msg(i))
+        state = evolve(state, msg(i, **message))
         for kind in due(state, settings):
             attempts[kind].append(i)
             state = failed(state, kind, settings)
@@ -35,11 +39,15 @@ def with_a_failing_model(n: int, settings: SummarizerSettings = S):
     return state, dropped, attempts
 
 
-def test_a_failing_model_keeps_each_kinds_pending_text_within_the_bound():
+def test_a_failing_model_keeps_each_kinds_pending_messages_within_the_bound():
     state, _, _ = with_a_failing_model(200)
     assert len(orjson.dumps(state.model_dump(mode="json"))) < 2 * S.pending_max_bytes + 4096
-    for track in state.tracks.values():
-        assert sum(len(orjson.dumps(line.content)) for line in track.pending) <= S.pending_max_bytes
+    assert all(record_bytes(track) <= S.pending_max_bytes for track in state.tracks.values())
+
+
+def test_the_bound_counts_the_ids_too_not_only_the_text():
+    state, dropped, _ = with_a_failing_model(400, size=10, id_chars=512)  # ids weigh 40 times the text
+    assert dropped and all(record_bytes(track) <= S.pending_max_bytes for track in state.tracks.values())
 
 
 def test_every_message_that_falls_out_is_in_exactly_one_dead_letter_and_the_rest_are_still_pending():
