@@ -242,6 +242,22 @@ def test_a_read_is_retried_through_a_server_restart(api, token):
             restart.join()
 
 
+def test_a_write_is_retried_through_a_server_restart_under_one_key_and_stored_once(api, token):
+    with Peerlog(api.address, token=token, timeout=20, retry=RetryPolicy(max_attempts=10, max_backoff=1.0)) as peerlog:
+        ws = peerlog.workspace("acme")
+        chat = ws.session("s1", members=[ws.peer("alice")])
+        api.stop()
+        restart = threading.Timer(0.5, api.start)
+        restart.start()
+        try:
+            added = chat.add_messages([("alice", "through the restart")])
+        finally:
+            restart.join()
+        again = chat.add_messages([("alice", "through the restart")], idempotency_key="mine")
+        assert chat.add_messages([("alice", "through the restart")], idempotency_key="mine") == again
+        assert [m.message_id for m in chat.messages()] == [*added.message_ids, *again.message_ids]
+
+
 def test_the_deadline_bounds_every_call_retries_included(api):
     address = api.address
     api.stop()

@@ -16,9 +16,9 @@ from google.protobuf.message import Message as Proto
 
 T = TypeVar("T")
 
-# Writes that carry an idempotency key may be retried: the server drops a repeat of the same key. The
-# server has no such field yet (the trust-boundary issue adds it); once a write request has a field of
-# this name, the client fills it with one key per logical call, kept across retries, and retries it.
+# Writes that carry an idempotency key may be retried: the server answers a repeat of a key with the first
+# reply and writes nothing (AddMessages, CreateObservations). The client fills the field with one key per
+# logical call, kept across retries, unless the caller gave one.
 IDEMPOTENCY_KEY_FIELD = "idempotency_key"
 
 

@@ -152,7 +152,7 @@ def _new_message(turn: m.NewMessage | tuple[Any, str]) -> ms.NewMessage:
     if not isinstance(turn, m.NewMessage):
         turn = m.NewMessage(c.id_of(turn[0]), turn[1])
     return ms.NewMessage(peer_id=turn.peer_id, content=turn.content, created_at=c.timestamp(turn.created_at),
-                         metadata=c.struct(turn.metadata))
+                         metadata=c.struct(turn.metadata), message_id=turn.message_id)
 
 
 def _new_observation(item: str | m.NewObservation) -> ob.NewObservation:
@@ -436,16 +436,18 @@ class Peer(_AsyncHandle):
 
     def create_observations(
         self, observations: Iterable[str | m.NewObservation], *, target: str | Peer | None = None,
+        idempotency_key: str = "",
     ) -> m.CreatedObservations:
         """Write explicit observations (texts, or NewObservation with session and sources) about `target`.
         Sources may cite messages this client has just added: it first waits until they are readable
-        (the server checks a cited message against what it can read)."""
+        (the server checks a cited message against what it can read). The call is retried under one
+        idempotency key (a fresh one unless given: pass your own to repeat the write safely later)."""
         observations = [_new_observation(o) for o in observations]
         if any(o.sources for o in observations):
             self._t.catch_up(self.workspace_id)
         return self._t.unary(Call(ObservationServiceStub, "CreateObservations", ob.CreateObservationsRequest(
             workspace_id=self.workspace_id, observer_id=self.id, observed_id=self._target(target),
-            observations=observations), c.to_model))
+            observations=observations, idempotency_key=idempotency_key), c.to_model))
 
     def search(
         self, query: str, *, sessions: Iterable[str | Session] = (),
@@ -486,12 +488,14 @@ class Session(_AsyncHandle):
             workspace_id=self.workspace_id, session_id=self.id), c.to_model))
         return self.info
 
-    def add_messages(self, messages: Iterable[m.NewMessage | tuple[str | Peer, str]]) -> m.AddedMessages:
+    def add_messages(self, messages: Iterable[m.NewMessage | tuple[str | Peer, str]], *,
+                           idempotency_key: str = "") -> m.AddedMessages:
         """Append 1-100 turns atomically (NewMessage, peer.message(...), or (peer, text) pairs); each author
-        must be a current member. The client's next reads see them."""
+        must be a current member. The client's next reads see them. The call is retried under one
+        idempotency key (a fresh one unless given: pass your own to repeat the write safely later)."""
         return self._t.unary(Call(MessageServiceStub, "AddMessages", ms.AddMessagesRequest(
-            workspace_id=self.workspace_id, session_id=self.id, messages=[_new_message(x) for x in messages]),
-            c.to_model))
+            workspace_id=self.workspace_id, session_id=self.id, messages=[_new_message(x) for x in messages],
+            idempotency_key=idempotency_key), c.to_model))
 
     def messages(self, *, reverse: bool = False, page_size: int = 0) -> Iterator[m.Message]:
         """Every message of the session in order (reverse: newest first)."""

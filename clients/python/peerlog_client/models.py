@@ -24,12 +24,14 @@ frozen = dataclass(frozen=True, slots=True)
 
 @frozen
 class NewMessage:
-    """One turn to add. `created_at` backdates it (a naive datetime is taken as UTC)."""
+    """One turn to add. `created_at` backdates it (a naive datetime is taken as UTC); `message_id` is the
+    caller's own id for it (new in the workspace), else the server assigns one."""
 
     peer_id: str
     content: str
     created_at: datetime | None = None
     metadata: dict[str, Any] | None = None
+    message_id: str = ""
 
 
 @frozen
