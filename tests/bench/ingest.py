@@ -3,7 +3,7 @@
 
     .venv/bin/python tests/bench/ingest.py [--dir D] [--keep] [--clients 8] [--procs 1] \
         [--seconds 30] [--warmup 5] [--rate 0] [--batch 100] [--sessions 24] \
-        [--processes api,projector] [--env KEY=VALUE ...] [--wait-quiet S] [--raw FILE] \
+        [--processes api,projector] [--env KEY=VALUE ...] [--wait-quiet S] [--raw FILE] [--keys] \
         [--out tests/bench/results/ingest.json]
 
 Starts the dev stack (infra.stack.up) in a fresh temp dir or in --dir, creates a workspace, two peers
@@ -16,6 +16,9 @@ Projection lag is measured without touching the API: a watcher process polls
 `<schema>.projection_offsets` every --poll-ms and records when each partition's next_offset moved.
 A write is projected once next_offset > offset for every part of its consistency token; its lag is
 that moment (the poll that first saw it; an upper bound) minus the moment the client got the ack.
+
+--keys sends every AddMessages with a fresh idempotency key (as the client library does), to compare the
+cost of idempotent writes with a run without it.
 
 Prints one JSON object on stdout (progress goes to stderr) and writes the same JSON to --out.
 See tests/bench/README.md.
@@ -163,7 +166,8 @@ async def _clients(client_ids: list[int], cfg: dict) -> dict:
             for i in range(batch)
         ]
         return messages_pb2.AddMessagesRequest(
-            workspace_id=cfg["workspace"], session_id=session_id, messages=msgs
+            workspace_id=cfg["workspace"], session_id=session_id, messages=msgs,
+            idempotency_key=uuid.uuid4().hex if cfg["keys"] else "",
         )
 
     calls: list[tuple[float, float, int, str]] = []  # (sent, acked, messages, token)
@@ -491,6 +495,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     help="wait up to S seconds for the machine to be idle (<15%% busy) before the load")
     ap.add_argument("--processes", default="api,projector",
                     help="stack processes to keep running (comma list; 'all' keeps every one)")
+    ap.add_argument("--keys", action="store_true", help="a fresh idempotency key on every AddMessages")
     ap.add_argument("--raw", type=Path, help="also write every call (send time, latency, lag) here")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/ingest.json")
     args = ap.parse_args(argv)
@@ -575,7 +580,7 @@ def main(argv: list[str]) -> int:
         cfg = dict(
             target=target, token=state.admin_token(), workspace=workspace, sessions=sessions, clients=args.clients, batch=args.batch,
             content_chars=args.content_chars, start_at=start_at, stop_at=stop_at,
-            max_messages=args.max_messages, rpc_timeout=args.rpc_timeout, rate=args.rate,
+            max_messages=args.max_messages, rpc_timeout=args.rpc_timeout, rate=args.rate, keys=args.keys,
         )
         c_out = ctx.Queue()
         procs = []
@@ -655,7 +660,7 @@ def main(argv: list[str]) -> int:
                 "offered_rate": args.rate or "unthrottled",
                 "seconds": args.seconds, "warmup_s": args.warmup, "sessions": args.sessions,
                 "partitions": partitions, "content_chars_mean": args.content_chars,
-                "poll_ms": args.poll_ms,
+                "poll_ms": args.poll_ms, "idempotency_keys": args.keys,
                 "producer_pool_size": settings.kafka.producer_pool_size,
                 "projector_max_batch": settings.projector.max_batch,
                 "env": {k: v for k, v in os.environ.items() if k.startswith("PEERLOG_") and not any(
