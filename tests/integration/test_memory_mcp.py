@@ -11,8 +11,7 @@ from pathlib import Path
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from peerlog_client import Peerlog
-from tests.integration.test_client_library import admin_token
-from tests.integration.test_memory_provider import api  # noqa: F401 - the fixture
+from tests.integration.test_client_library import admin_token, api  # noqa: F401 - api: the fixture
 from tests.support.model_server import Reply
 
 ROOT = Path(__file__).resolve().parents[2]
