@@ -52,6 +52,20 @@ def _backfill_terms(conn: Connection) -> None:
                                                    .where(~exists(select(message_terms.c.message_id)))))
 
 
+def _upgrade_memberships(conn: Connection, schema: str) -> None:
+    """A schema from before visibility followed log order gets its membership periods as seqs, once,
+    by the wall-clock rule it was read by until then (memberships.joined_after_seq)."""
+    t = f'"{schema}".memberships'
+    conn.execute(text(f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS joined_after_seq bigint, "
+                      "ADD COLUMN IF NOT EXISTS left_after_seq bigint"))
+    last_before = (f'SELECT coalesce(max(m.seq), 0) FROM "{schema}".messages m WHERE m.workspace_id = '
+                   "ms.workspace_id AND m.session_id = ms.session_id AND m.recorded_at {op} ms.{col}")
+    conn.execute(text(f"UPDATE {t} ms SET joined_after_seq = ({last_before.format(op='<', col='joined_at')}), "
+                      f"left_after_seq = CASE WHEN ms.left_at IS NOT NULL THEN "
+                      f"({last_before.format(op='<=', col='left_at')}) END WHERE ms.joined_after_seq IS NULL"))
+    conn.execute(text(f"ALTER TABLE {t} ALTER COLUMN joined_after_seq SET NOT NULL"))
+
+
 def create_schema(engine: Engine, schema: str) -> None:
     """Create `schema` and every projection table in it, if missing."""
     with engine.begin() as conn:
@@ -62,6 +76,7 @@ def create_schema(engine: Engine, schema: str) -> None:
         mapped = conn.execution_options(schema_translate_map={None: schema})
         metadata.create_all(mapped)
         _upgrade_indexes(mapped, schema)
+        _upgrade_memberships(mapped, schema)
         _backfill_terms(mapped)
         if mapped.execute(projection_meta.select()).first() is None:
             mapped.execute(projection_meta.insert().values(generation=uuid.uuid4().hex))

@@ -116,7 +116,8 @@ def member_joined(conn: Connection, events: Sequence[MemberJoined]) -> None:
             insert_new(conn, memberships, [
                 dict(joined_event_id=e.event_id, workspace_id=e.workspace_id, session_id=e.session_id,
                      peer_id=e.peer_id, observe_me=e.observe_me, observe_others=e.observe_others,
-                     joined_at=e.joined_at, left_at=None, left_event_id=None)
+                     joined_at=e.joined_at, left_at=None, left_event_id=None,
+                     joined_after_seq=_last_seq(conn, e.workspace_id, e.session_id), left_after_seq=None)
             ])
 
 
@@ -131,7 +132,8 @@ def member_left(conn: Connection, events: Sequence[MemberLeft]) -> None:
                 memberships.c.peer_id == e.peer_id,
                 memberships.c.left_event_id.is_(None),
             )
-            .values(left_at=e.left_at, left_event_id=e.event_id)
+            .values(left_at=e.left_at, left_event_id=e.event_id,
+                    left_after_seq=_last_seq(conn, e.workspace_id, e.session_id))
         )
 
 
@@ -299,6 +301,11 @@ def _last_seqs(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, 
     ordered = sorted(keys)
     rows = conn.execute(_LAST_SEQS, {"ws": [w for w, _ in ordered], "ss": [s for _, s in ordered]})
     return {(w, s): n for w, s, n in rows if n is not None}
+
+
+def _last_seq(conn: Connection, workspace_id: str, session_id: str) -> int:
+    """The seq of the session's last projected message (0: none yet)."""
+    return _last_seqs(conn, {(workspace_id, session_id)}).get((workspace_id, session_id), 0)
 
 
 def _set_counts(conn: Connection, counts: dict[tuple[str, str], int]) -> None:

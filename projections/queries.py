@@ -358,12 +358,13 @@ async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id:
 
 def seen_while_member(t, observer):
     """The perspective rule, declared once: a condition on rows of message table (or alias) `t` that
-    `observer` (a peer id or a bound parameter) could see them, i.e. they were sent (recorded) while it was a
-    member of their session. Every read of messages under a perspective uses it."""
+    `observer` (a peer id or a bound parameter) could see them, i.e. they were appended while it was a
+    member of their session, in log order (after its join, not after its leave): the rule the router
+    perceives by. Every read of messages under a perspective uses it."""
     m, ms = t.c, memberships.c
     return select(literal(1)).where(
         ms.workspace_id == m.workspace_id, ms.session_id == m.session_id, ms.peer_id == observer,
-        ms.joined_at <= m.recorded_at, ms.left_at.is_(None) | (ms.left_at >= m.recorded_at),
+        ms.joined_after_seq < m.seq, ms.left_after_seq.is_(None) | (m.seq <= ms.left_after_seq),
     ).exists()
 
 

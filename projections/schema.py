@@ -83,6 +83,11 @@ memberships = Table(
     Column("joined_at", TS, nullable=False),
     Column("left_at", TS, nullable=True),
     Column("left_event_id", Text, nullable=True, unique=True),
+    # visibility in log order, the router's rule (queries.seen_while_member): the session's last message
+    # seq when the join (the leave) was applied. Joins, leaves and messages of a session share one
+    # partition, applied in log order; wall-clock times from several API processes need not agree with it
+    Column("joined_after_seq", BigInteger, nullable=False),
+    Column("left_after_seq", BigInteger, nullable=True),
     Index("memberships_by_session", "workspace_id", "session_id", "peer_id"),
     Index("memberships_by_peer", "workspace_id", "peer_id"),
 )
@@ -125,9 +130,9 @@ message_terms = Table(
     Column("workspace_id", Text, nullable=False),
     Column("message_id", Text, nullable=False),
     Column("session_id", Text, nullable=False),
+    Column("seq", BigInteger, nullable=False),
     Column("peer_id", Text, nullable=False),
     Column("created_at", TS, nullable=False),
-    Column("recorded_at", TS, nullable=False),
     Column("content_tsv", TSVECTOR, nullable=False),
     PrimaryKeyConstraint("workspace_id", "message_id"),
     Index("message_terms_fts", "content_tsv", postgresql_using="gin"),
