@@ -33,11 +33,13 @@ import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 import orjson
 import uuid6
 from pydantic import BaseModel
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from projections.idempotency import first_request
 from services.api import validation as v
@@ -94,24 +96,33 @@ async def once(ctx: ApiContext, k: Keyed | None, topic: TopicSpec,
     return await asyncio.shield(task)
 
 
+# a lock holder keeps one pooled connection and needs another now and then (the settle's polls, the
+# write's checks): at most the pool's size of holders per engine, so the overflow always serves the rest
+_HOLDERS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary()
+
+
 async def _locked(ctx: ApiContext, k: Keyed, topic: TopicSpec,
                   write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
     lock = int.from_bytes(hashlib.sha256(f"{k.workspace_id}\0{k.scope}\0{k.key}".encode()).digest()[:8],
                           "big", signed=True)
-    async with ctx.engine.connect() as conn:
+    holders = _HOLDERS.setdefault(ctx.engine, asyncio.Semaphore(max(1, ctx.engine.pool.size())))
+    async with holders, ctx.engine.connect() as conn:
         await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock})
         try:
             await ctx.freshness.settle(topic)
-            found = await _reply(ctx, k, whole=False)
+            found = await _reply(ctx, k, whole=False, conn=conn)
             return found if found is not None else await write(k.request())
         finally:
             await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock})
 
 
-async def _reply(ctx: ApiContext, k: Keyed, whole: bool = True) -> Reply | None:
+async def _reply(ctx: ApiContext, k: Keyed, whole: bool = True, conn: AsyncConnection | None = None
+                 ) -> Reply | None:
     """The first reply under the key, if projected (and, with `whole`, only once every id is)."""
-    async with ctx.engine.connect() as conn:
-        row = await first_request(conn, k.workspace_id, k.scope, k.key)
+    if conn is None:
+        async with ctx.engine.connect() as conn:
+            return await _reply(ctx, k, whole, conn)
+    row = await first_request(conn, k.workspace_id, k.scope, k.key)
     if row is None:
         return None
     if row["fingerprint"] != k.fingerprint:
