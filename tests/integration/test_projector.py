@@ -107,3 +107,43 @@ def test_an_aborted_transaction_never_reaches_the_projections(settings, projecto
     with engine.connect() as conn:
         assert conn.scalar(select(messages.c.message_id)) == "m2"
     log.close()
+
+
+def test_a_member_sees_the_messages_between_its_join_and_its_leave_in_log_order_whatever_the_clocks_say(
+        settings, projector):
+    """Several API processes stamp events by their own clocks: a join may carry a later time than a message
+    appended after it. Visibility follows the log, as the router perceives."""
+    from datetime import timedelta
+
+    from projections.queries import seen_while_member
+    from projections.schema import message_terms
+    from services.events import MemberJoined, MemberLeft
+
+    t0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+    def at(event, seconds):
+        return event.model_copy(update={"occurred_at": t0 + timedelta(seconds=seconds)})
+
+    def joined(peer, seconds):
+        return at(MemberJoined(workspace_id="w", session_id="s1", peer_id=peer, joined_at=t0 + timedelta(seconds=seconds),
+                               producer=P), seconds)
+
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
+                     SessionCreated(workspace_id="w", session_id="s1", producer=P), joined("alice", 0),
+                     at(msg(1), 10),  # before carol's join in the log, though stamped after it
+                     joined("carol", 5),
+                     at(msg(2), 6),
+                     at(MemberLeft(workspace_id="w", session_id="s1", peer_id="carol", left_at=t0 + timedelta(seconds=1),
+                                   producer=P), 1),
+                     at(msg(3), 7)])  # after carol's leave in the log, though stamped after the time her leave carries
+    engine = sync_engine(settings.database)
+    eventually(lambda: count(engine, messages) == 3)
+    with engine.connect() as conn:
+        for table in (messages, message_terms):
+            seen = conn.scalars(select(table.c.message_id).where(seen_while_member(table, "carol"))).all()
+            assert seen == ["m2"], table.name
+        assert sorted(conn.scalars(select(messages.c.message_id).where(seen_while_member(messages, "alice")))) == [
+            "m1", "m2", "m3"]
+    log.close()
