@@ -70,6 +70,21 @@ class Processor(Protocol):
     async def handle(self, get: Get, event: Event) -> Step: ...
 
 
+# the longest a batch may take, unless its processor bounds each event's handling (`event_budget_s`)
+DEFAULT_BATCH_BUDGET_S = 840.0
+_POLL_MARGIN_S = 60.0
+
+
+def max_poll_interval_ms(processor: Processor) -> int:
+    """Kafka evicts a member that has not polled for max.poll.interval.ms, and the batch it was handling is
+    redone by the next owner (a fenced transaction, the same model calls again). A batch runs its keys
+    concurrently but each key's events in turn, so at worst all `max_batch` events share one key: size the
+    interval to that, from the budget the processor enforces per event."""
+    budget = getattr(processor, "event_budget_s", None)
+    batch_s = DEFAULT_BATCH_BUDGET_S if budget is None else budget * processor.max_batch
+    return int((batch_s + _POLL_MARGIN_S) * 1000)
+
+
 Ticker = Callable[[Mapping[str, State]], Awaitable[None]]
 
 # our own deadline on a transactional call, beyond the timeout handed to librdkafka: a stall ends the
@@ -244,8 +259,7 @@ class Runner:
                 "enable.auto.commit": False, "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20,
                 "session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000,
-                # a batch may hold several slow model calls between polls
-                "max.poll.interval.ms": 900_000}
+                "max.poll.interval.ms": max_poll_interval_ms(self.processor)}
 
     def _producer_config(self) -> dict:
         return {"bootstrap.servers": self.kafka.bootstrap_servers, "enable.idempotence": True, "acks": "all",

@@ -7,6 +7,7 @@ A worker killed mid-dream therefore leaves nothing behind, and the next owner dr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ class Dreamer:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.dream
+        self.event_budget_s = self.settings.max_dream_s  # the runner sizes its poll interval to it
         self.engine = async_engine(settings.database)
         self.embedder = make_embedder(settings.embedding)
         self.models = {s: ModelClient(s, settings.llm.stage(s)) for s in SPECIALISTS}
@@ -54,14 +56,19 @@ class Dreamer:
                              derivation=derivation), self.engine, self.embedder)
         rounds = {"deduction": self.settings.deduction_rounds, "induction": self.settings.induction_rounds}
         try:
-            for specialist in SPECIALISTS:
-                await run.specialist(specialist, self.models[specialist], rounds[specialist])
+            # bounded: a dream outliving the worker's poll interval would be evicted and dreamt again
+            async with asyncio.timeout(self.settings.max_dream_s):
+                for specialist in SPECIALISTS:
+                    await run.specialist(specialist, self.models[specialist], rounds[specialist])
             end: Event = DreamCompleted(**pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER,
                                         causation_id=event.event_id)
-        except ModelError as error:
-            # what the specialists wrote before the model failed stands; the scheduler retries after its cooldown
-            log.warning("dream %s failed: %s", event.dream_id, error)
-            end = DreamFailed(**pair, dream_id=event.dream_id, reason=str(error)[:2000], producer=PRODUCER,
+        except (ModelError, TimeoutError) as error:
+            # what the specialists wrote before the model failed (or time ran out) stands; the scheduler
+            # retries after its cooldown
+            reason = str(error) if isinstance(error, ModelError) else (
+                f"the dream ran out of its time budget of {self.settings.max_dream_s:g} s (PEERLOG_DREAM_MAX_DREAM_S)")
+            log.warning("dream %s failed: %s", event.dream_id, reason)
+            end = DreamFailed(**pair, dream_id=event.dream_id, reason=reason[:2000], producer=PRODUCER,
                               causation_id=event.event_id)
         return Step([*run.events, end])
 

@@ -170,3 +170,15 @@ async def test_a_model_without_tool_calling_dreams_through_structured_output_cit
     assert "[obs:o1] (explicit" in first["messages"][1]["content"] and oslo not in first["messages"][1]["content"]
     norway = next(o for o in await c.all_observations("w", "bob", "bob") if o.content == "Bob lives in Norway")
     assert list(norway.premise_ids) == [oslo] and norway.dream_id == dream.dream_id
+
+
+async def test_a_dream_that_outlasts_its_time_budget_ends_as_failed_within_it(channel, settings, model_server,
+                                                                             start_worker):
+    c = Client(channel)
+    await seed(c)
+    # a slow model that keeps asking for tools: 12 rounds of 0.8 s would take ~10 s
+    model_server.reply_with(lambda r: Reply(tool_calls=[call("recent_observations", limit=5)], delay_s=0.8))
+    start_worker("dream-scheduler,dreamer", PEERLOG_DREAM_MAX_DREAM_S="2.5")
+    dream = await dream_once(c, settings, state="failed")
+    assert "time budget of 2.5 s" in dream.error
+    assert len(model_server.chat_requests()) <= 5  # cut off, not run to its round cap
