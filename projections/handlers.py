@@ -26,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.exc import DBAPIError
 
+from projections.configurations import messages_configured, session_configured, workspace_configured
 from projections.dream_handlers import DREAM_HANDLERS
 from projections.inserts import insert_new
 from projections.memory_handlers import MEMORY_HANDLERS
@@ -48,7 +49,9 @@ from services.events import (
     MessagesEmbedded,
     PeerConfigured,
     PeerCreated,
+    SessionConfigured,
     SessionCreated,
+    WorkspaceConfigured,
     WorkspaceCreated,
 )
 
@@ -142,10 +145,11 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
     if not fresh:
         return
     next_seq = _last_seqs(conn, {(e.workspace_id, e.session_id) for e in fresh})
-    rows = []
+    rows, seqs = [], []
     for e in fresh:
         session = (e.workspace_id, e.session_id)
         next_seq[session] = next_seq.get(session, 0) + 1
+        seqs.append((e, next_seq[session]))
         rows.append(
             dict(workspace_id=e.workspace_id, message_id=e.message_id, session_id=e.session_id,
                  seq=next_seq[session], peer_id=e.peer_id, content=e.content,
@@ -154,6 +158,7 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
         )
     _copy_in(conn, messages, rows)
     _set_counts(conn, next_seq)
+    messages_configured(conn, seqs)
     keys = [(e.workspace_id, e.message_id) for e in fresh]
     _index_terms(conn, keys)
     _count_lexemes(conn, keys)
@@ -333,4 +338,6 @@ HANDLERS: dict[type[Event], Handler] = {
     MemberLeft: member_left,
     MessageAppended: message_appended,
     MessagesEmbedded: messages_embedded,
+    WorkspaceConfigured: workspace_configured,
+    SessionConfigured: lambda conn, events: session_configured(conn, events, _last_seq),
 }

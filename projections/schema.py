@@ -392,6 +392,25 @@ derivation_promotions = Table(
     PrimaryKeyConstraint("workspace_id", "observer_id", "observed_id", "seq"),
 )
 
+# every configuration level ever set (issue 10 §3), a history: a read takes the latest row at or before a
+# time (as_of), and a message's row holds its own level and the workspace level stamped on it. A session
+# row's after_seq is the session's last message seq when it was projected (its log position, as in
+# memberships); a message row's is the message's seq. workspace rows have session_id '' and message_id ''
+configurations = Table(
+    "configurations",
+    metadata,
+    Column("event_id", Text, primary_key=True),
+    Column("workspace_id", Text, nullable=False),
+    Column("level", Text, nullable=False),  # workspace | session | message
+    Column("session_id", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("configuration", JSONB, nullable=True),
+    Column("workspace_configuration", JSONB, nullable=True),  # message rows: the stamp
+    Column("after_seq", BigInteger, nullable=True),
+    Column("recorded_at", TS, nullable=False),
+    Index("configurations_by_scope", "workspace_id", "level", "session_id", "message_id", "recorded_at"),
+)
+
 # the first keyed client write per (workspace, scope, key) and the reply it got: the ids it created, in
 # request order, and the log positions it reached (projections/idempotency.py)
 idempotent_requests = Table(
@@ -445,5 +464,5 @@ projection_meta = Table(
 DATA_TABLES = (
     workspaces, peers, sessions, memberships, messages, message_terms, message_lexicon, perceptions, observations, observation_sources,
     premises, observation_events, rejected_observations, derivation_batches, derivation_promotions, dreams, peer_cards, summaries, dead_letters, projection_offsets,
-    quarantine, idempotent_requests,
+    quarantine, idempotent_requests, configurations,
 )

@@ -18,8 +18,24 @@ from services.config import (
     WorkerSettings,
 )
 from services.deriver.settings import DeriverSettings
+from services.events import Configuration
 from services.llm.settings import EmbeddingSettings, LlmSettings
 from services.summarizer.settings import SummarizerSettings
+
+
+class ReasoningSettings(BaseSettings):
+    """The global level of the configuration hierarchy (workspace, session and message override it)."""
+
+    model_config = SettingsConfigDict(env_prefix="PEERLOG_REASONING_", extra="ignore", frozen=True)
+
+    enabled: bool = Field(True, description="derive observations and summaries at all")
+    observe_me: bool = Field(True, description="a peer's own messages build its self-model unless it says")
+    observe_others: bool = Field(False, description="a member models the others unless it says")
+    summaries: bool = True
+    dreams: bool = True
+    peer_card: bool = True
+    deriver_instructions: str = Field("", description="added to the deriver's prompt")
+    dialectic_instructions: str = Field("", description="added to the dialectic's prompt")
 
 
 class Settings(BaseSettings):
@@ -40,6 +56,16 @@ class Settings(BaseSettings):
     dialectic: DialecticSettings = Field(default_factory=DialecticSettings)
     llm: LlmSettings = Field(default_factory=LlmSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    reasoning: ReasoningSettings = Field(default_factory=ReasoningSettings)
+
+    def configuration(self) -> Configuration:
+        """The global level: every setting, from the environment."""
+        r = self.reasoning
+        return Configuration(
+            reasoning=r.enabled, observe_me=r.observe_me, observe_others=r.observe_others, summaries=r.summaries,
+            summary_short_every=self.summarizer.short_every, summary_long_every=self.summarizer.long_every,
+            dreams=r.dreams, dream_threshold=self.dream.threshold, peer_card=r.peer_card,
+            deriver_instructions=r.deriver_instructions, dialectic_instructions=r.dialectic_instructions)
 
     @field_validator("auth", mode="before")
     @classmethod

@@ -37,7 +37,9 @@ from services.events import (
     MessagesEmbedded,
     PeerConfigured,
     PeerCreated,
+    SessionConfigured,
     SessionCreated,
+    WorkspaceConfigured,
     WorkspaceCreated,
 )
 
@@ -61,13 +63,15 @@ class TopicSpec:
 DIRECTORY = TopicSpec(
     name="directory",
     key="workspace",
-    events=(WorkspaceCreated, PeerCreated, PeerConfigured),
+    # WorkspaceConfigured is the workspace's history; the API stamps its value on every message accepted
+    # after it, because a workspace-keyed event cannot be ordered with every session's partition
+    events=(WorkspaceCreated, PeerCreated, PeerConfigured, WorkspaceConfigured),
 )
 SESSIONS = TopicSpec(
     name="sessions",
     key="workspace/session",
     # membership and messages share a key so the router sees them in the order they happened
-    events=(SessionCreated, MemberJoined, MemberLeft, MessageAppended, SummaryRetryRequested),
+    events=(SessionCreated, MemberJoined, MemberLeft, MessageAppended, SummaryRetryRequested, SessionConfigured),
 )
 
 PERCEIVED = TopicSpec(

@@ -21,6 +21,7 @@ class Pending(BaseModel):
     tokens: int
     previous_turn: Turn | None = None
     perceived_at: datetime
+    instructions: str = ""  # custom deriver instructions in force for the message
 
 
 class Batching(BaseModel):
@@ -44,7 +45,8 @@ def add(state: Batching, event: MessagePerceived, tokens: int) -> Batching:
         return state
     item = Pending(message_id=event.message_id, session_id=event.session_id, seq=event.seq,
                    content=event.content, created_at=event.created_at, tokens=tokens,
-                   previous_turn=event.previous_turn, perceived_at=event.occurred_at)
+                   previous_turn=event.previous_turn, perceived_at=event.occurred_at,
+                   instructions=event.instructions)
     return state.model_copy(update={"pending": (*state.pending, item)})
 
 
@@ -58,11 +60,12 @@ def due(state: Batching, settings: DeriverSettings, now: datetime) -> bool:
 
 
 def next_window(state: Batching, window_tokens: int) -> tuple[tuple[Pending, ...], Batching]:
-    """The oldest messages that fit one call (always at least one), and what stays pending."""
+    """The oldest messages that fit one call (always at least one) under one set of custom instructions,
+    and what stays pending."""
     taken: list[Pending] = []
     used = 0
     for item in state.pending:
-        if taken and used + item.tokens > window_tokens:
+        if taken and (used + item.tokens > window_tokens or item.instructions != taken[0].instructions):
             break
         taken.append(item)
         used += item.tokens

@@ -21,6 +21,14 @@ from services.events.dreams import (
     DreamRequested,
     DreamStarted,
 )
+from services.events.configuration import (
+    ConfigLevel,
+    Configuration,
+    Effective,
+    SessionConfigured,
+    WorkspaceConfigured,
+    resolve,
+)
 from services.events.lifecycle import (
     MemberJoined,
     MemberLeft,
@@ -56,6 +64,12 @@ from services.events.perception import (
 from services.events.summaries import SummaryDeadLettered, SummaryKind, SummaryRetryRequested, SummaryUpdated
 
 __all__ = [
+    "ConfigLevel",
+    "Configuration",
+    "Effective",
+    "SessionConfigured",
+    "WorkspaceConfigured",
+    "resolve",
     "DreamCheckDue",
     "DreamCompleted",
     "DreamFailed",

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services.events.base import Event
+from services.events.configuration import Configuration
 from services.events.requests import KeyedRequest, keyed_v1_to_v2
 
 
@@ -19,8 +20,8 @@ class MessageAppended(Event):
     """
 
     key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
-    schema_version_current: ClassVar[int] = 2  # 2: `request`
-    upcasters = {1: keyed_v1_to_v2}
+    schema_version_current: ClassVar[int] = 3  # 2: `request`; 3: the configurations
+    upcasters = {1: keyed_v1_to_v2, 2: lambda data: data}  # version 2 had no configuration: none was set
 
     session_id: str
     message_id: str
@@ -32,6 +33,10 @@ class MessageAppended(Event):
     author_observe_me: bool = True
     metadata: dict[str, Any] = Field(default_factory=dict)
     request: KeyedRequest | None = None  # set when the client sent an idempotency key
+    configuration: Configuration | None = None  # the message level, as the client sent it
+    # the workspace level when the message was accepted, stamped (like author_observe_me) so the session
+    # processors resolve it in their own log order; the session level comes in order on the same topic
+    workspace_configuration: Configuration | None = None
 
 
 class EmbeddedMessage(BaseModel):

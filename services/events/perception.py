@@ -37,6 +37,8 @@ class MessagePerceived(Event):
     """
 
     key_fields: ClassVar[tuple[str, ...]] = PAIR_KEY
+    schema_version_current: ClassVar[int] = 2  # 2: `instructions`
+    upcasters = {1: lambda data: data}  # version 1 had none: the deriver's prompt as it was
 
     observer_id: str
     observed_id: str
@@ -46,6 +48,9 @@ class MessagePerceived(Event):
     content: str
     created_at: datetime
     previous_turn: Turn | None = None
+    # the custom deriver instructions in force for the message (configuration hierarchy), resolved by the
+    # router so the pair-keyed deriver needs no session or workspace state
+    instructions: str = ""
 
 
 class DerivationDue(Event):

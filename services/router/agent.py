@@ -20,11 +20,14 @@ class Router:
     inputs = (SESSIONS,)
     max_batch = 500
 
+    def __init__(self, settings: Settings) -> None:
+        self.global_ = settings.configuration()
+
     async def handle(self, get: Get, event: Event) -> Step:
         raw = get(event.key)
         state = SessionState.model_validate(raw) if raw else SessionState()
-        return Step(decide(state, event, PRODUCER), {event.key: evolve(state, event).model_dump(mode="json")})
+        return Step(decide(state, event, PRODUCER, self.global_), {event.key: evolve(state, event).model_dump(mode="json")})
 
 
 def build(settings: Settings):
-    return Router(), None
+    return Router(settings), None

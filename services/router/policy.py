@@ -9,14 +9,19 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.events import (
+    ConfigLevel,
+    Configuration,
+    Effective,
     Event,
     MemberJoined,
     MemberLeft,
     MessageAppended,
     MessagePerceived,
     ProducerInfo,
+    SessionConfigured,
     SessionCreated,
     Turn,
+    resolve,
 )
 
 CONTEXT_CHARS = 2000  # the context turn is a hint for the model, not evidence: keep state small
@@ -35,6 +40,7 @@ class SessionState(BaseModel):
     members: dict[str, Member] = Field(default_factory=dict)
     last_turns: dict[str, Turn] = Field(default_factory=dict)  # each peer's latest turn
     last_seq: int = 0
+    session: Configuration | None = None  # the session's configuration level
 
 
 def evolve(state: SessionState, event: Event) -> SessionState:
@@ -44,6 +50,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             return state
         member = Member(observe_me=event.observe_me, observe_others=event.observe_others)
         return state.model_copy(update={"members": {**state.members, event.peer_id: member}})
+    if isinstance(event, SessionConfigured):
+        return state.model_copy(update={"session": event.configuration})
     if isinstance(event, MemberLeft):
         members = {p: m for p, m in state.members.items() if p != event.peer_id}
         return state.model_copy(update={"members": members})
@@ -55,13 +63,24 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     return state
 
 
-def observers(state: SessionState, message: MessageAppended) -> list[str]:
-    """Who perceives `message`, in a stable order: the author first (self-model), then others."""
+def configuration(state: SessionState, message: MessageAppended, global_: Configuration) -> Effective:
+    """The settings in force for `message`: its own level, the session's, the workspace's stamped on it."""
+    return resolve(global_, message.workspace_configuration, state.session, message.configuration)
+
+
+def observers(state: SessionState, message: MessageAppended, config: Effective) -> list[str]:
+    """Who perceives `message`, in a stable order: the author first (self-model), then others.
+
+    A member's own setting wins; then `observe_me` / `observe_others` set at a configuration level above the
+    global one; then the peer's own observe_me (the global level being that peer default)."""
     author = state.members.get(message.peer_id)
-    if author is None:
-        return []  # not a member (the API refuses this; a hand-written log might not)
-    own = author.observe_me if author.observe_me is not None else message.author_observe_me
-    others = sorted(p for p, m in state.members.items() if p != message.peer_id and m.observe_others)
+    if author is None or not config["reasoning"]:
+        return []  # not a member (the API refuses this; a hand-written log might not), or reasoning is off
+    chosen = {name: config[name] for name in ("observe_me", "observe_others")
+              if config.settings[name].level != ConfigLevel.GLOBAL}
+    own = next(v for v in (author.observe_me, chosen.get("observe_me"), message.author_observe_me) if v is not None)
+    others = sorted(p for p, m in state.members.items() if p != message.peer_id
+                    and (m.observe_others or chosen.get("observe_others", False)))
     return ([message.peer_id] if own else []) + others
 
 
@@ -71,20 +90,21 @@ def previous_turn(state: SessionState, author: str) -> Turn | None:
     return max(others, key=lambda t: t.seq, default=None)
 
 
-def decide(state: SessionState, event: Event, producer: ProducerInfo) -> list[Event]:
+def decide(state: SessionState, event: Event, producer: ProducerInfo, global_: Configuration) -> list[Event]:
     """The MessagePerceived events one session event causes (only messages cause any)."""
     if not isinstance(event, MessageAppended):
         return []
+    config = configuration(state, event, global_)
     context = previous_turn(state, event.peer_id)
     return [
         MessagePerceived(
             workspace_id=event.workspace_id, observer_id=observer, observed_id=event.peer_id,
             session_id=event.session_id, message_id=event.message_id, seq=state.last_seq + 1,
             content=event.content, created_at=event.created_at, previous_turn=context,
-            causation_id=event.event_id, producer=producer,
+            instructions=config["deriver_instructions"], causation_id=event.event_id, producer=producer,
         )
-        for observer in observers(state, event)
+        for observer in observers(state, event, config)
     ]
 
 
-ROUTED = (SessionCreated, MemberJoined, MemberLeft, MessageAppended)
+ROUTED = (SessionCreated, MemberJoined, MemberLeft, MessageAppended, SessionConfigured)

@@ -37,6 +37,7 @@ class Summarizer:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.summarizer
+        self.global_ = settings.configuration()
         self.model = ModelClient("summarizer", settings.llm.stage("summarizer"))
 
     def producer(self, model: str) -> ProducerInfo:
@@ -44,13 +45,13 @@ class Summarizer:
 
     async def handle(self, get: Get, event: Event) -> Step:
         raw = get(event.key)
-        state = evolve(SessionSummaries.model_validate(raw) if raw else SessionSummaries(), event)
+        state = evolve(SessionSummaries.model_validate(raw) if raw else SessionSummaries(), event, self.global_)
         out = []
-        for kind in due(state, self.settings):
+        for kind in due(state, self.settings, self.global_):
             result = await self.summarise(state, kind, event)
             out.append(result)
             state = summarised(state, result) if isinstance(result, SummaryUpdated) else failed(
-                state, kind, self.settings)
+                state, kind, self.global_)
         state, dropped = bounded(state, self.settings)  # the state is one record: it must fit the broker's limit
         out += [self.dropped(d, event) for d in dropped]
         return Step(out, {event.key: state.model_dump(mode="json")})

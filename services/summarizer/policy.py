@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import to_json
 
-from services.events import Event, MessageAppended, SessionCreated, SummaryKind, SummaryRetryRequested, SummaryUpdated
+from services.events import (
+    Configuration,
+    Effective,
+    Event,
+    MessageAppended,
+    SessionConfigured,
+    SummaryKind,
+    SummaryRetryRequested,
+    SummaryUpdated,
+    resolve,
+)
 from services.summarizer.settings import SummarizerSettings
 
 KEEP_CHARS = 4000  # per message kept for the next summary; a summary is no place for a whole essay
-OVERRIDE_KEYS = {SummaryKind.SHORT: "summary_short_every", SummaryKind.LONG: "summary_long_every"}
+CADENCE = {SummaryKind.SHORT: "summary_short_every", SummaryKind.LONG: "summary_long_every"}
 
 
 class Line(BaseModel):
@@ -48,29 +58,53 @@ class Dropped:
 class SessionSummaries(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    every: dict[SummaryKind, int] = Field(default_factory=dict)  # per-session cadence overrides
+    # the configuration levels in force: the session's, and the workspace's and message's of the latest message
+    session: Configuration | None = None
+    workspace: Configuration | None = None
+    message: Configuration | None = None
     tracks: dict[SummaryKind, Track] = Field(default_factory=dict)
     seq: int = 0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _cadence_overrides(cls, data):
+        # a state from before the hierarchy kept session-metadata cadences as `every`: they are session level
+        if isinstance(data, dict) and "every" in data:
+            data = dict(data)
+            every = data.pop("every") or {}
+            data.setdefault("session", {CADENCE[SummaryKind(k)]: v for k, v in every.items()} or None)
+        return data
 
-def cadence(state: SessionSummaries, kind: SummaryKind, settings: SummarizerSettings) -> int:
-    default = settings.short_every if kind == SummaryKind.SHORT else settings.long_every
-    return state.every.get(kind, default)
+
+def effective(state: SessionSummaries, global_: Configuration) -> Effective:
+    return resolve(global_, state.workspace, state.session, state.message)
 
 
-def evolve(state: SessionSummaries, event: Event) -> SessionSummaries:
-    """The state after a session event (messages queue up for both kinds)."""
-    if isinstance(event, SessionCreated):
-        every = {k: int(event.metadata[key]) for k, key in OVERRIDE_KEYS.items()
-                 if str(event.metadata.get(key, "")).isdigit() and int(event.metadata[key]) > 0}
-        return state.model_copy(update={"every": every})
+def cadence(state: SessionSummaries, kind: SummaryKind, global_: Configuration) -> int:
+    return effective(state, global_)[CADENCE[kind]]
+
+
+def summarising(state: SessionSummaries, global_: Configuration) -> bool:
+    """Whether the settings in force ask for summaries (reasoning off turns them off too)."""
+    config = effective(state, global_)
+    return config["reasoning"] and config["summaries"]
+
+
+def evolve(state: SessionSummaries, event: Event, global_: Configuration) -> SessionSummaries:
+    """The state after a session event (messages queue up for both kinds, unless summaries are off for them)."""
+    if isinstance(event, SessionConfigured):
+        return state.model_copy(update={"session": event.configuration, "message": None})
     if isinstance(event, MessageAppended):
-        line = Line(message_id=event.message_id, seq=state.seq + 1, peer_id=event.peer_id,
+        state = state.model_copy(update={"workspace": event.workspace_configuration, "message": event.configuration,
+                                         "seq": state.seq + 1})
+        if not summarising(state, global_):
+            return state
+        line = Line(message_id=event.message_id, seq=state.seq, peer_id=event.peer_id,
                     content=event.content[:KEEP_CHARS])
         line = line.model_copy(update={"weight": len(to_json(line)) + 16})  # + the weight field itself
         tracks = {k: state.tracks.get(k, Track()) for k in SummaryKind}
         tracks = {k: t.model_copy(update={"pending": (*t.pending, line)}) for k, t in tracks.items()}
-        return state.model_copy(update={"tracks": tracks, "seq": state.seq + 1})
+        return state.model_copy(update={"tracks": tracks})
     if isinstance(event, SummaryRetryRequested):  # a kind that failed is due at once (due_at 1: any pending)
         tracks = {k: t.model_copy(update={"due_at": 1}) if t.failures else t for k, t in state.tracks.items()}
         return state.model_copy(update={"tracks": tracks})
@@ -82,12 +116,16 @@ def _weights(track: Track) -> list[int]:
     return [line.weight for line in track.pending]
 
 
-def due(state: SessionSummaries, settings: SummarizerSettings) -> list[SummaryKind]:
+def due(state: SessionSummaries, settings: SummarizerSettings, global_: Configuration) -> list[SummaryKind]:
     """The kinds whose cadence the pending messages have reached, or (unless waiting out a failure) their
     byte bound: a long cadence must not make the bound drop messages a working model would summarise."""
+    if not summarising(state, global_):
+        return []
     out = []
     for kind, track in state.tracks.items():
-        if len(track.pending) >= (track.due_at or cadence(state, kind, settings)) or (
+        if not track.pending:
+            continue
+        if len(track.pending) >= (track.due_at or cadence(state, kind, global_)) or (
                 not track.due_at and sum(_weights(track)) > settings.pending_max_bytes):
             out.append(kind)
     return out
@@ -133,9 +171,9 @@ def summarised(state: SessionSummaries, event: SummaryUpdated) -> SessionSummari
     return state.model_copy(update={"tracks": tracks})
 
 
-def failed(state: SessionSummaries, kind: SummaryKind, settings: SummarizerSettings) -> SessionSummaries:
+def failed(state: SessionSummaries, kind: SummaryKind, global_: Configuration) -> SessionSummaries:
     """After a dead-lettered attempt: keep the messages, try again one cadence later."""
     track = state.tracks[kind]
-    retry_at = len(track.pending) + cadence(state, kind, settings)
+    retry_at = len(track.pending) + cadence(state, kind, global_)
     again = track.model_copy(update={"due_at": retry_at, "failures": track.failures + 1})
     return state.model_copy(update={"tracks": {**state.tracks, kind: again}})

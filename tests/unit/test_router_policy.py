@@ -6,9 +6,11 @@ from datetime import UTC, datetime
 
 from services.events import MemberJoined, MemberLeft, MessageAppended, ProducerInfo
 from services.router.policy import SessionState, decide, evolve
+from services.settings import Settings
 
 P = ProducerInfo(component="test", version="0")
 T = datetime(2026, 1, 1, tzinfo=UTC)
+G = Settings().configuration()
 
 
 def joined(peer, observe_me=None, observe_others=False):
@@ -24,7 +26,7 @@ def said(peer, text, author_observe_me=True):
 def run(*events):
     state, out = SessionState(), []
     for e in events:
-        out += decide(state, e, P)
+        out += decide(state, e, P, G)
         state = evolve(state, e)
     return [(p.observer_id, p.observed_id, p.content) for p in out]
 
@@ -55,7 +57,7 @@ def test_the_context_turn_is_the_latest_by_someone_else_and_seq_counts_messages(
     state = SessionState()
     out = []
     for e in (joined("a"), joined("b"), said("a", "q1"), said("b", "r1"), said("b", "r2"), said("a", "q2")):
-        out += decide(state, e, P)
+        out += decide(state, e, P, G)
         state = evolve(state, e)
     by = {p.content: p for p in out}
     assert by["q1"].previous_turn is None

@@ -1,40 +1,72 @@
-"""The summarizer's pure core: cadence, overrides, word budgets, retry after failure."""
+"""The summarizer's pure core: cadence, the configuration levels, word budgets, retry after failure."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from services.events import MessageAppended, ProducerInfo, SessionCreated, SummaryKind, SummaryUpdated
+from services.events import Configuration, MessageAppended, ProducerInfo, SessionConfigured, SummaryKind, SummaryUpdated
+from services.settings import Settings
 from services.summarizer.policy import SessionSummaries, clip_words, due, evolve, failed, summarised, word_limit
 from services.summarizer.settings import SummarizerSettings
 
 P = ProducerInfo(component="test", version="0")
 T = datetime(2026, 1, 1, tzinfo=UTC)
 S = SummarizerSettings(short_every=2, long_every=4)
+G = Settings(summarizer=S).configuration()
 
 
-def msg(i):
+def msg(i, **levels):
     return MessageAppended(workspace_id="w", session_id="s", message_id=f"m{i}", peer_id="a", content=f"t{i}",
-                           created_at=T, producer=P)
+                           created_at=T, producer=P, **levels)
 
 
-def fed(n, state=None):
+def fed(n, state=None, **levels):
     state = state or SessionSummaries()
     for i in range(n):
-        state = evolve(state, msg(i))
+        state = evolve(state, msg(i, **levels), G)
     return state
 
 
+def due_(state):
+    return due(state, S, G)
+
+
+def configured(**settings):
+    return SessionConfigured(workspace_id="w", session_id="s", configuration=Configuration(**settings), producer=P)
+
+
 def test_kinds_fall_due_at_their_cadence():
-    assert due(fed(1), S) == []
-    assert due(fed(2), S) == [SummaryKind.SHORT]
-    assert set(due(fed(4), S)) == {SummaryKind.SHORT, SummaryKind.LONG}
+    assert due_(fed(1)) == []
+    assert due_(fed(2)) == [SummaryKind.SHORT]
+    assert set(due_(fed(4))) == {SummaryKind.SHORT, SummaryKind.LONG}
 
 
-def test_session_metadata_overrides_the_cadence():
-    state = evolve(SessionSummaries(), SessionCreated(workspace_id="w", session_id="s", producer=P,
-                                                      metadata={"summary_short_every": "3"}))
-    assert due(fed(2, state), S) == [] and due(fed(3, state), S) == [SummaryKind.SHORT]
+def test_the_workspace_level_overrides_the_global_cadence():
+    ws = Configuration(summary_short_every=3)
+    assert due_(fed(2, workspace_configuration=ws)) == [] and due_(fed(3, workspace_configuration=ws)) == [SummaryKind.SHORT]
+
+
+def test_the_session_level_overrides_the_workspace_and_the_message_level_the_session():
+    state = evolve(SessionSummaries(), configured(summary_short_every=5), G)
+    ws = Configuration(summary_short_every=3)
+    assert SummaryKind.SHORT not in due_(fed(4, state, workspace_configuration=ws))
+    assert SummaryKind.SHORT in due_(fed(5, state, workspace_configuration=ws))
+    assert due_(fed(1, state, configuration=Configuration(summary_short_every=1))) == [SummaryKind.SHORT]
+
+
+def test_summaries_off_queue_nothing_and_a_level_above_turns_them_back_on():
+    off = evolve(SessionSummaries(), configured(summaries=False), G)
+    assert due_(fed(4, off)) == [] and fed(4, off).tracks == {}
+    on = fed(2, off, configuration=Configuration(summaries=True))  # the message level wins
+    assert due_(on) == [SummaryKind.SHORT]
+    no_reasoning = fed(4, workspace_configuration=Configuration(reasoning=False))
+    assert due_(no_reasoning) == [] and no_reasoning.seq == 4  # seq still counts every message
+
+
+def test_a_state_from_before_the_hierarchy_keeps_its_metadata_cadence_as_the_session_level():
+    old = SessionSummaries.model_validate({"every": {"short": 3}, "tracks": {}, "seq": 0})
+    assert old.session == Configuration(summary_short_every=3)
+    assert due_(fed(2, old)) == [] and due_(fed(3, old)) == [SummaryKind.SHORT]
 
 
 def test_a_recorded_summary_keeps_only_later_messages_and_becomes_the_previous_one():
@@ -47,8 +79,8 @@ def test_a_recorded_summary_keeps_only_later_messages_and_becomes_the_previous_o
 
 
 def test_after_a_failure_the_messages_stay_and_the_next_try_waits_one_cadence():
-    state = failed(fed(2), SummaryKind.SHORT, S)
-    assert due(state, S) == [] and SummaryKind.SHORT in due(fed(2, state), S)
+    state = failed(fed(2), SummaryKind.SHORT, G)
+    assert due_(state) == [] and SummaryKind.SHORT in due_(fed(2, state))
     assert len(fed(2, state).tracks[SummaryKind.SHORT].pending) == 4
 
 

@@ -9,6 +9,7 @@ import orjson
 
 from services.events import MessageAppended, ProducerInfo, SummaryKind
 from services.summarizer.policy import SessionSummaries, bounded, due, evolve, failed
+from services.settings import Settings
 from services.summarizer.settings import SummarizerSettings
 
 P = ProducerInfo(component="test", version="0")
@@ -29,11 +30,12 @@ def with_a_failing_model(n: int, settings: SummarizerSettings = S, **message):
     """What the summarizer's shell does per message when every model call fails: the final state, the
     dropped ranges, and the seq at which each kind was attempted."""
     state, dropped, attempts = SessionSummaries(), [], {k: [] for k in SummaryKind}
+    g = Settings(summarizer=settings).configuration()
     for i in range(1, n + 1):
-        state = evolve(state, msg(i, **message))
-        for kind in due(state, settings):
+        state = evolve(state, msg(i, **message), g)
+        for kind in due(state, settings, g):
             attempts[kind].append(i)
-            state = failed(state, kind, settings)
+            state = failed(state, kind, g)
         state, gone = bounded(state, settings)
         dropped += gone
     return state, dropped, attempts
@@ -69,6 +71,7 @@ def test_dropping_messages_does_not_stop_the_retries_of_a_kind():
 def test_a_long_cadence_reaches_the_bound_as_a_due_summary_not_as_dropped_messages():
     state, settings = SessionSummaries(), SummarizerSettings(short_every=1000, long_every=1000,
                                                               pending_max_bytes=16_384)
+    g = Settings(summarizer=settings).configuration()
     for i in range(1, 18):
-        state = evolve(state, msg(i))
-    assert set(due(state, settings)) == set(SummaryKind)  # 17 kB of text: summarise now, not drop
+        state = evolve(state, msg(i), g)
+    assert set(due(state, settings, g)) == set(SummaryKind)  # 17 kB of text: summarise now, not drop

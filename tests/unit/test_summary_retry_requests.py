@@ -15,11 +15,13 @@ from services.events import (
 )
 from services.summarizer.policy import SessionSummaries, due, evolve, failed
 from services.summarizer.retry import unsummarised
+from services.settings import Settings
 from services.summarizer.settings import SummarizerSettings
 
 P = ProducerInfo(component="test", version="0")
 T = datetime(2026, 1, 1, tzinfo=UTC)
 S = SummarizerSettings(short_every=2, long_every=6)
+G = Settings(summarizer=S).configuration()
 
 
 def dead(session: str, minute: int, workspace: str = "w") -> SummaryDeadLettered:
@@ -43,9 +45,9 @@ def test_a_retry_request_makes_a_failed_kind_due_at_once_and_leaves_the_others_a
     state = SessionSummaries()
     for i in range(2):
         state = evolve(state, MessageAppended(workspace_id="w", session_id="s", message_id=f"m{i}", peer_id="a",
-                                              content="hi", created_at=T, producer=P))
-    state = failed(state, SummaryKind.SHORT, S)
-    assert due(state, S) == []  # left alone, it would try again only a cadence later
-    state = evolve(state, SummaryRetryRequested(workspace_id="w", session_id="s", producer=P))
-    assert due(state, S) == [SummaryKind.SHORT]
+                                              content="hi", created_at=T, producer=P), G)
+    state = failed(state, SummaryKind.SHORT, G)
+    assert due(state, S, G) == []  # left alone, it would try again only a cadence later
+    state = evolve(state, SummaryRetryRequested(workspace_id="w", session_id="s", producer=P), G)
+    assert due(state, S, G) == [SummaryKind.SHORT]
     assert state.tracks[SummaryKind.LONG].due_at == 0

@@ -1,0 +1,85 @@
+"""The configuration levels: projected from their events, and read back as they were at a time or a message."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+from sqlalchemy import Connection, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from projections.inserts import insert_new
+from projections.schema import configurations, messages
+from services.events import Configuration, MessageAppended, SessionConfigured, WorkspaceConfigured
+
+c = configurations.c
+
+
+def _row(e, level: str, configuration: Configuration | None, session_id: str = "", message_id: str = "",
+         after_seq: int | None = None, stamped: Configuration | None = None) -> dict:
+    dump = (lambda x: x.model_dump(mode="json", exclude_none=True) if x is not None else None)
+    return dict(event_id=e.event_id, workspace_id=e.workspace_id, level=level, session_id=session_id,
+                message_id=message_id, configuration=dump(configuration), workspace_configuration=dump(stamped),
+                after_seq=after_seq, recorded_at=e.occurred_at)
+
+
+def workspace_configured(conn: Connection, events: Sequence[WorkspaceConfigured]) -> None:
+    insert_new(conn, configurations, [_row(e, "workspace", e.configuration) for e in events])
+
+
+def session_configured(conn: Connection, events: Sequence[SessionConfigured], last_seq) -> None:
+    insert_new(conn, configurations, [_row(e, "session", e.configuration, e.session_id,
+                                           after_seq=last_seq(conn, e.workspace_id, e.session_id)) for e in events])
+
+
+def messages_configured(conn: Connection, events: Sequence[tuple[MessageAppended, int]]) -> None:
+    """The message level and the workspace stamp of new messages (with their seqs) that carry either."""
+    insert_new(conn, configurations, [
+        _row(e, "message", e.configuration, e.session_id, e.message_id, seq, e.workspace_configuration)
+        for e, seq in events if e.configuration is not None or e.workspace_configuration is not None])
+
+
+class Levels(NamedTuple):
+    workspace: Configuration | None = None
+    session: Configuration | None = None
+    message: Configuration | None = None
+
+
+def _config(raw: dict | None) -> Configuration | None:
+    return Configuration.model_validate(raw) if raw is not None else None
+
+
+async def _latest(conn: AsyncConnection, workspace_id: str, level: str, session_id: str, as_of: datetime | None,
+                  before_seq: int | None = None) -> Configuration | None:
+    stmt = select(c.configuration).where(c.workspace_id == workspace_id, c.level == level, c.session_id == session_id)
+    if as_of is not None:
+        stmt = stmt.where(c.recorded_at <= as_of)
+    if before_seq is not None:  # log order within the session, not the API's clock
+        stmt = stmt.where(c.after_seq < before_seq)
+    return _config(await conn.scalar(stmt.order_by(c.recorded_at.desc(), c.event_id.desc()).limit(1)))
+
+
+async def workspace_level(conn: AsyncConnection, workspace_id: str) -> Configuration | None:
+    """The workspace's configuration now: what the API stamps on the messages it accepts."""
+    return await _latest(conn, workspace_id, "workspace", "", None)
+
+
+async def levels(conn: AsyncConnection, workspace_id: str, session_id: str = "", as_of: datetime | None = None
+                 ) -> Levels:
+    """The workspace and session levels in force at `as_of` (None: now)."""
+    session = await _latest(conn, workspace_id, "session", session_id, as_of) if session_id else None
+    return Levels(await _latest(conn, workspace_id, "workspace", "", as_of), session)
+
+
+async def message_levels(conn: AsyncConnection, workspace_id: str, message_id: str) -> Levels | None:
+    """The levels in force for one message, as the processors saw them (None: no such message)."""
+    m = (await conn.execute(select(messages.c.session_id, messages.c.seq).where(
+        messages.c.workspace_id == workspace_id, messages.c.message_id == message_id))).first()
+    if m is None:
+        return None
+    row = (await conn.execute(select(c.configuration, c.workspace_configuration).where(
+        c.workspace_id == workspace_id, c.level == "message", c.message_id == message_id))).first()
+    session = await _latest(conn, workspace_id, "session", m.session_id, None, before_seq=m.seq)
+    return Levels(_config(row.workspace_configuration) if row else None, session,
+                  _config(row.configuration) if row else None)

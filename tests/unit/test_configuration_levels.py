@@ -1,0 +1,122 @@
+"""Issue 10 §3: the configuration hierarchy's pure parts. Each level overrides the one below
+(message > session > workspace > global); the router, the summarizer and the deriver honour the result."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import orjson
+import pytest
+
+from services.deriver.batching import Batching, add, next_window
+from services.deriver.prompt import build_messages
+from services.events import (
+    ConfigLevel,
+    Configuration,
+    MemberJoined,
+    MessageAppended,
+    ProducerInfo,
+    SessionConfigured,
+    decode,
+    encode,
+    resolve,
+)
+from services.router.policy import SessionState, decide, evolve
+from services.settings import Settings
+
+P = ProducerInfo(component="test", version="0")
+T = datetime(2026, 1, 1, tzinfo=UTC)
+G = Settings().configuration()
+
+
+@pytest.mark.parametrize("levels, value, level", [
+    ((None, None, None), True, ConfigLevel.GLOBAL),
+    ((Configuration(reasoning=False), None, None), False, ConfigLevel.WORKSPACE),
+    ((Configuration(reasoning=False), Configuration(reasoning=True), None), True, ConfigLevel.SESSION),
+    ((Configuration(reasoning=False), Configuration(reasoning=True), Configuration(reasoning=False)), False,
+     ConfigLevel.MESSAGE),
+    ((Configuration(reasoning=False), Configuration(summaries=False), None), False, ConfigLevel.WORKSPACE),
+])
+def test_each_level_overrides_the_one_below_and_an_unset_field_inherits(levels, value, level):
+    resolved = resolve(G, *levels).settings["reasoning"]
+    assert (resolved.value, resolved.level) == (value, level)
+
+
+def test_every_setting_resolves_independently():
+    out = resolve(G, Configuration(summary_short_every=7, dialectic_instructions="be brief"),
+                  Configuration(summary_short_every=3), Configuration(deriver_instructions="names only"))
+    assert {n: (r.value, r.level) for n, r in out.settings.items() if r.level != ConfigLevel.GLOBAL} == {
+        "summary_short_every": (3, ConfigLevel.SESSION), "dialectic_instructions": ("be brief", ConfigLevel.WORKSPACE),
+        "deriver_instructions": ("names only", ConfigLevel.MESSAGE)}
+    assert out["summary_long_every"] == G.summary_long_every
+
+
+def test_the_global_level_must_set_everything():
+    with pytest.raises(ValueError, match="reasoning"):
+        resolve(Configuration())
+
+
+def test_the_configurations_survive_the_log_and_an_old_message_has_none():
+    message = said("a", "hi", configuration=Configuration(reasoning=False),
+                   workspace_configuration=Configuration(summary_short_every=2))
+    assert decode(encode(message)) == message
+    old = message.model_dump(mode="json", exclude={"configuration", "workspace_configuration"}) | {"schema_version": 2}
+    assert decode(orjson.dumps(old)).configuration is None
+
+
+def joined(peer, observe_others=False):
+    return MemberJoined(workspace_id="w", session_id="s", peer_id=peer, observe_others=observe_others, joined_at=T,
+                        producer=P)
+
+
+def said(peer, text, **levels):
+    return MessageAppended(workspace_id="w", session_id="s", message_id=f"m-{text}", peer_id=peer, content=text,
+                           created_at=T, producer=P, **levels)
+
+
+def configured(**settings):
+    return SessionConfigured(workspace_id="w", session_id="s", configuration=Configuration(**settings), producer=P)
+
+
+def perceived(*events):
+    state, out = SessionState(), []
+    for e in events:
+        out += [(p.observer_id, p.observed_id, p.instructions) for p in decide(state, e, P, G)]
+        state = evolve(state, e)
+    return out
+
+
+def test_reasoning_off_at_a_level_routes_nothing_and_a_higher_level_turns_it_back_on():
+    ws_off = Configuration(reasoning=False)
+    assert perceived(joined("a"), said("a", "x", workspace_configuration=ws_off)) == []
+    assert perceived(joined("a"), configured(reasoning=True), said("a", "x", workspace_configuration=ws_off)) == [
+        ("a", "a", "")]
+    assert perceived(joined("a"), configured(reasoning=True),
+                     said("a", "x", configuration=Configuration(reasoning=False))) == []
+
+
+def test_observe_defaults_apply_where_the_member_does_not_say():
+    assert perceived(joined("a"), joined("b"), said("a", "x")) == [("a", "a", "")]
+    events = (joined("a"), joined("b"), configured(observe_others=True, observe_me=False), said("a", "x"))
+    assert perceived(*events) == [("b", "a", "")]
+
+
+def test_the_router_hands_the_deriver_the_instructions_in_force():
+    out = perceived(joined("a"), configured(deriver_instructions="only food"), said("a", "x"),
+                    said("a", "y", configuration=Configuration(deriver_instructions="only pets")))
+    assert [i for *_, i in out] == ["only food", "only pets"]
+
+
+def test_a_deriver_window_holds_one_set_of_instructions_and_its_prompt_carries_them():
+    state = Batching()
+    for text, instructions in (("x", "only food"), ("y", "only food"), ("z", "")):
+        state = add(state, _perception(text, instructions), tokens=1)
+    window, rest = next_window(state, 1000)
+    assert [p.message_id for p in window] == ["m-x", "m-y"] and len(rest.pending) == 1
+    system = build_messages("a", "a", window)[0]["content"]
+    assert system.endswith("only food") and "only food" not in build_messages("a", "a", rest.pending)[0]["content"]
+
+
+def _perception(text, instructions):
+    state = evolve(evolve(SessionState(), joined("a")), configured(deriver_instructions=instructions))
+    return decide(state, said("a", text), P, G)[0]
