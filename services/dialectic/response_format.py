@@ -2,6 +2,10 @@
 
 A caller's schema is refused unless it is small, shallow and self-contained, and it is checked and applied
 without ever fetching anything: a `$ref` to a URL or a file would be request forgery or file disclosure.
+Its regular expressions (`pattern`, `patternProperties`) run on RE2, in time linear in the text: Python's
+backtracking `re`, which jsonschema uses, takes exponential time on a pattern such as `^(a|aa)+$`, so a
+caller could spend the server's CPU through a model's answer. A pattern RE2 cannot run (backreferences,
+lookaround) is refused.
 `parse` is cheap and may run on the event loop; `check` and `problems` are CPU-heavy: run them in a thread.
 """
 
@@ -10,9 +14,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping
+from functools import lru_cache
 from typing import Any
 
 import jsonschema
+import re2
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
@@ -48,8 +54,8 @@ def parse(text: str | None, obj: Mapping[str, Any] | None) -> dict[str, Any] | N
 
 
 def check(schema: Mapping[str, Any]) -> None:
-    """InvalidArgument unless `schema` is valid for its metaschema, every $ref points into it, and no $ref
-    cycle recurses without end. CPU-heavy: call it off the event loop."""
+    """InvalidArgument unless `schema` is valid for its metaschema, every $ref points into it, every
+    pattern runs on RE2, and no $ref cycle recurses without end. CPU-heavy: call it off the event loop."""
     cls = jsonschema.validators.validator_for(schema)
     try:
         cls.check_schema(schema)
@@ -57,6 +63,7 @@ def check(schema: Mapping[str, Any]) -> None:
         # the message quotes the offending part of the schema, which may be most of its 64 KB
         shown = error.message if len(error.message) <= 300 else error.message[:300] + "…"
         raise InvalidArgument(f"response_format is not a valid JSON schema: {shown}") from None
+    _check_patterns(schema)
     resolver = NO_RETRIEVAL.resolver_with_root(
         referencing.Resource.from_contents(schema, default_specification=referencing.jsonschema.DRAFT202012))
     for ref in sorted(set(_refs(schema))):
@@ -64,7 +71,7 @@ def check(schema: Mapping[str, Any]) -> None:
             resolver.lookup(ref)
         except referencing.exceptions.Unresolvable:
             raise _dangling(ref) from None
-    validator = cls(schema, registry=NO_RETRIEVAL)
+    validator = _validator(schema)
     for instance in _TRIAL_INSTANCES:
         try:
             for _ in validator.iter_errors(instance):
@@ -82,7 +89,7 @@ def _dangling(ref: str) -> InvalidArgument:
 
 def problems(schema: Mapping[str, Any], value: Any) -> list[str]:
     """Why `value` does not satisfy `schema` (empty: it does). CPU-heavy: call it off the event loop."""
-    validator = jsonschema.validators.validator_for(schema)(schema, registry=NO_RETRIEVAL)
+    validator = _validator(schema)
     try:
         return [f"- {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
                 for e in validator.iter_errors(value)]
@@ -90,6 +97,76 @@ def problems(schema: Mapping[str, Any], value: Any) -> list[str]:
         return ["- (root): the answer is nested too deeply to check against the schema"]
     except referencing.exceptions.Unresolvable as error:  # `check` tries every ref; this is a safety net
         return [f"- (root): the schema's $ref {_shown(str(getattr(error, 'ref', error)))} points at nothing"]
+
+
+@lru_cache(maxsize=1024)
+def _regex(pattern: str) -> Any:
+    return re2.compile(pattern)
+
+
+def _search(pattern: str, text: str) -> bool:
+    return _regex(pattern).search(text) is not None
+
+
+def _check_patterns(schema: Mapping[str, Any]) -> None:
+    """Every regular expression compiles on RE2; unevaluatedProperties beside patternProperties is refused,
+    because jsonschema evaluates that pair with `re` in code this module cannot reach."""
+    dicts = [value for value, _ in _walk(schema) if isinstance(value, dict)]
+    for value in dicts:
+        found = [value["pattern"]] if isinstance(value.get("pattern"), str) else []
+        if isinstance(value.get("patternProperties"), dict):
+            found += list(value["patternProperties"])
+        for pattern in found:
+            try:
+                _regex(pattern)
+            except re2.error as error:
+                raise InvalidArgument(f"response_format: pattern {_shown(pattern)} cannot be evaluated in linear "
+                                      f"time here ({error}); backreferences and lookaround are not supported"
+                                      ) from None
+    if any("unevaluatedProperties" in d for d in dicts) and any("patternProperties" in d for d in dicts):
+        raise InvalidArgument("response_format: unevaluatedProperties together with patternProperties is not "
+                              "supported; use additionalProperties instead")
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield jsonschema.ValidationError(f"{_shown(instance)} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: Any,
+                        schema: Any) -> Iterator[jsonschema.ValidationError]:
+    if validator.is_type(instance, "object"):
+        for pattern, subschema in patterns.items():
+            for key, value in instance.items():
+                if _search(pattern, key):
+                    yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, additional: Any, instance: Any,
+                           schema: Mapping[str, Any]) -> Iterator[jsonschema.ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    known, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
+    extras = sorted(k for k in instance if k not in known and not any(_search(p, k) for p in patterns))
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        yield jsonschema.ValidationError(f"additional properties are not allowed ({', '.join(map(repr, extras))})")
+
+
+_RE2_KEYWORDS = {"pattern": _pattern, "patternProperties": _pattern_properties,
+                 "additionalProperties": _additional_properties}
+
+
+@lru_cache(maxsize=16)
+def _re2_dialect(cls: Any) -> Any:
+    return jsonschema.validators.extend(cls, _RE2_KEYWORDS)
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    """A validator for `schema`'s dialect that retrieves nothing and runs its patterns on RE2."""
+    return _re2_dialect(jsonschema.validators.validator_for(schema))(schema, registry=NO_RETRIEVAL)
 
 
 def _loads(text: str) -> Any:
