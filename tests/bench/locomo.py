@@ -217,10 +217,13 @@ def recall(ranked: list[str], evidence: list[str], k: int) -> float:
     return share(ranked[:k], evidence)
 
 
-async def search_hits(channel, ws: str, question: str, dia_of: dict[str, str]) -> list[str]:
+async def search_hits(channel, ws: str, question: str, dia_of: dict[str, str], limit: int = max(KS),
+                      scored: bool = False) -> list:
+    """The dia ids of the top `limit` hits, best first (with `scored`: [dia id, score] pairs)."""
     got = await workspaces_pb2_grpc.WorkspaceServiceStub(channel).SearchMessages(
-        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=ws, query=question, limit=max(KS)))
-    return [dia_of.get(r.message.message_id, "") for r in got.results]
+        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=ws, query=question, limit=limit))
+    dias = [dia_of.get(r.message.message_id, "") for r in got.results]
+    return [[d, round(r.score, 4)] for d, r in zip(dias, got.results, strict=True)] if scored else dias
 
 
 async def context_hits(channel, conv: Posted, question: str, budget: int) -> list[str]:
@@ -301,6 +304,9 @@ async def score(channel, c: Client, conv: Posted, q: dict, args) -> dict:
         row.update({f"observations@{k}": recall(obs, q["evidence"], k) for k in KS})
     if args.chat:
         row.update(await ask_and_judge(channel, conv.ws, conv.speakers[0], q))
+    if args.hits:  # for offline analysis of the ranking: not part of the report
+        row["question"], row["evidence"] = q["question"], q["evidence"]
+        row["top100"] = await search_hits(channel, conv.ws, q["question"], conv.dia_of, limit=100, scored=True)
     return row
 
 
@@ -406,6 +412,8 @@ def main() -> int:
     p.add_argument("--derive", action="store_true", help="derive observations with PEERLOG_LLM_BASE_URL's model")
     p.add_argument("--chat", action="store_true", help="answer with Chat and judge with PEERLOG_LLM_BASE_URL's model")
     p.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/locomo.json")
+    p.add_argument("--hits", type=Path, help="also write each question with its top 100 hits and their scores "
+                   "(JSON lines), for analysing the ranking offline")
     args = p.parse_args()
     if (args.derive or args.chat) and not os.environ.get("PEERLOG_LLM_BASE_URL"):
         p.error("--derive and --chat need a model endpoint: set PEERLOG_LLM_BASE_URL (and PEERLOG_LLM_MODEL)")
@@ -431,10 +439,14 @@ def main() -> int:
         result = asyncio.run(evaluate(state, plan, args))
     finally:
         down(root, progress=log)
+    rows = result["rows"]
     result = {"benchmark": "locomo", "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
               "command": " ".join(shlex.quote(a) for a in sys.argv), "conversations": [s["sample_id"] for s in samples],
               "left_out_incomplete": sum(left_out for _, _, left_out in asked), "baselines_s": round(baselines_s, 1),
               **report(result, args)}
+    if args.hits:
+        args.hits.write_text("".join(json.dumps({k: r[k] for k in ("sample", "category", "question", "evidence",
+                                                                    "top100")}) + "\n" for r in rows))
     text = json.dumps(result, indent=2)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")
