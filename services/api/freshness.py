@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from confluent_kafka import KafkaException
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import queries
 from services.bus.consistency import ConsistencyToken
 from services.bus.log_ends import LogEnds
-from services.bus.topics import TopicSpec
 from services.errors import Unavailable
 
 
@@ -20,6 +18,11 @@ class Freshness:
         self._engine = engine
         self._timeout_s = timeout_s
         self._ends = ends  # None: no check against the log (a token is only waited for)
+
+    @property
+    def timeout_s(self) -> float:
+        """How long `wait` waits before it gives up."""
+        return self._timeout_s
 
     async def wait(self, token: ConsistencyToken | str | None) -> None:
         """Return once every (topic, partition, offset) of `token` is projected; else Unavailable."""
@@ -39,16 +42,6 @@ class Freshness:
                 )
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.05)
-
-    async def settle(self, topic: TopicSpec) -> None:
-        """Return once the projections hold everything committed on `topic` so far."""
-        if self._ends is None:
-            raise RuntimeError("settle needs the log's ends")
-        try:
-            token = await self._ends.settled(topic)
-        except (KafkaException, TimeoutError) as exc:
-            raise Unavailable(f"cannot read where the log ends: {exc}") from exc
-        await self.wait(token)
 
     async def _reached(self, token: ConsistencyToken) -> bool:
         async with self._engine.connect() as conn:

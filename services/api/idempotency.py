@@ -12,25 +12,26 @@ The window between an append and its projection, and two processes racing on one
 1. Fast path: the key's projected row, if whole, answers at once (a repeat appends nothing).
 2. Otherwise the caller takes a Postgres advisory lock on (workspace, scope, key), which serialises the
    key across API processes (a lock, not a stored row: a dead process's connection drops it).
-3. Holding it, it waits until the projections hold every record committed on the topic so far
-   (`Freshness.settle`); an earlier holder's append was acknowledged before it let go, so it is in the
-   projection now. The row is read again: found, it answers; absent, the write appends, still holding
-   the lock. The locked part is shielded from the call's cancellation, so a client that gives up
-   mid-append never frees the key before its append has landed.
-So a second caller never appends a duplicate; if one ever reaches the log (a process that died mid-commit
-and whose transaction completed later), the projector's rule above still keeps the first.
+3. Holding it, it reads the row again. A holder lets go only once its own append is projected, so an
+   earlier append under the key is in the row by now: found, it answers. Absent, it appends, waits
+   until its own append is projected, and answers with the row: its own append, or, had one been
+   appended by a holder that died before its projection, that earlier one (the projector dropped ours).
+The locked part runs shielded from the call: a client that gives up (deadline, cancel) never frees the
+key before its append is projected; if the projector is slow, the call answers UNAVAILABLE after the
+consistency wait and a retry under the same key queues for the lock and gets the first reply.
 
 The scope is the partition key of the events (`workspace/session`, `workspace/observer/observed`): one
 partition orders every use of a key, so a rebuild keeps the same first append. A key is therefore
 per session (AddMessages) or per pair (CreateObservations); the same key elsewhere is another write.
-Cost: a first use of a key pays the lock, one watermark read per partition of the topic and a wait for
-the projector to catch up (tests/bench/ingest.py --keys).
+Cost: a keyed write answers once readable (like the control-plane writes), not at the durable ack: the
+lock, the append, then the projector's lag (tests/bench/ingest.py --keys).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
@@ -44,9 +45,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from projections.idempotency import first_request
 from services.api import validation as v
 from services.api.context import ApiContext
-from services.bus.topics import TopicSpec
-from services.errors import FailedPrecondition
+from services.errors import FailedPrecondition, Unavailable
 from services.events.requests import KeyedRequest
+
+log = logging.getLogger(__name__)
 
 Reply = tuple[list[str], str]  # the ids created, in request order, and the consistency token
 
@@ -83,7 +85,7 @@ def keyed(workspace_id: str, scope: Sequence[str], key: str, items: Sequence[obj
     return Keyed(workspace_id, "/".join(scope), key, hashlib.sha256(body).hexdigest(), len(items))
 
 
-async def once(ctx: ApiContext, k: Keyed | None, topic: TopicSpec,
+async def once(ctx: ApiContext, k: Keyed | None,
                write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
     """`write` once per key: the first reply for a repeat, FailedPrecondition for another request."""
     if k is None:
@@ -91,37 +93,52 @@ async def once(ctx: ApiContext, k: Keyed | None, topic: TopicSpec,
     found = await _reply(ctx, k)
     if found is not None:
         return found
-    task = asyncio.ensure_future(_locked(ctx, k, topic, write))
+    task = asyncio.ensure_future(_locked(ctx, k, write))
     task.add_done_callback(lambda t: t.cancelled() or t.exception())  # the caller may be gone
-    return await asyncio.shield(task)
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), ctx.freshness.timeout_s)
+    except TimeoutError:
+        raise Unavailable(f"the write under idempotency key {k.key!r} is on the log but not readable after "
+                          f"{ctx.freshness.timeout_s:g} s (the projector may be behind); retry with the same "
+                          "key to get its reply") from None
 
 
-# a lock holder keeps one pooled connection and needs another now and then (the settle's polls, the
-# write's checks): at most the pool's size of holders per engine, so the overflow always serves the rest
+# a lock holder keeps one pooled connection and needs others meanwhile (the write's checks, the wait's
+# polls): at most the pool's size of holders per engine, so the overflow always serves the rest
 _HOLDERS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary()
 
 
-async def _locked(ctx: ApiContext, k: Keyed, topic: TopicSpec,
-                  write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
+async def _locked(ctx: ApiContext, k: Keyed, write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
     lock = int.from_bytes(hashlib.sha256(f"{k.workspace_id}\0{k.scope}\0{k.key}".encode()).digest()[:8],
                           "big", signed=True)
     holders = _HOLDERS.setdefault(ctx.engine, asyncio.Semaphore(max(1, ctx.engine.pool.size())))
     async with holders, ctx.engine.connect() as conn:
         await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock})
         try:
-            await ctx.freshness.settle(topic)
-            found = await _reply(ctx, k, whole=False, conn=conn)
-            return found if found is not None else await write(k.request())
+            found = await _reply(ctx, k, conn=conn)
+            if found is not None:
+                return found
+            ids, token = await write(k.request())
+            await _projected(ctx, token)
+            return await _reply(ctx, k, conn=conn) or (ids, token)
         finally:
             await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock})
 
 
-async def _reply(ctx: ApiContext, k: Keyed, whole: bool = True, conn: AsyncConnection | None = None
-                 ) -> Reply | None:
-    """The first reply under the key, if projected (and, with `whole`, only once every id is)."""
+async def _projected(ctx: ApiContext, token: str) -> None:
+    """Wait, however long, until `token` is projected: the key stays locked until a repeat can see it."""
+    while True:
+        try:
+            return await ctx.freshness.wait(token)
+        except Unavailable:
+            log.warning("a keyed write waits for the projector; its key stays locked meanwhile")
+
+
+async def _reply(ctx: ApiContext, k: Keyed, conn: AsyncConnection | None = None) -> Reply | None:
+    """The first reply under the key, once its append is wholly projected."""
     if conn is None:
         async with ctx.engine.connect() as conn:
-            return await _reply(ctx, k, whole, conn)
+            return await _reply(ctx, k, conn)
     row = await first_request(conn, k.workspace_id, k.scope, k.key)
     if row is None:
         return None
@@ -130,6 +147,6 @@ async def _reply(ctx: ApiContext, k: Keyed, whole: bool = True, conn: AsyncConne
             f"idempotency key {k.key!r} was already used in {k.scope!r} for a different request (at "
             f"{row['recorded_at'].isoformat()}); send a new key for a new request, or resend the first "
             "request unchanged to get its reply")
-    if whole and len(row["ids"]) < k.size:
-        return None  # its append is still being projected: settle under the lock
+    if len(row["ids"]) < k.size:
+        return None  # the projector has part of its append so far: the lock waits for the rest
     return list(row["ids"]), row["token"]

@@ -16,7 +16,6 @@ from services.api.observation_reads import require_observation
 from services.api.writes import commit, require_peers, require_session
 from services.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from services.events import Level, ObservationAdded, ObservationDeleted, Source
-from services.bus.topics import OBSERVATIONS
 from services.events.requests import KeyedRequest
 from services.events.text import normalise
 
@@ -79,7 +78,7 @@ async def create_observations(
     used idempotency key, the first call's reply instead (services/api/idempotency.py)."""
     _validate(new)
     keyed = idempotency.keyed(workspace_id, (workspace_id, observer_id, observed_id), idempotency_key, new)
-    return await idempotency.once(ctx, keyed, OBSERVATIONS, lambda request: _append_observations(
+    return await idempotency.once(ctx, keyed, lambda request: _append_observations(
         ctx, workspace_id, observer_id, observed_id, new, request))
 
 

@@ -27,7 +27,6 @@ from projections import queries
 from services.api import idempotency
 from services.api import validation as v
 from services.api.context import ApiContext
-from services.bus.topics import SESSIONS
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.events import (
     Event,
@@ -291,7 +290,7 @@ async def add_messages(
     idempotency key, the first call's reply instead (services/api/idempotency.py)."""
     _validate_messages(new)
     keyed = idempotency.keyed(workspace_id, (workspace_id, session_id), idempotency_key, new)
-    return await idempotency.once(ctx, keyed, SESSIONS, lambda request: _append_messages(
+    return await idempotency.once(ctx, keyed, lambda request: _append_messages(
         ctx, workspace_id, session_id, new, request))
 
 

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from services.bus.consistency import ConsistencyToken, InvalidConsistencyToken
-from services.bus.topics import ALL_TOPICS, TopicSpec
+from services.bus.topics import ALL_TOPICS
 from services.config import KafkaSettings
 
 
@@ -31,7 +31,6 @@ class LogEnds:
     """
 
     def __init__(self, settings: KafkaSettings, timeout_s: float = 2.0, relist_every_s: float = 1.0) -> None:
-        self._prefix = settings.topic_prefix
         self._names = frozenset(spec.full_name(settings.topic_prefix) for spec in ALL_TOPICS)
         # no group is ever joined: the consumer only asks for metadata and watermarks. Read uncommitted,
         # so the end is the high watermark, which an acknowledged write (acks=all) is always below; the
@@ -83,20 +82,6 @@ class LogEnds:
                     f"consistency token names offset {offset} of {topic!r} partition {partition}, beyond the "
                     f"log's end ({end}); pass back the token a write returned"
                 )
-
-    async def settled(self, spec: TopicSpec) -> ConsistencyToken:
-        """A token whose wait returns once the projections hold every record committed on `topic` now.
-
-        The end (high watermark) of a partition written by transactions is a commit marker, which no
-        projector applies; so each part names the offset before the last one (end - 2): once the
-        projection is past it, every data record below the end has been applied."""
-        topic = spec.full_name(self._prefix)
-        count = await self._partition_count(topic, 0)
-        ends = [await self._run(self._consumer.get_watermark_offsets, TopicPartition(topic, p), self._timeout_s,
-                                False) for p in range(count or 0)]
-        if count is None or None in ends:  # guessing here could let a used key through
-            raise TimeoutError(f"the broker did not say where {topic!r} ends within {self._timeout_s:g} s")
-        return ConsistencyToken.of([(topic, p, end - 2) for p, (_, end) in enumerate(ends) if end >= 2])
 
     async def _partition_count(self, topic: str, partition: int) -> int | None:
         """The topic's partition count (0 if it does not exist); None if the broker cannot tell."""

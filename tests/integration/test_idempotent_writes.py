@@ -71,7 +71,7 @@ async def test_a_reply_lost_after_commit_is_retried_and_leaves_one_copy(settings
     assert lost.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     retry = asyncio.ensure_future(c.messages.AddMessages(request, timeout=60))
     await asyncio.sleep(2.5)  # the first has committed and let go of the key
-    assert not retry.done()  # it waits for the projection to hold what the log holds
+    assert not retry.done()  # the first holds the key until its append is projected
     projector.start()
     retried = await retry
     assert len(retried.message_ids) == 2
