@@ -110,6 +110,12 @@ RULES: dict[str, dict[str, Rule]] = {
         "ListMessages": _session,
         "GetMessage": _workspace,
     },
+    "ConfigurationService": {
+        "SetWorkspaceConfiguration": _workspace,
+        "SetSessionConfiguration": _session,
+        # a message's levels include its workspace's and session's: the id does not say whose
+        "GetEffectiveConfiguration": lambda r: _workspace(r) if r.message_id or not r.session_id else _session(r),
+    },
     "ObservationService": {
         "ListObservations": _OBSERVER_OR_WORKSPACE,
         "GetObservation": _workspace,

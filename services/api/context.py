@@ -15,8 +15,9 @@ from services.api.freshness import Freshness
 from services.api.locks import KeyedLocks
 from services.bus.producer import EventLog
 from services.dialectic.agent import Dialectic
-from services.events import ProducerInfo
+from services.events import Configuration, ProducerInfo
 from services.llm.embeddings import Embedder
+from services.settings import Settings
 
 API_PRODUCER = ProducerInfo(component="api", version="0.1.0")
 
@@ -32,6 +33,8 @@ class ApiContext:
     cursors: PageCursors = field(default_factory=lambda: PageCursors.from_setting(""))  # signs page tokens
     # control-plane writes check the projection, then append: per entity, one at a time in this process
     writes: KeyedLocks = field(default_factory=KeyedLocks)
+    # the global level of the configuration hierarchy (the environment)
+    configuration: Configuration = field(default_factory=lambda: Settings().configuration())
 
     @asynccontextmanager
     async def embedding(self, text: str) -> AsyncIterator[asyncio.Future]:

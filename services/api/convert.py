@@ -29,6 +29,7 @@ from services.dialectic import response_format
 from services.dialectic.agent import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
 from services.dialectic.prompt import PROMPT_VERSION
 from services.api.reads import SessionView
+from services.api.convert_configuration import optional_configuration
 from services.api.writes import MemberSpec, NewMessage
 from services.errors import InvalidArgument
 from services.events import Level, Source
@@ -126,6 +127,7 @@ def new_message(m: messages_pb2.NewMessage, index: int = 0) -> NewMessage:
     return NewMessage(
         peer_id=m.peer_id, content=m.content, created_at=from_ts(m, "created_at"),
         metadata=metadata(m.metadata, f"messages[{index}].metadata"), message_id=m.message_id,
+        configuration=optional_configuration(m, f"messages[{index}].configuration"),
     )
 
 

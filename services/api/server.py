@@ -16,6 +16,8 @@ from grpc_reflection.v1alpha import reflection
 from peerlog.v1 import (
     audit_pb2,
     audit_pb2_grpc,
+    configuration_pb2,
+    configuration_pb2_grpc,
     context_pb2,
     context_pb2_grpc,
     dreams_pb2,
@@ -42,6 +44,7 @@ from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
 from services.api.health import HealthMonitor, database_reachable
 from services.api.servicers import (
+    ConfigurationServicer,
     ContextServicer,
     AuditServicer,
     DreamServicer,
@@ -75,6 +78,7 @@ SERVICE_NAMES = (
     observations_pb2.DESCRIPTOR.services_by_name["ObservationService"].full_name,
     dreams_pb2.DESCRIPTOR.services_by_name["DreamService"].full_name,
     audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
+    configuration_pb2.DESCRIPTOR.services_by_name["ConfigurationService"].full_name,
 )
 
 
@@ -111,6 +115,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> health.aio.HealthServ
     dreams_pb2_grpc.add_DreamServiceServicer_to_server(DreamServicer(ctx), server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(ctx), server)
     dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(DialecticServicer(ctx), server)
+    configuration_pb2_grpc.add_ConfigurationServiceServicer_to_server(ConfigurationServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
@@ -181,7 +186,8 @@ async def start(settings: Settings) -> RunningServer:
     ctx = ApiContext(engine=engine, log=event_log,
                      freshness=Freshness(engine, settings.api.consistency_wait_s, ends),
                      embedder=embedder, dialectic=_dialectic(settings, engine, embedder),
-                     cursors=PageCursors.from_setting(settings.api.cursor_key.get_secret_value()))
+                     cursors=PageCursors.from_setting(settings.api.cursor_key.get_secret_value()),
+                     configuration=settings.configuration())
     # without SO_REUSEPORT a second server on a taken port fails loudly instead of sharing it; with
     # several processes (services/api/processes.py) they share it on purpose
     shared = settings.api.processes > 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 from peerlog.v1 import (
     audit_pb2,
     audit_pb2_grpc,
+    configuration_pb2,
+    configuration_pb2_grpc,
     context_pb2_grpc,
     dreams_pb2,
     dreams_pb2_grpc,
@@ -21,11 +23,12 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from services.api import convert as c
-from services.api import convert_audit
+from services.api import convert_audit, convert_configuration
 from services.api import (
     audit,
     cards,
     chat,
+    configurations,
     context_reads,
     dreams,
     message_reads,
@@ -184,6 +187,26 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         return c.message(await reads.get_message(
             self.ctx, request.workspace_id, request.message_id, request.consistency.consistency_token
         ))
+
+
+class ConfigurationServicer(configuration_pb2_grpc.ConfigurationServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def SetWorkspaceConfiguration(self, request, context):
+        token = await configurations.set_workspace(self.ctx, request.workspace_id,
+                                                   convert_configuration.configuration(request.configuration))
+        return configuration_pb2.SetConfigurationResponse(consistency_token=token)
+
+    async def SetSessionConfiguration(self, request, context):
+        token = await configurations.set_session(self.ctx, request.workspace_id, request.session_id,
+                                                 convert_configuration.configuration(request.configuration))
+        return configuration_pb2.SetConfigurationResponse(consistency_token=token)
+
+    async def GetEffectiveConfiguration(self, request, context):
+        return convert_configuration.effective(await configurations.effective(
+            self.ctx, request.workspace_id, request.session_id, request.message_id, c.from_ts(request, "as_of"),
+            request.consistency.consistency_token))
 
 
 class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):

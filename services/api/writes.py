@@ -23,12 +23,13 @@ import uuid6
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections import queries
+from projections import configurations, queries
 from services.api import idempotency
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.events import (
+    Configuration,
     Event,
     MemberJoined,
     MemberLeft,
@@ -55,6 +56,7 @@ class NewMessage:
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     message_id: str = ""  # the client's; empty: peerlog assigns one
+    configuration: Configuration | None = None  # the message level of the configuration hierarchy
 
 
 @dataclass(frozen=True)
@@ -301,6 +303,7 @@ async def _append_messages(ctx: ApiContext, workspace_id: str, session_id: str, 
         await require_session(ctx, workspace_id, session_id, conn)
         members = await queries.current_members(conn, workspace_id, session_id)
         observe_me = await queries.peer_observe_me(conn, workspace_id, {m.peer_id for m in new})
+        workspace_level = await configurations.workspace_level(conn, workspace_id)
         taken = await queries.messages_by_id(conn, workspace_id, [m.message_id for m in new if m.message_id])
     if taken:
         raise AlreadyExists(f"message id(s) {v.listed([repr(i) for i in sorted(taken)])} already exist in "
@@ -317,7 +320,8 @@ async def _append_messages(ctx: ApiContext, workspace_id: str, session_id: str, 
         MessageAppended(workspace_id=workspace_id, session_id=session_id,
                         message_id=m.message_id or str(uuid6.uuid7()), peer_id=m.peer_id, content=m.content,
                         created_at=m.created_at or now, metadata=m.metadata, producer=ctx.producer,
-                        author_observe_me=observe_me.get(m.peer_id, True), request=request)
+                        author_observe_me=observe_me.get(m.peer_id, True), request=request,
+                        configuration=m.configuration, workspace_configuration=workspace_level)
         for m in new
     ]
     token = await commit(ctx, events, wait=False)

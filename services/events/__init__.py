@@ -24,6 +24,7 @@ from services.events.dreams import (
 from services.events.configuration import (
     ConfigLevel,
     Configuration,
+    SETTINGS,
     Effective,
     SessionConfigured,
     WorkspaceConfigured,
@@ -67,6 +68,7 @@ __all__ = [
     "ConfigLevel",
     "Configuration",
     "Effective",
+    "SETTINGS",
     "SessionConfigured",
     "WorkspaceConfigured",
     "resolve",

@@ -48,23 +48,6 @@ async def test_short_and_long_summaries_come_at_their_cadence_and_build_on_the_p
     assert len(short["content"].split()) <= int(0.75 * 28)  # 0.75 × the input tokens of four short turns
 
 
-async def test_a_summary_per_session_override_changes_the_cadence(channel, settings, model_server, start_worker):
-    model_server.reply_with(lambda req: Reply(content="a short summary"))
-    start_worker("summarizer")
-    c = Client(channel)
-    await c.workspace("w")
-    await c.peer("w", "alice")
-    from peerlog.v1 import sessions_pb2
-
-    req = sessions_pb2.GetOrCreateSessionRequest(workspace_id="w", session_id="s",
-                                                 members=[sessions_pb2.MemberSpec(peer_id="alice")])
-    req.metadata.update({"summary_short_every": "2"})
-    await c.sessions.GetOrCreateSession(req)
-    await c.add("w", "s", [("alice", "one"), ("alice", "two")])
-    rows = eventually(lambda: summary_rows(settings), 60)
-    assert rows[0]["kind"] == "short" and rows[0]["last_seq"] == 2
-
-
 async def test_a_failing_model_never_stores_a_placeholder_summary(channel, settings, model_server, start_worker):
     model_server.reply_with(lambda req: Reply(status=500))
     start_worker("summarizer", PEERLOG_SUMMARIZER_SHORT_EVERY="2")

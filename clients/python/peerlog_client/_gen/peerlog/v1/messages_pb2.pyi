@@ -3,6 +3,7 @@ import datetime
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from peerlog_client._gen.peerlog.v1 import common_pb2 as _common_pb2
+from peerlog_client._gen.peerlog.v1 import configuration_pb2 as _configuration_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -12,18 +13,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NewMessage(_message.Message):
-    __slots__ = ("peer_id", "content", "created_at", "metadata", "message_id")
+    __slots__ = ("peer_id", "content", "created_at", "metadata", "message_id", "configuration")
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURATION_FIELD_NUMBER: _ClassVar[int]
     peer_id: str
     content: str
     created_at: _timestamp_pb2.Timestamp
     metadata: _struct_pb2.Struct
     message_id: str
-    def __init__(self, peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_id: _Optional[str] = ...) -> None: ...
+    configuration: _configuration_pb2.Configuration
+    def __init__(self, peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_id: _Optional[str] = ..., configuration: _Optional[_Union[_configuration_pb2.Configuration, _Mapping]] = ...) -> None: ...
 
 class Message(_message.Message):
     __slots__ = ("workspace_id", "session_id", "message_id", "peer_id", "content", "created_at", "metadata", "seq")

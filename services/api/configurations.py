@@ -1,0 +1,44 @@
+"""The configuration hierarchy's RPCs: set a workspace's or a session's level, read the effective settings."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from projections import configurations as stored
+from services.api import validation as v
+from services.api.context import ApiContext
+from services.api.writes import commit, require_session, require_workspace
+from services.errors import NotFound
+from services.events import Configuration, Effective, SessionConfigured, WorkspaceConfigured, resolve
+
+
+async def set_workspace(ctx: ApiContext, workspace_id: str, config: Configuration) -> str:
+    """Replace the workspace level; answers once readable, so messages accepted after it are stamped with it."""
+    await require_workspace(ctx, workspace_id)
+    return await commit(ctx, [WorkspaceConfigured(workspace_id=workspace_id, configuration=config,
+                                                  producer=ctx.producer)])
+
+
+async def set_session(ctx: ApiContext, workspace_id: str, session_id: str, config: Configuration) -> str:
+    """Replace the session level (on the session's topic: it governs the messages after it in log order)."""
+    await require_session(ctx, workspace_id, session_id)
+    return await commit(ctx, [SessionConfigured(workspace_id=workspace_id, session_id=session_id,
+                                                configuration=config, producer=ctx.producer)])
+
+
+async def effective(ctx: ApiContext, workspace_id: str, session_id: str, message_id: str,
+                    as_of: datetime | None, token: str) -> Effective:
+    """The settings that apply, each with its level: for a message as it was processed, else for the
+    session or workspace at `as_of` (None: now)."""
+    await ctx.freshness.wait(token)
+    if message_id:
+        await require_workspace(ctx, workspace_id)
+        async with ctx.engine.connect() as conn:
+            levels = await stored.message_levels(conn, workspace_id, v.check_id("message_id", message_id))
+        if levels is None:
+            raise NotFound(f"message {message_id!r} does not exist in workspace {workspace_id!r}")
+    else:
+        await (require_session(ctx, workspace_id, session_id) if session_id else require_workspace(ctx, workspace_id))
+        async with ctx.engine.connect() as conn:
+            levels = await stored.levels(conn, workspace_id, session_id, as_of)
+    return resolve(ctx.configuration, *levels)

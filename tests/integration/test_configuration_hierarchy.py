@@ -1,0 +1,179 @@
+"""Issue 10 §3 through the real stack: each configuration level overrides the one below, in what the
+processors do and in what GetEffectiveConfiguration reports, and a rebuild reproduces it."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import grpc
+import pytest
+from sqlalchemy import select
+
+from peerlog.v1 import configuration_pb2 as cfg
+from peerlog.v1 import configuration_pb2_grpc, messages_pb2
+from projections.db import sync_engine
+from projections.rebuild import rebuild
+from projections.schema import perceptions, summaries
+from tests.support.client import Client
+from tests.support.model_server import Reply
+from tests.support.wait import eventually
+
+L = cfg.ConfigurationLevel
+
+
+class Levels:
+    """The ConfigurationService, as a user calls it."""
+
+    def __init__(self, channel) -> None:
+        self.stub = configuration_pb2_grpc.ConfigurationServiceStub(channel)
+
+    async def workspace(self, w, **settings) -> str:
+        return (await self.stub.SetWorkspaceConfiguration(cfg.SetWorkspaceConfigurationRequest(
+            workspace_id=w, configuration=cfg.Configuration(**settings)))).consistency_token
+
+    async def session(self, w, s, **settings) -> str:
+        return (await self.stub.SetSessionConfiguration(cfg.SetSessionConfigurationRequest(
+            workspace_id=w, session_id=s, configuration=cfg.Configuration(**settings)))).consistency_token
+
+    async def effective(self, w, s="", m="", as_of=None, token="") -> dict[str, tuple]:
+        request = cfg.GetEffectiveConfigurationRequest(workspace_id=w, session_id=s, message_id=m)
+        request.consistency.consistency_token = token
+        if as_of is not None:
+            request.as_of.FromDatetime(as_of)
+        out = await self.stub.GetEffectiveConfiguration(request)
+        return {name: (getattr(out.values, name), out.levels[name]) for name in out.levels}
+
+
+def said(peer, text, **settings):
+    return messages_pb2.NewMessage(peer_id=peer, content=text, **(
+        {"configuration": cfg.Configuration(**settings)} if settings else {}))
+
+
+def rows(settings, table, *where):
+    engine = sync_engine(settings.database)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(select(table).where(*where)).mappings().all()
+    finally:
+        engine.dispose()
+
+
+async def test_each_level_overrides_the_one_below_in_what_get_effective_configuration_reports(channel):
+    c, levels = Client(channel), Levels(channel)
+    await c.setup_conversation("w", "s")
+    before = datetime.now(UTC)
+    await asyncio.sleep(0.01)
+    everywhere = await levels.effective("w", "s")
+    assert everywhere["reasoning"] == (True, L.CONFIGURATION_LEVEL_GLOBAL)
+    assert everywhere["summary_short_every"] == (20, L.CONFIGURATION_LEVEL_GLOBAL)
+
+    await levels.workspace("w", summary_short_every=7, reasoning=False, dialectic_instructions="answer in French")
+    await levels.session("w", "s", summary_short_every=3)
+    token = (await c.add("w", "s", [said("alice", "hi", summary_short_every=2, deriver_instructions="food only"),
+                                    said("bob", "hello")])).consistency_token
+    ids = [m.message_id for m in await c.all_messages("w", "s", token=token)]
+
+    session = await levels.effective("w", "s")
+    assert session["summary_short_every"] == (3, L.CONFIGURATION_LEVEL_SESSION)
+    assert session["reasoning"] == (False, L.CONFIGURATION_LEVEL_WORKSPACE)
+    assert session["dialectic_instructions"] == ("answer in French", L.CONFIGURATION_LEVEL_WORKSPACE)
+    assert (await levels.effective("w"))["summary_short_every"] == (7, L.CONFIGURATION_LEVEL_WORKSPACE)
+    message = await levels.effective("w", m=ids[0])
+    assert message["summary_short_every"] == (2, L.CONFIGURATION_LEVEL_MESSAGE)
+    assert message["deriver_instructions"] == ("food only", L.CONFIGURATION_LEVEL_MESSAGE)
+    assert message["reasoning"] == (False, L.CONFIGURATION_LEVEL_WORKSPACE)
+    assert (await levels.effective("w", m=ids[1]))["summary_short_every"] == (3, L.CONFIGURATION_LEVEL_SESSION)
+    # as_of: the settings as they were before any level was set
+    assert (await levels.effective("w", "s", as_of=before))["summary_short_every"] == (
+        20, L.CONFIGURATION_LEVEL_GLOBAL)
+
+    # a later session change leaves what the earlier messages were processed under as it was
+    await levels.session("w", "s", summary_short_every=5)
+    assert (await levels.effective("w", m=ids[1]))["summary_short_every"] == (3, L.CONFIGURATION_LEVEL_SESSION)
+    # each Set replaces its level: the workspace's other settings are gone, the global ones show through
+    await levels.workspace("w", reasoning=True)
+    assert (await levels.effective("w"))["dialectic_instructions"] == ("", L.CONFIGURATION_LEVEL_GLOBAL)
+
+
+async def test_bad_values_and_unknown_entities_are_refused(channel):
+    c, levels = Client(channel), Levels(channel)
+    await c.setup_conversation("w", "s")
+    with pytest.raises(grpc.aio.AioRpcError) as bad:
+        await levels.session("w", "s", summary_short_every=0)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "summary_short_every" in bad.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as missing:
+        await levels.session("w", "nope", reasoning=False)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as long_text:
+        await c.add("w", "s", [said("alice", "x", deriver_instructions="x" * 2001)])
+    assert long_text.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def summary_kinds(settings, session):
+    return [(r["kind"], r["last_seq"], r["messages_covered"])
+            for r in rows(settings, summaries, summaries.c.session_id == session)]
+
+
+async def test_the_summarizer_takes_its_cadence_and_on_off_from_the_levels(channel, settings, model_server,
+                                                                           start_worker):
+    model_server.reply_with(lambda req: Reply(content="a short summary"))
+    start_worker("summarizer", PEERLOG_SUMMARIZER_LONG_EVERY="1000")
+    c, levels = Client(channel), Levels(channel)
+    for s in ("by-workspace", "by-session", "by-message"):
+        await c.setup_conversation("w", s)
+    await levels.workspace("w", summary_short_every=3)
+    await levels.session("w", "by-session", summary_short_every=2)  # a number: the metadata override lost it
+    for s in ("by-workspace", "by-session"):
+        await c.add("w", s, [("alice", "one"), ("bob", "two"), ("alice", "three")])
+    # the first message is left out of summaries at its own level: the summary waits for a third one
+    await c.add("w", "by-message", [said("alice", "one", summaries=False), ("bob", "two"), ("alice", "three"),
+                                    ("bob", "four")])
+    eventually(lambda: all(summary_kinds(settings, s) for s in ("by-workspace", "by-session", "by-message")), 60)
+    await asyncio.sleep(1)  # nothing more comes
+    assert summary_kinds(settings, "by-workspace") == [("short", 3, 3)]
+    assert summary_kinds(settings, "by-session") == [("short", 2, 2)]
+    assert summary_kinds(settings, "by-message") == [("short", 4, 3)]
+
+
+def deriver_prompts(model_server):
+    return [r["messages"][0]["content"] for r in model_server.chat_requests()
+            if "extract facts" in r["messages"][0]["content"]]
+
+
+async def test_reasoning_and_deriver_instructions_follow_the_levels(channel, settings, model_server, start_worker):
+    model_server.reply_with(lambda req: Reply(content={"facts": []}))
+    start_worker("router,deriver")
+    c, levels = Client(channel), Levels(channel)
+    for s in ("off", "on"):
+        await c.setup_conversation("w", s)
+    await levels.workspace("w", reasoning=False, deriver_instructions="Only food preferences.")
+    await levels.session("w", "on", reasoning=True)
+    await c.add("w", "off", [("alice", "I like tea")])
+    await c.add("w", "on", [said("alice", "I like soup"), said("alice", "secret", reasoning=False),
+                            said("alice", "I like rice", deriver_instructions="Only grains.")])
+    perceived = lambda: sorted(r["session_id"] for r in rows(settings, perceptions))  # noqa: E731
+    eventually(lambda: len(perceived()) >= 2 and len(deriver_prompts(model_server)) >= 2, 60)
+    await asyncio.sleep(1)
+    assert perceived() == ["on", "on"]  # the workspace's off, the session's on, the message's off
+    prompts = deriver_prompts(model_server)
+    assert [p.rsplit("\n", 1)[-1] for p in prompts] == ["Only food preferences.", "Only grains."]
+
+
+async def test_a_rebuild_reproduces_the_levels(channel, settings):
+    c, levels = Client(channel), Levels(channel)
+    await c.setup_conversation("w", "s")
+    await levels.workspace("w", summaries=False)
+    await levels.session("w", "s", summaries=True, summary_long_every=9)
+    token = (await c.add("w", "s", [said("alice", "x", peer_card=False), said("bob", "y")])).consistency_token
+    ids = [m.message_id for m in await c.all_messages("w", "s", token=token)]
+    await levels.session("w", "s", summary_long_every=4)
+    views = [await levels.effective("w", "s"), await levels.effective("w")] + [
+        await levels.effective("w", m=i) for i in ids]
+    report = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings))
+    assert report.switched and report.differences["configurations"] == 0
+    assert set(report.differences.values()) == {0}, report.differences
+    assert [await levels.effective("w", "s"), await levels.effective("w")] + [
+        await levels.effective("w", m=i) for i in ids] == views
+    assert views[2]["peer_card"] == (False, L.CONFIGURATION_LEVEL_MESSAGE)
+    assert views[3]["summary_long_every"] == (9, L.CONFIGURATION_LEVEL_SESSION)
