@@ -166,8 +166,7 @@ async def _clients(client_ids: list[int], cfg: dict) -> dict:
             for i in range(batch)
         ]
         return messages_pb2.AddMessagesRequest(
-            workspace_id=cfg["workspace"], session_id=session_id, messages=msgs,
-            idempotency_key=uuid.uuid4().hex if cfg["keys"] else "",
+            workspace_id=cfg["workspace"], session_id=session_id, messages=msgs
         )
 
     calls: list[tuple[float, float, int, str]] = []  # (sent, acked, messages, token)
@@ -198,6 +197,8 @@ async def _clients(client_ids: list[int], cfg: dict) -> dict:
                     due = max(due + interval, time.monotonic())
                 req = pool[k % len(pool)]
                 k += 1
+                if cfg["keys"]:  # the pool's requests are sent again and again: a new key for each send
+                    req.idempotency_key = uuid.uuid4().hex
                 t0 = time.monotonic()
                 try:
                     resp = await stub.AddMessages(req, timeout=cfg["rpc_timeout"])
