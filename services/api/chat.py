@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from projections import configurations
 
 from services.api import validation as v
 from services.api.context import ApiContext
@@ -12,6 +15,7 @@ from services.config import LEVELS
 from services.dialectic import response_format
 from services.dialectic.agent import ChatEvent, ChatRequest, ChatResult
 from services.errors import InvalidArgument, Unavailable
+from services.events import resolve
 
 MAX_QUERY_CHARS = 10_000
 
@@ -27,7 +31,9 @@ async def _checked(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
         await asyncio.to_thread(response_format.check, r.response_schema)
     await require_scope(ctx, r.workspace_id, [r.session_id] if r.session_id else [],
                         observer_id=r.observer_id, target_id=r.target_id)
-    return r
+    async with ctx.engine.connect() as conn:
+        levels = await configurations.levels(conn, r.workspace_id, r.session_id)
+    return replace(r, instructions=resolve(ctx.configuration, *levels)["dialectic_instructions"])
 
 
 async def chat(ctx: ApiContext, r: ChatRequest, token: str, deadline_s: float | None) -> ChatResult:

@@ -8,6 +8,7 @@ from html import escape
 from pydantic import BaseModel, Field
 
 from services.deriver.batching import Pending
+from services.events import prompt_addition
 
 PROMPT_VERSION = "deriver-v2"
 
@@ -65,10 +66,5 @@ def build_messages(observer: str, observed: str, window: Sequence[Pending]) -> l
                                  item.content, target=True, context=False))
     user = (f"Observer: {observer}. Target: {observed}.\n<conversation>\n" + "\n".join(turns)
             + "\n</conversation>\nReturn the facts as JSON.")
-    return [{"role": "system", "content": SYSTEM.format(observed=observed) + with_instructions(window[0].instructions)},
+    return [{"role": "system", "content": SYSTEM.format(observed=observed) + prompt_addition(window[0].instructions)},
             {"role": "user", "content": user}]
-
-
-def with_instructions(instructions: str) -> str:
-    """The configured custom instructions, as an addition to the system prompt (none: nothing)."""
-    return f"\n\nAdditional instructions for this memory:\n{instructions}" if instructions.strip() else ""

@@ -22,6 +22,7 @@ from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, Lo
 from services.config import SEARCH_TOOLS, DialecticSettings, LevelPolicy
 from services.dialectic.tools import DERIVED_LEVELS, TOOLS, Scope, ToolEnv, execute, specs
 from services.errors import DeadlineExceeded
+from services.events import prompt_addition
 from services.llm.client import AssistantTurn, Completion, ModelClient, ToolCall
 from services.llm.embeddings import Embedder
 from services.llm.errors import ModelOutputInvalid
@@ -38,6 +39,7 @@ class ChatRequest:
     session_id: str = ""
     level: str = "low"
     response_schema: Mapping[str, Any] | None = None  # a JSON schema the answer must satisfy
+    instructions: str = ""  # the configured dialectic instructions (the API resolves the levels)
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,7 @@ class _Run:
         else:
             tools_text = prompt.TOOLS_NATIVE if self.limits.tool_rounds else prompt.TOOLS_NONE
         system = prompt.system_prompt(r.observer_id, r.target_id, tools_text)
+        system += prompt_addition(r.instructions)
         if r.response_schema is not None:
             system += "\n\n" + prompt.json_answer_instruction(r.response_schema)
         user = prompt.user_prompt(r.query, pre.explicit, pre.derived, pre.history)

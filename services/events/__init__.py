@@ -28,6 +28,7 @@ from services.events.configuration import (
     Effective,
     SessionConfigured,
     WorkspaceConfigured,
+    prompt_addition,
     resolve,
 )
 from services.events.lifecycle import (
@@ -71,6 +72,7 @@ __all__ = [
     "SETTINGS",
     "SessionConfigured",
     "WorkspaceConfigured",
+    "prompt_addition",
     "resolve",
     "DreamCheckDue",
     "DreamCompleted",

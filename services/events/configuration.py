@@ -79,6 +79,12 @@ def resolve(global_: Configuration, workspace: Configuration | None = None, sess
     return Effective(settings=out)
 
 
+def prompt_addition(instructions: str) -> str:
+    """Custom instructions as the deriver and the dialectic add them to a system prompt (none: nothing).
+    Declared here, beside the setting, so both stages word them the same."""
+    return f"\n\nAdditional instructions for this memory:\n{instructions}" if instructions.strip() else ""
+
+
 class WorkspaceConfigured(Event):
     """A workspace's configuration was set (replacing the previous one). On the directory topic: the
     workspace's own history; the API stamps it on each message it accepts (MessageAppended), so the

@@ -15,6 +15,7 @@ from peerlog.v1 import configuration_pb2_grpc, messages_pb2
 from projections.db import sync_engine
 from projections.rebuild import rebuild
 from projections.schema import perceptions, summaries
+from tests.integration.test_chat import memory, serve  # noqa: F401 (fixtures)
 from tests.support.client import Client
 from tests.support.model_server import Reply
 from tests.support.wait import eventually
@@ -177,3 +178,16 @@ async def test_a_rebuild_reproduces_the_levels(channel, settings):
         await levels.effective("w", m=i) for i in ids] == views
     assert views[2]["peer_card"] == (False, L.CONFIGURATION_LEVEL_MESSAGE)
     assert views[3]["summary_long_every"] == (9, L.CONFIGURATION_LEVEL_SESSION)
+
+
+async def test_chat_adds_the_dialectic_instructions_of_the_workspace_or_the_session(memory, model_server):
+    from tests.integration.test_chat import ask
+
+    model_server.reply_with(lambda req: Reply(content="Bob lives in Oslo"))
+    levels = Levels(memory["chan"])
+    await levels.workspace("w", dialectic_instructions="Answer in French.")
+    await levels.session("w", "s", dialectic_instructions="Answer in German.")
+    await ask(memory["chan"])
+    await ask(memory["chan"], session_id="s")
+    systems = [r["messages"][0]["content"] for r in model_server.chat_requests()]
+    assert [s.rsplit("\n", 1)[-1] for s in systems] == ["Answer in French.", "Answer in German."]
