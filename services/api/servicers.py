@@ -46,7 +46,9 @@ class WorkspaceServicer(workspaces_pb2_grpc.WorkspaceServiceServicer):
         self.ctx = ctx
 
     async def GetOrCreateWorkspace(self, request, context):
-        w = await writes.get_or_create_workspace(self.ctx, request.workspace_id, c.metadata(request.metadata))
+        w = await writes.get_or_create_workspace(
+            self.ctx, request.workspace_id, c.metadata(request.metadata),
+            convert_configuration.optional_configuration(request, "configuration"))
         return workspaces_pb2.GetOrCreateWorkspaceResponse(
             workspace=c.workspace(w.row), created=w.created, consistency_token=w.token
         )
@@ -115,6 +117,7 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
         w = await writes.get_or_create_session(
             self.ctx, request.workspace_id, request.session_id, c.metadata(request.metadata),
             [c.member_spec(m) for m in request.members],
+            convert_configuration.optional_configuration(request, "configuration"),
         )
         view = await reads.get_session(self.ctx, request.workspace_id, request.session_id, "")
         return sessions_pb2.GetOrCreateSessionResponse(

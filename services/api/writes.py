@@ -36,7 +36,9 @@ from services.events import (
     MessageAppended,
     PeerConfigured,
     PeerCreated,
+    SessionConfigured,
     SessionCreated,
+    WorkspaceConfigured,
     WorkspaceCreated,
 )
 from services.events.requests import KeyedRequest
@@ -144,7 +146,8 @@ async def check_scope(conn: AsyncConnection, workspace_id: str, session_ids: Seq
         )
 
 
-async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: dict) -> Written:
+async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: dict,
+                                  configuration: Configuration | None = None) -> Written:
     v.check_id("workspace_id", workspace_id)
     v.check_metadata("metadata", metadata)
     async with ctx.writes.hold(("workspace", workspace_id)):
@@ -153,7 +156,9 @@ async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: 
         if row is not None:
             return Written(row, False, "")
         event = WorkspaceCreated(workspace_id=workspace_id, metadata=metadata, producer=ctx.producer)
-        token = await commit(ctx, [event])
+        configured = [WorkspaceConfigured(workspace_id=workspace_id, configuration=configuration,
+                                          producer=ctx.producer)] if configuration else []
+        token = await commit(ctx, [event, *configured])
     row = await require_workspace(ctx, workspace_id)
     return Written(row, row["event_id"] == event.event_id, token)
 
@@ -215,7 +220,7 @@ def _joins(ctx: ApiContext, workspace_id: str, session_id: str, members: Sequenc
 
 async def get_or_create_session(
     ctx: ApiContext, workspace_id: str, session_id: str, metadata: dict,
-    members: Sequence[MemberSpec],
+    members: Sequence[MemberSpec], configuration: Configuration | None = None,
 ) -> Written:
     v.check_id("session_id", session_id)
     v.check_metadata("metadata", metadata)
@@ -229,6 +234,9 @@ async def get_or_create_session(
         if row is None:
             events.append(SessionCreated(workspace_id=workspace_id, session_id=session_id,
                                          metadata=metadata, producer=ctx.producer))
+            if configuration:
+                events.append(SessionConfigured(workspace_id=workspace_id, session_id=session_id,
+                                                configuration=configuration, producer=ctx.producer))
         events += _joins(ctx, workspace_id, session_id, [m for m in members if m.peer_id not in current])
         token = await commit(ctx, events)
     after = await require_session(ctx, workspace_id, session_id)

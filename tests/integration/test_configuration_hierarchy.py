@@ -191,3 +191,19 @@ async def test_chat_adds_the_dialectic_instructions_of_the_workspace_or_the_sess
     await ask(memory["chan"], session_id="s")
     systems = [r["messages"][0]["content"] for r in model_server.chat_requests()]
     assert [s.rsplit("\n", 1)[-1] for s in systems] == ["Answer in French.", "Answer in German."]
+
+
+async def test_a_workspace_and_a_session_take_their_level_at_creation(channel):
+    from peerlog.v1 import sessions_pb2, workspaces_pb2
+
+    c, levels = Client(channel), Levels(channel)
+    await c.workspaces.GetOrCreateWorkspace(workspaces_pb2.GetOrCreateWorkspaceRequest(
+        workspace_id="w", configuration=cfg.Configuration(dreams=False, dream_threshold=5)))
+    await c.sessions.GetOrCreateSession(sessions_pb2.GetOrCreateSessionRequest(
+        workspace_id="w", session_id="s", configuration=cfg.Configuration(dream_threshold=9)))
+    again = await c.sessions.GetOrCreateSession(sessions_pb2.GetOrCreateSessionRequest(
+        workspace_id="w", session_id="s", configuration=cfg.Configuration(dream_threshold=1)))
+    assert not again.created  # an existing session keeps its level: used only at creation
+    out = await levels.effective("w", "s")
+    assert out["dreams"] == (False, L.CONFIGURATION_LEVEL_WORKSPACE)
+    assert out["dream_threshold"] == (9, L.CONFIGURATION_LEVEL_SESSION)

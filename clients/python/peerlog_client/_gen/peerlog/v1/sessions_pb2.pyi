@@ -3,6 +3,7 @@ import datetime
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from peerlog_client._gen.peerlog.v1 import common_pb2 as _common_pb2
+from peerlog_client._gen.peerlog.v1 import configuration_pb2 as _configuration_pb2
 from peerlog_client._gen.peerlog.v1 import messages_pb2 as _messages_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -53,16 +54,18 @@ class Session(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., memberships: _Optional[_Iterable[_Union[Membership, _Mapping]]] = ..., message_count: _Optional[int] = ...) -> None: ...
 
 class GetOrCreateSessionRequest(_message.Message):
-    __slots__ = ("workspace_id", "session_id", "metadata", "members")
+    __slots__ = ("workspace_id", "session_id", "metadata", "members", "configuration")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURATION_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     session_id: str
     metadata: _struct_pb2.Struct
     members: _containers.RepeatedCompositeFieldContainer[MemberSpec]
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., members: _Optional[_Iterable[_Union[MemberSpec, _Mapping]]] = ...) -> None: ...
+    configuration: _configuration_pb2.Configuration
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., members: _Optional[_Iterable[_Union[MemberSpec, _Mapping]]] = ..., configuration: _Optional[_Union[_configuration_pb2.Configuration, _Mapping]] = ...) -> None: ...
 
 class GetOrCreateSessionResponse(_message.Message):
     __slots__ = ("session", "created", "consistency_token")

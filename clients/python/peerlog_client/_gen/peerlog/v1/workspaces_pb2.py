@@ -25,30 +25,31 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from peerlog_client._gen.peerlog.v1 import common_pb2 as peerlog_dot_v1_dot_common__pb2
+from peerlog_client._gen.peerlog.v1 import configuration_pb2 as peerlog_dot_v1_dot_configuration__pb2
 from peerlog_client._gen.peerlog.v1 import messages_pb2 as peerlog_dot_v1_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bpeerlog/v1/workspaces.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x19peerlog/v1/messages.proto\"|\n\tWorkspace\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12)\n\x08metadata\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"^\n\x1bGetOrCreateWorkspaceRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12)\n\x08metadata\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"t\n\x1cGetOrCreateWorkspaceResponse\x12(\n\tworkspace\x18\x01 \x01(\x0b\x32\x15.peerlog.v1.Workspace\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"]\n\x13GetWorkspaceRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x02 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"p\n\x15ListWorkspacesRequest\x12%\n\x04page\x18\x01 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x30\n\x0b\x63onsistency\x18\x02 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\\\n\x16ListWorkspacesResponse\x12)\n\nworkspaces\x18\x01 \x03(\x0b\x32\x15.peerlog.v1.Workspace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xc2\x02\n\x1eSearchWorkspaceMessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\x13\n\x0bsession_ids\x18\x03 \x03(\t\x12\x17\n\x0f\x61uthor_peer_ids\x18\x04 \x03(\t\x12\x1b\n\x13perspective_peer_id\x18\x05 \x01(\t\x12)\n\x05\x61\x66ter\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x62\x65\x66ore\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x08 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\t \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x18\n\x10include_adjacent\x18\n \x01(\x08\x32\x80\x03\n\x10WorkspaceService\x12i\n\x14GetOrCreateWorkspace\x12\'.peerlog.v1.GetOrCreateWorkspaceRequest\x1a(.peerlog.v1.GetOrCreateWorkspaceResponse\x12\x46\n\x0cGetWorkspace\x12\x1f.peerlog.v1.GetWorkspaceRequest\x1a\x15.peerlog.v1.Workspace\x12W\n\x0eListWorkspaces\x12!.peerlog.v1.ListWorkspacesRequest\x1a\".peerlog.v1.ListWorkspacesResponse\x12`\n\x0eSearchMessages\x12*.peerlog.v1.SearchWorkspaceMessagesRequest\x1a\".peerlog.v1.SearchMessagesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bpeerlog/v1/workspaces.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x1epeerlog/v1/configuration.proto\x1a\x19peerlog/v1/messages.proto\"|\n\tWorkspace\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12)\n\x08metadata\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x90\x01\n\x1bGetOrCreateWorkspaceRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12)\n\x08metadata\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x30\n\rconfiguration\x18\x03 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"t\n\x1cGetOrCreateWorkspaceResponse\x12(\n\tworkspace\x18\x01 \x01(\x0b\x32\x15.peerlog.v1.Workspace\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"]\n\x13GetWorkspaceRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x02 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"p\n\x15ListWorkspacesRequest\x12%\n\x04page\x18\x01 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x30\n\x0b\x63onsistency\x18\x02 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\\\n\x16ListWorkspacesResponse\x12)\n\nworkspaces\x18\x01 \x03(\x0b\x32\x15.peerlog.v1.Workspace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xc2\x02\n\x1eSearchWorkspaceMessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\x13\n\x0bsession_ids\x18\x03 \x03(\t\x12\x17\n\x0f\x61uthor_peer_ids\x18\x04 \x03(\t\x12\x1b\n\x13perspective_peer_id\x18\x05 \x01(\t\x12)\n\x05\x61\x66ter\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x62\x65\x66ore\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x08 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\t \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x18\n\x10include_adjacent\x18\n \x01(\x08\x32\x80\x03\n\x10WorkspaceService\x12i\n\x14GetOrCreateWorkspace\x12\'.peerlog.v1.GetOrCreateWorkspaceRequest\x1a(.peerlog.v1.GetOrCreateWorkspaceResponse\x12\x46\n\x0cGetWorkspace\x12\x1f.peerlog.v1.GetWorkspaceRequest\x1a\x15.peerlog.v1.Workspace\x12W\n\x0eListWorkspaces\x12!.peerlog.v1.ListWorkspacesRequest\x1a\".peerlog.v1.ListWorkspacesResponse\x12`\n\x0eSearchMessages\x12*.peerlog.v1.SearchWorkspaceMessagesRequest\x1a\".peerlog.v1.SearchMessagesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peerlog.v1.workspaces_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WORKSPACE']._serialized_start=158
-  _globals['_WORKSPACE']._serialized_end=282
-  _globals['_GETORCREATEWORKSPACEREQUEST']._serialized_start=284
-  _globals['_GETORCREATEWORKSPACEREQUEST']._serialized_end=378
-  _globals['_GETORCREATEWORKSPACERESPONSE']._serialized_start=380
-  _globals['_GETORCREATEWORKSPACERESPONSE']._serialized_end=496
-  _globals['_GETWORKSPACEREQUEST']._serialized_start=498
-  _globals['_GETWORKSPACEREQUEST']._serialized_end=591
-  _globals['_LISTWORKSPACESREQUEST']._serialized_start=593
-  _globals['_LISTWORKSPACESREQUEST']._serialized_end=705
-  _globals['_LISTWORKSPACESRESPONSE']._serialized_start=707
-  _globals['_LISTWORKSPACESRESPONSE']._serialized_end=799
-  _globals['_SEARCHWORKSPACEMESSAGESREQUEST']._serialized_start=802
-  _globals['_SEARCHWORKSPACEMESSAGESREQUEST']._serialized_end=1124
-  _globals['_WORKSPACESERVICE']._serialized_start=1127
-  _globals['_WORKSPACESERVICE']._serialized_end=1511
+  _globals['_WORKSPACE']._serialized_start=190
+  _globals['_WORKSPACE']._serialized_end=314
+  _globals['_GETORCREATEWORKSPACEREQUEST']._serialized_start=317
+  _globals['_GETORCREATEWORKSPACEREQUEST']._serialized_end=461
+  _globals['_GETORCREATEWORKSPACERESPONSE']._serialized_start=463
+  _globals['_GETORCREATEWORKSPACERESPONSE']._serialized_end=579
+  _globals['_GETWORKSPACEREQUEST']._serialized_start=581
+  _globals['_GETWORKSPACEREQUEST']._serialized_end=674
+  _globals['_LISTWORKSPACESREQUEST']._serialized_start=676
+  _globals['_LISTWORKSPACESREQUEST']._serialized_end=788
+  _globals['_LISTWORKSPACESRESPONSE']._serialized_start=790
+  _globals['_LISTWORKSPACESRESPONSE']._serialized_end=882
+  _globals['_SEARCHWORKSPACEMESSAGESREQUEST']._serialized_start=885
+  _globals['_SEARCHWORKSPACEMESSAGESREQUEST']._serialized_end=1207
+  _globals['_WORKSPACESERVICE']._serialized_start=1210
+  _globals['_WORKSPACESERVICE']._serialized_end=1594
 # @@protoc_insertion_point(module_scope)

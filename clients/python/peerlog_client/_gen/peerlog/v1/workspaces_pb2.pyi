@@ -3,6 +3,7 @@ import datetime
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from peerlog_client._gen.peerlog.v1 import common_pb2 as _common_pb2
+from peerlog_client._gen.peerlog.v1 import configuration_pb2 as _configuration_pb2
 from peerlog_client._gen.peerlog.v1 import messages_pb2 as _messages_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -23,12 +24,14 @@ class Workspace(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class GetOrCreateWorkspaceRequest(_message.Message):
-    __slots__ = ("workspace_id", "metadata")
+    __slots__ = ("workspace_id", "metadata", "configuration")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURATION_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     metadata: _struct_pb2.Struct
-    def __init__(self, workspace_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    configuration: _configuration_pb2.Configuration
+    def __init__(self, workspace_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., configuration: _Optional[_Union[_configuration_pb2.Configuration, _Mapping]] = ...) -> None: ...
 
 class GetOrCreateWorkspaceResponse(_message.Message):
     __slots__ = ("workspace", "created", "consistency_token")
