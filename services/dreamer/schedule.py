@@ -43,6 +43,9 @@ class PairSchedule(BaseModel):
     outstanding: str | None = None  # the dream id requested and not yet ended
     outstanding_explicit: int = 0  # what that dream took from new_explicit (given back if it fails)
     derivation: str = ""  # the pair's current derivation: only its new observations count
+    # the configuration in force for the pair's latest perceived message (None: this scheduler's settings)
+    dreams: bool | None = None
+    threshold: int | None = None
 
 
 def last_activity(s: PairSchedule) -> datetime | None:
@@ -57,7 +60,7 @@ def last_activity(s: PairSchedule) -> datetime | None:
 def ready(s: PairSchedule, now: datetime, cfg: DreamSettings) -> bool:
     """Whether the pair should dream at `now` (the clock pre-checks with this before sending a tick)."""
     active = last_activity(s)
-    return (s.outstanding is None and s.new_explicit >= cfg.threshold
+    return (s.outstanding is None and s.dreams is not False and s.new_explicit >= (s.threshold or cfg.threshold)
             and (s.last_dream_at is None or now - s.last_dream_at >= timedelta(seconds=cfg.cooldown_s))
             and (active is None or now - active >= timedelta(seconds=cfg.idle_s)))
 
@@ -91,7 +94,8 @@ def decide(s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo
         return s.model_copy(update={"derivation": e.derivation}), []
     elif isinstance(e, MessagePerceived):
         # the observed peer spoke: a waiting dream waits again (a running one is not interrupted)
-        return s.model_copy(update={"last_message_at": e.occurred_at}), []
+        return s.model_copy(update={"last_message_at": e.occurred_at, "dreams": e.dreams,
+                                    "threshold": e.dream_threshold}), []
     elif isinstance(e, DreamForced):
         return _request(s, e, DreamReason.FORCED, producer) if s.outstanding is None else (s, [])
     elif isinstance(e, DreamCompleted | DreamFailed):

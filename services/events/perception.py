@@ -37,7 +37,7 @@ class MessagePerceived(Event):
     """
 
     key_fields: ClassVar[tuple[str, ...]] = PAIR_KEY
-    schema_version_current: ClassVar[int] = 2  # 2: `instructions`
+    schema_version_current: ClassVar[int] = 2  # 2: `instructions`, `dreams`, `dream_threshold`
     upcasters = {1: lambda data: data}  # version 1 had none: the deriver's prompt as it was
 
     observer_id: str
@@ -51,6 +51,10 @@ class MessagePerceived(Event):
     # the custom deriver instructions in force for the message (configuration hierarchy), resolved by the
     # router so the pair-keyed deriver needs no session or workspace state
     instructions: str = ""
+    # the dream settings in force for the message, for the dream scheduler (which reads this topic);
+    # None: a perception from before the configuration hierarchy, the scheduler's own settings apply
+    dreams: bool | None = None
+    dream_threshold: int | None = None
 
 
 class DerivationDue(Event):

@@ -207,3 +207,25 @@ async def test_a_workspace_and_a_session_take_their_level_at_creation(channel):
     out = await levels.effective("w", "s")
     assert out["dreams"] == (False, L.CONFIGURATION_LEVEL_WORKSPACE)
     assert out["dream_threshold"] == (9, L.CONFIGURATION_LEVEL_SESSION)
+
+
+async def test_the_dream_scheduler_follows_the_dream_settings_of_the_levels(channel, settings, start_worker):
+    from tests.integration.test_dream_scheduler import pair_dreams, perceived
+
+    start_worker("router,dream-scheduler", PEERLOG_DREAM_THRESHOLD="3", PEERLOG_DREAM_IDLE_S="0.5",
+                 PEERLOG_DREAM_TICK_S="0.3", PEERLOG_DREAM_COOLDOWN_S="0")
+    c, levels = Client(channel), Levels(channel)
+    for w in ("eager", "off"):
+        await c.setup_conversation(w, "s")
+    await levels.workspace("eager", dream_threshold=1)  # below the global 3
+    await levels.workspace("off", dreams=False)
+    await levels.session("off", "s", dream_threshold=1)  # the session lowers the threshold, dreams stay off
+    for w in ("eager", "off"):
+        await c.add(w, "s", [("bob", "hello")])
+    eventually(lambda: perceived(settings) >= 2, 30)
+    await c.create_observations("eager", "bob", "bob", ["Bob keeps bees"])
+    await c.create_observations("off", "bob", "bob", ["Bob keeps bees", "Bob lives in Oslo", "Bob is a nurse"])
+    dreamt = eventually(lambda: pair_dreams(settings), 30)
+    await asyncio.sleep(2)
+    assert [(d["workspace_id"], d["new_explicit"]) for d in pair_dreams(settings)] == [("eager", 1)] == [
+        (d["workspace_id"], d["new_explicit"]) for d in dreamt]

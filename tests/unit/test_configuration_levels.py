@@ -120,3 +120,21 @@ def test_a_deriver_window_holds_one_set_of_instructions_and_its_prompt_carries_t
 def _perception(text, instructions):
     state = evolve(evolve(SessionState(), joined("a")), configured(deriver_instructions=instructions))
     return decide(state, said("a", text), P, G)[0]
+
+
+def test_the_dream_scheduler_follows_the_dream_settings_of_the_latest_perceived_message():
+    from tests.unit.test_dream_schedule import explicit, message, run, tick
+
+    def configured(**settings):
+        return message(0).model_copy(update=settings)
+
+    assert run([configured(dreams=True, dream_threshold=2), explicit(1), explicit(2), tick(13)])[1]
+    assert not run([configured(dreams=True, dream_threshold=4), explicit(1), explicit(2), explicit(3), tick(13)])[1]
+    assert not run([configured(dreams=False), explicit(1), explicit(2), explicit(3), tick(13)])[1]
+    assert run([message(0), explicit(1), explicit(2), explicit(3), tick(13)])[1]  # none stamped: its own settings
+
+
+def test_the_router_stamps_the_dream_settings_in_force():
+    state = evolve(evolve(SessionState(), joined("a")), configured(dream_threshold=7))
+    (p,) = decide(state, said("a", "x", configuration=Configuration(dreams=False)), P, G)
+    assert (p.dreams, p.dream_threshold) == (False, 7)
