@@ -4,14 +4,27 @@ across lost replies, racing API servers and restarts; another request under a us
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 
-from peerlog.v1 import messages_pb2, observations_pb2
+from peerlog.v1 import (
+    messages_pb2,
+    messages_pb2_grpc,
+    observations_pb2,
+    peers_pb2,
+    peers_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    workspaces_pb2,
+    workspaces_pb2_grpc,
+)
+from services.api.channels import channel
 from services.bus.topics import OBSERVATIONS, SESSIONS
 from services.events import MessageAppended, ObservationAdded
 from services.events.requests import KeyedRequest
+from tests.integration.test_api_processes import two_process_api  # noqa: F401 (a fixture)
 from tests.support.auth import admin_channel
 from tests.support.client import Client
 from tests.support.log import read_events
@@ -158,3 +171,27 @@ async def test_the_projector_keeps_the_first_append_under_a_key_and_drops_a_late
     assert [m.message_id for m in (await c.list_messages("w", "s", token=token)).messages] == [original.message_id]
     assert (await c.messages.AddMessages(add_request("k-twice", "first"))) == first
 
+
+
+def test_concurrent_calls_with_one_key_through_peerlog_serve_with_two_processes(settings, two_process_api):
+    _, port, token = two_process_api
+    # a connection each, so the kernel spreads them over both processes (test_api_processes checks it does)
+    channels = [channel(f"127.0.0.1:{port}", token, options=[("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(8)]
+    try:
+        first = channels[0]
+        workspaces_pb2_grpc.WorkspaceServiceStub(first).GetOrCreateWorkspace(
+            workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id="w"), timeout=30)
+        peers_pb2_grpc.PeerServiceStub(first).GetOrCreatePeer(
+            peers_pb2.GetOrCreatePeerRequest(workspace_id="w", peer_id="alice"), timeout=30)
+        sessions_pb2_grpc.SessionServiceStub(first).GetOrCreateSession(sessions_pb2.GetOrCreateSessionRequest(
+            workspace_id="w", session_id="s", members=[sessions_pb2.MemberSpec(peer_id="alice")]), timeout=30)
+        request = add_request("k-serve", "one copy", "of two turns")
+        with ThreadPoolExecutor(len(channels)) as pool:
+            replies = list(pool.map(
+                lambda ch: messages_pb2_grpc.MessageServiceStub(ch).AddMessages(request, timeout=60), channels))
+    finally:
+        for ch in channels:
+            ch.close()
+    assert all(r == replies[0] for r in replies), replies
+    assert [e.message_id for e in logged(settings, SESSIONS, MessageAppended, 2)] == list(replies[0].message_ids)
