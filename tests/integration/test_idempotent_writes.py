@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 
 import grpc
 import pytest
@@ -20,6 +21,7 @@ from peerlog.v1 import (
     workspaces_pb2,
     workspaces_pb2_grpc,
 )
+from projections.rebuild import rebuild
 from services.api.channels import channel
 from services.bus.topics import OBSERVATIONS, SESSIONS
 from services.events import MessageAppended, ObservationAdded
@@ -156,21 +158,22 @@ async def test_create_observations_under_a_key_writes_once(settings, servers):
     assert len(logged(settings, OBSERVATIONS, ObservationAdded, 2)) == 2
 
 
+async def append_stray(server, key: str) -> str:
+    """Append, straight to the log, a message under `key` with another append id (what the API's lock
+    prevents, as an API that died mid-write could leave); returns its token."""
+    stray = MessageAppended(workspace_id="w", session_id="s", message_id="stray", peer_id="alice", content="stray",
+                            created_at=datetime.now(UTC), producer=server.ctx.producer,
+                            request=KeyedRequest(key=key, scope="w/s", fingerprint="other", request_id="stray"))
+    return (await server.ctx.log.append([stray])).encode()
+
+
 async def test_the_projector_keeps_the_first_append_under_a_key_and_drops_a_later_one(servers):
-    # what the API's lock prevents, the projection still survives: two appends under one key on the log
     server, c = await servers()
     await c.setup_conversation("w", "s", peers=("alice",))
     first = await c.messages.AddMessages(add_request("k-twice", "first"))
-    rows = await c.list_messages("w", "s", token=first.consistency_token)
-    [original] = rows.messages
-    # a second append carrying the same key but another append id, straight to the log
-    late = MessageAppended(workspace_id="w", session_id="s", message_id="late", peer_id="alice", content="late",
-                           created_at=original.created_at.ToDatetime().astimezone(), producer=server.ctx.producer,
-                           request=KeyedRequest(key="k-twice", scope="w/s", fingerprint="other", request_id="x"))
-    token = (await server.ctx.log.append([late])).encode()
-    assert [m.message_id for m in (await c.list_messages("w", "s", token=token)).messages] == [original.message_id]
+    token = await append_stray(server, "k-twice")
+    assert await stored(c, token) == list(first.message_ids)
     assert (await c.messages.AddMessages(add_request("k-twice", "first"))) == first
-
 
 
 def test_concurrent_calls_with_one_key_through_peerlog_serve_with_two_processes(settings, two_process_api):
@@ -195,3 +198,14 @@ def test_concurrent_calls_with_one_key_through_peerlog_serve_with_two_processes(
             ch.close()
     assert all(r == replies[0] for r in replies), replies
     assert [e.message_id for e in logged(settings, SESSIONS, MessageAppended, 2)] == list(replies[0].message_ids)
+
+
+async def test_a_rebuild_keeps_the_same_first_append_and_a_repeat_still_gets_its_reply(settings, servers):
+    server, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+    first = await c.messages.AddMessages(add_request("k-rebuild", "kept"))
+    await server.ctx.freshness.wait(await append_stray(server, "k-rebuild"))
+    report = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings, progress=lambda _: None))
+    assert report.switched and report.differences["idempotent_requests"] == 0, report.differences
+    assert (await c.messages.AddMessages(add_request("k-rebuild", "kept"))) == first
+    assert await stored(c) == list(first.message_ids)
