@@ -16,6 +16,7 @@ from sqlalchemy import Engine, select
 
 from projections.apply import Applied, Record, apply_batch, stored_offsets
 from projections.db import create_schema, sync_engine
+from projections.metrics import LagGauges
 from projections.schema import projection_meta
 from services.bus.runner import usable
 from services.bus.topics import ALL_TOPICS
@@ -64,6 +65,7 @@ class Projector:
         self._generation: str | None = None
         self._consumer: Consumer | None = None
         self.applied_total = 0
+        self.lag = LagGauges(self.topics)
 
     def run(self) -> None:
         create_schema(self.engine, self.settings.database.schema_name)
@@ -90,6 +92,8 @@ class Projector:
             result = self._apply(records)
             if result is not None:
                 self.applied_total += result.events
+                self.lag.applied(records)
+        self.lag.measure(self._consumer)
 
     def _poll(self) -> list[Message]:
         """Up to max_batch messages: all that are fetched already, else wait for the first one.

@@ -51,6 +51,9 @@ class ProjectorSettings(BaseSettings):
     group_id: str = "peerlog-projector"
     max_batch: int = Field(2000, ge=1, description="events applied per transaction, at most")
     poll_timeout_s: float = 0.05
+    metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics (lag per topic, derivations, dreams, "
+                              "dead letters) on this port (0: off)")
+    metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds (no authentication)")
 
 
 class ApiSettings(BaseSettings):
@@ -131,13 +134,37 @@ class WorkerSettings(BaseSettings):
                             description="comma-separated processors this worker runs")
     deriver_instances: int = Field(4, ge=1, description="deriver group members in this worker: model calls of "
                                    "different partitions overlap, each in its own transaction")
-    metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics (model tokens, calls) on this port (0: off)")
+    metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics (model calls, transactions) on this "
+                              "port (0: off)")
+    metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds (no authentication)")
 
     def app_id_for(self, topic_prefix: str) -> str:
         return self.app_id or f"{topic_prefix}processors"
 
     def processor_names(self) -> list[str]:
         return [p.strip() for p in self.processors.split(",") if p.strip()]
+
+
+class LogSettings(BaseSettings):
+    """How every process logs (services/logs.py)."""
+
+    model_config = _prefixed("PEERLOG_LOG_")
+
+    format: Literal["text", "json"] = Field("text", description="json: one object a line, with the trace and "
+                                             "span ids of the call or event being handled")
+    level: str = "INFO"
+
+
+class TracingSettings(BaseSettings):
+    """OpenTelemetry traces (services/tracing.py): off unless an exporter is chosen."""
+
+    model_config = _prefixed("PEERLOG_TRACING_")
+
+    exporter: Literal["off", "otlp"] = Field("off", description="otlp: export spans over OTLP/HTTP")
+    endpoint: str = Field("", description="OTLP/HTTP traces URL (e.g. http://127.0.0.1:4318/v1/traces); "
+                          "empty: the exporter's default or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="share of new traces recorded (a propagated "
+                                "trace follows its parent's decision)")
 
 
 Level = Literal["minimal", "low", "medium", "high", "max"]

@@ -14,7 +14,9 @@ from services.config import (
     DialecticSettings,
     DreamSettings,
     KafkaSettings,
+    LogSettings,
     ProjectorSettings,
+    TracingSettings,
     WorkerSettings,
 )
 from services.deriver.settings import DeriverSettings
@@ -57,6 +59,8 @@ class Settings(BaseSettings):
     llm: LlmSettings = Field(default_factory=LlmSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     reasoning: ReasoningSettings = Field(default_factory=ReasoningSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     def configuration(self) -> Configuration:
         """The global level: every setting, from the environment."""

@@ -43,6 +43,7 @@ from services.api.cursors import PageCursors
 from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
 from services.api.health import HealthMonitor, database_reachable
+from services.api.telemetry import TelemetryInterceptor
 from services.api.servicers import (
     ConfigurationServicer,
     ContextServicer,
@@ -65,6 +66,7 @@ from services.api.tokens import Verifier
 from services.config import ApiSettings, AuthSettings
 from services.llm.tokens import count_tokens
 from services.settings import Settings
+from services import tracing
 
 log = logging.getLogger(__name__)
 
@@ -144,15 +146,16 @@ def _dialectic(settings: Settings, engine, embedder) -> Dialectic:
 
 
 def _interceptors(auth: AuthSettings) -> list[grpc.aio.ServerInterceptor]:
-    """Authentication outermost (a refused call reaches nothing), then the error table."""
+    """Metrics and tracing outermost (refusals count too), then authentication (a refused call reaches
+    nothing), then the error table."""
     if not auth.enabled:
         log.warning("PEERLOG_AUTH=off: the API serves every call without a token, to anyone who reaches the port")
-        return [ErrorInterceptor()]
+        return [TelemetryInterceptor(), ErrorInterceptor()]
     try:
         verifier = Verifier(auth)
     except ValueError as err:
         raise ValueError(f"{err}; or set PEERLOG_AUTH=off to serve without authentication") from None
-    return [AuthInterceptor(verifier), ErrorInterceptor()]
+    return [TelemetryInterceptor(), AuthInterceptor(verifier), ErrorInterceptor()]
 
 
 def _read_pem(path) -> bytes:
@@ -215,6 +218,7 @@ async def serve(settings: Settings, metrics: bool = True) -> None:
     """Serve until SIGTERM/SIGINT, then drain in-flight calls."""
     # handlers first: a SIGTERM during start-up (the port may already answer while the model loads)
     # must stop the server through the same path, not kill it before a supervisor can clean up
+    tracing.setup(settings.tracing, "peerlog-api")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
 
+from services import tracing
+from services.bus import metrics
 from services.bus.consistency import ConsistencyToken
 from services.bus.topics import topic_for
 from services.config import KafkaSettings
@@ -48,6 +50,7 @@ class EventLog:
         self._instance = uuid.uuid4().hex[:12]
         self._idle: queue.Queue[_Slot] = queue.Queue()
         self._executor = ThreadPoolExecutor(settings.producer_pool_size, thread_name_prefix="append")
+        metrics.known(client_id)
 
     def start(self) -> None:
         for serial in range(1, self._settings.producer_pool_size + 1):
@@ -71,14 +74,17 @@ class EventLog:
         producer.init_transactions(timeout)
         return producer
 
-    def append_sync(self, events: Sequence[Event]) -> ConsistencyToken:
+    def append_sync(self, events: Sequence[Event], headers: list[tuple[str, bytes]] | None = None) -> ConsistencyToken:
         """Write all `events` or none; return the positions written once Kafka acknowledged them."""
         slot = self._idle.get()
         try:
             if slot.producer is None:
                 slot.producer = self._open(slot.transactional_id, 10)
-            return self._transact(slot.producer, events)
+            token = self._transact(slot.producer, events, headers)
+            metrics.COMMITTED.labels(component=self._client_id).inc()
+            return token
         except KafkaException as exc:
+            metrics.ABORTED.labels(component=self._client_id, reason="log").inc()
             self._recover(slot, exc)
             raise AppendFailed(f"the log rejected the write: {exc.args[0].str()}") from exc
         finally:
@@ -86,9 +92,11 @@ class EventLog:
 
     async def append(self, events: Sequence[Event]) -> ConsistencyToken:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self.append_sync, events)
+        # the trace context is read here: the executor's thread does not see this task's context
+        return await loop.run_in_executor(self._executor, self.append_sync, events, tracing.record_headers())
 
-    def _transact(self, producer: Producer, events: Sequence[Event]) -> ConsistencyToken:
+    def _transact(self, producer: Producer, events: Sequence[Event],
+                  headers: list[tuple[str, bytes]] | None) -> ConsistencyToken:
         written: list[tuple[str, int, int]] = []
         errors: list[str] = []
 
@@ -101,7 +109,7 @@ class EventLog:
         producer.begin_transaction()
         for event in events:
             topic = topic_for(event).full_name(self._settings.topic_prefix)
-            producer.produce(topic, encode(event), key=event.key.encode(), on_delivery=on_delivery)
+            producer.produce(topic, encode(event), key=event.key.encode(), headers=headers, on_delivery=on_delivery)
         producer.commit_transaction(30)  # flushes, so every delivery callback has run
         if errors:
             raise AppendFailed(f"delivery failed: {errors[0]}")
@@ -149,12 +157,12 @@ class Emitter:
         )
         self._io = ThreadPoolExecutor(2, thread_name_prefix=client_id)
 
-    def emit_sync(self, events: Sequence[Event]) -> None:
+    def emit_sync(self, events: Sequence[Event], headers: list[tuple[str, bytes]] | None = None) -> None:
         for event in events:
             topic = topic_for(event).full_name(self._settings.topic_prefix)
-            self._producer.produce(topic, encode(event), key=event.key.encode())
+            self._producer.produce(topic, encode(event), key=event.key.encode(), headers=headers)
         if self._producer.flush(30) > 0:
             raise AppendFailed("side events were not acknowledged within 30 s")
 
     async def emit(self, events: Sequence[Event]) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._io, self.emit_sync, events)
+        await asyncio.get_running_loop().run_in_executor(self._io, self.emit_sync, events, tracing.record_headers())

@@ -36,6 +36,10 @@ from typing import Any, Protocol
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from opentelemetry.trace import SpanKind
+
+from services import tracing
+from services.bus import metrics
 from services.bus.admin import create_topics
 from services.bus.producer import AppendFailed
 from services.bus.streams import read, to_the_end
@@ -113,6 +117,7 @@ class Runner:
         self._stop = asyncio.Event()
         self.processed = 0
         self.incarnations = 0
+        metrics.known(processor.name)
 
     def stop(self) -> None:
         self._stop.set()
@@ -192,22 +197,32 @@ class Runner:
             await self._call(self.producer.send_offsets_to_transaction, offsets, meta, 15)
             await self._call(self.producer.commit_transaction, 60)
         except TransactionFailed:
+            self._count_abort(began, "log")
             raise  # the next incarnation's producer aborts it (fencing), whatever state this one is in
         except KafkaException as exc:  # the log, not the processor: the same
+            self._count_abort(began, "log")
             raise TransactionFailed(f"the log refused the batch: {exc.args[0].str()}") from exc
         except AppendFailed as exc:
             # a processor's side append (progress markers, clock ticks) outlasted by a broker outage: the
             # log's fault too, so the batch is redone from the committed offsets rather than the worker
             # stopping (seen when a broker restart took over the side producer's 30 s)
+            self._count_abort(began, "log")
             if began:
                 await self._call(self.producer.abort_transaction, 30)
             raise TransactionFailed(f"a side append failed: {exc}") from exc
         except BaseException:
             # a processor's failure: nothing of the batch may survive; abort, and let the process die
+            self._count_abort(began, "processor")
             if began:
                 await self._call(self.producer.abort_transaction, 30)
             raise
         self.processed += len(records)
+        metrics.COMMITTED.labels(component=self.processor.name).inc()
+        metrics.EVENTS.labels(processor=self.processor.name).inc(len(records))
+
+    def _count_abort(self, began: bool, reason: str) -> None:
+        if began:  # before begin_transaction nothing was open to abort
+            metrics.ABORTED.labels(component=self.processor.name, reason=reason).inc()
 
     async def _handle_in_order(self, msgs: list[Message], outputs: list[dict[str, Any]]) -> None:
         for msg in msgs:
@@ -218,10 +233,17 @@ class Runner:
         event = read(msg.value())
         if event is None:
             return
-        step = await self.processor.handle(self.states.get, event)
+        # the span continues the trace of the call or event that produced this record, and its output
+        # records carry it on (W3C traceparent in their headers)
+        with tracing.TRACER.start_as_current_span(
+                f"{self.processor.name} {event.type}", context=tracing.context_from(msg.headers()),
+                kind=SpanKind.CONSUMER, attributes={"messaging.system": "kafka", "peerlog.processor":
+                                                    self.processor.name, "peerlog.event_id": event.event_id}):
+            step = await self.processor.handle(self.states.get, event)
+            headers = tracing.record_headers()
         for out in step.events:
             topic = topic_for(out).full_name(self.kafka.topic_prefix)
-            outputs.append(dict(topic=topic, value=encode(out), key=out.key.encode()))
+            outputs.append(dict(topic=topic, value=encode(out), key=out.key.encode(), headers=headers))
         for key, state in step.states.items():
             outputs.extend(self._save_state(key, state, msg.partition()))
 

@@ -226,10 +226,15 @@ def projector_run() -> None:
     """Project the log into Postgres until SIGTERM."""
     import signal
 
+    from projections import metrics
     from projections.projector import Projector
+    from services import tracing
 
     _logging()
-    p = Projector(Settings())
+    settings = Settings()
+    tracing.setup(settings.tracing, "peerlog-projector")
+    p = Projector(settings)
+    metrics.serve(settings.projector, p.engine)
     signal.signal(signal.SIGTERM, lambda *_: p.stop())
     p.run()
 

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import openai
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ValidationError
 
+from services import tracing
 from services.llm import formats, metrics
 from services.llm.errors import ModelError, ModelOutputInvalid
 from services.llm.retry import as_model_error, call_async
@@ -157,13 +159,19 @@ class ModelClient:
         await self.aclose()
 
     async def _observed(self, work: Any) -> Completion[Any]:
-        try:
-            completion = await work
-        except ModelError as error:
-            metrics.record_call(self.stage, error.outcome)
-            raise
-        metrics.record_call(self.stage, "ok" if completion.attempts == 1 else "repaired")
-        return completion
+        with tracing.TRACER.start_as_current_span(
+                f"model {self.stage}", kind=SpanKind.CLIENT,
+                attributes={"peerlog.llm.stage": self.stage, "gen_ai.request.model": self.settings.model}) as span:
+            try:
+                completion = await work
+            except ModelError as error:
+                metrics.record_call(self.stage, error.outcome)
+                raise
+            metrics.record_call(self.stage, "ok" if completion.attempts == 1 else "repaired")
+            span.set_attributes({"gen_ai.usage.input_tokens": completion.usage.prompt_tokens,
+                                 "gen_ai.usage.output_tokens": completion.usage.completion_tokens,
+                                 "peerlog.llm.attempts": completion.attempts})
+            return completion
 
     async def _text(self, messages: list[dict[str, Any]]) -> Completion[str]:
         reply = await self._call(messages, None)

@@ -9,6 +9,7 @@ import signal
 
 from prometheus_client import start_http_server
 
+from services import tracing
 from services.bus.runner import Runner
 from services.settings import Settings
 
@@ -41,9 +42,10 @@ def build_runners(settings: Settings) -> list[Runner]:
 
 async def run_worker(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT; a processor that fails takes the worker down (nothing half-done survives)."""
+    tracing.setup(settings.tracing, "peerlog-worker")
     runners = build_runners(settings)
     if settings.worker.metrics_port:
-        start_http_server(settings.worker.metrics_port, addr="127.0.0.1")
+        start_http_server(settings.worker.metrics_port, addr=settings.worker.metrics_host)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: [r.stop() for r in runners])

@@ -40,7 +40,7 @@ class Worker:
 
     def start(self) -> Worker:
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", self.command], env=self.env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", *self.command.split()], env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         return self
 

@@ -57,6 +57,9 @@ async def test_a_side_append_that_fails_in_a_broker_outage_ends_the_incarnation_
         def partition(self):
             return 0
 
+        def headers(self):
+            return None
+
     runner = Runner(KafkaSettings(), "app", EmitsIntoAnOutage())
     # TransactionFailed: the run loop starts a new incarnation from the committed offsets
     with pytest.raises(TransactionFailed, match="a side append failed"):

@@ -1,0 +1,114 @@
+"""Prometheus metrics of the projections: how far the projector trails the log, and the work the log describes.
+
+Lag is measured by the projector's own loop (its consumer knows positions and high watermarks); the counts
+of derivations, dreams and dead letters are read from the projected tables when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+
+from confluent_kafka import Consumer
+from prometheus_client import REGISTRY, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine, exists, func, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from projections.apply import Record
+from projections.queries import BATCH_STATES, DREAM_STATES
+from projections.schema import dead_letters, derivation_batches, dreams, perceptions
+from services.config import ProjectorSettings
+
+log = logging.getLogger(__name__)
+
+LAG_RECORDS = Gauge("peerlog_projector_lag_records", "Records on the log not yet applied (a partition's high "
+                    "watermark minus the projector's position; a closing transaction marker counts as one)",
+                    ["topic"])
+LAG_SECONDS = Gauge("peerlog_projector_lag_seconds", "While records wait: seconds since the newest applied "
+                    "record of the topic was logged; 0 when caught up", ["topic"])
+
+
+class LagGauges:
+    """Updates the lag gauges from the projector's consumer, at most once per `every_s`."""
+
+    def __init__(self, topics: Sequence[str], every_s: float = 1.0) -> None:
+        self.every_s = every_s
+        self._next = 0.0
+        self._logged: dict[str, datetime] = {}
+        for topic in topics:  # every topic shows from the start, caught up until measured otherwise
+            LAG_RECORDS.labels(topic=topic).set(0)
+            LAG_SECONDS.labels(topic=topic).set(0)
+
+    def applied(self, records: Sequence[Record]) -> None:
+        for r in records:
+            if r.logged_at is not None and (r.topic not in self._logged or r.logged_at > self._logged[r.topic]):
+                self._logged[r.topic] = r.logged_at
+
+    def measure(self, consumer: Consumer) -> None:
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + self.every_s
+        behind: dict[str, int] = defaultdict(int)
+        for p in consumer.position(consumer.assignment()):
+            # cached: the watermarks of the last fetch response, no broker round trip
+            _, high = consumer.get_watermark_offsets(p, cached=True)
+            if p.offset >= 0 and high >= 0:
+                behind[p.topic] += max(high - p.offset, 0)
+        now = datetime.now(UTC)
+        for topic, records in behind.items():
+            LAG_RECORDS.labels(topic=topic).set(records)
+            logged = self._logged.get(topic)
+            LAG_SECONDS.labels(topic=topic).set((now - logged).total_seconds() if records and logged else 0)
+
+
+def _pending_derivations():
+    """Perceived messages that no derivation batch has taken up yet."""
+    p, b = perceptions.c, derivation_batches.c
+    batched = exists().where(b.workspace_id == p.workspace_id, b.observer_id == p.observer_id,
+                             b.observed_id == p.observed_id, p.message_id == func.any(b.message_ids))
+    return select(func.count()).where(~batched)
+
+
+class ProjectionCounts(Collector):
+    """Derivations, dreams and dead letters as the projections hold them, counted at each scrape."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            with self.engine.connect() as conn:
+                pending = conn.scalar(_pending_derivations())
+                batches, dreamt, parked = (dict(conn.execute(select(column, func.count()).group_by(column)).all())
+                                           for column in (derivation_batches.c.state, dreams.c.state,
+                                                          dead_letters.c.kind))
+        except SQLAlchemyError as exc:  # a scrape must not fail the projector; the gap shows in Prometheus
+            log.warning("projection metrics not read: %s", exc)
+            return
+        yield GaugeMetricFamily("peerlog_derivations_pending_messages",
+                                "Perceived messages no derivation batch has taken up yet", value=pending)
+        yield _by_label("peerlog_derivation_batches", "Derivation batches by state (in_flight: the model call "
+                        "is under way)", "state", {**dict.fromkeys(BATCH_STATES, 0), **batches})
+        yield _by_label("peerlog_dreams", "Dreams by state", "state", {**dict.fromkeys(DREAM_STATES, 0), **dreamt})
+        yield _by_label("peerlog_dead_letters", "Work ever parked on a dead-letter topic, by kind",
+                        "kind", {"derivation": 0, "summary": 0, **parked})
+
+
+def _by_label(name: str, documentation: str, label: str, counts: dict[str, int]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=[label])
+    for value, count in counts.items():
+        family.add_metric([value], count)
+    return family
+
+
+def serve(settings: ProjectorSettings, engine: Engine) -> None:
+    """Serve this process's metrics on settings.metrics_port (when set) in a daemon thread."""
+    if not settings.metrics_port:
+        return
+    REGISTRY.register(ProjectionCounts(engine))
+    start_http_server(settings.metrics_port, addr=settings.metrics_host)

@@ -1,0 +1,57 @@
+"""OpenTelemetry traces across processes: W3C trace context travels in gRPC metadata and Kafka record headers.
+
+Outside the import layers, like services/config.py: the API, the bus and the model client all use it.
+Without `setup` (PEERLOG_TRACING_EXPORTER=off) the tracer records nothing and no header is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from services.config import TracingSettings
+
+TRACER = trace.get_tracer("peerlog")
+# W3C traceparent/tracestate only, whatever OTEL_PROPAGATORS says: every peerlog process reads the same headers
+_W3C = TraceContextTextMapPropagator()
+
+
+def setup(settings: TracingSettings, service: str) -> None:
+    """Record and export this process's spans over OTLP when an exporter is chosen; nothing otherwise."""
+    if settings.exporter == "off":
+        return
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service}),
+                              sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.endpoint or None)))
+    trace.set_tracer_provider(provider)
+
+
+def record_headers() -> list[tuple[str, bytes]]:
+    """The current span's context as Kafka record headers (none when no span is recording)."""
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    return [(name, value.encode()) for name, value in carrier.items()]
+
+
+def context_from(pairs: Iterable[tuple[str, str | bytes]] | None) -> Context:
+    """The trace context carried by Kafka headers or gRPC metadata (an empty one when there is none)."""
+    carrier = {name.lower(): value.decode(errors="replace") if isinstance(value, bytes) else value
+               for name, value in pairs or ()}
+    return _W3C.extract(carrier)
+
+
+def current_ids() -> tuple[str, str] | None:
+    """(trace id, span id) in hex of the span being handled, for log lines; None outside any."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id)
