@@ -40,8 +40,8 @@ async def servers(settings, projector):
 
     opened = []
 
-    async def open_server():
-        server = await start(settings)
+    async def open_server(**api):
+        server = await start(settings.model_copy(update={"api": settings.api.model_copy(update=api)}))
         chan = admin_channel(settings, server.port)
         opened.append((server, chan))
         return server, Client(chan)
@@ -93,6 +93,23 @@ async def test_a_reply_lost_after_commit_is_retried_and_leaves_one_copy(settings
     assert await stored(c, retried.consistency_token) == list(retried.message_ids)
     assert (await c.messages.AddMessages(request)) == retried
     assert [e.message_id for e in logged(settings, SESSIONS, MessageAppended, 2)] == list(retried.message_ids)
+
+
+async def test_a_keyed_write_not_yet_projected_answers_unavailable_and_a_retry_gets_its_reply(
+        settings, servers, projector):
+    _, c = await servers(consistency_wait_s=2.0)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    projector.stop()
+    request = add_request("k-slow", "on the log, not yet readable")
+    await rejected(c.messages.AddMessages(request, timeout=30), grpc.StatusCode.UNAVAILABLE,
+                   "is on the log but not readable", "retry with the same key")
+    retry = asyncio.ensure_future(c.messages.AddMessages(request, timeout=60))
+    await asyncio.sleep(1.0)
+    assert not retry.done()  # the key stays locked until the first append is projected
+    projector.start()
+    reply = await retry
+    assert await stored(c, reply.consistency_token) == list(reply.message_ids)
+    assert len(logged(settings, SESSIONS, MessageAppended, 1)) == 1
 
 
 async def test_concurrent_calls_with_one_key_on_two_servers_give_one_copy_and_one_reply(settings, servers):
