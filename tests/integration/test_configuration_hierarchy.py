@@ -8,14 +8,14 @@ from datetime import UTC, datetime
 
 import grpc
 import pytest
-from sqlalchemy import select
 
 from peerlog.v1 import configuration_pb2 as cfg
 from peerlog.v1 import configuration_pb2_grpc, messages_pb2
-from projections.db import sync_engine
 from projections.rebuild import rebuild
 from projections.schema import perceptions, summaries
 from tests.integration.test_chat import memory, serve  # noqa: F401 (fixtures)
+from tests.integration.test_deriver import rows
+from tests.support.extractor import is_deriver
 from tests.support.client import Client
 from tests.support.model_server import Reply
 from tests.support.wait import eventually
@@ -49,15 +49,6 @@ class Levels:
 def said(peer, text, **settings):
     return messages_pb2.NewMessage(peer_id=peer, content=text, **(
         {"configuration": cfg.Configuration(**settings)} if settings else {}))
-
-
-def rows(settings, table, *where):
-    engine = sync_engine(settings.database)
-    try:
-        with engine.connect() as conn:
-            return conn.execute(select(table).where(*where)).mappings().all()
-    finally:
-        engine.dispose()
 
 
 async def test_each_level_overrides_the_one_below_in_what_get_effective_configuration_reports(channel):
@@ -138,8 +129,7 @@ async def test_the_summarizer_takes_its_cadence_and_on_off_from_the_levels(chann
 
 
 def deriver_prompts(model_server):
-    return [r["messages"][0]["content"] for r in model_server.chat_requests()
-            if "extract facts" in r["messages"][0]["content"]]
+    return [r["messages"][0]["content"] for r in model_server.chat_requests() if is_deriver(r)]
 
 
 async def test_reasoning_and_deriver_instructions_follow_the_levels(channel, settings, model_server, start_worker):
