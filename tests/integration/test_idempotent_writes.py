@@ -103,7 +103,15 @@ async def test_a_keyed_write_not_yet_projected_answers_unavailable_and_a_retry_g
     request = add_request("k-slow", "on the log, not yet readable")
     await rejected(c.messages.AddMessages(request, timeout=30), grpc.StatusCode.UNAVAILABLE,
                    "is on the log but not readable", "retry with the same key")
-    retry = asyncio.ensure_future(c.messages.AddMessages(request, timeout=60))
+
+    async def retried():  # as the client library does: UNAVAILABLE again, while the projector restarts
+        for _ in range(30):
+            try:
+                return await c.messages.AddMessages(request, timeout=60)
+            except grpc.aio.AioRpcError as err:
+                assert err.code() == grpc.StatusCode.UNAVAILABLE, err.details()
+
+    retry = asyncio.ensure_future(retried())
     await asyncio.sleep(1.0)
     assert not retry.done()  # the key stays locked until the first append is projected
     projector.start()
