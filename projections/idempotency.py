@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.schema import idempotent_requests
 from services.bus.consistency import ConsistencyToken
-from services.events import Event, MessageAppended, ObservationAdded
+from services.events import MessageAppended, ObservationAdded
 
 log = logging.getLogger(__name__)
 
