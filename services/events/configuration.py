@@ -6,7 +6,9 @@ Each Set* call replaces its level's whole configuration, so one event says every
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,19 +46,17 @@ class ConfigLevel(StrEnum):
     MESSAGE = "message"
 
 
-class Resolved(BaseModel):
+@dataclass(frozen=True, slots=True)
+class Resolved:
     """One setting's effective value and the level it came from."""
-
-    model_config = ConfigDict(frozen=True)
 
     value: bool | int | str
     level: ConfigLevel
 
 
-class Effective(BaseModel):
+@dataclass(frozen=True)
+class Effective:
     """Every setting resolved: `effective[name]` is what applies, `settings[name].level` where it was set."""
-
-    model_config = ConfigDict(frozen=True)
 
     settings: dict[str, Resolved]
 
@@ -64,6 +64,7 @@ class Effective(BaseModel):
         return self.settings[name].value
 
 
+@lru_cache(maxsize=4096)  # the router and the summarizer resolve per message; the levels seldom change
 def resolve(global_: Configuration, workspace: Configuration | None = None, session: Configuration | None = None,
             message: Configuration | None = None) -> Effective:
     """The effective settings: the highest level that sets a field wins. `global_` must set every field."""
