@@ -39,6 +39,7 @@ from services.llm import tokens
 from tests.integration.test_observations_api import until
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
+from tests.support.processes import Worker
 from tests.support.wait import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,7 +133,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Service:
+class Service(Worker):
     """One compose service's entrypoint + command, run here with the environment compose gives it."""
 
     def __init__(self, name: str, service: dict, overrides: dict[str, str], log_dir: Path) -> None:
@@ -142,7 +143,7 @@ class Service:
         base = {k: v for k, v in os.environ.items() if not k.startswith("PEERLOG_")}
         self.env = {**base, **service["environment"], **overrides}
         self.log_path = log_dir / f"{name}.log"
-        self.proc: subprocess.Popen | None = None
+        self.proc = None
 
     def start(self) -> Service:
         with self.log_path.open("ab") as log:
@@ -153,17 +154,8 @@ class Service:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
+        return self.log_text()[-3000:]
 
 
 async def serving(port: int) -> bool:
