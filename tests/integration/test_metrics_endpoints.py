@@ -1,12 +1,16 @@
-"""Each process serves Prometheus metrics on its own port: scraped from a real API, projector and worker."""
+"""Each process serves Prometheus metrics on its own port: scraped from a real API, projector and worker,
+which also log JSON and export their spans over OTLP to a collector stand-in."""
 
 from __future__ import annotations
 
+import threading
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 import orjson
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.postgres.embedded import free_port
@@ -33,18 +37,51 @@ def value(samples, name: str, **labels) -> float | None:
     return samples.get((name, frozenset(labels.items())))
 
 
+class Collector(ThreadingHTTPServer):
+    """Accepts OTLP/HTTP trace exports and keeps their spans as (service, name, trace id, parent span id)."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, str, bytes, bytes]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                for resource_spans in ExportTraceServiceRequest.FromString(body).resource_spans:
+                    service = next(a.value.string_value for a in resource_spans.resource.attributes
+                                   if a.key == "service.name")
+                    server.spans += [(service, span.name, span.trace_id, span.parent_span_id)
+                                     for scope in resource_spans.scope_spans for span in scope.spans]
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
 @pytest.fixture
-def stack(settings, tmp_path, start_worker):
-    """Projector, API and worker as the real processes, each with its metrics port; logs as JSON."""
+def collector():
+    server = Collector()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+
+
+@pytest.fixture
+def stack(settings, tmp_path, start_worker, collector):
+    """Projector, API and worker as the real processes, each with its metrics port; JSON logs; OTLP traces."""
     ports = {name: free_port() for name in ("projector", "api", "api_metrics", "worker")}
-    json_logs = {"PEERLOG_LOG_FORMAT": "json"}
+    env = {"PEERLOG_LOG_FORMAT": "json", "PEERLOG_TRACING_EXPORTER": "otlp",
+           "PEERLOG_TRACING_ENDPOINT": f"http://127.0.0.1:{collector.server_port}/v1/traces"}
     started = [
-        Worker(settings, tmp_path / "projector.log", {**json_logs,
+        Worker(settings, tmp_path / "projector.log", {**env,
                "PEERLOG_PROJECTOR_METRICS_PORT": str(ports["projector"])}, command="projector run").start(),
-        Worker(settings, tmp_path / "api.log", {**json_logs, "PEERLOG_API_PORT": str(ports["api"]),
+        Worker(settings, tmp_path / "api.log", {**env, "PEERLOG_API_PORT": str(ports["api"]),
                "PEERLOG_API_METRICS_PORT": str(ports["api_metrics"])}, command="serve").start(),
     ]
-    started.append(start_worker("router,deriver", PEERLOG_WORKER_METRICS_PORT=str(ports["worker"]), **json_logs))
+    started.append(start_worker("router,deriver", PEERLOG_WORKER_METRICS_PORT=str(ports["worker"]), **env))
     try:
         wait_for_api(ports["api"], timeout=60)
         yield ports, started
@@ -53,7 +90,8 @@ def stack(settings, tmp_path, start_worker):
             process.stop()
 
 
-async def test_api_projector_and_worker_serve_their_metrics(settings, model_server, stack):
+async def test_api_projector_and_worker_serve_metrics_log_json_and_export_traces(settings, model_server, stack,
+                                                                                 collector):
     ports, processes = stack
     model_server.reply_with(extract_each_turn)
     async with admin_channel(settings, ports["api"]) as chan:
@@ -104,3 +142,13 @@ async def test_api_projector_and_worker_serve_their_metrics(settings, model_serv
     for process, phrase in zip(processes, ("projector assigned", "peerlog API listening", "worker running")):
         lines = [orjson.loads(line) for line in process.log_text().splitlines() if line.startswith("{")]
         assert any(phrase in line["message"] and line["level"] == "INFO" for line in lines), process.log_text()
+
+    # PEERLOG_TRACING_EXPORTER=otlp: the API's call and the worker's handling of its records share a trace
+    def worker_spans_in_the_calls_trace():
+        calls = {trace_id for service, name, trace_id, _ in collector.spans
+                 if service == "peerlog-api" and name == ADD.lstrip("/")}
+        names = {name for service, name, trace_id, parent in collector.spans
+                 if service == "peerlog-worker" and trace_id in calls and parent}
+        return names >= {"router MessageAppended", "deriver MessagePerceived", "model deriver"}
+
+    eventually(worker_spans_in_the_calls_trace, 30, every=0.5)
