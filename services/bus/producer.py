@@ -84,7 +84,7 @@ class EventLog:
             metrics.COMMITTED.labels(component=self._client_id).inc()
             return token
         except KafkaException as exc:
-            metrics.ABORTED.labels(component=self._client_id, reason="log").inc()
+            metrics.ABORTED.labels(component=self._client_id).inc()
             self._recover(slot, exc)
             raise AppendFailed(f"the log rejected the write: {exc.args[0].str()}") from exc
         finally:

@@ -197,22 +197,22 @@ class Runner:
             await self._call(self.producer.send_offsets_to_transaction, offsets, meta, 15)
             await self._call(self.producer.commit_transaction, 60)
         except TransactionFailed:
-            self._count_abort(began, "log")
+            self._count_abort(began)
             raise  # the next incarnation's producer aborts it (fencing), whatever state this one is in
         except KafkaException as exc:  # the log, not the processor: the same
-            self._count_abort(began, "log")
+            self._count_abort(began)
             raise TransactionFailed(f"the log refused the batch: {exc.args[0].str()}") from exc
         except AppendFailed as exc:
             # a processor's side append (progress markers, clock ticks) outlasted by a broker outage: the
             # log's fault too, so the batch is redone from the committed offsets rather than the worker
             # stopping (seen when a broker restart took over the side producer's 30 s)
-            self._count_abort(began, "log")
+            self._count_abort(began)
             if began:
                 await self._call(self.producer.abort_transaction, 30)
             raise TransactionFailed(f"a side append failed: {exc}") from exc
         except BaseException:
             # a processor's failure: nothing of the batch may survive; abort, and let the process die
-            self._count_abort(began, "processor")
+            self._count_abort(began)
             if began:
                 await self._call(self.producer.abort_transaction, 30)
             raise
@@ -220,9 +220,9 @@ class Runner:
         metrics.COMMITTED.labels(component=self.processor.name).inc()
         metrics.EVENTS.labels(processor=self.processor.name).inc(len(records))
 
-    def _count_abort(self, began: bool, reason: str) -> None:
-        if began:  # before begin_transaction nothing was open to abort
-            metrics.ABORTED.labels(component=self.processor.name, reason=reason).inc()
+    def _count_abort(self, began: bool) -> None:
+        if began:  # a processor that fails does so before begin_transaction: nothing was open to abort
+            metrics.ABORTED.labels(component=self.processor.name).inc()
 
     async def _handle_in_order(self, msgs: list[Message], outputs: list[dict[str, Any]]) -> None:
         for msg in msgs:
