@@ -7,13 +7,14 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections import queries, store_queries
+from projections import configurations, queries, store_queries
 from services.api import validation as v
 from services.api.context import ApiContext
 from projections.message_search import MessageSearch, search_messages
 from services.api.packing import Line, Obs, Packed, Premise, Relevant, pack
 from services.api.writes import check_scope
 from services.errors import InvalidArgument
+from services.events import resolve
 from services.llm.tokens import count_tokens
 
 MAX_BUDGET = 100_000
@@ -103,6 +104,12 @@ async def _relevant(conn: AsyncConnection, q: ContextQuery, vector: list[float] 
             for r in await search_messages(conn, search)]
 
 
+async def _card_on(ctx: ApiContext, conn: AsyncConnection, q: ContextQuery) -> bool:
+    """Whether the peer card is on for the session read, as the configuration levels stood at `as_of`."""
+    levels = await configurations.levels(conn, q.workspace_id, q.session_id, q.as_of)
+    return resolve(ctx.configuration, *levels)["peer_card"]
+
+
 async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     await ctx.freshness.wait(token)
     q = _check(q)
@@ -111,7 +118,7 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     # one snapshot for every statement (ApiContext.snapshot): the pieces must agree with each other
     async with ctx.embedding(q.search_query) as vector, ctx.snapshot() as conn:
         await _check_scope(conn, q, observer, target, [q.session_id])
-        if observer:
+        if observer and await _card_on(ctx, conn, q):
             row = await queries.peer_card(conn, q.workspace_id, observer, target)
             card = list(row["entries"]) if row else []
         summaries = await queries.latest_summaries(conn, q.workspace_id, q.session_id)

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from peerlog.v1 import configuration_pb2 as cfg
-from peerlog.v1 import configuration_pb2_grpc, messages_pb2
+from peerlog.v1 import common_pb2, configuration_pb2_grpc, messages_pb2
 from projections.rebuild import rebuild
 from projections.schema import perceptions, summaries
 from tests.integration.test_chat import memory, serve  # noqa: F401 (fixtures)
@@ -219,3 +219,22 @@ async def test_the_dream_scheduler_follows_the_dream_settings_of_the_levels(chan
     await asyncio.sleep(2)
     assert [(d["workspace_id"], d["new_explicit"]) for d in pair_dreams(settings)] == [("eager", 1)] == [
         (d["workspace_id"], d["new_explicit"]) for d in dreamt]
+
+
+async def test_get_context_leaves_the_peer_card_out_where_the_levels_turn_it_off(channel):
+    from tests.integration.test_get_context import ask as get_context
+    from tests.integration.test_peer_cards import set_card
+
+    c, levels = Client(channel), Levels(channel)
+    await c.setup_conversation("w", "s")
+    await c.session("w", "s2", members=["alice", "bob"])
+    written = await set_card(c, ["IDENTITY: Bob, a nurse in Oslo"])
+    await levels.workspace("w", peer_card=False)
+    await levels.session("w", "s2", peer_card=True)
+    card = {}
+    for s in ("s", "s2"):
+        out = await get_context(channel, workspace_id="w", session_id=s, observer_id="alice", target_id="bob",
+                                token_budget=1000, consistency=common_pb2.ReadConsistency(
+                                    consistency_token=written.consistency_token))
+        card[s] = list(out.peer_card)
+    assert card == {"s": [], "s2": ["IDENTITY: Bob, a nurse in Oslo"]}
