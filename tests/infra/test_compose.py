@@ -1,8 +1,8 @@
 """Issue 13 §4: docker compose runs the whole system, checked on machines without a Docker engine.
 
-- `docker compose config` (the real Compose v2 binary, infra/image/compose.py) accepts docker-compose.yml
+- `docker compose config` (the real Compose v2 binary, infra/image/tools.py) accepts docker-compose.yml
   with the settings of .env.example, with and without the local-model profile, and refuses it while the
-  required secrets are blank;
+  required secrets are blank; hadolint passes the Dockerfile;
 - the image's install steps (infra/image/fetch.sh, install.sh, exactly as the Dockerfile runs them)
   work in a clean venv and end in the offline check (no npm on PATH, no model hub);
 - each peerlog service's exact compose command (entrypoint + command, with the environment compose
@@ -29,7 +29,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from infra.image.compose import ensure_compose
+from infra.image.tools import COMPOSE, HADOLINT
 from infra.models.qwen import MODEL_FILE, MODEL_NAME
 from infra.models.server import LocalModelServer
 from services.api.channels import aio_channel
@@ -59,7 +59,7 @@ def filled_env_file(directory: Path) -> Path:
 
 def compose(env_file: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PEERLOG_ENV_FILE": str(env_file)}
-    return subprocess.run([str(ensure_compose()), "--project-directory", str(REPO), "--env-file", str(env_file),
+    return subprocess.run([str(COMPOSE.ensure()), "--project-directory", str(REPO), "--env-file", str(env_file),
                            *args], env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -103,6 +103,12 @@ def test_the_local_model_service_runs_the_server_the_demo_runs(tmp_path) -> None
     composed = dict(zip(service["command"][::2], service["command"][1::2], strict=True))
     assert composed == {**dict(zip(ours[3::2], ours[4::2], strict=True)), "--host": "0.0.0.0"}
     assert composed["--model_alias"] == MODEL_NAME
+
+
+def test_hadolint_passes_the_dockerfile() -> None:
+    done = subprocess.run([str(HADOLINT.ensure()), "--no-color", "--failure-threshold", "warning", "Dockerfile"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_image_fetches_the_tokenizer_package_the_code_pins() -> None:
