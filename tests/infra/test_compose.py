@@ -173,6 +173,16 @@ async def serving(port: int) -> bool:
     return answer.status == health_pb2.HealthCheckResponse.SERVING
 
 
+async def once_projected(call):
+    """The call's answer, or None while the projections lag (UNAVAILABLE)."""
+    try:
+        return await call
+    except grpc.aio.AioRpcError as error:
+        if error.code() != grpc.StatusCode.UNAVAILABLE:
+            raise
+        return None
+
+
 async def test_each_compose_command_comes_up_against_the_local_stack(infra, model_server, config, tmp_path):
     model_server.reply_with(extract_each_turn)
     name = f"c{os.urandom(5).hex()}"
@@ -200,10 +210,13 @@ async def test_each_compose_command_comes_up_against_the_local_stack(infra, mode
         token = mint(AuthSettings(secret=SECRET), ["admin"])
         async with aio_channel(f"127.0.0.1:{port}", token) as channel:
             c = Client(channel)
-            await c.setup_conversation("w", "s")
+            # the projector may still be starting: until it projects, a call that reads its own write
+            # answers UNAVAILABLE after the API's consistency wait, and is asked again (each is idempotent)
+            await until(lambda: once_projected(c.setup_conversation("w", "s")), bool, timeout=180)
             sent = await c.add("w", "s", [("alice", "I adopted a cat named Miso"), ("bob", "nice")])
             # a read at the write's consistency token answers only once the projector has projected it
-            projected = await c.all_messages("w", "s", token=sent.consistency_token)
+            projected = await until(lambda: once_projected(c.all_messages("w", "s", token=sent.consistency_token)),
+                                    bool, timeout=180)
             assert [m.content for m in projected] == ["I adopted a cat named Miso", "nice"]
             derived = await until(lambda: c.all_observations("w", "alice", "alice"), bool, timeout=180)
         assert [o.content for o in derived] == ["The target said: I adopted a cat named Miso"]
