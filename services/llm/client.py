@@ -119,6 +119,9 @@ class ModelClient:
         Only opening the stream is retried: once text has been handed on, a failure ends the call.
         """
         body = {**self._request_body(messages, None, tools), "stream": True, "stream_options": {"include_usage": True}}
+        # not made current: a generator's context may not be detached where it was attached
+        span = tracing.TRACER.start_span(f"model {self.stage}", kind=SpanKind.CLIENT,
+                                         attributes=self._span_attributes())
         try:
             stream = await call_async(
                 self.stage, self.settings, lambda: self._openai.chat.completions.create(**body), self._count_retry
@@ -142,6 +145,8 @@ class ModelClient:
         except ModelError as error:
             metrics.record_call(self.stage, error.outcome)
             raise
+        finally:
+            span.end()
         metrics.record_call(self.stage, "ok")
         metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
         turn = AssistantTurn("".join(pieces), tuple(ToolCall(c["id"], c["name"], c["arguments"]) for _, c in
@@ -159,9 +164,8 @@ class ModelClient:
         await self.aclose()
 
     async def _observed(self, work: Any) -> Completion[Any]:
-        with tracing.TRACER.start_as_current_span(
-                f"model {self.stage}", kind=SpanKind.CLIENT,
-                attributes={"peerlog.llm.stage": self.stage, "gen_ai.request.model": self.settings.model}) as span:
+        with tracing.TRACER.start_as_current_span(f"model {self.stage}", kind=SpanKind.CLIENT,
+                                                  attributes=self._span_attributes()) as span:
             try:
                 completion = await work
             except ModelError as error:
@@ -172,6 +176,9 @@ class ModelClient:
                                  "gen_ai.usage.output_tokens": completion.usage.completion_tokens,
                                  "peerlog.llm.attempts": completion.attempts})
             return completion
+
+    def _span_attributes(self) -> dict[str, str]:
+        return {"peerlog.llm.stage": self.stage, "gen_ai.request.model": self.settings.model}
 
     async def _text(self, messages: list[dict[str, Any]]) -> Completion[str]:
         reply = await self._call(messages, None)

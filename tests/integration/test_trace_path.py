@@ -15,8 +15,10 @@ from services.config import WorkerSettings
 from services.deriver.settings import DeriverSettings
 from services.llm.settings import LlmSettings
 from services.worker.app import build_runners
+from tests.integration.test_chat import call, memory, serve, stream  # noqa: F401 (memory, serve: fixtures)
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
+from tests.support.model_server import Reply
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +82,16 @@ async def test_one_trace_links_the_call_the_processors_and_the_model_call(spans,
     assert call.kind == trace.SpanKind.SERVER and call.attributes["rpc.grpc.status_code"] == 0
     assert routed.parent.is_remote and derived.parent.is_remote  # crossed the log in record headers
     assert model.kind == trace.SpanKind.CLIENT and model.attributes["gen_ai.usage.input_tokens"] > 0
+
+
+async def test_a_streamed_chat_traces_each_model_call_under_the_call(spans, memory, model_server):
+    model_server.script([Reply(tool_calls=[call("search_messages", query="Oslo")])])
+    model_server.reply_with(lambda req: Reply(content="Bob moved to Oslo"))
+    spans.clear()
+    chunks = [chunk async for chunk in stream(memory["chan"])]
+    assert chunks[-1].WhichOneof("event") == "done"
+
+    (chat,) = [s for s in spans.get_finished_spans() if s.name == "peerlog.v1.DialecticService/ChatStream"]
+    models = [s for s in spans.get_finished_spans() if s.name.startswith("model dialectic_")]
+    assert len(models) == 2  # the tool round and the streamed answer
+    assert all(s.parent.span_id == chat.context.span_id for s in models)
