@@ -53,7 +53,7 @@ class Dreamer:
         async with self.engine.connect() as conn:  # read before any model call, never across one
             derivation = await current_derivation(conn, **pair)
         run = DreamRun(Dream(**pair, dream_id=event.dream_id, producer=PRODUCER, causation_id=event.dream_id,
-                             derivation=derivation), self.engine, self.embedder)
+                             derivation=derivation, peer_card=event.peer_card), self.engine, self.embedder)
         rounds = {"deduction": self.settings.deduction_rounds, "induction": self.settings.induction_rounds}
         try:
             # bounded: a dream outliving the worker's poll interval would be evicted and dreamt again

@@ -121,6 +121,7 @@ class Dream:
     producer: ProducerInfo
     causation_id: str
     derivation: str = ""  # the pair's current derivation when the dream began: its edits go there
+    peer_card: bool = True  # whether the peer card is on for the pair (DreamRequested.peer_card)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,10 @@ shown (without the obs: prefix); a write whose premises do not exist, belong els
 refused and you are told why. Write only what the memory supports: no guesses, no restating an observation
 that already exists. When you can make no more supported edits, stop: reply with one short sentence and no tool call."""
 
+CARD_DUTY = """
+- the peer card: set_peer_card with stable facts only, each entry starting IDENTITY:, ATTRIBUTE:,
+  RELATIONSHIP: or INSTRUCTION:, at most 40 entries of at most 200 characters (it replaces the whole card)."""
+
 DEDUCTION = COMMON + """
 
 Your job is deduction:
@@ -23,9 +27,7 @@ Your job is deduction:
   (the new belief cites the newer evidence; the outdated observation is retired);
 - logical implications: add_deduction for what follows necessarily from the premises;
 - contradictions: add_contradiction citing observations that cannot all be true (do not choose between them);
-- stale deductions: remove_deduction for a deduction whose basis no longer holds;
-- the peer card: set_peer_card with stable facts only, each entry starting IDENTITY:, ATTRIBUTE:,
-  RELATIONSHIP: or INSTRUCTION:, at most 40 entries of at most 200 characters (it replaces the whole card)."""
+- stale deductions: remove_deduction for a deduction whose basis no longer holds;""" + CARD_DUTY
 
 INDUCTION = COMMON + """
 
@@ -54,8 +56,12 @@ EXAMPLES = {
 FORCE_STOP = "You have used all your tool rounds. Stop now: reply with one short sentence and no tool call."
 
 
-def system_prompt(specialist: str, observer: str, target: str, structured_tools: Sequence[dict[str, Any]] = ()) -> str:
+def system_prompt(specialist: str, observer: str, target: str, structured_tools: Sequence[dict[str, Any]] = (),
+                  peer_card: bool = True) -> str:
+    """The specialist's instructions; without the peer-card duty where the configuration turns the card off."""
     text = SYSTEMS[specialist].format(observer=observer, target="itself" if target == observer else target)
+    if not peer_card:
+        text = text.replace(CARD_DUTY, "")
     if structured_tools:
         text += "\n\n" + STRUCTURED.format(catalogue=tool_catalogue(structured_tools), example=EXAMPLES[specialist])
     return text

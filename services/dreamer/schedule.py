@@ -46,6 +46,7 @@ class PairSchedule(BaseModel):
     # the configuration in force for the pair's latest perceived message (None: this scheduler's settings)
     dreams: bool | None = None
     threshold: int | None = None
+    peer_card: bool | None = None
 
 
 def last_activity(s: PairSchedule) -> datetime | None:
@@ -68,7 +69,7 @@ def ready(s: PairSchedule, now: datetime, cfg: DreamSettings) -> bool:
 def _request(s: PairSchedule, e: Event, reason: DreamReason, producer: ProducerInfo):
     dream = DreamRequested(workspace_id=e.workspace_id, observer_id=e.observer_id, observed_id=e.observed_id,
                            dream_id=str(uuid6.uuid7()), reason=reason, new_explicit=s.new_explicit,
-                           causation_id=e.event_id, producer=producer)
+                           peer_card=s.peer_card is not False, causation_id=e.event_id, producer=producer)
     state = s.model_copy(update={"outstanding": dream.dream_id, "outstanding_explicit": s.new_explicit,
                                  "new_explicit": 0})
     return state, [dream]
@@ -95,7 +96,7 @@ def decide(s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo
     elif isinstance(e, MessagePerceived):
         # the observed peer spoke: a waiting dream waits again (a running one is not interrupted)
         return s.model_copy(update={"last_message_at": e.occurred_at, "dreams": e.dreams,
-                                    "threshold": e.dream_threshold}), []
+                                    "threshold": e.dream_threshold, "peer_card": e.peer_card}), []
     elif isinstance(e, DreamForced):
         return _request(s, e, DreamReason.FORCED, producer) if s.outstanding is None else (s, [])
     elif isinstance(e, DreamCompleted | DreamFailed):

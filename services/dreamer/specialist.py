@@ -61,11 +61,16 @@ class StructuredStep(RootModel[ToolRequest | _Done]):
     """One specialist turn in structured tool mode: a tool call, or done."""
 
 
-def tool_specs(specialist: str) -> list[dict[str, Any]]:
+def actions_of(specialist: str, peer_card: bool = True) -> dict[str, type[BaseModel]]:
+    """A specialist's actions; without the peer card where the configuration turns it off."""
+    return {n: m for n, m in ACTIONS[specialist].items() if peer_card or m is not edits.SetPeerCard}
+
+
+def tool_specs(specialist: str, peer_card: bool = True) -> list[dict[str, Any]]:
     """The function-tool specs a specialist is offered: discovery, then its own actions."""
     return [*chat_tools.specs([n for n in DISCOVERY if n in chat_tools.TOOLS]),
             chat_tools.function_spec("recent_observations", RecentObservations),
-            *(chat_tools.function_spec(n, m) for n, m in ACTIONS[specialist].items())]
+            *(chat_tools.function_spec(n, m) for n, m in actions_of(specialist, peer_card).items())]
 
 
 def step_schema(offered: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -93,12 +98,13 @@ class DreamRun:
     async def specialist(self, name: str, model: ModelClient, rounds: int) -> None:
         """Run one specialist until it stops (or its rounds run out)."""
         structured = model.settings.tool_mode == "structured"
-        actions = ACTIONS[name]
-        specs = tool_specs(name)
+        actions = actions_of(name, self.dream.peer_card)
+        specs = tool_specs(name, self.dream.peer_card)
         producer = ProducerInfo(component="dreamer", version="0.1.0", model=model.settings.model,
                                 prompt_version=prompt.PROMPT_VERSIONS[name])
         self.dream = replace(self.dream, producer=producer)
-        system = prompt.system_prompt(name, self.dream.observer_id, self.dream.observed_id, specs if structured else ())
+        system = prompt.system_prompt(name, self.dream.observer_id, self.dream.observed_id, specs if structured else (),
+                                      self.dream.peer_card)
         messages = [{"role": "system", "content": system}, {"role": "user", "content": await self.opening(name)}]
         for used in range(rounds + 1):
             if used == rounds:

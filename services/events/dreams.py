@@ -35,9 +35,13 @@ class DreamCheckDue(_DreamEvent):
 class DreamRequested(_DreamEvent):
     """The scheduler decided the pair dreams; at most one is outstanding per pair."""
 
+    schema_version_current: ClassVar[int] = 2  # 2: `peer_card`
+    upcasters = {1: lambda data: data}  # version 1 had no such setting: the card was always kept
+
     dream_id: str
     reason: DreamReason
     new_explicit: int  # explicit observations since the previous dream
+    peer_card: bool = True  # whether the dream may edit the peer card (the configuration levels)
 
 
 class DreamStarted(_DreamEvent):

@@ -37,7 +37,7 @@ class MessagePerceived(Event):
     """
 
     key_fields: ClassVar[tuple[str, ...]] = PAIR_KEY
-    schema_version_current: ClassVar[int] = 2  # 2: `instructions`, `dreams`, `dream_threshold`
+    schema_version_current: ClassVar[int] = 2  # 2: `instructions`, `dreams`, `dream_threshold`, `peer_card`
     upcasters = {1: lambda data: data}  # version 1 had none: the deriver's prompt as it was
 
     observer_id: str
@@ -55,6 +55,7 @@ class MessagePerceived(Event):
     # None: a perception from before the configuration hierarchy, the scheduler's own settings apply
     dreams: bool | None = None
     dream_threshold: int | None = None
+    peer_card: bool | None = None
 
 
 class DerivationDue(Event):

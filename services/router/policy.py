@@ -102,7 +102,7 @@ def decide(state: SessionState, event: Event, producer: ProducerInfo, global_: C
             session_id=event.session_id, message_id=event.message_id, seq=state.last_seq + 1,
             content=event.content, created_at=event.created_at, previous_turn=context,
             instructions=config["deriver_instructions"], dreams=config["dreams"],
-            dream_threshold=config["dream_threshold"], causation_id=event.event_id, producer=producer,
+            dream_threshold=config["dream_threshold"], peer_card=config["peer_card"], causation_id=event.event_id, producer=producer,
         )
         for observer in observers(state, event, config)
     ]

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from peerlog.v1 import configuration_pb2 as cfg
-from peerlog.v1 import common_pb2, configuration_pb2_grpc, messages_pb2
+from peerlog.v1 import common_pb2, configuration_pb2_grpc, messages_pb2, peers_pb2
 from projections.rebuild import rebuild
 from projections.schema import perceptions, summaries
 from tests.integration.test_chat import memory, serve  # noqa: F401 (fixtures)
@@ -238,3 +238,25 @@ async def test_get_context_leaves_the_peer_card_out_where_the_levels_turn_it_off
                                     consistency_token=written.consistency_token))
         card[s] = list(out.peer_card)
     assert card == {"s": [], "s2": ["IDENTITY: Bob, a nurse in Oslo"]}
+
+
+async def test_a_dream_where_the_peer_card_is_off_is_offered_no_card_tool(channel, settings, model_server,
+                                                                          start_worker):
+    from tests.integration.test_dream_scheduler import perceived
+    from tests.integration.test_dreamer import call, dream_once, seed, specialist
+
+    c, levels = Client(channel), Levels(channel)
+    await seed(c)
+    await levels.session("w", "s", peer_card=False)
+    await c.add("w", "s", [("bob", "hello")])  # the router stamps (bob, bob)'s perception with the setting
+    model_server.reply_with(lambda r: Reply(tool_calls=[call("set_peer_card", entries=["ATTRIBUTE: x"])])
+                            if specialist(r) == "deduction" and len(r["messages"]) == 2 else Reply(content="Done."))
+    start_worker("router,dream-scheduler,dreamer")
+    eventually(lambda: perceived(settings) >= 1, 30)
+    dream = await dream_once(c, settings)
+    deduction = [r for r in model_server.chat_requests() if specialist(r) == "deduction"]
+    assert "set_peer_card" not in {t["function"]["name"] for t in deduction[0]["tools"]}
+    assert "set_peer_card" not in deduction[0]["messages"][0]["content"] and dream.edits == 0
+    card = await c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="bob",
+                                                                  observed_id="bob"))
+    assert list(card.entries) == []  # a call of the tool anyway changes nothing

@@ -138,3 +138,16 @@ def test_the_router_stamps_the_dream_settings_in_force():
     state = evolve(evolve(SessionState(), joined("a")), configured(dream_threshold=7))
     (p,) = decide(state, said("a", "x", configuration=Configuration(dreams=False)), P, G)
     assert (p.dreams, p.dream_threshold) == (False, 7)
+
+
+def test_a_dream_requested_where_the_card_is_off_offers_no_card_tool_and_no_card_duty():
+    from services.dreamer.prompt import system_prompt
+    from services.dreamer.specialist import tool_specs
+    from tests.unit.test_dream_schedule import explicit, message, run, tick
+
+    names = lambda on: [s["function"]["name"] for s in tool_specs("deduction", on)]  # noqa: E731
+    off = run([message(0).model_copy(update={"peer_card": False}), explicit(1), explicit(2), explicit(3), tick(13)])
+    assert [d.peer_card for d in off[1]] == [False]
+    assert [d.peer_card for d in run([message(0), explicit(1), explicit(2), explicit(3), tick(13)])[1]] == [True]
+    assert "set_peer_card" in names(True) and "set_peer_card" not in names(False)
+    assert "set_peer_card" not in system_prompt("deduction", "a", "b", peer_card=False)
