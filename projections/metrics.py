@@ -71,7 +71,7 @@ def _pending_derivations():
     p, b = perceptions.c, derivation_batches.c
     batched = exists().where(b.workspace_id == p.workspace_id, b.observer_id == p.observer_id,
                              b.observed_id == p.observed_id, p.message_id == func.any(b.message_ids))
-    return select(func.count()).where(~batched)
+    return select(func.count()).select_from(perceptions).where(~batched)
 
 
 class ProjectionCounts(Collector):
