@@ -125,15 +125,16 @@ def test_prewarm_is_handed_to_turn_1(make_provider, model_server):
 
 
 def test_turn_1_makes_one_bounded_call_when_the_prewarm_is_late(make_provider, model_server):
-    model_server.script([Reply(content="too late", delay_s=4), Reply(content="Fallback: Alice likes tea.")])
-    memory = seeded(make_provider(timeout=2))
+    # generous: the fallback is a whole Chat (reads and a model call), which a busy machine slows
+    model_server.script([Reply(content="too late", delay_s=10), Reply(content="Fallback: Alice likes tea.")])
+    memory = seeded(make_provider(timeout=5))
     memory.start()
     deadline = time.monotonic() + 10
     while not chats(model_server) and time.monotonic() < deadline:
         time.sleep(0.02)  # the prewarm's Chat is waiting on its slow model reply
     started = time.monotonic()
     context = memory.context_for_turn("hello")
-    assert time.monotonic() - started < 2 + 0.1
+    assert time.monotonic() - started < 5 + 0.1
     assert memory.stats.sync_fallbacks == 1 and not memory.stats.prewarm_handed_over
     assert "Fallback: Alice likes tea." in context
 
@@ -302,6 +303,10 @@ def test_a_stopped_server_costs_a_turn_at_most_timeout_and_later_writes_arrive(m
     while WEAK not in memory.context_for_turn("before") and time.monotonic() < deadline:
         pass  # a first Chat on a busy machine may take longer than the 1 s timeout: until the layers hold it
     memory.record_turn("before", "ok")
+    deadline = time.monotonic() + 30
+    while not memory.flush() and time.monotonic() < deadline:
+        time.sleep(0.2)  # a keyed write answers once it is readable: on a busy machine, past the 1 s timeout
+    before = {kind: memory.stats.failures[kind] + memory.stats.timeouts[kind] for kind in ("context", "write")}
     api.stop()
     for text in ("while down 1", "while down 2"):
         started = time.monotonic()
@@ -310,8 +315,10 @@ def test_a_stopped_server_costs_a_turn_at_most_timeout_and_later_writes_arrive(m
         assert time.monotonic() - started <= 1.0 + 0.1  # context and write together, within timeout
         assert WEAK in context  # the cached layers are still served
     # failed (refused connections, retried until the client gives up) or timed out: either way counted and logged
-    assert memory.stats.failures["context"] + memory.stats.timeouts["context"] == 2
-    assert memory.stats.failures["write"] + memory.stats.timeouts["write"] == 2 and memory.writer.pending == 4
+    assert memory.stats.failures["context"] + memory.stats.timeouts["context"] - before["context"] == 2
+    # every turn's write failed and was counted (a retried write of what was queued counts again)
+    assert memory.stats.failures["write"] + memory.stats.timeouts["write"] - before["write"] >= 2
+    assert memory.writer.pending == 4
     assert sum("going on without it" in r.message for r in caplog.records) >= 4
     api.start()
     memory.record_turn("after", "back")
