@@ -31,6 +31,12 @@ async def _checked(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
         await asyncio.to_thread(response_format.check, r.response_schema)
     await require_scope(ctx, r.workspace_id, [r.session_id] if r.session_id else [],
                         observer_id=r.observer_id, target_id=r.target_id)
+    return r
+
+
+async def _prepared(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
+    """The checked request with the dialectic instructions its workspace and session configure."""
+    r = await _checked(ctx, r, token)
     async with ctx.engine.connect() as conn:
         levels = await configurations.levels(conn, r.workspace_id, r.session_id)
     return replace(r, instructions=resolve(ctx.configuration, *levels)["dialectic_instructions"])
@@ -38,10 +44,10 @@ async def _checked(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
 
 async def chat(ctx: ApiContext, r: ChatRequest, token: str, deadline_s: float | None) -> ChatResult:
     """The answer to a question about a peer."""
-    return await ctx.dialectic.chat(await _checked(ctx, r, token), deadline_s)
+    return await ctx.dialectic.chat(await _prepared(ctx, r, token), deadline_s)
 
 
 async def chat_stream(ctx: ApiContext, r: ChatRequest, token: str, deadline_s: float | None) -> AsyncIterator[ChatEvent]:
     """The same, as tool progress and text pieces, ending with the ChatResult."""
-    async for event in ctx.dialectic.events(await _checked(ctx, r, token), deadline_s):
+    async for event in ctx.dialectic.events(await _prepared(ctx, r, token), deadline_s):
         yield event

@@ -21,8 +21,8 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from google.protobuf import struct_pb2
 
 from peerlog.v1 import (
-    audit_pb2, common_pb2, context_pb2, context_pb2_grpc, dialectic_pb2, dialectic_pb2_grpc, dreams_pb2,
-    messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2,
+    audit_pb2, common_pb2, configuration_pb2, context_pb2, context_pb2_grpc, dialectic_pb2, dialectic_pb2_grpc,
+    dreams_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2,
 )
 from services.api.access import RULES
 from services.api.channels import aio_channel
@@ -55,6 +55,8 @@ EXPECTED_NARROW = {
     "DreamService.ScheduleDream": "P", "DreamService.ListDreams": "P",
     "AuditService.GetProvenance": "", "AuditService.GetObservationHistory": "",
     "AuditService.ListRejectedObservations": "P",
+    "ConfigurationService.SetWorkspaceConfiguration": "", "ConfigurationService.SetSessionConfiguration": "S",
+    "ConfigurationService.GetEffectiveConfiguration": "S",
 }  # "*": the wrong tokens too (ListWorkspaces answers every valid token, with what it may see)
 
 
@@ -131,6 +133,13 @@ def requests(ids: dict, tag: str) -> dict:
             workspace_id=w, observation_id=ids["observation"]),
         "AuditService.ListRejectedObservations": audit_pb2.ListRejectedObservationsRequest(
             workspace_id=w, observer_id="alice", observed_id="bob"),
+        "ConfigurationService.SetWorkspaceConfiguration": configuration_pb2.SetWorkspaceConfigurationRequest(
+            workspace_id=w, configuration=configuration_pb2.Configuration(deriver_instructions=f"be brief {tag}")),
+        "ConfigurationService.SetSessionConfiguration": configuration_pb2.SetSessionConfigurationRequest(
+            workspace_id=w, session_id="s1",
+            configuration=configuration_pb2.Configuration(dialectic_instructions=f"be kind {tag}")),
+        "ConfigurationService.GetEffectiveConfiguration": configuration_pb2.GetEffectiveConfigurationRequest(
+            workspace_id=w, session_id="s1"),
     }
 
 
@@ -251,7 +260,7 @@ async def test_every_rpc_under_every_token_matches_the_table_and_denied_calls_le
     broken = {cell: out.details() for cell, out in got.items()
               if not isinstance(out, grpc.StatusCode) and out.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)}
     assert not broken
-    assert len(cells) == 350
+    assert len(cells) == 38 * 10  # every RPC under every kind of token
     # the refusals name the scope they need
     assert "peer:w/alice" in got["DialecticService.Chat", "session"].details()
     assert "session:w/s1" in got["MessageService.ListMessages", "peer"].details()
