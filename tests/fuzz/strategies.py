@@ -81,7 +81,11 @@ class Pools:
             if fd.message_type is not None:
                 if fd.message_type.full_name.startswith("google.protobuf."):
                     continue
-                for item in (value if fd.is_repeated else [value])[:20]:
+                if fd.message_type.GetOptions().map_entry:  # a map: its values, when they are messages
+                    items = [v for v in value.values() if isinstance(v, Message)]
+                else:
+                    items = value if fd.is_repeated else [value]
+                for item in list(items)[:20]:
                     self.harvest(item, depth + 1)
             elif fd.name in HARVEST and fd.type == F.TYPE_STRING:
                 for item in (value if fd.is_repeated else [value])[:20]:

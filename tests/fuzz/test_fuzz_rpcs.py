@@ -47,7 +47,8 @@ class ServerThread:
 
 def test_the_fuzzer_covers_every_rpc():
     names = {rpc.name for rpc in all_rpcs()}
-    assert len(names) == 35 and {"DialecticService.ChatStream", "MessageService.AddMessages"} <= names
+    assert len(names) == 38 and {"DialecticService.ChatStream", "MessageService.AddMessages",
+                                 "ConfigurationService.SetSessionConfiguration"} <= names
 
 
 def test_fuzzing_every_rpc_finds_no_violation(settings, projector, model_server):
