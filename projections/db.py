@@ -55,14 +55,17 @@ def _backfill_terms(conn: Connection) -> None:
 def _upgrade_memberships(conn: Connection, schema: str) -> None:
     """A schema from before visibility followed log order gets its membership periods as seqs, once,
     by the wall-clock rule it was read by until then (memberships.joined_after_seq)."""
+    upgraded = conn.execute(text("SELECT 1 FROM information_schema.columns WHERE table_schema = :s AND "
+                                 "table_name = 'memberships' AND column_name = 'joined_after_seq'"), {"s": schema})
+    if upgraded.first() is not None:
+        return  # every later start: no ALTER TABLE (an exclusive lock) and no scan of the table
     t = f'"{schema}".memberships'
-    conn.execute(text(f"ALTER TABLE {t} ADD COLUMN IF NOT EXISTS joined_after_seq bigint, "
-                      "ADD COLUMN IF NOT EXISTS left_after_seq bigint"))
+    conn.execute(text(f"ALTER TABLE {t} ADD COLUMN joined_after_seq bigint, ADD COLUMN left_after_seq bigint"))
     last_before = (f'SELECT coalesce(max(m.seq), 0) FROM "{schema}".messages m WHERE m.workspace_id = '
                    "ms.workspace_id AND m.session_id = ms.session_id AND m.recorded_at {op} ms.{col}")
     conn.execute(text(f"UPDATE {t} ms SET joined_after_seq = ({last_before.format(op='<', col='joined_at')}), "
                       f"left_after_seq = CASE WHEN ms.left_at IS NOT NULL THEN "
-                      f"({last_before.format(op='<=', col='left_at')}) END WHERE ms.joined_after_seq IS NULL"))
+                      f"({last_before.format(op='<=', col='left_at')}) END"))
     conn.execute(text(f"ALTER TABLE {t} ALTER COLUMN joined_after_seq SET NOT NULL"))
 
 
