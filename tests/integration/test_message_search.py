@@ -131,18 +131,12 @@ async def test_results_come_best_first_with_their_fused_scores(garden):
 
 
 async def test_a_question_naming_the_author_finds_the_authors_turns_by_words(settings, garden):
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    from projections.message_search import MessageSearch, Shape, lexical, params
-
     # "bob" is in no message's text: only the indexed author name can match it
-    search = MessageSearch(workspace_id="w", query="what did bob say", vector=None, limit=10)
-    engine = create_async_engine(settings.database.url).execution_options(
-        schema_translate_map={None: settings.database.schema_name})
-    async with engine.connect() as conn:
-        found = [r.message_id for r in await conn.execute(lexical(Shape.of(search)), params(search))]
-        authors = {r.message_id: r.peer_id for r in await conn.execute(select(messages.c.message_id, messages.c.peer_id))}
-    await engine.dispose()
+    found = await lexical_ids(settings, "what did bob say")
+    engine = sync_engine(settings.database)
+    with engine.connect() as conn:
+        authors = dict(conn.execute(select(messages.c.message_id, messages.c.peer_id)).all())
+    engine.dispose()
     assert sorted(authors[m] for m in found) == ["bob", "bob"]
 
 
