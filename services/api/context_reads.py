@@ -20,7 +20,9 @@ from services.llm.tokens import count_tokens
 MAX_BUDGET = 100_000
 MAX_ALLOWED_SESSIONS = 100
 MAX_MESSAGES_SCANNED = 2_000  # newest messages considered; 2,000 turns exceed any budget we allow in practice
-RELEVANT_MESSAGES = 50  # candidates for the relevant-messages section; packing keeps what fits
+# candidates for the relevant-messages section, by budget (packing keeps what fits): a relevant line
+# costs ~40 tokens and the section gets 3/4 of the room, so budget // 40 leaves packing some to skip
+TOKENS_PER_CANDIDATE, MIN_CANDIDATES, MAX_CANDIDATES = 40, 10, 100
 
 
 @dataclass(frozen=True)
@@ -93,13 +95,17 @@ async def _check_scope(conn: AsyncConnection, q: ContextQuery, observer: str, ta
     await check_scope(conn, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
 
 
+def relevant_candidates(budget: int) -> int:
+    return min(MAX_CANDIDATES, max(MIN_CANDIDATES, (budget or MAX_BUDGET) // TOKENS_PER_CANDIDATE))
+
+
 async def _relevant(conn: AsyncConnection, q: ContextQuery, vector: list[float] | None) -> list[Relevant]:
     """The past messages most relevant to the query that the observer saw (every session it was a
     member of while they were sent, within the allowlist): the message search, best first."""
     if not q.search_query.strip():
         return []
     search = MessageSearch(q.workspace_id, q.search_query, vector, session_ids=q.session_ids,
-                           perspective_id=q.observer_id, before=q.as_of, limit=RELEVANT_MESSAGES)
+                           perspective_id=q.observer_id, before=q.as_of, limit=relevant_candidates(q.token_budget))
     return [Relevant(r["message_id"], r["peer_id"], r["session_id"], r["content"], r["created_at"], r["score"])
             for r in await search_messages(conn, search)]
 

@@ -281,7 +281,7 @@ def context_query(r) -> context_reads.ContextQuery:
 
 
 def _chat(packed, assistant: str) -> list:
-    relevant = "\n".join(render_relevant(r) for r in packed.relevant)
+    relevant = render_relevant(packed.relevant)
     out = [context_pb2.ChatMessage(role="system", content=text)
            for text in (packed.representation, "\n".join(packed.card), packed.summary, relevant) if text]
     for m in packed.messages:

@@ -67,6 +67,10 @@ class Packed:
     relevant: tuple[Relevant, ...] = ()  # best first
 
 
+# of the room left after the summary, what the messages relevant to the query may take: a caller that
+# asks with a query wants its evidence first; the newest turns keep the rest (LoCoMo, 2,000 tokens:
+# evidence recall 0.805 at 1/2, 0.843 at 3/4, 0.861 with no recent window at all)
+RELEVANT_SHARE = 0.75
 LEVELS = tuple(level.value for level in Level)  # the order of the markdown's sections
 # how each derived level names what it rests on
 _PREMISE_LABEL = {"deductive": "premise", "inductive": "source", "contradiction": "conflicts with"}
@@ -99,21 +103,48 @@ def render_line(line: Line) -> str:
     return f"{line.peer_id}: {line.content}"
 
 
-def render_relevant(r: Relevant) -> str:
-    """What a relevant message costs: it is marked with its session and time, unlike a recent turn."""
-    return f"[{r.created_at:%Y-%m-%d %H:%M} · {r.session_id}] {r.peer_id}: {r.content}"
+def _day(r: Relevant) -> tuple[str, str]:
+    return r.session_id, f"{r.created_at:%Y-%m-%d}"
+
+
+def _group_header(session_id: str, day: str) -> str:
+    return f"[{session_id} · {day}]"
+
+
+def _relevant_line(r: Relevant) -> str:
+    return f"{r.created_at:%H:%M} {r.peer_id}: {r.content}"
+
+
+def render_relevant(found: Sequence[Relevant]) -> str:
+    """The relevant messages as text: grouped by session and day, each group under one header that
+    names them, groups and lines in time order. A per-line "[date time · session]" mark cost about 19
+    tokens where a LoCoMo turn averages 32; the shared header leaves ~6 per line, so more evidence fits."""
+    groups: dict[tuple[str, str], list[Relevant]] = {}
+    for r in sorted(found, key=lambda r: (r.created_at, r.message_id)):
+        groups.setdefault(_day(r), []).append(r)
+    return "\n".join("\n".join([_group_header(*key), *(_relevant_line(r) for r in lines)])
+                     for key, lines in groups.items())
 
 
 def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tuple[list[Relevant], int]:
-    """The best relevant messages that fit in `room`, best first; one too long is skipped, not an end:
-    relevance, unlike recency, has no contiguous window to keep."""
-    kept, used = [], 0
+    """The best relevant messages whose rendering fits `room`, best first. One too long is skipped, not
+    an end: relevance, unlike recency, has no contiguous window to keep. Each costs its line, plus its
+    group's header when it opens one (an estimate: tokens may merge across a line break); the whole
+    section is then counted exactly and the lowest-ranked dropped until it fits."""
+    kept: list[Relevant] = []
+    groups: set[tuple[str, str]] = set()
+    used = 0
     for r in relevant:
-        cost = count(render_relevant(r))
+        cost = count(_relevant_line(r)) + 1 + (0 if _day(r) in groups else count(_group_header(*_day(r))) + 1)
         if used + cost <= room:
             kept.append(r)
+            groups.add(_day(r))
             used += cost
-    return kept, used
+    tokens = count(render_relevant(kept))
+    while tokens > room:
+        kept.pop()
+        tokens = count(render_relevant(kept))
+    return kept, tokens
 
 
 def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> tuple[int, str, int]:
@@ -170,13 +201,13 @@ def pack(budget: int, ranked: Sequence[Obs], card: Sequence[str], short: str, lo
          newest_first: Sequence[Line], count: Count, include_summary: bool = True,
          relevant: Sequence[Relevant] = ()) -> Packed:
     """Fill `budget` tokens: representation and card first, summary ≤ 0.4 of the rest, then the messages
-    relevant to the query (≤ half of what is left), then the newest messages (not repeating those)."""
+    relevant to the query (≤ 3/4 of what is left), then the newest messages (not repeating those)."""
     kept, rep, rep_tokens, entries, card_text, card_tokens = _fit_representation(ranked, card, budget, count)
     rest = budget - rep_tokens - card_tokens
     kind, summary = _pick_summary(short, long, 0.4 * rest, count) if include_summary else ("", "")
     summary_tokens = count(summary)
     room = rest - summary_tokens
-    found, relevant_tokens = _fit_relevant(relevant, room // 2, count)
+    found, relevant_tokens = _fit_relevant(relevant, int(room * RELEVANT_SHARE), count)
     room -= relevant_tokens
     shown = {r.message_id for r in found}
     lines: list[Line] = []

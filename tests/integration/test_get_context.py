@@ -45,7 +45,7 @@ async def test_a_generous_budget_gets_everything_in_order_and_counts_it_exactly(
     assert sorted(recent + found) == sorted(f"turn {i}" for i in range(30))
     parts = (count_tokens(out.representation) + count_tokens("\n".join(out.peer_card))
              + sum(count_tokens(f"{m.peer_id}: {m.content}") for m in out.messages)
-             + sum(count_tokens(render_relevant(_relevant(m))) for m in out.relevant_messages))
+             + count_tokens(render_relevant([_relevant(m) for m in out.relevant_messages])))
     assert out.tokens.total == parts <= 5000
     assert out.tokens.relevant_messages == parts - out.tokens.representation - out.tokens.card - out.tokens.messages
 

@@ -150,6 +150,17 @@ def test_anthropic_rendering_alternates_roles_starting_with_the_user():
                         {"role": "assistant", "content": "hello both"}]
 
 
+def test_relevant_messages_render_as_the_server_counts_them_one_header_per_session_and_day():
+    def found(message_id: str, session: str, day: int) -> context_pb2.RelevantMessage:
+        out = context_pb2.RelevantMessage(message_id=message_id, peer_id="bob", session_id=session,
+                                          content=f"said {message_id}")
+        out.created_at.FromDatetime(datetime(2026, 3, day, 9, 30, tzinfo=UTC))
+        return out
+    ctx = to_model(context_pb2.GetContextResponse(relevant_messages=[found("b", "trip", 2), found("a", "trip", 1)]))
+    assert ctx.system_text() == ("# Relevant messages from earlier conversations\n"
+                                 "[trip · 2026-03-01]\n09:30 bob: said a\n[trip · 2026-03-02]\n09:30 bob: said b")
+
+
 def test_an_empty_context_renders_no_system_text():
     empty = to_model(context_pb2.GetContextResponse(messages=[context_pb2.ContextMessage(peer_id="a", content="x")]))
     assert empty.to_openai() == [{"role": "user", "content": "x", "name": "a"}]

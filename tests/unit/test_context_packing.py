@@ -24,7 +24,7 @@ def test_the_packed_context_never_exceeds_the_budget(budget, obs, card, short, l
     out = pack(budget, ranked, card, short, long, lines, count_tokens, relevant=relevant)
     measured = (count_tokens(out.representation) + count_tokens("\n".join(out.card)) + count_tokens(out.summary)
                 + sum(count_tokens(f"{x.peer_id}: {x.content}") for x in out.messages)
-                + sum(count_tokens(render_relevant(r)) for r in out.relevant))
+                + count_tokens(render_relevant(out.relevant)))
     assert measured == out.tokens["total"] <= budget
 
 
@@ -32,13 +32,14 @@ def _relevant(message_id: str, content: str) -> Relevant:
     return Relevant(message_id, "carol", "trip", content, datetime(2025, 3, 1, 9, 30, tzinfo=UTC), 1.0)
 
 
-def test_relevant_messages_take_at_most_half_the_room_best_first_and_are_not_repeated_as_recent():
+def test_relevant_messages_take_at_most_three_quarters_of_the_room_best_first_and_are_not_repeated_as_recent():
     relevant = [_relevant(f"old{i}", f"relevant {i} " * 5) for i in range(20)] + [_relevant("m9", "message 9")]
     newest_first = [Line(f"m{i}", "bob", f"message {i}") for i in range(9, -1, -1)]
     out = pack(200, [], [], "", "", newest_first, count_tokens, relevant=relevant)
-    assert 0 < out.tokens["relevant_messages"] <= 100
+    assert 0 < out.tokens["relevant_messages"] <= 150
+    assert out.messages  # the newest turns keep the rest
     assert [r.message_id for r in out.relevant] == [f"old{i}" for i in range(len(out.relevant))]
-    assert render_relevant(out.relevant[0]).startswith("[2025-03-01 09:30 · trip] carol: relevant 0")
+    assert render_relevant(out.relevant[:1]) == "[trip · 2025-03-01]\n09:30 carol: " + "relevant 0 " * 5
     assert "m9" not in {r.message_id for r in out.relevant} or "m9" not in {x.message_id for x in out.messages}
 
 
@@ -61,3 +62,13 @@ def test_recent_messages_fill_the_rest_newest_first_and_come_back_in_time_order(
     out = pack(20, [], [], "", "", newest_first, count_tokens)
     ids = [x.message_id for x in out.messages]
     assert ids == sorted(ids) and ids[-1] == "m9" and len(ids) < 10
+
+
+def test_relevant_messages_render_under_one_header_per_session_and_day_in_time_order():
+    def at(message_id: str, session: str, day: int, hour: int) -> Relevant:
+        return Relevant(message_id, "carol", session, message_id, datetime(2025, 3, day, hour, tzinfo=UTC), 1.0)
+    best_first = [at("late", "trip", 2, 9), at("early", "trip", 1, 9), at("home", "home", 1, 12), at("next", "trip", 1, 10)]
+    assert render_relevant(best_first).split("\n") == [
+        "[trip · 2025-03-01]", "09:00 carol: early", "10:00 carol: next",
+        "[home · 2025-03-01]", "12:00 carol: home",
+        "[trip · 2025-03-02]", "09:00 carol: late"]

@@ -14,11 +14,7 @@ _OPENAI_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI accepts as a me
 def system_text(ctx: Context) -> str:
     """The memory part of a context as one text: representation, peer card, summary, relevant past
     messages, each under its own heading; "" when the context holds none of them."""
-    relevant = "\n".join(
-        f"- [{r.created_at:%Y-%m-%d %H:%M} · {r.session_id}] {r.peer_id}: {r.content}" if r.created_at
-        else f"- [{r.session_id}] {r.peer_id}: {r.content}"
-        for r in ctx.relevant_messages
-    )
+    relevant = _relevant_text(ctx.relevant_messages)
     sections = [
         ("What is known about the peer", ctx.representation),
         ("Peer card", "\n".join(f"- {entry}" for entry in ctx.peer_card)),
@@ -27,6 +23,18 @@ def system_text(ctx: Context) -> str:
         ("Relevant messages from earlier conversations", relevant),
     ]
     return "\n\n".join(f"# {title}\n{body}" for title, body in sections if body.strip())
+
+
+def _relevant_text(found) -> str:
+    """Relevant messages as the server counted them: one "[session · day]" header per session and day,
+    then "HH:MM peer: text" lines, all in time order."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in sorted(found, key=lambda r: (r.created_at is None, r.created_at or 0, r.message_id)):
+        day = f"{r.created_at:%Y-%m-%d}" if r.created_at else ""
+        clock = f"{r.created_at:%H:%M} " if r.created_at else ""
+        groups.setdefault((r.session_id, day), []).append(f"{clock}{r.peer_id}: {r.content}")
+    return "\n".join("\n".join([f"[{session} · {day}]" if day else f"[{session}]", *lines])
+                     for (session, day), lines in groups.items())
 
 
 def openai_messages(ctx: Context, assistant: str) -> list[dict[str, Any]]:
