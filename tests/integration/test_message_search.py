@@ -98,6 +98,15 @@ async def test_messages_are_embedded_with_date_author_and_previous_turn_and_proj
         assert max(abs(a - b) for a, b in zip(row.embedding, vector)) < 1e-5
 
 
+async def test_a_query_that_names_a_peer_ranks_that_peers_own_messages_above_a_closer_match_by_another(garden):
+    c, _, _ = garden
+    pond = "garden 3: the pond froze over"  # alice's: the best match for the words and the meaning
+    assert contents(await search_ws(c, "the garden pond froze over", limit=4))[0] == pond
+    by_bob = contents(await search_ws(c, "bob garden pond froze over", limit=4))
+    assert by_bob[0] in {"garden 2: slugs ate the lettuce", "garden 4: planted garlic for winter"}
+    assert contents(await search_ws(c, "alice garden pond froze over", limit=4))[0] == pond
+
+
 async def test_a_message_matching_by_words_and_by_meaning_ranks_above_one_matching_only_by_meaning(
         channel, settings, start_worker):
     start_worker("embedder")

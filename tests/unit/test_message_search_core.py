@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from projections.message_search import NEIGHBOUR_WEIGHT, depth, fused_score
+from projections.message_search import AUTHOR_BOOST, NEIGHBOUR_WEIGHT, depth, fused_score
 from services.embedder.policy import embedded, previous_turn, text_to_embed
 from services.events import MessageAppended, MessagesEmbedded, ProducerInfo, SessionCreated, decode, encode
 
@@ -76,3 +76,12 @@ def test_fusion_of_nothing_is_empty_and_flat_lists_add_nothing():
 
 def test_candidate_depth_is_four_times_the_limit_but_at_least_fifty():
     assert depth(10) == 50 and depth(100) == 400
+
+
+def test_a_message_by_a_peer_the_query_names_gains_the_author_boost_and_outranks_a_slightly_better_match():
+    scores = {"by_named": (0.8, 5.0), "by_other": (0.85, 5.5), "far": (0.1, 0.0)}
+    lists = ([0.8, 0.85, 0.1], [5.0, 5.5])
+    plain = dict(fused_score(scores, lists, {}))
+    got = fused_score(scores, lists, {}, by_named=frozenset({"by_named"}))
+    assert [m for m, _ in got][:2] == ["by_named", "by_other"]
+    assert dict(got)["by_named"] - plain["by_named"] == pytest.approx(AUTHOR_BOOST)
