@@ -24,7 +24,9 @@ How a search ranks, and what each step was worth on LoCoMo (tests/bench/README.m
    names a peer of the workspace (every lexeme of its id, `_` and `-` read as spaces, is among the
    query's), that peer's messages gain AUTHOR_BOOST: three standard deviations of either list, so they
    lead unless another peer's message matches exceptionally. When every author is named, nothing moves.
-`fused_score` is the pure definition of steps 2–4; the statement computes the same in SQL (one round
+5. Named times: "in August 2022", "on 9 May", "last week" (time_expressions.py) lift the messages sent
+   in those periods by TIME_BOOST, resolved against the search's upper bound, or now.
+`fused_score` is the pure definition of steps 2–5; the statement computes the same in SQL (one round
 trip on the API's hot path), and an integration test holds the two equal.
 """
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import lru_cache
 
 from pgvector.sqlalchemy import Vector
@@ -52,15 +54,17 @@ from sqlalchemy import (
     tuple_,
     union,
 )
-from sqlalchemy.dialects.postgresql import TSQUERY
+from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSQUERY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.queries import seen_while_member
 from projections.schema import ACTIVE_EMBEDDING_MODEL, message_lexicon, message_terms, messages, peers
+from projections.time_expressions import Period, periods
 
 MIN_DEPTH = 50
 NEIGHBOUR_WEIGHT = 0.3  # measured on LoCoMo: 0.15 and 0.5 score within ±0.01 of it
 AUTHOR_BOOST = 3.0  # LoCoMo rest @10: 0.723 without, 0.747 / 0.754 / 0.755 at 2 / 3 / 4
+TIME_BOOST = 2.0  # LoCoMo rest @10 with the author boost: 0.754 without, 0.760 / 0.766 / 0.768 at 1 / 2 / 3
 BM25_K1, BM25_B = 1.2, 0.75
 MESSAGE_COLUMNS = ("workspace_id", "message_id", "session_id", "seq", "peer_id", "content", "created_at", "metadata")
 
@@ -96,15 +100,15 @@ def standardised(score: float | None, stats: tuple[float, float, float]) -> floa
 
 def fused_score(scores: Mapping[str, tuple[float | None, float]],
                 lists: tuple[Sequence[float], Sequence[float]],
-                neighbours: Mapping[str, Sequence[str]], by_named: frozenset[str] = frozenset()
-                ) -> list[tuple[str, float]]:
-    """The definition of steps 2–4: `scores` maps each message to its (semantic, lexical) score,
+                neighbours: Mapping[str, Sequence[str]], by_named: frozenset[str] = frozenset(),
+                in_period: frozenset[str] = frozenset()) -> list[tuple[str, float]]:
+    """The definition of steps 2–5: `scores` maps each message to its (semantic, lexical) score,
     `lists` holds each list's candidate scores, `neighbours` a message's adjacent turns, `by_named`
-    the messages whose author the query names; best first."""
+    the messages whose author the query names, `in_period` those sent when it names; best first."""
     stats = (list_stats(lists[0]), list_stats(lists[1]))
     fused = {m: standardised(s, stats[0]) + standardised(x, stats[1]) for m, (s, x) in scores.items()}
     out = {m: f + NEIGHBOUR_WEIGHT * max([fused[n] for n in neighbours.get(m, ()) if n in fused], default=0.0)
-           + (AUTHOR_BOOST if m in by_named else 0.0)
+           + (AUTHOR_BOOST if m in by_named else 0.0) + (TIME_BOOST if m in in_period else 0.0)
            for m, f in fused.items()}
     return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
 
@@ -126,17 +130,18 @@ class Shape:
     after: bool = False
     before: bool = False
     perspective: bool = False
+    periods: bool = False
 
     @classmethod
-    def of(cls, s: MessageSearch) -> Shape:
+    def of(cls, s: MessageSearch, named_periods: Sequence[Period] = ()) -> Shape:
         return cls(vector=s.vector is not None, text=bool(s.query.strip()), sessions=bool(s.session_ids),
                    authors=bool(s.author_ids), after=s.after is not None, before=s.before is not None,
-                   perspective=bool(s.perspective_id))
+                   perspective=bool(s.perspective_id), periods=bool(named_periods))
 
 
-def params(s: MessageSearch) -> dict:
+def params(s: MessageSearch, named_periods: Sequence[Period] = ()) -> dict:
     """The bound values of `s`'s statement."""
-    return {"workspace_id": s.workspace_id, "q": s.query, "vector": list(s.vector) if s.vector is not None else None,
+    return {"starts": [p.start for p in named_periods], "ends": [p.end for p in named_periods], "workspace_id": s.workspace_id, "q": s.query, "vector": list(s.vector) if s.vector is not None else None,
             "session_ids": list(s.session_ids), "author_ids": list(s.author_ids), "after": s.after,
             "before": s.before, "perspective_id": s.perspective_id, "n": depth(s.limit), "limit": s.limit,
             "model": ACTIVE_EMBEDDING_MODEL}
@@ -216,6 +221,13 @@ def _named():
             .cte("named"))
 
 
+def _in_periods(created_at):
+    """Whether `created_at` falls in one of the named periods (bound as parallel start and end arrays)."""
+    spans = func.unnest(bindparam("starts", type_=ARRAY(TIMESTAMP(timezone=True))),
+                        bindparam("ends", type_=ARRAY(TIMESTAMP(timezone=True)))).table_valued("s", "e").render_derived()
+    return select(literal(1)).select_from(spans).where(created_at >= spans.c.s, created_at < spans.c.e).exists()
+
+
 @lru_cache(maxsize=256)
 def semantic(shape: Shape):
     """(message_id, s): the n most similar messages, s = cosine similarity."""
@@ -276,7 +288,8 @@ def fused(shape: Shape):
     p = messages.alias("pool")
     sem_z = _z(_similarity(p), sem_stats) if shape.vector else literal(0.0)
     lex_z = _z(_bm25(p, terms, totals), lex_stats) if shape.text else literal(0.0)
-    pool = (select(p.c.message_id, p.c.session_id, p.c.seq, p.c.peer_id, (sem_z + lex_z).label("f")).distinct()
+    pool = (select(p.c.message_id, p.c.session_id, p.c.seq, p.c.peer_id, p.c.created_at,
+                   (sem_z + lex_z).label("f")).distinct()
             .select_from(hit).join(p, and_(p.c.workspace_id == bindparam("workspace_id"),
                                            p.c.session_id == hit.c.session_id,
                                            p.c.seq.between(hit.c.seq - 1, hit.c.seq + 1)))
@@ -288,6 +301,8 @@ def fused(shape: Shape):
     adjacent = func.greatest(case((before == pool.c.seq - 1, prev_f)), case((after == pool.c.seq + 1, next_f)))
     named = _named()
     boost = case((pool.c.peer_id.in_(select(named.c.peer_id)), AUTHOR_BOOST), else_=0.0)
+    if shape.periods:
+        boost = boost + case((_in_periods(pool.c.created_at), TIME_BOOST), else_=0.0)
     scored = select(pool.c.message_id,
                     (pool.c.f + NEIGHBOUR_WEIGHT * func.coalesce(adjacent, 0.0) + boost).label("score")
                     ).subquery("scored")
@@ -303,14 +318,15 @@ async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[
     """Message rows matching `search`, best first, each with its fused `score` (see module docstring)."""
     if search.vector is None and not search.query.strip():
         return []
-    values = params(search)
+    named_periods = periods(search.query, search.before or datetime.now(UTC))
+    values = params(search, named_periods)
     if search.vector is not None:
         # ef_search bounds the candidates one graph walk yields. Plain SET: readers' connections are in
         # autocommit, where SET LOCAL does nothing; every HNSW search sets both first, so a pooled
         # connection's earlier values are never the ones used
         await conn.exec_driver_sql("SET hnsw.iterative_scan = relaxed_order; "
                                    f"SET hnsw.ef_search = {max(values['n'], 40):d}")
-    return list((await conn.execute(fused(Shape.of(search)), values)).mappings().all())
+    return list((await conn.execute(fused(Shape.of(search, named_periods)), values)).mappings().all())
 
 
 async def adjacent_turns(conn: AsyncConnection, search: MessageSearch,

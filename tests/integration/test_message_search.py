@@ -107,6 +107,22 @@ async def test_a_query_that_names_a_peer_ranks_that_peers_own_messages_above_a_c
     assert contents(await search_ws(c, "alice garden pond froze over", limit=4))[0] == pond
 
 
+async def test_a_query_that_names_a_day_lifts_the_messages_sent_that_day_and_no_other(garden):
+    from projections.message_search import TIME_BOOST
+
+    c, _, _ = garden
+
+    async def scores(before_day: int) -> dict[str, float]:
+        # "yesterday" is the day before the search's upper bound: the same words, a different day
+        found = await search_ws(c, "what happened in the garden yesterday", limit=4, before=ts(before_day))
+        return {r.message.content: r.score for r in found.results}
+    on_the_4th, on_the_5th = await scores(5), await scores(6)  # garlic was planted on 4 January
+    gained = {text: on_the_4th[text] - on_the_5th[text] for text in on_the_4th}
+    lift = gained.pop("garden 4: planted garlic for winter")
+    assert lift > 0 and lift == pytest.approx(TIME_BOOST, abs=1e-6)
+    assert gained == pytest.approx(dict.fromkeys(gained, 0.0), abs=1e-6)
+
+
 async def test_a_message_matching_by_words_and_by_meaning_ranks_above_one_matching_only_by_meaning(
         channel, settings, start_worker):
     start_worker("embedder")

@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from projections.message_search import AUTHOR_BOOST, NEIGHBOUR_WEIGHT, depth, fused_score
+from projections.message_search import AUTHOR_BOOST, NEIGHBOUR_WEIGHT, TIME_BOOST, depth, fused_score
 from services.embedder.policy import embedded, previous_turn, text_to_embed
 from services.events import MessageAppended, MessagesEmbedded, ProducerInfo, SessionCreated, decode, encode
 
@@ -85,3 +85,10 @@ def test_a_message_by_a_peer_the_query_names_gains_the_author_boost_and_outranks
     got = fused_score(scores, lists, {}, by_named=frozenset({"by_named"}))
     assert [m for m, _ in got][:2] == ["by_named", "by_other"]
     assert dict(got)["by_named"] - plain["by_named"] == pytest.approx(AUTHOR_BOOST)
+
+
+def test_a_message_sent_in_a_period_the_query_names_gains_the_time_boost():
+    scores = {"then": (0.8, 5.0), "other": (0.8, 5.0)}
+    lists = ([0.8, 0.8, 0.1], [5.0, 5.0, 1.0])
+    got = dict(fused_score(scores, lists, {}, in_period=frozenset({"then"})))
+    assert got["then"] - got["other"] == pytest.approx(TIME_BOOST)

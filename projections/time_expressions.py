@@ -1,0 +1,135 @@
+"""Times named in a search query, as the periods of `created_at` they point at.
+
+"in 2022", "May 2023", "8 May, 2023", "May 8th 2023", "2023-05-08", "in December", "last May",
+"yesterday", "last week", "three days ago", "this month": each becomes a half-open [start, end) range.
+Expressions without a year or relative to now ("last May", "two weeks ago") are resolved against a
+reference time: the search's upper time bound when it has one, else now. The search then lifts the
+messages sent in those periods (message_search.TIME_BOOST) instead of filtering by them: a question may
+name a time that is not when the answer was said ("what did she plan for June?").
+Pure: no clock is read here, the caller passes the reference.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+MONTHS = {name: i + 1 for i, name in enumerate(
+    ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+     "november", "december"))}
+MONTHS |= {name[:3]: i for name, i in list(MONTHS.items())} | {"sept": 9}
+NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+           "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "a few": 3}
+UNITS = {"day": 1, "week": 7, "month": 30, "year": 365}
+
+_MONTH = r"(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?P<year>(?:19|20)\d\d)"
+_NUMBER = r"(?P<n>\d+|" + "|".join(sorted(NUMBERS, key=len, reverse=True)) + r")"
+# most specific first: a span a pattern has taken is not read again by a later one
+PATTERNS = (
+    ("iso", rf"\b{_YEAR}-(?P<mon>[01]\d)-(?P<day>[0-3]\d)\b"),
+    ("day_month_year", rf"\b{_DAY}(?:\s+of)?\s+{_MONTH},?\s+{_YEAR}\b"),
+    ("month_day_year", rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b"),
+    ("month_year", rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b"),
+    ("day_month", rf"\b{_DAY}(?:\s+of)?\s+{_MONTH}\b"),
+    ("month_day", rf"\b{_MONTH}\s+{_DAY}\b(?!\s*(?:,?\s*\d|:))"),
+    ("ago", rf"\b{_NUMBER}\s+(?P<unit>day|week|month|year)s?\s+ago\b"),
+    ("last_month_name", rf"\blast\s+{_MONTH}\b"),
+    ("relative", r"\b(?P<which>last|this|past|previous)\s+(?P<unit>week(?:end)?|month|year)\b"),
+    ("day_word", r"\b(?P<word>yesterday|today|tonight)\b"),
+    ("year", rf"\b(?:in|during|of|since|from|by|throughout)\s+{_YEAR}\b"),
+    ("month", rf"\b(?:in|during|of|early|late|mid|beginning of|end of)\s+{_MONTH}\b"),
+)
+_COMPILED = tuple((kind, re.compile(p, re.IGNORECASE)) for kind, p in PATTERNS)
+
+
+@dataclass(frozen=True)
+class Period:
+    start: datetime
+    end: datetime  # exclusive
+
+
+def _day(year: int, month: int, day: int) -> Period | None:
+    try:
+        start = datetime(year, month, day, tzinfo=UTC)
+    except ValueError:
+        return None  # "31 February": no such day; "February 2023" inside it may still be read
+    return Period(start, start + timedelta(days=1))
+
+
+def _month(year: int, month: int) -> Period:
+    start = datetime(year, month, 1, tzinfo=UTC)
+    return Period(start, datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC))
+
+
+def _year(year: int) -> Period:
+    return Period(datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC))
+
+
+def _latest_year(month: int, day: int, ref: datetime, strictly_before_month: bool = False) -> int:
+    """The year of the latest `month`/`day` not after `ref` (before `ref`'s month when asked)."""
+    if strictly_before_month:
+        return ref.year if month < ref.month else ref.year - 1
+    return ref.year if (month, day) <= (ref.month, ref.day) else ref.year - 1
+
+
+def _count(n: str) -> int:
+    return int(n) if n.isdigit() else NUMBERS[n.lower()]
+
+
+def _relative(which: str, unit: str, ref: datetime) -> Period:
+    today = ref.replace(hour=0, minute=0, second=0, microsecond=0)
+    if unit.startswith("week"):
+        monday = today - timedelta(days=today.weekday())
+        start = monday if which == "this" else monday - timedelta(days=7)
+        return Period(start, start + timedelta(days=7))
+    if unit == "month":
+        if which == "this":
+            return _month(today.year, today.month)
+        return _month(today.year - (today.month == 1), (today.month - 2) % 12 + 1)
+    return _year(today.year if which == "this" else today.year - 1)
+
+
+def _period(kind: str, g: dict[str, str], ref: datetime) -> Period | None:  # noqa: PLR0911 - one per kind
+    month = MONTHS.get((g.get("month") or "").lower().rstrip("."), 0)
+    if kind == "iso":
+        return _day(int(g["year"]), int(g["mon"]), int(g["day"]))
+    if kind in ("day_month_year", "month_day_year"):
+        return _day(int(g["year"]), month, int(g["day"]))
+    if kind == "month_year":
+        return _month(int(g["year"]), month)
+    if kind in ("day_month", "month_day"):
+        return _day(_latest_year(month, int(g["day"]), ref), month, int(g["day"]))
+    if kind == "ago":
+        days = _count(g["n"]) * UNITS[g["unit"].lower()]
+        centre = ref.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=days)  # "two weeks ago" is about then, give or take a third of it
+        slack = timedelta(days=max(1, days // 3))
+        return Period(centre - slack, centre + slack)
+    if kind == "last_month_name":
+        return _month(_latest_year(month, 1, ref, strictly_before_month=True), month)
+    if kind == "relative":
+        return _relative(g["which"].lower(), g["unit"].lower(), ref)
+    if kind == "day_word":
+        today = ref.replace(hour=0, minute=0, second=0, microsecond=0)
+        return Period(today - timedelta(days=1), today) if g["word"].lower() == "yesterday" \
+            else Period(today, today + timedelta(days=1))
+    if kind == "year":
+        return _year(int(g["year"]))
+    return _month(_latest_year(month, 1, ref), month)  # "in December": the latest December begun by ref
+
+
+def periods(query: str, ref: datetime) -> list[Period]:
+    """The periods `query` names, in the order they appear; none when it names no time."""
+    taken: list[tuple[int, int]] = []
+    found: list[tuple[int, Period]] = []
+    for kind, pattern in _COMPILED:
+        for m in pattern.finditer(query):
+            if any(m.start() < end and start < m.end() for start, end in taken):
+                continue
+            period = _period(kind, {k: v for k, v in m.groupdict().items() if v}, ref)
+            if period is not None:
+                taken.append(m.span())
+                found.append((m.start(), period))
+    return [p for _, p in sorted(found, key=lambda f: f[0])]
