@@ -141,7 +141,8 @@ class Shape:
 
 def params(s: MessageSearch, named_periods: Sequence[Period] = ()) -> dict:
     """The bound values of `s`'s statement."""
-    return {"starts": [p.start for p in named_periods], "ends": [p.end for p in named_periods], "workspace_id": s.workspace_id, "q": s.query, "vector": list(s.vector) if s.vector is not None else None,
+    return {"starts": [p.start for p in named_periods], "ends": [p.end for p in named_periods],
+            "workspace_id": s.workspace_id, "q": s.query, "vector": list(s.vector) if s.vector is not None else None,
             "session_ids": list(s.session_ids), "author_ids": list(s.author_ids), "after": s.after,
             "before": s.before, "perspective_id": s.perspective_id, "n": depth(s.limit), "limit": s.limit,
             "model": ACTIVE_EMBEDDING_MODEL}
@@ -223,8 +224,9 @@ def _named():
 
 def _in_periods(created_at):
     """Whether `created_at` falls in one of the named periods (bound as parallel start and end arrays)."""
-    spans = func.unnest(bindparam("starts", type_=ARRAY(TIMESTAMP(timezone=True))),
-                        bindparam("ends", type_=ARRAY(TIMESTAMP(timezone=True)))).table_valued("s", "e").render_derived()
+    stamps = ARRAY(TIMESTAMP(timezone=True))
+    spans = func.unnest(bindparam("starts", type_=stamps), bindparam("ends", type_=stamps)
+                        ).table_valued("s", "e").render_derived()
     return select(literal(1)).select_from(spans).where(created_at >= spans.c.s, created_at < spans.c.e).exists()
 
 

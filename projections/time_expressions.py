@@ -104,7 +104,8 @@ def _period(kind: str, g: dict[str, str], ref: datetime) -> Period | None:  # no
         return _day(_latest_year(month, int(g["day"]), ref), month, int(g["day"]))
     if kind == "ago":
         days = _count(g["n"]) * UNITS[g["unit"].lower()]
-        centre = ref.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=days)  # "two weeks ago" is about then, give or take a third of it
+        # "two weeks ago" is about then, give or take a third of it
+        centre = ref.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=days)
         slack = timedelta(days=max(1, days // 3))
         return Period(centre - slack, centre + slack)
     if kind == "last_month_name":
