@@ -54,7 +54,7 @@ class ContextServiceServicer:
     def GetContext(self, request, context):
         """Packs, in this order: the working representation of (observer, target) and its peer card;
         then a session summary (≤ 0.4 of what is left); with `search_query`, the past messages most
-        relevant to it from every session the observer saw (≤ half of what is left, best first); then
+        relevant to it from every session the observer saw (≤ 3/4 of what is left, best first); then
         the session's most recent messages, newest first, into the rest. The total never exceeds `token_budget` (cl100k tokens of the
         returned texts); an oversized representation or card is trimmed, lowest-ranked first.
         """
