@@ -4,10 +4,8 @@ model behind Chat: cadences, depth passes, prewarm, levels, recall modes, preset
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -347,39 +345,3 @@ def test_peerlog_memory_status_shows_the_connection_and_the_resolved_settings(ap
     assert shown["settings"]["token"] == "***"
     api.stop()
     assert main(["status"]) == 1
-
-
-def test_the_example_agent_injects_memory_calls_a_tool_and_answers(make_provider, model_server):
-    import importlib.util
-
-    from openai import OpenAI
-
-    spec = importlib.util.spec_from_file_location("agent_example", Path(__file__).parents[2] / "examples/agent.py")
-    agent = importlib.util.module_from_spec(spec)
-    sys.modules["agent_example"] = agent  # its dataclass looks its module up there
-    spec.loader.exec_module(agent)
-
-    def reply(request: dict) -> Reply:
-        names = [t["function"]["name"] for t in request.get("tools", [])]
-        if "peerlog_search" not in names:
-            return Reply(content="Alice keeps bees.")  # the dialectic behind Chat
-        if request["messages"][-1]["role"] == "tool":
-            return Reply(content="You keep bees on your roof, so: a honey shop.")
-        call = {"id": "call_1", "type": "function",
-                "function": {"name": "peerlog_search", "arguments": json.dumps({"query": "bees"})}}
-        return Reply(tool_calls=[call])
-
-    model_server.reply_with(reply)
-    memory = seeded(make_provider())
-    memory.peer("bot").set_card(["ATTRIBUTE: keeps bees"], target="alice")
-    history: list = []
-    turn = agent.run_turn(memory, OpenAI(base_url=model_server.base_url, api_key="x"), "test-model", history,
-                          "What gift should I buy myself?")
-    assert "ATTRIBUTE: keeps bees" in turn.injected and "Alice keeps bees." in turn.injected
-    assert [name for name, _, _ in turn.tool_calls] == ["peerlog_search"]
-    assert "roof in Lisbon" in turn.tool_calls[0][2]
-    assert turn.answer == "You keep bees on your roof, so: a honey shop." and len(history) == 2
-    own = [r for r in chats(model_server) if r.get("tools") and "peerlog" in json.dumps(r["tools"])]
-    assert "ATTRIBUTE: keeps bees" in own[0]["messages"][0]["content"]  # the injection reached the system prompt
-    memory.flush()
-    assert [m.content for m in memory.workspace().session("global", create=False).messages()][-1] == turn.answer
