@@ -8,5 +8,6 @@ from infra.kafka.broker import (
     running_broker,
     stop_broker,
 )
+from infra.kafka.cluster import KafkaCluster
 
-__all__ = ["KAFKA_VERSION", "BrokerStartError", "KafkaBroker", "ensure_jars", "running_broker", "stop_broker"]
+__all__ = ["KAFKA_VERSION", "BrokerStartError", "KafkaBroker", "ensure_jars", "running_broker", "stop_broker", "KafkaCluster"]

@@ -307,7 +307,8 @@ class KafkaBroker:
     """One single-node KRaft Kafka broker on 127.0.0.1, its data kept in data_dir.
 
     Ports given as 0 are picked once, in __init__, and reused by every start/restart,
-    so clients' bootstrap_servers stays valid across restarts.
+    so clients' bootstrap_servers stays valid across restarts. A node of a cluster
+    (infra.kafka.cluster) passes the cluster's id and its voter set in properties.
     """
 
     def __init__(
@@ -318,6 +319,7 @@ class KafkaBroker:
         heap: str = "768m",
         lib_dir: Path | None = None,
         properties: Mapping[str, str] | None = None,
+        cluster_id: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
@@ -325,6 +327,7 @@ class KafkaBroker:
         self.heap = heap
         self.lib_dir = lib_dir
         self.properties = dict(properties or {})
+        self.cluster_id = cluster_id  # the nodes of one cluster share it; None: a fresh one at format time
         self._proc: subprocess.Popen | None = None
 
     # -- paths and properties
@@ -431,7 +434,7 @@ class KafkaBroker:
         cmd = self._java(lib_dir, "256m") + [
             "kafka.tools.StorageTool", "format",
             # one token with "=": an id may start with "-", which argparse would take for an option
-            f"--cluster-id={new_cluster_id()}", "-c", str(self.config_path),
+            f"--cluster-id={self.cluster_id or new_cluster_id()}", "-c", str(self.config_path),
         ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
