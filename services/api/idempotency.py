@@ -16,6 +16,8 @@ The window between an append and its projection, and two processes racing on one
    earlier append under the key is in the row by now: found, it answers. Absent, it appends, waits
    until its own append is projected, and answers with the row: its own append, or, had one been
    appended by a holder that died before its projection, that earlier one (the projector dropped ours).
+   That death frees the lock with its append unprojected, so the log can hold two appends under the key:
+   the projector and every stream processor (services/bus/runner.py) keep the first and skip the other.
 The locked part runs shielded from the call: a client that gives up (deadline, cancel) never frees the
 key before its append is projected; if the projector is slow, the call answers UNAVAILABLE after the
 consistency wait and a retry under the same key queues for the lock and gets the first reply.

@@ -46,10 +46,14 @@ from services.bus.streams import read, to_the_end
 from services.bus.topics import COMPACTED_CONFIG, TopicSpec, topic_for
 from services.config import KafkaSettings
 from services.events import Event, encode
+from services.events.requests import screen
 
 log = logging.getLogger(__name__)
 
 State = dict[str, Any]
+
+# the changelog key suffix of a scope's recent idempotency keys (ids cannot hold "|")
+SCREEN_SUFFIX = "|keyed"
 
 
 @dataclass
@@ -113,6 +117,7 @@ class Runner:
         # kept for the runner's life: each new incarnation's producer fences the one before
         self.transactional_id = f"{self.group}-{uuid.uuid4().hex[:12]}"
         self.states: dict[str, State] = {}
+        self.screens: dict[str, State] = {}  # recent idempotency keys per scope, apart from the processor's
         self.partition_of: dict[str, int] = {}  # the input (= changelog) partition each state belongs to
         self._stop = asyncio.Event()
         self.processed = 0
@@ -139,6 +144,7 @@ class Runner:
         # and a call stuck in librdkafka must not hold up the next incarnation
         self._io = ThreadPoolExecutor(1, thread_name_prefix=f"{self.group}-{self.incarnations}")
         self.states.clear()
+        self.screens.clear()
         self.partition_of.clear()
         self.consumer = Consumer(self._consumer_config())
         try:
@@ -231,7 +237,7 @@ class Runner:
     async def _handle(self, msg: Message, outputs: list[dict[str, Any]]) -> None:
         """Decide on one record: its events and changelog records go to `outputs`, its states to memory."""
         event = read(msg.value())
-        if event is None:
+        if event is None or self._repeated(event, msg.partition(), outputs):
             return
         # the span continues the trace of the call or event that produced this record, and its output
         # records carry it on (W3C traceparent in their headers)
@@ -247,24 +253,43 @@ class Runner:
         for key, state in step.states.items():
             outputs.extend(self._save_state(key, state, msg.partition()))
 
-    def _save_state(self, key: str, state: State | None, partition: int) -> list[dict[str, Any]]:
-        """Keep `state` for `key` in memory; the changelog record that persists it, if it changed."""
-        if state == self.states.get(key) and key in self.partition_of:
+    def _repeated(self, event: Event, partition: int, outputs: list[dict[str, Any]]) -> bool:
+        """True for an event of a later append under a used idempotency key, which the projector drops too:
+        the retry of a write whose API died before its append was projected (services/api/idempotency.py)."""
+        request = getattr(event, "request", None)
+        if request is None:
+            return False
+        key = event.key + SCREEN_SUFFIX
+        repeat, recent = screen(self.screens.get(key), request)
+        if recent is not None:
+            outputs.extend(self._save_state(key, recent, partition, self.screens))
+        if repeat:
+            log.warning("%s: skipped %s %s of a repeated append under idempotency key %r", self.group,
+                        event.type, event.event_id, request.key)
+        return repeat
+
+    def _save_state(self, key: str, state: State | None, partition: int,
+                    states: dict[str, State] | None = None) -> list[dict[str, Any]]:
+        """Keep `state` for `key` in memory (`states`, the processor's by default); the changelog record
+        that persists it, if it changed."""
+        states = self.states if states is None else states
+        if state == states.get(key) and key in self.partition_of:
             return []
         # state lives on the changelog partition of the input it belongs to, so restoring a
         # partition's inputs restores exactly the state they need
         self.partition_of[key] = partition
         if state is None:
-            self.states.pop(key, None)
+            states.pop(key, None)
         else:
-            self.states[key] = state
+            states[key] = state
         value = None if state is None else orjson.dumps(state)
         return [dict(topic=self.changelog_topic, value=value, key=key.encode(), partition=partition)]
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for part in {p.partition for p in partitions}:
             restored = restore(self.kafka, self.changelog_topic, part)
-            self.states.update(restored)
+            for key, state in restored.items():
+                (self.screens if key.endswith(SCREEN_SUFFIX) else self.states)[key] = state
             self.partition_of.update(dict.fromkeys(restored, part))
         log.info("%s assigned partitions %s; %d states in memory", self.group,
                  sorted({p.partition for p in partitions}), len(self.states))
@@ -274,6 +299,7 @@ class Runner:
         gone = [k for k, p in self.partition_of.items() if p in revoked]
         for key in gone:
             self.states.pop(key, None)
+            self.screens.pop(key, None)
             self.partition_of.pop(key, None)
 
     def _consumer_config(self) -> dict:

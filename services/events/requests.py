@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -28,3 +29,23 @@ class KeyedRequest(BaseModel):
 def keyed_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     """Version 1 of a keyed-capable event had no `request`: it was never keyed."""
     return data
+
+
+# keys a stream processor remembers per scope: a later append under a key comes from a retry that
+# overtook a dead API's append, seconds after it, so only the scope's recent keys can see one
+RECENT_KEYS = 256
+
+
+def screen(recent: dict[str, str] | None, request: KeyedRequest) -> tuple[bool, dict[str, str] | None]:
+    """Whether an event carrying `request` is of a later append under a used key, judged by `recent`
+    (the first append id of each of the scope's latest keys, in the order first seen), and `recent`
+    after it (None when unchanged). A stream processor's counterpart of the projector's screen
+    (projections/idempotency.py): what the projections drop, no processor may act on."""
+    recent = recent or {}
+    name = hashlib.sha256(request.key.encode()).hexdigest()[:16]
+    first = recent.get(name)
+    if first is not None:
+        return first != request.request_id, None
+    kept = dict(list(recent.items())[-(RECENT_KEYS - 1):])
+    kept[name] = request.request_id
+    return False, kept

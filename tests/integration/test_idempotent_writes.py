@@ -23,8 +23,8 @@ from peerlog.v1 import (
 )
 from projections.rebuild import rebuild
 from services.api.channels import channel
-from services.bus.topics import OBSERVATIONS, SESSIONS
-from services.events import MessageAppended, ObservationAdded
+from services.bus.topics import MESSAGE_EMBEDDINGS, OBSERVATIONS, PERCEIVED, SESSIONS
+from services.events import MessageAppended, MessagePerceived, MessagesEmbedded, ObservationAdded
 from services.events.requests import KeyedRequest
 from tests.integration.test_api_processes import two_process_api  # noqa: F401 (a fixture)
 from tests.support.auth import admin_channel
@@ -183,10 +183,10 @@ async def test_create_observations_under_a_key_writes_once(settings, servers):
     assert len(logged(settings, OBSERVATIONS, ObservationAdded, 2)) == 2
 
 
-async def append_stray(server, key: str) -> str:
+async def append_stray(server, key: str, content: str = "stray") -> str:
     """Append, straight to the log, a message under `key` with another append id (what the API's lock
     prevents, as an API that died mid-write could leave); returns its token."""
-    stray = MessageAppended(workspace_id="w", session_id="s", message_id="stray", peer_id="alice", content="stray",
+    stray = MessageAppended(workspace_id="w", session_id="s", message_id="stray", peer_id="alice", content=content,
                             created_at=datetime.now(UTC), producer=server.ctx.producer,
                             request=KeyedRequest(key=key, scope="w/s", fingerprint="other", request_id="stray"))
     return (await server.ctx.log.append([stray])).encode()
@@ -234,3 +234,28 @@ async def test_a_rebuild_keeps_the_same_first_append_and_a_repeat_still_gets_its
     assert report.switched and report.differences["idempotent_requests"] == 0, report.differences
     assert (await c.messages.AddMessages(add_request("k-rebuild", "kept"))) == first
     assert await stored(c) == list(first.message_ids)
+
+
+async def test_the_router_and_embedder_skip_a_retry_appended_after_an_api_died_before_projecting(
+        settings, servers, projector, start_worker):
+    # an API that dies between its append and its projection frees the key's lock, so a retry on another
+    # API finds no projected row and appends again: the log then holds the same key twice. The projector
+    # drops the second; the processors must too, or the retry is perceived, derived and embedded twice
+    server, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+    projector.stop()
+    first = await server.ctx.log.append([MessageAppended(
+        workspace_id="w", session_id="s", message_id="first", peer_id="alice", content="the first append",
+        created_at=datetime.now(UTC), producer=server.ctx.producer,
+        request=KeyedRequest(key="k-died", scope="w/s", fingerprint="same", request_id="dead-api"))])
+    await append_stray(server, "k-died", content="the first append")  # the retry: same key, its own append id
+    projector.start()
+    after = await c.messages.AddMessages(add_request("k-after", "a later turn"))
+    start_worker("router,embedder")
+    perceived = logged(settings, PERCEIVED, MessagePerceived, 2)
+    assert [p.message_id for p in perceived] == ["first", after.message_ids[0]]
+    embedded = read_events(settings, MESSAGE_EMBEDDINGS, lambda es: after.message_ids[0] in {
+        m.message_id for e in es for m in e.messages}, settle=1.0)
+    assert [m.message_id for e in embedded if isinstance(e, MessagesEmbedded) for m in e.messages] == [
+        "first", after.message_ids[0]]
+    assert await stored(c, first.encode()) == ["first", *after.message_ids]
