@@ -26,6 +26,7 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from services.api.channels import aio_channel
+from services.cli.demo_agent import agent_env, run_agent_turns
 from services.cli.demo_dream import show_dream
 from services.cli.demo_reads import show_chat, show_context
 
@@ -174,6 +175,15 @@ async def run(port: int, database_url: str, token: str) -> None:
         await show_dream(channel, WS, say)
 
 
+async def show_written(port: int, token: str) -> None:
+    async with aio_channel(f"127.0.0.1:{port}", token) as channel:
+        listed = await Api(channel).msgs.ListMessages(messages_pb2.ListMessagesRequest(
+            workspace_id=WS, session_id=SESSION, reverse=True, page=common_pb2.PageRequest(page_size=4)))
+    say(f"\nThe agent's turns, read back from peerlog (the last four messages of {SESSION!r}):")
+    for m in reversed(listed.messages):
+        say(f"  #{m.seq:<2} {m.peer_id:>9}: {m.content[:160]}")
+
+
 @contextmanager
 def model_endpoint(root: Path):
     """PEERLOG_LLM_* for the demo: the configured endpoint if there is one, else the local Qwen model."""
@@ -181,13 +191,18 @@ def model_endpoint(root: Path):
         say(f"Using the model endpoint at {os.environ['PEERLOG_LLM_BASE_URL']}")
         yield {}
         return
-    from infra.models.qwen import ensure_model
-    from infra.models.server import LocalModelServer, ensure_llama_server
+    from infra.models.qwen import ModelDownloadError, ModelIntegrityError, ensure_model
+    from infra.models.server import LlamaInstallError, LocalModelServer, ServerStartError, ensure_llama_server
 
     say("Preparing the local model (first run: ~6 min to build llama-cpp-python, then cached)…")
-    path = ensure_model()
-    ensure_llama_server()
-    server = LocalModelServer(path, log_path=root / "model.log").start(timeout=300)
+    try:
+        path = ensure_model()
+        ensure_llama_server()
+        server = LocalModelServer(path, log_path=root / "model.log").start(timeout=300)
+    except (ModelDownloadError, ModelIntegrityError, LlamaInstallError, ServerStartError) as error:
+        say(f"The local model could not be installed or started, so the demo cannot run: {error}\n"
+            "(set PEERLOG_LLM_BASE_URL and PEERLOG_LLM_MODEL to use another OpenAI-compatible endpoint)")
+        raise typer.Exit(1) from error
     say(f"  local model {server.model} serving at {server.base_url}")
     try:
         # this server takes a schema only as {"type": "json_object", "schema": ...}
@@ -211,6 +226,12 @@ def run_demo(root: Path) -> None:
         state = up(root, progress=lambda line: say(f"  {line}"), model_env={**model_env, **DEMO_SETTINGS})
         try:
             asyncio.run(run(state.api_port, state.database_url, state.admin_token()))
+            env = agent_env(root, state.api_port, state.admin_token(), WS, model_env)
+            code = run_agent_turns(env, SESSION, say)
+            if code:
+                say(f"\nThe agent turns failed (examples/agent.py exited {code}).")
+                raise typer.Exit(code)
+            asyncio.run(show_written(state.api_port, state.admin_token()))
         finally:
             say("\nStopping the local stack…")
             down(root, progress=lambda line: say(f"  {line}"))
