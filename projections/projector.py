@@ -51,6 +51,11 @@ def consumer_config(settings: Settings, group_id: str) -> dict:
         # with the same projection lag)
         "fetch.wait.max.ms": 100,
         "fetch.min.bytes": 1,
+        # a SIGKILLed projector leaves its membership behind: its replacement gets the partitions only
+        # when that session expires (librdkafka's default 45 s, during which keyed writes wait for the
+        # projector too); 10 s as the processors' runner has
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 2_000,
     }
 
 
