@@ -9,7 +9,7 @@ from sqlalchemy import RowMapping, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.queries import MESSAGE_COLUMNS, seen_while_member
-from projections.store_queries import OBSERVATION_COLUMNS, ObservationFilter
+from projections.store_queries import ObservationFilter
 from projections.schema import messages, observations, premises
 
 
@@ -38,18 +38,22 @@ def _like_literal(pattern: str) -> str:
 
 
 async def grep_messages(
-    conn: AsyncConnection, workspace_id: str, observer_id: str, pattern: str, limit: int
+    conn: AsyncConnection, workspace_id: str, observer_id: str, pattern: str, limit: int,
+    before: datetime | None = None,
 ) -> Sequence[RowMapping]:
-    """Messages the observer could see that contain `pattern` (literal, any case), newest first."""
+    """Messages the observer could see that contain `pattern` (literal, any case), newest first; with
+    `before`, only those created before it."""
     m = messages.c
     stmt = _visible(workspace_id, observer_id).where(m.content.ilike(_like_literal(pattern), escape="\\"))
+    if before is not None:
+        stmt = stmt.where(m.created_at < before)
     return (await conn.execute(stmt.order_by(m.created_at.desc(), m.message_id).limit(limit))).mappings().all()
 
 
 async def pair_observations(conn: AsyncConnection, pair: ObservationFilter, ids: Sequence[str]) -> list[RowMapping]:
     """The pair's observations among `ids` (superseded and deleted ones too, as the filter says), oldest first."""
     o = observations.c
-    stmt = select(*OBSERVATION_COLUMNS).where(*pair.where(), o.observation_id.in_(list(ids)))
+    stmt = select(*pair.columns()).where(*pair.where(), o.observation_id.in_(list(ids)))
     return list((await conn.execute(stmt.order_by(o.created_at, o.observation_id))).mappings().all())
 
 
@@ -60,11 +64,13 @@ async def concluded_from(conn: AsyncConnection, workspace_id: str, premise_id: s
     return list((await conn.scalars(stmt.order_by(p.observation_id))).all())
 
 
-async def has_evidence(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str) -> bool:
+async def has_evidence(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str,
+                       as_of: datetime | None = None) -> bool:
     """Whether anything could answer a question about the pair: a live observation in its store, or a
-    message by the observed peer that the observer could see."""
+    message by the observed peer that the observer could see (as of `as_of`, if given)."""
     o, m = observations.c, messages.c
-    store = exists().where(*ObservationFilter(workspace_id, observer_id, observed_id).where())
+    store = exists().where(*ObservationFilter(workspace_id, observer_id, observed_id, as_of=as_of).where())
     said = exists().where(m.workspace_id == workspace_id, m.peer_id == observed_id,
-                          seen_while_member(messages, observer_id))
+                          seen_while_member(messages, observer_id),
+                          m.created_at < as_of if as_of is not None else True)
     return bool(await conn.scalar(select(store | said)))

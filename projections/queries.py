@@ -166,12 +166,14 @@ async def message(conn: AsyncConnection, workspace_id: str, message_id: str) -> 
 
 
 @functools.cache
-def _messages_statement(after: bool, reverse: bool, perspective: bool):
+def _messages_statement(after: bool, reverse: bool, perspective: bool, before: bool = False):
     c = messages.c
     stmt = select(*MESSAGE_COLUMNS).where(c.workspace_id == bindparam("workspace_id"),
                                           c.session_id == bindparam("session_id"))
     if after:
         stmt = stmt.where(c.seq < bindparam("after_seq") if reverse else c.seq > bindparam("after_seq"))
+    if before:  # as of a time: sent before it, the message search's bound (created_at < before)
+        stmt = stmt.where(c.created_at < bindparam("before"))
     if perspective:
         stmt = stmt.where(seen_while_member(messages, bindparam("perspective_id")))
     return stmt.order_by(c.seq.desc() if reverse else c.seq).limit(bindparam("limit"))
@@ -179,13 +181,13 @@ def _messages_statement(after: bool, reverse: bool, perspective: bool):
 
 async def list_messages(
     conn: AsyncConnection, workspace_id: str, session_id: str, after_seq: int | None,
-    limit: int, reverse: bool, perspective_id: str = "",
+    limit: int, reverse: bool, perspective_id: str = "", before: datetime | None = None,
 ) -> Sequence[RowMapping]:
     """A session's messages in seq order (newest first when `reverse`), after `after_seq` if given; with a
-    `perspective_id`, only those that peer saw (`seen_while_member`)."""
-    stmt = _messages_statement(after_seq is not None, reverse, bool(perspective_id))
+    `perspective_id`, only those that peer saw (`seen_while_member`); with `before`, only those sent before it."""
+    stmt = _messages_statement(after_seq is not None, reverse, bool(perspective_id), before is not None)
     values = {"workspace_id": workspace_id, "session_id": session_id, "after_seq": after_seq, "limit": limit,
-              "perspective_id": perspective_id}
+              "perspective_id": perspective_id, "before": before}
     return (await conn.execute(stmt, values)).mappings().all()
 
 
@@ -342,17 +344,20 @@ async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit
 
 
 @functools.cache
-def _summaries_statement():
+def _summaries_statement(as_of: bool = False):
     t = summaries.c
     return (select(summaries)
             .where(t.workspace_id == bindparam("workspace_id"), t.session_id == bindparam("session_id"))
+            .where(t.created_at <= bindparam("as_of") if as_of else True)
             .order_by(t.kind, t.last_seq.desc(), t.created_at.desc(), t.event_id.desc())
             .distinct(t.kind))
 
 
-async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id: str) -> dict[str, RowMapping]:
-    """The latest summary of each kind a session has, by kind ("short", "long")."""
-    rows = await conn.execute(_summaries_statement(), {"workspace_id": workspace_id, "session_id": session_id})
+async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id: str,
+                           as_of: datetime | None = None) -> dict[str, RowMapping]:
+    """The latest summary of each kind a session has (had at `as_of`, if given), by kind ("short", "long")."""
+    values = {"workspace_id": workspace_id, "session_id": session_id, "as_of": as_of}
+    rows = await conn.execute(_summaries_statement(as_of is not None), values)
     return {r["kind"]: r for r in rows.mappings()}
 
 

@@ -84,17 +84,24 @@ class ObservationFilter:
         return out
 
     def columns(self, bound: bool = True) -> list:
-        """The columns a reader gets; as of a past time, times_derived counts reinforcements up to then."""
+        """The columns a reader gets; as of a past time, times_derived counts reinforcements up to then and
+        a supersession or deletion recorded after it is not shown (the row as the log said then)."""
         if self.as_of is None:
             return OBSERVATION_COLUMNS
-        h = observation_events.c
-        reinforced = (select(func.count()).where(h.workspace_id == observations.c.workspace_id,
-                                                 h.observation_id == observations.c.observation_id,
-                                                 h.kind == "reinforced",
-                                                 h.occurred_at <= self.value("as_of", self.params() if bound else None))
+        as_of, o, h = self.value("as_of", self.params() if bound else None), observations.c, observation_events.c
+        reinforced = (select(func.count()).where(h.workspace_id == o.workspace_id,
+                                                 h.observation_id == o.observation_id,
+                                                 h.kind == "reinforced", h.occurred_at <= as_of)
                       .scalar_subquery())
-        return [(1 + reinforced).label("times_derived") if c.name == "times_derived" else c
-                for c in OBSERVATION_COLUMNS]
+        then = {"times_derived": 1 + reinforced}
+        for column, at in _LATER_CHANGES.items():
+            then[column] = case((o[at] <= as_of, o[column]))
+        return [then[c.name].label(c.name) if c.name in then else c for c in OBSERVATION_COLUMNS]
+
+
+# columns set by a later change, with the time the change was recorded at: as of an earlier time, NULL
+_LATER_CHANGES = {"superseded_by": "superseded_at", "superseded_at": "superseded_at", "deleted_at": "deleted_at",
+                  "delete_reason": "deleted_at", "premise_superseded_at": "premise_superseded_at"}
 
 
 def _outside_allowlist(where: ObservationFilter, values: dict | None):

@@ -38,7 +38,7 @@ async def _prepared(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
     """The checked request with the dialectic instructions its workspace and session configure."""
     r = await _checked(ctx, r, token)
     async with ctx.engine.connect() as conn:
-        levels = await configurations.levels(conn, r.workspace_id, r.session_id)
+        levels = await configurations.levels(conn, r.workspace_id, r.session_id, r.as_of)
     return replace(r, instructions=resolve(ctx.configuration, *levels)["dialectic_instructions"])
 
 

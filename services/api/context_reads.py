@@ -125,12 +125,12 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     async with ctx.embedding(q.search_query) as vector, ctx.snapshot() as conn:
         await _check_scope(conn, q, observer, target, [q.session_id])
         if observer and await _card_on(ctx, conn, q):
-            row = await queries.peer_card(conn, q.workspace_id, observer, target)
+            row = await queries.peer_card(conn, q.workspace_id, observer, target, q.as_of)
             card = list(row["entries"]) if row else []
-        summaries = await queries.latest_summaries(conn, q.workspace_id, q.session_id)
-        # the observer's perspective: only the turns sent while it was a member
+        summaries = await queries.latest_summaries(conn, q.workspace_id, q.session_id, q.as_of)
+        # the observer's perspective: only the turns sent while it was a member (and, as of a time, before it)
         recent = await queries.list_messages(conn, q.workspace_id, q.session_id, None, MAX_MESSAGES_SCANNED, True,
-                                             perspective_id=observer)
+                                             perspective_id=observer, before=q.as_of)
         query_vector = await vector
         if observer:
             ranked = await _ranked(conn, q, observer, target, query_vector)

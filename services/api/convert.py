@@ -166,13 +166,13 @@ def list_filter(r: observations_pb2.ListObservationsRequest) -> ObservationFilte
     return ObservationFilter(
         workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id,
         levels=levels(r.levels), session_id=r.session_id, include_superseded=r.include_superseded,
-        include_deleted=r.include_deleted, derivation=r.derivation,
+        include_deleted=r.include_deleted, derivation=r.derivation, as_of=from_ts(r, "as_of"),
     )
 
 
 def search_query(r: observations_pb2.SearchObservationsRequest) -> SearchQuery:
     pair = ObservationFilter(workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id,
-                             levels=levels(r.levels))
+                             levels=levels(r.levels), as_of=from_ts(r, "as_of"))
     max_distance = r.max_distance if r.HasField("max_distance") else None
     return SearchQuery(pair=pair, text=r.query, top_k=r.top_k, max_distance=max_distance)
 
@@ -276,7 +276,7 @@ def context_query(r) -> context_reads.ContextQuery:
         observer_id=r.observer_id, target_id=r.target_id, search_query=r.search_query,
         search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
         include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
-        max_observations=r.max_observations, session_ids=tuple(r.session_ids),
+        max_observations=r.max_observations, session_ids=tuple(r.session_ids), as_of=from_ts(r, "as_of"),
     )
 
 
@@ -353,7 +353,7 @@ def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
                           response_format.MAX_SCHEMA_BYTES)
     schema = response_format.parse(fmt.json_schema if fmt.HasField("json_schema") else None, obj)
     return ChatRequest(r.workspace_id, r.observer_id, r.target_id or r.observer_id, r.query, r.session_id,
-                       level, schema)
+                       level, schema, as_of=from_ts(r, "as_of"))
 
 
 def chat_response(result: ChatResult) -> dialectic_pb2.ChatResponse:

@@ -10,6 +10,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
@@ -40,6 +41,7 @@ class ChatRequest:
     level: str = "low"
     response_schema: Mapping[str, Any] | None = None  # a JSON schema the answer must satisfy
     instructions: str = ""  # the configured dialectic instructions (the API resolves the levels)
+    as_of: datetime | None = None  # answer from memory as it stood then (None: now)
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,8 @@ class _Run:
         self.level: LevelPolicy = owner.settings.level(request.level)
         self.model = owner.models[request.level]
         self.structured = self.model.settings.tool_mode == "structured"
-        self.scope = Scope(request.workspace_id, request.observer_id, request.target_id, request.session_id)
+        self.scope = Scope(request.workspace_id, request.observer_id, request.target_id, request.session_id,
+                           request.as_of)
         settings = owner.settings
         self.env = ToolEnv(owner.engine, owner.embedder, self.scope, settings.tool_result_limit,
                            settings.tool_result_chars)
@@ -169,9 +172,10 @@ class _Run:
             derived = await store_queries.nearest_observations(conn, self.scope.pair(DERIVED_LEVELS), vector, n, None)
             # the session's newest turns the observer saw: GetContext's recent messages, same rule
             history = (await queries.list_messages(conn, r.workspace_id, r.session_id, None, 200, True,
-                                                   perspective_id=r.observer_id) if r.session_id else [])
+                                                   perspective_id=r.observer_id, before=r.as_of)
+                       if r.session_id else [])
             evidence = bool(explicit or derived or history) or await reads.has_evidence(
-                conn, r.workspace_id, r.observer_id, r.target_id)
+                conn, r.workspace_id, r.observer_id, r.target_id, r.as_of)
         return Prefetched(list(explicit), list(derived), self._capped(history), evidence)
 
     def _capped(self, newest_first) -> list:

@@ -34,10 +34,16 @@ class Scope:
     observer_id: str
     target_id: str
     session_id: str = ""
+    as_of: datetime | None = None  # memory as it stood then: observations and messages recorded by then
 
     def pair(self, levels: Sequence[str] = (), include_superseded: bool = False) -> store_queries.ObservationFilter:
         return store_queries.ObservationFilter(self.workspace_id, self.observer_id, self.target_id, tuple(levels),
-                                         include_superseded=include_superseded)
+                                         include_superseded=include_superseded, as_of=self.as_of)
+
+    def before(self, before: datetime | None) -> datetime | None:
+        """A message window's upper bound, never past `as_of` (a message sent at or after it did not exist then)."""
+        bounds = [b for b in (before, self.as_of) if b is not None]
+        return min(bounds) if bounds else None
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,7 @@ async def _message_search(env: ToolEnv, query: str, limit: int, **filters: Any) 
     """The message search SearchMessages runs, from the observer's perspective: Chat finds what search finds."""
     vector = (await env.embedder.embed([query]))[0]
     s = env.scope
+    filters["before"] = s.before(filters.get("before"))
     search = MessageSearch(s.workspace_id, query, vector, perspective_id=s.observer_id,
                            limit=min(limit, env.max_rows), **filters)
     async with env.engine.connect() as conn:
@@ -176,14 +183,15 @@ async def _temporal_search(env: ToolEnv, a: TemporalSearch) -> ToolResult:
 async def _grep_messages(env: ToolEnv, a: GrepMessages) -> ToolResult:
     s = env.scope
     async with env.engine.connect() as conn:
-        rows = await reads.grep_messages(conn, s.workspace_id, s.observer_id, a.pattern, min(a.limit, env.max_rows))
+        rows = await reads.grep_messages(conn, s.workspace_id, s.observer_id, a.pattern, min(a.limit, env.max_rows),
+                                         s.before(None))
     return _messages(rows)
 
 
 async def _messages_by_date_range(env: ToolEnv, a: MessagesByDateRange) -> ToolResult:
     s = env.scope
     async with env.engine.connect() as conn:
-        rows = await reads.messages_between(conn, s.workspace_id, s.observer_id, a.after, a.before,
+        rows = await reads.messages_between(conn, s.workspace_id, s.observer_id, a.after, s.before(a.before),
                                             min(a.limit, env.max_rows))
     return _messages(rows)
 

@@ -1,4 +1,7 @@
+import datetime
+
 from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from peerlog.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -33,7 +36,7 @@ class ResponseFormat(_message.Message):
     def __init__(self, json_schema: _Optional[str] = ..., json_schema_object: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ChatRequest(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "target_id", "query", "session_id", "reasoning_level", "response_format", "consistency")
+    __slots__ = ("workspace_id", "observer_id", "target_id", "query", "session_id", "reasoning_level", "response_format", "consistency", "as_of")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_ID_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +45,7 @@ class ChatRequest(_message.Message):
     REASONING_LEVEL_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FORMAT_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     target_id: str
@@ -50,7 +54,8 @@ class ChatRequest(_message.Message):
     reasoning_level: ReasoningLevel
     response_format: ResponseFormat
     consistency: _common_pb2.ReadConsistency
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., query: _Optional[str] = ..., session_id: _Optional[str] = ..., reasoning_level: _Optional[_Union[ReasoningLevel, str]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+    as_of: _timestamp_pb2.Timestamp
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., query: _Optional[str] = ..., session_id: _Optional[str] = ..., reasoning_level: _Optional[_Union[ReasoningLevel, str]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ChatResponse(_message.Message):
     __slots__ = ("answer", "cited_observation_ids", "cited_message_ids", "tool_rounds", "model", "abstained", "prompt_version")

@@ -26,53 +26,53 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from peerlog_client._gen.peerlog.v1 import common_pb2 as peerlog_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dpeerlog/v1/observations.proto\x12\npeerlog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"5\n\x11ObservationSource\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0c\n\x04span\x18\x02 \x01(\t\"\xdf\x04\n\x0bObservation\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x13\n\x0bobserver_id\x18\x03 \x01(\t\x12\x13\n\x0bobserved_id\x18\x04 \x01(\t\x12+\n\x05level\x18\x05 \x01(\x0e\x32\x1c.peerlog.v1.ObservationLevel\x12\x0f\n\x07\x63ontent\x18\x06 \x01(\t\x12\x12\n\nsession_id\x18\x07 \x01(\t\x12\x12\n\nconfidence\x18\x08 \x01(\t\x12\x15\n\rtimes_derived\x18\t \x01(\r\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rsuperseded_by\x18\x0b \x01(\t\x12\x31\n\rsuperseded_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\ndeleted_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rdelete_reason\x18\x0e \x01(\t\x12.\n\x07sources\x18\x0f \x03(\x0b\x32\x1d.peerlog.v1.ObservationSource\x12\x13\n\x0bpremise_ids\x18\x10 \x03(\t\x12\x14\n\x0cpattern_type\x18\x11 \x01(\t\x12\x39\n\x15premise_superseded_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x64ream_id\x18\x13 \x01(\t\x12\x12\n\nderivation\x18\x14 \x01(\t\"\xce\x02\n\x17ListObservationsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12,\n\x06levels\x18\x04 \x03(\x0e\x32\x1c.peerlog.v1.ObservationLevel\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x1a\n\x12include_superseded\x18\x06 \x01(\x08\x12\x17\n\x0finclude_deleted\x18\x07 \x01(\x08\x12%\n\x04page\x18\x08 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x0f\n\x07reverse\x18\t \x01(\x08\x12\x30\n\x0b\x63onsistency\x18\n \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x12\n\nderivation\x18\x0b \x01(\t\"b\n\x18ListObservationsResponse\x12-\n\x0cobservations\x18\x01 \x03(\x0b\x32\x17.peerlog.v1.Observation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"w\n\x15GetObservationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\x85\x02\n\x19SearchObservationsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\r\n\x05query\x18\x04 \x01(\t\x12\r\n\x05top_k\x18\x05 \x01(\r\x12\x19\n\x0cmax_distance\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12,\n\x06levels\x18\x07 \x03(\x0e\x32\x1c.peerlog.v1.ObservationLevel\x12\x30\n\x0b\x63onsistency\x18\x08 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistencyB\x0f\n\r_max_distance\"R\n\x10ObservationMatch\x12,\n\x0bobservation\x18\x01 \x01(\x0b\x32\x17.peerlog.v1.Observation\x12\x10\n\x08\x64istance\x18\x02 \x01(\x01\"d\n\x1aSearchObservationsResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.peerlog.v1.ObservationMatch\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\"e\n\x0eNewObservation\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12.\n\x07sources\x18\x03 \x03(\x0b\x32\x1d.peerlog.v1.ObservationSource\"\xa6\x01\n\x19\x43reateObservationsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x30\n\x0cobservations\x18\x04 \x03(\x0b\x32\x1a.peerlog.v1.NewObservation\x12\x17\n\x0fidempotency_key\x18\x05 \x01(\t\"P\n\x1a\x43reateObservationsResponse\x12\x17\n\x0fobservation_ids\x18\x01 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"X\n\x18\x44\x65leteObservationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"6\n\x19\x44\x65leteObservationResponse\x12\x19\n\x11\x63onsistency_token\x18\x01 \x01(\t\"\xa2\x01\n\x1aGetProcessingStatusRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x05 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"[\n\x10ProcessingCounts\x12\x0f\n\x07pending\x18\x01 \x01(\x04\x12\x11\n\tin_flight\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x04\x12\x15\n\rdead_lettered\x18\x04 \x01(\x04\"\xa2\x01\n\x11\x44\x65\x61\x64LetteredBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x13\n\x0bmessage_ids\x18\x04 \x03(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12-\n\tfailed_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"T\n\x0b\x44reamCounts\x12\x11\n\trequested\x18\x01 \x01(\x04\x12\x0f\n\x07started\x18\x02 \x01(\x04\x12\x11\n\tcompleted\x18\x03 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x04 \x01(\x04\"y\n\x13\x44\x65\x61\x64LetteredSummary\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x03 \x01(\r\x12-\n\tfailed_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xf4\x01\n\x1bGetProcessingStatusResponse\x12,\n\x06\x63ounts\x18\x01 \x01(\x0b\x32\x1c.peerlog.v1.ProcessingCounts\x12<\n\x15\x64\x65\x61\x64_lettered_batches\x18\x02 \x03(\x0b\x32\x1d.peerlog.v1.DeadLetteredBatch\x12\'\n\x06\x64reams\x18\x03 \x01(\x0b\x32\x17.peerlog.v1.DreamCounts\x12@\n\x17\x64\x65\x61\x64_lettered_summaries\x18\x04 \x03(\x0b\x32\x1f.peerlog.v1.DeadLetteredSummary*\xbc\x01\n\x10ObservationLevel\x12!\n\x1dOBSERVATION_LEVEL_UNSPECIFIED\x10\x00\x12\x1e\n\x1aOBSERVATION_LEVEL_EXPLICIT\x10\x01\x12\x1f\n\x1bOBSERVATION_LEVEL_DEDUCTIVE\x10\x02\x12\x1f\n\x1bOBSERVATION_LEVEL_INDUCTIVE\x10\x03\x12#\n\x1fOBSERVATION_LEVEL_CONTRADICTION\x10\x04\x32\xd5\x04\n\x12ObservationService\x12]\n\x10ListObservations\x12#.peerlog.v1.ListObservationsRequest\x1a$.peerlog.v1.ListObservationsResponse\x12L\n\x0eGetObservation\x12!.peerlog.v1.GetObservationRequest\x1a\x17.peerlog.v1.Observation\x12\x63\n\x12SearchObservations\x12%.peerlog.v1.SearchObservationsRequest\x1a&.peerlog.v1.SearchObservationsResponse\x12\x63\n\x12\x43reateObservations\x12%.peerlog.v1.CreateObservationsRequest\x1a&.peerlog.v1.CreateObservationsResponse\x12`\n\x11\x44\x65leteObservation\x12$.peerlog.v1.DeleteObservationRequest\x1a%.peerlog.v1.DeleteObservationResponse\x12\x66\n\x13GetProcessingStatus\x12&.peerlog.v1.GetProcessingStatusRequest\x1a\'.peerlog.v1.GetProcessingStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dpeerlog/v1/observations.proto\x12\npeerlog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"5\n\x11ObservationSource\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0c\n\x04span\x18\x02 \x01(\t\"\xdf\x04\n\x0bObservation\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x13\n\x0bobserver_id\x18\x03 \x01(\t\x12\x13\n\x0bobserved_id\x18\x04 \x01(\t\x12+\n\x05level\x18\x05 \x01(\x0e\x32\x1c.peerlog.v1.ObservationLevel\x12\x0f\n\x07\x63ontent\x18\x06 \x01(\t\x12\x12\n\nsession_id\x18\x07 \x01(\t\x12\x12\n\nconfidence\x18\x08 \x01(\t\x12\x15\n\rtimes_derived\x18\t \x01(\r\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rsuperseded_by\x18\x0b \x01(\t\x12\x31\n\rsuperseded_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\ndeleted_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rdelete_reason\x18\x0e \x01(\t\x12.\n\x07sources\x18\x0f \x03(\x0b\x32\x1d.peerlog.v1.ObservationSource\x12\x13\n\x0bpremise_ids\x18\x10 \x03(\t\x12\x14\n\x0cpattern_type\x18\x11 \x01(\t\x12\x39\n\x15premise_superseded_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x64ream_id\x18\x13 \x01(\t\x12\x12\n\nderivation\x18\x14 \x01(\t\"\xf9\x02\n\x17ListObservationsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12,\n\x06levels\x18\x04 \x03(\x0e\x32\x1c.peerlog.v1.ObservationLevel\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x1a\n\x12include_superseded\x18\x06 \x01(\x08\x12\x17\n\x0finclude_deleted\x18\x07 \x01(\x08\x12%\n\x04page\x18\x08 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x0f\n\x07reverse\x18\t \x01(\x08\x12\x30\n\x0b\x63onsistency\x18\n \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x12\n\nderivation\x18\x0b \x01(\t\x12)\n\x05\x61s_of\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"b\n\x18ListObservationsResponse\x12-\n\x0cobservations\x18\x01 \x03(\x0b\x32\x17.peerlog.v1.Observation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"w\n\x15GetObservationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\xb0\x02\n\x19SearchObservationsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\r\n\x05query\x18\x04 \x01(\t\x12\r\n\x05top_k\x18\x05 \x01(\r\x12\x19\n\x0cmax_distance\x18\x06 \x01(\x01H\x00\x88\x01\x01\x12,\n\x06levels\x18\x07 \x03(\x0e\x32\x1c.peerlog.v1.ObservationLevel\x12\x30\n\x0b\x63onsistency\x18\x08 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12)\n\x05\x61s_of\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x0f\n\r_max_distance\"R\n\x10ObservationMatch\x12,\n\x0bobservation\x18\x01 \x01(\x0b\x32\x17.peerlog.v1.Observation\x12\x10\n\x08\x64istance\x18\x02 \x01(\x01\"d\n\x1aSearchObservationsResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.peerlog.v1.ObservationMatch\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\"e\n\x0eNewObservation\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12.\n\x07sources\x18\x03 \x03(\x0b\x32\x1d.peerlog.v1.ObservationSource\"\xa6\x01\n\x19\x43reateObservationsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x30\n\x0cobservations\x18\x04 \x03(\x0b\x32\x1a.peerlog.v1.NewObservation\x12\x17\n\x0fidempotency_key\x18\x05 \x01(\t\"P\n\x1a\x43reateObservationsResponse\x12\x17\n\x0fobservation_ids\x18\x01 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"X\n\x18\x44\x65leteObservationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"6\n\x19\x44\x65leteObservationResponse\x12\x19\n\x11\x63onsistency_token\x18\x01 \x01(\t\"\xa2\x01\n\x1aGetProcessingStatusRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x05 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"[\n\x10ProcessingCounts\x12\x0f\n\x07pending\x18\x01 \x01(\x04\x12\x11\n\tin_flight\x18\x02 \x01(\x04\x12\x0c\n\x04\x64one\x18\x03 \x01(\x04\x12\x15\n\rdead_lettered\x18\x04 \x01(\x04\"\xa2\x01\n\x11\x44\x65\x61\x64LetteredBatch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x13\n\x0bmessage_ids\x18\x04 \x03(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\x12-\n\tfailed_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"T\n\x0b\x44reamCounts\x12\x11\n\trequested\x18\x01 \x01(\x04\x12\x0f\n\x07started\x18\x02 \x01(\x04\x12\x11\n\tcompleted\x18\x03 \x01(\x04\x12\x0e\n\x06\x66\x61iled\x18\x04 \x01(\x04\"y\n\x13\x44\x65\x61\x64LetteredSummary\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x03 \x01(\r\x12-\n\tfailed_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xf4\x01\n\x1bGetProcessingStatusResponse\x12,\n\x06\x63ounts\x18\x01 \x01(\x0b\x32\x1c.peerlog.v1.ProcessingCounts\x12<\n\x15\x64\x65\x61\x64_lettered_batches\x18\x02 \x03(\x0b\x32\x1d.peerlog.v1.DeadLetteredBatch\x12\'\n\x06\x64reams\x18\x03 \x01(\x0b\x32\x17.peerlog.v1.DreamCounts\x12@\n\x17\x64\x65\x61\x64_lettered_summaries\x18\x04 \x03(\x0b\x32\x1f.peerlog.v1.DeadLetteredSummary*\xbc\x01\n\x10ObservationLevel\x12!\n\x1dOBSERVATION_LEVEL_UNSPECIFIED\x10\x00\x12\x1e\n\x1aOBSERVATION_LEVEL_EXPLICIT\x10\x01\x12\x1f\n\x1bOBSERVATION_LEVEL_DEDUCTIVE\x10\x02\x12\x1f\n\x1bOBSERVATION_LEVEL_INDUCTIVE\x10\x03\x12#\n\x1fOBSERVATION_LEVEL_CONTRADICTION\x10\x04\x32\xd5\x04\n\x12ObservationService\x12]\n\x10ListObservations\x12#.peerlog.v1.ListObservationsRequest\x1a$.peerlog.v1.ListObservationsResponse\x12L\n\x0eGetObservation\x12!.peerlog.v1.GetObservationRequest\x1a\x17.peerlog.v1.Observation\x12\x63\n\x12SearchObservations\x12%.peerlog.v1.SearchObservationsRequest\x1a&.peerlog.v1.SearchObservationsResponse\x12\x63\n\x12\x43reateObservations\x12%.peerlog.v1.CreateObservationsRequest\x1a&.peerlog.v1.CreateObservationsResponse\x12`\n\x11\x44\x65leteObservation\x12$.peerlog.v1.DeleteObservationRequest\x1a%.peerlog.v1.DeleteObservationResponse\x12\x66\n\x13GetProcessingStatus\x12&.peerlog.v1.GetProcessingStatusRequest\x1a\'.peerlog.v1.GetProcessingStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peerlog.v1.observations_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OBSERVATIONLEVEL']._serialized_start=3156
-  _globals['_OBSERVATIONLEVEL']._serialized_end=3344
+  _globals['_OBSERVATIONLEVEL']._serialized_start=3242
+  _globals['_OBSERVATIONLEVEL']._serialized_end=3430
   _globals['_OBSERVATIONSOURCE']._serialized_start=103
   _globals['_OBSERVATIONSOURCE']._serialized_end=156
   _globals['_OBSERVATION']._serialized_start=159
   _globals['_OBSERVATION']._serialized_end=766
   _globals['_LISTOBSERVATIONSREQUEST']._serialized_start=769
-  _globals['_LISTOBSERVATIONSREQUEST']._serialized_end=1103
-  _globals['_LISTOBSERVATIONSRESPONSE']._serialized_start=1105
-  _globals['_LISTOBSERVATIONSRESPONSE']._serialized_end=1203
-  _globals['_GETOBSERVATIONREQUEST']._serialized_start=1205
-  _globals['_GETOBSERVATIONREQUEST']._serialized_end=1324
-  _globals['_SEARCHOBSERVATIONSREQUEST']._serialized_start=1327
-  _globals['_SEARCHOBSERVATIONSREQUEST']._serialized_end=1588
-  _globals['_OBSERVATIONMATCH']._serialized_start=1590
-  _globals['_OBSERVATIONMATCH']._serialized_end=1672
-  _globals['_SEARCHOBSERVATIONSRESPONSE']._serialized_start=1674
-  _globals['_SEARCHOBSERVATIONSRESPONSE']._serialized_end=1774
-  _globals['_NEWOBSERVATION']._serialized_start=1776
-  _globals['_NEWOBSERVATION']._serialized_end=1877
-  _globals['_CREATEOBSERVATIONSREQUEST']._serialized_start=1880
-  _globals['_CREATEOBSERVATIONSREQUEST']._serialized_end=2046
-  _globals['_CREATEOBSERVATIONSRESPONSE']._serialized_start=2048
-  _globals['_CREATEOBSERVATIONSRESPONSE']._serialized_end=2128
-  _globals['_DELETEOBSERVATIONREQUEST']._serialized_start=2130
-  _globals['_DELETEOBSERVATIONREQUEST']._serialized_end=2218
-  _globals['_DELETEOBSERVATIONRESPONSE']._serialized_start=2220
-  _globals['_DELETEOBSERVATIONRESPONSE']._serialized_end=2274
-  _globals['_GETPROCESSINGSTATUSREQUEST']._serialized_start=2277
-  _globals['_GETPROCESSINGSTATUSREQUEST']._serialized_end=2439
-  _globals['_PROCESSINGCOUNTS']._serialized_start=2441
-  _globals['_PROCESSINGCOUNTS']._serialized_end=2532
-  _globals['_DEADLETTEREDBATCH']._serialized_start=2535
-  _globals['_DEADLETTEREDBATCH']._serialized_end=2697
-  _globals['_DREAMCOUNTS']._serialized_start=2699
-  _globals['_DREAMCOUNTS']._serialized_end=2783
-  _globals['_DEADLETTEREDSUMMARY']._serialized_start=2785
-  _globals['_DEADLETTEREDSUMMARY']._serialized_end=2906
-  _globals['_GETPROCESSINGSTATUSRESPONSE']._serialized_start=2909
-  _globals['_GETPROCESSINGSTATUSRESPONSE']._serialized_end=3153
-  _globals['_OBSERVATIONSERVICE']._serialized_start=3347
-  _globals['_OBSERVATIONSERVICE']._serialized_end=3944
+  _globals['_LISTOBSERVATIONSREQUEST']._serialized_end=1146
+  _globals['_LISTOBSERVATIONSRESPONSE']._serialized_start=1148
+  _globals['_LISTOBSERVATIONSRESPONSE']._serialized_end=1246
+  _globals['_GETOBSERVATIONREQUEST']._serialized_start=1248
+  _globals['_GETOBSERVATIONREQUEST']._serialized_end=1367
+  _globals['_SEARCHOBSERVATIONSREQUEST']._serialized_start=1370
+  _globals['_SEARCHOBSERVATIONSREQUEST']._serialized_end=1674
+  _globals['_OBSERVATIONMATCH']._serialized_start=1676
+  _globals['_OBSERVATIONMATCH']._serialized_end=1758
+  _globals['_SEARCHOBSERVATIONSRESPONSE']._serialized_start=1760
+  _globals['_SEARCHOBSERVATIONSRESPONSE']._serialized_end=1860
+  _globals['_NEWOBSERVATION']._serialized_start=1862
+  _globals['_NEWOBSERVATION']._serialized_end=1963
+  _globals['_CREATEOBSERVATIONSREQUEST']._serialized_start=1966
+  _globals['_CREATEOBSERVATIONSREQUEST']._serialized_end=2132
+  _globals['_CREATEOBSERVATIONSRESPONSE']._serialized_start=2134
+  _globals['_CREATEOBSERVATIONSRESPONSE']._serialized_end=2214
+  _globals['_DELETEOBSERVATIONREQUEST']._serialized_start=2216
+  _globals['_DELETEOBSERVATIONREQUEST']._serialized_end=2304
+  _globals['_DELETEOBSERVATIONRESPONSE']._serialized_start=2306
+  _globals['_DELETEOBSERVATIONRESPONSE']._serialized_end=2360
+  _globals['_GETPROCESSINGSTATUSREQUEST']._serialized_start=2363
+  _globals['_GETPROCESSINGSTATUSREQUEST']._serialized_end=2525
+  _globals['_PROCESSINGCOUNTS']._serialized_start=2527
+  _globals['_PROCESSINGCOUNTS']._serialized_end=2618
+  _globals['_DEADLETTEREDBATCH']._serialized_start=2621
+  _globals['_DEADLETTEREDBATCH']._serialized_end=2783
+  _globals['_DREAMCOUNTS']._serialized_start=2785
+  _globals['_DREAMCOUNTS']._serialized_end=2869
+  _globals['_DEADLETTEREDSUMMARY']._serialized_start=2871
+  _globals['_DEADLETTEREDSUMMARY']._serialized_end=2992
+  _globals['_GETPROCESSINGSTATUSRESPONSE']._serialized_start=2995
+  _globals['_GETPROCESSINGSTATUSRESPONSE']._serialized_end=3239
+  _globals['_OBSERVATIONSERVICE']._serialized_start=3433
+  _globals['_OBSERVATIONSERVICE']._serialized_end=4030
 # @@protoc_insertion_point(module_scope)

@@ -77,7 +77,7 @@ class Observation(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., level: _Optional[_Union[ObservationLevel, str]] = ..., content: _Optional[str] = ..., session_id: _Optional[str] = ..., confidence: _Optional[str] = ..., times_derived: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., superseded_by: _Optional[str] = ..., superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deleted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delete_reason: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[ObservationSource, _Mapping]]] = ..., premise_ids: _Optional[_Iterable[str]] = ..., pattern_type: _Optional[str] = ..., premise_superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dream_id: _Optional[str] = ..., derivation: _Optional[str] = ...) -> None: ...
 
 class ListObservationsRequest(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "observed_id", "levels", "session_id", "include_superseded", "include_deleted", "page", "reverse", "consistency", "derivation")
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "levels", "session_id", "include_superseded", "include_deleted", "page", "reverse", "consistency", "derivation", "as_of")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,7 @@ class ListObservationsRequest(_message.Message):
     REVERSE_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     DERIVATION_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     observed_id: str
@@ -100,7 +101,8 @@ class ListObservationsRequest(_message.Message):
     reverse: bool
     consistency: _common_pb2.ReadConsistency
     derivation: str
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., levels: _Optional[_Iterable[_Union[ObservationLevel, str]]] = ..., session_id: _Optional[str] = ..., include_superseded: _Optional[bool] = ..., include_deleted: _Optional[bool] = ..., page: _Optional[_Union[_common_pb2.PageRequest, _Mapping]] = ..., reverse: _Optional[bool] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., derivation: _Optional[str] = ...) -> None: ...
+    as_of: _timestamp_pb2.Timestamp
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., levels: _Optional[_Iterable[_Union[ObservationLevel, str]]] = ..., session_id: _Optional[str] = ..., include_superseded: _Optional[bool] = ..., include_deleted: _Optional[bool] = ..., page: _Optional[_Union[_common_pb2.PageRequest, _Mapping]] = ..., reverse: _Optional[bool] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., derivation: _Optional[str] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListObservationsResponse(_message.Message):
     __slots__ = ("observations", "next_page_token")
@@ -121,7 +123,7 @@ class GetObservationRequest(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
 
 class SearchObservationsRequest(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "observed_id", "query", "top_k", "max_distance", "levels", "consistency")
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "query", "top_k", "max_distance", "levels", "consistency", "as_of")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +132,7 @@ class SearchObservationsRequest(_message.Message):
     MAX_DISTANCE_FIELD_NUMBER: _ClassVar[int]
     LEVELS_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    AS_OF_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     observed_id: str
@@ -138,7 +141,8 @@ class SearchObservationsRequest(_message.Message):
     max_distance: float
     levels: _containers.RepeatedScalarFieldContainer[ObservationLevel]
     consistency: _common_pb2.ReadConsistency
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., max_distance: _Optional[float] = ..., levels: _Optional[_Iterable[_Union[ObservationLevel, str]]] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+    as_of: _timestamp_pb2.Timestamp
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., max_distance: _Optional[float] = ..., levels: _Optional[_Iterable[_Union[ObservationLevel, str]]] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ObservationMatch(_message.Message):
     __slots__ = ("observation", "distance")

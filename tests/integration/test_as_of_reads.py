@@ -1,0 +1,139 @@
+"""as_of on GetContext, ListObservations, SearchObservations and Chat: each answers from what the log said
+at that time (real Kafka and Postgres; Chat talks to the HTTP test model server).
+
+Before `then`: bob says he lives in Oslo, alice records it (and that he keeps bees) and puts it on her card.
+After it: he says he moved to Bergen, alice records that, deletes Oslo, rewrites the card, and the session
+turns the peer card off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+
+import pytest
+from google.protobuf import timestamp_pb2
+
+from peerlog.v1 import configuration_pb2 as cfg
+from peerlog.v1 import configuration_pb2_grpc, context_pb2, context_pb2_grpc, peers_pb2
+from peerlog.v1 import dialectic_pb2 as d
+from peerlog.v1 import dialectic_pb2_grpc
+from peerlog.v1 import observations_pb2 as o
+from tests.integration.test_chat import serve  # noqa: F401 - the fixture: an API whose Chat uses the test model
+from tests.support.client import Client
+from tests.support.model_server import Reply
+
+
+def stamp(at: datetime) -> timestamp_pb2.Timestamp:
+    out = timestamp_pb2.Timestamp()
+    out.FromDatetime(at)
+    return out
+
+
+def explicit(content: str, message_id: str, span: str) -> o.NewObservation:
+    return o.NewObservation(content=content, session_id="s",
+                            sources=[o.ObservationSource(message_id=message_id, span=span)])
+
+
+async def _before(c: Client) -> dict:
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    sent = await c.add("w", "s", [("bob", "I live in Oslo"), ("bob", "I keep bees")])
+    await c.list_messages("w", "s", sent.consistency_token)  # observations may cite only projected messages
+    oslo_msg, bees_msg = sent.message_ids
+    made = await c.create_observations("w", "alice", "bob", [
+        explicit("Bob lives in Oslo", oslo_msg, "live in Oslo"), explicit("Bob keeps bees", bees_msg, "bees")])
+    await c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
+        workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: lives in Oslo"]))
+    await c.all_observations("w", "alice", "bob", made.consistency_token)
+    oslo, bees = made.observation_ids
+    return {"oslo_msg": oslo_msg, "oslo": oslo, "bees": bees}
+
+
+async def _after(c: Client, chan) -> dict:
+    sent = await c.add("w", "s", [("bob", "I moved to Bergen")])
+    await c.list_messages("w", "s", sent.consistency_token)
+    made = await c.create_observations("w", "alice", "bob", [
+        explicit("Bob lives in Bergen", sent.message_ids[0], "moved to Bergen")])
+    await c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
+        workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: lives in Bergen"]))
+    await configuration_pb2_grpc.ConfigurationServiceStub(chan).SetSessionConfiguration(
+        cfg.SetSessionConfigurationRequest(workspace_id="w", session_id="s",
+                                           configuration=cfg.Configuration(peer_card=False)))
+    return {"bergen_msg": sent.message_ids[0], "bergen": made.observation_ids[0]}
+
+
+@pytest.fixture
+async def history(serve):  # noqa: F811 - the imported fixture
+    chan = await serve()
+    c = Client(chan)
+    ids = await _before(c)
+    await asyncio.sleep(0.05)  # `then` falls strictly between the two phases' recorded times
+    then = datetime.now(UTC)
+    await asyncio.sleep(0.05)
+    ids |= await _after(c, chan)
+    deleted = await c.delete_observation("w", ids["oslo"], reason="bob moved")
+    # every later event is projected before the reads, so only as_of can hide it
+    await c.all_observations("w", "alice", "bob", deleted.consistency_token)
+    return {"chan": chan, "client": c, "then": stamp(then), **ids}
+
+
+def texts(context: context_pb2.GetContextResponse) -> set[str]:
+    return {m.content for m in context.messages} | {m.content for m in context.relevant_messages}
+
+
+async def test_get_context_as_of_answers_with_the_messages_store_card_and_configuration_of_then(history):
+    stub = context_pb2_grpc.ContextServiceStub(history["chan"])
+    base = {"workspace_id": "w", "session_id": "s", "observer_id": "alice", "target_id": "bob",
+            "search_query": "where does Bob live"}
+    now = await stub.GetContext(context_pb2.GetContextRequest(**base))
+    then = await stub.GetContext(context_pb2.GetContextRequest(**base, as_of=history["then"]))
+
+    # the turns, recent or relevant to the query (a relevant one is not repeated among the recent)
+    assert texts(then) == {"I live in Oslo", "I keep bees"}
+    assert "I moved to Bergen" in texts(now)
+    assert {x.observation_id for x in then.observations} == {history["oslo"], history["bees"]}
+    assert {x.observation_id for x in now.observations} == {history["bees"], history["bergen"]}
+    # the card as it stood, under the configuration in force then (the session turned cards off later)
+    assert (list(then.peer_card), list(now.peer_card)) == (["ATTRIBUTE: lives in Oslo"], [])
+
+
+async def test_list_observations_as_of_shows_the_store_and_each_row_as_they_stood(history):
+    c, then = history["client"], history["then"]
+    past = await c.all_observations("w", "alice", "bob", as_of=then)
+    assert [x.observation_id for x in past] == [history["oslo"], history["bees"]]
+    assert not past[0].HasField("deleted_at") and past[0].delete_reason == ""  # deleted only later
+    now = await c.all_observations("w", "alice", "bob", include_deleted=True)
+    oslo_now = next(x for x in now if x.observation_id == history["oslo"])
+    assert oslo_now.HasField("deleted_at") and oslo_now.delete_reason == "bob moved"
+    early = await c.all_observations("w", "alice", "bob", as_of=timestamp_pb2.Timestamp(seconds=0))
+    assert early == []
+
+
+async def test_search_observations_as_of_searches_the_store_of_then(history):
+    c, then = history["client"], history["then"]
+    past = await c.search_observations("w", "alice", "bob", "Where does Bob live?", as_of=then)
+    now = await c.search_observations("w", "alice", "bob", "Where does Bob live?")
+    assert {r.observation.observation_id for r in past.results} == {history["oslo"], history["bees"]}
+    assert {r.observation.observation_id for r in now.results} == {history["bees"], history["bergen"]}
+
+
+def _grep(pattern: str) -> Reply:
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "grep_messages", "arguments": json.dumps({"pattern": pattern})}}
+    return Reply(tool_calls=[call])
+
+
+async def test_chat_as_of_is_shown_only_the_memory_and_messages_of_then(history, model_server):
+    model_server.script([_grep("Bergen")])
+    model_server.reply_with(lambda req: Reply(content="Oslo"))
+    out = await dialectic_pb2_grpc.DialecticServiceStub(history["chan"]).Chat(d.ChatRequest(
+        workspace_id="w", observer_id="alice", target_id="bob", query="Where does Bob live?", session_id="s",
+        as_of=history["then"]))
+
+    first, second = model_server.chat_requests()
+    prompt = first["messages"][1]["content"]
+    assert f"[obs:{history['oslo']}]" in prompt and f"[msg:{history['oslo_msg']}]" in prompt
+    assert "Bergen" not in prompt
+    assert [m["content"] for m in second["messages"] if m["role"] == "tool"] == ["No messages found."]
+    assert out.answer == "Oslo"
