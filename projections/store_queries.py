@@ -143,6 +143,15 @@ async def observation(conn: AsyncConnection, workspace_id: str, observation_id: 
     return (await conn.execute(stmt)).mappings().first()
 
 
+async def observations_by_id(
+    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]
+) -> dict[str, RowMapping]:
+    """The workspace's observations among `observation_ids`, by id (unknown ids are absent)."""
+    stmt = select(*OBSERVATION_COLUMNS).where(
+        observations.c.workspace_id == workspace_id, observations.c.observation_id.in_(list(observation_ids)))
+    return {row["observation_id"]: row for row in (await conn.execute(stmt)).mappings()}
+
+
 async def list_observations(
     conn: AsyncConnection, where: ObservationFilter, after: tuple[datetime, str] | None,
     limit: int, reverse: bool,

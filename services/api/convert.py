@@ -179,7 +179,8 @@ def search_query(r: observations_pb2.SearchObservationsRequest) -> SearchQuery:
 
 def new_observation(o: observations_pb2.NewObservation) -> NewObservation:
     sources = tuple(Source(message_id=s.message_id, span=s.span) for s in o.sources)
-    return NewObservation(content=o.content, session_id=o.session_id, sources=sources)
+    return NewObservation(content=o.content, session_id=o.session_id, sources=sources,
+                          observation_id=o.observation_id)
 
 
 def observation(view: ObservationView) -> observations_pb2.Observation:

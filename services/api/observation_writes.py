@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 import uuid6
 
-from projections import queries
+from projections import queries, store_queries
 from projections.derivations import current_derivation
 from services.api import idempotency
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.observation_reads import require_observation
 from services.api.writes import commit, require_peers, require_session
-from services.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from services.events import Level, ObservationAdded, ObservationDeleted, Source
 from services.events.requests import KeyedRequest
 from services.events.text import normalise
@@ -25,6 +25,7 @@ class NewObservation:
     content: str
     session_id: str = ""
     sources: tuple[Source, ...] = ()
+    observation_id: str = ""  # the client's; empty: peerlog assigns one
 
 
 def _validate(new: Sequence[NewObservation]) -> None:
@@ -37,6 +38,9 @@ def _validate(new: Sequence[NewObservation]) -> None:
         for j, s in enumerate(o.sources):
             v.check_id(f"observations[{i}].sources[{j}].message_id", s.message_id)
             v.check_no_nul(f"observations[{i}].sources[{j}].span", s.span)
+        if o.observation_id:
+            v.check_id(f"observations[{i}].observation_id", o.observation_id)
+    v.check_distinct("observation_id", [o.observation_id for o in new if o.observation_id])
 
 
 async def _check_sessions(ctx: ApiContext, workspace_id: str, new: Sequence[NewObservation]) -> None:
@@ -70,6 +74,34 @@ async def _check_sources(
                     "quote the message verbatim (case and whitespace may differ) or leave the span empty")
 
 
+def _same(row, sources, observer_id: str, observed_id: str, o: NewObservation) -> bool:
+    """Whether the stored observation `row` (with its `sources`) is `o` sent again to the pair."""
+    stored = tuple(Source(message_id=s["message_id"], span=s["span"]) for s in sources)
+    return (row["observer_id"], row["observed_id"], row["level"], row["content"], row["session_id"] or "",
+            stored) == (observer_id, observed_id, Level.EXPLICIT.value, o.content, o.session_id, o.sources)
+
+
+async def _written_before(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str,
+                          new: Sequence[NewObservation]) -> set[str]:
+    """The client ids in `new` that name the same observation already written (a repeat writes it no
+    more); AlreadyExists for an id a different observation has taken."""
+    ids = [o.observation_id for o in new if o.observation_id]
+    if not ids:
+        return set()
+    async with ctx.engine.connect() as conn:
+        rows = await store_queries.observations_by_id(conn, workspace_id, ids)
+        sources = await store_queries.sources_of(conn, workspace_id, list(rows)) if rows else {}
+    for i, o in enumerate(new):
+        row = rows.get(o.observation_id)
+        if row is not None and not _same(row, sources[o.observation_id], observer_id, observed_id, o):
+            # what the other observation says stays unsaid: it may be in a store the caller cannot read
+            raise AlreadyExists(
+                f"observations[{i}].observation_id {o.observation_id!r} is already used in workspace "
+                f"{workspace_id!r} by a different observation; send a new id, or send that observation "
+                "unchanged (pair, content, session and sources) to get its id back")
+    return set(rows)
+
+
 async def create_observations(
     ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, new: Sequence[NewObservation],
     idempotency_key: str = "",
@@ -87,19 +119,30 @@ async def _append_observations(ctx: ApiContext, workspace_id: str, observer_id: 
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
     await _check_sessions(ctx, workspace_id, new)
     await _check_sources(ctx, workspace_id, observer_id, new)
+    written = await _written_before(ctx, workspace_id, observer_id, observed_id, new)
+    fresh = [o for o in new if o.observation_id not in written]
+    if request is not None and written and fresh:
+        # a key stands for one append of the whole request; part of it written before cannot be in it
+        raise FailedPrecondition(
+            f"observation id(s) {v.listed([repr(i) for i in sorted(written)])} were written by an earlier call, "
+            f"the rest of this request under idempotency key {request.key!r} not: send the new observations "
+            "on their own, or repeat the earlier call under its own key")
     # embedded here and carried in the events, so replaying the log never calls a model
-    vectors = await ctx.embedder.embed([o.content for o in new])
+    vectors = await ctx.embedder.embed([o.content for o in fresh]) if fresh else []
     async with ctx.engine.connect() as conn:  # a client's observations join the store reads serve
         derivation = await current_derivation(conn, workspace_id, observer_id, observed_id)
     events = [
         ObservationAdded(workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id,
-                         derivation=derivation, observation_id=str(uuid6.uuid7()), level=Level.EXPLICIT,
-                         content=o.content, session_id=o.session_id or None, sources=o.sources, embedding=tuple(vector),
-                         embedding_model=ctx.embedder.model_name, producer=ctx.producer, request=request)
-        for o, vector in zip(new, vectors, strict=True)
+                         derivation=derivation, observation_id=o.observation_id or str(uuid6.uuid7()),
+                         level=Level.EXPLICIT, content=o.content, session_id=o.session_id or None, sources=o.sources,
+                         embedding=tuple(vector), embedding_model=ctx.embedder.model_name, producer=ctx.producer,
+                         request=request)
+        for o, vector in zip(fresh, vectors, strict=True)
     ]
-    token = await commit(ctx, events, wait=False)
-    return [e.observation_id for e in events], token
+    # with client ids, answer once readable, so a repeat of this call sees what it wrote
+    token = await commit(ctx, events, wait=any(o.observation_id for o in new))
+    made = iter(e.observation_id for e in events)
+    return [o.observation_id if o.observation_id in written else next(made) for o in new], token
 
 
 async def delete_observation(ctx: ApiContext, workspace_id: str, observation_id: str, reason: str) -> str:

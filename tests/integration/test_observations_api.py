@@ -331,3 +331,30 @@ async def test_the_observation_service_is_served_with_health_and_reflection(chan
     async for reply in stream:
         assert "peerlog.v1.ObservationService" in {s.name for s in reply.list_services_response.service}
         break
+
+
+async def test_an_observation_sent_twice_under_its_client_id_is_written_once_and_a_different_one_is_refused(
+        channel, settings):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    oslo = o.NewObservation(content="Bob lives in Oslo", session_id="s", observation_id="obs-oslo")
+    first = await c.create_observations("w", "alice", "bob", [oslo, "Bob prefers tea"])
+    assert first.observation_ids[0] == "obs-oslo" and first.consistency_token
+    again = await c.create_observations("w", "alice", "bob", [oslo])
+    assert list(again.observation_ids) == ["obs-oslo"]
+
+    bergen = o.NewObservation(content="Bob lives in Bergen", session_id="s", observation_id="obs-oslo")
+    for observer, observed, sent in (("alice", "bob", bergen), ("bob", "alice", oslo)):  # other content, pair
+        await rejected(c.create_observations("w", observer, observed, [sent]), grpc.StatusCode.ALREADY_EXISTS,
+                       "observations[0].observation_id 'obs-oslo' is already used", "different observation",
+                       "send a new id")
+    await rejected(c.create_observations("w", "alice", "bob", [
+        o.NewObservation(content="one", observation_id="twin"), o.NewObservation(content="two", observation_id="twin")]),
+        grpc.StatusCode.INVALID_ARGUMENT, "observation_id")
+    await rejected(c.create_observations("w", "alice", "bob", [o.NewObservation(content="x", observation_id="no spaces")]),
+                   grpc.StatusCode.INVALID_ARGUMENT, "observations[0].observation_id")
+
+    listed = await c.all_observations("w", "alice", "bob", first.consistency_token)
+    assert [x.observation_id for x in listed] == list(first.observation_ids)
+    events = read_events(settings, OBSERVATIONS, lambda evs: len(evs) >= 2, settle=1)
+    assert [e.observation_id for e in events] == list(first.observation_ids)

@@ -159,7 +159,8 @@ def _new_observation(item: str | m.NewObservation) -> ob.NewObservation:
     if isinstance(item, str):
         item = m.NewObservation(item)
     return ob.NewObservation(content=item.content, session_id=item.session_id, sources=[
-        ob.ObservationSource(message_id=s.message_id, span=s.span) for s in item.sources])
+        ob.ObservationSource(message_id=s.message_id, span=s.span) for s in item.sources],
+        observation_id=item.observation_id)
 
 
 def _response_format(schema: str | dict[str, Any] | None) -> dialectic_pb2.ResponseFormat | None:

@@ -53,11 +53,13 @@ class ObservationSource:
 
 @frozen
 class NewObservation:
-    """An explicit observation a client writes itself."""
+    """An explicit observation a client writes itself; `observation_id` is the caller's own id for it (sent
+    again with the same observation, nothing more is written), else the server assigns one."""
 
     content: str
     session_id: str = ""
     sources: tuple[ObservationSource, ...] = ()
+    observation_id: str = ""
 
 
 # ---- workspaces, peers, sessions, messages ----------------------------------------------------------

@@ -161,14 +161,16 @@ class SearchObservationsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[ObservationMatch, _Mapping]]] = ..., embedding_model: _Optional[str] = ...) -> None: ...
 
 class NewObservation(_message.Message):
-    __slots__ = ("content", "session_id", "sources")
+    __slots__ = ("content", "session_id", "sources", "observation_id")
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCES_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     content: str
     session_id: str
     sources: _containers.RepeatedCompositeFieldContainer[ObservationSource]
-    def __init__(self, content: _Optional[str] = ..., session_id: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[ObservationSource, _Mapping]]] = ...) -> None: ...
+    observation_id: str
+    def __init__(self, content: _Optional[str] = ..., session_id: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[ObservationSource, _Mapping]]] = ..., observation_id: _Optional[str] = ...) -> None: ...
 
 class CreateObservationsRequest(_message.Message):
     __slots__ = ("workspace_id", "observer_id", "observed_id", "observations", "idempotency_key")
