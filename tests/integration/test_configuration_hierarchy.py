@@ -83,6 +83,10 @@ async def test_each_level_overrides_the_one_below_in_what_get_effective_configur
     # a later session change leaves what the earlier messages were processed under as it was
     await levels.session("w", "s", summary_short_every=5)
     assert (await levels.effective("w", m=ids[1]))["summary_short_every"] == (3, L.CONFIGURATION_LEVEL_SESSION)
+    # false set at a level is a value, not "unset": it overrides a true below it
+    await levels.workspace("w", observe_others=True, reasoning=False)
+    await levels.session("w", "s", observe_others=False)
+    assert (await levels.effective("w", "s"))["observe_others"] == (False, L.CONFIGURATION_LEVEL_SESSION)
     # each Set replaces its level: the workspace's other settings are gone, the global ones show through
     await levels.workspace("w", reasoning=True)
     assert (await levels.effective("w"))["dialectic_instructions"] == ("", L.CONFIGURATION_LEVEL_GLOBAL)

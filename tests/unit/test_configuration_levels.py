@@ -101,6 +101,25 @@ def test_observe_defaults_apply_where_the_member_does_not_say():
     assert perceived(*events) == [("b", "a", "")]
 
 
+def test_observe_others_false_set_at_a_level_overrides_true_below_it():
+    ws_on = Configuration(observe_others=True)
+    assert perceived(joined("a"), joined("b"), said("a", "x", workspace_configuration=ws_on)) == [
+        ("a", "a", ""), ("b", "a", "")]
+    assert perceived(joined("a"), joined("b"), configured(observe_others=False),
+                     said("a", "x", workspace_configuration=ws_on)) == [("a", "a", "")]
+    assert perceived(joined("a"), joined("b"), configured(observe_others=True),
+                     said("a", "x", configuration=Configuration(observe_others=False))) == [("a", "a", "")]
+    resolved = resolve(G, ws_on, Configuration(observe_others=False)).settings["observe_others"]
+    assert (resolved.value, resolved.level) == (False, ConfigLevel.SESSION)
+
+
+def test_observe_me_false_set_at_a_level_overrides_true_below_it():
+    assert perceived(joined("a"), configured(observe_me=False),
+                     said("a", "x", workspace_configuration=Configuration(observe_me=True))) == []
+    assert perceived(joined("a"), configured(observe_me=True),
+                     said("a", "x", configuration=Configuration(observe_me=False))) == []
+
+
 def test_the_router_hands_the_deriver_the_instructions_in_force():
     out = perceived(joined("a"), configured(deriver_instructions="only food"), said("a", "x"),
                     said("a", "y", configuration=Configuration(deriver_instructions="only pets")))
