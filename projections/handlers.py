@@ -34,6 +34,7 @@ from projections.schema import (
     ACTIVE_EMBEDDING_MODEL,
     memberships,
     message_lexicon,
+    message_origins,
     message_terms,
     messages,
     peers,
@@ -157,12 +158,21 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
                  event_id=e.event_id)
         )
     _copy_in(conn, messages, rows)
+    _record_origins(conn, fresh)
     _set_counts(conn, next_seq)
     messages_configured(conn, seqs)
     keys = [(e.workspace_id, e.message_id) for e in fresh]
     _index_terms(conn, keys)
     _count_lexemes(conn, keys)
     _take_pending_embeddings(conn, keys)
+
+
+def _record_origins(conn: Connection, fresh: Sequence[MessageAppended]) -> None:
+    rows = [dict(workspace_id=e.workspace_id, message_id=e.message_id, origin_workspace_id=e.origin.workspace_id,
+                 origin_session_id=e.origin.session_id, origin_message_id=e.origin.message_id)
+            for e in fresh if e.origin is not None]
+    if rows:
+        conn.execute(insert(message_origins), rows)
 
 
 def messages_embedded(conn: Connection, events: Sequence[MessagesEmbedded]) -> None:

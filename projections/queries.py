@@ -17,6 +17,7 @@ from projections.schema import (
     derivation_batches,
     dreams,
     memberships,
+    message_origins,
     messages,
     peer_cards,
     peers,
@@ -159,10 +160,19 @@ MESSAGE_COLUMNS = [c for c in messages.c if c.name not in ("embedding", "embeddi
 
 
 async def message(conn: AsyncConnection, workspace_id: str, message_id: str) -> RowMapping | None:
-    stmt = select(*MESSAGE_COLUMNS).where(
-        messages.c.workspace_id == workspace_id, messages.c.message_id == message_id
-    )
+    """A message with, if it is a copy, where it was first sent (origin_* columns, else NULL)."""
+    m, o = messages.c, message_origins.c
+    stmt = (select(*MESSAGE_COLUMNS, o.origin_workspace_id, o.origin_session_id, o.origin_message_id)
+            .outerjoin(message_origins, (o.workspace_id == m.workspace_id) & (o.message_id == m.message_id))
+            .where(m.workspace_id == workspace_id, m.message_id == message_id))
     return (await conn.execute(stmt)).mappings().first()
+
+
+async def origins(conn: AsyncConnection, workspace_id: str, message_ids: Sequence[str]) -> dict[str, RowMapping]:
+    """Where each copy among `message_ids` was first sent, by message id (originals are absent)."""
+    o = message_origins.c
+    stmt = select(message_origins).where(o.workspace_id == workspace_id, o.message_id.in_(list(message_ids)))
+    return {r["message_id"]: r for r in (await conn.execute(stmt)).mappings()}
 
 
 @functools.cache

@@ -120,6 +120,18 @@ messages = Table(
     Index("messages_by_peer", "workspace_id", "peer_id", "created_at"),
 )
 
+# CloneSession's copies: where each was first sent (MessageAppended.origin), so a copy of a copy names it too
+message_origins = Table(
+    "message_origins",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("message_id", Text, nullable=False),
+    Column("origin_workspace_id", Text, nullable=False),
+    Column("origin_session_id", Text, nullable=False),
+    Column("origin_message_id", Text, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "message_id"),
+)
+
 # what lexical search scans: each message's `content_tsv` and the columns the search filters on, copied
 # by the projector when it inserts the message. Not the messages table itself: its rows carry the
 # embedding (1.5 of their ~1.7 kB), so a query word held by 8,000 of 50,000 messages meant reading

@@ -104,6 +104,8 @@ RULES: dict[str, dict[str, Rule]] = {
         "ListSessions": _peer_or_workspace("peer_id"),
         "GetSessionSummaries": _session,
         "SearchMessages": _or_seen_by(_session),
+        # reads the source and creates the new session: both sessions' scope
+        "CloneSession": lambda r: [*_session(r), (session(r.workspace_id, r.new_session_id),)],
     },
     "MessageService": {
         "AddMessages": _add_messages,
@@ -140,6 +142,9 @@ RULES: dict[str, dict[str, Rule]] = {
         "GetProvenance": _workspace,
         "GetObservationHistory": _workspace,
         "ListRejectedObservations": _OBSERVER_OR_WORKSPACE,
+    },
+    "EventService": {
+        "Subscribe": _workspace,  # every event of the workspace, whoever it is about
     },
 }
 PACKAGE = "peerlog.v1"

@@ -22,7 +22,7 @@ from projections.queries import StatusScope
 from projections.store_queries import ObservationFilter
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
-from services.api import context_reads
+from services.api import clones, context_reads
 from services.api import validation as v
 from services.api.packing import render_relevant, render_representation
 from services.dialectic import response_format
@@ -136,7 +136,18 @@ def message(row: RowMapping) -> messages_pb2.Message:
         workspace_id=row["workspace_id"], session_id=row["session_id"], message_id=row["message_id"],
         peer_id=row["peer_id"], content=row["content"], created_at=ts(row["created_at"]),
         metadata=struct(row["metadata"]), seq=row["seq"],
+        origin=_origin(row) if row.get("origin_message_id") else None,
     )
+
+
+def clone_request(r: sessions_pb2.CloneSessionRequest) -> clones.CloneRequest:
+    return clones.CloneRequest(workspace_id=r.workspace_id, session_id=r.session_id, new_session_id=r.new_session_id,
+                               up_to_message_id=r.up_to_message_id)
+
+
+def _origin(row: RowMapping) -> messages_pb2.MessageOrigin:
+    return messages_pb2.MessageOrigin(workspace_id=row["origin_workspace_id"], session_id=row["origin_session_id"],
+                                      message_id=row["origin_message_id"])
 
 
 LEVEL_TO_PROTO = {

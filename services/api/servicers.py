@@ -28,6 +28,7 @@ from services.api import (
     audit,
     cards,
     chat,
+    clones,
     configurations,
     context_reads,
     dreams,
@@ -159,6 +160,12 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
 
     async def SearchMessages(self, request, context):
         return await _search_messages(self.ctx, request, c.message_query(request, session_ids=(request.session_id,)))
+
+    async def CloneSession(self, request, context):
+        written, ids = await clones.clone_session(self.ctx, c.clone_request(request))
+        view = await reads.get_session(self.ctx, request.workspace_id, request.new_session_id, "")
+        return sessions_pb2.CloneSessionResponse(session=c.session(view), message_ids=ids,
+                                                 consistency_token=written.token)
 
 
 async def _search_messages(ctx: ApiContext, request, query):

@@ -39,7 +39,7 @@ from services.events.lifecycle import (
     SessionCreated,
     WorkspaceCreated,
 )
-from services.events.messages import EmbeddedMessage, MessageAppended, MessagesEmbedded
+from services.events.messages import EmbeddedMessage, MessageAppended, MessageOrigin, MessagesEmbedded
 from services.events.observations import (
     BatchDerived,
     DerivationDeadLettered,
@@ -108,6 +108,7 @@ __all__ = [
     "MemberJoined",
     "MemberLeft",
     "MessageAppended",
+    "MessageOrigin",
     "MessagesEmbedded",
     "EmbeddedMessage",
     "PeerCardUpdated",

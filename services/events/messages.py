@@ -12,6 +12,16 @@ from services.events.configuration import Configuration
 from services.events.requests import KeyedRequest, keyed_v1_to_v2
 
 
+class MessageOrigin(BaseModel):
+    """Where a copied message was first sent: CloneSession's copies (and copies of copies) name it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workspace_id: str
+    session_id: str
+    message_id: str
+
+
 class MessageAppended(Event):
     """One turn was posted to a session.
 
@@ -20,8 +30,9 @@ class MessageAppended(Event):
     """
 
     key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
-    schema_version_current: ClassVar[int] = 3  # 2: `request`; 3: the configurations
-    upcasters = {1: keyed_v1_to_v2, 2: lambda data: data}  # version 2 had no configuration: none was set
+    schema_version_current: ClassVar[int] = 4  # 2: `request`; 3: the configurations; 4: `origin`
+    # version 2 had no configuration: none was set; version 3 had no origin: none was a copy
+    upcasters = {1: keyed_v1_to_v2, 2: lambda data: data, 3: lambda data: data}
 
     session_id: str
     message_id: str
@@ -37,6 +48,7 @@ class MessageAppended(Event):
     # the workspace level when the message was accepted, stamped (like author_observe_me) so the session
     # processors resolve it in their own log order; the session level comes in order on the same topic
     workspace_configuration: Configuration | None = None
+    origin: MessageOrigin | None = None  # set on a copy (CloneSession): the message it was first sent as
 
 
 class EmbeddedMessage(BaseModel):

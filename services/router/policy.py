@@ -92,8 +92,8 @@ def previous_turn(state: SessionState, author: str) -> Turn | None:
 
 def decide(state: SessionState, event: Event, producer: ProducerInfo, global_: Configuration) -> list[Event]:
     """The MessagePerceived events one session event causes (only messages cause any)."""
-    if not isinstance(event, MessageAppended):
-        return []
+    if not isinstance(event, MessageAppended) or event.origin is not None:
+        return []  # a copy (CloneSession) was perceived where it was first sent: again would derive it twice
     config = configuration(state, event, global_)
     context = previous_turn(state, event.peer_id)
     return [

@@ -45,7 +45,7 @@ EXPECTED_NARROW = {
     "PeerService.GetPeerCard": "P", "PeerService.SetPeerCard": "P", "PeerService.SearchMessages": "P",
     "SessionService.GetOrCreateSession": "S", "SessionService.AddMembers": "S", "SessionService.RemoveMembers": "S",
     "SessionService.GetSession": "S", "SessionService.ListSessions": "P", "SessionService.GetSessionSummaries": "S",
-    "SessionService.SearchMessages": "PS",
+    "SessionService.SearchMessages": "PS", "SessionService.CloneSession": "",
     "MessageService.AddMessages": "PS", "MessageService.ListMessages": "S", "MessageService.GetMessage": "",
     "ObservationService.ListObservations": "P", "ObservationService.GetObservation": "",
     "ObservationService.SearchObservations": "P", "ObservationService.CreateObservations": "P",
@@ -106,6 +106,8 @@ def requests(ids: dict, tag: str) -> dict:
         "SessionService.GetSessionSummaries": sessions_pb2.GetSessionSummariesRequest(workspace_id=w, session_id="s1"),
         "SessionService.SearchMessages": sessions_pb2.SearchSessionMessagesRequest(
             workspace_id=w, session_id="s1", query="tea", perspective_peer_id="alice"),
+        "SessionService.CloneSession": sessions_pb2.CloneSessionRequest(  # a new session per cell, named by it
+            workspace_id=w, session_id="s1", new_session_id=tag.replace(".", "_")),
         "MessageService.AddMessages": messages_pb2.AddMessagesRequest(workspace_id=w, session_id="s1", messages=[
             messages_pb2.NewMessage(peer_id="alice", content=f"more tea please {tag}")]),
         "MessageService.ListMessages": messages_pb2.ListMessagesRequest(workspace_id=w, session_id="s1"),
@@ -260,7 +262,7 @@ async def test_every_rpc_under_every_token_matches_the_table_and_denied_calls_le
     broken = {cell: out.details() for cell, out in got.items()
               if not isinstance(out, grpc.StatusCode) and out.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)}
     assert not broken
-    assert len(cells) == 38 * 10  # every RPC under every kind of token
+    assert len(cells) == 39 * 10  # every RPC under every kind of token
     # the refusals name the scope they need
     assert "peer:w/alice" in got["DialecticService.Chat", "session"].details()
     assert "session:w/s1" in got["MessageService.ListMessages", "peer"].details()

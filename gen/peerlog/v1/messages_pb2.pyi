@@ -29,7 +29,7 @@ class NewMessage(_message.Message):
     def __init__(self, peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_id: _Optional[str] = ..., configuration: _Optional[_Union[_configuration_pb2.Configuration, _Mapping]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("workspace_id", "session_id", "message_id", "peer_id", "content", "created_at", "metadata", "seq")
+    __slots__ = ("workspace_id", "session_id", "message_id", "peer_id", "content", "created_at", "metadata", "seq", "origin")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class Message(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     session_id: str
     message_id: str
@@ -46,7 +47,18 @@ class Message(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     metadata: _struct_pb2.Struct
     seq: int
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., seq: _Optional[int] = ...) -> None: ...
+    origin: MessageOrigin
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., seq: _Optional[int] = ..., origin: _Optional[_Union[MessageOrigin, _Mapping]] = ...) -> None: ...
+
+class MessageOrigin(_message.Message):
+    __slots__ = ("workspace_id", "session_id", "message_id")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    session_id: str
+    message_id: str
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
 
 class AddMessagesRequest(_message.Message):
     __slots__ = ("workspace_id", "session_id", "messages", "idempotency_key")

@@ -13,6 +13,28 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CloneSessionRequest(_message.Message):
+    __slots__ = ("workspace_id", "session_id", "new_session_id", "up_to_message_id")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NEW_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    UP_TO_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    session_id: str
+    new_session_id: str
+    up_to_message_id: str
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., new_session_id: _Optional[str] = ..., up_to_message_id: _Optional[str] = ...) -> None: ...
+
+class CloneSessionResponse(_message.Message):
+    __slots__ = ("session", "message_ids", "consistency_token")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    consistency_token: str
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., message_ids: _Optional[_Iterable[str]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
+
 class MemberSpec(_message.Message):
     __slots__ = ("peer_id", "observe_me", "observe_others")
     PEER_ID_FIELD_NUMBER: _ClassVar[int]

@@ -72,6 +72,11 @@ class SessionServiceStub:
                 request_serializer=peerlog_dot_v1_dot_sessions__pb2.SearchSessionMessagesRequest.SerializeToString,
                 response_deserializer=peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.FromString,
                 _registered_method=True)
+        self.CloneSession = channel.unary_unary(
+                '/peerlog.v1.SessionService/CloneSession',
+                request_serializer=peerlog_dot_v1_dot_sessions__pb2.CloneSessionRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_sessions__pb2.CloneSessionResponse.FromString,
+                _registered_method=True)
 
 
 class SessionServiceServicer:
@@ -131,6 +136,19 @@ class SessionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CloneSession(self, request, context):
+        """Copies a session's messages, in order, into a new session of the same workspace, with the
+        source's current members joined before them. Each copy is a MessageAppended event naming its
+        origin (Message.origin: where it was first sent, also for a copy of a copy); copies are not
+        perceived again, so nothing is derived from them twice, and derived knowledge (observations,
+        cards, summaries) is not copied. Answers once the new session is readable. NOT_FOUND for an
+        unknown session or `up_to_message_id`; ALREADY_EXISTS if `new_session_id` exists;
+        FAILED_PRECONDITION for a source over 10,000 messages (clone up to a message instead).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -168,6 +186,11 @@ def add_SessionServiceServicer_to_server(servicer, server):
                     servicer.SearchMessages,
                     request_deserializer=peerlog_dot_v1_dot_sessions__pb2.SearchSessionMessagesRequest.FromString,
                     response_serializer=peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.SerializeToString,
+            ),
+            'CloneSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloneSession,
+                    request_deserializer=peerlog_dot_v1_dot_sessions__pb2.CloneSessionRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_sessions__pb2.CloneSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -361,6 +384,33 @@ class SessionService:
             '/peerlog.v1.SessionService/SearchMessages',
             peerlog_dot_v1_dot_sessions__pb2.SearchSessionMessagesRequest.SerializeToString,
             peerlog_dot_v1_dot_messages__pb2.SearchMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloneSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peerlog.v1.SessionService/CloneSession',
+            peerlog_dot_v1_dot_sessions__pb2.CloneSessionRequest.SerializeToString,
+            peerlog_dot_v1_dot_sessions__pb2.CloneSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
