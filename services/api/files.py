@@ -1,0 +1,122 @@
+"""UploadFile's pure part: a file's bytes to its text (text, Markdown, JSON or PDF), refused with a clear
+reason when it is not usable, then split into message-sized chunks on paragraph and sentence boundaries."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from enum import StrEnum
+
+from pypdf import PdfReader
+from pypdf.errors import PyPdfError
+
+from services.errors import InvalidArgument
+
+MAX_FILE_BYTES = 32 * 1024 * 1024
+MAX_CHUNK_CHARS = 25_000  # a message's limit (AddMessages)
+_PARAGRAPHS = re.compile(r"\n[ \t]*\n+")
+# after a sentence's closing mark (and any closing quote or bracket), before the next one's start
+_SENTENCES = re.compile(r"(?<=[.!?…])[\"')\]]*\s+")
+
+
+class FileKind(StrEnum):
+    TEXT = "text"
+    MARKDOWN = "markdown"
+    JSON = "json"
+    PDF = "pdf"
+
+
+_BY_SUFFIX = {".txt": FileKind.TEXT, ".text": FileKind.TEXT, ".md": FileKind.MARKDOWN,
+              ".markdown": FileKind.MARKDOWN, ".json": FileKind.JSON, ".pdf": FileKind.PDF}
+
+
+def kind_of(file_name: str, head: bytes) -> FileKind:
+    """By the name's suffix; a name without a known one is a PDF if it starts like one, else text."""
+    suffix = file_name[file_name.rfind("."):].lower() if "." in file_name else ""
+    if suffix in _BY_SUFFIX:
+        return _BY_SUFFIX[suffix]
+    return FileKind.PDF if head.startswith(b"%PDF-") else FileKind.TEXT
+
+
+def check_size(size: int) -> None:
+    if size > MAX_FILE_BYTES:
+        raise InvalidArgument(f"the file is too big: over {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+
+
+def _decoded(data: bytes, file_name: str) -> str:
+    # a NUL never occurs in text; a binary file (an image, an archive) almost always has one
+    if b"\x00" in data:
+        raise InvalidArgument(f"{file_name!r} is not text (it holds binary data); send text, Markdown, JSON or PDF")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"{file_name!r} is not UTF-8 text (byte {exc.start} cannot be decoded)") from None
+
+
+def _pdf_text(data: bytes, file_name: str) -> str:
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise InvalidArgument(f"{file_name!r} is an encrypted PDF; send it without a password")
+        return "\n\n".join((page.extract_text() or "").strip() for page in reader.pages)
+    except (PyPdfError, ValueError, KeyError, TypeError) as exc:  # pypdf's errors on a damaged file
+        raise InvalidArgument(f"{file_name!r} is not a readable PDF: {exc}"[:500]) from None
+
+
+def text_of(data: bytes, file_name: str) -> str:
+    """The file's text; InvalidArgument when it is not text, not valid JSON, an encrypted or broken PDF,
+    or holds no text."""
+    kind = kind_of(file_name, data[:5])
+    text = _pdf_text(data, file_name) if kind is FileKind.PDF else _decoded(data, file_name)
+    if kind is FileKind.JSON:
+        try:
+            json.loads(text)
+        except ValueError as exc:
+            raise InvalidArgument(f"{file_name!r} is not valid JSON: {exc}") from None
+    if not text.strip():
+        raise InvalidArgument(f"{file_name!r} is empty: it holds no text")
+    return text
+
+
+def _pieces(text: str, limit: int) -> list[str]:
+    """A paragraph too long for one chunk: its sentences, and a sentence still too long cut at the last
+    space before the limit (or at the limit, for text without spaces)."""
+    out = []
+    for sentence in _SENTENCES.split(text):
+        while len(sentence) > limit:
+            cut = sentence.rfind(" ", 0, limit + 1)
+            cut = cut if cut > 0 else limit
+            out.append(sentence[:cut].strip())
+            sentence = sentence[cut:].strip()
+        if sentence:
+            out.append(sentence)
+    return out
+
+
+def _packed(pieces: list[str], joiner: str, limit: int) -> list[str]:
+    """Consecutive pieces joined into chunks of at most `limit` characters, greedily, in order."""
+    chunks, current = [], ""
+    for piece in pieces:
+        joined = f"{current}{joiner}{piece}" if current else piece
+        if len(joined) <= limit:
+            current = joined
+        else:
+            chunks.append(current)
+            current = piece
+    return [*chunks, current] if current else chunks
+
+
+def split(text: str, limit: int = MAX_CHUNK_CHARS) -> list[str]:
+    """The text as chunks of at most `limit` characters, in order: whole paragraphs where they fit,
+    else whole sentences."""
+    pieces = []
+    for paragraph in _PARAGRAPHS.split(text.replace("\r\n", "\n")):
+        paragraph = paragraph.strip()
+        if not paragraph:
+            continue
+        if len(paragraph) <= limit:
+            pieces.append(paragraph)
+        else:  # its sentences are packed on their own, so a chunk never mixes two paragraphs' halves
+            pieces += _packed(_pieces(paragraph, limit), " ", limit)
+    return _packed(pieces, "\n\n", limit)

@@ -1,0 +1,84 @@
+"""UploadFile's pure part: which files are refused and why, the text of each kind, and how it is split."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from pypdf import PdfWriter
+from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+from services.api.files import MAX_FILE_BYTES, check_size, split, text_of
+from services.errors import InvalidArgument
+
+
+def pdf(pages: list[str], password: str | None = None) -> bytes:
+    """A PDF with one page per text (each line drawn in Helvetica), encrypted with AES when given a password."""
+    writer = PdfWriter()
+    font = writer._add_object(DictionaryObject({  # pypdf has no public call for a bare font object
+        NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+        NameObject("/BaseFont"): NameObject("/Helvetica")}))
+    for text in pages:
+        page = writer.add_blank_page(612, 792)
+        page[NameObject("/Resources")] = DictionaryObject(
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+        stream = DecodedStreamObject()
+        lines = "".join(f"({line}) Tj 0 -14 Td " for line in text.split("\n"))
+        stream.set_data(f"BT /F1 12 Tf 72 720 Td {lines}ET".encode())
+        page[NameObject("/Contents")] = writer._add_object(stream)
+    if password:
+        writer.encrypt(password, algorithm="AES-128")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def test_text_markdown_json_and_pdf_give_their_text():
+    assert text_of("# Notes\n\nBob keeps bees.".encode(), "notes.md") == "# Notes\n\nBob keeps bees."
+    assert text_of(b"\xef\xbb\xbfplain", "a.txt") == "plain"  # a byte-order mark is not text
+    assert json.loads(text_of(b'{"bees": 2}', "hives.json")) == {"bees": 2}
+    text = text_of(pdf(["Bob keeps bees.", "He lives in Oslo."]), "bob.pdf")
+    assert "Bob keeps bees." in text and "He lives in Oslo." in text
+    assert "Bob" in text_of(pdf(["Bob"]), "no-suffix")  # told by its first bytes
+
+
+@pytest.mark.parametrize("data,name,reason", [
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "photo.png", "is not text"),
+    (b"caf\xe9", "latin1.txt", "is not UTF-8 text"),
+    (b'{"bees": ', "broken.json", "is not valid JSON"),
+    (pdf(["secret"], password="pw"), "locked.pdf", "is an encrypted PDF"),
+    (b"%PDF-1.7 nothing else", "broken.pdf", "is not a readable PDF"),
+    (b"  \n\n \t", "blank.txt", "is empty"),
+    (pdf([""]), "blank.pdf", "is empty"),
+])
+def test_an_unusable_file_is_refused_with_its_reason(data, name, reason):
+    with pytest.raises(InvalidArgument, match=reason):
+        text_of(data, name)
+
+
+def test_a_file_over_32_mib_is_too_big():
+    check_size(MAX_FILE_BYTES)
+    with pytest.raises(InvalidArgument, match="too big: over 32 MiB"):
+        check_size(MAX_FILE_BYTES + 1)
+
+
+def test_paragraphs_are_packed_whole_into_chunks_up_to_the_limit():
+    text = "one one.\n\ntwo two.\r\n\r\nthree three."
+    assert split(text, limit=20) == ["one one.\n\ntwo two.", "three three."]
+    assert split(text) == ["one one.\n\ntwo two.\n\nthree three."]
+
+
+def test_a_paragraph_over_the_limit_is_split_between_sentences_and_a_sentence_over_it_between_words():
+    long = "First sentence here. Second one is here! Third? " + "word " * 12
+    chunks = split(long, limit=45)
+    assert chunks[:2] == ["First sentence here. Second one is here!", "Third?"]
+    assert all(len(c) <= 45 for c in chunks) and " ".join(chunks).split() == long.split()
+    assert split("x" * 50, limit=20) == ["x" * 20, "x" * 20, "x" * 10]
+
+
+def test_chunks_never_exceed_25000_characters_and_keep_every_word_in_order():
+    text = "\n\n".join(f"Paragraph {i}. " + "A sentence of some length. " * 400 for i in range(20))
+    chunks = split(text)
+    assert all(len(c) <= 25_000 for c in chunks) and len(chunks) > 1
+    assert " ".join(chunks).split() == text.split()
