@@ -20,9 +20,12 @@ from peerlog.v1 import sessions_pb2
 from peerlog_client import (
     AlreadyExists,
     AsyncPeerlog,
+    Configuration,
+    EffectiveConfiguration,
     FailedPrecondition,
     InvalidArgument,
     MemberSpec,
+    NewMessage,
     NewObservation,
     NotFound,
     ObservationSource,
@@ -371,3 +374,37 @@ def test_the_readme_example_runs(api, token, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "Bees in Lisbon! How are they doing?" in out and "explicit Alice keeps bees" in out
     assert "not found: session 'no-such-chat'" in out
+
+
+def test_configuration_levels_are_set_and_read_back_as_typed_values(peerlog):
+    ws, alice, bot, chat = conversation(peerlog)
+    assert ws.set_configuration(Configuration(observe_others=True, summary_short_every=7)).consistency_token
+    chat.set_configuration(Configuration(observe_others=False, deriver_instructions="food only"))
+    added = chat.add_messages([NewMessage("alice", "hi", configuration=Configuration(summary_short_every=2))])
+
+    session = chat.configuration()
+    assert isinstance(session, EffectiveConfiguration)
+    assert (session.values.observe_others, session.levels["observe_others"]) == (False, "session")
+    assert (session.values.summary_short_every, session.levels["summary_short_every"]) == (7, "workspace")
+    assert (session.values.reasoning, session.levels["reasoning"]) == (True, "global")
+    message = ws.message_configuration(added.message_ids[0])
+    assert (message.values.summary_short_every, message.levels["summary_short_every"]) == (2, "message")
+    assert message.values.deriver_instructions == "food only"
+    assert ws.configuration(as_of=datetime(2000, 1, 1, tzinfo=UTC)).levels["observe_others"] == "global"
+
+
+def test_the_async_client_sets_and_reads_configuration_levels(api, token):
+    async def scenario() -> None:
+        async with AsyncPeerlog(api.address, token=token, timeout=20) as peerlog:
+            ws = await peerlog.workspace("acme")
+            chat = await ws.session("s1", members=[await ws.peer("alice")])
+            await ws.set_configuration(Configuration(dreams=False))
+            await chat.set_configuration(Configuration(dreams=True, dream_threshold=5))
+            session = await chat.configuration()
+            assert (session.values.dreams, session.levels["dreams"]) == (True, "session")
+            assert (session.values.dream_threshold, session.levels["dream_threshold"]) == (5, "session")
+            assert (await ws.configuration()).levels["dreams"] == "workspace"
+            await ws.set_configuration(Configuration())  # a level set empty inherits everything again
+            assert set((await ws.configuration()).levels.values()) == {"global"}
+
+    asyncio.run(scenario())

@@ -33,11 +33,18 @@ from peerlog_client.errors import (
     Unimplemented,
     Unknown,
 )
-from peerlog_client.models import MemberSpec, NewMessage, NewObservation, ObservationSource
+from peerlog_client.models import (
+    Configuration,
+    EffectiveConfiguration,
+    MemberSpec,
+    NewMessage,
+    NewObservation,
+    ObservationSource,
+)
 
 __all__ = [
     "Aborted", "AlreadyExists", "AsyncPeer", "AsyncPeerlog", "AsyncSession", "AsyncWorkspace", "Cancelled",
-    "DataLoss", "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument", "MemberSpec",
+    "Configuration", "DataLoss", "EffectiveConfiguration", "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument", "MemberSpec",
     "NewMessage", "NewObservation", "NotFound", "ObservationSource", "OutOfRange", "Peer", "PeerlogError",
     "Peerlog", "PermissionDenied", "ResourceExhausted", "RetryPolicy", "Session", "Unauthenticated",
     "Unavailable", "Unimplemented", "Unknown", "Workspace",

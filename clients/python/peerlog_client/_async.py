@@ -19,12 +19,14 @@ from peerlog_client import models as m
 from peerlog_client._core import Call, CallContext, RetryPolicy
 from peerlog_client._gen.peerlog.v1 import audit_pb2 as au
 from peerlog_client._gen.peerlog.v1 import common_pb2, context_pb2, dialectic_pb2, dreams_pb2
+from peerlog_client._gen.peerlog.v1 import configuration_pb2 as cf
 from peerlog_client._gen.peerlog.v1 import messages_pb2 as ms
 from peerlog_client._gen.peerlog.v1 import observations_pb2 as ob
 from peerlog_client._gen.peerlog.v1 import peers_pb2 as pe
 from peerlog_client._gen.peerlog.v1 import sessions_pb2 as se
 from peerlog_client._gen.peerlog.v1 import workspaces_pb2 as wo
 from peerlog_client._gen.peerlog.v1.audit_pb2_grpc import AuditServiceStub
+from peerlog_client._gen.peerlog.v1.configuration_pb2_grpc import ConfigurationServiceStub
 from peerlog_client._gen.peerlog.v1.context_pb2_grpc import ContextServiceStub
 from peerlog_client._gen.peerlog.v1.dialectic_pb2_grpc import DialecticServiceStub
 from peerlog_client._gen.peerlog.v1.dreams_pb2_grpc import DreamServiceStub
@@ -151,7 +153,20 @@ def _new_message(turn: m.NewMessage | tuple[Any, str]) -> ms.NewMessage:
     if not isinstance(turn, m.NewMessage):
         turn = m.NewMessage(c.id_of(turn[0]), turn[1])
     return ms.NewMessage(peer_id=turn.peer_id, content=turn.content, created_at=c.timestamp(turn.created_at),
-                         metadata=c.struct(turn.metadata), message_id=turn.message_id)
+                         metadata=c.struct(turn.metadata), message_id=turn.message_id,
+                         configuration=c.configuration(turn.configuration, cf.Configuration))
+
+
+def _set_configuration(method: str, request: Any, configuration: m.Configuration) -> Call[m.Written]:
+    request.configuration.CopyFrom(c.configuration(configuration, cf.Configuration))
+    return Call(ConfigurationServiceStub, method, request, c.to_model)
+
+
+def _effective(workspace_id: str, session_id: str = "", message_id: str = "",
+               as_of: datetime | None = None) -> Call[m.EffectiveConfiguration]:
+    return Call(ConfigurationServiceStub, "GetEffectiveConfiguration", cf.GetEffectiveConfigurationRequest(
+        workspace_id=workspace_id, session_id=session_id, message_id=message_id, as_of=c.timestamp(as_of)),
+        c.effective_configuration)
 
 
 def _new_observation(item: str | m.NewObservation) -> ob.NewObservation:
@@ -286,6 +301,20 @@ class AsyncWorkspace(_AsyncHandle):
         """Every session of the workspace by id, or only those `peer` has ever been a member of."""
         return self._t.pages(lambda token: Call(SessionServiceStub, "ListSessions", se.ListSessionsRequest(
             workspace_id=self.id, peer_id=c.id_of(peer), page=_page(page_size, token)), c.page_of("sessions")))
+
+    async def set_configuration(self, configuration: m.Configuration) -> m.Written:
+        """Set the workspace level of the configuration (replacing it whole); applies to the messages
+        accepted after the reply."""
+        return await self._t.unary(_set_configuration("SetWorkspaceConfiguration", cf.SetWorkspaceConfigurationRequest(
+            workspace_id=self.id), configuration))
+
+    async def configuration(self, *, as_of: datetime | None = None) -> m.EffectiveConfiguration:
+        """The settings in force for the workspace (at `as_of`; None: now) and the level of each."""
+        return await self._t.unary(_effective(self.id, as_of=as_of))
+
+    async def message_configuration(self, message_id: str) -> m.EffectiveConfiguration:
+        """The settings one message was processed under and the level of each."""
+        return await self._t.unary(_effective(self.id, message_id=message_id))
 
     async def search(
         self, query: str, *, sessions: Iterable[str | AsyncSession] = (),
@@ -496,6 +525,16 @@ class AsyncSession(_AsyncHandle):
         return await self._t.unary(Call(MessageServiceStub, "AddMessages", ms.AddMessagesRequest(
             workspace_id=self.workspace_id, session_id=self.id, messages=[_new_message(x) for x in messages],
             idempotency_key=idempotency_key), c.to_model))
+
+    async def set_configuration(self, configuration: m.Configuration) -> m.Written:
+        """Set the session level of the configuration (replacing it whole); applies to the session's
+        messages accepted after the reply."""
+        return await self._t.unary(_set_configuration("SetSessionConfiguration", cf.SetSessionConfigurationRequest(
+            workspace_id=self.workspace_id, session_id=self.id), configuration))
+
+    async def configuration(self, *, as_of: datetime | None = None) -> m.EffectiveConfiguration:
+        """The settings in force for the session (at `as_of`; None: now) and the level of each."""
+        return await self._t.unary(_effective(self.workspace_id, self.id, as_of=as_of))
 
     def messages(self, *, reverse: bool = False, page_size: int = 0) -> AsyncIterator[m.Message]:
         """Every message of the session in order (reverse: newest first)."""

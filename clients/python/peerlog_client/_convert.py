@@ -34,6 +34,7 @@ MODEL_OF: dict[str, type] = {
         "GetProcessingStatusResponse": m.ProcessingStatus, "SourceMessage": m.SourceMessage,
         "ProvenanceNode": m.ProvenanceNode, "GetProvenanceResponse": m.Provenance, "Producer": m.Producer,
         "HistoryEntry": m.HistoryEntry, "RejectedObservation": m.RejectedObservation,
+        "Configuration": m.Configuration, "SetConfigurationResponse": m.Written,
     }.items()
 }
 _TIMESTAMP, _STRUCT = "google.protobuf.Timestamp", "google.protobuf.Struct"
@@ -58,6 +59,13 @@ def page_of(name: str):
 def items_of(name: str):
     """A converter from a response to the tuple of its `name` items."""
     return lambda message: tuple(to_model(x) for x in getattr(message, name))
+
+
+def effective_configuration(message: Proto) -> m.EffectiveConfiguration:
+    """An EffectiveConfiguration reply as typed values (its levels map by setting name)."""
+    level = message.DESCRIPTOR.fields_by_name["levels"].message_type.fields_by_name["value"].enum_type
+    return m.EffectiveConfiguration(values=to_model(message.values), levels={
+        name: _enum_name(level.values_by_number[number].name, level.name) for name, number in message.levels.items()})
 
 
 def with_assistant(context: m.Context, assistant_peer_id: str) -> m.Context:
@@ -126,6 +134,14 @@ def timestamp(when: datetime | None) -> timestamp_pb2.Timestamp | None:
     out = timestamp_pb2.Timestamp()
     out.FromDatetime(when if when.tzinfo else when.replace(tzinfo=UTC))
     return out
+
+
+def configuration(level: m.Configuration | None, proto: type) -> Any:
+    """The `proto` Configuration message of a level (its None settings left unset); None stays unset."""
+    if level is None:
+        return None
+    return proto(**{f.name: getattr(level, f.name) for f in dataclasses.fields(level)
+                    if getattr(level, f.name) is not None})
 
 
 def struct(data: Mapping[str, Any] | None) -> struct_pb2.Struct | None:

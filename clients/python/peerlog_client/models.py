@@ -17,10 +17,29 @@ from peerlog_client import render
 T = TypeVar("T")
 Level = Literal["minimal", "low", "medium", "high", "max"]
 ObservationLevel = Literal["explicit", "deductive", "inductive", "contradiction"]
+ConfigurationLevel = Literal["global", "workspace", "session", "message"]
 frozen = dataclass(frozen=True, slots=True)
 
 
 # ---- what calls take --------------------------------------------------------------------------------
+
+@frozen
+class Configuration:
+    """The reasoning settings of one level (workspace, session or message); None inherits from the level
+    below. Setting a level replaces its whole configuration: name every setting to keep."""
+
+    reasoning: bool | None = None  # derive observations and summaries at all
+    observe_me: bool | None = None  # a peer's own messages build its self-model (where neither says)
+    observe_others: bool | None = None  # members model the other members (where the member did not ask)
+    summaries: bool | None = None
+    summary_short_every: int | None = None  # messages between short summaries (>= 1)
+    summary_long_every: int | None = None  # messages between long summaries (>= 1)
+    dreams: bool | None = None
+    dream_threshold: int | None = None  # new explicit observations that make a dream due (>= 1)
+    peer_card: bool | None = None
+    deriver_instructions: str | None = None  # added to the deriver's prompt (<= 2,000 characters)
+    dialectic_instructions: str | None = None  # added to the dialectic's prompt (<= 2,000 characters)
+
 
 @frozen
 class NewMessage:
@@ -32,6 +51,7 @@ class NewMessage:
     created_at: datetime | None = None
     metadata: dict[str, Any] | None = None
     message_id: str = ""
+    configuration: Configuration | None = None  # the message level of the configuration
 
 
 @frozen
@@ -364,6 +384,14 @@ class Written:
     """A write that returns nothing but its log position."""
 
     consistency_token: str
+
+
+@frozen
+class EffectiveConfiguration:
+    """Every setting's value in force (`values`, all set) and the level it came from, by setting name."""
+
+    values: Configuration
+    levels: dict[str, ConfigurationLevel]
 
 
 @frozen
