@@ -24,6 +24,8 @@ from peerlog.v1 import (
     dreams_pb2_grpc,
     dialectic_pb2,
     dialectic_pb2_grpc,
+    events_pb2,
+    events_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -41,6 +43,7 @@ from services.api.auth import AuthInterceptor
 from services.api.context import ApiContext
 from services.api.cursors import PageCursors
 from services.api.errors import ErrorInterceptor
+from services.api.event_servicers import EventServicer
 from services.api.freshness import Freshness
 from services.api.health import HealthMonitor, database_reachable
 from services.api.telemetry import TelemetryInterceptor
@@ -81,6 +84,7 @@ SERVICE_NAMES = (
     dreams_pb2.DESCRIPTOR.services_by_name["DreamService"].full_name,
     audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
     configuration_pb2.DESCRIPTOR.services_by_name["ConfigurationService"].full_name,
+    events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
 )
 
 
@@ -118,6 +122,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> health.aio.HealthServ
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(ctx), server)
     dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(DialecticServicer(ctx), server)
     configuration_pb2_grpc.add_ConfigurationServiceServicer_to_server(ConfigurationServicer(ctx), server)
+    events_pb2_grpc.add_EventServiceServicer_to_server(EventServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server)

@@ -52,6 +52,11 @@ class EventLog:
         self._executor = ThreadPoolExecutor(settings.producer_pool_size, thread_name_prefix="append")
         metrics.known(client_id)
 
+    @property
+    def kafka(self) -> KafkaSettings:
+        """Where this log lives (readers of the same log, e.g. Subscribe, open their own consumers)."""
+        return self._settings
+
     def start(self) -> None:
         for serial in range(1, self._settings.producer_pool_size + 1):
             slot = _Slot(f"{self._client_id}-{self._instance}-{serial}")

@@ -22,7 +22,7 @@ from google.protobuf import struct_pb2
 
 from peerlog.v1 import (
     audit_pb2, common_pb2, configuration_pb2, context_pb2, context_pb2_grpc, dialectic_pb2, dialectic_pb2_grpc,
-    dreams_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2,
+    dreams_pb2, events_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2,
 )
 from services.api.access import RULES
 from services.api.channels import aio_channel
@@ -57,6 +57,7 @@ EXPECTED_NARROW = {
     "AuditService.ListRejectedObservations": "P",
     "ConfigurationService.SetWorkspaceConfiguration": "", "ConfigurationService.SetSessionConfiguration": "S",
     "ConfigurationService.GetEffectiveConfiguration": "S",
+    "EventService.Subscribe": "",
 }  # "*": the wrong tokens too (ListWorkspaces answers every valid token, with what it may see)
 
 
@@ -142,6 +143,7 @@ def requests(ids: dict, tag: str) -> dict:
             configuration=configuration_pb2.Configuration(dialectic_instructions=f"be kind {tag}")),
         "ConfigurationService.GetEffectiveConfiguration": configuration_pb2.GetEffectiveConfigurationRequest(
             workspace_id=w, session_id="s1"),
+        "EventService.Subscribe": events_pb2.SubscribeRequest(workspace_id=w),
     }
 
 
@@ -169,6 +171,11 @@ async def call(channel: grpc.aio.Channel, rpc: str, request) -> grpc.StatusCode:
             async for _ in channel.unary_stream(path, request_serializer=lambda m: m.SerializeToString())(
                     request, timeout=30):
                 pass
+        elif name == "Subscribe":  # never ends by itself: allowed once it delivers w's first event
+            stream = channel.unary_stream(path, request_serializer=lambda m: m.SerializeToString())(request, timeout=30)
+            async for _ in stream:
+                stream.cancel()
+                break
         else:
             await channel.unary_unary(path, request_serializer=lambda m: m.SerializeToString())(request, timeout=30)
     except grpc.aio.AioRpcError as err:
@@ -262,7 +269,7 @@ async def test_every_rpc_under_every_token_matches_the_table_and_denied_calls_le
     broken = {cell: out.details() for cell, out in got.items()
               if not isinstance(out, grpc.StatusCode) and out.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)}
     assert not broken
-    assert len(cells) == 39 * 10  # every RPC under every kind of token
+    assert len(cells) == 40 * 10  # every RPC under every kind of token
     # the refusals name the scope they need
     assert "peer:w/alice" in got["DialecticService.Chat", "session"].details()
     assert "session:w/s1" in got["MessageService.ListMessages", "peer"].details()

@@ -1,0 +1,93 @@
+"""Subscribe over real Kafka and Postgres: one workspace's events of the chosen types in log order, and a
+stream cut off and resumed from the last cursor it delivered misses nothing, including what was written
+while it was away."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import grpc
+import pytest
+
+from peerlog.v1 import events_pb2, events_pb2_grpc
+from services.events import MessageAppended
+from tests.support.client import Client
+from tests.support.rpc import rejected
+
+
+async def take(stub, n: int, timeout: float = 30.0, until=None, **request) -> list[events_pb2.SubscribedEvent]:
+    """The first n events of a fresh stream (or the first for which `until` holds), then it is cancelled."""
+    call = stub.Subscribe(events_pb2.SubscribeRequest(**request))
+    got = []
+    until = until or (lambda seen: len(seen) == n)
+    try:
+        async with asyncio.timeout(timeout):
+            async for event in call:
+                got.append(event)
+                if until(got):
+                    break
+    finally:
+        call.cancel()
+    return got
+
+
+def contents(events) -> list[str]:
+    return [json.loads(e.json)["content"] for e in events]
+
+
+def contents_of(events) -> list[str]:
+    return contents(e for e in events if e.type == "MessageAppended")
+
+
+@pytest.fixture
+async def conversation(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    await c.setup_conversation("elsewhere", "s", peers=("alice", "bob"))
+    await c.add("elsewhere", "s", [("alice", "not yours")])
+    await c.add("w", "s", [("alice", "one"), ("bob", "two")])
+    await c.add("w", "s", [("alice", "three")])
+    return c, events_pb2_grpc.EventServiceStub(channel)
+
+
+async def test_a_subscription_delivers_its_workspace_events_of_the_chosen_types_in_log_order(conversation):
+    _, stub = conversation
+    events = await take(stub, 3, workspace_id="w", event_types=["MessageAppended"])
+    assert contents(events) == ["one", "two", "three"]
+    assert {(e.type, e.schema_version, e.key) for e in events} == {("MessageAppended", MessageAppended.schema_version_current, "w/s")}
+    offsets = [e.position.offset for e in events]
+    assert offsets == sorted(offsets) and len({e.position.partition for e in events}) == 1
+    # with no filter: every topic (in no order between topics), every message too, and nothing of elsewhere
+    kinds = {"WorkspaceCreated", "PeerCreated", "SessionCreated", "MemberJoined"}
+    everything = await take(stub, 0, workspace_id="w",
+                            until=lambda seen: len(contents_of(seen)) == 3 and kinds <= {e.type for e in seen})
+    assert {json.loads(e.json)["workspace_id"] for e in everything} == {"w"}
+
+
+async def test_a_stream_resumed_from_its_last_cursor_misses_nothing_written_while_it_was_away(conversation):
+    c, stub = conversation
+    first = await take(stub, 2, workspace_id="w", event_types=["MessageAppended"])
+    assert contents(first) == ["one", "two"]
+    await c.add("w", "s", [("bob", "four")])  # while no one listens
+    rest = take(stub, 3, workspace_id="w", event_types=["MessageAppended"], cursor=first[-1].cursor)
+    resumed = asyncio.ensure_future(rest)
+    await asyncio.sleep(1)
+    await c.add("w", "s", [("alice", "five")])  # while the resumed stream waits at the end of the log
+    assert contents(await resumed) == ["three", "four", "five"]
+
+
+async def test_from_end_delivers_only_what_is_written_after_the_stream_starts(conversation):
+    c, stub = conversation
+    later = asyncio.ensure_future(take(stub, 1, workspace_id="w", event_types=["MessageAppended"], from_end=True))
+    await asyncio.sleep(2)  # the stream has its partitions at their ends
+    await c.add("w", "s", [("bob", "new")])
+    assert contents(await later) == ["new"]
+
+
+async def test_unknown_event_types_and_foreign_cursors_are_refused(conversation):
+    _, stub = conversation
+    await rejected(take(stub, 1, workspace_id="w", event_types=["MessageSent"]),
+                   grpc.StatusCode.INVALID_ARGUMENT, "MessageSent")
+    bad = events_pb2.EventCursor(positions=[events_pb2.LogPosition(topic="someone.else", partition=0, offset=0)])
+    await rejected(take(stub, 1, workspace_id="w", cursor=bad), grpc.StatusCode.INVALID_ARGUMENT, "someone.else")
