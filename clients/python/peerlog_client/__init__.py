@@ -36,6 +36,8 @@ from peerlog_client.errors import (
 from peerlog_client.models import (
     Configuration,
     EffectiveConfiguration,
+    LogEvent,
+    LogPosition,
     MemberSpec,
     NewMessage,
     NewObservation,
@@ -44,7 +46,7 @@ from peerlog_client.models import (
 
 __all__ = [
     "Aborted", "AlreadyExists", "AsyncPeer", "AsyncPeerlog", "AsyncSession", "AsyncWorkspace", "Cancelled",
-    "Configuration", "DataLoss", "EffectiveConfiguration", "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument", "MemberSpec",
+    "Configuration", "DataLoss", "EffectiveConfiguration", "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument", "LogEvent", "LogPosition", "MemberSpec",
     "NewMessage", "NewObservation", "NotFound", "ObservationSource", "OutOfRange", "Peer", "PeerlogError",
     "Peerlog", "PermissionDenied", "ResourceExhausted", "RetryPolicy", "Session", "Unauthenticated",
     "Unavailable", "Unimplemented", "Unknown", "Workspace",

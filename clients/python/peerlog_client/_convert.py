@@ -4,6 +4,7 @@ which message, and every field converts by its kind (time, JSON object, enum, ne
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -70,6 +71,15 @@ def effective_configuration(message: Proto) -> m.EffectiveConfiguration:
 
 def with_assistant(context: m.Context, assistant_peer_id: str) -> m.Context:
     return dataclasses.replace(context, assistant_peer_id=assistant_peer_id)
+
+
+def log_position(p: Proto) -> m.LogPosition:
+    return m.LogPosition(p.topic, p.partition, p.offset)
+
+
+def log_event(e: Proto) -> m.LogEvent:
+    return m.LogEvent(e.type, e.schema_version, e.event_id, e.key, log_position(e.position), json.loads(e.json),
+                      tuple(log_position(p) for p in e.cursor.positions))
 
 
 def chat_event(chunk: Proto) -> m.ChatEvent:

@@ -21,6 +21,7 @@ from peerlog_client._core import Call, CallContext, RetryPolicy
 from peerlog_client._gen.peerlog.v1 import audit_pb2 as au
 from peerlog_client._gen.peerlog.v1 import common_pb2, context_pb2, dialectic_pb2, dreams_pb2
 from peerlog_client._gen.peerlog.v1 import configuration_pb2 as cf
+from peerlog_client._gen.peerlog.v1 import events_pb2 as ev
 from peerlog_client._gen.peerlog.v1 import messages_pb2 as ms
 from peerlog_client._gen.peerlog.v1 import observations_pb2 as ob
 from peerlog_client._gen.peerlog.v1 import peers_pb2 as pe
@@ -31,6 +32,7 @@ from peerlog_client._gen.peerlog.v1.configuration_pb2_grpc import ConfigurationS
 from peerlog_client._gen.peerlog.v1.context_pb2_grpc import ContextServiceStub
 from peerlog_client._gen.peerlog.v1.dialectic_pb2_grpc import DialecticServiceStub
 from peerlog_client._gen.peerlog.v1.dreams_pb2_grpc import DreamServiceStub
+from peerlog_client._gen.peerlog.v1.events_pb2_grpc import EventServiceStub
 from peerlog_client._gen.peerlog.v1.messages_pb2_grpc import MessageServiceStub
 from peerlog_client._gen.peerlog.v1.observations_pb2_grpc import ObservationServiceStub
 from peerlog_client._gen.peerlog.v1.peers_pb2_grpc import PeerServiceStub
@@ -43,6 +45,7 @@ T = TypeVar("T")
 # that wait 0.1-2 s need the channel to reconnect about as soon, or they are spent on a closed door.
 CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
                    ("grpc.max_reconnect_backoff_ms", 2000))
+FOREVER_S = 365 * 24 * 3600.0  # a subscription's default deadline: it ends when its reader stops
 
 
 class Transport:
@@ -327,6 +330,17 @@ class Workspace(_AsyncHandle):
         return self._t.unary(_searched(WorkspaceServiceStub, wo.SearchWorkspaceMessagesRequest(
             workspace_id=self.id, query=query, session_ids=c.ids(sessions), author_peer_ids=c.ids(authors),
             **_search_filters(perspective, after, before, limit, include_adjacent))))
+
+    def events(self, *, types: Iterable[str] = (), cursor: Iterable[m.LogPosition] = (), from_end: bool = False,
+               timeout: float = FOREVER_S) -> Iterator[m.LogEvent]:
+        """The workspace's events (of `types`; empty: all) from `cursor` (the last handled event's .cursor;
+        empty: the start of the log, or only new events with from_end), then new ones as they are written,
+        until you stop iterating. At least once, in log order per key. A broken stream raises (Unavailable):
+        start again from the last cursor you handled and nothing is missed."""
+        request = ev.SubscribeRequest(
+            workspace_id=self.id, event_types=list(types), from_end=from_end, cursor=ev.EventCursor(positions=[
+                ev.LogPosition(topic=p.topic, partition=p.partition, offset=p.offset) for p in cursor]))
+        return self._t.stream(Call(EventServiceStub, "Subscribe", request, c.log_event), timeout)
 
     def message(self, message_id: str) -> m.Message:
         return self._t.unary(Call(MessageServiceStub, "GetMessage", ms.GetMessageRequest(

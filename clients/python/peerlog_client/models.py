@@ -380,6 +380,29 @@ class CreatedObservations:
 
 
 @frozen
+class LogPosition:
+    """One partition of one log topic and the next offset to read there."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@frozen
+class LogEvent:
+    """One of peerlog's events (README, "Events for other services"): its type and schema_version, its
+    partition key, where it sits in the log, the whole event as a dict, and the cursor to resume after it."""
+
+    type: str
+    schema_version: int
+    event_id: str
+    key: str
+    position: LogPosition
+    data: dict[str, Any]
+    cursor: tuple[LogPosition, ...]
+
+
+@frozen
 class Written:
     """A write that returns nothing but its log position."""
 
