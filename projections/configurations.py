@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.inserts import insert_new
 from projections.schema import configurations, messages
-from services.events import Configuration, MessageAppended, SessionConfigured, WorkspaceConfigured
+from services.events import Configuration, MessageAppended, MessageConfigured, SessionConfigured, WorkspaceConfigured
 
 c = configurations.c
 
@@ -38,6 +38,11 @@ def messages_configured(conn: Connection, events: Sequence[tuple[MessageAppended
     insert_new(conn, configurations, [
         _row(e, "message", e.configuration, e.session_id, e.message_id, seq, e.workspace_configuration)
         for e, seq in events if e.configuration is not None or e.workspace_configuration is not None])
+
+
+def message_configured(conn: Connection, events: Sequence[MessageConfigured]) -> None:
+    """A message level set after the message: a later row of the message (its workspace stamp stays on the first)."""
+    insert_new(conn, configurations, [_row(e, "message", e.configuration, e.session_id, e.message_id) for e in events])
 
 
 class Levels(NamedTuple):
@@ -72,14 +77,18 @@ async def levels(conn: AsyncConnection, workspace_id: str, session_id: str = "",
     return Levels(await _latest(conn, workspace_id, "workspace", "", as_of), session)
 
 
-async def message_levels(conn: AsyncConnection, workspace_id: str, message_id: str) -> Levels | None:
-    """The levels in force for one message, as the processors saw them (None: no such message)."""
+async def message_levels(conn: AsyncConnection, workspace_id: str, message_id: str, as_of: datetime | None = None
+                         ) -> Levels | None:
+    """The levels in force for one message (None: no such message): the workspace's and the session's as the
+    processors saw them when it came, and its own as last set by `as_of` (None: now)."""
     m = (await conn.execute(select(messages.c.session_id, messages.c.seq).where(
         messages.c.workspace_id == workspace_id, messages.c.message_id == message_id))).first()
     if m is None:
         return None
-    row = (await conn.execute(select(c.configuration, c.workspace_configuration).where(
-        c.workspace_id == workspace_id, c.level == "message", c.message_id == message_id))).first()
+    rows = (await conn.execute(select(c.configuration, c.workspace_configuration, c.recorded_at).where(
+        c.workspace_id == workspace_id, c.level == "message", c.message_id == message_id).order_by(
+        c.recorded_at, c.event_id))).all()
+    stamp = next((r.workspace_configuration for r in rows if r.workspace_configuration is not None), None)
+    own = [r.configuration for r in rows if as_of is None or r.recorded_at <= as_of]
     session = await _latest(conn, workspace_id, "session", m.session_id, None, before_seq=m.seq)
-    return Levels(_config(row.workspace_configuration) if row else None, session,
-                  _config(row.configuration) if row else None)
+    return Levels(_config(stamp), session, _config(own[-1]) if own else None)

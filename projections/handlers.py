@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.exc import DBAPIError
 
-from projections.configurations import messages_configured, session_configured, workspace_configured
+from projections.configurations import message_configured, messages_configured, session_configured, workspace_configured
 from projections.dream_handlers import DREAM_HANDLERS
 from projections.inserts import insert_new
 from projections.memory_handlers import MEMORY_HANDLERS
@@ -50,6 +50,7 @@ from services.events import (
     MessagesEmbedded,
     PeerConfigured,
     PeerCreated,
+    MessageConfigured,
     SessionConfigured,
     SessionCreated,
     WorkspaceConfigured,
@@ -350,4 +351,5 @@ HANDLERS: dict[type[Event], Handler] = {
     MessagesEmbedded: messages_embedded,
     WorkspaceConfigured: workspace_configured,
     SessionConfigured: lambda conn, events: session_configured(conn, events, _last_seq),
+    MessageConfigured: message_configured,
 }

@@ -115,6 +115,7 @@ RULES: dict[str, dict[str, Rule]] = {
     "ConfigurationService": {
         "SetWorkspaceConfiguration": _workspace,
         "SetSessionConfiguration": _session,
+        "SetMessageConfiguration": _session,
         # a message's levels include its workspace's and session's: the id does not say whose
         "GetEffectiveConfiguration": lambda r: _workspace(r) if r.message_id or not r.session_id else _session(r),
     },

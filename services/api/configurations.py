@@ -1,15 +1,24 @@
-"""The configuration hierarchy's RPCs: set a workspace's or a session's level, read the effective settings."""
+"""The configuration hierarchy's RPCs: set a workspace's, a session's or a message's level, read the effective
+settings."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from projections import configurations as stored
+from projections import queries
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.writes import commit, require_session, require_workspace
 from services.errors import NotFound
-from services.events import Configuration, Effective, SessionConfigured, WorkspaceConfigured, resolve
+from services.events import (
+    Configuration,
+    Effective,
+    MessageConfigured,
+    SessionConfigured,
+    WorkspaceConfigured,
+    resolve,
+)
 
 
 async def set_workspace(ctx: ApiContext, workspace_id: str, config: Configuration) -> str:
@@ -26,15 +35,28 @@ async def set_session(ctx: ApiContext, workspace_id: str, session_id: str, confi
                                                 configuration=config, producer=ctx.producer)])
 
 
+async def set_message(ctx: ApiContext, workspace_id: str, session_id: str, message_id: str,
+                      config: Configuration) -> str:
+    """Replace a message's own level after it was accepted (an event after it on the session's topic)."""
+    await require_session(ctx, workspace_id, session_id)
+    async with ctx.engine.connect() as conn:
+        row = (await queries.messages_by_id(conn, workspace_id, [v.check_id("message_id", message_id)])).get(message_id)
+    if row is None or row["session_id"] != session_id:
+        raise NotFound(f"message {message_id!r} does not exist in session {session_id!r} of workspace "
+                       f"{workspace_id!r}")
+    return await commit(ctx, [MessageConfigured(workspace_id=workspace_id, session_id=session_id, message_id=message_id,
+                                                configuration=config, producer=ctx.producer)])
+
+
 async def effective(ctx: ApiContext, workspace_id: str, session_id: str, message_id: str,
                     as_of: datetime | None, token: str) -> Effective:
-    """The settings that apply, each with its level: for a message as it was processed, else for the
-    session or workspace at `as_of` (None: now)."""
+    """The settings that apply, each with its level, at `as_of` (None: now): for a message (its workspace and
+    session levels as it was processed under), else for the session or the workspace."""
     await ctx.freshness.wait(token)
     if message_id:
         await require_workspace(ctx, workspace_id)
         async with ctx.engine.connect() as conn:
-            levels = await stored.message_levels(conn, workspace_id, v.check_id("message_id", message_id))
+            levels = await stored.message_levels(conn, workspace_id, v.check_id("message_id", message_id), as_of)
         if levels is None:
             raise NotFound(f"message {message_id!r} does not exist in workspace {workspace_id!r}")
     else:

@@ -213,6 +213,11 @@ class ConfigurationServicer(configuration_pb2_grpc.ConfigurationServiceServicer)
                                                  convert_configuration.configuration(request.configuration))
         return configuration_pb2.SetConfigurationResponse(consistency_token=token)
 
+    async def SetMessageConfiguration(self, request, context):
+        token = await configurations.set_message(self.ctx, request.workspace_id, request.session_id, request.message_id,
+                                                 convert_configuration.configuration(request.configuration))
+        return configuration_pb2.SetConfigurationResponse(consistency_token=token)
+
     async def GetEffectiveConfiguration(self, request, context):
         return convert_configuration.effective(await configurations.effective(
             self.ctx, request.workspace_id, request.session_id, request.message_id, c.from_ts(request, "as_of"),

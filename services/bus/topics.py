@@ -37,6 +37,7 @@ from services.events import (
     MessagesEmbedded,
     PeerConfigured,
     PeerCreated,
+    MessageConfigured,
     SessionConfigured,
     SessionCreated,
     WorkspaceConfigured,
@@ -71,7 +72,8 @@ SESSIONS = TopicSpec(
     name="sessions",
     key="workspace/session",
     # membership and messages share a key so the router sees them in the order they happened
-    events=(SessionCreated, MemberJoined, MemberLeft, MessageAppended, SummaryRetryRequested, SessionConfigured),
+    events=(SessionCreated, MemberJoined, MemberLeft, MessageAppended, SummaryRetryRequested, SessionConfigured,
+            MessageConfigured),
 )
 
 PERCEIVED = TopicSpec(

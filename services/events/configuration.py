@@ -94,6 +94,18 @@ class WorkspaceConfigured(Event):
     configuration: Configuration
 
 
+class MessageConfigured(Event):
+    """A message's level was set after it was accepted (replacing the one it came with). On the session's
+    topic, after the message: the router had already routed it under its old level, so this governs what
+    is read of it from now (GetEffectiveConfiguration; as_of before it still shows the old level)."""
+
+    key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
+
+    session_id: str
+    message_id: str
+    configuration: Configuration
+
+
 class SessionConfigured(Event):
     """A session's configuration was set (replacing the previous one). On the session's topic, so the
     router and the summarizer meet it in order with the messages it governs."""

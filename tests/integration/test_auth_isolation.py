@@ -56,7 +56,7 @@ EXPECTED_NARROW = {
     "AuditService.GetProvenance": "", "AuditService.GetObservationHistory": "",
     "AuditService.ListRejectedObservations": "P",
     "ConfigurationService.SetWorkspaceConfiguration": "", "ConfigurationService.SetSessionConfiguration": "S",
-    "ConfigurationService.GetEffectiveConfiguration": "S",
+    "ConfigurationService.SetMessageConfiguration": "S", "ConfigurationService.GetEffectiveConfiguration": "S",
     "EventService.Subscribe": "",
 }  # "*": the wrong tokens too (ListWorkspaces answers every valid token, with what it may see)
 
@@ -141,6 +141,9 @@ def requests(ids: dict, tag: str) -> dict:
         "ConfigurationService.SetSessionConfiguration": configuration_pb2.SetSessionConfigurationRequest(
             workspace_id=w, session_id="s1",
             configuration=configuration_pb2.Configuration(dialectic_instructions=f"be kind {tag}")),
+        "ConfigurationService.SetMessageConfiguration": configuration_pb2.SetMessageConfigurationRequest(
+            workspace_id=w, session_id="s1", message_id=ids["message"],
+            configuration=configuration_pb2.Configuration(deriver_instructions=f"names only {tag}")),
         "ConfigurationService.GetEffectiveConfiguration": configuration_pb2.GetEffectiveConfigurationRequest(
             workspace_id=w, session_id="s1"),
         "EventService.Subscribe": events_pb2.SubscribeRequest(workspace_id=w),
@@ -269,7 +272,7 @@ async def test_every_rpc_under_every_token_matches_the_table_and_denied_calls_le
     broken = {cell: out.details() for cell, out in got.items()
               if not isinstance(out, grpc.StatusCode) and out.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)}
     assert not broken
-    assert len(cells) == 40 * 10  # every RPC under every kind of token
+    assert len(cells) == 41 * 10  # every RPC under every kind of token
     # the refusals name the scope they need
     assert "peer:w/alice" in got["DialecticService.Chat", "session"].details()
     assert "session:w/s1" in got["MessageService.ListMessages", "peer"].details()

@@ -391,6 +391,10 @@ def test_configuration_levels_are_set_and_read_back_as_typed_values(peerlog):
     assert (message.values.summary_short_every, message.levels["summary_short_every"]) == (2, "message")
     assert message.values.deriver_instructions == "food only"
     assert ws.configuration(as_of=datetime(2000, 1, 1, tzinfo=UTC)).levels["observe_others"] == "global"
+    chat.set_message_configuration(added.message_ids[0], Configuration(peer_card=False))
+    later = ws.message_configuration(added.message_ids[0])
+    assert (later.values.peer_card, later.levels["peer_card"]) == (False, "message")
+    assert (later.values.summary_short_every, later.levels["summary_short_every"]) == (7, "workspace")  # replaced whole
 
 
 def test_the_async_client_sets_and_reads_configuration_levels(api, token):

@@ -37,6 +37,10 @@ class Levels:
         return (await self.stub.SetSessionConfiguration(cfg.SetSessionConfigurationRequest(
             workspace_id=w, session_id=s, configuration=cfg.Configuration(**settings)))).consistency_token
 
+    async def message(self, w, s, m, **settings) -> str:
+        return (await self.stub.SetMessageConfiguration(cfg.SetMessageConfigurationRequest(
+            workspace_id=w, session_id=s, message_id=m, configuration=cfg.Configuration(**settings)))).consistency_token
+
     async def effective(self, w, s="", m="", as_of=None, token="") -> dict[str, tuple]:
         request = cfg.GetEffectiveConfigurationRequest(workspace_id=w, session_id=s, message_id=m)
         request.consistency.consistency_token = token
@@ -264,3 +268,46 @@ async def test_a_dream_where_the_peer_card_is_off_is_offered_no_card_tool(channe
     card = await c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="bob",
                                                                   observed_id="bob"))
     assert list(card.entries) == []  # a call of the tool anyway changes nothing
+
+
+async def test_a_message_level_set_after_the_message_is_read_back_and_as_of_and_a_rebuild_see_each_in_turn(
+        channel, settings):
+    c, levels = Client(channel), Levels(channel)
+    await c.setup_conversation("w", "s")
+    await levels.session("w", "s", observe_others=True)
+    token = (await c.add("w", "s", [said("alice", "hi", deriver_instructions="food only")])).consistency_token
+    [message] = [m.message_id for m in await c.all_messages("w", "s", token=token)]
+    await asyncio.sleep(0.01)
+    between = datetime.now(UTC)
+    await asyncio.sleep(0.01)
+    await levels.message("w", "s", message, observe_others=False, peer_card=False)
+
+    now = await levels.effective("w", m=message)
+    assert now["observe_others"] == (False, L.CONFIGURATION_LEVEL_MESSAGE)  # false over the session's true
+    assert now["peer_card"] == (False, L.CONFIGURATION_LEVEL_MESSAGE)
+    assert now["deriver_instructions"] == ("", L.CONFIGURATION_LEVEL_GLOBAL)  # the set replaced the level whole
+    before = await levels.effective("w", m=message, as_of=between)
+    assert before["deriver_instructions"] == ("food only", L.CONFIGURATION_LEVEL_MESSAGE)
+    assert before["observe_others"] == (True, L.CONFIGURATION_LEVEL_SESSION)
+
+    report = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings))
+    assert report.switched and set(report.differences.values()) == {0}, report.differences
+    assert await levels.effective("w", m=message) == now
+    assert await levels.effective("w", m=message, as_of=between) == before
+
+
+async def test_a_message_level_is_set_only_on_a_message_of_that_session(channel):
+    c, levels = Client(channel), Levels(channel)
+    await c.setup_conversation("w", "s")
+    await c.session("w", "s2", members=["alice"])
+    token = (await c.add("w", "s", [said("alice", "hi")])).consistency_token
+    [message] = [m.message_id for m in await c.all_messages("w", "s", token=token)]
+    for session, message_id in (("s2", message), ("s", "nope")):
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await levels.message("w", session, message_id, reasoning=False)
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+        assert f"message {message_id!r} does not exist in session {session!r}" in missing.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as bad:
+        await levels.message("w", "s", message, dream_threshold=0)
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "dream_threshold" in bad.value.details()
+    assert (await levels.effective("w", m=message))["reasoning"] == (True, L.CONFIGURATION_LEVEL_GLOBAL)

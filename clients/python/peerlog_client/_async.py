@@ -546,6 +546,12 @@ class AsyncSession(_AsyncHandle):
         return await self._t.unary(_set_configuration("SetSessionConfiguration", cf.SetSessionConfigurationRequest(
             workspace_id=self.workspace_id, session_id=self.id), configuration))
 
+    async def set_message_configuration(self, message_id: str, configuration: m.Configuration) -> m.Written:
+        """Set one message's own level after it was sent (replacing it whole); the message was processed
+        under the level it had, reads of its settings see this one from now."""
+        return await self._t.unary(_set_configuration("SetMessageConfiguration", cf.SetMessageConfigurationRequest(
+            workspace_id=self.workspace_id, session_id=self.id, message_id=message_id), configuration))
+
     async def configuration(self, *, as_of: datetime | None = None) -> m.EffectiveConfiguration:
         """The settings in force for the session (at `as_of`; None: now) and the level of each."""
         return await self._t.unary(_effective(self.workspace_id, self.id, as_of=as_of))

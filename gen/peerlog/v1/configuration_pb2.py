@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from peerlog.v1 import common_pb2 as peerlog_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1epeerlog/v1/configuration.proto\x12\npeerlog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"\x99\x04\n\rConfiguration\x12\x16\n\treasoning\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x17\n\nobserve_me\x18\x02 \x01(\x08H\x01\x88\x01\x01\x12\x1b\n\x0eobserve_others\x18\x03 \x01(\x08H\x02\x88\x01\x01\x12\x16\n\tsummaries\x18\x04 \x01(\x08H\x03\x88\x01\x01\x12 \n\x13summary_short_every\x18\x05 \x01(\rH\x04\x88\x01\x01\x12\x1f\n\x12summary_long_every\x18\x06 \x01(\rH\x05\x88\x01\x01\x12\x13\n\x06\x64reams\x18\x07 \x01(\x08H\x06\x88\x01\x01\x12\x1c\n\x0f\x64ream_threshold\x18\x08 \x01(\rH\x07\x88\x01\x01\x12\x16\n\tpeer_card\x18\t \x01(\x08H\x08\x88\x01\x01\x12!\n\x14\x64\x65river_instructions\x18\n \x01(\tH\t\x88\x01\x01\x12#\n\x16\x64ialectic_instructions\x18\x0b \x01(\tH\n\x88\x01\x01\x42\x0c\n\n_reasoningB\r\n\x0b_observe_meB\x11\n\x0f_observe_othersB\x0c\n\n_summariesB\x16\n\x14_summary_short_everyB\x15\n\x13_summary_long_everyB\t\n\x07_dreamsB\x12\n\x10_dream_thresholdB\x0c\n\n_peer_cardB\x17\n\x15_deriver_instructionsB\x19\n\x17_dialectic_instructions\"j\n SetWorkspaceConfigurationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x30\n\rconfiguration\x18\x02 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"|\n\x1eSetSessionConfigurationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x30\n\rconfiguration\x18\x03 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"5\n\x18SetConfigurationResponse\x12\x19\n\x11\x63onsistency_token\x18\x01 \x01(\t\"\xbd\x01\n GetEffectiveConfigurationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12)\n\x05\x61s_of\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0b\x63onsistency\x18\x05 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\xd2\x01\n\x16\x45\x66\x66\x65\x63tiveConfiguration\x12)\n\x06values\x18\x01 \x01(\x0b\x32\x19.peerlog.v1.Configuration\x12>\n\x06levels\x18\x02 \x03(\x0b\x32..peerlog.v1.EffectiveConfiguration.LevelsEntry\x1aM\n\x0bLevelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x05value\x18\x02 \x01(\x0e\x32\x1e.peerlog.v1.ConfigurationLevel:\x02\x38\x01*\xbe\x01\n\x12\x43onfigurationLevel\x12#\n\x1f\x43ONFIGURATION_LEVEL_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43ONFIGURATION_LEVEL_GLOBAL\x10\x01\x12!\n\x1d\x43ONFIGURATION_LEVEL_WORKSPACE\x10\x02\x12\x1f\n\x1b\x43ONFIGURATION_LEVEL_SESSION\x10\x03\x12\x1f\n\x1b\x43ONFIGURATION_LEVEL_MESSAGE\x10\x04\x32\xe3\x02\n\x14\x43onfigurationService\x12o\n\x19SetWorkspaceConfiguration\x12,.peerlog.v1.SetWorkspaceConfigurationRequest\x1a$.peerlog.v1.SetConfigurationResponse\x12k\n\x17SetSessionConfiguration\x12*.peerlog.v1.SetSessionConfigurationRequest\x1a$.peerlog.v1.SetConfigurationResponse\x12m\n\x19GetEffectiveConfiguration\x12,.peerlog.v1.GetEffectiveConfigurationRequest\x1a\".peerlog.v1.EffectiveConfigurationb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1epeerlog/v1/configuration.proto\x12\npeerlog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"\x99\x04\n\rConfiguration\x12\x16\n\treasoning\x18\x01 \x01(\x08H\x00\x88\x01\x01\x12\x17\n\nobserve_me\x18\x02 \x01(\x08H\x01\x88\x01\x01\x12\x1b\n\x0eobserve_others\x18\x03 \x01(\x08H\x02\x88\x01\x01\x12\x16\n\tsummaries\x18\x04 \x01(\x08H\x03\x88\x01\x01\x12 \n\x13summary_short_every\x18\x05 \x01(\rH\x04\x88\x01\x01\x12\x1f\n\x12summary_long_every\x18\x06 \x01(\rH\x05\x88\x01\x01\x12\x13\n\x06\x64reams\x18\x07 \x01(\x08H\x06\x88\x01\x01\x12\x1c\n\x0f\x64ream_threshold\x18\x08 \x01(\rH\x07\x88\x01\x01\x12\x16\n\tpeer_card\x18\t \x01(\x08H\x08\x88\x01\x01\x12!\n\x14\x64\x65river_instructions\x18\n \x01(\tH\t\x88\x01\x01\x12#\n\x16\x64ialectic_instructions\x18\x0b \x01(\tH\n\x88\x01\x01\x42\x0c\n\n_reasoningB\r\n\x0b_observe_meB\x11\n\x0f_observe_othersB\x0c\n\n_summariesB\x16\n\x14_summary_short_everyB\x15\n\x13_summary_long_everyB\t\n\x07_dreamsB\x12\n\x10_dream_thresholdB\x0c\n\n_peer_cardB\x17\n\x15_deriver_instructionsB\x19\n\x17_dialectic_instructions\"j\n SetWorkspaceConfigurationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x30\n\rconfiguration\x18\x02 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"|\n\x1eSetSessionConfigurationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x30\n\rconfiguration\x18\x03 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"\x90\x01\n\x1eSetMessageConfigurationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12\x30\n\rconfiguration\x18\x04 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"5\n\x18SetConfigurationResponse\x12\x19\n\x11\x63onsistency_token\x18\x01 \x01(\t\"\xbd\x01\n GetEffectiveConfigurationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12)\n\x05\x61s_of\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0b\x63onsistency\x18\x05 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\xd2\x01\n\x16\x45\x66\x66\x65\x63tiveConfiguration\x12)\n\x06values\x18\x01 \x01(\x0b\x32\x19.peerlog.v1.Configuration\x12>\n\x06levels\x18\x02 \x03(\x0b\x32..peerlog.v1.EffectiveConfiguration.LevelsEntry\x1aM\n\x0bLevelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x05value\x18\x02 \x01(\x0e\x32\x1e.peerlog.v1.ConfigurationLevel:\x02\x38\x01*\xbe\x01\n\x12\x43onfigurationLevel\x12#\n\x1f\x43ONFIGURATION_LEVEL_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x43ONFIGURATION_LEVEL_GLOBAL\x10\x01\x12!\n\x1d\x43ONFIGURATION_LEVEL_WORKSPACE\x10\x02\x12\x1f\n\x1b\x43ONFIGURATION_LEVEL_SESSION\x10\x03\x12\x1f\n\x1b\x43ONFIGURATION_LEVEL_MESSAGE\x10\x04\x32\xd0\x03\n\x14\x43onfigurationService\x12o\n\x19SetWorkspaceConfiguration\x12,.peerlog.v1.SetWorkspaceConfigurationRequest\x1a$.peerlog.v1.SetConfigurationResponse\x12k\n\x17SetSessionConfiguration\x12*.peerlog.v1.SetSessionConfigurationRequest\x1a$.peerlog.v1.SetConfigurationResponse\x12k\n\x17SetMessageConfiguration\x12*.peerlog.v1.SetMessageConfigurationRequest\x1a$.peerlog.v1.SetConfigurationResponse\x12m\n\x19GetEffectiveConfiguration\x12,.peerlog.v1.GetEffectiveConfigurationRequest\x1a\".peerlog.v1.EffectiveConfigurationb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,22 +35,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EFFECTIVECONFIGURATION_LEVELSENTRY']._loaded_options = None
   _globals['_EFFECTIVECONFIGURATION_LEVELSENTRY']._serialized_options = b'8\001'
-  _globals['_CONFIGURATIONLEVEL']._serialized_start=1339
-  _globals['_CONFIGURATIONLEVEL']._serialized_end=1529
+  _globals['_CONFIGURATIONLEVEL']._serialized_start=1486
+  _globals['_CONFIGURATIONLEVEL']._serialized_end=1676
   _globals['_CONFIGURATION']._serialized_start=105
   _globals['_CONFIGURATION']._serialized_end=642
   _globals['_SETWORKSPACECONFIGURATIONREQUEST']._serialized_start=644
   _globals['_SETWORKSPACECONFIGURATIONREQUEST']._serialized_end=750
   _globals['_SETSESSIONCONFIGURATIONREQUEST']._serialized_start=752
   _globals['_SETSESSIONCONFIGURATIONREQUEST']._serialized_end=876
-  _globals['_SETCONFIGURATIONRESPONSE']._serialized_start=878
-  _globals['_SETCONFIGURATIONRESPONSE']._serialized_end=931
-  _globals['_GETEFFECTIVECONFIGURATIONREQUEST']._serialized_start=934
-  _globals['_GETEFFECTIVECONFIGURATIONREQUEST']._serialized_end=1123
-  _globals['_EFFECTIVECONFIGURATION']._serialized_start=1126
-  _globals['_EFFECTIVECONFIGURATION']._serialized_end=1336
-  _globals['_EFFECTIVECONFIGURATION_LEVELSENTRY']._serialized_start=1259
-  _globals['_EFFECTIVECONFIGURATION_LEVELSENTRY']._serialized_end=1336
-  _globals['_CONFIGURATIONSERVICE']._serialized_start=1532
-  _globals['_CONFIGURATIONSERVICE']._serialized_end=1887
+  _globals['_SETMESSAGECONFIGURATIONREQUEST']._serialized_start=879
+  _globals['_SETMESSAGECONFIGURATIONREQUEST']._serialized_end=1023
+  _globals['_SETCONFIGURATIONRESPONSE']._serialized_start=1025
+  _globals['_SETCONFIGURATIONRESPONSE']._serialized_end=1078
+  _globals['_GETEFFECTIVECONFIGURATIONREQUEST']._serialized_start=1081
+  _globals['_GETEFFECTIVECONFIGURATIONREQUEST']._serialized_end=1270
+  _globals['_EFFECTIVECONFIGURATION']._serialized_start=1273
+  _globals['_EFFECTIVECONFIGURATION']._serialized_end=1483
+  _globals['_EFFECTIVECONFIGURATION_LEVELSENTRY']._serialized_start=1406
+  _globals['_EFFECTIVECONFIGURATION_LEVELSENTRY']._serialized_end=1483
+  _globals['_CONFIGURATIONSERVICE']._serialized_start=1679
+  _globals['_CONFIGURATIONSERVICE']._serialized_end=2143
 # @@protoc_insertion_point(module_scope)

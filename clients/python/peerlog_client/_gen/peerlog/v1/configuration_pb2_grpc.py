@@ -30,7 +30,7 @@ class ConfigurationServiceStub:
     environment, PEERLOG_REASONING_* and the component settings). A level sets only what it names;
     an unset field inherits from the level below. Each Set call replaces that level's whole
     configuration (send the fields to keep) and is an event on the log, so replays and as_of reads
-    see the settings as they were. The message level is NewMessage.configuration.
+    see the settings as they were. The message level is NewMessage.configuration, or set later.
     """
 
     def __init__(self, channel):
@@ -49,6 +49,11 @@ class ConfigurationServiceStub:
                 request_serializer=peerlog_dot_v1_dot_configuration__pb2.SetSessionConfigurationRequest.SerializeToString,
                 response_deserializer=peerlog_dot_v1_dot_configuration__pb2.SetConfigurationResponse.FromString,
                 _registered_method=True)
+        self.SetMessageConfiguration = channel.unary_unary(
+                '/peerlog.v1.ConfigurationService/SetMessageConfiguration',
+                request_serializer=peerlog_dot_v1_dot_configuration__pb2.SetMessageConfigurationRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_configuration__pb2.SetConfigurationResponse.FromString,
+                _registered_method=True)
         self.GetEffectiveConfiguration = channel.unary_unary(
                 '/peerlog.v1.ConfigurationService/GetEffectiveConfiguration',
                 request_serializer=peerlog_dot_v1_dot_configuration__pb2.GetEffectiveConfigurationRequest.SerializeToString,
@@ -61,7 +66,7 @@ class ConfigurationServiceServicer:
     environment, PEERLOG_REASONING_* and the component settings). A level sets only what it names;
     an unset field inherits from the level below. Each Set call replaces that level's whole
     configuration (send the fields to keep) and is an event on the log, so replays and as_of reads
-    see the settings as they were. The message level is NewMessage.configuration.
+    see the settings as they were. The message level is NewMessage.configuration, or set later.
     """
 
     def SetWorkspaceConfiguration(self, request, context):
@@ -74,6 +79,15 @@ class ConfigurationServiceServicer:
     def SetSessionConfiguration(self, request, context):
         """NOT_FOUND if the workspace or session does not exist. Applies to the session's messages
         accepted after the reply (in the session's log order).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetMessageConfiguration(self, request, context):
+        """Replaces one message's own level after it was accepted. The message was routed (perceived)
+        under the level it had then; reads of its settings see the new one from the reply on, and
+        as_of reads before it the old one. NOT_FOUND if the message is not in that session.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -100,6 +114,11 @@ def add_ConfigurationServiceServicer_to_server(servicer, server):
                     request_deserializer=peerlog_dot_v1_dot_configuration__pb2.SetSessionConfigurationRequest.FromString,
                     response_serializer=peerlog_dot_v1_dot_configuration__pb2.SetConfigurationResponse.SerializeToString,
             ),
+            'SetMessageConfiguration': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetMessageConfiguration,
+                    request_deserializer=peerlog_dot_v1_dot_configuration__pb2.SetMessageConfigurationRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_configuration__pb2.SetConfigurationResponse.SerializeToString,
+            ),
             'GetEffectiveConfiguration': grpc.unary_unary_rpc_method_handler(
                     servicer.GetEffectiveConfiguration,
                     request_deserializer=peerlog_dot_v1_dot_configuration__pb2.GetEffectiveConfigurationRequest.FromString,
@@ -118,7 +137,7 @@ class ConfigurationService:
     environment, PEERLOG_REASONING_* and the component settings). A level sets only what it names;
     an unset field inherits from the level below. Each Set call replaces that level's whole
     configuration (send the fields to keep) and is an event on the log, so replays and as_of reads
-    see the settings as they were. The message level is NewMessage.configuration.
+    see the settings as they were. The message level is NewMessage.configuration, or set later.
     """
 
     @staticmethod
@@ -164,6 +183,33 @@ class ConfigurationService:
             target,
             '/peerlog.v1.ConfigurationService/SetSessionConfiguration',
             peerlog_dot_v1_dot_configuration__pb2.SetSessionConfigurationRequest.SerializeToString,
+            peerlog_dot_v1_dot_configuration__pb2.SetConfigurationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetMessageConfiguration(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peerlog.v1.ConfigurationService/SetMessageConfiguration',
+            peerlog_dot_v1_dot_configuration__pb2.SetMessageConfigurationRequest.SerializeToString,
             peerlog_dot_v1_dot_configuration__pb2.SetConfigurationResponse.FromString,
             options,
             channel_credentials,
