@@ -1,0 +1,71 @@
+"""One webhook delivery: a signed POST of one event, retried with exponential backoff, and after the
+last failed attempt a dead letter (the caller records it) instead of an error."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from services.webhooks.signing import SIGNATURE_HEADER, signature
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A registered URL of a workspace, its signing secret and the event types it takes (empty: all)."""
+
+    endpoint_id: str
+    workspace_id: str
+    url: str
+    secret: bytes
+    types: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 8  # then dead-lettered
+    first_wait_s: float = 1.0
+    max_wait_s: float = 300.0
+    timeout_s: float = 10.0  # per attempt
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Delivered, or dead-lettered with the last attempt's error."""
+
+    delivered: bool
+    attempts: int
+    error: str = ""
+
+
+class Refused(Exception):
+    """The receiver answered, but not with 2xx."""
+
+
+async def deliver(client: httpx.AsyncClient, endpoint: Endpoint, event_id: str, event_type: str, body: bytes,
+                  policy: RetryPolicy = RetryPolicy(), clock: Callable[[], float] = time.time) -> Outcome:
+    """POST `body` (one event's JSON) to the endpoint until a 2xx or `policy.attempts` failures. Each
+    attempt is signed anew (its own timestamp); Peerlog-Event-Id lets the receiver drop repeats."""
+    attempts = 0
+
+    async def attempt() -> None:
+        nonlocal attempts
+        attempts += 1
+        headers = {"Content-Type": "application/json", "Peerlog-Event-Id": event_id, "Peerlog-Event-Type": event_type,
+                   SIGNATURE_HEADER: signature(endpoint.secret, int(clock()), body)}
+        response = await client.post(endpoint.url, content=body, headers=headers, timeout=policy.timeout_s)
+        if not response.is_success:
+            raise Refused(f"HTTP {response.status_code}")
+
+    retrying = AsyncRetrying(stop=stop_after_attempt(policy.attempts),
+                             wait=wait_exponential(multiplier=policy.first_wait_s, max=policy.max_wait_s),
+                             retry=retry_if_exception_type((Refused, httpx.TransportError)))
+    try:
+        await retrying(attempt)
+    except RetryError as failed:
+        error = failed.last_attempt.exception()
+        return Outcome(False, attempts, f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+    return Outcome(True, attempts)

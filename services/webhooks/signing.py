@@ -1,0 +1,30 @@
+"""The signature on a webhook delivery: HMAC-SHA256 over the timestamp and the body.
+
+Header `Peerlog-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>`. A receiver
+recomputes it over the raw body and refuses a timestamp older than its tolerance (replays)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+SIGNATURE_HEADER = "Peerlog-Signature"
+TOLERANCE_S = 300
+
+
+def signature(secret: bytes, timestamp: int, body: bytes) -> str:
+    """The header value for `body` sent at `timestamp` (unix seconds)."""
+    mac = hmac.new(secret, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={mac}"
+
+
+def verify(secret: bytes, header: str, body: bytes, now: float, tolerance_s: float = TOLERANCE_S) -> bool:
+    """Whether `header` signs `body` with `secret`, at a time within `tolerance_s` of `now`."""
+    try:
+        parts = dict(item.split("=", 1) for item in header.split(","))
+        timestamp = int(parts["t"])
+    except (KeyError, ValueError):
+        return False
+    if abs(now - timestamp) > tolerance_s:
+        return False
+    return hmac.compare_digest(signature(secret, timestamp, body), f"t={timestamp},v1={parts.get('v1', '')}")
