@@ -111,6 +111,8 @@ RULES: dict[str, dict[str, Rule]] = {
         "AddMessages": _add_messages,
         "ListMessages": _session,
         "GetMessage": _workspace,
+        # admitted by its first request (auth.py): the session, or the author writing as itself
+        "UploadFile": lambda r: [(session(r.workspace_id, r.session_id), peer(r.workspace_id, r.peer_id))],
     },
     "ConfigurationService": {
         "SetWorkspaceConfiguration": _workspace,

@@ -80,7 +80,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _admitting(handler: grpc.RpcMethodHandler, admit) -> grpc.RpcMethodHandler:
-    """`handler` with `admit(request, context)` awaited before it runs (unary and server-streaming)."""
+    """`handler` with `admit(request, context)` awaited before it runs (unary, server- and client-streaming)."""
     if handler.unary_unary is not None:
         inner = handler.unary_unary
 
@@ -99,4 +99,26 @@ def _admitting(handler: grpc.RpcMethodHandler, admit) -> grpc.RpcMethodHandler:
 
         return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer,
                                                     handler.response_serializer)
-    raise TypeError("peerlog serves unary and server-streaming (async generator) RPCs only")
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(_admitting_stream(handler, admit), handler.request_deserializer,
+                                                    handler.response_serializer)
+    raise TypeError("peerlog serves unary, server-streaming (async generator) and client-streaming RPCs only")
+
+
+def _admitting_stream(handler: grpc.RpcMethodHandler, admit):
+    """A client stream is admitted by its first request, which names what the call touches (an empty
+    stream by an empty request); the handler then gets the whole stream, that request first."""
+    inner = handler.stream_unary
+
+    async def upload(requests, context):
+        first = await anext(aiter(requests), None)
+        await admit(first if first is not None else handler.request_deserializer(b""), context)
+
+        async def whole():
+            if first is not None:
+                yield first
+            async for request in requests:
+                yield request
+        return await inner(whole(), context)
+
+    return upload

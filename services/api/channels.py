@@ -29,6 +29,14 @@ class _AioStreamBearer(grpc.aio.UnaryStreamClientInterceptor):
         return await continuation(_with_token(client_call_details, self.token), request)
 
 
+class _AioUploadBearer(grpc.aio.StreamUnaryClientInterceptor):
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def intercept_stream_unary(self, continuation, client_call_details, request_iterator):
+        return await continuation(_with_token(client_call_details, self.token), request_iterator)
+
+
 class _Details(collections.namedtuple("_Details", ("method", "timeout", "metadata", "credentials",
                                                     "wait_for_ready", "compression")), grpc.ClientCallDetails):
     pass
@@ -52,7 +60,7 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercepto
 def aio_channel(address: str, token: str = "", credentials: grpc.ChannelCredentials | None = None,
                 options=None) -> grpc.aio.Channel:
     """An asyncio channel to `address` sending `token` (none when empty); TLS with `credentials`."""
-    interceptors = [_AioBearer(token), _AioStreamBearer(token)] if token else None
+    interceptors = [_AioBearer(token), _AioStreamBearer(token), _AioUploadBearer(token)] if token else None
     if credentials is not None:
         return grpc.aio.secure_channel(address, credentials, options=options, interceptors=interceptors)
     return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)

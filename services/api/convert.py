@@ -22,7 +22,7 @@ from projections.queries import StatusScope
 from projections.store_queries import ObservationFilter
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
-from services.api import clones, context_reads
+from services.api import clones, context_reads, files
 from services.api import validation as v
 from services.api.packing import render_relevant, render_representation
 from services.dialectic import response_format
@@ -30,6 +30,7 @@ from services.dialectic.agent import ChatRequest, ChatResult, DiscardText, TextD
 from services.dialectic.prompt import PROMPT_VERSION
 from services.api.reads import SessionView
 from services.api.convert_configuration import optional_configuration
+from services.api.uploads import Upload
 from services.api.writes import MemberSpec, NewMessage
 from services.errors import InvalidArgument
 from services.events import Level, Source
@@ -121,6 +122,21 @@ def member_spec(spec: sessions_pb2.MemberSpec) -> MemberSpec:
         observe_me=spec.observe_me if spec.HasField("observe_me") else None,
         observe_others=spec.observe_others,
     )
+
+
+async def upload(requests) -> tuple[Upload, bytes]:
+    """An UploadFile stream: where the file goes (its first request) and the file, refused as soon as it
+    passes 32 MiB rather than after holding all of it."""
+    first, pieces, size = None, [], 0
+    async for r in requests:
+        first = first or r
+        size += len(r.data)
+        files.check_size(size)
+        pieces.append(r.data)
+    if first is None:
+        raise InvalidArgument("UploadFile got no request: the first names the file and where it goes")
+    return Upload(first.workspace_id, first.session_id, first.peer_id, first.file_name,
+                  first.idempotency_key), b"".join(pieces)
 
 
 def new_message(m: messages_pb2.NewMessage, index: int = 0) -> NewMessage:

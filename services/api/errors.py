@@ -91,7 +91,8 @@ def public_message(exc: Exception) -> str | None:
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Turns domain errors raised by unary and server-streaming handlers into gRPC statuses with their message."""
+    """Turns domain errors raised by unary, server-streaming and client-streaming handlers into gRPC statuses
+    with their message."""
 
     async def intercept_service(
         self,
@@ -110,6 +111,12 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 _guarded_stream(handler.unary_stream, details.method),
+                request_deserializer=_tolerant(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                _guarded_upload(handler.stream_unary, details.method),
                 request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
@@ -160,6 +167,28 @@ def _guarded(inner, method: str):
         await _refuse_undecodable(request, context)
         try:
             return await inner(request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc, method)
+
+    return guarded
+
+
+async def _decoded(requests):
+    """A client stream's requests; one that did not parse ends the call as INVALID_ARGUMENT (raised inside
+    the handler, so whatever it received so far is dropped unwritten)."""
+    async for request in requests:
+        if isinstance(request, Undecodable):
+            raise InvalidArgument(f"a request of the stream is not a valid message: {str(request.error)[:300]}")
+        yield request
+
+
+def _guarded_upload(inner, method: str):
+    """A client-streaming handler, guarded as a unary one."""
+    async def guarded(requests, context: grpc.aio.ServicerContext):
+        try:
+            return await inner(_decoded(requests), context)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:

@@ -36,6 +36,7 @@ from services.api import (
     observation_reads,
     observation_writes,
     reads,
+    uploads,
     writes,
 )
 from services.api.auth import visible_workspaces
@@ -192,6 +193,10 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         return messages_pb2.ListMessagesResponse(
             messages=[c.message(r) for r in page.items], next_page_token=page.next_token
         )
+
+    async def UploadFile(self, request_iterator, context):
+        ids, token = await uploads.upload_file(self.ctx, *await c.upload(request_iterator))
+        return messages_pb2.UploadFileResponse(message_ids=ids, consistency_token=token)
 
     async def GetMessage(self, request, context):
         return c.message(await reads.get_message(

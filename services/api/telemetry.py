@@ -82,7 +82,7 @@ def _observed_stream(inner, method: str):
 
 
 class TelemetryInterceptor(grpc.aio.ServerInterceptor):
-    """Counts, times and traces unary and server-streaming (async generator) calls."""
+    """Counts, times and traces unary, server-streaming (async generator) and client-streaming calls."""
 
     async def intercept_service(self, continuation, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
@@ -93,5 +93,8 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
                                                        handler.request_deserializer, handler.response_serializer)
         if handler.unary_stream is not None and inspect.isasyncgenfunction(handler.unary_stream):
             return grpc.unary_stream_rpc_method_handler(_observed_stream(handler.unary_stream, details.method),
+                                                        handler.request_deserializer, handler.response_serializer)
+        if handler.stream_unary is not None:  # a client stream (UploadFile) answers once, as a unary call does
+            return grpc.stream_unary_rpc_method_handler(_observed_unary(handler.stream_unary, details.method),
                                                         handler.request_deserializer, handler.response_serializer)
         return handler  # grpc's own Health.Watch writes instead of yielding: left as it is

@@ -299,6 +299,14 @@ async def add_messages(
     """Append messages atomically; returns their ids and the consistency token. Under a used
     idempotency key, the first call's reply instead (services/api/idempotency.py)."""
     _validate_messages(new)
+    return await append_checked(ctx, workspace_id, session_id, new, idempotency_key)
+
+
+async def append_checked(
+    ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage], idempotency_key: str = ""
+) -> tuple[list[str], str]:
+    """AddMessages' append (atomic; once per idempotency key) of messages already checked, in any number:
+    UploadFile's chunks of one file go in one transaction too."""
     keyed = idempotency.keyed(workspace_id, (workspace_id, session_id), idempotency_key, new)
     return await idempotency.once(ctx, keyed, lambda request: _append_messages(
         ctx, workspace_id, session_id, new, request))

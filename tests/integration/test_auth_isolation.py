@@ -47,6 +47,7 @@ EXPECTED_NARROW = {
     "SessionService.GetSession": "S", "SessionService.ListSessions": "P", "SessionService.GetSessionSummaries": "S",
     "SessionService.SearchMessages": "PS", "SessionService.CloneSession": "",
     "MessageService.AddMessages": "PS", "MessageService.ListMessages": "S", "MessageService.GetMessage": "",
+    "MessageService.UploadFile": "PS",
     "ObservationService.ListObservations": "P", "ObservationService.GetObservation": "",
     "ObservationService.SearchObservations": "P", "ObservationService.CreateObservations": "P",
     "ObservationService.DeleteObservation": "", "ObservationService.GetProcessingStatus": "PS",
@@ -111,6 +112,9 @@ def requests(ids: dict, tag: str) -> dict:
             workspace_id=w, session_id="s1", new_session_id=tag.replace(".", "_")),
         "MessageService.AddMessages": messages_pb2.AddMessagesRequest(workspace_id=w, session_id="s1", messages=[
             messages_pb2.NewMessage(peer_id="alice", content=f"more tea please {tag}")]),
+        # a client stream of one request: the same bytes on the wire as this unary call sends
+        "MessageService.UploadFile": messages_pb2.UploadFileRequest(
+            workspace_id=w, session_id="s1", peer_id="alice", file_name="tea.txt", data=f"tea notes {tag}".encode()),
         "MessageService.ListMessages": messages_pb2.ListMessagesRequest(workspace_id=w, session_id="s1"),
         "MessageService.GetMessage": messages_pb2.GetMessageRequest(workspace_id=w, message_id=ids["message"]),
         "ObservationService.ListObservations": observations_pb2.ListObservationsRequest(**pair),

@@ -12,6 +12,30 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class UploadFileRequest(_message.Message):
+    __slots__ = ("workspace_id", "session_id", "peer_id", "file_name", "idempotency_key", "data")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    FILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    session_id: str
+    peer_id: str
+    file_name: str
+    idempotency_key: str
+    data: bytes
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., file_name: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class UploadFileResponse(_message.Message):
+    __slots__ = ("message_ids", "consistency_token")
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    consistency_token: str
+    def __init__(self, message_ids: _Optional[_Iterable[str]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
+
 class NewMessage(_message.Message):
     __slots__ = ("peer_id", "content", "created_at", "metadata", "message_id", "configuration")
     PEER_ID_FIELD_NUMBER: _ClassVar[int]

@@ -50,6 +50,11 @@ class MessageServiceStub:
                 request_serializer=peerlog_dot_v1_dot_messages__pb2.GetMessageRequest.SerializeToString,
                 response_deserializer=peerlog_dot_v1_dot_messages__pb2.Message.FromString,
                 _registered_method=True)
+        self.UploadFile = channel.stream_unary(
+                '/peerlog.v1.MessageService/UploadFile',
+                request_serializer=peerlog_dot_v1_dot_messages__pb2.UploadFileRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_messages__pb2.UploadFileResponse.FromString,
+                _registered_method=True)
 
 
 class MessageServiceServicer:
@@ -79,6 +84,18 @@ class MessageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadFile(self, request_iterator, context):
+        """A file as messages of one author in a session: text, Markdown, JSON or PDF, at most 32 MiB,
+        split on paragraph (then sentence) boundaries into messages of at most 25,000 characters with
+        metadata {file_name, chunk (1-based), of}, appended in order in one transaction. The first
+        request names the file and where it goes; each request carries the next piece of the file.
+        INVALID_ARGUMENT for a file that is not text, an encrypted or unreadable PDF, invalid JSON, one
+        over 32 MiB or empty, and nothing is written; NOT_FOUND / FAILED_PRECONDITION as AddMessages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -96,6 +113,11 @@ def add_MessageServiceServicer_to_server(servicer, server):
                     servicer.GetMessage,
                     request_deserializer=peerlog_dot_v1_dot_messages__pb2.GetMessageRequest.FromString,
                     response_serializer=peerlog_dot_v1_dot_messages__pb2.Message.SerializeToString,
+            ),
+            'UploadFile': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadFile,
+                    request_deserializer=peerlog_dot_v1_dot_messages__pb2.UploadFileRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_messages__pb2.UploadFileResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -180,6 +202,33 @@ class MessageService:
             '/peerlog.v1.MessageService/GetMessage',
             peerlog_dot_v1_dot_messages__pb2.GetMessageRequest.SerializeToString,
             peerlog_dot_v1_dot_messages__pb2.Message.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadFile(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/peerlog.v1.MessageService/UploadFile',
+            peerlog_dot_v1_dot_messages__pb2.UploadFileRequest.SerializeToString,
+            peerlog_dot_v1_dot_messages__pb2.UploadFileResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,76 @@
+"""UploadFile over real Kafka and Postgres: a streamed file becomes ordered messages with their place in
+the file; a file that cannot be used is refused with its reason and writes nothing."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.protobuf import json_format
+
+from peerlog.v1 import messages_pb2, messages_pb2_grpc
+from tests.support.client import Client
+from tests.support.rpc import rejected
+from tests.unit.test_upload_file_text import pdf
+
+PIECE = 1024 * 1024
+
+
+def upload(channel, data: bytes, file_name: str, peer_id: str = "alice", key: str = "", piece: int = PIECE):
+    """The file in pieces of `piece` bytes; the first request names it and where it goes."""
+    def requests():
+        head = messages_pb2.UploadFileRequest(workspace_id="w", session_id="s", peer_id=peer_id,
+                                              file_name=file_name, idempotency_key=key)
+        for start in range(0, max(len(data), 1), piece):
+            head.data = data[start:start + piece]
+            yield head
+            head = messages_pb2.UploadFileRequest()
+    return messages_pb2_grpc.MessageServiceStub(channel).UploadFile(requests())
+
+
+@pytest.fixture
+async def session(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    await c.peer("w", "carol")
+    return c
+
+
+async def test_a_markdown_file_becomes_messages_in_order_each_with_its_place_in_the_file(channel, session):
+    paragraphs = [f"## Part {i}\n\n" + f"Line {i} of the notes. " * 600 for i in range(6)]  # ~14,000 chars each
+    text = "\n\n".join(paragraphs)
+    out = await upload(channel, text.encode(), "notes.md", piece=10_000)
+    got = await session.all_messages("w", "s", out.consistency_token)
+    assert [m.message_id for m in got] == list(out.message_ids)
+    assert [json_format.MessageToDict(m.metadata) for m in got] == [
+        {"file_name": "notes.md", "chunk": i, "of": len(got)} for i in range(1, len(got) + 1)]
+    assert len(got) == 6 and all(len(m.content) <= 25_000 and m.peer_id == "alice" for m in got)
+    assert "\n\n".join(m.content for m in got).split() == text.split()
+
+
+async def test_a_pdf_json_and_text_file_are_read_and_an_idempotent_repeat_writes_nothing(channel, session):
+    from_pdf = await upload(channel, pdf(["Bob keeps bees.", "He lives in Oslo."]), "bob.pdf")
+    from_json = await upload(channel, b'{"hives": 2}', "hives.json", key="hives-1")
+    again = await upload(channel, b'{"hives": 2}', "hives.json", key="hives-1")
+    assert again.message_ids == from_json.message_ids
+    got = await session.all_messages("w", "s", again.consistency_token)
+    assert [m.content for m in got] == ["Bob keeps bees.\n\nHe lives in Oslo.", '{"hives": 2}']
+    assert list(from_pdf.message_ids) == [got[0].message_id]
+
+
+@pytest.mark.parametrize("data,name,code,reason", [
+    (pdf(["secret"], password="pw"), "locked.pdf", grpc.StatusCode.INVALID_ARGUMENT, "is an encrypted PDF"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00", "photo.png", grpc.StatusCode.INVALID_ARGUMENT, "is not text"),
+    (b"", "empty.txt", grpc.StatusCode.INVALID_ARGUMENT, "is empty"),
+    (b'{"hives": ', "bad.json", grpc.StatusCode.INVALID_ARGUMENT, "is not valid JSON"),
+    (b"a" * (32 * 1024 * 1024 + 1), "huge.txt", grpc.StatusCode.INVALID_ARGUMENT, "too big: over 32 MiB"),
+])
+async def test_a_refused_file_says_why_and_writes_nothing(channel, session, data, name, code, reason):
+    await rejected(upload(channel, data, name), code, reason)
+    kept = await upload(channel, b"still here", "after.txt")  # the next upload is the session's first message
+    got = await session.all_messages("w", "s", kept.consistency_token)
+    assert [m.content for m in got] == ["still here"]
+
+
+async def test_an_author_who_is_not_a_member_is_refused_as_add_messages_refuses_it(channel, session):
+    await rejected(upload(channel, b"hello", "a.txt", peer_id="carol"), grpc.StatusCode.FAILED_PRECONDITION,
+                   "not members of session 's'")
