@@ -276,7 +276,7 @@ async def test_every_rpc_under_every_token_matches_the_table_and_denied_calls_le
     broken = {cell: out.details() for cell, out in got.items()
               if not isinstance(out, grpc.StatusCode) and out.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)}
     assert not broken
-    assert len(cells) == 41 * 10  # every RPC under every kind of token
+    assert len(cells) == 42 * 10  # every RPC under every kind of token
     # the refusals name the scope they need
     assert "peer:w/alice" in got["DialecticService.Chat", "session"].details()
     assert "session:w/s1" in got["MessageService.ListMessages", "peer"].details()
