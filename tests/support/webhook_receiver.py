@@ -1,0 +1,52 @@
+"""A local HTTP server that receives webhook deliveries and answers each by the next step of a script."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HANG_S = 1.5  # longer than the tests' delivery timeout
+
+
+class Receiver(ThreadingHTTPServer):
+    """Each POST takes the next step of `script`: a status code, or 'hang' (answers 204 after HANG_S, too late).
+    Past the script it answers 204. `received` holds (headers, body, status) of every POST."""
+
+    def __init__(self, script=()) -> None:
+        self.script, self.received = list(script), []
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hook"
+
+    def delivered(self) -> list[bytes]:
+        """Bodies the receiver answered 2xx in time."""
+        return [body for _, body, status in self.received if status == 204]
+
+    def __enter__(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        server: Receiver = self.server
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        step = server.script.pop(0) if server.script else 204
+        server.received.append((dict(self.headers), body, "hung" if step == "hang" else step))
+        if step == "hang":
+            time.sleep(HANG_S)
+            step = 204
+        self.send_response(step)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
