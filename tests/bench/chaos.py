@@ -45,7 +45,7 @@ from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from infra.kafka.broker import KafkaBroker, running_broker, stop_broker  # noqa: E402
 from infra.postgres.embedded import EmbeddedPostgres  # noqa: E402
-from infra.stack import _alive, _spawn, down, up  # noqa: E402
+from infra.stack import _alive, _save, _spawn, down, up  # noqa: E402
 from peerlog.v1 import messages_pb2  # noqa: E402
 from services.api.channels import aio_channel  # noqa: E402
 from services.bus.topics import OBSERVATIONS, SESSIONS  # noqa: E402
@@ -97,6 +97,7 @@ class Supervisor(threading.Thread):
                         self.crashes.append({"process": name, "pid": pid, "at": time.time()})
                         log(f"{name} (pid {pid}) exited without being killed; restarting it")
                     self.state.pids[name] = _spawn(self.state, name)
+                    _save(self.state)  # down() stops the pids stack.json names
                     self.restarts[name] += 1
 
     def kill(self, name: str) -> int:
