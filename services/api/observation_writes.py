@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass
 
 import uuid6
@@ -74,6 +75,12 @@ async def _check_sources(
                     "quote the message verbatim (case and whitespace may differ) or leave the span empty")
 
 
+def _fingerprinted(o: NewObservation) -> NewObservation | dict:
+    """`o` as its request's fingerprint takes it: without an unset client id, so a key used before ids
+    existed still matches its first request."""
+    return o if o.observation_id else {k: v for k, v in dataclasses.asdict(o).items() if k != "observation_id"}
+
+
 def _same(row, sources, observer_id: str, observed_id: str, o: NewObservation) -> bool:
     """Whether the stored observation `row` (with its `sources`) is `o` sent again to the pair."""
     stored = tuple(Source(message_id=s["message_id"], span=s["span"]) for s in sources)
@@ -109,7 +116,8 @@ async def create_observations(
     """Append explicit observations to a pair's store atomically; returns their ids and the token. Under a
     used idempotency key, the first call's reply instead (services/api/idempotency.py)."""
     _validate(new)
-    keyed = idempotency.keyed(workspace_id, (workspace_id, observer_id, observed_id), idempotency_key, new)
+    keyed = idempotency.keyed(workspace_id, (workspace_id, observer_id, observed_id), idempotency_key,
+                              [_fingerprinted(o) for o in new])
     return await idempotency.once(ctx, keyed, lambda request: _append_observations(
         ctx, workspace_id, observer_id, observed_id, new, request))
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import orjson
 import pytest
 
 from services.api.idempotency import keyed
-from services.api.observation_writes import NewObservation
+from services.api.observation_writes import NewObservation, _fingerprinted
 from services.api.writes import NewMessage
 from services.errors import InvalidArgument
 from services.events import MessageAppended, ObservationAdded, ProducerInfo, Source, decode, encode
@@ -59,3 +60,20 @@ def test_an_event_of_schema_1_reads_as_one_without_a_key(event):
     old["schema_version"] = 1
     del old["request"]
     assert decode(orjson.dumps(old)) == event and event.schema_version == type(event).schema_version_current
+
+
+@dataclass(frozen=True)
+class ObservationBeforeClientIds:  # NewObservation as it was
+    content: str
+    session_id: str = ""
+    sources: tuple[Source, ...] = ()
+
+
+def test_an_observation_without_a_client_id_keeps_the_fingerprint_it_had_before_ids_existed():
+    # a retry across the upgrade must still match its first request
+    sources = (Source(message_id="m1", span="tea"),)
+    scope, new = ("w", "a", "b"), _fingerprinted(NewObservation("Bob likes tea", "s", sources))
+    assert keyed("w", scope, "k", [new]).fingerprint == keyed(
+        "w", scope, "k", [ObservationBeforeClientIds("Bob likes tea", "s", sources)]).fingerprint
+    assert keyed("w", scope, "k", [_fingerprinted(NewObservation("Bob likes tea", observation_id="o1"))]).fingerprint \
+        != keyed("w", scope, "k", [_fingerprinted(NewObservation("Bob likes tea"))]).fingerprint
