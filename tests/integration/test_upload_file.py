@@ -74,3 +74,14 @@ async def test_a_refused_file_says_why_and_writes_nothing(channel, session, data
 async def test_an_author_who_is_not_a_member_is_refused_as_add_messages_refuses_it(channel, session):
     await rejected(upload(channel, b"hello", "a.txt", peer_id="carol"), grpc.StatusCode.FAILED_PRECONDITION,
                    "not members of session 's'")
+
+
+async def test_a_request_of_the_stream_that_does_not_decode_ends_the_upload_and_writes_nothing(channel, session):
+    first = messages_pb2.UploadFileRequest(workspace_id="w", session_id="s", peer_id="alice", file_name="a.txt",
+                                           data=b"hello").SerializeToString()
+    broken = b"\x22\x02\xff\xfe"  # file_name (a string) holding bytes that are not UTF-8
+    call = channel.stream_unary("/peerlog.v1.MessageService/UploadFile", request_serializer=lambda raw: raw,
+                                response_deserializer=messages_pb2.UploadFileResponse.FromString)
+    await rejected(call(iter([first, broken])), grpc.StatusCode.INVALID_ARGUMENT, "is not a valid message")
+    await rejected(call(iter([broken])), grpc.StatusCode.INVALID_ARGUMENT, "is not a valid message")
+    assert await session.all_messages("w", "s") == []
