@@ -149,6 +149,13 @@ RULES: dict[str, dict[str, Rule]] = {
     "EventService": {
         "Subscribe": _workspace,  # every event of the workspace, whoever it is about
     },
+    "WebhookService": {  # a webhook receives every event of the workspace it names
+        "CreateWebhook": _workspace,
+        "ListWebhooks": _workspace,
+        "DeleteWebhook": _workspace,
+        "ListWebhookDeadLetters": _workspace,
+        "RetryWebhookDeadLetter": _workspace,
+    },
 }
 PACKAGE = "peerlog.v1"
 

@@ -1,11 +1,13 @@
-"""Thin gRPC servicer of EventService (peerlog's events for other services). Errors map in errors.py."""
+"""Thin gRPC servicers of EventService and WebhookService (peerlog's events for other services). Errors map in
+errors.py."""
 
 from __future__ import annotations
 
-from peerlog.v1 import events_pb2_grpc
+from peerlog.v1 import events_pb2_grpc, webhooks_pb2, webhooks_pb2_grpc
 from services.api import convert_events as c
-from services.api import subscriptions
+from services.api import subscriptions, webhooks
 from services.api.context import ApiContext
+from services.webhooks.store import WebhookStore
 
 
 class EventServicer(events_pb2_grpc.EventServiceServicer):
@@ -16,3 +18,29 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
         async for delivered in subscriptions.subscribe(self.ctx, request.workspace_id, request.event_types,
                                                        c.cursor_in(request.cursor), request.from_end):
             yield c.subscribed_event(delivered)
+
+
+class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
+    def __init__(self, store: WebhookStore) -> None:
+        self.store = store
+
+    async def CreateWebhook(self, request, context):
+        endpoint, created_at, secret = await webhooks.create(self.store, request.workspace_id, request.url,
+                                                             list(request.event_types))
+        return webhooks_pb2.CreateWebhookResponse(webhook=c.webhook(endpoint, created_at), secret=secret)
+
+    async def ListWebhooks(self, request, context):
+        found = await webhooks.listed(self.store, request.workspace_id)
+        return webhooks_pb2.ListWebhooksResponse(webhooks=[c.webhook(e, at) for e, at in found])
+
+    async def DeleteWebhook(self, request, context):
+        await webhooks.delete(self.store, request.workspace_id, request.webhook_id)
+        return webhooks_pb2.DeleteWebhookResponse()
+
+    async def ListWebhookDeadLetters(self, request, context):
+        found = await webhooks.dead_letters(self.store, request.workspace_id, request.webhook_id)
+        return webhooks_pb2.ListWebhookDeadLettersResponse(dead_letters=[c.dead_letter(d) for d in found])
+
+    async def RetryWebhookDeadLetter(self, request, context):
+        outcome = await webhooks.retry(self.store, request.workspace_id, request.webhook_id, request.event_id)
+        return webhooks_pb2.RetryWebhookDeadLetterResponse(delivered=outcome.delivered, error=outcome.error)

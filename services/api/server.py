@@ -36,6 +36,8 @@ from peerlog.v1 import (
     sessions_pb2_grpc,
     workspaces_pb2,
     workspaces_pb2_grpc,
+    webhooks_pb2,
+    webhooks_pb2_grpc,
 )
 from projections.db import async_engine, create_schema, sync_engine
 from services.api import validation as v
@@ -43,7 +45,7 @@ from services.api.auth import AuthInterceptor
 from services.api.context import ApiContext
 from services.api.cursors import PageCursors
 from services.api.errors import ErrorInterceptor
-from services.api.event_servicers import EventServicer
+from services.api.event_servicers import EventServicer, WebhookServicer
 from services.api.freshness import Freshness
 from services.api.health import HealthMonitor, database_reachable
 from services.api.telemetry import TelemetryInterceptor
@@ -61,6 +63,7 @@ from services.api.servicers import (
 )
 from services.bus.log_ends import LogEnds
 from services.bus.producer import EventLog
+from services.webhooks.store import WebhookStore, engine_for
 from services.config import LEVELS
 from services.dialectic.agent import Dialectic
 from services.llm.client import ModelClient
@@ -85,6 +88,7 @@ SERVICE_NAMES = (
     audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
     configuration_pb2.DESCRIPTOR.services_by_name["ConfigurationService"].full_name,
     events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
+    webhooks_pb2.DESCRIPTOR.services_by_name["WebhookService"].full_name,
 )
 
 
@@ -94,6 +98,7 @@ class RunningServer:
     port: int
     ctx: ApiContext
     ends: LogEnds | None = None
+    webhooks: WebhookStore | None = None
     background: list[asyncio.Task] = field(default_factory=list)
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -104,6 +109,8 @@ class RunningServer:
         if self.ends is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.ends.close)
         await self.ctx.engine.dispose()
+        if self.webhooks is not None:
+            self.webhooks.engine.dispose()
         for model in self.ctx.dialectic.models.values() if self.ctx.dialectic else ():
             await model.aclose()
         close = getattr(self.ctx.embedder, "aclose", None)  # an HTTP embedder holds connections
@@ -111,7 +118,7 @@ class RunningServer:
             await close()
 
 
-def _register(server: grpc.aio.Server, ctx: ApiContext) -> health.aio.HealthServicer:
+def _register(server: grpc.aio.Server, ctx: ApiContext, webhooks: WebhookStore) -> health.aio.HealthServicer:
     workspaces_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(ctx), server)
     peers_pb2_grpc.add_PeerServiceServicer_to_server(PeerServicer(ctx), server)
     sessions_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(ctx), server)
@@ -123,6 +130,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext) -> health.aio.HealthServ
     dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(DialecticServicer(ctx), server)
     configuration_pb2_grpc.add_ConfigurationServiceServicer_to_server(ConfigurationServicer(ctx), server)
     events_pb2_grpc.add_EventServiceServicer_to_server(EventServicer(ctx), server)
+    webhooks_pb2_grpc.add_WebhookServiceServicer_to_server(WebhookServicer(webhooks), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server)
@@ -203,13 +211,14 @@ async def start(settings: Settings) -> RunningServer:
     # not: 100 messages of 25,000 three-byte characters were refused by the transport)
     options = [("grpc.so_reuseport", int(shared)), ("grpc.max_receive_message_length", v.MAX_REQUEST_BYTES)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
-    monitor = _health(_register(server, ctx), ctx, ends, settings)
+    webhooks = WebhookStore(await asyncio.get_running_loop().run_in_executor(None, engine_for, settings.database))
+    monitor = _health(_register(server, ctx, webhooks), ctx, ends, settings)
     await monitor.check_once()  # the first answer is already a real one
     port = _listen(server, settings.api)
     await server.start()
     log.info("peerlog API listening on %s:%d (%s)", settings.api.host, port,
              "TLS" if settings.api.tls_cert else "plaintext")
-    return RunningServer(server, port, ctx, ends, [asyncio.get_running_loop().create_task(monitor.run())])
+    return RunningServer(server, port, ctx, ends, webhooks, [asyncio.get_running_loop().create_task(monitor.run())])
 
 
 async def _warm(ctx: ApiContext) -> None:

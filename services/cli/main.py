@@ -52,6 +52,15 @@ def worker() -> None:
     asyncio.run(run_worker(settings))
 
 
+@app.command()
+def webhooks() -> None:
+    """Deliver webhooks (WebhookService) until SIGTERM. Run one: a second would deliver everything twice."""
+    from services.webhooks.supervisor import run_webhooks
+
+    _logging()
+    asyncio.run(run_webhooks(Settings()))
+
+
 def _address(settings: Settings, given: str) -> str:
     return given or f"{settings.api.host}:{settings.api.port}"
 

@@ -87,6 +87,13 @@ class WebhookStore:
             return [Endpoint(r.endpoint_id, r.workspace_id, r.url, r.secret, frozenset(r.event_types))
                     for r in conn.execute(query)]
 
+    def registered(self, workspace_id: str) -> list[tuple[Endpoint, datetime]]:
+        """The workspace's endpoints, by id, with the time each was registered."""
+        query = select(endpoints).where(endpoints.c.workspace_id == workspace_id).order_by(endpoints.c.endpoint_id)
+        with self.engine.connect() as conn:
+            return [(Endpoint(r.endpoint_id, r.workspace_id, r.url, r.secret, frozenset(r.event_types)), r.created_at)
+                    for r in conn.execute(query)]
+
     def delete(self, endpoint_id: str) -> None:
         with self.engine.begin() as conn:
             for table in (endpoints, progress, dead_letters):

@@ -22,7 +22,7 @@ from google.protobuf import struct_pb2
 
 from peerlog.v1 import (
     audit_pb2, common_pb2, configuration_pb2, context_pb2, context_pb2_grpc, dialectic_pb2, dialectic_pb2_grpc,
-    dreams_pb2, events_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2,
+    dreams_pb2, events_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, webhooks_pb2, workspaces_pb2,
 )
 from services.api.access import RULES
 from services.api.channels import aio_channel
@@ -59,6 +59,8 @@ EXPECTED_NARROW = {
     "ConfigurationService.SetWorkspaceConfiguration": "", "ConfigurationService.SetSessionConfiguration": "S",
     "ConfigurationService.SetMessageConfiguration": "S", "ConfigurationService.GetEffectiveConfiguration": "S",
     "EventService.Subscribe": "",
+    "WebhookService.CreateWebhook": "", "WebhookService.ListWebhooks": "", "WebhookService.DeleteWebhook": "",
+    "WebhookService.ListWebhookDeadLetters": "", "WebhookService.RetryWebhookDeadLetter": "",
 }  # "*": the wrong tokens too (ListWorkspaces answers every valid token, with what it may see)
 
 
@@ -151,6 +153,15 @@ def requests(ids: dict, tag: str) -> dict:
         "ConfigurationService.GetEffectiveConfiguration": configuration_pb2.GetEffectiveConfigurationRequest(
             workspace_id=w, session_id="s1"),
         "EventService.Subscribe": events_pb2.SubscribeRequest(workspace_id=w),
+        "WebhookService.CreateWebhook": webhooks_pb2.CreateWebhookRequest(workspace_id=w,
+                                                                          url="http://127.0.0.1:9/hook"),
+        "WebhookService.ListWebhooks": webhooks_pb2.ListWebhooksRequest(workspace_id=w),
+        # an unknown webhook: NOT_FOUND once allowed, which the matrix counts as allowed
+        "WebhookService.DeleteWebhook": webhooks_pb2.DeleteWebhookRequest(workspace_id=w, webhook_id="wh_none"),
+        "WebhookService.ListWebhookDeadLetters": webhooks_pb2.ListWebhookDeadLettersRequest(
+            workspace_id=w, webhook_id="wh_none"),
+        "WebhookService.RetryWebhookDeadLetter": webhooks_pb2.RetryWebhookDeadLetterRequest(
+            workspace_id=w, webhook_id="wh_none", event_id="e"),
     }
 
 
@@ -276,7 +287,7 @@ async def test_every_rpc_under_every_token_matches_the_table_and_denied_calls_le
     broken = {cell: out.details() for cell, out in got.items()
               if not isinstance(out, grpc.StatusCode) and out.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)}
     assert not broken
-    assert len(cells) == 42 * 10  # every RPC under every kind of token
+    assert len(cells) == 47 * 10  # every RPC under every kind of token
     # the refusals name the scope they need
     assert "peer:w/alice" in got["DialecticService.Chat", "session"].details()
     assert "session:w/s1" in got["MessageService.ListMessages", "peer"].details()

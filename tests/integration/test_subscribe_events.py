@@ -55,7 +55,8 @@ async def test_a_subscription_delivers_its_workspace_events_of_the_chosen_types_
     _, stub = conversation
     events = await take(stub, 3, workspace_id="w", event_types=["MessageAppended"])
     assert contents(events) == ["one", "two", "three"]
-    assert {(e.type, e.schema_version, e.key) for e in events} == {("MessageAppended", MessageAppended.schema_version_current, "w/s")}
+    current = MessageAppended.schema_version_current
+    assert {(e.type, e.schema_version, e.key) for e in events} == {("MessageAppended", current, "w/s")}
     offsets = [e.position.offset for e in events]
     assert offsets == sorted(offsets) and len({e.position.partition for e in events}) == 1
     # with no filter: every topic (in no order between topics), every message too, and nothing of elsewhere

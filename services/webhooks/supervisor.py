@@ -1,0 +1,65 @@
+"""The webhook delivery process (`peerlog webhooks`): one delivery loop per registered endpoint, started
+when an endpoint appears and stopped when it is deleted (checked every `refresh_s`).
+
+A process of its own rather than a worker processor: deliveries wait on other people's HTTP servers,
+and a slow receiver must not hold up derivation; progress lives in Postgres, not in a consumer group.
+Run one: two would each deliver every event."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import httpx
+
+from services.settings import Settings
+from services.webhooks.delivery import Endpoint, RetryPolicy
+from services.webhooks.store import WebhookStore, engine_for
+from services.webhooks.worker import run_endpoint
+
+log = logging.getLogger(__name__)
+
+
+async def supervise(settings: Settings, store: WebhookStore, stop: asyncio.Event, refresh_s: float = 5.0,
+                    policy: RetryPolicy = RetryPolicy()) -> None:
+    """Keep one loop per registered endpoint until `stop` is set."""
+    running: dict[str, tuple[asyncio.Event, asyncio.Task]] = {}
+    async with httpx.AsyncClient() as client:
+        while not stop.is_set():
+            wanted: dict[str, Endpoint] = {e.endpoint_id: e for e in
+                                           await asyncio.get_running_loop().run_in_executor(None, store.endpoints)}
+            for endpoint_id in running.keys() - wanted.keys():
+                await _halt(*running.pop(endpoint_id))
+            for endpoint_id in wanted.keys() - running.keys():
+                halt = asyncio.Event()
+                task = asyncio.create_task(
+                    run_endpoint(wanted[endpoint_id], settings.kafka, store, client, halt, policy))
+                running[endpoint_id] = (halt, task)
+            for endpoint_id, (halt, task) in list(running.items()):
+                if task.done():  # a loop that failed (the broker away at start): start it again next round
+                    log.error("webhook %s stopped: %r", endpoint_id, task.exception())
+                    del running[endpoint_id]
+            try:
+                await asyncio.wait_for(stop.wait(), refresh_s)
+            except TimeoutError:
+                pass
+        for halt, task in running.values():
+            await _halt(halt, task)
+
+
+async def _halt(halt: asyncio.Event, task: asyncio.Task) -> None:
+    halt.set()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def run_webhooks(settings: Settings) -> None:
+    """Deliver until SIGTERM/SIGINT."""
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    store = WebhookStore(engine_for(settings.database))
+    try:
+        await supervise(settings, store, stop)
+    finally:
+        store.engine.dispose()

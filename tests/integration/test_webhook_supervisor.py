@@ -1,0 +1,38 @@
+"""The webhook process's supervisor over real Kafka and Postgres: an endpoint registered while it runs
+gets deliveries, and a deleted one gets no more."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from services.webhooks.delivery import Endpoint, RetryPolicy
+from services.webhooks.store import WebhookStore, engine_for
+from services.webhooks.supervisor import supervise
+from tests.support.client import Client
+from tests.support.webhook_receiver import Receiver
+
+
+async def until(condition, timeout: float = 30.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.1)
+
+
+async def test_endpoints_registered_while_it_runs_get_deliveries_and_deleted_ones_stop(channel, settings):
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    await c.add("w", "s", [("alice", "one")])
+    store, stop = WebhookStore(engine_for(settings.database)), asyncio.Event()
+    task = asyncio.ensure_future(supervise(settings, store, stop, refresh_s=0.2,
+                                           policy=RetryPolicy(attempts=2, first_wait_s=0.05, timeout_s=0.5)))
+    with Receiver() as receiver:
+        store.register(Endpoint("hook-late", "w", receiver.url, b"k", frozenset({"MessageAppended"})))
+        await until(lambda: len(receiver.delivered()) == 1)
+        store.delete("hook-late")
+        await asyncio.sleep(1)  # the supervisor has seen the deletion
+        await c.add("w", "s", [("bob", "two")])
+        await asyncio.sleep(2)
+        stop.set()
+        await task
+    assert [json.loads(b)["content"] for b in receiver.delivered()] == ["one"]
