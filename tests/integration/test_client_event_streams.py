@@ -8,7 +8,7 @@ from itertools import islice
 
 import pytest
 
-from peerlog_client import AsyncPeerlog, LogEvent, Peerlog
+from peerlog_client import AsyncPeerlog, LogEvent, NotFound, Peerlog
 from tests.integration.test_client_library import ApiInThread
 from tests.support.auth import admin_token
 
@@ -46,3 +46,22 @@ async def test_the_async_client_streams_the_same_events(api, settings):
             if event.type == "MessageAppended":
                 break
         assert [e.type for e in got] == ["SessionCreated", "MessageAppended"] and got[-1].data["content"] == "hello"
+
+
+def test_the_sync_client_registers_lists_and_deletes_webhooks(api, settings):
+    with Peerlog(api.address, token=admin_token(settings), timeout=20) as peerlog:
+        ws = peerlog.workspace("w")
+        made = ws.create_webhook("http://127.0.0.1:9/hook", types=["MessageAppended"])
+        assert made.secret.startswith("whsec_") and made.webhook.event_types == ("MessageAppended",)
+        assert ws.webhooks() == (made.webhook,) and ws.webhook_dead_letters(made.webhook.webhook_id) == ()
+        with pytest.raises(NotFound):
+            ws.retry_webhook_dead_letter(made.webhook.webhook_id, "no-such-event")
+        ws.delete_webhook(made.webhook.webhook_id)
+        assert ws.webhooks() == ()
+
+
+async def test_the_async_client_registers_and_lists_webhooks(api, settings):
+    async with AsyncPeerlog(api.address, token=admin_token(settings), timeout=20) as peerlog:
+        ws = await peerlog.workspace("w")
+        made = await ws.create_webhook("https://example.invalid/hook")
+        assert await ws.webhooks() == (made.webhook,) and made.webhook.created_at is not None

@@ -42,6 +42,8 @@ from peerlog_client.models import (
     NewMessage,
     NewObservation,
     ObservationSource,
+    Webhook,
+    WebhookDeadLetter,
 )
 
 __all__ = [
@@ -49,5 +51,5 @@ __all__ = [
     "Configuration", "DataLoss", "EffectiveConfiguration", "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument", "LogEvent", "LogPosition", "MemberSpec",
     "NewMessage", "NewObservation", "NotFound", "ObservationSource", "OutOfRange", "Peer", "PeerlogError",
     "Peerlog", "PermissionDenied", "ResourceExhausted", "RetryPolicy", "Session", "Unauthenticated",
-    "Unavailable", "Unimplemented", "Unknown", "Workspace",
+    "Unavailable", "Unimplemented", "Unknown", "Webhook", "WebhookDeadLetter", "Workspace",
 ]

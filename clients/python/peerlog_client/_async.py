@@ -21,6 +21,7 @@ from peerlog_client._gen.peerlog.v1 import audit_pb2 as au
 from peerlog_client._gen.peerlog.v1 import common_pb2, context_pb2, dialectic_pb2, dreams_pb2
 from peerlog_client._gen.peerlog.v1 import configuration_pb2 as cf
 from peerlog_client._gen.peerlog.v1 import events_pb2 as ev
+from peerlog_client._gen.peerlog.v1 import webhooks_pb2 as wh
 from peerlog_client._gen.peerlog.v1 import messages_pb2 as ms
 from peerlog_client._gen.peerlog.v1 import observations_pb2 as ob
 from peerlog_client._gen.peerlog.v1 import peers_pb2 as pe
@@ -36,6 +37,7 @@ from peerlog_client._gen.peerlog.v1.messages_pb2_grpc import MessageServiceStub
 from peerlog_client._gen.peerlog.v1.observations_pb2_grpc import ObservationServiceStub
 from peerlog_client._gen.peerlog.v1.peers_pb2_grpc import PeerServiceStub
 from peerlog_client._gen.peerlog.v1.sessions_pb2_grpc import SessionServiceStub
+from peerlog_client._gen.peerlog.v1.webhooks_pb2_grpc import WebhookServiceStub
 from peerlog_client._gen.peerlog.v1.workspaces_pb2_grpc import WorkspaceServiceStub
 from peerlog_client.errors import from_rpc_error
 
@@ -340,6 +342,30 @@ class AsyncWorkspace(_AsyncHandle):
             workspace_id=self.id, event_types=list(types), from_end=from_end, cursor=ev.EventCursor(positions=[
                 ev.LogPosition(topic=p.topic, partition=p.partition, offset=p.offset) for p in cursor]))
         return self._t.stream(Call(EventServiceStub, "Subscribe", request, c.log_event), timeout)
+
+    async def create_webhook(self, url: str, *, types: Iterable[str] = ()) -> m.CreatedWebhook:
+        """Register `url` for the workspace's events of `types` (empty: all); keep the secret it answers with."""
+        return await self._t.unary(Call(WebhookServiceStub, "CreateWebhook", wh.CreateWebhookRequest(
+            workspace_id=self.id, url=url, event_types=list(types)), c.to_model))
+
+    async def webhooks(self) -> tuple[m.Webhook, ...]:
+        """The workspace's webhooks, by id (without secrets)."""
+        return await self._t.unary(Call(WebhookServiceStub, "ListWebhooks", wh.ListWebhooksRequest(
+            workspace_id=self.id), c.items_of("webhooks")))
+
+    async def delete_webhook(self, webhook_id: str) -> None:
+        await self._t.unary(Call(WebhookServiceStub, "DeleteWebhook", wh.DeleteWebhookRequest(
+            workspace_id=self.id, webhook_id=webhook_id), lambda _: None))
+
+    async def webhook_dead_letters(self, webhook_id: str) -> tuple[m.WebhookDeadLetter, ...]:
+        """Events the webhook's delivery gave up on, oldest first."""
+        return await self._t.unary(Call(WebhookServiceStub, "ListWebhookDeadLetters", wh.ListWebhookDeadLettersRequest(
+            workspace_id=self.id, webhook_id=webhook_id), c.items_of("dead_letters")))
+
+    async def retry_webhook_dead_letter(self, webhook_id: str, event_id: str) -> m.WebhookRetry:
+        """Deliver a dead letter again, once, now; it is forgotten if delivered."""
+        return await self._t.unary(Call(WebhookServiceStub, "RetryWebhookDeadLetter", wh.RetryWebhookDeadLetterRequest(
+            workspace_id=self.id, webhook_id=webhook_id, event_id=event_id), c.to_model))
 
     async def message(self, message_id: str) -> m.Message:
         return await self._t.unary(Call(MessageServiceStub, "GetMessage", ms.GetMessageRequest(

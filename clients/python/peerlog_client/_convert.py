@@ -36,6 +36,8 @@ MODEL_OF: dict[str, type] = {
         "ProvenanceNode": m.ProvenanceNode, "GetProvenanceResponse": m.Provenance, "Producer": m.Producer,
         "HistoryEntry": m.HistoryEntry, "RejectedObservation": m.RejectedObservation,
         "Configuration": m.Configuration, "SetConfigurationResponse": m.Written,
+        "Webhook": m.Webhook, "CreateWebhookResponse": m.CreatedWebhook, "WebhookDeadLetter": m.WebhookDeadLetter,
+        "RetryWebhookDeadLetterResponse": m.WebhookRetry,
     }.items()
 }
 _TIMESTAMP, _STRUCT = "google.protobuf.Timestamp", "google.protobuf.Struct"

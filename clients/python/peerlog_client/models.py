@@ -403,6 +403,42 @@ class LogEvent:
 
 
 @frozen
+class Webhook:
+    """A registered URL of a workspace and the event types it receives (empty: all)."""
+
+    webhook_id: str
+    workspace_id: str
+    url: str
+    event_types: tuple[str, ...]
+    created_at: datetime | None
+
+
+@frozen
+class CreatedWebhook:
+    """A new webhook and its signing secret (shown this once)."""
+
+    webhook: Webhook
+    secret: str
+
+
+@frozen
+class WebhookDeadLetter:
+    """An event the delivery gave up on: its JSON as POSTed, the attempts made and the last error."""
+
+    event_id: str
+    event_type: str
+    json: str
+    attempts: int
+    error: str
+
+
+@frozen
+class WebhookRetry:
+    delivered: bool
+    error: str
+
+
+@frozen
 class Written:
     """A write that returns nothing but its log position."""
 
