@@ -30,6 +30,7 @@ PROCESSES: dict[str, list[str]] = {
     "projector": ["projector", "run"],
     "worker": ["worker"],
     "api": ["serve"],
+    "webhooks": ["webhooks"],  # delivers WebhookService's webhooks; exactly one
 }
 
 
