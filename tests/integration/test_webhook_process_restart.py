@@ -1,0 +1,41 @@
+"""`peerlog webhooks` as a process against the real stack: a webhook registered over gRPC gets its
+events; the process SIGKILLed and started again delivers what was written meanwhile, and nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from peerlog.v1 import webhooks_pb2 as wh
+from peerlog.v1 import webhooks_pb2_grpc
+from tests.support.client import Client
+from tests.support.processes import Worker
+from tests.support.webhook_receiver import Receiver
+
+
+async def until(condition, timeout: float = 60.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.1)
+
+
+async def test_the_webhook_process_killed_and_restarted_neither_loses_nor_repeats_a_delivery(channel, settings,
+                                                                                             tmp_path):
+    c, stub = Client(channel), webhooks_pb2_grpc.WebhookServiceStub(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    await c.add("w", "s", [("alice", "one")])
+    with Receiver() as receiver:
+        await stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url=receiver.url,
+                                                         event_types=["MessageAppended"]))
+        process = Worker(settings, tmp_path / "webhooks.log", command="webhooks").start()
+        try:
+            await until(lambda: len(receiver.delivered()) == 1)
+            await asyncio.sleep(1)  # its progress is written right after the 2xx
+            process.kill()
+            await c.add("w", "s", [("bob", "two")])
+            process = Worker(settings, tmp_path / "webhooks.log", command="webhooks").start()
+            await until(lambda: len(receiver.delivered()) == 2)
+            await asyncio.sleep(2)  # a repeat would arrive by now
+        finally:
+            process.stop()
+    assert [json.loads(b)["content"] for b in receiver.delivered()] == ["one", "two"], process.log_text()[-2000:]
