@@ -110,18 +110,16 @@ def calls_in(reply: Any, tool_names: list[str]) -> list[Call] | str:
     return [parsed] if isinstance(parsed, Call) else parsed
 
 
-def results_as_messages(calls: list[Call], results: list[str], content: str | None,
-                        question: str) -> list[dict[str, Any]]:
+def results_as_messages(calls: list[Call], results: list[str], content: str | None) -> list[dict[str, Any]]:
     """What to append for the model's next round: native calls as an assistant message with tool_calls
     plus one tool message each; a call read from text as the model's text plus a user message with the
-    result and the question again (a server without native tools may not render tool messages, and a
-    small model loses track of which message to answer). Never content None: some
+    result (a server without native tools may not render tool messages). Never content None: some
     servers answer HTTP 500 to it."""
     if calls[0].id is None:
         call, result = calls[0], results[0]
         return [{"role": "assistant", "content": content or ""},
-                {"role": "user", "content": f"{call.name} returned:\n{result}\n\nUsing this, answer my "
-                                            f"question in plain words: {question}"}]
+                {"role": "user", "content": f"{call.name} returned:\n{result}\n\nUsing this, answer my last "
+                                            "message in plain words."}]
     assistant = {"role": "assistant", "content": content or "", "tool_calls": [
         {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]}
     return [assistant, *({"role": "tool", "tool_call_id": c.id, "content": r} for c, r in zip(calls, results))]
@@ -145,7 +143,7 @@ def run_turn(memory: MemoryProvider, model: OpenAI, model_name: str, history: li
             break
         results = [memory.dispatch(c.name, c.arguments) for c in calls]
         turn.tool_calls += [(c.name, c.arguments, r) for c, r in zip(calls, results)]
-        messages += results_as_messages(calls, results, reply.content, user_text)
+        messages += results_as_messages(calls, results, reply.content)
     history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": turn.answer}]
     memory.record_turn(user_text, turn.answer)
     return turn

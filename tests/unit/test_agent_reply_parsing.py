@@ -61,16 +61,14 @@ def test_native_tool_calls_win_over_the_text():
 
 def test_native_results_go_back_as_tool_messages_with_empty_not_none_content():
     calls = [agent.Call("peerlog_search", '{"query": "x"}', "call_1"), agent.Call("peerlog_profile", "{}", "call_2")]
-    assistant, *tools = agent.results_as_messages(calls, ["found", "card"], None, "q?")
+    assistant, *tools = agent.results_as_messages(calls, ["found", "card"], None)
     assert assistant["content"] == "" and [c["id"] for c in assistant["tool_calls"]] == ["call_1", "call_2"]
     assert tools == [{"role": "tool", "tool_call_id": "call_1", "content": "found"},
                      {"role": "tool", "tool_call_id": "call_2", "content": "card"}]
 
 
-def test_a_result_of_a_call_read_from_text_goes_back_as_a_user_message_with_the_question():
+def test_a_result_of_a_call_read_from_text_goes_back_as_a_user_message():
     text = '{"name": "peerlog_search", "arguments": {"query": "x"}}'
-    assistant, user = agent.results_as_messages([agent.Call("peerlog_search", '{"query": "x"}')], ["found"], text,
-                                               "Where to eat?")
+    assistant, user = agent.results_as_messages([agent.Call("peerlog_search", '{"query": "x"}')], ["found"], text)
     assert assistant == {"role": "assistant", "content": text}
     assert user["role"] == "user" and user["content"].startswith("peerlog_search returned:\nfound")
-    assert user["content"].endswith("Where to eat?")  # the question again: which message to answer
