@@ -21,7 +21,7 @@ MODEL_OF: dict[str, type] = {
     f"peerlog.v1.{proto}": model
     for proto, model in {
         "Workspace": m.Workspace, "Peer": m.Peer, "Membership": m.Membership, "Session": m.Session,
-        "Message": m.Message, "ScoredMessage": m.ScoredMessage, "AddMessagesResponse": m.AddedMessages,
+        "Message": m.Message, "MessageOrigin": m.MessageOrigin, "ScoredMessage": m.ScoredMessage, "AddMessagesResponse": m.AddedMessages,
         "SessionSummary": m.SessionSummary, "GetSessionSummariesResponse": m.SessionSummaries,
         "PeerCard": m.PeerCard, "ContextPremise": m.ContextPremise, "ContextObservation": m.ContextObservation,
         "ContextMessage": m.ContextMessage, "RelevantMessage": m.RelevantMessage, "ChatMessage": m.ChatMessage,

@@ -127,7 +127,18 @@ class Session:
 
 
 @frozen
+class MessageOrigin:
+    """Where a cloned message was first sent."""
+
+    workspace_id: str
+    session_id: str
+    message_id: str
+
+
+@frozen
 class Message:
+    """`origin` is set on a message CloneSession copied (GetMessage shows it; lists leave it None)."""
+
     workspace_id: str
     session_id: str
     message_id: str
@@ -136,6 +147,7 @@ class Message:
     created_at: datetime | None
     metadata: dict[str, Any]
     seq: int
+    origin: MessageOrigin | None = None
 
 
 @frozen
