@@ -421,6 +421,20 @@ def lag_after_faults(faults: list[dict], load: Load, timeline, window: float = 3
 # --------------------------------------------------------------------------- main
 
 
+async def seed_pairs(state, prefix: str, n_sessions: int) -> tuple[str, list[tuple[str, tuple[str, str]]]]:
+    """A fresh workspace of `n_sessions` two-peer sessions (s<i> with p<2i> and p<2i+1)."""
+    workspace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    sessions = [(f"s{i}", (f"p{2 * i}", f"p{2 * i + 1}")) for i in range(n_sessions)]
+    async with aio_channel(f"127.0.0.1:{state.api_port}", state.admin_token()) as channel:
+        c = Client(channel)
+        await c.workspace(workspace)
+        for p in {p for _, pair in sessions for p in pair}:
+            await c.peer(workspace, p)
+        for s, pair in sessions:
+            await c.session(workspace, s, members=list(pair))
+    return workspace, sessions
+
+
 def model_reply(delay_s: float):
     def handler(request):
         if is_deriver(request):

@@ -26,7 +26,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,14 +35,12 @@ sys.path.insert(0, str(ROOT))
 from infra.kafka.cluster import KafkaCluster  # noqa: E402
 from infra.postgres.embedded import EmbeddedPostgres  # noqa: E402
 from infra.stack import PROCESSES, StackState, wait_for_api  # noqa: E402
-from services.api.channels import aio_channel  # noqa: E402
 from services.bus.admin import create_topics  # noqa: E402
 from services.config import KafkaSettings  # noqa: E402
 from tests.bench.chaos import (  # noqa: E402
-    Load, derived_ids, log, model_reply, pct, query, read_topic, sql_dsn, wait_quiet,
+    Load, derived_ids, log, model_reply, pct, query, read_topic, seed_pairs, sql_dsn, wait_quiet,
 )
 from tests.bench.ingest import machine, pin_fresh_ports  # noqa: E402
-from tests.support.client import Client  # noqa: E402
 from tests.support.model_server import ModelServer  # noqa: E402
 
 from collections import Counter  # noqa: E402
@@ -88,16 +85,7 @@ def phase_figures(load: Load, meter: DerivedMeter, start: float, end: float) -> 
 
 
 async def drive(args, state: StackState, cluster: KafkaCluster, dsn: str) -> dict:
-    workspace = f"cluster-{uuid.uuid4().hex[:6]}"
-    sessions = [(f"s{i}", (f"p{2 * i}", f"p{2 * i + 1}")) for i in range(args.sessions)]
-    async with aio_channel(f"127.0.0.1:{state.api_port}", state.admin_token()) as channel:
-        c = Client(channel)
-        await c.workspace(workspace)
-        for _, pair in sessions:
-            for p in pair:
-                await c.peer(workspace, p)
-        for s, pair in sessions:
-            await c.session(workspace, s, members=list(pair))
+    workspace, sessions = await seed_pairs(state, "cluster", args.sessions)
     load = Load(state, workspace, sessions, args.rate, args.batch)
     meter = DerivedMeter(dsn, workspace)
     meter.start()

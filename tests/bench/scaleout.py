@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,24 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from infra.stack import PROCESSES, down, up  # noqa: E402
-from services.api.channels import aio_channel  # noqa: E402
-from tests.bench.chaos import Load, derived_ids, log, model_reply, sql_dsn  # noqa: E402
+from tests.bench.chaos import Load, derived_ids, log, model_reply, seed_pairs, sql_dsn  # noqa: E402
 from tests.bench.ingest import machine, pin_fresh_ports  # noqa: E402
-from tests.support.client import Client  # noqa: E402
 from tests.support.model_server import ModelServer  # noqa: E402
 
 
 async def phase(state, args) -> dict:
-    workspace = f"scale-{uuid.uuid4().hex[:6]}"
-    sessions = [(f"s{i}", (f"p{2 * i}", f"p{2 * i + 1}")) for i in range(args.sessions)]
-    async with aio_channel(f"127.0.0.1:{state.api_port}", state.admin_token()) as channel:
-        c = Client(channel)
-        await c.workspace(workspace)
-        for _, pair in sessions:
-            for p in pair:
-                await c.peer(workspace, p)
-        for s, pair in sessions:
-            await c.session(workspace, s, members=list(pair))
+    workspace, sessions = await seed_pairs(state, "scale", args.sessions)
     load = Load(state, workspace, sessions, 0, 10)
     started = time.monotonic()
     await load.run(args.messages)
