@@ -237,13 +237,15 @@ async def serve(settings: Settings, metrics: bool = True) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # metrics before the port answers: a scrape right after the first call must not find them missing
+    # while the models still warm up (a CI run scraped a refused port)
+    if settings.api.metrics_port and metrics:
+        start_http_server(settings.api.metrics_port, addr=settings.api.metrics_host)
     running = await start(settings)
     await _warm(running.ctx)
     # what exists now lives as long as the process: keep the collector from re-scanning it on every
     # full collection (a GetContext allocates thousands of rows, strings and messages)
     gc.collect()
     gc.freeze()
-    if settings.api.metrics_port and metrics:
-        start_http_server(settings.api.metrics_port, addr=settings.api.metrics_host)
     await stop.wait()
     await running.stop()
