@@ -30,6 +30,7 @@ from projections.configurations import message_configured, messages_configured, 
 from projections.dream_handlers import DREAM_HANDLERS
 from projections.inserts import insert_new
 from projections.memory_handlers import MEMORY_HANDLERS
+from projections.scope_handlers import SCOPE_HANDLERS
 from projections.schema import (
     ACTIVE_EMBEDDING_MODEL,
     memberships,
@@ -341,6 +342,7 @@ def _set_counts(conn: Connection, counts: dict[tuple[str, str], int]) -> None:
 HANDLERS: dict[type[Event], Handler] = {
     **MEMORY_HANDLERS,
     **DREAM_HANDLERS,
+    **SCOPE_HANDLERS,
     WorkspaceCreated: workspace_created,
     PeerCreated: peer_created,
     PeerConfigured: peer_configured,

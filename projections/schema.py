@@ -423,6 +423,35 @@ configurations = Table(
     Index("configurations_by_scope", "workspace_id", "level", "session_id", "message_id", "recorded_at"),
 )
 
+# scopes (issue 13 §1): named groups of sessions that bound recall; their sessions are in scope_changes
+scopes = Table(
+    "scopes",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("scope_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("created_at", TS, nullable=False),
+    Column("event_id", Text, nullable=False, unique=True),
+    PrimaryKeyConstraint("workspace_id", "scope_id"),
+)
+
+# every session put into or taken out of a scope, a history: a read as of a time takes each session's latest
+# change recorded by then. `seq` numbers a scope's change events in log order (the directory partition
+# holds a workspace's scope events in order), since clocks of several API processes need not agree with it
+scope_changes = Table(
+    "scope_changes",
+    metadata,
+    Column("event_id", Text, nullable=False),
+    Column("workspace_id", Text, nullable=False),
+    Column("scope_id", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("added", Boolean, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("recorded_at", TS, nullable=False),
+    PrimaryKeyConstraint("event_id", "session_id"),
+    Index("scope_changes_by_scope", "workspace_id", "scope_id", "session_id", "seq"),
+)
+
 # the first keyed client write per (workspace, scope, key) and the reply it got: the ids it created, in
 # request order, and the log positions it reached (projections/idempotency.py)
 idempotent_requests = Table(
@@ -476,5 +505,5 @@ projection_meta = Table(
 DATA_TABLES = (
     workspaces, peers, sessions, memberships, messages, message_terms, message_lexicon, perceptions, observations, observation_sources,
     premises, observation_events, rejected_observations, derivation_batches, derivation_promotions, dreams, peer_cards, summaries, dead_letters, projection_offsets,
-    quarantine, idempotent_requests, configurations,
+    quarantine, idempotent_requests, configurations, scopes, scope_changes,
 )

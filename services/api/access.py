@@ -156,6 +156,15 @@ RULES: dict[str, dict[str, Rule]] = {
         "ListWebhookDeadLetters": _workspace,
         "RetryWebhookDeadLetter": _workspace,
     },
+    # a scope names sessions across the workspace; a read given a scope_id only narrows what its own
+    # rule already allows, so the reads need nothing more
+    "ScopeService": {
+        "CreateScope": _workspace,
+        "ListScopes": _workspace,
+        "GetScope": _workspace,
+        "AddScopeSessions": _workspace,
+        "RemoveScopeSessions": _workspace,
+    },
 }
 PACKAGE = "peerlog.v1"
 

@@ -10,6 +10,7 @@ from projections import configurations
 
 from services.api import validation as v
 from services.api.context import ApiContext
+from services.api.scopes import recall_sessions
 from services.api.writes import require_scope
 from services.config import LEVELS
 from services.dialectic import response_format
@@ -35,11 +36,13 @@ async def _checked(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
 
 
 async def _prepared(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
-    """The checked request with the dialectic instructions its workspace and session configure."""
+    """The checked request with the dialectic instructions its workspace and session configure, and its
+    scope resolved into the sessions it may recall (as they stood at `as_of`)."""
     r = await _checked(ctx, r, token)
     async with ctx.engine.connect() as conn:
         levels = await configurations.levels(conn, r.workspace_id, r.session_id, r.as_of)
-    return replace(r, instructions=resolve(ctx.configuration, *levels)["dialectic_instructions"])
+        sessions = await recall_sessions(conn, r.workspace_id, r.scope_id, (), r.as_of)
+    return replace(r, instructions=resolve(ctx.configuration, *levels)["dialectic_instructions"], sessions=sessions)
 
 
 async def chat(ctx: ApiContext, r: ChatRequest, token: str, deadline_s: float | None) -> ChatResult:

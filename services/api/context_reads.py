@@ -12,6 +12,7 @@ from services.api import validation as v
 from services.api.context import ApiContext
 from projections.message_search import MessageSearch, search_messages
 from services.api.packing import Line, Obs, Packed, Premise, Relevant, pack
+from services.api.scopes import recall_sessions
 from services.api.writes import check_scope
 from services.errors import InvalidArgument
 from services.events import resolve
@@ -40,6 +41,7 @@ class ContextQuery:
     max_observations: int = 100
     session_ids: tuple[str, ...] = ()  # the allowlist; empty: every session
     as_of: datetime | None = None  # the store as it stood then
+    scope_id: str = ""  # a scope whose sessions (as of the read) narrow the allowlist
 
 
 def _check(q: ContextQuery) -> ContextQuery:
@@ -72,12 +74,12 @@ def _dedup(rows):
 
 
 async def _ranked(conn: AsyncConnection, q: ContextQuery, observer: str, target: str,
-                  vector: list[float] | None) -> list[Obs]:
+                  vector: list[float] | None, allowed: tuple[str, ...] | None) -> list[Obs]:
     """Semantic slice (when there is a query vector), then most reinforced, then most recent;
     de-duplicated, best first."""
     n = q.max_observations or 100
     where = store_queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
-                                            allowed_sessions=tuple(q.session_ids) if q.session_ids else None,
+                                            allowed_sessions=allowed,
                                             as_of=q.as_of)
     slices = store_queries.Slices(semantic=q.search_top_k or max(1, n // 3),
                                   max_distance=q.search_max_distance or None,
@@ -99,12 +101,13 @@ def relevant_candidates(budget: int) -> int:
     return min(MAX_CANDIDATES, max(MIN_CANDIDATES, (budget or MAX_BUDGET) // TOKENS_PER_CANDIDATE))
 
 
-async def _relevant(conn: AsyncConnection, q: ContextQuery, vector: list[float] | None) -> list[Relevant]:
+async def _relevant(conn: AsyncConnection, q: ContextQuery, vector: list[float] | None,
+                    allowed: tuple[str, ...] | None) -> list[Relevant]:
     """The past messages most relevant to the query that the observer saw (every session it was a
     member of while they were sent, within the allowlist): the message search, best first."""
-    if not q.search_query.strip():
+    if not q.search_query.strip() or allowed == ():  # an allowlist of nothing recalls nothing
         return []
-    search = MessageSearch(q.workspace_id, q.search_query, vector, session_ids=q.session_ids,
+    search = MessageSearch(q.workspace_id, q.search_query, vector, session_ids=allowed or (),
                            perspective_id=q.observer_id, before=q.as_of, limit=relevant_candidates(q.token_budget))
     return [Relevant(r["message_id"], r["peer_id"], r["session_id"], r["content"], r["created_at"], r["score"])
             for r in await search_messages(conn, search)]
@@ -124,6 +127,7 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     # one snapshot for every statement (ApiContext.snapshot): the pieces must agree with each other
     async with ctx.embedding(q.search_query) as vector, ctx.snapshot() as conn:
         await _check_scope(conn, q, observer, target, [q.session_id])
+        allowed = await recall_sessions(conn, q.workspace_id, q.scope_id, q.session_ids, q.as_of)
         if observer and await _card_on(ctx, conn, q):
             row = await queries.peer_card(conn, q.workspace_id, observer, target, q.as_of)
             card = list(row["entries"]) if row else []
@@ -133,8 +137,8 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
                                              perspective_id=observer, before=q.as_of)
         query_vector = await vector
         if observer:
-            ranked = await _ranked(conn, q, observer, target, query_vector)
-        relevant = await _relevant(conn, q, query_vector)
+            ranked = await _ranked(conn, q, observer, target, query_vector, allowed)
+        relevant = await _relevant(conn, q, query_vector, allowed)
     lines = [Line(r["message_id"], r["peer_id"], r["content"]) for r in recent]
     short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
     return pack(q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary,
@@ -148,5 +152,6 @@ async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> li
     target = q.target_id or q.observer_id
     async with ctx.embedding(q.search_query) as vector, ctx.snapshot() as conn:
         await _check_scope(conn, q, q.observer_id, target, [])
-        ranked = await _ranked(conn, q, q.observer_id, target, await vector)
+        allowed = await recall_sessions(conn, q.workspace_id, q.scope_id, q.session_ids, q.as_of)
+        ranked = await _ranked(conn, q, q.observer_id, target, await vector, allowed)
     return sorted(ranked, key=lambda o: o.created_key)

@@ -14,6 +14,7 @@ from peerlog.v1 import (
     messages_pb2,
     observations_pb2,
     peers_pb2,
+    scopes_pb2,
     sessions_pb2,
     workspaces_pb2,
 )
@@ -30,6 +31,7 @@ from services.dialectic.agent import ChatRequest, ChatResult, DiscardText, TextD
 from services.dialectic.prompt import PROMPT_VERSION
 from services.api.reads import SessionView
 from services.api.convert_configuration import optional_configuration
+from services.api.scopes import ScopeView
 from services.api.uploads import Upload
 from services.api.writes import MemberSpec, NewMessage
 from services.errors import InvalidArgument
@@ -201,7 +203,13 @@ def search_query(r: observations_pb2.SearchObservationsRequest) -> SearchQuery:
     pair = ObservationFilter(workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id,
                              levels=levels(r.levels), as_of=from_ts(r, "as_of"))
     max_distance = r.max_distance if r.HasField("max_distance") else None
-    return SearchQuery(pair=pair, text=r.query, top_k=r.top_k, max_distance=max_distance)
+    return SearchQuery(pair=pair, text=r.query, top_k=r.top_k, max_distance=max_distance, scope_id=r.scope_id)
+
+
+def scope(view: ScopeView) -> scopes_pb2.Scope:
+    row = view.row
+    return scopes_pb2.Scope(workspace_id=row["workspace_id"], scope_id=row["scope_id"], name=row["name"],
+                            session_ids=view.session_ids, created_at=ts(row["created_at"]))
 
 
 def new_observation(o: observations_pb2.NewObservation) -> NewObservation:
@@ -305,6 +313,7 @@ def context_query(r) -> context_reads.ContextQuery:
         search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
         include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
         max_observations=r.max_observations, session_ids=tuple(r.session_ids), as_of=from_ts(r, "as_of"),
+        scope_id=r.scope_id,
     )
 
 
@@ -346,6 +355,7 @@ def representation_query(r) -> context_reads.ContextQuery:
         search_query=r.search_query, search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
         include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
         max_observations=r.max_observations, session_ids=tuple(r.session_ids), as_of=from_ts(r, "as_of"),
+        scope_id=r.scope_id,
     )
 
 
@@ -381,7 +391,7 @@ def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
                           response_format.MAX_SCHEMA_BYTES)
     schema = response_format.parse(fmt.json_schema if fmt.HasField("json_schema") else None, obj)
     return ChatRequest(r.workspace_id, r.observer_id, r.target_id or r.observer_id, r.query, r.session_id,
-                       level, schema, as_of=from_ts(r, "as_of"))
+                       level, schema, as_of=from_ts(r, "as_of"), scope_id=r.scope_id)
 
 
 def chat_response(result: ChatResult) -> dialectic_pb2.ChatResponse:

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections.message_search import MessageSearch, adjacent_turns, search_messages
 from services.api import validation as v
 from services.api.context import ApiContext
+from services.api.scopes import recall_sessions
 from services.api.writes import check_scope
 from services.errors import InvalidArgument
 
@@ -44,10 +45,11 @@ class Found:
     adjacent: dict[tuple[str, int], RowMapping]
 
 
-async def search(ctx: ApiContext, q: MessageSearch, token: str) -> Found:
+async def search(ctx: ApiContext, q: MessageSearch, token: str, scope_id: str = "") -> Found:
     """Messages matching the query by meaning and by words, fused by score with their neighbours, best first.
 
     `q` comes as the request put it: no vector yet (the query is embedded here), limit 0 = the default.
+    With `scope_id`, only the scope's sessions (now), within `q.session_ids` if it lists any.
     """
     q = _checked(q)
     await ctx.freshness.wait(token)
@@ -55,5 +57,9 @@ async def search(ctx: ApiContext, q: MessageSearch, token: str) -> Found:
     # adjacent turns are two statements: one snapshot for both
     async with ctx.embedding(q.query) as vector, (ctx.snapshot() if q.include_adjacent else ctx.engine.connect()) as conn:
         await _check_scope(conn, q)
+        allowed = await recall_sessions(conn, q.workspace_id, scope_id, q.session_ids)
+        if allowed == ():  # a scope of no sessions (or none of those asked for) finds nothing
+            return Found([], {})
+        q = replace(q, session_ids=allowed or ())
         hits = await search_messages(conn, replace(q, vector=await vector, limit=q.limit or DEFAULT_LIMIT))
         return Found(hits, await adjacent_turns(conn, q, hits) if q.include_adjacent else {})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import RowMapping
@@ -15,6 +15,7 @@ from projections.store_queries import ObservationFilter
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.reads import Page, page
+from services.api.scopes import recall_sessions
 from services.api.writes import require_peers, require_session, require_workspace
 from services.errors import InvalidArgument, NotFound
 
@@ -36,6 +37,7 @@ class SearchQuery:
     text: str
     top_k: int = 0
     max_distance: float | None = None
+    scope_id: str = ""  # a scope whose sessions (as of the search) bound the observations
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,11 @@ async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -
     await _require_filter(ctx, query.pair)
     (vector,) = await ctx.embedder.embed([query.text])
     async with ctx.engine.connect() as conn:
-        rows = await store_queries.nearest_observations(conn, query.pair, vector, limit, max_distance)
+        pair = query.pair
+        if query.scope_id:
+            pair = replace(pair, allowed_sessions=await recall_sessions(conn, pair.workspace_id, query.scope_id, (),
+                                                                        pair.as_of))
+        rows = await store_queries.nearest_observations(conn, pair, vector, limit, max_distance)
         return await with_provenance(conn, query.pair.workspace_id, rows)
 
 

@@ -36,6 +36,8 @@ from peerlog.v1 import (
     sessions_pb2_grpc,
     workspaces_pb2,
     workspaces_pb2_grpc,
+    scopes_pb2,
+    scopes_pb2_grpc,
     webhooks_pb2,
     webhooks_pb2_grpc,
 )
@@ -58,6 +60,7 @@ from services.api.servicers import (
     MessageServicer,
     ObservationServicer,
     PeerServicer,
+    ScopeServicer,
     SessionServicer,
     WorkspaceServicer,
 )
@@ -89,6 +92,7 @@ SERVICE_NAMES = (
     configuration_pb2.DESCRIPTOR.services_by_name["ConfigurationService"].full_name,
     events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
     webhooks_pb2.DESCRIPTOR.services_by_name["WebhookService"].full_name,
+    scopes_pb2.DESCRIPTOR.services_by_name["ScopeService"].full_name,
 )
 
 
@@ -131,6 +135,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext, webhooks: WebhookStore) 
     configuration_pb2_grpc.add_ConfigurationServiceServicer_to_server(ConfigurationServicer(ctx), server)
     events_pb2_grpc.add_EventServiceServicer_to_server(EventServicer(ctx), server)
     webhooks_pb2_grpc.add_WebhookServiceServicer_to_server(WebhookServicer(webhooks), server)
+    scopes_pb2_grpc.add_ScopeServiceServicer_to_server(ScopeServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     reflection.enable_server_reflection((*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server)

@@ -17,6 +17,8 @@ from peerlog.v1 import (
     observations_pb2_grpc,
     peers_pb2,
     peers_pb2_grpc,
+    scopes_pb2,
+    scopes_pb2_grpc,
     sessions_pb2,
     sessions_pb2_grpc,
     workspaces_pb2,
@@ -36,6 +38,7 @@ from services.api import (
     observation_reads,
     observation_writes,
     reads,
+    scopes,
     uploads,
     writes,
 )
@@ -171,7 +174,8 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
 
 async def _search_messages(ctx: ApiContext, request, query):
     """The one implementation behind WorkspaceService, SessionService and PeerService.SearchMessages."""
-    found = await message_reads.search(ctx, query, request.consistency.consistency_token)
+    found = await message_reads.search(ctx, query, request.consistency.consistency_token,
+                                       getattr(request, "scope_id", ""))  # SessionService's has none
     return c.search_messages_response(found.hits, found.adjacent, ctx.embedder.model_name)
 
 
@@ -323,6 +327,35 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         rows = await audit.list_rejected(self.ctx, request.workspace_id, request.observer_id, request.observed_id,
                                          request.dream_id, request.limit, request.consistency.consistency_token)
         return audit_pb2.ListRejectedObservationsResponse(rejections=[convert_audit.rejection(r) for r in rows])
+class ScopeServicer(scopes_pb2_grpc.ScopeServiceServicer):
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def CreateScope(self, request, context):
+        view, token = await scopes.create_scope(self.ctx, request.workspace_id, request.scope_id, request.name,
+                                                list(request.session_ids))
+        return scopes_pb2.CreateScopeResponse(scope=c.scope(view), consistency_token=token)
+
+    async def ListScopes(self, request, context):
+        views = await scopes.list_scopes(self.ctx, request.workspace_id, request.consistency.consistency_token)
+        return scopes_pb2.ListScopesResponse(scopes=[c.scope(v) for v in views])
+
+    async def GetScope(self, request, context):
+        return c.scope(await scopes.get_scope(self.ctx, request.workspace_id, request.scope_id,
+                                              c.from_ts(request, "as_of"), request.consistency.consistency_token))
+
+    async def AddScopeSessions(self, request, context):
+        return await self._change(request, add=True)
+
+    async def RemoveScopeSessions(self, request, context):
+        return await self._change(request, add=False)
+
+    async def _change(self, request, add: bool):
+        view, token = await scopes.change_sessions(self.ctx, request.workspace_id, request.scope_id,
+                                                   list(request.session_ids), add)
+        return scopes_pb2.ScopeSessionsResponse(scope=c.scope(view), consistency_token=token)
+
+
 class DialecticServicer(dialectic_pb2_grpc.DialecticServiceServicer):
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx

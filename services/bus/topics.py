@@ -29,6 +29,9 @@ from services.events import (
     ObservationRejected,
     ObservationSuperseded,
     PeerCardUpdated,
+    ScopeCreated,
+    ScopeSessionsAdded,
+    ScopeSessionsRemoved,
     SummaryDeadLettered,
     SummaryRetryRequested,
     SummaryUpdated,
@@ -66,7 +69,9 @@ DIRECTORY = TopicSpec(
     key="workspace",
     # WorkspaceConfigured is the workspace's history; the API stamps its value on every message accepted
     # after it, because a workspace-keyed event cannot be ordered with every session's partition
-    events=(WorkspaceCreated, PeerCreated, PeerConfigured, WorkspaceConfigured),
+    # scope changes too: a workspace's scopes on one partition, in the order the projection numbers them
+    events=(WorkspaceCreated, PeerCreated, PeerConfigured, WorkspaceConfigured, ScopeCreated, ScopeSessionsAdded,
+            ScopeSessionsRemoved),
 )
 SESSIONS = TopicSpec(
     name="sessions",

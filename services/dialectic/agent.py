@@ -42,6 +42,8 @@ class ChatRequest:
     response_schema: Mapping[str, Any] | None = None  # a JSON schema the answer must satisfy
     instructions: str = ""  # the configured dialectic instructions (the API resolves the levels)
     as_of: datetime | None = None  # answer from memory as it stood then (None: now)
+    scope_id: str = ""  # a scope bounding recall (the API resolves it into `sessions`)
+    sessions: tuple[str, ...] | None = None  # recall only these sessions (None: every one the observer saw)
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,7 @@ class _Run:
         self.model = owner.models[request.level]
         self.structured = self.model.settings.tool_mode == "structured"
         self.scope = Scope(request.workspace_id, request.observer_id, request.target_id, request.session_id,
-                           request.as_of)
+                           request.as_of, request.sessions)
         settings = owner.settings
         self.env = ToolEnv(owner.engine, owner.embedder, self.scope, settings.tool_result_limit,
                            settings.tool_result_chars)
@@ -175,7 +177,7 @@ class _Run:
                                                    perspective_id=r.observer_id, before=r.as_of)
                        if r.session_id else [])
             evidence = bool(explicit or derived or history) or await reads.has_evidence(
-                conn, r.workspace_id, r.observer_id, r.target_id, r.as_of)
+                conn, r.workspace_id, r.observer_id, r.target_id, r.as_of, r.sessions)
         return Prefetched(list(explicit), list(derived), self._capped(history), evidence)
 
     def _capped(self, newest_first) -> list:

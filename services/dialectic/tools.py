@@ -35,10 +35,18 @@ class Scope:
     target_id: str
     session_id: str = ""
     as_of: datetime | None = None  # memory as it stood then: observations and messages recorded by then
+    sessions: tuple[str, ...] | None = None  # a scope's sessions: recall only these (None: no bound)
 
     def pair(self, levels: Sequence[str] = (), include_superseded: bool = False) -> store_queries.ObservationFilter:
         return store_queries.ObservationFilter(self.workspace_id, self.observer_id, self.target_id, tuple(levels),
-                                         include_superseded=include_superseded, as_of=self.as_of)
+                                         include_superseded=include_superseded, as_of=self.as_of,
+                                         allowed_sessions=self.sessions)
+
+    def within(self, session_ids: Sequence[str]) -> tuple[str, ...] | None:
+        """A message filter's sessions, narrowed to the scope's; () when nothing is left to search."""
+        if self.sessions is None:
+            return tuple(session_ids)
+        return tuple(s for s in session_ids if s in self.sessions) if session_ids else self.sessions
 
     def before(self, before: datetime | None) -> datetime | None:
         """A message window's upper bound, never past `as_of` (a message sent at or after it did not exist then)."""
@@ -162,9 +170,13 @@ async def _search_observations(env: ToolEnv, a: SearchObservations) -> ToolResul
 
 async def _message_search(env: ToolEnv, query: str, limit: int, **filters: Any) -> ToolResult:
     """The message search SearchMessages runs, from the observer's perspective: Chat finds what search finds."""
-    vector = (await env.embedder.embed([query]))[0]
     s = env.scope
+    sessions = s.within(filters.pop("session_ids", ()))
+    if sessions == () and s.sessions is not None:  # a scope of no sessions recalls nothing
+        return _messages([])
+    vector = (await env.embedder.embed([query]))[0]
     filters["before"] = s.before(filters.get("before"))
+    filters["session_ids"] = sessions
     search = MessageSearch(s.workspace_id, query, vector, perspective_id=s.observer_id,
                            limit=min(limit, env.max_rows), **filters)
     async with env.engine.connect() as conn:
@@ -184,7 +196,7 @@ async def _grep_messages(env: ToolEnv, a: GrepMessages) -> ToolResult:
     s = env.scope
     async with env.engine.connect() as conn:
         rows = await reads.grep_messages(conn, s.workspace_id, s.observer_id, a.pattern, min(a.limit, env.max_rows),
-                                         s.before(None))
+                                         s.before(None), s.sessions)
     return _messages(rows)
 
 
@@ -192,7 +204,7 @@ async def _messages_by_date_range(env: ToolEnv, a: MessagesByDateRange) -> ToolR
     s = env.scope
     async with env.engine.connect() as conn:
         rows = await reads.messages_between(conn, s.workspace_id, s.observer_id, a.after, s.before(a.before),
-                                            min(a.limit, env.max_rows))
+                                            min(a.limit, env.max_rows), s.sessions)
     return _messages(rows)
 
 
@@ -209,7 +221,7 @@ async def _source_messages(env: ToolEnv, a: SourceMessages) -> ToolResult:
     lines, shown = [], {}
     for src in sources:
         row = by_id.get(src["message_id"])
-        if row is not None:
+        if row is not None and (s.sessions is None or row["session_id"] in s.sessions):
             shown[row["message_id"]] = "message"
             lines.append(f"{message_line(row)}\n  span: {src['span']!r}")
     return ToolResult("\n".join(lines) or "This observation cites no messages (it was written without sources).",

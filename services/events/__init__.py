@@ -64,6 +64,7 @@ from services.events.perception import (
     Turn,
     stored_derivation,
 )
+from services.events.scopes import ScopeCreated, ScopeSessionsAdded, ScopeSessionsRemoved
 from services.events.summaries import SummaryDeadLettered, SummaryKind, SummaryRetryRequested, SummaryUpdated
 
 __all__ = [
@@ -100,6 +101,9 @@ __all__ = [
     "ObservationSuperseded",
     "PairEvent",
     "Source",
+    "ScopeCreated",
+    "ScopeSessionsAdded",
+    "ScopeSessionsRemoved",
     "SummaryDeadLettered",
     "SummaryKind",
     "SummaryRetryRequested",

@@ -123,7 +123,7 @@ class GetObservationRequest(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
 
 class SearchObservationsRequest(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "observed_id", "query", "top_k", "max_distance", "levels", "consistency", "as_of")
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "query", "top_k", "max_distance", "levels", "consistency", "as_of", "scope_id")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class SearchObservationsRequest(_message.Message):
     LEVELS_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     AS_OF_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     observed_id: str
@@ -142,7 +143,8 @@ class SearchObservationsRequest(_message.Message):
     levels: _containers.RepeatedScalarFieldContainer[ObservationLevel]
     consistency: _common_pb2.ReadConsistency
     as_of: _timestamp_pb2.Timestamp
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., max_distance: _Optional[float] = ..., levels: _Optional[_Iterable[_Union[ObservationLevel, str]]] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    scope_id: str
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ..., max_distance: _Optional[float] = ..., levels: _Optional[_Iterable[_Union[ObservationLevel, str]]] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., scope_id: _Optional[str] = ...) -> None: ...
 
 class ObservationMatch(_message.Message):
     __slots__ = ("observation", "distance")

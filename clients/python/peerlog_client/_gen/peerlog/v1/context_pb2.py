@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from peerlog_client._gen.peerlog.v1 import common_pb2 as peerlog_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18peerlog/v1/context.proto\x12\npeerlog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"\xef\x02\n\x18GetRepresentationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x11\n\ttarget_id\x18\x03 \x01(\t\x12\x14\n\x0csearch_query\x18\x04 \x01(\t\x12\x14\n\x0csearch_top_k\x18\x05 \x01(\r\x12\x1b\n\x13search_max_distance\x18\x06 \x01(\x02\x12$\n\x17include_most_reinforced\x18\x07 \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10max_observations\x18\x08 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\t \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x13\n\x0bsession_ids\x18\n \x03(\t\x12)\n\x05\x61s_of\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x1a\n\x18_include_most_reinforced\"c\n\x19GetRepresentationResponse\x12\x34\n\x0cobservations\x18\x01 \x03(\x0b\x32\x1e.peerlog.v1.ContextObservation\x12\x10\n\x08markdown\x18\x02 \x01(\t\"\xdf\x03\n\x11GetContextRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x03 \x01(\r\x12\x1c\n\x0finclude_summary\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x13\n\x0bobserver_id\x18\x05 \x01(\t\x12\x11\n\ttarget_id\x18\x06 \x01(\t\x12\x14\n\x0csearch_query\x18\x07 \x01(\t\x12\x14\n\x0csearch_top_k\x18\x08 \x01(\r\x12\x1b\n\x13search_max_distance\x18\t \x01(\x02\x12$\n\x17include_most_reinforced\x18\n \x01(\x08H\x01\x88\x01\x01\x12\x18\n\x10max_observations\x18\x0b \x01(\r\x12\x19\n\x11\x61ssistant_peer_id\x18\x0c \x01(\t\x12\x30\n\x0b\x63onsistency\x18\r \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x13\n\x0bsession_ids\x18\x0e \x03(\t\x12)\n\x05\x61s_of\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x12\n\x10_include_summaryB\x1a\n\x18_include_most_reinforced\"\xff\x01\n\x12\x43ontextObservation\x12\x16\n\x0eobservation_id\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x15\n\rtimes_derived\x18\x06 \x01(\r\x12,\n\x08premises\x18\x07 \x03(\x0b\x32\x1a.peerlog.v1.ContextPremise\x12\x12\n\nconfidence\x18\x08 \x01(\t\x12\x14\n\x0cpattern_type\x18\t \x01(\t\"H\n\x0e\x43ontextPremise\x12\x16\n\x0eobservation_id\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"F\n\x0e\x43ontextMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"\x9a\x01\n\x0fRelevantMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05score\x18\x06 \x01(\x01\":\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"\x80\x01\n\x0bTokenCounts\x12\x16\n\x0erepresentation\x18\x01 \x01(\r\x12\x0c\n\x04\x63\x61rd\x18\x02 \x01(\r\x12\x0f\n\x07summary\x18\x03 \x01(\r\x12\x10\n\x08messages\x18\x04 \x01(\r\x12\r\n\x05total\x18\x05 \x01(\r\x12\x19\n\x11relevant_messages\x18\x06 \x01(\r\"\xdb\x02\n\x12GetContextResponse\x12\x34\n\x0cobservations\x18\x01 \x03(\x0b\x32\x1e.peerlog.v1.ContextObservation\x12\x16\n\x0erepresentation\x18\x02 \x01(\t\x12\x11\n\tpeer_card\x18\x03 \x03(\t\x12\x14\n\x0csummary_kind\x18\x04 \x01(\t\x12\x0f\n\x07summary\x18\x05 \x01(\t\x12,\n\x08messages\x18\x06 \x03(\x0b\x32\x1a.peerlog.v1.ContextMessage\x12\'\n\x06tokens\x18\x07 \x01(\x0b\x32\x17.peerlog.v1.TokenCounts\x12.\n\rchat_messages\x18\x08 \x03(\x0b\x32\x17.peerlog.v1.ChatMessage\x12\x36\n\x11relevant_messages\x18\t \x03(\x0b\x32\x1b.peerlog.v1.RelevantMessage2\xbf\x01\n\x0e\x43ontextService\x12K\n\nGetContext\x12\x1d.peerlog.v1.GetContextRequest\x1a\x1e.peerlog.v1.GetContextResponse\x12`\n\x11GetRepresentation\x12$.peerlog.v1.GetRepresentationRequest\x1a%.peerlog.v1.GetRepresentationResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18peerlog/v1/context.proto\x12\npeerlog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"\x81\x03\n\x18GetRepresentationRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x11\n\ttarget_id\x18\x03 \x01(\t\x12\x14\n\x0csearch_query\x18\x04 \x01(\t\x12\x14\n\x0csearch_top_k\x18\x05 \x01(\r\x12\x1b\n\x13search_max_distance\x18\x06 \x01(\x02\x12$\n\x17include_most_reinforced\x18\x07 \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10max_observations\x18\x08 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\t \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x13\n\x0bsession_ids\x18\n \x03(\t\x12)\n\x05\x61s_of\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08scope_id\x18\x0c \x01(\tB\x1a\n\x18_include_most_reinforced\"c\n\x19GetRepresentationResponse\x12\x34\n\x0cobservations\x18\x01 \x03(\x0b\x32\x1e.peerlog.v1.ContextObservation\x12\x10\n\x08markdown\x18\x02 \x01(\t\"\xf1\x03\n\x11GetContextRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x03 \x01(\r\x12\x1c\n\x0finclude_summary\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x13\n\x0bobserver_id\x18\x05 \x01(\t\x12\x11\n\ttarget_id\x18\x06 \x01(\t\x12\x14\n\x0csearch_query\x18\x07 \x01(\t\x12\x14\n\x0csearch_top_k\x18\x08 \x01(\r\x12\x1b\n\x13search_max_distance\x18\t \x01(\x02\x12$\n\x17include_most_reinforced\x18\n \x01(\x08H\x01\x88\x01\x01\x12\x18\n\x10max_observations\x18\x0b \x01(\r\x12\x19\n\x11\x61ssistant_peer_id\x18\x0c \x01(\t\x12\x30\n\x0b\x63onsistency\x18\r \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x13\n\x0bsession_ids\x18\x0e \x03(\t\x12)\n\x05\x61s_of\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08scope_id\x18\x10 \x01(\tB\x12\n\x10_include_summaryB\x1a\n\x18_include_most_reinforced\"\xff\x01\n\x12\x43ontextObservation\x12\x16\n\x0eobservation_id\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x15\n\rtimes_derived\x18\x06 \x01(\r\x12,\n\x08premises\x18\x07 \x03(\x0b\x32\x1a.peerlog.v1.ContextPremise\x12\x12\n\nconfidence\x18\x08 \x01(\t\x12\x14\n\x0cpattern_type\x18\t \x01(\t\"H\n\x0e\x43ontextPremise\x12\x16\n\x0eobservation_id\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"F\n\x0e\x43ontextMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\"\x9a\x01\n\x0fRelevantMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05score\x18\x06 \x01(\x01\":\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"\x80\x01\n\x0bTokenCounts\x12\x16\n\x0erepresentation\x18\x01 \x01(\r\x12\x0c\n\x04\x63\x61rd\x18\x02 \x01(\r\x12\x0f\n\x07summary\x18\x03 \x01(\r\x12\x10\n\x08messages\x18\x04 \x01(\r\x12\r\n\x05total\x18\x05 \x01(\r\x12\x19\n\x11relevant_messages\x18\x06 \x01(\r\"\xdb\x02\n\x12GetContextResponse\x12\x34\n\x0cobservations\x18\x01 \x03(\x0b\x32\x1e.peerlog.v1.ContextObservation\x12\x16\n\x0erepresentation\x18\x02 \x01(\t\x12\x11\n\tpeer_card\x18\x03 \x03(\t\x12\x14\n\x0csummary_kind\x18\x04 \x01(\t\x12\x0f\n\x07summary\x18\x05 \x01(\t\x12,\n\x08messages\x18\x06 \x03(\x0b\x32\x1a.peerlog.v1.ContextMessage\x12\'\n\x06tokens\x18\x07 \x01(\x0b\x32\x17.peerlog.v1.TokenCounts\x12.\n\rchat_messages\x18\x08 \x03(\x0b\x32\x17.peerlog.v1.ChatMessage\x12\x36\n\x11relevant_messages\x18\t \x03(\x0b\x32\x1b.peerlog.v1.RelevantMessage2\xbf\x01\n\x0e\x43ontextService\x12K\n\nGetContext\x12\x1d.peerlog.v1.GetContextRequest\x1a\x1e.peerlog.v1.GetContextResponse\x12`\n\x11GetRepresentation\x12$.peerlog.v1.GetRepresentationRequest\x1a%.peerlog.v1.GetRepresentationResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,25 +34,25 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peerlog.v1.context_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GETREPRESENTATIONREQUEST']._serialized_start=99
-  _globals['_GETREPRESENTATIONREQUEST']._serialized_end=466
-  _globals['_GETREPRESENTATIONRESPONSE']._serialized_start=468
-  _globals['_GETREPRESENTATIONRESPONSE']._serialized_end=567
-  _globals['_GETCONTEXTREQUEST']._serialized_start=570
-  _globals['_GETCONTEXTREQUEST']._serialized_end=1049
-  _globals['_CONTEXTOBSERVATION']._serialized_start=1052
-  _globals['_CONTEXTOBSERVATION']._serialized_end=1307
-  _globals['_CONTEXTPREMISE']._serialized_start=1309
-  _globals['_CONTEXTPREMISE']._serialized_end=1381
-  _globals['_CONTEXTMESSAGE']._serialized_start=1383
-  _globals['_CONTEXTMESSAGE']._serialized_end=1453
-  _globals['_RELEVANTMESSAGE']._serialized_start=1456
-  _globals['_RELEVANTMESSAGE']._serialized_end=1610
-  _globals['_CHATMESSAGE']._serialized_start=1612
-  _globals['_CHATMESSAGE']._serialized_end=1670
-  _globals['_TOKENCOUNTS']._serialized_start=1673
-  _globals['_TOKENCOUNTS']._serialized_end=1801
-  _globals['_GETCONTEXTRESPONSE']._serialized_start=1804
-  _globals['_GETCONTEXTRESPONSE']._serialized_end=2151
-  _globals['_CONTEXTSERVICE']._serialized_start=2154
-  _globals['_CONTEXTSERVICE']._serialized_end=2345
+  _globals['_GETREPRESENTATIONREQUEST']._serialized_end=484
+  _globals['_GETREPRESENTATIONRESPONSE']._serialized_start=486
+  _globals['_GETREPRESENTATIONRESPONSE']._serialized_end=585
+  _globals['_GETCONTEXTREQUEST']._serialized_start=588
+  _globals['_GETCONTEXTREQUEST']._serialized_end=1085
+  _globals['_CONTEXTOBSERVATION']._serialized_start=1088
+  _globals['_CONTEXTOBSERVATION']._serialized_end=1343
+  _globals['_CONTEXTPREMISE']._serialized_start=1345
+  _globals['_CONTEXTPREMISE']._serialized_end=1417
+  _globals['_CONTEXTMESSAGE']._serialized_start=1419
+  _globals['_CONTEXTMESSAGE']._serialized_end=1489
+  _globals['_RELEVANTMESSAGE']._serialized_start=1492
+  _globals['_RELEVANTMESSAGE']._serialized_end=1646
+  _globals['_CHATMESSAGE']._serialized_start=1648
+  _globals['_CHATMESSAGE']._serialized_end=1706
+  _globals['_TOKENCOUNTS']._serialized_start=1709
+  _globals['_TOKENCOUNTS']._serialized_end=1837
+  _globals['_GETCONTEXTRESPONSE']._serialized_start=1840
+  _globals['_GETCONTEXTRESPONSE']._serialized_end=2187
+  _globals['_CONTEXTSERVICE']._serialized_start=2190
+  _globals['_CONTEXTSERVICE']._serialized_end=2381
 # @@protoc_insertion_point(module_scope)

@@ -1,0 +1,118 @@
+"""Scopes (issue 13 §1): create, list, get, add and remove sessions; and what a read's scope resolves to.
+
+A read given a scope takes the scope's sessions as they stood at its own time (its snapshot, or as_of)
+and uses them as a session allowlist (projections/store_queries.py: derived observations only when their
+whole premise closure is vouched for). An empty result is an allowlist of nothing, never "every session".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from projections import scope_queries
+from services.api import validation as v
+from services.api.context import ApiContext
+from services.api.writes import check_scope, commit
+from services.errors import AlreadyExists, InvalidArgument, NotFound
+from services.events import ScopeCreated, ScopeSessionsAdded, ScopeSessionsRemoved
+
+MAX_NAME_CHARS = 200
+
+
+@dataclass(frozen=True)
+class ScopeView:
+    row: RowMapping
+    session_ids: tuple[str, ...]
+
+
+def _check_sessions(session_ids: Sequence[str], required: bool) -> None:
+    if required and not session_ids:
+        raise InvalidArgument("session_ids is empty: name 1–100 sessions")
+    v.check_id_count("session_ids", session_ids)
+    for s in session_ids:
+        v.check_id("session_id", s)
+    v.check_distinct("session_id", session_ids)
+
+
+async def _require(conn: AsyncConnection, workspace_id: str, scope_id: str) -> RowMapping:
+    v.check_id("scope_id", scope_id)
+    row = await scope_queries.scope(conn, workspace_id, scope_id)
+    if row is None:
+        raise NotFound(f"scope {scope_id!r} does not exist in workspace {workspace_id!r}; create it with CreateScope")
+    return row
+
+
+async def _view(ctx: ApiContext, workspace_id: str, scope_id: str, as_of: datetime | None = None) -> ScopeView:
+    async with ctx.engine.connect() as conn:
+        await check_scope(conn, workspace_id)
+        row = await _require(conn, workspace_id, scope_id)
+        sessions = await scope_queries.scope_sessions(conn, workspace_id, [scope_id], as_of)
+    return ScopeView(row, sessions[scope_id])
+
+
+async def create_scope(ctx: ApiContext, workspace_id: str, scope_id: str, name: str,
+                       session_ids: Sequence[str]) -> tuple[ScopeView, str]:
+    v.check_id("scope_id", scope_id)
+    v.check_text("name", name, MAX_NAME_CHARS, required=False)
+    _check_sessions(session_ids, required=False)
+    async with ctx.writes.hold(("scope", workspace_id, scope_id)):
+        async with ctx.engine.connect() as conn:
+            await check_scope(conn, workspace_id, session_ids)
+            if await scope_queries.scope(conn, workspace_id, scope_id) is not None:
+                raise AlreadyExists(f"scope {scope_id!r} already exists in workspace {workspace_id!r}; "
+                                    "change its sessions with AddScopeSessions / RemoveScopeSessions")
+        event = ScopeCreated(workspace_id=workspace_id, scope_id=scope_id, name=name,
+                             session_ids=tuple(session_ids), producer=ctx.producer)
+        token = await commit(ctx, [event])
+    view = await _view(ctx, workspace_id, scope_id)
+    if view.row["event_id"] != event.event_id:  # another API process created it first
+        raise AlreadyExists(f"scope {scope_id!r} already exists in workspace {workspace_id!r}")
+    return view, token
+
+
+async def change_sessions(ctx: ApiContext, workspace_id: str, scope_id: str, session_ids: Sequence[str],
+                          add: bool) -> tuple[ScopeView, str]:
+    """Adds (removes) sessions; only the ones that change the scope go on the log."""
+    _check_sessions(session_ids, required=True)
+    async with ctx.writes.hold(("scope", workspace_id, scope_id)):
+        async with ctx.engine.connect() as conn:
+            await check_scope(conn, workspace_id, session_ids if add else ())
+            await _require(conn, workspace_id, scope_id)
+            now = set((await scope_queries.scope_sessions(conn, workspace_id, [scope_id]))[scope_id])
+        changed = tuple(s for s in session_ids if (s not in now) == add)
+        kind = ScopeSessionsAdded if add else ScopeSessionsRemoved
+        events = [kind(workspace_id=workspace_id, scope_id=scope_id, session_ids=changed,
+                       producer=ctx.producer)] if changed else []
+        token = await commit(ctx, events)
+    return await _view(ctx, workspace_id, scope_id), token
+
+
+async def get_scope(ctx: ApiContext, workspace_id: str, scope_id: str, as_of: datetime | None,
+                    token: str) -> ScopeView:
+    await ctx.freshness.wait(token)
+    return await _view(ctx, workspace_id, scope_id, as_of)
+
+
+async def list_scopes(ctx: ApiContext, workspace_id: str, token: str) -> list[ScopeView]:
+    await ctx.freshness.wait(token)
+    async with ctx.engine.connect() as conn:
+        await check_scope(conn, workspace_id)
+        rows = await scope_queries.list_scopes(conn, workspace_id)
+        sessions = await scope_queries.scope_sessions(conn, workspace_id, [r["scope_id"] for r in rows])
+    return [ScopeView(r, sessions[r["scope_id"]]) for r in rows]
+
+
+async def recall_sessions(conn: AsyncConnection, workspace_id: str, scope_id: str, session_ids: Sequence[str],
+                          as_of: datetime | None = None) -> tuple[str, ...] | None:
+    """The sessions a read may recall from: the allowlist, narrowed to the scope's sessions (as they stood
+    at `as_of`) when a scope is named; None when neither bounds it. NotFound for an unknown scope."""
+    if not scope_id:
+        return tuple(session_ids) if session_ids else None
+    await _require(conn, workspace_id, scope_id)
+    in_scope = (await scope_queries.scope_sessions(conn, workspace_id, [scope_id], as_of))[scope_id]
+    return tuple(s for s in session_ids if s in in_scope) if session_ids else in_scope
