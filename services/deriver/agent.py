@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from services.bus.producer import Emitter
 from services.bus.runner import Get, State, Step
 from services.bus.topics import PERCEIVED
-from services.deriver.batching import Batching, add, due, next_window
+from services.deriver.batching import Batching, add, ask, take
 from services.deriver.derive import Deriver
 from services.deriver.judge import Known, Pair
 from services.deriver.state import dump_recent, load_batching, load_recent
@@ -39,6 +39,7 @@ class DeriverProcessor:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.deriver
         self.tick_s = settings.deriver.tick_s
+        self.asked: dict[str, tuple[str, datetime]] = {}  # pair key -> (oldest pending message, when) last ticked
         # one side producer for progress markers and clock ticks: both must be visible at once
         self.emitter = Emitter(settings.kafka, "peerlog-deriver")
         store = ObservationStore(create_async_engine(settings.database.url, pool_size=8),
@@ -66,8 +67,8 @@ class DeriverProcessor:
         """Derive the pair's due windows (all of them with `everything`) into its current derivation."""
         events: list[Event] = []
         pair = Pair(event.workspace_id, event.observer_id, event.observed_id, batching.derivation)
-        while batching.pending and (everything or due(batching, self.settings, datetime.now(UTC))):
-            window, batching = next_window(batching, self.settings.window_tokens)
+        windows, batching = take(batching, event, self.settings, everything)
+        for window in windows:
             outcome = await self.deriver.derive(pair, window, recent, event.event_id)
             events += outcome.events
             recent = outcome.recent
@@ -76,10 +77,12 @@ class DeriverProcessor:
     async def tick(self, states: Mapping[str, State]) -> None:
         """The age limit must fire for a quiet pair too: a tick is an event, derived in-stream."""
         now = datetime.now(UTC)
-        ticks = [DerivationDue(**pair_of(k), producer=CLOCK) for k, raw in states.items()
-                 if not k.endswith(RECENT) and raw and due(load_batching(raw), self.settings, now)]
-        if ticks:
-            await self.emitter.emit(ticks)
+        pending = {k: load_batching(raw) for k, raw in states.items() if not k.endswith(RECENT) and raw}
+        keys = [k for k, b in pending.items() if ask(b, self.settings, now, self.asked.get(k))]
+        if keys:
+            await self.emitter.emit([DerivationDue(**pair_of(k), producer=CLOCK) for k in keys])
+            self.asked.update({k: (pending[k].pending[0].message_id, now) for k in keys})
+        self.asked = {k: v for k, v in self.asked.items() if k in pending}  # pairs derived or handed on
 
 
 def build(settings: Settings):

@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from services.deriver.settings import DeriverSettings
-from services.events import MessagePerceived, Turn
+from services.events import Event, MessagePerceived, Turn
 
 
 class Pending(BaseModel):
@@ -59,6 +59,17 @@ def due(state: Batching, settings: DeriverSettings, now: datetime) -> bool:
     return (now - state.oldest()).total_seconds() >= settings.max_wait_s
 
 
+def ask(state: Batching, settings: DeriverSettings, now: datetime,
+        asked: tuple[str, datetime] | None) -> bool:
+    """Whether the clock should tick for the pair at `now`; `asked` is (oldest pending message, when) of
+    its last tick. Once asked, the pair waits for that tick to be read (behind a backlog a tick per pair
+    per tick_s would crowd the log) unless the age limit has passed again, in case it was lost."""
+    if not due(state, settings, now):
+        return False
+    return asked is None or asked[0] != state.pending[0].message_id or \
+        (now - asked[1]).total_seconds() >= settings.max_wait_s
+
+
 def next_window(state: Batching, window_tokens: int) -> tuple[tuple[Pending, ...], Batching]:
     """The oldest messages that fit one call (always at least one) under one set of custom instructions,
     and what stays pending."""
@@ -70,3 +81,19 @@ def next_window(state: Batching, window_tokens: int) -> tuple[tuple[Pending, ...
         taken.append(item)
         used += item.tokens
     return tuple(taken), state.model_copy(update={"pending": state.pending[len(taken):]})
+
+
+def take(state: Batching, event: Event, settings: DeriverSettings,
+         everything: bool = False) -> tuple[list[tuple[Pending, ...]], Batching]:
+    """The windows to derive on `event` (every pending one with `everything`), oldest first, and what
+    stays pending.
+
+    Age is measured at the event's own time (a message's perception, a clock tick's firing), not on the
+    wall clock: read late from a backlog, every message looked old at once and was derived alone, one model
+    call each. On event time a backlog batches as it would have live, and a quiet pair waits for the tick.
+    """
+    windows: list[tuple[Pending, ...]] = []
+    while state.pending and (everything or due(state, settings, event.occurred_at)):
+        window, state = next_window(state, settings.window_tokens)
+        windows.append(window)
+    return windows, state

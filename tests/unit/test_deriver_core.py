@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from itertools import count
 
-from services.deriver.batching import Batching, add, due, next_window
+from services.deriver.batching import Batching, add, ask, due, next_window, take
 from services.deriver.judge import Known, Pair, judge
 from services.deriver.prompt import ExtractedFact, build_messages
 from services.deriver.settings import DeriverSettings
 from services.events import (
+    DerivationDue,
     Level,
     MessagePerceived,
     ObservationAdded,
@@ -43,6 +44,33 @@ def test_due_by_tokens_by_age_or_flush():
     assert due(batch("a"), s, T + timedelta(seconds=60))
     assert due(batch("a"), DeriverSettings(flush=True), T)
     assert not due(Batching(), DeriverSettings(flush=True), T)
+
+
+def test_a_backlog_read_late_is_derived_in_full_batches_and_a_quiet_pair_after_the_age_limit():
+    s = DeriverSettings(batch_tokens=100, max_wait_s=60)
+    state, sizes = Batching(), []
+    for i in range(50):  # perceived a second apart in January, read now: months "old" on the wall clock
+        arrived = perceived(i, f"m{i}", at=T + timedelta(seconds=i))
+        windows, state = take(add(state, arrived, 10), arrived, s)
+        sizes += [len(w) for w in windows]
+    assert sizes == [10] * 5 and state.pending == ()
+    last = perceived(50, "alone", at=T + timedelta(seconds=100))
+    assert take(add(state, last, 10), last, s) == ([], add(state, last, 10))
+    tick = DerivationDue(workspace_id="w", observer_id="a", observed_id="a", producer=P,
+                         occurred_at=T + timedelta(seconds=159))
+    assert take(add(state, last, 10), tick, s)[0] == []
+    windows, rest = take(add(state, last, 10), tick.model_copy(update={"occurred_at": T + timedelta(seconds=160)}), s)
+    assert [[p.message_id for p in w] for w in windows] == [["m50"]] and rest.pending == ()
+
+
+def test_the_clock_asks_once_per_oldest_message_until_the_age_limit_passes_again():
+    s = DeriverSettings(batch_tokens=100, max_wait_s=60)
+    waiting, later = batch("a"), T + timedelta(seconds=60)
+    assert not ask(waiting, s, T, None)
+    assert ask(waiting, s, later, None)
+    assert not ask(waiting, s, later + timedelta(seconds=59), ("m0", later))  # its tick is still to be read
+    assert ask(waiting, s, later + timedelta(seconds=60), ("m0", later))  # that tick was lost
+    assert ask(waiting, s, later, ("an older message", T))
 
 
 def test_a_message_seen_twice_is_queued_once():
