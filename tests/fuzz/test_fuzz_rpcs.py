@@ -47,7 +47,7 @@ class ServerThread:
 
 def test_the_fuzzer_covers_every_rpc():
     names = {rpc.name for rpc in all_rpcs()}
-    assert len(names) == 47 and {"DialecticService.ChatStream", "MessageService.AddMessages",
+    assert len(names) == 52 and {"DialecticService.ChatStream", "MessageService.AddMessages",
                                  "ConfigurationService.SetSessionConfiguration"} <= names
 
 

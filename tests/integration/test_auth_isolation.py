@@ -22,7 +22,8 @@ from google.protobuf import struct_pb2
 
 from peerlog.v1 import (
     audit_pb2, common_pb2, configuration_pb2, context_pb2, context_pb2_grpc, dialectic_pb2, dialectic_pb2_grpc,
-    dreams_pb2, events_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, webhooks_pb2, workspaces_pb2,
+    dreams_pb2, events_pb2, messages_pb2, observations_pb2, peers_pb2, scopes_pb2, sessions_pb2, webhooks_pb2,
+    workspaces_pb2,
 )
 from services.api.access import RULES
 from services.api.channels import aio_channel
@@ -61,6 +62,8 @@ EXPECTED_NARROW = {
     "EventService.Subscribe": "",
     "WebhookService.CreateWebhook": "", "WebhookService.ListWebhooks": "", "WebhookService.DeleteWebhook": "",
     "WebhookService.ListWebhookDeadLetters": "", "WebhookService.RetryWebhookDeadLetter": "",
+    "ScopeService.CreateScope": "", "ScopeService.ListScopes": "", "ScopeService.GetScope": "",
+    "ScopeService.AddScopeSessions": "", "ScopeService.RemoveScopeSessions": "",
 }  # "*": the wrong tokens too (ListWorkspaces answers every valid token, with what it may see)
 
 
@@ -162,6 +165,15 @@ def requests(ids: dict, tag: str) -> dict:
             workspace_id=w, webhook_id="wh_none"),
         "WebhookService.RetryWebhookDeadLetter": webhooks_pb2.RetryWebhookDeadLetterRequest(
             workspace_id=w, webhook_id="wh_none", event_id="e"),
+        "ScopeService.CreateScope": scopes_pb2.CreateScopeRequest(  # a new scope per cell, named by it
+            workspace_id=w, scope_id=tag.replace(".", "_"), name=tag, session_ids=["s1"]),
+        "ScopeService.ListScopes": scopes_pb2.ListScopesRequest(workspace_id=w),
+        # an unknown scope: NOT_FOUND once allowed, which the matrix counts as allowed
+        "ScopeService.GetScope": scopes_pb2.GetScopeRequest(workspace_id=w, scope_id="sc_none"),
+        "ScopeService.AddScopeSessions": scopes_pb2.AddScopeSessionsRequest(
+            workspace_id=w, scope_id="sc_none", session_ids=["s1"]),
+        "ScopeService.RemoveScopeSessions": scopes_pb2.RemoveScopeSessionsRequest(
+            workspace_id=w, scope_id="sc_none", session_ids=["s1"]),
     }
 
 
@@ -287,7 +299,7 @@ async def test_every_rpc_under_every_token_matches_the_table_and_denied_calls_le
     broken = {cell: out.details() for cell, out in got.items()
               if not isinstance(out, grpc.StatusCode) and out.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)}
     assert not broken
-    assert len(cells) == 47 * 10  # every RPC under every kind of token
+    assert len(cells) == 52 * 10  # every RPC under every kind of token
     # the refusals name the scope they need
     assert "peer:w/alice" in got["DialecticService.Chat", "session"].details()
     assert "session:w/s1" in got["MessageService.ListMessages", "peer"].details()
