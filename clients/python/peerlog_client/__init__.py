@@ -42,6 +42,7 @@ from peerlog_client.models import (
     NewMessage,
     NewObservation,
     ObservationSource,
+    Scope,
     Webhook,
     WebhookDeadLetter,
 )
@@ -50,6 +51,6 @@ __all__ = [
     "Aborted", "AlreadyExists", "AsyncPeer", "AsyncPeerlog", "AsyncSession", "AsyncWorkspace", "Cancelled",
     "Configuration", "DataLoss", "EffectiveConfiguration", "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument", "LogEvent", "LogPosition", "MemberSpec",
     "NewMessage", "NewObservation", "NotFound", "ObservationSource", "OutOfRange", "Peer", "PeerlogError",
-    "Peerlog", "PermissionDenied", "ResourceExhausted", "RetryPolicy", "Session", "Unauthenticated",
+    "Peerlog", "PermissionDenied", "ResourceExhausted", "RetryPolicy", "Scope", "Session", "Unauthenticated",
     "Unavailable", "Unimplemented", "Unknown", "Webhook", "WebhookDeadLetter", "Workspace",
 ]

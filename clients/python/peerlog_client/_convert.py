@@ -37,7 +37,8 @@ MODEL_OF: dict[str, type] = {
         "HistoryEntry": m.HistoryEntry, "RejectedObservation": m.RejectedObservation,
         "Configuration": m.Configuration, "SetConfigurationResponse": m.Written,
         "Webhook": m.Webhook, "CreateWebhookResponse": m.CreatedWebhook, "WebhookDeadLetter": m.WebhookDeadLetter,
-        "RetryWebhookDeadLetterResponse": m.WebhookRetry,
+        "RetryWebhookDeadLetterResponse": m.WebhookRetry, "Scope": m.Scope,
+        "CloneSessionResponse": m.ClonedSession, "UploadFileResponse": m.AddedMessages,
     }.items()
 }
 _TIMESTAMP, _STRUCT = "google.protobuf.Timestamp", "google.protobuf.Struct"

@@ -26,6 +26,7 @@ from peerlog_client._gen.peerlog.v1 import webhooks_pb2 as wh
 from peerlog_client._gen.peerlog.v1 import messages_pb2 as ms
 from peerlog_client._gen.peerlog.v1 import observations_pb2 as ob
 from peerlog_client._gen.peerlog.v1 import peers_pb2 as pe
+from peerlog_client._gen.peerlog.v1 import scopes_pb2 as sc
 from peerlog_client._gen.peerlog.v1 import sessions_pb2 as se
 from peerlog_client._gen.peerlog.v1 import workspaces_pb2 as wo
 from peerlog_client._gen.peerlog.v1.audit_pb2_grpc import AuditServiceStub
@@ -37,6 +38,7 @@ from peerlog_client._gen.peerlog.v1.events_pb2_grpc import EventServiceStub
 from peerlog_client._gen.peerlog.v1.messages_pb2_grpc import MessageServiceStub
 from peerlog_client._gen.peerlog.v1.observations_pb2_grpc import ObservationServiceStub
 from peerlog_client._gen.peerlog.v1.peers_pb2_grpc import PeerServiceStub
+from peerlog_client._gen.peerlog.v1.scopes_pb2_grpc import ScopeServiceStub
 from peerlog_client._gen.peerlog.v1.sessions_pb2_grpc import SessionServiceStub
 from peerlog_client._gen.peerlog.v1.webhooks_pb2_grpc import WebhookServiceStub
 from peerlog_client._gen.peerlog.v1.workspaces_pb2_grpc import WorkspaceServiceStub
@@ -48,6 +50,7 @@ T = TypeVar("T")
 CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
                    ("grpc.max_reconnect_backoff_ms", 2000))
 FOREVER_S = 365 * 24 * 3600.0  # a subscription's default deadline: it ends when its reader stops
+PIECE_BYTES = 1024 * 1024  # an upload's piece per request: well inside gRPC's default 4 MiB message limit
 
 
 class Transport:
@@ -66,12 +69,15 @@ class Transport:
             self._stubs[call.stub] = call.stub(self._channel)
         return getattr(self._stubs[call.stub], call.method)
 
-    def unary(self, call: Call[T], timeout: float | None = None) -> T:
+    def unary(self, call: Call[T], timeout: float | None = None, more: Sequence[Any] | None = None) -> T:
+        """One reply to `call.request`; with `more`, a client stream: the request, then those (UploadFile)."""
         attempts = self.context.start(call.request, timeout)
         method = self._method(call)
         while True:
+            # a stream is sent whole again on a retry: its first request's idempotency key makes that safe
+            sent = call.request if more is None else iter([call.request, *more])
             try:
-                response = method(call.request, timeout=attempts.remaining(), metadata=self.context.metadata)
+                response = method(sent, timeout=attempts.remaining(), metadata=self.context.metadata)
             except grpc.RpcError as error:
                 wait = attempts.retry_after(error)
                 if wait is None:
@@ -143,6 +149,10 @@ def _search_filters(perspective: Any, after: datetime | None, before: datetime |
 
 def _searched(stub: type, request: Any) -> Call[tuple[m.ScoredMessage, ...]]:
     return Call(stub, "SearchMessages", request, c.items_of("results"))
+
+
+def _scope_id(scope: str | m.Scope | None) -> str:
+    return scope.scope_id if isinstance(scope, m.Scope) else scope or ""
 
 
 def _levels(levels: Iterable[str]) -> list[int]:
@@ -326,12 +336,39 @@ class Workspace(_AsyncHandle):
         self, query: str, *, sessions: Iterable[str | Session] = (),
         authors: Iterable[str | Peer] = (), perspective: str | Peer | None = None,
         after: datetime | None = None, before: datetime | None = None, limit: int = 0,
-        include_adjacent: bool = False,
+        include_adjacent: bool = False, scope: str | m.Scope | None = None,
     ) -> tuple[m.ScoredMessage, ...]:
-        """Messages of the workspace by meaning and words, best first; filters as SearchMessages."""
+        """Messages of the workspace by meaning and words, best first; filters as SearchMessages
+        (scope: only its sessions)."""
         return self._t.unary(_searched(WorkspaceServiceStub, wo.SearchWorkspaceMessagesRequest(
             workspace_id=self.id, query=query, session_ids=c.ids(sessions), author_peer_ids=c.ids(authors),
-            **_search_filters(perspective, after, before, limit, include_adjacent))))
+            scope_id=_scope_id(scope), **_search_filters(perspective, after, before, limit, include_adjacent))))
+
+    def create_scope(self, scope_id: str, *, name: str = "",
+                           sessions: Iterable[str | Session] = ()) -> m.Scope:
+        """A new scope (AlreadyExists if the id is taken) of `sessions` (may be empty: it then recalls nothing)."""
+        return self._t.unary(Call(ScopeServiceStub, "CreateScope", sc.CreateScopeRequest(
+            workspace_id=self.id, scope_id=scope_id, name=name, session_ids=c.ids(sessions)), c.field_of("scope")))
+
+    def scope(self, scope_id: str, *, as_of: datetime | None = None) -> m.Scope:
+        """A scope with its sessions now, or as they stood `as_of`."""
+        return self._t.unary(Call(ScopeServiceStub, "GetScope", sc.GetScopeRequest(
+            workspace_id=self.id, scope_id=scope_id, as_of=c.timestamp(as_of)), c.to_model))
+
+    def scopes(self) -> tuple[m.Scope, ...]:
+        """The workspace's scopes, by id."""
+        return self._t.unary(Call(ScopeServiceStub, "ListScopes", sc.ListScopesRequest(workspace_id=self.id),
+                                        c.items_of("scopes")))
+
+    def add_scope_sessions(self, scope: str | m.Scope, *sessions: str | Session) -> m.Scope:
+        """Put sessions into a scope (one already in it is left as it is); returns the scope as it is now."""
+        return self._t.unary(Call(ScopeServiceStub, "AddScopeSessions", sc.AddScopeSessionsRequest(
+            workspace_id=self.id, scope_id=_scope_id(scope), session_ids=c.ids(sessions)), c.field_of("scope")))
+
+    def remove_scope_sessions(self, scope: str | m.Scope, *sessions: str | Session) -> m.Scope:
+        """Take sessions out of a scope; returns the scope as it is now."""
+        return self._t.unary(Call(ScopeServiceStub, "RemoveScopeSessions", sc.RemoveScopeSessionsRequest(
+            workspace_id=self.id, scope_id=_scope_id(scope), session_ids=c.ids(sessions)), c.field_of("scope")))
 
     def events(self, *, types: Iterable[str] = (), cursor: Iterable[m.LogPosition] = (), from_end: bool = False,
                timeout: float = FOREVER_S) -> Iterator[m.LogEvent]:
@@ -432,31 +469,35 @@ class Peer(_AsyncHandle):
         return self.info
 
     def _chat_request(self, query: str, target: Any, session: Any, level: str | None,
-                      response_format: str | dict[str, Any] | None) -> dialectic_pb2.ChatRequest:
+                      response_format: str | dict[str, Any] | None, as_of: datetime | None,
+                      scope: Any) -> dialectic_pb2.ChatRequest:
         return dialectic_pb2.ChatRequest(
             workspace_id=self.workspace_id, observer_id=self.id, target_id=c.id_of(target), query=query,
             session_id=c.id_of(session), response_format=_response_format(response_format),
-            reasoning_level=c.enum_value(dialectic_pb2.ReasoningLevel, "ReasoningLevel", level) if level else 0)
+            reasoning_level=c.enum_value(dialectic_pb2.ReasoningLevel, "ReasoningLevel", level) if level else 0,
+            as_of=c.timestamp(as_of), scope_id=_scope_id(scope))
 
     def chat(
         self, query: str, *, target: str | Peer | None = None, session: str | Session | None = None,
         level: m.Level | None = None, response_format: str | dict[str, Any] | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None, as_of: datetime | None = None, scope: str | m.Scope | None = None,
     ) -> m.ChatAnswer:
         """Ask what this peer knows about `target` (None: itself). session: its recent history goes into
         the prompt. level: minimal | low (default) | medium | high | max. response_format: a JSON schema
-        (dict or text) the answer must satisfy. timeout: this call's deadline, if not the client's."""
+        (dict or text) the answer must satisfy. timeout: this call's deadline, if not the client's.
+        as_of: answer from memory as it stood then. scope: recall only the scope's sessions."""
         return self._t.unary(Call(DialecticServiceStub, "Chat", self._chat_request(
-            query, target, session, level, response_format), c.to_model), timeout)
+            query, target, session, level, response_format, as_of, scope), c.to_model), timeout)
 
     def chat_stream(self, query: str, *, target: str | Peer | None = None,
                     session: str | Session | None = None, level: m.Level | None = None,
                     response_format: str | dict[str, Any] | None = None,
-                    timeout: float | None = None) -> Iterator[m.ChatEvent]:
+                    timeout: float | None = None, as_of: datetime | None = None,
+                    scope: str | m.Scope | None = None) -> Iterator[m.ChatEvent]:
         """chat(), streamed: ToolProgress, ChatText pieces (drop those before a DiscardText), and last
         the whole ChatAnswer."""
         return self._t.stream(Call(DialecticServiceStub, "ChatStream", self._chat_request(
-            query, target, session, level, response_format), c.chat_event), timeout)
+            query, target, session, level, response_format, as_of, scope), c.chat_event), timeout)
 
     def card(self, *, target: str | Peer | None = None, as_of: datetime | None = None) -> m.PeerCard:
         """The peer card this peer holds about `target` (None: its own), now or as it stood `as_of`."""
@@ -474,35 +515,41 @@ class Peer(_AsyncHandle):
         self, *, target: str | Peer | None = None, search_query: str = "", search_top_k: int = 0,
         search_max_distance: float = 0.0, include_most_reinforced: bool | None = None,
         max_observations: int = 0, sessions: Iterable[str | Session] = (), as_of: datetime | None = None,
+        scope: str | m.Scope | None = None,
     ) -> m.Representation:
-        """The working representation of what this peer knows about `target` (see GetRepresentation)."""
+        """The working representation of what this peer knows about `target` (see GetRepresentation);
+        scope: only what the scope's sessions vouch for."""
         return self._t.unary(Call(ContextServiceStub, "GetRepresentation", context_pb2.GetRepresentationRequest(
             workspace_id=self.workspace_id, observer_id=self.id, target_id=c.id_of(target),
             search_query=search_query, search_top_k=search_top_k, search_max_distance=search_max_distance,
             include_most_reinforced=include_most_reinforced, max_observations=max_observations,
-            session_ids=c.ids(sessions), as_of=c.timestamp(as_of)), c.to_model))
+            session_ids=c.ids(sessions), as_of=c.timestamp(as_of), scope_id=_scope_id(scope)), c.to_model))
 
     def observations(self, *, target: str | Peer | None = None, levels: Iterable[m.ObservationLevel] = (),
                      session: str | Session | None = None, include_superseded: bool = False,
                      include_deleted: bool = False, reverse: bool = False, derivation: str = "",
-                     page_size: int = 0) -> Iterator[m.Observation]:
-        """Every observation this peer holds about `target` (None: itself), oldest first (reverse: newest)."""
+                     page_size: int = 0, as_of: datetime | None = None) -> Iterator[m.Observation]:
+        """Every observation this peer holds about `target` (None: itself), oldest first (reverse: newest);
+        as_of: the store as it stood then."""
         def page(token: str) -> Call[m.Page[m.Observation]]:
             return Call(ObservationServiceStub, "ListObservations", ob.ListObservationsRequest(
                 workspace_id=self.workspace_id, observer_id=self.id, observed_id=self._target(target),
                 levels=_levels(levels), session_id=c.id_of(session), include_superseded=include_superseded,
                 include_deleted=include_deleted, reverse=reverse, derivation=derivation,
-                page=_page(page_size, token)), c.page_of("observations"))
+                page=_page(page_size, token), as_of=c.timestamp(as_of)), c.page_of("observations"))
         return self._t.pages(page)
 
     def search_observations(
         self, query: str, *, target: str | Peer | None = None, top_k: int = 0,
         max_distance: float | None = None, levels: Iterable[m.ObservationLevel] = (),
+        as_of: datetime | None = None, scope: str | m.Scope | None = None,
     ) -> tuple[m.ObservationMatch, ...]:
-        """The live observations about `target` nearest in meaning to `query`, nearest first."""
+        """The live observations about `target` nearest in meaning to `query`, nearest first (as_of: in the
+        store as it stood then; scope: only what the scope's sessions vouch for)."""
         return self._t.unary(Call(ObservationServiceStub, "SearchObservations", ob.SearchObservationsRequest(
             workspace_id=self.workspace_id, observer_id=self.id, observed_id=self._target(target), query=query,
-            top_k=top_k, max_distance=max_distance, levels=_levels(levels)), c.items_of("results")))
+            top_k=top_k, max_distance=max_distance, levels=_levels(levels), as_of=c.timestamp(as_of),
+            scope_id=_scope_id(scope)), c.items_of("results")))
 
     def create_observations(
         self, observations: Iterable[str | m.NewObservation], *, target: str | Peer | None = None,
@@ -523,11 +570,12 @@ class Peer(_AsyncHandle):
         self, query: str, *, sessions: Iterable[str | Session] = (),
         perspective: str | Peer | None = None, after: datetime | None = None,
         before: datetime | None = None, limit: int = 0, include_adjacent: bool = False,
+        scope: str | m.Scope | None = None,
     ) -> tuple[m.ScoredMessage, ...]:
-        """The messages this peer wrote, by meaning and words, best first."""
+        """The messages this peer wrote, by meaning and words, best first (scope: only its sessions)."""
         return self._t.unary(_searched(PeerServiceStub, pe.SearchPeerMessagesRequest(
             workspace_id=self.workspace_id, peer_id=self.id, query=query, session_ids=c.ids(sessions),
-            **_search_filters(perspective, after, before, limit, include_adjacent))))
+            scope_id=_scope_id(scope), **_search_filters(perspective, after, before, limit, include_adjacent))))
 
     def sessions(self, *, page_size: int = 0) -> Iterator[m.Session]:
         """Every session this peer has been a member of, by id."""
@@ -594,19 +642,41 @@ class Session(_AsyncHandle):
         target: str | Peer | None = None, assistant: str | Peer | None = None,
         include_summary: bool | None = None, search_top_k: int = 0, search_max_distance: float = 0.0,
         include_most_reinforced: bool | None = None, max_observations: int = 0,
-        sessions: Iterable[str | Session] = (),
+        sessions: Iterable[str | Session] = (), as_of: datetime | None = None,
+        scope: str | m.Scope | None = None,
     ) -> m.Context:
         """A context of at most `tokens` (0: 100,000): what `observer` knows about `target` (None: itself)
         and its card, a summary, with `search_query` the most relevant past messages, then the most recent
-        turns. assistant: the peer whose turns are the model's own in to_openai()/to_anthropic()."""
+        turns. assistant: the peer whose turns are the model's own in to_openai()/to_anthropic().
+        as_of: the context as it stood then. scope: recall (representation, relevant messages) only from
+        the scope's sessions."""
         assistant_id = c.id_of(assistant)
         packed = self._t.unary(Call(ContextServiceStub, "GetContext", context_pb2.GetContextRequest(
             workspace_id=self.workspace_id, session_id=self.id, token_budget=tokens, include_summary=include_summary,
             observer_id=c.id_of(observer), target_id=c.id_of(target), search_query=search_query,
             search_top_k=search_top_k, search_max_distance=search_max_distance,
             include_most_reinforced=include_most_reinforced, max_observations=max_observations,
-            assistant_peer_id=assistant_id, session_ids=c.ids(sessions)), c.to_model))
+            assistant_peer_id=assistant_id, session_ids=c.ids(sessions), as_of=c.timestamp(as_of),
+            scope_id=_scope_id(scope)), c.to_model))
         return c.with_assistant(packed, assistant_id)
+
+    def clone(self, new_session_id: str, *, up_to: str = "") -> m.ClonedSession:
+        """Copy this session's messages (up to and including message `up_to`; empty: all) into a new session
+        with its current members; each copy names where it was first sent. Observations are not copied."""
+        return self._t.unary(Call(SessionServiceStub, "CloneSession", se.CloneSessionRequest(
+            workspace_id=self.workspace_id, session_id=self.id, new_session_id=new_session_id,
+            up_to_message_id=up_to), c.to_model))
+
+    def upload_file(self, file_name: str, data: bytes, *, author: str | Peer,
+                          idempotency_key: str = "", timeout: float | None = None) -> m.AddedMessages:
+        """Append a text, Markdown, JSON or PDF file (≤ 32 MiB; the suffix of `file_name` says which) as
+        `author`'s messages, split on paragraph and sentence boundaries, in one transaction. Sent in pieces
+        of 1 MiB; retried whole under one idempotency key, like add_messages."""
+        pieces = [data[i:i + PIECE_BYTES] for i in range(0, len(data), PIECE_BYTES)] or [b""]
+        first = ms.UploadFileRequest(workspace_id=self.workspace_id, session_id=self.id, peer_id=c.id_of(author),
+                                     file_name=file_name, idempotency_key=idempotency_key, data=pieces[0])
+        return self._t.unary(Call(MessageServiceStub, "UploadFile", first, c.to_model), timeout,
+                                   [ms.UploadFileRequest(data=p) for p in pieces[1:]])
 
     def summaries(self) -> m.SessionSummaries:
         """The latest short and long rolling summaries (each None until written)."""

@@ -451,6 +451,27 @@ class WebhookRetry:
 
 
 @frozen
+class Scope:
+    """A named group of sessions that bounds recall: pass its id as `scope=` to a read."""
+
+    workspace_id: str
+    scope_id: str
+    name: str
+    session_ids: tuple[str, ...]
+    created_at: datetime | None
+
+
+@frozen
+class ClonedSession:
+    """A session made by clone(): the new session, its copies' ids in the source's order, and the write's
+    log position."""
+
+    session: Session
+    message_ids: tuple[str, ...]
+    consistency_token: str
+
+
+@frozen
 class Written:
     """A write that returns nothing but its log position."""
 
