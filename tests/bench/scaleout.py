@@ -5,8 +5,9 @@
 
 One local stack (infra.stack). Phase `1 worker`: --messages are added at once (batches of 10 over
 --sessions sessions, two peers each) to a fresh workspace, and the time from the first add until
-every message is derived is measured. Phase `2 workers`: a second `peerlog worker` joins the consumer
-groups, then the same load goes to another fresh workspace. Prints JSON and writes --out.
+every message is derived is measured, with the deriver's model calls it took. Phase `2 workers`: a
+second `peerlog worker` joins the consumer groups, then the same load goes to another fresh workspace.
+Prints JSON and writes --out.
 """
 
 from __future__ import annotations
@@ -29,11 +30,17 @@ sys.path.insert(0, str(ROOT))
 from infra.stack import PROCESSES, down, up  # noqa: E402
 from tests.bench.chaos import Load, derived_ids, log, model_reply, seed_pairs, sql_dsn  # noqa: E402
 from tests.bench.ingest import machine, pin_fresh_ports  # noqa: E402
+from tests.support.extractor import is_deriver  # noqa: E402
 from tests.support.model_server import ModelServer  # noqa: E402
 
 
-async def phase(state, args) -> dict:
+def deriver_calls(server: ModelServer) -> int:
+    return sum(1 for r in server.chat_requests() if is_deriver(r))
+
+
+async def phase(state, args, server: ModelServer) -> dict:
     workspace, sessions = await seed_pairs(state, "scale", args.sessions)
+    calls_before = deriver_calls(server)
     load = Load(state, workspace, sessions, 0, 10)
     started = time.monotonic()
     await load.run(args.messages)
@@ -47,7 +54,8 @@ async def phase(state, args) -> dict:
     took = time.monotonic() - started
     derived = len(ids & derived_ids(dsn, workspace))
     return {"messages": len(ids), "derived": derived, "acked_in_s": round(acked_s, 1),
-            "all_derived_in_s": round(took, 1), "derived_messages_per_s": round(derived / took, 1)}
+            "all_derived_in_s": round(took, 1), "derived_messages_per_s": round(derived / took, 1),
+            "deriver_model_calls": deriver_calls(server) - calls_before, "load_average": os.getloadavg()}
 
 
 async def run(args, root: Path) -> dict:
@@ -63,13 +71,13 @@ async def run(args, root: Path) -> dict:
                "PEERLOG_DERIVER_TICK_S": "1", "PEERLOG_DERIVER_MAX_WAIT_S": str(args.max_wait_s)}
         try:
             state = up(root, progress=log, model_env=env)
-            result["1 worker"] = await phase(state, args)
+            result["1 worker"] = await phase(state, args, server)
             log(f"1 worker: {result['1 worker']}")
             extra = subprocess.Popen([sys.executable, "-m", "services.cli.main", *PROCESSES["worker"]],
                                      env={**os.environ, **state.env()}, stdout=open(root / "worker2.log", "ab"),
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             await asyncio.sleep(args.join_s)  # the groups rebalance onto both workers
-            result["2 workers"] = await phase(state, args)
+            result["2 workers"] = await phase(state, args, server)
             log(f"2 workers: {result['2 workers']}")
         finally:
             if extra is not None:
