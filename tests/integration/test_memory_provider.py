@@ -14,6 +14,7 @@ from peerlog_client.memory import MemoryProvider, Sender
 from peerlog_client.memory.config import validate
 from tests.integration.test_client_library import admin_token, api  # noqa: F401 - api: the fixture
 from tests.support.model_server import Reply
+from tests.support.wait import eventually
 
 WEAK = "Not much yet."
 STRONG = "\n".join(f"- Alice fact number {i}: she keeps bees, lives in Lisbon and likes long walks." for i in range(8))
@@ -325,6 +326,77 @@ def test_a_stopped_server_costs_a_turn_at_most_timeout_and_later_writes_arrive(m
         time.sleep(0.2)  # the channel reconnects with backoff; writes fail fast until then
     got = [m.content for m in memory.workspace().session("global", create=False).messages()][2:]
     assert got == ["before", "ok", "while down 1", "ok", "while down 2", "ok", "after", "back"]
+
+
+def test_the_base_layer_holds_the_summary_both_representations_and_both_cards(make_provider, model_server,
+                                                                             start_worker):
+    summary = "Alice keeps bees in Lisbon."  # within the summarizer's word limit for two short turns
+    model_server.reply_with(lambda request: Reply(
+        content=summary if "rolling" in request["messages"][0]["content"] else WEAK))
+    start_worker("summarizer", PEERLOG_SUMMARIZER_SHORT_EVERY="2")
+    memory = seeded(make_provider(recallMode="tools", timeout=30))  # tools: the layer is read below, not injected
+    bot = memory.peer("bot")
+    bot.create_observations(["Alice keeps three hives"], target="alice")
+    bot.create_observations(["The bot answers in short sentences"])  # its self-representation
+    bot.set_card(["ATTRIBUTE: keeps bees"], target="alice")
+    bot.set_card(["IDENTITY: a travel assistant"])
+    session = memory.workspace().session("global", create=False)
+    eventually(lambda: session.summaries().short_summary, 60)
+    layer = memory._base_layer("alice")
+    for part in (summary, "Alice keeps three hives", "ATTRIBUTE: keeps bees", "The bot answers in short sentences",
+                 "IDENTITY: a travel assistant"):
+        assert part in layer
+    assert layer.index(summary) < layer.index("Alice keeps three hives") < layer.index("IDENTITY: a travel")
+
+
+def test_a_long_turn_reaches_the_dialectic_cut_at_dialectic_max_input_chars(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = seeded(make_provider(dialecticMaxInputChars=300, dialecticCadence=1, timeout=30))
+    memory.peer("bot").set_card(["ATTRIBUTE: keeps bees"], target="alice")  # warm: the prompt quotes the turn
+    long_turn = "My bees " + "and the hives on the roof " * 40 + "TAIL-OF-THE-TURN"
+    memory.context_for_turn(long_turn)
+    memory.dispatch("peerlog_reasoning", {"query": "What about " + "her bees and hives " * 40 + "TAIL-OF-THE-TOOL"})
+    prompts = [prompt_text(r) for r in chats(model_server)]
+    assert len(prompts) == 2
+    assert "My bees and the hives" in prompts[0] and "TAIL-OF-THE-TURN" not in prompts[0]
+    assert "What about her bees" in prompts[1] and "TAIL-OF-THE-TOOL" not in prompts[1]
+
+
+def test_an_agent_started_while_the_server_is_down_runs_its_turns_and_writes_them_when_it_is_back(
+        make_provider, api, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = make_provider(timeout=1.0, writeFrequency="turn")
+    api.stop()
+    started = time.monotonic()
+    memory.start()  # hybrid: the session and the prewarm are made in the background
+    assert time.monotonic() - started < 0.1
+    for text in ("while down 1", "while down 2"):
+        started = time.monotonic()
+        context = memory.context_for_turn(text)
+        memory.record_turn(text, "ok")
+        assert time.monotonic() - started <= 1.0 + 0.1
+        assert context == ""  # nothing cached yet: the turn goes on without memory
+    assert memory.writer.pending == 4
+    assert memory.stats.failures["write"] + memory.stats.timeouts["write"] >= 2
+    api.start()
+    memory.record_turn("after", "back")
+    deadline = time.monotonic() + 15
+    while not memory.flush() and time.monotonic() < deadline:
+        time.sleep(0.2)  # the channel reconnects with backoff
+    got = [m.content for m in memory.workspace().session("global", create=False).messages()]
+    assert got == ["while down 1", "ok", "while down 2", "ok", "after", "back"]
+
+
+def test_an_eager_start_in_tools_mode_waits_at_most_timeout_for_a_stopped_server(make_provider, api):
+    memory = make_provider(recallMode="tools", initOnSessionStart=True, timeout=1.0)
+    api.stop()
+    started = time.monotonic()
+    memory.start()
+    assert time.monotonic() - started <= 1.0 + 0.1
+    assert memory.stats.failures["start"] + memory.stats.timeouts["start"] == 1
+    started = time.monotonic()
+    assert memory.dispatch("peerlog_search", {"query": "bees"}).startswith("error:")  # a tool says so
+    assert time.monotonic() - started <= 1.0 + 0.1
 
 
 def test_peerlog_memory_status_shows_the_connection_and_the_resolved_settings(api, settings, tmp_path,

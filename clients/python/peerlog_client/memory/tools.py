@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from peerlog_client.errors import PeerlogError
+from peerlog_client.memory import policy
 from peerlog_client.memory.config import Level, MemoryConfig
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ def _context(p: MemoryProvider, a: ContextArgs) -> Any:
 def _reasoning(p: MemoryProvider, a: ReasoningArgs) -> Any:
     level = getattr(a, "reasoning_level", None) or p.config.dialectic_reasoning_level
     user = p.current_user()
-    query = a.query[:p.config.dialectic_max_input_chars]
+    query = policy.truncate_words(a.query, p.config.dialectic_max_input_chars)
     answer = p.peer(p.observer_of(user)).chat(query, target=user, session=p.current_session(), level=level,
                                               timeout=p.config.timeout)
     return {"answer": answer.answer, "level": level}
