@@ -23,6 +23,7 @@ from services.deriver.settings import DeriverSettings
 from services.events import Configuration
 from services.llm.settings import EmbeddingSettings, LlmSettings
 from services.summarizer.settings import SummarizerSettings
+from services.webhooks.settings import WebhookSettings
 
 
 class ReasoningSettings(BaseSettings):
@@ -58,6 +59,7 @@ class Settings(BaseSettings):
     dialectic: DialecticSettings = Field(default_factory=DialecticSettings)
     llm: LlmSettings = Field(default_factory=LlmSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
     reasoning: ReasoningSettings = Field(default_factory=ReasoningSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)

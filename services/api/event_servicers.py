@@ -21,12 +21,12 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
 
 
 class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
-    def __init__(self, store: WebhookStore) -> None:
-        self.store = store
+    def __init__(self, store: WebhookStore, allow_private_targets: bool = False) -> None:
+        self.store, self.allow_private = store, allow_private_targets
 
     async def CreateWebhook(self, request, context):
         endpoint, created_at, secret = await webhooks.create(self.store, request.workspace_id, request.url,
-                                                             list(request.event_types))
+                                                             list(request.event_types), self.allow_private)
         return webhooks_pb2.CreateWebhookResponse(webhook=c.webhook(endpoint, created_at), secret=secret)
 
     async def ListWebhooks(self, request, context):
@@ -42,5 +42,6 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         return webhooks_pb2.ListWebhookDeadLettersResponse(dead_letters=[c.dead_letter(d) for d in found])
 
     async def RetryWebhookDeadLetter(self, request, context):
-        outcome = await webhooks.retry(self.store, request.workspace_id, request.webhook_id, request.event_id)
+        outcome = await webhooks.retry(self.store, request.workspace_id, request.webhook_id, request.event_id,
+                                       self.allow_private)
         return webhooks_pb2.RetryWebhookDeadLetterResponse(delivered=outcome.delivered, error=outcome.error)

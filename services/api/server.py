@@ -122,7 +122,8 @@ class RunningServer:
             await close()
 
 
-def _register(server: grpc.aio.Server, ctx: ApiContext, webhooks: WebhookStore) -> health.aio.HealthServicer:
+def _register(server: grpc.aio.Server, ctx: ApiContext, webhooks: WebhookStore,
+              settings: Settings) -> health.aio.HealthServicer:
     workspaces_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(ctx), server)
     peers_pb2_grpc.add_PeerServiceServicer_to_server(PeerServicer(ctx), server)
     sessions_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(ctx), server)
@@ -134,7 +135,8 @@ def _register(server: grpc.aio.Server, ctx: ApiContext, webhooks: WebhookStore) 
     dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(DialecticServicer(ctx), server)
     configuration_pb2_grpc.add_ConfigurationServiceServicer_to_server(ConfigurationServicer(ctx), server)
     events_pb2_grpc.add_EventServiceServicer_to_server(EventServicer(ctx), server)
-    webhooks_pb2_grpc.add_WebhookServiceServicer_to_server(WebhookServicer(webhooks), server)
+    webhooks_pb2_grpc.add_WebhookServiceServicer_to_server(
+        WebhookServicer(webhooks, settings.webhook.allow_private_targets), server)
     scopes_pb2_grpc.add_ScopeServiceServicer_to_server(ScopeServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
@@ -217,7 +219,7 @@ async def start(settings: Settings) -> RunningServer:
     options = [("grpc.so_reuseport", int(shared)), ("grpc.max_receive_message_length", v.MAX_REQUEST_BYTES)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
     webhooks = WebhookStore(await asyncio.get_running_loop().run_in_executor(None, engine_for, settings.database))
-    monitor = _health(_register(server, ctx, webhooks), ctx, ends, settings)
+    monitor = _health(_register(server, ctx, webhooks, settings), ctx, ends, settings)
     await monitor.check_once()  # the first answer is already a real one
     port = _listen(server, settings.api)
     await server.start()

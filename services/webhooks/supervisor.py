@@ -11,11 +11,10 @@ import asyncio
 import logging
 import signal
 
-import httpx
-
 from services.settings import Settings
 from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import WebhookStore, engine_for
+from services.webhooks.targets import delivery_client
 from services.webhooks.worker import run_endpoint
 
 log = logging.getLogger(__name__)
@@ -25,7 +24,8 @@ async def supervise(settings: Settings, store: WebhookStore, stop: asyncio.Event
                     policy: RetryPolicy = RetryPolicy()) -> None:
     """Keep one loop per registered endpoint until `stop` is set."""
     running: dict[str, tuple[asyncio.Event, asyncio.Task]] = {}
-    async with httpx.AsyncClient() as client:
+    # every connection checked: a name registered while public may resolve to a private address later
+    async with delivery_client(settings.webhook.allow_private_targets) as client:
         while not stop.is_set():
             wanted: dict[str, Endpoint] = {e.endpoint_id: e for e in
                                            await asyncio.get_running_loop().run_in_executor(None, store.endpoints)}

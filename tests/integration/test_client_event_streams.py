@@ -11,6 +11,13 @@ import pytest
 from peerlog_client import AsyncPeerlog, LogEvent, NotFound, Peerlog
 from tests.integration.test_client_library import ApiInThread
 from tests.support.auth import admin_token
+from tests.support.webhook_receiver import private_targets_allowed
+
+
+@pytest.fixture
+def settings(settings):  # noqa: F811 - the conftest fixture, with private webhook targets allowed
+    """One webhook names 127.0.0.1, which webhooks may reach only with the setting on."""
+    return private_targets_allowed(settings)
 
 
 @pytest.fixture

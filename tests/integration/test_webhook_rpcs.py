@@ -9,6 +9,7 @@ import time
 
 import grpc
 import httpx
+import pytest
 
 from peerlog.v1 import webhooks_pb2 as wh
 from peerlog.v1 import webhooks_pb2_grpc
@@ -18,7 +19,13 @@ from services.webhooks.store import WebhookStore, engine_for
 from services.webhooks.worker import run_endpoint
 from tests.support.client import Client
 from tests.support.rpc import rejected
-from tests.support.webhook_receiver import Receiver
+from tests.support.webhook_receiver import Receiver, private_targets_allowed
+
+
+@pytest.fixture
+def settings(settings):  # noqa: F811 - the conftest fixture, with private webhook targets allowed
+    """The receiver listens on 127.0.0.1, which webhooks may reach only with the setting on."""
+    return private_targets_allowed(settings)
 
 
 async def test_a_webhook_is_registered_listed_its_dead_letter_retried_and_deleted(channel, settings):

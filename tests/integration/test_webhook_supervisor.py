@@ -6,11 +6,19 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import WebhookStore, engine_for
 from services.webhooks.supervisor import supervise
 from tests.support.client import Client
-from tests.support.webhook_receiver import Receiver
+from tests.support.webhook_receiver import Receiver, private_targets_allowed
+
+
+@pytest.fixture
+def settings(settings):  # noqa: F811 - the conftest fixture, with private webhook targets allowed
+    """The receiver listens on 127.0.0.1, which webhooks may reach only with the setting on."""
+    return private_targets_allowed(settings)
 
 
 async def until(condition, timeout: float = 30.0) -> None:

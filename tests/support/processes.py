@@ -17,7 +17,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The PEERLOG_* environment that reproduces `settings` in another process."""
     env: dict[str, str] = {}
     sections = {"kafka": "KAFKA", "database": "DATABASE", "projector": "PROJECTOR", "api": "API",
-                "worker": "WORKER", "deriver": "DERIVER", "summarizer": "SUMMARIZER", "auth": "AUTH"}
+                "worker": "WORKER", "deriver": "DERIVER", "summarizer": "SUMMARIZER", "auth": "AUTH", "webhook": "WEBHOOK"}
     for attr, prefix in sections.items():
         for name, value in getattr(settings, attr).model_dump().items():
             if value is None:  # unset (a TLS file): the other process's default is None too

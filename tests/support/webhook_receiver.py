@@ -50,3 +50,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+
+def private_targets_allowed(settings):
+    """`settings` with webhooks allowed to reach private addresses: the Receiver listens on 127.0.0.1."""
+    from services.webhooks.settings import WebhookSettings
+
+    return settings.model_copy(update={"webhook": WebhookSettings(allow_private_targets=True)})

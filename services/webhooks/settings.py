@@ -1,0 +1,15 @@
+"""The webhook settings: where deliveries may go."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WebhookSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PEERLOG_WEBHOOK_", extra="ignore", frozen=True)
+
+    # off: a webhook URL must resolve to public addresses only, at registration and at every connection
+    # (a receiver on a private network, or the tests' local one, needs it on)
+    allow_private_targets: bool = Field(False, description="allow webhook URLs on loopback, private, "
+                                        "link-local and other non-public addresses")

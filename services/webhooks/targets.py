@@ -1,0 +1,112 @@
+"""Where a webhook may POST: only to public addresses, unless the setting allows private ones.
+
+A URL is checked when it is registered (after DNS resolution) and again at every connection the delivery
+opens, on the addresses it actually connects to, so a name that resolves to a public address at
+registration and to a private one later (DNS rebinding) is refused too. Without that a webhook would let
+any workspace token make the server POST to its own network: loopback services, the cloud metadata
+endpoint (169.254.169.254), databases on private addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+import httpcore
+import httpx
+
+RESOLVE_TIMEOUT_S = 5.0
+METADATA = {ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")}
+
+
+class PrivateTarget(ValueError):
+    """A webhook URL's host is, or resolves to, an address deliveries may not reach."""
+
+
+def refusal(address: str) -> str | None:
+    """Why deliveries may not go to `address` (an IP literal), or None when it is public."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # a zone index (fe80::1%eth0) names no other host
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+    for kind, hit in (("a cloud metadata address", ip in METADATA), ("loopback", ip.is_loopback),
+                      ("link-local", ip.is_link_local), ("unspecified", ip.is_unspecified),
+                      ("multicast", ip.is_multicast), ("private", ip.is_private), ("not public", not ip.is_global)):
+        if hit:
+            return kind
+    return None
+
+
+async def resolve(host: str, port: int) -> list[str]:
+    """The addresses `host` stands for: itself when it is an IP literal, else what DNS answers."""
+    try:
+        return [str(ipaddress.ip_address(host.strip("[]")))]
+    except ValueError:
+        pass
+    found = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM),
+                                   RESOLVE_TIMEOUT_S)
+    return list(dict.fromkeys(info[4][0] for info in found))
+
+
+def check_addresses(host: str, addresses: list[str]) -> None:
+    """PrivateTarget if any address is not public: an attacker's DNS may answer with several."""
+    for address in addresses:
+        why = refusal(address)
+        if why is not None:
+            shown = host if host == address else f"{host} ({address})"
+            raise PrivateTarget(f"{shown} is {why}; webhooks may only reach public addresses "
+                                "(PEERLOG_WEBHOOK_ALLOW_PRIVATE_TARGETS=true allows others)")
+
+
+async def check_url(url: str) -> None:
+    """PrivateTarget if the URL's host is or resolves to a non-public address. A name that does not
+    resolve now is let through: every delivery checks again where it connects."""
+    parts = urlsplit(url)
+    try:
+        addresses = await resolve(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
+    except (OSError, TimeoutError):
+        return
+    check_addresses(parts.hostname or "", addresses)
+
+
+class _CheckedBackend(httpcore.AsyncNetworkBackend):
+    """Connects only to public addresses: resolves the host itself, checks every address, then connects
+    to the checked one (TLS still names the URL's host: httpcore takes it from the request)."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        try:
+            addresses = await resolve(host, port)
+        except (OSError, TimeoutError) as failed:
+            raise httpcore.ConnectError(f"{host} does not resolve: {failed}") from failed
+        try:
+            check_addresses(host, addresses)
+        except PrivateTarget as refused:
+            raise httpcore.ConnectError(f"refused: {refused}") from refused
+        for address in addresses[:-1]:  # the next one if one does not answer, as a plain connect would
+            try:
+                return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except httpcore.ConnectError:
+                continue
+        return await self._inner.connect_tcp(addresses[-1], port, timeout, local_address, socket_options)
+
+    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise httpcore.ConnectError("webhooks do not connect to unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def delivery_client(allow_private: bool) -> httpx.AsyncClient:
+    """The HTTP client deliveries use. Checked unless private targets are allowed; no proxy from the
+    environment either way a check could be bypassed through."""
+    if allow_private:
+        return httpx.AsyncClient()
+    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    # httpx does not take a network backend; its pool does (httpcore.AsyncConnectionPool.network_backend).
+    # tests/integration/test_webhook_targets.py fails if this stops reaching the connections
+    transport._pool._network_backend = _CheckedBackend()
+    return httpx.AsyncClient(transport=transport, trust_env=False)

@@ -1,0 +1,90 @@
+"""Webhook URLs that point at the server's own network (issue 13, SSRF) over the real stack: refused at
+registration after DNS resolution, and refused again at delivery, where the connection is made, so a name
+that turns private after registration (DNS rebinding) gets nothing. PEERLOG_WEBHOOK_ALLOW_PRIVATE_TARGETS
+lets them through."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from peerlog.v1 import webhooks_pb2 as wh
+from peerlog.v1 import webhooks_pb2_grpc
+from services.api.channels import aio_channel
+from services.webhooks.delivery import Endpoint, RetryPolicy
+from services.webhooks.store import WebhookStore, engine_for
+from services.webhooks.targets import delivery_client
+from services.webhooks.worker import run_endpoint
+from tests.support.auth import admin_token
+from tests.support.client import Client
+from tests.support.rpc import rejected
+from tests.support.webhook_receiver import Receiver, private_targets_allowed
+
+ONE_TRY = RetryPolicy(attempts=1, timeout_s=2)
+
+
+@pytest.mark.parametrize("url, why", [
+    ("http://127.0.0.1:8080/hook", "127.0.0.1 is loopback"),
+    ("http://localhost:8080/hook", "is loopback"),  # after DNS resolution: 127.0.0.1 or ::1
+    ("http://[::1]/hook", "::1 is loopback"),
+    ("http://[::ffff:127.0.0.1]/hook", "is loopback"),
+    ("http://10.0.0.7/hook", "10.0.0.7 is private"),
+    ("http://192.168.0.1/hook", "192.168.0.1 is private"),
+    ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a cloud metadata address"),
+    ("http://169.254.1.1/hook", "169.254.1.1 is link-local"),
+    ("https://0.0.0.0/hook", "0.0.0.0 is unspecified"),
+])
+async def test_a_url_on_a_non_public_address_is_refused_and_nothing_is_registered(channel, url, why):
+    stub = webhooks_pb2_grpc.WebhookServiceStub(channel)
+    await Client(channel).workspace("w")
+    await rejected(stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url=url)),
+                   grpc.StatusCode.INVALID_ARGUMENT, why, "PEERLOG_WEBHOOK_ALLOW_PRIVATE_TARGETS")
+    assert not (await stub.ListWebhooks(wh.ListWebhooksRequest(workspace_id="w"))).webhooks
+
+
+async def test_with_the_setting_on_a_private_url_is_registered(settings, projector):
+    from services.api.server import start
+
+    server = await start(private_targets_allowed(settings))
+    try:
+        async with aio_channel(f"127.0.0.1:{server.port}", admin_token(settings)) as chan:
+            await Client(chan).workspace("w")
+            made = await webhooks_pb2_grpc.WebhookServiceStub(chan).CreateWebhook(
+                wh.CreateWebhookRequest(workspace_id="w", url="http://127.0.0.1:8080/hook"))
+            assert made.webhook.url == "http://127.0.0.1:8080/hook"
+    finally:
+        await server.stop(0)
+
+
+async def _deliver_first(settings, endpoint_id: str, url: str, allow_private: bool, done) -> list:
+    """Run one endpoint's delivery loop until the workspace's first event is delivered (`done()`) or
+    dead-lettered; its dead letters."""
+    store, stop = WebhookStore(engine_for(settings.database)), asyncio.Event()
+    endpoint = Endpoint(endpoint_id, "w", url, b"k", frozenset({"MessageAppended"}))
+    # registered straight in the store: as if the name had resolved to a public address at registration
+    store.register(endpoint)
+    async with delivery_client(allow_private) as client:
+        task = asyncio.ensure_future(run_endpoint(endpoint, settings.kafka, store, client, stop, ONE_TRY))
+        async with asyncio.timeout(30):
+            while not (store.dead_letters(endpoint_id) or done()):
+                await asyncio.sleep(0.1)
+        stop.set()
+        await task
+    return store.dead_letters(endpoint_id)
+
+
+async def test_a_name_that_resolves_to_loopback_at_delivery_gets_nothing_and_the_event_is_dead_lettered(
+        channel, settings):
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    await c.add("w", "s", [("alice", "one")])
+    with Receiver() as receiver:
+        rebound = receiver.url.replace("127.0.0.1", "localhost")
+        (dead,) = await _deliver_first(settings, "checked", rebound, False, lambda: receiver.received)
+        assert receiver.received == []  # not even a connection that reached the handler
+        assert dead.attempts == 1 and "refused: localhost (" in dead.error and "is loopback" in dead.error
+        # the same URL with private targets allowed is delivered: the check refused it, not the receiver
+        assert await _deliver_first(settings, "allowed", rebound, True, lambda: receiver.delivered()) == []
+        assert len(receiver.delivered()) == 1
