@@ -3,11 +3,14 @@
 
     .venv/bin/python tests/bench/provider.py [--turns 2000] [--warmup 100] [--out tests/bench/results/provider.json]
 
-Starts the dev stack (infra.stack.up) on fresh ports with only the API and the projector (no model is
-called), then runs a provider in `context` mode whose layers are cached (contextCadence and
-dialecticCadence larger than the run, so after turn 1 no read goes to the server) with writeFrequency
-`async`: a turn is context_for_turn(user text) + record_turn(user text, answer), timed around both, while
-the background writer sends every turn's messages to the real server. Target: p95 ≤ 5 ms.
+Starts the dev stack (infra.stack.up) on fresh ports with only the API and the projector, its model the
+deterministic test model server (tests/support/model_server.py) so Chat answers at once. It seeds what an
+agent would meet: observations about the user and the AI's own, both cards. Then a provider in `context`
+mode fetches both layers on turn 1 (GetContext, the AI's representation and card, one Chat) and keeps them
+(contextCadence and dialecticCadence larger than the run, so later turns send no read), with
+writeFrequency `async`: a turn is context_for_turn(user text) + record_turn(user text, answer), timed
+around both, while the background writer sends every turn's messages to the real server. No model time is
+in a measured turn. Target: p95 ≤ 5 ms.
 
 Prints one JSON object on stdout (progress on stderr) and writes it to --out.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -32,11 +36,20 @@ from peerlog_client import Peerlog  # noqa: E402
 from peerlog_client.memory import MemoryProvider  # noqa: E402
 from peerlog_client.memory.config import validate  # noqa: E402
 from tests.bench.ingest import machine, pct, pin_fresh_ports, stop_others  # noqa: E402
+from tests.support.model_server import ModelServer, Reply  # noqa: E402
 
 TARGET_P95_MS = 5.0
 USER = ("I'm planning a trip to Lisbon in May with my sister Maya; we both love old bookshops and I don't eat "
         "meat, so any food tips should be vegetarian. Turn {i}.")
 ANSWER = "Noted. Livraria Bertrand in Chiado is the oldest bookshop still open; for food, try {i} places."
+# what the deterministic model answers to the one Chat of turn 1: a dialectic layer of a realistic size
+DIALECTIC = ("Alice is planning a five-day trip to Lisbon in May with her sister Maya. She is vegetarian, loves "
+             "old bookshops and works remotely as a data engineer, so she needs decent wifi. Maya is afraid of "
+             "heights: suggest routes and sights without lifts or viewpoints. Right now she wants concrete, "
+             "short suggestions she can act on.")
+FACTS = [f"Alice {fact} (noted in week {w})" for w in range(1, 6) for fact in (
+    "does not eat meat", "loves old bookshops", "travels with her sister Maya", "works remotely as a data engineer",
+    "needs decent wifi", "prefers trams to taxis")]
 
 
 def log(msg: str) -> None:
@@ -50,10 +63,15 @@ def run(address: str, token: str, turns: int, warmup: int) -> dict:
         "contextCadence": 10**9, "dialecticCadence": 10**9, "contextTokens": 1200})])
     memory = MemoryProvider(config)
     memory.peer("alice")
-    memory.peer("assistant").set_card(["ATTRIBUTE: keeps bees", "IDENTITY: Alice"], target="alice")
-    # turn 1 fetches both layers, later turns use them. No message is written before it, so Chat finds no
-    # evidence and answers at once without a model (the stack here has none)
+    assistant = memory.peer("assistant")
+    assistant.create_observations(FACTS, target="alice")
+    assistant.create_observations(["The assistant answers in short, concrete suggestions"])
+    assistant.set_card(["IDENTITY: Alice", "ATTRIBUTE: vegetarian", "RELATIONSHIP: sister Maya"], target="alice")
+    assistant.set_card(["IDENTITY: a travel assistant"])
+    # turn 1 fetches both layers (one Chat, answered by the test model); later turns use them
     first = memory.context_for_turn(USER.format(i=0))
+    if DIALECTIC[:40] not in first or "Alice does not eat meat" not in first:
+        raise SystemExit(f"turn 1 did not get both layers (failed open: {dict(memory.stats.failures)}):\n{first}")
     timings_us: list[float] = []
     for i in range(1, warmup + turns + 1):
         started = time.perf_counter()
@@ -85,17 +103,23 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="peerlog-provider-bench-")).resolve()
     pin_fresh_ports(root)
-    state = stack.up(root, progress=log)
+    model = ModelServer().start()
+    model.reply_with(lambda request: Reply(content=DIALECTIC))
+    state = stack.up(root, progress=log, model_env={"PEERLOG_LLM_BASE_URL": model.base_url,
+                                                    "PEERLOG_LLM_MODEL": "test-model"})
     try:
         stop_others(state, keep=["api", "projector"])
         log(f"running {args.warmup} + {args.turns} turns")
+        load_before = os.getloadavg()
         measured = run(f"127.0.0.1:{state.api_port}", state.admin_token(), args.turns, args.warmup)
+        measured["load_average"] = {"before": [round(x, 1) for x in load_before],
+                                    "after": [round(x, 1) for x in os.getloadavg()]}  # the machine is shared
         result = {
             "benchmark": "provider",
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "command": shlex.join([".venv/bin/python", str(Path(__file__).relative_to(ROOT)), *argv]),
             "machine": machine(),
-            "mode": "context, cached layers, writeFrequency async",
+            "mode": "context, cached layers (base and dialectic, test model behind Chat), writeFrequency async",
             "target_p95_ms": TARGET_P95_MS,
             **measured,
             "met_p95_target": measured["overhead_ms"]["p95"] <= TARGET_P95_MS,
@@ -106,6 +130,7 @@ def main(argv: list[str]) -> int:
         print(text)
     finally:
         stack.down(root, progress=log)
+        model.close()
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
