@@ -77,6 +77,7 @@ from faust.streams import current_event
 from faust.transport import drivers
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.exceptions import ProducerSendError
 from faust.types import TP
 from faust.types.tuples import FutureMessage, RecordMetadata
 from mode import Service
@@ -87,6 +88,10 @@ log = logging.getLogger(__name__)
 SCHEME = "kafka-eos"
 # how long a commit waits for buffered table writes to reach their transaction before it skips a round
 BUFFERED_WAIT_S = 5.0
+# how long a transaction may be held for output its offsets do not cover (under aiokafka's 60 s timeout)
+HOLD_MAX_S = 15.0
+# how long output waits for its source partition's transactional producer to start after a rebalance
+PRODUCER_WAIT_S = 30.0
 
 
 class SourcePartitionTransactionManager(TransactionManager):
@@ -100,6 +105,7 @@ class SourcePartitionTransactionManager(TransactionManager):
         self._buffered: dict[str, set[asyncio.Future]] = defaultdict(set)
         # transactional id -> offsets a commit round held back (Faust already counts them committed)
         self._held: dict[str, dict[TP, int]] = {}
+        self._held_since: dict[str, float] = {}  # transactional id -> when a commit round first held it
 
     def source_of_current_event(self) -> tuple[str, TP, int] | None:
         """(transactional id, partition, offset) of the event being handled, if it came from our source."""
@@ -111,10 +117,18 @@ class SourcePartitionTransactionManager(TransactionManager):
             group = self.app.assignor.group_for_topic(tp.topic)
         except KeyError:  # an event from a channel or a topic outside the assignment
             return None
-        transactional_id = f"{self.app.conf.id}-{group}-{tp.partition}"
+        return f"{self.app.conf.id}-{group}-{tp.partition}", tp, event.message.offset
+
+    async def _wait_for_producer(self, transactional_id: str) -> None:
+        # Agents may handle an event while the rebalance is still starting the transactional producers;
+        # falling back to another producer there would put the output in another partition's transaction.
+        deadline = asyncio.get_running_loop().time() + PRODUCER_WAIT_S
         if transactional_id not in self.producer._transaction_producers:
-            return None
-        return transactional_id, tp, event.message.offset
+            log.info("output waits for transactional producer %s to start", transactional_id)
+        while transactional_id not in self.producer._transaction_producers:
+            if asyncio.get_running_loop().time() > deadline:
+                raise ProducerSendError(f"no transactional producer {transactional_id} after {PRODUCER_WAIT_S} s")
+            await asyncio.sleep(0.05)
 
     def note_output(self, transactional_id: str, tp: TP, offset: int) -> None:
         """Record that output of the event at `offset` of `tp` is (about to be) in the open transaction."""
@@ -144,6 +158,7 @@ class SourcePartitionTransactionManager(TransactionManager):
             return await super().send(topic, key, value, partition, timestamp, headers)
         # recorded before the send queues on the lock: a commit in between sees it and waits a round
         self.note_output(*source)
+        await self._wait_for_producer(source[0])
         return await self.producer.send(
             topic, key, value, self.consumer.key_partition(topic, key, partition), timestamp, headers,
             transactional_id=source[0],
@@ -156,7 +171,7 @@ class SourcePartitionTransactionManager(TransactionManager):
     async def on_rebalance(self, assigned: set[TP], revoked: set[TP], newly_assigned: set[TP]) -> None:
         """Forget the open transactions of revoked partitions: their next owner fences and aborts them."""
         for transactional_id in self._tps_to_transactional_ids(revoked):
-            for state in (self._sources, self._buffered, self._held):
+            for state in (self._sources, self._buffered, self._held, self._held_since):
                 state.pop(transactional_id, None)
         await super().on_rebalance(assigned, revoked, newly_assigned)
 
@@ -195,11 +210,23 @@ class SourcePartitionTransactionManager(TransactionManager):
         async with producer._trn_locks[transactional_id]:
             offsets = {**self._held.pop(transactional_id, {}), **offsets}  # newer offsets win
             waiting = self._waiting(transactional_id, offsets)
-            if waiting:
+            if waiting and not self._held_too_long(transactional_id, waiting):
                 log.debug("%s: commit held, output not covered yet: %s", transactional_id, waiting)
                 self._held[transactional_id] = offsets
                 return False
+            self._held_since.pop(transactional_id, None)
             return await self._commit_transaction(transactional_id, txn, offsets, start_new)
+
+    def _held_too_long(self, transactional_id: str, waiting: object) -> bool:
+        # Faust can fail to advance a partition's offset at all (see "A gap Faust does not see"): past
+        # HOLD_MAX_S the transaction commits anyway, before the broker's transaction timeout aborts it.
+        now = asyncio.get_running_loop().time()
+        since = self._held_since.setdefault(transactional_id, now)
+        if now - since < HOLD_MAX_S:
+            return False
+        log.warning("%s: committing after %.0f s although output is not covered by the offsets (%s): "
+                    "those events may be handled again after a crash", transactional_id, now - since, waiting)
+        return True
 
     async def _commit_transaction(self, transactional_id: str, txn: Any, offsets: dict[TP, int],
                                   start_new: bool) -> bool:

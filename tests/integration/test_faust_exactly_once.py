@@ -109,16 +109,18 @@ class Run:
         reader = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.app_id})
         tps = [TopicPartition(self.source, p) for p in range(SOURCE_PARTITIONS)]
         ends = {tp.partition: reader.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
-        deadline = time.monotonic() + timeout
+        deadline, last = time.monotonic() + timeout, []
         try:
             while time.monotonic() < deadline:
-                if all(tp.offset == ends[tp.partition] for tp in committed(reader, tps)):
+                last = committed(reader, tps)
+                if last and all(tp.offset == ends[tp.partition] for tp in last):
                     time.sleep(4)  # the worker commits every second: let output still open settle
                     return
                 time.sleep(0.5)
         finally:
             reader.close()
-        pytest.fail(f"the worker never committed all inputs\n{self.log_text()[-3000:]}")
+        seen = {tp.partition: tp.offset for tp in last}
+        pytest.fail(f"the worker never committed all inputs: committed {seen}, ends {ends}\n{self.log_text()[-3000:]}")
 
     def outcome(self) -> Outcome:
         committed = read(self.bootstrap, self.sink, self.sink_partitions, "read_committed")
