@@ -82,7 +82,8 @@ class DeriverProcessor:
         if keys:
             await self.emitter.emit([DerivationDue(**pair_of(k), producer=CLOCK) for k in keys])
             self.asked.update({k: (pending[k].pending[0].message_id, now) for k in keys})
-        self.asked = {k: v for k, v in self.asked.items() if k in pending}  # pairs derived or handed on
+        # by age, not by this runner's pairs: deriver runners of one worker share this processor
+        self.asked = {k: v for k, v in self.asked.items() if (now - v[1]).total_seconds() < self.settings.max_wait_s}
 
 
 def build(settings: Settings):
