@@ -294,6 +294,24 @@ def test_the_five_tools_round_trip_against_the_server(make_provider, model_serve
     assert memory.workspace().observation(other).deleted_at is None
 
 
+def test_with_dialectic_dynamic_the_models_level_reaches_chat_and_without_it_the_level_is_refused(
+        make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content="Alice keeps bees."))
+    memory = seeded(make_provider(recallMode="tools", timeout=30))
+    for level in ("minimal", "high"):
+        answer = json.loads(memory.dispatch("peerlog_reasoning", {"query": "What does Alice keep?",
+                                                                  "reasoning_level": level}))
+        assert answer == {"answer": "Alice keeps bees.", "level": level}
+    offered = [{t["function"]["name"] for t in r.get("tools") or []} for r in chats(model_server)]
+    assert len(offered) == 2 and offered[0] < offered[1]  # the server ran each level: minimal may only search
+    fixed = make_provider(recallMode="tools", dialecticDynamic=False, dialecticReasoningLevel="high", timeout=30)
+    refused = fixed.dispatch("peerlog_reasoning", {"query": "What does Alice keep?", "reasoning_level": "minimal"})
+    assert refused.startswith("error: invalid arguments") and "reasoning_level" in refused
+    assert len(chats(model_server)) == 2  # nothing was asked
+    assert json.loads(fixed.dispatch("peerlog_reasoning", {"query": "What does Alice keep?"}))["level"] == "high"
+    assert {t["function"]["name"] for t in chats(model_server)[-1].get("tools") or []} == offered[1]
+
+
 def test_a_stopped_server_costs_a_turn_at_most_timeout_and_later_writes_arrive(make_provider, api, model_server,
                                                                                caplog):
     model_server.reply_with(lambda request: Reply(content=WEAK))
