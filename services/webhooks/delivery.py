@@ -11,6 +11,7 @@ import httpx
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from services.webhooks.signing import SIGNATURE_HEADER, signature
+from services.webhooks.targets import PrivateTarget
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ async def deliver(client: httpx.AsyncClient, endpoint: Endpoint, event_id: str, 
                              retry=retry_if_exception_type((Refused, httpx.TransportError)))
     try:
         await retrying(attempt)
+    except PrivateTarget as refused:  # the address is refused every time: no retry
+        return Outcome(False, attempts, f"refused: {refused}")
     except RetryError as failed:
         error = failed.last_attempt.exception()
         return Outcome(False, attempts, f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)

@@ -82,10 +82,9 @@ class _CheckedBackend(httpcore.AsyncNetworkBackend):
             addresses = await resolve(host, port)
         except (OSError, TimeoutError) as failed:
             raise httpcore.ConnectError(f"{host} does not resolve: {failed}") from failed
-        try:
-            check_addresses(host, addresses)
-        except PrivateTarget as refused:
-            raise httpcore.ConnectError(f"refused: {refused}") from refused
+        # PrivateTarget itself, not a ConnectError: httpx lets it through unmapped, so the delivery
+        # dead-letters it at once instead of retrying an address that is refused every time
+        check_addresses(host, addresses)
         for address in addresses[:-1]:  # the next one if one does not answer, as a plain connect would
             try:
                 return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
