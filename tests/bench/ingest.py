@@ -594,7 +594,7 @@ def main(argv: list[str]) -> int:
         groups = stack_pids(root, state)
         groups["bench_clients"] = [p.pid for p in procs]
         groups["bench_watcher"] = [watcher.pid]
-        meter = CpuMeter(groups, with_children={"postgres"})
+        meter = CpuMeter(groups, with_children={"postgres", "api"})  # api: with PEERLOG_API_PROCESSES > 1
         log(f"load: {args.clients} clients in {args.procs} process(es), batch {args.batch}, "
             f"warmup {args.warmup:g} s, measure {args.seconds:g} s")
         time.sleep(max(0.0, measure_at - time.monotonic()))
@@ -670,6 +670,7 @@ def main(argv: list[str]) -> int:
                 "stack_processes": sorted(n for n in state.pids if stack._alive(state.pids[n])),
             },
             "machine": machine(),
+            "load_average_after": os.getloadavg(),  # 1/5/15 min: the machine is shared
             "results": {
                 "durable_messages_per_s": round(rate, 1),
                 "acked_messages": acked_msgs,

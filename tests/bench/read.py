@@ -334,7 +334,8 @@ async def load(state, p: dict, args) -> dict:
                              with_children={"postgres", "api"})  # api: with PEERLOG_API_PROCESSES > 1
             out.setdefault(mode, {})[name] = {**await measure(state, call, args.clients, args.warmup,
                                                               args.seconds, rate, meter),
-                                              "machine_busy_pct_before": busy}
+                                              "machine_busy_pct_before": busy,
+                                              "load_average_after": os.getloadavg()}
             log(f"  {out[mode][name]}")
     return out
 
@@ -381,6 +382,7 @@ def main(argv: list[str]) -> int:
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "command": shlex.join([".venv/bin/python", str(Path(__file__).relative_to(ROOT)), *argv]),
             "machine": machine(),
+            "api_processes": int(os.environ.get("PEERLOG_API_PROCESSES", "1")),
             "workspace": {"messages": args.messages, "observations": args.observations, "peers": args.peers,
                           "distinct_texts_per_kind": args.distinct,
                           "sessions": len(built["plan"]["sessions"]), "pairs": args.pairs,
