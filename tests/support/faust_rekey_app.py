@@ -67,6 +67,8 @@ async def rekey(stream):
         seen[key] += 1
         await sink.send(key=f"out-{value}", value=value)
         handled += 1
+        event = faust.current_event()
+        print(f"handled {value} from {event.message.partition}@{event.message.offset}")  # the trace a failure shows
         if KILL == "after_output" and value == os.environ["KILL_AT"]:
             await asyncio.sleep(1.5)  # the producer ships the record; a commit round passes meanwhile
             die_once()
