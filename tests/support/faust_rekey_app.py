@@ -6,7 +6,8 @@ Run as `python -m tests.support.faust_rekey_app worker`. The environment chooses
 - DOWNSTREAM=1: a second agent consumes the sink (so the sink is in the consumer's metadata and groups);
 - KILL=after_output: SIGKILL right after sending the output of input KILL_AT (once per DATADIR);
   KILL=between_commits: SIGKILL right after the first transaction commit that carried offsets, once
-  KILL_AFTER inputs are handled (so some transactions are committed and others are not).
+  KILL_AFTER inputs are handled (so some transactions are committed and others are not);
+- PACE_S: how long the agent pauses after each input (default 0.02 s).
 Each input's value is its id; the agent sends it to the sink under a new key (another partition) and
 counts inputs per key in a table.
 """
@@ -72,7 +73,7 @@ async def rekey(stream):
         if KILL == "after_output" and value == os.environ["KILL_AT"]:
             await asyncio.sleep(1.5)  # the producer ships the record; a commit round passes meanwhile
             die_once()
-        await asyncio.sleep(0.02)  # a stream that takes several commit rounds
+        await asyncio.sleep(float(os.environ.get("PACE_S", "0.02")))  # a stream over several commit rounds
 
 
 if os.environ.get("DOWNSTREAM") == "1":
