@@ -35,7 +35,7 @@ async def convo(channel):
 async def test_a_generous_budget_gets_everything_in_order_and_counts_it_exactly(channel, convo):
     _, token = convo
     out = await ask(channel, workspace_id="w", session_id="s", token_budget=5000, observer_id="alice",
-                    target_id="bob", search_query="where does bob live", consistency={"consistency_token": token})
+                    target_id="bob", search_query="what did bob talk about", consistency={"consistency_token": token})
     assert {o.content for o in out.observations} == {"Bob lives in Oslo", "Bob keeps bees", "Bob is a nurse"}
     assert list(out.peer_card) == ["IDENTITY: Bob, a nurse"]
     # the turns the query found are in relevant_messages, the rest in messages: each turn once

@@ -155,14 +155,14 @@ async def test_results_come_best_first_with_their_fused_scores(garden):
     assert out.embedding_model == LOCAL_MODEL
 
 
-async def test_a_question_naming_the_author_finds_the_authors_turns_by_words(settings, garden):
-    # "bob" is in no message's text: only the indexed author name can match it
-    found = await lexical_ids(settings, "what did bob say")
-    engine = sync_engine(settings.database)
-    with engine.connect() as conn:
-        authors = dict(conn.execute(select(messages.c.message_id, messages.c.peer_id)).all())
-    engine.dispose()
-    assert sorted(authors[m] for m in found) == ["bob", "bob"]
+async def test_a_question_naming_the_author_finds_the_authors_turns_though_no_text_holds_the_name(settings, garden):
+    c, _, _ = garden
+    # "bob" is in no message's text: his turns lead by the author lift alone
+    found = await search_ws(c, "what did bob say", limit=4)
+    assert [r.message.peer_id for r in found.results][:2] == ["bob", "bob"]
+    # and the name is no full-text term: it would match again every turn by bob or that names him,
+    # the shortest first ("Thanks bob!"), however little else it shares with the question
+    assert await lexical_ids(settings, "what did bob say") == []
 
 
 async def lexical_ids(settings, query: str) -> list[str]:
@@ -330,23 +330,27 @@ async def test_a_rebuild_reproduces_message_embeddings_without_the_embedder(sett
     assert contents(await search_ws(c, "frozen pond")) == before
 
 
-async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here(settings, garden):
+# the second query names bob: his messages are lifted, and "bob" is no term of the full-text list
+@pytest.mark.parametrize("query,named", [("frozen garden pond slugs", ""), ("frozen garden pond slugs bob", "bob")])
+async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here(settings, garden, query, named):
     import math
 
     import numpy as np
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from projections.message_search import BM25_K1, BM25_B, MessageSearch, fused_score, search_messages
+    from projections.message_search import (BM25_B, BM25_K1, SHORT_LEXEMES, MessageSearch, fused_score,
+                                            search_messages)
 
-    query = "frozen garden pond slugs"
     vector = np.array(make_embedder().embed_sync([query])[0])
     engine = create_async_engine(settings.database.url).execution_options(
         schema_translate_map={None: settings.database.schema_name})
     async with engine.connect() as conn:
         got = await search_messages(conn, MessageSearch(workspace_id="w", query=query, vector=list(vector), limit=4))
         rows = (await conn.execute(select(messages.c.message_id, messages.c.session_id, messages.c.seq,
-                                          messages.c.embedding, func.tsvector_to_array(messages.c.content_tsv)))).all()
+                                          messages.c.embedding, func.tsvector_to_array(messages.c.content_tsv),
+                                          messages.c.peer_id))).all()
         words = set((await conn.execute(select(func.tsvector_to_array(func.to_tsvector("english", query))))).scalar())
+    words -= {named}
     await engine.dispose()
     # BM25 with binary tf over the workspace's four messages, from their lexemes alone
     docs = {r[0]: set(r[4]) for r in rows}
@@ -360,7 +364,9 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
     at = {(r[1], r[2]): r[0] for r in rows}
     neighbours = {r[0]: [at[(r[1], r[2] + d)] for d in (-1, 1) if (r[1], r[2] + d) in at] for r in rows}
     expected = fused_score({m: (similarity[m], bm25[m]) for m in docs},
-                           (list(similarity.values()), [bm25[m] for m in matched]), neighbours)
+                           (list(similarity.values()), [bm25[m] for m in matched]), neighbours,
+                           by_named=frozenset(r[0] for r in rows if r[5] == named),
+                           short=frozenset(m for m, d in docs.items() if len(d) < SHORT_LEXEMES))
     assert [r["message_id"] for r in got] == [m for m, _ in expected]
     assert [r["score"] for r in got] == pytest.approx([s for _, s in expected], abs=1e-4)
 

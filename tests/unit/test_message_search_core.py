@@ -1,10 +1,12 @@
 """The pure parts of hybrid message search: what text stands for a message, and score fusion."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from projections.message_search import AUTHOR_BOOST, NEIGHBOUR_WEIGHT, TIME_BOOST, depth, fused_score
+from projections.message_search import (AUTHOR_BOOST, NEIGHBOUR_WEIGHT, REPORT_LAG_DAYS, SHORT_PENALTY,
+                                        TIME_BOOST, depth, fused_score, reported)
+from projections.time_expressions import Period
 from services.embedder.policy import embedded, previous_turn, text_to_embed
 from services.events import MessageAppended, MessagesEmbedded, ProducerInfo, SessionCreated, decode, encode
 
@@ -92,3 +94,20 @@ def test_a_message_sent_in_a_period_the_query_names_gains_the_time_boost():
     lists = ([0.8, 0.8, 0.1], [5.0, 5.0, 1.0])
     got = dict(fused_score(scores, lists, {}, in_period=frozenset({"then"})))
     assert got["then"] - got["other"] == pytest.approx(TIME_BOOST)
+
+
+def test_a_short_turn_loses_the_short_penalty_against_an_equal_longer_one():
+    scores = {"bye": (0.8, 5.0), "story": (0.8, 5.0)}
+    lists = ([0.8, 0.8, 0.1], [5.0, 5.0, 1.0])
+    got = fused_score(scores, lists, {}, short=frozenset({"bye"}))
+    assert [m for m, _ in got] == ["story", "bye"]
+    assert dict(got)["story"] - dict(got)["bye"] == pytest.approx(SHORT_PENALTY)
+
+
+def test_a_named_day_or_month_reaches_past_its_end_by_the_report_lag_and_a_year_does_not():
+    day = Period(datetime(2023, 5, 8, tzinfo=UTC), datetime(2023, 5, 9, tzinfo=UTC))
+    month = Period(datetime(2023, 5, 1, tzinfo=UTC), datetime(2023, 6, 1, tzinfo=UTC))
+    year = Period(datetime(2023, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, tzinfo=UTC))
+    assert reported(day) == Period(day.start, day.end + timedelta(days=REPORT_LAG_DAYS))
+    assert reported(month) == Period(month.start, month.end + timedelta(days=REPORT_LAG_DAYS))
+    assert reported(year) == year
