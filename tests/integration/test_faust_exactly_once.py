@@ -186,6 +186,11 @@ def assert_table_counted_each_input_once(outcome: Outcome) -> None:
 # - a partition whose committed offset stays put after the restart (stock and fixed);
 # - once, with the fix, input "44" (2@10) in the sink twice, along with a partition stalled at offset 1:
 #   cause not found. Other fixed runs of both tests came out exactly once (XPASS).
+# Opt-in (PEERLOG_TEST_FAUST_KILLS=1): they are evidence of Faust's behaviour across a kill, not a
+# guarantee peerlog makes, and their outcome is not deterministic yet, stock or fixed; a flaky test in
+# `make test` would block every landing
+kill_runs = pytest.mark.skipif(os.environ.get("PEERLOG_TEST_FAUST_KILLS") != "1",
+                               reason="Faust kill runs are opt-in: PEERLOG_TEST_FAUST_KILLS=1")
 KILL_VARIANTS = [
     pytest.param(False, id="stock"),
     pytest.param(True, id="fixed", marks=pytest.mark.xfail(
@@ -193,6 +198,7 @@ KILL_VARIANTS = [
 ]
 
 
+@kill_runs
 @pytest.mark.parametrize("fixed", KILL_VARIANTS)
 def test_output_to_a_topic_the_app_does_not_consume_survives_a_kill_exactly_once(
     infra, tmp_path: Path, fixed: bool
@@ -208,6 +214,7 @@ def test_output_to_a_topic_the_app_does_not_consume_survives_a_kill_exactly_once
         assert not outcome.exactly_once(), outcome.evidence()
 
 
+@kill_runs
 @pytest.mark.parametrize("fixed", KILL_VARIANTS)
 def test_output_to_a_copartitioned_topic_survives_a_kill_between_two_commits_exactly_once(
     infra, tmp_path: Path, fixed: bool
