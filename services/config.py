@@ -75,8 +75,8 @@ class ApiSettings(BaseSettings):
                                        "signed (mutual TLS); needs tls_cert and tls_key")
     processes: int = Field(1, ge=1, le=64, description="server processes sharing the port (SO_REUSEPORT; the kernel "
                            "spreads connections over them): one Python process uses about one core, so set it to "
-                           "the cores the API may use. Above 1 the port must be fixed and only the first process "
-                           "serves metrics")
+                           "the cores the API may use. Above 1 the port must be fixed, and the supervising process "
+                           "serves the metrics of all of them summed")
     health_interval_s: float = Field(5.0, gt=0, description="seconds between checks of Kafka and Postgres; the "
                                      "health service says NOT_SERVING while either does not answer")
     cursor_key: SecretStr = Field(SecretStr(""), description="key that signs page tokens, so a token only works "

@@ -1,11 +1,19 @@
 """`peerlog serve` with PEERLOG_API_PROCESSES > 1: several server processes on one port.
 
 One Python process serves at most about one core (the GIL), and a read such as GetContext spends most
-of its time in Python. The processes bind the same port with SO_REUSEPORT, so the kernel spreads
-incoming connections over them; each has its own pools, embedder and log producer. The first process
-supervises: SIGTERM stops them all, and when one dies the others are stopped too, so whatever runs
-`peerlog serve` sees the failure and can restart it instead of serving at part capacity unnoticed.
-If the supervisor itself dies, even by SIGKILL, the kernel sends its children SIGTERM (PDEATHSIG).
+of its time in Python. The server processes bind the same port with SO_REUSEPORT, so the kernel spreads
+incoming connections over them; each has its own pools, embedder and log producer. The process that
+starts them serves no calls: it supervises and serves the metrics. SIGTERM stops them all, and when one
+dies the others are stopped too and it exits with status 1, so whatever runs `peerlog serve` sees the
+failure and can restart it instead of serving at part capacity unnoticed. If the supervisor itself dies,
+even by SIGKILL, the kernel sends its children SIGTERM (PDEATHSIG).
+
+Metrics: each server process counts in its own memory-mapped files in one directory (prometheus_client's
+multiprocess mode, chosen when a process first imports it, hence set in the environment before the
+children start), and the supervisor's endpoint sums them, so a scrape sees the calls of every process.
+The supervisor records nothing itself (it imported prometheus_client before knowing the mode). The API
+declares only counters and histograms, which sum as they are; a gauge added to it needs a
+`multiprocess_mode`.
 """
 
 from __future__ import annotations
@@ -14,14 +22,19 @@ import asyncio
 import ctypes
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import secrets
+import shutil
 import signal
+import tempfile
 
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.multiprocess import MultiProcessCollector
 from pydantic import SecretStr
 
 from services import logs
-from services.api.server import serve
+from services.api.server import create_schemas, serve
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,16 +57,35 @@ def _child(parent: int) -> None:
     asyncio.run(serve(Settings(), metrics=False))  # the environment is inherited: the same settings
 
 
-async def _supervise(settings: Settings, children: list) -> None:
-    server = asyncio.ensure_future(serve(settings))
-    while not server.done():
+def _stop_on_signals() -> list[int]:
+    """SIGTERM and SIGINT end supervision: the list gets the signal number, and the children are stopped."""
+    received: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda number, _frame: received.append(number))
+    return received
+
+
+def _supervise(children: list, received: list[int]) -> bool:
+    """Wait for a stop signal or a dead child; True when a child died (the server failed)."""
+    while not received:
+        multiprocessing.connection.wait([c.sentinel for c in children], timeout=0.5)
         dead = [c for c in children if not c.is_alive()]
-        if dead:
+        if dead and not received:
             log.error("API process %d exited with %s; stopping the others", dead[0].pid, dead[0].exitcode)
-            signal.raise_signal(signal.SIGTERM)  # our own server drains and stops
-            break
-        await asyncio.sleep(0.5)
-    await server
+            return True
+    return False
+
+
+def _serve_summed_metrics(settings: Settings) -> str:
+    """A fresh directory for the children's metric files, and this process's endpoint summing them. Set
+    before any child starts: a child picks its mode when it imports prometheus_client."""
+    directory = tempfile.mkdtemp(prefix="peerlog-api-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    if settings.api.metrics_port:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=directory)
+        start_http_server(settings.api.metrics_port, addr=settings.api.metrics_host, registry=registry)
+    return directory
 
 
 def _shared_cursor_key(settings: Settings) -> Settings:
@@ -74,18 +106,30 @@ def run(settings: Settings) -> None:
     if settings.api.port == 0:
         raise ValueError("PEERLOG_API_PROCESSES > 1 needs a fixed PEERLOG_API_PORT (0 would give each its own)")
     settings = _shared_cursor_key(settings)
+    create_schemas(settings)
+    metrics_dir = _serve_summed_metrics(settings)
     spawn = multiprocessing.get_context("spawn")  # no forked gRPC or event-loop state
     children = [spawn.Process(target=_child, args=(os.getpid(),), name=f"peerlog-api-{i}")
-                for i in range(1, settings.api.processes)]
-    for child in children:
-        child.start()
+                for i in range(settings.api.processes)]
+    received = _stop_on_signals()  # before the first start: a SIGTERM while they start stops them too
     try:
-        asyncio.run(_supervise(settings, children))
+        for child in children:
+            child.start()
+        failed = _supervise(children, received)
     finally:
-        for child in children:
-            if child.is_alive():
-                child.terminate()  # SIGTERM: it drains its calls like the first one
-        for child in children:
-            child.join(10)
-            if child.is_alive():
-                child.kill()
+        _stop(children)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    if failed:
+        raise SystemExit(1)
+
+
+def _stop(children: list) -> None:
+    for child in children:
+        if child.is_alive():
+            child.terminate()  # SIGTERM: each drains its calls
+    for child in children:
+        if child.pid is None:
+            continue  # a SIGTERM came before it started
+        child.join(10)
+        if child.is_alive():
+            child.kill()

@@ -150,6 +150,13 @@ def _health(checker: health.aio.HealthServicer, ctx: ApiContext, ends: LogEnds, 
     return HealthMonitor(checker, (*SERVICE_NAMES, ""), checks, settings.api.health_interval_s)
 
 
+def create_schemas(settings: Settings) -> None:
+    """The projections' and webhooks' tables, made once by the supervisor of several API processes: two
+    processes creating the same table at once collide in Postgres's catalog (a duplicate key error)."""
+    _ensure_schema(settings)
+    engine_for(settings.database).dispose()
+
+
 def _ensure_schema(settings: Settings) -> None:
     # reads must not fail with "relation does not exist" just because the projector starts later
     engine = sync_engine(settings.database)

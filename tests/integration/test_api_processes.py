@@ -6,10 +6,12 @@ import os
 import signal
 import socket
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from infra.postgres.embedded import free_port
 from infra.stack import wait_for_api
@@ -47,14 +49,21 @@ def _established_on(port: int) -> set[str]:
 
 
 def _server_pids(parent: int) -> list[int]:
-    """The supervising process and its server children (multiprocessing's resource tracker is not one)."""
-    return [parent] + [c for c in _children(parent) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    """The supervisor's server children (multiprocessing's resource tracker is not one)."""
+    return [c for c in _children(parent) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+def _scrape(port: int) -> dict[tuple[str, frozenset], float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 @pytest.fixture
 def two_process_api(settings, projector, tmp_path):
-    port = free_port()
-    api = Worker(settings, tmp_path / "api.log", {"PEERLOG_API_PORT": str(port), "PEERLOG_API_PROCESSES": "2"},
+    port, metrics_port = free_port(), free_port()
+    api = Worker(settings, tmp_path / "api.log", {"PEERLOG_API_PORT": str(port), "PEERLOG_API_PROCESSES": "2",
+                                                  "PEERLOG_API_METRICS_PORT": str(metrics_port)},
                  command="serve").start()
     try:
         wait_for_api(port, timeout=60)
@@ -62,14 +71,14 @@ def two_process_api(settings, projector, tmp_path):
         deadline = time.monotonic() + 60
         while api.log_text().count("peerlog API listening") < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
-        yield api, port, admin_token(settings)
+        yield api, port, admin_token(settings), metrics_port
     finally:
         api.stop()
         print(api.log_text()[-3000:])
 
 
-def test_two_api_processes_share_the_port_and_both_serve_calls(two_process_api):
-    api, port, token = two_process_api
+def test_two_api_processes_share_the_port_both_serve_calls_and_one_endpoint_counts_all(two_process_api):
+    api, port, token, metrics_port = two_process_api
     # each channel its own connection, like 16 separate clients (channels in one process share by default)
     channels = [channel(f"127.0.0.1:{port}", token, options=[("grpc.use_local_subchannel_pool", 1)])
                 for _ in range(16)]
@@ -82,18 +91,24 @@ def test_two_api_processes_share_the_port_and_both_serve_calls(two_process_api):
         holding = [pid for pid in _server_pids(api.proc.pid) if _socket_inodes(pid) & established]
         # 16 connections spread by the kernel: all on one process would be a 1 in 32,768 chance
         assert len(holding) == 2, f"only {holding} hold client connections"
+        # one endpoint sums both processes: every call counted once, whichever process answered it
+        samples = _scrape(metrics_port)
+        method = frozenset({("method", "/peerlog.v1.WorkspaceService/GetOrCreateWorkspace"), ("code", "OK")})
+        assert samples.get(("peerlog_rpc_requests_total", method)) == 16
+        assert samples.get(("peerlog_rpc_duration_seconds_count", method)) == 16
     finally:
         for ch in channels:
             ch.close()
 
 
 def test_when_one_api_process_dies_the_whole_server_stops_so_a_supervisor_notices(two_process_api):
-    api, port, _ = two_process_api
+    api, port, _, _ = two_process_api
     servers = _server_pids(api.proc.pid)
     assert len(servers) == 2
     os.kill(servers[1], signal.SIGKILL)
-    api.proc.wait(timeout=30)
+    assert api.proc.wait(timeout=30) == 1  # a failure its own supervisor sees
     assert "exited with" in api.log_text()
+    assert not _still_running_after(servers[:1], 10)
 
 
 def _running(pid: int) -> bool:
@@ -111,12 +126,16 @@ def _still_running_after(pids: list[int], seconds: float) -> list[int]:
     return [p for p in pids if _running(p)]
 
 
-def test_sigterm_stops_every_api_process(two_process_api):
-    api, _, _ = two_process_api
+def test_sigterm_stops_every_api_process_and_removes_their_metric_files(two_process_api):
+    api, _, _, _ = two_process_api
     servers = _server_pids(api.proc.pid)
+    environ = dict(e.split(b"=", 1) for e in Path(f"/proc/{servers[0]}/environ").read_bytes().split(b"\0") if e)
+    metrics_dir = Path(environ[b"PROMETHEUS_MULTIPROC_DIR"].decode())
+    assert any(metrics_dir.glob("*.db"))  # the children count in their files there
     api.proc.send_signal(signal.SIGTERM)
-    api.proc.wait(timeout=30)
-    assert not _still_running_after(servers[1:], 10)
+    assert api.proc.wait(timeout=30) == 0
+    assert not _still_running_after(servers, 10)
+    assert not metrics_dir.exists()  # removed with the server
 
 
 def test_sigterm_while_the_processes_start_still_stops_every_one(settings, projector, tmp_path):
@@ -129,16 +148,16 @@ def test_sigterm_while_the_processes_start_still_stops_every_one(settings, proje
         assert len(servers) == 2, api.log_text()
         api.proc.send_signal(signal.SIGTERM)  # before either is listening: the models are still loading
         api.proc.wait(timeout=30)
-        assert not _still_running_after(servers[1:], 10)
+        assert not _still_running_after(servers, 10)
     finally:
         api.kill()
 
 
 def test_an_api_process_does_not_outlive_its_killed_supervisor(two_process_api):
-    api, port, _ = two_process_api
+    api, port, _, _ = two_process_api
     servers = _server_pids(api.proc.pid)
     api.proc.kill()
     api.proc.wait(timeout=30)
-    assert not _still_running_after(servers[1:], 10)
+    assert not _still_running_after(servers, 10)
     with pytest.raises(OSError):  # nothing is left holding the port
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
