@@ -24,6 +24,7 @@ How a search ranks, and what each step was worth on LoCoMo (tests/bench/README.m
    names a peer of the workspace (every lexeme of its id, `_` and `-` read as spaces, is among the
    query's), that peer's messages gain AUTHOR_BOOST: three standard deviations of either list, so they
    lead unless another peer's message matches exceptionally. When every author is named, nothing moves.
+   The name is then neither a full-text term nor part of the embedded query (`search_text`).
 5. Named times: "in August 2022", "on 9 May", "last week" (time_expressions.py) lift the messages sent
    in those periods by TIME_BOOST, resolved against the search's upper bound, or now. A named day or
    month reaches REPORT_LAG_DAYS further: "I went there yesterday" is said after the day it names.
@@ -37,6 +38,7 @@ trip on the API's hot path), and an integration test holds the two equal.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -342,6 +344,29 @@ def fused(shape: Shape):
             .join_from(best, messages, and_(m.workspace_id == bindparam("workspace_id"),
                                             m.message_id == best.c.message_id))
             .order_by(best.c.score.desc(), best.c.message_id))
+
+
+def without_names(query: str, peer_ids: Sequence[str]) -> str:
+    """`query` without the words of those peers' ids (and their possessive 's): what is embedded for a
+    search. The named peers' messages are lifted by AUTHOR_BOOST already; a name left in the query
+    vector drew it towards every turn that addresses or mentions that peer ("Thanks, Ann!"). A query
+    that is nothing but names stays as it is."""
+    words = {w.lower() for p in peer_ids for w in (p, *re.split(r"[\s_-]+", p)) if w}
+    if not words:
+        return query
+    pattern = r"\b(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")(?:['’]s)?\b"
+    stripped = " ".join(re.sub(pattern, " ", query, flags=re.IGNORECASE).split())
+    return stripped if re.search(r"\w", stripped) else query
+
+
+async def search_text(conn: AsyncConnection, workspace_id: str, query: str) -> str:
+    """The text to embed for a search of `query` in the workspace: `without_names` of the peers it
+    names (step 4's rule)."""
+    if not query.strip():
+        return query
+    named = _named()
+    peer_ids = (await conn.execute(select(named.c.peer_id), {"workspace_id": workspace_id, "q": query})).scalars()
+    return without_names(query, list(peer_ids))
 
 
 async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[RowMapping]:

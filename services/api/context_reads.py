@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections import configurations, queries, store_queries
 from services.api import validation as v
 from services.api.context import ApiContext
-from projections.message_search import MessageSearch, search_messages
+from projections.message_search import MessageSearch, search_messages, search_text
 from services.api.packing import Line, Obs, Packed, Premise, Relevant, pack
 from services.api.scopes import recall_sessions
 from services.api.writes import check_scope
@@ -125,7 +125,7 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
     observer, target = q.observer_id, q.target_id or q.observer_id
     ranked, card = [], []
     # one snapshot for every statement (ApiContext.snapshot): the pieces must agree with each other
-    async with ctx.embedding(q.search_query) as vector, ctx.snapshot() as conn:
+    async with ctx.snapshot() as conn, ctx.embedding(await search_text(conn, q.workspace_id, q.search_query)) as vector:
         await _check_scope(conn, q, observer, target, [q.session_id])
         allowed = await recall_sessions(conn, q.workspace_id, q.scope_id, q.session_ids, q.as_of)
         if observer and await _card_on(ctx, conn, q):
@@ -150,7 +150,7 @@ async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> li
     await ctx.freshness.wait(token)
     q = _check(q)
     target = q.target_id or q.observer_id
-    async with ctx.embedding(q.search_query) as vector, ctx.snapshot() as conn:
+    async with ctx.snapshot() as conn, ctx.embedding(await search_text(conn, q.workspace_id, q.search_query)) as vector:
         await _check_scope(conn, q, q.observer_id, target, [])
         allowed = await recall_sessions(conn, q.workspace_id, q.scope_id, q.session_ids, q.as_of)
         ranked = await _ranked(conn, q, q.observer_id, target, await vector, allowed)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.message_search import MessageSearch, adjacent_turns, search_messages
+from projections.message_search import MessageSearch, adjacent_turns, search_messages, search_text
 from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.scopes import recall_sessions
@@ -55,7 +55,8 @@ async def search(ctx: ApiContext, q: MessageSearch, token: str, scope_id: str = 
     await ctx.freshness.wait(token)
     # the query is embedded while the scope is checked; a NotFound discards the vector. Hits and their
     # adjacent turns are two statements: one snapshot for both
-    async with ctx.embedding(q.query) as vector, (ctx.snapshot() if q.include_adjacent else ctx.engine.connect()) as conn:
+    async with (ctx.snapshot() if q.include_adjacent else ctx.engine.connect()) as conn, \
+            ctx.embedding(await search_text(conn, q.workspace_id, q.query)) as vector:
         await _check_scope(conn, q)
         allowed = await recall_sessions(conn, q.workspace_id, scope_id, q.session_ids)
         if allowed == ():  # a scope of no sessions (or none of those asked for) finds nothing

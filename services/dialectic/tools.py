@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import dialectic_reads as reads
 from projections import queries, store_queries
-from projections.message_search import MessageSearch, search_messages
+from projections.message_search import MessageSearch, search_messages, search_text
 from services.dialectic.policy import Kind
 from services.dialectic.prompt import message_line, observation_line
 from services.llm.client import ToolCall
@@ -174,7 +174,9 @@ async def _message_search(env: ToolEnv, query: str, limit: int, **filters: Any) 
     sessions = s.within(filters.pop("session_ids", ()))
     if sessions == () and s.sessions is not None:  # a scope of no sessions recalls nothing
         return _messages([])
-    vector = (await env.embedder.embed([query]))[0]
+    async with env.engine.connect() as conn:  # closed before the embedding call: no session across a model call
+        text = await search_text(conn, s.workspace_id, query)
+    vector = (await env.embedder.embed([text]))[0]
     filters["before"] = s.before(filters.get("before"))
     filters["session_ids"] = sessions
     search = MessageSearch(s.workspace_id, query, vector, perspective_id=s.observer_id,

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from projections.message_search import (AUTHOR_BOOST, NEIGHBOUR_WEIGHT, REPORT_LAG_DAYS, SHORT_PENALTY,
-                                        TIME_BOOST, depth, fused_score, reported)
+                                        TIME_BOOST, depth, fused_score, reported, without_names)
 from projections.time_expressions import Period
 from services.embedder.policy import embedded, previous_turn, text_to_embed
 from services.events import MessageAppended, MessagesEmbedded, ProducerInfo, SessionCreated, decode, encode
@@ -111,3 +111,10 @@ def test_a_named_day_or_month_reaches_past_its_end_by_the_report_lag_and_a_year_
     assert reported(day) == Period(day.start, day.end + timedelta(days=REPORT_LAG_DAYS))
     assert reported(month) == Period(month.start, month.end + timedelta(days=REPORT_LAG_DAYS))
     assert reported(year) == year
+
+
+def test_a_query_loses_the_names_of_the_peers_it_names_and_nothing_else():
+    assert without_names("What did Joanna's friend Nate recommend?", ["Joanna", "Nate"]) == "What did friend recommend?"
+    assert without_names("Did ann lee or Ann_Lee call?", ["Ann_Lee"]) == "Did or call?"
+    assert without_names("Where does Annabel live?", ["Ann"]) == "Where does Annabel live?"
+    assert without_names("Bob?", ["bob"]) == "Bob?"  # nothing but a name: kept, or there is nothing to embed
