@@ -202,7 +202,7 @@ async def test_the_projector_keeps_the_first_append_under_a_key_and_drops_a_late
 
 
 def test_concurrent_calls_with_one_key_through_peerlog_serve_with_two_processes(settings, two_process_api):
-    _, port, token = two_process_api
+    _, port, token, _ = two_process_api
     # a connection each, so the kernel spreads them over both processes (test_api_processes checks it does)
     channels = [channel(f"127.0.0.1:{port}", token, options=[("grpc.use_local_subchannel_pool", 1)])
                 for _ in range(8)]
