@@ -9,7 +9,6 @@ import uuid
 from datetime import datetime
 from urllib.parse import urlsplit
 
-
 from services.api import validation as v
 from services.bus.subscription import Filter
 from services.errors import InvalidArgument, NotFound
