@@ -317,11 +317,12 @@ class MemoryProvider:
         return [NewMessage(peer_id, piece, metadata={"chunk": i, "chunks": len(pieces)})
                 for i, piece in enumerate(pieces)]
 
-    def _send(self, session_id: str, messages: list[NewMessage]) -> None:
+    def _send(self, session_id: str, messages: list[NewMessage], key: str) -> None:
         session = None
         for author in sorted({m.peer_id for m in messages} - {self.config.ai_peer}):
             session = self._session_for(author, session_id)  # each author must be a member
-        (session or self._session_for(self.config.peer_name, session_id)).add_messages(messages)
+        (session or self._session_for(self.config.peer_name, session_id)).add_messages(messages,
+                                                                                        idempotency_key=key)
 
     # --- failing open --------------------------------------------------------------------------
 

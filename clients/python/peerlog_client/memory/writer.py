@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,15 +23,26 @@ class Pending:
     message: NewMessage
 
 
-class Writer:
-    """Queued messages, sent in order by `send(session, messages)` (which raises on failure). `flush` sends
-    what is queued, oldest first, at most one flush at a time; what a failure leaves stays queued. In
-    `async` mode a background thread flushes whenever something is queued and retries after failures."""
+@dataclass(frozen=True)
+class Batch:
+    """The oldest queued messages of one session, and the idempotency key every attempt to send them uses."""
+    items: tuple[Pending, ...]
+    key: str
 
-    def __init__(self, send: Callable[[str, list[NewMessage]], None], background: bool,
+
+class Writer:
+    """Queued messages, sent in order by `send(session, messages, key)` (which raises on failure). `flush`
+    sends what is queued, oldest first, at most one flush at a time; what a failure leaves stays queued. In
+    `async` mode a background thread flushes whenever something is queued and retries after failures.
+
+    A send that timed out may still have landed, so a failed batch is kept as it was, key and all, until
+    it is acknowledged: the retry is then the same write, and the server answers it without appending twice."""
+
+    def __init__(self, send: Callable[[str, list[NewMessage], str], None], background: bool,
                  on_failure: Callable[[Exception], None]) -> None:
         self._send, self._on_failure = send, on_failure
         self._queue: deque[Pending] = deque()
+        self._batch: Batch | None = None  # formed, not yet acknowledged
         self._lock = threading.Lock()  # the queue
         self._flushing = threading.Lock()  # one flush at a time, so order holds
         self._wake = threading.Event()
@@ -57,29 +69,33 @@ class Writer:
         try:
             while time.monotonic() < deadline:
                 batch = self._next_batch()
-                if not batch:
+                if batch is None:
                     return True
                 try:
-                    self._send(batch[0].session, [p.message for p in batch])
+                    self._send(batch.items[0].session, [p.message for p in batch.items], batch.key)
                 except Exception as error:  # noqa: BLE001 - fail open: keep the turns, report, go on
                     self._on_failure(error)
                     return False
                 with self._lock:
-                    for _ in batch:
+                    for _ in batch.items:
                         self._queue.popleft()
+                    self._batch = None
             return not self.pending
         finally:
             self._flushing.release()
 
-    def _next_batch(self) -> list[Pending]:
-        """The oldest messages of one session, at most MAX_PER_APPEND, left queued until sent."""
+    def _next_batch(self) -> Batch | None:
+        """The unacknowledged batch, else a new one: the oldest messages of one session, at most
+        MAX_PER_APPEND, left queued until sent. None when nothing is queued."""
         with self._lock:
-            batch: list[Pending] = []
-            for item in self._queue:
-                if len(batch) == MAX_PER_APPEND or (batch and item.session != batch[0].session):
-                    break
-                batch.append(item)
-            return batch
+            if self._batch is None and self._queue:
+                items: list[Pending] = []
+                for item in self._queue:
+                    if len(items) == MAX_PER_APPEND or (items and item.session != items[0].session):
+                        break
+                    items.append(item)
+                self._batch = Batch(tuple(items), uuid.uuid4().hex)
+            return self._batch
 
     def _run(self) -> None:
         while not self._closed:
