@@ -383,7 +383,8 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
     expected = fused_score({m: (similarity[m], bm25[m]) for m in docs},
                            (list(similarity.values()), [bm25[m] for m in matched]), neighbours,
                            by_named=frozenset(r[0] for r in rows if r[5] == named),
-                           short=frozenset(m for m, d in docs.items() if len(d) < SHORT_LEXEMES))
+                           short=frozenset(m for m, d in docs.items() if len(d) < SHORT_LEXEMES),
+                           session_of={r[0]: r[1] for r in rows})
     assert [r["message_id"] for r in got] == [m for m, _ in expected]
     assert [r["score"] for r in got] == pytest.approx([s for _, s in expected], abs=1e-4)
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from projections.message_search import (AUTHOR_BOOST, NEIGHBOUR_WEIGHT, REPORT_LAG_DAYS, SHORT_PENALTY,
-                                        TIME_BOOST, depth, fused_score, reported, without_names)
+                                        SESSION_WEIGHT, TIME_BOOST, depth, fused_score, reported, without_names)
 from projections.time_expressions import Period
 from services.embedder.policy import embedded, previous_turn, text_to_embed
 from services.events import MessageAppended, MessagesEmbedded, ProducerInfo, SessionCreated, decode, encode
@@ -118,3 +118,24 @@ def test_a_query_loses_the_names_of_the_peers_it_names_and_nothing_else():
     assert without_names("Did ann lee or Ann_Lee call?", ["Ann_Lee"]) == "Did or call?"
     assert without_names("Where does Annabel live?", ["Ann"]) == "Where does Annabel live?"
     assert without_names("Bob?", ["bob"]) == "Bob?"  # nothing but a name: kept, or there is nothing to embed
+
+
+def test_a_turn_in_the_session_of_the_best_match_outranks_an_equal_turn_elsewhere():
+    scores = {"best": (0.9, 9.0), "same": (0.5, 2.0), "elsewhere": (0.5, 2.0)}
+    lists = ([0.9, 0.5, 0.5], [9.0, 2.0, 2.0])
+    plain = dict(fused_score(scores, lists, {}))
+    got = fused_score(scores, lists, {}, session_of={"best": "s1", "same": "s1", "elsewhere": "s2"})
+    assert [m for m, _ in got] == ["best", "same", "elsewhere"]
+    assert dict(got)["same"] - plain["same"] == pytest.approx(SESSION_WEIGHT * plain["best"])
+    assert plain["elsewhere"] < 0 and dict(got)["elsewhere"] == pytest.approx(plain["elsewhere"])  # no penalty
+
+
+def test_the_session_lead_ignores_who_speaks_and_when():
+    scores = {"best": (0.9, 9.0), "same": (0.5, 2.0), "low": (0.1, 0.0)}
+    lists = ([0.9, 0.5, 0.1], [9.0, 2.0, 0.0])
+    sessions = {"best": "s1", "same": "s1", "low": "s2"}
+    plain = dict(fused_score(scores, lists, {}, session_of=sessions))
+    lifted = dict(fused_score(scores, lists, {}, session_of=sessions, by_named=frozenset({"best"}),
+                              in_period=frozenset({"best"})))
+    assert lifted["same"] == pytest.approx(plain["same"])
+    assert lifted["best"] - plain["best"] == pytest.approx(AUTHOR_BOOST + TIME_BOOST)
