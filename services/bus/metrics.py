@@ -11,9 +11,12 @@ ABORTED = Counter(
     ["component"],
 )
 EVENTS = Counter("peerlog_processor_events_total", "Input records a processor committed", ["processor"])
+STALLS = Counter("peerlog_consumer_stalls_total",
+                 "Incarnations ended because their consumer delivered nothing while records waited", ["component"])
 
 
 def known(component: str) -> None:
     """Show this component's series at 0 from the start, so a rate over them exists before the first abort."""
     COMMITTED.labels(component=component)
     ABORTED.labels(component=component)
+    STALLS.labels(component=component)

@@ -42,6 +42,7 @@ from services import tracing
 from services.bus import metrics
 from services.bus.admin import create_topics
 from services.bus.producer import AppendFailed
+from services.bus.stall import probe, stall_after_s
 from services.bus.streams import read, to_the_end
 from services.bus.topics import COMPACTED_CONFIG, TopicSpec, topic_for
 from services.config import KafkaSettings
@@ -122,6 +123,7 @@ class Runner:
         self._stop = asyncio.Event()
         self.processed = 0
         self.incarnations = 0
+        self.stall_after_s = stall_after_s(kafka.transaction_timeout_ms)
         metrics.known(processor.name)
 
     def stop(self) -> None:
@@ -172,14 +174,27 @@ class Runner:
 
     async def _loop(self, loop) -> None:
         next_tick = time.monotonic() + self.tick_s
+        quiet_since = time.monotonic()
         while not self._stop.is_set():
             msgs = await loop.run_in_executor(self._io, self.consumer.consume, self.processor.max_batch, 0.05)
             records = [m for m in msgs if usable(m)]
             if records:
                 await self._transact(records)
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since > self.stall_after_s:
+                await self._check_stall(loop)
+                quiet_since = time.monotonic()
             if self.tick and time.monotonic() >= next_tick:
                 next_tick = time.monotonic() + self.tick_s
                 await self.tick(dict(self.states))
+
+    async def _check_stall(self, loop) -> None:
+        """End the incarnation if its consumer gets nothing though records wait (services/bus/stall.py)."""
+        late = await loop.run_in_executor(self._io, probe, self.consumer)
+        if late:
+            metrics.STALLS.labels(component=self.processor.name).inc()
+            raise TransactionFailed(f"the consumer delivered nothing for {self.stall_after_s:.0f} s though "
+                                    f"records wait: {', '.join(late)}")
 
     async def _transact(self, records: list[Message]) -> None:
         began = False
