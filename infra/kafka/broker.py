@@ -2,7 +2,7 @@
 
 Used by the dev loop (``python -m infra.kafka start|stop``) and by tests that need a real
 broker: idempotent/transactional producers, read_committed consumers, compacted topics and
-faust changelogs all behave as in production, which in-memory stand-ins do not.
+state changelogs all behave as in production, which in-memory stand-ins do not.
 
 Layout of ``data_dir`` (everything the broker writes lives there):
 
@@ -175,7 +175,7 @@ def render_server_properties(
         # The default 128 MiB dedupe buffer is the largest single heap user.
         "log.cleaner.dedupe.buffer.size": "33554432",
         # Check for compactable logs every second instead of every 15 s, so compaction
-        # (projection snapshots, faust changelogs) is observable in a dev loop or a test.
+        # (projection snapshots, state changelogs) is observable in a dev loop or a test.
         "log.cleaner.backoff.ms": "1000",
     }
     settings.update(overrides or {})

@@ -1,4 +1,4 @@
-"""Faust's exactly_once loses atomicity when an agent re-keys its output; services/bus/faust_eos.py fixes it.
+"""Faust's exactly_once loses atomicity when an agent re-keys its output; tests/support/faust_eos.py fixes it.
 
 Each test runs tests/support/faust_rekey_app.py (an exactly_once agent over a 4-partition source that
 re-keys every input to a sink and counts inputs per key in a table) as a real worker against the real

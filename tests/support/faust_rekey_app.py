@@ -2,7 +2,7 @@
 
 Run as `python -m tests.support.faust_rekey_app worker`. The environment chooses:
 - APP_ID, BOOTSTRAP, DATADIR, SOURCE, SINK, SINK_PARTITIONS: where it runs;
-- FIXED=1: peerlog's source-partition transaction manager (services/bus/faust_eos.py), else stock Faust;
+- FIXED=1: peerlog's source-partition transaction manager (tests/support/faust_eos.py), else stock Faust;
 - DOWNSTREAM=1: a second agent consumes the sink (so the sink is in the consumer's metadata and groups);
 - KILL=after_output: SIGKILL right after sending the output of input KILL_AT (once per DATADIR);
   KILL=between_commits: SIGKILL right after the first transaction commit that carried offsets, once
@@ -24,7 +24,7 @@ import faust
 
 FIXED = os.environ.get("FIXED") == "1"
 if FIXED:
-    from services.bus import faust_eos
+    from tests.support import faust_eos
 
     faust_eos.register()
 
