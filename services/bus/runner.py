@@ -316,9 +316,10 @@ class Runner:
         """Wait until no transaction of a previous owner of these partitions is pending, before its state
         is restored. The state is read to the changelog's last stable offset: read while a previous owner's
         commit was still in flight, it missed that commit's state changes, and the offsets the commit then
-        made stable skipped their inputs (the chaos bench found 26 messages never derived this way, after
-        a broker restart with four deriver instances). A read_committed consumer's offset fetch waits while
-        a transactional offset commit is pending (KIP-447); a transaction that never ends is aborted by the
+        made stable skipped their inputs (the likely cause of 26 messages never derived and 90 derived twice
+        in a chaos run with four deriver instances and broker restarts, tests/bench/results/
+        chaos-5k-before-stable-wait.json). A read_committed consumer's offset fetch waits while a
+        transactional offset commit is pending (KIP-447); a transaction that never ends is aborted by the
         broker after transaction.timeout.ms, so the wait is bounded a little beyond that."""
         if not partitions:
             return
