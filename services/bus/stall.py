@@ -35,9 +35,9 @@ def behind(positions: Sequence[TopicPartition], committed: Mapping[tuple[str, in
     for tp in positions:
         where = (tp.topic, tp.partition)
         low, end = ends[where]
-        next_offset = tp.offset if tp.offset >= 0 else committed.get(where, -1)
-        if max(next_offset, low) < end:
-            late.append(f"{tp.topic}[{tp.partition}] at {max(next_offset, low)} of {end}")
+        at = max(tp.offset if tp.offset >= 0 else committed.get(where, -1), low)
+        if at < end:
+            late.append(f"{tp.topic}[{tp.partition}] at {at} of {end}")
     return late
 
 
