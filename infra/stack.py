@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from infra.kafka.broker import KafkaBroker, running_broker, stop_broker
 from infra.postgres.embedded import EmbeddedPostgres
 from services.bus.admin import create_topics
-from services.config import KafkaSettings
+from services.bus.settings import KafkaSettings
 
 # the long-running peerlog processes of the stack: name -> CLI arguments
 PROCESSES: dict[str, list[str]] = {
@@ -52,7 +52,7 @@ class StackState:
     def admin_token(self) -> str:
         """A token for every call to this stack's API (no expiry: the stack is local)."""
         from services.api.tokens import mint
-        from services.config import AuthSettings
+        from services.api.settings import AuthSettings
 
         return mint(AuthSettings(secret=self.auth_secret), ["admin"])
 

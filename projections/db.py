@@ -8,7 +8,7 @@ from sqlalchemy import Connection, Engine, create_engine, exists, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from projections.schema import RETIRED_INDEXES, message_terms, messages, metadata, projection_meta
-from services.config import DatabaseSettings
+from projections.settings import DatabaseSettings
 
 
 def sync_engine(settings: DatabaseSettings, schema: str | None = None) -> Engine:

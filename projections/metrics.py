@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from projections.apply import Record
 from projections.queries import BATCH_STATES, DREAM_STATES
 from projections.schema import dead_letters, derivation_batches, dreams, perceptions
-from services.config import ProjectorSettings
+from projections.settings import ProjectorSettings
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ import gc
 import logging
 import threading
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from sqlalchemy import Engine, select
@@ -20,7 +21,9 @@ from projections.metrics import LagGauges
 from projections.schema import projection_meta
 from services.bus.runner import usable
 from services.bus.topics import ALL_TOPICS
-from services.settings import Settings
+
+if TYPE_CHECKING:  # the CLI composes the whole Settings; at run time projections never import services.settings
+    from services.settings import Settings
 
 log = logging.getLogger(__name__)
 

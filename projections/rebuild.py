@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from sqlalchemy import Connection, Engine, text
@@ -23,7 +24,9 @@ from projections.projector import consumer_config, to_record
 from projections.schema import DATA_TABLES, projection_offsets
 from services.bus.admin import partitions_of
 from services.bus.topics import ALL_TOPICS
-from services.settings import Settings
+
+if TYPE_CHECKING:  # the CLI composes the whole Settings; at run time projections never import services.settings
+    from services.settings import Settings
 
 Progress = Callable[[str], None]
 

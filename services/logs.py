@@ -1,19 +1,32 @@
 """How every peerlog process logs: one format, so the worker's, the API's and its children's lines read alike.
 
-Outside the import layers, like services/config.py: the CLI and the API's child processes both use it.
+Outside the import layers: the CLI and the API's child processes both use it.
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from typing import Literal
 
 import orjson
+from pydantic import Field
+from pydantic_settings import BaseSettings
 
-from services.config import LogSettings
+from services.settings_base import prefixed
 from services.tracing import current_ids
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class LogSettings(BaseSettings):
+    """How every process logs (`PEERLOG_LOG_`)."""
+
+    model_config = prefixed("PEERLOG_LOG_")
+
+    format: Literal["text", "json"] = Field("text", description="json: one object a line, with the trace and "
+                                             "span ids of the call or event being handled")
+    level: str = "INFO"
 
 
 class JsonFormatter(logging.Formatter):

@@ -1,35 +1,36 @@
-"""All settings, composed from the per-component classes. Nothing else reads the environment."""
+"""All settings, composed from the per-component classes. Nothing else reads the environment.
+
+Each component declares its own class in its own package (services/bus/settings.py, projections/settings.py, …);
+only the composition roots (the CLI, the worker, the API and the webhook process) build the whole `Settings`.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode
 
-from services.config import (
-    ApiSettings,
-    AuthSettings,
-    DatabaseSettings,
-    DialecticSettings,
-    DreamSettings,
-    KafkaSettings,
-    LogSettings,
-    ProjectorSettings,
-    TracingSettings,
-    WorkerSettings,
-)
+from projections.settings import DatabaseSettings, ProjectorSettings
+from services.api.settings import ApiSettings, AuthSettings
+from services.bus.settings import KafkaSettings
 from services.deriver.settings import DeriverSettings
+from services.dialectic.settings import DialecticSettings
+from services.dreamer.settings import DreamSettings
 from services.events import Configuration
 from services.llm.settings import EmbeddingSettings, LlmSettings
+from services.logs import LogSettings
+from services.settings_base import prefixed
 from services.summarizer.settings import SummarizerSettings
+from services.tracing import TracingSettings
 from services.webhooks.settings import WebhookSettings
+from services.worker.settings import WorkerSettings
 
 
 class ReasoningSettings(BaseSettings):
     """The global level of the configuration hierarchy (workspace, session and message override it)."""
 
-    model_config = SettingsConfigDict(env_prefix="PEERLOG_REASONING_", extra="ignore", frozen=True)
+    model_config = prefixed("PEERLOG_REASONING_")
 
     enabled: bool = Field(True, description="derive observations and summaries at all")
     observe_me: bool = Field(True, description="a peer's own messages build its self-model unless it says")
@@ -44,7 +45,7 @@ class ReasoningSettings(BaseSettings):
 class Settings(BaseSettings):
     """All settings, composed from the per-component classes."""
 
-    model_config = SettingsConfigDict(env_prefix="PEERLOG_", extra="ignore", frozen=True)
+    model_config = prefixed("PEERLOG_")
 
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)

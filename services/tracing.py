@@ -1,22 +1,37 @@
 """OpenTelemetry traces across processes: W3C trace context travels in gRPC metadata and Kafka record headers.
 
-Outside the import layers, like services/config.py: the API, the bus and the model client all use it.
+Outside the import layers: the API, the bus and the model client all use it.
 Without `setup` (PEERLOG_TRACING_EXPORTER=off) the tracer records nothing and no header is written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from pydantic import Field
+from pydantic_settings import BaseSettings
 
-from services.config import TracingSettings
+from services.settings_base import prefixed
 
 TRACER = trace.get_tracer("peerlog")
 # W3C traceparent/tracestate only, whatever OTEL_PROPAGATORS says: every peerlog process reads the same headers
 _W3C = TraceContextTextMapPropagator()
+
+
+class TracingSettings(BaseSettings):
+    """OpenTelemetry traces (`PEERLOG_TRACING_`): off unless an exporter is chosen."""
+
+    model_config = prefixed("PEERLOG_TRACING_")
+
+    exporter: Literal["off", "otlp"] = Field("off", description="otlp: export spans over OTLP/HTTP")
+    endpoint: str = Field("", description="OTLP/HTTP traces URL (e.g. http://127.0.0.1:4318/v1/traces); "
+                          "empty: the exporter's default or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    sample_ratio: float = Field(1.0, ge=0, le=1, description="share of new traces recorded (a propagated "
+                                "trace follows its parent's decision)")
 
 
 def setup(settings: TracingSettings, service: str) -> None:

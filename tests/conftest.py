@@ -13,8 +13,10 @@ import pytest
 
 from projections.db import create_schema, sync_engine
 from projections.projector import Projector
+from projections.settings import DatabaseSettings, ProjectorSettings
+from services.api.settings import ApiSettings
 from services.bus.admin import create_topics
-from services.config import ApiSettings, DatabaseSettings, KafkaSettings, ProjectorSettings
+from services.bus.settings import KafkaSettings
 from services.settings import Settings
 from tests.support.auth import AUTH, admin_channel, admin_token
 from tests.support.infra import Infra, test_infra

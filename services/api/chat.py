@@ -12,7 +12,7 @@ from services.api import validation as v
 from services.api.context import ApiContext
 from services.api.scopes import recall_sessions
 from services.api.writes import require_scope
-from services.config import LEVELS
+from services.dialectic.settings import LEVELS
 from services.dialectic import response_format
 from services.dialectic.agent import ChatEvent, ChatRequest, ChatResult
 from services.errors import InvalidArgument, Unavailable

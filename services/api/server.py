@@ -67,12 +67,12 @@ from services.api.servicers import (
 from services.bus.log_ends import LogEnds
 from services.bus.producer import EventLog
 from services.webhooks.store import WebhookStore, engine_for
-from services.config import LEVELS
+from services.dialectic.settings import LEVELS
 from services.dialectic.agent import Dialectic
 from services.llm.client import ModelClient
 from services.llm.embeddings import LocalOnnxEmbedder, make_embedder
 from services.api.tokens import Verifier
-from services.config import ApiSettings, AuthSettings
+from services.api.settings import ApiSettings, AuthSettings
 from services.llm.tokens import count_tokens
 from services.settings import Settings
 from services import tracing

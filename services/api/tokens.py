@@ -18,7 +18,7 @@ from typing import Literal
 
 import jwt
 
-from services.config import AuthSettings
+from services.api.settings import AuthSettings
 from services.errors import Unauthenticated
 
 ADMIN = "admin"

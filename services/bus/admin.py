@@ -6,7 +6,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.bus.topics import ALL_TOPICS, TopicSpec
-from services.config import KafkaSettings
+from services.bus.settings import KafkaSettings
 
 
 def admin_client(settings: KafkaSettings) -> AdminClient:

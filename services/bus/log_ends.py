@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from services.bus.consistency import ConsistencyToken, InvalidConsistencyToken
 from services.bus.topics import ALL_TOPICS
-from services.config import KafkaSettings
+from services.bus.settings import KafkaSettings
 
 
 def _shown(text: str) -> str:

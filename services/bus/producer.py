@@ -15,7 +15,7 @@ from services import tracing
 from services.bus import metrics
 from services.bus.consistency import ConsistencyToken
 from services.bus.topics import topic_for
-from services.config import KafkaSettings
+from services.bus.settings import KafkaSettings
 from services.events import Event, encode
 
 

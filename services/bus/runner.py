@@ -46,7 +46,7 @@ from services.bus.producer import AppendFailed
 from services.bus.stall import probe, stall_after_s
 from services.bus.streams import read, to_the_end
 from services.bus.topics import COMPACTED_CONFIG, TopicSpec, topic_for
-from services.config import KafkaSettings
+from services.bus.settings import KafkaSettings
 from services.events import Event, encode
 from services.events.requests import screen
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from services.config import KafkaSettings
+from services.bus.settings import KafkaSettings
 from services.events import Event, EventDecodeError, decode
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, Top
 
 from services.bus.streams import read
 from services.bus.topics import ALL_TOPICS
-from services.config import KafkaSettings
+from services.bus.settings import KafkaSettings
 from services.errors import InvalidArgument
 from services.events import Event, event_types
 

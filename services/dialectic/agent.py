@@ -20,7 +20,7 @@ from projections import dialectic_reads as reads
 from projections import queries, store_queries
 from services.dialectic import policy, prompt, response_format
 from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, Turn
-from services.config import SEARCH_TOOLS, DialecticSettings, LevelPolicy
+from services.dialectic.settings import SEARCH_TOOLS, DialecticSettings, LevelPolicy
 from services.dialectic.tools import DERIVED_LEVELS, TOOLS, Scope, ToolEnv, execute, specs
 from services.errors import DeadlineExceeded
 from services.events import prompt_addition

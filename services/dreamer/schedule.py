@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import uuid6
 from pydantic import BaseModel, ConfigDict
 
-from services.config import DreamSettings
+from services.dreamer.settings import DreamSettings
 from services.events import (
     DerivationPromoted,
     DreamCheckDue,

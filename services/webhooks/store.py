@@ -17,7 +17,7 @@ from sqlalchemy import (ARRAY, BigInteger, Column, DateTime, Engine, Integer, La
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from services.bus.subscription import Position
-from services.config import DatabaseSettings
+from projections.settings import DatabaseSettings
 from services.webhooks.delivery import Endpoint
 
 metadata = MetaData()

@@ -10,7 +10,7 @@ import httpx
 import orjson
 
 from services.bus.subscription import Delivered, Filter, LogSubscription
-from services.config import KafkaSettings
+from services.bus.settings import KafkaSettings
 from services.webhooks.delivery import Endpoint, RetryPolicy, deliver
 from services.webhooks.store import DeadLetter, WebhookStore
 

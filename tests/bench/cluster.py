@@ -36,7 +36,7 @@ from infra.kafka.cluster import KafkaCluster  # noqa: E402
 from infra.postgres.embedded import EmbeddedPostgres  # noqa: E402
 from infra.stack import PROCESSES, StackState, wait_for_api  # noqa: E402
 from services.bus.admin import create_topics  # noqa: E402
-from services.config import KafkaSettings  # noqa: E402
+from services.bus.settings import KafkaSettings  # noqa: E402
 from tests.bench.chaos import (  # noqa: E402
     Load, derived_ids, log, model_reply, pct, query, read_topic, seed_pairs, sql_dsn, wait_quiet,
 )

@@ -26,8 +26,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
 
 from infra.stack import _alive, down, up  # noqa: E402
 from projections.db import sync_engine  # noqa: E402
+from projections.settings import DatabaseSettings  # noqa: E402
+from services.bus.settings import KafkaSettings  # noqa: E402
 from services.bus.topics import ALL_TOPICS, MESSAGE_EMBEDDINGS, PERCEIVED  # noqa: E402
-from services.config import DatabaseSettings, KafkaSettings  # noqa: E402
 from tests.fuzz.harness import Fuzzer  # noqa: E402
 from tests.support.model_server import ModelServer  # noqa: E402
 

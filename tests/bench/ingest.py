@@ -522,7 +522,7 @@ def main(argv: list[str]) -> int:
 
     from infra import stack
     from services.bus.admin import partitions_of
-    from services.config import KafkaSettings
+    from services.bus.settings import KafkaSettings
     from services.settings import Settings
 
     made_dir = args.dir is None

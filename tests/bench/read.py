@@ -43,7 +43,7 @@ from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2, peers_pb2_grpc 
 from peerlog.v1 import sessions_pb2, sessions_pb2_grpc, workspaces_pb2, workspaces_pb2_grpc  # noqa: E402
 from services.api.channels import aio_channel  # noqa: E402
 from services.bus.producer import EventLog  # noqa: E402
-from services.config import KafkaSettings  # noqa: E402
+from services.bus.settings import KafkaSettings  # noqa: E402
 from services.embedder.policy import embedded  # noqa: E402
 from services.events import (  # noqa: E402
     Level,

@@ -13,7 +13,7 @@ import pytest
 
 from projections.db import sync_engine
 from services.bus.topics import ALL_TOPICS
-from services.config import DialecticSettings
+from services.dialectic.settings import DialecticSettings
 from services.llm.settings import LlmSettings
 from tests.fuzz.harness import Fuzzer
 from tests.fuzz.rpcs import all_rpcs

@@ -34,7 +34,7 @@ from infra.models.qwen import MODEL_FILE, MODEL_NAME
 from infra.models.server import LocalModelServer
 from services.api.channels import aio_channel
 from services.api.tokens import mint
-from services.config import AuthSettings
+from services.api.settings import AuthSettings
 from services.llm import tokens
 from tests.integration.test_observations_api import until
 from tests.support.client import Client

@@ -96,7 +96,7 @@ async def test_mutual_tls_admits_only_clients_with_a_certificate_from_the_client
 
 
 def test_tls_settings_come_in_pairs():
-    from services.config import ApiSettings
+    from services.api.settings import ApiSettings
 
     with pytest.raises(ValueError, match="set both or neither"):
         ApiSettings(tls_cert=Path("a.pem"))

@@ -29,7 +29,7 @@ from services.api.access import RULES
 from services.api.channels import aio_channel
 from services.api.tokens import mint
 from services.bus.topics import ALL_TOPICS
-from services.config import DialecticSettings
+from services.dialectic.settings import DialecticSettings
 from services.llm.settings import LlmSettings
 from tests.support.client import Client
 
@@ -354,7 +354,7 @@ async def test_chat_and_get_context_under_a_peer_token_use_only_that_peers_persp
 
 async def test_a_server_without_a_key_does_not_start_and_auth_off_is_said_out_loud(settings, caplog):
     from services.api.server import start
-    from services.config import AuthSettings
+    from services.api.settings import AuthSettings
 
     with pytest.raises(ValueError, match="PEERLOG_AUTH_SECRET must be at least 32 bytes.*PEERLOG_AUTH=off"):
         await start(settings.model_copy(update={"auth": AuthSettings(secret="")}))

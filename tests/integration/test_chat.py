@@ -13,7 +13,7 @@ from google.protobuf import timestamp_pb2
 from peerlog.v1 import dialectic_pb2 as d
 from peerlog.v1 import dialectic_pb2_grpc, messages_pb2, workspaces_pb2
 from peerlog.v1 import observations_pb2 as o
-from services.config import DialecticSettings
+from services.dialectic.settings import DialecticSettings
 from services.dialectic.policy import ABSTAIN_ANSWER
 from services.llm.settings import LlmSettings
 from tests.integration.test_message_search import embedded_count

@@ -13,6 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from peerlog.v1 import workspaces_pb2, workspaces_pb2_grpc
 from projections.db import async_engine
+from projections.settings import DatabaseSettings
 from services.api.context import ApiContext
 from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
@@ -20,7 +21,7 @@ from services.api.health import HealthMonitor, database_reachable
 from services.api.server import start
 from services.api.servicers import WorkspaceServicer
 from services.bus.log_ends import LogEnds
-from services.config import DatabaseSettings, KafkaSettings
+from services.bus.settings import KafkaSettings
 from services.llm.errors import EmbeddingError, TokenizerUnavailable
 from tests.support.auth import admin_channel
 

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.config import WorkerSettings
+from services.worker.settings import WorkerSettings
 from services.deriver.settings import DeriverSettings
 from services.llm.settings import LlmSettings
 from services.worker.app import build_runners

@@ -18,7 +18,7 @@ from services.api import access
 from services.api.auth import bearer, refusal
 from services.api.server import SERVICE_NAMES
 from services.api.tokens import Grant, Verifier, mint, parse_duration, scopes_for
-from services.config import AuthSettings
+from services.api.settings import AuthSettings
 from services.errors import Unauthenticated
 from google.protobuf import descriptor_pool
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.config import LEVELS, SEARCH_TOOLS, DialecticSettings
+from services.dialectic.settings import LEVELS, SEARCH_TOOLS, DialecticSettings
 from services.dialectic.policy import (
     ABSTAIN_ANSWER,
     CallTools,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from services.dreamer.schedule import PairSchedule, decide, ready
-from services.config import DreamSettings
+from services.dreamer.settings import DreamSettings
 from services.events import (
     DreamCheckDue,
     DreamCompleted,

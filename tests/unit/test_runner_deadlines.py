@@ -38,7 +38,7 @@ async def test_a_call_that_returns_or_raises_in_time_is_passed_through():
 async def test_a_side_append_that_fails_in_a_broker_outage_ends_the_incarnation_not_the_worker():
     from services.bus.producer import AppendFailed
     from services.bus.runner import Runner, Step
-    from services.config import KafkaSettings
+    from services.bus.settings import KafkaSettings
     from services.events import ProducerInfo, WorkspaceCreated, encode
 
     class EmitsIntoAnOutage:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.bus.runner import DEFAULT_BATCH_BUDGET_S, max_poll_interval_ms
-from services.config import DreamSettings
+from services.dreamer.settings import DreamSettings
 
 
 @dataclass

@@ -7,7 +7,7 @@ from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import REGISTRY
 
 from services.bus.runner import Runner, Step, TransactionFailed
-from services.config import KafkaSettings
+from services.bus.settings import KafkaSettings
 from services.events import ProducerInfo, WorkspaceCreated, encode
 
 EVENT = WorkspaceCreated(workspace_id="w", producer=ProducerInfo(component="t", version="0"))
