@@ -10,7 +10,9 @@ import os
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource
+
+from services.settings_base import prefixed
 
 Stage = Literal[
     "deriver",
@@ -65,7 +67,7 @@ class ModelStageSettings(BaseModel):
 class LlmSettings(ModelStageSettings, BaseSettings):
     """Defaults shared by every stage, from `PEERLOG_LLM_<FIELD>`."""
 
-    model_config = SettingsConfigDict(env_prefix="PEERLOG_LLM_", extra="ignore", frozen=True)
+    model_config = prefixed("PEERLOG_LLM_")
 
     def stage(self, name: str) -> ModelStageSettings:
         """This stage's settings: the shared defaults with its `PEERLOG_LLM_<STAGE>_<FIELD>` overrides."""
@@ -78,7 +80,7 @@ class LlmSettings(ModelStageSettings, BaseSettings):
 class EmbeddingSettings(BaseSettings):
     """Which embedding model turns text into vectors (one model for the whole store)."""
 
-    model_config = SettingsConfigDict(env_prefix="PEERLOG_EMBEDDING_", extra="ignore", frozen=True)
+    model_config = prefixed("PEERLOG_EMBEDDING_")
 
     provider: Literal["local", "openai"] = Field(
         "local", description="local: bge-small-en-v1.5 or all-MiniLM-L6-v2 in-process (ONNX); openai: any /v1/embeddings endpoint"

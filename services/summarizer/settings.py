@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
+
+from services.settings_base import prefixed
 
 
 class SummarizerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PEERLOG_SUMMARIZER_", extra="ignore", frozen=True)
+    model_config = prefixed("PEERLOG_SUMMARIZER_")
 
     short_every: int = Field(20, ge=1, description="messages between short summaries")
     long_every: int = Field(60, ge=1, description="messages between long summaries")

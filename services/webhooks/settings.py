@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
+
+from services.settings_base import prefixed
 
 
 class WebhookSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PEERLOG_WEBHOOK_", extra="ignore", frozen=True)
+    model_config = prefixed("PEERLOG_WEBHOOK_")
 
     # off: a webhook URL must resolve to public addresses only, at registration and at every connection
     # (a receiver on a private network, or the tests' local one, needs it on)
