@@ -11,7 +11,7 @@ from projections import configurations, queries, store_queries
 from services.api import validation as v
 from services.api.context import ApiContext
 from projections.message_search import MessageSearch, search_messages, search_text
-from services.api.packing import Line, Obs, Packed, Premise, Relevant, pack
+from services.api.packing import Obs, Packed, Premise, RecentMessage, Relevant, pack
 from services.api.scopes import recall_sessions
 from services.api.writes import check_scope
 from services.errors import InvalidArgument
@@ -139,7 +139,7 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
         if observer:
             ranked = await _ranked(conn, q, observer, target, query_vector, allowed)
         relevant = await _relevant(conn, q, query_vector, allowed)
-    lines = [Line(r["message_id"], r["peer_id"], r["content"]) for r in recent]
+    lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"]) for r in recent]
     short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
     return pack(q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary,
                 relevant)
