@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import RowMapping
 
 from projections import audit_queries, queries
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 from services.api.observation_reads import ObservationView, require_observation, with_provenance
 from services.api.writes import require_peers, require_workspace
 from services.errors import InvalidArgument
@@ -30,7 +30,7 @@ class Provenance:
     truncated: bool
 
 
-async def get_provenance(ctx: ApiContext, workspace_id: str, observation_id: str, token: str) -> Provenance:
+async def get_provenance(ctx: ApiDeps, workspace_id: str, observation_id: str, token: str) -> Provenance:
     await ctx.freshness.wait(token)
     await require_observation(ctx, workspace_id, observation_id)
     async with ctx.engine.connect() as conn:
@@ -44,7 +44,7 @@ async def get_provenance(ctx: ApiContext, workspace_id: str, observation_id: str
     return Provenance(observation_id, nodes, [i for i in order if i not in rows], truncated)
 
 
-async def get_observation_history(ctx: ApiContext, workspace_id: str, observation_id: str,
+async def get_observation_history(ctx: ApiDeps, workspace_id: str, observation_id: str,
                                   token: str) -> Sequence[RowMapping]:
     await ctx.freshness.wait(token)
     await require_observation(ctx, workspace_id, observation_id)
@@ -52,7 +52,7 @@ async def get_observation_history(ctx: ApiContext, workspace_id: str, observatio
         return await audit_queries.history(conn, workspace_id, observation_id)
 
 
-async def list_rejected(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, dream_id: str,
+async def list_rejected(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, dream_id: str,
                         limit: int, token: str) -> Sequence[RowMapping]:
     await ctx.freshness.wait(token)
     if bool(observer_id) != bool(observed_id):

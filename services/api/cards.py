@@ -8,7 +8,7 @@ from datetime import datetime
 
 from projections import queries
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 from services.api.writes import commit, require_peers
 from services.errors import InvalidArgument
 from services.events import PeerCardUpdated
@@ -24,7 +24,7 @@ class Card:
     updated_at: datetime | None
 
 
-async def get_peer_card(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, token: str,
+async def get_peer_card(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, token: str,
                         as_of: datetime | None = None) -> Card:
     await ctx.freshness.wait(token)
     observed_id = observed_id or observer_id
@@ -37,7 +37,7 @@ async def get_peer_card(ctx: ApiContext, workspace_id: str, observer_id: str, ob
 
 
 async def set_peer_card(
-    ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, entries: Sequence[str]
+    ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, entries: Sequence[str]
 ) -> tuple[Card, str]:
     """Replace the pair's card; waits until it is readable, returns it and the consistency token."""
     observed_id = observed_id or observer_id

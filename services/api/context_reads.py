@@ -8,9 +8,9 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import configurations, queries, store_queries
-from services.api import validation as v
-from services.api.context import ApiContext
 from projections.message_search import MessageSearch, search_messages, search_text
+from services.api import validation as v
+from services.api.deps import ApiDeps
 from services.api.packing import Obs, Packed, Premise, RecentMessage, Relevant, pack
 from services.api.scopes import recall_sessions
 from services.api.writes import check_scope
@@ -113,18 +113,18 @@ async def _relevant(conn: AsyncConnection, q: ContextQuery, vector: list[float] 
             for r in await search_messages(conn, search)]
 
 
-async def _card_on(ctx: ApiContext, conn: AsyncConnection, q: ContextQuery) -> bool:
+async def _card_on(ctx: ApiDeps, conn: AsyncConnection, q: ContextQuery) -> bool:
     """Whether the peer card is on for the session read, as the configuration levels stood at `as_of`."""
     levels = await configurations.levels(conn, q.workspace_id, q.session_id, q.as_of)
     return resolve(ctx.configuration, *levels)["peer_card"]
 
 
-async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
+async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
     await ctx.freshness.wait(token)
     q = _check(q)
     observer, target = q.observer_id, q.target_id or q.observer_id
     ranked, card = [], []
-    # one snapshot for every statement (ApiContext.snapshot): the pieces must agree with each other
+    # one snapshot for every statement (ApiDeps.snapshot): the pieces must agree with each other
     async with ctx.snapshot() as conn, ctx.embedding(await search_text(conn, q.workspace_id, q.search_query)) as vector:
         await _check_scope(conn, q, observer, target, [q.session_id])
         allowed = await recall_sessions(conn, q.workspace_id, q.scope_id, q.session_ids, q.as_of)
@@ -145,7 +145,7 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
                 relevant)
 
 
-async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> list[Obs]:
+async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> list[Obs]:
     """The working representation of (observer, target), in time order."""
     await ctx.freshness.wait(token)
     q = _check(q)

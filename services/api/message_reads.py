@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.message_search import MessageSearch, adjacent_turns, search_messages, search_text
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 from services.api.scopes import recall_sessions
 from services.api.writes import check_scope
 from services.errors import InvalidArgument
@@ -45,7 +45,7 @@ class Found:
     adjacent: dict[tuple[str, int], RowMapping]
 
 
-async def search(ctx: ApiContext, q: MessageSearch, token: str, scope_id: str = "") -> Found:
+async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "") -> Found:
     """Messages matching the query by meaning and by words, fused by score with their neighbours, best first.
 
     `q` comes as the request put it: no vector yet (the query is embedded here), limit 0 = the default.

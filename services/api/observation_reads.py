@@ -13,7 +13,7 @@ from projections import queries, store_queries
 from projections.queries import StatusScope
 from projections.store_queries import ObservationFilter
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 from services.api.reads import Page, page
 from services.api.scopes import recall_sessions
 from services.api.writes import require_peers, require_session, require_workspace
@@ -57,7 +57,7 @@ async def with_provenance(
     return [ObservationView(r, sources[r["observation_id"]], premises[r["observation_id"]]) for r in rows]
 
 
-async def require_observation(ctx: ApiContext, workspace_id: str, observation_id: str) -> ObservationView:
+async def require_observation(ctx: ApiDeps, workspace_id: str, observation_id: str) -> ObservationView:
     v.check_id("observation_id", observation_id)
     await require_workspace(ctx, workspace_id)
     async with ctx.engine.connect() as conn:
@@ -67,12 +67,12 @@ async def require_observation(ctx: ApiContext, workspace_id: str, observation_id
         return (await with_provenance(conn, workspace_id, [row]))[0]
 
 
-async def get_observation(ctx: ApiContext, workspace_id: str, observation_id: str, token: str) -> ObservationView:
+async def get_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, token: str) -> ObservationView:
     await ctx.freshness.wait(token)
     return await require_observation(ctx, workspace_id, observation_id)
 
 
-async def _require_filter(ctx: ApiContext, pair: ObservationFilter) -> None:
+async def _require_filter(ctx: ApiDeps, pair: ObservationFilter) -> None:
     await require_peers(ctx, pair.workspace_id, observer_id=pair.observer_id, observed_id=pair.observed_id)
     if pair.session_id:
         await require_session(ctx, pair.workspace_id, pair.session_id)
@@ -83,7 +83,7 @@ def _scope(pair: ObservationFilter, reverse: bool) -> tuple[str, ...]:
     return ("ListObservations", repr(pair), str(reverse))
 
 
-def _cursor(ctx: ApiContext, scope: tuple[str, ...], page_token: str) -> tuple[datetime, str] | None:
+def _cursor(ctx: ApiDeps, scope: tuple[str, ...], page_token: str) -> tuple[datetime, str] | None:
     raw = ctx.cursors.decode(scope, page_token)
     if not raw:
         return None
@@ -100,7 +100,7 @@ def _position(view: ObservationView) -> str:
 
 
 async def list_observations(
-    ctx: ApiContext, pair: ObservationFilter, size: int, page_token: str, reverse: bool, token: str
+    ctx: ApiDeps, pair: ObservationFilter, size: int, page_token: str, reverse: bool, token: str
 ) -> Page:
     """One page of a pair's observations, with their provenance."""
     scope = _scope(pair, reverse)
@@ -113,7 +113,7 @@ async def list_observations(
     return page(ctx, scope, views, limit, _position)
 
 
-async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -> list[ObservationView]:
+async def search_observations(ctx: ApiDeps, query: SearchQuery, token: str) -> list[ObservationView]:
     """The pair's live observations nearest to the query text, nearest first."""
     v.check_text("query", query.text, v.MAX_QUERY_CHARS)
     limit, max_distance = v.top_k(query.top_k), v.check_max_distance(query.max_distance)
@@ -129,7 +129,7 @@ async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -
         return await with_provenance(conn, query.pair.workspace_id, rows)
 
 
-async def processing_status(ctx: ApiContext, scope: StatusScope, token: str) -> ProcessingStatus:
+async def processing_status(ctx: ApiDeps, scope: StatusScope, token: str) -> ProcessingStatus:
     """Perceived messages in scope by derivation state, the dead-lettered batches among them, and the
     pairs' dreams by state."""
     await ctx.freshness.wait(token)

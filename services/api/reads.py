@@ -11,7 +11,7 @@ from sqlalchemy import RowMapping
 
 from projections import queries
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 from services.api.writes import require_session, require_workspace
 from services.errors import NotFound
 
@@ -58,7 +58,7 @@ def fitting(items: Sequence, budget: int = v.MAX_PAGE_BYTES) -> Sequence:
     return items
 
 
-def page(ctx: ApiContext, scope: Sequence[str], items: Sequence, limit: int, cursor_of) -> Page:
+def page(ctx: ApiDeps, scope: Sequence[str], items: Sequence, limit: int, cursor_of) -> Page:
     """`items` as a page, cut short where its reply would pass MAX_PAGE_BYTES; a full or cut page carries
     the token of its last item, signed for `scope` (see cursors.py)."""
     kept = fitting(items)
@@ -66,12 +66,12 @@ def page(ctx: ApiContext, scope: Sequence[str], items: Sequence, limit: int, cur
     return Page(kept, ctx.cursors.encode(scope, str(cursor_of(kept[-1]))) if more else "")
 
 
-async def get_workspace(ctx: ApiContext, workspace_id: str, token: str) -> RowMapping:
+async def get_workspace(ctx: ApiDeps, workspace_id: str, token: str) -> RowMapping:
     await ctx.freshness.wait(token)
     return await require_workspace(ctx, workspace_id)
 
 
-async def list_workspaces(ctx: ApiContext, size: int, page_token: str, token: str,
+async def list_workspaces(ctx: ApiDeps, size: int, page_token: str, token: str,
                           only: frozenset[str] | None = None) -> Page:
     """A page of workspaces; only those in `only` (what the caller's token may see) unless it is None."""
     await ctx.freshness.wait(token)
@@ -82,7 +82,7 @@ async def list_workspaces(ctx: ApiContext, size: int, page_token: str, token: st
     return page(ctx, scope, rows, limit, lambda r: r["workspace_id"])
 
 
-async def get_peer(ctx: ApiContext, workspace_id: str, peer_id: str, token: str) -> RowMapping:
+async def get_peer(ctx: ApiDeps, workspace_id: str, peer_id: str, token: str) -> RowMapping:
     await ctx.freshness.wait(token)
     v.check_id("peer_id", peer_id)
     await require_workspace(ctx, workspace_id)
@@ -93,7 +93,7 @@ async def get_peer(ctx: ApiContext, workspace_id: str, peer_id: str, token: str)
     return row
 
 
-async def list_peers(ctx: ApiContext, workspace_id: str, size: int, page_token: str, token: str) -> Page:
+async def list_peers(ctx: ApiDeps, workspace_id: str, size: int, page_token: str, token: str) -> Page:
     await ctx.freshness.wait(token)
     await require_workspace(ctx, workspace_id)
     limit, scope = v.page_size(size), ("ListPeers", workspace_id)
@@ -103,20 +103,20 @@ async def list_peers(ctx: ApiContext, workspace_id: str, size: int, page_token: 
     return page(ctx, scope, rows, limit, lambda r: r["peer_id"])
 
 
-async def session_views(ctx: ApiContext, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
+async def session_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
     async with ctx.engine.connect() as conn:
         members = await queries.memberships_of(conn, workspace_id, [r["session_id"] for r in rows])
     return [SessionView(r, members[r["session_id"]]) for r in rows]
 
 
-async def get_session(ctx: ApiContext, workspace_id: str, session_id: str, token: str) -> SessionView:
+async def get_session(ctx: ApiDeps, workspace_id: str, session_id: str, token: str) -> SessionView:
     await ctx.freshness.wait(token)
     row = await require_session(ctx, workspace_id, session_id)
     return (await session_views(ctx, workspace_id, [row]))[0]
 
 
 async def list_sessions(
-    ctx: ApiContext, workspace_id: str, member: str, size: int, page_token: str, token: str
+    ctx: ApiDeps, workspace_id: str, member: str, size: int, page_token: str, token: str
 ) -> Page:
     await ctx.freshness.wait(token)
     await require_workspace(ctx, workspace_id)
@@ -130,7 +130,7 @@ async def list_sessions(
     return page(ctx, scope, views, limit, lambda view: view.session["session_id"])
 
 
-async def get_message(ctx: ApiContext, workspace_id: str, message_id: str, token: str) -> RowMapping:
+async def get_message(ctx: ApiDeps, workspace_id: str, message_id: str, token: str) -> RowMapping:
     await ctx.freshness.wait(token)
     v.check_id("message_id", message_id)
     await require_workspace(ctx, workspace_id)
@@ -142,7 +142,7 @@ async def get_message(ctx: ApiContext, workspace_id: str, message_id: str, token
 
 
 async def list_messages(
-    ctx: ApiContext, workspace_id: str, session_id: str, size: int, page_token: str,
+    ctx: ApiDeps, workspace_id: str, session_id: str, size: int, page_token: str,
     reverse: bool, token: str,
 ) -> Page:
     await ctx.freshness.wait(token)
@@ -155,7 +155,7 @@ async def list_messages(
 
 
 async def get_session_summaries(
-    ctx: ApiContext, workspace_id: str, session_id: str, token: str
+    ctx: ApiDeps, workspace_id: str, session_id: str, token: str
 ) -> dict[str, RowMapping]:
     """The session's latest summary of each kind that exists, by kind ("short", "long")."""
     await ctx.freshness.wait(token)

@@ -4,7 +4,7 @@ Control-plane writes (workspaces, peers, sessions, membership) wait until they a
 answering, so the next call can rely on them; AddMessages answers at the durable ack.
 
 Racing control-plane writes (issue 17 §2.1, §2.13): in one API process, the check against the projection
-and the append run under a per-entity lock (`ApiContext.writes`), so a second caller sees the first one's
+and the append run under a per-entity lock (`ApiDeps.writes`), so a second caller sees the first one's
 write. Across API processes nothing here serialises them; the projection decides instead, in log order:
 the first create of an entity wins (a caller was `created` only if the projected row is its own event)
 and a MemberJoined for a peer with an open period is ignored (projections/handlers.py, and the router
@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections import configurations, queries
 from services.api import idempotency
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.events import (
     Configuration,
@@ -68,7 +68,7 @@ class Written:
     token: str
 
 
-async def commit(ctx: ApiContext, events: Sequence[Event], wait: bool = True) -> str:
+async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> str:
     """Append `events` in one transaction; with `wait`, return only once they are readable."""
     if not events:
         return ""
@@ -78,7 +78,7 @@ async def commit(ctx: ApiContext, events: Sequence[Event], wait: bool = True) ->
     return token.encode()
 
 
-async def require_workspace(ctx: ApiContext, workspace_id: str) -> RowMapping:
+async def require_workspace(ctx: ApiDeps, workspace_id: str) -> RowMapping:
     async with ctx.engine.connect() as conn:
         row = await queries.workspace(conn, v.check_id("workspace_id", workspace_id))
     if row is None:
@@ -87,7 +87,7 @@ async def require_workspace(ctx: ApiContext, workspace_id: str) -> RowMapping:
 
 
 @asynccontextmanager
-async def _connection(ctx: ApiContext, conn: AsyncConnection | None):
+async def _connection(ctx: ApiDeps, conn: AsyncConnection | None):
     """`conn` if the caller has one open, else a new connection for this block."""
     if conn is not None:
         yield conn
@@ -97,7 +97,7 @@ async def _connection(ctx: ApiContext, conn: AsyncConnection | None):
 
 
 async def require_session(
-    ctx: ApiContext, workspace_id: str, session_id: str, conn: AsyncConnection | None = None
+    ctx: ApiDeps, workspace_id: str, session_id: str, conn: AsyncConnection | None = None
 ) -> RowMapping:
     v.check_id("workspace_id", workspace_id)
     v.check_id("session_id", session_id)
@@ -112,12 +112,12 @@ async def require_session(
     return row
 
 
-async def require_peers(ctx: ApiContext, workspace_id: str, **peer_ids: str) -> None:
+async def require_peers(ctx: ApiDeps, workspace_id: str, **peer_ids: str) -> None:
     """NotFound unless the workspace and every named peer exist (keyword = the request field)."""
     await require_scope(ctx, workspace_id, (), **peer_ids)
 
 
-async def require_scope(ctx: ApiContext, workspace_id: str, session_ids: Sequence[str] = (), **peer_ids: str) -> None:
+async def require_scope(ctx: ApiDeps, workspace_id: str, session_ids: Sequence[str] = (), **peer_ids: str) -> None:
     """NotFound unless the workspace, every session and every named peer (keyword = the request field)
     exist; one query, for read paths where each round trip shows in the latency."""
     async with ctx.engine.connect() as conn:
@@ -146,7 +146,7 @@ async def check_scope(conn: AsyncConnection, workspace_id: str, session_ids: Seq
         )
 
 
-async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: dict,
+async def get_or_create_workspace(ctx: ApiDeps, workspace_id: str, metadata: dict,
                                   configuration: Configuration | None = None) -> Written:
     v.check_id("workspace_id", workspace_id)
     v.check_metadata("metadata", metadata)
@@ -164,7 +164,7 @@ async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: 
 
 
 async def get_or_create_peer(
-    ctx: ApiContext, workspace_id: str, peer_id: str, observe_me: bool | None, metadata: dict
+    ctx: ApiDeps, workspace_id: str, peer_id: str, observe_me: bool | None, metadata: dict
 ) -> Written:
     v.check_id("peer_id", peer_id)
     v.check_metadata("metadata", metadata)
@@ -186,7 +186,7 @@ async def get_or_create_peer(
     return Written(row, before is None and row["event_id"] == events[0].event_id, token)
 
 
-async def _known_peers(ctx: ApiContext, workspace_id: str, peer_ids) -> set[str]:
+async def _known_peers(ctx: ApiDeps, workspace_id: str, peer_ids) -> set[str]:
     async with ctx.engine.connect() as conn:
         return await queries.existing_peers(conn, workspace_id, sorted(set(peer_ids)))
 
@@ -197,7 +197,7 @@ def _check_peer_ids(peer_ids: Sequence[str]) -> None:
     v.check_distinct("peer_id", peer_ids)
 
 
-async def _check_members(ctx: ApiContext, workspace_id: str, peer_ids: Sequence[str]) -> None:
+async def _check_members(ctx: ApiDeps, workspace_id: str, peer_ids: Sequence[str]) -> None:
     _check_peer_ids(peer_ids)
     known = await _known_peers(ctx, workspace_id, peer_ids)
     missing = [p for p in peer_ids if p not in known]
@@ -208,7 +208,7 @@ async def _check_members(ctx: ApiContext, workspace_id: str, peer_ids: Sequence[
         )
 
 
-def _joins(ctx: ApiContext, workspace_id: str, session_id: str, members: Sequence[MemberSpec]):
+def _joins(ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]):
     now = datetime.now(UTC)
     return [
         MemberJoined(workspace_id=workspace_id, session_id=session_id, peer_id=m.peer_id,
@@ -219,7 +219,7 @@ def _joins(ctx: ApiContext, workspace_id: str, session_id: str, members: Sequenc
 
 
 async def get_or_create_session(
-    ctx: ApiContext, workspace_id: str, session_id: str, metadata: dict,
+    ctx: ApiDeps, workspace_id: str, session_id: str, metadata: dict,
     members: Sequence[MemberSpec], configuration: Configuration | None = None,
 ) -> Written:
     v.check_id("session_id", session_id)
@@ -244,7 +244,7 @@ async def get_or_create_session(
 
 
 async def add_members(
-    ctx: ApiContext, workspace_id: str, session_id: str, members: Sequence[MemberSpec]
+    ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]
 ) -> Written:
     await require_session(ctx, workspace_id, session_id)
     await _check_members(ctx, workspace_id, [m.peer_id for m in members])
@@ -261,7 +261,7 @@ async def add_members(
 
 
 async def remove_members(
-    ctx: ApiContext, workspace_id: str, session_id: str, peer_ids: Sequence[str]
+    ctx: ApiDeps, workspace_id: str, session_id: str, peer_ids: Sequence[str]
 ) -> Written:
     await require_session(ctx, workspace_id, session_id)
     _check_peer_ids(peer_ids)
@@ -294,7 +294,7 @@ def _validate_messages(new: Sequence[NewMessage]) -> None:
 
 
 async def add_messages(
-    ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage], idempotency_key: str = ""
+    ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage], idempotency_key: str = ""
 ) -> tuple[list[str], str]:
     """Append messages atomically; returns their ids and the consistency token. Under a used
     idempotency key, the first call's reply instead (services/api/idempotency.py)."""
@@ -303,7 +303,7 @@ async def add_messages(
 
 
 async def append_checked(
-    ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage], idempotency_key: str = ""
+    ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage], idempotency_key: str = ""
 ) -> tuple[list[str], str]:
     """AddMessages' append (atomic; once per idempotency key) of messages already checked, in any number:
     UploadFile's chunks of one file go in one transaction too."""
@@ -312,7 +312,7 @@ async def append_checked(
         ctx, workspace_id, session_id, new, request))
 
 
-async def _append_messages(ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage],
+async def _append_messages(ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage],
                            request: KeyedRequest | None) -> tuple[list[str], str]:
     # the hot path: one connection for every check (the session row implies its workspace)
     async with ctx.engine.connect() as conn:
