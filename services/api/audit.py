@@ -9,8 +9,8 @@ from sqlalchemy import RowMapping
 
 from projections import audit_queries, queries
 from services.api.deps import ApiDeps
+from services.api.guards import require_peers, require_workspace
 from services.api.observation_reads import ObservationView, require_observation, with_provenance
-from services.api.writes import require_peers, require_workspace
 from services.errors import InvalidArgument
 
 MAX_DAG_NODES = 1_000

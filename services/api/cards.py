@@ -9,7 +9,8 @@ from datetime import datetime
 from projections import queries
 from services.api import validation as v
 from services.api.deps import ApiDeps
-from services.api.writes import commit, require_peers
+from services.api.guards import require_peers
+from services.api.writes import commit
 from services.errors import InvalidArgument
 from services.events import PeerCardUpdated
 from services.events.cards import card_problems

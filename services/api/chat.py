@@ -10,8 +10,8 @@ from projections import configurations
 
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.guards import require_scope
 from services.api.scopes import recall_sessions
-from services.api.writes import require_scope
 from services.config import LEVELS
 from services.dialectic import response_format
 from services.dialectic.agent import ChatEvent, ChatRequest, ChatResult

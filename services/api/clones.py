@@ -12,7 +12,8 @@ from sqlalchemy import RowMapping
 from projections import queries
 from services.api import validation as v
 from services.api.deps import ApiDeps
-from services.api.writes import Written, commit, require_session
+from services.api.guards import require_session
+from services.api.writes import Written, commit
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.events import Event, MemberJoined, MessageAppended, MessageOrigin, ProducerInfo, SessionCreated
 

@@ -9,7 +9,8 @@ from projections import configurations as stored
 from projections import queries
 from services.api import validation as v
 from services.api.deps import ApiDeps
-from services.api.writes import commit, require_session, require_workspace
+from services.api.guards import require_session, require_workspace
+from services.api.writes import commit
 from services.errors import NotFound
 from services.events import (
     Configuration,

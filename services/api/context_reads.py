@@ -11,9 +11,9 @@ from projections import configurations, queries, store_queries
 from projections.message_search import MessageSearch, search_messages, search_text
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.guards import check_scope
 from services.api.packing import Obs, Packed, Premise, RecentMessage, Relevant, pack
 from services.api.scopes import recall_sessions
-from services.api.writes import check_scope
 from services.errors import InvalidArgument
 from services.events import resolve
 from services.llm.tokens import count_tokens

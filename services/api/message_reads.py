@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections.message_search import MessageSearch, adjacent_turns, search_messages, search_text
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.guards import check_scope
 from services.api.scopes import recall_sessions
-from services.api.writes import check_scope
 from services.errors import InvalidArgument
 
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100

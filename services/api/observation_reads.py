@@ -14,9 +14,9 @@ from projections.queries import StatusScope
 from projections.store_queries import ObservationFilter
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.guards import require_peers, require_session, require_workspace
 from services.api.reads import Page, page
 from services.api.scopes import recall_sessions
-from services.api.writes import require_peers, require_session, require_workspace
 from services.errors import InvalidArgument, NotFound
 
 MAX_DEAD_LETTERED_SHOWN = 100

@@ -13,8 +13,9 @@ from projections.derivations import current_derivation
 from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.guards import require_peers, require_session
 from services.api.observation_reads import require_observation
-from services.api.writes import commit, require_peers, require_session
+from services.api.writes import commit
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from services.events import Level, ObservationAdded, ObservationDeleted, Source
 from services.events.requests import KeyedRequest

@@ -12,7 +12,7 @@ from sqlalchemy import RowMapping
 from projections import queries
 from services.api import validation as v
 from services.api.deps import ApiDeps
-from services.api.writes import require_session, require_workspace
+from services.api.guards import require_session, require_workspace
 from services.errors import NotFound
 
 

@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections import scope_queries
 from services.api import validation as v
 from services.api.deps import ApiDeps
-from services.api.writes import check_scope, commit
+from services.api.guards import check_scope
+from services.api.writes import commit
 from services.errors import AlreadyExists, InvalidArgument, NotFound
 from services.events import ScopeCreated, ScopeSessionsAdded, ScopeSessionsRemoved
 
