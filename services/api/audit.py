@@ -10,7 +10,8 @@ from sqlalchemy import RowMapping
 from projections import audit_queries, queries
 from services.api.deps import ApiDeps
 from services.api.guards import require_peers, require_workspace
-from services.api.observation_reads import ObservationView, require_observation, with_provenance
+from services.api.observation_reads import ObservationView, get_observation, with_provenance
+from services.api.preflight import preflight
 from services.errors import InvalidArgument
 
 MAX_DAG_NODES = 1_000
@@ -31,8 +32,7 @@ class Provenance:
 
 
 async def get_provenance(ctx: ApiDeps, workspace_id: str, observation_id: str, token: str) -> Provenance:
-    await ctx.freshness.wait(token)
-    await require_observation(ctx, workspace_id, observation_id)
+    await get_observation(ctx, workspace_id, observation_id, token)
     async with ctx.engine.connect() as conn:
         order, _, truncated = await audit_queries.premise_dag(conn, workspace_id, observation_id, MAX_DAG_NODES)
         rows = await audit_queries.observations_by_id(conn, workspace_id, order)
@@ -46,15 +46,14 @@ async def get_provenance(ctx: ApiDeps, workspace_id: str, observation_id: str, t
 
 async def get_observation_history(ctx: ApiDeps, workspace_id: str, observation_id: str,
                                   token: str) -> Sequence[RowMapping]:
-    await ctx.freshness.wait(token)
-    await require_observation(ctx, workspace_id, observation_id)
+    await get_observation(ctx, workspace_id, observation_id, token)
     async with ctx.engine.connect() as conn:
         return await audit_queries.history(conn, workspace_id, observation_id)
 
 
 async def list_rejected(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, dream_id: str,
                         limit: int, token: str) -> Sequence[RowMapping]:
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     if bool(observer_id) != bool(observed_id):
         raise InvalidArgument("give both observer_id and observed_id to narrow to a pair, or neither")
     if limit > 500:

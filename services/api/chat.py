@@ -11,6 +11,7 @@ from projections import configurations
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_scope
+from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
 from services.config import LEVELS
 from services.dialectic import response_format
@@ -24,7 +25,7 @@ MAX_QUERY_CHARS = 10_000
 async def _checked(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
     if ctx.dialectic is None:
         raise Unavailable("Chat is not configured on this server")
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     v.check_text("query", r.query, MAX_QUERY_CHARS)
     if r.level not in LEVELS:
         raise InvalidArgument(f"reasoning_level {r.level!r} is not one of {', '.join(LEVELS)}")

@@ -10,6 +10,7 @@ from projections import queries
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_session, require_workspace
+from services.api.preflight import preflight
 from services.api.writes import commit
 from services.errors import NotFound
 from services.events import (
@@ -53,15 +54,14 @@ async def effective(ctx: ApiDeps, workspace_id: str, session_id: str, message_id
                     as_of: datetime | None, token: str) -> Effective:
     """The settings that apply, each with its level, at `as_of` (None: now): for a message (its workspace and
     session levels as it was processed under), else for the session or the workspace."""
-    await ctx.freshness.wait(token)
+    # a message's levels are read below, by its id; else the session's (if named) or the workspace's
+    await preflight(ctx, token, workspace_id, session_id=None if message_id else session_id or None)
     if message_id:
-        await require_workspace(ctx, workspace_id)
         async with ctx.engine.connect() as conn:
             levels = await stored.message_levels(conn, workspace_id, v.check_id("message_id", message_id), as_of)
         if levels is None:
             raise NotFound(f"message {message_id!r} does not exist in workspace {workspace_id!r}")
     else:
-        await (require_session(ctx, workspace_id, session_id) if session_id else require_workspace(ctx, workspace_id))
         async with ctx.engine.connect() as conn:
             levels = await stored.levels(conn, workspace_id, session_id, as_of)
     return resolve(ctx.configuration, *levels)

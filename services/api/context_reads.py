@@ -13,6 +13,7 @@ from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
 from services.api.packing import Obs, Packed, Premise, RecentMessage, Relevant, pack
+from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
 from services.errors import InvalidArgument
 from services.events import resolve
@@ -120,7 +121,7 @@ async def _card_on(ctx: ApiDeps, conn: AsyncConnection, q: ContextQuery) -> bool
 
 
 async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     q = _check(q)
     observer, target = q.observer_id, q.target_id or q.observer_id
     ranked, card = [], []
@@ -147,7 +148,7 @@ async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
 
 async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> list[Obs]:
     """The working representation of (observer, target), in time order."""
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     q = _check(q)
     target = q.target_id or q.observer_id
     async with ctx.snapshot() as conn, ctx.embedding(await search_text(conn, q.workspace_id, q.search_query)) as vector:

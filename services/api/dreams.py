@@ -10,6 +10,7 @@ from projections import queries
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_peers
+from services.api.preflight import preflight
 from services.api.writes import commit
 from services.errors import InvalidArgument
 from services.events import DreamForced
@@ -29,7 +30,7 @@ async def schedule_dream(ctx: ApiDeps, workspace_id: str, observer_id: str, obse
 
 async def list_dreams(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, limit: int,
                       token: str) -> Sequence[RowMapping]:
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     observed_id = observed_id or observer_id
     if limit > 100:
         raise InvalidArgument(f"limit {limit} is over the maximum of 100")

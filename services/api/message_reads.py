@@ -11,6 +11,7 @@ from projections.message_search import MessageSearch, adjacent_turns, search_mes
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
+from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
 from services.errors import InvalidArgument
 
@@ -52,7 +53,7 @@ async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "")
     With `scope_id`, only the scope's sessions (now), within `q.session_ids` if it lists any.
     """
     q = _checked(q)
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     # the query is embedded while the scope is checked; a NotFound discards the vector. Hits and their
     # adjacent turns are two statements: one snapshot for both
     async with (ctx.snapshot() if q.include_adjacent else ctx.engine.connect()) as conn, \

@@ -14,7 +14,7 @@ from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_peers, require_session
-from services.api.observation_reads import require_observation
+from services.api.observation_reads import get_observation
 from services.api.writes import commit
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from services.events import Level, ObservationAdded, ObservationDeleted, Source
@@ -157,7 +157,7 @@ async def _append_observations(ctx: ApiDeps, workspace_id: str, observer_id: str
 async def delete_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, reason: str) -> str:
     """Withdraw an observation (an event; its history stays); returns once lists no longer show it."""
     v.check_text("reason", reason, v.MAX_REASON_CHARS, required=False)
-    row = (await require_observation(ctx, workspace_id, observation_id)).row
+    row = (await get_observation(ctx, workspace_id, observation_id)).row
     if row["deleted_at"] is not None:
         raise FailedPrecondition(
             f"observation {observation_id!r} was already deleted at {row['deleted_at'].isoformat()}"

@@ -1,4 +1,4 @@
-"""Read-side service functions: wait for the requested freshness, then query the projections."""
+"""Read-side service functions: the pre-flight (preflight.py), then query the projections."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sqlalchemy import RowMapping
 from projections import queries
 from services.api import validation as v
 from services.api.deps import ApiDeps
-from services.api.guards import require_session, require_workspace
+from services.api.preflight import preflight
 from services.errors import NotFound
 
 
@@ -67,14 +67,13 @@ def page(ctx: ApiDeps, scope: Sequence[str], items: Sequence, limit: int, cursor
 
 
 async def get_workspace(ctx: ApiDeps, workspace_id: str, token: str) -> RowMapping:
-    await ctx.freshness.wait(token)
-    return await require_workspace(ctx, workspace_id)
+    return await preflight(ctx, token, workspace_id)
 
 
 async def list_workspaces(ctx: ApiDeps, size: int, page_token: str, token: str,
                           only: frozenset[str] | None = None) -> Page:
     """A page of workspaces; only those in `only` (what the caller's token may see) unless it is None."""
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     limit, scope = v.page_size(size), ("ListWorkspaces",)
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
@@ -83,9 +82,7 @@ async def list_workspaces(ctx: ApiDeps, size: int, page_token: str, token: str,
 
 
 async def get_peer(ctx: ApiDeps, workspace_id: str, peer_id: str, token: str) -> RowMapping:
-    await ctx.freshness.wait(token)
-    v.check_id("peer_id", peer_id)
-    await require_workspace(ctx, workspace_id)
+    await preflight(ctx, token, workspace_id, ids={"peer_id": peer_id})
     async with ctx.engine.connect() as conn:
         row = await queries.peer(conn, workspace_id, peer_id)
     if row is None:
@@ -94,8 +91,7 @@ async def get_peer(ctx: ApiDeps, workspace_id: str, peer_id: str, token: str) ->
 
 
 async def list_peers(ctx: ApiDeps, workspace_id: str, size: int, page_token: str, token: str) -> Page:
-    await ctx.freshness.wait(token)
-    await require_workspace(ctx, workspace_id)
+    await preflight(ctx, token, workspace_id)
     limit, scope = v.page_size(size), ("ListPeers", workspace_id)
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
@@ -110,16 +106,14 @@ async def session_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMappi
 
 
 async def get_session(ctx: ApiDeps, workspace_id: str, session_id: str, token: str) -> SessionView:
-    await ctx.freshness.wait(token)
-    row = await require_session(ctx, workspace_id, session_id)
+    row = await preflight(ctx, token, workspace_id, session_id=session_id)
     return (await session_views(ctx, workspace_id, [row]))[0]
 
 
 async def list_sessions(
     ctx: ApiDeps, workspace_id: str, member: str, size: int, page_token: str, token: str
 ) -> Page:
-    await ctx.freshness.wait(token)
-    await require_workspace(ctx, workspace_id)
+    await preflight(ctx, token, workspace_id)
     if member:
         v.check_id("peer_id", member)
     limit, scope = v.page_size(size), ("ListSessions", workspace_id, member)
@@ -131,9 +125,7 @@ async def list_sessions(
 
 
 async def get_message(ctx: ApiDeps, workspace_id: str, message_id: str, token: str) -> RowMapping:
-    await ctx.freshness.wait(token)
-    v.check_id("message_id", message_id)
-    await require_workspace(ctx, workspace_id)
+    await preflight(ctx, token, workspace_id, ids={"message_id": message_id})
     async with ctx.engine.connect() as conn:
         row = await queries.message(conn, workspace_id, message_id)
     if row is None:
@@ -145,8 +137,7 @@ async def list_messages(
     ctx: ApiDeps, workspace_id: str, session_id: str, size: int, page_token: str,
     reverse: bool, token: str,
 ) -> Page:
-    await ctx.freshness.wait(token)
-    await require_session(ctx, workspace_id, session_id)
+    await preflight(ctx, token, workspace_id, session_id=session_id)
     limit, scope = v.page_size(size), ("ListMessages", workspace_id, session_id, str(reverse))
     after = ctx.cursors.decode_seq(scope, page_token)
     async with ctx.engine.connect() as conn:
@@ -158,7 +149,6 @@ async def get_session_summaries(
     ctx: ApiDeps, workspace_id: str, session_id: str, token: str
 ) -> dict[str, RowMapping]:
     """The session's latest summary of each kind that exists, by kind ("short", "long")."""
-    await ctx.freshness.wait(token)
-    await require_session(ctx, workspace_id, session_id)
+    await preflight(ctx, token, workspace_id, session_id=session_id)
     async with ctx.engine.connect() as conn:
         return await queries.latest_summaries(conn, workspace_id, session_id)

@@ -18,6 +18,7 @@ from projections import scope_queries
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
+from services.api.preflight import preflight
 from services.api.writes import commit
 from services.errors import AlreadyExists, InvalidArgument, NotFound
 from services.events import ScopeCreated, ScopeSessionsAdded, ScopeSessionsRemoved
@@ -95,12 +96,12 @@ async def change_sessions(ctx: ApiDeps, workspace_id: str, scope_id: str, sessio
 
 async def get_scope(ctx: ApiDeps, workspace_id: str, scope_id: str, as_of: datetime | None,
                     token: str) -> ScopeView:
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     return await _view(ctx, workspace_id, scope_id, as_of)
 
 
 async def list_scopes(ctx: ApiDeps, workspace_id: str, token: str) -> list[ScopeView]:
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     async with ctx.engine.connect() as conn:
         await check_scope(conn, workspace_id)
         rows = await scope_queries.list_scopes(conn, workspace_id)
