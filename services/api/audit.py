@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from sqlalchemy import RowMapping
 
 from projections import audit_queries, queries
-from services.api.context import ApiContext
-from services.api.observation_reads import ObservationView, require_observation, with_provenance
-from services.api.writes import require_peers, require_workspace
+from services.api.deps import ApiDeps
+from services.api.guards import require_peers, require_workspace
+from services.api.observation_reads import ObservationView, get_observation, with_provenance
+from services.api.preflight import preflight
 from services.errors import InvalidArgument
 
 MAX_DAG_NODES = 1_000
@@ -30,9 +31,8 @@ class Provenance:
     truncated: bool
 
 
-async def get_provenance(ctx: ApiContext, workspace_id: str, observation_id: str, token: str) -> Provenance:
-    await ctx.freshness.wait(token)
-    await require_observation(ctx, workspace_id, observation_id)
+async def get_provenance(ctx: ApiDeps, workspace_id: str, observation_id: str, token: str) -> Provenance:
+    await get_observation(ctx, workspace_id, observation_id, token)
     async with ctx.engine.connect() as conn:
         order, _, truncated = await audit_queries.premise_dag(conn, workspace_id, observation_id, MAX_DAG_NODES)
         rows = await audit_queries.observations_by_id(conn, workspace_id, order)
@@ -44,17 +44,16 @@ async def get_provenance(ctx: ApiContext, workspace_id: str, observation_id: str
     return Provenance(observation_id, nodes, [i for i in order if i not in rows], truncated)
 
 
-async def get_observation_history(ctx: ApiContext, workspace_id: str, observation_id: str,
+async def get_observation_history(ctx: ApiDeps, workspace_id: str, observation_id: str,
                                   token: str) -> Sequence[RowMapping]:
-    await ctx.freshness.wait(token)
-    await require_observation(ctx, workspace_id, observation_id)
+    await get_observation(ctx, workspace_id, observation_id, token)
     async with ctx.engine.connect() as conn:
         return await audit_queries.history(conn, workspace_id, observation_id)
 
 
-async def list_rejected(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, dream_id: str,
+async def list_rejected(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, dream_id: str,
                         limit: int, token: str) -> Sequence[RowMapping]:
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     if bool(observer_id) != bool(observed_id):
         raise InvalidArgument("give both observer_id and observed_id to narrow to a pair, or neither")
     if limit > 500:

@@ -8,8 +8,10 @@ from datetime import datetime
 
 from projections import queries
 from services.api import validation as v
-from services.api.context import ApiContext
-from services.api.writes import commit, require_peers
+from services.api.deps import ApiDeps
+from services.api.guards import require_peers
+from services.api.preflight import preflight
+from services.api.writes import commit
 from services.errors import InvalidArgument
 from services.events import PeerCardUpdated
 from services.events.cards import card_problems
@@ -24,11 +26,10 @@ class Card:
     updated_at: datetime | None
 
 
-async def get_peer_card(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, token: str,
+async def get_peer_card(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, token: str,
                         as_of: datetime | None = None) -> Card:
-    await ctx.freshness.wait(token)
     observed_id = observed_id or observer_id
-    await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
+    await preflight(ctx, token, workspace_id, peers={"observer_id": observer_id, "observed_id": observed_id})
     async with ctx.engine.connect() as conn:
         row = await queries.peer_card(conn, workspace_id, observer_id, observed_id, as_of)
     if row is None:
@@ -37,7 +38,7 @@ async def get_peer_card(ctx: ApiContext, workspace_id: str, observer_id: str, ob
 
 
 async def set_peer_card(
-    ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, entries: Sequence[str]
+    ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, entries: Sequence[str]
 ) -> tuple[Card, str]:
     """Replace the pair's card; waits until it is readable, returns it and the consistency token."""
     observed_id = observed_id or observer_id

@@ -9,9 +9,10 @@ from dataclasses import replace
 from projections import configurations
 
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
+from services.api.guards import require_scope
+from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
-from services.api.writes import require_scope
 from services.dialectic.settings import LEVELS
 from services.dialectic import response_format
 from services.dialectic.agent import ChatEvent, ChatRequest, ChatResult
@@ -21,10 +22,10 @@ from services.events import resolve
 MAX_QUERY_CHARS = 10_000
 
 
-async def _checked(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
+async def _checked(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
     if ctx.dialectic is None:
         raise Unavailable("Chat is not configured on this server")
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     v.check_text("query", r.query, MAX_QUERY_CHARS)
     if r.level not in LEVELS:
         raise InvalidArgument(f"reasoning_level {r.level!r} is not one of {', '.join(LEVELS)}")
@@ -35,7 +36,7 @@ async def _checked(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
     return r
 
 
-async def _prepared(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
+async def _prepared(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
     """The checked request with the dialectic instructions its workspace and session configure, and its
     scope resolved into the sessions it may recall (as they stood at `as_of`)."""
     r = await _checked(ctx, r, token)
@@ -45,12 +46,12 @@ async def _prepared(ctx: ApiContext, r: ChatRequest, token: str) -> ChatRequest:
     return replace(r, instructions=resolve(ctx.configuration, *levels)["dialectic_instructions"], sessions=sessions)
 
 
-async def chat(ctx: ApiContext, r: ChatRequest, token: str, deadline_s: float | None) -> ChatResult:
+async def chat(ctx: ApiDeps, r: ChatRequest, token: str, deadline_s: float | None) -> ChatResult:
     """The answer to a question about a peer."""
     return await ctx.dialectic.chat(await _prepared(ctx, r, token), deadline_s)
 
 
-async def chat_stream(ctx: ApiContext, r: ChatRequest, token: str, deadline_s: float | None) -> AsyncIterator[ChatEvent]:
+async def chat_stream(ctx: ApiDeps, r: ChatRequest, token: str, deadline_s: float | None) -> AsyncIterator[ChatEvent]:
     """The same, as tool progress and text pieces, ending with the ChatResult."""
     async for event in ctx.dialectic.events(await _prepared(ctx, r, token), deadline_s):
         yield event

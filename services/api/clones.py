@@ -11,8 +11,9 @@ from sqlalchemy import RowMapping
 
 from projections import queries
 from services.api import validation as v
-from services.api.context import ApiContext
-from services.api.writes import Written, commit, require_session
+from services.api.deps import ApiDeps
+from services.api.guards import require_session
+from services.api.writes import Written, commit
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.events import Event, MemberJoined, MessageAppended, MessageOrigin, ProducerInfo, SessionCreated
 
@@ -68,7 +69,7 @@ def _check(r: CloneRequest) -> None:
         v.check_id("up_to_message_id", r.up_to_message_id)
 
 
-async def clone_session(ctx: ApiContext, r: CloneRequest) -> tuple[Written, list[str]]:
+async def clone_session(ctx: ApiDeps, r: CloneRequest) -> tuple[Written, list[str]]:
     """Create the clone and answer once it is readable: the session and the copies' ids."""
     _check(r)
     source = await require_session(ctx, r.workspace_id, r.session_id)

@@ -8,8 +8,10 @@ from datetime import datetime
 from projections import configurations as stored
 from projections import queries
 from services.api import validation as v
-from services.api.context import ApiContext
-from services.api.writes import commit, require_session, require_workspace
+from services.api.deps import ApiDeps
+from services.api.guards import require_session, require_workspace
+from services.api.preflight import preflight
+from services.api.writes import commit
 from services.errors import NotFound
 from services.events import (
     Configuration,
@@ -21,21 +23,21 @@ from services.events import (
 )
 
 
-async def set_workspace(ctx: ApiContext, workspace_id: str, config: Configuration) -> str:
+async def set_workspace(ctx: ApiDeps, workspace_id: str, config: Configuration) -> str:
     """Replace the workspace level; answers once readable, so messages accepted after it are stamped with it."""
     await require_workspace(ctx, workspace_id)
     return await commit(ctx, [WorkspaceConfigured(workspace_id=workspace_id, configuration=config,
                                                   producer=ctx.producer)])
 
 
-async def set_session(ctx: ApiContext, workspace_id: str, session_id: str, config: Configuration) -> str:
+async def set_session(ctx: ApiDeps, workspace_id: str, session_id: str, config: Configuration) -> str:
     """Replace the session level (on the session's topic: it governs the messages after it in log order)."""
     await require_session(ctx, workspace_id, session_id)
     return await commit(ctx, [SessionConfigured(workspace_id=workspace_id, session_id=session_id,
                                                 configuration=config, producer=ctx.producer)])
 
 
-async def set_message(ctx: ApiContext, workspace_id: str, session_id: str, message_id: str,
+async def set_message(ctx: ApiDeps, workspace_id: str, session_id: str, message_id: str,
                       config: Configuration) -> str:
     """Replace a message's own level after it was accepted (an event after it on the session's topic)."""
     await require_session(ctx, workspace_id, session_id)
@@ -48,19 +50,18 @@ async def set_message(ctx: ApiContext, workspace_id: str, session_id: str, messa
                                                 configuration=config, producer=ctx.producer)])
 
 
-async def effective(ctx: ApiContext, workspace_id: str, session_id: str, message_id: str,
+async def effective(ctx: ApiDeps, workspace_id: str, session_id: str, message_id: str,
                     as_of: datetime | None, token: str) -> Effective:
     """The settings that apply, each with its level, at `as_of` (None: now): for a message (its workspace and
     session levels as it was processed under), else for the session or the workspace."""
-    await ctx.freshness.wait(token)
+    # a message's levels are read below, by its id; else the session's (if named) or the workspace's
+    await preflight(ctx, token, workspace_id, session_id=None if message_id else session_id or None)
     if message_id:
-        await require_workspace(ctx, workspace_id)
         async with ctx.engine.connect() as conn:
             levels = await stored.message_levels(conn, workspace_id, v.check_id("message_id", message_id), as_of)
         if levels is None:
             raise NotFound(f"message {message_id!r} does not exist in workspace {workspace_id!r}")
     else:
-        await (require_session(ctx, workspace_id, session_id) if session_id else require_workspace(ctx, workspace_id))
         async with ctx.engine.connect() as conn:
             levels = await stored.levels(conn, workspace_id, session_id, as_of)
     return resolve(ctx.configuration, *levels)

@@ -8,12 +8,13 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import configurations, queries, store_queries
-from services.api import validation as v
-from services.api.context import ApiContext
 from projections.message_search import MessageSearch, search_messages, search_text
-from services.api.packing import Line, Obs, Packed, Premise, Relevant, pack
+from services.api import validation as v
+from services.api.deps import ApiDeps
+from services.api.guards import check_scope
+from services.api.packing import Obs, Packed, Premise, RecentMessage, Relevant, pack
+from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
-from services.api.writes import check_scope
 from services.errors import InvalidArgument
 from services.events import resolve
 from services.llm.tokens import count_tokens
@@ -113,18 +114,18 @@ async def _relevant(conn: AsyncConnection, q: ContextQuery, vector: list[float] 
             for r in await search_messages(conn, search)]
 
 
-async def _card_on(ctx: ApiContext, conn: AsyncConnection, q: ContextQuery) -> bool:
+async def _card_on(ctx: ApiDeps, conn: AsyncConnection, q: ContextQuery) -> bool:
     """Whether the peer card is on for the session read, as the configuration levels stood at `as_of`."""
     levels = await configurations.levels(conn, q.workspace_id, q.session_id, q.as_of)
     return resolve(ctx.configuration, *levels)["peer_card"]
 
 
-async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
-    await ctx.freshness.wait(token)
+async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
+    await preflight(ctx, token)
     q = _check(q)
     observer, target = q.observer_id, q.target_id or q.observer_id
     ranked, card = [], []
-    # one snapshot for every statement (ApiContext.snapshot): the pieces must agree with each other
+    # one snapshot for every statement (ApiDeps.snapshot): the pieces must agree with each other
     async with ctx.snapshot() as conn, ctx.embedding(await search_text(conn, q.workspace_id, q.search_query)) as vector:
         await _check_scope(conn, q, observer, target, [q.session_id])
         allowed = await recall_sessions(conn, q.workspace_id, q.scope_id, q.session_ids, q.as_of)
@@ -139,15 +140,15 @@ async def get_context(ctx: ApiContext, q: ContextQuery, token: str) -> Packed:
         if observer:
             ranked = await _ranked(conn, q, observer, target, query_vector, allowed)
         relevant = await _relevant(conn, q, query_vector, allowed)
-    lines = [Line(r["message_id"], r["peer_id"], r["content"]) for r in recent]
+    lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"]) for r in recent]
     short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
     return pack(q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary,
                 relevant)
 
 
-async def get_representation(ctx: ApiContext, q: ContextQuery, token: str) -> list[Obs]:
+async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> list[Obs]:
     """The working representation of (observer, target), in time order."""
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     q = _check(q)
     target = q.target_id or q.observer_id
     async with ctx.snapshot() as conn, ctx.embedding(await search_text(conn, q.workspace_id, q.search_query)) as vector:

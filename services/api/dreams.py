@@ -8,15 +8,17 @@ from sqlalchemy import RowMapping
 
 from projections import queries
 from services.api import validation as v
-from services.api.context import ApiContext
-from services.api.writes import commit, require_peers
+from services.api.deps import ApiDeps
+from services.api.guards import require_peers
+from services.api.preflight import preflight
+from services.api.writes import commit
 from services.errors import InvalidArgument
 from services.events import DreamForced
 
 MAX_REASON_CHARS = 1_000
 
 
-async def schedule_dream(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, reason: str) -> str:
+async def schedule_dream(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, reason: str) -> str:
     """Append the request; returns the consistency token (the scheduler decides what it leads to)."""
     observed_id = observed_id or observer_id
     v.check_text("reason", reason, MAX_REASON_CHARS, required=False)
@@ -26,9 +28,9 @@ async def schedule_dream(ctx: ApiContext, workspace_id: str, observer_id: str, o
     return await commit(ctx, [event], wait=False)
 
 
-async def list_dreams(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, limit: int,
+async def list_dreams(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, limit: int,
                       token: str) -> Sequence[RowMapping]:
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     observed_id = observed_id or observer_id
     if limit > 100:
         raise InvalidArgument(f"limit {limit} is over the maximum of 100")

@@ -6,12 +6,12 @@ from __future__ import annotations
 from peerlog.v1 import events_pb2_grpc, webhooks_pb2, webhooks_pb2_grpc
 from services.api import convert_events as c
 from services.api import subscriptions, webhooks
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 from services.webhooks.store import WebhookStore
 
 
 class EventServicer(events_pb2_grpc.EventServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def Subscribe(self, request, context):

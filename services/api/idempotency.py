@@ -46,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from projections.idempotency import first_request
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 from services.errors import FailedPrecondition, Unavailable
 from services.events.requests import KeyedRequest
 
@@ -87,7 +87,7 @@ def keyed(workspace_id: str, scope: Sequence[str], key: str, items: Sequence[obj
     return Keyed(workspace_id, "/".join(scope), key, hashlib.sha256(body).hexdigest(), len(items))
 
 
-async def once(ctx: ApiContext, k: Keyed | None,
+async def once(ctx: ApiDeps, k: Keyed | None,
                write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
     """`write` once per key: the first reply for a repeat, FailedPrecondition for another request."""
     if k is None:
@@ -110,7 +110,7 @@ async def once(ctx: ApiContext, k: Keyed | None,
 _HOLDERS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary()
 
 
-async def _locked(ctx: ApiContext, k: Keyed, write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
+async def _locked(ctx: ApiDeps, k: Keyed, write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
     lock = int.from_bytes(hashlib.sha256(f"{k.workspace_id}\0{k.scope}\0{k.key}".encode()).digest()[:8],
                           "big", signed=True)
     holders = _HOLDERS.setdefault(ctx.engine, asyncio.Semaphore(max(1, ctx.engine.pool.size())))
@@ -127,7 +127,7 @@ async def _locked(ctx: ApiContext, k: Keyed, write: Callable[[KeyedRequest | Non
             await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock})
 
 
-async def _projected(ctx: ApiContext, token: str) -> None:
+async def _projected(ctx: ApiDeps, token: str) -> None:
     """Wait, however long, until `token` is projected: the key stays locked until a repeat can see it."""
     while True:
         try:
@@ -136,7 +136,7 @@ async def _projected(ctx: ApiContext, token: str) -> None:
             log.warning("a keyed write waits for the projector; its key stays locked meanwhile")
 
 
-async def _reply(ctx: ApiContext, k: Keyed, conn: AsyncConnection | None = None) -> Reply | None:
+async def _reply(ctx: ApiDeps, k: Keyed, conn: AsyncConnection | None = None) -> Reply | None:
     """The first reply under the key, once its append is wholly projected."""
     if conn is None:
         async with ctx.engine.connect() as conn:

@@ -9,9 +9,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.message_search import MessageSearch, adjacent_turns, search_messages, search_text
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
+from services.api.guards import check_scope
+from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
-from services.api.writes import check_scope
 from services.errors import InvalidArgument
 
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100
@@ -45,14 +46,14 @@ class Found:
     adjacent: dict[tuple[str, int], RowMapping]
 
 
-async def search(ctx: ApiContext, q: MessageSearch, token: str, scope_id: str = "") -> Found:
+async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "") -> Found:
     """Messages matching the query by meaning and by words, fused by score with their neighbours, best first.
 
     `q` comes as the request put it: no vector yet (the query is embedded here), limit 0 = the default.
     With `scope_id`, only the scope's sessions (now), within `q.session_ids` if it lists any.
     """
     q = _checked(q)
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     # the query is embedded while the scope is checked; a NotFound discards the vector. Hits and their
     # adjacent turns are two statements: one snapshot for both
     async with (ctx.snapshot() if q.include_adjacent else ctx.engine.connect()) as conn, \

@@ -13,10 +13,10 @@ from projections import queries, store_queries
 from projections.queries import StatusScope
 from projections.store_queries import ObservationFilter
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
+from services.api.preflight import preflight
 from services.api.reads import Page, page
 from services.api.scopes import recall_sessions
-from services.api.writes import require_peers, require_session, require_workspace
 from services.errors import InvalidArgument, NotFound
 
 MAX_DEAD_LETTERED_SHOWN = 100
@@ -57,9 +57,9 @@ async def with_provenance(
     return [ObservationView(r, sources[r["observation_id"]], premises[r["observation_id"]]) for r in rows]
 
 
-async def require_observation(ctx: ApiContext, workspace_id: str, observation_id: str) -> ObservationView:
-    v.check_id("observation_id", observation_id)
-    await require_workspace(ctx, workspace_id)
+async def get_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, token: str = "") -> ObservationView:
+    """The observation with its provenance once `token` is projected; NotFound if it does not exist."""
+    await preflight(ctx, token, workspace_id, ids={"observation_id": observation_id})
     async with ctx.engine.connect() as conn:
         row = await store_queries.observation(conn, workspace_id, observation_id)
         if row is None:
@@ -67,15 +67,10 @@ async def require_observation(ctx: ApiContext, workspace_id: str, observation_id
         return (await with_provenance(conn, workspace_id, [row]))[0]
 
 
-async def get_observation(ctx: ApiContext, workspace_id: str, observation_id: str, token: str) -> ObservationView:
-    await ctx.freshness.wait(token)
-    return await require_observation(ctx, workspace_id, observation_id)
-
-
-async def _require_filter(ctx: ApiContext, pair: ObservationFilter) -> None:
-    await require_peers(ctx, pair.workspace_id, observer_id=pair.observer_id, observed_id=pair.observed_id)
-    if pair.session_id:
-        await require_session(ctx, pair.workspace_id, pair.session_id)
+async def _preflight(ctx: ApiDeps, pair: ObservationFilter, token: str) -> None:
+    await preflight(ctx, token, pair.workspace_id, peers={"observer_id": pair.observer_id,
+                                                          "observed_id": pair.observed_id},
+                    session_id=pair.session_id or None)
 
 
 def _scope(pair: ObservationFilter, reverse: bool) -> tuple[str, ...]:
@@ -83,7 +78,7 @@ def _scope(pair: ObservationFilter, reverse: bool) -> tuple[str, ...]:
     return ("ListObservations", repr(pair), str(reverse))
 
 
-def _cursor(ctx: ApiContext, scope: tuple[str, ...], page_token: str) -> tuple[datetime, str] | None:
+def _cursor(ctx: ApiDeps, scope: tuple[str, ...], page_token: str) -> tuple[datetime, str] | None:
     raw = ctx.cursors.decode(scope, page_token)
     if not raw:
         return None
@@ -100,25 +95,23 @@ def _position(view: ObservationView) -> str:
 
 
 async def list_observations(
-    ctx: ApiContext, pair: ObservationFilter, size: int, page_token: str, reverse: bool, token: str
+    ctx: ApiDeps, pair: ObservationFilter, size: int, page_token: str, reverse: bool, token: str
 ) -> Page:
     """One page of a pair's observations, with their provenance."""
     scope = _scope(pair, reverse)
     limit, after = v.page_size(size), _cursor(ctx, scope, page_token)
-    await ctx.freshness.wait(token)
-    await _require_filter(ctx, pair)
+    await _preflight(ctx, pair, token)
     async with ctx.engine.connect() as conn:
         rows = await store_queries.list_observations(conn, pair, after, limit, reverse)
         views = await with_provenance(conn, pair.workspace_id, rows)
     return page(ctx, scope, views, limit, _position)
 
 
-async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -> list[ObservationView]:
+async def search_observations(ctx: ApiDeps, query: SearchQuery, token: str) -> list[ObservationView]:
     """The pair's live observations nearest to the query text, nearest first."""
     v.check_text("query", query.text, v.MAX_QUERY_CHARS)
     limit, max_distance = v.top_k(query.top_k), v.check_max_distance(query.max_distance)
-    await ctx.freshness.wait(token)
-    await _require_filter(ctx, query.pair)
+    await _preflight(ctx, query.pair, token)
     (vector,) = await ctx.embedder.embed([query.text])
     async with ctx.engine.connect() as conn:
         pair = query.pair
@@ -129,14 +122,11 @@ async def search_observations(ctx: ApiContext, query: SearchQuery, token: str) -
         return await with_provenance(conn, query.pair.workspace_id, rows)
 
 
-async def processing_status(ctx: ApiContext, scope: StatusScope, token: str) -> ProcessingStatus:
+async def processing_status(ctx: ApiDeps, scope: StatusScope, token: str) -> ProcessingStatus:
     """Perceived messages in scope by derivation state, the dead-lettered batches among them, and the
     pairs' dreams by state."""
-    await ctx.freshness.wait(token)
     named = {k: p for k, p in (("observer_id", scope.observer_id), ("observed_id", scope.observed_id)) if p}
-    await require_peers(ctx, scope.workspace_id, **named)
-    if scope.session_id:
-        await require_session(ctx, scope.workspace_id, scope.session_id)
+    await preflight(ctx, token, scope.workspace_id, peers=named, session_id=scope.session_id or None)
     async with ctx.engine.connect() as conn:
         counts = await queries.processing_counts(conn, scope)
         dead = await queries.dead_lettered_batches(conn, scope, MAX_DEAD_LETTERED_SHOWN)

@@ -12,9 +12,10 @@ from projections import queries, store_queries
 from projections.derivations import current_derivation
 from services.api import idempotency
 from services.api import validation as v
-from services.api.context import ApiContext
-from services.api.observation_reads import require_observation
-from services.api.writes import commit, require_peers, require_session
+from services.api.deps import ApiDeps
+from services.api.guards import require_peers, require_session
+from services.api.observation_reads import get_observation
+from services.api.writes import commit
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from services.events import Level, ObservationAdded, ObservationDeleted, Source
 from services.events.requests import KeyedRequest
@@ -44,13 +45,13 @@ def _validate(new: Sequence[NewObservation]) -> None:
     v.check_distinct("observation_id", [o.observation_id for o in new if o.observation_id])
 
 
-async def _check_sessions(ctx: ApiContext, workspace_id: str, new: Sequence[NewObservation]) -> None:
+async def _check_sessions(ctx: ApiDeps, workspace_id: str, new: Sequence[NewObservation]) -> None:
     for session_id in sorted({o.session_id for o in new if o.session_id}):
         await require_session(ctx, workspace_id, session_id)
 
 
 async def _check_sources(
-    ctx: ApiContext, workspace_id: str, observer_id: str, new: Sequence[NewObservation]
+    ctx: ApiDeps, workspace_id: str, observer_id: str, new: Sequence[NewObservation]
 ) -> None:
     """NotFound for a cited message the workspace lacks; PermissionDenied for one the observer never saw;
     InvalidArgument for a span not in its message."""
@@ -88,7 +89,7 @@ def _same(row, sources, observer_id: str, observed_id: str, o: NewObservation) -
             stored) == (observer_id, observed_id, Level.EXPLICIT.value, o.content, o.session_id, o.sources)
 
 
-async def _written_before(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str,
+async def _written_before(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str,
                           new: Sequence[NewObservation]) -> set[str]:
     """The client ids in `new` that name the same observation already written (a repeat writes it no
     more); AlreadyExists for an id a different observation has taken."""
@@ -110,7 +111,7 @@ async def _written_before(ctx: ApiContext, workspace_id: str, observer_id: str, 
 
 
 async def create_observations(
-    ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str, new: Sequence[NewObservation],
+    ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, new: Sequence[NewObservation],
     idempotency_key: str = "",
 ) -> tuple[list[str], str]:
     """Append explicit observations to a pair's store atomically; returns their ids and the token. Under a
@@ -122,7 +123,7 @@ async def create_observations(
         ctx, workspace_id, observer_id, observed_id, new, request))
 
 
-async def _append_observations(ctx: ApiContext, workspace_id: str, observer_id: str, observed_id: str,
+async def _append_observations(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str,
                                new: Sequence[NewObservation], request: KeyedRequest | None) -> tuple[list[str], str]:
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
     await _check_sessions(ctx, workspace_id, new)
@@ -153,10 +154,10 @@ async def _append_observations(ctx: ApiContext, workspace_id: str, observer_id: 
     return [o.observation_id if o.observation_id in written else next(made) for o in new], token
 
 
-async def delete_observation(ctx: ApiContext, workspace_id: str, observation_id: str, reason: str) -> str:
+async def delete_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, reason: str) -> str:
     """Withdraw an observation (an event; its history stays); returns once lists no longer show it."""
     v.check_text("reason", reason, v.MAX_REASON_CHARS, required=False)
-    row = (await require_observation(ctx, workspace_id, observation_id)).row
+    row = (await get_observation(ctx, workspace_id, observation_id)).row
     if row["deleted_at"] is not None:
         raise FailedPrecondition(
             f"observation {observation_id!r} was already deleted at {row['deleted_at'].isoformat()}"

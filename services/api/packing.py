@@ -37,7 +37,9 @@ class Obs:
 
 
 @dataclass(frozen=True)
-class Line:
+class RecentMessage:
+    """A turn of the session's recent window, rendered as one line (`render_line`)."""
+
     message_id: str
     peer_id: str
     content: str
@@ -62,7 +64,7 @@ class Packed:
     card: tuple[str, ...]
     summary_kind: str  # "long", "short" or ""
     summary: str
-    messages: tuple[Line, ...]  # in time order
+    messages: tuple[RecentMessage, ...]  # in time order
     tokens: dict[str, int]
     relevant: tuple[Relevant, ...] = ()  # best first
 
@@ -99,7 +101,7 @@ def render_representation(kept: Sequence[Obs]) -> str:
     return "\n\n".join(sections)
 
 
-def render_line(line: Line) -> str:
+def render_line(line: RecentMessage) -> str:
     return f"{line.peer_id}: {line.content}"
 
 
@@ -198,7 +200,7 @@ def _pick_summary(short: str, long: str, cap: float, count: Count) -> tuple[str,
 
 
 def pack(budget: int, ranked: Sequence[Obs], card: Sequence[str], short: str, long: str,
-         newest_first: Sequence[Line], count: Count, include_summary: bool = True,
+         newest_first: Sequence[RecentMessage], count: Count, include_summary: bool = True,
          relevant: Sequence[Relevant] = ()) -> Packed:
     """Fill `budget` tokens: representation and card first, summary ≤ 0.4 of the rest, then the messages
     relevant to the query (≤ 3/4 of what is left), then the newest messages (not repeating those)."""
@@ -210,7 +212,7 @@ def pack(budget: int, ranked: Sequence[Obs], card: Sequence[str], short: str, lo
     found, relevant_tokens = _fit_relevant(relevant, int(room * RELEVANT_SHARE), count)
     room -= relevant_tokens
     shown = {r.message_id for r in found}
-    lines: list[Line] = []
+    lines: list[RecentMessage] = []
     for line in (x for x in newest_first if x.message_id not in shown):
         cost = count(render_line(line))
         if cost > room:

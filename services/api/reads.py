@@ -1,4 +1,4 @@
-"""Read-side service functions: wait for the requested freshness, then query the projections."""
+"""Read-side service functions: the pre-flight (preflight.py), then query the projections."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from sqlalchemy import RowMapping
 
 from projections import queries
 from services.api import validation as v
-from services.api.context import ApiContext
-from services.api.writes import require_session, require_workspace
+from services.api.deps import ApiDeps
+from services.api.preflight import preflight
 from services.errors import NotFound
 
 
@@ -58,7 +58,7 @@ def fitting(items: Sequence, budget: int = v.MAX_PAGE_BYTES) -> Sequence:
     return items
 
 
-def page(ctx: ApiContext, scope: Sequence[str], items: Sequence, limit: int, cursor_of) -> Page:
+def page(ctx: ApiDeps, scope: Sequence[str], items: Sequence, limit: int, cursor_of) -> Page:
     """`items` as a page, cut short where its reply would pass MAX_PAGE_BYTES; a full or cut page carries
     the token of its last item, signed for `scope` (see cursors.py)."""
     kept = fitting(items)
@@ -66,15 +66,14 @@ def page(ctx: ApiContext, scope: Sequence[str], items: Sequence, limit: int, cur
     return Page(kept, ctx.cursors.encode(scope, str(cursor_of(kept[-1]))) if more else "")
 
 
-async def get_workspace(ctx: ApiContext, workspace_id: str, token: str) -> RowMapping:
-    await ctx.freshness.wait(token)
-    return await require_workspace(ctx, workspace_id)
+async def get_workspace(ctx: ApiDeps, workspace_id: str, token: str) -> RowMapping:
+    return await preflight(ctx, token, workspace_id)
 
 
-async def list_workspaces(ctx: ApiContext, size: int, page_token: str, token: str,
+async def list_workspaces(ctx: ApiDeps, size: int, page_token: str, token: str,
                           only: frozenset[str] | None = None) -> Page:
     """A page of workspaces; only those in `only` (what the caller's token may see) unless it is None."""
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     limit, scope = v.page_size(size), ("ListWorkspaces",)
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
@@ -82,10 +81,8 @@ async def list_workspaces(ctx: ApiContext, size: int, page_token: str, token: st
     return page(ctx, scope, rows, limit, lambda r: r["workspace_id"])
 
 
-async def get_peer(ctx: ApiContext, workspace_id: str, peer_id: str, token: str) -> RowMapping:
-    await ctx.freshness.wait(token)
-    v.check_id("peer_id", peer_id)
-    await require_workspace(ctx, workspace_id)
+async def get_peer(ctx: ApiDeps, workspace_id: str, peer_id: str, token: str) -> RowMapping:
+    await preflight(ctx, token, workspace_id, ids={"peer_id": peer_id})
     async with ctx.engine.connect() as conn:
         row = await queries.peer(conn, workspace_id, peer_id)
     if row is None:
@@ -93,9 +90,8 @@ async def get_peer(ctx: ApiContext, workspace_id: str, peer_id: str, token: str)
     return row
 
 
-async def list_peers(ctx: ApiContext, workspace_id: str, size: int, page_token: str, token: str) -> Page:
-    await ctx.freshness.wait(token)
-    await require_workspace(ctx, workspace_id)
+async def list_peers(ctx: ApiDeps, workspace_id: str, size: int, page_token: str, token: str) -> Page:
+    await preflight(ctx, token, workspace_id)
     limit, scope = v.page_size(size), ("ListPeers", workspace_id)
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
@@ -103,23 +99,21 @@ async def list_peers(ctx: ApiContext, workspace_id: str, size: int, page_token: 
     return page(ctx, scope, rows, limit, lambda r: r["peer_id"])
 
 
-async def session_views(ctx: ApiContext, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
+async def session_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
     async with ctx.engine.connect() as conn:
         members = await queries.memberships_of(conn, workspace_id, [r["session_id"] for r in rows])
     return [SessionView(r, members[r["session_id"]]) for r in rows]
 
 
-async def get_session(ctx: ApiContext, workspace_id: str, session_id: str, token: str) -> SessionView:
-    await ctx.freshness.wait(token)
-    row = await require_session(ctx, workspace_id, session_id)
+async def get_session(ctx: ApiDeps, workspace_id: str, session_id: str, token: str) -> SessionView:
+    row = await preflight(ctx, token, workspace_id, session_id=session_id)
     return (await session_views(ctx, workspace_id, [row]))[0]
 
 
 async def list_sessions(
-    ctx: ApiContext, workspace_id: str, member: str, size: int, page_token: str, token: str
+    ctx: ApiDeps, workspace_id: str, member: str, size: int, page_token: str, token: str
 ) -> Page:
-    await ctx.freshness.wait(token)
-    await require_workspace(ctx, workspace_id)
+    await preflight(ctx, token, workspace_id)
     if member:
         v.check_id("peer_id", member)
     limit, scope = v.page_size(size), ("ListSessions", workspace_id, member)
@@ -130,10 +124,8 @@ async def list_sessions(
     return page(ctx, scope, views, limit, lambda view: view.session["session_id"])
 
 
-async def get_message(ctx: ApiContext, workspace_id: str, message_id: str, token: str) -> RowMapping:
-    await ctx.freshness.wait(token)
-    v.check_id("message_id", message_id)
-    await require_workspace(ctx, workspace_id)
+async def get_message(ctx: ApiDeps, workspace_id: str, message_id: str, token: str) -> RowMapping:
+    await preflight(ctx, token, workspace_id, ids={"message_id": message_id})
     async with ctx.engine.connect() as conn:
         row = await queries.message(conn, workspace_id, message_id)
     if row is None:
@@ -142,11 +134,10 @@ async def get_message(ctx: ApiContext, workspace_id: str, message_id: str, token
 
 
 async def list_messages(
-    ctx: ApiContext, workspace_id: str, session_id: str, size: int, page_token: str,
+    ctx: ApiDeps, workspace_id: str, session_id: str, size: int, page_token: str,
     reverse: bool, token: str,
 ) -> Page:
-    await ctx.freshness.wait(token)
-    await require_session(ctx, workspace_id, session_id)
+    await preflight(ctx, token, workspace_id, session_id=session_id)
     limit, scope = v.page_size(size), ("ListMessages", workspace_id, session_id, str(reverse))
     after = ctx.cursors.decode_seq(scope, page_token)
     async with ctx.engine.connect() as conn:
@@ -155,10 +146,9 @@ async def list_messages(
 
 
 async def get_session_summaries(
-    ctx: ApiContext, workspace_id: str, session_id: str, token: str
+    ctx: ApiDeps, workspace_id: str, session_id: str, token: str
 ) -> dict[str, RowMapping]:
     """The session's latest summary of each kind that exists, by kind ("short", "long")."""
-    await ctx.freshness.wait(token)
-    await require_session(ctx, workspace_id, session_id)
+    await preflight(ctx, token, workspace_id, session_id=session_id)
     async with ctx.engine.connect() as conn:
         return await queries.latest_summaries(conn, workspace_id, session_id)

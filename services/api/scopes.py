@@ -16,8 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import scope_queries
 from services.api import validation as v
-from services.api.context import ApiContext
-from services.api.writes import check_scope, commit
+from services.api.deps import ApiDeps
+from services.api.guards import check_scope
+from services.api.preflight import preflight
+from services.api.writes import commit
 from services.errors import AlreadyExists, InvalidArgument, NotFound
 from services.events import ScopeCreated, ScopeSessionsAdded, ScopeSessionsRemoved
 
@@ -47,7 +49,7 @@ async def _require(conn: AsyncConnection, workspace_id: str, scope_id: str) -> R
     return row
 
 
-async def _view(ctx: ApiContext, workspace_id: str, scope_id: str, as_of: datetime | None = None) -> ScopeView:
+async def _view(ctx: ApiDeps, workspace_id: str, scope_id: str, as_of: datetime | None = None) -> ScopeView:
     async with ctx.engine.connect() as conn:
         await check_scope(conn, workspace_id)
         row = await _require(conn, workspace_id, scope_id)
@@ -55,7 +57,7 @@ async def _view(ctx: ApiContext, workspace_id: str, scope_id: str, as_of: dateti
     return ScopeView(row, sessions[scope_id])
 
 
-async def create_scope(ctx: ApiContext, workspace_id: str, scope_id: str, name: str,
+async def create_scope(ctx: ApiDeps, workspace_id: str, scope_id: str, name: str,
                        session_ids: Sequence[str]) -> tuple[ScopeView, str]:
     v.check_id("scope_id", scope_id)
     v.check_text("name", name, MAX_NAME_CHARS, required=False)
@@ -75,7 +77,7 @@ async def create_scope(ctx: ApiContext, workspace_id: str, scope_id: str, name: 
     return view, token
 
 
-async def change_sessions(ctx: ApiContext, workspace_id: str, scope_id: str, session_ids: Sequence[str],
+async def change_sessions(ctx: ApiDeps, workspace_id: str, scope_id: str, session_ids: Sequence[str],
                           add: bool) -> tuple[ScopeView, str]:
     """Adds (removes) sessions; only the ones that change the scope go on the log."""
     _check_sessions(session_ids, required=True)
@@ -92,14 +94,14 @@ async def change_sessions(ctx: ApiContext, workspace_id: str, scope_id: str, ses
     return await _view(ctx, workspace_id, scope_id), token
 
 
-async def get_scope(ctx: ApiContext, workspace_id: str, scope_id: str, as_of: datetime | None,
+async def get_scope(ctx: ApiDeps, workspace_id: str, scope_id: str, as_of: datetime | None,
                     token: str) -> ScopeView:
-    await ctx.freshness.wait(token)
+    await preflight(ctx, token)
     return await _view(ctx, workspace_id, scope_id, as_of)
 
 
-async def list_scopes(ctx: ApiContext, workspace_id: str, token: str) -> list[ScopeView]:
-    await ctx.freshness.wait(token)
+async def list_scopes(ctx: ApiDeps, workspace_id: str, token: str) -> list[ScopeView]:
+    await preflight(ctx, token)
     async with ctx.engine.connect() as conn:
         await check_scope(conn, workspace_id)
         rows = await scope_queries.list_scopes(conn, workspace_id)

@@ -44,8 +44,8 @@ from peerlog.v1 import (
 from projections.db import async_engine, create_schema, sync_engine
 from services.api import validation as v
 from services.api.auth import AuthInterceptor
-from services.api.context import ApiContext
 from services.api.cursors import PageCursors
+from services.api.deps import ApiDeps
 from services.api.errors import ErrorInterceptor
 from services.api.event_servicers import EventServicer, WebhookServicer
 from services.api.freshness import Freshness
@@ -100,7 +100,7 @@ SERVICE_NAMES = (
 class RunningServer:
     server: grpc.aio.Server
     port: int
-    ctx: ApiContext
+    ctx: ApiDeps
     ends: LogEnds | None = None
     webhooks: WebhookStore | None = None
     background: list[asyncio.Task] = field(default_factory=list)
@@ -122,7 +122,7 @@ class RunningServer:
             await close()
 
 
-def _register(server: grpc.aio.Server, ctx: ApiContext, webhooks: WebhookStore,
+def _register(server: grpc.aio.Server, ctx: ApiDeps, webhooks: WebhookStore,
               settings: Settings) -> health.aio.HealthServicer:
     workspaces_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(ctx), server)
     peers_pb2_grpc.add_PeerServiceServicer_to_server(PeerServicer(ctx), server)
@@ -144,7 +144,7 @@ def _register(server: grpc.aio.Server, ctx: ApiContext, webhooks: WebhookStore,
     return checker
 
 
-def _health(checker: health.aio.HealthServicer, ctx: ApiContext, ends: LogEnds, settings: Settings) -> HealthMonitor:
+def _health(checker: health.aio.HealthServicer, ctx: ApiDeps, ends: LogEnds, settings: Settings) -> HealthMonitor:
     """SERVING only while the log and the projections answer (checked every few seconds)."""
     checks = {"kafka": ends.reachable, "postgres": lambda: database_reachable(ctx.engine)}
     return HealthMonitor(checker, (*SERVICE_NAMES, ""), checks, settings.api.health_interval_s)
@@ -213,7 +213,7 @@ async def start(settings: Settings) -> RunningServer:
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
     ends = LogEnds(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, ends.list_topics)
-    ctx = ApiContext(engine=engine, log=event_log,
+    ctx = ApiDeps(engine=engine, log=event_log,
                      freshness=Freshness(engine, settings.api.consistency_wait_s, ends),
                      embedder=embedder, dialectic=_dialectic(settings, engine, embedder),
                      cursors=PageCursors.from_setting(settings.api.cursor_key.get_secret_value()),
@@ -235,7 +235,7 @@ async def start(settings: Settings) -> RunningServer:
     return RunningServer(server, port, ctx, ends, webhooks, [asyncio.get_running_loop().create_task(monitor.run())])
 
 
-async def _warm(ctx: ApiContext) -> None:
+async def _warm(ctx: ApiDeps) -> None:
     """Load the tokenizer and a local embedding model now rather than in the first caller's request."""
     count_tokens("warm-up")
     if isinstance(ctx.embedder, LocalOnnxEmbedder):

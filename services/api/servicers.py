@@ -43,11 +43,11 @@ from services.api import (
     writes,
 )
 from services.api.auth import visible_workspaces
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 
 
 class WorkspaceServicer(workspaces_pb2_grpc.WorkspaceServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def GetOrCreateWorkspace(self, request, context):
@@ -76,7 +76,7 @@ class WorkspaceServicer(workspaces_pb2_grpc.WorkspaceServiceServicer):
 
 
 class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def GetOrCreatePeer(self, request, context):
@@ -115,7 +115,7 @@ class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
 
 
 class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def GetOrCreateSession(self, request, context):
@@ -172,7 +172,7 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
                                                  consistency_token=written.token)
 
 
-async def _search_messages(ctx: ApiContext, request, query):
+async def _search_messages(ctx: ApiDeps, request, query):
     """The one implementation behind WorkspaceService, SessionService and PeerService.SearchMessages."""
     found = await message_reads.search(ctx, query, request.consistency.consistency_token,
                                        getattr(request, "scope_id", ""))  # SessionService's has none
@@ -180,7 +180,7 @@ async def _search_messages(ctx: ApiContext, request, query):
 
 
 class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def AddMessages(self, request, context):
@@ -209,7 +209,7 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
 
 
 class ConfigurationServicer(configuration_pb2_grpc.ConfigurationServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def SetWorkspaceConfiguration(self, request, context):
@@ -234,7 +234,7 @@ class ConfigurationServicer(configuration_pb2_grpc.ConfigurationServiceServicer)
 
 
 class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def ListObservations(self, request, context):
@@ -280,7 +280,7 @@ class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
 
 
 class ContextServicer(context_pb2_grpc.ContextServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def GetContext(self, request, context):
@@ -295,7 +295,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
 
 
 class DreamServicer(dreams_pb2_grpc.DreamServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def ScheduleDream(self, request, context):
@@ -310,7 +310,7 @@ class DreamServicer(dreams_pb2_grpc.DreamServiceServicer):
 
 
 class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def GetProvenance(self, request, context):
@@ -328,7 +328,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
                                          request.dream_id, request.limit, request.consistency.consistency_token)
         return audit_pb2.ListRejectedObservationsResponse(rejections=[convert_audit.rejection(r) for r in rows])
 class ScopeServicer(scopes_pb2_grpc.ScopeServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def CreateScope(self, request, context):
@@ -357,7 +357,7 @@ class ScopeServicer(scopes_pb2_grpc.ScopeServiceServicer):
 
 
 class DialecticServicer(dialectic_pb2_grpc.DialecticServiceServicer):
-    def __init__(self, ctx: ApiContext) -> None:
+    def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def Chat(self, request, context):

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 from services.bus.subscription import Delivered, Filter, LogSubscription, Position
 
 POLL_S = 0.5  # how long one blocking poll holds the stream's thread: also how soon a cancelled stream lets go
 
 
-async def subscribe(ctx: ApiContext, workspace_id: str, types: Sequence[str], cursor: Mapping[Position, int],
+async def subscribe(ctx: ApiDeps, workspace_id: str, types: Sequence[str], cursor: Mapping[Position, int],
                     from_end: bool) -> AsyncIterator[Delivered]:
     """Every wanted event from `cursor` on, in log order per partition, for as long as the caller reads."""
     v.check_id("workspace_id", workspace_id)

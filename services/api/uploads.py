@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from services.api import files
 from services.api import validation as v
-from services.api.context import ApiContext
+from services.api.deps import ApiDeps
 from services.api.writes import NewMessage, append_checked
 
 MAX_FILE_NAME_CHARS = 255
@@ -40,7 +40,7 @@ def _chunks(data: bytes, file_name: str) -> list[str]:
     return files.split(files.text_of(data, file_name))
 
 
-async def upload_file(ctx: ApiContext, u: Upload, data: bytes) -> tuple[list[str], str]:
+async def upload_file(ctx: ApiDeps, u: Upload, data: bytes) -> tuple[list[str], str]:
     """The messages' ids and the consistency token; InvalidArgument, with nothing written, for a file
     that cannot be used."""
     _check(u)

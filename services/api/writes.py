@@ -1,10 +1,10 @@
-"""Write-side service functions: validate against the projections, then append events atomically.
+"""Write use cases: check (guards.py) against the projections, then append events atomically.
 
 Control-plane writes (workspaces, peers, sessions, membership) wait until they are readable before
 answering, so the next call can rely on them; AddMessages answers at the durable ack.
 
 Racing control-plane writes (issue 17 §2.1, §2.13): in one API process, the check against the projection
-and the append run under a per-entity lock (`ApiContext.writes`), so a second caller sees the first one's
+and the append run under a per-entity lock (`ApiDeps.writes`), so a second caller sees the first one's
 write. Across API processes nothing here serialises them; the projection decides instead, in log order:
 the first create of an entity wins (a caller was `created` only if the projected row is its own event)
 and a MemberJoined for a peer with an open period is ignored (projections/handlers.py, and the router
@@ -14,20 +14,25 @@ does the same), so two processes can append a duplicate event but never make the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import uuid6
 from sqlalchemy import RowMapping
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import configurations, queries
 from services.api import idempotency
 from services.api import validation as v
-from services.api.context import ApiContext
-from services.errors import AlreadyExists, FailedPrecondition, NotFound
+from services.api.deps import ApiDeps
+from services.api.guards import (
+    check_members,
+    check_peer_ids,
+    require_session,
+    require_workspace,
+    validate_messages,
+)
+from services.errors import AlreadyExists, FailedPrecondition
 from services.events import (
     Configuration,
     Event,
@@ -68,7 +73,7 @@ class Written:
     token: str
 
 
-async def commit(ctx: ApiContext, events: Sequence[Event], wait: bool = True) -> str:
+async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> str:
     """Append `events` in one transaction; with `wait`, return only once they are readable."""
     if not events:
         return ""
@@ -78,75 +83,7 @@ async def commit(ctx: ApiContext, events: Sequence[Event], wait: bool = True) ->
     return token.encode()
 
 
-async def require_workspace(ctx: ApiContext, workspace_id: str) -> RowMapping:
-    async with ctx.engine.connect() as conn:
-        row = await queries.workspace(conn, v.check_id("workspace_id", workspace_id))
-    if row is None:
-        raise NotFound(f"workspace {workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
-    return row
-
-
-@asynccontextmanager
-async def _connection(ctx: ApiContext, conn: AsyncConnection | None):
-    """`conn` if the caller has one open, else a new connection for this block."""
-    if conn is not None:
-        yield conn
-    else:
-        async with ctx.engine.connect() as fresh:
-            yield fresh
-
-
-async def require_session(
-    ctx: ApiContext, workspace_id: str, session_id: str, conn: AsyncConnection | None = None
-) -> RowMapping:
-    v.check_id("workspace_id", workspace_id)
-    v.check_id("session_id", session_id)
-    async with _connection(ctx, conn) as c:
-        row = await queries.session(c, workspace_id, session_id)
-    if row is None:
-        await require_workspace(ctx, workspace_id)  # say which of the two is missing
-        raise NotFound(
-            f"session {session_id!r} does not exist in workspace {workspace_id!r}; "
-            "create it with GetOrCreateSession"
-        )
-    return row
-
-
-async def require_peers(ctx: ApiContext, workspace_id: str, **peer_ids: str) -> None:
-    """NotFound unless the workspace and every named peer exist (keyword = the request field)."""
-    await require_scope(ctx, workspace_id, (), **peer_ids)
-
-
-async def require_scope(ctx: ApiContext, workspace_id: str, session_ids: Sequence[str] = (), **peer_ids: str) -> None:
-    """NotFound unless the workspace, every session and every named peer (keyword = the request field)
-    exist; one query, for read paths where each round trip shows in the latency."""
-    async with ctx.engine.connect() as conn:
-        await check_scope(conn, workspace_id, session_ids, **peer_ids)
-
-
-async def check_scope(conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str] = (),
-                      **peer_ids: str) -> None:
-    """`require_scope` on a connection the caller goes on reading with."""
-    v.check_id("workspace_id", workspace_id)
-    for session_id in session_ids:
-        v.check_id("session_id", session_id)
-    for kind, peer_id in peer_ids.items():
-        v.check_id(kind, peer_id)
-    known = await queries.known(conn, workspace_id, sorted(set(peer_ids.values())), list(session_ids))
-    if not known.workspace:
-        raise NotFound(f"workspace {workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
-    sessions = [repr(s) for s in session_ids if s not in known.sessions]
-    if sessions:
-        raise NotFound(f"session {v.listed(sessions)} does not exist in workspace {workspace_id!r}; "
-                       "create it with GetOrCreateSession")
-    missing = [f"{kind} {p!r}" for kind, p in peer_ids.items() if p not in known.peers]
-    if missing:
-        raise NotFound(
-            f"no such peer in workspace {workspace_id!r}: {v.listed(missing)}; create it with GetOrCreatePeer"
-        )
-
-
-async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: dict,
+async def get_or_create_workspace(ctx: ApiDeps, workspace_id: str, metadata: dict,
                                   configuration: Configuration | None = None) -> Written:
     v.check_id("workspace_id", workspace_id)
     v.check_metadata("metadata", metadata)
@@ -164,7 +101,7 @@ async def get_or_create_workspace(ctx: ApiContext, workspace_id: str, metadata: 
 
 
 async def get_or_create_peer(
-    ctx: ApiContext, workspace_id: str, peer_id: str, observe_me: bool | None, metadata: dict
+    ctx: ApiDeps, workspace_id: str, peer_id: str, observe_me: bool | None, metadata: dict
 ) -> Written:
     v.check_id("peer_id", peer_id)
     v.check_metadata("metadata", metadata)
@@ -186,29 +123,7 @@ async def get_or_create_peer(
     return Written(row, before is None and row["event_id"] == events[0].event_id, token)
 
 
-async def _known_peers(ctx: ApiContext, workspace_id: str, peer_ids) -> set[str]:
-    async with ctx.engine.connect() as conn:
-        return await queries.existing_peers(conn, workspace_id, sorted(set(peer_ids)))
-
-
-def _check_peer_ids(peer_ids: Sequence[str]) -> None:
-    for p in peer_ids:
-        v.check_id("peer_id", p)
-    v.check_distinct("peer_id", peer_ids)
-
-
-async def _check_members(ctx: ApiContext, workspace_id: str, peer_ids: Sequence[str]) -> None:
-    _check_peer_ids(peer_ids)
-    known = await _known_peers(ctx, workspace_id, peer_ids)
-    missing = [p for p in peer_ids if p not in known]
-    if missing:
-        raise NotFound(
-            f"peer(s) {v.listed([repr(p) for p in missing])} do not exist in workspace {workspace_id!r}; "
-            "create them with GetOrCreatePeer"
-        )
-
-
-def _joins(ctx: ApiContext, workspace_id: str, session_id: str, members: Sequence[MemberSpec]):
+def _joins(ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]):
     now = datetime.now(UTC)
     return [
         MemberJoined(workspace_id=workspace_id, session_id=session_id, peer_id=m.peer_id,
@@ -219,13 +134,13 @@ def _joins(ctx: ApiContext, workspace_id: str, session_id: str, members: Sequenc
 
 
 async def get_or_create_session(
-    ctx: ApiContext, workspace_id: str, session_id: str, metadata: dict,
+    ctx: ApiDeps, workspace_id: str, session_id: str, metadata: dict,
     members: Sequence[MemberSpec], configuration: Configuration | None = None,
 ) -> Written:
     v.check_id("session_id", session_id)
     v.check_metadata("metadata", metadata)
     await require_workspace(ctx, workspace_id)
-    await _check_members(ctx, workspace_id, [m.peer_id for m in members])
+    await check_members(ctx, workspace_id, [m.peer_id for m in members])
     async with ctx.writes.hold(("session", workspace_id, session_id)):
         async with ctx.engine.connect() as conn:
             row = await queries.session(conn, workspace_id, session_id)
@@ -244,10 +159,10 @@ async def get_or_create_session(
 
 
 async def add_members(
-    ctx: ApiContext, workspace_id: str, session_id: str, members: Sequence[MemberSpec]
+    ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]
 ) -> Written:
     await require_session(ctx, workspace_id, session_id)
-    await _check_members(ctx, workspace_id, [m.peer_id for m in members])
+    await check_members(ctx, workspace_id, [m.peer_id for m in members])
     async with ctx.writes.hold(("session", workspace_id, session_id)):
         async with ctx.engine.connect() as conn:
             current = await queries.current_members(conn, workspace_id, session_id)
@@ -261,10 +176,10 @@ async def add_members(
 
 
 async def remove_members(
-    ctx: ApiContext, workspace_id: str, session_id: str, peer_ids: Sequence[str]
+    ctx: ApiDeps, workspace_id: str, session_id: str, peer_ids: Sequence[str]
 ) -> Written:
     await require_session(ctx, workspace_id, session_id)
-    _check_peer_ids(peer_ids)
+    check_peer_ids(peer_ids)
     async with ctx.writes.hold(("session", workspace_id, session_id)):
         async with ctx.engine.connect() as conn:
             current = await queries.current_members(conn, workspace_id, session_id)
@@ -280,30 +195,17 @@ async def remove_members(
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
 
 
-def _validate_messages(new: Sequence[NewMessage]) -> None:
-    v.check_message_count(len(new))
-    for i, m in enumerate(new):
-        v.check_id(f"messages[{i}].peer_id", m.peer_id)
-        v.check_content(i, m.content)
-        v.check_metadata(f"messages[{i}].metadata", m.metadata)
-        if m.created_at is not None:
-            v.check_created_at(i, m.created_at)
-        if m.message_id:
-            v.check_id(f"messages[{i}].message_id", m.message_id)
-    v.check_distinct("message_id", [m.message_id for m in new if m.message_id])
-
-
 async def add_messages(
-    ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage], idempotency_key: str = ""
+    ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage], idempotency_key: str = ""
 ) -> tuple[list[str], str]:
     """Append messages atomically; returns their ids and the consistency token. Under a used
     idempotency key, the first call's reply instead (services/api/idempotency.py)."""
-    _validate_messages(new)
+    validate_messages(new)
     return await append_checked(ctx, workspace_id, session_id, new, idempotency_key)
 
 
 async def append_checked(
-    ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage], idempotency_key: str = ""
+    ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage], idempotency_key: str = ""
 ) -> tuple[list[str], str]:
     """AddMessages' append (atomic; once per idempotency key) of messages already checked, in any number:
     UploadFile's chunks of one file go in one transaction too."""
@@ -312,7 +214,7 @@ async def append_checked(
         ctx, workspace_id, session_id, new, request))
 
 
-async def _append_messages(ctx: ApiContext, workspace_id: str, session_id: str, new: Sequence[NewMessage],
+async def _append_messages(ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage],
                            request: KeyedRequest | None) -> tuple[list[str], str]:
     # the hot path: one connection for every check (the session row implies its workspace)
     async with ctx.engine.connect() as conn:
@@ -326,7 +228,7 @@ async def _append_messages(ctx: ApiContext, workspace_id: str, session_id: str, 
                             f"workspace {workspace_id!r}; a client's message ids must be new")
     outsiders = sorted({m.peer_id for m in new if m.peer_id not in members})
     if outsiders:
-        await _check_members(ctx, workspace_id, outsiders)  # unknown peers are NOT_FOUND
+        await check_members(ctx, workspace_id, outsiders)  # unknown peers are NOT_FOUND
         raise FailedPrecondition(
             f"peer(s) {v.listed([repr(p) for p in outsiders])} are not members of session {session_id!r}; "
             "add them with AddMembers before they post"

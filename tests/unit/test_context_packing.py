@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from datetime import UTC, datetime
 
-from services.api.packing import Line, Obs, Relevant, pack, render_relevant
+from services.api.packing import Obs, RecentMessage, Relevant, pack, render_relevant
 from services.llm.tokens import count_tokens
 
 words = st.text(alphabet=st.sampled_from("abcdefgh ijk.,é😀"), min_size=0, max_size=300)
@@ -19,7 +19,7 @@ words = st.text(alphabet=st.sampled_from("abcdefgh ijk.,é😀"), min_size=0, ma
        found=st.lists(words, max_size=20))
 def test_the_packed_context_never_exceeds_the_budget(budget, obs, card, short, long, msgs, found):
     ranked = [Obs(f"o{i}", t, "explicit", (i,)) for i, t in enumerate(obs)]
-    lines = [Line(f"m{i}", "alice" if i % 2 else "bob", t) for i, t in enumerate(msgs)]
+    lines = [RecentMessage(f"m{i}", "alice" if i % 2 else "bob", t) for i, t in enumerate(msgs)]
     relevant = [_relevant(f"m{i * 3}", t) for i, t in enumerate(found)]  # some are recent messages too
     out = pack(budget, ranked, card, short, long, lines, count_tokens, relevant=relevant)
     measured = (count_tokens(out.representation) + count_tokens("\n".join(out.card)) + count_tokens(out.summary)
@@ -34,7 +34,7 @@ def _relevant(message_id: str, content: str) -> Relevant:
 
 def test_relevant_messages_take_at_most_three_quarters_of_the_room_best_first_and_are_not_repeated_as_recent():
     relevant = [_relevant(f"old{i}", f"relevant {i} " * 5) for i in range(20)] + [_relevant("m9", "message 9")]
-    newest_first = [Line(f"m{i}", "bob", f"message {i}") for i in range(9, -1, -1)]
+    newest_first = [RecentMessage(f"m{i}", "bob", f"message {i}") for i in range(9, -1, -1)]
     out = pack(200, [], [], "", "", newest_first, count_tokens, relevant=relevant)
     assert 0 < out.tokens["relevant_messages"] <= 150
     assert out.messages  # the newest turns keep the rest
@@ -58,7 +58,7 @@ def test_the_summary_is_the_long_one_when_it_fits_and_is_longer_else_the_short_o
 
 
 def test_recent_messages_fill_the_rest_newest_first_and_come_back_in_time_order():
-    newest_first = [Line(f"m{i}", "bob", f"message {i}") for i in range(9, -1, -1)]
+    newest_first = [RecentMessage(f"m{i}", "bob", f"message {i}") for i in range(9, -1, -1)]
     out = pack(20, [], [], "", "", newest_first, count_tokens)
     ids = [x.message_id for x in out.messages]
     assert ids == sorted(ids) and ids[-1] == "m9" and len(ids) < 10

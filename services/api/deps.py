@@ -23,7 +23,10 @@ API_PRODUCER = ProducerInfo(component="api", version="0.1.0")
 
 
 @dataclass(frozen=True)
-class ApiContext:
+class ApiDeps:
+    """The dependencies every API service function is given (its `ctx`): one container per server, built
+    in server.py. Not GetContext (that read is context_reads.py) nor gRPC's per-call context."""
+
     engine: AsyncEngine
     log: EventLog
     freshness: Freshness
