@@ -4,13 +4,13 @@ UNAVAILABLE, a status they may retry, never INTERNAL."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from infra.processes import free_port
 from peerlog.v1 import workspaces_pb2, workspaces_pb2_grpc
 from projections.db import async_engine
 from services.api.context import ApiContext
@@ -27,14 +27,8 @@ from tests.support.auth import admin_channel
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # nothing listens once the socket is closed
-
-
 def dead_database() -> DatabaseSettings:
-    return DatabaseSettings(url=f"postgresql+psycopg://peerlog@127.0.0.1:{closed_port()}/peerlog", schema_name="t")
+    return DatabaseSettings(url=f"postgresql+psycopg://peerlog@127.0.0.1:{free_port()}/peerlog", schema_name="t")
 
 
 async def health_of(channel: grpc.aio.Channel, service: str = "") -> int:
@@ -77,7 +71,7 @@ async def test_health_says_not_serving_while_the_broker_is_down_and_serving_once
 async def test_the_dependency_checks_fail_against_unreachable_endpoints_and_pass_against_real_ones(infra, settings):
     dead = async_engine(dead_database())
     live = async_engine(settings.database)
-    nowhere = LogEnds(KafkaSettings(bootstrap_servers=f"127.0.0.1:{closed_port()}"), timeout_s=1.0)
+    nowhere = LogEnds(KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}"), timeout_s=1.0)
     broker = LogEnds(settings.kafka)
     try:
         assert await database_reachable(dead) is False
