@@ -37,11 +37,10 @@ from services.api.channels import aio_channel
 from services.api.tokens import mint
 from services.config import AuthSettings
 from services.llm import tokens
-from tests.integration.test_observations_api import until
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.processes import Worker
-from tests.support.wait import eventually
+from tests.support.wait import eventually, until
 
 REPO = Path(__file__).resolve().parents[2]
 PEERLOG_SERVICES = {"topics", "projector", "api", "worker"}

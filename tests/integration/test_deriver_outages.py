@@ -14,10 +14,10 @@ from services.deriver.rederive import Scope
 from services.deriver.retry import retry
 from services.deriver.settings import DeriverSettings
 from services.deriver.store import ObservationStore
-from tests.integration.test_observations_api import until
 from tests.integration.test_rederive import current_rows
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
+from tests.support.wait import until
 
 QUICK_RETRIES = {"PEERLOG_EMBEDDING_MAX_RETRIES": "1", "PEERLOG_EMBEDDING_BACKOFF_S": "0.05",
                  "PEERLOG_DERIVER_STORE_RETRIES": "1", "PEERLOG_DERIVER_STORE_BACKOFF_S": "0.05"}

@@ -4,7 +4,6 @@ UNAVAILABLE, a status they may retry, never INTERNAL."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import grpc
 import pytest
@@ -23,6 +22,7 @@ from services.bus.log_ends import LogEnds
 from services.config import DatabaseSettings, KafkaSettings
 from services.llm.errors import EmbeddingError, TokenizerUnavailable
 from tests.support.auth import admin_channel
+from tests.support.wait import until
 
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -34,13 +34,6 @@ def dead_database() -> DatabaseSettings:
 async def health_of(channel: grpc.aio.Channel, service: str = "") -> int:
     stub = health_pb2_grpc.HealthStub(channel)
     return (await stub.Check(health_pb2.HealthCheckRequest(service=service))).status
-
-
-async def until(check, want, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while (got := await check()) != want:
-        assert time.monotonic() < deadline, f"still {got} after {timeout} s, wanted {want}"
-        await asyncio.sleep(0.2)
 
 
 async def test_health_says_not_serving_while_the_broker_is_down_and_serving_once_it_is_back(infra, settings):
@@ -56,11 +49,11 @@ async def test_health_says_not_serving_while_the_broker_is_down_and_serving_once
             assert (await watch.read()).status == SERVING  # Watch streams, too (it failed as INTERNAL)
             await loop.run_in_executor(None, infra.kafka.stop)
             try:
-                await until(lambda: health_of(channel), NOT_SERVING, 30)
+                await until(lambda: health_of(channel), lambda status: status == NOT_SERVING, 30)
                 assert await health_of(channel, "peerlog.v1.WorkspaceService") == NOT_SERVING
             finally:
                 await loop.run_in_executor(None, infra.kafka.start)
-            await until(lambda: health_of(channel), SERVING, 60)
+            await until(lambda: health_of(channel), lambda status: status == SERVING, 60)
             statuses = [(await watch.read()).status for _ in range(2)]
             assert statuses == [NOT_SERVING, SERVING]
             watch.cancel()
