@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from infra.kafka.broker import KafkaBroker, running_broker, stop_broker
 from infra.postgres.embedded import EmbeddedPostgres
+from infra.processes import pid_alive, preferred_or_free_port, terminate
 from services.bus.admin import create_topics
 from services.bus.settings import KafkaSettings
 
@@ -83,26 +82,6 @@ def _save(state: StackState) -> None:
     _state_file(Path(state.root)).write_text(json.dumps(asdict(state), indent=2))
 
 
-def _free_or(preferred: int) -> int:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", preferred))
-            return preferred
-        except OSError:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has already exited
-
-
 def _spawn(state: StackState, name: str) -> int:
     log = open(Path(state.root) / f"{name}.log", "ab")
     proc = subprocess.Popen(
@@ -140,9 +119,9 @@ def up(root: Path, progress=print, model_env: dict[str, str] | None = None) -> S
     state = load_state(root)
     if model_env is not None:
         state.model_env = model_env
-    state.kafka_port = state.kafka_port or _free_or(9092)
-    state.postgres_port = state.postgres_port or _free_or(54329)
-    state.api_port = state.api_port or _free_or(50051)
+    state.kafka_port = state.kafka_port or preferred_or_free_port(9092)
+    state.postgres_port = state.postgres_port or preferred_or_free_port(54329)
+    state.api_port = state.api_port or preferred_or_free_port(50051)
     state.auth_secret = state.auth_secret or secrets.token_hex(32)
     if running_broker(root / "kafka"):
         progress(f"kafka     already running on 127.0.0.1:{state.kafka_port}")
@@ -156,7 +135,7 @@ def up(root: Path, progress=print, model_env: dict[str, str] | None = None) -> S
     created = create_topics(KafkaSettings(bootstrap_servers=state.bootstrap_servers))
     progress(f"topics    {', '.join(f'{t} ({s})' for t, s in created.items())}")
     for name in PROCESSES:
-        if not _alive(state.pids.get(name, 0)):
+        if not pid_alive(state.pids.get(name, 0)):
             state.pids[name] = _spawn(state, name)
             progress(f"{name:<9} started (pid {state.pids[name]}, log {root / (name + '.log')})")
     _save(state)
@@ -170,9 +149,8 @@ def down(root: Path, progress=print) -> None:
     root = root.resolve()
     state = load_state(root)
     for name, pid in state.pids.items():
-        if _alive(pid):
-            os.kill(pid, signal.SIGTERM)
-            _wait_exit(pid, 30)
+        if pid_alive(pid):
+            terminate(pid, 30)
             progress(f"{name:<9} stopped")
     state.pids = {}
     stop_broker(root / "kafka")
@@ -182,11 +160,3 @@ def down(root: Path, progress=print) -> None:
         progress("postgres  stopped")
     if root.exists():
         _save(state)
-
-
-def _wait_exit(pid: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _alive(pid):
-        os.kill(pid, signal.SIGKILL)

@@ -22,7 +22,6 @@ import fcntl
 import hashlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -32,6 +31,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from infra.processes import HOST, free_port, log_tail, pid_alive, read_pid_file, terminate
+
 KAFKA_VERSION = "4.4.0"  # keep in sync with <kafka.version> in pom.xml
 INFRA_DIR = Path(__file__).resolve().parent
 REPO_ROOT = INFRA_DIR.parents[1]
@@ -39,7 +40,6 @@ POM = INFRA_DIR / "pom.xml"
 LOG4J2_CONFIG = INFRA_DIR / "log4j2.xml"
 LIB_DIR_ENV = "PEERLOG_KAFKA_LIB_DIR"
 JARS_MARKER = ".complete"
-HOST = "127.0.0.1"
 
 
 class BrokerStartError(RuntimeError):
@@ -117,16 +117,6 @@ def ensure_jars(lib_dir: Path | None = None) -> Path:
 # --------------------------------------------------------------------------- config
 
 
-def free_port(avoid: set[int] | frozenset[int] = frozenset()) -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago (bind to port 0)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port = sock.getsockname()[1]
-        if port not in avoid:
-            return port
-
-
 def new_cluster_id() -> str:
     """Return a KRaft cluster id: 16 random bytes as unpadded URL-safe base64 (22 chars)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
@@ -185,16 +175,6 @@ def render_server_properties(
 # --------------------------------------------------------------------------- processes
 
 
-def _pid_alive(pid: int) -> bool:
-    """Tell whether pid names a live (non-zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            # Field 3 is the state; 'Z' is a zombie that only waits to be reaped.
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-
-
 def _is_our_broker(pid: int, config: Path) -> bool:
     """Tell whether pid is a kafka.Kafka JVM running with this config (guards against pid reuse)."""
     try:
@@ -202,40 +182,6 @@ def _is_our_broker(pid: int, config: Path) -> bool:
     except OSError:
         return False
     return b"kafka.Kafka" in args and str(config).encode() in args
-
-
-def _wait_gone(pid: int, timeout: float, proc: subprocess.Popen | None) -> bool:
-    """Wait up to timeout for pid to exit (reaping it if it is our child); True if it did."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return True
-        if proc is None and not _pid_alive(pid):
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def _terminate(pid: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    """SIGTERM pid (controlled shutdown, flushes logs), then SIGKILL if it lingers."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    if not _wait_gone(pid, timeout, proc):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        _wait_gone(pid, 10, proc)
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    """Return the last lines of a text file, or '' if it does not exist."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""
 
 
 def _error_lines(path: Path, lines: int = 15) -> str:
@@ -263,11 +209,8 @@ def _port_open(port: int) -> bool:
 
 def _running_pid(data_dir: Path) -> int | None:
     """Return the pid from data_dir/broker.pid if that process is our live broker, else None."""
-    try:
-        pid = int((data_dir / "broker.pid").read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    if _pid_alive(pid) and _is_our_broker(pid, data_dir / "server.properties"):
+    pid = read_pid_file(data_dir / "broker.pid")
+    if pid is not None and pid_alive(pid) and _is_our_broker(pid, data_dir / "server.properties"):
         return pid
     return None
 
@@ -295,7 +238,7 @@ def stop_broker(data_dir: Path, timeout: float = 30) -> bool:
     data_dir = Path(data_dir).resolve()
     pid = _running_pid(data_dir)
     if pid is not None:
-        _terminate(pid, timeout)
+        terminate(pid, timeout)
     (data_dir / "broker.pid").unlink(missing_ok=True)
     return pid is not None
 
@@ -384,7 +327,7 @@ class KafkaBroker:
     def stop(self, timeout: float = 30) -> None:
         """Stop the broker: SIGTERM for a controlled shutdown, SIGKILL after timeout."""
         if self._proc is not None:
-            _terminate(self._proc.pid, timeout, self._proc)
+            terminate(self._proc.pid, timeout, self._proc)
             self._forget()
 
     def kill(self) -> None:
@@ -488,8 +431,8 @@ class KafkaBroker:
         raise BrokerStartError(
             f"Kafka broker on {self.bootstrap_servers} {reason}.\n"
             f"--- errors in {server_log}\n{_error_lines(server_log)}\n"
-            f"--- tail of {self.broker_log}\n{_tail(self.broker_log)}\n"
-            f"--- tail of {server_log}\n{_tail(server_log, 20)}"
+            f"--- tail of {self.broker_log}\n{log_tail(self.broker_log)}\n"
+            f"--- tail of {server_log}\n{log_tail(server_log, 20)}"
         )
 
     def _forget(self) -> None:

@@ -13,7 +13,8 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from infra.kafka.broker import HOST, BrokerStartError, KafkaBroker, free_port, new_cluster_id
+from infra.kafka.broker import BrokerStartError, KafkaBroker, new_cluster_id
+from infra.processes import HOST, free_port
 
 
 def cluster_properties(node_id: int, voters: str, nodes: int, min_insync: int) -> dict[str, str]:

@@ -81,6 +81,7 @@ def _eval_rates(log: Path | None, since: int) -> list[float]:
 
 
 def probe(base_url: str, model: str, pid: int | None, log: Path | None, runs: int) -> dict[str, Any]:
+    """Try each request form peerlog relies on, then time fact extraction and free text; return the report."""
     from openai import OpenAI
 
     client = OpenAI(base_url=base_url, api_key="local", timeout=300, max_retries=0)
@@ -88,7 +89,19 @@ def probe(base_url: str, model: str, pid: int | None, log: Path | None, runs: in
     report: dict[str, Any] = {"base_url": base_url, "model": model}
     if pid:
         report["rss_mb_idle"] = _rss_mb(pid)
+    report |= _response_format_checks(client, model)
+    report |= _message_and_tool_checks(chat, model)
+    report["extract_5_messages"] = _time_extraction(chat, model, log, runs)
+    report["free_text_200"] = _time_free_text(chat, model, log)
+    if pid:
+        report["rss_mb_after"] = _rss_mb(pid)
+    return report
 
+
+def _response_format_checks(client, model: str) -> dict[str, Any]:
+    """Which ways of asking for JSON (schema, parse, json_object with and without a schema) this server honours."""
+    chat = client.chat.completions.create
+    report: dict[str, Any] = {}
     report["plain_chat"] = _try(lambda: {"content": chat(
         model=model, messages=[{"role": "user", "content": "Name the capital of France in one word."}],
         max_tokens=16, temperature=0,
@@ -134,7 +147,12 @@ def probe(base_url: str, model: str, pid: int | None, log: Path | None, runs: in
         return {"content": c}
 
     report["response_format_json_object"] = _try(json_object_plain)
+    return report
 
+
+def _message_and_tool_checks(chat, model: str) -> dict[str, Any]:
+    """Whether an assistant message without content is accepted, and tool calls with tool_choice auto / named."""
+    report: dict[str, Any] = {}
     # an assistant message with content None, as the SDK echoes after a tool call
     report["assistant_content_none"] = _try(lambda: {"content": chat(
         model=model, max_tokens=10, messages=[
@@ -151,11 +169,18 @@ def probe(base_url: str, model: str, pid: int | None, log: Path | None, runs: in
             return {"content": m.content,
                     "tool_calls": [t.function.model_dump() for t in (m.tool_calls or [])]}
         report[f"tools_{choice}"] = _try(tool_call)
+    return report
 
-    # the timed workload: extract facts from 5 short messages as schema-checked JSON
+
+def _log_size(log: Path | None) -> int:
+    return log.stat().st_size if log and log.is_file() else 0
+
+
+def _time_extraction(chat, model: str, log: Path | None, runs: int) -> dict[str, Any]:
+    """The timed workload: extract facts from 5 short messages as schema-checked JSON, `runs` times."""
     prompt = "Extract the facts stated in these messages as subject/predicate/object triples.\n" + "\n".join(
         f"{i}. {m}" for i, m in enumerate(MESSAGES_5, 1))
-    offset = log.stat().st_size if log and log.is_file() else 0
+    offset = _log_size(log)
     times, completion_tokens, prompt_tokens, valid, sample = [], [], [], 0, None
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -172,7 +197,7 @@ def probe(base_url: str, model: str, pid: int | None, log: Path | None, runs: in
         except ValidationError:
             sample = resp.choices[0].message.content
     rates = _eval_rates(log, offset)
-    report["extract_5_messages"] = {
+    return {
         "runs": runs,
         "seconds_per_call": [round(t, 2) for t in times],
         "median_seconds": round(statistics.median(times), 2),
@@ -183,20 +208,20 @@ def probe(base_url: str, model: str, pid: int | None, log: Path | None, runs: in
         "generation_tokens_per_s_from_log": rates,
         "sample": sample,
     }
-    # unconstrained generation speed, for comparison with the grammar-constrained one
-    offset = log.stat().st_size if log and log.is_file() else 0
+
+
+def _time_free_text(chat, model: str, log: Path | None) -> dict[str, Any]:
+    """Unconstrained generation speed, for comparison with the grammar-constrained one."""
+    offset = _log_size(log)
     t0 = time.perf_counter()
     resp = chat(model=model, max_tokens=200, temperature=0,
                 messages=[{"role": "user", "content": "Write a short paragraph about the sea."}])
     dt = time.perf_counter() - t0
-    report["free_text_200"] = {
+    return {
         "seconds": round(dt, 2), "completion_tokens": resp.usage.completion_tokens,
         "end_to_end_tokens_per_s": round(resp.usage.completion_tokens / dt, 1),
         "generation_tokens_per_s_from_log": _eval_rates(log, offset),
     }
-    if pid:
-        report["rss_mb_after"] = _rss_mb(pid)
-    return report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,8 +23,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +32,7 @@ from pathlib import Path
 from typing import Self
 
 from infra.models.qwen import MODEL_NAME, REPO_ROOT
+from infra.processes import HOST, free_port, log_tail, terminate
 
 LLAMA_CPP_VERSION = "0.3.36"
 LLAMA_CPP_REQUIREMENT = f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}"
@@ -42,7 +41,6 @@ WHEEL_DIR_ENV = "PEERLOG_WHEEL_DIR"
 BUILD_CMAKE_ARGS = "-DLLAVA_BUILD=OFF"
 # import names of the packages the [server] extra brings
 _SERVER_MODULES = ("uvicorn", "fastapi", "pydantic_settings", "sse_starlette", "starlette_context", "yaml")
-HOST = "127.0.0.1"
 STATE_FILE = "server.json"
 LOG_FILE = "server.log"
 
@@ -96,7 +94,7 @@ def _pip(args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
             stdout=out, stderr=subprocess.STDOUT, env=env,
         )
     if proc.returncode != 0:
-        tail = log.read_text(errors="replace")[-3000:]
+        tail = log_tail(log, chars=3000)
         raise LlamaInstallError(f"pip {args[0]} failed (exit {proc.returncode}); log {log}:\n{tail}")
 
 
@@ -146,12 +144,6 @@ def ensure_llama_server(wheel_dir: Path | None = None) -> None:
 
 
 # --------------------------------------------------------------------------- server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def _get_json(url: str, timeout: float = 2.0) -> dict:
@@ -220,7 +212,7 @@ class LocalModelServer:
         if not self.model_path.is_file():
             raise ServerStartError(f"model file {self.model_path} does not exist")
         if self.port == 0:
-            self.port = _free_port()
+            self.port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
@@ -232,7 +224,7 @@ class LocalModelServer:
             if self._proc.poll() is not None:
                 raise ServerStartError(
                     f"llama_cpp.server exited with {self._proc.returncode}; log {self.log_path}:\n"
-                    f"{self._log_tail()}"
+                    f"{log_tail(self.log_path, chars=3000)}"
                 )
             try:
                 _get_json(f"{self.base_url}/models")
@@ -241,12 +233,6 @@ class LocalModelServer:
                 time.sleep(0.25)
         self.stop()
         raise ServerStartError(f"llama_cpp.server did not answer within {timeout}s; log {self.log_path}")
-
-    def _log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM the server, SIGKILL it if it has not exited within ``timeout`` s."""
@@ -331,11 +317,6 @@ def stop_server(state_dir: Path, timeout: float = 15.0) -> bool:
     pid = int(json.loads(path.read_text())["pid"])
     was_running = _is_our_server(pid)
     if was_running:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _is_our_server(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _is_our_server(pid):
-            os.kill(pid, signal.SIGKILL)
+        terminate(pid, timeout, alive=_is_our_server)
     path.unlink(missing_ok=True)
     return was_running

@@ -25,7 +25,6 @@ import secrets
 import shlex
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -35,6 +34,8 @@ from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
+
+from infra.processes import HOST, free_port, log_tail, pid_alive, read_pid_file
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,6 @@ def _bin_path() -> Path:
 
 
 POSTGRES_BIN_PATH = _bin_path()
-HOST = "127.0.0.1"
 SUPERUSER = "peerlog"  # database role created by initdb; owns everything
 SERVICE_ACCOUNT = "peerlog"  # OS user the server runs as when we are root
 
@@ -96,11 +96,8 @@ class EmbeddedPostgres:
     @property
     def pid(self) -> int | None:
         """PID of the running postmaster (from PGDATA/postmaster.pid), or None when stopped."""
-        try:
-            pid = int((self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
-        except (FileNotFoundError, ValueError):
-            return None
-        return pid if process_alive(pid) else None
+        pid = read_pid_file(self.pgdata / "postmaster.pid")
+        return pid if pid is not None and pid_alive(pid) else None
 
     def start(self, timeout: float = 60) -> None:
         """Init the cluster if new, start it (or reuse it if up on `port`), ensure db + pgvector."""
@@ -228,7 +225,7 @@ class EmbeddedPostgres:
         try:
             self._run("pg_ctl", args, timeout + 5)
         except RuntimeError as err:
-            tail = self._log_tail()
+            tail = log_tail(self.log_path, 30, missing="(no log)")
             raise RuntimeError(f"{err}\n--- {self.log_path} (tail) ---\n{tail}") from None
 
     def _check_running_port(self) -> None:
@@ -281,13 +278,6 @@ class EmbeddedPostgres:
         argv = [str(POSTGRES_BIN_PATH / program), *args]
         return run_as(_server_account(self.pgdata), argv, cwd=self.data_dir, timeout=timeout)
 
-    def _log_tail(self, lines: int = 30) -> str:
-        """The end of the server log, for error messages."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
-
 
 def server_settings(port: int, fast: bool) -> dict[str, str]:
     """The `-c` settings the server starts with (command line, so nothing persists in PGDATA)."""
@@ -303,13 +293,6 @@ def server_settings(port: int, fast: bool) -> dict[str, str]:
     if fast:
         settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
     return settings
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 def run_as(account: tuple[int, int] | None, argv: list[str], *, cwd: Path, timeout: float) -> str:
@@ -328,23 +311,6 @@ def run_as(account: tuple[int, int] | None, argv: list[str], *, cwd: Path, timeo
     if done.returncode != 0:
         raise RuntimeError(f"{Path(argv[0]).name} exited {done.returncode}: {output.strip()}")
     return output
-
-
-def process_alive(pid: int) -> bool:
-    """Whether `pid` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by another user
-    # A killed postmaster stays a zombie until PID 1 reaps it; in containers
-    # whose PID 1 never reaps, `pg_ctl stop` would wait on it until timeout.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return True  # no /proc (macOS): trust kill()
-    return state != "Z"
 
 
 def _server_account(pgdata: Path) -> tuple[int, int] | None:

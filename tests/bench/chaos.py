@@ -45,7 +45,8 @@ from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from infra.kafka.broker import KafkaBroker, running_broker, stop_broker  # noqa: E402
 from infra.postgres.embedded import EmbeddedPostgres  # noqa: E402
-from infra.stack import _alive, _save, _spawn, down, up  # noqa: E402
+from infra.processes import pid_alive  # noqa: E402
+from infra.stack import _save, _spawn, down, up  # noqa: E402
 from peerlog.v1 import messages_pb2  # noqa: E402
 from services.api.channels import aio_channel  # noqa: E402
 from services.bus.topics import OBSERVATIONS, SESSIONS  # noqa: E402
@@ -91,7 +92,7 @@ class Supervisor(threading.Thread):
             with self.lock:
                 for name in KILLABLE:
                     pid = self.state.pids.get(name, 0)
-                    if _alive(pid):
+                    if pid_alive(pid):
                         continue
                     if pid not in self.killed:
                         self.crashes.append({"process": name, "pid": pid, "at": time.time()})

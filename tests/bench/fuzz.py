@@ -24,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
 
-from infra.stack import _alive, down, up  # noqa: E402
+from infra.processes import pid_alive  # noqa: E402
+from infra.stack import down, up  # noqa: E402
 from projections.db import sync_engine  # noqa: E402
 from projections.settings import DatabaseSettings  # noqa: E402
 from services.bus.settings import KafkaSettings  # noqa: E402
@@ -49,7 +50,7 @@ def fuzz(root: Path, requests: int, seed: int, model_url: str) -> dict:
         topics = [s.full_name(kafka.topic_prefix) for s in ALL_TOPICS if s.name not in WORKER_WRITES]
 
         def dead() -> str | None:
-            gone = [name for name, pid in state.pids.items() if not _alive(pid)]
+            gone = [name for name, pid in state.pids.items() if not pid_alive(pid)]
             return f"process exited: {', '.join(gone)}" if gone else None
 
         engine = sync_engine(database)

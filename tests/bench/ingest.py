@@ -377,11 +377,10 @@ def broker_pid(root: Path) -> int | None:
 
 
 def postmaster_pid(root: Path) -> int | None:
-    try:
-        pid = int((root / "postgres" / "pgdata" / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if _ticks(pid) is not None else None
+    from infra.processes import read_pid_file
+
+    pid = read_pid_file(root / "postgres" / "pgdata" / "postmaster.pid")
+    return pid if pid is not None and _ticks(pid) is not None else None
 
 
 def running_stack(root: Path, needed: list[str]):
@@ -393,13 +392,14 @@ def running_stack(root: Path, needed: list[str]):
     reused as it is.
     """
     from infra import stack
+    from infra.processes import pid_alive
 
     if not (root / "stack.json").exists():
         return None
     state = stack.load_state(root)
     if broker_pid(root) is None or postmaster_pid(root) is None:
         return None
-    if not all(stack._alive(state.pids.get(name, 0)) for name in needed):
+    if not all(pid_alive(state.pids.get(name, 0)) for name in needed):
         return None
     return state
 
@@ -410,34 +410,24 @@ def pin_fresh_ports(root: Path) -> None:
     Other stacks on the machine prefer those defaults, and gRPC servers bind with SO_REUSEPORT:
     two APIs on one port silently share its connections, so half the load would reach a stranger.
     """
-    import socket
-
     from infra import stack
+    from infra.processes import free_port
 
-    ports = []
-    socks = []
+    ports: list[int] = []
     for _ in range(3):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        socks.append(sock)
-        ports.append(sock.getsockname()[1])
-    for sock in socks:
-        sock.close()
+        ports.append(free_port(avoid=set(ports)))
     state = stack.StackState(root=str(root), kafka_port=ports[0], postgres_port=ports[1], api_port=ports[2])
     stack._save(state)
 
 
 def stop_others(state, keep: list[str]) -> list[str]:
     """SIGTERM the stack processes not in `keep` (the next `up` starts them again)."""
-    import signal
-
-    from infra import stack
+    from infra.processes import pid_alive, terminate
 
     stopped = []
     for name, pid in state.pids.items():
-        if name not in keep and stack._alive(pid):
-            os.kill(pid, signal.SIGTERM)
-            stack._wait_exit(pid, 30)
+        if name not in keep and pid_alive(pid):
+            terminate(pid, 30)
             stopped.append(name)
     return stopped
 
@@ -448,10 +438,10 @@ def stack_pids(root: Path, state) -> dict[str, list[int]]:
         pids["kafka"] = [pid]
     if (pid := postmaster_pid(root)) is not None:
         pids["postgres"] = [pid]
-    from infra import stack
+    from infra.processes import pid_alive
 
     for name, pid in state.pids.items():
-        if stack._alive(pid):
+        if pid_alive(pid):
             pids[name] = [pid]
     return pids
 
@@ -512,201 +502,271 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
+def apply_env(args: argparse.Namespace) -> None:
+    """Put each --env PEERLOG_KEY=VALUE into this process's environment (the stack inherits it)."""
     for kv in args.env:
         key, sep, value = kv.partition("=")
         if not sep or not key.startswith("PEERLOG_"):
             raise SystemExit(f"--env wants PEERLOG_KEY=VALUE, got {kv!r}")
         os.environ[key] = value
 
+
+def start_stack(root: Path, args: argparse.Namespace, made_dir: bool):
+    """The running stack in root reused as it is, or a new one; then only the processes of the ingest path."""
     from infra import stack
+
+    state = running_stack(root, args.processes)
+    if state is None:
+        if made_dir:
+            pin_fresh_ports(root)
+        state = stack.up(root, progress=lambda s: log(s))
+    else:
+        if args.env:
+            log("warning: the stack already runs; --env does not reach its processes")
+        stack.wait_for_api(state.api_port)
+        log(f"reusing the running stack in {root}")
+    stopped = stop_others(state, args.processes)
+    if stopped:
+        log(f"stopped {', '.join(stopped)} (not part of the ingest path; see --processes)")
+    return state
+
+
+def wait_for_quiet(args: argparse.Namespace) -> float:
+    """Wait up to --wait-quiet for the machine to be at most 15% busy; return how busy it was last."""
+    busy_before = idle_check()
+    waited = 0.0
+    while busy_before > 15 and waited < args.wait_quiet:
+        log(f"machine {busy_before}% busy (other work); waiting for it to quiet down")
+        time.sleep(5)
+        waited += 7
+        busy_before = idle_check()
+    if busy_before > 15:
+        log(f"warning: the machine is {busy_before}% busy before the load; figures will be low")
+    return busy_before
+
+
+def start_watcher(ctx, dsn: str, schema: str, args: argparse.Namespace):
+    """The projection watcher process, started and ready; returns it with its control and output queues."""
+    w_control, w_out = ctx.Queue(), ctx.Queue()
+    watcher = ctx.Process(target=watcher_main, args=(dsn, schema, args.poll_ms / 1000, w_control, w_out),
+                          daemon=True)
+    watcher.start()
+    if w_out.get(timeout=60)[0] != "ready":
+        raise RuntimeError("watcher did not start")
+    return watcher, w_control, w_out
+
+
+def start_clients(ctx, args: argparse.Namespace, cfg: dict):
+    """The client processes, the clients dealt round-robin among them; returns them and their output queue."""
+    c_out = ctx.Queue()
+    procs = []
+    for i in range(args.procs):
+        ids = list(range(i, args.clients, args.procs))
+        p = ctx.Process(target=client_main, args=(i, ids, cfg, c_out), daemon=True)
+        p.start()
+        procs.append(p)
+    return procs, c_out
+
+
+def collect_calls(procs, c_out, hard_deadline: float):
+    """Every client process's acknowledged calls and errors (raises if one failed)."""
+    calls: list[tuple[float, float, int, str]] = []
+    errors: list[tuple[float, float, str, str]] = []
+    for _ in procs:
+        kind, idx, payload = c_out.get(timeout=max(1.0, hard_deadline - time.monotonic()))
+        if kind != "done":
+            raise RuntimeError(f"client process {idx} failed: {payload}")
+        calls += payload["calls"]
+        errors += payload["errors"]
+    for p in procs:
+        p.join(10)
+    log(f"load done: {len(calls)} calls acknowledged, {len(errors)} failed; waiting for the projection")
+    if errors:
+        log(f"first error: {errors[0][2]} {errors[0][3]}")
+    if not calls:
+        raise RuntimeError("no AddMessages call succeeded; see the first error above")
+    return calls, errors
+
+
+def run_load(ctx, args: argparse.Namespace, root: Path, state, target: str, workspace: str, sessions: list[str],
+             watcher):
+    """Warm up, then measure for --seconds; returns calls, errors, CPU use and the measured window."""
+    start_at = time.monotonic() + 3.0 + 0.5 * args.procs  # time for the client processes to boot
+    measure_at = start_at + args.warmup
+    stop_at = measure_at + args.seconds
+    cfg = dict(
+        target=target, token=state.admin_token(), workspace=workspace, sessions=sessions, clients=args.clients, batch=args.batch,
+        content_chars=args.content_chars, start_at=start_at, stop_at=stop_at,
+        max_messages=args.max_messages, rpc_timeout=args.rpc_timeout, rate=args.rate, keys=args.keys,
+    )
+    procs, c_out = start_clients(ctx, args, cfg)
+
+    groups = stack_pids(root, state)
+    groups["bench_clients"] = [p.pid for p in procs]
+    groups["bench_watcher"] = [watcher.pid]
+    meter = CpuMeter(groups, with_children={"postgres", "api"})  # api: with PEERLOG_API_PROCESSES > 1
+    log(f"load: {args.clients} clients in {args.procs} process(es), batch {args.batch}, "
+        f"warmup {args.warmup:g} s, measure {args.seconds:g} s")
+    time.sleep(max(0.0, measure_at - time.monotonic()))
+    meter.start()
+    time.sleep(max(0.0, stop_at - time.monotonic()))
+    cpu = meter.stop()
+    calls, errors = collect_calls(procs, c_out, stop_at + args.rpc_timeout + 30)
+    return calls, errors, cpu, measure_at, stop_at
+
+
+def drain(watcher, w_control, w_out, calls, args: argparse.Namespace):
+    """Tell the watcher the highest acknowledged offset per partition and wait until it is projected.
+
+    Returns each call's parsed token, what the watcher saw, and how long the drain took.
+    """
+    tokens = [parse_token(tok) for _, _, _, tok in calls]
+    final: dict[str, int] = {}
+    for parts in tokens:
+        for tp, off in parts.items():
+            final[tp] = max(off, final.get(tp, -1))
+    drain_started = time.monotonic()
+    w_control.put((final, time.monotonic() + args.drain_timeout))
+    kind, watched = w_out.get(timeout=args.drain_timeout + 30)
+    watcher.join(10)
+    return tokens, watched, time.monotonic() - drain_started
+
+
+def measure(calls, tokens, timeline, measure_at: float, stop_at: float, raw_path: Path | None):
+    """The calls sent in the measured window, their RPC latencies and projection lags (raw rows to raw_path)."""
+    in_window = [(c, parts) for c, parts in zip(calls, tokens) if measure_at <= c[1] <= stop_at]
+    latency = [(c[1] - c[0]) * 1000 for c, _ in in_window]
+    lags, unprojected, raw = [], 0, []
+    for c, parts in in_window:
+        seen = projected_at(timeline, parts)
+        if seen is None:
+            unprojected += 1
+        else:
+            lags.append(max(0.0, seen - c[1]) * 1000)
+        raw.append([round(c[0] - measure_at, 4), round((c[1] - c[0]) * 1000, 2),
+                    None if seen is None else round(max(0.0, seen - c[1]) * 1000, 2), c[2], parts])
+    if raw_path:
+        raw_path.write_text(json.dumps({"columns": ["sent_s", "rpc_ms", "lag_ms", "messages", "token"],
+                                        "calls": raw}))
+    return in_window, latency, lags, unprojected
+
+
+def config_of(args: argparse.Namespace, settings, state, partitions: int, made_dir: bool) -> dict:
+    """The report's "config": what was offered, and the settings the stack ran with."""
+    from infra.processes import pid_alive
+
+    return {
+        "clients": args.clients, "procs": args.procs, "batch": args.batch,
+        "offered_rate": args.rate or "unthrottled",
+        "seconds": args.seconds, "warmup_s": args.warmup, "sessions": args.sessions,
+        "partitions": partitions, "content_chars_mean": args.content_chars,
+        "poll_ms": args.poll_ms, "idempotency_keys": args.keys,
+        "producer_pool_size": settings.kafka.producer_pool_size,
+        "projector_max_batch": settings.projector.max_batch,
+        "env": {k: v for k, v in os.environ.items() if k.startswith("PEERLOG_") and not any(
+            w in k for w in ("URL", "BOOTSTRAP", "KEY", "TOKEN", "SECRET", "PASSWORD"))},
+        "stack_dir_reused": not made_dir,
+        "stack_processes": sorted(n for n in state.pids if pid_alive(state.pids[n])),
+    }
+
+
+def write_report(args: argparse.Namespace, argv: list[str], config: dict, results: dict, rate: float, lag: dict,
+                 unprojected: int) -> None:
+    """Print the report and write it to --out."""
+    report = {
+        "benchmark": "ingest",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([".venv/bin/python", os.path.relpath(__file__, ROOT), *argv]),
+        "config": config,
+        "machine": machine(),
+        "load_average_after": os.getloadavg(),  # 1/5/15 min: the machine is shared
+        "results": results,
+        "targets": {
+            "durable_messages_per_s": TARGET_RATE,
+            "projection_lag_p99_ms": TARGET_LAG_P99_MS,
+            "met": bool(rate >= TARGET_RATE and lag["p99"] is not None and lag["p99"] < TARGET_LAG_P99_MS
+                        and unprojected == 0),
+        },
+    }
+    text = json.dumps(report, indent=2)
+    print(text, flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n")
+    log(f"wrote {args.out}")
+
+
+def bench(args: argparse.Namespace, argv: list[str], root: Path, made_dir: bool, state) -> None:
+    """Set up a workspace, load it, wait for the projection and write the report."""
     from services.bus.admin import partitions_of
     from services.bus.settings import KafkaSettings
     from services.settings import Settings
 
+    settings = Settings()  # what the stack processes see (same environment)
+    schema = settings.database.schema_name
+    dsn = state.database_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    target = f"127.0.0.1:{state.api_port}"
+    kafka = KafkaSettings(bootstrap_servers=state.bootstrap_servers)
+    partitions = len(partitions_of(kafka, f"{kafka.topic_prefix}sessions"))
+
+    workspace = f"bench-{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid.uuid4().hex[:6]}"
+    sessions = [f"s{i:03d}" for i in range(args.sessions)]
+    log(f"setting up workspace {workspace}: {len(PEERS)} peers, {len(sessions)} sessions")
+    asyncio.run(setup_workspace(target, state.admin_token(), workspace, sessions))
+    busy_before = wait_for_quiet(args)
+
+    ctx = mp.get_context("spawn")
+    # the watcher first, so it sees the offsets before the load begins
+    watcher, w_control, w_out = start_watcher(ctx, dsn, schema, args)
+    calls, errors, cpu, measure_at, stop_at = run_load(ctx, args, root, state, target, workspace, sessions, watcher)
+    tokens, watched, drained_s = drain(watcher, w_control, w_out, calls, args)
+    in_window, latency, lags, unprojected = measure(calls, tokens, watched["timeline"], measure_at, stop_at, args.raw)
+    projected_rows = count_projected(dsn, schema, workspace)
+
+    acked_msgs = sum(c[2] for c, _ in in_window)
+    rate = acked_msgs / args.seconds
+    lag = summary(lags)
+    results = {
+        "durable_messages_per_s": round(rate, 1),
+        "acked_messages": acked_msgs,
+        "acked_calls": len(in_window),
+        "failed_calls": len([e for e in errors if measure_at <= e[1] <= stop_at]),
+        "error_codes": dict(Counter(e[2] for e in errors)),
+        "rpc_latency_ms": summary(latency),
+        "projection_lag_ms": {**lag, "unprojected": unprojected},
+        "drain_s": round(drained_s, 2),
+        "projected_rows_vs_acked": [projected_rows, sum(c[2] for c in calls)],
+        "watcher_poll_ms": summary(watched["poll_ms"]),
+        "cpu_cores": cpu,
+        "machine_busy_pct_before_load": busy_before,
+    }
+    if errors:
+        results["first_error"] = errors[0][3]
+    config = config_of(args, settings, state, partitions, made_dir)
+    write_report(args, argv, config, results, rate, lag, unprojected)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    apply_env(args)
+
+    from infra import stack
+    from infra.processes import log_tail
+
     made_dir = args.dir is None
     root = Path(tempfile.mkdtemp(prefix="peerlog-bench-")) if made_dir else args.dir.resolve()
     log(f"stack dir {root}")
-    ctx = mp.get_context("spawn")
     state = None
     ok = False
     try:
-        state = running_stack(root, args.processes)
-        if state is None:
-            if made_dir:
-                pin_fresh_ports(root)
-            state = stack.up(root, progress=lambda s: log(s))
-        else:
-            if args.env:
-                log("warning: the stack already runs; --env does not reach its processes")
-            stack.wait_for_api(state.api_port)
-            log(f"reusing the running stack in {root}")
-        stopped = stop_others(state, args.processes)
-        if stopped:
-            log(f"stopped {', '.join(stopped)} (not part of the ingest path; see --processes)")
-        settings = Settings()  # what the stack processes see (same environment)
-        schema = settings.database.schema_name
-        dsn = state.database_url.replace("postgresql+psycopg://", "postgresql://", 1)
-        target = f"127.0.0.1:{state.api_port}"
-        kafka = KafkaSettings(bootstrap_servers=state.bootstrap_servers)
-        partitions = len(partitions_of(kafka, f"{kafka.topic_prefix}sessions"))
-
-        workspace = f"bench-{datetime.now(UTC):%Y%m%d%H%M%S}-{uuid.uuid4().hex[:6]}"
-        sessions = [f"s{i:03d}" for i in range(args.sessions)]
-        log(f"setting up workspace {workspace}: {len(PEERS)} peers, {len(sessions)} sessions")
-        asyncio.run(setup_workspace(target, state.admin_token(), workspace, sessions))
-
-        busy_before = idle_check()
-        waited = 0.0
-        while busy_before > 15 and waited < args.wait_quiet:
-            log(f"machine {busy_before}% busy (other work); waiting for it to quiet down")
-            time.sleep(5)
-            waited += 7
-            busy_before = idle_check()
-        if busy_before > 15:
-            log(f"warning: the machine is {busy_before}% busy before the load; figures will be low")
-
-        # the watcher first, so it sees the offsets before the load begins
-        w_control, w_out = ctx.Queue(), ctx.Queue()
-        watcher = ctx.Process(target=watcher_main, args=(dsn, schema, args.poll_ms / 1000, w_control, w_out),
-                              daemon=True)
-        watcher.start()
-        if w_out.get(timeout=60)[0] != "ready":
-            raise RuntimeError("watcher did not start")
-
-        start_at = time.monotonic() + 3.0 + 0.5 * args.procs  # time for the client processes to boot
-        measure_at = start_at + args.warmup
-        stop_at = measure_at + args.seconds
-        cfg = dict(
-            target=target, token=state.admin_token(), workspace=workspace, sessions=sessions, clients=args.clients, batch=args.batch,
-            content_chars=args.content_chars, start_at=start_at, stop_at=stop_at,
-            max_messages=args.max_messages, rpc_timeout=args.rpc_timeout, rate=args.rate, keys=args.keys,
-        )
-        c_out = ctx.Queue()
-        procs = []
-        for i in range(args.procs):
-            ids = list(range(i, args.clients, args.procs))
-            p = ctx.Process(target=client_main, args=(i, ids, cfg, c_out), daemon=True)
-            p.start()
-            procs.append(p)
-
-        groups = stack_pids(root, state)
-        groups["bench_clients"] = [p.pid for p in procs]
-        groups["bench_watcher"] = [watcher.pid]
-        meter = CpuMeter(groups, with_children={"postgres", "api"})  # api: with PEERLOG_API_PROCESSES > 1
-        log(f"load: {args.clients} clients in {args.procs} process(es), batch {args.batch}, "
-            f"warmup {args.warmup:g} s, measure {args.seconds:g} s")
-        time.sleep(max(0.0, measure_at - time.monotonic()))
-        meter.start()
-        time.sleep(max(0.0, stop_at - time.monotonic()))
-        cpu = meter.stop()
-
-        calls: list[tuple[float, float, int, str]] = []
-        errors: list[tuple[float, float, str, str]] = []
-        hard_deadline = stop_at + args.rpc_timeout + 30
-        for _ in procs:
-            kind, idx, payload = c_out.get(timeout=max(1.0, hard_deadline - time.monotonic()))
-            if kind != "done":
-                raise RuntimeError(f"client process {idx} failed: {payload}")
-            calls += payload["calls"]
-            errors += payload["errors"]
-        for p in procs:
-            p.join(10)
-        log(f"load done: {len(calls)} calls acknowledged, {len(errors)} failed; waiting for the projection")
-        if errors:
-            log(f"first error: {errors[0][2]} {errors[0][3]}")
-        if not calls:
-            raise RuntimeError("no AddMessages call succeeded; see the first error above")
-
-        # tell the watcher what to wait for: the highest acknowledged offset per partition
-        tokens = [parse_token(tok) for _, _, _, tok in calls]
-        final: dict[str, int] = {}
-        for parts in tokens:
-            for tp, off in parts.items():
-                final[tp] = max(off, final.get(tp, -1))
-        drain_started = time.monotonic()
-        w_control.put((final, time.monotonic() + args.drain_timeout))
-        kind, watched = w_out.get(timeout=args.drain_timeout + 30)
-        watcher.join(10)
-        timeline = watched["timeline"]
-        drained_s = time.monotonic() - drain_started
-
-        in_window = [(c, parts) for c, parts in zip(calls, tokens) if measure_at <= c[1] <= stop_at]
-        acked_msgs = sum(c[2] for c, _ in in_window)
-        latency = [(c[1] - c[0]) * 1000 for c, _ in in_window]
-        lags, unprojected, raw = [], 0, []
-        for c, parts in in_window:
-            seen = projected_at(timeline, parts)
-            if seen is None:
-                unprojected += 1
-            else:
-                lags.append(max(0.0, seen - c[1]) * 1000)
-            raw.append([round(c[0] - measure_at, 4), round((c[1] - c[0]) * 1000, 2),
-                        None if seen is None else round(max(0.0, seen - c[1]) * 1000, 2), c[2], parts])
-        if args.raw:
-            args.raw.write_text(json.dumps({"columns": ["sent_s", "rpc_ms", "lag_ms", "messages", "token"],
-                                            "calls": raw}))
-        projected_rows = count_projected(dsn, schema, workspace)
-        all_acked = sum(c[2] for c in calls)
-
-        rate = acked_msgs / args.seconds
-        lag = summary(lags)
-        report = {
-            "benchmark": "ingest",
-            "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "command": shlex.join([".venv/bin/python", os.path.relpath(__file__, ROOT), *argv]),
-            "config": {
-                "clients": args.clients, "procs": args.procs, "batch": args.batch,
-                "offered_rate": args.rate or "unthrottled",
-                "seconds": args.seconds, "warmup_s": args.warmup, "sessions": args.sessions,
-                "partitions": partitions, "content_chars_mean": args.content_chars,
-                "poll_ms": args.poll_ms, "idempotency_keys": args.keys,
-                "producer_pool_size": settings.kafka.producer_pool_size,
-                "projector_max_batch": settings.projector.max_batch,
-                "env": {k: v for k, v in os.environ.items() if k.startswith("PEERLOG_") and not any(
-                    w in k for w in ("URL", "BOOTSTRAP", "KEY", "TOKEN", "SECRET", "PASSWORD"))},
-                "stack_dir_reused": not made_dir,
-                "stack_processes": sorted(n for n in state.pids if stack._alive(state.pids[n])),
-            },
-            "machine": machine(),
-            "load_average_after": os.getloadavg(),  # 1/5/15 min: the machine is shared
-            "results": {
-                "durable_messages_per_s": round(rate, 1),
-                "acked_messages": acked_msgs,
-                "acked_calls": len(in_window),
-                "failed_calls": len([e for e in errors if measure_at <= e[1] <= stop_at]),
-                "error_codes": dict(Counter(e[2] for e in errors)),
-                "rpc_latency_ms": summary(latency),
-                "projection_lag_ms": {**lag, "unprojected": unprojected},
-                "drain_s": round(drained_s, 2),
-                "projected_rows_vs_acked": [projected_rows, all_acked],
-                "watcher_poll_ms": summary(watched["poll_ms"]),
-                "cpu_cores": cpu,
-                "machine_busy_pct_before_load": busy_before,
-            },
-            "targets": {
-                "durable_messages_per_s": TARGET_RATE,
-                "projection_lag_p99_ms": TARGET_LAG_P99_MS,
-                "met": bool(rate >= TARGET_RATE and lag["p99"] is not None and lag["p99"] < TARGET_LAG_P99_MS
-                            and unprojected == 0),
-            },
-        }
-        if errors:
-            report["results"]["first_error"] = errors[0][3]
-        text = json.dumps(report, indent=2)
-        print(text, flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-        log(f"wrote {args.out}")
+        state = start_stack(root, args, made_dir)
+        bench(args, argv, root, made_dir, state)
         ok = True
         return 0
     except BaseException:
         for name in ("api", "projector"):
             path = root / f"{name}.log"
             if path.exists():
-                tail = path.read_text(errors="replace").splitlines()[-15:]
-                log(f"last lines of {path}:\n" + "\n".join(tail))
+                log(f"last lines of {path}:\n" + log_tail(path, 15))
         raise
     finally:
         if args.keep:

@@ -32,15 +32,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from infra.image.tools import COMPOSE, HADOLINT
 from infra.models.qwen import MODEL_FILE, MODEL_NAME
 from infra.models.server import LocalModelServer
+from infra.processes import free_port
 from services.api.channels import aio_channel
 from services.api.tokens import mint
 from services.api.settings import AuthSettings
 from services.llm import tokens
-from tests.integration.test_observations_api import until
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.processes import Worker
-from tests.support.wait import eventually
+from tests.support.wait import eventually, until
 
 REPO = Path(__file__).resolve().parents[2]
 PEERLOG_SERVICES = {"topics", "projector", "api", "worker"}
@@ -131,12 +131,6 @@ def test_the_image_install_steps_work_in_a_clean_venv(tmp_path) -> None:
     assert "embedding model bge-small-en-v1.5: 384 dimensions" in done.stdout
     assert "embedding model all-MiniLM-L6-v2: 384 dimensions" in done.stdout
     assert (tmp_path / "tokenizer" / tokens.RANKS_FILE).is_file()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Service(Worker):

@@ -14,10 +14,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ConfigDict
 
 from infra.models import qwen
 from infra.models.qwen import CHUNK_COUNT, ModelIntegrityError, ensure_model, verify
+from tests.support.facts import Facts
 
 pytestmark = pytest.mark.local_model
 
@@ -100,17 +100,6 @@ def test_chunks_in_the_wrong_order_are_refused(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- real server (opt-in)
-
-
-class Fact(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    subject: str
-    statement: str
-
-
-class Facts(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    facts: list[Fact]
 
 
 @pytest.fixture(scope="module")

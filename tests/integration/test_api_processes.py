@@ -13,7 +13,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra.postgres.embedded import free_port
+from infra.processes import free_port
 from infra.stack import wait_for_api
 from peerlog.v1 import workspaces_pb2, workspaces_pb2_grpc
 from services.api.channels import channel

@@ -3,22 +3,21 @@ dead-lettered, derivable later by `peerlog derivations retry`); the worker keeps
 
 from __future__ import annotations
 
-import socket
-
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from infra.processes import free_port
 from projections.db import create_schema, sync_engine
 from services.deriver.judge import Pair
 from services.deriver.rederive import Scope
 from services.deriver.retry import retry
 from services.deriver.settings import DeriverSettings
 from services.deriver.store import ObservationStore
-from tests.integration.test_observations_api import until
 from tests.integration.test_rederive import current_rows
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
+from tests.support.wait import until
 
 QUICK_RETRIES = {"PEERLOG_EMBEDDING_MAX_RETRIES": "1", "PEERLOG_EMBEDDING_BACKOFF_S": "0.05",
                  "PEERLOG_DERIVER_STORE_RETRIES": "1", "PEERLOG_DERIVER_STORE_BACKOFF_S": "0.05"}
@@ -28,12 +27,6 @@ def embedding_env(model_server) -> dict[str, str]:
     """The deriver embeds with the test model server (over HTTP), so a test can take it down."""
     return {"PEERLOG_EMBEDDING_PROVIDER": "openai", "PEERLOG_EMBEDDING_BASE_URL": model_server.base_url,
             "PEERLOG_EMBEDDING_MODEL": "test-embedding"}
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def dead_letters(c: Client, n: int):
@@ -73,7 +66,7 @@ async def test_an_embedding_outage_parks_the_batch_keeps_the_worker_and_retry_de
 async def test_an_unreachable_database_parks_each_batch_and_the_worker_keeps_going(
         channel, settings, model_server, start_worker):
     model_server.reply_with(extract_each_turn)
-    nowhere = make_url(settings.database.url).set(port=closed_port()).render_as_string(hide_password=False)
+    nowhere = make_url(settings.database.url).set(port=free_port()).render_as_string(hide_password=False)
     worker = start_worker("router,deriver", PEERLOG_DATABASE_URL=nowhere, **QUICK_RETRIES)
     c = Client(channel)
     await c.setup_conversation("w", "s", peers=("alice",))

@@ -4,13 +4,12 @@ UNAVAILABLE, a status they may retry, never INTERNAL."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import time
 
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from infra.processes import free_port
 from peerlog.v1 import workspaces_pb2, workspaces_pb2_grpc
 from projections.db import async_engine
 from projections.settings import DatabaseSettings
@@ -24,30 +23,18 @@ from services.bus.log_ends import LogEnds
 from services.bus.settings import KafkaSettings
 from services.llm.errors import EmbeddingError, TokenizerUnavailable
 from tests.support.auth import admin_channel
+from tests.support.wait import until
 
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # nothing listens once the socket is closed
-
-
 def dead_database() -> DatabaseSettings:
-    return DatabaseSettings(url=f"postgresql+psycopg://peerlog@127.0.0.1:{closed_port()}/peerlog", schema_name="t")
+    return DatabaseSettings(url=f"postgresql+psycopg://peerlog@127.0.0.1:{free_port()}/peerlog", schema_name="t")
 
 
 async def health_of(channel: grpc.aio.Channel, service: str = "") -> int:
     stub = health_pb2_grpc.HealthStub(channel)
     return (await stub.Check(health_pb2.HealthCheckRequest(service=service))).status
-
-
-async def until(check, want, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while (got := await check()) != want:
-        assert time.monotonic() < deadline, f"still {got} after {timeout} s, wanted {want}"
-        await asyncio.sleep(0.2)
 
 
 async def test_health_says_not_serving_while_the_broker_is_down_and_serving_once_it_is_back(infra, settings):
@@ -63,11 +50,11 @@ async def test_health_says_not_serving_while_the_broker_is_down_and_serving_once
             assert (await watch.read()).status == SERVING  # Watch streams, too (it failed as INTERNAL)
             await loop.run_in_executor(None, infra.kafka.stop)
             try:
-                await until(lambda: health_of(channel), NOT_SERVING, 30)
+                await until(lambda: health_of(channel), lambda status: status == NOT_SERVING, 30)
                 assert await health_of(channel, "peerlog.v1.WorkspaceService") == NOT_SERVING
             finally:
                 await loop.run_in_executor(None, infra.kafka.start)
-            await until(lambda: health_of(channel), SERVING, 60)
+            await until(lambda: health_of(channel), lambda status: status == SERVING, 60)
             statuses = [(await watch.read()).status for _ in range(2)]
             assert statuses == [NOT_SERVING, SERVING]
             watch.cancel()
@@ -78,7 +65,7 @@ async def test_health_says_not_serving_while_the_broker_is_down_and_serving_once
 async def test_the_dependency_checks_fail_against_unreachable_endpoints_and_pass_against_real_ones(infra, settings):
     dead = async_engine(dead_database())
     live = async_engine(settings.database)
-    nowhere = LogEnds(KafkaSettings(bootstrap_servers=f"127.0.0.1:{closed_port()}"), timeout_s=1.0)
+    nowhere = LogEnds(KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}"), timeout_s=1.0)
     broker = LogEnds(settings.kafka)
     try:
         assert await database_reachable(dead) is False

@@ -10,11 +10,11 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from pydantic import BaseModel, ConfigDict
 
 from services.llm.client import ModelClient
 from services.llm.errors import ModelRequestRejected, ModelUnavailable
 from services.llm.settings import ModelStageSettings
+from tests.support.facts import Facts
 
 pytestmark = [
     pytest.mark.skipif(
@@ -22,17 +22,6 @@ pytestmark = [
     ),
     pytest.mark.timeout(900),
 ]
-
-
-class Fact(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    subject: str
-    statement: str
-
-
-class Facts(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    facts: list[Fact]
 
 
 ASK = [

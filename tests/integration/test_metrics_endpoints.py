@@ -13,7 +13,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra.postgres.embedded import free_port
+from infra.processes import free_port
 from infra.stack import wait_for_api
 from peerlog.v1 import workspaces_pb2
 from services.bus.topics import ALL_TOPICS

@@ -3,10 +3,8 @@ over gRPC, and how far memory formation has got."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import random
-import time
 
 import grpc
 import pytest
@@ -23,21 +21,10 @@ from tests.support.extractor import extract_each_turn
 from tests.support.log import read_events
 from tests.support.model_server import Reply
 from tests.support.rpc import rejected
+from tests.support.wait import until
 
 EXPLICIT, DEDUCTIVE, INDUCTIVE = (o.OBSERVATION_LEVEL_EXPLICIT, o.OBSERVATION_LEVEL_DEDUCTIVE,
                                   o.OBSERVATION_LEVEL_INDUCTIVE)
-
-
-async def until(read, ok, timeout: float = 60.0):
-    """Await `read()` until `ok(value)`; fail with the last value after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await read()
-        if ok(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s (last value: {value!r})")
-        await asyncio.sleep(0.1)
 
 
 def counts(status) -> tuple[int, int, int, int]:

@@ -12,11 +12,10 @@ from projections.rebuild import rebuild
 from services.cli.derivations import comparison
 from services.deriver.promote import promote
 from services.deriver.rederive import Scope, rederive
-from tests.integration.test_observations_api import until
 from tests.integration.test_rederive import current_rows
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn, with_fact
-from tests.support.wait import eventually
+from tests.support.wait import eventually, until
 
 V2_MODEL = "other-model"
 v2_facts = with_fact(lambda text: f"v2: {text.lower()}")

@@ -8,31 +8,22 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 from google.protobuf import timestamp_pb2
 
 from peerlog.v1 import audit_pb2, context_pb2, context_pb2_grpc, observations_pb2, peers_pb2
-from services.bus.producer import EventLog
 from services.events import Level, ObservationAdded, ObservationSuperseded, ProducerInfo
 from tests.support.client import Client
+from tests.support.observations import append
+from tests.support.observations import derived as derived_observation
 
 DREAMER = ProducerInfo(component="dreamer", version="0", model="test-model", prompt_version="deduction-v1")
 
 
-def derived(obs_id: str, level: Level, content: str, premises: list[str], observer="alice", **kw):
-    return ObservationAdded(workspace_id="w", observer_id=observer, observed_id="bob", observation_id=obs_id,
-                            level=level, content=content, premise_ids=tuple(premises), producer=DREAMER,
-                            dream_id="dream-1", **kw)
-
-
-def append(settings, events) -> str:
-    log = EventLog(settings.kafka)
-    log.start()
-    try:
-        return log.append_sync(events).encode()
-    finally:
-        log.close()
+# as the dreamer writes them: its producer, and the dream that derived them
+derived = partial(derived_observation, producer=DREAMER, dream_id="dream-1")
 
 
 @pytest.fixture

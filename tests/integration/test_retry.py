@@ -8,11 +8,11 @@ from services.deriver.exclusive import RunInProgress, exclusive
 from services.deriver.promote import promote
 from services.deriver.rederive import Scope, rederive
 from services.deriver.retry import retry
-from tests.integration.test_observations_api import until
 from tests.integration.test_rederive import current_rows
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.model_server import Reply
+from tests.support.wait import until
 
 
 async def test_a_dead_lettered_batch_is_derived_by_retry_once_the_model_works_and_leaves_the_status(

@@ -21,15 +21,15 @@ from peerlog.v1 import observations_pb2 as o
 from peerlog.v1 import scopes_pb2, scopes_pb2_grpc, workspaces_pb2
 from projections.db import sync_engine
 from projections.rebuild import rebuild
-from services.bus.producer import EventLog
-from services.events import Level, ObservationAdded, ProducerInfo
+from services.events import Level, ObservationAdded
 from services.llm.embeddings import make_embedder
 from services.llm.settings import EmbeddingSettings
 from tests.integration.test_chat import serve  # noqa: F401 - the fixture: an API whose Chat uses the test model
 from tests.support.client import Client
 from tests.support.model_server import Reply
+from tests.support.observations import append
+from tests.support.observations import derived as derived_observation
 
-DREAMER = ProducerInfo(component="test-dreamer", version="0")
 WHERE = "Where does Bob live, and does he keep bees by the sea in Oslo?"
 
 
@@ -44,9 +44,8 @@ async def derived(obs_id: str, content: str, premises: list[str]) -> Observation
     searches can find it."""
     embedder = make_embedder(EmbeddingSettings())
     (vector,) = await embedder.embed([content])
-    return ObservationAdded(workspace_id="w", observer_id="alice", observed_id="bob", observation_id=obs_id,
-                            level=Level.DEDUCTIVE, content=content, premise_ids=tuple(premises), producer=DREAMER,
-                            embedding=tuple(vector), embedding_model=EmbeddingSettings().model)
+    return derived_observation(obs_id, Level.DEDUCTIVE, content, premises, embedding=tuple(vector),
+                               embedding_model=EmbeddingSettings().model)
 
 
 async def _explicit(c: Client, session: str, text: str, span: str) -> str:
@@ -65,16 +64,10 @@ async def _store(c: Client, settings) -> tuple[dict, str]:
     ids = {"oslo": await _explicit(c, "s1", "I live in Oslo", "Oslo"),
            "bees": await _explicit(c, "s2", "I keep bees", "bees"),
            "sea": await _explicit(c, "s3", "I swim in the sea near Oslo every day", "sea")}
-    log = EventLog(settings.kafka)
-    log.start()
-    try:
-        token = log.append_sync([await derived("norway", "Bob lives in Norway", [ids["oslo"]]),
-                                 await derived("bees_in_norway", "Bob keeps bees in Norway",
-                                               [ids["oslo"], ids["bees"]])])
-    finally:
-        log.close()
-    await c.all_observations("w", "alice", "bob", token.encode())
-    return ids, token.encode()
+    token = append(settings, [await derived("norway", "Bob lives in Norway", [ids["oslo"]]),
+                              await derived("bees_in_norway", "Bob keeps bees in Norway", [ids["oslo"], ids["bees"]])])
+    await c.all_observations("w", "alice", "bob", token)
+    return ids, token
 
 
 @pytest.fixture

@@ -9,16 +9,9 @@ from __future__ import annotations
 import pytest
 
 from peerlog.v1 import context_pb2, context_pb2_grpc, observations_pb2
-from services.bus.producer import EventLog
-from services.events import Level, ObservationAdded, ProducerInfo
+from services.events import Level
 from tests.support.client import Client
-
-DREAMER = ProducerInfo(component="test-dreamer", version="0")
-
-
-def derived(obs_id: str, level: Level, content: str, premises: list[str], **kw) -> ObservationAdded:
-    return ObservationAdded(workspace_id="w", observer_id="alice", observed_id="bob", observation_id=obs_id,
-                            level=level, content=content, premise_ids=tuple(premises), producer=DREAMER, **kw)
+from tests.support.observations import append, derived
 
 
 @pytest.fixture
@@ -33,19 +26,14 @@ async def store(channel, settings):
         observations_pb2.NewObservation(content="Bob keeps bees", session_id="s2"),
     ])
     oslo, bees = made.observation_ids
-    log = EventLog(settings.kafka)
-    log.start()
-    try:
-        token = log.append_sync([
-            derived("norway", Level.DEDUCTIVE, "Bob lives in Norway", [oslo]),
-            derived("scandinavia", Level.DEDUCTIVE, "Bob lives in Scandinavia", ["norway"]),
-            derived("bees_in_norway", Level.DEDUCTIVE, "Bob keeps bees in Norway", [oslo, bees]),
-            derived("beekeeper", Level.INDUCTIVE, "Bob tends to keep up his hobbies wherever he lives",
-                    [bees, "bees_in_norway"], confidence="low", pattern_type="tendency"),
-            derived("orphan", Level.DEDUCTIVE, "Bob likes fjords", ["not-in-the-store"]),
-        ]).encode()
-    finally:
-        log.close()
+    token = append(settings, [
+        derived("norway", Level.DEDUCTIVE, "Bob lives in Norway", [oslo]),
+        derived("scandinavia", Level.DEDUCTIVE, "Bob lives in Scandinavia", ["norway"]),
+        derived("bees_in_norway", Level.DEDUCTIVE, "Bob keeps bees in Norway", [oslo, bees]),
+        derived("beekeeper", Level.INDUCTIVE, "Bob tends to keep up his hobbies wherever he lives",
+                [bees, "bees_in_norway"], confidence="low", pattern_type="tendency"),
+        derived("orphan", Level.DEDUCTIVE, "Bob likes fjords", ["not-in-the-store"]),
+    ])
     return {"oslo": oslo, "bees": bees}, token
 
 

@@ -6,11 +6,11 @@ import asyncio
 import os
 import sys
 
-from tests.integration.test_observations_api import until
 from tests.integration.test_summarizer import summary_rows
 from tests.support.client import Client
 from tests.support.model_server import Reply
 from tests.support.processes import settings_env
+from tests.support.wait import until
 
 
 async def peerlog(settings, *args: str) -> str:

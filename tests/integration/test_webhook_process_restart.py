@@ -13,18 +13,13 @@ from peerlog.v1 import webhooks_pb2_grpc
 from tests.support.client import Client
 from tests.support.processes import Worker
 from tests.support.webhook_receiver import Receiver, private_targets_allowed
+from tests.support.wait import until_true
 
 
 @pytest.fixture
 def settings(settings):  # noqa: F811 - the conftest fixture, with private webhook targets allowed
     """The receiver listens on 127.0.0.1, which webhooks may reach only with the setting on."""
     return private_targets_allowed(settings)
-
-
-async def until(condition, timeout: float = 60.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.1)
 
 
 async def test_the_webhook_process_killed_and_restarted_neither_loses_nor_repeats_a_delivery(channel, settings,
@@ -37,12 +32,12 @@ async def test_the_webhook_process_killed_and_restarted_neither_loses_nor_repeat
                                                          event_types=["MessageAppended"]))
         process = Worker(settings, tmp_path / "webhooks.log", command="webhooks").start()
         try:
-            await until(lambda: len(receiver.delivered()) == 1)
+            await until_true(lambda: len(receiver.delivered()) == 1, timeout=60)
             await asyncio.sleep(1)  # its progress is written right after the 2xx
             process.kill()
             await c.add("w", "s", [("bob", "two")])
             process = Worker(settings, tmp_path / "webhooks.log", command="webhooks").start()
-            await until(lambda: len(receiver.delivered()) == 2)
+            await until_true(lambda: len(receiver.delivered()) == 2, timeout=60)
             await asyncio.sleep(2)  # a repeat would arrive by now
         finally:
             process.stop()

@@ -14,18 +14,13 @@ from services.webhooks.store import WebhookStore, engine_for
 from services.webhooks.worker import retry_dead_letter, run_endpoint
 from tests.support.client import Client
 from tests.support.webhook_receiver import Receiver
+from tests.support.wait import until_true
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.05, max_wait_s=0.2, timeout_s=0.5)
 
 
 def contents(bodies) -> list[str]:
     return [json.loads(b)["content"] for b in bodies]
-
-
-async def until(condition, timeout: float = 30.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.1)
 
 
 class Loop:
@@ -55,11 +50,11 @@ async def test_a_restarted_delivery_loop_resumes_after_its_last_delivery_without
         assert store.endpoints("w") == [endpoint]
         async with httpx.AsyncClient() as client:
             loop = Loop(endpoint, settings, store, client).start()
-            await until(lambda: len(receiver.delivered()) == 2)
+            await until_true(lambda: len(receiver.delivered()) == 2)
             await loop.halt()
             await c.add("w", "s", [("alice", "three")])  # while no loop runs
             loop.start()
-            await until(lambda: len(receiver.delivered()) == 3)
+            await until_true(lambda: len(receiver.delivered()) == 3)
             await asyncio.sleep(1)  # anything repeated would arrive by now
             await loop.halt()
     assert contents(receiver.delivered()) == ["one", "two", "three"]
@@ -77,7 +72,7 @@ async def test_a_dead_letter_is_kept_and_delivered_on_retry_while_later_events_g
         store.register(endpoint)
         async with httpx.AsyncClient() as client:
             loop = Loop(endpoint, settings, store, client).start()
-            await until(lambda: len(receiver.delivered()) == 1)
+            await until_true(lambda: len(receiver.delivered()) == 1)
             await loop.halt()
             (dead,) = store.dead_letters("hook-2")
             assert contents([dead.body]) == ["one"] and dead.attempts == 3 and dead.error == "Refused: HTTP 500"

@@ -13,18 +13,13 @@ from services.webhooks.store import WebhookStore, engine_for
 from services.webhooks.supervisor import supervise
 from tests.support.client import Client
 from tests.support.webhook_receiver import Receiver, private_targets_allowed
+from tests.support.wait import until_true
 
 
 @pytest.fixture
 def settings(settings):  # noqa: F811 - the conftest fixture, with private webhook targets allowed
     """The receiver listens on 127.0.0.1, which webhooks may reach only with the setting on."""
     return private_targets_allowed(settings)
-
-
-async def until(condition, timeout: float = 30.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.1)
 
 
 async def test_endpoints_registered_while_it_runs_get_deliveries_and_deleted_ones_stop(channel, settings):
@@ -36,7 +31,7 @@ async def test_endpoints_registered_while_it_runs_get_deliveries_and_deleted_one
                                            policy=RetryPolicy(attempts=2, first_wait_s=0.05, timeout_s=0.5)))
     with Receiver() as receiver:
         store.register(Endpoint("hook-late", "w", receiver.url, b"k", frozenset({"MessageAppended"})))
-        await until(lambda: len(receiver.delivered()) == 1)
+        await until_true(lambda: len(receiver.delivered()) == 1)
         store.delete("hook-late")
         await asyncio.sleep(1)  # the supervisor has seen the deletion
         await c.add("w", "s", [("bob", "two")])
