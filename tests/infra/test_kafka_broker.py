@@ -50,7 +50,16 @@ def unique(prefix: str) -> str:
 def create_topic(admin: AdminClient, name: str, partitions: int = 1, config: dict | None = None) -> str:
     future = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name]
     future.result(timeout=30)
-    return name
+    # CreateTopics answers once the controller has the topic; the broker learns it from the metadata log a
+    # moment later, and a DescribeConfigs before that fails with UNKNOWN_TOPIC_OR_PART (seen under load).
+    deadline = time.monotonic() + 30
+    while True:
+        meta = admin.list_topics(name, timeout=10).topics.get(name)
+        parts = meta.partitions.values() if meta is not None and meta.error is None else ()
+        if len(parts) == partitions and all(p.leader >= 0 for p in parts):
+            return name
+        assert time.monotonic() < deadline, f"topic {name} created but not in the broker's metadata"
+        time.sleep(0.1)
 
 
 def read_all(
