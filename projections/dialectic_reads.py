@@ -8,8 +8,8 @@ from datetime import datetime
 from sqlalchemy import RowMapping, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.queries import MESSAGE_COLUMNS, seen_while_member
-from projections.store_queries import ObservationFilter
+from projections.message_reads import MESSAGE_COLUMNS, seen_while_member
+from projections.observation_reads import ObservationFilter
 from projections.schema import messages, observations, premises
 
 

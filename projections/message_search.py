@@ -67,7 +67,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSQUERY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.queries import seen_while_member
+from projections.message_reads import seen_while_member
 from projections.schema import ACTIVE_EMBEDDING_MODEL, message_lexicon, message_terms, messages, peers
 from projections.time_expressions import Period, periods
 

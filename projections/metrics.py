@@ -20,7 +20,7 @@ from sqlalchemy import Engine, exists, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from projections.apply import Record
-from projections.queries import BATCH_STATES, DREAM_STATES
+from projections.status_reads import BATCH_STATES, DREAM_STATES
 from projections.schema import dead_letters, derivation_batches, dreams, perceptions
 from projections.settings import ProjectorSettings
 

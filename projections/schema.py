@@ -83,7 +83,7 @@ memberships = Table(
     Column("joined_at", TS, nullable=False),
     Column("left_at", TS, nullable=True),
     Column("left_event_id", Text, nullable=True, unique=True),
-    # visibility in log order, the router's rule (queries.seen_while_member): the session's last message
+    # visibility in log order, the router's rule (message_reads.seen_while_member): the session's last message
     # seq when the join (the leave) was applied. Joins, leaves and messages of a session share one
     # partition, applied in log order; wall-clock times from several API processes need not agree with it
     Column("joined_after_seq", BigInteger, nullable=False),

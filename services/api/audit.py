@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import RowMapping
 
-from projections import audit_queries, queries
+from projections import audit_reads, message_reads
 from services.api.deps import ApiDeps
 from services.api.guards import require_peers, require_workspace
 from services.api.observation_reads import ObservationView, get_observation, with_provenance
@@ -34,11 +34,11 @@ class Provenance:
 async def get_provenance(ctx: ApiDeps, workspace_id: str, observation_id: str, token: str) -> Provenance:
     await get_observation(ctx, workspace_id, observation_id, token)
     async with ctx.engine.connect() as conn:
-        order, _, truncated = await audit_queries.premise_dag(conn, workspace_id, observation_id, MAX_DAG_NODES)
-        rows = await audit_queries.observations_by_id(conn, workspace_id, order)
+        order, _, truncated = await audit_reads.premise_dag(conn, workspace_id, observation_id, MAX_DAG_NODES)
+        rows = await audit_reads.observations_by_id(conn, workspace_id, order)
         views = await with_provenance(conn, workspace_id, [rows[i] for i in order if i in rows])
         cited = [s["message_id"] for view in views for s in view.sources]
-        messages = await queries.messages_by_id(conn, workspace_id, cited) if cited else {}
+        messages = await message_reads.messages_by_id(conn, workspace_id, cited) if cited else {}
     nodes = [ProvenanceNode(view, {s["message_id"]: messages[s["message_id"]] for s in view.sources
                                    if s["message_id"] in messages}) for view in views]
     return Provenance(observation_id, nodes, [i for i in order if i not in rows], truncated)
@@ -48,7 +48,7 @@ async def get_observation_history(ctx: ApiDeps, workspace_id: str, observation_i
                                   token: str) -> Sequence[RowMapping]:
     await get_observation(ctx, workspace_id, observation_id, token)
     async with ctx.engine.connect() as conn:
-        return await audit_queries.history(conn, workspace_id, observation_id)
+        return await audit_reads.history(conn, workspace_id, observation_id)
 
 
 async def list_rejected(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, dream_id: str,
@@ -63,4 +63,4 @@ async def list_rejected(ctx: ApiDeps, workspace_id: str, observer_id: str, obser
     else:
         await require_workspace(ctx, workspace_id)
     async with ctx.engine.connect() as conn:
-        return await audit_queries.rejections(conn, workspace_id, observer_id, observed_id, dream_id, limit or 50)
+        return await audit_reads.rejections(conn, workspace_id, observer_id, observed_id, dream_id, limit or 50)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from projections import queries
+from projections import peer_reads
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_peers
@@ -31,7 +31,7 @@ async def get_peer_card(ctx: ApiDeps, workspace_id: str, observer_id: str, obser
     observed_id = observed_id or observer_id
     await preflight(ctx, token, workspace_id, peers={"observer_id": observer_id, "observed_id": observed_id})
     async with ctx.engine.connect() as conn:
-        row = await queries.peer_card(conn, workspace_id, observer_id, observed_id, as_of)
+        row = await peer_reads.peer_card(conn, workspace_id, observer_id, observed_id, as_of)
     if row is None:
         return Card(workspace_id, observer_id, observed_id, (), None)
     return Card(workspace_id, observer_id, observed_id, tuple(row["entries"]), row["updated_at"])

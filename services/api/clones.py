@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import uuid6
 from sqlalchemy import RowMapping
 
-from projections import queries
+from projections import message_reads, session_reads
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_session
@@ -75,17 +75,17 @@ async def clone_session(ctx: ApiDeps, r: CloneRequest) -> tuple[Written, list[st
     source = await require_session(ctx, r.workspace_id, r.session_id)
     async with ctx.writes.hold(("session", r.workspace_id, r.new_session_id)):
         async with ctx.engine.connect() as conn:
-            if await queries.session(conn, r.workspace_id, r.new_session_id) is not None:
+            if await session_reads.session(conn, r.workspace_id, r.new_session_id) is not None:
                 raise AlreadyExists(f"session {r.new_session_id!r} already exists in workspace {r.workspace_id!r}; "
                                     "a clone goes into a new session")
-            rows = await queries.list_messages(conn, r.workspace_id, r.session_id, None, MAX_CLONED_MESSAGES + 1,
+            rows = await message_reads.list_messages(conn, r.workspace_id, r.session_id, None, MAX_CLONED_MESSAGES + 1,
                                                False)
             rows = up_to(rows, r.up_to_message_id)
             if len(rows) > MAX_CLONED_MESSAGES:
                 raise FailedPrecondition(f"session {r.session_id!r} has over {MAX_CLONED_MESSAGES} messages; "
                                          "clone it up to a message (up_to_message_id)")
-            members = await queries.current_members(conn, r.workspace_id, r.session_id)
-            origins = await queries.origins(conn, r.workspace_id, [row["message_id"] for row in rows])
+            members = await session_reads.current_members(conn, r.workspace_id, r.session_id)
+            origins = await message_reads.origins(conn, r.workspace_id, [row["message_id"] for row in rows])
         events = clone_events(r, dict(source["metadata"]), sorted(members), rows, origins, ctx.producer,
                               lambda: str(uuid6.uuid7()), datetime.now(UTC))
         token = await commit(ctx, events)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from projections import configurations as stored
-from projections import queries
+from projections import message_reads
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_session, require_workspace
@@ -42,7 +42,7 @@ async def set_message(ctx: ApiDeps, workspace_id: str, session_id: str, message_
     """Replace a message's own level after it was accepted (an event after it on the session's topic)."""
     await require_session(ctx, workspace_id, session_id)
     async with ctx.engine.connect() as conn:
-        row = (await queries.messages_by_id(conn, workspace_id, [v.check_id("message_id", message_id)])).get(message_id)
+        row = (await message_reads.messages_by_id(conn, workspace_id, [v.check_id("message_id", message_id)])).get(message_id)
     if row is None or row["session_id"] != session_id:
         raise NotFound(f"message {message_id!r} does not exist in session {session_id!r} of workspace "
                        f"{workspace_id!r}")

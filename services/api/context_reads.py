@@ -7,7 +7,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections import configurations, queries, store_queries
+from projections import configurations, message_reads, observation_reads, peer_reads, session_reads
 from projections.message_search import MessageSearch, search_messages, search_text
 from services.api import validation as v
 from services.api.deps import ApiDeps
@@ -79,15 +79,15 @@ async def _ranked(conn: AsyncConnection, q: ContextQuery, observer: str, target:
     """Semantic slice (when there is a query vector), then most reinforced, then most recent;
     de-duplicated, best first."""
     n = q.max_observations or 100
-    where = store_queries.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
+    where = observation_reads.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
                                             allowed_sessions=allowed,
                                             as_of=q.as_of)
-    slices = store_queries.Slices(semantic=q.search_top_k or max(1, n // 3),
+    slices = observation_reads.Slices(semantic=q.search_top_k or max(1, n // 3),
                                   max_distance=q.search_max_distance or None,
                                   reinforced=max(1, n // 3) if q.include_most_reinforced else 0, recent=n)
-    rows = await store_queries.working_set(conn, where, slices, vector)
+    rows = await observation_reads.working_set(conn, where, slices, vector)
     kept = list(_dedup(rows))[:n]
-    premises = await store_queries.premise_rows(conn, q.workspace_id, [r["observation_id"] for r in kept
+    premises = await observation_reads.premise_rows(conn, q.workspace_id, [r["observation_id"] for r in kept
                                                                        if r["level"] != "explicit"])
     return [_obs(r, premises.get(r["observation_id"], ())) for r in kept]
 
@@ -130,11 +130,11 @@ async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
         await _check_scope(conn, q, observer, target, [q.session_id])
         allowed = await recall_sessions(conn, q.workspace_id, q.scope_id, q.session_ids, q.as_of)
         if observer and await _card_on(ctx, conn, q):
-            row = await queries.peer_card(conn, q.workspace_id, observer, target, q.as_of)
+            row = await peer_reads.peer_card(conn, q.workspace_id, observer, target, q.as_of)
             card = list(row["entries"]) if row else []
-        summaries = await queries.latest_summaries(conn, q.workspace_id, q.session_id, q.as_of)
+        summaries = await session_reads.latest_summaries(conn, q.workspace_id, q.session_id, q.as_of)
         # the observer's perspective: only the turns sent while it was a member (and, as of a time, before it)
-        recent = await queries.list_messages(conn, q.workspace_id, q.session_id, None, MAX_MESSAGES_SCANNED, True,
+        recent = await message_reads.list_messages(conn, q.workspace_id, q.session_id, None, MAX_MESSAGES_SCANNED, True,
                                              perspective_id=observer, before=q.as_of)
         query_vector = await vector
         if observer:

@@ -19,8 +19,8 @@ from peerlog.v1 import (
     workspaces_pb2,
 )
 from projections.message_search import MessageSearch
-from projections.queries import StatusScope
-from projections.store_queries import ObservationFilter
+from projections.observation_reads import ObservationFilter
+from projections.status_reads import StatusScope
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
 from services.api import clones, context_reads, files

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import RowMapping
 
-from projections import queries
+from projections import status_reads
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_peers
@@ -36,4 +36,4 @@ async def list_dreams(ctx: ApiDeps, workspace_id: str, observer_id: str, observe
         raise InvalidArgument(f"limit {limit} is over the maximum of 100")
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
     async with ctx.engine.connect() as conn:
-        return await queries.dreams_of(conn, workspace_id, observer_id, observed_id, limit or 20)
+        return await status_reads.dreams_of(conn, workspace_id, observer_id, observed_id, limit or 20)

@@ -7,7 +7,7 @@ import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from projections import queries
+from projections import status_reads
 from services.bus.consistency import ConsistencyToken
 from services.bus.log_ends import LogEnds
 from services.errors import Unavailable
@@ -45,5 +45,5 @@ class Freshness:
 
     async def _reached(self, token: ConsistencyToken) -> bool:
         async with self._engine.connect() as conn:
-            done = await queries.projected_offsets(conn, list(token.offsets))
+            done = await status_reads.projected_offsets(conn, list(token.offsets))
         return all(done.get(tp, 0) > offset for tp, offset in token.offsets.items())

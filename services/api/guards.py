@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections import queries
+from projections import peer_reads, session_reads, workspace_reads
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.errors import NotFound
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 async def require_workspace(ctx: ApiDeps, workspace_id: str) -> RowMapping:
     async with ctx.engine.connect() as conn:
-        row = await queries.workspace(conn, v.check_id("workspace_id", workspace_id))
+        row = await workspace_reads.workspace(conn, v.check_id("workspace_id", workspace_id))
     if row is None:
         raise NotFound(f"workspace {workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
     return row
@@ -43,7 +43,7 @@ async def require_session(
     v.check_id("workspace_id", workspace_id)
     v.check_id("session_id", session_id)
     async with _connection(ctx, conn) as c:
-        row = await queries.session(c, workspace_id, session_id)
+        row = await session_reads.session(c, workspace_id, session_id)
     if row is None:
         await require_workspace(ctx, workspace_id)  # say which of the two is missing
         raise NotFound(
@@ -73,7 +73,7 @@ async def check_scope(conn: AsyncConnection, workspace_id: str, session_ids: Seq
         v.check_id("session_id", session_id)
     for kind, peer_id in peer_ids.items():
         v.check_id(kind, peer_id)
-    known = await queries.known(conn, workspace_id, sorted(set(peer_ids.values())), list(session_ids))
+    known = await workspace_reads.known(conn, workspace_id, sorted(set(peer_ids.values())), list(session_ids))
     if not known.workspace:
         raise NotFound(f"workspace {workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
     sessions = [repr(s) for s in session_ids if s not in known.sessions]
@@ -89,7 +89,7 @@ async def check_scope(conn: AsyncConnection, workspace_id: str, session_ids: Seq
 
 async def _known_peers(ctx: ApiDeps, workspace_id: str, peer_ids) -> set[str]:
     async with ctx.engine.connect() as conn:
-        return await queries.existing_peers(conn, workspace_id, sorted(set(peer_ids)))
+        return await peer_reads.existing_peers(conn, workspace_id, sorted(set(peer_ids)))
 
 
 def check_peer_ids(peer_ids: Sequence[str]) -> None:

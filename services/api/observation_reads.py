@@ -9,9 +9,9 @@ from datetime import datetime
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections import queries, store_queries
-from projections.queries import StatusScope
-from projections.store_queries import ObservationFilter
+from projections import observation_reads, status_reads
+from projections.observation_reads import ObservationFilter
+from projections.status_reads import StatusScope
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.preflight import preflight
@@ -52,8 +52,8 @@ async def with_provenance(
     conn: AsyncConnection, workspace_id: str, rows: Sequence[RowMapping]
 ) -> list[ObservationView]:
     ids = [r["observation_id"] for r in rows]
-    sources = await store_queries.sources_of(conn, workspace_id, ids)
-    premises = await store_queries.premises_of(conn, workspace_id, ids)
+    sources = await observation_reads.sources_of(conn, workspace_id, ids)
+    premises = await observation_reads.premises_of(conn, workspace_id, ids)
     return [ObservationView(r, sources[r["observation_id"]], premises[r["observation_id"]]) for r in rows]
 
 
@@ -61,7 +61,7 @@ async def get_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, 
     """The observation with its provenance once `token` is projected; NotFound if it does not exist."""
     await preflight(ctx, token, workspace_id, ids={"observation_id": observation_id})
     async with ctx.engine.connect() as conn:
-        row = await store_queries.observation(conn, workspace_id, observation_id)
+        row = await observation_reads.observation(conn, workspace_id, observation_id)
         if row is None:
             raise NotFound(f"observation {observation_id!r} does not exist in workspace {workspace_id!r}")
         return (await with_provenance(conn, workspace_id, [row]))[0]
@@ -102,7 +102,7 @@ async def list_observations(
     limit, after = v.page_size(size), _cursor(ctx, scope, page_token)
     await _preflight(ctx, pair, token)
     async with ctx.engine.connect() as conn:
-        rows = await store_queries.list_observations(conn, pair, after, limit, reverse)
+        rows = await observation_reads.list_observations(conn, pair, after, limit, reverse)
         views = await with_provenance(conn, pair.workspace_id, rows)
     return page(ctx, scope, views, limit, _position)
 
@@ -118,7 +118,7 @@ async def search_observations(ctx: ApiDeps, query: SearchQuery, token: str) -> l
         if query.scope_id:
             pair = replace(pair, allowed_sessions=await recall_sessions(conn, pair.workspace_id, query.scope_id, (),
                                                                         pair.as_of))
-        rows = await store_queries.nearest_observations(conn, pair, vector, limit, max_distance)
+        rows = await observation_reads.nearest_observations(conn, pair, vector, limit, max_distance)
         return await with_provenance(conn, query.pair.workspace_id, rows)
 
 
@@ -128,8 +128,8 @@ async def processing_status(ctx: ApiDeps, scope: StatusScope, token: str) -> Pro
     named = {k: p for k, p in (("observer_id", scope.observer_id), ("observed_id", scope.observed_id)) if p}
     await preflight(ctx, token, scope.workspace_id, peers=named, session_id=scope.session_id or None)
     async with ctx.engine.connect() as conn:
-        counts = await queries.processing_counts(conn, scope)
-        dead = await queries.dead_lettered_batches(conn, scope, MAX_DEAD_LETTERED_SHOWN)
-        dreams = await queries.dream_counts(conn, scope)
-        dead_summaries = await queries.dead_lettered_summaries(conn, scope, MAX_DEAD_LETTERED_SHOWN)
+        counts = await status_reads.processing_counts(conn, scope)
+        dead = await status_reads.dead_lettered_batches(conn, scope, MAX_DEAD_LETTERED_SHOWN)
+        dreams = await status_reads.dream_counts(conn, scope)
+        dead_summaries = await status_reads.dead_lettered_summaries(conn, scope, MAX_DEAD_LETTERED_SHOWN)
     return ProcessingStatus(counts, dead, dreams, dead_summaries)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import uuid6
 
-from projections import queries, store_queries
+from projections import message_reads, observation_reads
 from projections.derivations import current_derivation
 from services.api import idempotency
 from services.api import validation as v
@@ -57,8 +57,8 @@ async def _check_sources(
     InvalidArgument for a span not in its message."""
     cited_ids = [s.message_id for o in new for s in o.sources]
     async with ctx.engine.connect() as conn:
-        found = await queries.messages_by_id(conn, workspace_id, cited_ids)
-        visible = await queries.seen_by(conn, workspace_id, observer_id, cited_ids) if cited_ids else set()
+        found = await message_reads.messages_by_id(conn, workspace_id, cited_ids)
+        visible = await message_reads.seen_by(conn, workspace_id, observer_id, cited_ids) if cited_ids else set()
     for i, o in enumerate(new):
         for j, s in enumerate(o.sources):
             cited = found.get(s.message_id)
@@ -97,8 +97,8 @@ async def _written_before(ctx: ApiDeps, workspace_id: str, observer_id: str, obs
     if not ids:
         return set()
     async with ctx.engine.connect() as conn:
-        rows = await store_queries.observations_by_id(conn, workspace_id, ids)
-        sources = await store_queries.sources_of(conn, workspace_id, list(rows)) if rows else {}
+        rows = await observation_reads.observations_by_id(conn, workspace_id, ids)
+        sources = await observation_reads.sources_of(conn, workspace_id, list(rows)) if rows else {}
     for i, o in enumerate(new):
         row = rows.get(o.observation_id)
         if row is not None and not _same(row, sources[o.observation_id], observer_id, observed_id, o):

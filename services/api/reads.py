@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from sqlalchemy import RowMapping
 
-from projections import queries
+from projections import message_reads, peer_reads, session_reads, workspace_reads
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.preflight import preflight
@@ -77,14 +77,14 @@ async def list_workspaces(ctx: ApiDeps, size: int, page_token: str, token: str,
     limit, scope = v.page_size(size), ("ListWorkspaces",)
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
-        rows = await queries.list_workspaces(conn, after, limit, only)
+        rows = await workspace_reads.list_workspaces(conn, after, limit, only)
     return page(ctx, scope, rows, limit, lambda r: r["workspace_id"])
 
 
 async def get_peer(ctx: ApiDeps, workspace_id: str, peer_id: str, token: str) -> RowMapping:
     await preflight(ctx, token, workspace_id, ids={"peer_id": peer_id})
     async with ctx.engine.connect() as conn:
-        row = await queries.peer(conn, workspace_id, peer_id)
+        row = await peer_reads.peer(conn, workspace_id, peer_id)
     if row is None:
         raise NotFound(f"peer {peer_id!r} does not exist in workspace {workspace_id!r}")
     return row
@@ -95,13 +95,13 @@ async def list_peers(ctx: ApiDeps, workspace_id: str, size: int, page_token: str
     limit, scope = v.page_size(size), ("ListPeers", workspace_id)
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
-        rows = await queries.list_peers(conn, workspace_id, after, limit)
+        rows = await peer_reads.list_peers(conn, workspace_id, after, limit)
     return page(ctx, scope, rows, limit, lambda r: r["peer_id"])
 
 
 async def session_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
     async with ctx.engine.connect() as conn:
-        members = await queries.memberships_of(conn, workspace_id, [r["session_id"] for r in rows])
+        members = await session_reads.memberships_of(conn, workspace_id, [r["session_id"] for r in rows])
     return [SessionView(r, members[r["session_id"]]) for r in rows]
 
 
@@ -119,7 +119,7 @@ async def list_sessions(
     limit, scope = v.page_size(size), ("ListSessions", workspace_id, member)
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
-        rows = await queries.list_sessions(conn, workspace_id, member, after, limit)
+        rows = await session_reads.list_sessions(conn, workspace_id, member, after, limit)
     views = await session_views(ctx, workspace_id, rows)  # memberships count towards the page's bytes
     return page(ctx, scope, views, limit, lambda view: view.session["session_id"])
 
@@ -127,7 +127,7 @@ async def list_sessions(
 async def get_message(ctx: ApiDeps, workspace_id: str, message_id: str, token: str) -> RowMapping:
     await preflight(ctx, token, workspace_id, ids={"message_id": message_id})
     async with ctx.engine.connect() as conn:
-        row = await queries.message(conn, workspace_id, message_id)
+        row = await message_reads.message(conn, workspace_id, message_id)
     if row is None:
         raise NotFound(f"message {message_id!r} does not exist in workspace {workspace_id!r}")
     return row
@@ -141,7 +141,7 @@ async def list_messages(
     limit, scope = v.page_size(size), ("ListMessages", workspace_id, session_id, str(reverse))
     after = ctx.cursors.decode_seq(scope, page_token)
     async with ctx.engine.connect() as conn:
-        rows = await queries.list_messages(conn, workspace_id, session_id, after, limit, reverse)
+        rows = await message_reads.list_messages(conn, workspace_id, session_id, after, limit, reverse)
     return page(ctx, scope, rows, limit, lambda r: r["seq"])
 
 
@@ -151,4 +151,4 @@ async def get_session_summaries(
     """The session's latest summary of each kind that exists, by kind ("short", "long")."""
     await preflight(ctx, token, workspace_id, session_id=session_id)
     async with ctx.engine.connect() as conn:
-        return await queries.latest_summaries(conn, workspace_id, session_id)
+        return await session_reads.latest_summaries(conn, workspace_id, session_id)

@@ -1,7 +1,7 @@
 """Scopes (issue 13 §1): create, list, get, add and remove sessions; and what a read's scope resolves to.
 
 A read given a scope takes the scope's sessions as they stood at its own time (its snapshot, or as_of)
-and uses them as a session allowlist (projections/store_queries.py: derived observations only when their
+and uses them as a session allowlist (projections/observation_reads.py: derived observations only when their
 whole premise closure is vouched for). An empty result is an allowlist of nothing, never "every session".
 """
 
@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections import scope_queries
+from projections import scope_reads
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
@@ -43,7 +43,7 @@ def _check_sessions(session_ids: Sequence[str], required: bool) -> None:
 
 async def _require(conn: AsyncConnection, workspace_id: str, scope_id: str) -> RowMapping:
     v.check_id("scope_id", scope_id)
-    row = await scope_queries.scope(conn, workspace_id, scope_id)
+    row = await scope_reads.scope(conn, workspace_id, scope_id)
     if row is None:
         raise NotFound(f"scope {scope_id!r} does not exist in workspace {workspace_id!r}; create it with CreateScope")
     return row
@@ -53,7 +53,7 @@ async def _view(ctx: ApiDeps, workspace_id: str, scope_id: str, as_of: datetime 
     async with ctx.engine.connect() as conn:
         await check_scope(conn, workspace_id)
         row = await _require(conn, workspace_id, scope_id)
-        sessions = await scope_queries.scope_sessions(conn, workspace_id, [scope_id], as_of)
+        sessions = await scope_reads.scope_sessions(conn, workspace_id, [scope_id], as_of)
     return ScopeView(row, sessions[scope_id])
 
 
@@ -65,7 +65,7 @@ async def create_scope(ctx: ApiDeps, workspace_id: str, scope_id: str, name: str
     async with ctx.writes.hold(("scope", workspace_id, scope_id)):
         async with ctx.engine.connect() as conn:
             await check_scope(conn, workspace_id, session_ids)
-            if await scope_queries.scope(conn, workspace_id, scope_id) is not None:
+            if await scope_reads.scope(conn, workspace_id, scope_id) is not None:
                 raise AlreadyExists(f"scope {scope_id!r} already exists in workspace {workspace_id!r}; "
                                     "change its sessions with AddScopeSessions / RemoveScopeSessions")
         event = ScopeCreated(workspace_id=workspace_id, scope_id=scope_id, name=name,
@@ -85,7 +85,7 @@ async def change_sessions(ctx: ApiDeps, workspace_id: str, scope_id: str, sessio
         async with ctx.engine.connect() as conn:
             await check_scope(conn, workspace_id, session_ids if add else ())
             await _require(conn, workspace_id, scope_id)
-            now = set((await scope_queries.scope_sessions(conn, workspace_id, [scope_id]))[scope_id])
+            now = set((await scope_reads.scope_sessions(conn, workspace_id, [scope_id]))[scope_id])
         changed = tuple(s for s in session_ids if (s not in now) == add)
         kind = ScopeSessionsAdded if add else ScopeSessionsRemoved
         events = [kind(workspace_id=workspace_id, scope_id=scope_id, session_ids=changed,
@@ -104,8 +104,8 @@ async def list_scopes(ctx: ApiDeps, workspace_id: str, token: str) -> list[Scope
     await preflight(ctx, token)
     async with ctx.engine.connect() as conn:
         await check_scope(conn, workspace_id)
-        rows = await scope_queries.list_scopes(conn, workspace_id)
-        sessions = await scope_queries.scope_sessions(conn, workspace_id, [r["scope_id"] for r in rows])
+        rows = await scope_reads.list_scopes(conn, workspace_id)
+        sessions = await scope_reads.scope_sessions(conn, workspace_id, [r["scope_id"] for r in rows])
     return [ScopeView(r, sessions[r["scope_id"]]) for r in rows]
 
 
@@ -116,5 +116,5 @@ async def recall_sessions(conn: AsyncConnection, workspace_id: str, scope_id: st
     if not scope_id:
         return tuple(session_ids) if session_ids else None
     await _require(conn, workspace_id, scope_id)
-    in_scope = (await scope_queries.scope_sessions(conn, workspace_id, [scope_id], as_of))[scope_id]
+    in_scope = (await scope_reads.scope_sessions(conn, workspace_id, [scope_id], as_of))[scope_id]
     return tuple(s for s in session_ids if s in in_scope) if session_ids else in_scope

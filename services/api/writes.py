@@ -21,7 +21,7 @@ from typing import Any
 import uuid6
 from sqlalchemy import RowMapping
 
-from projections import configurations, queries
+from projections import configurations, message_reads, peer_reads, session_reads, workspace_reads
 from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
@@ -89,7 +89,7 @@ async def get_or_create_workspace(ctx: ApiDeps, workspace_id: str, metadata: dic
     v.check_metadata("metadata", metadata)
     async with ctx.writes.hold(("workspace", workspace_id)):
         async with ctx.engine.connect() as conn:
-            row = await queries.workspace(conn, workspace_id)
+            row = await workspace_reads.workspace(conn, workspace_id)
         if row is not None:
             return Written(row, False, "")
         event = WorkspaceCreated(workspace_id=workspace_id, metadata=metadata, producer=ctx.producer)
@@ -108,7 +108,7 @@ async def get_or_create_peer(
     await require_workspace(ctx, workspace_id)
     async with ctx.writes.hold(("peer", workspace_id, peer_id)):
         async with ctx.engine.connect() as conn:
-            before = await queries.peer(conn, workspace_id, peer_id)
+            before = await peer_reads.peer(conn, workspace_id, peer_id)
         events: list[Event] = []
         if before is None:
             events.append(PeerCreated(workspace_id=workspace_id, peer_id=peer_id, metadata=metadata,
@@ -119,7 +119,7 @@ async def get_or_create_peer(
                                          observe_me=observe_me, producer=ctx.producer))
         token = await commit(ctx, events)
     async with ctx.engine.connect() as conn:
-        row = await queries.peer(conn, workspace_id, peer_id)
+        row = await peer_reads.peer(conn, workspace_id, peer_id)
     return Written(row, before is None and row["event_id"] == events[0].event_id, token)
 
 
@@ -143,8 +143,8 @@ async def get_or_create_session(
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
     async with ctx.writes.hold(("session", workspace_id, session_id)):
         async with ctx.engine.connect() as conn:
-            row = await queries.session(conn, workspace_id, session_id)
-            current = await queries.current_members(conn, workspace_id, session_id) if row else set()
+            row = await session_reads.session(conn, workspace_id, session_id)
+            current = await session_reads.current_members(conn, workspace_id, session_id) if row else set()
         events: list[Event] = []
         if row is None:
             events.append(SessionCreated(workspace_id=workspace_id, session_id=session_id,
@@ -165,7 +165,7 @@ async def add_members(
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
     async with ctx.writes.hold(("session", workspace_id, session_id)):
         async with ctx.engine.connect() as conn:
-            current = await queries.current_members(conn, workspace_id, session_id)
+            current = await session_reads.current_members(conn, workspace_id, session_id)
         already = [m.peer_id for m in members if m.peer_id in current]
         if already:
             raise AlreadyExists(
@@ -182,7 +182,7 @@ async def remove_members(
     check_peer_ids(peer_ids)
     async with ctx.writes.hold(("session", workspace_id, session_id)):
         async with ctx.engine.connect() as conn:
-            current = await queries.current_members(conn, workspace_id, session_id)
+            current = await session_reads.current_members(conn, workspace_id, session_id)
         absent = [p for p in peer_ids if p not in current]
         if absent:
             raise FailedPrecondition(
@@ -219,10 +219,10 @@ async def _append_messages(ctx: ApiDeps, workspace_id: str, session_id: str, new
     # the hot path: one connection for every check (the session row implies its workspace)
     async with ctx.engine.connect() as conn:
         await require_session(ctx, workspace_id, session_id, conn)
-        members = await queries.current_members(conn, workspace_id, session_id)
-        observe_me = await queries.peer_observe_me(conn, workspace_id, {m.peer_id for m in new})
+        members = await session_reads.current_members(conn, workspace_id, session_id)
+        observe_me = await peer_reads.peer_observe_me(conn, workspace_id, {m.peer_id for m in new})
         workspace_level = await configurations.workspace_level(conn, workspace_id)
-        taken = await queries.messages_by_id(conn, workspace_id, [m.message_id for m in new if m.message_id])
+        taken = await message_reads.messages_by_id(conn, workspace_id, [m.message_id for m in new if m.message_id])
     if taken:
         raise AlreadyExists(f"message id(s) {v.listed([repr(i) for i in sorted(taken)])} already exist in "
                             f"workspace {workspace_id!r}; a client's message ids must be new")

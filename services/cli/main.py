@@ -101,7 +101,7 @@ def _pair_option(pair: str) -> tuple[str, str]:
 
 def _run_derivation(coro):
     """Run a rederive/promote/retry; a refusal (bad name, a run already holding the workspace) is one line."""
-    from services.deriver.exclusive import RunInProgress
+    from projections.run_lock import RunInProgress
 
     try:
         return asyncio.run(coro)
@@ -118,10 +118,10 @@ def rederive(
     model: str = typer.Option("", "--model", help="the chat model; default: the deriver's"),
 ) -> None:
     """Re-run the deriver over the recorded perceptions into a separate, named derivation (nothing current changes)."""
-    from services.deriver.rederive import Scope, rederive as run
+    from services.rederivation.rederive import DerivationScope, rederive as run
 
     observer, observed = _pair_option(pair)
-    report = _run_derivation(run(Settings(), name, Scope(workspace, observer, observed), model))
+    report = _run_derivation(run(Settings(), name, DerivationScope(workspace, observer, observed), model))
     typer.echo(f"{report.name}: {report.pairs} pairs, {report.messages} messages, {report.batches} batches, "
                f"{report.events} events, {report.skipped} messages already there")
 
@@ -175,13 +175,13 @@ def derivations_promote(
     reason: str = typer.Option("", "--reason", help="why, kept on the DerivationPromoted event"),
 ) -> None:
     """Make a derivation the current one (reads and the live deriver follow it); derive what it lacks first."""
-    from services.deriver.promote import promote
-    from services.deriver.rederive import Scope
+    from services.rederivation.promote import promote
+    from services.rederivation.rederive import DerivationScope
 
     if bool(pair) == all_pairs:
         raise typer.BadParameter("give either --pair OBSERVER/OBSERVED or --all-pairs")
     observer, observed = _pair_option(pair)
-    report = _run_derivation(promote(Settings(), name, Scope(workspace, observer, observed), model, reason))
+    report = _run_derivation(promote(Settings(), name, DerivationScope(workspace, observer, observed), model, reason))
     typer.echo(f"{report.name} is current for {report.pairs} pairs: {report.messages} messages caught up in "
                f"{report.batches} batches, {report.skipped} already there or left to the live deriver; "
                f"consistency token {report.consistency_token}")
@@ -195,13 +195,13 @@ def derivations_retry(
 ) -> None:
     """Derive again the batches the live deriver dead-lettered, into each pair's current derivation; without
     --pair, also ask the summarizer (through the log) to try its dead-lettered summaries again."""
-    from services.deriver.rederive import Scope
-    from services.deriver.retry import retry
+    from services.rederivation.rederive import DerivationScope
+    from services.rederivation.retry import retry
     from services.summarizer.retry import retry_summaries
 
     observer, observed = _pair_option(pair)
     settings = Settings()
-    for report in _run_derivation(retry(settings, Scope(workspace, observer, observed), model)):
+    for report in _run_derivation(retry(settings, DerivationScope(workspace, observer, observed), model)):
         typer.echo(f"{report.name}: {report.messages} messages derived in {report.batches} batches over "
                    f"{report.pairs} pairs; consistency token {report.consistency_token}")
     if not pair:  # summaries belong to sessions, not to pairs

@@ -7,17 +7,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy.ext.asyncio import create_async_engine
-
 from services.bus.producer import Emitter
 from services.bus.runner import Get, State, Step
 from services.bus.topics import PERCEIVED
 from services.deriver.batching import Batching, add, ask, take
 from services.deriver.derive import Deriver
-from services.deriver.judge import Known, Pair
+from services.deriver.judge import KnownObservation
+from services.deriver.ports import DuplicateCandidates
 from services.deriver.state import dump_recent, load_batching, load_recent
-from services.deriver.store import ObservationStore
 from services.events import DerivationDue, DerivationPromoted, Event, MessagePerceived, ProducerInfo
+from services.events.pairs import Pair
 from services.events.perception import pair_of
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
@@ -36,14 +35,12 @@ class DeriverProcessor:
     inputs = (PERCEIVED,)
     max_batch = 32  # pairs in one batch are derived concurrently; a pair's own events stay in order
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, store: DuplicateCandidates) -> None:
         self.settings = settings.deriver
         self.tick_s = settings.deriver.tick_s
         self.asked: dict[str, tuple[str, datetime]] = {}  # pair key -> (oldest pending message, when) last ticked
         # one side producer for progress markers and clock ticks: both must be visible at once
         self.emitter = Emitter(settings.kafka, "peerlog-deriver")
-        store = ObservationStore(create_async_engine(settings.database.url, pool_size=8),
-                                 settings.database.schema_name, settings.embedding.model, settings.deriver)
         self.deriver = Deriver(settings.deriver, ModelClient("deriver", settings.llm.stage("deriver")),
                                make_embedder(settings.embedding), store, self.emitter.emit)
 
@@ -63,7 +60,7 @@ class DeriverProcessor:
             states[event.key + RECENT] = dump_recent(recent, self.settings.recent_cache)
         return Step(events, states)
 
-    async def _drain(self, event: Event, batching: Batching, recent: list[Known], everything: bool):
+    async def _drain(self, event: Event, batching: Batching, recent: list[KnownObservation], everything: bool):
         """Derive the pair's due windows (all of them with `everything`) into its current derivation."""
         events: list[Event] = []
         pair = Pair(event.workspace_id, event.observer_id, event.observed_id, batching.derivation)
@@ -86,6 +83,7 @@ class DeriverProcessor:
         self.asked = {k: v for k, v in self.asked.items() if (now - v[1]).total_seconds() < self.settings.max_wait_s}
 
 
-def build(settings: Settings):
-    processor = DeriverProcessor(settings)
+def build(settings: Settings, store: DuplicateCandidates):
+    """The processor and its clock; `store` reads the projections (the worker passes deriver_reads.py's)."""
+    processor = DeriverProcessor(settings, store)
     return processor, processor.tick

@@ -10,7 +10,7 @@ from services.deriver.settings import DeriverSettings
 from services.events import Event, MessagePerceived, Turn
 
 
-class Pending(BaseModel):
+class PendingMessage(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     message_id: str
@@ -27,7 +27,7 @@ class Pending(BaseModel):
 class Batching(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    pending: tuple[Pending, ...] = ()
+    pending: tuple[PendingMessage, ...] = ()
     # the derivation (stored label) the pair's messages go into; DerivationPromoted moves it
     derivation: str = ""
 
@@ -43,7 +43,7 @@ def add(state: Batching, event: MessagePerceived, tokens: int) -> Batching:
     """`state` with the perceived message queued (a message already queued is ignored)."""
     if any(p.message_id == event.message_id for p in state.pending):
         return state
-    item = Pending(message_id=event.message_id, session_id=event.session_id, seq=event.seq,
+    item = PendingMessage(message_id=event.message_id, session_id=event.session_id, seq=event.seq,
                    content=event.content, created_at=event.created_at, tokens=tokens,
                    previous_turn=event.previous_turn, perceived_at=event.occurred_at,
                    instructions=event.instructions)
@@ -70,10 +70,10 @@ def ask(state: Batching, settings: DeriverSettings, now: datetime,
         (now - asked[1]).total_seconds() >= settings.max_wait_s
 
 
-def next_window(state: Batching, window_tokens: int) -> tuple[tuple[Pending, ...], Batching]:
+def next_window(state: Batching, window_tokens: int) -> tuple[tuple[PendingMessage, ...], Batching]:
     """The oldest messages that fit one call (always at least one) under one set of custom instructions,
     and what stays pending."""
-    taken: list[Pending] = []
+    taken: list[PendingMessage] = []
     used = 0
     for item in state.pending:
         if taken and (used + item.tokens > window_tokens or item.instructions != taken[0].instructions):
@@ -84,7 +84,7 @@ def next_window(state: Batching, window_tokens: int) -> tuple[tuple[Pending, ...
 
 
 def take(state: Batching, event: Event, settings: DeriverSettings,
-         everything: bool = False) -> tuple[list[tuple[Pending, ...]], Batching]:
+         everything: bool = False) -> tuple[list[tuple[PendingMessage, ...]], Batching]:
     """The windows to derive on `event` (every pending one with `everything`), oldest first, and what
     stays pending.
 
@@ -92,7 +92,7 @@ def take(state: Batching, event: Event, settings: DeriverSettings,
     wall clock: read late from a backlog, every message looked old at once and was derived alone, one model
     call each. On event time a backlog batches as it would have live, and a quiet pair waits for the tick.
     """
-    windows: list[tuple[Pending, ...]] = []
+    windows: list[tuple[PendingMessage, ...]] = []
     while state.pending and (everything or due(state, settings, event.occurred_at)):
         window, state = next_window(state, settings.window_tokens)
         windows.append(window)

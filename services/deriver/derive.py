@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import uuid6
 
-from services.deriver.batching import Pending
-from services.deriver.judge import Known, Pair, batch_id, judge
+from services.deriver.batching import PendingMessage
+from services.deriver.judge import KnownObservation, batch_id, judge
+from services.deriver.ports import DuplicateCandidates, StoreUnavailable
 from services.deriver.prompt import PROMPT_VERSION, Extraction, build_messages
 from services.deriver.settings import DeriverSettings
-from services.deriver.store import ObservationStore, StoreUnavailable
 from services.events import (
     BatchDerived,
     DerivationDeadLettered,
@@ -25,6 +25,7 @@ from services.events import (
     ObservationSuperseded,
     ProducerInfo,
 )
+from services.events.pairs import Pair
 from services.events.text import normalise
 from services.llm.client import ModelClient
 from services.llm.embeddings import Embedder
@@ -40,7 +41,7 @@ INFRASTRUCTURE = (ModelError, EmbeddingError, StoreUnavailable)
 @dataclass(frozen=True)
 class Outcome:
     events: list[Event]
-    recent: list[Known]  # the pair's recent live observations after this batch, oldest first
+    recent: list[KnownObservation]  # the pair's recent live observations after this batch, oldest first
 
 
 def new_id() -> str:
@@ -49,14 +50,15 @@ def new_id() -> str:
 
 class Deriver:
     def __init__(self, settings: DeriverSettings, model: ModelClient, embedder: Embedder,
-                 store: ObservationStore, emit) -> None:
+                 store: DuplicateCandidates, emit) -> None:
         self.settings, self.model, self.embedder, self.store, self.emit = settings, model, embedder, store, emit
 
     def producer(self, model: str | None = None) -> ProducerInfo:
         return ProducerInfo(component="deriver", version=VERSION, model=model or self.model.settings.model,
                             prompt_version=PROMPT_VERSION)
 
-    async def derive(self, pair: Pair, window: Sequence[Pending], recent: list[Known], cause: str | None) -> Outcome:
+    async def derive(self, pair: Pair, window: Sequence[PendingMessage], recent: list[KnownObservation],
+                     cause: str | None) -> Outcome:
         ids = tuple(p.message_id for p in window)
         bid = batch_id(pair.workspace_id, pair.observer_id, pair.observed_id, ids, pair.derivation)
         base = {**pair.fields(), "batch_id": bid, "message_ids": ids, "causation_id": cause}

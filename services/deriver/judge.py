@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.deriver.batching import Pending
+from services.deriver.batching import PendingMessage
 from services.deriver.prompt import ExtractedFact
 from services.events import (
     Event,
@@ -18,6 +18,7 @@ from services.events import (
     ProducerInfo,
     Source,
 )
+from services.events.pairs import Pair
 from services.events.text import normalise, span_support
 
 # the share of a fact's content words its span must contain: "Great." does not ground a fact about a job, while
@@ -33,7 +34,7 @@ def batch_id(workspace: str, observer: str, observed: str, message_ids: Sequence
 
 
 @dataclass(frozen=True)
-class Known:
+class KnownObservation:
     """An observation already in the pair's store, as dedup needs it."""
 
     observation_id: str
@@ -43,20 +44,6 @@ class Known:
     embedding: tuple[float, ...]
 
 
-@dataclass(frozen=True)
-class Pair:
-    """A pair's store as one derivation of it: everything derived for it carries that label."""
-
-    workspace_id: str
-    observer_id: str
-    observed_id: str
-    derivation: str = ""  # the stored label: "" is the original live derivation
-
-    def fields(self) -> dict:
-        return {"workspace_id": self.workspace_id, "observer_id": self.observer_id,
-                "observed_id": self.observed_id, "derivation": self.derivation}
-
-
 @dataclass
 class Verdicts:
     events: list[Event] = field(default_factory=list)
@@ -64,7 +51,7 @@ class Verdicts:
     reinforced: int = 0
     superseded: int = 0
     rejected: int = 0
-    new_known: list[Known] = field(default_factory=list)
+    new_known: list[KnownObservation] = field(default_factory=list)
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -72,7 +59,7 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) if a and b and len(a) == len(b) else 0.0
 
 
-def ground(fact: ExtractedFact, window: Sequence[Pending], observed_id: str = "") -> str | None:
+def ground(fact: ExtractedFact, window: Sequence[PendingMessage], observed_id: str = "") -> str | None:
     """None if the fact's span is in the cited target message and supports the fact; else why not."""
     cited = next((p for p in window if p.message_id == fact.message_id), None)
     if cited is None:
@@ -88,7 +75,7 @@ def ground(fact: ExtractedFact, window: Sequence[Pending], observed_id: str = ""
     return None
 
 
-def _match(known: Sequence[Known], norm: str, session: str, emb, threshold: float):
+def _match(known: Sequence[KnownObservation], norm: str, session: str, emb, threshold: float):
     explicit = [k for k in known if k.level == Level.EXPLICIT]
     for k in explicit:
         if k.normalised == norm and k.session_id == session:
@@ -101,7 +88,7 @@ def _match(known: Sequence[Known], norm: str, session: str, emb, threshold: floa
 
 def judge(
     pair: Pair, facts: Sequence[ExtractedFact], embeddings: Sequence[Sequence[float]],
-    window: Sequence[Pending], known: Sequence[Known], *, batch: str, threshold: float,
+    window: Sequence[PendingMessage], known: Sequence[KnownObservation], *, batch: str, threshold: float,
     embedding_model: str, producer: ProducerInfo, cause: str | None, new_id: Callable[[], str],
 ) -> Verdicts:
     """The events for the model's proposed facts of one batch."""
@@ -130,7 +117,7 @@ def judge(
                                  embedding_model=embedding_model, batch_id=batch, **common)
         out.events.append(added)
         out.added += 1
-        new = Known(added.observation_id, Level.EXPLICIT, norm, session, tuple(emb))
+        new = KnownObservation(added.observation_id, Level.EXPLICIT, norm, session, tuple(emb))
         if kind == "near":  # the new text says more: it replaces the old one
             out.events.append(ObservationSuperseded(observation_id=match.observation_id,
                                                     superseded_by=added.observation_id,

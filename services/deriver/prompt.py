@@ -7,7 +7,7 @@ from html import escape
 
 from pydantic import BaseModel, Field
 
-from services.deriver.batching import Pending
+from services.deriver.batching import PendingMessage
 from services.events import prompt_addition
 
 PROMPT_VERSION = "deriver-v2"
@@ -54,7 +54,7 @@ def render_turn(item_id: str, speaker: str, when: str, content: str, target: boo
     )
 
 
-def build_messages(observer: str, observed: str, window: Sequence[Pending]) -> list[dict]:
+def build_messages(observer: str, observed: str, window: Sequence[PendingMessage]) -> list[dict]:
     """The chat messages for one model call over `window` (all written by `observed`)."""
     turns = []
     context = window[0].previous_turn

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from services.deriver.batching import Batching
-from services.deriver.judge import Known
+from services.deriver.judge import KnownObservation
 from services.events import Level
 
 
@@ -25,12 +25,12 @@ def _unpack(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in np.frombuffer(base64.b64decode(text), dtype=np.float16))
 
 
-def load_recent(raw: dict | None) -> list[Known]:
+def load_recent(raw: dict | None) -> list[KnownObservation]:
     items = (raw or {}).get("items", [])
-    return [Known(i["id"], Level(i["level"]), i["key"], i["session"], _unpack(i["emb"])) for i in items]
+    return [KnownObservation(i["id"], Level(i["level"]), i["key"], i["session"], _unpack(i["emb"])) for i in items]
 
 
-def dump_recent(known: Sequence[Known], keep: int) -> dict:
+def dump_recent(known: Sequence[KnownObservation], keep: int) -> dict:
     """The newest `keep` observations, oldest first."""
     live = list(known)[-keep:] if keep else []
     return {"items": [{"id": k.observation_id, "level": k.level.value, "key": k.normalised,

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import dialectic_reads as reads
-from projections import queries, store_queries
+from projections import message_reads, observation_reads
 from services.dialectic import policy, prompt, response_format
 from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, Turn
 from services.dialectic.settings import SEARCH_TOOLS, DialecticSettings, LevelPolicy
@@ -170,10 +170,10 @@ class _Run:
         r, n = self.request, self.level.prefetch
         vector = (await self.owner.embedder.embed([r.query]))[0]
         async with self.owner.engine.connect() as conn:
-            explicit = await store_queries.nearest_observations(conn, self.scope.pair(["explicit"]), vector, n, None)
-            derived = await store_queries.nearest_observations(conn, self.scope.pair(DERIVED_LEVELS), vector, n, None)
+            explicit = await observation_reads.nearest_observations(conn, self.scope.pair(["explicit"]), vector, n, None)
+            derived = await observation_reads.nearest_observations(conn, self.scope.pair(DERIVED_LEVELS), vector, n, None)
             # the session's newest turns the observer saw: GetContext's recent messages, same rule
-            history = (await queries.list_messages(conn, r.workspace_id, r.session_id, None, 200, True,
+            history = (await message_reads.list_messages(conn, r.workspace_id, r.session_id, None, 200, True,
                                                    perspective_id=r.observer_id, before=r.as_of)
                        if r.session_id else [])
             evidence = bool(explicit or derived or history) or await reads.has_evidence(

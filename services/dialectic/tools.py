@@ -17,7 +17,7 @@ from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import dialectic_reads as reads
-from projections import queries, store_queries
+from projections import message_reads, observation_reads
 from projections.message_search import MessageSearch, search_messages, search_text
 from services.dialectic.policy import Kind
 from services.dialectic.prompt import message_line, observation_line
@@ -37,8 +37,8 @@ class Scope:
     as_of: datetime | None = None  # memory as it stood then: observations and messages recorded by then
     sessions: tuple[str, ...] | None = None  # a scope's sessions: recall only these (None: no bound)
 
-    def pair(self, levels: Sequence[str] = (), include_superseded: bool = False) -> store_queries.ObservationFilter:
-        return store_queries.ObservationFilter(self.workspace_id, self.observer_id, self.target_id, tuple(levels),
+    def pair(self, levels: Sequence[str] = (), include_superseded: bool = False) -> observation_reads.ObservationFilter:
+        return observation_reads.ObservationFilter(self.workspace_id, self.observer_id, self.target_id, tuple(levels),
                                          include_superseded=include_superseded, as_of=self.as_of,
                                          allowed_sessions=self.sessions)
 
@@ -163,7 +163,7 @@ def _messages(rows: Sequence[RowMapping], empty: str = "No messages found.") -> 
 async def _search_observations(env: ToolEnv, a: SearchObservations) -> ToolResult:
     vector = (await env.embedder.embed([a.query]))[0]
     async with env.engine.connect() as conn:
-        rows = await store_queries.nearest_observations(conn, env.scope.pair(a.levels), vector,
+        rows = await observation_reads.nearest_observations(conn, env.scope.pair(a.levels), vector,
                                                   min(a.limit, env.max_rows), None)
     return _observations(rows, "No observations found.")
 
@@ -216,10 +216,10 @@ async def _source_messages(env: ToolEnv, a: SourceMessages) -> ToolResult:
         found = await reads.pair_observations(conn, s.pair(include_superseded=True), [a.observation_id])
         if not found:
             return ToolResult(f"No observation {a.observation_id} in this memory.", {}, 0)
-        sources = (await store_queries.sources_of(conn, s.workspace_id, [a.observation_id]))[a.observation_id]
+        sources = (await observation_reads.sources_of(conn, s.workspace_id, [a.observation_id]))[a.observation_id]
         ids = [r["message_id"] for r in sources]
-        visible = await queries.seen_by(conn, s.workspace_id, s.observer_id, ids)
-        by_id = await queries.messages_by_id(conn, s.workspace_id, [i for i in ids if i in visible])
+        visible = await message_reads.seen_by(conn, s.workspace_id, s.observer_id, ids)
+        by_id = await message_reads.messages_by_id(conn, s.workspace_id, [i for i in ids if i in visible])
     lines, shown = [], {}
     for src in sources:
         row = by_id.get(src["message_id"])
@@ -237,7 +237,7 @@ async def _reasoning_chain(env: ToolEnv, a: ReasoningChain) -> ToolResult:
         found = await reads.pair_observations(conn, pair, [a.observation_id])
         if not found:
             return ToolResult(f"No observation {a.observation_id} in this memory.", {}, 0)
-        premise_ids = (await store_queries.premises_of(conn, s.workspace_id, [a.observation_id]))[a.observation_id]
+        premise_ids = (await observation_reads.premises_of(conn, s.workspace_id, [a.observation_id]))[a.observation_id]
         premises = await reads.pair_observations(conn, pair, premise_ids)
         conclusions = await reads.pair_observations(
             conn, pair, await reads.concluded_from(conn, s.workspace_id, a.observation_id))

@@ -16,8 +16,8 @@ from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from projections import queries, store_queries
-from projections.audit_queries import live_with_content, observations_by_id
+from projections import observation_reads, peer_reads
+from projections.audit_reads import live_with_content, observations_by_id
 from services.dialectic import tools as chat_tools
 from services.dialectic.agent import ToolRequest
 from services.dialectic.prompt import observation_line
@@ -138,10 +138,10 @@ class DreamRun:
 
     async def opening(self, specialist: str) -> str:
         d = self.dream
-        pair = store_queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id)
+        pair = observation_reads.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id)
         async with self.engine.connect() as conn:
-            rows = await store_queries.list_observations(conn, pair, None, OPENING_OBSERVATIONS, reverse=True)
-            card = await queries.peer_card(conn, d.workspace_id, d.observer_id, d.observed_id)
+            rows = await observation_reads.list_observations(conn, pair, None, OPENING_OBSERVATIONS, reverse=True)
+            card = await peer_reads.peer_card(conn, d.workspace_id, d.observer_id, d.observed_id)
         lines = [self.line(r) for r in reversed(rows)]
         return prompt.opening(specialist, lines, list(card["entries"]) if card else [], self.written)
 
@@ -168,9 +168,9 @@ class DreamRun:
         except (ValueError, ValidationError) as error:
             return f"error: bad arguments for {call.name}: {error}"[:1000]
         d = self.dream
-        pair = store_queries.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id, tuple(args.levels))
+        pair = observation_reads.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id, tuple(args.levels))
         async with self.engine.connect() as conn:
-            rows = await store_queries.list_observations(conn, pair, None, args.limit, reverse=True)
+            rows = await observation_reads.list_observations(conn, pair, None, args.limit, reverse=True)
         return "\n".join(map(self.line, rows)) or "No observations."
 
     async def act(self, call: ToolCall, model: type[BaseModel]) -> str:

@@ -10,7 +10,7 @@ import grpc
 from sqlalchemy import select, text
 
 from peerlog.v1 import common_pb2, context_pb2, context_pb2_grpc, sessions_pb2
-from projections import queries
+from projections import message_reads, peer_reads, session_reads
 from projections.db import sync_engine
 from projections.schema import memberships
 from services.bus.producer import EventLog
@@ -118,8 +118,9 @@ async def test_get_context_reads_every_statement_from_one_read_only_repeatable_r
             return await read(conn, *args, **kw)
         return spy
 
-    for name in ("peer_card", "latest_summaries", "list_messages"):
-        monkeypatch.setattr(queries, name, spying(getattr(queries, name)))
+    for module, name in ((peer_reads, "peer_card"), (session_reads, "latest_summaries"),
+                         (message_reads, "list_messages")):
+        monkeypatch.setattr(module, name, spying(getattr(module, name)))
     await context_pb2_grpc.ContextServiceStub(channel).GetContext(context_pb2.GetContextRequest(
         workspace_id="acme", session_id="s1", observer_id="alice", target_id="bob",
         consistency=common_pb2.ReadConsistency(consistency_token=made.consistency_token)))

@@ -9,11 +9,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from infra.processes import free_port
 from projections.db import create_schema, sync_engine
-from services.deriver.judge import Pair
-from services.deriver.rederive import Scope
-from services.deriver.retry import retry
+from projections.deriver_reads import ObservationStore
 from services.deriver.settings import DeriverSettings
-from services.deriver.store import ObservationStore
+from services.events.pairs import Pair
+from services.rederivation.rederive import DerivationScope
+from services.rederivation.retry import retry
 from tests.integration.test_rederive import current_rows
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
@@ -54,7 +54,7 @@ async def test_an_embedding_outage_parks_the_batch_keeps_the_worker_and_retry_de
         "llm": settings.llm.model_copy(update={"base_url": model_server.base_url}),
         "embedding": settings.embedding.model_copy(update={
             "provider": "openai", "base_url": model_server.base_url, "model": "test-embedding"})})
-    [report] = await retry(here, Scope("w"), progress=lambda _: None)
+    [report] = await retry(here, DerivationScope("w"), progress=lambda _: None)
     assert (report.messages, report.batches) == (1, 1)
     status = await until(lambda: c.processing_status("w", token=report.consistency_token),
                          lambda s: s.counts.done == 2)

@@ -11,9 +11,9 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from projections.db import create_schema, sync_engine
+from projections.deriver_reads import ObservationStore
 from projections.schema import EMBEDDING_DIMENSIONS
-from services.deriver.judge import Pair
-from services.deriver.store import ObservationStore
+from services.events.pairs import Pair
 
 MODEL = "test-model"
 

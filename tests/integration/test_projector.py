@@ -115,7 +115,7 @@ def test_a_member_sees_the_messages_between_its_join_and_its_leave_in_log_order_
     appended after it. Visibility follows the log, as the router perceives."""
     from datetime import timedelta
 
-    from projections.queries import seen_while_member
+    from projections.message_reads import seen_while_member
     from projections.schema import message_terms
     from services.events import MemberJoined, MemberLeft
 

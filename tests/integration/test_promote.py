@@ -10,8 +10,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from peerlog.v1 import context_pb2, context_pb2_grpc
 from projections.rebuild import rebuild
 from services.cli.derivations import comparison
-from services.deriver.promote import promote
-from services.deriver.rederive import Scope, rederive
+from services.rederivation.promote import promote
+from services.rederivation.rederive import DerivationScope, rederive
 from tests.integration.test_rederive import current_rows
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn, with_fact
@@ -43,7 +43,7 @@ async def test_a_promoted_derivation_is_read_by_default_and_the_live_deriver_wri
                            ("bob", f"I run every morning {FILLER}")])
     eventually(lambda: len(current_rows(settings)) == 3, 60)
 
-    first = await rederive(here, "v2", Scope("w", "alice", "alice"), model=V2_MODEL, progress=lambda _: None)
+    first = await rederive(here, "v2", DerivationScope("w", "alice", "alice"), model=V2_MODEL, progress=lambda _: None)
     assert (first.messages, first.skipped) == (2, 0)
     await c.add("w", "s", [("alice", "I moved to Oslo")])  # perceived, then pending in the live deriver
     await until(lambda: c.processing_status("w"), lambda s: s.counts.pending == 1)
@@ -52,7 +52,7 @@ async def test_a_promoted_derivation_is_read_by_default_and_the_live_deriver_wri
     before_promotion = Timestamp()
     before_promotion.FromDatetime(datetime.now(UTC))
 
-    report = await promote(here, "v2", Scope("w", "alice", "alice"), model=V2_MODEL, reason="better model",
+    report = await promote(here, "v2", DerivationScope("w", "alice", "alice"), model=V2_MODEL, reason="better model",
                            progress=lambda _: None)
     # the catch-up derived only what v2 lacked: the message perceived after the rederive
     assert (report.messages, report.skipped) == (1, 2)
@@ -102,7 +102,7 @@ async def test_promoting_back_to_the_original_derivation_catches_it_up(channel, 
     await c.setup_conversation("w", "s")
     await c.add("w", "s", [("alice", "I adopted a cat named Miso")])
     eventually(lambda: len(current_rows(settings)) == 1, 60)
-    pair = Scope("w", "alice", "alice")
+    pair = DerivationScope("w", "alice", "alice")
     await promote(here, "v2", pair, model=V2_MODEL, progress=lambda _: None)
     after = await c.add("w", "s", [("alice", "I moved to Oslo")])
     await until(lambda: c.all_observations("w", "alice", "alice", token=after.consistency_token),

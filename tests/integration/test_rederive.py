@@ -9,7 +9,7 @@ from sqlalchemy import select
 from peerlog.v1 import audit_pb2, observations_pb2
 from projections.db import sync_engine
 from projections.schema import derivation_batches, observations
-from services.deriver.rederive import Scope, rederive
+from services.rederivation.rederive import DerivationScope, rederive
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn, with_fact
 from tests.support.wait import eventually
@@ -49,7 +49,7 @@ async def test_rederive_builds_a_named_derivation_and_leaves_the_current_one_unt
 
     model_server.reply_with(with_fact(lambda text: f"v2: {text.lower()}"))
     here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
-    report = await rederive(here, "v2", Scope("w"), model="other-model", progress=lambda _: None)
+    report = await rederive(here, "v2", DerivationScope("w"), model="other-model", progress=lambda _: None)
     assert (report.pairs, report.messages) == (2, 3)
 
     named = await c.observations.ListObservations(observations_pb2.ListObservationsRequest(
@@ -72,7 +72,7 @@ async def test_rederive_builds_a_named_derivation_and_leaves_the_current_one_unt
 
 async def test_a_derivation_name_that_is_not_an_id_is_refused(settings):
     try:
-        await rederive(settings, "no spaces", Scope("w"))
+        await rederive(settings, "no spaces", DerivationScope("w"))
     except ValueError as error:
         assert "must match" in str(error)
     else:

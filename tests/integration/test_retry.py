@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.deriver.exclusive import RunInProgress, exclusive
-from services.deriver.promote import promote
-from services.deriver.rederive import Scope, rederive
-from services.deriver.retry import retry
+from projections.run_lock import RunInProgress, exclusive
+from services.rederivation.promote import promote
+from services.rederivation.rederive import DerivationScope, rederive
+from services.rederivation.retry import retry
 from tests.integration.test_rederive import current_rows
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
@@ -27,14 +27,14 @@ async def test_a_dead_lettered_batch_is_derived_by_retry_once_the_model_works_an
     assert len(parked.dead_lettered_batches) == 1 and not current_rows(settings)
 
     model_server.reply_with(extract_each_turn)  # the cause is fixed
-    [report] = await retry(here, Scope("w"), progress=lambda _: None)
+    [report] = await retry(here, DerivationScope("w"), progress=lambda _: None)
     assert (report.name, report.messages, report.batches) == ("original", 1, 1)
     status = await until(lambda: c.processing_status("w", token=report.consistency_token),
                          lambda s: s.counts.done == 1)
     assert status.counts.dead_lettered == 0 and not status.dead_lettered_batches
     assert [r["content"] for r in current_rows(settings)] == ["The target said: I live in Oslo"]
 
-    [again] = await retry(here, Scope("w"), progress=lambda _: None)
+    [again] = await retry(here, DerivationScope("w"), progress=lambda _: None)
     assert (again.messages, again.skipped) == (0, 1)  # nothing is derived twice
     assert len(current_rows(settings)) == 1
 
@@ -42,10 +42,10 @@ async def test_a_dead_lettered_batch_is_derived_by_retry_once_the_model_works_an
 async def test_a_second_derivation_run_on_a_workspace_is_refused_while_one_holds_it(settings, model_server):
     here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
     async with exclusive(here, "w"):
-        for run in (rederive(here, "v2", Scope("w"), progress=lambda _: None),
-                    promote(here, "v2", Scope("w", "alice", "alice"), progress=lambda _: None),
-                    retry(here, Scope("w"), progress=lambda _: None)):
+        for run in (rederive(here, "v2", DerivationScope("w"), progress=lambda _: None),
+                    promote(here, "v2", DerivationScope("w", "alice", "alice"), progress=lambda _: None),
+                    retry(here, DerivationScope("w"), progress=lambda _: None)):
             with pytest.raises(RunInProgress, match="workspace 'w'"):
                 await run
-        await rederive(here, "v2", Scope("other"), progress=lambda _: None)  # another workspace is free
-    await rederive(here, "v2", Scope("w"), progress=lambda _: None)  # and so is this one once released
+        await rederive(here, "v2", DerivationScope("other"), progress=lambda _: None)  # another workspace is free
+    await rederive(here, "v2", DerivationScope("w"), progress=lambda _: None)  # and so is this one once released

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from services.deriver.batching import Batching, add, next_window
-from services.deriver.judge import Pair, batch_id, judge
+from services.deriver.judge import batch_id, judge
 from services.deriver.prompt import ExtractedFact
-from services.deriver.promote import check_promotable
-from services.deriver.rederive import check_name, missing
-from services.deriver.retry import by_current_label
 from services.events import ORIGINAL, DerivationPromoted, ObservationAdded
+from services.events.pairs import Pair
+from services.rederivation.promote import check_promotable
+from services.rederivation.rederive import check_name, missing
+from services.rederivation.retry import by_current_label
 from tests.unit.test_deriver_core import P, batch, perceived
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import count
 
 from services.deriver.batching import Batching, add, ask, due, next_window, take
-from services.deriver.judge import Known, Pair, judge
+from services.deriver.judge import KnownObservation, judge
 from services.deriver.prompt import ExtractedFact, build_messages
 from services.deriver.settings import DeriverSettings
 from services.events import (
@@ -19,6 +19,7 @@ from services.events import (
     ObservationSuperseded,
     ProducerInfo,
 )
+from services.events.pairs import Pair
 
 P = ProducerInfo(component="test", version="0")
 T = datetime(2026, 1, 1, tzinfo=UTC)
@@ -106,7 +107,7 @@ def test_ungrounded_facts_become_rejections_with_the_reason():
 
 
 def test_exact_duplicates_reinforce_and_fuller_near_duplicates_supersede():
-    old = Known("old", Level.EXPLICIT, "a lives in oslo", "s", (1.0, 0.0))
+    old = KnownObservation("old", Level.EXPLICIT, "a lives in oslo", "s", (1.0, 0.0))
     out = verdicts([ExtractedFact(content="A lives in  Oslo", message_id="m0", span="I live in Oslo")], [old])
     assert [type(e) for e in out.events] == [ObservationReinforced] and out.events[0].observation_id == "old"
 

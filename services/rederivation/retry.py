@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.deriver.exclusive import exclusive
-from services.deriver.rederive import Rederivation, Report, Scope, Seen, finished, perceived
+from projections.run_lock import exclusive
 from services.events import ORIGINAL, DerivationPromoted
+from services.rederivation.rederive import DerivationScope, Rederivation, Report, Seen, finished, perceived
 
 
 def by_current_label(history: dict[str, list[Seen]]) -> dict[str, dict[str, list[Seen]]]:
@@ -24,7 +24,8 @@ def by_current_label(history: dict[str, list[Seen]]) -> dict[str, dict[str, list
     return groups
 
 
-async def retry(settings, scope: Scope, model: str = "", progress: Callable[[str], None] = print) -> list[Report]:
+async def retry(settings, scope: DerivationScope, model: str = "",
+                progress: Callable[[str], None] = print) -> list[Report]:
     """Derive, with `model` (default: the deriver's), what each pair's current derivation lacks in scope."""
     reports = []
     async with exclusive(settings, scope.workspace_id):

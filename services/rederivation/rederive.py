@@ -17,17 +17,14 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import create_async_engine
-
+from projections.deriver_reads import ObservationStore
+from projections.run_lock import exclusive
 from services.bus.consistency import ConsistencyToken
 from services.bus.producer import EventLog
 from services.bus.streams import read, to_the_end
 from services.bus.topics import DEADLETTER, OBSERVATIONS, PERCEIVED, TopicSpec
 from services.deriver.batching import Batching, add, next_window
 from services.deriver.derive import Deriver
-from services.deriver.exclusive import exclusive
-from services.deriver.judge import Pair
-from services.deriver.store import ObservationStore
 from services.events import (
     ORIGINAL,
     BatchDerived,
@@ -37,6 +34,7 @@ from services.events import (
     MessagePerceived,
     stored_derivation,
 )
+from services.events.pairs import Pair
 from services.events.perception import pair_of
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
@@ -48,7 +46,7 @@ Seen = MessagePerceived | DerivationPromoted
 
 
 @dataclass(frozen=True)
-class Scope:
+class DerivationScope:
     workspace_id: str
     observer_id: str = ""  # both or neither: one pair, or the whole workspace
     observed_id: str = ""
@@ -89,7 +87,7 @@ def missing(history: Sequence[Seen], label: str, done: set[str], parked: set[str
     return out
 
 
-def perceived(settings, scope: Scope) -> dict[str, list[Seen]]:
+def perceived(settings, scope: DerivationScope) -> dict[str, list[Seen]]:
     """Every committed perception and promotion in scope, by pair key in log order (up to the end as of now)."""
     by_pair: dict[str, list[Seen]] = {}
     for msg in to_the_end(settings.kafka, PERCEIVED.full_name(settings.kafka.topic_prefix), timeout=3600):
@@ -110,7 +108,7 @@ class Finished:
         return self.done.get((label, key), set()), self.parked.get((label, key), set())
 
 
-def _batched(settings, topic: TopicSpec, kind: type, scope: Scope) -> dict[tuple[str, str], set[str]]:
+def _batched(settings, topic: TopicSpec, kind: type, scope: DerivationScope) -> dict[tuple[str, str], set[str]]:
     """Per (derivation label, pair key), the message ids of `kind` batch events in scope (read from the log
     itself, so a run right after another one sees all of it)."""
     out: dict[tuple[str, str], set[str]] = {}
@@ -121,13 +119,13 @@ def _batched(settings, topic: TopicSpec, kind: type, scope: Scope) -> dict[tuple
     return out
 
 
-def finished(settings, scope: Scope) -> Finished:
+def finished(settings, scope: DerivationScope) -> Finished:
     """What every derivation in scope has finished, and what the deriver parked, as of now."""
     return Finished(_batched(settings, OBSERVATIONS, BatchDerived, scope),
                     _batched(settings, DEADLETTER, DerivationDeadLettered, scope))
 
 
-async def rederive(settings, name: str, scope: Scope, model: str = "",
+async def rederive(settings, name: str, scope: DerivationScope, model: str = "",
                    progress: Callable[[str], None] = print) -> Report:
     """Derive every perception in scope again into derivation `name`, with `model` (default: the deriver's),
     skipping what `name` already holds."""
@@ -151,22 +149,19 @@ class Rederivation:
         stage = ModelStageSettings(**{**stage.model_dump(), **({"model": self.model} if self.model else {})})
         self.log = EventLog(self.settings.kafka, client_id=f"peerlog-rederive-{self.label or ORIGINAL}")
         self.log.start()
-        self.engine = create_async_engine(self.settings.database.url, pool_size=2)
+        self.store = ObservationStore.connect(self.settings, pool_size=2)
         self.deriver = Deriver(self.settings.deriver, ModelClient("deriver", stage),
-                               make_embedder(self.settings.embedding),
-                               ObservationStore(self.engine, self.settings.database.schema_name,
-                                                self.settings.embedding.model, self.settings.deriver),
-                               self.log.append)
+                               make_embedder(self.settings.embedding), self.store, self.log.append)
         return self
 
     async def __aexit__(self, *exc) -> None:
         self.log.close()
-        await self.engine.dispose()
+        await self.store.close()
 
     async def append(self, events: Sequence[Event]) -> None:
         self.written = self.written.merge(await self.log.append(events))
 
-    async def catch_up(self, scope: Scope, cause: str, history: dict[str, list[Seen]] | None = None,
+    async def catch_up(self, scope: DerivationScope, cause: str, history: dict[str, list[Seen]] | None = None,
                        logs: Finished | None = None) -> None:
         """Derive what the derivation lacks in scope (see `missing`), batch by batch, pair by pair. `history`
         (perceptions by pair key) narrows it to those pairs; `history` and `logs` are read now if not given."""

@@ -1,4 +1,4 @@
-"""One derivation run (rederive, promote, retry) per workspace at a time.
+"""One derivation run (services/rederivation: rederive, promote, retry) per workspace at a time.
 
 Two runs over the same pair would each derive what the other has not finished yet, so a message would
 land in two batches of one derivation; two promotes could interleave one's catch-up with the other's

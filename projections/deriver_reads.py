@@ -1,7 +1,6 @@
-"""What the deriver reads from the projections: existing observations that a new fact may duplicate.
+"""The deriver's reads (services/deriver/ports.py): existing observations that a new fact may duplicate.
 
-Raw SQL against the serving schema, so the processor does not depend on the projection code (which
-sits above it). Read in a short connection after the model call, never across it.
+Raw SQL against the serving schema, read in a short connection after the model call, never across it.
 """
 
 from __future__ import annotations
@@ -12,12 +11,19 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncEngine
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
-from services.deriver.judge import Known, Pair
+from services.deriver.judge import KnownObservation
+from services.deriver.ports import StoreUnavailable
 from services.deriver.settings import DeriverSettings
 from services.events import Level
+from services.events.pairs import Pair
 
 log = logging.getLogger(__name__)
 # the database, not the query: a refused or dropped connection, an exhausted pool
@@ -32,26 +38,29 @@ def _vector(values: Sequence[float]) -> str:
     return "[" + ",".join(f"{v:.7g}" for v in values) + "]"
 
 
-def _known(row) -> Known:
+def _known(row) -> KnownObservation:
     emb = tuple(float(x) for x in row.embedding.strip("[]").split(",")) if row.embedding else ()
-    return Known(row.observation_id, Level(row.level), row.content_key, row.session_id, emb)
-
-
-class StoreUnavailable(Exception):
-    """The projections could not be read, even after the retries."""
-
-    def __init__(self, attempts: int, last_error: BaseException) -> None:
-        super().__init__(f"observation store unavailable after {attempts} attempt(s): {last_error}")
-        self.attempts = attempts
+    return KnownObservation(row.observation_id, Level(row.level), row.content_key, row.session_id, emb)
 
 
 class ObservationStore:
+    """The deriver's DuplicateCandidates over the serving schema."""
+
     def __init__(self, engine: AsyncEngine, schema: str, embedding_model: str,
                  settings: DeriverSettings | None = None) -> None:
         self.engine = engine
         self.table = f'"{schema}".observations'
         self.embedding_model = embedding_model  # near duplicates are looked for among its vectors only
         self.settings = settings or DeriverSettings()
+
+    @classmethod
+    def connect(cls, settings, pool_size: int) -> ObservationStore:
+        """A store on its own engine over the serving schema of `settings` (the whole peerlog settings)."""
+        return cls(create_async_engine(settings.database.url, pool_size=pool_size), settings.database.schema_name,
+                   settings.embedding.model, settings.deriver)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
 
     async def _read(self, sql: str, params: dict) -> list:
         """The rows of one query, retried with backoff while the database is unreachable."""
@@ -68,7 +77,8 @@ class ObservationStore:
             raise StoreUnavailable(attempts, getattr(exc, "orig", None) or exc) from exc
         raise AssertionError("unreachable: the retry loop returns or raises")
 
-    async def candidates(self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]) -> list[Known]:
+    async def candidates(self, pair: Pair, keys: Sequence[str],
+                         embeddings: Sequence[Sequence[float]]) -> list[KnownObservation]:
         """Live explicit observations of the pair's derivation (dedup stays within it) with one of `keys`,
         or nearest to one of `embeddings`."""
         cols = "observation_id, level, content_key, session_id, embedding::text AS embedding"

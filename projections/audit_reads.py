@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import RowMapping, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.store_queries import OBSERVATION_COLUMNS, premises_of
+from projections.observation_reads import OBSERVATION_COLUMNS, premises_of
 from projections.schema import content_key_matches, observation_events, observations, rejected_observations
 
 

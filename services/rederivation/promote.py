@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.deriver.exclusive import exclusive
-from services.deriver.rederive import NAME, Report, Rederivation, Scope
+from projections.run_lock import exclusive
 from services.events import ORIGINAL, DerivationPromoted, ProducerInfo
 from services.events.perception import pair_of
+from services.rederivation.rederive import NAME, DerivationScope, Rederivation, Report
 
 PRODUCER = ProducerInfo(component="promote", version="0.1.0")
 
@@ -28,7 +28,7 @@ def promotions(keys, label: str, reason: str) -> list[DerivationPromoted]:
     return [DerivationPromoted(**pair_of(k), derivation=label, reason=reason, producer=PRODUCER) for k in sorted(keys)]
 
 
-async def promote(settings, name: str, scope: Scope, model: str = "", reason: str = "",
+async def promote(settings, name: str, scope: DerivationScope, model: str = "", reason: str = "",
                   progress: Callable[[str], None] = print) -> Report:
     """Make derivation `name` current for the pair in `scope` (or for every pair the workspace has perceived
     so far) and derive into it, with `model`, whatever it lacks from before the promotion."""

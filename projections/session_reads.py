@@ -1,0 +1,78 @@
+"""Reads of sessions, their memberships and their summaries (asyncio). Every query is scoped by workspace."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import RowMapping, bindparam, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from projections.schema import memberships, sessions, summaries
+
+
+async def session(conn: AsyncConnection, workspace_id: str, session_id: str) -> RowMapping | None:
+    stmt = select(sessions).where(
+        sessions.c.workspace_id == workspace_id, sessions.c.session_id == session_id
+    )
+    return (await conn.execute(stmt)).mappings().first()
+
+
+async def list_sessions(
+    conn: AsyncConnection, workspace_id: str, member: str, after: str, limit: int
+) -> Sequence[RowMapping]:
+    stmt = select(sessions).where(
+        sessions.c.workspace_id == workspace_id, sessions.c.session_id > after
+    )
+    if member:
+        stmt = stmt.where(
+            sessions.c.session_id.in_(
+                select(memberships.c.session_id).where(
+                    memberships.c.workspace_id == workspace_id, memberships.c.peer_id == member
+                )
+            )
+        )
+    return (await conn.execute(stmt.order_by(sessions.c.session_id).limit(limit))).mappings().all()
+
+
+async def memberships_of(
+    conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str]
+) -> dict[str, list[RowMapping]]:
+    """Every membership period of the given sessions, in join order, by session id."""
+    stmt = (
+        select(memberships)
+        .where(memberships.c.workspace_id == workspace_id, memberships.c.session_id.in_(list(session_ids)))
+        .order_by(memberships.c.joined_at, memberships.c.joined_event_id)
+    )
+    out: dict[str, list[RowMapping]] = {s: [] for s in session_ids}
+    for row in (await conn.execute(stmt)).mappings():
+        out[row["session_id"]].append(row)
+    return out
+
+
+async def current_members(conn: AsyncConnection, workspace_id: str, session_id: str) -> set[str]:
+    stmt = select(memberships.c.peer_id).where(
+        memberships.c.workspace_id == workspace_id,
+        memberships.c.session_id == session_id,
+        memberships.c.left_event_id.is_(None),
+    )
+    return set((await conn.scalars(stmt)).all())
+
+
+@functools.cache
+def _summaries_statement(as_of: bool = False):
+    t = summaries.c
+    return (select(summaries)
+            .where(t.workspace_id == bindparam("workspace_id"), t.session_id == bindparam("session_id"))
+            .where(t.created_at <= bindparam("as_of") if as_of else True)
+            .order_by(t.kind, t.last_seq.desc(), t.created_at.desc(), t.event_id.desc())
+            .distinct(t.kind))
+
+
+async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id: str,
+                           as_of: datetime | None = None) -> dict[str, RowMapping]:
+    """The latest summary of each kind a session has (had at `as_of`, if given), by kind ("short", "long")."""
+    values = {"workspace_id": workspace_id, "session_id": session_id, "as_of": as_of}
+    rows = await conn.execute(_summaries_statement(as_of is not None), values)
+    return {r["kind"]: r for r in rows.mappings()}
