@@ -68,7 +68,7 @@ from services.bus.log_ends import LogEnds
 from services.bus.producer import EventLog
 from services.webhooks.store import WebhookStore, engine_for
 from services.dialectic.settings import LEVELS
-from services.dialectic.agent import Dialectic
+from services.dialectic.loop import Dialectic
 from services.llm.client import ModelClient
 from services.llm.embeddings import LocalOnnxEmbedder, make_embedder
 from services.api.tokens import Verifier

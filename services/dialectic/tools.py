@@ -29,7 +29,7 @@ DERIVED_LEVELS = ("deductive", "inductive", "contradiction")
 
 
 @dataclass(frozen=True)
-class Scope:
+class RecallScope:
     workspace_id: str
     observer_id: str
     target_id: str
@@ -58,7 +58,7 @@ class Scope:
 class ToolEnv:
     engine: AsyncEngine
     embedder: Embedder
-    scope: Scope
+    scope: RecallScope
     max_rows: int
     max_chars: int
 

@@ -19,11 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from projections import queries, store_queries
 from projections.audit_queries import live_with_content, observations_by_id
 from services.dialectic import tools as chat_tools
-from services.dialectic.agent import ToolRequest
+from services.dialectic.loop import ToolRequest
 from services.dialectic.prompt import observation_line
 from services.dreamer import edits, prompt
 from services.dreamer.aliases import Aliases
-from services.dreamer.edits import Action, Dream, Known, Pending
+from services.dreamer.edits import Action, Dream, DreamWrites, NamedObservation
 from services.events import Event, ObservationRejected, ProducerInfo
 from services.events.text import normalise
 from services.llm import formats
@@ -85,15 +85,15 @@ class DreamRun:
     dream: Dream
     engine: AsyncEngine
     embedder: Embedder
-    pending: Pending = field(default_factory=Pending)
+    pending: DreamWrites = field(default_factory=DreamWrites)
     events: list[Event] = field(default_factory=list)
     edits: int = 0
     written: list[str] = field(default_factory=list)  # lines for the next specialist's opening
     names: Aliases = field(default_factory=Aliases)  # short names of the observations shown
 
-    def scope(self) -> chat_tools.Scope:
+    def scope(self) -> chat_tools.RecallScope:
         d = self.dream
-        return chat_tools.Scope(d.workspace_id, d.observer_id, d.observed_id)
+        return chat_tools.RecallScope(d.workspace_id, d.observer_id, d.observed_id)
 
     async def specialist(self, name: str, model: ModelClient, rounds: int) -> None:
         """Run one specialist until it stops (or its rounds run out)."""
@@ -194,7 +194,7 @@ class DreamRun:
                 return f"ok: written as {short}"
         return self.names.in_text(outcome.reply)
 
-    async def known(self, ids: Sequence[str], content: str = "") -> dict[str, Known]:
+    async def known(self, ids: Sequence[str], content: str = "") -> dict[str, NamedObservation]:
         """The observations `ids` name, and the pair's live ones that already say `content`."""
         d = self.dream
         async with self.engine.connect() as conn:
@@ -202,5 +202,5 @@ class DreamRun:
             if content:
                 rows = {**await live_with_content(conn, d.workspace_id, d.observer_id, d.observed_id, d.derivation,
                                                   normalise(content)), **rows}
-        return {i: Known(r["observer_id"], r["observed_id"], r["level"],
+        return {i: NamedObservation(r["observer_id"], r["observed_id"], r["level"],
                          r["superseded_by"] is None and r["deleted_at"] is None, r["content"]) for i, r in rows.items()}

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from services.dialectic import tools as chat_tools
-from services.dialectic.agent import structured_turn_schema
+from services.dialectic.loop import structured_turn_schema
 from services.dreamer.aliases import Aliases
 from services.dreamer.specialist import step_schema, tool_specs
 from services.llm import formats

@@ -19,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from projections import dialectic_reads as reads
 from projections import queries, store_queries
 from services.dialectic import policy, prompt, response_format
-from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, Turn
+from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, ModelTurn
 from services.dialectic.settings import SEARCH_TOOLS, DialecticSettings, LevelPolicy
-from services.dialectic.tools import DERIVED_LEVELS, TOOLS, Scope, ToolEnv, execute, specs
+from services.dialectic.tools import DERIVED_LEVELS, TOOLS, RecallScope, ToolEnv, execute, specs
 from services.errors import DeadlineExceeded
 from services.events import prompt_addition
 from services.llm.client import AssistantTurn, Completion, ModelClient, ToolCall
@@ -156,7 +156,7 @@ class _Run:
         self.level: LevelPolicy = owner.settings.level(request.level)
         self.model = owner.models[request.level]
         self.structured = self.model.settings.tool_mode == "structured"
-        self.scope = Scope(request.workspace_id, request.observer_id, request.target_id, request.session_id,
+        self.scope = RecallScope(request.workspace_id, request.observer_id, request.target_id, request.session_id,
                            request.as_of, request.sessions)
         settings = owner.settings
         self.env = ToolEnv(owner.engine, owner.embedder, self.scope, settings.tool_result_limit,
@@ -219,7 +219,7 @@ class _Run:
             offered = specs(self.tools) if policy.may_use_tools(self.state, self.limits, tokens) else None
             turn, streamed = None, False
             async for item in self.ask(messages, offered, streams_text):
-                if isinstance(item, Turn):
+                if isinstance(item, ModelTurn):
                     turn = item
                 else:
                     streamed = True
@@ -255,7 +255,7 @@ class _Run:
             tokens = conversation_tokens(messages)
         return tokens
 
-    async def ask(self, messages, tools, streams_text: bool) -> AsyncIterator[str | Turn]:
+    async def ask(self, messages, tools, streams_text: bool) -> AsyncIterator[str | ModelTurn]:
         """The model's next turn (streamed text pieces first, when asked to stream)."""
         if self.structured:
             wire = structured_turn_schema(tools, free_text=self.request.response_schema is None)
@@ -274,15 +274,15 @@ class _Run:
                     yield item
         self.model_name = completion.model
         value: AssistantTurn = completion.value
-        yield Turn(value.content, value.tool_calls)
+        yield ModelTurn(value.content, value.tool_calls)
 
-    def _structured_turn(self, reply) -> Turn:
+    def _structured_turn(self, reply) -> ModelTurn:
         if isinstance(reply, ToolRequest):
-            return Turn("", (ToolCall(f"call_{self.state.rounds}", reply.tool, json.dumps(reply.arguments)),))
+            return ModelTurn("", (ToolCall(f"call_{self.state.rounds}", reply.tool, json.dumps(reply.arguments)),))
         text = reply.answer if isinstance(reply.answer, str) else json.dumps(reply.answer)
-        return Turn(text, (), tuple(reply.cited_ids))
+        return ModelTurn(text, (), tuple(reply.cited_ids))
 
-    async def use_tools(self, messages, turn: Turn, decision: CallTools) -> AsyncIterator[ToolUsed]:
+    async def use_tools(self, messages, turn: ModelTurn, decision: CallTools) -> AsyncIterator[ToolUsed]:
         self.state = self.state.next_round()
         if self.structured:
             call = decision.calls[0]
