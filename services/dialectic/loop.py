@@ -13,22 +13,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from projections import dialectic_reads as reads
-from projections import queries, store_queries
 from services.dialectic import policy, prompt, response_format
 from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, ModelTurn
+from services.dialectic.ports import ChatReads
 from services.dialectic.settings import SEARCH_TOOLS, DialecticSettings, LevelPolicy
-from services.dialectic.tools import DERIVED_LEVELS, TOOLS, RecallScope, ToolEnv, execute, specs
 from services.errors import DeadlineExceeded
 from services.events import prompt_addition
+from services.llm import formats
 from services.llm.client import AssistantTurn, Completion, ModelClient, ToolCall
 from services.llm.embeddings import Embedder
 from services.llm.errors import ModelOutputInvalid
-from services.llm import formats
 from services.llm.tokens import count_tokens
+from services.toolloop.memory import TOOLS, RecallScope, ToolEnv, execute, specs
+from services.toolloop.turns import StructuredReply, ToolRequest, structured_turn_schema
 
 
 @dataclass(frozen=True)
@@ -78,40 +75,15 @@ class DiscardText:
 ChatEvent = TextDelta | ToolUsed | DiscardText | ChatResult
 
 
-class ToolRequest(BaseModel):
-    """A tool call as a structured-mode turn names it (the dreamer's specialists use it too)."""
-
-    model_config = ConfigDict(extra="forbid")
-    tool: str
-    arguments: dict[str, Any] = {}
-
-
-class _FinalReply(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    # any JSON value; declared as a type list because llama-cpp-python's grammar compiler rejects a schema
-    # without a type (and then silently enforces plain JSON instead of the whole turn's schema)
-    answer: Any = Field(json_schema_extra={"type": ["string", "object", "array", "number", "boolean", "null"]})
-    cited_ids: list[str] = []
-
-
-class StructuredReply(RootModel[ToolRequest | _FinalReply]):
-    """One turn in structured tool mode: a tool request or the final answer."""
-
-
-def structured_turn_schema(tools: list[dict[str, Any]] | None, free_text: bool) -> dict[str, Any]:
-    """The JSON schema a structured-mode turn is held to: a call of one offered tool, or the final answer."""
-    finish = _FinalReply.model_json_schema()
-    if free_text:  # without a response schema the answer is text
-        finish["properties"]["answer"] = {"type": "string"}
-    return formats.tool_turn_schema(tools or [], finish)
-
-
 def conversation_tokens(messages: list[dict[str, Any]]) -> int:
     return count_tokens(json.dumps(messages, ensure_ascii=False, default=str))
 
 
 def _tool_message(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+HISTORY_MESSAGES = 200  # the session's newest messages read before the history's token cap is applied
 
 
 @dataclass(frozen=True)
@@ -125,9 +97,9 @@ class Prefetched:
 class Dialectic:
     """Answers questions about peers; one model client per reasoning level."""
 
-    def __init__(self, engine: AsyncEngine, embedder: Embedder, settings: DialecticSettings,
+    def __init__(self, reads: ChatReads, embedder: Embedder, settings: DialecticSettings,
                  models: Mapping[str, ModelClient]) -> None:
-        self.engine, self.embedder, self.settings, self.models = engine, embedder, settings, models
+        self.reads, self.embedder, self.settings, self.models = reads, embedder, settings, models
 
     async def chat(self, request: ChatRequest, deadline_s: float | None = None) -> ChatResult:
         """The whole answer at once."""
@@ -159,7 +131,7 @@ class _Run:
         self.scope = RecallScope(request.workspace_id, request.observer_id, request.target_id, request.session_id,
                            request.as_of, request.sessions)
         settings = owner.settings
-        self.env = ToolEnv(owner.engine, owner.embedder, self.scope, settings.tool_result_limit,
+        self.env = ToolEnv(owner.reads, owner.embedder, self.scope, settings.tool_result_limit,
                            settings.tool_result_chars)
         self.limits = Limits(self.level.tool_rounds, settings.token_budget, settings.tool_result_chars // 3)
         self.tools = SEARCH_TOOLS if self.level.search_only else tuple(TOOLS)
@@ -167,18 +139,10 @@ class _Run:
         self.model_name = ""
 
     async def prefetch(self) -> Prefetched:
-        r, n = self.request, self.level.prefetch
-        vector = (await self.owner.embedder.embed([r.query]))[0]
-        async with self.owner.engine.connect() as conn:
-            explicit = await store_queries.nearest_observations(conn, self.scope.pair(["explicit"]), vector, n, None)
-            derived = await store_queries.nearest_observations(conn, self.scope.pair(DERIVED_LEVELS), vector, n, None)
-            # the session's newest turns the observer saw: GetContext's recent messages, same rule
-            history = (await queries.list_messages(conn, r.workspace_id, r.session_id, None, 200, True,
-                                                   perspective_id=r.observer_id, before=r.as_of)
-                       if r.session_id else [])
-            evidence = bool(explicit or derived or history) or await reads.has_evidence(
-                conn, r.workspace_id, r.observer_id, r.target_id, r.as_of, r.sessions)
-        return Prefetched(list(explicit), list(derived), self._capped(history), evidence)
+        n = self.level.prefetch
+        vector = (await self.owner.embedder.embed([self.request.query]))[0]
+        found = await self.owner.reads.evidence(self.scope, vector, n, HISTORY_MESSAGES)
+        return Prefetched(list(found.explicit), list(found.derived), self._capped(found.history), found.found)
 
     def _capped(self, newest_first) -> list:
         kept, used = [], 0

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from services.llm.client import ToolCall
+from services.toolloop.registry import Kind
 
-Kind = Literal["observation", "message"]
 MARKER = re.compile(r"\[(obs|msg):([A-Za-z0-9_-]{1,512})\]")
 _KIND_OF_TAG = {"obs": "observation", "msg": "message"}
 

@@ -9,6 +9,8 @@ import signal
 
 from prometheus_client import start_http_server
 
+from projections.db import async_engine
+from projections.tool_reads import SqlDreamReads
 from services import tracing
 from services.bus.runner import Runner
 from services.settings import Settings
@@ -33,11 +35,18 @@ def build_runners(settings: Settings) -> list[Runner]:
         if name not in PROCESSORS:
             raise ValueError(f"unknown processor {name!r}; choose from {', '.join(PROCESSORS)}")
         # members share one processor (model client, embedder, pool); each runner keeps its own state
-        processor, tick = importlib.import_module(PROCESSORS[name]).build(settings)
+        processor, tick = _build(name, settings)
         for _ in range(w.deriver_instances if name == "deriver" else 1):
             runners.append(Runner(settings.kafka, w.app_id_for(settings.kafka.topic_prefix), processor,
                                   tick=tick, tick_s=getattr(processor, "tick_s", 30.0)))
     return runners
+
+
+def _build(name: str, settings: Settings):
+    build = importlib.import_module(PROCESSORS[name]).build
+    if name == "dreamer":  # it reads the projections through its port, implemented here
+        return build(settings, SqlDreamReads(async_engine(settings.database)))
+    return build(settings)
 
 
 async def run_worker(settings: Settings) -> None:
