@@ -83,7 +83,8 @@ class SqlMemoryReads:
                 return None
             premise_ids = (await store_queries.premises_of(conn, ws, [observation_id]))[observation_id]
             premises = await reads.pair_observations(conn, pair, premise_ids)
-            conclusions = await reads.pair_observations(conn, pair, await reads.concluded_from(conn, ws, observation_id))
+            concluded = await reads.concluded_from(conn, ws, observation_id)
+            conclusions = await reads.pair_observations(conn, pair, concluded)
         return found[0], premises, conclusions
 
 

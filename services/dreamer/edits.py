@@ -134,8 +134,8 @@ class DreamWrites:
 
     def overlay(self, dream: Dream, known: dict[str, NamedObservation]) -> dict[str, NamedObservation]:
         texts = {i: text for text, i in self.contents.items()}
-        view = {**known, **{i: NamedObservation(dream.observer_id, dream.observed_id, level, True, texts.get(i, ""))
-                            for i, level in self.added.items()}}
+        view = {**known, **{i: NamedObservation(dream.observer_id, dream.observed_id, level, True,
+                                                texts.get(i, "")) for i, level in self.added.items()}}
         return {i: replace(k, live=False) if i in self.retired else k for i, k in view.items()}
 
 
@@ -163,8 +163,8 @@ def _refuse(d: Dream, pending: DreamWrites, level: Level, content: str, premises
     return Outcome([event], "rejected: " + "; ".join(problems), pending, False)
 
 
-def _add(d: Dream, pending: DreamWrites, view: dict[str, NamedObservation], level: Level, content: str, premises: list[str],
-         vector, **extra) -> tuple[ObservationAdded | None, Outcome | None]:
+def _add(d: Dream, pending: DreamWrites, view: dict[str, NamedObservation], level: Level, content: str,
+         premises: list[str], vector, **extra) -> tuple[ObservationAdded | None, Outcome | None]:
     states = {i: PremiseState(k.observer_id, k.observed_id, k.live) for i, k in view.items()}
     problems = premise_problems(level, d.observer_id, d.observed_id, premises, states)
     if normalise(content) in pending.contents:
@@ -191,8 +191,8 @@ def _restated(view: dict[str, NamedObservation], content: str, premises: list[st
 
 def _written(pending: DreamWrites, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> Outcome:
     new = DreamWrites({**pending.added, event.observation_id: event.level.value},
-                  pending.retired | ({retired} if retired else set()),
-                  {**pending.contents, normalise(event.content): event.observation_id})
+                      pending.retired | ({retired} if retired else set()),
+                      {**pending.contents, normalise(event.content): event.observation_id})
     return Outcome([event, *more], f"ok: written as {event.observation_id}", new, True)
 
 

@@ -176,4 +176,5 @@ class DreamRun:
         """The observations `ids` name, and the pair's live ones that already say `content`."""
         rows = await self.reads.named_observations(self.scope(), self.dream.derivation, ids, content)
         return {i: NamedObservation(r["observer_id"], r["observed_id"], r["level"],
-                         r["superseded_by"] is None and r["deleted_at"] is None, r["content"]) for i, r in rows.items()}
+                                    r["superseded_by"] is None and r["deleted_at"] is None, r["content"])
+                for i, r in rows.items()}

@@ -247,7 +247,8 @@ async def _reasoning_chain(env: ToolEnv, a: ReasoningChain) -> ToolResult:
              "Premises:\n" + ("\n".join(map(observation_line, premises)) or "(none)"),
              "Concluded from it:\n" + ("\n".join(map(observation_line, conclusions)) or "(none)")]
     rows = [found, *premises, *conclusions]
-    return ToolResult("\n".join(parts), {r["observation_id"]: "observation" for r in rows}, len(premises) + len(conclusions))
+    shown = {r["observation_id"]: "observation" for r in rows}
+    return ToolResult("\n".join(parts), shown, len(premises) + len(conclusions))
 
 
 SEARCH_OBSERVATIONS = Tool("search_observations", SearchObservations, _search_observations)

@@ -26,9 +26,12 @@ from services.events import (
 
 D = Dream("w", "alice", "bob", "dream-1", ProducerInfo(component="dreamer", version="0", model="m",
                                                        prompt_version="deduction-1"), "req-1")
-KNOWN = {"oslo": NamedObservation("alice", "bob", "explicit", True), "bees": NamedObservation("alice", "bob", "explicit", True),
-         "market": NamedObservation("alice", "bob", "explicit", True), "old": NamedObservation("alice", "bob", "explicit", False),
-         "carols": NamedObservation("carol", "bob", "explicit", True), "ded": NamedObservation("alice", "bob", "deductive", True)}
+KNOWN = {"oslo": NamedObservation("alice", "bob", "explicit", True),
+         "bees": NamedObservation("alice", "bob", "explicit", True),
+         "market": NamedObservation("alice", "bob", "explicit", True),
+         "old": NamedObservation("alice", "bob", "explicit", False),
+         "carols": NamedObservation("carol", "bob", "explicit", True),
+         "ded": NamedObservation("alice", "bob", "deductive", True)}
 
 
 def test_a_deduction_with_live_premises_of_the_pair_is_written_with_the_dream_id():
