@@ -16,7 +16,7 @@ from typing import Any
 from services.dialectic import policy, prompt, response_format
 from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, ModelTurn
 from services.dialectic.ports import ChatReads
-from services.dialectic.settings import SEARCH_TOOLS, DialecticSettings, LevelPolicy
+from services.dialectic.settings import DialecticSettings, LevelPolicy
 from services.errors import DeadlineExceeded
 from services.events import prompt_addition
 from services.llm import formats
@@ -24,7 +24,7 @@ from services.llm.client import AssistantTurn, Completion, ModelClient, ToolCall
 from services.llm.embeddings import Embedder
 from services.llm.errors import ModelOutputInvalid
 from services.llm.tokens import count_tokens
-from services.toolloop.memory import TOOLS, RecallScope, ToolEnv, execute, specs
+from services.toolloop.memory import SEARCH_MESSAGES, SEARCH_OBSERVATIONS, TOOLS, RecallScope, ToolEnv, execute, specs
 from services.toolloop.turns import StructuredReply, ToolRequest, structured_turn_schema
 
 
@@ -83,6 +83,7 @@ def _tool_message(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
+SEARCH_TOOLS = (SEARCH_OBSERVATIONS.name, SEARCH_MESSAGES.name)  # all a search-only level (minimal) offers
 HISTORY_MESSAGES = 200  # the session's newest messages read before the history's token cap is applied
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.dialectic.settings import LEVELS, SEARCH_TOOLS, DialecticSettings
+from services.dialectic.loop import SEARCH_TOOLS
+from services.dialectic.settings import LEVELS, DialecticSettings
 from services.dialectic.policy import (
     ABSTAIN_ANSWER,
     CallTools,
