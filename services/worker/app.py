@@ -44,7 +44,7 @@ def build_runners(settings: Settings) -> list[Runner]:
 
 def _build(name: str, settings: Settings):
     build = importlib.import_module(PROCESSORS[name]).build
-    if name == "dreamer":  # it reads the projections through its port, implemented here
+    if name == "dreamer":  # it reads the projections through its port (DreamReads): wire the implementation in
         return build(settings, SqlDreamReads(async_engine(settings.database)))
     return build(settings)
 
