@@ -15,7 +15,7 @@ from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
 from services.dialectic.settings import LEVELS
 from services.dialectic import response_format
-from services.dialectic.agent import ChatEvent, ChatRequest, ChatResult
+from services.dialectic.loop import ChatEvent, ChatRequest, ChatResult
 from services.errors import InvalidArgument, Unavailable
 from services.events import resolve
 

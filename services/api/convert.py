@@ -27,7 +27,7 @@ from services.api import clones, context_reads, files
 from services.api import validation as v
 from services.api.packing import render_relevant, render_representation
 from services.dialectic import response_format
-from services.dialectic.agent import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
+from services.dialectic.loop import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
 from services.dialectic.prompt import PROMPT_VERSION
 from services.api.reads import SessionView
 from services.api.convert_configuration import optional_configuration

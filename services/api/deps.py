@@ -14,7 +14,7 @@ from services.api.cursors import PageCursors
 from services.api.freshness import Freshness
 from services.api.locks import KeyedLocks
 from services.bus.producer import EventLog
-from services.dialectic.agent import Dialectic
+from services.dialectic.loop import Dialectic
 from services.events import Configuration, ProducerInfo
 from services.llm.embeddings import Embedder
 from services.settings import Settings

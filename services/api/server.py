@@ -42,6 +42,7 @@ from peerlog.v1 import (
     webhooks_pb2_grpc,
 )
 from projections.db import async_engine, create_schema, sync_engine
+from projections.tool_reads import SqlChatReads
 from services.api import validation as v
 from services.api.auth import AuthInterceptor
 from services.api.cursors import PageCursors
@@ -68,7 +69,7 @@ from services.bus.log_ends import LogEnds
 from services.bus.producer import EventLog
 from services.webhooks.store import WebhookStore, engine_for
 from services.dialectic.settings import LEVELS
-from services.dialectic.agent import Dialectic
+from services.dialectic.loop import Dialectic
 from services.llm.client import ModelClient
 from services.llm.embeddings import LocalOnnxEmbedder, make_embedder
 from services.api.tokens import Verifier
@@ -169,7 +170,7 @@ def _ensure_schema(settings: Settings) -> None:
 def _dialectic(settings: Settings, engine, embedder) -> Dialectic:
     stages = {level: settings.dialectic.level(level).stage for level in LEVELS}
     models = {level: ModelClient(stage, settings.llm.stage(stage)) for level, stage in stages.items()}
-    return Dialectic(engine, embedder, settings.dialectic, models)
+    return Dialectic(SqlChatReads(engine), embedder, settings.dialectic, models)
 
 
 def _interceptors(auth: AuthSettings) -> list[grpc.aio.ServerInterceptor]:

@@ -1,5 +1,6 @@
-"""Dialectic Chat: an LLM agent that answers questions about peers from the projections.
+"""Dialectic Chat: an LLM tool loop that answers questions about peers from the projections.
 
-policy (pure loop decisions and citations), prompt (versioned text), tools (schemas and executors over
-the projections), agent (the thin shell that does the I/O), settings.
+policy (pure loop decisions and citations), prompt (versioned text), ports (the reads it needs, which
+projections implements), loop (the thin shell that does the I/O); its tools are services/toolloop's memory
+tools, its answer schema's checks response_format.
 """

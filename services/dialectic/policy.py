@@ -1,6 +1,6 @@
 """The pure core of Chat: what to do after each model turn, which citations stand, when to abstain.
 
-No I/O: the shell (agent.py) feeds in the model's turns and token counts and carries out the decision.
+No I/O: the shell (loop.py) feeds in the model's turns and token counts and carries out the decision.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from services.llm.client import ToolCall
+from services.toolloop.registry import Kind
 
-Kind = Literal["observation", "message"]
 MARKER = re.compile(r"\[(obs|msg):([A-Za-z0-9_-]{1,512})\]")
 _KIND_OF_TAG = {"obs": "observation", "msg": "message"}
 
@@ -27,7 +27,7 @@ class Limits:
 
 
 @dataclass(frozen=True)
-class Turn:
+class ModelTurn:
     """The model's latest turn, whatever the tool mode: text and/or tool calls, and ids it declared it cites."""
 
     text: str
@@ -92,7 +92,7 @@ def may_use_tools(state: LoopState, limits: Limits, conversation_tokens: int) ->
     return not state.forced and withheld(state, limits, conversation_tokens) is None
 
 
-def decide(state: LoopState, turn: Turn, limits: Limits, conversation_tokens: int) -> Decision:
+def decide(state: LoopState, turn: ModelTurn, limits: Limits, conversation_tokens: int) -> Decision:
     """After a turn: run its tools, accept its answer, or make the model answer without tools.
 
     A turn after ForceAnswer is the answer even if it asks for tools again, so the loop always ends.

@@ -6,7 +6,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import RowMapping
+from services.toolloop.memory import Row, message_line, observation_line
+from services.toolloop.turns import tool_catalogue
 
 PROMPT_VERSION = "dialectic-1"
 
@@ -50,30 +51,6 @@ def system_prompt(observer: str, target: str, tools: str) -> str:
     return SYSTEM.format(observer=observer, target="itself" if target == observer else target, tools=tools)
 
 
-def tool_catalogue(specs: Sequence[dict[str, Any]]) -> str:
-    """Function-tool specs as text, for a model that is told about tools in the prompt (structured mode).
-
-    Each tool's arguments by name and meaning only: the turn's schema holds their exact form (enforced by
-    the server, or added to the prompt where it cannot be), and small models lose the thread in raw schemas.
-    """
-    return "\n".join(f"- {s['function']['name']}: {s['function']['description']}{_arguments(s['function'])}"
-                     for s in specs)
-
-
-def _arguments(function: Mapping[str, Any]) -> str:
-    parameters = function["parameters"]
-    required = set(parameters.get("required", ()))
-    parts = [_argument(name, schema, name in required) for name, schema in parameters.get("properties", {}).items()]
-    return f" Arguments: {'; '.join(parts)}." if parts else ""
-
-
-def _argument(name: str, schema: Mapping[str, Any], required: bool) -> str:
-    choices = schema.get("enum") or schema.get("items", {}).get("enum")
-    notes = [schema.get("description", ""), f"one of {', '.join(map(str, choices))}" if choices else "",
-             "" if required else "optional"]
-    return f"{name} ({', '.join(n for n in notes if n)})" if any(notes) else name
-
-
 def structured_instruction(specs: Sequence[dict[str, Any]]) -> str:
     return STRUCTURED.format(catalogue=tool_catalogue(specs) or "(none: answer now)")
 
@@ -82,18 +59,8 @@ def json_answer_instruction(schema: Mapping[str, Any]) -> str:
     return JSON_ANSWER.format(schema=json.dumps(schema, separators=(",", ":")))
 
 
-def observation_line(row: RowMapping) -> str:
-    state = " superseded" if row.get("superseded_by") else ""
-    return f"[obs:{row['observation_id']}] ({row['level']}{state}, {row['created_at']:%Y-%m-%d}) {row['content']}"
-
-
-def message_line(row: RowMapping) -> str:
-    return (f"[msg:{row['message_id']}] ({row['created_at']:%Y-%m-%d %H:%M} UTC, session {row['session_id']}) "
-            f"{row['peer_id']}: {row['content']}")
-
-
-def user_prompt(query: str, explicit: Sequence[RowMapping], derived: Sequence[RowMapping],
-                history: Sequence[RowMapping]) -> str:
+def user_prompt(query: str, explicit: Sequence[Row], derived: Sequence[Row],
+                history: Sequence[Row]) -> str:
     """The question with the prefetched evidence (history in time order)."""
     parts = []
     if explicit:

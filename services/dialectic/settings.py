@@ -13,7 +13,6 @@ from services.settings_base import prefixed
 
 Level = Literal["minimal", "low", "medium", "high", "max"]
 LEVELS: tuple[str, ...] = get_args(Level)
-SEARCH_TOOLS = ("search_observations", "search_messages")
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,7 @@ class LevelPolicy:
     stage: str
     tool_rounds: int
     prefetch: int  # per kind: this many explicit and this many derived observations
-    search_only: bool  # only SEARCH_TOOLS
+    search_only: bool  # only the search tools (services/dialectic/loop.py SEARCH_TOOLS)
 
 
 class DialecticSettings(BaseSettings):

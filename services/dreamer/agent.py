@@ -11,12 +11,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from projections.db import async_engine
-from projections.derivations import current_derivation
 from services.bus.producer import Emitter
 from services.bus.runner import Get, Step
 from services.bus.topics import DREAMS
 from services.dreamer.edits import Dream
+from services.dreamer.ports import DreamReads
 from services.dreamer.specialist import DreamRun
 from services.events import DreamCompleted, DreamFailed, DreamRequested, DreamStarted, Event, ProducerInfo
 from services.llm.client import ModelClient
@@ -36,10 +35,10 @@ class Dreamer:
     inputs = (DREAMS,)
     max_batch = 4  # dreams of different pairs run concurrently; each is many model calls
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, reads: DreamReads) -> None:
         self.settings = settings.dream
         self.event_budget_s = self.settings.max_dream_s  # the runner sizes its poll interval to it
-        self.engine = async_engine(settings.database)
+        self.reads = reads
         self.embedder = make_embedder(settings.embedding)
         self.models = {s: ModelClient(s, settings.llm.stage(s)) for s in SPECIALISTS}
         self.emitter = Emitter(settings.kafka, "peerlog-dreamer")
@@ -50,10 +49,9 @@ class Dreamer:
         pair = dict(workspace_id=event.workspace_id, observer_id=event.observer_id, observed_id=event.observed_id)
         await self.emitter.emit([DreamStarted(**pair, dream_id=event.dream_id, producer=PRODUCER,
                                               causation_id=event.event_id)])
-        async with self.engine.connect() as conn:  # read before any model call, never across one
-            derivation = await current_derivation(conn, **pair)
+        derivation = await self.reads.current_derivation(**pair)  # read before any model call, never across one
         run = DreamRun(Dream(**pair, dream_id=event.dream_id, producer=PRODUCER, causation_id=event.dream_id,
-                             derivation=derivation, peer_card=event.peer_card), self.engine, self.embedder)
+                             derivation=derivation, peer_card=event.peer_card), self.reads, self.embedder)
         rounds = {"deduction": self.settings.deduction_rounds, "induction": self.settings.induction_rounds}
         try:
             # bounded: a dream outliving the worker's poll interval would be evicted and dreamt again
@@ -73,5 +71,6 @@ class Dreamer:
         return Step([*run.events, end])
 
 
-def build(settings: Settings):
-    return Dreamer(settings), None
+def build(settings: Settings, reads: DreamReads):
+    """The dreamer, reading the projections through `reads` (the worker passes projections' implementation)."""
+    return Dreamer(settings, reads), None

@@ -100,7 +100,7 @@ Action = AddDeduction | UpdateKnowledge | AddContradiction | RemoveDeduction | S
 
 
 @dataclass(frozen=True)
-class Known:
+class NamedObservation:
     """An observation an action names, as the store (or this dream) holds it."""
 
     observer_id: str
@@ -125,17 +125,17 @@ class Dream:
 
 
 @dataclass(frozen=True)
-class Pending:
+class DreamWrites:
     """What this dream wrote so far: new observations (by id, with level) and the ones it retired."""
 
     added: dict[str, str] = field(default_factory=dict)
     retired: frozenset[str] = frozenset()
     contents: dict[str, str] = field(default_factory=dict)  # normalised content → id, to refuse repeats
 
-    def overlay(self, dream: Dream, known: dict[str, Known]) -> dict[str, Known]:
+    def overlay(self, dream: Dream, known: dict[str, NamedObservation]) -> dict[str, NamedObservation]:
         texts = {i: text for text, i in self.contents.items()}
-        view = {**known, **{i: Known(dream.observer_id, dream.observed_id, level, True, texts.get(i, ""))
-                            for i, level in self.added.items()}}
+        view = {**known, **{i: NamedObservation(dream.observer_id, dream.observed_id, level, True,
+                                                texts.get(i, "")) for i, level in self.added.items()}}
         return {i: replace(k, live=False) if i in self.retired else k for i, k in view.items()}
 
 
@@ -143,7 +143,7 @@ class Pending:
 class Outcome:
     events: list[Event]
     reply: str  # what the specialist is told
-    pending: Pending
+    pending: DreamWrites
     accepted: bool
 
 
@@ -157,14 +157,14 @@ def _in_store(d: Dream) -> dict:
     return {**_pair(d), "derivation": d.derivation}
 
 
-def _refuse(d: Dream, pending: Pending, level: Level, content: str, premises, problems: list[str]) -> Outcome:
+def _refuse(d: Dream, pending: DreamWrites, level: Level, content: str, premises, problems: list[str]) -> Outcome:
     event = ObservationRejected(**_in_store(d), rejection_id=str(uuid6.uuid7()), level=level, content=content,
                                 reason="; ".join(problems), premise_ids=tuple(premises), dream_id=d.dream_id)
     return Outcome([event], "rejected: " + "; ".join(problems), pending, False)
 
 
-def _add(d: Dream, pending: Pending, view: dict[str, Known], level: Level, content: str, premises: list[str],
-         vector, **extra) -> tuple[ObservationAdded | None, Outcome | None]:
+def _add(d: Dream, pending: DreamWrites, view: dict[str, NamedObservation], level: Level, content: str,
+         premises: list[str], vector, **extra) -> tuple[ObservationAdded | None, Outcome | None]:
     states = {i: PremiseState(k.observer_id, k.observed_id, k.live) for i, k in view.items()}
     problems = premise_problems(level, d.observer_id, d.observed_id, premises, states)
     if normalise(content) in pending.contents:
@@ -177,7 +177,7 @@ def _add(d: Dream, pending: Pending, view: dict[str, Known], level: Level, conte
                             dream_id=d.dream_id, **extra), None
 
 
-def _restated(view: dict[str, Known], content: str, premises: list[str], d: Dream) -> list[str]:
+def _restated(view: dict[str, NamedObservation], content: str, premises: list[str], d: Dream) -> list[str]:
     # a conclusion that repeats one of its premises, or a belief the pair's store already holds, adds
     # nothing; small models write them often. `view` holds the live observations with this content too
     key = normalise(content)
@@ -189,14 +189,14 @@ def _restated(view: dict[str, Known], content: str, premises: list[str], d: Drea
     return [f"observation {held[0]} already says that: cite it, or write only what is new"] if held else []
 
 
-def _written(pending: Pending, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> Outcome:
-    new = Pending({**pending.added, event.observation_id: event.level.value},
-                  pending.retired | ({retired} if retired else set()),
-                  {**pending.contents, normalise(event.content): event.observation_id})
+def _written(pending: DreamWrites, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> Outcome:
+    new = DreamWrites({**pending.added, event.observation_id: event.level.value},
+                      pending.retired | ({retired} if retired else set()),
+                      {**pending.contents, normalise(event.content): event.observation_id})
     return Outcome([event, *more], f"ok: written as {event.observation_id}", new, True)
 
 
-def _retirable(d: Dream, view: dict[str, Known], obs_id: str, levels: tuple[str, ...]) -> str | None:
+def _retirable(d: Dream, view: dict[str, NamedObservation], obs_id: str, levels: tuple[str, ...]) -> str | None:
     k = view.get(obs_id)
     if k is None or (k.observer_id, k.observed_id) != (d.observer_id, d.observed_id):
         return f"observation {obs_id!r} is not in this memory"
@@ -207,7 +207,7 @@ def _retirable(d: Dream, view: dict[str, Known], obs_id: str, levels: tuple[str,
     return None
 
 
-def decide_edit(pending: Pending, known: dict[str, Known], action: Action, d: Dream,
+def decide_edit(pending: DreamWrites, known: dict[str, NamedObservation], action: Action, d: Dream,
                 vector=(), embedding_model: str = "") -> Outcome:
     """The events for `action` (or its refusal) and the dream's new pending state."""
     view = pending.overlay(d, known)

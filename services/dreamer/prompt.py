@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.dialectic.prompt import tool_catalogue
+from services.toolloop.turns import tool_catalogue
 
 PROMPT_VERSIONS = {"deduction": "deduction-2", "induction": "induction-2"}
 

@@ -1,6 +1,6 @@
 """One dream: the deduction then the induction specialist, each a tool loop of discovery and action.
 
-Discovery reuses Chat's read tools (scoped to the pair) plus `recent_observations`; actions go through
+Discovery uses the memory tools Chat offers too (scoped to the pair) plus `recent_observations`; actions go through
 the pure edit core (edits.py). Nothing is written here: the events collect in the run and the caller
 commits them with the request's offset in one transaction. No connection is held across a model call.
 """
@@ -13,24 +13,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client import Counter
-from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from projections import observation_reads, peer_reads
-from projections.audit_reads import live_with_content, observations_by_id
-from services.dialectic import tools as chat_tools
-from services.dialectic.agent import ToolRequest
-from services.dialectic.prompt import observation_line
 from services.dreamer import edits, prompt
 from services.dreamer.aliases import Aliases
-from services.dreamer.edits import Action, Dream, Known, Pending
+from services.dreamer.edits import Action, Dream, DreamWrites, NamedObservation
+from services.dreamer.ports import DreamReads
 from services.events import Event, ObservationRejected, ProducerInfo
-from services.events.text import normalise
-from services.llm import formats
 from services.llm.client import ModelClient, ToolCall
 from services.llm.embeddings import Embedder
+from services.toolloop import memory
+from services.toolloop.memory import ObservationLevel, RecallScope, ToolEnv, observation_line
+from services.toolloop.registry import bad_arguments, function_spec, parse_arguments
+from services.toolloop.turns import StructuredStep, ToolRequest, step_schema
 
-DISCOVERY = ("recent_observations", "search_observations", "search_messages", "source_messages", "reasoning_chain")
+RECENT_OBSERVATIONS = "recent_observations"  # the dreamer's own discovery tool; the others are the memory tools
+DISCOVERY = (RECENT_OBSERVATIONS, *(t.name for t in (memory.SEARCH_OBSERVATIONS, memory.SEARCH_MESSAGES,
+                                                     memory.SOURCE_MESSAGES, memory.REASONING_CHAIN)))
 ACTIONS: dict[str, dict[str, type[BaseModel]]] = {
     "deduction": {"add_deduction": edits.AddDeduction, "update_knowledge": edits.UpdateKnowledge,
                   "add_contradiction": edits.AddContradiction, "remove_deduction": edits.RemoveDeduction,
@@ -48,17 +47,8 @@ class RecentObservations(BaseModel):
     """The pair's most recent live observations, newest first."""
 
     model_config = ConfigDict(extra="forbid")
-    levels: list[chat_tools.ObservationLevel] = Field(default_factory=list, description="only these levels")
+    levels: list[ObservationLevel] = Field(default_factory=list, description="only these levels")
     limit: int = Field(20, ge=1, le=50)
-
-
-class _Done(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    done: str
-
-
-class StructuredStep(RootModel[ToolRequest | _Done]):
-    """One specialist turn in structured tool mode: a tool call, or done."""
 
 
 def actions_of(specialist: str, peer_card: bool = True) -> dict[str, type[BaseModel]]:
@@ -68,14 +58,9 @@ def actions_of(specialist: str, peer_card: bool = True) -> dict[str, type[BaseMo
 
 def tool_specs(specialist: str, peer_card: bool = True) -> list[dict[str, Any]]:
     """The function-tool specs a specialist is offered: discovery, then its own actions."""
-    return [*chat_tools.specs([n for n in DISCOVERY if n in chat_tools.TOOLS]),
-            chat_tools.function_spec("recent_observations", RecentObservations),
-            *(chat_tools.function_spec(n, m) for n, m in actions_of(specialist, peer_card).items())]
-
-
-def step_schema(offered: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """The JSON schema a structured-mode step is held to: a call of one offered tool, or done."""
-    return formats.tool_turn_schema(offered or [], _Done.model_json_schema())
+    return [*memory.specs([n for n in DISCOVERY if n in memory.TOOLS]),
+            function_spec(RECENT_OBSERVATIONS, RecentObservations),
+            *(function_spec(n, m) for n, m in actions_of(specialist, peer_card).items())]
 
 
 @dataclass
@@ -83,17 +68,17 @@ class DreamRun:
     """The state of one dream across both specialists: what it wrote and what the specialists were told."""
 
     dream: Dream
-    engine: AsyncEngine
+    reads: DreamReads
     embedder: Embedder
-    pending: Pending = field(default_factory=Pending)
+    pending: DreamWrites = field(default_factory=DreamWrites)
     events: list[Event] = field(default_factory=list)
     edits: int = 0
     written: list[str] = field(default_factory=list)  # lines for the next specialist's opening
     names: Aliases = field(default_factory=Aliases)  # short names of the observations shown
 
-    def scope(self) -> chat_tools.Scope:
+    def scope(self) -> RecallScope:
         d = self.dream
-        return chat_tools.Scope(d.workspace_id, d.observer_id, d.observed_id)
+        return RecallScope(d.workspace_id, d.observer_id, d.observed_id)
 
     async def specialist(self, name: str, model: ModelClient, rounds: int) -> None:
         """Run one specialist until it stops (or its rounds run out)."""
@@ -127,7 +112,7 @@ class DreamRun:
             step = (await model.structured(messages, StructuredStep, name="dream_step",
                                            wire_schema=step_schema(offered))).value.root
             messages.append({"role": "assistant", "content": step.model_dump_json()})
-            if isinstance(step, _Done):
+            if not isinstance(step, ToolRequest):  # done
                 return []
             return [ToolCall(f"call_{used}", step.tool, json.dumps(step.arguments))]
         turn = (await model.turn(messages, offered)).value
@@ -137,47 +122,40 @@ class DreamRun:
         return list(turn.tool_calls)
 
     async def opening(self, specialist: str) -> str:
-        d = self.dream
-        pair = observation_reads.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id)
-        async with self.engine.connect() as conn:
-            rows = await observation_reads.list_observations(conn, pair, None, OPENING_OBSERVATIONS, reverse=True)
-            card = await peer_reads.peer_card(conn, d.workspace_id, d.observer_id, d.observed_id)
+        rows, card = await self.reads.opening(self.scope(), OPENING_OBSERVATIONS)
         lines = [self.line(r) for r in reversed(rows)]
-        return prompt.opening(specialist, lines, list(card["entries"]) if card else [], self.written)
+        return prompt.opening(specialist, lines, card, self.written)
 
     def line(self, row) -> str:
         return observation_line({**row, "observation_id": self.names.alias(row["observation_id"])})
 
     async def run_tool(self, call: ToolCall, actions: dict[str, type[BaseModel]]) -> str:
         try:
-            arguments = self.names.unaliased(chat_tools.parse_arguments(call.arguments))
+            arguments = self.names.unaliased(parse_arguments(call.arguments))
         except ValueError as error:
-            return f"error: bad arguments for {call.name}: {error}"[:1000]
+            return bad_arguments(call.name, error)
         call = replace(call, arguments=json.dumps(arguments))
         if call.name in actions:
             return await self.act(call, actions[call.name])
-        if call.name == "recent_observations":
+        if call.name == RECENT_OBSERVATIONS:
             return await self.recent(call)
-        env = chat_tools.ToolEnv(self.engine, self.embedder, self.scope(), 25, RESULT_CHARS)
-        result = await chat_tools.execute(env, call, DISCOVERY)
+        env = ToolEnv(self.reads, self.embedder, self.scope(), 25, RESULT_CHARS)
+        result = await memory.execute(env, call, DISCOVERY)
         return self.names.in_text(result.text, [i for i, kind in result.shown.items() if kind == "observation"])
 
     async def recent(self, call: ToolCall) -> str:
         try:
-            args = RecentObservations.model_validate(chat_tools.parse_arguments(call.arguments))
+            args = RecentObservations.model_validate(parse_arguments(call.arguments))
         except (ValueError, ValidationError) as error:
-            return f"error: bad arguments for {call.name}: {error}"[:1000]
-        d = self.dream
-        pair = observation_reads.ObservationFilter(d.workspace_id, d.observer_id, d.observed_id, tuple(args.levels))
-        async with self.engine.connect() as conn:
-            rows = await observation_reads.list_observations(conn, pair, None, args.limit, reverse=True)
+            return bad_arguments(call.name, error)
+        rows = await self.reads.newest_observations(self.scope(), args.levels, args.limit)
         return "\n".join(map(self.line, rows)) or "No observations."
 
     async def act(self, call: ToolCall, model: type[BaseModel]) -> str:
         try:
-            action: Action = model.model_validate(chat_tools.parse_arguments(call.arguments))
+            action: Action = model.model_validate(parse_arguments(call.arguments))
         except (ValueError, ValidationError) as error:
-            return f"error: bad arguments for {call.name}: {error}"[:1000]
+            return bad_arguments(call.name, error)
         known = await self.known(edits.named_ids(action), getattr(action, "content", ""))
         vector, embedding_model = (), ""
         if isinstance(action, WRITES_TEXT):
@@ -194,13 +172,9 @@ class DreamRun:
                 return f"ok: written as {short}"
         return self.names.in_text(outcome.reply)
 
-    async def known(self, ids: Sequence[str], content: str = "") -> dict[str, Known]:
+    async def known(self, ids: Sequence[str], content: str = "") -> dict[str, NamedObservation]:
         """The observations `ids` name, and the pair's live ones that already say `content`."""
-        d = self.dream
-        async with self.engine.connect() as conn:
-            rows = await observations_by_id(conn, d.workspace_id, list(ids))
-            if content:
-                rows = {**await live_with_content(conn, d.workspace_id, d.observer_id, d.observed_id, d.derivation,
-                                                  normalise(content)), **rows}
-        return {i: Known(r["observer_id"], r["observed_id"], r["level"],
-                         r["superseded_by"] is None and r["deleted_at"] is None, r["content"]) for i, r in rows.items()}
+        rows = await self.reads.named_observations(self.scope(), self.dream.derivation, ids, content)
+        return {i: NamedObservation(r["observer_id"], r["observed_id"], r["level"],
+                                    r["superseded_by"] is None and r["deleted_at"] is None, r["content"])
+                for i, r in rows.items()}

@@ -9,7 +9,9 @@ import signal
 
 from prometheus_client import start_http_server
 
+from projections.db import async_engine
 from projections.deriver_reads import ObservationStore
+from projections.tool_reads import SqlDreamReads
 from services import tracing
 from services.bus.runner import Runner
 from services.settings import Settings
@@ -42,11 +44,13 @@ def build_runners(settings: Settings) -> list[Runner]:
 
 
 def _build(name: str, settings: Settings):
-    """A processor and its clock; the deriver is handed its reads of the projections here."""
-    module = importlib.import_module(PROCESSORS[name])
+    """A processor and its clock; the deriver and the dreamer are handed their reads of the projections here."""
+    build = importlib.import_module(PROCESSORS[name]).build
     if name == "deriver":
-        return module.build(settings, ObservationStore.connect(settings, pool_size=8))
-    return module.build(settings)
+        return build(settings, ObservationStore.connect(settings, pool_size=8))
+    if name == "dreamer":
+        return build(settings, SqlDreamReads(async_engine(settings.database)))
+    return build(settings)
 
 
 async def run_worker(settings: Settings) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.dialectic.settings import LEVELS, SEARCH_TOOLS, DialecticSettings
+from services.dialectic.loop import SEARCH_TOOLS
+from services.dialectic.settings import LEVELS, DialecticSettings
 from services.dialectic.policy import (
     ABSTAIN_ANSWER,
     CallTools,
@@ -12,7 +13,7 @@ from services.dialectic.policy import (
     ForceAnswer,
     Limits,
     LoopState,
-    Turn,
+    ModelTurn,
     cited_ids,
     decide,
     drop_invented_markers,
@@ -28,28 +29,28 @@ SHOWN = {"o1": "observation", "o2": "observation", "m1": "message"}
 
 
 def test_a_turn_without_tool_calls_finishes_with_its_text_and_declared_ids():
-    assert decide(LoopState(), Turn("Bob keeps bees [obs:o1]", (), ("m1",)), LIMITS, 100) == \
+    assert decide(LoopState(), ModelTurn("Bob keeps bees [obs:o1]", (), ("m1",)), LIMITS, 100) == \
         Finish("Bob keeps bees [obs:o1]", ("m1",))
 
 
 def test_tool_calls_within_the_cap_and_budget_are_carried_out():
-    assert decide(LoopState(rounds=1), Turn("", (CALL,)), LIMITS, 100) == CallTools((CALL,))
+    assert decide(LoopState(rounds=1), ModelTurn("", (CALL,)), LIMITS, 100) == CallTools((CALL,))
 
 
 def test_tool_calls_at_the_round_cap_force_an_answer():
-    assert decide(LoopState(rounds=2), Turn("", (CALL,)), LIMITS, 100) == ForceAnswer("round_cap")
+    assert decide(LoopState(rounds=2), ModelTurn("", (CALL,)), LIMITS, 100) == ForceAnswer("round_cap")
 
 
 def test_tool_calls_that_would_overrun_the_token_budget_force_an_answer():
     state = LoopState(spent_tokens=8_000)
-    assert decide(state, Turn("", (CALL,)), LIMITS, 600) == ForceAnswer("token_budget")
+    assert decide(state, ModelTurn("", (CALL,)), LIMITS, 600) == ForceAnswer("token_budget")
     assert not may_use_tools(state, LIMITS, 600)
 
 
 def test_after_a_forced_answer_the_next_turn_is_the_answer_even_if_it_asks_for_tools():
     state = LoopState().force()
     assert not may_use_tools(state, LIMITS, 10)
-    assert decide(state, Turn("Oslo", (CALL,)), LIMITS, 10) == Finish("Oslo", ())
+    assert decide(state, ModelTurn("Oslo", (CALL,)), LIMITS, 10) == Finish("Oslo", ())
 
 
 def test_a_cap_of_zero_never_offers_tools():
@@ -60,7 +61,7 @@ def test_the_loop_always_ends_within_the_cap_plus_one_forced_turn():
     state, turns = LoopState(), 0
     while True:
         turns += 1
-        decision = decide(state, Turn("", (CALL,)), LIMITS, 100)
+        decision = decide(state, ModelTurn("", (CALL,)), LIMITS, 100)
         if isinstance(decision, Finish):
             break
         state = state.next_round() if isinstance(decision, CallTools) else state.force()

@@ -7,8 +7,8 @@ from services.dreamer.edits import (
     AddDeduction,
     AddPattern,
     Dream,
-    Known,
-    Pending,
+    DreamWrites,
+    NamedObservation,
     RemoveDeduction,
     SetPeerCard,
     UpdateKnowledge,
@@ -26,13 +26,16 @@ from services.events import (
 
 D = Dream("w", "alice", "bob", "dream-1", ProducerInfo(component="dreamer", version="0", model="m",
                                                        prompt_version="deduction-1"), "req-1")
-KNOWN = {"oslo": Known("alice", "bob", "explicit", True), "bees": Known("alice", "bob", "explicit", True),
-         "market": Known("alice", "bob", "explicit", True), "old": Known("alice", "bob", "explicit", False),
-         "carols": Known("carol", "bob", "explicit", True), "ded": Known("alice", "bob", "deductive", True)}
+KNOWN = {"oslo": NamedObservation("alice", "bob", "explicit", True),
+         "bees": NamedObservation("alice", "bob", "explicit", True),
+         "market": NamedObservation("alice", "bob", "explicit", True),
+         "old": NamedObservation("alice", "bob", "explicit", False),
+         "carols": NamedObservation("carol", "bob", "explicit", True),
+         "ded": NamedObservation("alice", "bob", "deductive", True)}
 
 
 def test_a_deduction_with_live_premises_of_the_pair_is_written_with_the_dream_id():
-    out = decide_edit(Pending(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
+    out = decide_edit(DreamWrites(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
     (added,) = out.events
     assert isinstance(added, ObservationAdded) and out.accepted
     assert (added.level.value, added.premise_ids, added.dream_id, added.causation_id) == (
@@ -43,24 +46,24 @@ def test_a_deduction_with_live_premises_of_the_pair_is_written_with_the_dream_id
 def test_a_deduction_without_premises_or_citing_another_pair_is_refused_and_recorded():
     for premises, why in (([], "at least 1"), (["carols"], "store of (carol, bob)"), (["nope"], "does not exist"),
                           (["old"], "superseded or deleted")):
-        out = decide_edit(Pending(), KNOWN, AddDeduction(content="x", premise_ids=premises), D)
+        out = decide_edit(DreamWrites(), KNOWN, AddDeduction(content="x", premise_ids=premises), D)
         (rejected,) = out.events
         assert isinstance(rejected, ObservationRejected) and not out.accepted
         assert why in rejected.reason and why in out.reply and rejected.dream_id == "dream-1"
 
 
 def test_induction_refuses_fewer_than_two_premises_and_grades_confidence_by_count():
-    one = decide_edit(Pending(), KNOWN, AddPattern(content="p", pattern_type="tendency", premise_ids=["oslo"]), D)
+    one = decide_edit(DreamWrites(), KNOWN, AddPattern(content="p", pattern_type="tendency", premise_ids=["oslo"]), D)
     assert isinstance(one.events[0], ObservationRejected) and "at least 2" in one.reply
-    known = {**KNOWN, **{f"e{i}": Known("alice", "bob", "explicit", True) for i in range(5)}}
-    grades = [decide_edit(Pending(), known, AddPattern(content="p", pattern_type="preference",
+    known = {**KNOWN, **{f"e{i}": NamedObservation("alice", "bob", "explicit", True) for i in range(5)}}
+    grades = [decide_edit(DreamWrites(), known, AddPattern(content="p", pattern_type="preference",
                                                        premise_ids=[f"e{i}" for i in range(n)]), D).events[0].confidence
               for n in (2, 3, 4, 5)]
     assert grades == ["low", "medium", "medium", "high"]
 
 
 def test_a_knowledge_update_writes_the_new_belief_then_supersedes_the_old_one():
-    out = decide_edit(Pending(), KNOWN, UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen",
+    out = decide_edit(DreamWrites(), KNOWN, UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen",
                                                         premise_ids=["bees"], reason="moved"), D)
     added, superseded = out.events
     assert isinstance(superseded, ObservationSuperseded)
@@ -72,19 +75,19 @@ def test_a_knowledge_update_writes_the_new_belief_then_supersedes_the_old_one():
 
 
 def test_a_later_edit_may_cite_an_earlier_one_of_the_same_dream():
-    first = decide_edit(Pending(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
+    first = decide_edit(DreamWrites(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
     new_id = first.events[0].observation_id
     second = decide_edit(first.pending, KNOWN, AddContradiction(content="c", premise_ids=[new_id, "bees"]), D)
     assert second.accepted and second.events[0].premise_ids == (new_id, "bees")
 
 
 def test_only_deductions_can_be_removed_and_cards_follow_the_card_rules():
-    assert "only deductive" in decide_edit(Pending(), KNOWN, RemoveDeduction(observation_id="oslo", reason="r"), D).reply
-    removed = decide_edit(Pending(), KNOWN, RemoveDeduction(observation_id="ded", reason="stale"), D)
+    assert "only deductive" in decide_edit(DreamWrites(), KNOWN, RemoveDeduction(observation_id="oslo", reason="r"), D).reply
+    removed = decide_edit(DreamWrites(), KNOWN, RemoveDeduction(observation_id="ded", reason="stale"), D)
     assert isinstance(removed.events[0], ObservationDeleted) and "ded" in removed.pending.retired
-    bad = decide_edit(Pending(), KNOWN, SetPeerCard(entries=["Bob is nice"]), D)
+    bad = decide_edit(DreamWrites(), KNOWN, SetPeerCard(entries=["Bob is nice"]), D)
     assert bad.events == [] and "must start with" in bad.reply
-    good = decide_edit(Pending(), KNOWN, SetPeerCard(entries=["IDENTITY: Bob"]), D)
+    good = decide_edit(DreamWrites(), KNOWN, SetPeerCard(entries=["IDENTITY: Bob"]), D)
     assert isinstance(good.events[0], PeerCardUpdated)
 
 
@@ -99,7 +102,7 @@ def test_an_id_copied_with_its_marker_is_read_as_the_bare_id():
 
 
 def test_the_same_conclusion_twice_in_one_dream_is_refused_the_second_time():
-    first = decide_edit(Pending(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
+    first = decide_edit(DreamWrites(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
     again = decide_edit(first.pending, KNOWN, AddDeduction(content="bob lives in  Norway", premise_ids=["oslo"]), D)
     assert not again.accepted and "already wrote that" in again.reply
 
@@ -109,16 +112,16 @@ def test_a_dream_writes_into_the_derivation_current_when_it_began_and_the_card_s
 
     d = replace(D, derivation="v2")
     update = UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen", premise_ids=["bees"])
-    out = decide_edit(Pending(), KNOWN, update, d)
+    out = decide_edit(DreamWrites(), KNOWN, update, d)
     assert [type(e) for e in out.events] == [ObservationAdded, ObservationSuperseded]
     assert {e.derivation for e in out.events} == {"v2"}
-    card = decide_edit(Pending(), KNOWN, SetPeerCard(entries=["IDENTITY: Bob"]), d)
+    card = decide_edit(DreamWrites(), KNOWN, SetPeerCard(entries=["IDENTITY: Bob"]), d)
     assert isinstance(card.events[0], PeerCardUpdated)
 
 
 def test_a_conclusion_that_only_restates_a_premise_is_refused_and_recorded():
-    known = {**KNOWN, "oslo": Known("alice", "bob", "explicit", True, "Bob lives in Oslo")}
-    out = decide_edit(Pending(), known, AddPattern(content="bob lives in  Oslo", pattern_type="tendency",
+    known = {**KNOWN, "oslo": NamedObservation("alice", "bob", "explicit", True, "Bob lives in Oslo")}
+    out = decide_edit(DreamWrites(), known, AddPattern(content="bob lives in  Oslo", pattern_type="tendency",
                                                    premise_ids=["bees", "oslo"]), D)
     (refused,) = out.events
     assert isinstance(refused, ObservationRejected) and not out.accepted
@@ -126,7 +129,7 @@ def test_a_conclusion_that_only_restates_a_premise_is_refused_and_recorded():
 
 
 def test_a_conclusion_that_restates_what_this_dream_wrote_before_is_refused_too():
-    first = decide_edit(Pending(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
+    first = decide_edit(DreamWrites(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
     written = first.events[0].observation_id
     again = decide_edit(first.pending, KNOWN, AddPattern(content="Bob lives in Norway", pattern_type="tendency",
                                                          premise_ids=[written, "bees"]), D)
@@ -134,24 +137,24 @@ def test_a_conclusion_that_restates_what_this_dream_wrote_before_is_refused_too(
 
 
 def test_a_conclusion_that_copies_a_live_belief_it_does_not_cite_is_refused():
-    known = {**KNOWN, "norway": Known("alice", "bob", "deductive", True, "Bob lives in Norway")}
-    out = decide_edit(Pending(), known, AddDeduction(content="bob lives in  NORWAY", premise_ids=["oslo"]), D)
+    known = {**KNOWN, "norway": NamedObservation("alice", "bob", "deductive", True, "Bob lives in Norway")}
+    out = decide_edit(DreamWrites(), known, AddDeduction(content="bob lives in  NORWAY", premise_ids=["oslo"]), D)
     assert not out.accepted and isinstance(out.events[0], ObservationRejected)
     assert "observation norway already says that" in out.reply
 
 
 def test_a_belief_that_was_superseded_may_be_written_again():
-    known = {**KNOWN, "norway": Known("alice", "bob", "deductive", False, "Bob lives in Norway")}
-    out = decide_edit(Pending(), known, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
+    known = {**KNOWN, "norway": NamedObservation("alice", "bob", "deductive", False, "Bob lives in Norway")}
+    out = decide_edit(DreamWrites(), known, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
     assert out.accepted
 
 
 def test_a_knowledge_update_citing_the_observation_it_replaces_is_refused_and_recorded():
     # the new belief would be born resting on a superseded premise
-    out = decide_edit(Pending(), KNOWN, UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen",
+    out = decide_edit(DreamWrites(), KNOWN, UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen",
                                                         premise_ids=["bees", "oslo"], reason="moved"), D)
     (rejected,) = out.events
     assert isinstance(rejected, ObservationRejected) and not out.accepted
     assert "cites the observation it replaces" in rejected.reason and "oslo" in out.reply
     assert rejected.premise_ids == ("bees", "oslo") and rejected.dream_id == "dream-1"
-    assert out.pending == Pending()
+    assert out.pending == DreamWrites()

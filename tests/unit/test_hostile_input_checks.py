@@ -13,7 +13,7 @@ from services.api import chat
 from services.api import validation as v
 from services.api.errors import MAX_DETAILS_BYTES, fitted
 from services.dialectic import response_format as rf
-from services.dialectic.agent import ChatRequest
+from services.dialectic.loop import ChatRequest
 from services.errors import InvalidArgument
 from services.events.cards import card_problems
 

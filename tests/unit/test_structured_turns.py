@@ -9,11 +9,12 @@ import json
 import jsonschema
 import pytest
 
-from services.dialectic import tools as chat_tools
-from services.dialectic.agent import structured_turn_schema
 from services.dreamer.aliases import Aliases
-from services.dreamer.specialist import step_schema, tool_specs
+from services.dreamer.specialist import tool_specs
 from services.llm import formats
+from services.toolloop import memory
+from services.toolloop.registry import function_spec
+from services.toolloop.turns import step_schema, structured_turn_schema
 
 SHOWN = [f"id-{n}" for n in range(1, 13)]  # the observations a specialist was shown, o1 … o12
 
@@ -39,7 +40,7 @@ def pattern(premise_ids: list[str], pattern_type: str = "preference") -> dict:
 
 
 def test_a_turn_is_a_call_of_one_offered_tool_with_its_own_arguments_or_the_finish():
-    schema = formats.tool_turn_schema(chat_tools.specs(["grep_messages", "source_messages"]),
+    schema = formats.tool_turn_schema(memory.specs(["grep_messages", "source_messages"]),
                                       {"type": "object", "properties": {"done": {"type": "string"}},
                                        "required": ["done"], "additionalProperties": False})
     assert valid(schema, {"tool": "grep_messages", "arguments": {"pattern": "bees"}})
@@ -92,12 +93,12 @@ def test_names_shown_map_back_to_ids_and_text_shows_names():
 
 def test_with_nothing_shown_id_arguments_stay_as_declared():
     # an empty enum would match nothing; the provenance rule still refuses what does not exist
-    spec = chat_tools.function_spec("reasoning_chain", chat_tools.ReasoningChain)
+    spec = function_spec("reasoning_chain", memory.ReasoningChain)
     assert Aliases().narrowed(spec) == spec
 
 
 def test_chat_answers_are_text_unless_json_was_asked_for():
-    text_only = structured_turn_schema(chat_tools.specs(["grep_messages"]), free_text=True)
+    text_only = structured_turn_schema(memory.specs(["grep_messages"]), free_text=True)
     any_json = structured_turn_schema(None, free_text=False)
     assert valid(text_only, {"answer": "Oslo", "cited_ids": ["o"]}) and not valid(text_only, {"answer": {"city": 1}})
     assert valid(any_json, {"answer": {"city": "Oslo"}}) and not valid(any_json, {"tool": "grep_messages",
@@ -131,8 +132,8 @@ def llama_grammar_parses():
 
 @pytest.mark.parametrize("schema", [
     dream_step("deduction"), dream_step("induction"), step_schema(None),
-    structured_turn_schema(chat_tools.specs(list(chat_tools.TOOLS)), free_text=True),
-    structured_turn_schema(chat_tools.specs(list(chat_tools.TOOLS)), free_text=False),
+    structured_turn_schema(memory.specs(list(memory.TOOLS)), free_text=True),
+    structured_turn_schema(memory.specs(list(memory.TOOLS)), free_text=False),
 ], ids=["deduction", "induction", "stop", "chat", "chat-json"])
 def test_llama_cpp_accepts_the_grammar_of_every_turn_schema_it_is_sent(schema, llama_grammar_parses):
     # for a schema it cannot compile, its server enforces plain JSON, or (parser refusal) dies mid-request

@@ -13,22 +13,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from projections import dialectic_reads as reads
-from projections import message_reads, observation_reads
 from services.dialectic import policy, prompt, response_format
-from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, Turn
-from services.dialectic.settings import SEARCH_TOOLS, DialecticSettings, LevelPolicy
-from services.dialectic.tools import DERIVED_LEVELS, TOOLS, Scope, ToolEnv, execute, specs
+from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, ModelTurn
+from services.dialectic.ports import ChatReads
+from services.dialectic.settings import DialecticSettings, LevelPolicy
 from services.errors import DeadlineExceeded
 from services.events import prompt_addition
+from services.llm import formats
 from services.llm.client import AssistantTurn, Completion, ModelClient, ToolCall
 from services.llm.embeddings import Embedder
 from services.llm.errors import ModelOutputInvalid
-from services.llm import formats
 from services.llm.tokens import count_tokens
+from services.toolloop.memory import SEARCH_MESSAGES, SEARCH_OBSERVATIONS, TOOLS, RecallScope, ToolEnv, execute, specs
+from services.toolloop.turns import StructuredReply, ToolRequest, structured_turn_schema
 
 
 @dataclass(frozen=True)
@@ -78,40 +75,16 @@ class DiscardText:
 ChatEvent = TextDelta | ToolUsed | DiscardText | ChatResult
 
 
-class ToolRequest(BaseModel):
-    """A tool call as a structured-mode turn names it (the dreamer's specialists use it too)."""
-
-    model_config = ConfigDict(extra="forbid")
-    tool: str
-    arguments: dict[str, Any] = {}
-
-
-class _FinalReply(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    # any JSON value; declared as a type list because llama-cpp-python's grammar compiler rejects a schema
-    # without a type (and then silently enforces plain JSON instead of the whole turn's schema)
-    answer: Any = Field(json_schema_extra={"type": ["string", "object", "array", "number", "boolean", "null"]})
-    cited_ids: list[str] = []
-
-
-class StructuredReply(RootModel[ToolRequest | _FinalReply]):
-    """One turn in structured tool mode: a tool request or the final answer."""
-
-
-def structured_turn_schema(tools: list[dict[str, Any]] | None, free_text: bool) -> dict[str, Any]:
-    """The JSON schema a structured-mode turn is held to: a call of one offered tool, or the final answer."""
-    finish = _FinalReply.model_json_schema()
-    if free_text:  # without a response schema the answer is text
-        finish["properties"]["answer"] = {"type": "string"}
-    return formats.tool_turn_schema(tools or [], finish)
-
-
 def conversation_tokens(messages: list[dict[str, Any]]) -> int:
     return count_tokens(json.dumps(messages, ensure_ascii=False, default=str))
 
 
 def _tool_message(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+SEARCH_TOOLS = (SEARCH_OBSERVATIONS.name, SEARCH_MESSAGES.name)  # all a search-only level (minimal) offers
+HISTORY_MESSAGES = 200  # the session's newest messages read before the history's token cap is applied
 
 
 @dataclass(frozen=True)
@@ -125,9 +98,9 @@ class Prefetched:
 class Dialectic:
     """Answers questions about peers; one model client per reasoning level."""
 
-    def __init__(self, engine: AsyncEngine, embedder: Embedder, settings: DialecticSettings,
+    def __init__(self, reads: ChatReads, embedder: Embedder, settings: DialecticSettings,
                  models: Mapping[str, ModelClient]) -> None:
-        self.engine, self.embedder, self.settings, self.models = engine, embedder, settings, models
+        self.reads, self.embedder, self.settings, self.models = reads, embedder, settings, models
 
     async def chat(self, request: ChatRequest, deadline_s: float | None = None) -> ChatResult:
         """The whole answer at once."""
@@ -156,10 +129,10 @@ class _Run:
         self.level: LevelPolicy = owner.settings.level(request.level)
         self.model = owner.models[request.level]
         self.structured = self.model.settings.tool_mode == "structured"
-        self.scope = Scope(request.workspace_id, request.observer_id, request.target_id, request.session_id,
+        self.scope = RecallScope(request.workspace_id, request.observer_id, request.target_id, request.session_id,
                            request.as_of, request.sessions)
         settings = owner.settings
-        self.env = ToolEnv(owner.engine, owner.embedder, self.scope, settings.tool_result_limit,
+        self.env = ToolEnv(owner.reads, owner.embedder, self.scope, settings.tool_result_limit,
                            settings.tool_result_chars)
         self.limits = Limits(self.level.tool_rounds, settings.token_budget, settings.tool_result_chars // 3)
         self.tools = SEARCH_TOOLS if self.level.search_only else tuple(TOOLS)
@@ -167,18 +140,10 @@ class _Run:
         self.model_name = ""
 
     async def prefetch(self) -> Prefetched:
-        r, n = self.request, self.level.prefetch
-        vector = (await self.owner.embedder.embed([r.query]))[0]
-        async with self.owner.engine.connect() as conn:
-            explicit = await observation_reads.nearest_observations(conn, self.scope.pair(["explicit"]), vector, n, None)
-            derived = await observation_reads.nearest_observations(conn, self.scope.pair(DERIVED_LEVELS), vector, n, None)
-            # the session's newest turns the observer saw: GetContext's recent messages, same rule
-            history = (await message_reads.list_messages(conn, r.workspace_id, r.session_id, None, 200, True,
-                                                   perspective_id=r.observer_id, before=r.as_of)
-                       if r.session_id else [])
-            evidence = bool(explicit or derived or history) or await reads.has_evidence(
-                conn, r.workspace_id, r.observer_id, r.target_id, r.as_of, r.sessions)
-        return Prefetched(list(explicit), list(derived), self._capped(history), evidence)
+        n = self.level.prefetch
+        vector = (await self.owner.embedder.embed([self.request.query]))[0]
+        found = await self.owner.reads.evidence(self.scope, vector, n, HISTORY_MESSAGES)
+        return Prefetched(list(found.explicit), list(found.derived), self._capped(found.history), found.found)
 
     def _capped(self, newest_first) -> list:
         kept, used = [], 0
@@ -219,7 +184,7 @@ class _Run:
             offered = specs(self.tools) if policy.may_use_tools(self.state, self.limits, tokens) else None
             turn, streamed = None, False
             async for item in self.ask(messages, offered, streams_text):
-                if isinstance(item, Turn):
+                if isinstance(item, ModelTurn):
                     turn = item
                 else:
                     streamed = True
@@ -255,7 +220,7 @@ class _Run:
             tokens = conversation_tokens(messages)
         return tokens
 
-    async def ask(self, messages, tools, streams_text: bool) -> AsyncIterator[str | Turn]:
+    async def ask(self, messages, tools, streams_text: bool) -> AsyncIterator[str | ModelTurn]:
         """The model's next turn (streamed text pieces first, when asked to stream)."""
         if self.structured:
             wire = structured_turn_schema(tools, free_text=self.request.response_schema is None)
@@ -274,15 +239,15 @@ class _Run:
                     yield item
         self.model_name = completion.model
         value: AssistantTurn = completion.value
-        yield Turn(value.content, value.tool_calls)
+        yield ModelTurn(value.content, value.tool_calls)
 
-    def _structured_turn(self, reply) -> Turn:
+    def _structured_turn(self, reply) -> ModelTurn:
         if isinstance(reply, ToolRequest):
-            return Turn("", (ToolCall(f"call_{self.state.rounds}", reply.tool, json.dumps(reply.arguments)),))
+            return ModelTurn("", (ToolCall(f"call_{self.state.rounds}", reply.tool, json.dumps(reply.arguments)),))
         text = reply.answer if isinstance(reply.answer, str) else json.dumps(reply.answer)
-        return Turn(text, (), tuple(reply.cited_ids))
+        return ModelTurn(text, (), tuple(reply.cited_ids))
 
-    async def use_tools(self, messages, turn: Turn, decision: CallTools) -> AsyncIterator[ToolUsed]:
+    async def use_tools(self, messages, turn: ModelTurn, decision: CallTools) -> AsyncIterator[ToolUsed]:
         self.state = self.state.next_round()
         if self.structured:
             call = decision.calls[0]

@@ -1,0 +1,25 @@
+"""What the dreamer reads from the projections, as a narrow port (projections/tool_reads.py implements it;
+the worker wires it in): the memory tools' reads, and the pair's store as a dream sees it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from services.toolloop.memory import MemoryReads, RecallScope, Row
+
+
+class DreamReads(MemoryReads, Protocol):
+    async def current_derivation(self, workspace_id: str, observer_id: str, observed_id: str) -> str:
+        """The pair's current derivation, which a dream's edits go to."""
+
+    async def newest_observations(self, scope: RecallScope, levels: Sequence[str], limit: int) -> Sequence[Row]:
+        """The pair's newest live observations of `levels` (all when empty), newest first."""
+
+    async def opening(self, scope: RecallScope, limit: int) -> tuple[Sequence[Row], Sequence[str]]:
+        """The pair's `limit` newest live observations, newest first, and its peer card's entries."""
+
+    async def named_observations(self, scope: RecallScope, derivation: str, ids: Sequence[str],
+                                 content: str = "") -> dict[str, Row]:
+        """The workspace's observations among `ids`, and with `content` the pair's live ones in `derivation`
+        that already say it (normalised), by id."""
