@@ -48,6 +48,8 @@ jars: .venv/bin/python
 
 test: install jars proto-check client-check
 	.venv/bin/lint-imports
+	.venv/bin/ruff format --check .  # one format: `.venv/bin/ruff format .` applies it
+	.venv/bin/ruff check .  # import order
 	$(PY) -m pytest
 
 demo: install jars

@@ -31,8 +31,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from peerlog_client.memory import MemoryProvider, load_config
 
-SYSTEM = ("You are a helpful assistant with a long-term memory of the people you talk to. "
-          "Use the peerlog tools to look up what you need to know about the user.")
+SYSTEM = (
+    "You are a helpful assistant with a long-term memory of the people you talk to. "
+    "Use the peerlog tools to look up what you need to know about the user."
+)
 TOOL_ROUNDS = 3
 FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
@@ -117,16 +119,31 @@ def results_as_messages(calls: list[Call], results: list[str], content: str | No
     servers answer HTTP 500 to it."""
     if calls[0].id is None:
         call, result = calls[0], results[0]
-        return [{"role": "assistant", "content": content or ""},
-                {"role": "user", "content": f"{call.name} returned:\n{result}\n\nUsing this, answer my last "
-                                            "message in plain words."}]
-    assistant = {"role": "assistant", "content": content or "", "tool_calls": [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]}
+        return [
+            {"role": "assistant", "content": content or ""},
+            {
+                "role": "user",
+                "content": f"{call.name} returned:\n{result}\n\nUsing this, answer my last message in plain words.",
+            },
+        ]
+    assistant = {
+        "role": "assistant",
+        "content": content or "",
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
+        ],
+    }
     return [assistant, *({"role": "tool", "tool_call_id": c.id, "content": r} for c, r in zip(calls, results))]
 
 
-def run_turn(memory: MemoryProvider, model: OpenAI, model_name: str, history: list[dict[str, Any]],
-             user_text: str, tool_rounds: int = TOOL_ROUNDS) -> Turn:
+def run_turn(
+    memory: MemoryProvider,
+    model: OpenAI,
+    model_name: str,
+    history: list[dict[str, Any]],
+    user_text: str,
+    tool_rounds: int = TOOL_ROUNDS,
+) -> Turn:
     """One turn: memory into the system prompt, the model with the memory tools (at most `tool_rounds`
     rounds of calls), the answer recorded in `history` and written to peerlog."""
     turn = Turn(injected=memory.context_for_turn(user_text))
@@ -135,8 +152,13 @@ def run_turn(memory: MemoryProvider, model: OpenAI, model_name: str, history: li
     tools = memory.tools("openai")
     for round_ in range(tool_rounds + 1):
         offered = tools if round_ < tool_rounds else []  # the last round must answer
-        reply = model.chat.completions.create(model=model_name, messages=messages,
-                                              **({"tools": offered} if offered else {})).choices[0].message
+        reply = (
+            model.chat.completions.create(
+                model=model_name, messages=messages, **({"tools": offered} if offered else {})
+            )
+            .choices[0]
+            .message
+        )
         calls = calls_in(reply, [t["function"]["name"] for t in offered])
         if isinstance(calls, str):
             turn.answer = calls

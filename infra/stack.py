@@ -50,8 +50,8 @@ class StackState:
 
     def admin_token(self) -> str:
         """A token for every call to this stack's API (no expiry: the stack is local)."""
-        from services.api.tokens import mint
         from services.api.settings import AuthSettings
+        from services.api.tokens import mint
 
         return mint(AuthSettings(secret=self.auth_secret), ["admin"])
 
@@ -86,8 +86,11 @@ def _spawn(state: StackState, name: str) -> int:
     log = open(Path(state.root) / f"{name}.log", "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", *PROCESSES[name]],
-        env={**os.environ, **state.env()}, stdout=log, stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL, start_new_session=True,  # outlives `dev up`
+        env={**os.environ, **state.env()},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # outlives `dev up`
     )
     return proc.pid
 

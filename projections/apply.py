@@ -46,9 +46,7 @@ def stored_offsets(conn: Connection, partitions: set[tuple[str, int]], lock: boo
     if not partitions:
         return {}
     t = projection_offsets.c
-    stmt = select(t.topic, t.partition, t.next_offset).where(
-        tuple_(t.topic, t.partition).in_(sorted(partitions))
-    )
+    stmt = select(t.topic, t.partition, t.next_offset).where(tuple_(t.topic, t.partition).in_(sorted(partitions)))
     rows = conn.execute(stmt.with_for_update() if lock else stmt)
     return {(topic, part): nxt for topic, part, nxt in rows}
 
@@ -69,8 +67,7 @@ def apply_batch(conn: Connection, records: Sequence[Record]) -> Applied:
         bad += _apply_one_by_one(conn, decoded)
     _park(conn, bad)
     _advance(conn, fresh)
-    return Applied(events=len(fresh) - len(bad), skipped=len(records) - len(fresh),
-                   quarantined=len(bad))
+    return Applied(events=len(fresh) - len(bad), skipped=len(records) - len(fresh), quarantined=len(bad))
 
 
 def _decode_all(records: Sequence[Record]):
@@ -111,8 +108,15 @@ def _apply_one_by_one(conn: Connection, decoded) -> list[tuple[Record, str]]:
 def _park(conn: Connection, bad: list[tuple[Record, str]]) -> None:
     if bad:
         rows = [
-            dict(topic=r.topic, partition=r.partition, offset=r.offset, key=r.key, reason=reason,
-                 payload=r.value, logged_at=r.logged_at)
+            dict(
+                topic=r.topic,
+                partition=r.partition,
+                offset=r.offset,
+                key=r.key,
+                reason=reason,
+                payload=r.value,
+                logged_at=r.logged_at,
+            )
             for r, reason in bad
         ]
         conn.execute(insert(quarantine).on_conflict_do_nothing(), rows)

@@ -12,23 +12,32 @@ from projections.schema import content_key_matches, observation_events, observat
 
 
 async def observations_by_id(conn: AsyncConnection, workspace_id: str, ids: Sequence[str]) -> dict[str, RowMapping]:
-    stmt = select(*OBSERVATION_COLUMNS).where(observations.c.workspace_id == workspace_id,
-                                              observations.c.observation_id.in_(list(ids)))
+    stmt = select(*OBSERVATION_COLUMNS).where(
+        observations.c.workspace_id == workspace_id, observations.c.observation_id.in_(list(ids))
+    )
     return {r["observation_id"]: r for r in (await conn.execute(stmt)).mappings()}
 
 
-async def live_with_content(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str,
-                            derivation: str, key: str) -> dict[str, RowMapping]:
+async def live_with_content(
+    conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, derivation: str, key: str
+) -> dict[str, RowMapping]:
     """The pair's live observations in `derivation` whose normalised content is `key` (via observations_by_key_hash)."""
     o = observations.c
     stmt = select(*OBSERVATION_COLUMNS).where(
-        o.workspace_id == workspace_id, o.observer_id == observer_id, o.observed_id == observed_id,
-        content_key_matches(key), o.derivation == derivation, o.superseded_by.is_(None), o.deleted_at.is_(None))
+        o.workspace_id == workspace_id,
+        o.observer_id == observer_id,
+        o.observed_id == observed_id,
+        content_key_matches(key),
+        o.derivation == derivation,
+        o.superseded_by.is_(None),
+        o.deleted_at.is_(None),
+    )
     return {r["observation_id"]: r for r in (await conn.execute(stmt)).mappings()}
 
 
-async def premise_dag(conn: AsyncConnection, workspace_id: str, root_id: str,
-                      limit: int) -> tuple[list[str], dict[str, list[str]], bool]:
+async def premise_dag(
+    conn: AsyncConnection, workspace_id: str, root_id: str, limit: int
+) -> tuple[list[str], dict[str, list[str]], bool]:
     """The ids under `root_id` breadth first (root first, each once), every node's premise ids, and
     whether the walk stopped at `limit` nodes. Level by level: a DAG is shallow, and each level is one query."""
     order, edges, frontier = [root_id], {}, [root_id]
@@ -46,13 +55,17 @@ async def premise_dag(conn: AsyncConnection, workspace_id: str, root_id: str,
 
 async def history(conn: AsyncConnection, workspace_id: str, observation_id: str) -> Sequence[RowMapping]:
     h = observation_events.c
-    stmt = (select(observation_events).where(h.workspace_id == workspace_id, h.observation_id == observation_id)
-            .order_by(h.occurred_at, h.event_id))
+    stmt = (
+        select(observation_events)
+        .where(h.workspace_id == workspace_id, h.observation_id == observation_id)
+        .order_by(h.occurred_at, h.event_id)
+    )
     return (await conn.execute(stmt)).mappings().all()
 
 
-async def rejections(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, dream_id: str,
-                     limit: int) -> Sequence[RowMapping]:
+async def rejections(
+    conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, dream_id: str, limit: int
+) -> Sequence[RowMapping]:
     r = rejected_observations.c
     stmt = select(rejected_observations).where(r.workspace_id == workspace_id)
     if observer_id:

@@ -16,12 +16,27 @@ from services.events import Configuration, MessageAppended, MessageConfigured, S
 c = configurations.c
 
 
-def _row(e, level: str, configuration: Configuration | None, session_id: str = "", message_id: str = "",
-         after_seq: int | None = None, stamped: Configuration | None = None) -> dict:
-    dump = (lambda x: x.model_dump(mode="json", exclude_none=True) if x is not None else None)
-    return dict(event_id=e.event_id, workspace_id=e.workspace_id, level=level, session_id=session_id,
-                message_id=message_id, configuration=dump(configuration), workspace_configuration=dump(stamped),
-                after_seq=after_seq, recorded_at=e.occurred_at)
+def _row(
+    e,
+    level: str,
+    configuration: Configuration | None,
+    session_id: str = "",
+    message_id: str = "",
+    after_seq: int | None = None,
+    stamped: Configuration | None = None,
+) -> dict:
+    dump = lambda x: x.model_dump(mode="json", exclude_none=True) if x is not None else None
+    return dict(
+        event_id=e.event_id,
+        workspace_id=e.workspace_id,
+        level=level,
+        session_id=session_id,
+        message_id=message_id,
+        configuration=dump(configuration),
+        workspace_configuration=dump(stamped),
+        after_seq=after_seq,
+        recorded_at=e.occurred_at,
+    )
 
 
 def workspace_configured(conn: Connection, events: Sequence[WorkspaceConfigured]) -> None:
@@ -29,15 +44,27 @@ def workspace_configured(conn: Connection, events: Sequence[WorkspaceConfigured]
 
 
 def session_configured(conn: Connection, events: Sequence[SessionConfigured], last_seq) -> None:
-    insert_new(conn, configurations, [_row(e, "session", e.configuration, e.session_id,
-                                           after_seq=last_seq(conn, e.workspace_id, e.session_id)) for e in events])
+    insert_new(
+        conn,
+        configurations,
+        [
+            _row(e, "session", e.configuration, e.session_id, after_seq=last_seq(conn, e.workspace_id, e.session_id))
+            for e in events
+        ],
+    )
 
 
 def messages_configured(conn: Connection, events: Sequence[tuple[MessageAppended, int]]) -> None:
     """The message level and the workspace stamp of new messages (with their seqs) that carry either."""
-    insert_new(conn, configurations, [
-        _row(e, "message", e.configuration, e.session_id, e.message_id, seq, e.workspace_configuration)
-        for e, seq in events if e.configuration is not None or e.workspace_configuration is not None])
+    insert_new(
+        conn,
+        configurations,
+        [
+            _row(e, "message", e.configuration, e.session_id, e.message_id, seq, e.workspace_configuration)
+            for e, seq in events
+            if e.configuration is not None or e.workspace_configuration is not None
+        ],
+    )
 
 
 def message_configured(conn: Connection, events: Sequence[MessageConfigured]) -> None:
@@ -55,8 +82,14 @@ def _config(raw: dict | None) -> Configuration | None:
     return Configuration.model_validate(raw) if raw is not None else None
 
 
-async def _latest(conn: AsyncConnection, workspace_id: str, level: str, session_id: str, as_of: datetime | None,
-                  before_seq: int | None = None) -> Configuration | None:
+async def _latest(
+    conn: AsyncConnection,
+    workspace_id: str,
+    level: str,
+    session_id: str,
+    as_of: datetime | None,
+    before_seq: int | None = None,
+) -> Configuration | None:
     stmt = select(c.configuration).where(c.workspace_id == workspace_id, c.level == level, c.session_id == session_id)
     if as_of is not None:
         stmt = stmt.where(c.recorded_at <= as_of)
@@ -70,24 +103,35 @@ async def workspace_level(conn: AsyncConnection, workspace_id: str) -> Configura
     return await _latest(conn, workspace_id, "workspace", "", None)
 
 
-async def levels(conn: AsyncConnection, workspace_id: str, session_id: str = "", as_of: datetime | None = None
-                 ) -> Levels:
+async def levels(
+    conn: AsyncConnection, workspace_id: str, session_id: str = "", as_of: datetime | None = None
+) -> Levels:
     """The workspace and session levels in force at `as_of` (None: now)."""
     session = await _latest(conn, workspace_id, "session", session_id, as_of) if session_id else None
     return Levels(await _latest(conn, workspace_id, "workspace", "", as_of), session)
 
 
-async def message_levels(conn: AsyncConnection, workspace_id: str, message_id: str, as_of: datetime | None = None
-                         ) -> Levels | None:
+async def message_levels(
+    conn: AsyncConnection, workspace_id: str, message_id: str, as_of: datetime | None = None
+) -> Levels | None:
     """The levels in force for one message (None: no such message): the workspace's and the session's as the
     processors saw them when it came, and its own as last set by `as_of` (None: now)."""
-    m = (await conn.execute(select(messages.c.session_id, messages.c.seq).where(
-        messages.c.workspace_id == workspace_id, messages.c.message_id == message_id))).first()
+    m = (
+        await conn.execute(
+            select(messages.c.session_id, messages.c.seq).where(
+                messages.c.workspace_id == workspace_id, messages.c.message_id == message_id
+            )
+        )
+    ).first()
     if m is None:
         return None
-    rows = (await conn.execute(select(c.configuration, c.workspace_configuration, c.recorded_at).where(
-        c.workspace_id == workspace_id, c.level == "message", c.message_id == message_id).order_by(
-        c.recorded_at, c.event_id))).all()
+    rows = (
+        await conn.execute(
+            select(c.configuration, c.workspace_configuration, c.recorded_at)
+            .where(c.workspace_id == workspace_id, c.level == "message", c.message_id == message_id)
+            .order_by(c.recorded_at, c.event_id)
+        )
+    ).all()
     stamp = next((r.workspace_configuration for r in rows if r.workspace_configuration is not None), None)
     own = [r.configuration for r in rows if as_of is None or r.recorded_at <= as_of]
     session = await _latest(conn, workspace_id, "session", m.session_id, None, before_seq=m.seq)

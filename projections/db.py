@@ -22,15 +22,14 @@ def async_engine(settings: DatabaseSettings) -> AsyncEngine:
 
     Autocommit: a read needs no BEGIN and ROLLBACK round trips around it, and under READ COMMITTED
     each statement saw its own snapshot anyway."""
-    engine = create_async_engine(settings.url, pool_size=settings.pool_size, pool_pre_ping=True,
-                                 isolation_level="AUTOCOMMIT")
+    engine = create_async_engine(
+        settings.url, pool_size=settings.pool_size, pool_pre_ping=True, isolation_level="AUTOCOMMIT"
+    )
     return engine.execution_options(schema_translate_map={None: settings.schema_name})
 
 
 def schema_exists(conn: Connection, schema: str) -> bool:
-    found = conn.execute(
-        text("SELECT 1 FROM information_schema.schemata WHERE schema_name = :s"), {"s": schema}
-    )
+    found = conn.execute(text("SELECT 1 FROM information_schema.schemata WHERE schema_name = :s"), {"s": schema})
     return found.first() is not None
 
 
@@ -48,24 +47,38 @@ def _backfill_terms(conn: Connection) -> None:
     """A schema made before message_terms existed gets its messages copied there once (the projector
     keeps it from then on); any other time the table is filled already, or there are no messages."""
     columns = [c.name for c in message_terms.c]
-    conn.execute(insert(message_terms).from_select(columns, select(*(messages.c[c] for c in columns))
-                                                   .where(~exists(select(message_terms.c.message_id)))))
+    conn.execute(
+        insert(message_terms).from_select(
+            columns, select(*(messages.c[c] for c in columns)).where(~exists(select(message_terms.c.message_id)))
+        )
+    )
 
 
 def _upgrade_memberships(conn: Connection, schema: str) -> None:
     """A schema from before visibility followed log order gets its membership periods as seqs, once,
     by the wall-clock rule it was read by until then (memberships.joined_after_seq)."""
-    upgraded = conn.execute(text("SELECT 1 FROM information_schema.columns WHERE table_schema = :s AND "
-                                 "table_name = 'memberships' AND column_name = 'joined_after_seq'"), {"s": schema})
+    upgraded = conn.execute(
+        text(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = :s AND "
+            "table_name = 'memberships' AND column_name = 'joined_after_seq'"
+        ),
+        {"s": schema},
+    )
     if upgraded.first() is not None:
         return  # every later start: no ALTER TABLE (an exclusive lock) and no scan of the table
     t = f'"{schema}".memberships'
     conn.execute(text(f"ALTER TABLE {t} ADD COLUMN joined_after_seq bigint, ADD COLUMN left_after_seq bigint"))
-    last_before = (f'SELECT coalesce(max(m.seq), 0) FROM "{schema}".messages m WHERE m.workspace_id = '
-                   "ms.workspace_id AND m.session_id = ms.session_id AND m.recorded_at {op} ms.{col}")
-    conn.execute(text(f"UPDATE {t} ms SET joined_after_seq = ({last_before.format(op='<', col='joined_at')}), "
-                      f"left_after_seq = CASE WHEN ms.left_at IS NOT NULL THEN "
-                      f"({last_before.format(op='<=', col='left_at')}) END"))
+    last_before = (
+        f'SELECT coalesce(max(m.seq), 0) FROM "{schema}".messages m WHERE m.workspace_id = '
+        "ms.workspace_id AND m.session_id = ms.session_id AND m.recorded_at {op} ms.{col}"
+    )
+    conn.execute(
+        text(
+            f"UPDATE {t} ms SET joined_after_seq = ({last_before.format(op='<', col='joined_at')}), "
+            f"left_after_seq = CASE WHEN ms.left_at IS NOT NULL THEN "
+            f"({last_before.format(op='<=', col='left_at')}) END"
+        )
+    )
     conn.execute(text(f"ALTER TABLE {t} ALTER COLUMN joined_after_seq SET NOT NULL"))
 
 

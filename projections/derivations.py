@@ -22,19 +22,36 @@ def derivation_promoted(conn: Connection, events: Sequence[DerivationPromoted]) 
     # one at a time, in log order: each is numbered after the pair's previous promotions
     d = derivation_promotions.c
     for e in events:
-        last = conn.scalar(select(func.max(d.seq)).where(
-            d.workspace_id == e.workspace_id, d.observer_id == e.observer_id, d.observed_id == e.observed_id))
-        insert_new(conn, derivation_promotions, [dict(
-            workspace_id=e.workspace_id, observer_id=e.observer_id, observed_id=e.observed_id, seq=(last or 0) + 1,
-            derivation=e.derivation, reason=e.reason, promoted_at=e.occurred_at, event_id=e.event_id)])
+        last = conn.scalar(
+            select(func.max(d.seq)).where(
+                d.workspace_id == e.workspace_id, d.observer_id == e.observer_id, d.observed_id == e.observed_id
+            )
+        )
+        insert_new(
+            conn,
+            derivation_promotions,
+            [
+                dict(
+                    workspace_id=e.workspace_id,
+                    observer_id=e.observer_id,
+                    observed_id=e.observed_id,
+                    seq=(last or 0) + 1,
+                    derivation=e.derivation,
+                    reason=e.reason,
+                    promoted_at=e.occurred_at,
+                    event_id=e.event_id,
+                )
+            ],
+        )
 
 
 def current_label(workspace_id, observer_id, observed_id, as_of: datetime | None = None):
     """The stored label of the pair's current derivation (or the one current at `as_of`) as an SQL
     expression; "" when it was never promoted. The pair may be values or columns (a correlated lookup)."""
     d = derivation_promotions.c
-    latest = select(d.derivation).where(d.workspace_id == workspace_id, d.observer_id == observer_id,
-                                        d.observed_id == observed_id)
+    latest = select(d.derivation).where(
+        d.workspace_id == workspace_id, d.observer_id == observer_id, d.observed_id == observed_id
+    )
     if as_of is not None:
         latest = latest.where(d.promoted_at <= as_of)
     return func.coalesce(latest.order_by(d.seq.desc()).limit(1).scalar_subquery(), literal(""))

@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 # the database, not the query: a refused or dropped connection, an exhausted pool
 _TRANSIENT = (OperationalError, InterfaceError, PoolTimeout)
 
-_LIVE = ("superseded_by IS NULL AND deleted_at IS NULL AND workspace_id = :w AND observer_id = :o "
-         "AND observed_id = :d AND derivation = :v")
+_LIVE = (
+    "superseded_by IS NULL AND deleted_at IS NULL AND workspace_id = :w AND observer_id = :o "
+    "AND observed_id = :d AND derivation = :v"
+)
 _PAIR_COLS = "observation_id, level, content_key, session_id, embedding"
 
 
@@ -46,8 +48,9 @@ def _known(row) -> KnownObservation:
 class ObservationStore:
     """The deriver's DuplicateCandidates over the serving schema."""
 
-    def __init__(self, engine: AsyncEngine, schema: str, embedding_model: str,
-                 settings: DeriverSettings | None = None) -> None:
+    def __init__(
+        self, engine: AsyncEngine, schema: str, embedding_model: str, settings: DeriverSettings | None = None
+    ) -> None:
         self.engine = engine
         self.table = f'"{schema}".observations'
         self.embedding_model = embedding_model  # near duplicates are looked for among its vectors only
@@ -56,8 +59,12 @@ class ObservationStore:
     @classmethod
     def connect(cls, settings, pool_size: int) -> ObservationStore:
         """A store on its own engine over the serving schema of `settings` (the whole peerlog settings)."""
-        return cls(create_async_engine(settings.database.url, pool_size=pool_size), settings.database.schema_name,
-                   settings.embedding.model, settings.deriver)
+        return cls(
+            create_async_engine(settings.database.url, pool_size=pool_size),
+            settings.database.schema_name,
+            settings.embedding.model,
+            settings.deriver,
+        )
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -67,8 +74,11 @@ class ObservationStore:
         s, attempts = self.settings, 0
         try:
             async for attempt in AsyncRetrying(
-                    stop=stop_after_attempt(s.store_retries + 1), retry=retry_if_exception_type(_TRANSIENT),
-                    wait=wait_exponential_jitter(initial=s.store_backoff_s, max=s.store_max_backoff_s), reraise=True):
+                stop=stop_after_attempt(s.store_retries + 1),
+                retry=retry_if_exception_type(_TRANSIENT),
+                wait=wait_exponential_jitter(initial=s.store_backoff_s, max=s.store_max_backoff_s),
+                reraise=True,
+            ):
                 with attempt:
                     attempts += 1
                     async with self.engine.connect() as conn:
@@ -77,18 +87,26 @@ class ObservationStore:
             raise StoreUnavailable(attempts, getattr(exc, "orig", None) or exc) from exc
         raise AssertionError("unreachable: the retry loop returns or raises")
 
-    async def candidates(self, pair: Pair, keys: Sequence[str],
-                         embeddings: Sequence[Sequence[float]]) -> list[KnownObservation]:
+    async def candidates(
+        self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]
+    ) -> list[KnownObservation]:
         """Live explicit observations of the pair's derivation (dedup stays within it) with one of `keys`,
         or nearest to one of `embeddings`."""
         cols = "observation_id, level, content_key, session_id, embedding::text AS embedding"
-        params = {"w": pair.workspace_id, "o": pair.observer_id, "d": pair.observed_id, "v": pair.derivation,
-                  "model": self.embedding_model}
+        params = {
+            "w": pair.workspace_id,
+            "o": pair.observer_id,
+            "d": pair.observed_id,
+            "v": pair.derivation,
+            "model": self.embedding_model,
+        }
         # the index is on md5(content_key) (a long key is over a btree entry's size): the md5s find the
         # rows, the keys themselves decide; Postgres hashes the keys, in the database's encoding
-        queries = [f"SELECT {cols} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' "
-                   "AND md5(content_key) = ANY(ARRAY(SELECT md5(k) FROM unnest(CAST(:keys AS text[])) AS k)) "
-                   "AND content_key = ANY(:keys)"]
+        queries = [
+            f"SELECT {cols} FROM {self.table} WHERE {_LIVE} AND level = 'explicit' "
+            "AND md5(content_key) = ANY(ARRAY(SELECT md5(k) FROM unnest(CAST(:keys AS text[])) AS k)) "
+            "AND content_key = ANY(:keys)"
+        ]
         params["keys"] = list(keys)
         for i, emb in enumerate(embeddings):
             queries.append(f"(SELECT {cols} FROM pair ORDER BY embedding <=> CAST(:e{i} AS vector) LIMIT 1)")
@@ -96,8 +114,14 @@ class ObservationStore:
         # exact over the pair's rows: ordering the whole table by distance lets the planner walk the HNSW index
         # (ef_search candidates from the whole workspace) and filter afterwards, which misses the pair's
         # duplicate when other rows are nearer; a materialised CTE of the pair's rows cannot use that index
-        within = (f"WITH pair AS MATERIALIZED (SELECT {_PAIR_COLS} FROM {self.table} "
-                  f"WHERE {_LIVE} AND level = 'explicit' AND embedding_model = :model) ") if embeddings else ""
+        within = (
+            (
+                f"WITH pair AS MATERIALIZED (SELECT {_PAIR_COLS} FROM {self.table} "
+                f"WHERE {_LIVE} AND level = 'explicit' AND embedding_model = :model) "
+            )
+            if embeddings
+            else ""
+        )
         try:
             rows = await self._read(within + " UNION ".join(queries), params)
         except ProgrammingError as exc:

@@ -15,14 +15,20 @@ from projections.schema import messages, observations, premises
 
 def _visible(workspace_id: str, observer_id: str, sessions: Sequence[str] | None = None):
     """Messages the observer could see; with `sessions` (a scope's), only in those (none: nothing)."""
-    stmt = select(*MESSAGE_COLUMNS).where(messages.c.workspace_id == workspace_id,
-                                          seen_while_member(messages, observer_id))
+    stmt = select(*MESSAGE_COLUMNS).where(
+        messages.c.workspace_id == workspace_id, seen_while_member(messages, observer_id)
+    )
     return stmt if sessions is None else stmt.where(messages.c.session_id.in_(list(sessions)))
 
 
 async def messages_between(
-    conn: AsyncConnection, workspace_id: str, observer_id: str, after: datetime | None, before: datetime | None,
-    limit: int, sessions: Sequence[str] | None = None,
+    conn: AsyncConnection,
+    workspace_id: str,
+    observer_id: str,
+    after: datetime | None,
+    before: datetime | None,
+    limit: int,
+    sessions: Sequence[str] | None = None,
 ) -> Sequence[RowMapping]:
     """Messages the observer could see, created in [after, before) (the message search's window), oldest first."""
     m = messages.c
@@ -40,8 +46,13 @@ def _like_literal(pattern: str) -> str:
 
 
 async def grep_messages(
-    conn: AsyncConnection, workspace_id: str, observer_id: str, pattern: str, limit: int,
-    before: datetime | None = None, sessions: Sequence[str] | None = None,
+    conn: AsyncConnection,
+    workspace_id: str,
+    observer_id: str,
+    pattern: str,
+    limit: int,
+    before: datetime | None = None,
+    sessions: Sequence[str] | None = None,
 ) -> Sequence[RowMapping]:
     """Messages the observer could see that contain `pattern` (literal, any case), newest first; with
     `before`, only those created before it."""
@@ -66,15 +77,31 @@ async def concluded_from(conn: AsyncConnection, workspace_id: str, premise_id: s
     return list((await conn.scalars(stmt.order_by(p.observation_id))).all())
 
 
-async def has_evidence(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str,
-                       as_of: datetime | None = None, sessions: Sequence[str] | None = None) -> bool:
+async def has_evidence(
+    conn: AsyncConnection,
+    workspace_id: str,
+    observer_id: str,
+    observed_id: str,
+    as_of: datetime | None = None,
+    sessions: Sequence[str] | None = None,
+) -> bool:
     """Whether anything could answer a question about the pair: a live observation in its store, or a
     message by the observed peer that the observer could see (as of `as_of`, if given)."""
     o, m = observations.c, messages.c
-    store = exists().where(*ObservationFilter(workspace_id, observer_id, observed_id, as_of=as_of,
-                                              allowed_sessions=None if sessions is None else tuple(sessions)).where())
-    said = exists().where(m.workspace_id == workspace_id, m.peer_id == observed_id,
-                          seen_while_member(messages, observer_id),
-                          m.session_id.in_(list(sessions)) if sessions is not None else True,
-                          m.created_at < as_of if as_of is not None else True)
+    store = exists().where(
+        *ObservationFilter(
+            workspace_id,
+            observer_id,
+            observed_id,
+            as_of=as_of,
+            allowed_sessions=None if sessions is None else tuple(sessions),
+        ).where()
+    )
+    said = exists().where(
+        m.workspace_id == workspace_id,
+        m.peer_id == observed_id,
+        seen_while_member(messages, observer_id),
+        m.session_id.in_(list(sessions)) if sessions is not None else True,
+        m.created_at < as_of if as_of is not None else True,
+    )
     return bool(await conn.scalar(select(store | said)))

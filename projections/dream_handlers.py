@@ -19,9 +19,19 @@ from services.events import (
 
 
 def dream_requested(conn: Connection, events: Sequence[DreamRequested]) -> None:
-    rows = [dict(workspace_id=e.workspace_id, dream_id=e.dream_id, observer_id=e.observer_id,
-                 observed_id=e.observed_id, reason=e.reason.value, new_explicit=e.new_explicit,
-                 state="requested", requested_at=e.occurred_at) for e in events]
+    rows = [
+        dict(
+            workspace_id=e.workspace_id,
+            dream_id=e.dream_id,
+            observer_id=e.observer_id,
+            observed_id=e.observed_id,
+            reason=e.reason.value,
+            new_explicit=e.new_explicit,
+            state="requested",
+            requested_at=e.occurred_at,
+        )
+        for e in events
+    ]
     insert_new(conn, dreams, rows)
 
 
@@ -29,8 +39,11 @@ def _advance(conn: Connection, e, **values) -> None:
     # a dream only moves forward: a repeated or late start never undoes its end
     order = {"requested": 0, "started": 1, "completed": 2, "failed": 2}
     earlier = [s for s, rank in order.items() if rank < order[values["state"]]]
-    conn.execute(update(dreams).where(dreams.c.workspace_id == e.workspace_id, dreams.c.dream_id == e.dream_id,
-                                      dreams.c.state.in_(earlier)).values(**values))
+    conn.execute(
+        update(dreams)
+        .where(dreams.c.workspace_id == e.workspace_id, dreams.c.dream_id == e.dream_id, dreams.c.state.in_(earlier))
+        .values(**values)
+    )
 
 
 def dream_started(conn: Connection, events: Sequence[DreamStarted]) -> None:

@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 
 import orjson
 import psycopg
-from psycopg import sql
 from pgvector.sqlalchemy import Vector
+from psycopg import sql
 from sqlalchemy import (
     Connection,
     Table,
@@ -30,7 +30,6 @@ from projections.configurations import message_configured, messages_configured, 
 from projections.dream_handlers import DREAM_HANDLERS
 from projections.inserts import insert_new
 from projections.memory_handlers import MEMORY_HANDLERS
-from projections.scope_handlers import SCOPE_HANDLERS
 from projections.schema import (
     ACTIVE_EMBEDDING_MODEL,
     memberships,
@@ -43,15 +42,16 @@ from projections.schema import (
     sessions,
     workspaces,
 )
+from projections.scope_handlers import SCOPE_HANDLERS
 from services.events import (
     Event,
     MemberJoined,
     MemberLeft,
     MessageAppended,
+    MessageConfigured,
     MessagesEmbedded,
     PeerConfigured,
     PeerCreated,
-    MessageConfigured,
     SessionConfigured,
     SessionCreated,
     WorkspaceConfigured,
@@ -61,15 +61,12 @@ from services.events import (
 Handler = Callable[[Connection, Sequence], None]
 
 
-
-
 def workspace_created(conn: Connection, events: Sequence[WorkspaceCreated]) -> None:
     insert_new(
         conn,
         workspaces,
         [
-            dict(workspace_id=e.workspace_id, metadata=e.metadata, created_at=e.occurred_at,
-                 event_id=e.event_id)
+            dict(workspace_id=e.workspace_id, metadata=e.metadata, created_at=e.occurred_at, event_id=e.event_id)
             for e in events
         ],
     )
@@ -80,8 +77,14 @@ def peer_created(conn: Connection, events: Sequence[PeerCreated]) -> None:
         conn,
         peers,
         [
-            dict(workspace_id=e.workspace_id, peer_id=e.peer_id, observe_me=e.observe_me,
-                 metadata=e.metadata, created_at=e.occurred_at, event_id=e.event_id)
+            dict(
+                workspace_id=e.workspace_id,
+                peer_id=e.peer_id,
+                observe_me=e.observe_me,
+                metadata=e.metadata,
+                created_at=e.occurred_at,
+                event_id=e.event_id,
+            )
             for e in events
         ],
     )
@@ -101,8 +104,14 @@ def session_created(conn: Connection, events: Sequence[SessionCreated]) -> None:
         conn,
         sessions,
         [
-            dict(workspace_id=e.workspace_id, session_id=e.session_id, metadata=e.metadata,
-                 created_at=e.occurred_at, message_count=0, event_id=e.event_id)
+            dict(
+                workspace_id=e.workspace_id,
+                session_id=e.session_id,
+                metadata=e.metadata,
+                created_at=e.occurred_at,
+                message_count=0,
+                event_id=e.event_id,
+            )
             for e in events
         ],
     )
@@ -112,19 +121,36 @@ def member_joined(conn: Connection, events: Sequence[MemberJoined]) -> None:
     # a join of a peer whose period is open changes nothing (two API processes racing on one peer can
     # both append one): a second open period would outlive the one MemberLeft that closes the first
     for e in events:
-        is_open = conn.scalar(select(memberships.c.joined_event_id).where(
-            memberships.c.workspace_id == e.workspace_id,
-            memberships.c.session_id == e.session_id,
-            memberships.c.peer_id == e.peer_id,
-            memberships.c.left_event_id.is_(None),
-        ).limit(1))
+        is_open = conn.scalar(
+            select(memberships.c.joined_event_id)
+            .where(
+                memberships.c.workspace_id == e.workspace_id,
+                memberships.c.session_id == e.session_id,
+                memberships.c.peer_id == e.peer_id,
+                memberships.c.left_event_id.is_(None),
+            )
+            .limit(1)
+        )
         if is_open is None:
-            insert_new(conn, memberships, [
-                dict(joined_event_id=e.event_id, workspace_id=e.workspace_id, session_id=e.session_id,
-                     peer_id=e.peer_id, observe_me=e.observe_me, observe_others=e.observe_others,
-                     joined_at=e.joined_at, left_at=None, left_event_id=None,
-                     joined_after_seq=_last_seq(conn, e.workspace_id, e.session_id), left_after_seq=None)
-            ])
+            insert_new(
+                conn,
+                memberships,
+                [
+                    dict(
+                        joined_event_id=e.event_id,
+                        workspace_id=e.workspace_id,
+                        session_id=e.session_id,
+                        peer_id=e.peer_id,
+                        observe_me=e.observe_me,
+                        observe_others=e.observe_others,
+                        joined_at=e.joined_at,
+                        left_at=None,
+                        left_event_id=None,
+                        joined_after_seq=_last_seq(conn, e.workspace_id, e.session_id),
+                        left_after_seq=None,
+                    )
+                ],
+            )
 
 
 def member_left(conn: Connection, events: Sequence[MemberLeft]) -> None:
@@ -138,8 +164,11 @@ def member_left(conn: Connection, events: Sequence[MemberLeft]) -> None:
                 memberships.c.peer_id == e.peer_id,
                 memberships.c.left_event_id.is_(None),
             )
-            .values(left_at=e.left_at, left_event_id=e.event_id,
-                    left_after_seq=_last_seq(conn, e.workspace_id, e.session_id))
+            .values(
+                left_at=e.left_at,
+                left_event_id=e.event_id,
+                left_after_seq=_last_seq(conn, e.workspace_id, e.session_id),
+            )
         )
 
 
@@ -154,10 +183,18 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
         next_seq[session] = next_seq.get(session, 0) + 1
         seqs.append((e, next_seq[session]))
         rows.append(
-            dict(workspace_id=e.workspace_id, message_id=e.message_id, session_id=e.session_id,
-                 seq=next_seq[session], peer_id=e.peer_id, content=e.content,
-                 created_at=e.created_at, recorded_at=e.occurred_at, metadata=e.metadata,
-                 event_id=e.event_id)
+            dict(
+                workspace_id=e.workspace_id,
+                message_id=e.message_id,
+                session_id=e.session_id,
+                seq=next_seq[session],
+                peer_id=e.peer_id,
+                content=e.content,
+                created_at=e.created_at,
+                recorded_at=e.occurred_at,
+                metadata=e.metadata,
+                event_id=e.event_id,
+            )
         )
     _copy_in(conn, messages, rows)
     _record_origins(conn, fresh)
@@ -170,9 +207,17 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
 
 
 def _record_origins(conn: Connection, fresh: Sequence[MessageAppended]) -> None:
-    rows = [dict(workspace_id=e.workspace_id, message_id=e.message_id, origin_workspace_id=e.origin.workspace_id,
-                 origin_session_id=e.origin.session_id, origin_message_id=e.origin.message_id)
-            for e in fresh if e.origin is not None]
+    rows = [
+        dict(
+            workspace_id=e.workspace_id,
+            message_id=e.message_id,
+            origin_workspace_id=e.origin.workspace_id,
+            origin_session_id=e.origin.session_id,
+            origin_message_id=e.origin.message_id,
+        )
+        for e in fresh
+        if e.origin is not None
+    ]
     if rows:
         conn.execute(insert(message_origins), rows)
 
@@ -182,49 +227,81 @@ def messages_embedded(conn: Connection, events: Sequence[MessagesEmbedded]) -> N
     in the pending table. Another model's vectors (`peerlog reembed` ahead of a switch) stay on the log
     only: the live reads keep their model until a rebuild under the new setting takes those instead."""
     rows = [
-        dict(workspace_id=e.workspace_id, message_id=m.message_id, embedding=list(m.vector),
-             embedding_model=e.embedding_model, event_id=e.event_id)
-        for e in events if e.embedding_model == ACTIVE_EMBEDDING_MODEL for m in e.messages
+        dict(
+            workspace_id=e.workspace_id,
+            message_id=m.message_id,
+            embedding=list(m.vector),
+            embedding_model=e.embedding_model,
+            event_id=e.event_id,
+        )
+        for e in events
+        if e.embedding_model == ACTIVE_EMBEDDING_MODEL
+        for m in e.messages
     ]
     if not rows:
         return
     m = messages.c
-    known = set(conn.execute(select(m.workspace_id, m.message_id).where(
-        tuple_(m.workspace_id, m.message_id).in_(sorted({(r["workspace_id"], r["message_id"]) for r in rows}))
-    )).tuples())
+    known = set(
+        conn.execute(
+            select(m.workspace_id, m.message_id).where(
+                tuple_(m.workspace_id, m.message_id).in_(sorted({(r["workspace_id"], r["message_id"]) for r in rows}))
+            )
+        ).tuples()
+    )
     _set_embeddings(conn, [r for r in rows if (r["workspace_id"], r["message_id"]) in known])
     waiting = [r for r in rows if (r["workspace_id"], r["message_id"]) not in known]
     if waiting:
         stmt = insert(pending_message_embeddings)
         p = pending_message_embeddings.c
-        conn.execute(stmt.on_conflict_do_update(
-            index_elements=["workspace_id", "message_id"],
-            set_={c: stmt.excluded[c] for c in ("embedding", "embedding_model", "event_id")},
-            where=p.event_id < stmt.excluded.event_id,
-        ), waiting)
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["workspace_id", "message_id"],
+                set_={c: stmt.excluded[c] for c in ("embedding", "embedding_model", "event_id")},
+                where=p.event_id < stmt.excluded.event_id,
+            ),
+            waiting,
+        )
 
 
 # the latest embedding event wins whatever order events arrive in, and a repeat changes nothing
 _SET_EMBEDDING = (
     update(messages)
-    .where(messages.c.workspace_id == bindparam("w"), messages.c.message_id == bindparam("m"),
-           or_(messages.c.embedding_event_id.is_(None), messages.c.embedding_event_id < bindparam("e")))
-    .values(embedding=bindparam("v", type_=Vector()), embedding_model=bindparam("model"),
-            embedding_event_id=bindparam("e"))
+    .where(
+        messages.c.workspace_id == bindparam("w"),
+        messages.c.message_id == bindparam("m"),
+        or_(messages.c.embedding_event_id.is_(None), messages.c.embedding_event_id < bindparam("e")),
+    )
+    .values(
+        embedding=bindparam("v", type_=Vector()), embedding_model=bindparam("model"), embedding_event_id=bindparam("e")
+    )
 )
 
 
 def _set_embeddings(conn: Connection, rows: list[dict]) -> None:
     if rows:
-        conn.execute(_SET_EMBEDDING, [dict(w=r["workspace_id"], m=r["message_id"], v=r["embedding"],
-                                           model=r["embedding_model"], e=r["event_id"]) for r in rows])
+        conn.execute(
+            _SET_EMBEDDING,
+            [
+                dict(
+                    w=r["workspace_id"],
+                    m=r["message_id"],
+                    v=r["embedding"],
+                    model=r["embedding_model"],
+                    e=r["event_id"],
+                )
+                for r in rows
+            ],
+        )
 
 
 def _index_terms(conn: Connection, keys: list[tuple[str, str]]) -> None:
     """Copy the messages inserted just now into what lexical search scans (see schema.message_terms)."""
     m, columns = messages.c, [c.name for c in message_terms.c]
-    conn.execute(insert(message_terms).from_select(
-        columns, select(*(m[c] for c in columns)).where(tuple_(m.workspace_id, m.message_id).in_(keys))))
+    conn.execute(
+        insert(message_terms).from_select(
+            columns, select(*(m[c] for c in columns)).where(tuple_(m.workspace_id, m.message_id).in_(keys))
+        )
+    )
 
 
 def _count_lexemes(conn: Connection, keys: list[tuple[str, str]]) -> None:
@@ -232,25 +309,37 @@ def _count_lexemes(conn: Connection, keys: list[tuple[str, str]]) -> None:
     and to the totals row (lexeme ''); `keys` are messages inserted just now, so none counts twice."""
     m, lx = messages.c, message_lexicon.c
     fresh = select(m.workspace_id, m.content_tsv).where(tuple_(m.workspace_id, m.message_id).in_(keys)).subquery()
-    each = select(fresh.c.workspace_id, func.unnest(func.tsvector_to_array(fresh.c.content_tsv)).label("lexeme"),
-                  ).subquery()
+    each = select(
+        fresh.c.workspace_id,
+        func.unnest(func.tsvector_to_array(fresh.c.content_tsv)).label("lexeme"),
+    ).subquery()
     per_lexeme = select(each.c.workspace_id, each.c.lexeme, func.count(), literal(0)).group_by(
-        each.c.workspace_id, each.c.lexeme)
-    totals = select(fresh.c.workspace_id, literal(""), func.count(),
-                    func.sum(func.length(fresh.c.content_tsv))).group_by(fresh.c.workspace_id)
+        each.c.workspace_id, each.c.lexeme
+    )
+    totals = select(
+        fresh.c.workspace_id, literal(""), func.count(), func.sum(func.length(fresh.c.content_tsv))
+    ).group_by(fresh.c.workspace_id)
     for rows in (per_lexeme, totals):
         stmt = insert(message_lexicon).from_select(["workspace_id", "lexeme", "docs", "lexemes"], rows)
-        conn.execute(stmt.on_conflict_do_update(
-            index_elements=[lx.workspace_id, lx.lexeme],
-            set_={"docs": lx.docs + stmt.excluded.docs, "lexemes": lx.lexemes + stmt.excluded.lexemes}))
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[lx.workspace_id, lx.lexeme],
+                set_={"docs": lx.docs + stmt.excluded.docs, "lexemes": lx.lexemes + stmt.excluded.lexemes},
+            )
+        )
 
 
 def _take_pending_embeddings(conn: Connection, keys: list[tuple[str, str]]) -> None:
     p = pending_message_embeddings.c
-    taken = conn.execute(
-        delete(pending_message_embeddings).where(tuple_(p.workspace_id, p.message_id).in_(keys))
-        .returning(p.workspace_id, p.message_id, p.embedding, p.embedding_model, p.event_id)
-    ).mappings().all()
+    taken = (
+        conn.execute(
+            delete(pending_message_embeddings)
+            .where(tuple_(p.workspace_id, p.message_id).in_(keys))
+            .returning(p.workspace_id, p.message_id, p.embedding, p.embedding_model, p.event_id)
+        )
+        .mappings()
+        .all()
+    )
     _set_embeddings(conn, [dict(r) for r in taken])
 
 
@@ -268,24 +357,18 @@ def _copy_in(conn: Connection, table: Table, rows: list[dict]) -> None:
     schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(table.schema)
     schema = schema or table.schema
     target = sql.Identifier(schema, table.name) if schema else sql.Identifier(table.name)
-    stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        target, sql.SQL(", ").join(sql.Identifier(c) for c in columns)
-    )
+    stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(target, sql.SQL(", ").join(sql.Identifier(c) for c in columns))
     raw = conn.connection.driver_connection
     try:
         with raw.cursor() as cursor, cursor.copy(stmt) as copy:
             for row in rows:
-                copy.write_row([
-                    orjson.dumps(row[c]).decode() if j else row[c] for c, j in zip(columns, as_json)
-                ])
+                copy.write_row([orjson.dumps(row[c]).decode() if j else row[c] for c, j in zip(columns, as_json)])
     except psycopg.Error as exc:
         raise DBAPIError.instance(stmt.as_string(raw), None, exc, psycopg.Error) from exc
 
 
 # one array parameter instead of an IN list: the statement text stays the same for every batch
-_SEEN_IDS = select(messages.c.event_id).where(
-    messages.c.event_id == any_(bindparam("ids", type_=ARRAY(Text)))
-)
+_SEEN_IDS = select(messages.c.event_id).where(messages.c.event_id == any_(bindparam("ids", type_=ARRAY(Text))))
 
 
 def _unseen(conn: Connection, events: Sequence[MessageAppended]) -> list[MessageAppended]:

@@ -35,16 +35,31 @@ def screen(conn: Connection, decoded: Sequence[tuple]) -> list[tuple]:
     if not keyed:
         return list(decoded)
     names = sorted({(e.workspace_id, e.request.scope, e.request.key) for _, e in keyed})
-    rows = {(w, s, k): dict(row) for w, s, k, row in (
-        (r["workspace_id"], r["scope"], r["idempotency_key"], r) for r in conn.execute(
-            select(idempotent_requests).where(
-                tuple_(_t.workspace_id, _t.scope, _t.idempotency_key).in_(names))).mappings())}
+    rows = {
+        (w, s, k): dict(row)
+        for w, s, k, row in (
+            (r["workspace_id"], r["scope"], r["idempotency_key"], r)
+            for r in conn.execute(
+                select(idempotent_requests).where(tuple_(_t.workspace_id, _t.scope, _t.idempotency_key).in_(names))
+            ).mappings()
+        )
+    }
     changed, dropped = {}, set()
     for record, event in keyed:
         req, name = event.request, (event.workspace_id, event.request.scope, event.request.key)
-        row = rows.setdefault(name, dict(
-            workspace_id=name[0], scope=name[1], idempotency_key=name[2], request_id=req.request_id,
-            fingerprint=req.fingerprint, ids=[], token="", recorded_at=event.occurred_at))
+        row = rows.setdefault(
+            name,
+            dict(
+                workspace_id=name[0],
+                scope=name[1],
+                idempotency_key=name[2],
+                request_id=req.request_id,
+                fingerprint=req.fingerprint,
+                ids=[],
+                token="",
+                recorded_at=event.occurred_at,
+            ),
+        )
         if row["request_id"] != req.request_id:
             dropped.add(event.event_id)
             continue
@@ -56,13 +71,26 @@ def screen(conn: Connection, decoded: Sequence[tuple]) -> list[tuple]:
         log.warning("dropped %d event(s) of a repeated append under a used idempotency key", len(dropped))
     if changed:
         stmt = insert(idempotent_requests)
-        conn.execute(stmt.on_conflict_do_update(
-            index_elements=[_t.workspace_id, _t.scope, _t.idempotency_key],
-            set_={"ids": stmt.excluded.ids, "token": stmt.excluded.token}), list(changed.values()))
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=[_t.workspace_id, _t.scope, _t.idempotency_key],
+                set_={"ids": stmt.excluded.ids, "token": stmt.excluded.token},
+            ),
+            list(changed.values()),
+        )
     return [(r, e) for r, e in decoded if e.event_id not in dropped]
 
 
 async def first_request(conn: AsyncConnection, workspace_id: str, scope: str, key: str) -> RowMapping | None:
     """The projected first append under `key` in `scope`, or None."""
-    return (await conn.execute(select(idempotent_requests).where(
-        _t.workspace_id == workspace_id, _t.scope == scope, _t.idempotency_key == key))).mappings().first()
+    return (
+        (
+            await conn.execute(
+                select(idempotent_requests).where(
+                    _t.workspace_id == workspace_id, _t.scope == scope, _t.idempotency_key == key
+                )
+            )
+        )
+        .mappings()
+        .first()
+    )

@@ -32,83 +32,168 @@ from services.events import (
 )
 
 
-
-
 def message_perceived(conn: Connection, events: Sequence[MessagePerceived]) -> None:
-    insert_new(conn, perceptions, [
-        dict(workspace_id=e.workspace_id, observer_id=e.observer_id, observed_id=e.observed_id,
-             message_id=e.message_id, session_id=e.session_id, perceived_at=e.occurred_at, event_id=e.event_id)
-        for e in events
-    ])
+    insert_new(
+        conn,
+        perceptions,
+        [
+            dict(
+                workspace_id=e.workspace_id,
+                observer_id=e.observer_id,
+                observed_id=e.observed_id,
+                message_id=e.message_id,
+                session_id=e.session_id,
+                perceived_at=e.occurred_at,
+                event_id=e.event_id,
+            )
+            for e in events
+        ],
+    )
 
 
 def derivation_due(conn: Connection, events: Sequence[DerivationDue]) -> None:
     """Clock ticks change no projection."""
 
 
-
-
 def derivation_started(conn: Connection, events: Sequence[DerivationStarted]) -> None:
     # a batch retried after a crash starts again under the same id: keep the first start
-    insert_new(conn, derivation_batches, [
-        dict(workspace_id=e.workspace_id, batch_id=e.batch_id, observer_id=e.observer_id,
-             observed_id=e.observed_id, message_ids=list(e.message_ids), derivation=e.derivation, state="in_flight",
-             started_at=e.occurred_at)
-        for e in events
-    ])
+    insert_new(
+        conn,
+        derivation_batches,
+        [
+            dict(
+                workspace_id=e.workspace_id,
+                batch_id=e.batch_id,
+                observer_id=e.observer_id,
+                observed_id=e.observed_id,
+                message_ids=list(e.message_ids),
+                derivation=e.derivation,
+                state="in_flight",
+                started_at=e.occurred_at,
+            )
+            for e in events
+        ],
+    )
 
 
 def _finish(conn: Connection, e, values: dict) -> None:
     stmt = insert(derivation_batches).values(
-        workspace_id=e.workspace_id, batch_id=e.batch_id, observer_id=e.observer_id,
-        observed_id=e.observed_id, message_ids=list(e.message_ids), derivation=e.derivation,
-        finished_at=e.occurred_at, **values)
-    conn.execute(stmt.on_conflict_do_update(
-        index_elements=["workspace_id", "batch_id"],
-        set_={"finished_at": e.occurred_at, **values}))
+        workspace_id=e.workspace_id,
+        batch_id=e.batch_id,
+        observer_id=e.observer_id,
+        observed_id=e.observed_id,
+        message_ids=list(e.message_ids),
+        derivation=e.derivation,
+        finished_at=e.occurred_at,
+        **values,
+    )
+    conn.execute(
+        stmt.on_conflict_do_update(
+            index_elements=["workspace_id", "batch_id"], set_={"finished_at": e.occurred_at, **values}
+        )
+    )
 
 
 def batch_derived(conn: Connection, events: Sequence[BatchDerived]) -> None:
     for e in events:
-        _finish(conn, e, dict(state="done", added=e.added, reinforced=e.reinforced, superseded=e.superseded,
-                              rejected=e.rejected, model=e.model, error=None))
+        _finish(
+            conn,
+            e,
+            dict(
+                state="done",
+                added=e.added,
+                reinforced=e.reinforced,
+                superseded=e.superseded,
+                rejected=e.rejected,
+                model=e.model,
+                error=None,
+            ),
+        )
 
 
 def derivation_dead_lettered(conn: Connection, events: Sequence[DerivationDeadLettered]) -> None:
     for e in events:
         _finish(conn, e, dict(state="dead_lettered", error=e.error))
-    insert_new(conn, dead_letters, [
-        dict(event_id=e.event_id, workspace_id=e.workspace_id, kind="derivation", observer_id=e.observer_id,
-             observed_id=e.observed_id, batch_id=e.batch_id, message_ids=list(e.message_ids), error=e.error,
-             attempts=e.attempts, failed_at=e.occurred_at)
-        for e in events
-    ])
+    insert_new(
+        conn,
+        dead_letters,
+        [
+            dict(
+                event_id=e.event_id,
+                workspace_id=e.workspace_id,
+                kind="derivation",
+                observer_id=e.observer_id,
+                observed_id=e.observed_id,
+                batch_id=e.batch_id,
+                message_ids=list(e.message_ids),
+                error=e.error,
+                attempts=e.attempts,
+                failed_at=e.occurred_at,
+            )
+            for e in events
+        ],
+    )
 
 
 def peer_card_updated(conn: Connection, events: Sequence[PeerCardUpdated]) -> None:
-    insert_new(conn, peer_cards, [
-        dict(event_id=e.event_id, workspace_id=e.workspace_id, observer_id=e.observer_id,
-             observed_id=e.observed_id, entries=list(e.entries), updated_at=e.occurred_at)
-        for e in events
-    ])
+    insert_new(
+        conn,
+        peer_cards,
+        [
+            dict(
+                event_id=e.event_id,
+                workspace_id=e.workspace_id,
+                observer_id=e.observer_id,
+                observed_id=e.observed_id,
+                entries=list(e.entries),
+                updated_at=e.occurred_at,
+            )
+            for e in events
+        ],
+    )
 
 
 def summary_updated(conn: Connection, events: Sequence[SummaryUpdated]) -> None:
-    insert_new(conn, summaries, [
-        dict(event_id=e.event_id, workspace_id=e.workspace_id, session_id=e.session_id, kind=e.kind.value,
-             content=e.content, last_message_id=e.last_message_id, last_seq=e.last_seq,
-             messages_covered=e.messages_covered, token_count=e.token_count, model=e.model,
-             created_at=e.occurred_at)
-        for e in events
-    ])
+    insert_new(
+        conn,
+        summaries,
+        [
+            dict(
+                event_id=e.event_id,
+                workspace_id=e.workspace_id,
+                session_id=e.session_id,
+                kind=e.kind.value,
+                content=e.content,
+                last_message_id=e.last_message_id,
+                last_seq=e.last_seq,
+                messages_covered=e.messages_covered,
+                token_count=e.token_count,
+                model=e.model,
+                created_at=e.occurred_at,
+            )
+            for e in events
+        ],
+    )
 
 
 def summary_dead_lettered(conn: Connection, events: Sequence[SummaryDeadLettered]) -> None:
-    insert_new(conn, dead_letters, [
-        dict(event_id=e.event_id, workspace_id=e.workspace_id, kind="summary", session_id=e.session_id,
-             message_ids=[], error=e.error, attempts=e.attempts, failed_at=e.occurred_at)
-        for e in events
-    ])
+    insert_new(
+        conn,
+        dead_letters,
+        [
+            dict(
+                event_id=e.event_id,
+                workspace_id=e.workspace_id,
+                kind="summary",
+                session_id=e.session_id,
+                message_ids=[],
+                error=e.error,
+                attempts=e.attempts,
+                failed_at=e.occurred_at,
+            )
+            for e in events
+        ],
+    )
 
 
 def summary_retry_requested(conn: Connection, events: Sequence[SummaryRetryRequested]) -> None:

@@ -14,16 +14,19 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections.schema import memberships, message_origins, messages
 
 # what reads of messages return: not the embedding (384 floats parsed per row) nor the tsvector
-MESSAGE_COLUMNS = [c for c in messages.c if c.name not in ("embedding", "embedding_model", "embedding_event_id",
-                                                           "content_tsv")]
+MESSAGE_COLUMNS = [
+    c for c in messages.c if c.name not in ("embedding", "embedding_model", "embedding_event_id", "content_tsv")
+]
 
 
 async def message(conn: AsyncConnection, workspace_id: str, message_id: str) -> RowMapping | None:
     """A message with, if it is a copy, where it was first sent (origin_* columns, else NULL)."""
     m, o = messages.c, message_origins.c
-    stmt = (select(*MESSAGE_COLUMNS, o.origin_workspace_id, o.origin_session_id, o.origin_message_id)
-            .outerjoin(message_origins, (o.workspace_id == m.workspace_id) & (o.message_id == m.message_id))
-            .where(m.workspace_id == workspace_id, m.message_id == message_id))
+    stmt = (
+        select(*MESSAGE_COLUMNS, o.origin_workspace_id, o.origin_session_id, o.origin_message_id)
+        .outerjoin(message_origins, (o.workspace_id == m.workspace_id) & (o.message_id == m.message_id))
+        .where(m.workspace_id == workspace_id, m.message_id == message_id)
+    )
     return (await conn.execute(stmt)).mappings().first()
 
 
@@ -37,8 +40,9 @@ async def origins(conn: AsyncConnection, workspace_id: str, message_ids: Sequenc
 @functools.cache
 def _messages_statement(after: bool, reverse: bool, perspective: bool, before: bool = False):
     c = messages.c
-    stmt = select(*MESSAGE_COLUMNS).where(c.workspace_id == bindparam("workspace_id"),
-                                          c.session_id == bindparam("session_id"))
+    stmt = select(*MESSAGE_COLUMNS).where(
+        c.workspace_id == bindparam("workspace_id"), c.session_id == bindparam("session_id")
+    )
     if after:
         stmt = stmt.where(c.seq < bindparam("after_seq") if reverse else c.seq > bindparam("after_seq"))
     if before:  # as of a time: sent before it, the message search's bound (created_at < before)
@@ -49,20 +53,30 @@ def _messages_statement(after: bool, reverse: bool, perspective: bool, before: b
 
 
 async def list_messages(
-    conn: AsyncConnection, workspace_id: str, session_id: str, after_seq: int | None,
-    limit: int, reverse: bool, perspective_id: str = "", before: datetime | None = None,
+    conn: AsyncConnection,
+    workspace_id: str,
+    session_id: str,
+    after_seq: int | None,
+    limit: int,
+    reverse: bool,
+    perspective_id: str = "",
+    before: datetime | None = None,
 ) -> Sequence[RowMapping]:
     """A session's messages in seq order (newest first when `reverse`), after `after_seq` if given; with a
     `perspective_id`, only those that peer saw (`seen_while_member`); with `before`, only those sent before it."""
     stmt = _messages_statement(after_seq is not None, reverse, bool(perspective_id), before is not None)
-    values = {"workspace_id": workspace_id, "session_id": session_id, "after_seq": after_seq, "limit": limit,
-              "perspective_id": perspective_id, "before": before}
+    values = {
+        "workspace_id": workspace_id,
+        "session_id": session_id,
+        "after_seq": after_seq,
+        "limit": limit,
+        "perspective_id": perspective_id,
+        "before": before,
+    }
     return (await conn.execute(stmt, values)).mappings().all()
 
 
-async def messages_by_id(
-    conn: AsyncConnection, workspace_id: str, message_ids: Sequence[str]
-) -> dict[str, RowMapping]:
+async def messages_by_id(conn: AsyncConnection, workspace_id: str, message_ids: Sequence[str]) -> dict[str, RowMapping]:
     """The workspace's messages among `message_ids`, by id (unknown ids are absent)."""
     stmt = select(*MESSAGE_COLUMNS).where(
         messages.c.workspace_id == workspace_id, messages.c.message_id.in_(sorted(set(message_ids)))
@@ -76,15 +90,23 @@ def seen_while_member(t, observer):
     member of their session, in log order (after its join, not after its leave): the rule the router
     perceives by. Every read of messages under a perspective uses it."""
     m, ms = t.c, memberships.c
-    return select(literal(1)).where(
-        ms.workspace_id == m.workspace_id, ms.session_id == m.session_id, ms.peer_id == observer,
-        ms.joined_after_seq < m.seq, ms.left_after_seq.is_(None) | (m.seq <= ms.left_after_seq),
-    ).exists()
+    return (
+        select(literal(1))
+        .where(
+            ms.workspace_id == m.workspace_id,
+            ms.session_id == m.session_id,
+            ms.peer_id == observer,
+            ms.joined_after_seq < m.seq,
+            ms.left_after_seq.is_(None) | (m.seq <= ms.left_after_seq),
+        )
+        .exists()
+    )
 
 
 async def seen_by(conn: AsyncConnection, workspace_id: str, observer_id: str, message_ids: Sequence[str]) -> set[str]:
     """The given messages that `observer_id` could see: sent while it was a member of their session."""
     m = messages.c
-    stmt = select(m.message_id).where(m.workspace_id == workspace_id, m.message_id.in_(list(message_ids)),
-                                      seen_while_member(messages, observer_id))
+    stmt = select(m.message_id).where(
+        m.workspace_id == workspace_id, m.message_id.in_(list(message_ids)), seen_while_member(messages, observer_id)
+    )
     return set((await conn.scalars(stmt)).all())

@@ -114,11 +114,15 @@ def standardised(score: float | None, stats: tuple[float, float, float]) -> floa
     return 0.0 if std == 0 else ((low if score is None else score) - mean) / std
 
 
-def fused_score(scores: Mapping[str, tuple[float | None, float]],
-                lists: tuple[Sequence[float], Sequence[float]],
-                neighbours: Mapping[str, Sequence[str]], by_named: frozenset[str] = frozenset(),
-                in_period: frozenset[str] = frozenset(), short: frozenset[str] = frozenset(),
-                session_of: Mapping[str, str] | None = None) -> list[tuple[str, float]]:
+def fused_score(
+    scores: Mapping[str, tuple[float | None, float]],
+    lists: tuple[Sequence[float], Sequence[float]],
+    neighbours: Mapping[str, Sequence[str]],
+    by_named: frozenset[str] = frozenset(),
+    in_period: frozenset[str] = frozenset(),
+    short: frozenset[str] = frozenset(),
+    session_of: Mapping[str, str] | None = None,
+) -> list[tuple[str, float]]:
     """The definition of steps 2–7: `scores` maps each message to its (semantic, lexical) score,
     `lists` holds each list's candidate scores, `neighbours` a message's adjacent turns, `by_named`
     the messages whose author the query names, `in_period` those sent when it names, `short` those of
@@ -126,15 +130,24 @@ def fused_score(scores: Mapping[str, tuple[float | None, float]],
     not in it); best first."""
     stats = (list_stats(lists[0]), list_stats(lists[1]))
     fused = {m: standardised(s, stats[0]) + standardised(x, stats[1]) for m, (s, x) in scores.items()}
-    topical = {m: f + NEIGHBOUR_WEIGHT * max([fused[n] for n in neighbours.get(m, ()) if n in fused], default=0.0)
-               - (SHORT_PENALTY if m in short else 0.0) for m, f in fused.items()}
+    topical = {
+        m: f
+        + NEIGHBOUR_WEIGHT * max([fused[n] for n in neighbours.get(m, ()) if n in fused], default=0.0)
+        - (SHORT_PENALTY if m in short else 0.0)
+        for m, f in fused.items()
+    }
     session_of = session_of or {}
     lead: dict[str, float] = {}  # the session's best topical score, never below 0: a lift, not a penalty
     for m, score in topical.items():
         if m in session_of:
             lead[session_of[m]] = max(score, lead.get(session_of[m], 0.0))
-    out = {m: score + (AUTHOR_BOOST if m in by_named else 0.0) + (TIME_BOOST if m in in_period else 0.0)
-           + SESSION_WEIGHT * lead.get(session_of.get(m), 0.0) for m, score in topical.items()}
+    out = {
+        m: score
+        + (AUTHOR_BOOST if m in by_named else 0.0)
+        + (TIME_BOOST if m in in_period else 0.0)
+        + SESSION_WEIGHT * lead.get(session_of.get(m), 0.0)
+        for m, score in topical.items()
+    }
     return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
@@ -167,18 +180,35 @@ class Shape:
 
     @classmethod
     def of(cls, s: MessageSearch, named_periods: Sequence[Period] = ()) -> Shape:
-        return cls(vector=s.vector is not None, text=bool(s.query.strip()), sessions=bool(s.session_ids),
-                   authors=bool(s.author_ids), after=s.after is not None, before=s.before is not None,
-                   perspective=bool(s.perspective_id), periods=bool(named_periods))
+        return cls(
+            vector=s.vector is not None,
+            text=bool(s.query.strip()),
+            sessions=bool(s.session_ids),
+            authors=bool(s.author_ids),
+            after=s.after is not None,
+            before=s.before is not None,
+            perspective=bool(s.perspective_id),
+            periods=bool(named_periods),
+        )
 
 
 def params(s: MessageSearch, named_periods: Sequence[Period] = ()) -> dict:
     """The bound values of `s`'s statement."""
-    return {"starts": [p.start for p in named_periods], "ends": [p.end for p in named_periods],
-            "workspace_id": s.workspace_id, "q": s.query, "vector": list(s.vector) if s.vector is not None else None,
-            "session_ids": list(s.session_ids), "author_ids": list(s.author_ids), "after": s.after,
-            "before": s.before, "perspective_id": s.perspective_id, "n": depth(s.limit), "limit": s.limit,
-            "model": ACTIVE_EMBEDDING_MODEL}
+    return {
+        "starts": [p.start for p in named_periods],
+        "ends": [p.end for p in named_periods],
+        "workspace_id": s.workspace_id,
+        "q": s.query,
+        "vector": list(s.vector) if s.vector is not None else None,
+        "session_ids": list(s.session_ids),
+        "author_ids": list(s.author_ids),
+        "after": s.after,
+        "before": s.before,
+        "perspective_id": s.perspective_id,
+        "n": depth(s.limit),
+        "limit": s.limit,
+        "model": ACTIVE_EMBEDDING_MODEL,
+    }
 
 
 def _filters(shape: Shape, t=messages) -> list:
@@ -201,8 +231,12 @@ def _filters(shape: Shape, t=messages) -> list:
 def _similarity(t):
     """Cosine similarity to the query; NULL for a vector of another model than the query's (see
     schema.ACTIVE_EMBEDDING_MODEL), which then counts as its list's lowest candidate."""
-    return case((t.c.embedding_model == bindparam("model"),
-                 1 - t.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))))
+    return case(
+        (
+            t.c.embedding_model == bindparam("model"),
+            1 - t.c.embedding.cosine_distance(bindparam("vector", type_=Vector())),
+        )
+    )
 
 
 def _quoted(lexeme):
@@ -216,15 +250,25 @@ def _terms():
     """The query's lexemes found in the workspace, each with its BM25 idf and as a tsquery; and the
     corpus' totals."""
     lx = message_lexicon.c
-    totals = (select(lx.docs.label("n"), lx.lexemes.cast(Float).op("/")(lx.docs).label("mean_length"))
-              .where(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == "").cte("corpus"))
-    words = select(func.unnest(func.tsvector_to_array(
-        func.to_tsvector(literal_column("'english'::regconfig"), bindparam("q", type_=Text)))).label("lexeme")
+    totals = (
+        select(lx.docs.label("n"), lx.lexemes.cast(Float).op("/")(lx.docs).label("mean_length"))
+        .where(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == "")
+        .cte("corpus")
+    )
+    words = select(
+        func.unnest(
+            func.tsvector_to_array(func.to_tsvector(literal_column("'english'::regconfig"), bindparam("q", type_=Text)))
+        ).label("lexeme")
     ).subquery("words")
     idf = func.ln(1 + (totals.c.n - lx.docs + 0.5) / (lx.docs + 0.5))
-    terms = (select(lx.lexeme, idf.label("idf"), cast(_quoted(lx.lexeme), TSQUERY).label("q")).select_from(words)
-             .join(message_lexicon, and_(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == words.c.lexeme))
-             .join(totals, literal(True)).where(words.c.lexeme.not_in(_named_lexemes())).cte("terms"))
+    terms = (
+        select(lx.lexeme, idf.label("idf"), cast(_quoted(lx.lexeme), TSQUERY).label("q"))
+        .select_from(words)
+        .join(message_lexicon, and_(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == words.c.lexeme))
+        .join(totals, literal(True))
+        .where(words.c.lexeme.not_in(_named_lexemes()))
+        .cte("terms")
+    )
     return terms, totals
 
 
@@ -232,8 +276,9 @@ def _bm25(t, terms, totals):
     """BM25 with binary term frequency of row `t` (of messages or message_terms) for the query's terms
     (0 when none match). One `@@` per term: three times faster than matching against the row's lexemes
     as an array, which is built anew for every row."""
-    matched = select(func.coalesce(func.sum(terms.c.idf), 0.0)).where(
-        t.c.content_tsv.op("@@")(terms.c.q)).scalar_subquery()
+    matched = (
+        select(func.coalesce(func.sum(terms.c.idf), 0.0)).where(t.c.content_tsv.op("@@")(terms.c.q)).scalar_subquery()
+    )
     length = func.length(t.c.content_tsv).cast(Float)
     mean_length = select(totals.c.mean_length).scalar_subquery()
     norm = 1 + BM25_K1 * (1 - BM25_B + BM25_B * length / mean_length)
@@ -258,17 +303,25 @@ def _named():
     spaces) is among the query's. A peer id that stems to nothing (all stop words) names no one."""
     pr = peers.c
     name = _lexemes(func.translate(pr.peer_id, "_-", "  "))
-    return (select(pr.peer_id).where(pr.workspace_id == bindparam("workspace_id"),
-                                     func.cardinality(name) > 0,
-                                     name.op("<@")(_lexemes(bindparam("q", type_=Text))))
-            .cte("named"))
+    return (
+        select(pr.peer_id)
+        .where(
+            pr.workspace_id == bindparam("workspace_id"),
+            func.cardinality(name) > 0,
+            name.op("<@")(_lexemes(bindparam("q", type_=Text))),
+        )
+        .cte("named")
+    )
 
 
 def _in_periods(created_at):
     """Whether `created_at` falls in one of the named periods (bound as parallel start and end arrays)."""
     stamps = ARRAY(TIMESTAMP(timezone=True))
-    spans = func.unnest(bindparam("starts", type_=stamps), bindparam("ends", type_=stamps)
-                        ).table_valued("s", "e").render_derived()
+    spans = (
+        func.unnest(bindparam("starts", type_=stamps), bindparam("ends", type_=stamps))
+        .table_valued("s", "e")
+        .render_derived()
+    )
     return select(literal(1)).select_from(spans).where(created_at >= spans.c.s, created_at < spans.c.e).exists()
 
 
@@ -278,9 +331,12 @@ def semantic(shape: Shape):
     m = messages.alias("sm")
     distance = m.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))
     # only the active model's vectors are candidates, so the similarity needs no model check here
-    return (select(m.c.message_id, (1 - distance).label("s"))
-            .where(*_filters(shape, m), m.c.embedding.is_not(None), m.c.embedding_model == bindparam("model"))
-            .order_by(distance).limit(bindparam("n")))
+    return (
+        select(m.c.message_id, (1 - distance).label("s"))
+        .where(*_filters(shape, m), m.c.embedding.is_not(None), m.c.embedding_model == bindparam("model"))
+        .order_by(distance)
+        .limit(bindparam("n"))
+    )
 
 
 @lru_cache(maxsize=256)
@@ -290,24 +346,31 @@ def lexical(shape: Shape):
     m = message_terms.alias("lx")
     any_term = select(cast(func.string_agg(_quoted(terms.c.lexeme), literal(" | ")), TSQUERY)).scalar_subquery()
     score = _bm25(m, terms, totals)
-    return (select(m.c.message_id, score.label("s"))
-            .where(*_filters(shape, m), m.c.content_tsv.op("@@")(any_term))
-            .order_by(score.desc(), m.c.message_id).limit(bindparam("n")))
+    return (
+        select(m.c.message_id, score.label("s"))
+        .where(*_filters(shape, m), m.c.content_tsv.op("@@")(any_term))
+        .order_by(score.desc(), m.c.message_id)
+        .limit(bindparam("n"))
+    )
 
 
 def _stats(listed, present: bool):
     """(mean, std, low) of a list's scores as a one-row CTE; zeros when the search has no such list."""
     if not present:
         return select(literal(0.0).label("mean"), literal(0.0).label("std"), literal(0.0).label("low"))
-    return select(func.coalesce(func.avg(listed.c.s), 0.0).label("mean"),
-                  func.coalesce(func.stddev_pop(listed.c.s), 0.0).label("std"),
-                  func.coalesce(func.min(listed.c.s), 0.0).label("low"))
+    return select(
+        func.coalesce(func.avg(listed.c.s), 0.0).label("mean"),
+        func.coalesce(func.stddev_pop(listed.c.s), 0.0).label("std"),
+        func.coalesce(func.min(listed.c.s), 0.0).label("low"),
+    )
 
 
 def _z(score, stats):
     """As `standardised`."""
-    return case((stats.c.std > 0, (func.coalesce(score, stats.c.low) - stats.c.mean).self_group().op("/")(stats.c.std)),
-                else_=0.0)
+    return case(
+        (stats.c.std > 0, (func.coalesce(score, stats.c.low) - stats.c.mean).self_group().op("/")(stats.c.std)),
+        else_=0.0,
+    )
 
 
 @lru_cache(maxsize=256)
@@ -326,19 +389,40 @@ def fused(shape: Shape):
     lex_stats = _stats(lists[-1], shape.text).cte("lex_stats")
     ids = union(*(select(x.c.message_id) for x in lists)).subquery("ids")
     m = messages.c
-    hit = (select(m.session_id, m.seq).join_from(ids, messages, and_(
-        m.workspace_id == bindparam("workspace_id"), m.message_id == ids.c.message_id)).cte("hit"))
+    hit = (
+        select(m.session_id, m.seq)
+        .join_from(ids, messages, and_(m.workspace_id == bindparam("workspace_id"), m.message_id == ids.c.message_id))
+        .cte("hit")
+    )
     # the candidates and their adjacent turns, each once, under the same filters
     p = messages.alias("pool")
     sem_z = _z(_similarity(p), sem_stats) if shape.vector else literal(0.0)
     lex_z = _z(_bm25(p, terms, totals), lex_stats) if shape.text else literal(0.0)
-    pool = (select(p.c.message_id, p.c.session_id, p.c.seq, p.c.peer_id, p.c.created_at,
-                   func.length(p.c.content_tsv).label("lexemes"), (sem_z + lex_z).label("f")).distinct()
-            .select_from(hit).join(p, and_(p.c.workspace_id == bindparam("workspace_id"),
-                                           p.c.session_id == hit.c.session_id,
-                                           p.c.seq.between(hit.c.seq - 1, hit.c.seq + 1)))
-            .join(sem_stats, literal(True)).join(lex_stats, literal(True))
-            .where(*_filters(shape, p)).cte("pool"))
+    pool = (
+        select(
+            p.c.message_id,
+            p.c.session_id,
+            p.c.seq,
+            p.c.peer_id,
+            p.c.created_at,
+            func.length(p.c.content_tsv).label("lexemes"),
+            (sem_z + lex_z).label("f"),
+        )
+        .distinct()
+        .select_from(hit)
+        .join(
+            p,
+            and_(
+                p.c.workspace_id == bindparam("workspace_id"),
+                p.c.session_id == hit.c.session_id,
+                p.c.seq.between(hit.c.seq - 1, hit.c.seq + 1),
+            ),
+        )
+        .join(sem_stats, literal(True))
+        .join(lex_stats, literal(True))
+        .where(*_filters(shape, p))
+        .cte("pool")
+    )
     window = {"partition_by": pool.c.session_id, "order_by": pool.c.seq}
     before, after = func.lag(pool.c.seq).over(**window), func.lead(pool.c.seq).over(**window)
     prev_f, next_f = func.lag(pool.c.f).over(**window), func.lead(pool.c.f).over(**window)
@@ -348,18 +432,24 @@ def fused(shape: Shape):
     boost = case((pool.c.peer_id.in_(select(named.c.peer_id)), AUTHOR_BOOST), else_=0.0)
     if shape.periods:
         boost = boost + case((_in_periods(pool.c.created_at), TIME_BOOST), else_=0.0)
-    based = select(pool.c.message_id, pool.c.session_id, boost.label("boost"),
-                   (pool.c.f + NEIGHBOUR_WEIGHT * func.coalesce(adjacent, 0.0) - short).label("topical")
-                   ).subquery("based")
+    based = select(
+        pool.c.message_id,
+        pool.c.session_id,
+        boost.label("boost"),
+        (pool.c.f + NEIGHBOUR_WEIGHT * func.coalesce(adjacent, 0.0) - short).label("topical"),
+    ).subquery("based")
     lead = func.greatest(func.max(based.c.topical).over(partition_by=based.c.session_id), 0.0)
-    scored = select(based.c.message_id, (based.c.topical + based.c.boost + SESSION_WEIGHT * lead).label("score")
-                    ).subquery("scored")
-    best = (select(scored).order_by(scored.c.score.desc(), scored.c.message_id)
-            .limit(bindparam("limit")).subquery("best"))
-    return (select(*(m[c] for c in MESSAGE_COLUMNS), best.c.score)
-            .join_from(best, messages, and_(m.workspace_id == bindparam("workspace_id"),
-                                            m.message_id == best.c.message_id))
-            .order_by(best.c.score.desc(), best.c.message_id))
+    scored = select(
+        based.c.message_id, (based.c.topical + based.c.boost + SESSION_WEIGHT * lead).label("score")
+    ).subquery("scored")
+    best = (
+        select(scored).order_by(scored.c.score.desc(), scored.c.message_id).limit(bindparam("limit")).subquery("best")
+    )
+    return (
+        select(*(m[c] for c in MESSAGE_COLUMNS), best.c.score)
+        .join_from(best, messages, and_(m.workspace_id == bindparam("workspace_id"), m.message_id == best.c.message_id))
+        .order_by(best.c.score.desc(), best.c.message_id)
+    )
 
 
 def without_names(query: str, peer_ids: Sequence[str]) -> str:
@@ -395,13 +485,15 @@ async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[
         # ef_search bounds the candidates one graph walk yields. Plain SET: readers' connections are in
         # autocommit, where SET LOCAL does nothing; every HNSW search sets both first, so a pooled
         # connection's earlier values are never the ones used
-        await conn.exec_driver_sql("SET hnsw.iterative_scan = relaxed_order; "
-                                   f"SET hnsw.ef_search = {max(values['n'], 40):d}")
+        await conn.exec_driver_sql(
+            f"SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = {max(values['n'], 40):d}"
+        )
     return list((await conn.execute(fused(Shape.of(search, named_periods)), values)).mappings().all())
 
 
-async def adjacent_turns(conn: AsyncConnection, search: MessageSearch,
-                         hits: Sequence[RowMapping]) -> dict[tuple[str, int], RowMapping]:
+async def adjacent_turns(
+    conn: AsyncConnection, search: MessageSearch, hits: Sequence[RowMapping]
+) -> dict[tuple[str, int], RowMapping]:
     """The turns just before and after each hit in its session, by (session_id, seq). Only the
     perspective applies: a hit's context may be another author's turn or outside the time range."""
     wanted = sorted({(h["session_id"], h["seq"] + d) for h in hits for d in (-1, 1)})
@@ -409,7 +501,8 @@ async def adjacent_turns(conn: AsyncConnection, search: MessageSearch,
         return {}
     m = messages.c
     stmt = select(*(m[c] for c in MESSAGE_COLUMNS)).where(
-        m.workspace_id == search.workspace_id, tuple_(m.session_id, m.seq).in_(wanted))
+        m.workspace_id == search.workspace_id, tuple_(m.session_id, m.seq).in_(wanted)
+    )
     if search.perspective_id:
         stmt = stmt.where(seen_while_member(messages, search.perspective_id))
     return {(r["session_id"], r["seq"]): r for r in (await conn.execute(stmt)).mappings()}

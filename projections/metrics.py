@@ -20,17 +20,23 @@ from sqlalchemy import Engine, exists, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from projections.apply import Record
-from projections.status_reads import BATCH_STATES, DREAM_STATES
 from projections.schema import dead_letters, derivation_batches, dreams, perceptions
 from projections.settings import ProjectorSettings
+from projections.status_reads import BATCH_STATES, DREAM_STATES
 
 log = logging.getLogger(__name__)
 
-LAG_RECORDS = Gauge("peerlog_projector_lag_records", "Records on the log not yet applied (a partition's high "
-                    "watermark minus the projector's position; a closing transaction marker counts as one)",
-                    ["topic"])
-LAG_SECONDS = Gauge("peerlog_projector_lag_seconds", "While records wait: seconds since the newest applied "
-                    "record of the topic was logged; 0 when caught up", ["topic"])
+LAG_RECORDS = Gauge(
+    "peerlog_projector_lag_records",
+    "Records on the log not yet applied (a partition's high "
+    "watermark minus the projector's position; a closing transaction marker counts as one)",
+    ["topic"],
+)
+LAG_SECONDS = Gauge(
+    "peerlog_projector_lag_seconds",
+    "While records wait: seconds since the newest applied record of the topic was logged; 0 when caught up",
+    ["topic"],
+)
 
 
 class LagGauges:
@@ -69,8 +75,12 @@ class LagGauges:
 def _pending_derivations():
     """Perceived messages that no derivation batch has taken up yet."""
     p, b = perceptions.c, derivation_batches.c
-    batched = exists().where(b.workspace_id == p.workspace_id, b.observer_id == p.observer_id,
-                             b.observed_id == p.observed_id, p.message_id == func.any(b.message_ids))
+    batched = exists().where(
+        b.workspace_id == p.workspace_id,
+        b.observer_id == p.observer_id,
+        b.observed_id == p.observed_id,
+        p.message_id == func.any(b.message_ids),
+    )
     return select(func.count()).select_from(perceptions).where(~batched)
 
 
@@ -84,19 +94,31 @@ class ProjectionCounts(Collector):
         try:
             with self.engine.connect() as conn:
                 pending = conn.scalar(_pending_derivations())
-                batches, dreamt, parked = (dict(conn.execute(select(column, func.count()).group_by(column)).all())
-                                           for column in (derivation_batches.c.state, dreams.c.state,
-                                                          dead_letters.c.kind))
+                batches, dreamt, parked = (
+                    dict(conn.execute(select(column, func.count()).group_by(column)).all())
+                    for column in (derivation_batches.c.state, dreams.c.state, dead_letters.c.kind)
+                )
         except SQLAlchemyError as exc:  # a scrape must not fail the projector; the gap shows in Prometheus
             log.warning("projection metrics not read: %s", exc)
             return
-        yield GaugeMetricFamily("peerlog_derivations_pending_messages",
-                                "Perceived messages no derivation batch has taken up yet", value=pending)
-        yield _by_label("peerlog_derivation_batches", "Derivation batches by state (in_flight: the model call "
-                        "is under way)", "state", {**dict.fromkeys(BATCH_STATES, 0), **batches})
+        yield GaugeMetricFamily(
+            "peerlog_derivations_pending_messages",
+            "Perceived messages no derivation batch has taken up yet",
+            value=pending,
+        )
+        yield _by_label(
+            "peerlog_derivation_batches",
+            "Derivation batches by state (in_flight: the model call is under way)",
+            "state",
+            {**dict.fromkeys(BATCH_STATES, 0), **batches},
+        )
         yield _by_label("peerlog_dreams", "Dreams by state", "state", {**dict.fromkeys(DREAM_STATES, 0), **dreamt})
-        yield _by_label("peerlog_dead_letters", "Work ever parked on a dead-letter topic, by kind",
-                        "kind", {"derivation": 0, "summary": 0, **parked})
+        yield _by_label(
+            "peerlog_dead_letters",
+            "Work ever parked on a dead-letter topic, by kind",
+            "kind",
+            {"derivation": 0, "summary": 0, **parked},
+        )
 
 
 def _by_label(name: str, documentation: str, label: str, counts: dict[str, int]) -> GaugeMetricFamily:

@@ -26,56 +26,99 @@ from services.events import (
     Event,
     Level,
     ObservationAdded,
-    ObservationsEmbedded,
     ObservationDeleted,
     ObservationReinforced,
     ObservationRejected,
+    ObservationsEmbedded,
     ObservationSuperseded,
 )
 from services.events.provenance import PremiseState, premise_problems
 from services.events.text import normalise
 
 
-
-
 def _history(e: Event, observation_id: str, kind: str, **detail) -> dict:
-    return dict(workspace_id=e.workspace_id, observation_id=observation_id, event_id=e.event_id, kind=kind,
-                occurred_at=e.occurred_at, producer=e.producer.model_dump(exclude_none=True),
-                causation_id=e.causation_id, detail=detail)
+    return dict(
+        workspace_id=e.workspace_id,
+        observation_id=observation_id,
+        event_id=e.event_id,
+        kind=kind,
+        occurred_at=e.occurred_at,
+        producer=e.producer.model_dump(exclude_none=True),
+        causation_id=e.causation_id,
+        detail=detail,
+    )
 
 
 def _sources(events) -> list[dict]:
-    return [dict(event_id=e.event_id, ordinal=i, workspace_id=e.workspace_id, observation_id=e.observation_id,
-                 message_id=s.message_id, span=s.span)
-            for e in events for i, s in enumerate(e.sources)]
+    return [
+        dict(
+            event_id=e.event_id,
+            ordinal=i,
+            workspace_id=e.workspace_id,
+            observation_id=e.observation_id,
+            message_id=s.message_id,
+            span=s.span,
+        )
+        for e in events
+        for i, s in enumerate(e.sources)
+    ]
 
 
 def _premise_states(conn: Connection, workspace_id: str, ids: Sequence[str]) -> dict[str, PremiseState]:
     o = observations.c
-    rows = conn.execute(select(o.observation_id, o.observer_id, o.observed_id, o.superseded_by, o.deleted_at)
-                        .where(o.workspace_id == workspace_id, o.observation_id.in_(list(ids))))
-    return {r.observation_id: PremiseState(r.observer_id, r.observed_id,
-                                           r.superseded_by is None and r.deleted_at is None) for r in rows}
+    rows = conn.execute(
+        select(o.observation_id, o.observer_id, o.observed_id, o.superseded_by, o.deleted_at).where(
+            o.workspace_id == workspace_id, o.observation_id.in_(list(ids))
+        )
+    )
+    return {
+        r.observation_id: PremiseState(r.observer_id, r.observed_id, r.superseded_by is None and r.deleted_at is None)
+        for r in rows
+    }
 
 
 def _rejection(e: ObservationAdded, problems: list[str]) -> dict:
-    return dict(workspace_id=e.workspace_id, rejection_id=e.observation_id, observer_id=e.observer_id,
-                observed_id=e.observed_id, level=e.level.value, content=e.content, reason="; ".join(problems),
-                sources=[s.model_dump() for s in e.sources], premise_ids=list(e.premise_ids), batch_id=e.batch_id,
-                dream_id=e.dream_id, derivation=e.derivation, rejected_at=e.occurred_at, event_id=e.event_id)
+    return dict(
+        workspace_id=e.workspace_id,
+        rejection_id=e.observation_id,
+        observer_id=e.observer_id,
+        observed_id=e.observed_id,
+        level=e.level.value,
+        content=e.content,
+        reason="; ".join(problems),
+        sources=[s.model_dump() for s in e.sources],
+        premise_ids=list(e.premise_ids),
+        batch_id=e.batch_id,
+        dream_id=e.dream_id,
+        derivation=e.derivation,
+        rejected_at=e.occurred_at,
+        event_id=e.event_id,
+    )
 
 
 def _added_row(e: ObservationAdded) -> dict:
     # a vector of another model than the active one is not kept (see handlers.messages_embedded)
     active = e.embedding_model == ACTIVE_EMBEDDING_MODEL
-    return dict(workspace_id=e.workspace_id, observation_id=e.observation_id, observer_id=e.observer_id,
-                observed_id=e.observed_id, level=e.level.value, content=e.content, content_key=normalise(e.content),
-                session_id=e.session_id, confidence=e.confidence, pattern_type=e.pattern_type,
-                embedding=(list(e.embedding) or None) if active else None,
-                embedding_model=e.embedding_model if active else "",
-                times_derived=1,
-                created_at=e.occurred_at, batch_id=e.batch_id, dream_id=e.dream_id, derivation=e.derivation,
-                event_id=e.event_id)
+    return dict(
+        workspace_id=e.workspace_id,
+        observation_id=e.observation_id,
+        observer_id=e.observer_id,
+        observed_id=e.observed_id,
+        level=e.level.value,
+        content=e.content,
+        content_key=normalise(e.content),
+        session_id=e.session_id,
+        confidence=e.confidence,
+        pattern_type=e.pattern_type,
+        embedding=(list(e.embedding) or None) if active else None,
+        embedding_model=e.embedding_model if active else "",
+        times_derived=1,
+        created_at=e.occurred_at,
+        batch_id=e.batch_id,
+        dream_id=e.dream_id,
+        derivation=e.derivation,
+        event_id=e.event_id,
+    )
 
 
 def _add(conn: Connection, events: Sequence[ObservationAdded]) -> None:
@@ -83,13 +126,27 @@ def _add(conn: Connection, events: Sequence[ObservationAdded]) -> None:
         return
     insert_new(conn, observations, [_added_row(e) for e in events])
     insert_new(conn, observation_sources, _sources(events))
-    insert_new(conn, premises, [dict(workspace_id=e.workspace_id, observation_id=e.observation_id, premise_id=p)
-                                 for e in events for p in dict.fromkeys(e.premise_ids)])
-    insert_new(conn, observation_events, [
-        row for e in events for row in (
-            _history(e, e.observation_id, "added", level=e.level.value, dream_id=e.dream_id, batch_id=e.batch_id),
-            *(_history(e, p, "cited", by=e.observation_id) for p in dict.fromkeys(e.premise_ids)))
-    ])
+    insert_new(
+        conn,
+        premises,
+        [
+            dict(workspace_id=e.workspace_id, observation_id=e.observation_id, premise_id=p)
+            for e in events
+            for p in dict.fromkeys(e.premise_ids)
+        ],
+    )
+    insert_new(
+        conn,
+        observation_events,
+        [
+            row
+            for e in events
+            for row in (
+                _history(e, e.observation_id, "added", level=e.level.value, dream_id=e.dream_id, batch_id=e.batch_id),
+                *(_history(e, p, "cited", by=e.observation_id) for p in dict.fromkeys(e.premise_ids)),
+            )
+        ],
+    )
 
 
 def observation_added(conn: Connection, events: Sequence[ObservationAdded]) -> None:
@@ -97,56 +154,84 @@ def observation_added(conn: Connection, events: Sequence[ObservationAdded]) -> N
     _add(conn, explicit)
     # derived ones one at a time: one may cite another written just before it in the same batch
     for e in (e for e in events if e.level != Level.EXPLICIT):
-        problems = premise_problems(e.level, e.observer_id, e.observed_id, e.premise_ids,
-                                    _premise_states(conn, e.workspace_id, e.premise_ids))
+        problems = premise_problems(
+            e.level, e.observer_id, e.observed_id, e.premise_ids, _premise_states(conn, e.workspace_id, e.premise_ids)
+        )
         if not problems:
             _add(conn, [e])
         elif insert_new(conn, rejected_observations, [_rejection(e, problems)], returning=True):
-            insert_new(conn, observation_events, [_history(e, p, "cited_by_rejected", rejection=e.observation_id)
-                                                   for p in dict.fromkeys(e.premise_ids)])
+            insert_new(
+                conn,
+                observation_events,
+                [_history(e, p, "cited_by_rejected", rejection=e.observation_id) for p in dict.fromkeys(e.premise_ids)],
+            )
 
 
 def observation_reinforced(conn: Connection, events: Sequence[ObservationReinforced]) -> None:
     for e in events:
         # the history row is keyed by this event: a repeat inserts nothing and must not count again
-        if insert_new(conn, observation_events, [_history(e, e.observation_id, "reinforced", batch_id=e.batch_id)],
-                      returning=True):
+        if insert_new(
+            conn, observation_events, [_history(e, e.observation_id, "reinforced", batch_id=e.batch_id)], returning=True
+        ):
             insert_new(conn, observation_sources, _sources([e]))
-            conn.execute(update(observations)
-                         .where(observations.c.workspace_id == e.workspace_id,
-                                observations.c.observation_id == e.observation_id)
-                         .values(times_derived=observations.c.times_derived + 1))
+            conn.execute(
+                update(observations)
+                .where(observations.c.workspace_id == e.workspace_id, observations.c.observation_id == e.observation_id)
+                .values(times_derived=observations.c.times_derived + 1)
+            )
 
 
 def _mark_conclusions(conn: Connection, workspace_id: str, observation_id: str, at) -> None:
     """Mark every observation resting, through any chain of premises, on one that stopped being current."""
     p, o = premises.alias("p"), observations.c
-    above = (select(premises.c.observation_id.label("id"))
-             .where(premises.c.workspace_id == workspace_id, premises.c.premise_id == observation_id)
-             .cte("above", recursive=True))
-    above = above.union(select(p.c.observation_id).join(above, p.c.premise_id == above.c.id)
-                        .where(p.c.workspace_id == workspace_id))
-    conn.execute(update(observations)
-                 .where(o.workspace_id == workspace_id, o.observation_id.in_(select(above.c.id)),
-                        o.premise_superseded_at.is_(None))
-                 .values(premise_superseded_at=at))
+    above = (
+        select(premises.c.observation_id.label("id"))
+        .where(premises.c.workspace_id == workspace_id, premises.c.premise_id == observation_id)
+        .cte("above", recursive=True)
+    )
+    above = above.union(
+        select(p.c.observation_id).join(above, p.c.premise_id == above.c.id).where(p.c.workspace_id == workspace_id)
+    )
+    conn.execute(
+        update(observations)
+        .where(
+            o.workspace_id == workspace_id, o.observation_id.in_(select(above.c.id)), o.premise_superseded_at.is_(None)
+        )
+        .values(premise_superseded_at=at)
+    )
 
 
 def _retire(conn: Connection, e, values: dict, still_current) -> None:
-    done = conn.execute(update(observations).where(observations.c.workspace_id == e.workspace_id,
-                                                   observations.c.observation_id == e.observation_id, still_current)
-                        .values(**values).returning(observations.c.observation_id)).all()
+    done = conn.execute(
+        update(observations)
+        .where(
+            observations.c.workspace_id == e.workspace_id,
+            observations.c.observation_id == e.observation_id,
+            still_current,
+        )
+        .values(**values)
+        .returning(observations.c.observation_id)
+    ).all()
     if done:
         _mark_conclusions(conn, e.workspace_id, e.observation_id, e.occurred_at)
 
 
 def observation_superseded(conn: Connection, events: Sequence[ObservationSuperseded]) -> None:
     for e in events:
-        _retire(conn, e, dict(superseded_by=e.superseded_by, superseded_at=e.occurred_at),
-                observations.c.superseded_by.is_(None))
-        insert_new(conn, observation_events, [
-            _history(e, e.observation_id, "superseded", by=e.superseded_by, reason=e.reason),
-            _history(e, e.superseded_by, "supersedes", replaces=e.observation_id, reason=e.reason)])
+        _retire(
+            conn,
+            e,
+            dict(superseded_by=e.superseded_by, superseded_at=e.occurred_at),
+            observations.c.superseded_by.is_(None),
+        )
+        insert_new(
+            conn,
+            observation_events,
+            [
+                _history(e, e.observation_id, "superseded", by=e.superseded_by, reason=e.reason),
+                _history(e, e.superseded_by, "supersedes", replaces=e.observation_id, reason=e.reason),
+            ],
+        )
 
 
 def observation_deleted(conn: Connection, events: Sequence[ObservationDeleted]) -> None:
@@ -156,27 +241,56 @@ def observation_deleted(conn: Connection, events: Sequence[ObservationDeleted]) 
 
 
 def observation_rejected(conn: Connection, events: Sequence[ObservationRejected]) -> None:
-    insert_new(conn, rejected_observations, [
-        dict(workspace_id=e.workspace_id, rejection_id=e.rejection_id, observer_id=e.observer_id,
-             observed_id=e.observed_id, level=e.level.value, content=e.content, reason=e.reason,
-             sources=[s.model_dump() for s in e.sources], premise_ids=list(e.premise_ids), batch_id=e.batch_id,
-             dream_id=e.dream_id, derivation=e.derivation, rejected_at=e.occurred_at, event_id=e.event_id)
-        for e in events
-    ])
-    insert_new(conn, observation_events, [_history(e, p, "cited_by_rejected", rejection=e.rejection_id)
-                                           for e in events for p in dict.fromkeys(e.premise_ids)])
+    insert_new(
+        conn,
+        rejected_observations,
+        [
+            dict(
+                workspace_id=e.workspace_id,
+                rejection_id=e.rejection_id,
+                observer_id=e.observer_id,
+                observed_id=e.observed_id,
+                level=e.level.value,
+                content=e.content,
+                reason=e.reason,
+                sources=[s.model_dump() for s in e.sources],
+                premise_ids=list(e.premise_ids),
+                batch_id=e.batch_id,
+                dream_id=e.dream_id,
+                derivation=e.derivation,
+                rejected_at=e.occurred_at,
+                event_id=e.event_id,
+            )
+            for e in events
+        ],
+    )
+    insert_new(
+        conn,
+        observation_events,
+        [
+            _history(e, p, "cited_by_rejected", rejection=e.rejection_id)
+            for e in events
+            for p in dict.fromkeys(e.premise_ids)
+        ],
+    )
 
 
-_SET_EMBEDDING = (update(observations)
-                  .where(observations.c.workspace_id == bindparam("w"), observations.c.observation_id == bindparam("o"))
-                  .values(embedding=bindparam("v", type_=Vector()), embedding_model=bindparam("model")))
+_SET_EMBEDDING = (
+    update(observations)
+    .where(observations.c.workspace_id == bindparam("w"), observations.c.observation_id == bindparam("o"))
+    .values(embedding=bindparam("v", type_=Vector()), embedding_model=bindparam("model"))
+)
 
 
 def observations_embedded(conn: Connection, events: Sequence[ObservationsEmbedded]) -> None:
     """Vectors of the active model onto their observations (which precede them on the pair's partition);
     a later event replaces an earlier one."""
-    rows = [dict(w=e.workspace_id, o=o.observation_id, v=list(o.vector), model=e.embedding_model)
-            for e in events if e.embedding_model == ACTIVE_EMBEDDING_MODEL for o in e.observations]
+    rows = [
+        dict(w=e.workspace_id, o=o.observation_id, v=list(o.vector), model=e.embedding_model)
+        for e in events
+        if e.embedding_model == ACTIVE_EMBEDDING_MODEL
+        for o in e.observations
+    ]
     if rows:
         conn.execute(_SET_EMBEDDING, rows)
 

@@ -15,7 +15,6 @@ from projections.derivations import current_label
 from projections.schema import ACTIVE_EMBEDDING_MODEL, observation_events, observation_sources, observations, premises
 from services.events import stored_derivation
 
-
 # everything of an observation row but its vector and search columns, which no reader returns
 OBSERVATION_COLUMNS = [c for c in observations.c if c.name not in ("embedding", "content_tsv", "content_key")]
 
@@ -40,16 +39,28 @@ class ObservationFilter:
 
     def shape(self) -> tuple:
         """What decides the statement's structure; filters of one shape differ only in bound values."""
-        return (bool(self.levels), bool(self.session_id), self.include_superseded, self.include_deleted,
-                self.allowed_sessions is not None, self.as_of is not None)
+        return (
+            bool(self.levels),
+            bool(self.session_id),
+            self.include_superseded,
+            self.include_deleted,
+            self.allowed_sessions is not None,
+            self.as_of is not None,
+        )
 
     def params(self) -> dict:
         """The values a statement built with `bound=False` is executed with."""
         named = stored_derivation(self.derivation) if self.derivation else None  # None: the current one
-        return {"f_workspace_id": self.workspace_id, "f_observer_id": self.observer_id,
-                "f_observed_id": self.observed_id, "f_derivation": named,
-                "f_levels": list(self.levels), "f_session_id": self.session_id,
-                "f_allowed": list(self.allowed_sessions or ()), "f_as_of": self.as_of}
+        return {
+            "f_workspace_id": self.workspace_id,
+            "f_observer_id": self.observer_id,
+            "f_observed_id": self.observed_id,
+            "f_derivation": named,
+            "f_levels": list(self.levels),
+            "f_session_id": self.session_id,
+            "f_allowed": list(self.allowed_sessions or ()),
+            "f_as_of": self.as_of,
+        }
 
     def value(self, name: str, values: dict | None, expanding: bool = False):
         """A parameter for one filter value: carrying it (from `values`, this filter's `params()`), or named
@@ -63,10 +74,13 @@ class ObservationFilter:
         c, v = table.c, (lambda name, **kw: self.value(name, values, **kw))
         as_of = v("as_of") if self.as_of is not None else None  # as of then: the derivation current then
         current = current_label(v("workspace_id"), v("observer_id"), v("observed_id"), as_of)
-        out = [c.workspace_id == v("workspace_id"), c.observer_id == v("observer_id"),
-               c.observed_id == v("observed_id"),
-               # a named derivation's label, or (no name: NULL) the label of the pair's current one
-               c.derivation == func.coalesce(v("derivation"), current)]
+        out = [
+            c.workspace_id == v("workspace_id"),
+            c.observer_id == v("observer_id"),
+            c.observed_id == v("observed_id"),
+            # a named derivation's label, or (no name: NULL) the label of the pair's current one
+            c.derivation == func.coalesce(v("derivation"), current),
+        ]
         if self.allowed_sessions is not None:
             out.append(_allowed_by_sessions(self, c, values))
         if self.levels:
@@ -76,11 +90,15 @@ class ObservationFilter:
         if self.as_of is not None:
             out.append(c.created_at <= v("as_of"))
         if not self.include_superseded:
-            out.append(c.superseded_by.is_(None) if self.as_of is None
-                       else c.superseded_at.is_(None) | (c.superseded_at > v("as_of")))
+            out.append(
+                c.superseded_by.is_(None)
+                if self.as_of is None
+                else c.superseded_at.is_(None) | (c.superseded_at > v("as_of"))
+            )
         if not self.include_deleted:
-            out.append(c.deleted_at.is_(None) if self.as_of is None
-                       else c.deleted_at.is_(None) | (c.deleted_at > v("as_of")))
+            out.append(
+                c.deleted_at.is_(None) if self.as_of is None else c.deleted_at.is_(None) | (c.deleted_at > v("as_of"))
+            )
         return out
 
     def columns(self, bound: bool = True) -> list:
@@ -89,10 +107,16 @@ class ObservationFilter:
         if self.as_of is None:
             return OBSERVATION_COLUMNS
         as_of, o, h = self.value("as_of", self.params() if bound else None), observations.c, observation_events.c
-        reinforced = (select(func.count()).where(h.workspace_id == o.workspace_id,
-                                                 h.observation_id == o.observation_id,
-                                                 h.kind == "reinforced", h.occurred_at <= as_of)
-                      .scalar_subquery())
+        reinforced = (
+            select(func.count())
+            .where(
+                h.workspace_id == o.workspace_id,
+                h.observation_id == o.observation_id,
+                h.kind == "reinforced",
+                h.occurred_at <= as_of,
+            )
+            .scalar_subquery()
+        )
         then = {"times_derived": 1 + reinforced}
         for column, at in _LATER_CHANGES.items():
             then[column] = case((o[at] <= as_of, o[column]))
@@ -100,8 +124,13 @@ class ObservationFilter:
 
 
 # columns set by a later change, with the time the change was recorded at: as of an earlier time, NULL
-_LATER_CHANGES = {"superseded_by": "superseded_at", "superseded_at": "superseded_at", "deleted_at": "deleted_at",
-                  "delete_reason": "deleted_at", "premise_superseded_at": "premise_superseded_at"}
+_LATER_CHANGES = {
+    "superseded_by": "superseded_at",
+    "superseded_at": "superseded_at",
+    "deleted_at": "deleted_at",
+    "delete_reason": "deleted_at",
+    "premise_superseded_at": "premise_superseded_at",
+}
 
 
 def _outside_allowlist(where: ObservationFilter, values: dict | None):
@@ -114,20 +143,27 @@ def _outside_allowlist(where: ObservationFilter, values: dict | None):
     """
     o, p = observations.c, premises.c
     workspace = where.value("workspace_id", values)
-    pair = [o.workspace_id == workspace, o.observer_id == where.value("observer_id", values),
-            o.observed_id == where.value("observed_id", values)]
+    pair = [
+        o.workspace_id == workspace,
+        o.observer_id == where.value("observer_id", values),
+        o.observed_id == where.value("observed_id", values),
+    ]
     allowed = where.value("allowed", values, expanding=True)
     foreign = select(o.observation_id.label("id")).where(
-        *pair, o.level == "explicit", ~func.coalesce(o.session_id.in_(allowed), False))
-    unfounded = select(o.observation_id).where(*pair, o.level != "explicit", ~select(p.premise_id).where(
-        p.workspace_id == workspace, p.observation_id == o.observation_id).exists())
+        *pair, o.level == "explicit", ~func.coalesce(o.session_id.in_(allowed), False)
+    )
+    unfounded = select(o.observation_id).where(
+        *pair,
+        o.level != "explicit",
+        ~select(p.premise_id).where(p.workspace_id == workspace, p.observation_id == o.observation_id).exists(),
+    )
     pair_ids = select(o.observation_id).where(*pair)
     missing = select(p.premise_id).where(
-        p.workspace_id == workspace, p.observation_id.in_(pair_ids), p.premise_id.not_in(pair_ids))
+        p.workspace_id == workspace, p.observation_id.in_(pair_ids), p.premise_id.not_in(pair_ids)
+    )
     base = foreign.union(unfounded, missing).subquery("outside_base")
     outside = select(base.c.id).cte("outside_allowlist", recursive=True)
-    inherited = select(p.observation_id).join(outside, p.premise_id == outside.c.id).where(
-        p.workspace_id == workspace)
+    inherited = select(p.observation_id).join(outside, p.premise_id == outside.c.id).where(p.workspace_id == workspace)
     return outside.union(inherited)
 
 
@@ -148,13 +184,17 @@ async def observations_by_id(
 ) -> dict[str, RowMapping]:
     """The workspace's observations among `observation_ids`, by id (unknown ids are absent)."""
     stmt = select(*OBSERVATION_COLUMNS).where(
-        observations.c.workspace_id == workspace_id, observations.c.observation_id.in_(list(observation_ids)))
+        observations.c.workspace_id == workspace_id, observations.c.observation_id.in_(list(observation_ids))
+    )
     return {row["observation_id"]: row for row in (await conn.execute(stmt)).mappings()}
 
 
 async def list_observations(
-    conn: AsyncConnection, where: ObservationFilter, after: tuple[datetime, str] | None,
-    limit: int, reverse: bool,
+    conn: AsyncConnection,
+    where: ObservationFilter,
+    after: tuple[datetime, str] | None,
+    limit: int,
+    reverse: bool,
 ) -> Sequence[RowMapping]:
     """A pair's observations ordered by (created_at, observation_id), after a keyset cursor."""
     c = observations.c
@@ -167,7 +207,10 @@ async def list_observations(
 
 
 async def nearest_observations(
-    conn: AsyncConnection, where: ObservationFilter, vector: Sequence[float], limit: int,
+    conn: AsyncConnection,
+    where: ObservationFilter,
+    vector: Sequence[float],
+    limit: int,
     max_distance: float | None,
 ) -> Sequence[RowMapping]:
     """A pair's observations nearest to `vector` by cosine distance (column `distance`), nearest first:
@@ -180,23 +223,25 @@ async def sources_of(
 ) -> dict[str, list[RowMapping]]:
     """Each observation's sources, oldest first, by observation id."""
     t = observation_sources.c
-    stmt = (select(observation_sources)
-            .where(t.workspace_id == workspace_id, t.observation_id.in_(list(observation_ids)))
-            .order_by(t.event_id, t.ordinal))
+    stmt = (
+        select(observation_sources)
+        .where(t.workspace_id == workspace_id, t.observation_id.in_(list(observation_ids)))
+        .order_by(t.event_id, t.ordinal)
+    )
     out: dict[str, list[RowMapping]] = {o: [] for o in observation_ids}
     for row in (await conn.execute(stmt)).mappings():
         out[row["observation_id"]].append(row)
     return out
 
 
-async def premises_of(
-    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]
-) -> dict[str, list[str]]:
+async def premises_of(conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]) -> dict[str, list[str]]:
     """Each observation's premise ids, by observation id."""
     t = premises.c
-    stmt = (select(t.observation_id, t.premise_id)
-            .where(t.workspace_id == workspace_id, t.observation_id.in_(list(observation_ids)))
-            .order_by(t.observation_id, t.premise_id))
+    stmt = (
+        select(t.observation_id, t.premise_id)
+        .where(t.workspace_id == workspace_id, t.observation_id.in_(list(observation_ids)))
+        .order_by(t.observation_id, t.premise_id)
+    )
     out: dict[str, list[str]] = {o: [] for o in observation_ids}
     for observation_id, premise_id in await conn.execute(stmt):
         out[observation_id].append(premise_id)
@@ -210,10 +255,12 @@ async def premise_rows(
     if not observation_ids:
         return {}
     p, o = premises.c, observations.c
-    stmt = (select(p.observation_id.label("concluded_id"), o.observation_id, o.level, o.content)
-            .join(observations, (o.workspace_id == p.workspace_id) & (o.observation_id == p.premise_id))
-            .where(p.workspace_id == workspace_id, p.observation_id.in_(list(observation_ids)))
-            .order_by(p.observation_id, o.created_at, o.observation_id))
+    stmt = (
+        select(p.observation_id.label("concluded_id"), o.observation_id, o.level, o.content)
+        .join(observations, (o.workspace_id == p.workspace_id) & (o.observation_id == p.premise_id))
+        .where(p.workspace_id == workspace_id, p.observation_id.in_(list(observation_ids)))
+        .order_by(p.observation_id, o.created_at, o.observation_id)
+    )
     out: dict[str, list[RowMapping]] = {}
     for row in (await conn.execute(stmt)).mappings():
         out.setdefault(row["concluded_id"], []).append(row)
@@ -239,32 +286,53 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
     scan of the pair's store, ranked up to three ways. Exact, not an HNSW scan: filtering an approximate
     scan afterwards can return fewer than asked for, and one pair's store is small enough to scan.
     Built once per shape (bound parameters)."""
-    key = (where.shape(), slices.semantic > 0, slices.max_distance is not None, slices.reinforced > 0,
-           slices.recent > 0)
+    key = (
+        where.shape(),
+        slices.semantic > 0,
+        slices.max_distance is not None,
+        slices.reinforced > 0,
+        slices.recent > 0,
+    )
     if key in _WORKING_SETS:
         return _WORKING_SETS[key]
     o = observations.c
     # the distance is computed during the scan, so the 1.5 kB vectors are not copied into the CTE
     # another model's vector has no distance (NULL): the semantic slice leaves it out
-    distance = (case((o.embedding_model == bindparam("model"), o.embedding.cosine_distance(
-        bindparam("vector", type_=Vector())))) if slices.semantic else literal_column("NULL::float8")).label("distance")
-    store = (select(*where.columns(bound=False), distance).where(*where.where(bound=False))
-             .cte("pair_store").prefix_with("MATERIALIZED"))
+    distance = (
+        case(
+            (o.embedding_model == bindparam("model"), o.embedding.cosine_distance(bindparam("vector", type_=Vector())))
+        )
+        if slices.semantic
+        else literal_column("NULL::float8")
+    ).label("distance")
+    store = (
+        select(*where.columns(bound=False), distance)
+        .where(*where.where(bound=False))
+        .cte("pair_store")
+        .prefix_with("MATERIALIZED")
+    )
     s = store.c
     columns = [s[c.name] for c in OBSERVATION_COLUMNS]
 
     def ranked(slice_no: int, order: list, *conditions, limit: str):
         rank = func.row_number().over(order_by=order).label("rank")
-        return (select(literal_column(str(slice_no)).label("slice"), rank, *columns, s.distance).where(*conditions)
-                .order_by(*order).limit(bindparam(limit)))
+        return (
+            select(literal_column(str(slice_no)).label("slice"), rank, *columns, s.distance)
+            .where(*conditions)
+            .order_by(*order)
+            .limit(bindparam(limit))
+        )
+
     parts = []
     if slices.semantic:
         cap = [s.distance <= bindparam("max_distance")] if slices.max_distance is not None else []
-        parts.append(ranked(SEMANTIC, [s.distance, s.observation_id], s.distance.is_not(None), *cap,
-                            limit="semantic_n"))
+        parts.append(
+            ranked(SEMANTIC, [s.distance, s.observation_id], s.distance.is_not(None), *cap, limit="semantic_n")
+        )
     if slices.reinforced:
-        parts.append(ranked(REINFORCED, [s.times_derived.desc(), s.created_at.desc(), s.observation_id],
-                            limit="reinforced_n"))
+        parts.append(
+            ranked(REINFORCED, [s.times_derived.desc(), s.created_at.desc(), s.observation_id], limit="reinforced_n")
+        )
     if slices.recent:
         parts.append(ranked(RECENT, [s.created_at.desc(), s.observation_id.desc()], limit="recent_n"))
     every = (union_all(*parts) if len(parts) > 1 else parts[0]).subquery("slices")
@@ -273,15 +341,22 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
     return stmt
 
 
-async def working_set(conn: AsyncConnection, where: ObservationFilter, slices: Slices,
-                      vector: Sequence[float] | None) -> Sequence[RowMapping]:
+async def working_set(
+    conn: AsyncConnection, where: ObservationFilter, slices: Slices, vector: Sequence[float] | None
+) -> Sequence[RowMapping]:
     """A pair's observations by slice (column `slice`: SEMANTIC, REINFORCED, RECENT), each slice best
     first (column `rank`, and `distance` to the vector); an observation can appear in several slices.
     No vector: no semantic slice."""
     if vector is None:
         slices = Slices(reinforced=slices.reinforced, recent=slices.recent)
     stmt = _working_set_statement(where, slices)
-    values = {**where.params(), "vector": list(vector) if vector is not None else None,
-              "model": ACTIVE_EMBEDDING_MODEL, "max_distance": slices.max_distance, "semantic_n": slices.semantic,
-              "reinforced_n": slices.reinforced, "recent_n": slices.recent}
+    values = {
+        **where.params(),
+        "vector": list(vector) if vector is not None else None,
+        "model": ACTIVE_EMBEDDING_MODEL,
+        "max_distance": slices.max_distance,
+        "semantic_n": slices.semantic,
+        "reinforced_n": slices.reinforced,
+        "recent_n": slices.recent,
+    }
     return (await conn.execute(stmt, values)).mappings().all()

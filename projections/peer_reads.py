@@ -18,9 +18,7 @@ async def peer(conn: AsyncConnection, workspace_id: str, peer_id: str) -> RowMap
 
 
 async def existing_peers(conn: AsyncConnection, workspace_id: str, peer_ids: Sequence[str]) -> set[str]:
-    stmt = select(peers.c.peer_id).where(
-        peers.c.workspace_id == workspace_id, peers.c.peer_id.in_(list(peer_ids))
-    )
+    stmt = select(peers.c.peer_id).where(peers.c.workspace_id == workspace_id, peers.c.peer_id.in_(list(peer_ids)))
     return set((await conn.scalars(stmt)).all())
 
 
@@ -31,9 +29,7 @@ async def peer_observe_me(conn: AsyncConnection, workspace_id: str, peer_ids: se
     return {p: o for p, o in await conn.execute(stmt)}
 
 
-async def list_peers(
-    conn: AsyncConnection, workspace_id: str, after: str, limit: int
-) -> Sequence[RowMapping]:
+async def list_peers(conn: AsyncConnection, workspace_id: str, after: str, limit: int) -> Sequence[RowMapping]:
     stmt = (
         select(peers)
         .where(peers.c.workspace_id == workspace_id, peers.c.peer_id > after)
@@ -46,15 +42,22 @@ async def list_peers(
 @functools.cache
 def _card_statement(as_of: bool):
     c = peer_cards.c
-    return (select(peer_cards)
-            .where(c.workspace_id == bindparam("workspace_id"), c.observer_id == bindparam("observer_id"),
-                   c.observed_id == bindparam("observed_id"))
-            .where(c.updated_at <= bindparam("as_of") if as_of else True)
-            .order_by(c.updated_at.desc(), c.event_id.desc()).limit(1))
+    return (
+        select(peer_cards)
+        .where(
+            c.workspace_id == bindparam("workspace_id"),
+            c.observer_id == bindparam("observer_id"),
+            c.observed_id == bindparam("observed_id"),
+        )
+        .where(c.updated_at <= bindparam("as_of") if as_of else True)
+        .order_by(c.updated_at.desc(), c.event_id.desc())
+        .limit(1)
+    )
 
 
-async def peer_card(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str,
-                    as_of: datetime | None = None) -> RowMapping | None:
+async def peer_card(
+    conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, as_of: datetime | None = None
+) -> RowMapping | None:
     """The latest card of a pair (as it stood at `as_of`, if given), or None."""
     values = {"workspace_id": workspace_id, "observer_id": observer_id, "observed_id": observed_id, "as_of": as_of}
     return (await conn.execute(_card_statement(as_of is not None), values)).mappings().first()

@@ -149,4 +149,3 @@ class Projector:
                 TopicPartition(p.topic, p.partition, done.get((p.topic, p.partition), OFFSET_BEGINNING))
             )
         log.info("projection schema was swapped; rewound to its stored offsets")
-

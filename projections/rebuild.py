@@ -106,10 +106,12 @@ def compare(conn: Connection, live: str, build: str) -> dict[str, int]:
     out = {}
     for table in DATA_TABLES:
         a, b = f'"{live}"."{table.name}"', f'"{build}"."{table.name}"'
-        n = conn.execute(text(
-            f"SELECT (SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}) x)"
-            f" + (SELECT count(*) FROM (SELECT * FROM {b} EXCEPT ALL SELECT * FROM {a}) y)"
-        )).scalar_one()
+        n = conn.execute(
+            text(
+                f"SELECT (SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}) x)"
+                f" + (SELECT count(*) FROM (SELECT * FROM {b} EXCEPT ALL SELECT * FROM {a}) y)"
+            )
+        ).scalar_one()
         out[table.name] = n
     return out
 
@@ -150,8 +152,11 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
             replayer.replay_to(live_offsets(conn, live))
             report.differences = compare(conn, live, report.schema)
             differing = {t: n for t, n in report.differences.items() if n}
-            progress("verified: identical to the live projection" if not differing
-                     else f"differences from the live projection: {differing}")
+            progress(
+                "verified: identical to the live projection"
+                if not differing
+                else f"differences from the live projection: {differing}"
+            )
             if differing and not accept_differences:
                 progress(f"not switching; the rebuilt schema {report.schema} is kept for inspection")
                 return
@@ -159,5 +164,7 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
             conn.execute(text(f'ALTER SCHEMA "{live}" RENAME TO "{report.retired}"'))
         conn.execute(text(f'ALTER SCHEMA "{report.schema}" RENAME TO "{live}"'))
     report.switched = True
-    progress(f"reads now served from the rebuilt schema ({live})"
-             + (f"; the old one is kept as {report.retired}" if report.retired else ""))
+    progress(
+        f"reads now served from the rebuilt schema ({live})"
+        + (f"; the old one is kept as {report.retired}" if report.retired else "")
+    )

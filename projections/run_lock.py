@@ -33,8 +33,10 @@ async def exclusive(settings, workspace_id: str) -> AsyncIterator[None]:
             got = (await conn.execute(_TRY, key)).scalar()
             await conn.commit()  # a session lock: it outlives the transaction that took it
             if not got:
-                raise RunInProgress(f"another rederive, promote or retry is running on workspace {workspace_id!r}; "
-                                    "run this again when it has finished")
+                raise RunInProgress(
+                    f"another rederive, promote or retry is running on workspace {workspace_id!r}; "
+                    "run this again when it has finished"
+                )
             try:
                 yield
             finally:

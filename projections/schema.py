@@ -7,6 +7,7 @@ No column is filled from the wall clock, so replaying the same log gives identic
 
 from __future__ import annotations
 
+from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -23,7 +24,6 @@ from sqlalchemy import (
     and_,
     func,
 )
-from pgvector.sqlalchemy import Vector
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, TSVECTOR
 
 from services.llm.settings import EmbeddingSettings
@@ -107,16 +107,20 @@ messages = Table(
     Column("event_id", Text, nullable=False, unique=True),
     # the author's name is part of what a lexical search matches: questions name people ("What did Ann
     # buy?"); underscores split, so a peer id "Ann_Lee" matches "Ann" and "Lee"
-    Column("content_tsv", TSVECTOR, Computed(
-        "to_tsvector('english', replace(peer_id, '_', ' ') || ' ' || content)", persisted=True)),
+    Column(
+        "content_tsv",
+        TSVECTOR,
+        Computed("to_tsvector('english', replace(peer_id, '_', ' ') || ' ' || content)", persisted=True),
+    ),
     # from MessagesEmbedded; the latest embedding event (by id, UUIDv7 = time order) wins
     Column("embedding", Vector(EMBEDDING_DIMENSIONS), nullable=True),
     Column("embedding_model", Text, nullable=True),
     Column("embedding_event_id", Text, nullable=True),
     PrimaryKeyConstraint("workspace_id", "message_id"),
     UniqueConstraint("workspace_id", "session_id", "seq", name="messages_session_seq"),
-    Index("messages_embedding", "embedding", postgresql_using="hnsw",
-          postgresql_ops={"embedding": "vector_cosine_ops"}),
+    Index(
+        "messages_embedding", "embedding", postgresql_using="hnsw", postgresql_ops={"embedding": "vector_cosine_ops"}
+    ),
     Index("messages_by_peer", "workspace_id", "peer_id", "created_at"),
 )
 
@@ -223,14 +227,23 @@ observations = Table(
     PrimaryKeyConstraint("workspace_id", "observation_id"),
     Index("observations_by_pair", "workspace_id", "observer_id", "observed_id", "created_at"),
     Index("observations_fts", "content_tsv", postgresql_using="gin"),
-    Index("observations_embedding", "embedding", postgresql_using="hnsw",
-          postgresql_ops={"embedding": "vector_cosine_ops"}),
+    Index(
+        "observations_embedding",
+        "embedding",
+        postgresql_using="hnsw",
+        postgresql_ops={"embedding": "vector_cosine_ops"},
+    ),
 )
 
 # a btree entry holds at most 2,704 bytes and the normalised content may be 8,000 (2,000 four-byte
 # characters): index its md5, and compare both the md5 and the value (content_key_matches)
-Index("observations_by_key_hash", observations.c.workspace_id, observations.c.observer_id,
-      observations.c.observed_id, func.md5(observations.c.content_key))
+Index(
+    "observations_by_key_hash",
+    observations.c.workspace_id,
+    observations.c.observer_id,
+    observations.c.observed_id,
+    func.md5(observations.c.content_key),
+)
 # indexes an older schema has that this one replaced; create_schema drops them
 RETIRED_INDEXES = ("observations_by_key", "messages_fts")
 
@@ -503,7 +516,29 @@ projection_meta = Table(
 # tables whose rows are the projection proper (compared row for row after a rebuild);
 # pending_message_embeddings is left out: what waits there depends on the order topics were read in
 DATA_TABLES = (
-    workspaces, peers, sessions, memberships, messages, message_terms, message_lexicon, perceptions, observations, observation_sources,
-    premises, observation_events, rejected_observations, derivation_batches, derivation_promotions, dreams, peer_cards, summaries, dead_letters, projection_offsets,
-    quarantine, idempotent_requests, configurations, scopes, scope_changes,
+    workspaces,
+    peers,
+    sessions,
+    memberships,
+    messages,
+    message_terms,
+    message_lexicon,
+    perceptions,
+    observations,
+    observation_sources,
+    premises,
+    observation_events,
+    rejected_observations,
+    derivation_batches,
+    derivation_promotions,
+    dreams,
+    peer_cards,
+    summaries,
+    dead_letters,
+    projection_offsets,
+    quarantine,
+    idempotent_requests,
+    configurations,
+    scopes,
+    scope_changes,
 )

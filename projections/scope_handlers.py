@@ -14,8 +14,20 @@ from services.events import ScopeCreated, ScopeSessionsAdded, ScopeSessionsRemov
 def scope_created(conn: Connection, events: Sequence[ScopeCreated]) -> None:
     for e in events:
         # the first create of an id wins; a second (two API processes racing) changes nothing
-        won = insert_new(conn, scopes, [dict(workspace_id=e.workspace_id, scope_id=e.scope_id, name=e.name,
-                                             created_at=e.occurred_at, event_id=e.event_id)], returning=True)
+        won = insert_new(
+            conn,
+            scopes,
+            [
+                dict(
+                    workspace_id=e.workspace_id,
+                    scope_id=e.scope_id,
+                    name=e.name,
+                    created_at=e.occurred_at,
+                    event_id=e.event_id,
+                )
+            ],
+            returning=True,
+        )
         if won:
             _record(conn, e, e.session_ids, added=True)
 
@@ -37,9 +49,22 @@ def _record(conn: Connection, e, session_ids: Sequence[str], added: bool) -> Non
         return
     last = conn.scalar(select(func.max(c.seq)).where(c.workspace_id == e.workspace_id, c.scope_id == e.scope_id))
     seq = (last or 0) + 1
-    insert_new(conn, scope_changes, [
-        dict(event_id=e.event_id, workspace_id=e.workspace_id, scope_id=e.scope_id, session_id=s, added=added,
-             seq=seq, recorded_at=e.occurred_at) for s in dict.fromkeys(session_ids)])
+    insert_new(
+        conn,
+        scope_changes,
+        [
+            dict(
+                event_id=e.event_id,
+                workspace_id=e.workspace_id,
+                scope_id=e.scope_id,
+                session_id=s,
+                added=added,
+                seq=seq,
+                recorded_at=e.occurred_at,
+            )
+            for s in dict.fromkeys(session_ids)
+        ],
+    )
 
 
 SCOPE_HANDLERS = {

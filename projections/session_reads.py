@@ -13,18 +13,14 @@ from projections.schema import memberships, sessions, summaries
 
 
 async def session(conn: AsyncConnection, workspace_id: str, session_id: str) -> RowMapping | None:
-    stmt = select(sessions).where(
-        sessions.c.workspace_id == workspace_id, sessions.c.session_id == session_id
-    )
+    stmt = select(sessions).where(sessions.c.workspace_id == workspace_id, sessions.c.session_id == session_id)
     return (await conn.execute(stmt)).mappings().first()
 
 
 async def list_sessions(
     conn: AsyncConnection, workspace_id: str, member: str, after: str, limit: int
 ) -> Sequence[RowMapping]:
-    stmt = select(sessions).where(
-        sessions.c.workspace_id == workspace_id, sessions.c.session_id > after
-    )
+    stmt = select(sessions).where(sessions.c.workspace_id == workspace_id, sessions.c.session_id > after)
     if member:
         stmt = stmt.where(
             sessions.c.session_id.in_(
@@ -63,15 +59,18 @@ async def current_members(conn: AsyncConnection, workspace_id: str, session_id: 
 @functools.cache
 def _summaries_statement(as_of: bool = False):
     t = summaries.c
-    return (select(summaries)
-            .where(t.workspace_id == bindparam("workspace_id"), t.session_id == bindparam("session_id"))
-            .where(t.created_at <= bindparam("as_of") if as_of else True)
-            .order_by(t.kind, t.last_seq.desc(), t.created_at.desc(), t.event_id.desc())
-            .distinct(t.kind))
+    return (
+        select(summaries)
+        .where(t.workspace_id == bindparam("workspace_id"), t.session_id == bindparam("session_id"))
+        .where(t.created_at <= bindparam("as_of") if as_of else True)
+        .order_by(t.kind, t.last_seq.desc(), t.created_at.desc(), t.event_id.desc())
+        .distinct(t.kind)
+    )
 
 
-async def latest_summaries(conn: AsyncConnection, workspace_id: str, session_id: str,
-                           as_of: datetime | None = None) -> dict[str, RowMapping]:
+async def latest_summaries(
+    conn: AsyncConnection, workspace_id: str, session_id: str, as_of: datetime | None = None
+) -> dict[str, RowMapping]:
     """The latest summary of each kind a session has (had at `as_of`, if given), by kind ("short", "long")."""
     values = {"workspace_id": workspace_id, "session_id": session_id, "as_of": as_of}
     rows = await conn.execute(_summaries_statement(as_of is not None), values)

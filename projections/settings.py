@@ -27,6 +27,9 @@ class ProjectorSettings(BaseSettings):
     group_id: str = "peerlog-projector"
     max_batch: int = Field(2000, ge=1, description="events applied per transaction, at most")
     poll_timeout_s: float = 0.05
-    metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics (lag per topic, derivations, dreams, "
-                              "dead letters) on this port (0: off)")
+    metrics_port: int = Field(
+        0,
+        ge=0,
+        description="serve Prometheus metrics (lag per topic, derivations, dreams, dead letters) on this port (0: off)",
+    )
     metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds (no authentication)")

@@ -20,24 +20,24 @@ from projections.schema import (
 )
 
 
-async def projected_offsets(
-    conn: AsyncConnection, partitions: Sequence[tuple[str, int]]
-) -> dict[tuple[str, int], int]:
+async def projected_offsets(conn: AsyncConnection, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
     """Next offset the projections will apply, per (topic, partition)."""
     t = projection_offsets.c
-    stmt = select(t.topic, t.partition, t.next_offset).where(
-        tuple_(t.topic, t.partition).in_(list(partitions))
-    )
+    stmt = select(t.topic, t.partition, t.next_offset).where(tuple_(t.topic, t.partition).in_(list(partitions)))
     return {(topic, p): n for topic, p, n in await conn.execute(stmt)}
 
 
-async def dreams_of(conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str,
-                    limit: int) -> Sequence[RowMapping]:
+async def dreams_of(
+    conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, limit: int
+) -> Sequence[RowMapping]:
     """A pair's dreams, newest request first."""
     d = dreams.c
-    stmt = (select(dreams)
-            .where(d.workspace_id == workspace_id, d.observer_id == observer_id, d.observed_id == observed_id)
-            .order_by(d.requested_at.desc(), d.dream_id.desc()).limit(limit))
+    stmt = (
+        select(dreams)
+        .where(d.workspace_id == workspace_id, d.observer_id == observer_id, d.observed_id == observed_id)
+        .order_by(d.requested_at.desc(), d.dream_id.desc())
+        .limit(limit)
+    )
     return (await conn.execute(stmt)).mappings().all()
 
 
@@ -77,25 +77,32 @@ def _batched_in(scope: StatusScope):
     """Per (pair, message) in a batch: the rank of the best state any of its batches reached."""
     b = derivation_batches.c
     rank = case(*[(b.state == s, i) for i, s in enumerate(BATCH_STATES)], else_=len(BATCH_STATES))
-    stmt = select(b.observer_id, b.observed_id, func.unnest(b.message_ids).label("message_id"),
-                  rank.label("rank")).where(b.workspace_id == scope.workspace_id, _current(b))
+    stmt = select(
+        b.observer_id, b.observed_id, func.unnest(b.message_ids).label("message_id"), rank.label("rank")
+    ).where(b.workspace_id == scope.workspace_id, _current(b))
     if scope.observer_id:
         stmt = stmt.where(b.observer_id == scope.observer_id)
     if scope.observed_id:
         stmt = stmt.where(b.observed_id == scope.observed_id)
     per_message = stmt.subquery("batched_messages")
     m = per_message.c
-    return (select(m.observer_id, m.observed_id, m.message_id, func.min(m.rank).label("rank"))
-            .group_by(m.observer_id, m.observed_id, m.message_id).subquery("batched"))
+    return (
+        select(m.observer_id, m.observed_id, m.message_id, func.min(m.rank).label("rank"))
+        .group_by(m.observer_id, m.observed_id, m.message_id)
+        .subquery("batched")
+    )
 
 
 async def processing_counts(conn: AsyncConnection, scope: StatusScope) -> dict[str, int]:
     """Perceived messages in scope by derivation state (see PROCESSING_STATES); every state present."""
     perceived, batched = _perceived_in(scope), _batched_in(scope)
     rank = func.coalesce(batched.c.rank, literal(len(BATCH_STATES)))
-    joined = perceived.outerjoin(batched, (perceived.c.observer_id == batched.c.observer_id)
-                                 & (perceived.c.observed_id == batched.c.observed_id)
-                                 & (perceived.c.message_id == batched.c.message_id))
+    joined = perceived.outerjoin(
+        batched,
+        (perceived.c.observer_id == batched.c.observer_id)
+        & (perceived.c.observed_id == batched.c.observed_id)
+        & (perceived.c.message_id == batched.c.message_id),
+    )
     stmt = select(rank.label("rank"), func.count()).select_from(joined).group_by(rank)
     counts = dict.fromkeys(PROCESSING_STATES, 0)
     for r, n in await conn.execute(stmt):
@@ -122,10 +129,18 @@ def _outstanding(b):
     a retry (`peerlog derivations retry`, a promotion's catch-up) has derived them all, it needs no one."""
     later = derivation_batches.alias("later").c
     message = func.unnest(b.message_ids).table_valued("id").render_derived("m")
-    finished = select(literal(1)).where(
-        later.workspace_id == b.workspace_id, later.observer_id == b.observer_id,
-        later.observed_id == b.observed_id, later.derivation == b.derivation, later.state == "done",
-        message.c.id == later.message_ids.any_()).correlate(derivation_batches, message)
+    finished = (
+        select(literal(1))
+        .where(
+            later.workspace_id == b.workspace_id,
+            later.observer_id == b.observer_id,
+            later.observed_id == b.observed_id,
+            later.derivation == b.derivation,
+            later.state == "done",
+            message.c.id == later.message_ids.any_(),
+        )
+        .correlate(derivation_batches, message)
+    )
     return select(literal(1)).select_from(message).where(~finished.exists()).correlate(derivation_batches).exists()
 
 
@@ -133,8 +148,9 @@ async def dead_lettered_summaries(conn: AsyncConnection, scope: StatusScope, lim
     """Summary dead letters of the workspace (or the session in scope) whose session has no summary written
     since, most recent first."""
     d, s = dead_letters.c, summaries.c
-    since = select(literal(1)).where(s.workspace_id == d.workspace_id, s.session_id == d.session_id,
-                                     s.created_at > d.failed_at)
+    since = select(literal(1)).where(
+        s.workspace_id == d.workspace_id, s.session_id == d.session_id, s.created_at > d.failed_at
+    )
     stmt = select(dead_letters).where(d.workspace_id == scope.workspace_id, d.kind == "summary", ~since.exists())
     if scope.session_id:
         stmt = stmt.where(d.session_id == scope.session_id)
@@ -146,14 +162,20 @@ async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit
     most recent first."""
     b, p = derivation_batches.c, perceptions.c
     in_scope = select(literal(1)).where(
-        p.workspace_id == b.workspace_id, p.observer_id == b.observer_id, p.observed_id == b.observed_id,
+        p.workspace_id == b.workspace_id,
+        p.observer_id == b.observer_id,
+        p.observed_id == b.observed_id,
         p.message_id == b.message_ids.any_(),
     )
     if scope.session_id:
         in_scope = in_scope.where(p.session_id == scope.session_id)
     stmt = select(derivation_batches).where(
-        b.workspace_id == scope.workspace_id, _current(b), b.state == "dead_lettered", in_scope.exists(),
-        _outstanding(b))
+        b.workspace_id == scope.workspace_id,
+        _current(b),
+        b.state == "dead_lettered",
+        in_scope.exists(),
+        _outstanding(b),
+    )
     if scope.observer_id:
         stmt = stmt.where(b.observer_id == scope.observer_id)
     if scope.observed_id:

@@ -15,12 +15,44 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-MONTHS = {name: i + 1 for i, name in enumerate(
-    ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-     "november", "december"))}
+MONTHS = {
+    name: i + 1
+    for i, name in enumerate(
+        (
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        )
+    )
+}
 MONTHS |= {name[:3]: i for name, i in list(MONTHS.items())} | {"sept": 9}
-NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-           "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "a few": 3}
+NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "a couple of": 2,
+    "a few": 3,
+}
 UNITS = {"day": 1, "week": 7, "month": 30, "year": 365}
 
 _MONTH = r"(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
@@ -114,8 +146,11 @@ def _period(kind: str, g: dict[str, str], ref: datetime) -> Period | None:  # no
         return _relative(g["which"].lower(), g["unit"].lower(), ref)
     if kind == "day_word":
         today = ref.replace(hour=0, minute=0, second=0, microsecond=0)
-        return Period(today - timedelta(days=1), today) if g["word"].lower() == "yesterday" \
+        return (
+            Period(today - timedelta(days=1), today)
+            if g["word"].lower() == "yesterday"
             else Period(today, today + timedelta(days=1))
+        )
     if kind == "year":
         return _year(int(g["year"]))
     return _month(_latest_year(month, 1, ref), month)  # "in December": the latest December begun by ref

@@ -20,11 +20,18 @@ from services.events.text import normalise
 from services.toolloop.memory import DERIVED_LEVELS, RecallScope
 
 
-def _pair(scope: RecallScope, levels: Sequence[str] = (),
-          include_superseded: bool = False) -> observation_reads.ObservationFilter:
-    return observation_reads.ObservationFilter(scope.workspace_id, scope.observer_id, scope.target_id, tuple(levels),
-                                           include_superseded=include_superseded, as_of=scope.as_of,
-                                           allowed_sessions=scope.sessions)
+def _pair(
+    scope: RecallScope, levels: Sequence[str] = (), include_superseded: bool = False
+) -> observation_reads.ObservationFilter:
+    return observation_reads.ObservationFilter(
+        scope.workspace_id,
+        scope.observer_id,
+        scope.target_id,
+        tuple(levels),
+        include_superseded=include_superseded,
+        as_of=scope.as_of,
+        allowed_sessions=scope.sessions,
+    )
 
 
 class SqlMemoryReads:
@@ -33,8 +40,9 @@ class SqlMemoryReads:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
 
-    async def nearest_observations(self, scope: RecallScope, levels: Sequence[str], vector: Sequence[float],
-                                   limit: int) -> Sequence[RowMapping]:
+    async def nearest_observations(
+        self, scope: RecallScope, levels: Sequence[str], vector: Sequence[float], limit: int
+    ) -> Sequence[RowMapping]:
         async with self.engine.connect() as conn:
             return await observation_reads.nearest_observations(conn, _pair(scope, levels), vector, limit, None)
 
@@ -42,28 +50,49 @@ class SqlMemoryReads:
         async with self.engine.connect() as conn:
             return await search_text(conn, workspace_id, query)
 
-    async def search_messages(self, scope: RecallScope, query: str, vector: Sequence[float], limit: int, *,
-                              session_ids: tuple[str, ...] | None, before: datetime | None,
-                              author_ids: Sequence[str] = (), after: datetime | None = None) -> list[RowMapping]:
-        search = MessageSearch(scope.workspace_id, query, vector, perspective_id=scope.observer_id, limit=limit,
-                               session_ids=session_ids, author_ids=author_ids, after=after, before=before)
+    async def search_messages(
+        self,
+        scope: RecallScope,
+        query: str,
+        vector: Sequence[float],
+        limit: int,
+        *,
+        session_ids: tuple[str, ...] | None,
+        before: datetime | None,
+        author_ids: Sequence[str] = (),
+        after: datetime | None = None,
+    ) -> list[RowMapping]:
+        search = MessageSearch(
+            scope.workspace_id,
+            query,
+            vector,
+            perspective_id=scope.observer_id,
+            limit=limit,
+            session_ids=session_ids,
+            author_ids=author_ids,
+            after=after,
+            before=before,
+        )
         async with self.engine.connect() as conn:
             return await search_messages(conn, search)
 
-    async def grep_messages(self, scope: RecallScope, pattern: str, limit: int,
-                            before: datetime | None) -> Sequence[RowMapping]:
+    async def grep_messages(
+        self, scope: RecallScope, pattern: str, limit: int, before: datetime | None
+    ) -> Sequence[RowMapping]:
         async with self.engine.connect() as conn:
-            return await reads.grep_messages(conn, scope.workspace_id, scope.observer_id, pattern, limit, before,
-                                             scope.sessions)
+            return await reads.grep_messages(
+                conn, scope.workspace_id, scope.observer_id, pattern, limit, before, scope.sessions
+            )
 
-    async def messages_between(self, scope: RecallScope, after: datetime | None, before: datetime | None,
-                               limit: int) -> Sequence[RowMapping]:
+    async def messages_between(
+        self, scope: RecallScope, after: datetime | None, before: datetime | None, limit: int
+    ) -> Sequence[RowMapping]:
         async with self.engine.connect() as conn:
-            return await reads.messages_between(conn, scope.workspace_id, scope.observer_id, after, before, limit,
-                                                scope.sessions)
+            return await reads.messages_between(
+                conn, scope.workspace_id, scope.observer_id, after, before, limit, scope.sessions
+            )
 
-    async def observation_sources(self, scope: RecallScope,
-                                  observation_id: str) -> list[tuple[RowMapping, str]] | None:
+    async def observation_sources(self, scope: RecallScope, observation_id: str) -> list[tuple[RowMapping, str]] | None:
         ws = scope.workspace_id
         async with self.engine.connect() as conn:
             if not await reads.pair_observations(conn, _pair(scope, include_superseded=True), [observation_id]):
@@ -74,8 +103,11 @@ class SqlMemoryReads:
             by_id = await message_reads.messages_by_id(conn, ws, [i for i in ids if i in visible])
         return [(by_id[s["message_id"]], s["span"]) for s in sources if s["message_id"] in by_id]
 
-    async def reasoning_chain(self, scope: RecallScope, observation_id: str,
-                              ) -> tuple[RowMapping, list[RowMapping], list[RowMapping]] | None:
+    async def reasoning_chain(
+        self,
+        scope: RecallScope,
+        observation_id: str,
+    ) -> tuple[RowMapping, list[RowMapping], list[RowMapping]] | None:
         ws, pair = scope.workspace_id, _pair(scope, include_superseded=True)
         async with self.engine.connect() as conn:
             found = await reads.pair_observations(conn, pair, [observation_id])
@@ -94,14 +126,30 @@ class SqlChatReads(SqlMemoryReads):
     async def evidence(self, scope: RecallScope, vector: Sequence[float], per_kind: int, history: int) -> Evidence:
         s = scope
         async with self.engine.connect() as conn:
-            explicit = await observation_reads.nearest_observations(conn, _pair(s, ["explicit"]), vector, per_kind, None)
-            derived = await observation_reads.nearest_observations(conn, _pair(s, DERIVED_LEVELS), vector, per_kind, None)
+            explicit = await observation_reads.nearest_observations(
+                conn, _pair(s, ["explicit"]), vector, per_kind, None
+            )
+            derived = await observation_reads.nearest_observations(
+                conn, _pair(s, DERIVED_LEVELS), vector, per_kind, None
+            )
             # the session's newest turns the observer saw: GetContext's recent messages, same rule
-            recent = (await message_reads.list_messages(conn, s.workspace_id, s.session_id, None, history, True,
-                                                  perspective_id=s.observer_id, before=s.as_of)
-                      if s.session_id else [])
+            recent = (
+                await message_reads.list_messages(
+                    conn,
+                    s.workspace_id,
+                    s.session_id,
+                    None,
+                    history,
+                    True,
+                    perspective_id=s.observer_id,
+                    before=s.as_of,
+                )
+                if s.session_id
+                else []
+            )
             found = bool(explicit or derived or recent) or await reads.has_evidence(
-                conn, s.workspace_id, s.observer_id, s.target_id, s.as_of, s.sessions)
+                conn, s.workspace_id, s.observer_id, s.target_id, s.as_of, s.sessions
+            )
         return Evidence(list(explicit), list(derived), list(recent), found)
 
 
@@ -110,11 +158,11 @@ class SqlDreamReads(SqlMemoryReads):
 
     async def current_derivation(self, workspace_id: str, observer_id: str, observed_id: str) -> str:
         async with self.engine.connect() as conn:
-            return await current_derivation(conn, workspace_id=workspace_id, observer_id=observer_id,
-                                            observed_id=observed_id)
+            return await current_derivation(
+                conn, workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id
+            )
 
-    async def newest_observations(self, scope: RecallScope, levels: Sequence[str],
-                                  limit: int) -> Sequence[RowMapping]:
+    async def newest_observations(self, scope: RecallScope, levels: Sequence[str], limit: int) -> Sequence[RowMapping]:
         async with self.engine.connect() as conn:
             return await observation_reads.list_observations(conn, _pair(scope, levels), None, limit, reverse=True)
 
@@ -124,12 +172,17 @@ class SqlDreamReads(SqlMemoryReads):
             card = await peer_reads.peer_card(conn, scope.workspace_id, scope.observer_id, scope.target_id)
         return rows, list(card["entries"]) if card else []
 
-    async def named_observations(self, scope: RecallScope, derivation: str, ids: Sequence[str],
-                                 content: str = "") -> dict[str, RowMapping]:
+    async def named_observations(
+        self, scope: RecallScope, derivation: str, ids: Sequence[str], content: str = ""
+    ) -> dict[str, RowMapping]:
         s = scope
         async with self.engine.connect() as conn:
             rows = await observations_by_id(conn, s.workspace_id, list(ids))
             if content:
-                rows = {**await live_with_content(conn, s.workspace_id, s.observer_id, s.target_id, derivation,
-                                                  normalise(content)), **rows}
+                rows = {
+                    **await live_with_content(
+                        conn, s.workspace_id, s.observer_id, s.target_id, derivation, normalise(content)
+                    ),
+                    **rows,
+                }
         return rows

@@ -21,15 +21,11 @@ async def workspace(conn: AsyncConnection, workspace_id: str) -> RowMapping | No
     return row.mappings().first()
 
 
-async def list_workspaces(conn: AsyncConnection, after: str, limit: int,
-                          only: Collection[str] | None = None) -> Sequence[RowMapping]:
+async def list_workspaces(
+    conn: AsyncConnection, after: str, limit: int, only: Collection[str] | None = None
+) -> Sequence[RowMapping]:
     """Workspaces after `after` in id order; only those in `only` unless it is None."""
-    stmt = (
-        select(workspaces)
-        .where(workspaces.c.workspace_id > after)
-        .order_by(workspaces.c.workspace_id)
-        .limit(limit)
-    )
+    stmt = select(workspaces).where(workspaces.c.workspace_id > after).order_by(workspaces.c.workspace_id).limit(limit)
     if only is not None:
         stmt = stmt.where(workspaces.c.workspace_id.in_(sorted(only)))
     return (await conn.execute(stmt)).mappings().all()
@@ -50,16 +46,27 @@ def _known_statement():
     workspace_id = bindparam("workspace_id")
 
     def ids(column, table, name):
-        return (select(func.coalesce(func.array_agg(column), literal([], ARRAY(Text))))
-                .where(table.c.workspace_id == workspace_id, column.in_(bindparam(name, expanding=True)))
-                .scalar_subquery())
-    return select(select(workspaces.c.workspace_id).where(workspaces.c.workspace_id == workspace_id).exists(),
-                  ids(peers.c.peer_id, peers, "peer_ids"), ids(sessions.c.session_id, sessions, "session_ids"))
+        return (
+            select(func.coalesce(func.array_agg(column), literal([], ARRAY(Text))))
+            .where(table.c.workspace_id == workspace_id, column.in_(bindparam(name, expanding=True)))
+            .scalar_subquery()
+        )
+
+    return select(
+        select(workspaces.c.workspace_id).where(workspaces.c.workspace_id == workspace_id).exists(),
+        ids(peers.c.peer_id, peers, "peer_ids"),
+        ids(sessions.c.session_id, sessions, "session_ids"),
+    )
 
 
-async def known(conn: AsyncConnection, workspace_id: str, peer_ids: Sequence[str],
-                session_ids: Sequence[str]) -> ExistingIds:
+async def known(
+    conn: AsyncConnection, workspace_id: str, peer_ids: Sequence[str], session_ids: Sequence[str]
+) -> ExistingIds:
     """Whether the workspace exists, and which of the given peers and sessions it has (one round trip)."""
-    row = (await conn.execute(_known_statement(), {"workspace_id": workspace_id, "peer_ids": list(peer_ids),
-                                                  "session_ids": list(session_ids)})).one()
+    row = (
+        await conn.execute(
+            _known_statement(),
+            {"workspace_id": workspace_id, "peer_ids": list(peer_ids), "session_ids": list(session_ids)},
+        )
+    ).one()
     return ExistingIds(row[0], frozenset(row[1]), frozenset(row[2]))

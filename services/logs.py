@@ -24,8 +24,9 @@ class LogSettings(BaseSettings):
 
     model_config = prefixed("PEERLOG_LOG_")
 
-    format: Literal["text", "json"] = Field("text", description="json: one object a line, with the trace and "
-                                             "span ids of the call or event being handled")
+    format: Literal["text", "json"] = Field(
+        "text", description="json: one object a line, with the trace and span ids of the call or event being handled"
+    )
     level: str = "INFO"
 
 
@@ -33,8 +34,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object a line, with the trace and span ids of the call or event the line was logged in."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = {"time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-                "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        line = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         ids = current_ids()
         if ids is not None:
             line["trace_id"], line["span_id"] = ids

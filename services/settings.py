@@ -69,10 +69,18 @@ class Settings(BaseSettings):
         """The global level: every setting, from the environment."""
         r = self.reasoning
         return Configuration(
-            reasoning=r.enabled, observe_me=r.observe_me, observe_others=r.observe_others, summaries=r.summaries,
-            summary_short_every=self.summarizer.short_every, summary_long_every=self.summarizer.long_every,
-            dreams=r.dreams, dream_threshold=self.dream.threshold, peer_card=r.peer_card,
-            deriver_instructions=r.deriver_instructions, dialectic_instructions=r.dialectic_instructions)
+            reasoning=r.enabled,
+            observe_me=r.observe_me,
+            observe_others=r.observe_others,
+            summaries=r.summaries,
+            summary_short_every=self.summarizer.short_every,
+            summary_long_every=self.summarizer.long_every,
+            dreams=r.dreams,
+            dream_threshold=self.dream.threshold,
+            peer_card=r.peer_card,
+            deriver_instructions=r.deriver_instructions,
+            dialectic_instructions=r.dialectic_instructions,
+        )
 
     @field_validator("auth", mode="before")
     @classmethod

@@ -28,10 +28,14 @@ class TracingSettings(BaseSettings):
     model_config = prefixed("PEERLOG_TRACING_")
 
     exporter: Literal["off", "otlp"] = Field("off", description="otlp: export spans over OTLP/HTTP")
-    endpoint: str = Field("", description="OTLP/HTTP traces URL (e.g. http://127.0.0.1:4318/v1/traces); "
-                          "empty: the exporter's default or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    sample_ratio: float = Field(1.0, ge=0, le=1, description="share of new traces recorded (a propagated "
-                                "trace follows its parent's decision)")
+    endpoint: str = Field(
+        "",
+        description="OTLP/HTTP traces URL (e.g. http://127.0.0.1:4318/v1/traces); "
+        "empty: the exporter's default or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    )
+    sample_ratio: float = Field(
+        1.0, ge=0, le=1, description="share of new traces recorded (a propagated trace follows its parent's decision)"
+    )
 
 
 def setup(settings: TracingSettings, service: str) -> None:
@@ -44,8 +48,10 @@ def setup(settings: TracingSettings, service: str) -> None:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
-    provider = TracerProvider(resource=Resource.create({"service.name": service}),
-                              sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service}),
+        sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)),
+    )
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.endpoint or None)))
     trace.set_tracer_provider(provider)
 
@@ -59,8 +65,10 @@ def record_headers() -> list[tuple[str, bytes]]:
 
 def context_from(pairs: Iterable[tuple[str, str | bytes]] | None) -> Context:
     """The trace context carried by Kafka headers or gRPC metadata (an empty one when there is none)."""
-    carrier = {name.lower(): value.decode(errors="replace") if isinstance(value, bytes) else value
-               for name, value in pairs or ()}
+    carrier = {
+        name.lower(): value.decode(errors="replace") if isinstance(value, bytes) else value
+        for name, value in pairs or ()
+    }
     return _W3C.extract(carrier)
 
 

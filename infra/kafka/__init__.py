@@ -10,4 +10,12 @@ from infra.kafka.broker import (
 )
 from infra.kafka.cluster import KafkaCluster
 
-__all__ = ["KAFKA_VERSION", "BrokerStartError", "KafkaBroker", "ensure_jars", "running_broker", "stop_broker", "KafkaCluster"]
+__all__ = [
+    "KAFKA_VERSION",
+    "BrokerStartError",
+    "KafkaBroker",
+    "ensure_jars",
+    "running_broker",
+    "stop_broker",
+    "KafkaCluster",
+]

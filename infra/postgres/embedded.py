@@ -65,9 +65,7 @@ class EmbeddedPostgres:
     test clusters only.
     """
 
-    def __init__(
-        self, data_dir: Path, port: int = 0, database: str = "peerlog", *, fast: bool = False
-    ) -> None:
+    def __init__(self, data_dir: Path, port: int = 0, database: str = "peerlog", *, fast: bool = False) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
         self.port = port or free_port()
         self.database = database
@@ -169,7 +167,8 @@ class EmbeddedPostgres:
             log.warning(
                 "%s is below a pytest-of-* dir, which every new pytest session chmods back "
                 "to 0700; uid %d then loses its data dir. Use tempfile.mkdtemp() instead.",
-                self.data_dir, uid,
+                self.data_dir,
+                uid,
             )
         grant_search_path(POSTGRES_BIN_PATH.parent, uid, gid)
         os.chown(self.data_dir, uid, gid)
@@ -183,8 +182,10 @@ class EmbeddedPostgres:
         shutil.rmtree(scratch, ignore_errors=True)
         self._write_password()
         args = [
-            "-D", str(scratch),
-            "-U", SUPERUSER,
+            "-D",
+            str(scratch),
+            "-U",
+            SUPERUSER,
             f"--pwfile={self.data_dir / 'password'}",
             # scram for TCP; there is no Unix socket (see server_settings)
             "--auth=scram-sha-256",
@@ -217,11 +218,20 @@ class EmbeddedPostgres:
     def _pg_ctl_start(self, timeout: float) -> None:
         """Start the postmaster detached (pg_ctl forks and setsid()s it) and wait for 'ready'."""
         options = shlex.join(
-            arg for key, value in server_settings(self.port, self.fast).items()
-            for arg in ("-c", f"{key}={value}")
+            arg for key, value in server_settings(self.port, self.fast).items() for arg in ("-c", f"{key}={value}")
         )
-        args = ["start", "-D", str(self.pgdata), "-l", str(self.log_path),
-                "-w", "-t", str(max(1, int(timeout))), "-o", options]
+        args = [
+            "start",
+            "-D",
+            str(self.pgdata),
+            "-l",
+            str(self.log_path),
+            "-w",
+            "-t",
+            str(max(1, int(timeout))),
+            "-o",
+            options,
+        ]
         try:
             self._run("pg_ctl", args, timeout + 5)
         except RuntimeError as err:
@@ -252,9 +262,7 @@ class EmbeddedPostgres:
     def _ensure_database(self) -> None:
         """CREATE DATABASE if missing, then CREATE EXTENSION vector in it."""
         with psycopg.connect(self._uri("postgresql", "postgres"), autocommit=True) as conn:
-            found = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)
-            ).fetchone()
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)).fetchone()
             if found is None:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
         with psycopg.connect(self.dsn, autocommit=True) as conn:
@@ -303,8 +311,14 @@ def run_as(account: tuple[int, int] | None, argv: list[str], *, cwd: Path, timeo
     # could inherit a pipe and keep us waiting for EOF
     with tempfile.TemporaryFile("w+") as out:
         done = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            cwd=cwd, timeout=timeout, text=True, **drop,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            timeout=timeout,
+            text=True,
+            **drop,
         )
         out.seek(0)
         output = out.read()
@@ -339,9 +353,19 @@ def ensure_system_user(name: str) -> pwd.struct_passwd:
         pass
     log.warning("creating system user %r to run PostgreSQL (it refuses to run as root)", name)
     done = subprocess.run(
-        ["useradd", "--system", "--user-group", "--no-create-home",
-         "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name],
-        capture_output=True, text=True,
+        [
+            "useradd",
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
+        capture_output=True,
+        text=True,
     )
     try:
         return pwd.getpwnam(name)  # also covers a concurrent useradd winning the race

@@ -40,10 +40,12 @@ def _peer_or_workspace(field: str) -> Rule:
 
 def _or_seen_by(base: Rule) -> Rule:
     """A message search: `base`, or the perspective peer, since then only what it saw is returned."""
+
     def rule(r) -> list[Need]:
         (need,) = base(r)
         seen = (peer(r.workspace_id, r.perspective_peer_id),) if r.perspective_peer_id else ()
         return [need + seen]
+
     return rule
 
 
@@ -61,7 +63,8 @@ def _add_messages(r) -> list[Need]:
 def _processing_status(r) -> list[Need]:
     # narrowed to an observer and/or a session: counts of what that peer perceived, or of that session
     narrowed = ((peer(r.workspace_id, r.observer_id),) if r.observer_id else ()) + (
-        _session(r)[0] if r.session_id else ())
+        _session(r)[0] if r.session_id else ()
+    )
     return [narrowed] if narrowed else _workspace(r)
 
 

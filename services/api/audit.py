@@ -39,20 +39,26 @@ async def get_provenance(ctx: ApiDeps, workspace_id: str, observation_id: str, t
         views = await with_provenance(conn, workspace_id, [rows[i] for i in order if i in rows])
         cited = [s["message_id"] for view in views for s in view.sources]
         messages = await message_reads.messages_by_id(conn, workspace_id, cited) if cited else {}
-    nodes = [ProvenanceNode(view, {s["message_id"]: messages[s["message_id"]] for s in view.sources
-                                   if s["message_id"] in messages}) for view in views]
+    nodes = [
+        ProvenanceNode(
+            view, {s["message_id"]: messages[s["message_id"]] for s in view.sources if s["message_id"] in messages}
+        )
+        for view in views
+    ]
     return Provenance(observation_id, nodes, [i for i in order if i not in rows], truncated)
 
 
-async def get_observation_history(ctx: ApiDeps, workspace_id: str, observation_id: str,
-                                  token: str) -> Sequence[RowMapping]:
+async def get_observation_history(
+    ctx: ApiDeps, workspace_id: str, observation_id: str, token: str
+) -> Sequence[RowMapping]:
     await get_observation(ctx, workspace_id, observation_id, token)
     async with ctx.engine.connect() as conn:
         return await audit_reads.history(conn, workspace_id, observation_id)
 
 
-async def list_rejected(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, dream_id: str,
-                        limit: int, token: str) -> Sequence[RowMapping]:
+async def list_rejected(
+    ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, dream_id: str, limit: int, token: str
+) -> Sequence[RowMapping]:
     await preflight(ctx, token)
     if bool(observer_id) != bool(observed_id):
         raise InvalidArgument("give both observer_id and observed_id to narrow to a pair, or neither")

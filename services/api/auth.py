@@ -13,11 +13,13 @@ from services.api.errors import Undecodable
 from services.api.tokens import ADMIN, Grant, Verifier
 from services.errors import Unauthenticated
 
-OPEN_SERVICES = frozenset({
-    "grpc.health.v1.Health",
-    "grpc.reflection.v1alpha.ServerReflection",
-    "grpc.reflection.v1.ServerReflection",
-})
+OPEN_SERVICES = frozenset(
+    {
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+        "grpc.reflection.v1.ServerReflection",
+    }
+)
 _grant: ContextVar[Grant | None] = ContextVar("peerlog_grant", default=None)
 
 
@@ -35,8 +37,9 @@ def bearer(metadata) -> str:
             if scheme.lower() == "bearer" and token.strip():
                 return token.strip()
             raise Unauthenticated("the authorization header is not 'Bearer <token>'")
-    raise Unauthenticated("no token: send the header 'authorization: Bearer <token>' "
-                          "(make a token with `peerlog keys create`)")
+    raise Unauthenticated(
+        "no token: send the header 'authorization: Bearer <token>' (make a token with `peerlog keys create`)"
+    )
 
 
 def refusal(grant: Grant, method: str, request) -> str | None:
@@ -97,11 +100,11 @@ def _admitting(handler: grpc.RpcMethodHandler, admit) -> grpc.RpcMethodHandler:
             async for item in inner_stream(request, context):
                 yield item
 
-        return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer,
-                                                    handler.response_serializer)
+        return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer, handler.response_serializer)
     if handler.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(_admitting_stream(handler, admit), handler.request_deserializer,
-                                                    handler.response_serializer)
+        return grpc.stream_unary_rpc_method_handler(
+            _admitting_stream(handler, admit), handler.request_deserializer, handler.response_serializer
+        )
     raise TypeError("peerlog serves unary, server-streaming (async generator) and client-streaming RPCs only")
 
 
@@ -119,6 +122,7 @@ def _admitting_stream(handler: grpc.RpcMethodHandler, admit):
                 yield first
             async for request in requests:
                 yield request
+
         return await inner(whole(), context)
 
     return upload

@@ -26,8 +26,9 @@ class Card:
     updated_at: datetime | None
 
 
-async def get_peer_card(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, token: str,
-                        as_of: datetime | None = None) -> Card:
+async def get_peer_card(
+    ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, token: str, as_of: datetime | None = None
+) -> Card:
     observed_id = observed_id or observer_id
     await preflight(ctx, token, workspace_id, peers={"observer_id": observer_id, "observed_id": observed_id})
     async with ctx.engine.connect() as conn:
@@ -46,7 +47,12 @@ async def set_peer_card(
     if problems:
         raise InvalidArgument("invalid peer card: " + v.listed(problems, v.SHOWN_PROBLEMS, "; "))
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
-    event = PeerCardUpdated(workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id,
-                            entries=tuple(entries), producer=ctx.producer)
+    event = PeerCardUpdated(
+        workspace_id=workspace_id,
+        observer_id=observer_id,
+        observed_id=observed_id,
+        entries=tuple(entries),
+        producer=ctx.producer,
+    )
     token = await commit(ctx, [event])
     return await get_peer_card(ctx, workspace_id, observer_id, observed_id, ""), token

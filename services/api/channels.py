@@ -37,8 +37,12 @@ class _AioUploadBearer(grpc.aio.StreamUnaryClientInterceptor):
         return await continuation(_with_token(client_call_details, self.token), request_iterator)
 
 
-class _Details(collections.namedtuple("_Details", ("method", "timeout", "metadata", "credentials",
-                                                    "wait_for_ready", "compression")), grpc.ClientCallDetails):
+class _Details(
+    collections.namedtuple(
+        "_Details", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+    ),
+    grpc.ClientCallDetails,
+):
     pass
 
 
@@ -47,8 +51,10 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercepto
         self.token = token
 
     def _details(self, d):
-        return _with_token(_Details(d.method, d.timeout, d.metadata, d.credentials, d.wait_for_ready,
-                                    getattr(d, "compression", None)), self.token)
+        return _with_token(
+            _Details(d.method, d.timeout, d.metadata, d.credentials, d.wait_for_ready, getattr(d, "compression", None)),
+            self.token,
+        )
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         return continuation(self._details(client_call_details), request)
@@ -57,8 +63,9 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercepto
         return continuation(self._details(client_call_details), request)
 
 
-def aio_channel(address: str, token: str = "", credentials: grpc.ChannelCredentials | None = None,
-                options=None) -> grpc.aio.Channel:
+def aio_channel(
+    address: str, token: str = "", credentials: grpc.ChannelCredentials | None = None, options=None
+) -> grpc.aio.Channel:
     """An asyncio channel to `address` sending `token` (none when empty); TLS with `credentials`."""
     interceptors = [_AioBearer(token), _AioStreamBearer(token), _AioUploadBearer(token)] if token else None
     if credentials is not None:

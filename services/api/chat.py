@@ -7,15 +7,14 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from projections import configurations
-
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_scope
 from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
-from services.dialectic.settings import LEVELS
 from services.dialectic import response_format
 from services.dialectic.loop import ChatEvent, ChatRequest, ChatResult
+from services.dialectic.settings import LEVELS
 from services.errors import InvalidArgument, Unavailable
 from services.events import resolve
 
@@ -31,8 +30,9 @@ async def _checked(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
         raise InvalidArgument(f"reasoning_level {r.level!r} is not one of {', '.join(LEVELS)}")
     if r.response_schema is not None:  # metaschema checks can take a while: keep the event loop free
         await asyncio.to_thread(response_format.check, r.response_schema)
-    await require_scope(ctx, r.workspace_id, [r.session_id] if r.session_id else [],
-                        observer_id=r.observer_id, target_id=r.target_id)
+    await require_scope(
+        ctx, r.workspace_id, [r.session_id] if r.session_id else [], observer_id=r.observer_id, target_id=r.target_id
+    )
     return r
 
 

@@ -42,24 +42,45 @@ def origin(row: RowMapping, origins: Mapping[str, RowMapping]) -> MessageOrigin:
     """Where `row` was first sent: its own origin if it is a copy itself, else the row."""
     first = origins.get(row["message_id"])
     if first is not None:
-        return MessageOrigin(workspace_id=first["origin_workspace_id"], session_id=first["origin_session_id"],
-                             message_id=first["origin_message_id"])
+        return MessageOrigin(
+            workspace_id=first["origin_workspace_id"],
+            session_id=first["origin_session_id"],
+            message_id=first["origin_message_id"],
+        )
     return MessageOrigin(workspace_id=row["workspace_id"], session_id=row["session_id"], message_id=row["message_id"])
 
 
-def clone_events(r: CloneRequest, session_metadata: dict, members: Sequence[str], rows: Sequence[RowMapping],
-                 origins: Mapping[str, RowMapping], producer: ProducerInfo,
-                 new_id: Callable[[], str], now: datetime) -> list[Event]:
+def clone_events(
+    r: CloneRequest,
+    session_metadata: dict,
+    members: Sequence[str],
+    rows: Sequence[RowMapping],
+    origins: Mapping[str, RowMapping],
+    producer: ProducerInfo,
+    new_id: Callable[[], str],
+    now: datetime,
+) -> list[Event]:
     """The new session, its members (joined first, so the copies are theirs to read), then the copies in
     order, keeping each message's author, time and metadata."""
     w, s = r.workspace_id, r.new_session_id
     events: list[Event] = [SessionCreated(workspace_id=w, session_id=s, metadata=session_metadata, producer=producer)]
-    events += [MemberJoined(workspace_id=w, session_id=s, peer_id=p, joined_at=now, producer=producer)
-               for p in sorted(members)]
-    events += [MessageAppended(workspace_id=w, session_id=s, message_id=new_id(), peer_id=row["peer_id"],
-                               content=row["content"], created_at=row["created_at"], metadata=row["metadata"],
-                               origin=origin(row, origins), producer=producer)
-               for row in rows]
+    events += [
+        MemberJoined(workspace_id=w, session_id=s, peer_id=p, joined_at=now, producer=producer) for p in sorted(members)
+    ]
+    events += [
+        MessageAppended(
+            workspace_id=w,
+            session_id=s,
+            message_id=new_id(),
+            peer_id=row["peer_id"],
+            content=row["content"],
+            created_at=row["created_at"],
+            metadata=row["metadata"],
+            origin=origin(row, origins),
+            producer=producer,
+        )
+        for row in rows
+    ]
     return events
 
 
@@ -76,18 +97,31 @@ async def clone_session(ctx: ApiDeps, r: CloneRequest) -> tuple[Written, list[st
     async with ctx.writes.hold(("session", r.workspace_id, r.new_session_id)):
         async with ctx.engine.connect() as conn:
             if await session_reads.session(conn, r.workspace_id, r.new_session_id) is not None:
-                raise AlreadyExists(f"session {r.new_session_id!r} already exists in workspace {r.workspace_id!r}; "
-                                    "a clone goes into a new session")
-            rows = await message_reads.list_messages(conn, r.workspace_id, r.session_id, None, MAX_CLONED_MESSAGES + 1,
-                                               False)
+                raise AlreadyExists(
+                    f"session {r.new_session_id!r} already exists in workspace {r.workspace_id!r}; "
+                    "a clone goes into a new session"
+                )
+            rows = await message_reads.list_messages(
+                conn, r.workspace_id, r.session_id, None, MAX_CLONED_MESSAGES + 1, False
+            )
             rows = up_to(rows, r.up_to_message_id)
             if len(rows) > MAX_CLONED_MESSAGES:
-                raise FailedPrecondition(f"session {r.session_id!r} has over {MAX_CLONED_MESSAGES} messages; "
-                                         "clone it up to a message (up_to_message_id)")
+                raise FailedPrecondition(
+                    f"session {r.session_id!r} has over {MAX_CLONED_MESSAGES} messages; "
+                    "clone it up to a message (up_to_message_id)"
+                )
             members = await session_reads.current_members(conn, r.workspace_id, r.session_id)
             origins = await message_reads.origins(conn, r.workspace_id, [row["message_id"] for row in rows])
-        events = clone_events(r, dict(source["metadata"]), sorted(members), rows, origins, ctx.producer,
-                              lambda: str(uuid6.uuid7()), datetime.now(UTC))
+        events = clone_events(
+            r,
+            dict(source["metadata"]),
+            sorted(members),
+            rows,
+            origins,
+            ctx.producer,
+            lambda: str(uuid6.uuid7()),
+            datetime.now(UTC),
+        )
         token = await commit(ctx, events)
     written = Written(await require_session(ctx, r.workspace_id, r.new_session_id), True, token)
     return written, [e.message_id for e in events if isinstance(e, MessageAppended)]

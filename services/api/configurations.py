@@ -26,32 +26,50 @@ from services.events import (
 async def set_workspace(ctx: ApiDeps, workspace_id: str, config: Configuration) -> str:
     """Replace the workspace level; answers once readable, so messages accepted after it are stamped with it."""
     await require_workspace(ctx, workspace_id)
-    return await commit(ctx, [WorkspaceConfigured(workspace_id=workspace_id, configuration=config,
-                                                  producer=ctx.producer)])
+    return await commit(
+        ctx, [WorkspaceConfigured(workspace_id=workspace_id, configuration=config, producer=ctx.producer)]
+    )
 
 
 async def set_session(ctx: ApiDeps, workspace_id: str, session_id: str, config: Configuration) -> str:
     """Replace the session level (on the session's topic: it governs the messages after it in log order)."""
     await require_session(ctx, workspace_id, session_id)
-    return await commit(ctx, [SessionConfigured(workspace_id=workspace_id, session_id=session_id,
-                                                configuration=config, producer=ctx.producer)])
+    return await commit(
+        ctx,
+        [
+            SessionConfigured(
+                workspace_id=workspace_id, session_id=session_id, configuration=config, producer=ctx.producer
+            )
+        ],
+    )
 
 
-async def set_message(ctx: ApiDeps, workspace_id: str, session_id: str, message_id: str,
-                      config: Configuration) -> str:
+async def set_message(ctx: ApiDeps, workspace_id: str, session_id: str, message_id: str, config: Configuration) -> str:
     """Replace a message's own level after it was accepted (an event after it on the session's topic)."""
     await require_session(ctx, workspace_id, session_id)
     async with ctx.engine.connect() as conn:
-        row = (await message_reads.messages_by_id(conn, workspace_id, [v.check_id("message_id", message_id)])).get(message_id)
+        row = (await message_reads.messages_by_id(conn, workspace_id, [v.check_id("message_id", message_id)])).get(
+            message_id
+        )
     if row is None or row["session_id"] != session_id:
-        raise NotFound(f"message {message_id!r} does not exist in session {session_id!r} of workspace "
-                       f"{workspace_id!r}")
-    return await commit(ctx, [MessageConfigured(workspace_id=workspace_id, session_id=session_id, message_id=message_id,
-                                                configuration=config, producer=ctx.producer)])
+        raise NotFound(f"message {message_id!r} does not exist in session {session_id!r} of workspace {workspace_id!r}")
+    return await commit(
+        ctx,
+        [
+            MessageConfigured(
+                workspace_id=workspace_id,
+                session_id=session_id,
+                message_id=message_id,
+                configuration=config,
+                producer=ctx.producer,
+            )
+        ],
+    )
 
 
-async def effective(ctx: ApiDeps, workspace_id: str, session_id: str, message_id: str,
-                    as_of: datetime | None, token: str) -> Effective:
+async def effective(
+    ctx: ApiDeps, workspace_id: str, session_id: str, message_id: str, as_of: datetime | None, token: str
+) -> Effective:
     """The settings that apply, each with its level, at `as_of` (None: now): for a message (its workspace and
     session levels as it was processed under), else for the session or the workspace."""
     # a message's levels are read below, by its id; else the session's (if named) or the workspace's

@@ -60,10 +60,17 @@ def _check(q: ContextQuery) -> ContextQuery:
 
 
 def _obs(row, premises) -> Obs:
-    return Obs(row["observation_id"], row["content"], row["level"], (row["created_at"], row["observation_id"]),
-               session_id=row["session_id"] or "", times_derived=row["times_derived"],
-               premises=tuple(Premise(p["observation_id"], p["level"], p["content"]) for p in premises),
-               confidence=row["confidence"] or "", pattern_type=row["pattern_type"] or "")
+    return Obs(
+        row["observation_id"],
+        row["content"],
+        row["level"],
+        (row["created_at"], row["observation_id"]),
+        session_id=row["session_id"] or "",
+        times_derived=row["times_derived"],
+        premises=tuple(Premise(p["observation_id"], p["level"], p["content"]) for p in premises),
+        confidence=row["confidence"] or "",
+        pattern_type=row["pattern_type"] or "",
+    )
 
 
 def _dedup(rows):
@@ -74,26 +81,35 @@ def _dedup(rows):
             yield r
 
 
-async def _ranked(conn: AsyncConnection, q: ContextQuery, observer: str, target: str,
-                  vector: list[float] | None, allowed: tuple[str, ...] | None) -> list[Obs]:
+async def _ranked(
+    conn: AsyncConnection,
+    q: ContextQuery,
+    observer: str,
+    target: str,
+    vector: list[float] | None,
+    allowed: tuple[str, ...] | None,
+) -> list[Obs]:
     """Semantic slice (when there is a query vector), then most reinforced, then most recent;
     de-duplicated, best first."""
     n = q.max_observations or 100
-    where = observation_reads.ObservationFilter(workspace_id=q.workspace_id, observer_id=observer, observed_id=target,
-                                            allowed_sessions=allowed,
-                                            as_of=q.as_of)
-    slices = observation_reads.Slices(semantic=q.search_top_k or max(1, n // 3),
-                                  max_distance=q.search_max_distance or None,
-                                  reinforced=max(1, n // 3) if q.include_most_reinforced else 0, recent=n)
+    where = observation_reads.ObservationFilter(
+        workspace_id=q.workspace_id, observer_id=observer, observed_id=target, allowed_sessions=allowed, as_of=q.as_of
+    )
+    slices = observation_reads.Slices(
+        semantic=q.search_top_k or max(1, n // 3),
+        max_distance=q.search_max_distance or None,
+        reinforced=max(1, n // 3) if q.include_most_reinforced else 0,
+        recent=n,
+    )
     rows = await observation_reads.working_set(conn, where, slices, vector)
     kept = list(_dedup(rows))[:n]
-    premises = await observation_reads.premise_rows(conn, q.workspace_id, [r["observation_id"] for r in kept
-                                                                       if r["level"] != "explicit"])
+    premises = await observation_reads.premise_rows(
+        conn, q.workspace_id, [r["observation_id"] for r in kept if r["level"] != "explicit"]
+    )
     return [_obs(r, premises.get(r["observation_id"], ())) for r in kept]
 
 
-async def _check_scope(conn: AsyncConnection, q: ContextQuery, observer: str, target: str,
-                       sessions: list[str]) -> None:
+async def _check_scope(conn: AsyncConnection, q: ContextQuery, observer: str, target: str, sessions: list[str]) -> None:
     peers = {"observer_id": observer, "target_id": target} if observer else {}
     await check_scope(conn, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
 
@@ -102,16 +118,26 @@ def relevant_candidates(budget: int) -> int:
     return min(MAX_CANDIDATES, max(MIN_CANDIDATES, (budget or MAX_BUDGET) // TOKENS_PER_CANDIDATE))
 
 
-async def _relevant(conn: AsyncConnection, q: ContextQuery, vector: list[float] | None,
-                    allowed: tuple[str, ...] | None) -> list[Relevant]:
+async def _relevant(
+    conn: AsyncConnection, q: ContextQuery, vector: list[float] | None, allowed: tuple[str, ...] | None
+) -> list[Relevant]:
     """The past messages most relevant to the query that the observer saw (every session it was a
     member of while they were sent, within the allowlist): the message search, best first."""
     if not q.search_query.strip() or allowed == ():  # an allowlist of nothing recalls nothing
         return []
-    search = MessageSearch(q.workspace_id, q.search_query, vector, session_ids=allowed or (),
-                           perspective_id=q.observer_id, before=q.as_of, limit=relevant_candidates(q.token_budget))
-    return [Relevant(r["message_id"], r["peer_id"], r["session_id"], r["content"], r["created_at"], r["score"])
-            for r in await search_messages(conn, search)]
+    search = MessageSearch(
+        q.workspace_id,
+        q.search_query,
+        vector,
+        session_ids=allowed or (),
+        perspective_id=q.observer_id,
+        before=q.as_of,
+        limit=relevant_candidates(q.token_budget),
+    )
+    return [
+        Relevant(r["message_id"], r["peer_id"], r["session_id"], r["content"], r["created_at"], r["score"])
+        for r in await search_messages(conn, search)
+    ]
 
 
 async def _card_on(ctx: ApiDeps, conn: AsyncConnection, q: ContextQuery) -> bool:
@@ -134,16 +160,25 @@ async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
             card = list(row["entries"]) if row else []
         summaries = await session_reads.latest_summaries(conn, q.workspace_id, q.session_id, q.as_of)
         # the observer's perspective: only the turns sent while it was a member (and, as of a time, before it)
-        recent = await message_reads.list_messages(conn, q.workspace_id, q.session_id, None, MAX_MESSAGES_SCANNED, True,
-                                             perspective_id=observer, before=q.as_of)
+        recent = await message_reads.list_messages(
+            conn,
+            q.workspace_id,
+            q.session_id,
+            None,
+            MAX_MESSAGES_SCANNED,
+            True,
+            perspective_id=observer,
+            before=q.as_of,
+        )
         query_vector = await vector
         if observer:
             ranked = await _ranked(conn, q, observer, target, query_vector, allowed)
         relevant = await _relevant(conn, q, query_vector, allowed)
     lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"]) for r in recent]
     short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
-    return pack(q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary,
-                relevant)
+    return pack(
+        q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary, relevant
+    )
 
 
 async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> list[Obs]:

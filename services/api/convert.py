@@ -21,19 +21,19 @@ from peerlog.v1 import (
 from projections.message_search import MessageSearch
 from projections.observation_reads import ObservationFilter
 from projections.status_reads import StatusScope
-from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
-from services.api.observation_writes import NewObservation
 from services.api import clones, context_reads, files
 from services.api import validation as v
-from services.api.packing import render_relevant, render_representation
-from services.dialectic import response_format
-from services.dialectic.loop import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
-from services.dialectic.prompt import PROMPT_VERSION
-from services.api.reads import SessionView
 from services.api.convert_configuration import optional_configuration
+from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
+from services.api.observation_writes import NewObservation
+from services.api.packing import render_relevant, render_representation
+from services.api.reads import SessionView
 from services.api.scopes import ScopeView
 from services.api.uploads import Upload
 from services.api.writes import MemberSpec, NewMessage
+from services.dialectic import response_format
+from services.dialectic.loop import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
+from services.dialectic.prompt import PROMPT_VERSION
 from services.errors import InvalidArgument
 from services.events import Level, Source
 
@@ -93,8 +93,11 @@ def workspace(row: RowMapping) -> workspaces_pb2.Workspace:
 
 def peer(row: RowMapping) -> peers_pb2.Peer:
     return peers_pb2.Peer(
-        workspace_id=row["workspace_id"], peer_id=row["peer_id"], observe_me=row["observe_me"],
-        metadata=struct(row["metadata"]), created_at=ts(row["created_at"]),
+        workspace_id=row["workspace_id"],
+        peer_id=row["peer_id"],
+        observe_me=row["observe_me"],
+        metadata=struct(row["metadata"]),
+        created_at=ts(row["created_at"]),
     )
 
 
@@ -112,9 +115,12 @@ def membership(row: RowMapping) -> sessions_pb2.Membership:
 def session(view: SessionView) -> sessions_pb2.Session:
     row = view.session
     return sessions_pb2.Session(
-        workspace_id=row["workspace_id"], session_id=row["session_id"],
-        metadata=struct(row["metadata"]), created_at=ts(row["created_at"]),
-        memberships=[membership(m) for m in view.memberships], message_count=row["message_count"],
+        workspace_id=row["workspace_id"],
+        session_id=row["session_id"],
+        metadata=struct(row["metadata"]),
+        created_at=ts(row["created_at"]),
+        memberships=[membership(m) for m in view.memberships],
+        message_count=row["message_count"],
     )
 
 
@@ -137,35 +143,51 @@ async def upload(requests) -> tuple[Upload, bytes]:
         pieces.append(r.data)
     if first is None:
         raise InvalidArgument("UploadFile got no request: the first names the file and where it goes")
-    return Upload(first.workspace_id, first.session_id, first.peer_id, first.file_name,
-                  first.idempotency_key), b"".join(pieces)
+    return Upload(
+        first.workspace_id, first.session_id, first.peer_id, first.file_name, first.idempotency_key
+    ), b"".join(pieces)
 
 
 def new_message(m: messages_pb2.NewMessage, index: int = 0) -> NewMessage:
     return NewMessage(
-        peer_id=m.peer_id, content=m.content, created_at=from_ts(m, "created_at"),
-        metadata=metadata(m.metadata, f"messages[{index}].metadata"), message_id=m.message_id,
+        peer_id=m.peer_id,
+        content=m.content,
+        created_at=from_ts(m, "created_at"),
+        metadata=metadata(m.metadata, f"messages[{index}].metadata"),
+        message_id=m.message_id,
         configuration=optional_configuration(m, f"messages[{index}].configuration"),
     )
 
 
 def message(row: RowMapping) -> messages_pb2.Message:
     return messages_pb2.Message(
-        workspace_id=row["workspace_id"], session_id=row["session_id"], message_id=row["message_id"],
-        peer_id=row["peer_id"], content=row["content"], created_at=ts(row["created_at"]),
-        metadata=struct(row["metadata"]), seq=row["seq"],
+        workspace_id=row["workspace_id"],
+        session_id=row["session_id"],
+        message_id=row["message_id"],
+        peer_id=row["peer_id"],
+        content=row["content"],
+        created_at=ts(row["created_at"]),
+        metadata=struct(row["metadata"]),
+        seq=row["seq"],
         origin=_origin(row) if row.get("origin_message_id") else None,
     )
 
 
 def clone_request(r: sessions_pb2.CloneSessionRequest) -> clones.CloneRequest:
-    return clones.CloneRequest(workspace_id=r.workspace_id, session_id=r.session_id, new_session_id=r.new_session_id,
-                               up_to_message_id=r.up_to_message_id)
+    return clones.CloneRequest(
+        workspace_id=r.workspace_id,
+        session_id=r.session_id,
+        new_session_id=r.new_session_id,
+        up_to_message_id=r.up_to_message_id,
+    )
 
 
 def _origin(row: RowMapping) -> messages_pb2.MessageOrigin:
-    return messages_pb2.MessageOrigin(workspace_id=row["origin_workspace_id"], session_id=row["origin_session_id"],
-                                      message_id=row["origin_message_id"])
+    return messages_pb2.MessageOrigin(
+        workspace_id=row["origin_workspace_id"],
+        session_id=row["origin_session_id"],
+        message_id=row["origin_message_id"],
+    )
 
 
 LEVEL_TO_PROTO = {
@@ -193,41 +215,66 @@ def levels(values) -> tuple[str, ...]:
 
 def list_filter(r: observations_pb2.ListObservationsRequest) -> ObservationFilter:
     return ObservationFilter(
-        workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id,
-        levels=levels(r.levels), session_id=r.session_id, include_superseded=r.include_superseded,
-        include_deleted=r.include_deleted, derivation=r.derivation, as_of=from_ts(r, "as_of"),
+        workspace_id=r.workspace_id,
+        observer_id=r.observer_id,
+        observed_id=r.observed_id,
+        levels=levels(r.levels),
+        session_id=r.session_id,
+        include_superseded=r.include_superseded,
+        include_deleted=r.include_deleted,
+        derivation=r.derivation,
+        as_of=from_ts(r, "as_of"),
     )
 
 
 def search_query(r: observations_pb2.SearchObservationsRequest) -> SearchQuery:
-    pair = ObservationFilter(workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id,
-                             levels=levels(r.levels), as_of=from_ts(r, "as_of"))
+    pair = ObservationFilter(
+        workspace_id=r.workspace_id,
+        observer_id=r.observer_id,
+        observed_id=r.observed_id,
+        levels=levels(r.levels),
+        as_of=from_ts(r, "as_of"),
+    )
     max_distance = r.max_distance if r.HasField("max_distance") else None
     return SearchQuery(pair=pair, text=r.query, top_k=r.top_k, max_distance=max_distance, scope_id=r.scope_id)
 
 
 def scope(view: ScopeView) -> scopes_pb2.Scope:
     row = view.row
-    return scopes_pb2.Scope(workspace_id=row["workspace_id"], scope_id=row["scope_id"], name=row["name"],
-                            session_ids=view.session_ids, created_at=ts(row["created_at"]))
+    return scopes_pb2.Scope(
+        workspace_id=row["workspace_id"],
+        scope_id=row["scope_id"],
+        name=row["name"],
+        session_ids=view.session_ids,
+        created_at=ts(row["created_at"]),
+    )
 
 
 def new_observation(o: observations_pb2.NewObservation) -> NewObservation:
     sources = tuple(Source(message_id=s.message_id, span=s.span) for s in o.sources)
-    return NewObservation(content=o.content, session_id=o.session_id, sources=sources,
-                          observation_id=o.observation_id)
+    return NewObservation(content=o.content, session_id=o.session_id, sources=sources, observation_id=o.observation_id)
 
 
 def observation(view: ObservationView) -> observations_pb2.Observation:
     row = view.row
     out = observations_pb2.Observation(
-        workspace_id=row["workspace_id"], observation_id=row["observation_id"], observer_id=row["observer_id"],
-        observed_id=row["observed_id"], level=LEVEL_TO_PROTO[Level(row["level"])], content=row["content"],
-        session_id=row["session_id"] or "", confidence=row["confidence"] or "", pattern_type=row["pattern_type"] or "",
-        times_derived=row["times_derived"], created_at=ts(row["created_at"]),
-        superseded_by=row["superseded_by"] or "", delete_reason=row["delete_reason"] or "",
+        workspace_id=row["workspace_id"],
+        observation_id=row["observation_id"],
+        observer_id=row["observer_id"],
+        observed_id=row["observed_id"],
+        level=LEVEL_TO_PROTO[Level(row["level"])],
+        content=row["content"],
+        session_id=row["session_id"] or "",
+        confidence=row["confidence"] or "",
+        pattern_type=row["pattern_type"] or "",
+        times_derived=row["times_derived"],
+        created_at=ts(row["created_at"]),
+        superseded_by=row["superseded_by"] or "",
+        delete_reason=row["delete_reason"] or "",
         sources=[observations_pb2.ObservationSource(message_id=s["message_id"], span=s["span"]) for s in view.sources],
-        premise_ids=view.premise_ids, dream_id=row["dream_id"] or "", derivation=row["derivation"],
+        premise_ids=view.premise_ids,
+        dream_id=row["dream_id"] or "",
+        derivation=row["derivation"],
     )
     for name in ("superseded_at", "deleted_at", "premise_superseded_at"):
         if row[name] is not None:
@@ -240,14 +287,18 @@ def match(view: ObservationView) -> observations_pb2.ObservationMatch:
 
 
 def status_scope(r: observations_pb2.GetProcessingStatusRequest) -> StatusScope:
-    return StatusScope(workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id,
-                       session_id=r.session_id)
+    return StatusScope(
+        workspace_id=r.workspace_id, observer_id=r.observer_id, observed_id=r.observed_id, session_id=r.session_id
+    )
 
 
 def dead_lettered_batch(row: RowMapping) -> observations_pb2.DeadLetteredBatch:
     out = observations_pb2.DeadLetteredBatch(
-        batch_id=row["batch_id"], observer_id=row["observer_id"], observed_id=row["observed_id"],
-        message_ids=row["message_ids"], error=row["error"] or "",
+        batch_id=row["batch_id"],
+        observer_id=row["observer_id"],
+        observed_id=row["observed_id"],
+        message_ids=row["message_ids"],
+        error=row["error"] or "",
     )
     if row["finished_at"] is not None:
         out.failed_at.CopyFrom(ts(row["finished_at"]))
@@ -255,8 +306,9 @@ def dead_lettered_batch(row: RowMapping) -> observations_pb2.DeadLetteredBatch:
 
 
 def dead_lettered_summary(row: RowMapping) -> observations_pb2.DeadLetteredSummary:
-    out = observations_pb2.DeadLetteredSummary(session_id=row["session_id"] or "", error=row["error"],
-                                               attempts=row["attempts"])
+    out = observations_pb2.DeadLetteredSummary(
+        session_id=row["session_id"] or "", error=row["error"], attempts=row["attempts"]
+    )
     out.failed_at.CopyFrom(ts(row["failed_at"]))
     return out
 
@@ -272,8 +324,12 @@ def processing_status(status: ProcessingStatus) -> observations_pb2.GetProcessin
 
 def summary(row: RowMapping) -> sessions_pb2.SessionSummary:
     return sessions_pb2.SessionSummary(
-        content=row["content"], last_message_id=row["last_message_id"], last_seq=row["last_seq"],
-        messages_covered=row["messages_covered"], token_count=row["token_count"], model=row["model"],
+        content=row["content"],
+        last_message_id=row["last_message_id"],
+        last_seq=row["last_seq"],
+        messages_covered=row["messages_covered"],
+        token_count=row["token_count"],
+        model=row["model"],
         created_at=ts(row["created_at"]),
     )
 
@@ -287,9 +343,17 @@ def session_summaries(by_kind: dict[str, RowMapping]) -> sessions_pb2.GetSession
 
 
 def dream(row: RowMapping) -> dreams_pb2.Dream:
-    out = dreams_pb2.Dream(dream_id=row["dream_id"], observer_id=row["observer_id"], observed_id=row["observed_id"],
-                           reason=row["reason"], new_explicit=row["new_explicit"], state=row["state"],
-                           edits=row["edits"] or 0, error=row["error"] or "", requested_at=ts(row["requested_at"]))
+    out = dreams_pb2.Dream(
+        dream_id=row["dream_id"],
+        observer_id=row["observer_id"],
+        observed_id=row["observed_id"],
+        reason=row["reason"],
+        new_explicit=row["new_explicit"],
+        state=row["state"],
+        edits=row["edits"] or 0,
+        error=row["error"] or "",
+        requested_at=ts(row["requested_at"]),
+    )
     for name in ("started_at", "finished_at"):
         if row[name] is not None:
             getattr(out, name).CopyFrom(ts(row[name]))
@@ -297,8 +361,12 @@ def dream(row: RowMapping) -> dreams_pb2.Dream:
 
 
 def peer_card(card) -> peers_pb2.PeerCard:
-    out = peers_pb2.PeerCard(workspace_id=card.workspace_id, observer_id=card.observer_id,
-                             observed_id=card.observed_id, entries=list(card.entries))
+    out = peers_pb2.PeerCard(
+        workspace_id=card.workspace_id,
+        observer_id=card.observer_id,
+        observed_id=card.observed_id,
+        entries=list(card.entries),
+    )
     if card.updated_at is not None:
         out.updated_at.CopyFrom(ts(card.updated_at))
     return out
@@ -307,20 +375,30 @@ def peer_card(card) -> peers_pb2.PeerCard:
 def context_query(r) -> context_reads.ContextQuery:
     v.check_text("search_query", r.search_query, v.MAX_SEARCH_QUERY_CHARS, required=False)
     return context_reads.ContextQuery(
-        workspace_id=r.workspace_id, session_id=r.session_id, token_budget=r.token_budget,
+        workspace_id=r.workspace_id,
+        session_id=r.session_id,
+        token_budget=r.token_budget,
         include_summary=r.include_summary if r.HasField("include_summary") else True,
-        observer_id=r.observer_id, target_id=r.target_id, search_query=r.search_query,
-        search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
+        observer_id=r.observer_id,
+        target_id=r.target_id,
+        search_query=r.search_query,
+        search_top_k=r.search_top_k,
+        search_max_distance=r.search_max_distance,
         include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
-        max_observations=r.max_observations, session_ids=tuple(r.session_ids), as_of=from_ts(r, "as_of"),
+        max_observations=r.max_observations,
+        session_ids=tuple(r.session_ids),
+        as_of=from_ts(r, "as_of"),
         scope_id=r.scope_id,
     )
 
 
 def _chat(packed, assistant: str) -> list:
     relevant = render_relevant(packed.relevant)
-    out = [context_pb2.ChatMessage(role="system", content=text)
-           for text in (packed.representation, "\n".join(packed.card), packed.summary, relevant) if text]
+    out = [
+        context_pb2.ChatMessage(role="system", content=text)
+        for text in (packed.representation, "\n".join(packed.card), packed.summary, relevant)
+        if text
+    ]
     for m in packed.messages:
         role = "assistant" if m.peer_id == assistant else "user"
         out.append(context_pb2.ChatMessage(role=role, content=m.content, name=m.peer_id))
@@ -331,41 +409,70 @@ def context_response(packed, assistant: str) -> context_pb2.GetContextResponse:
     t = packed.tokens
     return context_pb2.GetContextResponse(
         observations=[context_observation(o) for o in packed.observations],
-        representation=packed.representation, peer_card=list(packed.card), summary_kind=packed.summary_kind,
+        representation=packed.representation,
+        peer_card=list(packed.card),
+        summary_kind=packed.summary_kind,
         summary=packed.summary,
-        messages=[context_pb2.ContextMessage(message_id=m.message_id, peer_id=m.peer_id, content=m.content)
-                  for m in packed.messages],
-        tokens=context_pb2.TokenCounts(representation=t["representation"], card=t["card"], summary=t["summary"],
-                                       messages=t["messages"], total=t["total"],
-                                       relevant_messages=t["relevant_messages"]),
+        messages=[
+            context_pb2.ContextMessage(message_id=m.message_id, peer_id=m.peer_id, content=m.content)
+            for m in packed.messages
+        ],
+        tokens=context_pb2.TokenCounts(
+            representation=t["representation"],
+            card=t["card"],
+            summary=t["summary"],
+            messages=t["messages"],
+            total=t["total"],
+            relevant_messages=t["relevant_messages"],
+        ),
         chat_messages=_chat(packed, assistant) if assistant else [],
         relevant_messages=[_relevant(r) for r in packed.relevant],
     )
 
 
 def _relevant(r) -> context_pb2.RelevantMessage:
-    return context_pb2.RelevantMessage(message_id=r.message_id, peer_id=r.peer_id, session_id=r.session_id,
-                                       content=r.content, created_at=ts(r.created_at), score=r.score)
+    return context_pb2.RelevantMessage(
+        message_id=r.message_id,
+        peer_id=r.peer_id,
+        session_id=r.session_id,
+        content=r.content,
+        created_at=ts(r.created_at),
+        score=r.score,
+    )
 
 
 def representation_query(r) -> context_reads.ContextQuery:
     v.check_text("search_query", r.search_query, v.MAX_SEARCH_QUERY_CHARS, required=False)
     return context_reads.ContextQuery(
-        workspace_id=r.workspace_id, session_id="", observer_id=r.observer_id, target_id=r.target_id,
-        search_query=r.search_query, search_top_k=r.search_top_k, search_max_distance=r.search_max_distance,
+        workspace_id=r.workspace_id,
+        session_id="",
+        observer_id=r.observer_id,
+        target_id=r.target_id,
+        search_query=r.search_query,
+        search_top_k=r.search_top_k,
+        search_max_distance=r.search_max_distance,
         include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
-        max_observations=r.max_observations, session_ids=tuple(r.session_ids), as_of=from_ts(r, "as_of"),
+        max_observations=r.max_observations,
+        session_ids=tuple(r.session_ids),
+        as_of=from_ts(r, "as_of"),
         scope_id=r.scope_id,
     )
 
 
 def context_observation(o) -> context_pb2.ContextObservation:
     return context_pb2.ContextObservation(
-        observation_id=o.observation_id, level=o.level, content=o.content, created_at=ts(o.created_key[0]),
-        session_id=o.session_id, times_derived=o.times_derived, confidence=o.confidence,
+        observation_id=o.observation_id,
+        level=o.level,
+        content=o.content,
+        created_at=ts(o.created_key[0]),
+        session_id=o.session_id,
+        times_derived=o.times_derived,
+        confidence=o.confidence,
         pattern_type=o.pattern_type,
-        premises=[context_pb2.ContextPremise(observation_id=p.observation_id, level=p.level, content=p.content)
-                  for p in o.premises],
+        premises=[
+            context_pb2.ContextPremise(observation_id=p.observation_id, level=p.level, content=p.content)
+            for p in o.premises
+        ],
     )
 
 
@@ -377,9 +484,14 @@ def representation_response(observations) -> context_pb2.GetRepresentationRespon
 
 
 # unspecified means low; an unknown number passes through as itself, for the level check to refuse
-_LEVEL_NAMES = {dialectic_pb2.REASONING_LEVEL_UNSPECIFIED: "low", dialectic_pb2.REASONING_LEVEL_MINIMAL: "minimal",
-                dialectic_pb2.REASONING_LEVEL_LOW: "low", dialectic_pb2.REASONING_LEVEL_MEDIUM: "medium",
-                dialectic_pb2.REASONING_LEVEL_HIGH: "high", dialectic_pb2.REASONING_LEVEL_MAX: "max"}
+_LEVEL_NAMES = {
+    dialectic_pb2.REASONING_LEVEL_UNSPECIFIED: "low",
+    dialectic_pb2.REASONING_LEVEL_MINIMAL: "minimal",
+    dialectic_pb2.REASONING_LEVEL_LOW: "low",
+    dialectic_pb2.REASONING_LEVEL_MEDIUM: "medium",
+    dialectic_pb2.REASONING_LEVEL_HIGH: "high",
+    dialectic_pb2.REASONING_LEVEL_MAX: "max",
+}
 
 
 def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
@@ -387,26 +499,44 @@ def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
     fmt = r.response_format
     obj = None
     if fmt.HasField("json_schema_object"):
-        obj = json_object(fmt.json_schema_object, "response_format.json_schema_object",
-                          response_format.MAX_SCHEMA_BYTES)
+        obj = json_object(
+            fmt.json_schema_object, "response_format.json_schema_object", response_format.MAX_SCHEMA_BYTES
+        )
     schema = response_format.parse(fmt.json_schema if fmt.HasField("json_schema") else None, obj)
-    return ChatRequest(r.workspace_id, r.observer_id, r.target_id or r.observer_id, r.query, r.session_id,
-                       level, schema, as_of=from_ts(r, "as_of"), scope_id=r.scope_id)
+    return ChatRequest(
+        r.workspace_id,
+        r.observer_id,
+        r.target_id or r.observer_id,
+        r.query,
+        r.session_id,
+        level,
+        schema,
+        as_of=from_ts(r, "as_of"),
+        scope_id=r.scope_id,
+    )
 
 
 def chat_response(result: ChatResult) -> dialectic_pb2.ChatResponse:
     return dialectic_pb2.ChatResponse(
-        answer=result.answer, cited_observation_ids=result.observation_ids, cited_message_ids=result.message_ids,
-        tool_rounds=result.tool_rounds, model=result.model, abstained=result.abstained,
-        prompt_version=PROMPT_VERSION)
+        answer=result.answer,
+        cited_observation_ids=result.observation_ids,
+        cited_message_ids=result.message_ids,
+        tool_rounds=result.tool_rounds,
+        model=result.model,
+        abstained=result.abstained,
+        prompt_version=PROMPT_VERSION,
+    )
 
 
 def chat_chunk(event) -> dialectic_pb2.ChatChunk:
     if isinstance(event, TextDelta):
         return dialectic_pb2.ChatChunk(text=event.text)
     if isinstance(event, ToolUsed):
-        return dialectic_pb2.ChatChunk(tool=dialectic_pb2.ToolProgress(
-            round=event.round, tool=event.name, arguments=event.arguments, results=event.hits))
+        return dialectic_pb2.ChatChunk(
+            tool=dialectic_pb2.ToolProgress(
+                round=event.round, tool=event.name, arguments=event.arguments, results=event.hits
+            )
+        )
     if isinstance(event, DiscardText):
         return dialectic_pb2.ChatChunk(discard_text=True)
     return dialectic_pb2.ChatChunk(done=chat_response(event))
@@ -414,9 +544,16 @@ def chat_chunk(event) -> dialectic_pb2.ChatChunk:
 
 def message_query(r, **scope) -> MessageSearch:
     """The search of any SearchMessages request (no vector yet); `scope` fixes what the request's level implies."""
-    fields = dict(workspace_id=r.workspace_id, query=r.query, vector=None, perspective_id=r.perspective_peer_id,
-                  after=from_ts(r, "after"), before=from_ts(r, "before"), limit=r.limit,
-                  include_adjacent=r.include_adjacent)
+    fields = dict(
+        workspace_id=r.workspace_id,
+        query=r.query,
+        vector=None,
+        perspective_id=r.perspective_peer_id,
+        after=from_ts(r, "after"),
+        before=from_ts(r, "before"),
+        limit=r.limit,
+        include_adjacent=r.include_adjacent,
+    )
     for name, proto_field in (("session_ids", "session_ids"), ("author_ids", "author_peer_ids")):
         if hasattr(r, proto_field):
             fields[name] = tuple(getattr(r, proto_field))
@@ -425,8 +562,13 @@ def message_query(r, **scope) -> MessageSearch:
 
 def search_messages_response(rows, adjacent, embedding_model: str) -> messages_pb2.SearchMessagesResponse:
     """`adjacent` maps (session_id, seq) to the turns around the hits, when the request asked for them."""
+
     def scored(r):
-        around = {name: message(a) for name, d in (("previous", -1), ("next", 1))
-                  if (a := adjacent.get((r["session_id"], r["seq"] + d))) is not None}
+        around = {
+            name: message(a)
+            for name, d in (("previous", -1), ("next", 1))
+            if (a := adjacent.get((r["session_id"], r["seq"] + d))) is not None
+        }
         return messages_pb2.ScoredMessage(message=message(r), score=r["score"], **around)
+
     return messages_pb2.SearchMessagesResponse(results=[scored(r) for r in rows], embedding_model=embedding_model)

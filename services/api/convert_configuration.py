@@ -8,8 +8,9 @@ from peerlog.v1 import configuration_pb2
 from services.errors import InvalidArgument
 from services.events import SETTINGS, ConfigLevel, Configuration, Effective
 
-LEVELS = {level: configuration_pb2.ConfigurationLevel.Value(f"CONFIGURATION_LEVEL_{level.name}")
-          for level in ConfigLevel}
+LEVELS = {
+    level: configuration_pb2.ConfigurationLevel.Value(f"CONFIGURATION_LEVEL_{level.name}") for level in ConfigLevel
+}
 
 
 def configuration(m: configuration_pb2.Configuration, field: str = "configuration") -> Configuration:
@@ -17,8 +18,9 @@ def configuration(m: configuration_pb2.Configuration, field: str = "configuratio
     try:
         return Configuration(**{name: getattr(m, name) for name in SETTINGS if m.HasField(name)})
     except ValidationError as exc:
-        raise InvalidArgument("; ".join(f"{field}.{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                                        for e in exc.errors())) from None
+        raise InvalidArgument(
+            "; ".join(f"{field}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        ) from None
 
 
 def optional_configuration(m, field: str) -> Configuration | None:
@@ -29,4 +31,5 @@ def optional_configuration(m, field: str) -> Configuration | None:
 def effective(e: Effective) -> configuration_pb2.EffectiveConfiguration:
     return configuration_pb2.EffectiveConfiguration(
         values=configuration_pb2.Configuration(**{n: r.value for n, r in e.settings.items()}),
-        levels={n: LEVELS[r.level] for n, r in e.settings.items()})
+        levels={n: LEVELS[r.level] for n, r in e.settings.items()},
+    )

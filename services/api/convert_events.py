@@ -23,25 +23,36 @@ def cursor_in(cursor: events_pb2.EventCursor) -> dict[Position, int]:
 
 
 def cursor_out(cursor: dict[Position, int]) -> events_pb2.EventCursor:
-    return events_pb2.EventCursor(positions=[events_pb2.LogPosition(topic=t, partition=p, offset=o)
-                                             for (t, p), o in sorted(cursor.items())])
+    return events_pb2.EventCursor(
+        positions=[events_pb2.LogPosition(topic=t, partition=p, offset=o) for (t, p), o in sorted(cursor.items())]
+    )
 
 
 def subscribed_event(d: Delivered) -> events_pb2.SubscribedEvent:
     e = d.event
     return events_pb2.SubscribedEvent(
-        type=e.type, schema_version=e.schema_version, event_id=e.event_id, key=e.key,
+        type=e.type,
+        schema_version=e.schema_version,
+        event_id=e.event_id,
+        key=e.key,
         position=events_pb2.LogPosition(topic=d.topic, partition=d.partition, offset=d.offset),
-        json=orjson.dumps(e.model_dump(mode="json")).decode(), cursor=cursor_out(d.cursor))
+        json=orjson.dumps(e.model_dump(mode="json")).decode(),
+        cursor=cursor_out(d.cursor),
+    )
 
 
 def webhook(endpoint: Endpoint, created_at: datetime) -> webhooks_pb2.Webhook:
-    out = webhooks_pb2.Webhook(webhook_id=endpoint.endpoint_id, workspace_id=endpoint.workspace_id, url=endpoint.url,
-                               event_types=sorted(endpoint.types))
+    out = webhooks_pb2.Webhook(
+        webhook_id=endpoint.endpoint_id,
+        workspace_id=endpoint.workspace_id,
+        url=endpoint.url,
+        event_types=sorted(endpoint.types),
+    )
     out.created_at.FromDatetime(created_at)
     return out
 
 
 def dead_letter(d: DeadLetter) -> webhooks_pb2.WebhookDeadLetter:
-    return webhooks_pb2.WebhookDeadLetter(event_id=d.event_id, event_type=d.event_type, json=d.body.decode(),
-                                          attempts=d.attempts, error=d.error)
+    return webhooks_pb2.WebhookDeadLetter(
+        event_id=d.event_id, event_type=d.event_type, json=d.body.decode(), attempts=d.attempts, error=d.error
+    )

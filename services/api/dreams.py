@@ -23,13 +23,19 @@ async def schedule_dream(ctx: ApiDeps, workspace_id: str, observer_id: str, obse
     observed_id = observed_id or observer_id
     v.check_text("reason", reason, MAX_REASON_CHARS, required=False)
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
-    event = DreamForced(workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id, reason=reason,
-                        producer=ctx.producer)
+    event = DreamForced(
+        workspace_id=workspace_id,
+        observer_id=observer_id,
+        observed_id=observed_id,
+        reason=reason,
+        producer=ctx.producer,
+    )
     return await commit(ctx, [event], wait=False)
 
 
-async def list_dreams(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, limit: int,
-                      token: str) -> Sequence[RowMapping]:
+async def list_dreams(
+    ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, limit: int, token: str
+) -> Sequence[RowMapping]:
     await preflight(ctx, token)
     observed_id = observed_id or observer_id
     if limit > 100:

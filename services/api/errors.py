@@ -70,7 +70,7 @@ def fitted(message: str) -> str:
     from turning a refusal into a transport error."""
     if len(message.encode()) <= MAX_DETAILS_BYTES:
         return message
-    head = message.encode()[:MAX_DETAILS_BYTES - 40].decode(errors="ignore")
+    head = message.encode()[: MAX_DETAILS_BYTES - 40].decode(errors="ignore")
     return f"{head}… ({len(message) - len(head)} more characters)"
 
 
@@ -186,6 +186,7 @@ async def _decoded(requests):
 
 def _guarded_upload(inner, method: str):
     """A client-streaming handler, guarded as a unary one."""
+
     async def guarded(requests, context: grpc.aio.ServicerContext):
         try:
             return await inner(_decoded(requests), context)

@@ -15,8 +15,9 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
         self.ctx = ctx
 
     async def Subscribe(self, request, context):
-        async for delivered in subscriptions.subscribe(self.ctx, request.workspace_id, request.event_types,
-                                                       c.cursor_in(request.cursor), request.from_end):
+        async for delivered in subscriptions.subscribe(
+            self.ctx, request.workspace_id, request.event_types, c.cursor_in(request.cursor), request.from_end
+        ):
             yield c.subscribed_event(delivered)
 
 
@@ -25,8 +26,9 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         self.store, self.allow_private = store, allow_private_targets
 
     async def CreateWebhook(self, request, context):
-        endpoint, created_at, secret = await webhooks.create(self.store, request.workspace_id, request.url,
-                                                             list(request.event_types), self.allow_private)
+        endpoint, created_at, secret = await webhooks.create(
+            self.store, request.workspace_id, request.url, list(request.event_types), self.allow_private
+        )
         return webhooks_pb2.CreateWebhookResponse(webhook=c.webhook(endpoint, created_at), secret=secret)
 
     async def ListWebhooks(self, request, context):
@@ -42,6 +44,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         return webhooks_pb2.ListWebhookDeadLettersResponse(dead_letters=[c.dead_letter(d) for d in found])
 
     async def RetryWebhookDeadLetter(self, request, context):
-        outcome = await webhooks.retry(self.store, request.workspace_id, request.webhook_id, request.event_id,
-                                       self.allow_private)
+        outcome = await webhooks.retry(
+            self.store, request.workspace_id, request.webhook_id, request.event_id, self.allow_private
+        )
         return webhooks_pb2.RetryWebhookDeadLetterResponse(delivered=outcome.delivered, error=outcome.error)

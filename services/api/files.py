@@ -27,13 +27,19 @@ class FileKind(StrEnum):
     PDF = "pdf"
 
 
-_BY_SUFFIX = {".txt": FileKind.TEXT, ".text": FileKind.TEXT, ".md": FileKind.MARKDOWN,
-              ".markdown": FileKind.MARKDOWN, ".json": FileKind.JSON, ".pdf": FileKind.PDF}
+_BY_SUFFIX = {
+    ".txt": FileKind.TEXT,
+    ".text": FileKind.TEXT,
+    ".md": FileKind.MARKDOWN,
+    ".markdown": FileKind.MARKDOWN,
+    ".json": FileKind.JSON,
+    ".pdf": FileKind.PDF,
+}
 
 
 def kind_of(file_name: str, head: bytes) -> FileKind:
     """By the name's suffix; a name without a known one is a PDF if it starts like one, else text."""
-    suffix = file_name[file_name.rfind("."):].lower() if "." in file_name else ""
+    suffix = file_name[file_name.rfind(".") :].lower() if "." in file_name else ""
     if suffix in _BY_SUFFIX:
         return _BY_SUFFIX[suffix]
     return FileKind.PDF if head.startswith(b"%PDF-") else FileKind.TEXT

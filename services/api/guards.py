@@ -47,8 +47,7 @@ async def require_session(
     if row is None:
         await require_workspace(ctx, workspace_id)  # say which of the two is missing
         raise NotFound(
-            f"session {session_id!r} does not exist in workspace {workspace_id!r}; "
-            "create it with GetOrCreateSession"
+            f"session {session_id!r} does not exist in workspace {workspace_id!r}; create it with GetOrCreateSession"
         )
     return row
 
@@ -65,8 +64,9 @@ async def require_scope(ctx: ApiDeps, workspace_id: str, session_ids: Sequence[s
         await check_scope(conn, workspace_id, session_ids, **peer_ids)
 
 
-async def check_scope(conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str] = (),
-                      **peer_ids: str) -> None:
+async def check_scope(
+    conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str] = (), **peer_ids: str
+) -> None:
     """`require_scope` on a connection the caller goes on reading with."""
     v.check_id("workspace_id", workspace_id)
     for session_id in session_ids:
@@ -78,8 +78,10 @@ async def check_scope(conn: AsyncConnection, workspace_id: str, session_ids: Seq
         raise NotFound(f"workspace {workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
     sessions = [repr(s) for s in session_ids if s not in known.sessions]
     if sessions:
-        raise NotFound(f"session {v.listed(sessions)} does not exist in workspace {workspace_id!r}; "
-                       "create it with GetOrCreateSession")
+        raise NotFound(
+            f"session {v.listed(sessions)} does not exist in workspace {workspace_id!r}; "
+            "create it with GetOrCreateSession"
+        )
     missing = [f"{kind} {p!r}" for kind, p in peer_ids.items() if p not in known.peers]
     if missing:
         raise NotFound(

@@ -31,8 +31,9 @@ async def database_reachable(engine: AsyncEngine, timeout_s: float = 2.0) -> boo
 class HealthMonitor:
     """Runs `checks` every `interval_s` and sets every name in `names` to SERVING only when all pass."""
 
-    def __init__(self, servicer: health.aio.HealthServicer, names: Iterable[str], checks: dict[str, Check],
-                 interval_s: float) -> None:
+    def __init__(
+        self, servicer: health.aio.HealthServicer, names: Iterable[str], checks: dict[str, Check], interval_s: float
+    ) -> None:
         self._servicer = servicer
         self._names = tuple(names)
         self._checks = checks

@@ -67,8 +67,7 @@ class Keyed:
 
     def request(self) -> KeyedRequest:
         """What this append's events carry (a fresh append id each time)."""
-        return KeyedRequest(key=self.key, scope=self.scope, fingerprint=self.fingerprint,
-                            request_id=str(uuid6.uuid7()))
+        return KeyedRequest(key=self.key, scope=self.scope, fingerprint=self.fingerprint, request_id=str(uuid6.uuid7()))
 
 
 def _plain(value: object) -> object:
@@ -87,8 +86,7 @@ def keyed(workspace_id: str, scope: Sequence[str], key: str, items: Sequence[obj
     return Keyed(workspace_id, "/".join(scope), key, hashlib.sha256(body).hexdigest(), len(items))
 
 
-async def once(ctx: ApiDeps, k: Keyed | None,
-               write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
+async def once(ctx: ApiDeps, k: Keyed | None, write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
     """`write` once per key: the first reply for a repeat, FailedPrecondition for another request."""
     if k is None:
         return await write(None)
@@ -100,9 +98,11 @@ async def once(ctx: ApiDeps, k: Keyed | None,
     try:
         return await asyncio.wait_for(asyncio.shield(task), ctx.freshness.timeout_s)
     except TimeoutError:
-        raise Unavailable(f"the write under idempotency key {k.key!r} is on the log but not readable after "
-                          f"{ctx.freshness.timeout_s:g} s (the projector may be behind); retry with the same "
-                          "key to get its reply") from None
+        raise Unavailable(
+            f"the write under idempotency key {k.key!r} is on the log but not readable after "
+            f"{ctx.freshness.timeout_s:g} s (the projector may be behind); retry with the same "
+            "key to get its reply"
+        ) from None
 
 
 # a lock holder keeps one pooled connection and needs others meanwhile (the write's checks, the wait's
@@ -111,8 +111,9 @@ _HOLDERS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary(
 
 
 async def _locked(ctx: ApiDeps, k: Keyed, write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
-    lock = int.from_bytes(hashlib.sha256(f"{k.workspace_id}\0{k.scope}\0{k.key}".encode()).digest()[:8],
-                          "big", signed=True)
+    lock = int.from_bytes(
+        hashlib.sha256(f"{k.workspace_id}\0{k.scope}\0{k.key}".encode()).digest()[:8], "big", signed=True
+    )
     holders = _HOLDERS.setdefault(ctx.engine, asyncio.Semaphore(max(1, ctx.engine.pool.size())))
     async with holders, ctx.engine.connect() as conn:
         await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock})
@@ -148,7 +149,8 @@ async def _reply(ctx: ApiDeps, k: Keyed, conn: AsyncConnection | None = None) ->
         raise FailedPrecondition(
             f"idempotency key {k.key!r} was already used in {k.scope!r} for a different request (at "
             f"{row['recorded_at'].isoformat()}); send a new key for a new request, or resend the first "
-            "request unchanged to get its reply")
+            "request unchanged to get its reply"
+        )
     if len(row["ids"]) < k.size:
         return None  # the projector has part of its append so far: the lock waits for the rest
     return list(row["ids"]), row["token"]

@@ -23,8 +23,10 @@ def _checked(q: MessageSearch) -> MessageSearch:
     if not 0 <= q.limit <= MAX_LIMIT:
         raise InvalidArgument(f"limit {q.limit} is outside 1–{MAX_LIMIT}; 0 means the default ({DEFAULT_LIMIT})")
     if q.after is not None and q.before is not None and q.after >= q.before:
-        raise InvalidArgument(f"after ({q.after.isoformat()}) must be earlier than before "
-                              f"({q.before.isoformat()}); the range is [after, before)")
+        raise InvalidArgument(
+            f"after ({q.after.isoformat()}) must be earlier than before "
+            f"({q.before.isoformat()}); the range is [after, before)"
+        )
     for kind, ids in (("session_id", q.session_ids), ("author_peer_id", q.author_ids)):
         v.check_id_count(f"{kind}s", ids)  # each is looked up, and a missing one named in the error
         for i in ids:
@@ -34,14 +36,17 @@ def _checked(q: MessageSearch) -> MessageSearch:
 
 
 def _check_scope(conn: AsyncConnection, q: MessageSearch):
-    peers = {**{f"author_peer_ids[{i}]": p for i, p in enumerate(q.author_ids)},
-             **({"perspective_peer_id": q.perspective_id} if q.perspective_id else {})}
+    peers = {
+        **{f"author_peer_ids[{i}]": p for i, p in enumerate(q.author_ids)},
+        **({"perspective_peer_id": q.perspective_id} if q.perspective_id else {}),
+    }
     return check_scope(conn, q.workspace_id, q.session_ids, **peers)
 
 
 @dataclass(frozen=True)
 class Found:
     """A search's hits, best first, and (when asked for) their adjacent turns by (session_id, seq)."""
+
     hits: list[RowMapping]
     adjacent: dict[tuple[str, int], RowMapping]
 
@@ -56,8 +61,10 @@ async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "")
     await preflight(ctx, token)
     # the query is embedded while the scope is checked; a NotFound discards the vector. Hits and their
     # adjacent turns are two statements: one snapshot for both
-    async with (ctx.snapshot() if q.include_adjacent else ctx.engine.connect()) as conn, \
-            ctx.embedding(await search_text(conn, q.workspace_id, q.query)) as vector:
+    async with (
+        ctx.snapshot() if q.include_adjacent else ctx.engine.connect() as conn,
+        ctx.embedding(await search_text(conn, q.workspace_id, q.query)) as vector,
+    ):
         await _check_scope(conn, q)
         allowed = await recall_sessions(conn, q.workspace_id, scope_id, q.session_ids)
         if allowed == ():  # a scope of no sessions (or none of those asked for) finds nothing

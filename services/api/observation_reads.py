@@ -68,9 +68,13 @@ async def get_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, 
 
 
 async def _preflight(ctx: ApiDeps, pair: ObservationFilter, token: str) -> None:
-    await preflight(ctx, token, pair.workspace_id, peers={"observer_id": pair.observer_id,
-                                                          "observed_id": pair.observed_id},
-                    session_id=pair.session_id or None)
+    await preflight(
+        ctx,
+        token,
+        pair.workspace_id,
+        peers={"observer_id": pair.observer_id, "observed_id": pair.observed_id},
+        session_id=pair.session_id or None,
+    )
 
 
 def _scope(pair: ObservationFilter, reverse: bool) -> tuple[str, ...]:
@@ -116,8 +120,9 @@ async def search_observations(ctx: ApiDeps, query: SearchQuery, token: str) -> l
     async with ctx.engine.connect() as conn:
         pair = query.pair
         if query.scope_id:
-            pair = replace(pair, allowed_sessions=await recall_sessions(conn, pair.workspace_id, query.scope_id, (),
-                                                                        pair.as_of))
+            pair = replace(
+                pair, allowed_sessions=await recall_sessions(conn, pair.workspace_id, query.scope_id, (), pair.as_of)
+            )
         rows = await observation_reads.nearest_observations(conn, pair, vector, limit, max_distance)
         return await with_provenance(conn, query.pair.workspace_id, rows)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import uuid6
@@ -50,9 +50,7 @@ async def _check_sessions(ctx: ApiDeps, workspace_id: str, new: Sequence[NewObse
         await require_session(ctx, workspace_id, session_id)
 
 
-async def _check_sources(
-    ctx: ApiDeps, workspace_id: str, observer_id: str, new: Sequence[NewObservation]
-) -> None:
+async def _check_sources(ctx: ApiDeps, workspace_id: str, observer_id: str, new: Sequence[NewObservation]) -> None:
     """NotFound for a cited message the workspace lacks; PermissionDenied for one the observer never saw;
     InvalidArgument for a span not in its message."""
     cited_ids = [s.message_id for o in new for s in o.sources]
@@ -63,17 +61,21 @@ async def _check_sources(
         for j, s in enumerate(o.sources):
             cited = found.get(s.message_id)
             if cited is None:
-                raise NotFound(f"observations[{i}].sources[{j}] cites message {s.message_id!r}, which does "
-                               f"not exist in workspace {workspace_id!r}")
+                raise NotFound(
+                    f"observations[{i}].sources[{j}] cites message {s.message_id!r}, which does "
+                    f"not exist in workspace {workspace_id!r}"
+                )
             if s.message_id not in visible:
                 raise PermissionDenied(
                     f"observations[{i}].sources[{j}] cites message {s.message_id!r}, which {observer_id!r} "
                     "could not see (it was not a member of that session when the message was sent); a pair's "
-                    "store may only cite what its observer saw")
+                    "store may only cite what its observer saw"
+                )
             if normalise(s.span) not in normalise(cited["content"]):
                 raise InvalidArgument(
                     f"observations[{i}].sources[{j}].span {s.span[:80]!r} is not in message {s.message_id!r}; "
-                    "quote the message verbatim (case and whitespace may differ) or leave the span empty")
+                    "quote the message verbatim (case and whitespace may differ) or leave the span empty"
+                )
 
 
 def _fingerprinted(o: NewObservation) -> NewObservation | dict:
@@ -85,12 +87,19 @@ def _fingerprinted(o: NewObservation) -> NewObservation | dict:
 def _same(row, sources, observer_id: str, observed_id: str, o: NewObservation) -> bool:
     """Whether the stored observation `row` (with its `sources`) is `o` sent again to the pair."""
     stored = tuple(Source(message_id=s["message_id"], span=s["span"]) for s in sources)
-    return (row["observer_id"], row["observed_id"], row["level"], row["content"], row["session_id"] or "",
-            stored) == (observer_id, observed_id, Level.EXPLICIT.value, o.content, o.session_id, o.sources)
+    return (row["observer_id"], row["observed_id"], row["level"], row["content"], row["session_id"] or "", stored) == (
+        observer_id,
+        observed_id,
+        Level.EXPLICIT.value,
+        o.content,
+        o.session_id,
+        o.sources,
+    )
 
 
-async def _written_before(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str,
-                          new: Sequence[NewObservation]) -> set[str]:
+async def _written_before(
+    ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, new: Sequence[NewObservation]
+) -> set[str]:
     """The client ids in `new` that name the same observation already written (a repeat writes it no
     more); AlreadyExists for an id a different observation has taken."""
     ids = [o.observation_id for o in new if o.observation_id]
@@ -106,25 +115,38 @@ async def _written_before(ctx: ApiDeps, workspace_id: str, observer_id: str, obs
             raise AlreadyExists(
                 f"observations[{i}].observation_id {o.observation_id!r} is already used in workspace "
                 f"{workspace_id!r} by a different observation; send a new id, or send that observation "
-                "unchanged (pair, content, session and sources) to get its id back")
+                "unchanged (pair, content, session and sources) to get its id back"
+            )
     return set(rows)
 
 
 async def create_observations(
-    ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, new: Sequence[NewObservation],
+    ctx: ApiDeps,
+    workspace_id: str,
+    observer_id: str,
+    observed_id: str,
+    new: Sequence[NewObservation],
     idempotency_key: str = "",
 ) -> tuple[list[str], str]:
     """Append explicit observations to a pair's store atomically; returns their ids and the token. Under a
     used idempotency key, the first call's reply instead (services/api/idempotency.py)."""
     _validate(new)
-    keyed = idempotency.keyed(workspace_id, (workspace_id, observer_id, observed_id), idempotency_key,
-                              [_fingerprinted(o) for o in new])
-    return await idempotency.once(ctx, keyed, lambda request: _append_observations(
-        ctx, workspace_id, observer_id, observed_id, new, request))
+    keyed = idempotency.keyed(
+        workspace_id, (workspace_id, observer_id, observed_id), idempotency_key, [_fingerprinted(o) for o in new]
+    )
+    return await idempotency.once(
+        ctx, keyed, lambda request: _append_observations(ctx, workspace_id, observer_id, observed_id, new, request)
+    )
 
 
-async def _append_observations(ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str,
-                               new: Sequence[NewObservation], request: KeyedRequest | None) -> tuple[list[str], str]:
+async def _append_observations(
+    ctx: ApiDeps,
+    workspace_id: str,
+    observer_id: str,
+    observed_id: str,
+    new: Sequence[NewObservation],
+    request: KeyedRequest | None,
+) -> tuple[list[str], str]:
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
     await _check_sessions(ctx, workspace_id, new)
     await _check_sources(ctx, workspace_id, observer_id, new)
@@ -135,17 +157,28 @@ async def _append_observations(ctx: ApiDeps, workspace_id: str, observer_id: str
         raise FailedPrecondition(
             f"observation id(s) {v.listed([repr(i) for i in sorted(written)])} were written by an earlier call, "
             f"the rest of this request under idempotency key {request.key!r} not: send the new observations "
-            "on their own, or repeat the earlier call under its own key")
+            "on their own, or repeat the earlier call under its own key"
+        )
     # embedded here and carried in the events, so replaying the log never calls a model
     vectors = await ctx.embedder.embed([o.content for o in fresh]) if fresh else []
     async with ctx.engine.connect() as conn:  # a client's observations join the store reads serve
         derivation = await current_derivation(conn, workspace_id, observer_id, observed_id)
     events = [
-        ObservationAdded(workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id,
-                         derivation=derivation, observation_id=o.observation_id or str(uuid6.uuid7()),
-                         level=Level.EXPLICIT, content=o.content, session_id=o.session_id or None, sources=o.sources,
-                         embedding=tuple(vector), embedding_model=ctx.embedder.model_name, producer=ctx.producer,
-                         request=request)
+        ObservationAdded(
+            workspace_id=workspace_id,
+            observer_id=observer_id,
+            observed_id=observed_id,
+            derivation=derivation,
+            observation_id=o.observation_id or str(uuid6.uuid7()),
+            level=Level.EXPLICIT,
+            content=o.content,
+            session_id=o.session_id or None,
+            sources=o.sources,
+            embedding=tuple(vector),
+            embedding_model=ctx.embedder.model_name,
+            producer=ctx.producer,
+            request=request,
+        )
         for o, vector in zip(fresh, vectors, strict=True)
     ]
     # with client ids, answer once readable, so a repeat of this call sees what it wrote
@@ -162,7 +195,13 @@ async def delete_observation(ctx: ApiDeps, workspace_id: str, observation_id: st
         raise FailedPrecondition(
             f"observation {observation_id!r} was already deleted at {row['deleted_at'].isoformat()}"
         )
-    event = ObservationDeleted(workspace_id=workspace_id, observer_id=row["observer_id"],
-                               observed_id=row["observed_id"], observation_id=observation_id, reason=reason,
-                               derivation=row["derivation"], producer=ctx.producer)
+    event = ObservationDeleted(
+        workspace_id=workspace_id,
+        observer_id=row["observer_id"],
+        observed_id=row["observed_id"],
+        observation_id=observation_id,
+        reason=reason,
+        derivation=row["derivation"],
+        producer=ctx.producer,
+    )
     return await commit(ctx, [event])

@@ -124,8 +124,9 @@ def render_relevant(found: Sequence[Relevant]) -> str:
     groups: dict[tuple[str, str], list[Relevant]] = {}
     for r in sorted(found, key=lambda r: (r.created_at, r.message_id)):
         groups.setdefault(_day(r), []).append(r)
-    return "\n".join("\n".join([_group_header(*key), *(_relevant_line(r) for r in lines)])
-                     for key, lines in groups.items())
+    return "\n".join(
+        "\n".join([_group_header(*key), *(_relevant_line(r) for r in lines)]) for key, lines in groups.items()
+    )
 
 
 def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tuple[list[Relevant], int]:
@@ -156,9 +157,11 @@ def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> t
     breaks, so they nearly add up); the whole markdown is then counted exactly around that point,
     usually twice, instead of once per dropped observation. The count of the answer is exact, so the
     budget always holds."""
+
     def cost(n: int) -> tuple[str, int]:
         text = render_representation(ranked[:n])
         return text, count(text)
+
     text, tokens = cost(len(ranked))
     if tokens <= room:
         return len(ranked), text, tokens
@@ -199,9 +202,17 @@ def _pick_summary(short: str, long: str, cap: float, count: Count) -> tuple[str,
     return "", ""
 
 
-def pack(budget: int, ranked: Sequence[Obs], card: Sequence[str], short: str, long: str,
-         newest_first: Sequence[RecentMessage], count: Count, include_summary: bool = True,
-         relevant: Sequence[Relevant] = ()) -> Packed:
+def pack(
+    budget: int,
+    ranked: Sequence[Obs],
+    card: Sequence[str],
+    short: str,
+    long: str,
+    newest_first: Sequence[RecentMessage],
+    count: Count,
+    include_summary: bool = True,
+    relevant: Sequence[Relevant] = (),
+) -> Packed:
     """Fill `budget` tokens: representation and card first, summary ≤ 0.4 of the rest, then the messages
     relevant to the query (≤ 3/4 of what is left), then the newest messages (not repeating those)."""
     kept, rep, rep_tokens, entries, card_text, card_tokens = _fit_representation(ranked, card, budget, count)
@@ -219,8 +230,13 @@ def pack(budget: int, ranked: Sequence[Obs], card: Sequence[str], short: str, lo
             break  # keep the recent window contiguous
         lines.append(line)
         room -= cost
-    tokens = {"representation": rep_tokens, "card": card_tokens, "summary": summary_tokens,
-              "relevant_messages": relevant_tokens, "messages": rest - summary_tokens - relevant_tokens - room}
+    tokens = {
+        "representation": rep_tokens,
+        "card": card_tokens,
+        "summary": summary_tokens,
+        "relevant_messages": relevant_tokens,
+        "messages": rest - summary_tokens - relevant_tokens - room,
+    }
     tokens["total"] = sum(tokens.values())
     ordered = tuple(sorted(kept, key=lambda o: o.created_key))
     return Packed(ordered, rep, tuple(entries), kind, summary, tuple(reversed(lines)), tokens, tuple(found))

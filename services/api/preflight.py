@@ -12,9 +12,15 @@ from services.api.deps import ApiDeps
 from services.api.guards import require_peers, require_session, require_workspace
 
 
-async def preflight(ctx: ApiDeps, token: str, workspace_id: str | None = None, *,
-                    ids: Mapping[str, str] | None = None, session_id: str | None = None,
-                    peers: Mapping[str, str] | None = None) -> RowMapping | None:
+async def preflight(
+    ctx: ApiDeps,
+    token: str,
+    workspace_id: str | None = None,
+    *,
+    ids: Mapping[str, str] | None = None,
+    session_id: str | None = None,
+    peers: Mapping[str, str] | None = None,
+) -> RowMapping | None:
     """Wait until the projections include `token` (Unavailable after the timeout), then, in this order:
     check `ids` (request field -> id of what the read looks up; InvalidArgument); with `peers` (request
     field -> peer id), NotFound unless the workspace and those peers exist; with `session_id`, unless the

@@ -109,8 +109,10 @@ def run(settings: Settings) -> None:
     create_schemas(settings)
     metrics_dir = _serve_summed_metrics(settings)
     spawn = multiprocessing.get_context("spawn")  # no forked gRPC or event-loop state
-    children = [spawn.Process(target=_child, args=(os.getpid(),), name=f"peerlog-api-{i}")
-                for i in range(settings.api.processes)]
+    children = [
+        spawn.Process(target=_child, args=(os.getpid(),), name=f"peerlog-api-{i}")
+        for i in range(settings.api.processes)
+    ]
     received = _stop_on_signals()  # before the first start: a SIGTERM while they start stops them too
     try:
         for child in children:

@@ -70,8 +70,9 @@ async def get_workspace(ctx: ApiDeps, workspace_id: str, token: str) -> RowMappi
     return await preflight(ctx, token, workspace_id)
 
 
-async def list_workspaces(ctx: ApiDeps, size: int, page_token: str, token: str,
-                          only: frozenset[str] | None = None) -> Page:
+async def list_workspaces(
+    ctx: ApiDeps, size: int, page_token: str, token: str, only: frozenset[str] | None = None
+) -> Page:
     """A page of workspaces; only those in `only` (what the caller's token may see) unless it is None."""
     await preflight(ctx, token)
     limit, scope = v.page_size(size), ("ListWorkspaces",)
@@ -110,9 +111,7 @@ async def get_session(ctx: ApiDeps, workspace_id: str, session_id: str, token: s
     return (await session_views(ctx, workspace_id, [row]))[0]
 
 
-async def list_sessions(
-    ctx: ApiDeps, workspace_id: str, member: str, size: int, page_token: str, token: str
-) -> Page:
+async def list_sessions(ctx: ApiDeps, workspace_id: str, member: str, size: int, page_token: str, token: str) -> Page:
     await preflight(ctx, token, workspace_id)
     if member:
         v.check_id("peer_id", member)
@@ -134,8 +133,13 @@ async def get_message(ctx: ApiDeps, workspace_id: str, message_id: str, token: s
 
 
 async def list_messages(
-    ctx: ApiDeps, workspace_id: str, session_id: str, size: int, page_token: str,
-    reverse: bool, token: str,
+    ctx: ApiDeps,
+    workspace_id: str,
+    session_id: str,
+    size: int,
+    page_token: str,
+    reverse: bool,
+    token: str,
 ) -> Page:
     await preflight(ctx, token, workspace_id, session_id=session_id)
     limit, scope = v.page_size(size), ("ListMessages", workspace_id, session_id, str(reverse))
@@ -145,9 +149,7 @@ async def list_messages(
     return page(ctx, scope, rows, limit, lambda r: r["seq"])
 
 
-async def get_session_summaries(
-    ctx: ApiDeps, workspace_id: str, session_id: str, token: str
-) -> dict[str, RowMapping]:
+async def get_session_summaries(ctx: ApiDeps, workspace_id: str, session_id: str, token: str) -> dict[str, RowMapping]:
     """The session's latest summary of each kind that exists, by kind ("short", "long")."""
     await preflight(ctx, token, workspace_id, session_id=session_id)
     async with ctx.engine.connect() as conn:

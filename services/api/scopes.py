@@ -57,8 +57,9 @@ async def _view(ctx: ApiDeps, workspace_id: str, scope_id: str, as_of: datetime 
     return ScopeView(row, sessions[scope_id])
 
 
-async def create_scope(ctx: ApiDeps, workspace_id: str, scope_id: str, name: str,
-                       session_ids: Sequence[str]) -> tuple[ScopeView, str]:
+async def create_scope(
+    ctx: ApiDeps, workspace_id: str, scope_id: str, name: str, session_ids: Sequence[str]
+) -> tuple[ScopeView, str]:
     v.check_id("scope_id", scope_id)
     v.check_text("name", name, MAX_NAME_CHARS, required=False)
     _check_sessions(session_ids, required=False)
@@ -66,10 +67,17 @@ async def create_scope(ctx: ApiDeps, workspace_id: str, scope_id: str, name: str
         async with ctx.engine.connect() as conn:
             await check_scope(conn, workspace_id, session_ids)
             if await scope_reads.scope(conn, workspace_id, scope_id) is not None:
-                raise AlreadyExists(f"scope {scope_id!r} already exists in workspace {workspace_id!r}; "
-                                    "change its sessions with AddScopeSessions / RemoveScopeSessions")
-        event = ScopeCreated(workspace_id=workspace_id, scope_id=scope_id, name=name,
-                             session_ids=tuple(session_ids), producer=ctx.producer)
+                raise AlreadyExists(
+                    f"scope {scope_id!r} already exists in workspace {workspace_id!r}; "
+                    "change its sessions with AddScopeSessions / RemoveScopeSessions"
+                )
+        event = ScopeCreated(
+            workspace_id=workspace_id,
+            scope_id=scope_id,
+            name=name,
+            session_ids=tuple(session_ids),
+            producer=ctx.producer,
+        )
         token = await commit(ctx, [event])
     view = await _view(ctx, workspace_id, scope_id)
     if view.row["event_id"] != event.event_id:  # another API process created it first
@@ -77,8 +85,9 @@ async def create_scope(ctx: ApiDeps, workspace_id: str, scope_id: str, name: str
     return view, token
 
 
-async def change_sessions(ctx: ApiDeps, workspace_id: str, scope_id: str, session_ids: Sequence[str],
-                          add: bool) -> tuple[ScopeView, str]:
+async def change_sessions(
+    ctx: ApiDeps, workspace_id: str, scope_id: str, session_ids: Sequence[str], add: bool
+) -> tuple[ScopeView, str]:
     """Adds (removes) sessions; only the ones that change the scope go on the log."""
     _check_sessions(session_ids, required=True)
     async with ctx.writes.hold(("scope", workspace_id, scope_id)):
@@ -88,14 +97,16 @@ async def change_sessions(ctx: ApiDeps, workspace_id: str, scope_id: str, sessio
             now = set((await scope_reads.scope_sessions(conn, workspace_id, [scope_id]))[scope_id])
         changed = tuple(s for s in session_ids if (s not in now) == add)
         kind = ScopeSessionsAdded if add else ScopeSessionsRemoved
-        events = [kind(workspace_id=workspace_id, scope_id=scope_id, session_ids=changed,
-                       producer=ctx.producer)] if changed else []
+        events = (
+            [kind(workspace_id=workspace_id, scope_id=scope_id, session_ids=changed, producer=ctx.producer)]
+            if changed
+            else []
+        )
         token = await commit(ctx, events)
     return await _view(ctx, workspace_id, scope_id), token
 
 
-async def get_scope(ctx: ApiDeps, workspace_id: str, scope_id: str, as_of: datetime | None,
-                    token: str) -> ScopeView:
+async def get_scope(ctx: ApiDeps, workspace_id: str, scope_id: str, as_of: datetime | None, token: str) -> ScopeView:
     await preflight(ctx, token)
     return await _view(ctx, workspace_id, scope_id, as_of)
 
@@ -109,8 +120,9 @@ async def list_scopes(ctx: ApiDeps, workspace_id: str, token: str) -> list[Scope
     return [ScopeView(r, sessions[r["scope_id"]]) for r in rows]
 
 
-async def recall_sessions(conn: AsyncConnection, workspace_id: str, scope_id: str, session_ids: Sequence[str],
-                          as_of: datetime | None = None) -> tuple[str, ...] | None:
+async def recall_sessions(
+    conn: AsyncConnection, workspace_id: str, scope_id: str, session_ids: Sequence[str], as_of: datetime | None = None
+) -> tuple[str, ...] | None:
     """The sessions a read may recall from: the allowlist, narrowed to the scope's sessions (as they stood
     at `as_of`) when a scope is named; None when neither bounds it. NotFound for an unknown scope."""
     if not scope_id:

@@ -9,9 +9,9 @@ import signal
 from dataclasses import dataclass, field
 
 import grpc
-from prometheus_client import start_http_server
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
 
 from peerlog.v1 import (
     audit_pb2,
@@ -20,10 +20,10 @@ from peerlog.v1 import (
     configuration_pb2_grpc,
     context_pb2,
     context_pb2_grpc,
-    dreams_pb2,
-    dreams_pb2_grpc,
     dialectic_pb2,
     dialectic_pb2_grpc,
+    dreams_pb2,
+    dreams_pb2_grpc,
     events_pb2,
     events_pb2_grpc,
     messages_pb2,
@@ -32,17 +32,18 @@ from peerlog.v1 import (
     observations_pb2_grpc,
     peers_pb2,
     peers_pb2_grpc,
-    sessions_pb2,
-    sessions_pb2_grpc,
-    workspaces_pb2,
-    workspaces_pb2_grpc,
     scopes_pb2,
     scopes_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
     webhooks_pb2,
     webhooks_pb2_grpc,
+    workspaces_pb2,
+    workspaces_pb2_grpc,
 )
 from projections.db import async_engine, create_schema, sync_engine
 from projections.tool_reads import SqlChatReads
+from services import tracing
 from services.api import validation as v
 from services.api.auth import AuthInterceptor
 from services.api.cursors import PageCursors
@@ -51,13 +52,12 @@ from services.api.errors import ErrorInterceptor
 from services.api.event_servicers import EventServicer, WebhookServicer
 from services.api.freshness import Freshness
 from services.api.health import HealthMonitor, database_reachable
-from services.api.telemetry import TelemetryInterceptor
 from services.api.servicers import (
+    AuditServicer,
     ConfigurationServicer,
     ContextServicer,
-    AuditServicer,
-    DreamServicer,
     DialecticServicer,
+    DreamServicer,
     MessageServicer,
     ObservationServicer,
     PeerServicer,
@@ -65,18 +65,18 @@ from services.api.servicers import (
     SessionServicer,
     WorkspaceServicer,
 )
+from services.api.settings import ApiSettings, AuthSettings
+from services.api.telemetry import TelemetryInterceptor
+from services.api.tokens import Verifier
 from services.bus.log_ends import LogEnds
 from services.bus.producer import EventLog
-from services.webhooks.store import WebhookStore, engine_for
-from services.dialectic.settings import LEVELS
 from services.dialectic.loop import Dialectic
+from services.dialectic.settings import LEVELS
 from services.llm.client import ModelClient
 from services.llm.embeddings import LocalOnnxEmbedder, make_embedder
-from services.api.tokens import Verifier
-from services.api.settings import ApiSettings, AuthSettings
 from services.llm.tokens import count_tokens
 from services.settings import Settings
-from services import tracing
+from services.webhooks.store import WebhookStore, engine_for
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +123,9 @@ class RunningServer:
             await close()
 
 
-def _register(server: grpc.aio.Server, ctx: ApiDeps, webhooks: WebhookStore,
-              settings: Settings) -> health.aio.HealthServicer:
+def _register(
+    server: grpc.aio.Server, ctx: ApiDeps, webhooks: WebhookStore, settings: Settings
+) -> health.aio.HealthServicer:
     workspaces_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(ctx), server)
     peers_pb2_grpc.add_PeerServiceServicer_to_server(PeerServicer(ctx), server)
     sessions_pb2_grpc.add_SessionServiceServicer_to_server(SessionServicer(ctx), server)
@@ -137,7 +138,8 @@ def _register(server: grpc.aio.Server, ctx: ApiDeps, webhooks: WebhookStore,
     configuration_pb2_grpc.add_ConfigurationServiceServicer_to_server(ConfigurationServicer(ctx), server)
     events_pb2_grpc.add_EventServiceServicer_to_server(EventServicer(ctx), server)
     webhooks_pb2_grpc.add_WebhookServiceServicer_to_server(
-        WebhookServicer(webhooks, settings.webhook.allow_private_targets), server)
+        WebhookServicer(webhooks, settings.webhook.allow_private_targets), server
+    )
     scopes_pb2_grpc.add_ScopeServiceServicer_to_server(ScopeServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
@@ -199,8 +201,9 @@ def _listen(server: grpc.aio.Server, api: ApiSettings) -> int:
     if api.tls_cert is None:
         return server.add_insecure_port(address)
     ca = _read_pem(api.tls_client_ca) if api.tls_client_ca else None
-    credentials = grpc.ssl_server_credentials([(_read_pem(api.tls_key), _read_pem(api.tls_cert))],
-                                              root_certificates=ca, require_client_auth=ca is not None)
+    credentials = grpc.ssl_server_credentials(
+        [(_read_pem(api.tls_key), _read_pem(api.tls_cert))], root_certificates=ca, require_client_auth=ca is not None
+    )
     return server.add_secure_port(address, credentials)
 
 
@@ -214,11 +217,15 @@ async def start(settings: Settings) -> RunningServer:
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
     ends = LogEnds(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, ends.list_topics)
-    ctx = ApiDeps(engine=engine, log=event_log,
-                     freshness=Freshness(engine, settings.api.consistency_wait_s, ends),
-                     embedder=embedder, dialectic=_dialectic(settings, engine, embedder),
-                     cursors=PageCursors.from_setting(settings.api.cursor_key.get_secret_value()),
-                     configuration=settings.configuration())
+    ctx = ApiDeps(
+        engine=engine,
+        log=event_log,
+        freshness=Freshness(engine, settings.api.consistency_wait_s, ends),
+        embedder=embedder,
+        dialectic=_dialectic(settings, engine, embedder),
+        cursors=PageCursors.from_setting(settings.api.cursor_key.get_secret_value()),
+        configuration=settings.configuration(),
+    )
     # without SO_REUSEPORT a second server on a taken port fails loudly instead of sharing it; with
     # several processes (services/api/processes.py) they share it on purpose
     shared = settings.api.processes > 1
@@ -231,8 +238,9 @@ async def start(settings: Settings) -> RunningServer:
     await monitor.check_once()  # the first answer is already a real one
     port = _listen(server, settings.api)
     await server.start()
-    log.info("peerlog API listening on %s:%d (%s)", settings.api.host, port,
-             "TLS" if settings.api.tls_cert else "plaintext")
+    log.info(
+        "peerlog API listening on %s:%d (%s)", settings.api.host, port, "TLS" if settings.api.tls_cert else "plaintext"
+    )
     return RunningServer(server, port, ctx, ends, webhooks, [asyncio.get_running_loop().create_task(monitor.run())])
 
 

@@ -8,9 +8,9 @@ from peerlog.v1 import (
     configuration_pb2,
     configuration_pb2_grpc,
     context_pb2_grpc,
+    dialectic_pb2_grpc,
     dreams_pb2,
     dreams_pb2_grpc,
-    dialectic_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -24,8 +24,6 @@ from peerlog.v1 import (
     workspaces_pb2,
     workspaces_pb2_grpc,
 )
-from services.api import convert as c
-from services.api import convert_audit, convert_configuration
 from services.api import (
     audit,
     cards,
@@ -33,6 +31,8 @@ from services.api import (
     clones,
     configurations,
     context_reads,
+    convert_audit,
+    convert_configuration,
     dreams,
     message_reads,
     observation_reads,
@@ -42,6 +42,7 @@ from services.api import (
     uploads,
     writes,
 )
+from services.api import convert as c
 from services.api.auth import visible_workspaces
 from services.api.deps import ApiDeps
 
@@ -52,8 +53,11 @@ class WorkspaceServicer(workspaces_pb2_grpc.WorkspaceServiceServicer):
 
     async def GetOrCreateWorkspace(self, request, context):
         w = await writes.get_or_create_workspace(
-            self.ctx, request.workspace_id, c.metadata(request.metadata),
-            convert_configuration.optional_configuration(request, "configuration"))
+            self.ctx,
+            request.workspace_id,
+            c.metadata(request.metadata),
+            convert_configuration.optional_configuration(request, "configuration"),
+        )
         return workspaces_pb2.GetOrCreateWorkspaceResponse(
             workspace=c.workspace(w.row), created=w.created, consistency_token=w.token
         )
@@ -64,7 +68,10 @@ class WorkspaceServicer(workspaces_pb2_grpc.WorkspaceServiceServicer):
 
     async def ListWorkspaces(self, request, context):
         page = await reads.list_workspaces(
-            self.ctx, request.page.page_size, request.page.page_token, request.consistency.consistency_token,
+            self.ctx,
+            request.page.page_size,
+            request.page.page_token,
+            request.consistency.consistency_token,
             visible_workspaces(),
         )
         return workspaces_pb2.ListWorkspacesResponse(
@@ -87,22 +94,31 @@ class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
         return peers_pb2.GetOrCreatePeerResponse(peer=c.peer(w.row), created=w.created, consistency_token=w.token)
 
     async def GetPeer(self, request, context):
-        return c.peer(await reads.get_peer(
-            self.ctx, request.workspace_id, request.peer_id, request.consistency.consistency_token
-        ))
+        return c.peer(
+            await reads.get_peer(self.ctx, request.workspace_id, request.peer_id, request.consistency.consistency_token)
+        )
 
     async def ListPeers(self, request, context):
         page = await reads.list_peers(
-            self.ctx, request.workspace_id, request.page.page_size, request.page.page_token,
+            self.ctx,
+            request.workspace_id,
+            request.page.page_size,
+            request.page.page_token,
             request.consistency.consistency_token,
         )
         return peers_pb2.ListPeersResponse(peers=[c.peer(r) for r in page.items], next_page_token=page.next_token)
 
     async def GetPeerCard(self, request, context):
-        return c.peer_card(await cards.get_peer_card(
-            self.ctx, request.workspace_id, request.observer_id, request.observed_id,
-            request.consistency.consistency_token, c.from_ts(request, "as_of"),
-        ))
+        return c.peer_card(
+            await cards.get_peer_card(
+                self.ctx,
+                request.workspace_id,
+                request.observer_id,
+                request.observed_id,
+                request.consistency.consistency_token,
+                c.from_ts(request, "as_of"),
+            )
+        )
 
     async def SetPeerCard(self, request, context):
         card, token = await cards.set_peer_card(
@@ -120,7 +136,10 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
 
     async def GetOrCreateSession(self, request, context):
         w = await writes.get_or_create_session(
-            self.ctx, request.workspace_id, request.session_id, c.metadata(request.metadata),
+            self.ctx,
+            request.workspace_id,
+            request.session_id,
+            c.metadata(request.metadata),
             [c.member_spec(m) for m in request.members],
             convert_configuration.optional_configuration(request, "configuration"),
         )
@@ -144,23 +163,31 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
         return sessions_pb2.MembershipResponse(session=c.session(view), consistency_token=token)
 
     async def GetSession(self, request, context):
-        return c.session(await reads.get_session(
-            self.ctx, request.workspace_id, request.session_id, request.consistency.consistency_token
-        ))
+        return c.session(
+            await reads.get_session(
+                self.ctx, request.workspace_id, request.session_id, request.consistency.consistency_token
+            )
+        )
 
     async def ListSessions(self, request, context):
         page = await reads.list_sessions(
-            self.ctx, request.workspace_id, request.peer_id, request.page.page_size,
-            request.page.page_token, request.consistency.consistency_token,
+            self.ctx,
+            request.workspace_id,
+            request.peer_id,
+            request.page.page_size,
+            request.page.page_token,
+            request.consistency.consistency_token,
         )
         return sessions_pb2.ListSessionsResponse(
             sessions=[c.session(s) for s in page.items], next_page_token=page.next_token
         )
 
     async def GetSessionSummaries(self, request, context):
-        return c.session_summaries(await reads.get_session_summaries(
-            self.ctx, request.workspace_id, request.session_id, request.consistency.consistency_token
-        ))
+        return c.session_summaries(
+            await reads.get_session_summaries(
+                self.ctx, request.workspace_id, request.session_id, request.consistency.consistency_token
+            )
+        )
 
     async def SearchMessages(self, request, context):
         return await _search_messages(self.ctx, request, c.message_query(request, session_ids=(request.session_id,)))
@@ -168,14 +195,16 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
     async def CloneSession(self, request, context):
         written, ids = await clones.clone_session(self.ctx, c.clone_request(request))
         view = await reads.get_session(self.ctx, request.workspace_id, request.new_session_id, "")
-        return sessions_pb2.CloneSessionResponse(session=c.session(view), message_ids=ids,
-                                                 consistency_token=written.token)
+        return sessions_pb2.CloneSessionResponse(
+            session=c.session(view), message_ids=ids, consistency_token=written.token
+        )
 
 
 async def _search_messages(ctx: ApiDeps, request, query):
     """The one implementation behind WorkspaceService, SessionService and PeerService.SearchMessages."""
-    found = await message_reads.search(ctx, query, request.consistency.consistency_token,
-                                       getattr(request, "scope_id", ""))  # SessionService's has none
+    found = await message_reads.search(
+        ctx, query, request.consistency.consistency_token, getattr(request, "scope_id", "")
+    )  # SessionService's has none
     return c.search_messages_response(found.hits, found.adjacent, ctx.embedder.model_name)
 
 
@@ -185,14 +214,20 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
 
     async def AddMessages(self, request, context):
         new = [c.new_message(m, i) for i, m in enumerate(request.messages)]
-        ids, token = await writes.add_messages(self.ctx, request.workspace_id, request.session_id, new,
-                                               request.idempotency_key)
+        ids, token = await writes.add_messages(
+            self.ctx, request.workspace_id, request.session_id, new, request.idempotency_key
+        )
         return messages_pb2.AddMessagesResponse(message_ids=ids, consistency_token=token)
 
     async def ListMessages(self, request, context):
         page = await reads.list_messages(
-            self.ctx, request.workspace_id, request.session_id, request.page.page_size,
-            request.page.page_token, request.reverse, request.consistency.consistency_token,
+            self.ctx,
+            request.workspace_id,
+            request.session_id,
+            request.page.page_size,
+            request.page.page_token,
+            request.reverse,
+            request.consistency.consistency_token,
         )
         return messages_pb2.ListMessagesResponse(
             messages=[c.message(r) for r in page.items], next_page_token=page.next_token
@@ -203,9 +238,11 @@ class MessageServicer(messages_pb2_grpc.MessageServiceServicer):
         return messages_pb2.UploadFileResponse(message_ids=ids, consistency_token=token)
 
     async def GetMessage(self, request, context):
-        return c.message(await reads.get_message(
-            self.ctx, request.workspace_id, request.message_id, request.consistency.consistency_token
-        ))
+        return c.message(
+            await reads.get_message(
+                self.ctx, request.workspace_id, request.message_id, request.consistency.consistency_token
+            )
+        )
 
 
 class ConfigurationServicer(configuration_pb2_grpc.ConfigurationServiceServicer):
@@ -213,24 +250,41 @@ class ConfigurationServicer(configuration_pb2_grpc.ConfigurationServiceServicer)
         self.ctx = ctx
 
     async def SetWorkspaceConfiguration(self, request, context):
-        token = await configurations.set_workspace(self.ctx, request.workspace_id,
-                                                   convert_configuration.configuration(request.configuration))
+        token = await configurations.set_workspace(
+            self.ctx, request.workspace_id, convert_configuration.configuration(request.configuration)
+        )
         return configuration_pb2.SetConfigurationResponse(consistency_token=token)
 
     async def SetSessionConfiguration(self, request, context):
-        token = await configurations.set_session(self.ctx, request.workspace_id, request.session_id,
-                                                 convert_configuration.configuration(request.configuration))
+        token = await configurations.set_session(
+            self.ctx,
+            request.workspace_id,
+            request.session_id,
+            convert_configuration.configuration(request.configuration),
+        )
         return configuration_pb2.SetConfigurationResponse(consistency_token=token)
 
     async def SetMessageConfiguration(self, request, context):
-        token = await configurations.set_message(self.ctx, request.workspace_id, request.session_id, request.message_id,
-                                                 convert_configuration.configuration(request.configuration))
+        token = await configurations.set_message(
+            self.ctx,
+            request.workspace_id,
+            request.session_id,
+            request.message_id,
+            convert_configuration.configuration(request.configuration),
+        )
         return configuration_pb2.SetConfigurationResponse(consistency_token=token)
 
     async def GetEffectiveConfiguration(self, request, context):
-        return convert_configuration.effective(await configurations.effective(
-            self.ctx, request.workspace_id, request.session_id, request.message_id, c.from_ts(request, "as_of"),
-            request.consistency.consistency_token))
+        return convert_configuration.effective(
+            await configurations.effective(
+                self.ctx,
+                request.workspace_id,
+                request.session_id,
+                request.message_id,
+                c.from_ts(request, "as_of"),
+                request.consistency.consistency_token,
+            )
+        )
 
 
 class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
@@ -239,17 +293,23 @@ class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
 
     async def ListObservations(self, request, context):
         page = await observation_reads.list_observations(
-            self.ctx, c.list_filter(request), request.page.page_size, request.page.page_token,
-            request.reverse, request.consistency.consistency_token,
+            self.ctx,
+            c.list_filter(request),
+            request.page.page_size,
+            request.page.page_token,
+            request.reverse,
+            request.consistency.consistency_token,
         )
         return observations_pb2.ListObservationsResponse(
             observations=[c.observation(v) for v in page.items], next_page_token=page.next_token
         )
 
     async def GetObservation(self, request, context):
-        return c.observation(await observation_reads.get_observation(
-            self.ctx, request.workspace_id, request.observation_id, request.consistency.consistency_token
-        ))
+        return c.observation(
+            await observation_reads.get_observation(
+                self.ctx, request.workspace_id, request.observation_id, request.consistency.consistency_token
+            )
+        )
 
     async def SearchObservations(self, request, context):
         found = await observation_reads.search_observations(
@@ -261,8 +321,12 @@ class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
 
     async def CreateObservations(self, request, context):
         ids, token = await observation_writes.create_observations(
-            self.ctx, request.workspace_id, request.observer_id, request.observed_id,
-            [c.new_observation(o) for o in request.observations], request.idempotency_key,
+            self.ctx,
+            request.workspace_id,
+            request.observer_id,
+            request.observed_id,
+            [c.new_observation(o) for o in request.observations],
+            request.idempotency_key,
         )
         return observations_pb2.CreateObservationsResponse(observation_ids=ids, consistency_token=token)
 
@@ -284,13 +348,15 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         self.ctx = ctx
 
     async def GetContext(self, request, context):
-        packed = await context_reads.get_context(self.ctx, c.context_query(request),
-                                                 request.consistency.consistency_token)
+        packed = await context_reads.get_context(
+            self.ctx, c.context_query(request), request.consistency.consistency_token
+        )
         return c.context_response(packed, request.assistant_peer_id)
 
     async def GetRepresentation(self, request, context):
         observations = await context_reads.get_representation(
-            self.ctx, c.representation_query(request), request.consistency.consistency_token)
+            self.ctx, c.representation_query(request), request.consistency.consistency_token
+        )
         return c.representation_response(observations)
 
 
@@ -299,13 +365,20 @@ class DreamServicer(dreams_pb2_grpc.DreamServiceServicer):
         self.ctx = ctx
 
     async def ScheduleDream(self, request, context):
-        token = await dreams.schedule_dream(self.ctx, request.workspace_id, request.observer_id,
-                                            request.observed_id, request.reason)
+        token = await dreams.schedule_dream(
+            self.ctx, request.workspace_id, request.observer_id, request.observed_id, request.reason
+        )
         return dreams_pb2.ScheduleDreamResponse(consistency_token=token)
 
     async def ListDreams(self, request, context):
-        rows = await dreams.list_dreams(self.ctx, request.workspace_id, request.observer_id, request.observed_id,
-                                        request.limit, request.consistency.consistency_token)
+        rows = await dreams.list_dreams(
+            self.ctx,
+            request.workspace_id,
+            request.observer_id,
+            request.observed_id,
+            request.limit,
+            request.consistency.consistency_token,
+        )
         return dreams_pb2.ListDreamsResponse(dreams=[c.dream(r) for r in rows])
 
 
@@ -314,26 +387,38 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         self.ctx = ctx
 
     async def GetProvenance(self, request, context):
-        found = await audit.get_provenance(self.ctx, request.workspace_id, request.observation_id,
-                                           request.consistency.consistency_token)
+        found = await audit.get_provenance(
+            self.ctx, request.workspace_id, request.observation_id, request.consistency.consistency_token
+        )
         return convert_audit.provenance(found)
 
     async def GetObservationHistory(self, request, context):
-        rows = await audit.get_observation_history(self.ctx, request.workspace_id, request.observation_id,
-                                                   request.consistency.consistency_token)
+        rows = await audit.get_observation_history(
+            self.ctx, request.workspace_id, request.observation_id, request.consistency.consistency_token
+        )
         return audit_pb2.GetObservationHistoryResponse(entries=[convert_audit.history_entry(r) for r in rows])
 
     async def ListRejectedObservations(self, request, context):
-        rows = await audit.list_rejected(self.ctx, request.workspace_id, request.observer_id, request.observed_id,
-                                         request.dream_id, request.limit, request.consistency.consistency_token)
+        rows = await audit.list_rejected(
+            self.ctx,
+            request.workspace_id,
+            request.observer_id,
+            request.observed_id,
+            request.dream_id,
+            request.limit,
+            request.consistency.consistency_token,
+        )
         return audit_pb2.ListRejectedObservationsResponse(rejections=[convert_audit.rejection(r) for r in rows])
+
+
 class ScopeServicer(scopes_pb2_grpc.ScopeServiceServicer):
     def __init__(self, ctx: ApiDeps) -> None:
         self.ctx = ctx
 
     async def CreateScope(self, request, context):
-        view, token = await scopes.create_scope(self.ctx, request.workspace_id, request.scope_id, request.name,
-                                                list(request.session_ids))
+        view, token = await scopes.create_scope(
+            self.ctx, request.workspace_id, request.scope_id, request.name, list(request.session_ids)
+        )
         return scopes_pb2.CreateScopeResponse(scope=c.scope(view), consistency_token=token)
 
     async def ListScopes(self, request, context):
@@ -341,8 +426,15 @@ class ScopeServicer(scopes_pb2_grpc.ScopeServiceServicer):
         return scopes_pb2.ListScopesResponse(scopes=[c.scope(v) for v in views])
 
     async def GetScope(self, request, context):
-        return c.scope(await scopes.get_scope(self.ctx, request.workspace_id, request.scope_id,
-                                              c.from_ts(request, "as_of"), request.consistency.consistency_token))
+        return c.scope(
+            await scopes.get_scope(
+                self.ctx,
+                request.workspace_id,
+                request.scope_id,
+                c.from_ts(request, "as_of"),
+                request.consistency.consistency_token,
+            )
+        )
 
     async def AddScopeSessions(self, request, context):
         return await self._change(request, add=True)
@@ -351,8 +443,9 @@ class ScopeServicer(scopes_pb2_grpc.ScopeServiceServicer):
         return await self._change(request, add=False)
 
     async def _change(self, request, add: bool):
-        view, token = await scopes.change_sessions(self.ctx, request.workspace_id, request.scope_id,
-                                                   list(request.session_ids), add)
+        view, token = await scopes.change_sessions(
+            self.ctx, request.workspace_id, request.scope_id, list(request.session_ids), add
+        )
         return scopes_pb2.ScopeSessionsResponse(scope=c.scope(view), consistency_token=token)
 
 
@@ -361,11 +454,13 @@ class DialecticServicer(dialectic_pb2_grpc.DialecticServiceServicer):
         self.ctx = ctx
 
     async def Chat(self, request, context):
-        result = await chat.chat(self.ctx, c.chat_request(request), request.consistency.consistency_token,
-                                 context.time_remaining())
+        result = await chat.chat(
+            self.ctx, c.chat_request(request), request.consistency.consistency_token, context.time_remaining()
+        )
         return c.chat_response(result)
 
     async def ChatStream(self, request, context):
-        async for event in chat.chat_stream(self.ctx, c.chat_request(request), request.consistency.consistency_token,
-                                            context.time_remaining()):
+        async for event in chat.chat_stream(
+            self.ctx, c.chat_request(request), request.consistency.consistency_token, context.time_remaining()
+        ):
             yield c.chat_chunk(event)

@@ -22,22 +22,39 @@ class ApiSettings(BaseSettings):
         10.0, description="longest a read waits for the projections to reach a consistency token"
     )
     metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics on this port (0: off)")
-    metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds: loopback unless "
-                              "set otherwise, whatever `host` is (the metrics carry no authentication)")
+    metrics_host: str = Field(
+        "127.0.0.1",
+        description="address the metrics endpoint binds: loopback unless "
+        "set otherwise, whatever `host` is (the metrics carry no authentication)",
+    )
     tls_cert: Path | None = Field(None, description="PEM certificate chain: with tls_key, serve TLS only")
     tls_key: Path | None = Field(None, description="PEM private key of tls_cert")
-    tls_client_ca: Path | None = Field(None, description="PEM CA bundle: clients must present a certificate it "
-                                       "signed (mutual TLS); needs tls_cert and tls_key")
-    processes: int = Field(1, ge=1, le=64, description="server processes sharing the port (SO_REUSEPORT; the kernel "
-                           "spreads connections over them): one Python process uses about one core, so set it to "
-                           "the cores the API may use. Above 1 the port must be fixed, and the supervising process "
-                           "serves the metrics of all of them summed")
-    health_interval_s: float = Field(5.0, gt=0, description="seconds between checks of Kafka and Postgres; the "
-                                     "health service says NOT_SERVING while either does not answer")
-    cursor_key: SecretStr = Field(SecretStr(""), description="key that signs page tokens, so a token only works "
-                                  "for the list that issued it; empty: a random key per start (tokens then "
-                                  "do not survive a restart). Set it when several API hosts serve one deployment")
-
+    tls_client_ca: Path | None = Field(
+        None,
+        description="PEM CA bundle: clients must present a certificate it "
+        "signed (mutual TLS); needs tls_cert and tls_key",
+    )
+    processes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="server processes sharing the port (SO_REUSEPORT; the kernel "
+        "spreads connections over them): one Python process uses about one core, so set it to "
+        "the cores the API may use. Above 1 the port must be fixed, and the supervising process "
+        "serves the metrics of all of them summed",
+    )
+    health_interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="seconds between checks of Kafka and Postgres; the "
+        "health service says NOT_SERVING while either does not answer",
+    )
+    cursor_key: SecretStr = Field(
+        SecretStr(""),
+        description="key that signs page tokens, so a token only works "
+        "for the list that issued it; empty: a random key per start (tokens then "
+        "do not survive a restart). Set it when several API hosts serve one deployment",
+    )
 
     @model_validator(mode="after")
     def _tls_complete(self) -> "ApiSettings":
@@ -57,21 +74,30 @@ class AuthSettings(BaseSettings):
     model_config = prefixed("PEERLOG_AUTH_", populate_by_name=True)
 
     # PEERLOG_AUTH=on|off; off only when said so, and the server warns about it at start
-    enabled: bool = Field(True, validation_alias="PEERLOG_AUTH", description="check tokens on every call "
-                          "but health and reflection")
-    algorithm: Algorithm = Field("HS256", description="HS256 verifies with `secret`; RS256 and ES256 with "
-                                 "`public_key_file`")
-    secret: SecretStr = Field(SecretStr(""), description="HS256 key (at least 32 bytes), shared by the server "
-                              "and `peerlog keys create`")
+    enabled: bool = Field(
+        True, validation_alias="PEERLOG_AUTH", description="check tokens on every call but health and reflection"
+    )
+    algorithm: Algorithm = Field(
+        "HS256", description="HS256 verifies with `secret`; RS256 and ES256 with `public_key_file`"
+    )
+    secret: SecretStr = Field(
+        SecretStr(""), description="HS256 key (at least 32 bytes), shared by the server and `peerlog keys create`"
+    )
     public_key_file: Path | None = Field(None, description="PEM public key that verifies RS256/ES256 tokens")
-    private_key_file: Path | None = Field(None, description="PEM private key `peerlog keys create` signs "
-                                          "RS256/ES256 tokens with; the server never needs it")
-    token: SecretStr = Field(SecretStr(""), description="the token this installation's own clients send "
-                             "(the CLI's audit and derivations commands, the benches)")
+    private_key_file: Path | None = Field(
+        None,
+        description="PEM private key `peerlog keys create` signs RS256/ES256 tokens with; the server never needs it",
+    )
+    token: SecretStr = Field(
+        SecretStr(""),
+        description="the token this installation's own clients send "
+        "(the CLI's audit and derivations commands, the benches)",
+    )
 
     @model_validator(mode="after")
     def _key_matches_algorithm(self) -> "AuthSettings":
         if self.algorithm != "HS256" and self.secret.get_secret_value():
-            raise ValueError(f"PEERLOG_AUTH_SECRET is for HS256; {self.algorithm} verifies with "
-                             "PEERLOG_AUTH_PUBLIC_KEY_FILE")
+            raise ValueError(
+                f"PEERLOG_AUTH_SECRET is for HS256; {self.algorithm} verifies with PEERLOG_AUTH_PUBLIC_KEY_FILE"
+            )
         return self

@@ -13,8 +13,9 @@ from services.bus.subscription import Delivered, Filter, LogSubscription, Positi
 POLL_S = 0.5  # how long one blocking poll holds the stream's thread: also how soon a cancelled stream lets go
 
 
-async def subscribe(ctx: ApiDeps, workspace_id: str, types: Sequence[str], cursor: Mapping[Position, int],
-                    from_end: bool) -> AsyncIterator[Delivered]:
+async def subscribe(
+    ctx: ApiDeps, workspace_id: str, types: Sequence[str], cursor: Mapping[Position, int], from_end: bool
+) -> AsyncIterator[Delivered]:
     """Every wanted event from `cursor` on, in log order per partition, for as long as the caller reads."""
     v.check_id("workspace_id", workspace_id)
     subscription = LogSubscription(ctx.log.kafka, Filter(workspace_id, frozenset(types)), cursor, from_end)

@@ -18,8 +18,10 @@ from services import tracing
 
 REQUESTS = Counter("peerlog_rpc_requests_total", "RPCs answered, by method and status code", ["method", "code"])
 LATENCY = Histogram(
-    "peerlog_rpc_duration_seconds", "Time from a call's arrival to its status, by method and status code",
-    ["method", "code"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+    "peerlog_rpc_duration_seconds",
+    "Time from a call's arrival to its status, by method and status code",
+    ["method", "code"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
 
 
@@ -31,8 +33,11 @@ class _Call:
         self.started = time.perf_counter()
         service, _, name = method.lstrip("/").partition("/")
         self.span = tracing.TRACER.start_as_current_span(
-            method.lstrip("/"), context=tracing.context_from(metadata), kind=SpanKind.SERVER,
-            attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name})
+            method.lstrip("/"),
+            context=tracing.context_from(metadata),
+            kind=SpanKind.SERVER,
+            attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
+        )
 
     def code(self, context: grpc.aio.ServicerContext, exc: BaseException | None) -> grpc.StatusCode:
         if isinstance(exc, asyncio.CancelledError):
@@ -89,12 +94,21 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(_observed_unary(handler.unary_unary, details.method),
-                                                       handler.request_deserializer, handler.response_serializer)
+            return grpc.unary_unary_rpc_method_handler(
+                _observed_unary(handler.unary_unary, details.method),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
         if handler.unary_stream is not None and inspect.isasyncgenfunction(handler.unary_stream):
-            return grpc.unary_stream_rpc_method_handler(_observed_stream(handler.unary_stream, details.method),
-                                                        handler.request_deserializer, handler.response_serializer)
+            return grpc.unary_stream_rpc_method_handler(
+                _observed_stream(handler.unary_stream, details.method),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
         if handler.stream_unary is not None:  # a client stream (UploadFile) answers once, as a unary call does
-            return grpc.stream_unary_rpc_method_handler(_observed_unary(handler.stream_unary, details.method),
-                                                        handler.request_deserializer, handler.response_serializer)
+            return grpc.stream_unary_rpc_method_handler(
+                _observed_unary(handler.stream_unary, details.method),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
         return handler  # grpc's own Health.Watch writes instead of yielding: left as it is

@@ -86,8 +86,14 @@ def scopes_for(workspace_id: str = "", peer_id: str = "", session_id: str = "") 
         if peer_id or session_id:
             raise ValueError("--peer and --session need --workspace")
         return [ADMIN]
-    narrow = [r.scope for r in (peer(workspace_id, peer_id) if peer_id else None,
-                                session(workspace_id, session_id) if session_id else None) if r]
+    narrow = [
+        r.scope
+        for r in (
+            peer(workspace_id, peer_id) if peer_id else None,
+            session(workspace_id, session_id) if session_id else None,
+        )
+        if r
+    ]
     out = narrow or [workspace(workspace_id).scope]
     parse_scopes(" ".join(out))  # ids that no scope can hold fail here, not at the server
     return out
@@ -105,8 +111,9 @@ def verification_key(auth: AuthSettings) -> str | bytes:
     if auth.algorithm == "HS256":
         secret = auth.secret.get_secret_value()
         if len(secret.encode()) < MIN_SECRET_BYTES:
-            raise ValueError(f"PEERLOG_AUTH_SECRET must be at least {MIN_SECRET_BYTES} bytes (e.g. "
-                             "`openssl rand -hex 32`)")
+            raise ValueError(
+                f"PEERLOG_AUTH_SECRET must be at least {MIN_SECRET_BYTES} bytes (e.g. `openssl rand -hex 32`)"
+            )
         return secret
     if auth.public_key_file is None:
         raise ValueError(f"PEERLOG_AUTH_ALGORITHM={auth.algorithm} needs PEERLOG_AUTH_PUBLIC_KEY_FILE")
@@ -121,8 +128,7 @@ def signing_key(auth: AuthSettings) -> str | bytes:
     return _read(auth.private_key_file)
 
 
-def mint(auth: AuthSettings, scopes: list[str], expires_in: timedelta | None = None,
-         now: float | None = None) -> str:
+def mint(auth: AuthSettings, scopes: list[str], expires_in: timedelta | None = None, now: float | None = None) -> str:
     """A signed token granting `scopes`, expiring `expires_in` from now (None: no `exp`)."""
     issued = int(time.time() if now is None else now)
     claims: dict[str, object] = {"scope": " ".join(sorted(parse_scopes(" ".join(scopes)))), "iat": issued}

@@ -31,9 +31,10 @@ def _check(u: Upload) -> None:
 
 def messages(u: Upload, chunks: list[str]) -> list[NewMessage]:
     """One message per chunk, in order, each saying which part of which file it is."""
-    return [NewMessage(peer_id=u.peer_id, content=chunk,
-                       metadata={"file_name": u.file_name, "chunk": i, "of": len(chunks)})
-            for i, chunk in enumerate(chunks, 1)]
+    return [
+        NewMessage(peer_id=u.peer_id, content=chunk, metadata={"file_name": u.file_name, "chunk": i, "of": len(chunks)})
+        for i, chunk in enumerate(chunks, 1)
+    ]
 
 
 def _chunks(data: bytes, file_name: str) -> list[str]:

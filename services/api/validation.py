@@ -37,9 +37,11 @@ SHOWN_PROBLEMS = 3  # problems an error message names before "and N more" (each 
 # tags and lengths, and per request its ids. About 50 MB, nearly all of it metadata at its worst encoding.
 MESSAGE_FRAMING_BYTES = 4 * 1024
 REQUEST_FRAMING_BYTES = 64 * 1024
-MAX_REQUEST_BYTES = MAX_MESSAGES_PER_CALL * (
-    4 * MAX_CONTENT_CHARS + STRUCT_BYTES_PER_JSON_BYTE * MAX_METADATA_BYTES + MESSAGE_FRAMING_BYTES
-) + REQUEST_FRAMING_BYTES
+MAX_REQUEST_BYTES = (
+    MAX_MESSAGES_PER_CALL
+    * (4 * MAX_CONTENT_CHARS + STRUCT_BYTES_PER_JSON_BYTE * MAX_METADATA_BYTES + MESSAGE_FRAMING_BYTES)
+    + REQUEST_FRAMING_BYTES
+)
 
 
 def check_id(kind: str, value: str) -> str:
@@ -81,8 +83,7 @@ def check_message_count(n: int) -> None:
         raise InvalidArgument("AddMessages needs at least one message")
     if n > MAX_MESSAGES_PER_CALL:
         raise InvalidArgument(
-            f"AddMessages takes at most {MAX_MESSAGES_PER_CALL} messages per call, got {n}; "
-            "split the batch"
+            f"AddMessages takes at most {MAX_MESSAGES_PER_CALL} messages per call, got {n}; split the batch"
         )
 
 
@@ -173,8 +174,10 @@ def check_metadata(field: str, value: dict[str, Any]) -> None:
             raise InvalidArgument(f"{path} is {item}, which JSON cannot express")
     size = len(orjson.dumps(value))
     if size > MAX_METADATA_BYTES:
-        raise InvalidArgument(f"{field} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}: "
-                              "keep large payloads elsewhere and store a reference")
+        raise InvalidArgument(
+            f"{field} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}: "
+            "keep large payloads elsewhere and store a reference"
+        )
 
 
 def _metadata_items(field: str, value: Any) -> Iterator[tuple[str, Any]]:

@@ -36,8 +36,9 @@ async def _check_url(url: str, allow_private: bool) -> str:
     return url
 
 
-async def create(store: WebhookStore, workspace_id: str, url: str, types: list[str],
-                 allow_private: bool = False) -> tuple[Endpoint, datetime, str]:
+async def create(
+    store: WebhookStore, workspace_id: str, url: str, types: list[str], allow_private: bool = False
+) -> tuple[Endpoint, datetime, str]:
     """The new endpoint, when it was registered, and its secret (shown once). Unless `allow_private`, a URL
     whose host is or resolves to a non-public address is refused (services/webhooks/targets.py)."""
     v.check_id("workspace_id", workspace_id)
@@ -70,8 +71,9 @@ async def dead_letters(store: WebhookStore, workspace_id: str, webhook_id: str) 
     return await _off_loop(store.dead_letters, (await _endpoint(store, workspace_id, webhook_id)).endpoint_id)
 
 
-async def retry(store: WebhookStore, workspace_id: str, webhook_id: str, event_id: str,
-                allow_private: bool = False) -> Outcome:
+async def retry(
+    store: WebhookStore, workspace_id: str, webhook_id: str, event_id: str, allow_private: bool = False
+) -> Outcome:
     endpoint = await _endpoint(store, workspace_id, webhook_id)
     letter = next((d for d in await _off_loop(store.dead_letters, webhook_id) if d.event_id == event_id), None)
     if letter is None:

@@ -83,8 +83,9 @@ async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> st
     return token.encode()
 
 
-async def get_or_create_workspace(ctx: ApiDeps, workspace_id: str, metadata: dict,
-                                  configuration: Configuration | None = None) -> Written:
+async def get_or_create_workspace(
+    ctx: ApiDeps, workspace_id: str, metadata: dict, configuration: Configuration | None = None
+) -> Written:
     v.check_id("workspace_id", workspace_id)
     v.check_metadata("metadata", metadata)
     async with ctx.writes.hold(("workspace", workspace_id)):
@@ -93,8 +94,11 @@ async def get_or_create_workspace(ctx: ApiDeps, workspace_id: str, metadata: dic
         if row is not None:
             return Written(row, False, "")
         event = WorkspaceCreated(workspace_id=workspace_id, metadata=metadata, producer=ctx.producer)
-        configured = [WorkspaceConfigured(workspace_id=workspace_id, configuration=configuration,
-                                          producer=ctx.producer)] if configuration else []
+        configured = (
+            [WorkspaceConfigured(workspace_id=workspace_id, configuration=configuration, producer=ctx.producer)]
+            if configuration
+            else []
+        )
         token = await commit(ctx, [event, *configured])
     row = await require_workspace(ctx, workspace_id)
     return Written(row, row["event_id"] == event.event_id, token)
@@ -111,12 +115,19 @@ async def get_or_create_peer(
             before = await peer_reads.peer(conn, workspace_id, peer_id)
         events: list[Event] = []
         if before is None:
-            events.append(PeerCreated(workspace_id=workspace_id, peer_id=peer_id, metadata=metadata,
-                                      observe_me=True if observe_me is None else observe_me,
-                                      producer=ctx.producer))
+            events.append(
+                PeerCreated(
+                    workspace_id=workspace_id,
+                    peer_id=peer_id,
+                    metadata=metadata,
+                    observe_me=True if observe_me is None else observe_me,
+                    producer=ctx.producer,
+                )
+            )
         elif observe_me is not None and observe_me != before["observe_me"]:
-            events.append(PeerConfigured(workspace_id=workspace_id, peer_id=peer_id,
-                                         observe_me=observe_me, producer=ctx.producer))
+            events.append(
+                PeerConfigured(workspace_id=workspace_id, peer_id=peer_id, observe_me=observe_me, producer=ctx.producer)
+            )
         token = await commit(ctx, events)
     async with ctx.engine.connect() as conn:
         row = await peer_reads.peer(conn, workspace_id, peer_id)
@@ -126,16 +137,26 @@ async def get_or_create_peer(
 def _joins(ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]):
     now = datetime.now(UTC)
     return [
-        MemberJoined(workspace_id=workspace_id, session_id=session_id, peer_id=m.peer_id,
-                     observe_me=m.observe_me, observe_others=m.observe_others, joined_at=now,
-                     producer=ctx.producer)
+        MemberJoined(
+            workspace_id=workspace_id,
+            session_id=session_id,
+            peer_id=m.peer_id,
+            observe_me=m.observe_me,
+            observe_others=m.observe_others,
+            joined_at=now,
+            producer=ctx.producer,
+        )
         for m in members
     ]
 
 
 async def get_or_create_session(
-    ctx: ApiDeps, workspace_id: str, session_id: str, metadata: dict,
-    members: Sequence[MemberSpec], configuration: Configuration | None = None,
+    ctx: ApiDeps,
+    workspace_id: str,
+    session_id: str,
+    metadata: dict,
+    members: Sequence[MemberSpec],
+    configuration: Configuration | None = None,
 ) -> Written:
     v.check_id("session_id", session_id)
     v.check_metadata("metadata", metadata)
@@ -147,20 +168,27 @@ async def get_or_create_session(
             current = await session_reads.current_members(conn, workspace_id, session_id) if row else set()
         events: list[Event] = []
         if row is None:
-            events.append(SessionCreated(workspace_id=workspace_id, session_id=session_id,
-                                         metadata=metadata, producer=ctx.producer))
+            events.append(
+                SessionCreated(
+                    workspace_id=workspace_id, session_id=session_id, metadata=metadata, producer=ctx.producer
+                )
+            )
             if configuration:
-                events.append(SessionConfigured(workspace_id=workspace_id, session_id=session_id,
-                                                configuration=configuration, producer=ctx.producer))
+                events.append(
+                    SessionConfigured(
+                        workspace_id=workspace_id,
+                        session_id=session_id,
+                        configuration=configuration,
+                        producer=ctx.producer,
+                    )
+                )
         events += _joins(ctx, workspace_id, session_id, [m for m in members if m.peer_id not in current])
         token = await commit(ctx, events)
     after = await require_session(ctx, workspace_id, session_id)
     return Written(after, row is None and after["event_id"] == events[0].event_id, token)
 
 
-async def add_members(
-    ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]
-) -> Written:
+async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]) -> Written:
     await require_session(ctx, workspace_id, session_id)
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
     async with ctx.writes.hold(("session", workspace_id, session_id)):
@@ -175,9 +203,7 @@ async def add_members(
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
 
 
-async def remove_members(
-    ctx: ApiDeps, workspace_id: str, session_id: str, peer_ids: Sequence[str]
-) -> Written:
+async def remove_members(ctx: ApiDeps, workspace_id: str, session_id: str, peer_ids: Sequence[str]) -> Written:
     await require_session(ctx, workspace_id, session_id)
     check_peer_ids(peer_ids)
     async with ctx.writes.hold(("session", workspace_id, session_id)):
@@ -189,8 +215,10 @@ async def remove_members(
                 f"peer(s) {v.listed([repr(p) for p in absent])} are not current members of session {session_id!r}"
             )
         now = datetime.now(UTC)
-        events = [MemberLeft(workspace_id=workspace_id, session_id=session_id, peer_id=p, left_at=now,
-                             producer=ctx.producer) for p in peer_ids]
+        events = [
+            MemberLeft(workspace_id=workspace_id, session_id=session_id, peer_id=p, left_at=now, producer=ctx.producer)
+            for p in peer_ids
+        ]
         token = await commit(ctx, events)
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
 
@@ -210,12 +238,14 @@ async def append_checked(
     """AddMessages' append (atomic; once per idempotency key) of messages already checked, in any number:
     UploadFile's chunks of one file go in one transaction too."""
     keyed = idempotency.keyed(workspace_id, (workspace_id, session_id), idempotency_key, new)
-    return await idempotency.once(ctx, keyed, lambda request: _append_messages(
-        ctx, workspace_id, session_id, new, request))
+    return await idempotency.once(
+        ctx, keyed, lambda request: _append_messages(ctx, workspace_id, session_id, new, request)
+    )
 
 
-async def _append_messages(ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage],
-                           request: KeyedRequest | None) -> tuple[list[str], str]:
+async def _append_messages(
+    ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage], request: KeyedRequest | None
+) -> tuple[list[str], str]:
     # the hot path: one connection for every check (the session row implies its workspace)
     async with ctx.engine.connect() as conn:
         await require_session(ctx, workspace_id, session_id, conn)
@@ -224,8 +254,10 @@ async def _append_messages(ctx: ApiDeps, workspace_id: str, session_id: str, new
         workspace_level = await configurations.workspace_level(conn, workspace_id)
         taken = await message_reads.messages_by_id(conn, workspace_id, [m.message_id for m in new if m.message_id])
     if taken:
-        raise AlreadyExists(f"message id(s) {v.listed([repr(i) for i in sorted(taken)])} already exist in "
-                            f"workspace {workspace_id!r}; a client's message ids must be new")
+        raise AlreadyExists(
+            f"message id(s) {v.listed([repr(i) for i in sorted(taken)])} already exist in "
+            f"workspace {workspace_id!r}; a client's message ids must be new"
+        )
     outsiders = sorted({m.peer_id for m in new if m.peer_id not in members})
     if outsiders:
         await check_members(ctx, workspace_id, outsiders)  # unknown peers are NOT_FOUND
@@ -235,11 +267,20 @@ async def _append_messages(ctx: ApiDeps, workspace_id: str, session_id: str, new
         )
     now = datetime.now(UTC)
     events = [
-        MessageAppended(workspace_id=workspace_id, session_id=session_id,
-                        message_id=m.message_id or str(uuid6.uuid7()), peer_id=m.peer_id, content=m.content,
-                        created_at=m.created_at or now, metadata=m.metadata, producer=ctx.producer,
-                        author_observe_me=observe_me.get(m.peer_id, True), request=request,
-                        configuration=m.configuration, workspace_configuration=workspace_level)
+        MessageAppended(
+            workspace_id=workspace_id,
+            session_id=session_id,
+            message_id=m.message_id or str(uuid6.uuid7()),
+            peer_id=m.peer_id,
+            content=m.content,
+            created_at=m.created_at or now,
+            metadata=m.metadata,
+            producer=ctx.producer,
+            author_observe_me=observe_me.get(m.peer_id, True),
+            request=request,
+            configuration=m.configuration,
+            workspace_configuration=workspace_level,
+        )
         for m in new
     ]
     token = await commit(ctx, events, wait=False)

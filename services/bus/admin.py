@@ -5,8 +5,8 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from services.bus.topics import ALL_TOPICS, TopicSpec
 from services.bus.settings import KafkaSettings
+from services.bus.topics import ALL_TOPICS, TopicSpec
 
 
 def admin_client(settings: KafkaSettings) -> AdminClient:

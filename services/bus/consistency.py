@@ -32,9 +32,7 @@ class ConsistencyToken:
         return cls(best)
 
     def merge(self, other: ConsistencyToken) -> ConsistencyToken:
-        return ConsistencyToken.of(
-            [(t, p, o) for (t, p), o in (*self.offsets.items(), *other.offsets.items())]
-        )
+        return ConsistencyToken.of([(t, p, o) for (t, p), o in (*self.offsets.items(), *other.offsets.items())])
 
     def encode(self) -> str:
         return ",".join(f"{t}:{p}:{o}" for (t, p), o in sorted(self.offsets.items()))

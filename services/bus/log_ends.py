@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from services.bus.consistency import ConsistencyToken, InvalidConsistencyToken
-from services.bus.topics import ALL_TOPICS
 from services.bus.settings import KafkaSettings
+from services.bus.topics import ALL_TOPICS
 
 
 def _shown(text: str) -> str:
@@ -35,9 +35,14 @@ class LogEnds:
         # no group is ever joined: the consumer only asks for metadata and watermarks. Read uncommitted,
         # so the end is the high watermark, which an acknowledged write (acks=all) is always below; the
         # last stable offset can trail a committed transaction until its markers are written
-        self._consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                                   "group.id": f"{settings.topic_prefix}api-log-ends",
-                                   "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap_servers,
+                "group.id": f"{settings.topic_prefix}api-log-ends",
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+            }
+        )
         self._timeout_s = timeout_s
         self._relist_every_s = relist_every_s
         self._listed_at = float("-inf")
@@ -51,8 +56,11 @@ class LogEnds:
         """Load the partition count of every peerlog topic (raises KafkaException if the broker is away)."""
         meta = self._consumer.list_topics(timeout=self._timeout_s)
         self._listed_at = time.monotonic()
-        self._partitions = {name: len(meta.topics[name].partitions) for name in self._names
-                            if name in meta.topics and meta.topics[name].error is None}
+        self._partitions = {
+            name: len(meta.topics[name].partitions)
+            for name in self._names
+            if name in meta.topics and meta.topics[name].error is None
+        }
 
     async def reachable(self) -> bool:
         """Whether the broker answers a metadata request now (for the health check)."""
@@ -101,8 +109,9 @@ class LogEnds:
         if offset < end:
             return end
         try:
-            marks = await self._run(self._consumer.get_watermark_offsets, TopicPartition(topic, partition),
-                                    self._timeout_s, False)
+            marks = await self._run(
+                self._consumer.get_watermark_offsets, TopicPartition(topic, partition), self._timeout_s, False
+            )
         except KafkaException:
             return None
         if marks is None:  # timed out

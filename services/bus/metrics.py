@@ -11,8 +11,11 @@ ABORTED = Counter(
     ["component"],
 )
 EVENTS = Counter("peerlog_processor_events_total", "Input records a processor committed", ["processor"])
-STALLS = Counter("peerlog_consumer_stalls_total",
-                 "Incarnations ended because their consumer delivered nothing while records waited", ["component"])
+STALLS = Counter(
+    "peerlog_consumer_stalls_total",
+    "Incarnations ended because their consumer delivered nothing while records waited",
+    ["component"],
+)
 
 
 def known(component: str) -> None:

@@ -14,8 +14,8 @@ from confluent_kafka import KafkaException, Producer
 from services import tracing
 from services.bus import metrics
 from services.bus.consistency import ConsistencyToken
-from services.bus.topics import topic_for
 from services.bus.settings import KafkaSettings
+from services.bus.topics import topic_for
 from services.events import Event, encode
 
 
@@ -100,8 +100,9 @@ class EventLog:
         # the trace context is read here: the executor's thread does not see this task's context
         return await loop.run_in_executor(self._executor, self.append_sync, events, tracing.record_headers())
 
-    def _transact(self, producer: Producer, events: Sequence[Event],
-                  headers: list[tuple[str, bytes]] | None) -> ConsistencyToken:
+    def _transact(
+        self, producer: Producer, events: Sequence[Event], headers: list[tuple[str, bytes]] | None
+    ) -> ConsistencyToken:
         written: list[tuple[str, int, int]] = []
         errors: list[str] = []
 

@@ -28,25 +28,24 @@ import asyncio
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-
 from opentelemetry.trace import SpanKind
 
 from services import tracing
 from services.bus import metrics
 from services.bus.admin import create_topics
 from services.bus.producer import AppendFailed
+from services.bus.settings import KafkaSettings
 from services.bus.stall import probe, stall_after_s
 from services.bus.streams import read, to_the_end
 from services.bus.topics import COMPACTED_CONFIG, TopicSpec, topic_for
-from services.bus.settings import KafkaSettings
 from services.events import Event, encode
 from services.events.requests import screen
 
@@ -110,12 +109,17 @@ class TransactionFailed(Exception):
 class Runner:
     """Runs one processor as a member of its consumer group until `stop()`."""
 
-    def __init__(self, kafka: KafkaSettings, app_id: str, processor: Processor,
-                 tick: Ticker | None = None, tick_s: float = 30.0) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, app_id: str, processor: Processor, tick: Ticker | None = None, tick_s: float = 30.0
+    ) -> None:
         self.kafka, self.processor, self.tick, self.tick_s = kafka, processor, tick, tick_s
         self.group = f"{app_id}-{processor.name}"
-        self.changelog = TopicSpec(name=f"{app_id.removeprefix(kafka.topic_prefix)}-{processor.name}-state",
-                                   key="state key", events=(), config=dict(COMPACTED_CONFIG))
+        self.changelog = TopicSpec(
+            name=f"{app_id.removeprefix(kafka.topic_prefix)}-{processor.name}-state",
+            key="state key",
+            events=(),
+            config=dict(COMPACTED_CONFIG),
+        )
         self.changelog_topic = self.changelog.full_name(kafka.topic_prefix)
         # kept for the runner's life: each new incarnation's producer fences the one before
         self.transactional_id = f"{self.group}-{uuid.uuid4().hex[:12]}"
@@ -154,8 +158,11 @@ class Runner:
         try:
             self.producer = Producer(self._producer_config())
             await self._call(self.producer.init_transactions, 60)
-            self.consumer.subscribe([s.full_name(self.kafka.topic_prefix) for s in self.processor.inputs],
-                                    on_assign=self._on_assign, on_revoke=self._on_revoke)
+            self.consumer.subscribe(
+                [s.full_name(self.kafka.topic_prefix) for s in self.processor.inputs],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+            )
             await self._loop(loop)
         finally:
             # leaving the group hands the partitions on; a consumer stuck with the broker is left behind,
@@ -195,8 +202,9 @@ class Runner:
         late = await loop.run_in_executor(self._io, probe, self.consumer)
         if late:
             metrics.STALLS.labels(component=self.processor.name).inc()
-            raise TransactionFailed(f"the consumer delivered nothing for {self.stall_after_s:.0f} s though "
-                                    f"records wait: {', '.join(late)}")
+            raise TransactionFailed(
+                f"the consumer delivered nothing for {self.stall_after_s:.0f} s though records wait: {', '.join(late)}"
+            )
 
     async def _transact(self, records: list[Message]) -> None:
         began = False
@@ -259,9 +267,15 @@ class Runner:
         # the span continues the trace of the call or event that produced this record, and its output
         # records carry it on (W3C traceparent in their headers)
         with tracing.TRACER.start_as_current_span(
-                f"{self.processor.name} {event.type}", context=tracing.context_from(msg.headers()),
-                kind=SpanKind.CONSUMER, attributes={"messaging.system": "kafka", "peerlog.processor":
-                                                    self.processor.name, "peerlog.event_id": event.event_id}):
+            f"{self.processor.name} {event.type}",
+            context=tracing.context_from(msg.headers()),
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "kafka",
+                "peerlog.processor": self.processor.name,
+                "peerlog.event_id": event.event_id,
+            },
+        ):
             step = await self.processor.handle(self.states.get, event)
             headers = tracing.record_headers()
         for out in step.events:
@@ -281,12 +295,18 @@ class Runner:
         if recent is not None:
             outputs.extend(self._save_state(key, recent, partition, self.screens))
         if repeat:
-            log.warning("%s: skipped %s %s of a repeated append under idempotency key %r", self.group,
-                        event.type, event.event_id, request.key)
+            log.warning(
+                "%s: skipped %s %s of a repeated append under idempotency key %r",
+                self.group,
+                event.type,
+                event.event_id,
+                request.key,
+            )
         return repeat
 
-    def _save_state(self, key: str, state: State | None, partition: int,
-                    states: dict[str, State] | None = None) -> list[dict[str, Any]]:
+    def _save_state(
+        self, key: str, state: State | None, partition: int, states: dict[str, State] | None = None
+    ) -> list[dict[str, Any]]:
         """Keep `state` for `key` in memory (`states`, the processor's by default); the changelog record
         that persists it, if it changed."""
         states = self.states if states is None else states
@@ -309,8 +329,12 @@ class Runner:
             for key, state in restored.items():
                 (self.screens if key.endswith(SCREEN_SUFFIX) else self.states)[key] = state
             self.partition_of.update(dict.fromkeys(restored, part))
-        log.info("%s assigned partitions %s; %d states in memory", self.group,
-                 sorted({p.partition for p in partitions}), len(self.states))
+        log.info(
+            "%s assigned partitions %s; %d states in memory",
+            self.group,
+            sorted({p.partition for p in partitions}),
+            len(self.states),
+        )
 
     def _await_stable_offsets(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Wait until no transaction of a previous owner of these partitions is pending, before its state
@@ -326,8 +350,9 @@ class Runner:
         try:
             consumer.committed(partitions, timeout=self.kafka.transaction_timeout_ms / 1000 + _STABLE_MARGIN_S)
         except KafkaException as exc:
-            raise TransactionFailed(f"the assigned partitions' offsets did not become stable: "
-                                    f"{exc.args[0].str()}") from exc
+            raise TransactionFailed(
+                f"the assigned partitions' offsets did not become stable: {exc.args[0].str()}"
+            ) from exc
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {p.partition for p in partitions}
@@ -338,18 +363,29 @@ class Runner:
             self.partition_of.pop(key, None)
 
     def _consumer_config(self) -> dict:
-        return {"bootstrap.servers": self.kafka.bootstrap_servers, "group.id": self.group,
-                "enable.auto.commit": False, "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20,
-                "session.timeout.ms": 10_000, "heartbeat.interval.ms": 2_000,
-                "max.poll.interval.ms": max_poll_interval_ms(self.processor)}
+        return {
+            "bootstrap.servers": self.kafka.bootstrap_servers,
+            "group.id": self.group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 20,
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 2_000,
+            "max.poll.interval.ms": max_poll_interval_ms(self.processor),
+        }
 
     def _producer_config(self) -> dict:
-        return {"bootstrap.servers": self.kafka.bootstrap_servers, "enable.idempotence": True, "acks": "all",
-                "transactional.id": self.transactional_id, "linger.ms": 2,
-                # a transaction is open only while a batch commits (see _transact); this bounds how long
-                # one left by a killed worker holds up readers of its partitions
-                "transaction.timeout.ms": self.kafka.transaction_timeout_ms}
+        return {
+            "bootstrap.servers": self.kafka.bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "transactional.id": self.transactional_id,
+            "linger.ms": 2,
+            # a transaction is open only while a batch commits (see _transact); this bounds how long
+            # one left by a killed worker holds up readers of its partitions
+            "transaction.timeout.ms": self.kafka.transaction_timeout_ms,
+        }
 
 
 async def _bounded(fn: Callable[..., Any], *args: Any, seconds: float) -> Any:

@@ -26,8 +26,11 @@ def stall_after_s(transaction_timeout_ms: int) -> float:
     return max(60.0, 2 * transaction_timeout_ms / 1000)
 
 
-def behind(positions: Sequence[TopicPartition], committed: Mapping[tuple[str, int], int],
-           ends: Mapping[tuple[str, int], tuple[int, int]]) -> list[str]:
+def behind(
+    positions: Sequence[TopicPartition],
+    committed: Mapping[tuple[str, int], int],
+    ends: Mapping[tuple[str, int], tuple[int, int]],
+) -> list[str]:
     """The partitions with records the consumer has not delivered: its next offset (the position, or the
     committed offset before anything was consumed, or the start with neither) is below the end.
     `ends` maps each partition to its (low, end) watermarks."""
@@ -48,10 +51,11 @@ def probe(consumer: Consumer) -> list[str]:
     if not parts:
         return []
     try:
-        committed = {(tp.topic, tp.partition): tp.offset
-                     for tp in consumer.committed(parts, timeout=PROBE_TIMEOUT_S)}
-        ends = {(tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=PROBE_TIMEOUT_S, cached=False)
-                for tp in parts}
+        committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(parts, timeout=PROBE_TIMEOUT_S)}
+        ends = {
+            (tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=PROBE_TIMEOUT_S, cached=False)
+            for tp in parts
+        }
     except KafkaException as exc:
         return [f"offsets unreadable: {exc.args[0].str()}"]
     return behind(consumer.position(parts), committed, ends)

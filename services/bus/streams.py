@@ -25,13 +25,20 @@ def read(raw: bytes) -> Event | None:
         return None
 
 
-def to_the_end(kafka: KafkaSettings, topic: str, partitions: Iterable[int] | None = None,
-               timeout: float = 120.0) -> Iterator[Message]:
+def to_the_end(
+    kafka: KafkaSettings, topic: str, partitions: Iterable[int] | None = None, timeout: float = 120.0
+) -> Iterator[Message]:
     """Every committed record of `topic` (or of some of its partitions) from the start to the end as the
     read reaches it. Ends at end-of-partition events: watermarks also count transaction markers."""
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"scan-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "group.id": f"scan-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
     try:
         if partitions is None:
             partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
 
+from services.bus.settings import KafkaSettings
 from services.bus.streams import read
 from services.bus.topics import ALL_TOPICS
-from services.bus.settings import KafkaSettings
 from services.errors import InvalidArgument
 from services.events import Event, event_types
 
@@ -79,9 +79,14 @@ class LogSubscription:
         self.filter = wanted
         self.cursor: dict[Position, int] = dict(cursor)
         self._from_end = from_end
-        self._consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers,
-                                   "group.id": f"{kafka.topic_prefix}subscribe-{uuid.uuid4().hex}",
-                                   "enable.auto.commit": False, "isolation.level": "read_committed"})
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": kafka.bootstrap_servers,
+                "group.id": f"{kafka.topic_prefix}subscribe-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
 
     def start(self) -> None:
         """Assign every partition at its cursor position (or the start, or the end)."""

@@ -21,28 +21,28 @@ from services.events import (
     DreamStarted,
     Event,
     MemberJoined,
+    MemberLeft,
+    MessageAppended,
+    MessageConfigured,
     MessagePerceived,
+    MessagesEmbedded,
     ObservationAdded,
-    ObservationsEmbedded,
     ObservationDeleted,
     ObservationReinforced,
     ObservationRejected,
+    ObservationsEmbedded,
     ObservationSuperseded,
     PeerCardUpdated,
+    PeerConfigured,
+    PeerCreated,
     ScopeCreated,
     ScopeSessionsAdded,
     ScopeSessionsRemoved,
+    SessionConfigured,
+    SessionCreated,
     SummaryDeadLettered,
     SummaryRetryRequested,
     SummaryUpdated,
-    MemberLeft,
-    MessageAppended,
-    MessagesEmbedded,
-    PeerConfigured,
-    PeerCreated,
-    MessageConfigured,
-    SessionConfigured,
-    SessionCreated,
     WorkspaceConfigured,
     WorkspaceCreated,
 )
@@ -70,15 +70,29 @@ DIRECTORY = TopicSpec(
     # WorkspaceConfigured is the workspace's history; the API stamps its value on every message accepted
     # after it, because a workspace-keyed event cannot be ordered with every session's partition
     # scope changes too: a workspace's scopes on one partition, in the order the projection numbers them
-    events=(WorkspaceCreated, PeerCreated, PeerConfigured, WorkspaceConfigured, ScopeCreated, ScopeSessionsAdded,
-            ScopeSessionsRemoved),
+    events=(
+        WorkspaceCreated,
+        PeerCreated,
+        PeerConfigured,
+        WorkspaceConfigured,
+        ScopeCreated,
+        ScopeSessionsAdded,
+        ScopeSessionsRemoved,
+    ),
 )
 SESSIONS = TopicSpec(
     name="sessions",
     key="workspace/session",
     # membership and messages share a key so the router sees them in the order they happened
-    events=(SessionCreated, MemberJoined, MemberLeft, MessageAppended, SummaryRetryRequested, SessionConfigured,
-            MessageConfigured),
+    events=(
+        SessionCreated,
+        MemberJoined,
+        MemberLeft,
+        MessageAppended,
+        SummaryRetryRequested,
+        SessionConfigured,
+        MessageConfigured,
+    ),
 )
 
 PERCEIVED = TopicSpec(
@@ -91,8 +105,17 @@ OBSERVATIONS = TopicSpec(
     name="observations",
     key="workspace/observer/observed",
     # one partition holds a pair's whole store history, in order
-    events=(ObservationAdded, ObservationReinforced, ObservationSuperseded, ObservationDeleted,
-            ObservationRejected, DerivationStarted, BatchDerived, PeerCardUpdated, ObservationsEmbedded),
+    events=(
+        ObservationAdded,
+        ObservationReinforced,
+        ObservationSuperseded,
+        ObservationDeleted,
+        ObservationRejected,
+        DerivationStarted,
+        BatchDerived,
+        PeerCardUpdated,
+        ObservationsEmbedded,
+    ),
 )
 MESSAGE_EMBEDDINGS = TopicSpec(
     name="message-embeddings",
@@ -115,8 +138,16 @@ DEADLETTER = TopicSpec(
     events=(DerivationDeadLettered, SummaryDeadLettered),
 )
 
-ALL_TOPICS: tuple[TopicSpec, ...] = (DIRECTORY, SESSIONS, PERCEIVED, OBSERVATIONS, MESSAGE_EMBEDDINGS, SUMMARIES,
-                                     DREAMS, DEADLETTER)
+ALL_TOPICS: tuple[TopicSpec, ...] = (
+    DIRECTORY,
+    SESSIONS,
+    PERCEIVED,
+    OBSERVATIONS,
+    MESSAGE_EMBEDDINGS,
+    SUMMARIES,
+    DREAMS,
+    DEADLETTER,
+)
 
 _TOPIC_OF: dict[type[Event], TopicSpec] = {e: t for t in ALL_TOPICS for e in t.events}
 

@@ -17,8 +17,15 @@ def _when(ts) -> str:
 
 def _label(o) -> str:
     level = {1: "explicit", 2: "deductive", 3: "inductive", 4: "contradiction"}.get(o.level, "?")
-    extra = [x for x in (o.pattern_type, f"confidence {o.confidence}" if o.confidence else "",
-                         f"dream {o.dream_id}" if o.dream_id else "") if x]
+    extra = [
+        x
+        for x in (
+            o.pattern_type,
+            f"confidence {o.confidence}" if o.confidence else "",
+            f"dream {o.dream_id}" if o.dream_id else "",
+        )
+        if x
+    ]
     state = []
     if o.superseded_by:
         state.append(f"[red]superseded by {escape(o.superseded_by)}[/red]")
@@ -45,8 +52,10 @@ def provenance_tree(p: audit_pb2.GetProvenanceResponse) -> Tree:
             return
         shown.add(obs_id)
         for m in node.source_messages:
-            branch.add(f"[cyan]{escape(m.peer_id)}[/cyan] [dim]{_when(m.created_at)} · session {escape(m.session_id)}"
-                       f" · {m.message_id}[/dim]\n“{escape(m.content)}”\n[green]span:[/green] “{escape(m.span)}”")
+            branch.add(
+                f"[cyan]{escape(m.peer_id)}[/cyan] [dim]{_when(m.created_at)} · session {escape(m.session_id)}"
+                f" · {m.message_id}[/dim]\n“{escape(m.content)}”\n[green]span:[/green] “{escape(m.span)}”"
+            )
         for premise in node.observation.premise_ids:
             add(branch, premise)
 
@@ -58,8 +67,9 @@ def provenance_tree(p: audit_pb2.GetProvenanceResponse) -> Tree:
 def history_tree(h: audit_pb2.GetObservationHistoryResponse) -> Tree:
     root = Tree("[bold]history[/bold]")
     for e in h.entries:
-        who = " ".join(x for x in (e.producer.component, e.producer.version, e.producer.model,
-                                   e.producer.prompt_version) if x)
+        who = " ".join(
+            x for x in (e.producer.component, e.producer.version, e.producer.model, e.producer.prompt_version) if x
+        )
         detail = ", ".join(f"{k}={v}" for k, v in sorted(dict(e.detail).items()))
         cause = f" · cause {e.causation_id}" if e.causation_id else ""
         root.add(f"{_when(e.occurred_at)}  [bold]{e.kind}[/bold] {escape(detail)}  [dim]by {escape(who)}{cause}[/dim]")
@@ -70,8 +80,8 @@ def audit_view(address: str, workspace_id: str, observation_id: str, token: str 
     """Both trees for one observation, read from the API at `address` with `token`."""
     with channel(address, token) as chan:
         stub = audit_pb2_grpc.AuditServiceStub(chan)
-        p = stub.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id=workspace_id,
-                                                              observation_id=observation_id))
-        h = stub.GetObservationHistory(audit_pb2.GetObservationHistoryRequest(
-            workspace_id=workspace_id, observation_id=observation_id))
+        p = stub.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id=workspace_id, observation_id=observation_id))
+        h = stub.GetObservationHistory(
+            audit_pb2.GetObservationHistoryRequest(workspace_id=workspace_id, observation_id=observation_id)
+        )
     return Group(provenance_tree(p), Text(""), history_tree(h))

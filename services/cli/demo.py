@@ -41,13 +41,19 @@ SCRIPT = [
 ]
 WS, SESSION = "demo", "lisbon-trip"
 # the demo shows memory forming within a minute or two, so it batches and summarises sooner than the defaults
-DEMO_SETTINGS = {"PEERLOG_DERIVER_BATCH_TOKENS": "48", "PEERLOG_DERIVER_MAX_WAIT_S": "20",
-                 "PEERLOG_DERIVER_TICK_S": "2", "PEERLOG_SUMMARIZER_SHORT_EVERY": "7",
-                 # a 0.5B model on two cores takes ~10 s a call: keep the dream's tool loops short
-                 "PEERLOG_DREAM_DEDUCTION_ROUNDS": "4", "PEERLOG_DREAM_INDUCTION_ROUNDS": "4",
-                 # greedy decoding repeats a refused call word for word; sampling lets a refusal change the next try
-                 "PEERLOG_LLM_DEDUCTION_TEMPERATURE": "0.7", "PEERLOG_LLM_INDUCTION_TEMPERATURE": "0.7",
-                 "PEERLOG_DIALECTIC_DEADLINE_S": "600"}
+DEMO_SETTINGS = {
+    "PEERLOG_DERIVER_BATCH_TOKENS": "48",
+    "PEERLOG_DERIVER_MAX_WAIT_S": "20",
+    "PEERLOG_DERIVER_TICK_S": "2",
+    "PEERLOG_SUMMARIZER_SHORT_EVERY": "7",
+    # a 0.5B model on two cores takes ~10 s a call: keep the dream's tool loops short
+    "PEERLOG_DREAM_DEDUCTION_ROUNDS": "4",
+    "PEERLOG_DREAM_INDUCTION_ROUNDS": "4",
+    # greedy decoding repeats a refused call word for word; sampling lets a refusal change the next try
+    "PEERLOG_LLM_DEDUCTION_TEMPERATURE": "0.7",
+    "PEERLOG_LLM_INDUCTION_TEMPERATURE": "0.7",
+    "PEERLOG_DIALECTIC_DEADLINE_S": "600",
+}
 
 
 def say(line: str = "") -> None:
@@ -65,43 +71,80 @@ class Api:
 
 # what the assistant app itself is sure of, written with CreateObservations (verbatim spans are checked):
 # the dream and Chat then have premises even when the small model's own extraction is thin
-KNOWN = [(2, "Alice does not eat meat", "I don't eat meat"), (2, "Alice loves old bookshops", "I love old bookshops"),
-         (4, "Alice's sister Maya is afraid of heights", "Maya is afraid of heights"),
-         (0, "Alice is travelling to Lisbon in May with her sister Maya", "a trip to Lisbon in May with my sister Maya"),
-         (6, "Alice works remotely as a data engineer", "I work remotely as a data engineer"),
-         (6, "Alice needs decent wifi", "I need decent wifi")]
+KNOWN = [
+    (2, "Alice does not eat meat", "I don't eat meat"),
+    (2, "Alice loves old bookshops", "I love old bookshops"),
+    (4, "Alice's sister Maya is afraid of heights", "Maya is afraid of heights"),
+    (0, "Alice is travelling to Lisbon in May with her sister Maya", "a trip to Lisbon in May with my sister Maya"),
+    (6, "Alice works remotely as a data engineer", "I work remotely as a data engineer"),
+    (6, "Alice needs decent wifi", "I need decent wifi"),
+]
 
 
 async def record_known(api: Api, message_ids: list[str]) -> None:
-    made = await api.obs.CreateObservations(observations_pb2.CreateObservationsRequest(
-        workspace_id=WS, observer_id="assistant", observed_id="alice", observations=[
-            observations_pb2.NewObservation(content=text, session_id=SESSION, sources=[
-                observations_pb2.ObservationSource(message_id=message_ids[i], span=span)])
-            for i, text, span in KNOWN]))
-    await api.obs.ListObservations(observations_pb2.ListObservationsRequest(
-        workspace_id=WS, observer_id="assistant", observed_id="alice",
-        consistency=common_pb2.ReadConsistency(consistency_token=made.consistency_token)))
-    say(f"\nThe assistant app also recorded {len(made.observation_ids)} facts it is sure of (CreateObservations, "
-        "each with a verbatim span the server checked).")
+    made = await api.obs.CreateObservations(
+        observations_pb2.CreateObservationsRequest(
+            workspace_id=WS,
+            observer_id="assistant",
+            observed_id="alice",
+            observations=[
+                observations_pb2.NewObservation(
+                    content=text,
+                    session_id=SESSION,
+                    sources=[observations_pb2.ObservationSource(message_id=message_ids[i], span=span)],
+                )
+                for i, text, span in KNOWN
+            ],
+        )
+    )
+    await api.obs.ListObservations(
+        observations_pb2.ListObservationsRequest(
+            workspace_id=WS,
+            observer_id="assistant",
+            observed_id="alice",
+            consistency=common_pb2.ReadConsistency(consistency_token=made.consistency_token),
+        )
+    )
+    say(
+        f"\nThe assistant app also recorded {len(made.observation_ids)} facts it is sure of (CreateObservations, "
+        "each with a verbatim span the server checked)."
+    )
 
 
 async def converse(api: Api) -> list[str]:
     await api.ws.GetOrCreateWorkspace(workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id=WS))
     await api.peers.GetOrCreatePeer(peers_pb2.GetOrCreatePeerRequest(workspace_id=WS, peer_id="alice"))
-    await api.peers.GetOrCreatePeer(peers_pb2.GetOrCreatePeerRequest(
-        workspace_id=WS, peer_id="assistant", observe_me=False))
-    await api.sessions.GetOrCreateSession(sessions_pb2.GetOrCreateSessionRequest(
-        workspace_id=WS, session_id=SESSION,
-        members=[sessions_pb2.MemberSpec(peer_id="alice"),
-                 sessions_pb2.MemberSpec(peer_id="assistant", observe_others=True)]))
-    added = await api.msgs.AddMessages(messages_pb2.AddMessagesRequest(
-        workspace_id=WS, session_id=SESSION,
-        messages=[messages_pb2.NewMessage(peer_id=p, content=t) for p, t in SCRIPT]))
-    say(f"\nAddMessages: {len(added.message_ids)} messages acknowledged by the log "
-        f"(consistency token {added.consistency_token})")
-    listed = await api.msgs.ListMessages(messages_pb2.ListMessagesRequest(
-        workspace_id=WS, session_id=SESSION,
-        consistency=common_pb2.ReadConsistency(consistency_token=added.consistency_token)))
+    await api.peers.GetOrCreatePeer(
+        peers_pb2.GetOrCreatePeerRequest(workspace_id=WS, peer_id="assistant", observe_me=False)
+    )
+    await api.sessions.GetOrCreateSession(
+        sessions_pb2.GetOrCreateSessionRequest(
+            workspace_id=WS,
+            session_id=SESSION,
+            members=[
+                sessions_pb2.MemberSpec(peer_id="alice"),
+                sessions_pb2.MemberSpec(peer_id="assistant", observe_others=True),
+            ],
+        )
+    )
+    added = await api.msgs.AddMessages(
+        messages_pb2.AddMessagesRequest(
+            workspace_id=WS,
+            session_id=SESSION,
+            messages=[messages_pb2.NewMessage(peer_id=p, content=t) for p, t in SCRIPT],
+        )
+    )
+    say(
+        f"\nAddMessages: {len(added.message_ids)} messages acknowledged by the log "
+        f"(consistency token {added.consistency_token})"
+    )
+    listed = await api.msgs.ListMessages(
+        messages_pb2.ListMessagesRequest(
+            workspace_id=WS,
+            session_id=SESSION,
+            consistency=common_pb2.ReadConsistency(consistency_token=added.consistency_token),
+        )
+    )
     say("\nRead back from the projections:")
     for m in listed.messages:
         say(f"  #{m.seq:<2} {m.peer_id:>9}: {m.content}")
@@ -113,13 +156,16 @@ async def wait_for_memory(api: Api, timeout: float = 900) -> None:
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         status = await api.obs.GetProcessingStatus(observations_pb2.GetProcessingStatusRequest(workspace_id=WS))
-        summaries = await api.sessions.GetSessionSummaries(sessions_pb2.GetSessionSummariesRequest(
-            workspace_id=WS, session_id=SESSION))
+        summaries = await api.sessions.GetSessionSummaries(
+            sessions_pb2.GetSessionSummariesRequest(workspace_id=WS, session_id=SESSION)
+        )
         c = status.counts
         now = (c.pending, c.in_flight, c.done, c.dead_lettered, summaries.HasField("short_summary"))
         if now != last:
-            say(f"  pending {c.pending}, in flight {c.in_flight}, done {c.done}, dead-lettered {c.dead_lettered}"
-                f"{', short summary ready' if now[4] else ''}")
+            say(
+                f"  pending {c.pending}, in flight {c.in_flight}, done {c.done}, dead-lettered {c.dead_lettered}"
+                f"{', short summary ready' if now[4] else ''}"
+            )
             last = now
         if c.done + c.dead_lettered > 0 and c.pending == c.in_flight == 0 and now[4]:
             return
@@ -129,8 +175,9 @@ async def wait_for_memory(api: Api, timeout: float = 900) -> None:
 
 async def show_memory(api: Api) -> None:
     for observer, observed in (("alice", "alice"), ("assistant", "alice")):
-        listed = await api.obs.ListObservations(observations_pb2.ListObservationsRequest(
-            workspace_id=WS, observer_id=observer, observed_id=observed))
+        listed = await api.obs.ListObservations(
+            observations_pb2.ListObservationsRequest(workspace_id=WS, observer_id=observer, observed_id=observed)
+        )
         say(f"\nWhat {observer} knows about {observed} ({len(listed.observations)} observations):")
         for o in listed.observations:
             span = o.sources[0].span if o.sources else ""
@@ -138,11 +185,14 @@ async def show_memory(api: Api) -> None:
     status = await api.obs.GetProcessingStatus(observations_pb2.GetProcessingStatusRequest(workspace_id=WS))
     for batch in status.dead_lettered_batches:
         say(f"\nDead-lettered batch {batch.batch_id} ({batch.observer_id}→{batch.observed_id}): {batch.error[:200]}")
-    summaries = await api.sessions.GetSessionSummaries(sessions_pb2.GetSessionSummariesRequest(
-        workspace_id=WS, session_id=SESSION))
+    summaries = await api.sessions.GetSessionSummaries(
+        sessions_pb2.GetSessionSummariesRequest(workspace_id=WS, session_id=SESSION)
+    )
     if summaries.HasField("short_summary"):
-        say(f"\nShort summary of {SESSION!r} (covers {summaries.short_summary.messages_covered} messages, "
-            f"model {summaries.short_summary.model}):\n  {summaries.short_summary.content}")
+        say(
+            f"\nShort summary of {SESSION!r} (covers {summaries.short_summary.messages_covered} messages, "
+            f"model {summaries.short_summary.model}):\n  {summaries.short_summary.content}"
+        )
 
 
 def show_rejections(database_url: str) -> None:
@@ -152,8 +202,13 @@ def show_rejections(database_url: str) -> None:
     engine = create_engine(database_url)
     try:
         with engine.connect() as conn:
-            rows = conn.execute(text("SELECT content, reason FROM peerlog.rejected_observations "
-                                     "WHERE workspace_id = :w ORDER BY rejected_at LIMIT 5"), {"w": WS}).all()
+            rows = conn.execute(
+                text(
+                    "SELECT content, reason FROM peerlog.rejected_observations "
+                    "WHERE workspace_id = :w ORDER BY rejected_at LIMIT 5"
+                ),
+                {"w": WS},
+            ).all()
     finally:
         engine.dispose()
     if rows:
@@ -177,8 +232,11 @@ async def run(port: int, database_url: str, token: str) -> None:
 
 async def show_written(port: int, token: str) -> None:
     async with aio_channel(f"127.0.0.1:{port}", token) as channel:
-        listed = await Api(channel).msgs.ListMessages(messages_pb2.ListMessagesRequest(
-            workspace_id=WS, session_id=SESSION, reverse=True, page=common_pb2.PageRequest(page_size=4)))
+        listed = await Api(channel).msgs.ListMessages(
+            messages_pb2.ListMessagesRequest(
+                workspace_id=WS, session_id=SESSION, reverse=True, page=common_pb2.PageRequest(page_size=4)
+            )
+        )
     say(f"\nThe agent's turns, read back from peerlog (the last four messages of {SESSION!r}):")
     for m in reversed(listed.messages):
         say(f"  #{m.seq:<2} {m.peer_id:>9}: {m.content[:160]}")
@@ -200,16 +258,22 @@ def model_endpoint(root: Path):
         ensure_llama_server()
         server = LocalModelServer(path, log_path=root / "model.log").start(timeout=300)
     except (ModelDownloadError, ModelIntegrityError, LlamaInstallError, ServerStartError) as error:
-        say(f"The local model could not be installed or started, so the demo cannot run: {error}\n"
-            "(set PEERLOG_LLM_BASE_URL and PEERLOG_LLM_MODEL to use another OpenAI-compatible endpoint)")
+        say(
+            f"The local model could not be installed or started, so the demo cannot run: {error}\n"
+            "(set PEERLOG_LLM_BASE_URL and PEERLOG_LLM_MODEL to use another OpenAI-compatible endpoint)"
+        )
         raise typer.Exit(1) from error
     say(f"  local model {server.model} serving at {server.base_url}")
     try:
         # this server takes a schema only as {"type": "json_object", "schema": ...}
         # and has no native tool calling: Chat and the dream specialists work through structured output
-        yield {"PEERLOG_LLM_BASE_URL": server.base_url, "PEERLOG_LLM_MODEL": server.model,
-               "PEERLOG_LLM_SCHEMA_MODE": "json_object_schema", "PEERLOG_LLM_TIMEOUT_S": "180",
-               "PEERLOG_LLM_TOOL_MODE": "structured"}
+        yield {
+            "PEERLOG_LLM_BASE_URL": server.base_url,
+            "PEERLOG_LLM_MODEL": server.model,
+            "PEERLOG_LLM_SCHEMA_MODE": "json_object_schema",
+            "PEERLOG_LLM_TIMEOUT_S": "180",
+            "PEERLOG_LLM_TOOL_MODE": "structured",
+        }
     finally:
         server.stop()
 

@@ -47,15 +47,19 @@ async def show_dream(channel: grpc.aio.Channel, ws: str, say, timeout: float = 1
     if dream.state == "failed":
         say(f"  the dream failed: {dream.error[:300]}")
     listed = await observations_pb2_grpc.ObservationServiceStub(channel).ListObservations(
-        observations_pb2.ListObservationsRequest(workspace_id=ws, page={"page_size": 1000}, **PAIR))
+        observations_pb2.ListObservationsRequest(workspace_id=ws, page={"page_size": 1000}, **PAIR)
+    )
     beliefs = [o for o in listed.observations if o.dream_id == dream.dream_id]
     say(f"  {dream.edits} edits; {len(beliefs)} new beliefs in the store")
     audit = audit_pb2_grpc.AuditServiceStub(channel)
     console = Console()
     for o in beliefs:
-        tree = await audit.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id=ws, observation_id=o.observation_id))
+        tree = await audit.GetProvenance(
+            audit_pb2.GetProvenanceRequest(workspace_id=ws, observation_id=o.observation_id)
+        )
         console.print(provenance_tree(tree))
-    refused = await audit.ListRejectedObservations(audit_pb2.ListRejectedObservationsRequest(
-        workspace_id=ws, dream_id=dream.dream_id, limit=5))
+    refused = await audit.ListRejectedObservations(
+        audit_pb2.ListRejectedObservationsRequest(workspace_id=ws, dream_id=dream.dream_id, limit=5)
+    )
     for r in refused.rejections:
         say(f"  refused {r.level} “{r.content[:100]}”: {r.reason[:160]}")

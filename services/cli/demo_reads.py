@@ -10,13 +10,23 @@ QUESTION = "What should I keep in mind when suggesting restaurants and sights fo
 
 
 async def show_context(channel: grpc.aio.Channel, ws: str, session: str, say) -> None:
-    out = await context_pb2_grpc.ContextServiceStub(channel).GetContext(context_pb2.GetContextRequest(
-        workspace_id=ws, session_id=session, token_budget=400, observer_id="assistant", target_id="alice",
-        search_query="food and sightseeing preferences", assistant_peer_id="assistant"))
+    out = await context_pb2_grpc.ContextServiceStub(channel).GetContext(
+        context_pb2.GetContextRequest(
+            workspace_id=ws,
+            session_id=session,
+            token_budget=400,
+            observer_id="assistant",
+            target_id="alice",
+            search_query="food and sightseeing preferences",
+            assistant_peer_id="assistant",
+        )
+    )
     t = out.tokens
-    say(f"\nGetContext (budget 400 tokens, search 'food and sightseeing preferences'): {t.total} tokens = "
+    say(
+        f"\nGetContext (budget 400 tokens, search 'food and sightseeing preferences'): {t.total} tokens = "
         f"representation {t.representation} + card {t.card} + summary {t.summary} ({out.summary_kind or 'none'}) "
-        f"+ {len(out.messages)} recent messages {t.messages}")
+        f"+ {len(out.messages)} recent messages {t.messages}"
+    )
     say("  as chat messages:")
     for m in out.chat_messages:
         first = m.content.splitlines()[0] if m.content else ""
@@ -26,9 +36,17 @@ async def show_context(channel: grpc.aio.Channel, ws: str, session: str, say) ->
 async def show_chat(channel: grpc.aio.Channel, ws: str, session: str, say) -> None:
     say(f"\nChat (assistant about alice, level minimal: one tool round, then it answers): {QUESTION}")
     try:
-        out = await dialectic_pb2_grpc.DialecticServiceStub(channel).Chat(dialectic_pb2.ChatRequest(
-            workspace_id=ws, observer_id="assistant", target_id="alice", query=QUESTION, session_id=session,
-            reasoning_level=dialectic_pb2.REASONING_LEVEL_MINIMAL), timeout=600)
+        out = await dialectic_pb2_grpc.DialecticServiceStub(channel).Chat(
+            dialectic_pb2.ChatRequest(
+                workspace_id=ws,
+                observer_id="assistant",
+                target_id="alice",
+                query=QUESTION,
+                session_id=session,
+                reasoning_level=dialectic_pb2.REASONING_LEVEL_MINIMAL,
+            ),
+            timeout=600,
+        )
     except grpc.aio.AioRpcError as err:
         say(f"  Chat failed: {err.code().name}: {err.details()}")
         return

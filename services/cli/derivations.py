@@ -11,17 +11,24 @@ from services.api.channels import channel
 def _contents(stub, workspace: str, observer: str, observed: str, derivation: str) -> list[str]:
     out, token = [], ""
     while True:
-        page = stub.ListObservations(observations_pb2.ListObservationsRequest(
-            workspace_id=workspace, observer_id=observer, observed_id=observed, derivation=derivation,
-            page={"page_size": 1000, "page_token": token}))
+        page = stub.ListObservations(
+            observations_pb2.ListObservationsRequest(
+                workspace_id=workspace,
+                observer_id=observer,
+                observed_id=observed,
+                derivation=derivation,
+                page={"page_size": 1000, "page_token": token},
+            )
+        )
         out += [o.content for o in page.observations]
         token = page.next_page_token
         if not token:
             return out
 
 
-def comparison(address: str, workspace: str, observer: str, observed: str, name: str, base: str = "",
-               token: str = "") -> Table:
+def comparison(
+    address: str, workspace: str, observer: str, observed: str, name: str, base: str = "", token: str = ""
+) -> Table:
     """`base` ("" = the pair's current derivation) on the left, derivation `name` on the right; the API
     at `address` is called with `token`."""
     with channel(address, token) as chan:
@@ -36,6 +43,8 @@ def comparison(address: str, workspace: str, observer: str, observed: str, name:
     for i in range(max(len(current), len(named))):
         left = current[i] if i < len(current) else ""
         right = named[i] if i < len(named) else ""
-        table.add_row(f"[red]{left}[/red]" if left in only_current else left,
-                      f"[green]{right}[/green]" if right in only_named else right)
+        table.add_row(
+            f"[red]{left}[/red]" if left in only_current else left,
+            f"[green]{right}[/green]" if right in only_named else right,
+        )
     return table

@@ -16,8 +16,13 @@ topics = typer.Typer(help="Kafka topics.")
 projections = typer.Typer(help="Postgres projections of the log.")
 projector = typer.Typer(help="The projector process.")
 keys = typer.Typer(help="API tokens.")
-for sub, name in ((dev, "dev"), (topics, "topics"), (projections, "projections"), (projector, "projector"),
-                  (keys, "keys")):
+for sub, name in (
+    (dev, "dev"),
+    (topics, "topics"),
+    (projections, "projections"),
+    (projector, "projector"),
+    (keys, "keys"),
+):
     app.add_typer(sub, name=name)
 
 DEV_DIR = typer.Option(Path(".peerlog/dev"), "--dir", help="where the dev stack keeps its data")
@@ -80,8 +85,9 @@ def audit(
 
     settings = Settings()
     try:
-        view = audit_view(_address(settings, address), workspace, observation_id,
-                          settings.auth.token.get_secret_value())
+        view = audit_view(
+            _address(settings, address), workspace, observation_id, settings.auth.token.get_secret_value()
+        )
     except grpc.RpcError as err:
         typer.echo(f"{err.code().name}: {err.details()}", err=True)
         raise typer.Exit(1) from None
@@ -118,17 +124,22 @@ def rederive(
     model: str = typer.Option("", "--model", help="the chat model; default: the deriver's"),
 ) -> None:
     """Re-run the deriver over the recorded perceptions into a separate, named derivation (nothing current changes)."""
-    from services.rederivation.rederive import DerivationScope, rederive as run
+    from services.rederivation.rederive import DerivationScope
+    from services.rederivation.rederive import rederive as run
 
     observer, observed = _pair_option(pair)
     report = _run_derivation(run(Settings(), name, DerivationScope(workspace, observer, observed), model))
-    typer.echo(f"{report.name}: {report.pairs} pairs, {report.messages} messages, {report.batches} batches, "
-               f"{report.events} events, {report.skipped} messages already there")
+    typer.echo(
+        f"{report.name}: {report.pairs} pairs, {report.messages} messages, {report.batches} batches, "
+        f"{report.events} events, {report.skipped} messages already there"
+    )
 
 
 @app.command()
 def reembed(
-    model: str = typer.Option(..., "--model", help="the embedding model to embed with (PEERLOG_EMBEDDING_* for the rest)"),
+    model: str = typer.Option(
+        ..., "--model", help="the embedding model to embed with (PEERLOG_EMBEDDING_* for the rest)"
+    ),
     workspace: str = typer.Option(..., "--workspace", "-w"),
 ) -> None:
     """Embed every message and observation of a workspace again with MODEL, as new events on the log;
@@ -149,7 +160,8 @@ async def _reembed(settings: Settings, model: str, workspace: str) -> tuple[int,
     from rich.progress import Progress
 
     from services.bus.producer import EventLog
-    from services.embedder.reembed import reembed as run, scan
+    from services.embedder.reembed import reembed as run
+    from services.embedder.reembed import scan
     from services.llm.embeddings import make_embedder
 
     embedder = make_embedder(settings.embedding.model_copy(update={"model": model}))
@@ -182,9 +194,11 @@ def derivations_promote(
         raise typer.BadParameter("give either --pair OBSERVER/OBSERVED or --all-pairs")
     observer, observed = _pair_option(pair)
     report = _run_derivation(promote(Settings(), name, DerivationScope(workspace, observer, observed), model, reason))
-    typer.echo(f"{report.name} is current for {report.pairs} pairs: {report.messages} messages caught up in "
-               f"{report.batches} batches, {report.skipped} already there or left to the live deriver; "
-               f"consistency token {report.consistency_token}")
+    typer.echo(
+        f"{report.name} is current for {report.pairs} pairs: {report.messages} messages caught up in "
+        f"{report.batches} batches, {report.skipped} already there or left to the live deriver; "
+        f"consistency token {report.consistency_token}"
+    )
 
 
 @derivations.command("retry")
@@ -202,12 +216,16 @@ def derivations_retry(
     observer, observed = _pair_option(pair)
     settings = Settings()
     for report in _run_derivation(retry(settings, DerivationScope(workspace, observer, observed), model)):
-        typer.echo(f"{report.name}: {report.messages} messages derived in {report.batches} batches over "
-                   f"{report.pairs} pairs; consistency token {report.consistency_token}")
+        typer.echo(
+            f"{report.name}: {report.messages} messages derived in {report.batches} batches over "
+            f"{report.pairs} pairs; consistency token {report.consistency_token}"
+        )
     if not pair:  # summaries belong to sessions, not to pairs
         summaries = asyncio.run(retry_summaries(settings, workspace))
-        typer.echo(f"summaries: {len(summaries.sessions)} sessions asked to try again; "
-                   f"consistency token {summaries.consistency_token}")
+        typer.echo(
+            f"summaries: {len(summaries.sessions)} sessions asked to try again; "
+            f"consistency token {summaries.consistency_token}"
+        )
 
 
 @derivations.command("compare")
@@ -226,8 +244,17 @@ def derivations_compare(
 
     settings = Settings()
     observer, observed = _pair_option(pair)
-    Console().print(comparison(_address(settings, address), workspace, observer, observed, name, base,
-                               settings.auth.token.get_secret_value()))
+    Console().print(
+        comparison(
+            _address(settings, address),
+            workspace,
+            observer,
+            observed,
+            name,
+            base,
+            settings.auth.token.get_secret_value(),
+        )
+    )
 
 
 @projector.command("run")
@@ -259,9 +286,7 @@ def topics_create() -> None:
 
 @projections.command("rebuild")
 def projections_rebuild(
-    accept_differences: bool = typer.Option(
-        False, help="switch even if the rebuilt tables differ from the live ones"
-    ),
+    accept_differences: bool = typer.Option(False, help="switch even if the rebuilt tables differ from the live ones"),
 ) -> None:
     """Replay the log from offset 0 into a fresh schema, verify it, and switch reads to it."""
     from projections.rebuild import rebuild
@@ -299,8 +324,10 @@ def dev_up(root: Path = DEV_DIR) -> None:
     from infra.stack import up
 
     state = up(root, progress=typer.echo)
-    typer.echo("\nTo point the CLI and clients at it (PEERLOG_AUTH_TOKEN is an admin token; "
-               "`peerlog keys create` makes narrower ones):")
+    typer.echo(
+        "\nTo point the CLI and clients at it (PEERLOG_AUTH_TOKEN is an admin token; "
+        "`peerlog keys create` makes narrower ones):"
+    )
     for k, v in state.env().items():
         typer.echo(f"  export {k}='{v}'")
 
@@ -332,4 +359,3 @@ def mcp_stdio() -> None:
 
 if __name__ == "__main__":
     app()
-

@@ -41,8 +41,13 @@ class DeriverProcessor:
         self.asked: dict[str, tuple[str, datetime]] = {}  # pair key -> (oldest pending message, when) last ticked
         # one side producer for progress markers and clock ticks: both must be visible at once
         self.emitter = Emitter(settings.kafka, "peerlog-deriver")
-        self.deriver = Deriver(settings.deriver, ModelClient("deriver", settings.llm.stage("deriver")),
-                               make_embedder(settings.embedding), store, self.emitter.emit)
+        self.deriver = Deriver(
+            settings.deriver,
+            ModelClient("deriver", settings.llm.stage("deriver")),
+            make_embedder(settings.embedding),
+            store,
+            self.emitter.emit,
+        )
 
     async def handle(self, get: Get, event: Event) -> Step:
         if not isinstance(event, MessagePerceived | DerivationDue | DerivationPromoted):

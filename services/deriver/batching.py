@@ -43,10 +43,17 @@ def add(state: Batching, event: MessagePerceived, tokens: int) -> Batching:
     """`state` with the perceived message queued (a message already queued is ignored)."""
     if any(p.message_id == event.message_id for p in state.pending):
         return state
-    item = PendingMessage(message_id=event.message_id, session_id=event.session_id, seq=event.seq,
-                   content=event.content, created_at=event.created_at, tokens=tokens,
-                   previous_turn=event.previous_turn, perceived_at=event.occurred_at,
-                   instructions=event.instructions)
+    item = PendingMessage(
+        message_id=event.message_id,
+        session_id=event.session_id,
+        seq=event.seq,
+        content=event.content,
+        created_at=event.created_at,
+        tokens=tokens,
+        previous_turn=event.previous_turn,
+        perceived_at=event.occurred_at,
+        instructions=event.instructions,
+    )
     return state.model_copy(update={"pending": (*state.pending, item)})
 
 
@@ -59,15 +66,17 @@ def due(state: Batching, settings: DeriverSettings, now: datetime) -> bool:
     return (now - state.oldest()).total_seconds() >= settings.max_wait_s
 
 
-def ask(state: Batching, settings: DeriverSettings, now: datetime,
-        asked: tuple[str, datetime] | None) -> bool:
+def ask(state: Batching, settings: DeriverSettings, now: datetime, asked: tuple[str, datetime] | None) -> bool:
     """Whether the clock should tick for the pair at `now`; `asked` is (oldest pending message, when) of
     its last tick. Once asked, the pair waits for that tick to be read (behind a backlog a tick per pair
     per tick_s would crowd the log) unless the age limit has passed again, in case it was lost."""
     if not due(state, settings, now):
         return False
-    return asked is None or asked[0] != state.pending[0].message_id or \
-        (now - asked[1]).total_seconds() >= settings.max_wait_s
+    return (
+        asked is None
+        or asked[0] != state.pending[0].message_id
+        or (now - asked[1]).total_seconds() >= settings.max_wait_s
+    )
 
 
 def next_window(state: Batching, window_tokens: int) -> tuple[tuple[PendingMessage, ...], Batching]:
@@ -80,11 +89,12 @@ def next_window(state: Batching, window_tokens: int) -> tuple[tuple[PendingMessa
             break
         taken.append(item)
         used += item.tokens
-    return tuple(taken), state.model_copy(update={"pending": state.pending[len(taken):]})
+    return tuple(taken), state.model_copy(update={"pending": state.pending[len(taken) :]})
 
 
-def take(state: Batching, event: Event, settings: DeriverSettings,
-         everything: bool = False) -> tuple[list[tuple[PendingMessage, ...]], Batching]:
+def take(
+    state: Batching, event: Event, settings: DeriverSettings, everything: bool = False
+) -> tuple[list[tuple[PendingMessage, ...]], Batching]:
     """The windows to derive on `event` (every pending one with `everything`), oldest first, and what
     stays pending.
 

@@ -49,16 +49,22 @@ def new_id() -> str:
 
 
 class Deriver:
-    def __init__(self, settings: DeriverSettings, model: ModelClient, embedder: Embedder,
-                 store: DuplicateCandidates, emit) -> None:
+    def __init__(
+        self, settings: DeriverSettings, model: ModelClient, embedder: Embedder, store: DuplicateCandidates, emit
+    ) -> None:
         self.settings, self.model, self.embedder, self.store, self.emit = settings, model, embedder, store, emit
 
     def producer(self, model: str | None = None) -> ProducerInfo:
-        return ProducerInfo(component="deriver", version=VERSION, model=model or self.model.settings.model,
-                            prompt_version=PROMPT_VERSION)
+        return ProducerInfo(
+            component="deriver",
+            version=VERSION,
+            model=model or self.model.settings.model,
+            prompt_version=PROMPT_VERSION,
+        )
 
-    async def derive(self, pair: Pair, window: Sequence[PendingMessage], recent: list[KnownObservation],
-                     cause: str | None) -> Outcome:
+    async def derive(
+        self, pair: Pair, window: Sequence[PendingMessage], recent: list[KnownObservation], cause: str | None
+    ) -> Outcome:
         ids = tuple(p.message_id for p in window)
         bid = batch_id(pair.workspace_id, pair.observer_id, pair.observed_id, ids, pair.derivation)
         base = {**pair.fields(), "batch_id": bid, "message_ids": ids, "causation_id": cause}
@@ -67,13 +73,20 @@ class Deriver:
         started = time.monotonic()
         try:
             completion = await self.model.structured(
-                build_messages(pair.observer_id, pair.observed_id, window), Extraction, name="extraction")
+                build_messages(pair.observer_id, pair.observed_id, window), Extraction, name="extraction"
+            )
             return await self._judge(pair, window, recent, completion, base, started)
         except INFRASTRUCTURE as exc:
             log.warning("batch %s dead-lettered: %s", bid, exc)
             attempts = getattr(exc, "attempts", None) or self.model.settings.max_retries + 1
-            return Outcome([DerivationDeadLettered(producer=self.producer(), error=str(exc)[:4000],
-                                                   attempts=max(1, attempts), **base)], recent)
+            return Outcome(
+                [
+                    DerivationDeadLettered(
+                        producer=self.producer(), error=str(exc)[:4000], attempts=max(1, attempts), **base
+                    )
+                ],
+                recent,
+            )
 
     async def _judge(self, pair, window, recent, completion, base, started) -> Outcome:
         facts = completion.value.facts
@@ -81,14 +94,32 @@ class Deriver:
         stored = await self.store.candidates(pair, [normalise(f.content) for f in facts], embeddings) if facts else []
         known = {k.observation_id: k for k in [*stored, *recent]}
         producer = self.producer(completion.model)
-        verdicts = judge(pair, facts, embeddings, window, list(known.values()), batch=base["batch_id"],
-                         threshold=self.settings.near_duplicate, embedding_model=self.embedder.model_name,
-                         producer=producer, cause=base["causation_id"], new_id=new_id)
-        done = BatchDerived(producer=producer, added=verdicts.added, reinforced=verdicts.reinforced,
-                            superseded=verdicts.superseded, rejected=verdicts.rejected, model=completion.model,
-                            prompt_version=PROMPT_VERSION, prompt_tokens=completion.usage.prompt_tokens,
-                            completion_tokens=completion.usage.completion_tokens,
-                            duration_ms=int((time.monotonic() - started) * 1000), **base)
+        verdicts = judge(
+            pair,
+            facts,
+            embeddings,
+            window,
+            list(known.values()),
+            batch=base["batch_id"],
+            threshold=self.settings.near_duplicate,
+            embedding_model=self.embedder.model_name,
+            producer=producer,
+            cause=base["causation_id"],
+            new_id=new_id,
+        )
+        done = BatchDerived(
+            producer=producer,
+            added=verdicts.added,
+            reinforced=verdicts.reinforced,
+            superseded=verdicts.superseded,
+            rejected=verdicts.rejected,
+            model=completion.model,
+            prompt_version=PROMPT_VERSION,
+            prompt_tokens=completion.usage.prompt_tokens,
+            completion_tokens=completion.usage.completion_tokens,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            **base,
+        )
         superseded = {e.observation_id for e in verdicts.events if isinstance(e, ObservationSuperseded)}
         live = [k for k in [*recent, *verdicts.new_known] if k.observation_id not in superseded]
         return Outcome([*verdicts.events, done], live)

@@ -70,8 +70,10 @@ def ground(fact: ExtractedFact, window: Sequence[PendingMessage], observed_id: s
         return f"span {fact.span!r} is not in message {fact.message_id!r}"
     found, wanted = span_support(fact.content, fact.span, subject=observed_id)
     if wanted and len(found) < MIN_SPAN_SUPPORT * len(wanted):
-        return (f"span {fact.span!r} does not support the fact: it has {len(found)} of its {len(wanted)} content "
-                f"words, fewer than {MIN_SPAN_SUPPORT:.0%}")
+        return (
+            f"span {fact.span!r} does not support the fact: it has {len(found)} of its {len(wanted)} content "
+            f"words, fewer than {MIN_SPAN_SUPPORT:.0%}"
+        )
     return None
 
 
@@ -87,9 +89,18 @@ def _match(known: Sequence[KnownObservation], norm: str, session: str, emb, thre
 
 
 def judge(
-    pair: Pair, facts: Sequence[ExtractedFact], embeddings: Sequence[Sequence[float]],
-    window: Sequence[PendingMessage], known: Sequence[KnownObservation], *, batch: str, threshold: float,
-    embedding_model: str, producer: ProducerInfo, cause: str | None, new_id: Callable[[], str],
+    pair: Pair,
+    facts: Sequence[ExtractedFact],
+    embeddings: Sequence[Sequence[float]],
+    window: Sequence[PendingMessage],
+    known: Sequence[KnownObservation],
+    *,
+    batch: str,
+    threshold: float,
+    embedding_model: str,
+    producer: ProducerInfo,
+    cause: str | None,
+    new_id: Callable[[], str],
 ) -> Verdicts:
     """The events for the model's proposed facts of one batch."""
     out = Verdicts()
@@ -99,29 +110,51 @@ def judge(
         source = Source(message_id=fact.message_id, span=fact.span)
         problem = ground(fact, window, pair.observed_id)
         if problem:
-            out.events.append(ObservationRejected(rejection_id=new_id(), level=Level.EXPLICIT, content=fact.content,
-                                                  reason=f"not grounded: {problem}", sources=(source,),
-                                                  batch_id=batch, **common))
+            out.events.append(
+                ObservationRejected(
+                    rejection_id=new_id(),
+                    level=Level.EXPLICIT,
+                    content=fact.content,
+                    reason=f"not grounded: {problem}",
+                    sources=(source,),
+                    batch_id=batch,
+                    **common,
+                )
+            )
             out.rejected += 1
             continue
         session = next(p.session_id for p in window if p.message_id == fact.message_id)
         norm = normalise(fact.content)
         kind, match = _match(pool, norm, session, emb, threshold)
         if kind == "exact" or (kind == "near" and len(norm) <= len(match.normalised)):
-            out.events.append(ObservationReinforced(observation_id=match.observation_id, sources=(source,),
-                                                    batch_id=batch, **common))
+            out.events.append(
+                ObservationReinforced(observation_id=match.observation_id, sources=(source,), batch_id=batch, **common)
+            )
             out.reinforced += 1
             continue
-        added = ObservationAdded(observation_id=new_id(), level=Level.EXPLICIT, content=fact.content,
-                                 session_id=session, sources=(source,), embedding=tuple(emb),
-                                 embedding_model=embedding_model, batch_id=batch, **common)
+        added = ObservationAdded(
+            observation_id=new_id(),
+            level=Level.EXPLICIT,
+            content=fact.content,
+            session_id=session,
+            sources=(source,),
+            embedding=tuple(emb),
+            embedding_model=embedding_model,
+            batch_id=batch,
+            **common,
+        )
         out.events.append(added)
         out.added += 1
         new = KnownObservation(added.observation_id, Level.EXPLICIT, norm, session, tuple(emb))
         if kind == "near":  # the new text says more: it replaces the old one
-            out.events.append(ObservationSuperseded(observation_id=match.observation_id,
-                                                    superseded_by=added.observation_id,
-                                                    reason="near-duplicate with less information", **common))
+            out.events.append(
+                ObservationSuperseded(
+                    observation_id=match.observation_id,
+                    superseded_by=added.observation_id,
+                    reason="near-duplicate with less information",
+                    **common,
+                )
+            )
             out.superseded += 1
             pool = [k for k in pool if k.observation_id != match.observation_id]
         pool.append(new)

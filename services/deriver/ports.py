@@ -24,8 +24,9 @@ class StoreUnavailable(Exception):
 class DuplicateCandidates(Protocol):
     """Existing observations that a new fact may duplicate. Read after the model call, never across it."""
 
-    async def candidates(self, pair: Pair, keys: Sequence[str],
-                         embeddings: Sequence[Sequence[float]]) -> list[KnownObservation]:
+    async def candidates(
+        self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]
+    ) -> list[KnownObservation]:
         """Live explicit observations of the pair's derivation with one of `keys` (normalised contents), or
         nearest to one of `embeddings`; raises StoreUnavailable when the projections cannot be read."""
         ...

@@ -59,12 +59,28 @@ def build_messages(observer: str, observed: str, window: Sequence[PendingMessage
     turns = []
     context = window[0].previous_turn
     if context is not None:
-        turns.append(render_turn(context.message_id, context.peer_id, context.created_at.date().isoformat(),
-                                 context.content, target=False, context=True))
+        turns.append(
+            render_turn(
+                context.message_id,
+                context.peer_id,
+                context.created_at.date().isoformat(),
+                context.content,
+                target=False,
+                context=True,
+            )
+        )
     for item in window:
-        turns.append(render_turn(item.message_id, observed, item.created_at.date().isoformat(),
-                                 item.content, target=True, context=False))
-    user = (f"Observer: {observer}. Target: {observed}.\n<conversation>\n" + "\n".join(turns)
-            + "\n</conversation>\nReturn the facts as JSON.")
-    return [{"role": "system", "content": SYSTEM.format(observed=observed) + prompt_addition(window[0].instructions)},
-            {"role": "user", "content": user}]
+        turns.append(
+            render_turn(
+                item.message_id, observed, item.created_at.date().isoformat(), item.content, target=True, context=False
+            )
+        )
+    user = (
+        f"Observer: {observer}. Target: {observed}.\n<conversation>\n"
+        + "\n".join(turns)
+        + "\n</conversation>\nReturn the facts as JSON."
+    )
+    return [
+        {"role": "system", "content": SYSTEM.format(observed=observed) + prompt_addition(window[0].instructions)},
+        {"role": "user", "content": user},
+    ]

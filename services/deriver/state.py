@@ -33,5 +33,15 @@ def load_recent(raw: dict | None) -> list[KnownObservation]:
 def dump_recent(known: Sequence[KnownObservation], keep: int) -> dict:
     """The newest `keep` observations, oldest first."""
     live = list(known)[-keep:] if keep else []
-    return {"items": [{"id": k.observation_id, "level": k.level.value, "key": k.normalised,
-                       "session": k.session_id, "emb": _pack(k.embedding)} for k in live]}
+    return {
+        "items": [
+            {
+                "id": k.observation_id,
+                "level": k.level.value,
+                "key": k.normalised,
+                "session": k.session_id,
+                "emb": _pack(k.embedding),
+            }
+            for k in live
+        ]
+    }

@@ -98,8 +98,9 @@ class Prefetched:
 class Dialectic:
     """Answers questions about peers; one model client per reasoning level."""
 
-    def __init__(self, reads: ChatReads, embedder: Embedder, settings: DialecticSettings,
-                 models: Mapping[str, ModelClient]) -> None:
+    def __init__(
+        self, reads: ChatReads, embedder: Embedder, settings: DialecticSettings, models: Mapping[str, ModelClient]
+    ) -> None:
         self.reads, self.embedder, self.settings, self.models = reads, embedder, settings, models
 
     async def chat(self, request: ChatRequest, deadline_s: float | None = None) -> ChatResult:
@@ -109,8 +110,9 @@ class Dialectic:
                 return event
         raise AssertionError("unreachable: events() ends with a ChatResult")
 
-    async def events(self, request: ChatRequest, deadline_s: float | None = None,
-                     stream: bool = True) -> AsyncIterator[ChatEvent]:
+    async def events(
+        self, request: ChatRequest, deadline_s: float | None = None, stream: bool = True
+    ) -> AsyncIterator[ChatEvent]:
         """Tool progress and the answer's text as it is generated, ending with the ChatResult."""
         limit = min(self.settings.deadline_s, deadline_s if deadline_s is not None else math.inf)
         try:
@@ -129,11 +131,18 @@ class _Run:
         self.level: LevelPolicy = owner.settings.level(request.level)
         self.model = owner.models[request.level]
         self.structured = self.model.settings.tool_mode == "structured"
-        self.scope = RecallScope(request.workspace_id, request.observer_id, request.target_id, request.session_id,
-                           request.as_of, request.sessions)
+        self.scope = RecallScope(
+            request.workspace_id,
+            request.observer_id,
+            request.target_id,
+            request.session_id,
+            request.as_of,
+            request.sessions,
+        )
         settings = owner.settings
-        self.env = ToolEnv(owner.reads, owner.embedder, self.scope, settings.tool_result_limit,
-                           settings.tool_result_chars)
+        self.env = ToolEnv(
+            owner.reads, owner.embedder, self.scope, settings.tool_result_limit, settings.tool_result_chars
+        )
         self.limits = Limits(self.level.tool_rounds, settings.token_budget, settings.tool_result_chars // 3)
         self.tools = SEARCH_TOOLS if self.level.search_only else tuple(TOOLS)
         self.state = LoopState()
@@ -175,8 +184,11 @@ class _Run:
             yield ChatResult(policy.ABSTAIN_ANSWER, (), (), 0, "", abstained=True)
             return
         self.state = self.state.showed(
-            {**{o["observation_id"]: "observation" for o in (*pre.explicit, *pre.derived)},
-             **{m["message_id"]: "message" for m in pre.history}})
+            {
+                **{o["observation_id"]: "observation" for o in (*pre.explicit, *pre.derived)},
+                **{m["message_id"]: "message" for m in pre.history},
+            }
+        )
         messages = self.opening(pre)
         streams_text = self.stream and not self.structured and not wants_json
         while True:
@@ -200,8 +212,14 @@ class _Run:
                     if sent:
                         yield DiscardText()
                     yield TextDelta(answer.text)
-                yield ChatResult(answer.text, answer.citations.observation_ids, answer.citations.message_ids,
-                                 self.state.rounds, self.model_name, answer.abstained)
+                yield ChatResult(
+                    answer.text,
+                    answer.citations.observation_ids,
+                    answer.citations.message_ids,
+                    self.state.rounds,
+                    self.model_name,
+                    answer.abstained,
+                )
                 return
             if isinstance(decision, ForceAnswer):
                 messages.append({"role": "user", "content": prompt.FORCE[decision.reason]})
@@ -251,11 +269,20 @@ class _Run:
         self.state = self.state.next_round()
         if self.structured:
             call = decision.calls[0]
-            messages.append({"role": "assistant", "content": json.dumps(
-                {"tool": call.name, "arguments": json.loads(call.arguments)})})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": json.dumps({"tool": call.name, "arguments": json.loads(call.arguments)}),
+                }
+            )
         else:
-            messages.append({"role": "assistant", "content": turn.text or None,
-                             "tool_calls": [_tool_message(c) for c in decision.calls]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": turn.text or None,
+                    "tool_calls": [_tool_message(c) for c in decision.calls],
+                }
+            )
         for call in decision.calls:
             result = await execute(self.env, call, self.tools)
             self.state = self.state.showed(result.shown)
@@ -277,14 +304,20 @@ class _Run:
         error = await _schema_error(text, schema)
         if error is None:
             return _canonical(text)
-        retry = [*messages, {"role": "assistant", "content": text},
-                 {"role": "user", "content": prompt.REPAIR.format(error=error)}]
+        retry = [
+            *messages,
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": prompt.REPAIR.format(error=error)},
+        ]
         repaired = await self.model.turn(retry, None)
         self.model_name = repaired.model
         again = await _schema_error(repaired.value.content, schema)
         if again is not None:
-            raise ModelOutputInvalid(self.model.stage, repaired.value.content,
-                                     f"the answer does not match response_format after one repair: {again}")
+            raise ModelOutputInvalid(
+                self.model.stage,
+                repaired.value.content,
+                f"the answer does not match response_format after one repair: {again}",
+            )
         return _canonical(repaired.value.content)
 
 

@@ -116,12 +116,14 @@ def cited_ids(text: str, declared: Iterable[str], shown: Mapping[str, Kind]) -> 
     """
     wanted = [m.group(2) for m in MARKER.finditer(text)] + list(declared)
     kept = list(dict.fromkeys(i for i in wanted if i in shown))
-    return Citations(tuple(i for i in kept if shown[i] == "observation"),
-                     tuple(i for i in kept if shown[i] == "message"))
+    return Citations(
+        tuple(i for i in kept if shown[i] == "observation"), tuple(i for i in kept if shown[i] == "message")
+    )
 
 
 def drop_invented_markers(text: str, shown: Mapping[str, Kind]) -> str:
     """The text without citation markers whose id the model was never shown (or of the wrong kind)."""
+
     def keep(match: re.Match[str]) -> str:
         return match.group(0) if shown.get(match.group(2)) == _KIND_OF_TAG[match.group(1)] else ""
 

@@ -59,12 +59,13 @@ def json_answer_instruction(schema: Mapping[str, Any]) -> str:
     return JSON_ANSWER.format(schema=json.dumps(schema, separators=(",", ":")))
 
 
-def user_prompt(query: str, explicit: Sequence[Row], derived: Sequence[Row],
-                history: Sequence[Row]) -> str:
+def user_prompt(query: str, explicit: Sequence[Row], derived: Sequence[Row], history: Sequence[Row]) -> str:
     """The question with the prefetched evidence (history in time order)."""
     parts = []
     if explicit:
-        parts.append("Explicit observations most related to the question:\n" + "\n".join(map(observation_line, explicit)))
+        parts.append(
+            "Explicit observations most related to the question:\n" + "\n".join(map(observation_line, explicit))
+        )
     if derived:
         parts.append("Derived observations most related to the question:\n" + "\n".join(map(observation_line, derived)))
     if history:

@@ -65,7 +65,8 @@ def check(schema: Mapping[str, Any]) -> None:
         raise InvalidArgument(f"response_format is not a valid JSON schema: {shown}") from None
     _check_patterns(schema)
     resolver = NO_RETRIEVAL.resolver_with_root(
-        referencing.Resource.from_contents(schema, default_specification=referencing.jsonschema.DRAFT202012))
+        referencing.Resource.from_contents(schema, default_specification=referencing.jsonschema.DRAFT202012)
+    )
     for ref in sorted(set(_refs(schema))):
         try:
             resolver.lookup(ref)
@@ -83,16 +84,19 @@ def check(schema: Mapping[str, Any]) -> None:
 
 
 def _dangling(ref: str) -> InvalidArgument:
-    return InvalidArgument(f"response_format: $ref {_shown(ref)} points at nothing in the schema; "
-                           "use a JSON pointer from the schema's root, such as '#/$defs/name'")
+    return InvalidArgument(
+        f"response_format: $ref {_shown(ref)} points at nothing in the schema; "
+        "use a JSON pointer from the schema's root, such as '#/$defs/name'"
+    )
 
 
 def problems(schema: Mapping[str, Any], value: Any) -> list[str]:
     """Why `value` does not satisfy `schema` (empty: it does). CPU-heavy: call it off the event loop."""
     validator = _validator(schema)
     try:
-        return [f"- {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
-                for e in validator.iter_errors(value)]
+        return [
+            f"- {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in validator.iter_errors(value)
+        ]
     except RecursionError:  # an answer nested deeper than a recursive schema can follow
         return ["- (root): the answer is nested too deeply to check against the schema"]
     except referencing.exceptions.Unresolvable as error:  # `check` tries every ref; this is a safety net
@@ -120,12 +124,15 @@ def _check_patterns(schema: Mapping[str, Any]) -> None:
             try:
                 _regex(pattern)
             except re2.error as error:
-                raise InvalidArgument(f"response_format: pattern {_shown(pattern)} cannot be evaluated in linear "
-                                      f"time here ({error}); backreferences and lookaround are not supported"
-                                      ) from None
+                raise InvalidArgument(
+                    f"response_format: pattern {_shown(pattern)} cannot be evaluated in linear "
+                    f"time here ({error}); backreferences and lookaround are not supported"
+                ) from None
     if any("unevaluatedProperties" in d for d in dicts) and any("patternProperties" in d for d in dicts):
-        raise InvalidArgument("response_format: unevaluatedProperties together with patternProperties is not "
-                              "supported; use additionalProperties instead")
+        raise InvalidArgument(
+            "response_format: unevaluatedProperties together with patternProperties is not "
+            "supported; use additionalProperties instead"
+        )
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[jsonschema.ValidationError]:
@@ -133,8 +140,9 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
         yield jsonschema.ValidationError(f"{_shown(instance)} does not match {pattern!r}")
 
 
-def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: Any,
-                        schema: Any) -> Iterator[jsonschema.ValidationError]:
+def _pattern_properties(
+    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any
+) -> Iterator[jsonschema.ValidationError]:
     if validator.is_type(instance, "object"):
         for pattern, subschema in patterns.items():
             for key, value in instance.items():
@@ -142,8 +150,9 @@ def _pattern_properties(validator: Any, patterns: Mapping[str, Any], instance: A
                     yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
-def _additional_properties(validator: Any, additional: Any, instance: Any,
-                           schema: Mapping[str, Any]) -> Iterator[jsonschema.ValidationError]:
+def _additional_properties(
+    validator: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
     if not validator.is_type(instance, "object"):
         return
     known, patterns = schema.get("properties", {}), list(schema.get("patternProperties", {}))
@@ -155,8 +164,11 @@ def _additional_properties(validator: Any, additional: Any, instance: Any,
         yield jsonschema.ValidationError(f"additional properties are not allowed ({', '.join(map(repr, extras))})")
 
 
-_RE2_KEYWORDS = {"pattern": _pattern, "patternProperties": _pattern_properties,
-                 "additionalProperties": _additional_properties}
+_RE2_KEYWORDS = {
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+}
 
 
 @lru_cache(maxsize=16)
@@ -171,8 +183,9 @@ def _validator(schema: Mapping[str, Any]) -> Any:
 
 def _loads(text: str) -> Any:
     if len(text) > MAX_SCHEMA_BYTES:  # before parsing: a character is at least one byte
-        raise InvalidArgument(f"response_format.json_schema has {len(text)} characters; "
-                              f"the limit is {MAX_SCHEMA_BYTES} bytes")
+        raise InvalidArgument(
+            f"response_format.json_schema has {len(text)} characters; the limit is {MAX_SCHEMA_BYTES} bytes"
+        )
     try:
         return json.loads(text, parse_constant=_no_constant)
     except RecursionError:
@@ -188,9 +201,10 @@ def _check_dialect(uri: Any) -> None:
     try:
         referencing.jsonschema.specification_with(uri if isinstance(uri, str) else "")
     except referencing.jsonschema.UnknownDialect:
-        raise InvalidArgument(f"response_format: $schema {_shown(str(uri))} is not a JSON Schema dialect this "
-                              "server knows; omit it or use e.g. 'https://json-schema.org/draft/2020-12/schema'"
-                              ) from None
+        raise InvalidArgument(
+            f"response_format: $schema {_shown(str(uri))} is not a JSON Schema dialect this "
+            "server knows; omit it or use e.g. 'https://json-schema.org/draft/2020-12/schema'"
+        ) from None
 
 
 def _no_constant(name: str) -> Any:
@@ -213,14 +227,16 @@ def _check_shape(schema: dict[str, Any]) -> None:
                 if isinstance(ref, str) and not ref.startswith(LOCAL_REF_PREFIX):
                     raise InvalidArgument(
                         f"response_format: {keyword} {_shown(ref)} is not allowed; only references into the "
-                        f"schema itself ('{LOCAL_REF_PREFIX}…', e.g. '#/$defs/name') are, and never to its root")
+                        f"schema itself ('{LOCAL_REF_PREFIX}…', e.g. '#/$defs/name') are, and never to its root"
+                    )
         if isinstance(value, list):
             n = sum(isinstance(item, dict | list) for item in value)
             composites += n
             if n > MAX_COMPOSITES_PER_ARRAY or composites > MAX_COMPOSITES_IN_ARRAYS:
                 raise InvalidArgument(
                     f"response_format has too many objects or arrays inside arrays: at most "
-                    f"{MAX_COMPOSITES_PER_ARRAY} in one array and {MAX_COMPOSITES_IN_ARRAYS} in all")
+                    f"{MAX_COMPOSITES_PER_ARRAY} in one array and {MAX_COMPOSITES_IN_ARRAYS} in all"
+                )
 
 
 def _walk(root: Any) -> Iterator[tuple[Any, int]]:

@@ -10,7 +10,6 @@ from pydantic_settings import BaseSettings
 
 from services.settings_base import prefixed
 
-
 Level = Literal["minimal", "low", "medium", "high", "max"]
 LEVELS: tuple[str, ...] = get_args(Level)
 

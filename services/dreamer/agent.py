@@ -47,27 +47,45 @@ class Dreamer:
         if not isinstance(event, DreamRequested):
             return Step()
         pair = dict(workspace_id=event.workspace_id, observer_id=event.observer_id, observed_id=event.observed_id)
-        await self.emitter.emit([DreamStarted(**pair, dream_id=event.dream_id, producer=PRODUCER,
-                                              causation_id=event.event_id)])
+        await self.emitter.emit(
+            [DreamStarted(**pair, dream_id=event.dream_id, producer=PRODUCER, causation_id=event.event_id)]
+        )
         derivation = await self.reads.current_derivation(**pair)  # read before any model call, never across one
-        run = DreamRun(Dream(**pair, dream_id=event.dream_id, producer=PRODUCER, causation_id=event.dream_id,
-                             derivation=derivation, peer_card=event.peer_card), self.reads, self.embedder)
+        run = DreamRun(
+            Dream(
+                **pair,
+                dream_id=event.dream_id,
+                producer=PRODUCER,
+                causation_id=event.dream_id,
+                derivation=derivation,
+                peer_card=event.peer_card,
+            ),
+            self.reads,
+            self.embedder,
+        )
         rounds = {"deduction": self.settings.deduction_rounds, "induction": self.settings.induction_rounds}
         try:
             # bounded: a dream outliving the worker's poll interval would be evicted and dreamt again
             async with asyncio.timeout(self.settings.max_dream_s):
                 for specialist in SPECIALISTS:
                     await run.specialist(specialist, self.models[specialist], rounds[specialist])
-            end: Event = DreamCompleted(**pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER,
-                                        causation_id=event.event_id)
+            end: Event = DreamCompleted(
+                **pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER, causation_id=event.event_id
+            )
         except (ModelError, TimeoutError) as error:
             # what the specialists wrote before the model failed (or time ran out) stands; the scheduler
             # retries after its cooldown
-            reason = str(error) if isinstance(error, ModelError) else (
-                f"the dream ran out of its time budget of {self.settings.max_dream_s:g} s (PEERLOG_DREAM_MAX_DREAM_S)")
+            reason = (
+                str(error)
+                if isinstance(error, ModelError)
+                else (
+                    f"the dream ran out of its time budget of {self.settings.max_dream_s:g} s (PEERLOG_DREAM_MAX_DREAM_S)"
+                )
+            )
             log.warning("dream %s failed: %s", event.dream_id, reason)
-            end = DreamFailed(**pair, dream_id=event.dream_id, reason=reason[:2000], producer=PRODUCER,
-                              causation_id=event.event_id)
+            end = DreamFailed(
+                **pair, dream_id=event.dream_id, reason=reason[:2000], producer=PRODUCER, causation_id=event.event_id
+            )
         return Step([*run.events, end])
 
 

@@ -134,8 +134,13 @@ class DreamWrites:
 
     def overlay(self, dream: Dream, known: dict[str, NamedObservation]) -> dict[str, NamedObservation]:
         texts = {i: text for text, i in self.contents.items()}
-        view = {**known, **{i: NamedObservation(dream.observer_id, dream.observed_id, level, True,
-                                                texts.get(i, "")) for i, level in self.added.items()}}
+        view = {
+            **known,
+            **{
+                i: NamedObservation(dream.observer_id, dream.observed_id, level, True, texts.get(i, ""))
+                for i, level in self.added.items()
+            },
+        }
         return {i: replace(k, live=False) if i in self.retired else k for i, k in view.items()}
 
 
@@ -148,8 +153,13 @@ class Outcome:
 
 
 def _pair(d: Dream) -> dict:
-    return dict(workspace_id=d.workspace_id, observer_id=d.observer_id, observed_id=d.observed_id,
-                producer=d.producer, causation_id=d.causation_id)
+    return dict(
+        workspace_id=d.workspace_id,
+        observer_id=d.observer_id,
+        observed_id=d.observed_id,
+        producer=d.producer,
+        causation_id=d.causation_id,
+    )
 
 
 def _in_store(d: Dream) -> dict:
@@ -158,13 +168,28 @@ def _in_store(d: Dream) -> dict:
 
 
 def _refuse(d: Dream, pending: DreamWrites, level: Level, content: str, premises, problems: list[str]) -> Outcome:
-    event = ObservationRejected(**_in_store(d), rejection_id=str(uuid6.uuid7()), level=level, content=content,
-                                reason="; ".join(problems), premise_ids=tuple(premises), dream_id=d.dream_id)
+    event = ObservationRejected(
+        **_in_store(d),
+        rejection_id=str(uuid6.uuid7()),
+        level=level,
+        content=content,
+        reason="; ".join(problems),
+        premise_ids=tuple(premises),
+        dream_id=d.dream_id,
+    )
     return Outcome([event], "rejected: " + "; ".join(problems), pending, False)
 
 
-def _add(d: Dream, pending: DreamWrites, view: dict[str, NamedObservation], level: Level, content: str,
-         premises: list[str], vector, **extra) -> tuple[ObservationAdded | None, Outcome | None]:
+def _add(
+    d: Dream,
+    pending: DreamWrites,
+    view: dict[str, NamedObservation],
+    level: Level,
+    content: str,
+    premises: list[str],
+    vector,
+    **extra,
+) -> tuple[ObservationAdded | None, Outcome | None]:
     states = {i: PremiseState(k.observer_id, k.observed_id, k.live) for i, k in view.items()}
     problems = premise_problems(level, d.observer_id, d.observed_id, premises, states)
     if normalise(content) in pending.contents:
@@ -172,9 +197,16 @@ def _add(d: Dream, pending: DreamWrites, view: dict[str, NamedObservation], leve
     problems.extend(_restated(view, content, premises, d))
     if problems:
         return None, _refuse(d, pending, level, content, premises, problems)
-    return ObservationAdded(**_in_store(d), observation_id=str(uuid6.uuid7()), level=level, content=content,
-                            premise_ids=tuple(dict.fromkeys(premises)), embedding=tuple(vector),
-                            dream_id=d.dream_id, **extra), None
+    return ObservationAdded(
+        **_in_store(d),
+        observation_id=str(uuid6.uuid7()),
+        level=level,
+        content=content,
+        premise_ids=tuple(dict.fromkeys(premises)),
+        embedding=tuple(vector),
+        dream_id=d.dream_id,
+        **extra,
+    ), None
 
 
 def _restated(view: dict[str, NamedObservation], content: str, premises: list[str], d: Dream) -> list[str]:
@@ -184,15 +216,20 @@ def _restated(view: dict[str, NamedObservation], content: str, premises: list[st
     copied = next((p for p in premises if p in view and normalise(view[p].content) == key), None)
     if copied:
         return [f"it only restates its premise {copied}: write what the premises show together, in new words"]
-    held = sorted(i for i, k in view.items() if k.live and (k.observer_id, k.observed_id) == (d.observer_id,
-                  d.observed_id) and normalise(k.content) == key)
+    held = sorted(
+        i
+        for i, k in view.items()
+        if k.live and (k.observer_id, k.observed_id) == (d.observer_id, d.observed_id) and normalise(k.content) == key
+    )
     return [f"observation {held[0]} already says that: cite it, or write only what is new"] if held else []
 
 
 def _written(pending: DreamWrites, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> Outcome:
-    new = DreamWrites({**pending.added, event.observation_id: event.level.value},
-                      pending.retired | ({retired} if retired else set()),
-                      {**pending.contents, normalise(event.content): event.observation_id})
+    new = DreamWrites(
+        {**pending.added, event.observation_id: event.level.value},
+        pending.retired | ({retired} if retired else set()),
+        {**pending.contents, normalise(event.content): event.observation_id},
+    )
     return Outcome([event, *more], f"ok: written as {event.observation_id}", new, True)
 
 
@@ -207,8 +244,14 @@ def _retirable(d: Dream, view: dict[str, NamedObservation], obs_id: str, levels:
     return None
 
 
-def decide_edit(pending: DreamWrites, known: dict[str, NamedObservation], action: Action, d: Dream,
-                vector=(), embedding_model: str = "") -> Outcome:
+def decide_edit(
+    pending: DreamWrites,
+    known: dict[str, NamedObservation],
+    action: Action,
+    d: Dream,
+    vector=(),
+    embedding_model: str = "",
+) -> Outcome:
     """The events for `action` (or its refusal) and the dream's new pending state."""
     view = pending.overlay(d, known)
     model = dict(embedding_model=embedding_model)
@@ -222,26 +265,42 @@ def decide_edit(pending: DreamWrites, known: dict[str, NamedObservation], action
         if problem:
             return Outcome([], "rejected: " + problem, pending, False)
         event = ObservationDeleted(**_in_store(d), observation_id=action.observation_id, reason=action.reason)
-        return Outcome([event], "ok: removed", replace(pending, retired=pending.retired | {action.observation_id}),
-                       True)
+        return Outcome(
+            [event], "ok: removed", replace(pending, retired=pending.retired | {action.observation_id}), True
+        )
     if isinstance(action, UpdateKnowledge):
         problems = [p for p in [_retirable(d, view, action.outdated_id, ("explicit", "deductive"))] if p]
         if action.outdated_id in action.premise_ids:
             # the write supersedes that premise, so the new belief would be born premise-superseded
-            problems.append(f"it cites the observation it replaces ({action.outdated_id}) as a premise: "
-                            "cite the newer evidence instead")
+            problems.append(
+                f"it cites the observation it replaces ({action.outdated_id}) as a premise: "
+                "cite the newer evidence instead"
+            )
         if problems:
             return _refuse(d, pending, Level.DEDUCTIVE, action.content, action.premise_ids, problems)
         added, refused = _add(d, pending, view, Level.DEDUCTIVE, action.content, action.premise_ids, vector, **model)
         if refused:
             return refused
-        retire = ObservationSuperseded(**_in_store(d), observation_id=action.outdated_id,
-                                       superseded_by=added.observation_id, reason=action.reason or "knowledge update")
+        retire = ObservationSuperseded(
+            **_in_store(d),
+            observation_id=action.outdated_id,
+            superseded_by=added.observation_id,
+            reason=action.reason or "knowledge update",
+        )
         return _written(pending, added, [retire], retired=action.outdated_id)
     if isinstance(action, AddPattern):
-        added, refused = _add(d, pending, view, Level.INDUCTIVE, action.content, action.premise_ids, vector,
-                              pattern_type=action.pattern_type,
-                              confidence=confidence_for(len(set(action.premise_ids))), **model)
+        added, refused = _add(
+            d,
+            pending,
+            view,
+            Level.INDUCTIVE,
+            action.content,
+            action.premise_ids,
+            vector,
+            pattern_type=action.pattern_type,
+            confidence=confidence_for(len(set(action.premise_ids))),
+            **model,
+        )
     else:
         level = Level.CONTRADICTION if isinstance(action, AddContradiction) else Level.DEDUCTIVE
         added, refused = _add(d, pending, view, level, action.content, action.premise_ids, vector, **model)

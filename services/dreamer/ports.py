@@ -19,7 +19,8 @@ class DreamReads(MemoryReads, Protocol):
     async def opening(self, scope: RecallScope, limit: int) -> tuple[Sequence[Row], Sequence[str]]:
         """The pair's `limit` newest live observations, newest first, and its peer card's entries."""
 
-    async def named_observations(self, scope: RecallScope, derivation: str, ids: Sequence[str],
-                                 content: str = "") -> dict[str, Row]:
+    async def named_observations(
+        self, scope: RecallScope, derivation: str, ids: Sequence[str], content: str = ""
+    ) -> dict[str, Row]:
         """The workspace's observations among `ids`, and with `content` the pair's live ones in `derivation`
         that already say it (normalised), by id."""

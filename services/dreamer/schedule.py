@@ -61,17 +61,30 @@ def last_activity(s: PairSchedule) -> datetime | None:
 def ready(s: PairSchedule, now: datetime, cfg: DreamSettings) -> bool:
     """Whether the pair should dream at `now` (the clock pre-checks with this before sending a tick)."""
     active = last_activity(s)
-    return (s.outstanding is None and s.dreams is not False and s.new_explicit >= (s.threshold or cfg.threshold)
-            and (s.last_dream_at is None or now - s.last_dream_at >= timedelta(seconds=cfg.cooldown_s))
-            and (active is None or now - active >= timedelta(seconds=cfg.idle_s)))
+    return (
+        s.outstanding is None
+        and s.dreams is not False
+        and s.new_explicit >= (s.threshold or cfg.threshold)
+        and (s.last_dream_at is None or now - s.last_dream_at >= timedelta(seconds=cfg.cooldown_s))
+        and (active is None or now - active >= timedelta(seconds=cfg.idle_s))
+    )
 
 
 def _request(s: PairSchedule, e: Event, reason: DreamReason, producer: ProducerInfo):
-    dream = DreamRequested(workspace_id=e.workspace_id, observer_id=e.observer_id, observed_id=e.observed_id,
-                           dream_id=str(uuid6.uuid7()), reason=reason, new_explicit=s.new_explicit,
-                           peer_card=s.peer_card is not False, causation_id=e.event_id, producer=producer)
-    state = s.model_copy(update={"outstanding": dream.dream_id, "outstanding_explicit": s.new_explicit,
-                                 "new_explicit": 0})
+    dream = DreamRequested(
+        workspace_id=e.workspace_id,
+        observer_id=e.observer_id,
+        observed_id=e.observed_id,
+        dream_id=str(uuid6.uuid7()),
+        reason=reason,
+        new_explicit=s.new_explicit,
+        peer_card=s.peer_card is not False,
+        causation_id=e.event_id,
+        producer=producer,
+    )
+    state = s.model_copy(
+        update={"outstanding": dream.dream_id, "outstanding_explicit": s.new_explicit, "new_explicit": 0}
+    )
     return state, [dream]
 
 
@@ -80,23 +93,39 @@ def _ended(s: PairSchedule, e: DreamCompleted | DreamFailed) -> PairSchedule:
         return s  # an old dream's late report
     # a failed dream starts the cooldown too: a model that is down must not be asked again every tick
     if isinstance(e, DreamFailed):  # its observations still wait to be consolidated
-        return s.model_copy(update={"outstanding": None, "new_explicit": s.new_explicit + s.outstanding_explicit,
-                                    "outstanding_explicit": 0, "last_dream_at": e.occurred_at})
+        return s.model_copy(
+            update={
+                "outstanding": None,
+                "new_explicit": s.new_explicit + s.outstanding_explicit,
+                "outstanding_explicit": 0,
+                "last_dream_at": e.occurred_at,
+            }
+        )
     return s.model_copy(update={"outstanding": None, "outstanding_explicit": 0, "last_dream_at": e.occurred_at})
 
 
 def decide(s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo) -> tuple[PairSchedule, list[Event]]:
     """The pair's new state and the dream requests `e` causes (none or one)."""
-    if isinstance(e, ObservationAdded) and e.level == Level.EXPLICIT and e.dream_id is None \
-            and e.derivation == s.derivation:
+    if (
+        isinstance(e, ObservationAdded)
+        and e.level == Level.EXPLICIT
+        and e.dream_id is None
+        and e.derivation == s.derivation
+    ):
         latest = max(e.occurred_at, s.last_explicit_at or e.occurred_at)
         s = s.model_copy(update={"new_explicit": s.new_explicit + 1, "last_explicit_at": latest})
     elif isinstance(e, DerivationPromoted):
         return s.model_copy(update={"derivation": e.derivation}), []
     elif isinstance(e, MessagePerceived):
         # the observed peer spoke: a waiting dream waits again (a running one is not interrupted)
-        return s.model_copy(update={"last_message_at": e.occurred_at, "dreams": e.dreams,
-                                    "threshold": e.dream_threshold, "peer_card": e.peer_card}), []
+        return s.model_copy(
+            update={
+                "last_message_at": e.occurred_at,
+                "dreams": e.dreams,
+                "threshold": e.dream_threshold,
+                "peer_card": e.peer_card,
+            }
+        ), []
     elif isinstance(e, DreamForced):
         return _request(s, e, DreamReason.FORCED, producer) if s.outstanding is None else (s, [])
     elif isinstance(e, DreamCompleted | DreamFailed):

@@ -36,14 +36,18 @@ class DreamScheduler:
 
     async def handle(self, get: Get, event: Event) -> Step:
         raw = get(event.key)
-        state, events = decide(PairSchedule.model_validate(raw) if raw else PairSchedule(), event,
-                               self.settings, PRODUCER)
+        state, events = decide(
+            PairSchedule.model_validate(raw) if raw else PairSchedule(), event, self.settings, PRODUCER
+        )
         return Step(events, {event.key: state.model_dump(mode="json")})
 
     async def tick(self, states: Mapping[str, State]) -> None:
         now = datetime.now(UTC)
-        ticks = [DreamCheckDue(**pair_of(k), producer=CLOCK) for k, raw in states.items()
-                 if raw and ready(PairSchedule.model_validate(raw), now, self.settings)]
+        ticks = [
+            DreamCheckDue(**pair_of(k), producer=CLOCK)
+            for k, raw in states.items()
+            if raw and ready(PairSchedule.model_validate(raw), now, self.settings)
+        ]
         if ticks:
             await self.emitter.emit(ticks)
 

@@ -19,5 +19,9 @@ class DreamSettings(BaseSettings):
     tick_s: float = Field(60.0, gt=0, description="how often the clock re-checks pairs that wait")
     deduction_rounds: int = Field(12, ge=1, description="tool-round cap of the deduction specialist")
     induction_rounds: int = Field(10, ge=1, description="tool-round cap of the induction specialist")
-    max_dream_s: float = Field(900.0, gt=0, description="a dream's whole time budget; one still running then "
-                               "ends as failed, keeping what it wrote (the worker's poll interval is sized to it)")
+    max_dream_s: float = Field(
+        900.0,
+        gt=0,
+        description="a dream's whole time budget; one still running then "
+        "ends as failed, keeping what it wrote (the worker's poll interval is sized to it)",
+    )

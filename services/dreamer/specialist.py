@@ -28,17 +28,29 @@ from services.toolloop.registry import bad_arguments, function_spec, parse_argum
 from services.toolloop.turns import StructuredStep, ToolRequest, step_schema
 
 RECENT_OBSERVATIONS = "recent_observations"  # the dreamer's own discovery tool; the others are the memory tools
-DISCOVERY = (RECENT_OBSERVATIONS, *(t.name for t in (memory.SEARCH_OBSERVATIONS, memory.SEARCH_MESSAGES,
-                                                     memory.SOURCE_MESSAGES, memory.REASONING_CHAIN)))
+DISCOVERY = (
+    RECENT_OBSERVATIONS,
+    *(
+        t.name
+        for t in (memory.SEARCH_OBSERVATIONS, memory.SEARCH_MESSAGES, memory.SOURCE_MESSAGES, memory.REASONING_CHAIN)
+    ),
+)
 ACTIONS: dict[str, dict[str, type[BaseModel]]] = {
-    "deduction": {"add_deduction": edits.AddDeduction, "update_knowledge": edits.UpdateKnowledge,
-                  "add_contradiction": edits.AddContradiction, "remove_deduction": edits.RemoveDeduction,
-                  "set_peer_card": edits.SetPeerCard},
+    "deduction": {
+        "add_deduction": edits.AddDeduction,
+        "update_knowledge": edits.UpdateKnowledge,
+        "add_contradiction": edits.AddContradiction,
+        "remove_deduction": edits.RemoveDeduction,
+        "set_peer_card": edits.SetPeerCard,
+    },
     "induction": {"add_pattern": edits.AddPattern},
 }
 WRITES_TEXT = (edits.AddDeduction, edits.UpdateKnowledge, edits.AddContradiction, edits.AddPattern)
-REJECTED = Counter("peerlog_dream_rejected_writes_total",
-                   "Observation writes of a dream specialist the provenance rule refused", ["specialist"])
+REJECTED = Counter(
+    "peerlog_dream_rejected_writes_total",
+    "Observation writes of a dream specialist the provenance rule refused",
+    ["specialist"],
+)
 OPENING_OBSERVATIONS = 60
 RESULT_CHARS = 6_000
 
@@ -58,9 +70,11 @@ def actions_of(specialist: str, peer_card: bool = True) -> dict[str, type[BaseMo
 
 def tool_specs(specialist: str, peer_card: bool = True) -> list[dict[str, Any]]:
     """The function-tool specs a specialist is offered: discovery, then its own actions."""
-    return [*memory.specs([n for n in DISCOVERY if n in memory.TOOLS]),
-            function_spec(RECENT_OBSERVATIONS, RecentObservations),
-            *(function_spec(n, m) for n, m in actions_of(specialist, peer_card).items())]
+    return [
+        *memory.specs([n for n in DISCOVERY if n in memory.TOOLS]),
+        function_spec(RECENT_OBSERVATIONS, RecentObservations),
+        *(function_spec(n, m) for n, m in actions_of(specialist, peer_card).items()),
+    ]
 
 
 @dataclass
@@ -85,11 +99,16 @@ class DreamRun:
         structured = model.settings.tool_mode == "structured"
         actions = actions_of(name, self.dream.peer_card)
         specs = tool_specs(name, self.dream.peer_card)
-        producer = ProducerInfo(component="dreamer", version="0.1.0", model=model.settings.model,
-                                prompt_version=prompt.PROMPT_VERSIONS[name])
+        producer = ProducerInfo(
+            component="dreamer",
+            version="0.1.0",
+            model=model.settings.model,
+            prompt_version=prompt.PROMPT_VERSIONS[name],
+        )
         self.dream = replace(self.dream, producer=producer)
-        system = prompt.system_prompt(name, self.dream.observer_id, self.dream.observed_id, specs if structured else (),
-                                      self.dream.peer_card)
+        system = prompt.system_prompt(
+            name, self.dream.observer_id, self.dream.observed_id, specs if structured else (), self.dream.peer_card
+        )
         messages = [{"role": "system", "content": system}, {"role": "user", "content": await self.opening(name)}]
         for used in range(rounds + 1):
             if used == rounds:
@@ -109,16 +128,30 @@ class DreamRun:
     async def ask(self, model: ModelClient, messages: list, offered, structured: bool, used: int) -> list[ToolCall]:
         """The model's next turn as tool calls (empty: it stopped); the turn is appended to `messages`."""
         if structured:
-            step = (await model.structured(messages, StructuredStep, name="dream_step",
-                                           wire_schema=step_schema(offered))).value.root
+            step = (
+                await model.structured(messages, StructuredStep, name="dream_step", wire_schema=step_schema(offered))
+            ).value.root
             messages.append({"role": "assistant", "content": step.model_dump_json()})
             if not isinstance(step, ToolRequest):  # done
                 return []
             return [ToolCall(f"call_{used}", step.tool, json.dumps(step.arguments))]
         turn = (await model.turn(messages, offered)).value
-        messages.append({"role": "assistant", "content": turn.content or None, **(
-            {"tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                            for c in turn.tool_calls]} if turn.tool_calls else {})})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": turn.content or None,
+                **(
+                    {
+                        "tool_calls": [
+                            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                            for c in turn.tool_calls
+                        ]
+                    }
+                    if turn.tool_calls
+                    else {}
+                ),
+            }
+        )
         return list(turn.tool_calls)
 
     async def opening(self, specialist: str) -> str:
@@ -175,6 +208,13 @@ class DreamRun:
     async def known(self, ids: Sequence[str], content: str = "") -> dict[str, NamedObservation]:
         """The observations `ids` name, and the pair's live ones that already say `content`."""
         rows = await self.reads.named_observations(self.scope(), self.dream.derivation, ids, content)
-        return {i: NamedObservation(r["observer_id"], r["observed_id"], r["level"],
-                                    r["superseded_by"] is None and r["deleted_at"] is None, r["content"])
-                for i, r in rows.items()}
+        return {
+            i: NamedObservation(
+                r["observer_id"],
+                r["observed_id"],
+                r["level"],
+                r["superseded_by"] is None and r["deleted_at"] is None,
+                r["content"],
+            )
+            for i, r in rows.items()
+        }

@@ -40,7 +40,14 @@ def text_to_embed(event: Event, previous: dict | None = None) -> str | None:
 
 def embedded(message: MessageAppended, vector: Sequence[float], model: str, producer: ProducerInfo) -> MessagesEmbedded:
     """The event recording `message`'s embedding, caused by the message's own event."""
-    item = EmbeddedMessage(message_id=message.message_id, session_id=message.session_id,
-                           vector=tuple(float(x) for x in vector))
-    return MessagesEmbedded(workspace_id=message.workspace_id, session_id=message.session_id, messages=(item,),
-                            embedding_model=model, causation_id=message.event_id, producer=producer)
+    item = EmbeddedMessage(
+        message_id=message.message_id, session_id=message.session_id, vector=tuple(float(x) for x in vector)
+    )
+    return MessagesEmbedded(
+        workspace_id=message.workspace_id,
+        session_id=message.session_id,
+        messages=(item,),
+        embedding_model=model,
+        causation_id=message.event_id,
+        producer=producer,
+    )

@@ -54,8 +54,9 @@ def done_by(events: Iterable[Event | None], workspace_id: str, model: str) -> se
     return done
 
 
-def plan(sessions: Iterable[Event | None], observations: Iterable[Event | None], workspace_id: str,
-         done: set[str]) -> Plan:
+def plan(
+    sessions: Iterable[Event | None], observations: Iterable[Event | None], workspace_id: str, done: set[str]
+) -> Plan:
     """The work left: every message (in session order, with its context) and observation of the
     workspace not in `done`. Pure: the caller reads the topics."""
     out, previous = Plan(), {}
@@ -73,28 +74,42 @@ def plan(sessions: Iterable[Event | None], observations: Iterable[Event | None],
 
 
 def chunks(items: Sequence, size: int = CHUNK) -> list[Sequence]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-async def _messages(embedder: Embedder, items: Sequence[tuple[MessageAppended, str]],
-                    producer: ProducerInfo) -> MessagesEmbedded:
+async def _messages(
+    embedder: Embedder, items: Sequence[tuple[MessageAppended, str]], producer: ProducerInfo
+) -> MessagesEmbedded:
     vectors = await embedder.embed([text for _, text in items])
     first = items[0][0]
     return MessagesEmbedded(
-        workspace_id=first.workspace_id, session_id=first.session_id, embedding_model=embedder.model_name,
-        producer=producer, messages=tuple(EmbeddedMessage(message_id=m.message_id, session_id=m.session_id,
-                                                          vector=tuple(v)) for (m, _), v in zip(items, vectors)))
+        workspace_id=first.workspace_id,
+        session_id=first.session_id,
+        embedding_model=embedder.model_name,
+        producer=producer,
+        messages=tuple(
+            EmbeddedMessage(message_id=m.message_id, session_id=m.session_id, vector=tuple(v))
+            for (m, _), v in zip(items, vectors)
+        ),
+    )
 
 
-async def _observations(embedder: Embedder, items: Sequence[ObservationAdded],
-                        producer: ProducerInfo) -> ObservationsEmbedded:
+async def _observations(
+    embedder: Embedder, items: Sequence[ObservationAdded], producer: ProducerInfo
+) -> ObservationsEmbedded:
     vectors = await embedder.embed([o.content for o in items])
     first = items[0]
     return ObservationsEmbedded(
-        workspace_id=first.workspace_id, observer_id=first.observer_id, observed_id=first.observed_id,
-        derivation=first.derivation, embedding_model=embedder.model_name, producer=producer,
-        observations=tuple(EmbeddedObservation(observation_id=o.observation_id, vector=tuple(v))
-                           for o, v in zip(items, vectors)))
+        workspace_id=first.workspace_id,
+        observer_id=first.observer_id,
+        observed_id=first.observed_id,
+        derivation=first.derivation,
+        embedding_model=embedder.model_name,
+        producer=producer,
+        observations=tuple(
+            EmbeddedObservation(observation_id=o.observation_id, vector=tuple(v)) for o, v in zip(items, vectors)
+        ),
+    )
 
 
 def scan(settings, workspace_id: str, model: str) -> Plan:
@@ -103,6 +118,7 @@ def scan(settings, workspace_id: str, model: str) -> Plan:
 
     def events(topic):
         return (read(m.value()) for m in to_the_end(settings.kafka, topic.full_name(prefix), timeout=3600))
+
     # the observations topic holds both what to embed and what was embedded: read it once
     observations = list(events(OBSERVATIONS))
     done = done_by(events(MESSAGE_EMBEDDINGS), workspace_id, model) | done_by(observations, workspace_id, model)

@@ -12,6 +12,17 @@ from services.events.base import (
     new_event_id,
 )
 from services.events.cards import PeerCardUpdated
+from services.events.configuration import (
+    SETTINGS,
+    ConfigLevel,
+    Configuration,
+    Effective,
+    MessageConfigured,
+    SessionConfigured,
+    WorkspaceConfigured,
+    prompt_addition,
+    resolve,
+)
 from services.events.dreams import (
     DreamCheckDue,
     DreamCompleted,
@@ -20,17 +31,6 @@ from services.events.dreams import (
     DreamReason,
     DreamRequested,
     DreamStarted,
-)
-from services.events.configuration import (
-    ConfigLevel,
-    Configuration,
-    SETTINGS,
-    Effective,
-    MessageConfigured,
-    SessionConfigured,
-    WorkspaceConfigured,
-    prompt_addition,
-    resolve,
 )
 from services.events.lifecycle import (
     MemberJoined,
@@ -45,13 +45,13 @@ from services.events.observations import (
     BatchDerived,
     DerivationDeadLettered,
     DerivationStarted,
-    Level,
     EmbeddedObservation,
+    Level,
     ObservationAdded,
-    ObservationsEmbedded,
     ObservationDeleted,
     ObservationReinforced,
     ObservationRejected,
+    ObservationsEmbedded,
     ObservationSuperseded,
     PairEvent,
     Source,

@@ -65,15 +65,25 @@ class Effective:
 
 
 @lru_cache(maxsize=4096)  # the router and the summarizer resolve per message; the levels seldom change
-def resolve(global_: Configuration, workspace: Configuration | None = None, session: Configuration | None = None,
-            message: Configuration | None = None) -> Effective:
+def resolve(
+    global_: Configuration,
+    workspace: Configuration | None = None,
+    session: Configuration | None = None,
+    message: Configuration | None = None,
+) -> Effective:
     """The effective settings: the highest level that sets a field wins. `global_` must set every field."""
-    levels = ((ConfigLevel.MESSAGE, message), (ConfigLevel.SESSION, session), (ConfigLevel.WORKSPACE, workspace),
-              (ConfigLevel.GLOBAL, global_))
+    levels = (
+        (ConfigLevel.MESSAGE, message),
+        (ConfigLevel.SESSION, session),
+        (ConfigLevel.WORKSPACE, workspace),
+        (ConfigLevel.GLOBAL, global_),
+    )
     out = {}
     for name in SETTINGS:
-        level, value = next(((lv, getattr(c, name)) for lv, c in levels if c is not None
-                             and getattr(c, name) is not None), (ConfigLevel.GLOBAL, None))
+        level, value = next(
+            ((lv, getattr(c, name)) for lv, c in levels if c is not None and getattr(c, name) is not None),
+            (ConfigLevel.GLOBAL, None),
+        )
         if value is None:
             raise ValueError(f"the global configuration must set {name!r}")
         out[name] = Resolved(value=value, level=level)

@@ -15,5 +15,9 @@ class Pair:
     derivation: str = ""  # the stored label: "" is the original live derivation
 
     def fields(self) -> dict:
-        return {"workspace_id": self.workspace_id, "observer_id": self.observer_id,
-                "observed_id": self.observed_id, "derivation": self.derivation}
+        return {
+            "workspace_id": self.workspace_id,
+            "observer_id": self.observer_id,
+            "observed_id": self.observed_id,
+            "derivation": self.derivation,
+        }

@@ -26,8 +26,9 @@ def confidence_for(premise_count: int) -> str:
     return "high" if premise_count >= 5 else "medium" if premise_count >= 3 else "low"
 
 
-def premise_problems(level: Level, observer_id: str, observed_id: str, premise_ids: Sequence[str],
-                     known: Mapping[str, PremiseState]) -> list[str]:
+def premise_problems(
+    level: Level, observer_id: str, observed_id: str, premise_ids: Sequence[str], known: Mapping[str, PremiseState]
+) -> list[str]:
     """Why a derived observation of (observer, observed) may not cite `premise_ids` (empty: it may).
 
     `known` holds the cited observations that exist anywhere in the workspace.
@@ -37,15 +38,19 @@ def premise_problems(level: Level, observer_id: str, observed_id: str, premise_i
     problems = []
     distinct = list(dict.fromkeys(premise_ids))
     if len(distinct) < MIN_PREMISES[level]:
-        problems.append(f"a {level.value} observation must cite at least {MIN_PREMISES[level]} distinct "
-                        f"premise(s); it cites {len(distinct)}")
+        problems.append(
+            f"a {level.value} observation must cite at least {MIN_PREMISES[level]} distinct "
+            f"premise(s); it cites {len(distinct)}"
+        )
     for pid in distinct:
         state = known.get(pid)
         if state is None:
             problems.append(f"premise {pid!r} does not exist")
         elif (state.observer_id, state.observed_id) != (observer_id, observed_id):
-            problems.append(f"premise {pid!r} belongs to the store of ({state.observer_id}, {state.observed_id}), "
-                            f"not ({observer_id}, {observed_id})")
+            problems.append(
+                f"premise {pid!r} belongs to the store of ({state.observer_id}, {state.observed_id}), "
+                f"not ({observer_id}, {observed_id})"
+            )
         elif not state.live:
             problems.append(f"premise {pid!r} was superseded or deleted; cite its replacement")
     return problems

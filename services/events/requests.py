@@ -46,6 +46,6 @@ def screen(recent: dict[str, str] | None, request: KeyedRequest) -> tuple[bool, 
     first = recent.get(name)
     if first is not None:
         return first != request.request_id, None
-    kept = dict(list(recent.items())[-(RECENT_KEYS - 1):])
+    kept = dict(list(recent.items())[-(RECENT_KEYS - 1) :])
     kept[name] = request.request_id
     return False, kept

@@ -14,7 +14,8 @@ def normalise(text: str) -> str:
 
 _WORD = re.compile(r"[^\W_]+")
 # function words, pronouns and the verbs of reporting speech: they say nothing a span must support
-_STOP = frozenset("""
+_STOP = frozenset(
+    """
 a about above after again against all am an and any are as at be because been before being below between both
 but by can could did do does doing don down during each few for from further had has have having he her here hers
 herself him himself his how i if in into is it its itself just me more most my myself no nor not now of off on
@@ -22,13 +23,24 @@ once only or other our ours ourselves out over own same she should so some such 
 themselves then there these they this those through to too under until up very was we were what when where which
 while who whom why will with would you your yours yourself yourselves also s t ll re ve d m
 say said says tell told tells mention mentioned mentions state stated states target user
-""".split())
+""".split()
+)
 
 
 def stem(word: str) -> str:
     """A light suffix-stripping stem, enough to match "moved" with "move" and "teaches" with "teach"."""
-    for suffix, repl in (("ies", "y"), ("ied", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x"),
-                         ("ing", ""), ("ed", ""), ("ly", ""), ("s", "")):
+    for suffix, repl in (
+        ("ies", "y"),
+        ("ied", "y"),
+        ("sses", "ss"),
+        ("ches", "ch"),
+        ("shes", "sh"),
+        ("xes", "x"),
+        ("ing", ""),
+        ("ed", ""),
+        ("ly", ""),
+        ("s", ""),
+    ):
         base = word[: len(word) - len(suffix)] + repl
         if word.endswith(suffix) and not word.endswith(("ss", "eed")) and len(base) >= 3:
             if not repl and base[-1] == base[-2] and base[-1] not in "aeiouls":

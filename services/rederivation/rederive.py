@@ -53,7 +53,8 @@ class DerivationScope:
 
     def covers(self, e: Event) -> bool:
         return e.workspace_id == self.workspace_id and (
-            not self.observer_id or (e.observer_id, e.observed_id) == (self.observer_id, self.observed_id))
+            not self.observer_id or (e.observer_id, e.observed_id) == (self.observer_id, self.observed_id)
+        )
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,9 @@ def check_name(name: str) -> None:
         raise ValueError(f"derivation name {name!r} must match {NAME.pattern} and not be {ORIGINAL!r}")
 
 
-def missing(history: Sequence[Seen], label: str, done: set[str], parked: set[str] = frozenset()) -> list[MessagePerceived]:
+def missing(
+    history: Sequence[Seen], label: str, done: set[str], parked: set[str] = frozenset()
+) -> list[MessagePerceived]:
     """The pair's perceptions that derivation `label` lacks and the live deriver will not write into it:
     those in no finished batch of `label` that were perceived while another derivation was current, or
     that the live deriver parked (dead-lettered) while `label` was current. The live deriver never tries a
@@ -121,12 +124,15 @@ def _batched(settings, topic: TopicSpec, kind: type, scope: DerivationScope) -> 
 
 def finished(settings, scope: DerivationScope) -> Finished:
     """What every derivation in scope has finished, and what the deriver parked, as of now."""
-    return Finished(_batched(settings, OBSERVATIONS, BatchDerived, scope),
-                    _batched(settings, DEADLETTER, DerivationDeadLettered, scope))
+    return Finished(
+        _batched(settings, OBSERVATIONS, BatchDerived, scope),
+        _batched(settings, DEADLETTER, DerivationDeadLettered, scope),
+    )
 
 
-async def rederive(settings, name: str, scope: DerivationScope, model: str = "",
-                   progress: Callable[[str], None] = print) -> Report:
+async def rederive(
+    settings, name: str, scope: DerivationScope, model: str = "", progress: Callable[[str], None] = print
+) -> Report:
     """Derive every perception in scope again into derivation `name`, with `model` (default: the deriver's),
     skipping what `name` already holds."""
     check_name(name)
@@ -150,8 +156,13 @@ class Rederivation:
         self.log = EventLog(self.settings.kafka, client_id=f"peerlog-rederive-{self.label or ORIGINAL}")
         self.log.start()
         self.store = ObservationStore.connect(self.settings, pool_size=2)
-        self.deriver = Deriver(self.settings.deriver, ModelClient("deriver", stage),
-                               make_embedder(self.settings.embedding), self.store, self.log.append)
+        self.deriver = Deriver(
+            self.settings.deriver,
+            ModelClient("deriver", stage),
+            make_embedder(self.settings.embedding),
+            self.store,
+            self.log.append,
+        )
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -161,8 +172,13 @@ class Rederivation:
     async def append(self, events: Sequence[Event]) -> None:
         self.written = self.written.merge(await self.log.append(events))
 
-    async def catch_up(self, scope: DerivationScope, cause: str, history: dict[str, list[Seen]] | None = None,
-                       logs: Finished | None = None) -> None:
+    async def catch_up(
+        self,
+        scope: DerivationScope,
+        cause: str,
+        history: dict[str, list[Seen]] | None = None,
+        logs: Finished | None = None,
+    ) -> None:
         """Derive what the derivation lacks in scope (see `missing`), batch by batch, pair by pair. `history`
         (perceptions by pair key) narrows it to those pairs; `history` and `logs` are read now if not given."""
         history = perceived(self.settings, scope) if history is None else history
@@ -189,5 +205,12 @@ class Rederivation:
     def report(self) -> Report:
         # what this run did not derive: the derivation had it already, or the live deriver writes it
         skipped = self.perceived - self.messages
-        return Report(self.label or ORIGINAL, len(self.pairs), self.messages, self.batches, self.events,
-                      self.written.encode(), skipped)
+        return Report(
+            self.label or ORIGINAL,
+            len(self.pairs),
+            self.messages,
+            self.batches,
+            self.events,
+            self.written.encode(),
+            skipped,
+        )

@@ -24,8 +24,9 @@ def by_current_label(history: dict[str, list[Seen]]) -> dict[str, dict[str, list
     return groups
 
 
-async def retry(settings, scope: DerivationScope, model: str = "",
-                progress: Callable[[str], None] = print) -> list[Report]:
+async def retry(
+    settings, scope: DerivationScope, model: str = "", progress: Callable[[str], None] = print
+) -> list[Report]:
     """Derive, with `model` (default: the deriver's), what each pair's current derivation lacks in scope."""
     reports = []
     async with exclusive(settings, scope.workspace_id):

@@ -26,7 +26,9 @@ class Router:
     async def handle(self, get: Get, event: Event) -> Step:
         raw = get(event.key)
         state = SessionState.model_validate(raw) if raw else SessionState()
-        return Step(decide(state, event, PRODUCER, self.global_), {event.key: evolve(state, event).model_dump(mode="json")})
+        return Step(
+            decide(state, event, PRODUCER, self.global_), {event.key: evolve(state, event).model_dump(mode="json")}
+        )
 
 
 def build(settings: Settings):

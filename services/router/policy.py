@@ -56,10 +56,16 @@ def evolve(state: SessionState, event: Event) -> SessionState:
         members = {p: m for p, m in state.members.items() if p != event.peer_id}
         return state.model_copy(update={"members": members})
     if isinstance(event, MessageAppended):
-        turn = Turn(message_id=event.message_id, seq=state.last_seq + 1, peer_id=event.peer_id,
-                    content=event.content[:CONTEXT_CHARS], created_at=event.created_at)
-        return state.model_copy(update={"last_turns": {**state.last_turns, event.peer_id: turn},
-                                        "last_seq": state.last_seq + 1})
+        turn = Turn(
+            message_id=event.message_id,
+            seq=state.last_seq + 1,
+            peer_id=event.peer_id,
+            content=event.content[:CONTEXT_CHARS],
+            created_at=event.created_at,
+        )
+        return state.model_copy(
+            update={"last_turns": {**state.last_turns, event.peer_id: turn}, "last_seq": state.last_seq + 1}
+        )
     return state
 
 
@@ -76,11 +82,17 @@ def observers(state: SessionState, message: MessageAppended, config: Effective) 
     author = state.members.get(message.peer_id)
     if author is None or not config["reasoning"]:
         return []  # not a member (the API refuses this; a hand-written log might not), or reasoning is off
-    chosen = {name: config[name] for name in ("observe_me", "observe_others")
-              if config.settings[name].level != ConfigLevel.GLOBAL}
+    chosen = {
+        name: config[name]
+        for name in ("observe_me", "observe_others")
+        if config.settings[name].level != ConfigLevel.GLOBAL
+    }
     own = next(v for v in (author.observe_me, chosen.get("observe_me"), message.author_observe_me) if v is not None)
-    others = sorted(p for p, m in state.members.items() if p != message.peer_id
-                    and (m.observe_others or chosen.get("observe_others", False)))
+    others = sorted(
+        p
+        for p, m in state.members.items()
+        if p != message.peer_id and (m.observe_others or chosen.get("observe_others", False))
+    )
     return ([message.peer_id] if own else []) + others
 
 
@@ -98,11 +110,21 @@ def decide(state: SessionState, event: Event, producer: ProducerInfo, global_: C
     context = previous_turn(state, event.peer_id)
     return [
         MessagePerceived(
-            workspace_id=event.workspace_id, observer_id=observer, observed_id=event.peer_id,
-            session_id=event.session_id, message_id=event.message_id, seq=state.last_seq + 1,
-            content=event.content, created_at=event.created_at, previous_turn=context,
-            instructions=config["deriver_instructions"], dreams=config["dreams"],
-            dream_threshold=config["dream_threshold"], peer_card=config["peer_card"], causation_id=event.event_id, producer=producer,
+            workspace_id=event.workspace_id,
+            observer_id=observer,
+            observed_id=event.peer_id,
+            session_id=event.session_id,
+            message_id=event.message_id,
+            seq=state.last_seq + 1,
+            content=event.content,
+            created_at=event.created_at,
+            previous_turn=context,
+            instructions=config["deriver_instructions"],
+            dreams=config["dreams"],
+            dream_threshold=config["dream_threshold"],
+            peer_card=config["peer_card"],
+            causation_id=event.event_id,
+            producer=producer,
         )
         for observer in observers(state, event, config)
     ]

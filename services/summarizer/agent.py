@@ -50,43 +50,76 @@ class Summarizer:
         for kind in due(state, self.settings, self.global_):
             result = await self.summarise(state, kind, event)
             out.append(result)
-            state = summarised(state, result) if isinstance(result, SummaryUpdated) else failed(
-                state, kind, self.global_)
+            state = (
+                summarised(state, result) if isinstance(result, SummaryUpdated) else failed(state, kind, self.global_)
+            )
         state, dropped = bounded(state, self.settings)  # the state is one record: it must fit the broker's limit
         out += [self.dropped(d, event) for d in dropped]
         return Step(out, {event.key: state.model_dump(mode="json")})
 
     def dropped(self, gone: Dropped, event) -> SummaryDeadLettered:
         """The dead letter of messages that fell out of the pending state while the model kept failing."""
-        log.warning("summary %s of %s: messages %d-%d dropped unsummarised", gone.kind, event.session_id,
-                    gone.first_seq, gone.last_seq)
-        error = (f"messages {gone.first_seq}-{gone.last_seq} of the session fell out of the pending {gone.kind} "
-                 f"summary (over {self.settings.pending_max_bytes} bytes) while the model kept failing")
-        return SummaryDeadLettered(workspace_id=event.workspace_id, session_id=event.session_id, kind=gone.kind,
-                                   last_seq=gone.last_seq, error=error, attempts=gone.failures,
-                                   causation_id=event.event_id, producer=self.producer(self.model.settings.model))
+        log.warning(
+            "summary %s of %s: messages %d-%d dropped unsummarised",
+            gone.kind,
+            event.session_id,
+            gone.first_seq,
+            gone.last_seq,
+        )
+        error = (
+            f"messages {gone.first_seq}-{gone.last_seq} of the session fell out of the pending {gone.kind} "
+            f"summary (over {self.settings.pending_max_bytes} bytes) while the model kept failing"
+        )
+        return SummaryDeadLettered(
+            workspace_id=event.workspace_id,
+            session_id=event.session_id,
+            kind=gone.kind,
+            last_seq=gone.last_seq,
+            error=error,
+            attempts=gone.failures,
+            causation_id=event.event_id,
+            producer=self.producer(self.model.settings.model),
+        )
 
     async def summarise(self, state: SessionSummaries, kind: SummaryKind, event):
         """A SummaryUpdated for `kind`, or SummaryDeadLettered when the model keeps failing."""
         track = state.tracks[kind]
         words = word_limit(kind, sum(count_tokens(line.content) for line in track.pending), self.settings)
         last = track.pending[-1]
-        common = dict(workspace_id=event.workspace_id, session_id=event.session_id, kind=kind,
-                      causation_id=event.event_id)
+        common = dict(
+            workspace_id=event.workspace_id, session_id=event.session_id, kind=kind, causation_id=event.event_id
+        )
         try:
             done = await self.model.text(build_messages(kind, track.previous, track.pending, words))
         except ModelError as exc:
             log.warning("summary %s of %s dead-lettered: %s", kind, event.session_id, exc)
-            return SummaryDeadLettered(last_seq=last.seq, error=str(exc)[:4000], attempts=self.model.settings.max_retries + 1,
-                                       producer=self.producer(self.model.settings.model), **common)
+            return SummaryDeadLettered(
+                last_seq=last.seq,
+                error=str(exc)[:4000],
+                attempts=self.model.settings.max_retries + 1,
+                producer=self.producer(self.model.settings.model),
+                **common,
+            )
         content = clip_words(done.value, words)
         if not content:
-            return SummaryDeadLettered(last_seq=last.seq, error="the model returned an empty summary", attempts=1,
-                                       producer=self.producer(done.model), **common)
-        return SummaryUpdated(content=content, last_message_id=last.message_id, last_seq=last.seq,
-                              messages_covered=len(track.pending), token_count=count_tokens(content),
-                              model=done.model, prompt_version=PROMPT_VERSION, producer=self.producer(done.model),
-                              **common)
+            return SummaryDeadLettered(
+                last_seq=last.seq,
+                error="the model returned an empty summary",
+                attempts=1,
+                producer=self.producer(done.model),
+                **common,
+            )
+        return SummaryUpdated(
+            content=content,
+            last_message_id=last.message_id,
+            last_seq=last.seq,
+            messages_covered=len(track.pending),
+            token_count=count_tokens(content),
+            model=done.model,
+            prompt_version=PROMPT_VERSION,
+            producer=self.producer(done.model),
+            **common,
+        )
 
 
 def build(settings: Settings):

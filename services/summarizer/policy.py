@@ -95,12 +95,14 @@ def evolve(state: SessionSummaries, event: Event, global_: Configuration) -> Ses
     if isinstance(event, SessionConfigured):
         return state.model_copy(update={"session": event.configuration, "message": None})
     if isinstance(event, MessageAppended):
-        state = state.model_copy(update={"workspace": event.workspace_configuration, "message": event.configuration,
-                                         "seq": state.seq + 1})
+        state = state.model_copy(
+            update={"workspace": event.workspace_configuration, "message": event.configuration, "seq": state.seq + 1}
+        )
         if not summarising(state, global_):
             return state
-        line = Line(message_id=event.message_id, seq=state.seq, peer_id=event.peer_id,
-                    content=event.content[:KEEP_CHARS])
+        line = Line(
+            message_id=event.message_id, seq=state.seq, peer_id=event.peer_id, content=event.content[:KEEP_CHARS]
+        )
         line = line.model_copy(update={"weight": len(to_json(line)) + 16})  # + the weight field itself
         tracks = {k: state.tracks.get(k, Track()) for k in SummaryKind}
         tracks = {k: t.model_copy(update={"pending": (*t.pending, line)}) for k, t in tracks.items()}
@@ -126,7 +128,8 @@ def due(state: SessionSummaries, settings: SummarizerSettings, global_: Configur
         if not track.pending:
             continue
         if len(track.pending) >= (track.due_at or cadence(state, kind, global_)) or (
-                not track.due_at and sum(_weights(track)) > settings.pending_max_bytes):
+            not track.due_at and sum(_weights(track)) > settings.pending_max_bytes
+        ):
             out.append(kind)
     return out
 
@@ -146,8 +149,9 @@ def bounded(state: SessionSummaries, settings: SummarizerSettings) -> tuple[Sess
             size += weights[keep]
         gone = track.pending[:keep]
         dropped.append(Dropped(kind, gone[0].seq, gone[-1].seq, track.failures))
-        tracks[kind] = track.model_copy(update={"pending": track.pending[keep:],
-                                                "due_at": max(0, track.due_at - len(gone))})
+        tracks[kind] = track.model_copy(
+            update={"pending": track.pending[keep:], "due_at": max(0, track.due_at - len(gone))}
+        )
     return state.model_copy(update={"tracks": tracks}), dropped
 
 

@@ -43,8 +43,12 @@ def unsummarised(events: Iterable[Event], workspace_id: str) -> list[str]:
 def _summary_events(settings) -> list[Event]:
     """Every committed summary and dead letter, as of now."""
     topics = [t.full_name(settings.kafka.topic_prefix) for t in (DEADLETTER, SUMMARIES)]
-    return [e for topic in topics for m in to_the_end(settings.kafka, topic, timeout=3600)
-            if (e := read(m.value())) is not None]
+    return [
+        e
+        for topic in topics
+        for m in to_the_end(settings.kafka, topic, timeout=3600)
+        if (e := read(m.value())) is not None
+    ]
 
 
 async def retry_summaries(settings, workspace_id: str) -> SummaryRetry:
@@ -55,8 +59,9 @@ async def retry_summaries(settings, workspace_id: str) -> SummaryRetry:
     log = EventLog(settings.kafka, client_id="peerlog-summary-retry")
     log.start()
     try:
-        token = await log.append([SummaryRetryRequested(workspace_id=workspace_id, session_id=s, producer=PRODUCER)
-                                  for s in sessions])
+        token = await log.append(
+            [SummaryRetryRequested(workspace_id=workspace_id, session_id=s, producer=PRODUCER) for s in sessions]
+        )
     finally:
         log.close()
     return SummaryRetry(tuple(sessions), token.encode())

@@ -17,5 +17,9 @@ class SummarizerSettings(BaseSettings):
     long_max_words: int = Field(3000, ge=1)
     # the state record holds both kinds' pending text: 2 × 256 KiB plus two previous summaries stays under
     # the broker's default record limit (1 MiB), and 60 messages cut at 4,000 characters fit one kind
-    pending_max_bytes: int = Field(262_144, ge=16_384, description="most bytes of pending messages one summary "
-                                   "kind keeps while the model fails; the oldest beyond it are dead-lettered")
+    pending_max_bytes: int = Field(
+        262_144,
+        ge=16_384,
+        description="most bytes of pending messages one summary "
+        "kind keeps while the model fails; the oldest beyond it are dead-lettered",
+    )

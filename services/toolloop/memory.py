@@ -49,32 +49,45 @@ class RecallScope:
 class MemoryReads(Protocol):
     """The projection reads the memory tools make, each within `scope` (its pair, `as_of` and sessions)."""
 
-    async def nearest_observations(self, scope: RecallScope, levels: Sequence[str], vector: Sequence[float],
-                                   limit: int) -> Sequence[Row]:
+    async def nearest_observations(
+        self, scope: RecallScope, levels: Sequence[str], vector: Sequence[float], limit: int
+    ) -> Sequence[Row]:
         """The pair's live observations of `levels` (all when empty) nearest to `vector`, nearest first."""
 
     async def search_text(self, workspace_id: str, query: str) -> str:
         """The text a message search embeds for `query`."""
 
-    async def search_messages(self, scope: RecallScope, query: str, vector: Sequence[float], limit: int, *,
-                              session_ids: tuple[str, ...] | None, before: datetime | None,
-                              author_ids: Sequence[str] = (), after: datetime | None = None) -> Sequence[Row]:
+    async def search_messages(
+        self,
+        scope: RecallScope,
+        query: str,
+        vector: Sequence[float],
+        limit: int,
+        *,
+        session_ids: tuple[str, ...] | None,
+        before: datetime | None,
+        author_ids: Sequence[str] = (),
+        after: datetime | None = None,
+    ) -> Sequence[Row]:
         """The hybrid message search from the observer's perspective, best first."""
 
-    async def grep_messages(self, scope: RecallScope, pattern: str, limit: int,
-                            before: datetime | None) -> Sequence[Row]:
+    async def grep_messages(
+        self, scope: RecallScope, pattern: str, limit: int, before: datetime | None
+    ) -> Sequence[Row]:
         """Messages the observer could see containing `pattern` (literal, any case), newest first."""
 
-    async def messages_between(self, scope: RecallScope, after: datetime | None, before: datetime | None,
-                               limit: int) -> Sequence[Row]:
+    async def messages_between(
+        self, scope: RecallScope, after: datetime | None, before: datetime | None, limit: int
+    ) -> Sequence[Row]:
         """Messages the observer could see created in [after, before), oldest first."""
 
     async def observation_sources(self, scope: RecallScope, observation_id: str) -> list[tuple[Row, str]] | None:
         """The messages an observation of the pair (superseded too) was taken from that the observer could
         see, each with its verbatim span, in source order; None when the pair has no such observation."""
 
-    async def reasoning_chain(self, scope: RecallScope,
-                              observation_id: str) -> tuple[Row, Sequence[Row], Sequence[Row]] | None:
+    async def reasoning_chain(
+        self, scope: RecallScope, observation_id: str
+    ) -> tuple[Row, Sequence[Row], Sequence[Row]] | None:
         """An observation of the pair (superseded too), its premises and the observations concluded from it;
         None when the pair has no such observation."""
 
@@ -168,8 +181,10 @@ def observation_line(row: Row) -> str:
 
 
 def message_line(row: Row) -> str:
-    return (f"[msg:{row['message_id']}] ({row['created_at']:%Y-%m-%d %H:%M} UTC, session {row['session_id']}) "
-            f"{row['peer_id']}: {row['content']}")
+    return (
+        f"[msg:{row['message_id']}] ({row['created_at']:%Y-%m-%d %H:%M} UTC, session {row['session_id']}) "
+        f"{row['peer_id']}: {row['content']}"
+    )
 
 
 def _observations(rows: Sequence[Row], empty: str) -> ToolResult:
@@ -188,8 +203,14 @@ async def _search_observations(env: ToolEnv, a: SearchObservations) -> ToolResul
     return _observations(rows, "No observations found.")
 
 
-async def _message_search(env: ToolEnv, query: str, limit: int, session_ids: Sequence[str] = (),
-                          before: datetime | None = None, **filters: Any) -> ToolResult:
+async def _message_search(
+    env: ToolEnv,
+    query: str,
+    limit: int,
+    session_ids: Sequence[str] = (),
+    before: datetime | None = None,
+    **filters: Any,
+) -> ToolResult:
     """The message search SearchMessages runs, from the observer's perspective: Chat finds what search finds."""
     s = env.scope
     sessions = s.within(session_ids)
@@ -197,13 +218,21 @@ async def _message_search(env: ToolEnv, query: str, limit: int, session_ids: Seq
         return _messages([])
     text = await env.reads.search_text(s.workspace_id, query)  # its connection closes before the embedding call
     vector = (await env.embedder.embed([text]))[0]
-    return _messages(await env.reads.search_messages(s, query, vector, min(limit, env.max_rows),
-                                                     session_ids=sessions, before=s.before(before), **filters))
+    return _messages(
+        await env.reads.search_messages(
+            s, query, vector, min(limit, env.max_rows), session_ids=sessions, before=s.before(before), **filters
+        )
+    )
 
 
 async def _search_messages(env: ToolEnv, a: SearchMessages) -> ToolResult:
-    return await _message_search(env, a.query, a.limit, session_ids=[a.session] if a.session else [],
-                                 author_ids=[env.scope.target_id] if a.from_target_only else [])
+    return await _message_search(
+        env,
+        a.query,
+        a.limit,
+        session_ids=[a.session] if a.session else [],
+        author_ids=[env.scope.target_id] if a.from_target_only else [],
+    )
 
 
 async def _temporal_search(env: ToolEnv, a: TemporalSearch) -> ToolResult:
@@ -234,8 +263,9 @@ async def _source_messages(env: ToolEnv, a: SourceMessages) -> ToolResult:
         if s.sessions is None or row["session_id"] in s.sessions:
             shown[row["message_id"]] = "message"
             lines.append(f"{message_line(row)}\n  span: {span!r}")
-    return ToolResult("\n".join(lines) or "This observation cites no messages (it was written without sources).",
-                      shown, len(lines))
+    return ToolResult(
+        "\n".join(lines) or "This observation cites no messages (it was written without sources).", shown, len(lines)
+    )
 
 
 async def _reasoning_chain(env: ToolEnv, a: ReasoningChain) -> ToolResult:
@@ -243,9 +273,11 @@ async def _reasoning_chain(env: ToolEnv, a: ReasoningChain) -> ToolResult:
     if chain is None:
         return _not_found(a.observation_id)
     found, premises, conclusions = chain
-    parts = [observation_line(found),
-             "Premises:\n" + ("\n".join(map(observation_line, premises)) or "(none)"),
-             "Concluded from it:\n" + ("\n".join(map(observation_line, conclusions)) or "(none)")]
+    parts = [
+        observation_line(found),
+        "Premises:\n" + ("\n".join(map(observation_line, premises)) or "(none)"),
+        "Concluded from it:\n" + ("\n".join(map(observation_line, conclusions)) or "(none)"),
+    ]
     rows = [found, *premises, *conclusions]
     shown = {r["observation_id"]: "observation" for r in rows}
     return ToolResult("\n".join(parts), shown, len(premises) + len(conclusions))
@@ -258,10 +290,18 @@ MESSAGES_BY_DATE_RANGE = Tool("messages_by_date_range", MessagesByDateRange, _me
 TEMPORAL_SEARCH = Tool("temporal_search", TemporalSearch, _temporal_search)
 SOURCE_MESSAGES = Tool("source_messages", SourceMessages, _source_messages)
 REASONING_CHAIN = Tool("reasoning_chain", ReasoningChain, _reasoning_chain)
-TOOLS: dict[str, Tool[ToolEnv]] = {t.name: t for t in (
-    SEARCH_OBSERVATIONS, SEARCH_MESSAGES, GREP_MESSAGES, MESSAGES_BY_DATE_RANGE, TEMPORAL_SEARCH, SOURCE_MESSAGES,
-    REASONING_CHAIN,
-)}
+TOOLS: dict[str, Tool[ToolEnv]] = {
+    t.name: t
+    for t in (
+        SEARCH_OBSERVATIONS,
+        SEARCH_MESSAGES,
+        GREP_MESSAGES,
+        MESSAGES_BY_DATE_RANGE,
+        TEMPORAL_SEARCH,
+        SOURCE_MESSAGES,
+        REASONING_CHAIN,
+    )
+}
 
 
 def specs(names: Sequence[str]) -> list[dict[str, Any]]:

@@ -31,8 +31,10 @@ class ToolArgs(BaseModel):  # a tool's input (no docstring: a subclass's is its 
 
 def function_spec(name: str, args: type[BaseModel]) -> dict[str, Any]:
     """An OpenAI function-tool spec: the description and parameters come from the input model."""
-    return {"type": "function", "function": {
-        "name": name, "description": (args.__doc__ or "").strip(), "parameters": args.model_json_schema()}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": (args.__doc__ or "").strip(), "parameters": args.model_json_schema()},
+    }
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,9 @@ def tool_catalogue(specs: Sequence[dict[str, Any]]) -> str:
     Each tool's arguments by name and meaning only: the turn's schema holds their exact form (enforced by
     the server, or added to the prompt where it cannot be), and small models lose the thread in raw schemas.
     """
-    return "\n".join(f"- {s['function']['name']}: {s['function']['description']}{_arguments(s['function'])}"
-                     for s in specs)
+    return "\n".join(
+        f"- {s['function']['name']}: {s['function']['description']}{_arguments(s['function'])}" for s in specs
+    )
 
 
 def _arguments(function: Mapping[str, Any]) -> str:
@@ -73,6 +74,9 @@ def _arguments(function: Mapping[str, Any]) -> str:
 
 def _argument(name: str, schema: Mapping[str, Any], required: bool) -> str:
     choices = schema.get("enum") or schema.get("items", {}).get("enum")
-    notes = [schema.get("description", ""), f"one of {', '.join(map(str, choices))}" if choices else "",
-             "" if required else "optional"]
+    notes = [
+        schema.get("description", ""),
+        f"one of {', '.join(map(str, choices))}" if choices else "",
+        "" if required else "optional",
+    ]
     return f"{name} ({', '.join(n for n in notes if n)})" if any(notes) else name

@@ -46,8 +46,15 @@ class Refused(Exception):
     """The receiver answered, but not with 2xx."""
 
 
-async def deliver(client: httpx.AsyncClient, endpoint: Endpoint, event_id: str, event_type: str, body: bytes,
-                  policy: RetryPolicy = RetryPolicy(), clock: Callable[[], float] = time.time) -> Outcome:
+async def deliver(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    event_id: str,
+    event_type: str,
+    body: bytes,
+    policy: RetryPolicy = RetryPolicy(),
+    clock: Callable[[], float] = time.time,
+) -> Outcome:
     """POST `body` (one event's JSON) to the endpoint until a 2xx or `policy.attempts` failures. Each
     attempt is signed anew (its own timestamp); Peerlog-Event-Id lets the receiver drop repeats."""
     attempts = 0
@@ -55,15 +62,21 @@ async def deliver(client: httpx.AsyncClient, endpoint: Endpoint, event_id: str, 
     async def attempt() -> None:
         nonlocal attempts
         attempts += 1
-        headers = {"Content-Type": "application/json", "Peerlog-Event-Id": event_id, "Peerlog-Event-Type": event_type,
-                   SIGNATURE_HEADER: signature(endpoint.secret, int(clock()), body)}
+        headers = {
+            "Content-Type": "application/json",
+            "Peerlog-Event-Id": event_id,
+            "Peerlog-Event-Type": event_type,
+            SIGNATURE_HEADER: signature(endpoint.secret, int(clock()), body),
+        }
         response = await client.post(endpoint.url, content=body, headers=headers, timeout=policy.timeout_s)
         if not response.is_success:
             raise Refused(f"HTTP {response.status_code}")
 
-    retrying = AsyncRetrying(stop=stop_after_attempt(policy.attempts),
-                             wait=wait_exponential(multiplier=policy.first_wait_s, max=policy.max_wait_s),
-                             retry=retry_if_exception_type((Refused, httpx.TransportError)))
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(policy.attempts),
+        wait=wait_exponential(multiplier=policy.first_wait_s, max=policy.max_wait_s),
+        retry=retry_if_exception_type((Refused, httpx.TransportError)),
+    )
     try:
         await retrying(attempt)
     except PrivateTarget as refused:  # the address is refused every time: no retry

@@ -13,5 +13,6 @@ class WebhookSettings(BaseSettings):
 
     # off: a webhook URL must resolve to public addresses only, at registration and at every connection
     # (a receiver on a private network, or the tests' local one, needs it on)
-    allow_private_targets: bool = Field(False, description="allow webhook URLs on loopback, private, "
-                                        "link-local and other non-public addresses")
+    allow_private_targets: bool = Field(
+        False, description="allow webhook URLs on loopback, private, link-local and other non-public addresses"
+    )

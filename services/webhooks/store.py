@@ -12,17 +12,34 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import (ARRAY, BigInteger, Column, DateTime, Engine, Integer, LargeBinary, MetaData, String, Table,
-                        Text, create_engine, delete, insert, select, text)
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Column,
+    DateTime,
+    Engine,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    insert,
+    select,
+    text,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from services.bus.subscription import Position
 from projections.settings import DatabaseSettings
+from services.bus.subscription import Position
 from services.webhooks.delivery import Endpoint
 
 metadata = MetaData()
 endpoints = Table(
-    "webhook_endpoints", metadata,
+    "webhook_endpoints",
+    metadata,
     Column("endpoint_id", String, primary_key=True),
     Column("workspace_id", String, nullable=False, index=True),
     Column("url", Text, nullable=False),
@@ -31,14 +48,16 @@ endpoints = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
 progress = Table(
-    "webhook_progress", metadata,
+    "webhook_progress",
+    metadata,
     Column("endpoint_id", String, primary_key=True),
     Column("topic", String, primary_key=True),
     Column("partition", Integer, primary_key=True),
     Column("next_offset", BigInteger, nullable=False),
 )
 dead_letters = Table(
-    "webhook_dead_letters", metadata,
+    "webhook_dead_letters",
+    metadata,
     Column("endpoint_id", String, primary_key=True),
     Column("event_id", String, primary_key=True),
     Column("event_type", String, nullable=False),
@@ -75,24 +94,35 @@ class WebhookStore:
 
     def register(self, endpoint: Endpoint) -> None:
         with self.engine.begin() as conn:
-            conn.execute(insert(endpoints).values(
-                endpoint_id=endpoint.endpoint_id, workspace_id=endpoint.workspace_id, url=endpoint.url,
-                secret=endpoint.secret, event_types=sorted(endpoint.types), created_at=datetime.now(UTC)))
+            conn.execute(
+                insert(endpoints).values(
+                    endpoint_id=endpoint.endpoint_id,
+                    workspace_id=endpoint.workspace_id,
+                    url=endpoint.url,
+                    secret=endpoint.secret,
+                    event_types=sorted(endpoint.types),
+                    created_at=datetime.now(UTC),
+                )
+            )
 
     def endpoints(self, workspace_id: str | None = None) -> list[Endpoint]:
         query = select(endpoints).order_by(endpoints.c.endpoint_id)
         if workspace_id is not None:
             query = query.where(endpoints.c.workspace_id == workspace_id)
         with self.engine.connect() as conn:
-            return [Endpoint(r.endpoint_id, r.workspace_id, r.url, r.secret, frozenset(r.event_types))
-                    for r in conn.execute(query)]
+            return [
+                Endpoint(r.endpoint_id, r.workspace_id, r.url, r.secret, frozenset(r.event_types))
+                for r in conn.execute(query)
+            ]
 
     def registered(self, workspace_id: str) -> list[tuple[Endpoint, datetime]]:
         """The workspace's endpoints, by id, with the time each was registered."""
         query = select(endpoints).where(endpoints.c.workspace_id == workspace_id).order_by(endpoints.c.endpoint_id)
         with self.engine.connect() as conn:
-            return [(Endpoint(r.endpoint_id, r.workspace_id, r.url, r.secret, frozenset(r.event_types)), r.created_at)
-                    for r in conn.execute(query)]
+            return [
+                (Endpoint(r.endpoint_id, r.workspace_id, r.url, r.secret, frozenset(r.event_types)), r.created_at)
+                for r in conn.execute(query)
+            ]
 
     def delete(self, endpoint_id: str) -> None:
         with self.engine.begin() as conn:
@@ -106,25 +136,35 @@ class WebhookStore:
 
     def advance(self, endpoint_id: str, cursor: Mapping[Position, int], dead: DeadLetter | None = None) -> None:
         """Record that every event before `cursor` is done with (and `dead` given up on), atomically."""
-        rows = [{"endpoint_id": endpoint_id, "topic": t, "partition": p, "next_offset": o}
-                for (t, p), o in cursor.items()]
+        rows = [
+            {"endpoint_id": endpoint_id, "topic": t, "partition": p, "next_offset": o} for (t, p), o in cursor.items()
+        ]
         with self.engine.begin() as conn:
             if rows:
                 stmt = pg_insert(progress).values(rows)
-                conn.execute(stmt.on_conflict_do_update(index_elements=["endpoint_id", "topic", "partition"],
-                                                        set_={"next_offset": stmt.excluded.next_offset}))
+                conn.execute(
+                    stmt.on_conflict_do_update(
+                        index_elements=["endpoint_id", "topic", "partition"],
+                        set_={"next_offset": stmt.excluded.next_offset},
+                    )
+                )
             if dead is not None:
-                conn.execute(pg_insert(dead_letters).values(**vars(dead), dead_at=datetime.now(UTC))
-                             .on_conflict_do_nothing())
+                conn.execute(
+                    pg_insert(dead_letters).values(**vars(dead), dead_at=datetime.now(UTC)).on_conflict_do_nothing()
+                )
 
     def dead_letters(self, endpoint_id: str) -> list[DeadLetter]:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(dead_letters).where(dead_letters.c.endpoint_id == endpoint_id)
-                                .order_by(dead_letters.c.dead_at))
+            rows = conn.execute(
+                select(dead_letters).where(dead_letters.c.endpoint_id == endpoint_id).order_by(dead_letters.c.dead_at)
+            )
             return [DeadLetter(r.endpoint_id, r.event_id, r.event_type, r.body, r.attempts, r.error) for r in rows]
 
     def forget(self, endpoint_id: str, event_id: str) -> None:
         """A dead letter delivered on retry."""
         with self.engine.begin() as conn:
-            conn.execute(delete(dead_letters).where((dead_letters.c.endpoint_id == endpoint_id)
-                                                    & (dead_letters.c.event_id == event_id)))
+            conn.execute(
+                delete(dead_letters).where(
+                    (dead_letters.c.endpoint_id == endpoint_id) & (dead_letters.c.event_id == event_id)
+                )
+            )

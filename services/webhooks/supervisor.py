@@ -20,21 +20,28 @@ from services.webhooks.worker import run_endpoint
 log = logging.getLogger(__name__)
 
 
-async def supervise(settings: Settings, store: WebhookStore, stop: asyncio.Event, refresh_s: float = 5.0,
-                    policy: RetryPolicy = RetryPolicy()) -> None:
+async def supervise(
+    settings: Settings,
+    store: WebhookStore,
+    stop: asyncio.Event,
+    refresh_s: float = 5.0,
+    policy: RetryPolicy = RetryPolicy(),
+) -> None:
     """Keep one loop per registered endpoint until `stop` is set."""
     running: dict[str, tuple[asyncio.Event, asyncio.Task]] = {}
     # every connection checked: a name registered while public may resolve to a private address later
     async with delivery_client(settings.webhook.allow_private_targets) as client:
         while not stop.is_set():
-            wanted: dict[str, Endpoint] = {e.endpoint_id: e for e in
-                                           await asyncio.get_running_loop().run_in_executor(None, store.endpoints)}
+            wanted: dict[str, Endpoint] = {
+                e.endpoint_id: e for e in await asyncio.get_running_loop().run_in_executor(None, store.endpoints)
+            }
             for endpoint_id in running.keys() - wanted.keys():
                 await _halt(*running.pop(endpoint_id))
             for endpoint_id in wanted.keys() - running.keys():
                 halt = asyncio.Event()
                 task = asyncio.create_task(
-                    run_endpoint(wanted[endpoint_id], settings.kafka, store, client, halt, policy))
+                    run_endpoint(wanted[endpoint_id], settings.kafka, store, client, halt, policy)
+                )
                 running[endpoint_id] = (halt, task)
             for endpoint_id, (halt, task) in list(running.items()):
                 if task.done():  # a loop that failed (the broker away at start): start it again next round

@@ -30,9 +30,15 @@ def refusal(address: str) -> str | None:
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # a zone index (fe80::1%eth0) names no other host
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
-    for kind, hit in (("a cloud metadata address", ip in METADATA), ("loopback", ip.is_loopback),
-                      ("link-local", ip.is_link_local), ("unspecified", ip.is_unspecified),
-                      ("multicast", ip.is_multicast), ("private", ip.is_private), ("not public", not ip.is_global)):
+    for kind, hit in (
+        ("a cloud metadata address", ip in METADATA),
+        ("loopback", ip.is_loopback),
+        ("link-local", ip.is_link_local),
+        ("unspecified", ip.is_unspecified),
+        ("multicast", ip.is_multicast),
+        ("private", ip.is_private),
+        ("not public", not ip.is_global),
+    ):
         if hit:
             return kind
     return None
@@ -44,8 +50,9 @@ async def resolve(host: str, port: int) -> list[str]:
         return [str(ipaddress.ip_address(host.strip("[]")))]
     except ValueError:
         pass
-    found = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM),
-                                   RESOLVE_TIMEOUT_S)
+    found = await asyncio.wait_for(
+        asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_S
+    )
     return list(dict.fromkeys(info[4][0] for info in found))
 
 
@@ -55,8 +62,10 @@ def check_addresses(host: str, addresses: list[str]) -> None:
         why = refusal(address)
         if why is not None:
             shown = host if host == address else f"{host} ({address})"
-            raise PrivateTarget(f"{shown} is {why}; webhooks may only reach public addresses "
-                                "(PEERLOG_WEBHOOK_ALLOW_PRIVATE_TARGETS=true allows others)")
+            raise PrivateTarget(
+                f"{shown} is {why}; webhooks may only reach public addresses "
+                "(PEERLOG_WEBHOOK_ALLOW_PRIVATE_TARGETS=true allows others)"
+            )
 
 
 async def check_url(url: str) -> None:

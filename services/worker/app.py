@@ -38,8 +38,15 @@ def build_runners(settings: Settings) -> list[Runner]:
         # members share one processor (model client, embedder, pool); each runner keeps its own state
         processor, tick = _build(name, settings)
         for _ in range(w.deriver_instances if name == "deriver" else 1):
-            runners.append(Runner(settings.kafka, w.app_id_for(settings.kafka.topic_prefix), processor,
-                                  tick=tick, tick_s=getattr(processor, "tick_s", 30.0)))
+            runners.append(
+                Runner(
+                    settings.kafka,
+                    w.app_id_for(settings.kafka.topic_prefix),
+                    processor,
+                    tick=tick,
+                    tick_s=getattr(processor, "tick_s", 30.0),
+                )
+            )
     return runners
 
 

@@ -13,14 +13,24 @@ class WorkerSettings(BaseSettings):
 
     model_config = prefixed("PEERLOG_WORKER_")
 
-    app_id: str = Field("", description="consumer-group and changelog prefix; empty: '<topic prefix>processors', "
-                        "so two deployments on one cluster never share state")
-    processors: str = Field("router,deriver,summarizer,embedder,dream-scheduler,dreamer",
-                            description="comma-separated processors this worker runs")
-    deriver_instances: int = Field(4, ge=1, description="deriver group members in this worker: model calls of "
-                                   "different partitions overlap, each in its own transaction")
-    metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics (model calls, transactions) on this "
-                              "port (0: off)")
+    app_id: str = Field(
+        "",
+        description="consumer-group and changelog prefix; empty: '<topic prefix>processors', "
+        "so two deployments on one cluster never share state",
+    )
+    processors: str = Field(
+        "router,deriver,summarizer,embedder,dream-scheduler,dreamer",
+        description="comma-separated processors this worker runs",
+    )
+    deriver_instances: int = Field(
+        4,
+        ge=1,
+        description="deriver group members in this worker: model calls of "
+        "different partitions overlap, each in its own transaction",
+    )
+    metrics_port: int = Field(
+        0, ge=0, description="serve Prometheus metrics (model calls, transactions) on this port (0: off)"
+    )
     metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds (no authentication)")
 
     def app_id_for(self, topic_prefix: str) -> str:
@@ -28,4 +38,3 @@ class WorkerSettings(BaseSettings):
 
     def processor_names(self) -> list[str]:
         return [p.strip() for p in self.processors.split(",") if p.strip()]
-

@@ -24,7 +24,8 @@ import numpy as np
 
 # NLTK's English list (179 words) without its forms with an apostrophe: `\w+` splits those ("don't" →
 # "don", "t") into parts that are on the list already
-STOP_WORDS = frozenset("""
+STOP_WORDS = frozenset(
+    """
 i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her hers
 herself it its itself they them their theirs themselves what which who whom this that these those am is
 are was were be been being have has had having do does did doing a an the and but if or because as until
@@ -33,7 +34,8 @@ down in out on off over under again further then once here there when where why 
 more most other some such no nor not only own same so than too very s t can will just don should now d ll
 m o re ve y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn weren
 won wouldn
-""".split())
+""".split()
+)
 TOKEN = re.compile(r"\w+")
 K1, B = 1.2, 0.75
 RRF_K = 60
@@ -111,5 +113,7 @@ def rank(turns: list[Turn], queries: list[str], embed: Embed, depth: int = 25) -
     lexical = [index.rank(q) for q in queries]
     semantic = minilm_rankings(turns, queries, embed)
     fused = [rrf(a, b) for a, b in zip(lexical, semantic, strict=True)]
-    return {name: [[turns[i].dia_id for i in r[:depth]] for r in ranked]
-            for name, ranked in zip(NAMES, (lexical, semantic, fused), strict=True)}
+    return {
+        name: [[turns[i].dia_id for i in r[:depth]] for r in ranked]
+        for name, ranked in zip(NAMES, (lexical, semantic, fused), strict=True)
+    }

@@ -119,8 +119,9 @@ class Supervisor(threading.Thread):
 class Load:
     """Clients offering messages; every call retried under its idempotency key until acknowledged."""
 
-    def __init__(self, state, workspace: str, sessions: list[tuple[str, tuple[str, str]]], rate: float,
-                 batch: int) -> None:
+    def __init__(
+        self, state, workspace: str, sessions: list[tuple[str, tuple[str, str]]], rate: float, batch: int
+    ) -> None:
         self.state, self.workspace, self.sessions = state, workspace, sessions
         self.rate, self.batch = rate, batch
         self.acked: dict[str, str] = {}  # content -> message id
@@ -133,8 +134,11 @@ class Load:
     async def add(self, client: Client, session: str, turns: list[tuple[str, str]], timeout: float = 600):
         """AddMessages until acknowledged (same key every try); returns the reply, or None after timeout."""
         request = messages_pb2.AddMessagesRequest(
-            workspace_id=self.workspace, session_id=session, idempotency_key=uuid.uuid4().hex,
-            messages=[messages_pb2.NewMessage(peer_id=p, content=c) for p, c in turns])
+            workspace_id=self.workspace,
+            session_id=session,
+            idempotency_key=uuid.uuid4().hex,
+            messages=[messages_pb2.NewMessage(peer_id=p, content=c) for p, c in turns],
+        )
         first = time.monotonic()
         deadline = first + timeout
         while time.monotonic() < deadline:
@@ -162,8 +166,14 @@ class Load:
             while sent < count and time.monotonic() < self.stop_at:
                 started = time.monotonic()
                 n = min(self.batch, count - sent)
-                turns = [((a, b)[(sent + i) % 2], f"{session} turn {sent + i}: I keep thinking about "
-                          f"{random.choice(TOPICS)} since day {random.randint(1, 28)}.") for i in range(n)]
+                turns = [
+                    (
+                        (a, b)[(sent + i) % 2],
+                        f"{session} turn {sent + i}: I keep thinking about "
+                        f"{random.choice(TOPICS)} since day {random.randint(1, 28)}.",
+                    )
+                    for i in range(n)
+                ]
                 await self.add(c, session, turns)
                 sent += n
                 await asyncio.sleep(max(0.0, per_call - (time.monotonic() - started)))
@@ -173,8 +183,18 @@ class Load:
         await asyncio.gather(*(self.client(i, n) for i, n in enumerate(share)))
 
 
-TOPICS = ["my garden", "a trip to Porto", "learning the cello", "my sister's wedding", "a new job in Oslo",
-          "our old dog", "the book club", "running a marathon", "a broken laptop", "the farmers market"]
+TOPICS = [
+    "my garden",
+    "a trip to Porto",
+    "learning the cello",
+    "my sister's wedding",
+    "a new job in Oslo",
+    "our old dog",
+    "the book club",
+    "running a marathon",
+    "a broken laptop",
+    "the farmers market",
+]
 
 
 # --------------------------------------------------------------------------- watching Postgres
@@ -218,8 +238,12 @@ def query(dsn: str, sql: str, params=()) -> list[tuple]:
 
 
 def derived_ids(dsn: str, workspace: str) -> set[str]:
-    rows = query(dsn, "SELECT DISTINCT unnest(message_ids) FROM peerlog.derivation_batches "
-                      "WHERE workspace_id = %s AND state = 'done'", (workspace,))
+    rows = query(
+        dsn,
+        "SELECT DISTINCT unnest(message_ids) FROM peerlog.derivation_batches "
+        "WHERE workspace_id = %s AND state = 'done'",
+        (workspace,),
+    )
     return {r[0] for r in rows}
 
 
@@ -292,9 +316,10 @@ class Chaos:
         acked = time.monotonic() - started
         mid = reply.message_ids[0]
         out = {"ack_s": round(acked, 2)}
-        for name, sql in (("projected_s", "SELECT 1 FROM peerlog.messages WHERE message_id = %s"),
-                          ("derived_s", "SELECT 1 FROM peerlog.derivation_batches "
-                                        "WHERE %s = ANY(message_ids) AND state = 'done'")):
+        for name, sql in (
+            ("projected_s", "SELECT 1 FROM peerlog.messages WHERE message_id = %s"),
+            ("derived_s", "SELECT 1 FROM peerlog.derivation_batches WHERE %s = ANY(message_ids) AND state = 'done'"),
+        ):
             deadline = time.monotonic() + 300
             while not await asyncio.to_thread(query, self.dsn, sql, (mid,)):
                 if time.monotonic() > deadline:
@@ -312,9 +337,15 @@ class Chaos:
 
 def read_topic(bootstrap: str, topic: str) -> list:
     """Every committed event on the topic, up to its end offsets now."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-{uuid.uuid4().hex}",
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"chaos-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     meta = consumer.list_topics(topic, timeout=30).topics[topic]
     ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in meta.partitions}
     consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
@@ -337,8 +368,11 @@ def wait_quiet(dsn: str, workspace: str, acked_ids: set[str], timeout: float) ->
     """Wait until every acknowledged message is derived and no batch is open; return the seconds taken."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        open_batches = query(dsn, "SELECT count(*) FROM peerlog.derivation_batches "
-                                  "WHERE workspace_id = %s AND state <> 'done'", (workspace,))[0][0]
+        open_batches = query(
+            dsn,
+            "SELECT count(*) FROM peerlog.derivation_batches WHERE workspace_id = %s AND state <> 'done'",
+            (workspace,),
+        )[0][0]
         if not open_batches and acked_ids <= derived_ids(dsn, workspace):
             return time.monotonic() - started
         time.sleep(2)
@@ -350,20 +384,43 @@ def verify(state, workspace: str, load: Load) -> dict:
     acked = load.acked
     acked_ids = set(acked.values())
     prefix = "peerlog."
-    session_events = [e for e in read_topic(state.bootstrap_servers, SESSIONS.full_name(prefix))
-                      if isinstance(e, MessageAppended) and e.workspace_id == workspace]
+    session_events = [
+        e
+        for e in read_topic(state.bootstrap_servers, SESSIONS.full_name(prefix))
+        if isinstance(e, MessageAppended) and e.workspace_id == workspace
+    ]
     on_log = Counter(e.content for e in session_events)
-    projected = Counter(dict(query(dsn, "SELECT content, count(*) FROM peerlog.messages WHERE workspace_id = %s "
-                                        "GROUP BY content", (workspace,))))
-    obs_events = [e for e in read_topic(state.bootstrap_servers, OBSERVATIONS.full_name(prefix))
-                  if getattr(e, "workspace_id", None) == workspace]
+    projected = Counter(
+        dict(
+            query(
+                dsn,
+                "SELECT content, count(*) FROM peerlog.messages WHERE workspace_id = %s GROUP BY content",
+                (workspace,),
+            )
+        )
+    )
+    obs_events = [
+        e
+        for e in read_topic(state.bootstrap_servers, OBSERVATIONS.full_name(prefix))
+        if getattr(e, "workspace_id", None) == workspace
+    ]
     coverage = Counter(m for e in obs_events if isinstance(e, BatchDerived) for m in e.message_ids)
     added = Counter((e.observer_id, e.observed_id, e.content) for e in obs_events if isinstance(e, ObservationAdded))
-    rows = query(dsn, "SELECT count(*) FROM (SELECT observer_id, observed_id, content_key, level, session_id "
-                      "FROM peerlog.observations WHERE workspace_id = %s GROUP BY 1, 2, 3, 4, 5 "
-                      "HAVING count(*) > 1) d", (workspace,))
-    pending = dict(query(dsn, "SELECT state, count(*) FROM peerlog.derivation_batches WHERE workspace_id = %s "
-                              "AND state <> 'done' GROUP BY state", (workspace,)))
+    rows = query(
+        dsn,
+        "SELECT count(*) FROM (SELECT observer_id, observed_id, content_key, level, session_id "
+        "FROM peerlog.observations WHERE workspace_id = %s GROUP BY 1, 2, 3, 4, 5 "
+        "HAVING count(*) > 1) d",
+        (workspace,),
+    )
+    pending = dict(
+        query(
+            dsn,
+            "SELECT state, count(*) FROM peerlog.derivation_batches WHERE workspace_id = %s "
+            "AND state <> 'done' GROUP BY state",
+            (workspace,),
+        )
+    )
     dead = query(dsn, "SELECT count(*) FROM peerlog.dead_letters WHERE workspace_id = %s", (workspace,))[0][0]
     return {
         "acknowledged": len(acked),
@@ -391,8 +448,12 @@ def rebuild_check(state) -> dict:
     from services.settings import Settings
 
     report = rebuild(Settings(), progress=log)
-    return {"events": report.events, "seconds": round(report.seconds, 1), "switched": report.switched,
-            "differing_rows": {t: n for t, n in report.differences.items() if n}}
+    return {
+        "events": report.events,
+        "seconds": round(report.seconds, 1),
+        "switched": report.switched,
+        "differing_rows": {t: n for t, n in report.differences.items() if n},
+    }
 
 
 def guarded(check, *args) -> dict:
@@ -441,17 +502,26 @@ def model_reply(delay_s: float):
         if is_deriver(request):
             return Reply(content=extract_each_turn(request).content, delay_s=delay_s)
         return Reply(content="The peers talked about their plans and their week.", delay_s=delay_s)
+
     return handler
 
 
 async def chaos_run(args, root: Path) -> dict:
-    result: dict = {"benchmark": "chaos", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "command": " ".join(shlex.quote(a) for a in sys.argv), "machine": machine(),
-                    "load_average_before": os.getloadavg()}
+    result: dict = {
+        "benchmark": "chaos",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "machine": machine(),
+        "load_average_before": os.getloadavg(),
+    }
     with ModelServer() as server:
         server.reply_with(model_reply(args.delay_ms / 1000))
-        env = {"PEERLOG_LLM_BASE_URL": server.base_url, "PEERLOG_LLM_MODEL": "chaos-model",
-               "PEERLOG_DERIVER_TICK_S": "1", "PEERLOG_DERIVER_MAX_WAIT_S": str(args.max_wait_s)}
+        env = {
+            "PEERLOG_LLM_BASE_URL": server.base_url,
+            "PEERLOG_LLM_MODEL": "chaos-model",
+            "PEERLOG_DERIVER_TICK_S": "1",
+            "PEERLOG_DERIVER_MAX_WAIT_S": str(args.max_wait_s),
+        }
         supervisor = watcher = None
         if not (root / "stack.json").exists():
             root.mkdir(parents=True, exist_ok=True)
@@ -461,8 +531,9 @@ async def chaos_run(args, root: Path) -> dict:
             supervisor = Supervisor(state)
             watcher = Watcher(sql_dsn(state.database_url))
             workspace = f"chaos-{uuid.uuid4().hex[:6]}"
-            sessions = [(f"s{i}", (f"p{(2 * i) % args.peers}", f"p{(2 * i + 1) % args.peers}"))
-                        for i in range(args.sessions)]
+            sessions = [
+                (f"s{i}", (f"p{(2 * i) % args.peers}", f"p{(2 * i + 1) % args.peers}")) for i in range(args.sessions)
+            ]
             async with aio_channel(f"127.0.0.1:{state.api_port}", state.admin_token()) as channel:
                 c = Client(channel)
                 await c.workspace(workspace)
@@ -479,8 +550,9 @@ async def chaos_run(args, root: Path) -> dict:
                 await asyncio.gather(load.run(args.messages), chaos.run(c))
                 load_s = time.monotonic() - started
             log(f"load and faults done in {load_s:.0f} s: {len(load.acked)} acknowledged; draining")
-            drain_s = await asyncio.to_thread(wait_quiet, sql_dsn(state.database_url), workspace,
-                                              set(load.acked.values()), args.drain_timeout)
+            drain_s = await asyncio.to_thread(
+                wait_quiet, sql_dsn(state.database_url), workspace, set(load.acked.values()), args.drain_timeout
+            )
             supervisor.stop()
             lag_after_faults(chaos.faults, load, watcher.timeline)
             log("verifying")
@@ -493,24 +565,31 @@ async def chaos_run(args, root: Path) -> dict:
                 supervisor.stop()  # joined first, or it restarts what down() stops
             down(root, progress=log)
     kills = [f for f in chaos.faults if f["fault"] == "kill"]
-    result.update({
-        "config": {k: v for k, v in vars(args).items() if k != "out"},
-        "load_seconds": round(load_s, 1), "drain_seconds": round(drain_s, 1),
-        "offered_messages_per_s": round(args.messages / load_s, 1),
-        "kills": len(kills), "kills_by_process": dict(Counter(f["process"] for f in kills)),
-        "broker_restarts": sum(f["fault"] == "broker" for f in chaos.faults),
-        "postgres_restarts": sum(f["fault"] == "postgres" for f in chaos.faults),
-        "process_restarts_by_supervisor": dict(supervisor.restarts),
-        "crashes_not_injected": supervisor.crashes,
-        "rpc_errors_retried": dict(load.errors), "calls_given_up": load.gave_up,
-        **checks,
-        "recovery_s": {"ack_p50": pct([f["ack_s"] for f in chaos.faults if "ack_s" in f], 0.5),
-                       "derived_p50": pct([f["derived_s"] for f in chaos.faults if f.get("derived_s")], 0.5),
-                       "derived_max": pct([f["derived_s"] for f in chaos.faults if f.get("derived_s")], 1.0)},
-        "faults": chaos.faults,
-        "model_calls": len(server.chat_requests()),
-        "load_average_after": os.getloadavg(),
-    })
+    result.update(
+        {
+            "config": {k: v for k, v in vars(args).items() if k != "out"},
+            "load_seconds": round(load_s, 1),
+            "drain_seconds": round(drain_s, 1),
+            "offered_messages_per_s": round(args.messages / load_s, 1),
+            "kills": len(kills),
+            "kills_by_process": dict(Counter(f["process"] for f in kills)),
+            "broker_restarts": sum(f["fault"] == "broker" for f in chaos.faults),
+            "postgres_restarts": sum(f["fault"] == "postgres" for f in chaos.faults),
+            "process_restarts_by_supervisor": dict(supervisor.restarts),
+            "crashes_not_injected": supervisor.crashes,
+            "rpc_errors_retried": dict(load.errors),
+            "calls_given_up": load.gave_up,
+            **checks,
+            "recovery_s": {
+                "ack_p50": pct([f["ack_s"] for f in chaos.faults if "ack_s" in f], 0.5),
+                "derived_p50": pct([f["derived_s"] for f in chaos.faults if f.get("derived_s")], 0.5),
+                "derived_max": pct([f["derived_s"] for f in chaos.faults if f.get("derived_s")], 1.0),
+            },
+            "faults": chaos.faults,
+            "model_calls": len(server.chat_requests()),
+            "load_average_after": os.getloadavg(),
+        }
+    )
     return result
 
 
@@ -539,10 +618,16 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     root = (args.dir or Path(tempfile.mkdtemp(prefix="peerlog-chaos-"))).resolve()
     result = asyncio.run(chaos_run(args, root))
-    ok = ("error" not in result and result["lost"] == 0 and result["duplicated_in_projection"] == 0
-          and result["derived_never"] == 0 and result["derived_more_than_once"] == 0
-          and result["observations_added_twice_on_log"] == 0 and result["rebuild"].get("switched") is True
-          and not result["rebuild"].get("differing_rows"))
+    ok = (
+        "error" not in result
+        and result["lost"] == 0
+        and result["duplicated_in_projection"] == 0
+        and result["derived_never"] == 0
+        and result["derived_more_than_once"] == 0
+        and result["observations_added_twice_on_log"] == 0
+        and result["rebuild"].get("switched") is True
+        and not result["rebuild"].get("differing_rows")
+    )
     result["passed"] = ok
     text = json.dumps(result, indent=2, default=str)
     args.out.parent.mkdir(parents=True, exist_ok=True)

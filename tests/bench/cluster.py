@@ -32,21 +32,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from collections import Counter  # noqa: E402
+
 from infra.kafka.cluster import KafkaCluster  # noqa: E402
 from infra.postgres.embedded import EmbeddedPostgres  # noqa: E402
 from infra.stack import PROCESSES, StackState, wait_for_api  # noqa: E402
 from services.bus.admin import create_topics  # noqa: E402
 from services.bus.settings import KafkaSettings  # noqa: E402
+from services.bus.topics import SESSIONS  # noqa: E402
+from services.events import MessageAppended  # noqa: E402
 from tests.bench.chaos import (  # noqa: E402
-    Load, derived_ids, log, model_reply, pct, query, read_topic, seed_pairs, sql_dsn, wait_quiet,
+    Load,
+    derived_ids,
+    log,
+    model_reply,
+    pct,
+    query,
+    read_topic,
+    seed_pairs,
+    sql_dsn,
+    wait_quiet,
 )
 from tests.bench.ingest import machine, pin_fresh_ports  # noqa: E402
 from tests.support.model_server import ModelServer  # noqa: E402
-
-from collections import Counter  # noqa: E402
-
-from services.bus.topics import SESSIONS  # noqa: E402
-from services.events import MessageAppended  # noqa: E402
 
 
 class DerivedMeter(threading.Thread):
@@ -71,17 +79,25 @@ class DerivedMeter(threading.Thread):
 
 def spawn(root: Path, name: str, env: dict[str, str]) -> subprocess.Popen:
     out = open(root / f"{name}.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "services.cli.main", *PROCESSES[name]], env={**os.environ, **env},
-                            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-m", "services.cli.main", *PROCESSES[name]],
+        env={**os.environ, **env},
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def phase_figures(load: Load, meter: DerivedMeter, start: float, end: float) -> dict:
     lat = [s * 1000 for t, s in load.latencies if start <= t < end]
     acked = sum(1 for t, _ in load.latencies if start <= t < end)
-    return {"seconds": round(end - start, 1), "calls_acked": acked,
-            "messages_acked_per_s": round(acked * load.batch / (end - start), 1),
-            "add_latency_ms": {"p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "max": pct(lat, 1.0)},
-            "derived_messages_per_s": meter.rate(start, end)}
+    return {
+        "seconds": round(end - start, 1),
+        "calls_acked": acked,
+        "messages_acked_per_s": round(acked * load.batch / (end - start), 1),
+        "add_latency_ms": {"p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "max": pct(lat, 1.0)},
+        "derived_messages_per_s": meter.rate(start, end),
+    }
 
 
 async def drive(args, state: StackState, cluster: KafkaCluster, dsn: str) -> dict:
@@ -108,10 +124,20 @@ async def drive(args, state: StackState, cluster: KafkaCluster, dsn: str) -> dic
     log(f"load done: {len(load.acked)} acknowledged; draining")
     drain = await asyncio.to_thread(wait_quiet, dsn, workspace, set(load.acked.values()), args.drain_timeout)
     meter.stopping.set()
-    on_log = Counter(e.content for e in read_topic(cluster.bootstrap_servers, SESSIONS.full_name("peerlog."))
-                     if isinstance(e, MessageAppended) and e.workspace_id == workspace)
-    projected = Counter(dict(query(dsn, "SELECT content, count(*) FROM peerlog.messages WHERE workspace_id = %s "
-                                        "GROUP BY content", (workspace,))))
+    on_log = Counter(
+        e.content
+        for e in read_topic(cluster.bootstrap_servers, SESSIONS.full_name("peerlog."))
+        if isinstance(e, MessageAppended) and e.workspace_id == workspace
+    )
+    projected = Counter(
+        dict(
+            query(
+                dsn,
+                "SELECT content, count(*) FROM peerlog.messages WHERE workspace_id = %s GROUP BY content",
+                (workspace,),
+            )
+        )
+    )
     derived = derived_ids(dsn, workspace)
     return {
         "acknowledged": len(load.acked),
@@ -121,7 +147,8 @@ async def drive(args, state: StackState, cluster: KafkaCluster, dsn: str) -> dic
         # a retried call's first try appended after all: a second copy under its idempotency key, skipped downstream
         "repeated_appends_on_log": sum(n > 1 for n in on_log.values()),
         "not_derived": sum(m not in derived for m in load.acked.values()),
-        "rpc_errors_retried": dict(load.errors), "calls_given_up": load.gave_up,
+        "rpc_errors_retried": dict(load.errors),
+        "calls_given_up": load.gave_up,
         "drain_seconds": round(drain, 1),
         "victim_restart_s": round(back_at - restart_at, 1),
         "before": phase_figures(load, meter, t0 + args.warmup, killed_at),
@@ -131,14 +158,22 @@ async def drive(args, state: StackState, cluster: KafkaCluster, dsn: str) -> dic
 
 
 async def run(args, root: Path) -> dict:
-    result = {"benchmark": "cluster", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-              "command": " ".join(shlex.quote(a) for a in sys.argv), "machine": machine(),
-              "load_average_before": os.getloadavg()}
+    result = {
+        "benchmark": "cluster",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "machine": machine(),
+        "load_average_before": os.getloadavg(),
+    }
     root.mkdir(parents=True, exist_ok=True)
     pin_fresh_ports(root)
     ports = json.loads((root / "stack.json").read_text())
-    cluster = KafkaCluster(root / "kafka", nodes=3, min_insync=2,
-                           properties={"broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "1000"})
+    cluster = KafkaCluster(
+        root / "kafka",
+        nodes=3,
+        min_insync=2,
+        properties={"broker.session.timeout.ms": "4000", "broker.heartbeat.interval.ms": "1000"},
+    )
     pg = EmbeddedPostgres(root / "postgres", port=ports["postgres_port"])
     procs: list[subprocess.Popen] = []
     with ModelServer() as server:
@@ -147,13 +182,22 @@ async def run(args, root: Path) -> dict:
             log("starting three brokers")
             cluster.start()
             pg.start()
-            state = StackState(root=str(root), api_port=ports["api_port"], database_url=pg.url,
-                               auth_secret=secrets.token_hex(32))
-            kafka = {"PEERLOG_KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap_servers,
-                     "PEERLOG_KAFKA_REPLICATION_FACTOR": "3"}
+            state = StackState(
+                root=str(root), api_port=ports["api_port"], database_url=pg.url, auth_secret=secrets.token_hex(32)
+            )
+            kafka = {
+                "PEERLOG_KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap_servers,
+                "PEERLOG_KAFKA_REPLICATION_FACTOR": "3",
+            }
             create_topics(KafkaSettings(bootstrap_servers=cluster.bootstrap_servers, replication_factor=3))
-            env = {**state.env(), **kafka, "PEERLOG_LLM_BASE_URL": server.base_url, "PEERLOG_LLM_MODEL": "bench",
-                   "PEERLOG_DERIVER_TICK_S": "1", "PEERLOG_DERIVER_MAX_WAIT_S": "10"}
+            env = {
+                **state.env(),
+                **kafka,
+                "PEERLOG_LLM_BASE_URL": server.base_url,
+                "PEERLOG_LLM_MODEL": "bench",
+                "PEERLOG_DERIVER_TICK_S": "1",
+                "PEERLOG_DERIVER_MAX_WAIT_S": "10",
+            }
             procs = [spawn(root, name, env) for name in PROCESSES]
             wait_for_api(state.api_port, 180)
             figures = await drive(args, state, cluster, sql_dsn(pg.url))
@@ -168,10 +212,16 @@ async def run(args, root: Path) -> dict:
                     p.kill()
             cluster.stop()
             pg.stop()
-    result.update({"config": {k: str(v) for k, v in vars(args).items()}, "topology":
-                   "3 KRaft nodes (broker+controller), replication factor 3, min.insync.replicas=2, "
-                   "1 API, 1 worker, 1 projector", **figures, "processes_exited": crashed,
-                   "load_average_after": os.getloadavg()})
+    result.update(
+        {
+            "config": {k: str(v) for k, v in vars(args).items()},
+            "topology": "3 KRaft nodes (broker+controller), replication factor 3, min.insync.replicas=2, "
+            "1 API, 1 worker, 1 projector",
+            **figures,
+            "processes_exited": crashed,
+            "load_average_after": os.getloadavg(),
+        }
+    )
     return result
 
 

@@ -31,16 +31,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from services.api.channels import aio_channel  # noqa: E402
 import psycopg  # noqa: E402
 
 from infra.stack import down, up  # noqa: E402
+from services.api.channels import aio_channel  # noqa: E402
 from tests.support.client import Client  # noqa: E402
 from tests.support.extractor import extract_each_turn, is_deriver  # noqa: E402
 from tests.support.model_server import ModelServer, Reply  # noqa: E402
 
-TOPICS = ["my garden", "a trip to Porto", "learning the cello", "my sister's wedding", "a new job in Oslo",
-          "our old dog", "the book club", "running a marathon", "a broken laptop", "the farmers market"]
+TOPICS = [
+    "my garden",
+    "a trip to Porto",
+    "learning the cello",
+    "my sister's wedding",
+    "a new job in Oslo",
+    "our old dog",
+    "the book club",
+    "running a marathon",
+    "a broken laptop",
+    "the farmers market",
+]
 
 
 def log(msg: str) -> None:
@@ -62,8 +72,9 @@ def sql_dsn(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
 
 
-async def drive(state, workspace: str, n: int, sessions: int, rng: random.Random,
-                rate: float | None) -> dict[str, float]:
+async def drive(
+    state, workspace: str, n: int, sessions: int, rng: random.Random, rate: float | None
+) -> dict[str, float]:
     """Post n messages (one per call, round-robin over sessions, at `rate` per second or as fast as
     possible); return the ack time per message id."""
     acked: dict[str, float] = {}
@@ -86,11 +97,15 @@ async def drive(state, workspace: str, n: int, sessions: int, rng: random.Random
 
 OBSERVED = 'SELECT DISTINCT message_id FROM "{schema}".observation_sources WHERE workspace_id = %s'
 # a real model may find nothing in a message: then "derived" means its batch finished
-FINISHED = ('SELECT DISTINCT unnest(message_ids) FROM "{schema}".derivation_batches '
-            "WHERE workspace_id = %s AND state IN ('done', 'dead_lettered')")
+FINISHED = (
+    'SELECT DISTINCT unnest(message_ids) FROM "{schema}".derivation_batches '
+    "WHERE workspace_id = %s AND state IN ('done', 'dead_lettered')"
+)
 
 
-def watch(dsn: str, schema: str, workspace: str, expected: int, timeout: float, query: str = OBSERVED) -> dict[str, float]:
+def watch(
+    dsn: str, schema: str, workspace: str, expected: int, timeout: float, query: str = OBSERVED
+) -> dict[str, float]:
     """First time each message was derived (polled every 10 ms while the messages are sent)."""
     seen: dict[str, float] = {}
     deadline = time.monotonic() + timeout
@@ -104,8 +119,15 @@ def watch(dsn: str, schema: str, workspace: str, expected: int, timeout: float, 
     return seen
 
 
-async def phase(state, name: str, n: int, sessions: int, server: ModelServer | None,
-                rate: float | None = None, query: str = OBSERVED) -> dict:
+async def phase(
+    state,
+    name: str,
+    n: int,
+    sessions: int,
+    server: ModelServer | None,
+    rate: float | None = None,
+    query: str = OBSERVED,
+) -> dict:
     workspace = f"bench-{name}"
     await warm_up(state, name)
     calls_before = len([r for r in server.chat_requests() if is_deriver(r)]) if server else 0
@@ -118,9 +140,15 @@ async def phase(state, name: str, n: int, sessions: int, server: ModelServer | N
     elapsed = max(seen.values(), default=started) - started
     fresh = [(seen[m] - acked[m]) * 1000 for m in ids if m in seen]
     calls = (len([r for r in server.chat_requests() if is_deriver(r)]) - calls_before) if server else None
-    return {"messages": n, "offered_rate_per_s": rate or "as fast as possible", "derived": len(seen), "messages_per_s": round(len(seen) / elapsed, 1) if elapsed else None,
-            "llm_calls": calls, "llm_calls_per_1000_messages": round(calls * 1000 / n, 1) if calls is not None else None,
-            "freshness_ms": {"p50": pct(fresh, 0.5), "p99": pct(fresh, 0.99), "max": pct(fresh, 1.0)}}
+    return {
+        "messages": n,
+        "offered_rate_per_s": rate or "as fast as possible",
+        "derived": len(seen),
+        "messages_per_s": round(len(seen) / elapsed, 1) if elapsed else None,
+        "llm_calls": calls,
+        "llm_calls_per_1000_messages": round(calls * 1000 / n, 1) if calls is not None else None,
+        "freshness_ms": {"p50": pct(fresh, 0.5), "p99": pct(fresh, 0.99), "max": pct(fresh, 1.0)},
+    }
 
 
 async def warm_up(state, name: str) -> None:
@@ -134,22 +162,33 @@ async def warm_up(state, name: str) -> None:
 
 def batch_seconds(dsn: str, workspace: str) -> list[float]:
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT extract(epoch FROM finished_at - started_at) FROM peerlog.derivation_batches "
-                            "WHERE workspace_id = %s AND state = 'done' AND started_at IS NOT NULL", (workspace,))
+        rows = conn.execute(
+            "SELECT extract(epoch FROM finished_at - started_at) FROM peerlog.derivation_batches "
+            "WHERE workspace_id = %s AND state = 'done' AND started_at IS NOT NULL",
+            (workspace,),
+        )
         return [float(r[0]) for r in rows]
 
 
 def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "")
     mem = next((line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemTotal")), "0")
-    return {"nproc": os.cpu_count(), "memory_gib": round(int(mem) / 1024 / 1024, 1), "cpu": cpu,
-            "python": platform.python_version()}
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gib": round(int(mem) / 1024 / 1024, 1),
+        "cpu": cpu,
+        "python": platform.python_version(),
+    }
 
 
 async def run(args) -> dict:
     root = Path(tempfile.mkdtemp(prefix="peerlog-derive-bench-"))
-    result = {"benchmark": "derive", "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
-              "command": " ".join(shlex.quote(a) for a in sys.argv)}
+    result = {
+        "benchmark": "derive",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+    }
     if args.local_model:
         result.update(await run_local(root, args))
         return result
@@ -181,18 +220,28 @@ async def run_local(root: Path, args) -> dict:
 
     ensure_llama_server()
     with LocalModelServer(ensure_model(), log_path=root / "model.log") as server:
-        env = {"PEERLOG_LLM_BASE_URL": server.base_url, "PEERLOG_LLM_MODEL": server.model,
-               "PEERLOG_LLM_SCHEMA_MODE": "json_object_schema", "PEERLOG_LLM_TIMEOUT_S": "180",
-               "PEERLOG_DERIVER_FLUSH": "true"}
+        env = {
+            "PEERLOG_LLM_BASE_URL": server.base_url,
+            "PEERLOG_LLM_MODEL": server.model,
+            "PEERLOG_LLM_SCHEMA_MODE": "json_object_schema",
+            "PEERLOG_LLM_TIMEOUT_S": "180",
+            "PEERLOG_DERIVER_FLUSH": "true",
+        }
         state = up(root / "local", progress=log, model_env=env)
         try:
             out = await phase(state, "local", args.messages, 2, None, rate=0.2, query=FINISHED)
             secs = batch_seconds(sql_dsn(state.database_url), "bench-local")
         finally:
             down(root / "local", progress=log)
-    return {"model": f"{server.model} (local llama-cpp-python server, 2 threads)", "local": out,
-            "seconds_per_call": {"median": round(statistics.median(secs), 1) if secs else None,
-                                 "max": round(max(secs), 1) if secs else None, "calls": len(secs)}}
+    return {
+        "model": f"{server.model} (local llama-cpp-python server, 2 threads)",
+        "local": out,
+        "seconds_per_call": {
+            "median": round(statistics.median(secs), 1) if secs else None,
+            "max": round(max(secs), 1) if secs else None,
+            "calls": len(secs),
+        },
+    }
 
 
 def main() -> int:

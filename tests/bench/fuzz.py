@@ -41,8 +41,13 @@ def log(text: str) -> None:
 
 
 def fuzz(root: Path, requests: int, seed: int, model_url: str) -> dict:
-    env = {"PEERLOG_WORKER_PROCESSORS": "router,embedder", "PEERLOG_LLM_BASE_URL": model_url,
-           "PEERLOG_LLM_MODEL": "test-model", "PEERLOG_LLM_TIMEOUT_S": "5", "PEERLOG_LLM_MAX_RETRIES": "0"}
+    env = {
+        "PEERLOG_WORKER_PROCESSORS": "router,embedder",
+        "PEERLOG_LLM_BASE_URL": model_url,
+        "PEERLOG_LLM_MODEL": "test-model",
+        "PEERLOG_LLM_TIMEOUT_S": "5",
+        "PEERLOG_LLM_MAX_RETRIES": "0",
+    }
     state = up(root, progress=log, model_env=env)
     try:
         kafka = KafkaSettings(bootstrap_servers=state.bootstrap_servers)
@@ -54,8 +59,17 @@ def fuzz(root: Path, requests: int, seed: int, model_url: str) -> dict:
             return f"process exited: {', '.join(gone)}" if gone else None
 
         engine = sync_engine(database)
-        fuzzer = Fuzzer(f"127.0.0.1:{state.api_port}", state.bootstrap_servers, kafka.topic_prefix, topics,
-                        engine, database.schema_name, alive=dead, progress=log, token=state.admin_token())
+        fuzzer = Fuzzer(
+            f"127.0.0.1:{state.api_port}",
+            state.bootstrap_servers,
+            kafka.topic_prefix,
+            topics,
+            engine,
+            database.schema_name,
+            alive=dead,
+            progress=log,
+            token=state.admin_token(),
+        )
         try:
             fuzzer.seed()
             return fuzzer.run(requests, seed=seed)
@@ -75,9 +89,14 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="peerlog-fuzz-"))
     with ModelServer() as model:
         result = fuzz(root, args.requests, args.seed, model.base_url)
-    result = {"benchmark": "fuzz", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-              "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
-              "command": " ".join(shlex.quote(a) for a in sys.argv), "seed": args.seed, **result}
+    result = {
+        "benchmark": "fuzz",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "seed": args.seed,
+        **result,
+    }
     text = json.dumps(result, indent=2, default=str)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")

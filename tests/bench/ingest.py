@@ -99,9 +99,7 @@ def watcher_main(dsn: str, schema: str, interval_s: float, control: mp.Queue, ou
     timeline: dict[str, list[tuple[float, int]]] = {}
     last: dict[str, int] = {}
     poll_ms: list[float] = []
-    query = sql.SQL("SELECT topic, partition, next_offset FROM {}.projection_offsets").format(
-        sql.Identifier(schema)
-    )
+    query = sql.SQL("SELECT topic, partition, next_offset FROM {}.projection_offsets").format(sql.Identifier(schema))
     target: dict[str, int] | None = None
     deadline = float("inf")
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -124,9 +122,7 @@ def watcher_main(dsn: str, schema: str, interval_s: float, control: mp.Queue, ou
                     msg = None
                 if msg is not None:
                     target, deadline = msg
-            if target is not None and (
-                all(last.get(tp, 0) > off for tp, off in target.items()) or t > deadline
-            ):
+            if target is not None and (all(last.get(tp, 0) > off for tp, off in target.items()) or t > deadline):
                 break
             next_tick += interval_s
             pause = next_tick - time.monotonic()
@@ -162,12 +158,9 @@ async def _clients(client_ids: list[int], cfg: dict) -> dict:
     def request(session_id: str) -> messages_pb2.AddMessagesRequest:
         start = rng.randrange(len(texts))
         msgs = [
-            messages_pb2.NewMessage(peer_id=PEERS[i % 2], content=texts[(start + i) % len(texts)])
-            for i in range(batch)
+            messages_pb2.NewMessage(peer_id=PEERS[i % 2], content=texts[(start + i) % len(texts)]) for i in range(batch)
         ]
-        return messages_pb2.AddMessagesRequest(
-            workspace_id=cfg["workspace"], session_id=session_id, messages=msgs
-        )
+        return messages_pb2.AddMessagesRequest(workspace_id=cfg["workspace"], session_id=session_id, messages=msgs)
 
     calls: list[tuple[float, float, int, str]] = []  # (sent, acked, messages, token)
     errors: list[tuple[float, float, str, str]] = []
@@ -303,7 +296,9 @@ def pct(values: list[float], q: float) -> float | None:
 
 def summary(values: list[float]) -> dict:
     return {
-        "p50": pct(values, 50), "p90": pct(values, 90), "p99": pct(values, 99),
+        "p50": pct(values, 50),
+        "p90": pct(values, 90),
+        "p99": pct(values, 99),
         "max": round(max(values), 1) if values else None,
         "mean": round(sum(values) / len(values), 1) if values else None,
         "samples": len(values),
@@ -340,12 +335,14 @@ def machine() -> dict:
             model = line.split(":", 1)[1].strip()
             break
     mem_kb = next(
-        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-        if line.startswith("MemTotal:")
+        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal:")
     )
     return {
-        "nproc": os.cpu_count(), "memory_gib": round(mem_kb / 2**20, 1), "cpu_model": model,
-        "python": platform.python_version(), "kernel": platform.release(),
+        "nproc": os.cpu_count(),
+        "memory_gib": round(mem_kb / 2**20, 1),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
     }
 
 
@@ -452,9 +449,7 @@ def count_projected(dsn: str, schema: str, workspace: str) -> int:
 
     with psycopg.connect(dsn) as conn:
         return conn.execute(
-            sql.SQL("SELECT count(*) FROM {}.messages WHERE workspace_id = %s").format(
-                sql.Identifier(schema)
-            ),
+            sql.SQL("SELECT count(*) FROM {}.messages WHERE workspace_id = %s").format(sql.Identifier(schema)),
             (workspace,),
         ).fetchone()[0]
 
@@ -470,22 +465,43 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--procs", type=int, default=1, help="client processes the clients are spread over")
     ap.add_argument("--seconds", type=float, default=30.0, help="measured load duration")
     ap.add_argument("--warmup", type=float, default=5.0, help="load before the measured window")
-    ap.add_argument("--rate", type=float, default=0.0,
-                    help="offered load in messages/s over all clients (0: as fast as acks come back)")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="offered load in messages/s over all clients (0: as fast as acks come back)",
+    )
     ap.add_argument("--batch", type=int, default=100, help="messages per AddMessages call (API max 100)")
     ap.add_argument("--sessions", type=int, default=24, help="sessions the clients write to")
     ap.add_argument("--content-chars", type=int, default=150, help="mean message length")
     ap.add_argument("--max-messages", type=int, default=5_000_000, help="hard cap on messages sent")
     ap.add_argument("--rpc-timeout", type=float, default=30.0, help="per-call deadline (s)")
     ap.add_argument("--poll-ms", type=float, default=5.0, help="watcher poll interval")
-    ap.add_argument("--drain-timeout", type=float, default=120.0,
-                    help="how long to wait for the projection to catch up after the load")
-    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                    help="PEERLOG_* setting for the stack processes (only those this run starts)")
-    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
-                    help="wait up to S seconds for the machine to be idle (<15%% busy) before the load")
-    ap.add_argument("--processes", default="api,projector",
-                    help="stack processes to keep running (comma list; 'all' keeps every one)")
+    ap.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=120.0,
+        help="how long to wait for the projection to catch up after the load",
+    )
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="PEERLOG_* setting for the stack processes (only those this run starts)",
+    )
+    ap.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for the machine to be idle (<15%% busy) before the load",
+    )
+    ap.add_argument(
+        "--processes",
+        default="api,projector",
+        help="stack processes to keep running (comma list; 'all' keeps every one)",
+    )
     ap.add_argument("--keys", action="store_true", help="a fresh idempotency key on every AddMessages")
     ap.add_argument("--raw", type=Path, help="also write every call (send time, latency, lag) here")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/ingest.json")
@@ -548,8 +564,7 @@ def wait_for_quiet(args: argparse.Namespace) -> float:
 def start_watcher(ctx, dsn: str, schema: str, args: argparse.Namespace):
     """The projection watcher process, started and ready; returns it with its control and output queues."""
     w_control, w_out = ctx.Queue(), ctx.Queue()
-    watcher = ctx.Process(target=watcher_main, args=(dsn, schema, args.poll_ms / 1000, w_control, w_out),
-                          daemon=True)
+    watcher = ctx.Process(target=watcher_main, args=(dsn, schema, args.poll_ms / 1000, w_control, w_out), daemon=True)
     watcher.start()
     if w_out.get(timeout=60)[0] != "ready":
         raise RuntimeError("watcher did not start")
@@ -588,16 +603,27 @@ def collect_calls(procs, c_out, hard_deadline: float):
     return calls, errors
 
 
-def run_load(ctx, args: argparse.Namespace, root: Path, state, target: str, workspace: str, sessions: list[str],
-             watcher):
+def run_load(
+    ctx, args: argparse.Namespace, root: Path, state, target: str, workspace: str, sessions: list[str], watcher
+):
     """Warm up, then measure for --seconds; returns calls, errors, CPU use and the measured window."""
     start_at = time.monotonic() + 3.0 + 0.5 * args.procs  # time for the client processes to boot
     measure_at = start_at + args.warmup
     stop_at = measure_at + args.seconds
     cfg = dict(
-        target=target, token=state.admin_token(), workspace=workspace, sessions=sessions, clients=args.clients, batch=args.batch,
-        content_chars=args.content_chars, start_at=start_at, stop_at=stop_at,
-        max_messages=args.max_messages, rpc_timeout=args.rpc_timeout, rate=args.rate, keys=args.keys,
+        target=target,
+        token=state.admin_token(),
+        workspace=workspace,
+        sessions=sessions,
+        clients=args.clients,
+        batch=args.batch,
+        content_chars=args.content_chars,
+        start_at=start_at,
+        stop_at=stop_at,
+        max_messages=args.max_messages,
+        rpc_timeout=args.rpc_timeout,
+        rate=args.rate,
+        keys=args.keys,
     )
     procs, c_out = start_clients(ctx, args, cfg)
 
@@ -605,8 +631,10 @@ def run_load(ctx, args: argparse.Namespace, root: Path, state, target: str, work
     groups["bench_clients"] = [p.pid for p in procs]
     groups["bench_watcher"] = [watcher.pid]
     meter = CpuMeter(groups, with_children={"postgres", "api"})  # api: with PEERLOG_API_PROCESSES > 1
-    log(f"load: {args.clients} clients in {args.procs} process(es), batch {args.batch}, "
-        f"warmup {args.warmup:g} s, measure {args.seconds:g} s")
+    log(
+        f"load: {args.clients} clients in {args.procs} process(es), batch {args.batch}, "
+        f"warmup {args.warmup:g} s, measure {args.seconds:g} s"
+    )
     time.sleep(max(0.0, measure_at - time.monotonic()))
     meter.start()
     time.sleep(max(0.0, stop_at - time.monotonic()))
@@ -643,11 +671,17 @@ def measure(calls, tokens, timeline, measure_at: float, stop_at: float, raw_path
             unprojected += 1
         else:
             lags.append(max(0.0, seen - c[1]) * 1000)
-        raw.append([round(c[0] - measure_at, 4), round((c[1] - c[0]) * 1000, 2),
-                    None if seen is None else round(max(0.0, seen - c[1]) * 1000, 2), c[2], parts])
+        raw.append(
+            [
+                round(c[0] - measure_at, 4),
+                round((c[1] - c[0]) * 1000, 2),
+                None if seen is None else round(max(0.0, seen - c[1]) * 1000, 2),
+                c[2],
+                parts,
+            ]
+        )
     if raw_path:
-        raw_path.write_text(json.dumps({"columns": ["sent_s", "rpc_ms", "lag_ms", "messages", "token"],
-                                        "calls": raw}))
+        raw_path.write_text(json.dumps({"columns": ["sent_s", "rpc_ms", "lag_ms", "messages", "token"], "calls": raw}))
     return in_window, latency, lags, unprojected
 
 
@@ -656,22 +690,33 @@ def config_of(args: argparse.Namespace, settings, state, partitions: int, made_d
     from infra.processes import pid_alive
 
     return {
-        "clients": args.clients, "procs": args.procs, "batch": args.batch,
+        "clients": args.clients,
+        "procs": args.procs,
+        "batch": args.batch,
         "offered_rate": args.rate or "unthrottled",
-        "seconds": args.seconds, "warmup_s": args.warmup, "sessions": args.sessions,
-        "partitions": partitions, "content_chars_mean": args.content_chars,
-        "poll_ms": args.poll_ms, "idempotency_keys": args.keys,
+        "seconds": args.seconds,
+        "warmup_s": args.warmup,
+        "sessions": args.sessions,
+        "partitions": partitions,
+        "content_chars_mean": args.content_chars,
+        "poll_ms": args.poll_ms,
+        "idempotency_keys": args.keys,
         "producer_pool_size": settings.kafka.producer_pool_size,
         "projector_max_batch": settings.projector.max_batch,
-        "env": {k: v for k, v in os.environ.items() if k.startswith("PEERLOG_") and not any(
-            w in k for w in ("URL", "BOOTSTRAP", "KEY", "TOKEN", "SECRET", "PASSWORD"))},
+        "env": {
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith("PEERLOG_")
+            and not any(w in k for w in ("URL", "BOOTSTRAP", "KEY", "TOKEN", "SECRET", "PASSWORD"))
+        },
         "stack_dir_reused": not made_dir,
         "stack_processes": sorted(n for n in state.pids if pid_alive(state.pids[n])),
     }
 
 
-def write_report(args: argparse.Namespace, argv: list[str], config: dict, results: dict, rate: float, lag: dict,
-                 unprojected: int) -> None:
+def write_report(
+    args: argparse.Namespace, argv: list[str], config: dict, results: dict, rate: float, lag: dict, unprojected: int
+) -> None:
     """Print the report and write it to --out."""
     report = {
         "benchmark": "ingest",
@@ -684,8 +729,9 @@ def write_report(args: argparse.Namespace, argv: list[str], config: dict, result
         "targets": {
             "durable_messages_per_s": TARGET_RATE,
             "projection_lag_p99_ms": TARGET_LAG_P99_MS,
-            "met": bool(rate >= TARGET_RATE and lag["p99"] is not None and lag["p99"] < TARGET_LAG_P99_MS
-                        and unprojected == 0),
+            "met": bool(
+                rate >= TARGET_RATE and lag["p99"] is not None and lag["p99"] < TARGET_LAG_P99_MS and unprojected == 0
+            ),
         },
     }
     text = json.dumps(report, indent=2)

@@ -58,7 +58,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from services.api.channels import aio_channel  # noqa: E402
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 from google.protobuf import struct_pb2, timestamp_pb2  # noqa: E402
@@ -73,6 +72,7 @@ from peerlog.v1 import (  # noqa: E402
     workspaces_pb2,
     workspaces_pb2_grpc,
 )
+from services.api.channels import aio_channel  # noqa: E402
 from services.llm.embeddings import MINILM, LocalOnnxEmbedder  # noqa: E402
 from tests.bench import baselines  # noqa: E402
 from tests.bench.derive import machine, sql_dsn  # noqa: E402
@@ -114,8 +114,11 @@ def posted_text(turn: dict) -> str:
 
 def turns_of(conversation: dict) -> list[baselines.Turn]:
     """The turns as the bench posts them, for the baselines."""
-    return [baselines.Turn(t["dia_id"], t["speaker"], posted_text(t), start.date())
-            for _, start, turns in sessions_of(conversation) for t in turns]
+    return [
+        baselines.Turn(t["dia_id"], t["speaker"], posted_text(t), start.date())
+        for _, start, turns in sessions_of(conversation)
+        for t in turns
+    ]
 
 
 def questions(sample: dict, audit: dict) -> tuple[list[dict], int]:
@@ -131,16 +134,25 @@ def questions(sample: dict, audit: dict) -> tuple[list[dict], int]:
         # a few evidence entries hold several ids in one string ("D8:6; D9:17")
         evidence = [part.strip() for e in (evidence or []) for part in e.replace(",", ";").split(";") if part.strip()]
         if evidence:
-            out.append({"index": i, "question": qa["question"], "category": qa["category"], "evidence": evidence,
-                        "answer": qa.get("answer", qa.get("adversarial_answer", ""))})
+            out.append(
+                {
+                    "index": i,
+                    "question": qa["question"],
+                    "category": qa["category"],
+                    "evidence": evidence,
+                    "answer": qa.get("answer", qa.get("adversarial_answer", "")),
+                }
+            )
     return out, left_out
 
 
 def with_baselines(sample: dict, qs: list[dict], embed: baselines.Embed) -> list[dict]:
     """The questions, each with its recall@k under every baseline (fields `<name>@<k>`)."""
     ranked = baselines.rank(turns_of(sample["conversation"]), [q["question"] for q in qs], embed, depth=max(KS))
-    return [{**q, **{f"{name}@{k}": recall(ranked[name][i], q["evidence"], k) for name in baselines.NAMES
-                     for k in KS}} for i, q in enumerate(qs)]
+    return [
+        {**q, **{f"{name}@{k}": recall(ranked[name][i], q["evidence"], k) for name in baselines.NAMES for k in KS}}
+        for i, q in enumerate(qs)
+    ]
 
 
 def load_audit(path: Path | None) -> dict:
@@ -182,16 +194,22 @@ async def ingest(c: Client, sample: dict) -> Posted:
     for name, start, turns in sessions:
         await c.session(ws, name, members=speakers)
         for lo in range(0, len(turns), 100):
-            chunk = turns[lo:lo + 100]
+            chunk = turns[lo : lo + 100]
             new = []
             for j, t in enumerate(chunk):
                 meta = struct_pb2.Struct()
                 meta.update({"dia_id": t["dia_id"]})
-                new.append(messages_pb2.NewMessage(peer_id=peer_id(t["speaker"]), content=posted_text(t),
-                                                   created_at=ts(start + timedelta(seconds=30 * (lo + j))),
-                                                   metadata=meta))
-            added = await c.messages.AddMessages(messages_pb2.AddMessagesRequest(
-                workspace_id=ws, session_id=name, messages=new))
+                new.append(
+                    messages_pb2.NewMessage(
+                        peer_id=peer_id(t["speaker"]),
+                        content=posted_text(t),
+                        created_at=ts(start + timedelta(seconds=30 * (lo + j))),
+                        metadata=meta,
+                    )
+                )
+            added = await c.messages.AddMessages(
+                messages_pb2.AddMessagesRequest(workspace_id=ws, session_id=name, messages=new)
+            )
             dia_of.update({mid: t["dia_id"] for mid, t in zip(added.message_ids, chunk, strict=True)})
     return Posted(ws, speakers, sessions[-1][0], dia_of)
 
@@ -217,27 +235,35 @@ def recall(ranked: list[str], evidence: list[str], k: int) -> float:
     return share(ranked[:k], evidence)
 
 
-async def search_hits(channel, ws: str, question: str, dia_of: dict[str, str], limit: int = max(KS),
-                      scored: bool = False) -> list:
+async def search_hits(
+    channel, ws: str, question: str, dia_of: dict[str, str], limit: int = max(KS), scored: bool = False
+) -> list:
     """The dia ids of the top `limit` hits, best first (with `scored`: [dia id, score] pairs)."""
     got = await workspaces_pb2_grpc.WorkspaceServiceStub(channel).SearchMessages(
-        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=ws, query=question, limit=limit))
+        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=ws, query=question, limit=limit)
+    )
     dias = [dia_of.get(r.message.message_id, "") for r in got.results]
     return [[d, round(r.score, 4)] for d, r in zip(dias, got.results, strict=True)] if scored else dias
 
 
 async def context_hits(channel, conv: Posted, question: str, budget: int) -> list[str]:
     """Dia ids of the messages GetContext returns for the question within `budget` tokens."""
-    got = await context_pb2_grpc.ContextServiceStub(channel).GetContext(context_pb2.GetContextRequest(
-        workspace_id=conv.ws, session_id=conv.last_session, token_budget=budget, include_summary=False,
-        observer_id=conv.speakers[0], search_query=question))
+    got = await context_pb2_grpc.ContextServiceStub(channel).GetContext(
+        context_pb2.GetContextRequest(
+            workspace_id=conv.ws,
+            session_id=conv.last_session,
+            token_budget=budget,
+            include_summary=False,
+            observer_id=conv.speakers[0],
+            search_query=question,
+        )
+    )
     # getattr: the bench must run against servers (and stubs) from before relevant_messages existed
     returned = [*getattr(got, "relevant_messages", []), *got.messages]
     return [conv.dia_of.get(m.message_id, "") for m in returned]
 
 
-async def observation_hits(c: Client, ws: str, speakers: list[str], question: str,
-                           dia_of: dict[str, str]) -> list[str]:
+async def observation_hits(c: Client, ws: str, speakers: list[str], question: str, dia_of: dict[str, str]) -> list[str]:
     """Dia ids cited by the observations nearest the question (SearchObservations, the query behind
     GetContext's semantic slice) in both speakers' self-models, taken in turn so k splits evenly."""
     ranked = []
@@ -270,8 +296,10 @@ def summarise(rows: list[dict], field: str) -> dict:
 
 async def ask_and_judge(channel, ws: str, speaker: str, q: dict) -> dict:
     stub = dialectic_pb2_grpc.DialecticServiceStub(channel)
-    reply = await stub.Chat(dialectic_pb2.ChatRequest(workspace_id=ws, observer_id=speaker, target_id=speaker,
-                                                      query=q["question"]), timeout=600)
+    reply = await stub.Chat(
+        dialectic_pb2.ChatRequest(workspace_id=ws, observer_id=speaker, target_id=speaker, query=q["question"]),
+        timeout=600,
+    )
     verdict = await judge(q["question"], str(q["answer"]), reply.answer)
     return {"answer": reply.answer, "correct": verdict, "abstained": reply.abstained}
 
@@ -279,12 +307,17 @@ async def ask_and_judge(channel, ws: str, speaker: str, q: dict) -> dict:
 async def judge(question: str, gold: str, answer: str) -> float:
     from openai import AsyncOpenAI
 
-    client = AsyncOpenAI(base_url=os.environ["PEERLOG_LLM_BASE_URL"], api_key=os.environ.get("PEERLOG_LLM_API_KEY", "none"))
-    prompt = (f"Question: {question}\nGold answer: {gold}\nCandidate answer: {answer}\n"
-              "Is the candidate answer correct (same facts as the gold answer; wording may differ)? "
-              "Reply with exactly one word: CORRECT or WRONG.")
-    out = await client.chat.completions.create(model=os.environ.get("PEERLOG_LLM_MODEL", ""), temperature=0,
-                                               messages=[{"role": "user", "content": prompt}])
+    client = AsyncOpenAI(
+        base_url=os.environ["PEERLOG_LLM_BASE_URL"], api_key=os.environ.get("PEERLOG_LLM_API_KEY", "none")
+    )
+    prompt = (
+        f"Question: {question}\nGold answer: {gold}\nCandidate answer: {answer}\n"
+        "Is the candidate answer correct (same facts as the gold answer; wording may differ)? "
+        "Reply with exactly one word: CORRECT or WRONG."
+    )
+    out = await client.chat.completions.create(
+        model=os.environ.get("PEERLOG_LLM_MODEL", ""), temperature=0, messages=[{"role": "user", "content": prompt}]
+    )
     return 1.0 if "CORRECT" in (out.choices[0].message.content or "").upper() else 0.0
 
 
@@ -293,9 +326,13 @@ async def score(channel, c: Client, conv: Posted, q: dict, args) -> dict:
     the baselines' recall the question already carries."""
     t0 = time.monotonic()
     hits = await search_hits(channel, conv.ws, q["question"], conv.dia_of)
-    row = {"sample": conv.ws, "category": q["category"], "search_ms": (time.monotonic() - t0) * 1000,
-           **{f"search@{k}": recall(hits, q["evidence"], k) for k in KS},
-           **{f"{name}@{k}": q[f"{name}@{k}"] for name in baselines.NAMES for k in KS}}
+    row = {
+        "sample": conv.ws,
+        "category": q["category"],
+        "search_ms": (time.monotonic() - t0) * 1000,
+        **{f"search@{k}": recall(hits, q["evidence"], k) for k in KS},
+        **{f"{name}@{k}": q[f"{name}@{k}"] for name in baselines.NAMES for k in KS},
+    }
     if args.context:
         for budget in BUDGETS:
             row[f"context@{budget}"] = share(await context_hits(channel, conv, q["question"], budget), q["evidence"])
@@ -329,9 +366,12 @@ async def evaluate(state, plan: list[tuple[dict, list[dict]]], args) -> dict:
 
 
 def fields(args) -> list[str]:
-    return ([f"{prefix}@{k}" for prefix in METHODS.values() for k in KS]
-            + ([f"context@{b}" for b in BUDGETS] if args.context else [])
-            + ([f"observations@{k}" for k in KS] if args.derive else []) + (["correct"] if args.chat else []))
+    return (
+        [f"{prefix}@{k}" for prefix in METHODS.values() for k in KS]
+        + ([f"context@{b}" for b in BUDGETS] if args.context else [])
+        + ([f"observations@{k}" for k in KS] if args.derive else [])
+        + (["correct"] if args.chat else [])
+    )
 
 
 def table(recall_by_group: dict, args) -> dict:
@@ -341,8 +381,9 @@ def table(recall_by_group: dict, args) -> dict:
     for group, by_field in recall_by_group.items():
         if ALL not in by_field[f"search@{KS[0]}"]:
             continue  # only adversarial questions: nothing to compare
-        rows = {method: {f"@{k}": by_field[f"{prefix}@{k}"][ALL]["mean"] for k in KS}
-                for method, prefix in METHODS.items()}
+        rows = {
+            method: {f"@{k}": by_field[f"{prefix}@{k}"][ALL]["mean"] for k in KS} for method, prefix in METHODS.items()
+        }
         if args.context:
             rows["peerlog"].update({f"context@{b}": by_field[f"context@{b}"][ALL]["mean"] for b in BUDGETS})
         best = {f"@{k}": max(baselines.NAMES, key=lambda name: rows[name][f"@{k}"]) for k in KS}
@@ -354,8 +395,10 @@ def table(recall_by_group: dict, args) -> dict:
 def report(result: dict, args) -> dict:
     rows = result.pop("rows")
     out = {}
-    for name, subset in (("conv-26", [r for r in rows if r["sample"] == "conv-26"]),
-                         ("rest", [r for r in rows if r["sample"] != "conv-26"])):
+    for name, subset in (
+        ("conv-26", [r for r in rows if r["sample"] == "conv-26"]),
+        ("rest", [r for r in rows if r["sample"] != "conv-26"]),
+    ):
         if subset:
             out[name] = {f: summarise(subset, f) for f in fields(args)}
     ms = [r["search_ms"] for r in rows]
@@ -386,13 +429,18 @@ def group_lines(group: str, by_field: dict) -> list[str]:
         return (label.ljust(9) + "".join(block(cells(cat, ks), ks) for cat, ks in COLUMNS)).rstrip()
 
     counts = by_field[f"search@{KS[0]}"]
-    lines = [line(group, lambda cat, ks: [f"{cat} ({counts.get(cat, {}).get('questions', 0)})"]),
-             line("", lambda cat, ks: [f"@{k}" for k in ks])]
-    lines += [line(method, lambda cat, ks: [mean(f"{prefix}@{k}", cat) for k in ks])
-              for method, prefix in METHODS.items()]
+    lines = [
+        line(group, lambda cat, ks: [f"{cat} ({counts.get(cat, {}).get('questions', 0)})"]),
+        line("", lambda cat, ks: [f"@{k}" for k in ks]),
+    ]
+    lines += [
+        line(method, lambda cat, ks: [mean(f"{prefix}@{k}", cat) for k in ks]) for method, prefix in METHODS.items()
+    ]
     if f"context@{BUDGETS[0]}" in by_field:
-        lines.append(f"GetContext evidence recall, {ALL}: "
-                     + ", ".join(f"{b} tokens {mean(f'context@{b}', ALL)}" for b in BUDGETS))
+        lines.append(
+            f"GetContext evidence recall, {ALL}: "
+            + ", ".join(f"{b} tokens {mean(f'context@{b}', ALL)}" for b in BUDGETS)
+        )
     return lines
 
 
@@ -407,13 +455,21 @@ def main() -> int:
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--audit", type=Path, help="default: locomo8_audit_errors.json next to --data")
     p.add_argument("--conversations", default="", help="comma-separated sample ids (default: all)")
-    p.add_argument("--context", action=argparse.BooleanOptionalAction, default=True,
-                   help="GetContext evidence recall at 1,000 / 2,000 / 4,000 tokens")
+    p.add_argument(
+        "--context",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="GetContext evidence recall at 1,000 / 2,000 / 4,000 tokens",
+    )
     p.add_argument("--derive", action="store_true", help="derive observations with PEERLOG_LLM_BASE_URL's model")
     p.add_argument("--chat", action="store_true", help="answer with Chat and judge with PEERLOG_LLM_BASE_URL's model")
     p.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/locomo.json")
-    p.add_argument("--hits", type=Path, help="also write each question with its top 100 hits and their scores "
-                   "(JSON lines), for analysing the ranking offline")
+    p.add_argument(
+        "--hits",
+        type=Path,
+        help="also write each question with its top 100 hits and their scores "
+        "(JSON lines), for analysing the ranking offline",
+    )
     args = p.parse_args()
     if (args.derive or args.chat) and not os.environ.get("PEERLOG_LLM_BASE_URL"):
         p.error("--derive and --chat need a model endpoint: set PEERLOG_LLM_BASE_URL (and PEERLOG_LLM_MODEL)")
@@ -440,13 +496,23 @@ def main() -> int:
     finally:
         down(root, progress=log)
     rows = result["rows"]
-    result = {"benchmark": "locomo", "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
-              "command": " ".join(shlex.quote(a) for a in sys.argv), "conversations": [s["sample_id"] for s in samples],
-              "left_out_incomplete": sum(left_out for _, _, left_out in asked), "baselines_s": round(baselines_s, 1),
-              **report(result, args)}
+    result = {
+        "benchmark": "locomo",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "conversations": [s["sample_id"] for s in samples],
+        "left_out_incomplete": sum(left_out for _, _, left_out in asked),
+        "baselines_s": round(baselines_s, 1),
+        **report(result, args),
+    }
     if args.hits:
-        args.hits.write_text("".join(json.dumps({k: r[k] for k in ("sample", "category", "question", "evidence",
-                                                                    "top100")}) + "\n" for r in rows))
+        args.hits.write_text(
+            "".join(
+                json.dumps({k: r[k] for k in ("sample", "category", "question", "evidence", "top100")}) + "\n"
+                for r in rows
+            )
+        )
     text = json.dumps(result, indent=2)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")

@@ -39,17 +39,30 @@ from tests.bench.ingest import machine, pct, pin_fresh_ports, stop_others  # noq
 from tests.support.model_server import ModelServer, Reply  # noqa: E402
 
 TARGET_P95_MS = 5.0
-USER = ("I'm planning a trip to Lisbon in May with my sister Maya; we both love old bookshops and I don't eat "
-        "meat, so any food tips should be vegetarian. Turn {i}.")
+USER = (
+    "I'm planning a trip to Lisbon in May with my sister Maya; we both love old bookshops and I don't eat "
+    "meat, so any food tips should be vegetarian. Turn {i}."
+)
 ANSWER = "Noted. Livraria Bertrand in Chiado is the oldest bookshop still open; for food, try {i} places."
 # what the deterministic model answers to the one Chat of turn 1: a dialectic layer of a realistic size
-DIALECTIC = ("Alice is planning a five-day trip to Lisbon in May with her sister Maya. She is vegetarian, loves "
-             "old bookshops and works remotely as a data engineer, so she needs decent wifi. Maya is afraid of "
-             "heights: suggest routes and sights without lifts or viewpoints. Right now she wants concrete, "
-             "short suggestions she can act on.")
-FACTS = [f"Alice {fact} (noted in week {w})" for w in range(1, 6) for fact in (
-    "does not eat meat", "loves old bookshops", "travels with her sister Maya", "works remotely as a data engineer",
-    "needs decent wifi", "prefers trams to taxis")]
+DIALECTIC = (
+    "Alice is planning a five-day trip to Lisbon in May with her sister Maya. She is vegetarian, loves "
+    "old bookshops and works remotely as a data engineer, so she needs decent wifi. Maya is afraid of "
+    "heights: suggest routes and sights without lifts or viewpoints. Right now she wants concrete, "
+    "short suggestions she can act on."
+)
+FACTS = [
+    f"Alice {fact} (noted in week {w})"
+    for w in range(1, 6)
+    for fact in (
+        "does not eat meat",
+        "loves old bookshops",
+        "travels with her sister Maya",
+        "works remotely as a data engineer",
+        "needs decent wifi",
+        "prefers trams to taxis",
+    )
+]
 
 
 def log(msg: str) -> None:
@@ -57,10 +70,27 @@ def log(msg: str) -> None:
 
 
 def run(address: str, token: str, turns: int, warmup: int) -> dict:
-    config = validate([("bench", {
-        "target": address, "token": token, "workspace": "bench", "peerName": "alice", "aiPeer": "assistant",
-        "sessionStrategy": "global", "recallMode": "context", "writeFrequency": "async", "timeout": 10,
-        "contextCadence": 10**9, "dialecticCadence": 10**9, "contextTokens": 1200})])
+    config = validate(
+        [
+            (
+                "bench",
+                {
+                    "target": address,
+                    "token": token,
+                    "workspace": "bench",
+                    "peerName": "alice",
+                    "aiPeer": "assistant",
+                    "sessionStrategy": "global",
+                    "recallMode": "context",
+                    "writeFrequency": "async",
+                    "timeout": 10,
+                    "contextCadence": 10**9,
+                    "dialecticCadence": 10**9,
+                    "contextTokens": 1200,
+                },
+            )
+        ]
+    )
     memory = MemoryProvider(config)
     memory.peer("alice")
     assistant = memory.peer("assistant")
@@ -86,12 +116,16 @@ def run(address: str, token: str, turns: int, warmup: int) -> dict:
         client.remember_write(memory.client.consistency_token)
         written = client.workspace("bench").session("global", create=False).refresh().message_count
     return {
-        "turns_measured": turns, "warmup_turns": warmup, "injected_chars": len(first),
+        "turns_measured": turns,
+        "warmup_turns": warmup,
+        "injected_chars": len(first),
         "overhead_ms": {q: round(pct(timings_us, p) / 1000, 3) for q, p in (("p50", 50), ("p95", 95), ("p99", 99))}
-                       | {"max": round(max(timings_us) / 1000, 3), "mean": round(sum(timings_us) / len(timings_us) / 1000, 3)},
+        | {"max": round(max(timings_us) / 1000, 3), "mean": round(sum(timings_us) / len(timings_us) / 1000, 3)},
         "layer_refreshes": {"base": memory.stats.base_refreshes, "dialectic": memory.stats.dialectic_runs},
         "failed_open": dict(memory.stats.failures) | {f"timeout:{k}": v for k, v in memory.stats.timeouts.items()},
-        "messages_written": written, "messages_expected": 2 * (warmup + turns), "close_drain_s": round(drain_s, 3),
+        "messages_written": written,
+        "messages_expected": 2 * (warmup + turns),
+        "close_drain_s": round(drain_s, 3),
     }
 
 
@@ -105,15 +139,18 @@ def main(argv: list[str]) -> int:
     pin_fresh_ports(root)
     model = ModelServer().start()
     model.reply_with(lambda request: Reply(content=DIALECTIC))
-    state = stack.up(root, progress=log, model_env={"PEERLOG_LLM_BASE_URL": model.base_url,
-                                                    "PEERLOG_LLM_MODEL": "test-model"})
+    state = stack.up(
+        root, progress=log, model_env={"PEERLOG_LLM_BASE_URL": model.base_url, "PEERLOG_LLM_MODEL": "test-model"}
+    )
     try:
         stop_others(state, keep=["api", "projector"])
         log(f"running {args.warmup} + {args.turns} turns")
         load_before = os.getloadavg()
         measured = run(f"127.0.0.1:{state.api_port}", state.admin_token(), args.turns, args.warmup)
-        measured["load_average"] = {"before": [round(x, 1) for x in load_before],
-                                    "after": [round(x, 1) for x in os.getloadavg()]}  # the machine is shared
+        measured["load_average"] = {
+            "before": [round(x, 1) for x in load_before],
+            "after": [round(x, 1) for x in os.getloadavg()],
+        }  # the machine is shared
         result = {
             "benchmark": "provider",
             "date": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -39,8 +39,16 @@ import grpc  # noqa: E402
 import psycopg  # noqa: E402
 
 from infra import stack  # noqa: E402
-from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2, peers_pb2_grpc  # noqa: E402
-from peerlog.v1 import sessions_pb2, sessions_pb2_grpc, workspaces_pb2, workspaces_pb2_grpc  # noqa: E402
+from peerlog.v1 import (  # noqa: E402  # noqa: E402
+    context_pb2,
+    context_pb2_grpc,
+    peers_pb2,
+    peers_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    workspaces_pb2,
+    workspaces_pb2_grpc,
+)
 from services.api.channels import aio_channel  # noqa: E402
 from services.bus.producer import EventLog  # noqa: E402
 from services.bus.settings import KafkaSettings  # noqa: E402
@@ -58,26 +66,92 @@ from services.events import (  # noqa: E402
 from services.llm.embeddings import LocalOnnxEmbedder  # noqa: E402
 from services.llm.settings import EmbeddingSettings  # noqa: E402
 from tests.bench.ingest import (  # noqa: E402
-    CpuMeter, idle_check, machine, pct, pin_fresh_ports, stack_pids, stop_others)
+    CpuMeter,
+    idle_check,
+    machine,
+    pct,
+    pin_fresh_ports,
+    stack_pids,
+    stop_others,
+)
 
 WORKSPACE = "bench-read"
 BENCH = ProducerInfo(component="bench-read", version="0.1.0")
 TARGETS_MS = {"GetContext": 25.0, "SearchMessages": 30.0}
 
 WHO = ["I", "My sister", "Our neighbour", "The coach", "My manager", "Grandpa", "A friend from school", "The vet"]
-DID = ["planted", "repaired", "painted", "sold", "booked", "cancelled", "cooked", "photographed", "forgot",
-       "borrowed", "recommended", "complained about"]
-WHAT = ["the tomatoes", "a bicycle", "the kitchen table", "tickets to Lisbon", "a jazz concert", "the old piano",
-        "lentil soup", "the garden fence", "a used laptop", "the dentist appointment", "a marathon plan",
-        "the greenhouse", "a birthday cake", "the car insurance", "a sourdough starter", "the cello lesson"]
-WHEN = ["on Monday", "last weekend", "in March", "after work", "before the storm", "during the holidays",
-        "this morning", "two years ago", "at the farmers market", "while it rained"]
-WHY = ["because it was cheap", "to surprise everyone", "since the old one broke", "for the first time",
-       "again, sadly", "with a lot of help", "and it went well", "but nobody noticed"]
-QUERIES = ["who repaired the bicycle", "tickets to Lisbon", "sourdough starter", "jazz concert last weekend",
-           "garden fence painted", "dentist appointment cancelled", "marathon training", "birthday cake surprise",
-           "car insurance", "old piano sold", "cello lesson", "lentil soup in March", "greenhouse tomatoes",
-           "used laptop borrowed", "what happened before the storm", "photographed the kitchen table"]
+DID = [
+    "planted",
+    "repaired",
+    "painted",
+    "sold",
+    "booked",
+    "cancelled",
+    "cooked",
+    "photographed",
+    "forgot",
+    "borrowed",
+    "recommended",
+    "complained about",
+]
+WHAT = [
+    "the tomatoes",
+    "a bicycle",
+    "the kitchen table",
+    "tickets to Lisbon",
+    "a jazz concert",
+    "the old piano",
+    "lentil soup",
+    "the garden fence",
+    "a used laptop",
+    "the dentist appointment",
+    "a marathon plan",
+    "the greenhouse",
+    "a birthday cake",
+    "the car insurance",
+    "a sourdough starter",
+    "the cello lesson",
+]
+WHEN = [
+    "on Monday",
+    "last weekend",
+    "in March",
+    "after work",
+    "before the storm",
+    "during the holidays",
+    "this morning",
+    "two years ago",
+    "at the farmers market",
+    "while it rained",
+]
+WHY = [
+    "because it was cheap",
+    "to surprise everyone",
+    "since the old one broke",
+    "for the first time",
+    "again, sadly",
+    "with a lot of help",
+    "and it went well",
+    "but nobody noticed",
+]
+QUERIES = [
+    "who repaired the bicycle",
+    "tickets to Lisbon",
+    "sourdough starter",
+    "jazz concert last weekend",
+    "garden fence painted",
+    "dentist appointment cancelled",
+    "marathon training",
+    "birthday cake surprise",
+    "car insurance",
+    "old piano sold",
+    "cello lesson",
+    "lentil soup in March",
+    "greenhouse tomatoes",
+    "used laptop borrowed",
+    "what happened before the storm",
+    "photographed the kitchen table",
+]
 
 
 def log(msg: str) -> None:
@@ -103,11 +177,16 @@ def plan(args, rng: random.Random) -> dict:
     # texts are drawn from pools of --distinct sentences each, so setup time stays bounded (every distinct
     # text is embedded once); a message text recurs ~2 times, an observation ~4 times (across pairs)
     message_pool = [sentence(rng) for _ in range(min(args.distinct, args.messages))]
-    observation_pool = [f"The peer {s[0].lower()}{s[1:]}" for s in
-                        (sentence(rng) for _ in range(min(args.distinct, args.observations)))]
-    return {"peers": peers, "sessions": sessions, "pairs": pairs,
-            "messages": [rng.choice(message_pool) for _ in range(args.messages)],
-            "observations": [rng.choice(observation_pool) for _ in range(args.observations)]}
+    observation_pool = [
+        f"The peer {s[0].lower()}{s[1:]}" for s in (sentence(rng) for _ in range(min(args.distinct, args.observations)))
+    ]
+    return {
+        "peers": peers,
+        "sessions": sessions,
+        "pairs": pairs,
+        "messages": [rng.choice(message_pool) for _ in range(args.messages)],
+        "observations": [rng.choice(observation_pool) for _ in range(args.observations)],
+    }
 
 
 def embed_all(texts: list[str], embedder: LocalOnnxEmbedder, label: str) -> list[list[float]]:
@@ -116,7 +195,7 @@ def embed_all(texts: list[str], embedder: LocalOnnxEmbedder, label: str) -> list
     vectors: list[list[float]] = []
     started = time.monotonic()
     for i in range(0, len(unique), 4096):
-        vectors += embedder.embed_sync(unique[i:i + 4096])
+        vectors += embedder.embed_sync(unique[i : i + 4096])
         log(f"  embedded {len(vectors)}/{len(unique)} distinct {label} ({time.monotonic() - started:.0f} s)")
     by_text = dict(zip(unique, vectors, strict=True))
     return [by_text[t] for t in texts]
@@ -127,28 +206,48 @@ def events(p: dict, message_vectors, observation_vectors, rng: random.Random):
     yield [WorkspaceCreated(workspace_id=WORKSPACE, producer=BENCH)]
     yield [PeerCreated(workspace_id=WORKSPACE, peer_id=peer, producer=BENCH) for peer in p["peers"]]
     joined = datetime.now(UTC)
-    yield [e for s, members in p["sessions"].items()
-           for e in [SessionCreated(workspace_id=WORKSPACE, session_id=s, producer=BENCH)]
-           + [MemberJoined(workspace_id=WORKSPACE, session_id=s, peer_id=m, joined_at=joined, producer=BENCH)
-              for m in members]]
+    yield [
+        e
+        for s, members in p["sessions"].items()
+        for e in [SessionCreated(workspace_id=WORKSPACE, session_id=s, producer=BENCH)]
+        + [
+            MemberJoined(workspace_id=WORKSPACE, session_id=s, peer_id=m, joined_at=joined, producer=BENCH)
+            for m in members
+        ]
+    ]
     session_ids = list(p["sessions"])
     start = datetime(2025, 1, 1, tzinfo=UTC)
     chunk = []
     for i, (text, vector) in enumerate(zip(p["messages"], message_vectors, strict=True)):
         s = session_ids[i % len(session_ids)]
-        m = MessageAppended(workspace_id=WORKSPACE, session_id=s, message_id=f"m{i}",
-                            peer_id=rng.choice(p["sessions"][s]), content=text,
-                            created_at=start + timedelta(minutes=10 * i), producer=BENCH)
+        m = MessageAppended(
+            workspace_id=WORKSPACE,
+            session_id=s,
+            message_id=f"m{i}",
+            peer_id=rng.choice(p["sessions"][s]),
+            content=text,
+            created_at=start + timedelta(minutes=10 * i),
+            producer=BENCH,
+        )
         chunk += [m, embedded(m, vector, EmbeddingSettings().model, BENCH)]
         if len(chunk) >= 2000:
             yield chunk
             chunk = []
     for i, (text, vector) in enumerate(zip(p["observations"], observation_vectors, strict=True)):
         observer, observed = p["pairs"][i % len(p["pairs"])]
-        chunk.append(ObservationAdded(workspace_id=WORKSPACE, observer_id=observer, observed_id=observed,
-                                      observation_id=f"o{i}", level=Level.EXPLICIT, content=text,
-                                      embedding=tuple(vector), embedding_model=EmbeddingSettings().model,
-                                      producer=BENCH))
+        chunk.append(
+            ObservationAdded(
+                workspace_id=WORKSPACE,
+                observer_id=observer,
+                observed_id=observed,
+                observation_id=f"o{i}",
+                level=Level.EXPLICIT,
+                content=text,
+                embedding=tuple(vector),
+                embedding_model=EmbeddingSettings().model,
+                producer=BENCH,
+            )
+        )
         if len(chunk) >= 2000:
             yield chunk
             chunk = []
@@ -172,10 +271,12 @@ def wait_projected(dsn: str, messages: int, observations: int, timeout: float = 
 def already_built(dsn: str, args) -> bool:
     """Whether a kept stack (--dir) already holds this workspace in full: then the setup is skipped."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        m = conn.execute("SELECT count(*) FROM peerlog.messages WHERE workspace_id = %s AND embedding IS NOT NULL",
-                         (WORKSPACE,)).fetchone()[0]
-        o = conn.execute("SELECT count(*) FROM peerlog.observations WHERE workspace_id = %s",
-                         (WORKSPACE,)).fetchone()[0]
+        m = conn.execute(
+            "SELECT count(*) FROM peerlog.messages WHERE workspace_id = %s AND embedding IS NOT NULL", (WORKSPACE,)
+        ).fetchone()[0]
+        o = conn.execute("SELECT count(*) FROM peerlog.observations WHERE workspace_id = %s", (WORKSPACE,)).fetchone()[
+            0
+        ]
     return (m, o) == (args.messages, args.observations)
 
 
@@ -226,34 +327,55 @@ def calls(p: dict):
     def get_context(ch, rng):
         s = rng.choice(session_ids)
         observer, target = rng.choice(p["pairs"])
-        return context_pb2_grpc.ContextServiceStub(ch).GetContext(context_pb2.GetContextRequest(
-            workspace_id=WORKSPACE, session_id=s, token_budget=2000, observer_id=observer, target_id=target,
-            search_query=rng.choice(QUERIES)))
+        return context_pb2_grpc.ContextServiceStub(ch).GetContext(
+            context_pb2.GetContextRequest(
+                workspace_id=WORKSPACE,
+                session_id=s,
+                token_budget=2000,
+                observer_id=observer,
+                target_id=target,
+                search_query=rng.choice(QUERIES),
+            )
+        )
 
     def search_workspace(ch, rng):
         return workspaces_pb2_grpc.WorkspaceServiceStub(ch).SearchMessages(
-            workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=WORKSPACE, query=rng.choice(QUERIES)))
+            workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=WORKSPACE, query=rng.choice(QUERIES))
+        )
 
     def search_perspective(ch, rng):
         return workspaces_pb2_grpc.WorkspaceServiceStub(ch).SearchMessages(
-            workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=WORKSPACE, query=rng.choice(QUERIES),
-                                                         perspective_peer_id=rng.choice(p["peers"])))
+            workspaces_pb2.SearchWorkspaceMessagesRequest(
+                workspace_id=WORKSPACE, query=rng.choice(QUERIES), perspective_peer_id=rng.choice(p["peers"])
+            )
+        )
 
     def search_session(ch, rng):
-        return sessions_pb2_grpc.SessionServiceStub(ch).SearchMessages(sessions_pb2.SearchSessionMessagesRequest(
-            workspace_id=WORKSPACE, session_id=rng.choice(session_ids), query=rng.choice(QUERIES)))
+        return sessions_pb2_grpc.SessionServiceStub(ch).SearchMessages(
+            sessions_pb2.SearchSessionMessagesRequest(
+                workspace_id=WORKSPACE, session_id=rng.choice(session_ids), query=rng.choice(QUERIES)
+            )
+        )
 
     def search_peer(ch, rng):
-        return peers_pb2_grpc.PeerServiceStub(ch).SearchMessages(peers_pb2.SearchPeerMessagesRequest(
-            workspace_id=WORKSPACE, peer_id=rng.choice(p["peers"]), query=rng.choice(QUERIES)))
+        return peers_pb2_grpc.PeerServiceStub(ch).SearchMessages(
+            peers_pb2.SearchPeerMessagesRequest(
+                workspace_id=WORKSPACE, peer_id=rng.choice(p["peers"]), query=rng.choice(QUERIES)
+            )
+        )
 
-    return {"GetContext": get_context, "SearchMessages workspace": search_workspace,
-            "SearchMessages workspace+perspective": search_perspective,
-            "SearchMessages session": search_session, "SearchMessages peer": search_peer}
+    return {
+        "GetContext": get_context,
+        "SearchMessages workspace": search_workspace,
+        "SearchMessages workspace+perspective": search_perspective,
+        "SearchMessages session": search_session,
+        "SearchMessages peer": search_peer,
+    }
 
 
-async def measure(state, call, clients: int, warmup: float, seconds: float, rate: float = 0.0,
-                  meter: CpuMeter | None = None) -> dict:
+async def measure(
+    state, call, clients: int, warmup: float, seconds: float, rate: float = 0.0, meter: CpuMeter | None = None
+) -> dict:
     """Closed loop (rate 0: each client calls again as soon as it has an answer) or paced (`rate` calls/s
     offered in total, spread evenly over the clients; a late call is sent at once, never skipped)."""
     latencies: list[float] = []
@@ -266,8 +388,9 @@ async def measure(state, call, clients: int, warmup: float, seconds: float, rate
         interval = clients / rate if rate else 0.0
         due = start + interval * i / clients
         # its own TCP connection, like a separate client (channels in one process share one by default)
-        async with aio_channel(f"127.0.0.1:{state.api_port}", state.admin_token(),
-                               options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
+        async with aio_channel(
+            f"127.0.0.1:{state.api_port}", state.admin_token(), options=[("grpc.use_local_subchannel_pool", 1)]
+        ) as ch:
             while True:
                 if interval:
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
@@ -287,12 +410,25 @@ async def measure(state, call, clients: int, warmup: float, seconds: float, rate
         asyncio.get_running_loop().call_later(warmup, meter.start)
     await asyncio.gather(*(client(i) for i in range(clients)))
     cpu = meter.stop() if meter is not None else {}
-    per_call = {name: round(cores * seconds * 1000 / max(1, len(latencies)), 2) for name, cores in cpu.items()
-                if name in ("api", "postgres", "bench_clients")}
-    return {"calls": len(latencies), "cpu_cores": cpu, "cpu_ms_per_call": per_call, "calls_per_s": round(len(latencies) / seconds, 1), "errors": len(errors),
-            "first_error": errors[0] if errors else None,
-            "latency_ms": {"p50": pct(latencies, 50), "p95": pct(latencies, 95), "p99": pct(latencies, 99),
-                           "max": pct(latencies, 100)}}
+    per_call = {
+        name: round(cores * seconds * 1000 / max(1, len(latencies)), 2)
+        for name, cores in cpu.items()
+        if name in ("api", "postgres", "bench_clients")
+    }
+    return {
+        "calls": len(latencies),
+        "cpu_cores": cpu,
+        "cpu_ms_per_call": per_call,
+        "calls_per_s": round(len(latencies) / seconds, 1),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "latency_ms": {
+            "p50": pct(latencies, 50),
+            "p95": pct(latencies, 95),
+            "p99": pct(latencies, 99),
+            "max": pct(latencies, 100),
+        },
+    }
 
 
 def explain(dsn: str) -> dict:
@@ -308,12 +444,17 @@ def explain(dsn: str) -> dict:
     with psycopg.connect(dsn) as conn:
         conn.execute("SET search_path TO peerlog, public")
         conn.execute(f"SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = {depth(10)}")
-        for name, search in (("workspace", MessageSearch(WORKSPACE, QUERIES[0], vector)),
-                             ("perspective", MessageSearch(WORKSPACE, QUERIES[0], vector, perspective_id="p3")),
-                             ("peer", MessageSearch(WORKSPACE, QUERIES[0], vector, author_ids=["p3"]))):
+        for name, search in (
+            ("workspace", MessageSearch(WORKSPACE, QUERIES[0], vector)),
+            ("perspective", MessageSearch(WORKSPACE, QUERIES[0], vector, perspective_id="p3")),
+            ("peer", MessageSearch(WORKSPACE, QUERIES[0], vector, author_ids=["p3"])),
+        ):
             values = params(search)
-            compiled = fused(Shape.of(search)).params(values).compile(
-                dialect=postgresql.dialect(), compile_kwargs={"render_postcompile": True})
+            compiled = (
+                fused(Shape.of(search))
+                .params(values)
+                .compile(dialect=postgresql.dialect(), compile_kwargs={"render_postcompile": True})
+            )
             bound = {k: (str(v) if k == "vector" else v) for k, v in compiled.params.items()}
             sql = str(compiled).replace("%(vector)s", "%(vector)s::vector")
             rows = conn.execute(f"EXPLAIN (ANALYZE, COSTS OFF, SUMMARY ON) {sql}", bound).fetchall()
@@ -328,14 +469,19 @@ async def load(state, p: dict, args) -> dict:
         for name, call in calls(p).items():
             if args.only and not name.startswith(args.only):
                 continue
-            log(f"measuring {name} ({mode}): {args.clients} clients, {args.seconds:g} s after {args.warmup:g} s warm-up")
+            log(
+                f"measuring {name} ({mode}): {args.clients} clients, {args.seconds:g} s after {args.warmup:g} s warm-up"
+            )
             busy = idle_check(1.0)
-            meter = CpuMeter({**stack_pids(Path(state.root), state), "bench_clients": [os.getpid()]},
-                             with_children={"postgres", "api"})  # api: with PEERLOG_API_PROCESSES > 1
-            out.setdefault(mode, {})[name] = {**await measure(state, call, args.clients, args.warmup,
-                                                              args.seconds, rate, meter),
-                                              "machine_busy_pct_before": busy,
-                                              "load_average_after": os.getloadavg()}
+            meter = CpuMeter(
+                {**stack_pids(Path(state.root), state), "bench_clients": [os.getpid()]},
+                with_children={"postgres", "api"},
+            )  # api: with PEERLOG_API_PROCESSES > 1
+            out.setdefault(mode, {})[name] = {
+                **await measure(state, call, args.clients, args.warmup, args.seconds, rate, meter),
+                "machine_busy_pct_before": busy,
+                "load_average_after": os.getloadavg(),
+            }
             log(f"  {out[mode][name]}")
     return out
 
@@ -351,8 +497,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--warmup", type=float, default=3.0)
-    ap.add_argument("--paced-rate", type=float, default=40.0,
-                    help="calls/s offered in total in the second, paced pass (the first is closed loop)")
+    ap.add_argument(
+        "--paced-rate",
+        type=float,
+        default=40.0,
+        help="calls/s offered in total in the second, paced pass (the first is closed loop)",
+    )
     ap.add_argument("--only", default="", help="measure only the phases whose name starts with this")
     ap.add_argument("--dir", type=Path, help="stack directory (default: a fresh temp dir)")
     ap.add_argument("--keep", action="store_true", help="leave the stack running and its directory in place")
@@ -383,17 +533,26 @@ def main(argv: list[str]) -> int:
             "command": shlex.join([".venv/bin/python", str(Path(__file__).relative_to(ROOT)), *argv]),
             "machine": machine(),
             "api_processes": int(os.environ.get("PEERLOG_API_PROCESSES", "1")),
-            "workspace": {"messages": args.messages, "observations": args.observations, "peers": args.peers,
-                          "distinct_texts_per_kind": args.distinct,
-                          "sessions": len(built["plan"]["sessions"]), "pairs": args.pairs,
-                          "events_appended": built["events_appended"]},
+            "workspace": {
+                "messages": args.messages,
+                "observations": args.observations,
+                "peers": args.peers,
+                "distinct_texts_per_kind": args.distinct,
+                "sessions": len(built["plan"]["sessions"]),
+                "pairs": args.pairs,
+                "events_appended": built["events_appended"],
+            },
             "setup": {"total_s": setup_s, **built["timings"]},
-            "clients": args.clients, "seconds_per_phase": args.seconds,
+            "clients": args.clients,
+            "seconds_per_phase": args.seconds,
             "targets_p95_ms": TARGETS_MS,
             "phases": measured,
-            "met_p95_target": {f"{mode}: {name}": r["latency_ms"]["p95"] is not None
-                               and r["latency_ms"]["p95"] <= TARGETS_MS[name.split()[0]]
-                               for mode, phases in measured.items() for name, r in phases.items()},
+            "met_p95_target": {
+                f"{mode}: {name}": r["latency_ms"]["p95"] is not None
+                and r["latency_ms"]["p95"] <= TARGETS_MS[name.split()[0]]
+                for mode, phases in measured.items()
+                for name, r in phases.items()
+            },
             "plans": plans,
         }
         text = json.dumps(result, indent=2)

@@ -53,29 +53,47 @@ async def phase(state, args, server: ModelServer) -> dict:
         await asyncio.sleep(0.5)
     took = time.monotonic() - started
     derived = len(ids & derived_ids(dsn, workspace))
-    return {"messages": len(ids), "derived": derived, "acked_in_s": round(acked_s, 1),
-            "all_derived_in_s": round(took, 1), "derived_messages_per_s": round(derived / took, 1),
-            "deriver_model_calls": deriver_calls(server) - calls_before, "load_average": os.getloadavg()}
+    return {
+        "messages": len(ids),
+        "derived": derived,
+        "acked_in_s": round(acked_s, 1),
+        "all_derived_in_s": round(took, 1),
+        "derived_messages_per_s": round(derived / took, 1),
+        "deriver_model_calls": deriver_calls(server) - calls_before,
+        "load_average": os.getloadavg(),
+    }
 
 
 async def run(args, root: Path) -> dict:
-    result = {"benchmark": "scaleout-derivation", "date": datetime.now(UTC).isoformat(timespec="seconds"),
-              "command": " ".join(shlex.quote(a) for a in sys.argv), "machine": machine(),
-              "load_average_before": os.getloadavg()}
+    result = {
+        "benchmark": "scaleout-derivation",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "machine": machine(),
+        "load_average_before": os.getloadavg(),
+    }
     root.mkdir(parents=True, exist_ok=True)
     pin_fresh_ports(root)
     extra: subprocess.Popen | None = None
     with ModelServer() as server:
         server.reply_with(model_reply(args.delay_ms / 1000))
-        env = {"PEERLOG_LLM_BASE_URL": server.base_url, "PEERLOG_LLM_MODEL": "bench",
-               "PEERLOG_DERIVER_TICK_S": "1", "PEERLOG_DERIVER_MAX_WAIT_S": str(args.max_wait_s)}
+        env = {
+            "PEERLOG_LLM_BASE_URL": server.base_url,
+            "PEERLOG_LLM_MODEL": "bench",
+            "PEERLOG_DERIVER_TICK_S": "1",
+            "PEERLOG_DERIVER_MAX_WAIT_S": str(args.max_wait_s),
+        }
         try:
             state = up(root, progress=log, model_env=env)
             result["1 worker"] = await phase(state, args, server)
             log(f"1 worker: {result['1 worker']}")
-            extra = subprocess.Popen([sys.executable, "-m", "services.cli.main", *PROCESSES["worker"]],
-                                     env={**os.environ, **state.env()}, stdout=open(root / "worker2.log", "ab"),
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            extra = subprocess.Popen(
+                [sys.executable, "-m", "services.cli.main", *PROCESSES["worker"]],
+                env={**os.environ, **state.env()},
+                stdout=open(root / "worker2.log", "ab"),
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
             await asyncio.sleep(args.join_s)  # the groups rebalance onto both workers
             result["2 workers"] = await phase(state, args, server)
             log(f"2 workers: {result['2 workers']}")

@@ -22,7 +22,13 @@ from hypothesis import seed as with_seed
 from sqlalchemy import text
 
 from peerlog.v1 import (
-    common_pb2, dreams_pb2, messages_pb2, observations_pb2, peers_pb2, sessions_pb2, workspaces_pb2,
+    common_pb2,
+    dreams_pb2,
+    messages_pb2,
+    observations_pb2,
+    peers_pb2,
+    sessions_pb2,
+    workspaces_pb2,
 )
 from services.api.channels import channel
 from services.bus.consistency import ConsistencyToken
@@ -42,10 +48,20 @@ ENDLESS_READ_S = 3.0
 
 
 class Fuzzer:
-    def __init__(self, address: str, bootstrap_servers: str, topic_prefix: str, topics: Iterable[str],
-                 engine, schema: str, alive: Callable[[], str | None] = lambda: None,
-                 deadline_s: float = 30.0, stream_items: int = 5,
-                 progress: Callable[[str], None] | None = None, token: str = "") -> None:
+    def __init__(
+        self,
+        address: str,
+        bootstrap_servers: str,
+        topic_prefix: str,
+        topics: Iterable[str],
+        engine,
+        schema: str,
+        alive: Callable[[], str | None] = lambda: None,
+        deadline_s: float = 30.0,
+        stream_items: int = 5,
+        progress: Callable[[str], None] | None = None,
+        token: str = "",
+    ) -> None:
         """`topics`: full names of the log topics only the API writes while fuzzing (watched for refused
         writes); `alive()` names a dead part of the stack, or returns None; `token`: the bearer token sent."""
         self.channel = channel(address, token)  # default limits: what a default client can receive
@@ -78,8 +94,14 @@ class Fuzzer:
         moved = [(tp, before[tp], after[tp]) for tp in after if after[tp] > before.get(tp, 0)]
         if not moved:
             return []
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"fuzz-{uuid.uuid4().hex}",
-                             "isolation.level": "read_committed", "enable.auto.commit": False})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"fuzz-{uuid.uuid4().hex}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
         consumer.assign([TopicPartition(t, p, lo) for (t, p), lo, _ in moved])
         found: list[str] = []
         deadline = time.monotonic() + 10
@@ -103,11 +125,20 @@ class Fuzzer:
             if (topic, partition, offset) in self.quarantined:
                 continue
             self.quarantined.add((topic, partition, offset))
-            culprit = next((case for case, ranges in reversed(self.writes)
-                            if ranges.get((topic, partition), (0, 0))[0] <= offset
-                            < ranges.get((topic, partition), (0, 0))[1]), None)
-            self.tally.violation("a record the API accepted was quarantined", culprit, None,
-                                 {"record": f"{topic}:{partition}:{offset}", "reason": reason[:300]})
+            culprit = next(
+                (
+                    case
+                    for case, ranges in reversed(self.writes)
+                    if ranges.get((topic, partition), (0, 0))[0] <= offset < ranges.get((topic, partition), (0, 0))[1]
+                ),
+                None,
+            )
+            self.tally.violation(
+                "a record the API accepted was quarantined",
+                culprit,
+                None,
+                {"record": f"{topic}:{partition}:{offset}", "reason": reason[:300]},
+            )
 
     def check_alive(self) -> None:
         dead = self.alive()
@@ -127,8 +158,9 @@ class Fuzzer:
         try:
             if not rpc.streaming:
                 raw, _ = self.channel.unary_unary(rpc.path).with_call(data, timeout=self.deadline_s)
-                return Outcome(grpc.StatusCode.OK, "", time.monotonic() - started,
-                               reply=rpc.response_class().FromString(raw))
+                return Outcome(
+                    grpc.StatusCode.OK, "", time.monotonic() - started, reply=rpc.response_class().FromString(raw)
+                )
             # a stream is read for a few items, then cut: the deadline bounds a stream that never ends
             call = self.channel.unary_stream(rpc.path)(data, timeout=ENDLESS_READ_S if endless else self.deadline_s)
             items = 0
@@ -163,8 +195,12 @@ class Fuzzer:
         elif moved:
             committed = self.committed_between(before, after)
             if committed:
-                self.tally.violation("a refused call reached the log", case, outcome,
-                                     {"records": committed[:5], "record_count": len(committed)})
+                self.tally.violation(
+                    "a refused call reached the log",
+                    case,
+                    outcome,
+                    {"records": committed[:5], "record_count": len(committed)},
+                )
         if outcome.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
             self.check_alive()
         if self.calls % QUARANTINE_EVERY == 0:
@@ -189,6 +225,7 @@ class Fuzzer:
     # --- the run
     def seed(self) -> None:
         """A little real data, so plausible requests find workspaces, peers, messages and observations."""
+
         def call(rpc_name: str, request) -> Message:
             rpc = next(r for r in self.rpcs if r.name == rpc_name)
             outcome = self.send(rpc, request.SerializeToString())
@@ -203,31 +240,79 @@ class Fuzzer:
             for peer in ("alice", "bob", "carol"):
                 call("PeerService.GetOrCreatePeer", peers_pb2.GetOrCreatePeerRequest(workspace_id=ws, peer_id=peer))
         for sid, members in (("s1", ("alice", "bob")), ("s2", ("bob", "carol"))):
-            call("SessionService.GetOrCreateSession", sessions_pb2.GetOrCreateSessionRequest(
-                workspace_id="fz", session_id=sid, members=[sessions_pb2.MemberSpec(peer_id=m) for m in members]))
-        sent = call("MessageService.AddMessages", messages_pb2.AddMessagesRequest(
-            workspace_id="fz", session_id="s1", messages=[
-                messages_pb2.NewMessage(peer_id="bob", content="I keep bees in my garden"),
-                messages_pb2.NewMessage(peer_id="alice", content="cool"),
-                messages_pb2.NewMessage(peer_id="bob", content="I moved to Oslo last year")]))
-        call("MessageService.ListMessages", messages_pb2.ListMessagesRequest(
-            workspace_id="fz", session_id="s1", page=page, consistency=read(sent.consistency_token)))
-        made = call("ObservationService.CreateObservations", observations_pb2.CreateObservationsRequest(
-            workspace_id="fz", observer_id="alice", observed_id="bob", observations=[
-                observations_pb2.NewObservation(content="Bob keeps bees", session_id="s1", sources=[
-                    observations_pb2.ObservationSource(message_id=sent.message_ids[0], span="I keep bees")])]))
-        call("PeerService.SetPeerCard", peers_pb2.SetPeerCardRequest(
-            workspace_id="fz", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: keeps bees", "IDENTITY: Bob"]))
-        call("DreamService.ScheduleDream", dreams_pb2.ScheduleDreamRequest(
-            workspace_id="fz", observer_id="alice", observed_id="bob", reason="fuzz seed"))
-        call("ObservationService.ListObservations", observations_pb2.ListObservationsRequest(
-            workspace_id="fz", observer_id="alice", observed_id="bob", page=page,
-            consistency=read(made.consistency_token)))
+            call(
+                "SessionService.GetOrCreateSession",
+                sessions_pb2.GetOrCreateSessionRequest(
+                    workspace_id="fz", session_id=sid, members=[sessions_pb2.MemberSpec(peer_id=m) for m in members]
+                ),
+            )
+        sent = call(
+            "MessageService.AddMessages",
+            messages_pb2.AddMessagesRequest(
+                workspace_id="fz",
+                session_id="s1",
+                messages=[
+                    messages_pb2.NewMessage(peer_id="bob", content="I keep bees in my garden"),
+                    messages_pb2.NewMessage(peer_id="alice", content="cool"),
+                    messages_pb2.NewMessage(peer_id="bob", content="I moved to Oslo last year"),
+                ],
+            ),
+        )
+        call(
+            "MessageService.ListMessages",
+            messages_pb2.ListMessagesRequest(
+                workspace_id="fz", session_id="s1", page=page, consistency=read(sent.consistency_token)
+            ),
+        )
+        made = call(
+            "ObservationService.CreateObservations",
+            observations_pb2.CreateObservationsRequest(
+                workspace_id="fz",
+                observer_id="alice",
+                observed_id="bob",
+                observations=[
+                    observations_pb2.NewObservation(
+                        content="Bob keeps bees",
+                        session_id="s1",
+                        sources=[
+                            observations_pb2.ObservationSource(message_id=sent.message_ids[0], span="I keep bees")
+                        ],
+                    )
+                ],
+            ),
+        )
+        call(
+            "PeerService.SetPeerCard",
+            peers_pb2.SetPeerCardRequest(
+                workspace_id="fz",
+                observer_id="alice",
+                observed_id="bob",
+                entries=["ATTRIBUTE: keeps bees", "IDENTITY: Bob"],
+            ),
+        )
+        call(
+            "DreamService.ScheduleDream",
+            dreams_pb2.ScheduleDreamRequest(
+                workspace_id="fz", observer_id="alice", observed_id="bob", reason="fuzz seed"
+            ),
+        )
+        call(
+            "ObservationService.ListObservations",
+            observations_pb2.ListObservationsRequest(
+                workspace_id="fz",
+                observer_id="alice",
+                observed_id="bob",
+                page=page,
+                consistency=read(made.consistency_token),
+            ),
+        )
         call("WorkspaceService.ListWorkspaces", workspaces_pb2.ListWorkspacesRequest(page=page))
         call("PeerService.ListPeers", peers_pb2.ListPeersRequest(workspace_id="fz", page=page))
         call("SessionService.ListSessions", sessions_pb2.ListSessionsRequest(workspace_id="fz", page=page))
-        call("DreamService.ListDreams", dreams_pb2.ListDreamsRequest(workspace_id="fz", observer_id="alice",
-                                                                     observed_id="bob"))
+        call(
+            "DreamService.ListDreams",
+            dreams_pb2.ListDreamsRequest(workspace_id="fz", observer_id="alice", observed_id="bob"),
+        )
 
     def settle(self) -> None:
         """Wait until the projector has read every accepted write, then look at the quarantine a last time."""
@@ -236,8 +321,12 @@ class Fuzzer:
         request = workspaces_pb2.ListWorkspacesRequest(consistency=common_pb2.ReadConsistency(consistency_token=token))
         outcome = self.send(rpc, request.SerializeToString())
         if outcome.code != grpc.StatusCode.OK:
-            self.tally.violation("the projector did not catch up with the accepted writes", None, outcome,
-                                 {"status": outcome.code.name, "message": outcome.details[:300]})
+            self.tally.violation(
+                "the projector did not catch up with the accepted writes",
+                None,
+                outcome,
+                {"status": outcome.code.name, "message": outcome.details[:300]},
+            )
         self.check_quarantine()
         self.check_alive()
 
@@ -248,13 +337,23 @@ class Fuzzer:
         for rpc in self.rpcs:
             self.fuzz(rpc, max(1, round(examples / len(self.rpcs))), seed, excluded)
         self.settle()
-        return {"elapsed_s": round(time.monotonic() - started, 1), "excluded_input_classes": list(excluded),
-                **self.tally.result()}
+        return {
+            "elapsed_s": round(time.monotonic() - started, 1),
+            "excluded_input_classes": list(excluded),
+            **self.tally.result(),
+        }
 
     def fuzz(self, rpc: Rpc, examples: int, seed: int | None, excluded: tuple[str, ...]) -> None:
         # one hypothesis run per RPC: every RPC gets its share, and each run's choices stay its own
-        @settings(max_examples=examples, derandomize=seed is None, database=None, deadline=None,
-                  phases=[Phase.generate], suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
+        @settings(
+            max_examples=examples,
+            derandomize=seed is None,
+            database=None,
+            deadline=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+            verbosity=Verbosity.quiet,
+        )
         @given(cases(rpc, self.pools, excluded))
         def one(case: Case) -> None:
             self.check(case)

@@ -22,8 +22,12 @@ from google.protobuf.message import Message
 from tests.fuzz.strategies import GRPC_DEFAULT_MAX_MESSAGE, Case
 
 KNOWN_REFUSALS = {
-    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.OUT_OF_RANGE,
+    grpc.StatusCode.PERMISSION_DENIED,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 EXAMPLES_PER_KIND = 3  # examples kept per (violation, RPC, code); every occurrence is counted
@@ -127,8 +131,11 @@ class Tally:
                 if case.raw_suffix:
                     example["raw_suffix"] = repr(case.raw_suffix[:40])
             if outcome is not None:
-                example |= {"status": outcome.code.name, "message": outcome.details[:500],
-                            "elapsed_s": round(outcome.elapsed_s, 3)}
+                example |= {
+                    "status": outcome.code.name,
+                    "message": outcome.details[:500],
+                    "elapsed_s": round(outcome.elapsed_s, 3),
+                }
             self.examples[key].append(example | (extra or {}))
 
     def result(self) -> dict:

@@ -36,8 +36,9 @@ class Rpc:
 
 
 def _rpc(method: MethodDescriptor) -> Rpc:
-    return Rpc(method.containing_service.full_name, method.name, method.input_type, method.output_type,
-               method.server_streaming)
+    return Rpc(
+        method.containing_service.full_name, method.name, method.input_type, method.output_type, method.server_streaming
+    )
 
 
 def all_rpcs() -> list[Rpc]:

@@ -28,17 +28,32 @@ GRPC_DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024  # what a default gRPC server accepts
 # which pool a string field draws its plausible values from, by field name
 KIND_BY_NAME = {
     "workspace_id": "workspace",
-    "peer_id": "peer", "observer_id": "peer", "observed_id": "peer", "target_id": "peer",
-    "perspective_peer_id": "peer", "assistant_peer_id": "peer", "author_peer_ids": "peer", "peer_ids": "peer",
-    "session_id": "session", "session_ids": "session",
-    "message_id": "message", "observation_id": "observation", "dream_id": "dream",
-    "consistency_token": "consistency", "page_token": "page", "json_schema": "schema",
+    "peer_id": "peer",
+    "observer_id": "peer",
+    "observed_id": "peer",
+    "target_id": "peer",
+    "perspective_peer_id": "peer",
+    "assistant_peer_id": "peer",
+    "author_peer_ids": "peer",
+    "peer_ids": "peer",
+    "session_id": "session",
+    "session_ids": "session",
+    "message_id": "message",
+    "observation_id": "observation",
+    "dream_id": "dream",
+    "consistency_token": "consistency",
+    "page_token": "page",
+    "json_schema": "schema",
     "derivation": "derivation",
 }
 # response fields whose values feed the pools, so later requests can name real messages, tokens, …
 HARVEST = {
-    "message_id": "message", "message_ids": "message", "observation_id": "observation",
-    "observation_ids": "observation", "dream_id": "dream", "consistency_token": "consistency",
+    "message_id": "message",
+    "message_ids": "message",
+    "observation_id": "observation",
+    "observation_ids": "observation",
+    "dream_id": "dream",
+    "consistency_token": "consistency",
     "next_page_token": "page",
 }
 POOL_CAP = 64
@@ -49,21 +64,35 @@ class Pools:
     """Values a plausible request is made of; seeded with existing and missing ids, grown from replies."""
 
     topic_prefix: str
-    values: dict[str, list[str]] = field(default_factory=lambda: {
-        "workspace": ["fz", "fz-b", "fz-missing"],
-        "peer": ["alice", "bob", "carol", "peer-missing"],
-        "session": ["s1", "s2", "s-missing"],
-        "message": ["0190c6f2-0000-7000-8000-000000000000"],
-        "observation": ["0190c6f2-0000-7000-8000-000000000001"],
-        "dream": ["0190c6f2-0000-7000-8000-000000000002"],
-        "consistency": [""],
-        "page": [""],
-        "derivation": ["", "fz-derivation", "missing-derivation"],
-        "text": ["hello", "I keep bees in my garden", "Where does Bob live?", "Bob keeps bees", "bees",
-                 "Bob lives in Oslo", "moved to Oslo", "ATTRIBUTE: keeps bees", "IDENTITY: Bob"],
-        "schema": ['{"type": "string"}', '{"type": "object", "properties": {"city": {"type": "string"}}}',
-                   '{"type": "array", "items": {"type": "string"}}'],
-    })
+    values: dict[str, list[str]] = field(
+        default_factory=lambda: {
+            "workspace": ["fz", "fz-b", "fz-missing"],
+            "peer": ["alice", "bob", "carol", "peer-missing"],
+            "session": ["s1", "s2", "s-missing"],
+            "message": ["0190c6f2-0000-7000-8000-000000000000"],
+            "observation": ["0190c6f2-0000-7000-8000-000000000001"],
+            "dream": ["0190c6f2-0000-7000-8000-000000000002"],
+            "consistency": [""],
+            "page": [""],
+            "derivation": ["", "fz-derivation", "missing-derivation"],
+            "text": [
+                "hello",
+                "I keep bees in my garden",
+                "Where does Bob live?",
+                "Bob keeps bees",
+                "bees",
+                "Bob lives in Oslo",
+                "moved to Oslo",
+                "ATTRIBUTE: keeps bees",
+                "IDENTITY: Bob",
+            ],
+            "schema": [
+                '{"type": "string"}',
+                '{"type": "object", "properties": {"city": {"type": "string"}}}',
+                '{"type": "array", "items": {"type": "string"}}',
+            ],
+        }
+    )
 
     def add(self, kind: str, value: str) -> None:
         pool = self.values[kind]
@@ -141,12 +170,15 @@ HOSTILE_SCHEMAS: dict[str, Callable[[], str]] = {
     "schema:ref-file": lambda: '{"$ref": "file:///etc/hostname"}',
     "schema:ref-root": lambda: '{"$ref": "#"}',
     "schema:ref-dangling": lambda: '{"$ref": "#/definitions/none"}',
-    "schema:ref-cycle": lambda: '{"definitions": {"a": {"$ref": "#/definitions/b"}, "b": {"$ref": '
-                                '"#/definitions/a"}}, "$ref": "#/definitions/a"}',
+    "schema:ref-cycle": lambda: (
+        '{"definitions": {"a": {"$ref": "#/definitions/b"}, "b": {"$ref": '
+        '"#/definitions/a"}}, "$ref": "#/definitions/a"}'
+    ),
     "schema:deep": lambda: _deep_schema_text(3000),
     "schema:deep-40": lambda: _deep_schema_text(40),
-    "schema:enum-3000": lambda: json.dumps({"$schema": "http://json-schema.org/draft-04/schema#",
-                                            "enum": [{"a": i} for i in range(3000)]}),
+    "schema:enum-3000": lambda: json.dumps(
+        {"$schema": "http://json-schema.org/draft-04/schema#", "enum": [{"a": i} for i in range(3000)]}
+    ),
     "schema:nan": lambda: '{"type": "number", "minimum": NaN}',
     "schema:not-json": lambda: '{"type": ',
     "schema:not-object": lambda: '[{"type": "string"}]',
@@ -166,8 +198,18 @@ HOSTILE_SCHEMA_OBJECTS: dict[str, Callable[[], dict]] = {
     "schema:empty": lambda: {},
 }
 
-TIMESTAMP_SECONDS = [-62_135_596_801, -62_135_596_800, 253_402_300_799, 253_402_300_800, 2**63 - 1, -(2**63),
-                     0, -1, 1_700_000_000, 4_102_444_800]
+TIMESTAMP_SECONDS = [
+    -62_135_596_801,
+    -62_135_596_800,
+    253_402_300_799,
+    253_402_300_800,
+    2**63 - 1,
+    -(2**63),
+    0,
+    -1,
+    1_700_000_000,
+    4_102_444_800,
+]
 TIMESTAMP_NANOS = [0, -1, 10**9, 999_999_999, 2**31 - 1, -(2**31)]
 LONG_LENGTHS = [257, 513, 2_001, 10_001, 25_000, 25_001, 65_537, 1_000_001]
 HUGE_LIST = [101, 1_000, 70_000]
@@ -208,8 +250,11 @@ class Drawer:
         kind = KIND_BY_NAME.get(fd.name, "text")
         if not self.hostile():
             return self.from_pool(kind)
-        special = {"consistency": self.consistency_hostiles, "page": self.page_hostiles,
-                   "schema": lambda: HOSTILE_SCHEMAS}.get(kind)
+        special = {
+            "consistency": self.consistency_hostiles,
+            "page": self.page_hostiles,
+            "schema": lambda: HOSTILE_SCHEMAS,
+        }.get(kind)
         options = self.string_hostiles(kind)
         if special is not None and self.draw(st.booleans()):
             options = special()
@@ -226,17 +271,23 @@ class Drawer:
             return text[:at] + "\x00" + text[at:]
 
         def with_control() -> str:
-            controls = draw(st.text(st.characters(max_codepoint=0x1F, exclude_characters="\x00")
-                                    | st.sampled_from("\x7f\u200b\u200e\u202e\ufeff\ufffe\U0010ffff"),
-                                    min_size=1, max_size=6))
+            controls = draw(
+                st.text(
+                    st.characters(max_codepoint=0x1F, exclude_characters="\x00")
+                    | st.sampled_from("\x7f\u200b\u200e\u202e\ufeff\ufffe\U0010ffff"),
+                    min_size=1,
+                    max_size=6,
+                )
+            )
             return base() + controls
 
         def long() -> str:
             n = draw(st.sampled_from(LONG_LENGTHS))
             return draw(st.sampled_from(["a", "é", "€", "🙂", "bees "])) * n
 
-        rare = {"huge-request": lambda: "x" * (GRPC_DEFAULT_MAX_MESSAGE + 300_000)} if not draw(
-            st.integers(0, 15)) else {}  # over gRPC's limit: refused by the transport, and slow to send
+        rare = (
+            {"huge-request": lambda: "x" * (GRPC_DEFAULT_MAX_MESSAGE + 300_000)} if not draw(st.integers(0, 15)) else {}
+        )  # over gRPC's limit: refused by the transport, and slow to send
         return {
             **rare,
             "empty": lambda: "",
@@ -245,8 +296,25 @@ class Drawer:
             "control": with_control,
             "long": long,
             "digits": lambda: draw(st.sampled_from(["²", "٣", "0", "-1", "9" * 20, "9" * 5000, "1e309"])),
-            "odd-id": lambda: draw(st.sampled_from(["a/b", "../x", " alice", "alice ", "ALICE", "a" * 512,
-                                                    "a" * 513, "é", "🙂", "a b", "%00", "*", "alice,bob"])),
+            "odd-id": lambda: draw(
+                st.sampled_from(
+                    [
+                        "a/b",
+                        "../x",
+                        " alice",
+                        "alice ",
+                        "ALICE",
+                        "a" * 512,
+                        "a" * 513,
+                        "é",
+                        "🙂",
+                        "a b",
+                        "%00",
+                        "*",
+                        "alice,bob",
+                    ]
+                )
+            ),
         }
 
     def consistency_hostiles(self) -> dict[str, Callable[[], str]]:
@@ -274,10 +342,12 @@ class Drawer:
         def edited() -> str:
             token = real()
             at = draw(st.integers(0, 2**16)) % max(1, len(token))
-            return token[:at] + ("A" if token[at:at + 1] != "A" else "B") + token[at + 1:]
+            return token[:at] + ("A" if token[at : at + 1] != "A" else "B") + token[at + 1 :]
 
         return {
-            "page:unsigned-digits": lambda: _unsigned(draw(st.sampled_from(["0", "5", "²", "٣", "9" * 20, "9" * 5000]))),
+            "page:unsigned-digits": lambda: _unsigned(
+                draw(st.sampled_from(["0", "5", "²", "٣", "9" * 20, "9" * 5000]))
+            ),
             "page:nul": lambda: real() + "\x00",
             "page:edited": edited,
             "page:truncated": lambda: real()[: max(1, len(real()) // 2)],
@@ -287,14 +357,20 @@ class Drawer:
 
     # --- numbers, enums, bools
     def integer(self, fd: FieldDescriptor, where: str) -> int:
-        lo, hi = {F.TYPE_UINT32: (0, 2**32 - 1), F.TYPE_FIXED32: (0, 2**32 - 1), F.TYPE_UINT64: (0, 2**64 - 1),
-                  F.TYPE_FIXED64: (0, 2**64 - 1), F.TYPE_INT64: (-(2**63), 2**63 - 1),
-                  F.TYPE_SINT64: (-(2**63), 2**63 - 1), F.TYPE_SFIXED64: (-(2**63), 2**63 - 1)
-                  }.get(fd.type, (-(2**31), 2**31 - 1))
+        lo, hi = {
+            F.TYPE_UINT32: (0, 2**32 - 1),
+            F.TYPE_FIXED32: (0, 2**32 - 1),
+            F.TYPE_UINT64: (0, 2**64 - 1),
+            F.TYPE_FIXED64: (0, 2**64 - 1),
+            F.TYPE_INT64: (-(2**63), 2**63 - 1),
+            F.TYPE_SINT64: (-(2**63), 2**63 - 1),
+            F.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
+        }.get(fd.type, (-(2**31), 2**31 - 1))
         if not self.hostile():
             return self.draw(st.sampled_from([v for v in (0, 1, 3, 10, 50) if lo <= v <= hi]))
-        boundaries = [v for v in (lo, hi, -1, 101, 1_000, 1_001, 10_001, 100_000, 2**31 - 1, 2**31, 2**32 - 1)
-                      if lo <= v <= hi]
+        boundaries = [
+            v for v in (lo, hi, -1, 101, 1_000, 1_001, 10_001, 100_000, 2**31 - 1, 2**31, 2**32 - 1) if lo <= v <= hi
+        ]
         self.classes.append(f"int:boundary@{where}")
         return self.draw(st.sampled_from(boundaries) | st.integers(lo, hi))
 
@@ -303,9 +379,14 @@ class Drawer:
             return self.draw(st.sampled_from([0.0, 0.3, 0.5, 1.0]))
         width = 32 if fd.type == F.TYPE_FLOAT else 64
         nonfinite = {"float:nonfinite": lambda: self.draw(st.sampled_from([float("nan"), float("inf"), float("-inf")]))}
-        odd = {"float:odd": lambda: self.draw(st.sampled_from([-0.0, -1.0, 2.0, 5e-324 if width == 64 else 1e-45,
-                                                               3.4e38, 1e308 if width == 64 else 3.4e38])
-                                              | st.floats(width=width, allow_nan=False, allow_infinity=False))}
+        odd = {
+            "float:odd": lambda: self.draw(
+                st.sampled_from(
+                    [-0.0, -1.0, 2.0, 5e-324 if width == 64 else 1e-45, 3.4e38, 1e308 if width == 64 else 3.4e38]
+                )
+                | st.floats(width=width, allow_nan=False, allow_infinity=False)
+            )
+        }
         value = self.pick({**nonfinite, **odd}, where)
         return 0.0 if value is None else value  # type: ignore[return-value]
 
@@ -348,8 +429,9 @@ class Drawer:
         ts.seconds, ts.nanos = seconds, nanos
 
     def json_value(self, keys, leaves):
-        return st.recursive(leaves, lambda inner: st.lists(inner, max_size=4)
-                            | st.dictionaries(keys, inner, max_size=4), max_leaves=12)
+        return st.recursive(
+            leaves, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4), max_leaves=12
+        )
 
     def struct(self, target: struct_pb2.Struct, where: str, schema: bool = False) -> None:
         draw = self.draw
@@ -357,9 +439,15 @@ class Drawer:
             if schema:
                 target.update(json.loads(self.from_pool("schema")))
             else:
-                target.update(draw(st.dictionaries(st.sampled_from(["source", "n", "tags", "lang"]),
-                                                   st.sampled_from([1, "x", True, None, [1, 2], {"k": "v"}]),
-                                                   max_size=3)))
+                target.update(
+                    draw(
+                        st.dictionaries(
+                            st.sampled_from(["source", "n", "tags", "lang"]),
+                            st.sampled_from([1, "x", True, None, [1, 2], {"k": "v"}]),
+                            max_size=3,
+                        )
+                    )
+                )
             return
         plain_keys = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=12)
         plain = st.none() | st.booleans() | st.floats(allow_nan=False, allow_infinity=False) | plain_keys
@@ -391,8 +479,9 @@ class Drawer:
     # --- messages and repeated fields
     def message(self, msg: Message, where: str = "", depth: int = 0) -> Message:
         desc: Descriptor = msg.DESCRIPTOR
-        real_oneofs = [o for o in desc.oneofs if not (len(o.fields) == 1 and o.fields[0].has_presence
-                                                      and o.name.startswith("_"))]
+        real_oneofs = [
+            o for o in desc.oneofs if not (len(o.fields) == 1 and o.fields[0].has_presence and o.name.startswith("_"))
+        ]
         chosen = {o.name: self.draw(st.sampled_from([None, *o.fields])) for o in real_oneofs}
         for fd in desc.fields:
             path = f"{where}.{fd.name}" if where else fd.name
@@ -462,8 +551,11 @@ class Drawer:
         if not strings or not self.hostile() or self.draw(st.integers(0, 3)):
             return b""
         fd = self.draw(st.sampled_from(strings))
-        options = {"utf8:invalid": lambda: b"\xff\xfeab", "utf8:surrogate": lambda: "x\ud800y".encode("utf-8", "surrogatepass"),
-                   "utf8:overlong": lambda: b"\xc0\x80"}
+        options = {
+            "utf8:invalid": lambda: b"\xff\xfeab",
+            "utf8:surrogate": lambda: "x\ud800y".encode("utf-8", "surrogatepass"),
+            "utf8:overlong": lambda: b"\xc0\x80",
+        }
         payload = self.pick(options, fd.name)
         if payload is None:
             return b""

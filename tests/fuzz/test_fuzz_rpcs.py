@@ -47,8 +47,15 @@ class ServerThread:
 
 def test_the_fuzzer_covers_every_rpc():
     names = {rpc.name for rpc in all_rpcs()}
-    assert len(names) == 52 and {"DialecticService.ChatStream", "MessageService.AddMessages",
-                                 "ConfigurationService.SetSessionConfiguration"} <= names
+    assert (
+        len(names) == 52
+        and {
+            "DialecticService.ChatStream",
+            "MessageService.AddMessages",
+            "ConfigurationService.SetSessionConfiguration",
+        }
+        <= names
+    )
 
 
 def test_fuzzing_every_rpc_finds_no_violation(settings, projector, model_server):
@@ -57,9 +64,17 @@ def test_fuzzing_every_rpc_finds_no_violation(settings, projector, model_server)
     engine = sync_engine(settings.database)
     topics = [spec.full_name(settings.kafka.topic_prefix) for spec in ALL_TOPICS]  # only the API writes here
     with ServerThread(served) as api:
-        fuzzer = Fuzzer(f"127.0.0.1:{api.running.port}", settings.kafka.bootstrap_servers,
-                        settings.kafka.topic_prefix, topics, engine, settings.database.schema_name,
-                        alive=api.dead, deadline_s=20, token=admin_token(settings))
+        fuzzer = Fuzzer(
+            f"127.0.0.1:{api.running.port}",
+            settings.kafka.bootstrap_servers,
+            settings.kafka.topic_prefix,
+            topics,
+            engine,
+            settings.database.schema_name,
+            alive=api.dead,
+            deadline_s=20,
+            token=admin_token(settings),
+        )
         try:
             fuzzer.seed()
             result = fuzzer.run(EXAMPLES)
@@ -70,5 +85,8 @@ def test_fuzzing_every_rpc_finds_no_violation(settings, projector, model_server)
     assert set(result["requests_by_rpc"]) == {rpc.name for rpc in all_rpcs()}
     assert result["outcomes"].get("OK", 0) > EXAMPLES * 0.1, result["outcomes"]  # success paths are reached
     if result["violations"]:
-        pytest.fail(json.dumps({k: result[k] for k in ("violations_by_kind", "violation_examples")},
-                               indent=1, default=str)[:20_000])
+        pytest.fail(
+            json.dumps({k: result[k] for k in ("violations_by_kind", "violation_examples")}, indent=1, default=str)[
+                :20_000
+            ]
+        )

@@ -34,8 +34,8 @@ from infra.models.qwen import MODEL_FILE, MODEL_NAME
 from infra.models.server import LocalModelServer
 from infra.processes import free_port
 from services.api.channels import aio_channel
-from services.api.tokens import mint
 from services.api.settings import AuthSettings
+from services.api.tokens import mint
 from services.llm import tokens
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
@@ -59,8 +59,13 @@ def filled_env_file(directory: Path) -> Path:
 
 def compose(env_file: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PEERLOG_ENV_FILE": str(env_file)}
-    return subprocess.run([str(COMPOSE.ensure()), "--project-directory", str(REPO), "--env-file", str(env_file),
-                           *args], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(COMPOSE.ensure()), "--project-directory", str(REPO), "--env-file", str(env_file), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def resolved(env_file: Path, *profiles: str) -> dict:
@@ -106,8 +111,13 @@ def test_the_local_model_service_runs_the_server_the_demo_runs(tmp_path) -> None
 
 
 def test_hadolint_passes_the_dockerfile() -> None:
-    done = subprocess.run([str(HADOLINT.ensure()), "--no-color", "--failure-threshold", "warning", "Dockerfile"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(HADOLINT.ensure()), "--no-color", "--failure-threshold", "warning", "Dockerfile"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -122,10 +132,15 @@ def test_the_image_install_steps_work_in_a_clean_venv(tmp_path) -> None:
         subprocess.run(["sh", str(REPO / "infra/image/fetch.sh"), *step], check=True, timeout=300)
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=120)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PEERLOG_", "VIRTUAL_ENV"))}
-    env.update(PATH=f"{tmp_path / 'venv' / 'bin'}:{env['PATH']}", PEERLOG_TOKENIZER_CACHE=str(tmp_path / "tokenizer"),
-               PEERLOG_MODEL_CACHE=str(tmp_path / "models"), UV_CACHE_DIR=str(REPO / ".cache" / "uv"))
-    done = subprocess.run(["sh", "infra/image/install.sh", str(files)], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=840)
+    env.update(
+        PATH=f"{tmp_path / 'venv' / 'bin'}:{env['PATH']}",
+        PEERLOG_TOKENIZER_CACHE=str(tmp_path / "tokenizer"),
+        PEERLOG_MODEL_CACHE=str(tmp_path / "models"),
+        UV_CACHE_DIR=str(REPO / ".cache" / "uv"),
+    )
+    done = subprocess.run(
+        ["sh", "infra/image/install.sh", str(files)], cwd=REPO, env=env, capture_output=True, text=True, timeout=840
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "tokenizer: 6 tokens" in done.stdout
     assert "embedding model bge-small-en-v1.5: 384 dimensions" in done.stdout
@@ -147,8 +162,9 @@ class Service(Worker):
 
     def start(self) -> Service:
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         return self
 
     def alive(self) -> bool:
@@ -209,8 +225,9 @@ async def test_each_compose_command_comes_up_against_the_local_stack(infra, mode
             await until(lambda: once_projected(c.setup_conversation("w", "s")), bool, timeout=180)
             sent = await c.add("w", "s", [("alice", "I adopted a cat named Miso"), ("bob", "nice")])
             # a read at the write's consistency token answers only once the projector has projected it
-            projected = await until(lambda: once_projected(c.all_messages("w", "s", token=sent.consistency_token)),
-                                    bool, timeout=180)
+            projected = await until(
+                lambda: once_projected(c.all_messages("w", "s", token=sent.consistency_token)), bool, timeout=180
+            )
             assert [m.content for m in projected] == ["I adopted a cat named Miso", "nice"]
             derived = await until(lambda: c.all_observations("w", "alice", "alice"), bool, timeout=180)
         assert [o.content for o in derived] == ["The target said: I adopted a cat named Miso"]
@@ -232,9 +249,14 @@ def test_the_local_model_command_serves_the_model(tmp_path) -> None:
     argv = [re.sub(r"^/models/.*", str(ensure_model()), a) for a in service["command"]]
     argv[argv.index("--host") + 1], argv[argv.index("--port") + 1] = "127.0.0.1", str(port)
     with (tmp_path / "model.log").open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", *argv], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", *argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
+
         def up() -> bool:
             assert proc.poll() is None, (tmp_path / "model.log").read_text()[-3000:]
             try:
@@ -249,4 +271,3 @@ def test_the_local_model_command_serves_the_model(tmp_path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
-

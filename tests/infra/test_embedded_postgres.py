@@ -106,11 +106,8 @@ def test_vector_extension_is_installed_in_the_database(conn: psycopg.Connection)
 
 def test_pgvector_cosine_search_orders_by_similarity(conn: psycopg.Connection) -> None:
     conn.execute("CREATE TABLE memories (id int PRIMARY KEY, embedding vector(384))")
-    conn.execute(
-        "CREATE INDEX memories_hnsw ON memories USING hnsw (embedding vector_cosine_ops)"
-    )
-    rows = [(1, unit_vector(1, 0)), (2, unit_vector(0, 1)), (3, unit_vector(1, 1)),
-            (4, unit_vector(-1, 0))]
+    conn.execute("CREATE INDEX memories_hnsw ON memories USING hnsw (embedding vector_cosine_ops)")
+    rows = [(1, unit_vector(1, 0)), (2, unit_vector(0, 1)), (3, unit_vector(1, 1)), (4, unit_vector(-1, 0))]
     with conn.cursor() as cur:
         cur.executemany("INSERT INTO memories VALUES (%s, %s::vector)", rows)
     query = unit_vector(1, 0.1)
@@ -119,9 +116,7 @@ def test_pgvector_cosine_search_orders_by_similarity(conn: psycopg.Connection) -
         "EXPLAIN SELECT id FROM memories ORDER BY embedding <=> %s::vector LIMIT 3", (query,)
     ).fetchall()
     assert "memories_hnsw" in "\n".join(line for (line,) in plan)
-    found = conn.execute(
-        "SELECT id FROM memories ORDER BY embedding <=> %s::vector LIMIT 4", (query,)
-    ).fetchall()
+    found = conn.execute("SELECT id FROM memories ORDER BY embedding <=> %s::vector LIMIT 4", (query,)).fetchall()
     assert [row[0] for row in found] == [1, 3, 2, 4]
 
 
@@ -134,9 +129,11 @@ def test_full_text_search_matches_stems_through_a_gin_index(conn: psycopg.Connec
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO notes (id, body) VALUES (%s, %s)",
-            [(1, "The agent was running the Kafka consumers"),
-             (2, "Café menus list crème brûlée"),
-             (3, "Nothing relevant here")],
+            [
+                (1, "The agent was running the Kafka consumers"),
+                (2, "Café menus list crème brûlée"),
+                (3, "Nothing relevant here"),
+            ],
         )
     conn.execute("SET enable_seqscan = off")
     match = "SELECT id FROM notes WHERE tsv @@ websearch_to_tsquery('english', %s) ORDER BY id"
@@ -197,5 +194,9 @@ def test_cli_starts_a_detached_server_and_stops_it(pg: EmbeddedPostgres) -> None
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "infra.postgres", *args],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=90, check=True,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=True,
     )

@@ -122,9 +122,7 @@ def test_broker_never_auto_creates_topics(broker: KafkaBroker, admin: AdminClien
 
 def test_idempotent_producer_writes_each_record_once_in_order(broker: KafkaBroker, admin: AdminClient) -> None:
     topic = create_topic(admin, unique("idempotent"))
-    producer = Producer(
-        {"bootstrap.servers": broker.bootstrap_servers, "enable.idempotence": True, "acks": "all"}
-    )
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "enable.idempotence": True, "acks": "all"})
     sent = [f"event-{i}".encode() for i in range(50)]
     for value in sent:
         producer.produce(topic, value, key=b"agent-1")
@@ -133,13 +131,9 @@ def test_idempotent_producer_writes_each_record_once_in_order(broker: KafkaBroke
     assert values(read_all(broker.bootstrap_servers, topic, expected=len(sent))) == sent
 
 
-def test_read_committed_consumer_never_sees_aborted_transaction(
-    broker: KafkaBroker, admin: AdminClient
-) -> None:
+def test_read_committed_consumer_never_sees_aborted_transaction(broker: KafkaBroker, admin: AdminClient) -> None:
     topic = create_topic(admin, unique("txn"))
-    producer = Producer(
-        {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": unique("txn-producer")}
-    )
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": unique("txn-producer")})
     producer.init_transactions(30)
     for value, commit in [(b"committed-1", True), (b"aborted-1", False), (b"committed-2", True)]:
         producer.begin_transaction()
@@ -242,14 +236,21 @@ def test_faust_exactly_once_agent_processes_records_and_writes_table_changelog(
     script.write_text(FAUST_APP)
     env = dict(
         os.environ,
-        APP_ID=app_id, BOOTSTRAP=broker.bootstrap_servers, DATADIR=str(tmp_path / "faust"),
-        SOURCE=source, SINK=sink,
+        APP_ID=app_id,
+        BOOTSTRAP=broker.bootstrap_servers,
+        DATADIR=str(tmp_path / "faust"),
+        SOURCE=source,
+        SINK=sink,
     )
     log_path = tmp_path / "worker.log"
     with open(log_path, "wb") as log:
         worker = subprocess.Popen(
             [sys.executable, str(script), "worker", "-l", "info"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            start_new_session=True,
         )
     try:
         producer = Producer({"bootstrap.servers": broker.bootstrap_servers})

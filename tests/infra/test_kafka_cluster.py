@@ -15,9 +15,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from infra.kafka import KafkaCluster
 
-pytestmark = [pytest.mark.timeout(240),
-              pytest.mark.skipif(os.environ.get("PEERLOG_TEST_CLUSTER") != "1",
-                                 reason="three brokers take about a minute; opt in with PEERLOG_TEST_CLUSTER=1")]
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(
+        os.environ.get("PEERLOG_TEST_CLUSTER") != "1",
+        reason="three brokers take about a minute; opt in with PEERLOG_TEST_CLUSTER=1",
+    ),
+]
 
 
 def test_three_nodes_replicate_a_topic_and_write_on_with_one_node_killed(tmp_path):
@@ -33,8 +37,7 @@ def test_three_nodes_replicate_a_topic_and_write_on_with_one_node_killed(tmp_pat
         assert all(sorted(p.replicas) == [1, 2, 3] for p in partitions.values())
 
         cluster.nodes[0].kill()
-        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all",
-                             "enable.idempotence": True})
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "enable.idempotence": True})
         delivered = []
         for i in range(20):
             producer.produce(topic, value=str(i).encode(), on_delivery=lambda err, msg: delivered.append(err))

@@ -57,9 +57,15 @@ def test_a_zombie_or_reaped_child_is_not_alive_and_we_are() -> None:
 
 
 def test_terminate_stops_a_process_that_ignores_sigterm_with_sigkill() -> None:
-    stubborn = subprocess.Popen([sys.executable, "-c",
-                                 "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
-                                 " print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+            " print('ready', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
     assert stubborn.stdout.readline().strip() == b"ready"
     terminate(stubborn.pid, 0.5, stubborn)
     assert stubborn.poll() is not None and stubborn.returncode == -9

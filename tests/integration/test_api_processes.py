@@ -20,6 +20,7 @@ from services.api.channels import channel
 from tests.support.auth import admin_token
 from tests.support.processes import Worker
 
+
 def _children(pid: int) -> list[int]:
     text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
     return [int(p) for p in text.split()]
@@ -55,16 +56,22 @@ def _server_pids(parent: int) -> list[int]:
 
 def _scrape(port: int) -> dict[tuple[str, frozenset], float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 @pytest.fixture
 def two_process_api(settings, projector, tmp_path):
     port, metrics_port = free_port(), free_port()
-    api = Worker(settings, tmp_path / "api.log", {"PEERLOG_API_PORT": str(port), "PEERLOG_API_PROCESSES": "2",
-                                                  "PEERLOG_API_METRICS_PORT": str(metrics_port)},
-                 command="serve").start()
+    api = Worker(
+        settings,
+        tmp_path / "api.log",
+        {"PEERLOG_API_PORT": str(port), "PEERLOG_API_PROCESSES": "2", "PEERLOG_API_METRICS_PORT": str(metrics_port)},
+        command="serve",
+    ).start()
     try:
         wait_for_api(port, timeout=60)
         # the port answers as soon as one process listens; the tests need both
@@ -80,12 +87,12 @@ def two_process_api(settings, projector, tmp_path):
 def test_two_api_processes_share_the_port_both_serve_calls_and_one_endpoint_counts_all(two_process_api):
     api, port, token, metrics_port = two_process_api
     # each channel its own connection, like 16 separate clients (channels in one process share by default)
-    channels = [channel(f"127.0.0.1:{port}", token, options=[("grpc.use_local_subchannel_pool", 1)])
-                for _ in range(16)]
+    channels = [channel(f"127.0.0.1:{port}", token, options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(16)]
     try:
         for i, ch in enumerate(channels):
             reply = workspaces_pb2_grpc.WorkspaceServiceStub(ch).GetOrCreateWorkspace(
-                workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id=f"w{i % 3}"), timeout=30)
+                workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id=f"w{i % 3}"), timeout=30
+            )
             assert reply.workspace.workspace_id == f"w{i % 3}"
         established = _established_on(port)
         holding = [pid for pid in _server_pids(api.proc.pid) if _socket_inodes(pid) & established]
@@ -139,8 +146,12 @@ def test_sigterm_stops_every_api_process_and_removes_their_metric_files(two_proc
 
 
 def test_sigterm_while_the_processes_start_still_stops_every_one(settings, projector, tmp_path):
-    api = Worker(settings, tmp_path / "api.log", {"PEERLOG_API_PORT": str(free_port()),
-                                                  "PEERLOG_API_PROCESSES": "2"}, command="serve").start()
+    api = Worker(
+        settings,
+        tmp_path / "api.log",
+        {"PEERLOG_API_PORT": str(free_port()), "PEERLOG_API_PROCESSES": "2"},
+        command="serve",
+    ).start()
     try:
         deadline = time.monotonic() + 60
         while len(servers := _server_pids(api.proc.pid)) < 2 and time.monotonic() < deadline:

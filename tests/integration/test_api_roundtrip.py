@@ -32,7 +32,8 @@ async def test_a_read_carrying_the_write_token_sees_the_write_immediately(channe
         resp = await c.add("acme", "s1", [("alice", f"turn {i}")])
         msg = await c.messages.GetMessage(
             messages_pb2.GetMessageRequest(
-                workspace_id="acme", message_id=resp.message_ids[0],
+                workspace_id="acme",
+                message_id=resp.message_ids[0],
                 consistency=common_pb2.ReadConsistency(consistency_token=resp.consistency_token),
             )
         )
@@ -74,7 +75,8 @@ async def test_membership_history_keeps_join_and_leave_times(channel):
     )
     resp = await c.sessions.AddMembers(
         sessions_pb2.AddMembersRequest(
-            workspace_id="acme", session_id="s1",
+            workspace_id="acme",
+            session_id="s1",
             members=[sessions_pb2.MemberSpec(peer_id="bob", observe_others=True)],
         )
     )
@@ -125,9 +127,13 @@ async def test_add_messages_at_the_documented_maximum_is_received_not_resource_e
     await c.setup_conversation("acme", "s1")
     sent = await c.add("acme", "s1", [("alice", f"{i:03} " + "𝄞" * 24_996) for i in range(100)])
     assert len(sent.message_ids) == 100
-    got = await c.messages.GetMessage(messages_pb2.GetMessageRequest(
-        workspace_id="acme", message_id=sent.message_ids[99],
-        consistency=common_pb2.ReadConsistency(consistency_token=sent.consistency_token)))
+    got = await c.messages.GetMessage(
+        messages_pb2.GetMessageRequest(
+            workspace_id="acme",
+            message_id=sent.message_ids[99],
+            consistency=common_pb2.ReadConsistency(consistency_token=sent.consistency_token),
+        )
+    )
     assert got.content == "099 " + "𝄞" * 24_996
 
 

@@ -20,23 +20,33 @@ from tests.support.auth import admin_token
 
 
 def _pem(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
-def _issue(name: str, issuer_key, issuer_name: x509.Name | None = None, ca: bool = False,
-           server: bool = False) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def _issue(
+    name: str, issuer_key, issuer_name: x509.Name | None = None, ca: bool = False, server: bool = False
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """A certificate for `name` signed by `issuer_key` (None: by its own key)."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = dt.datetime.now(dt.UTC)
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer_name or subject)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name or subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
     return builder.sign(issuer_key or key, hashes.SHA256()), key
 
 
@@ -63,7 +73,8 @@ async def _serve(settings, **tls):
 async def _list(port: int, settings, credentials: grpc.ChannelCredentials | None) -> list[str]:
     async with aio_channel(f"localhost:{port}", admin_token(settings), credentials) as channel:
         reply = await workspaces_pb2_grpc.WorkspaceServiceStub(channel).ListWorkspaces(
-            workspaces_pb2.ListWorkspacesRequest(), timeout=10)
+            workspaces_pb2.ListWorkspacesRequest(), timeout=10
+        )
     return [w.workspace_id for w in reply.workspaces]
 
 

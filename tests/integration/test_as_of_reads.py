@@ -16,9 +16,8 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from peerlog.v1 import configuration_pb2 as cfg
-from peerlog.v1 import configuration_pb2_grpc, context_pb2, context_pb2_grpc, peers_pb2
+from peerlog.v1 import configuration_pb2_grpc, context_pb2, context_pb2_grpc, dialectic_pb2_grpc, peers_pb2
 from peerlog.v1 import dialectic_pb2 as d
-from peerlog.v1 import dialectic_pb2_grpc
 from peerlog.v1 import observations_pb2 as o
 from tests.integration.test_chat import serve  # noqa: F401 - the fixture: an API whose Chat uses the test model
 from tests.support.client import Client
@@ -32,8 +31,9 @@ def stamp(at: datetime) -> timestamp_pb2.Timestamp:
 
 
 def explicit(content: str, message_id: str, span: str) -> o.NewObservation:
-    return o.NewObservation(content=content, session_id="s",
-                            sources=[o.ObservationSource(message_id=message_id, span=span)])
+    return o.NewObservation(
+        content=content, session_id="s", sources=[o.ObservationSource(message_id=message_id, span=span)]
+    )
 
 
 async def _before(c: Client) -> dict:
@@ -41,10 +41,17 @@ async def _before(c: Client) -> dict:
     sent = await c.add("w", "s", [("bob", "I live in Oslo"), ("bob", "I keep bees")])
     await c.list_messages("w", "s", sent.consistency_token)  # observations may cite only projected messages
     oslo_msg, bees_msg = sent.message_ids
-    made = await c.create_observations("w", "alice", "bob", [
-        explicit("Bob lives in Oslo", oslo_msg, "live in Oslo"), explicit("Bob keeps bees", bees_msg, "bees")])
-    await c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
-        workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: lives in Oslo"]))
+    made = await c.create_observations(
+        "w",
+        "alice",
+        "bob",
+        [explicit("Bob lives in Oslo", oslo_msg, "live in Oslo"), explicit("Bob keeps bees", bees_msg, "bees")],
+    )
+    await c.peers.SetPeerCard(
+        peers_pb2.SetPeerCardRequest(
+            workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: lives in Oslo"]
+        )
+    )
     await c.all_observations("w", "alice", "bob", made.consistency_token)
     oslo, bees = made.observation_ids
     return {"oslo_msg": oslo_msg, "oslo": oslo, "bees": bees}
@@ -53,13 +60,19 @@ async def _before(c: Client) -> dict:
 async def _after(c: Client, chan) -> dict:
     sent = await c.add("w", "s", [("bob", "I moved to Bergen")])
     await c.list_messages("w", "s", sent.consistency_token)
-    made = await c.create_observations("w", "alice", "bob", [
-        explicit("Bob lives in Bergen", sent.message_ids[0], "moved to Bergen")])
-    await c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
-        workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: lives in Bergen"]))
+    made = await c.create_observations(
+        "w", "alice", "bob", [explicit("Bob lives in Bergen", sent.message_ids[0], "moved to Bergen")]
+    )
+    await c.peers.SetPeerCard(
+        peers_pb2.SetPeerCardRequest(
+            workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: lives in Bergen"]
+        )
+    )
     await configuration_pb2_grpc.ConfigurationServiceStub(chan).SetSessionConfiguration(
-        cfg.SetSessionConfigurationRequest(workspace_id="w", session_id="s",
-                                           configuration=cfg.Configuration(peer_card=False)))
+        cfg.SetSessionConfigurationRequest(
+            workspace_id="w", session_id="s", configuration=cfg.Configuration(peer_card=False)
+        )
+    )
     return {"bergen_msg": sent.message_ids[0], "bergen": made.observation_ids[0]}
 
 
@@ -84,8 +97,13 @@ def texts(context: context_pb2.GetContextResponse) -> set[str]:
 
 async def test_get_context_as_of_answers_with_the_messages_store_card_and_configuration_of_then(history):
     stub = context_pb2_grpc.ContextServiceStub(history["chan"])
-    base = {"workspace_id": "w", "session_id": "s", "observer_id": "alice", "target_id": "bob",
-            "search_query": "where does Bob live"}
+    base = {
+        "workspace_id": "w",
+        "session_id": "s",
+        "observer_id": "alice",
+        "target_id": "bob",
+        "search_query": "where does Bob live",
+    }
     now = await stub.GetContext(context_pb2.GetContextRequest(**base))
     then = await stub.GetContext(context_pb2.GetContextRequest(**base, as_of=history["then"]))
 
@@ -119,17 +137,27 @@ async def test_search_observations_as_of_searches_the_store_of_then(history):
 
 
 def _grep(pattern: str) -> Reply:
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "grep_messages", "arguments": json.dumps({"pattern": pattern})}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "grep_messages", "arguments": json.dumps({"pattern": pattern})},
+    }
     return Reply(tool_calls=[call])
 
 
 async def test_chat_as_of_is_shown_only_the_memory_and_messages_of_then(history, model_server):
     model_server.script([_grep("Bergen")])
     model_server.reply_with(lambda req: Reply(content="Oslo"))
-    out = await dialectic_pb2_grpc.DialecticServiceStub(history["chan"]).Chat(d.ChatRequest(
-        workspace_id="w", observer_id="alice", target_id="bob", query="Where does Bob live?", session_id="s",
-        as_of=history["then"]))
+    out = await dialectic_pb2_grpc.DialecticServiceStub(history["chan"]).Chat(
+        d.ChatRequest(
+            workspace_id="w",
+            observer_id="alice",
+            target_id="bob",
+            query="Where does Bob live?",
+            session_id="s",
+            as_of=history["then"],
+        )
+    )
 
     first, second = model_server.chat_requests()
     prompt = first["messages"][1]["content"]

@@ -21,8 +21,21 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from google.protobuf import struct_pb2
 
 from peerlog.v1 import (
-    audit_pb2, common_pb2, configuration_pb2, context_pb2, context_pb2_grpc, dialectic_pb2, dialectic_pb2_grpc,
-    dreams_pb2, events_pb2, messages_pb2, observations_pb2, peers_pb2, scopes_pb2, sessions_pb2, webhooks_pb2,
+    audit_pb2,
+    common_pb2,
+    configuration_pb2,
+    context_pb2,
+    context_pb2_grpc,
+    dialectic_pb2,
+    dialectic_pb2_grpc,
+    dreams_pb2,
+    events_pb2,
+    messages_pb2,
+    observations_pb2,
+    peers_pb2,
+    scopes_pb2,
+    sessions_pb2,
+    webhooks_pb2,
     workspaces_pb2,
 )
 from services.api.access import RULES
@@ -34,36 +47,74 @@ from services.llm.settings import LlmSettings
 from tests.support.client import Client
 
 # columns: which token; "wrong" tokens name the other workspace, the other peer, the other session
-TOKENS = ("none", "expired", "bad_signature", "admin", "workspace", "workspace_wrong", "peer", "peer_wrong",
-          "session", "session_wrong")
+TOKENS = (
+    "none",
+    "expired",
+    "bad_signature",
+    "admin",
+    "workspace",
+    "workspace_wrong",
+    "peer",
+    "peer_wrong",
+    "session",
+    "session_wrong",
+)
 UNAUTHENTICATED, DENIED, ALLOWED = "unauthenticated", "denied", "allowed"
 
 # who, besides admin and workspace:w, may make each call; P = peer:w/alice, S = session:w/s1
 EXPECTED_NARROW = {
-    "WorkspaceService.GetOrCreateWorkspace": "", "WorkspaceService.GetWorkspace": "",
-    "WorkspaceService.ListWorkspaces": "PS*", "WorkspaceService.SearchMessages": "P",
-    "PeerService.GetOrCreatePeer": "P", "PeerService.GetPeer": "P", "PeerService.ListPeers": "",
-    "PeerService.GetPeerCard": "P", "PeerService.SetPeerCard": "P", "PeerService.SearchMessages": "P",
-    "SessionService.GetOrCreateSession": "S", "SessionService.AddMembers": "S", "SessionService.RemoveMembers": "S",
-    "SessionService.GetSession": "S", "SessionService.ListSessions": "P", "SessionService.GetSessionSummaries": "S",
-    "SessionService.SearchMessages": "PS", "SessionService.CloneSession": "",
-    "MessageService.AddMessages": "PS", "MessageService.ListMessages": "S", "MessageService.GetMessage": "",
+    "WorkspaceService.GetOrCreateWorkspace": "",
+    "WorkspaceService.GetWorkspace": "",
+    "WorkspaceService.ListWorkspaces": "PS*",
+    "WorkspaceService.SearchMessages": "P",
+    "PeerService.GetOrCreatePeer": "P",
+    "PeerService.GetPeer": "P",
+    "PeerService.ListPeers": "",
+    "PeerService.GetPeerCard": "P",
+    "PeerService.SetPeerCard": "P",
+    "PeerService.SearchMessages": "P",
+    "SessionService.GetOrCreateSession": "S",
+    "SessionService.AddMembers": "S",
+    "SessionService.RemoveMembers": "S",
+    "SessionService.GetSession": "S",
+    "SessionService.ListSessions": "P",
+    "SessionService.GetSessionSummaries": "S",
+    "SessionService.SearchMessages": "PS",
+    "SessionService.CloneSession": "",
+    "MessageService.AddMessages": "PS",
+    "MessageService.ListMessages": "S",
+    "MessageService.GetMessage": "",
     "MessageService.UploadFile": "PS",
-    "ObservationService.ListObservations": "P", "ObservationService.GetObservation": "",
-    "ObservationService.SearchObservations": "P", "ObservationService.CreateObservations": "P",
-    "ObservationService.DeleteObservation": "", "ObservationService.GetProcessingStatus": "PS",
-    "ContextService.GetContext": "P", "ContextService.GetRepresentation": "P",
-    "DialecticService.Chat": "P", "DialecticService.ChatStream": "P",
-    "DreamService.ScheduleDream": "P", "DreamService.ListDreams": "P",
-    "AuditService.GetProvenance": "", "AuditService.GetObservationHistory": "",
+    "ObservationService.ListObservations": "P",
+    "ObservationService.GetObservation": "",
+    "ObservationService.SearchObservations": "P",
+    "ObservationService.CreateObservations": "P",
+    "ObservationService.DeleteObservation": "",
+    "ObservationService.GetProcessingStatus": "PS",
+    "ContextService.GetContext": "P",
+    "ContextService.GetRepresentation": "P",
+    "DialecticService.Chat": "P",
+    "DialecticService.ChatStream": "P",
+    "DreamService.ScheduleDream": "P",
+    "DreamService.ListDreams": "P",
+    "AuditService.GetProvenance": "",
+    "AuditService.GetObservationHistory": "",
     "AuditService.ListRejectedObservations": "P",
-    "ConfigurationService.SetWorkspaceConfiguration": "", "ConfigurationService.SetSessionConfiguration": "S",
-    "ConfigurationService.SetMessageConfiguration": "S", "ConfigurationService.GetEffectiveConfiguration": "S",
+    "ConfigurationService.SetWorkspaceConfiguration": "",
+    "ConfigurationService.SetSessionConfiguration": "S",
+    "ConfigurationService.SetMessageConfiguration": "S",
+    "ConfigurationService.GetEffectiveConfiguration": "S",
     "EventService.Subscribe": "",
-    "WebhookService.CreateWebhook": "", "WebhookService.ListWebhooks": "", "WebhookService.DeleteWebhook": "",
-    "WebhookService.ListWebhookDeadLetters": "", "WebhookService.RetryWebhookDeadLetter": "",
-    "ScopeService.CreateScope": "", "ScopeService.ListScopes": "", "ScopeService.GetScope": "",
-    "ScopeService.AddScopeSessions": "", "ScopeService.RemoveScopeSessions": "",
+    "WebhookService.CreateWebhook": "",
+    "WebhookService.ListWebhooks": "",
+    "WebhookService.DeleteWebhook": "",
+    "WebhookService.ListWebhookDeadLetters": "",
+    "WebhookService.RetryWebhookDeadLetter": "",
+    "ScopeService.CreateScope": "",
+    "ScopeService.ListScopes": "",
+    "ScopeService.GetScope": "",
+    "ScopeService.AddScopeSessions": "",
+    "ScopeService.RemoveScopeSessions": "",
 }  # "*": the wrong tokens too (ListWorkspaces answers every valid token, with what it may see)
 
 
@@ -86,94 +137,130 @@ def requests(ids: dict, tag: str) -> dict:
     """One request per RPC, acting as alice in s1 of w; `tag` marks every write so the log can be searched."""
     w, consistency = "w", common_pb2.ReadConsistency(consistency_token=ids["token"])
     pair = dict(workspace_id=w, observer_id="alice", observed_id="bob")
-    chat = dialectic_pb2.ChatRequest(workspace_id=w, observer_id="alice", target_id="bob", query=f"what about bob {tag}")
+    chat = dialectic_pb2.ChatRequest(
+        workspace_id=w, observer_id="alice", target_id="bob", query=f"what about bob {tag}"
+    )
     return {
-        "WorkspaceService.GetOrCreateWorkspace": workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id=w,
-                                                                                            metadata=_meta(tag)),
+        "WorkspaceService.GetOrCreateWorkspace": workspaces_pb2.GetOrCreateWorkspaceRequest(
+            workspace_id=w, metadata=_meta(tag)
+        ),
         "WorkspaceService.GetWorkspace": workspaces_pb2.GetWorkspaceRequest(workspace_id=w, consistency=consistency),
         "WorkspaceService.ListWorkspaces": workspaces_pb2.ListWorkspacesRequest(),
         "WorkspaceService.SearchMessages": workspaces_pb2.SearchWorkspaceMessagesRequest(
-            workspace_id=w, query="tea", perspective_peer_id="alice"),
-        "PeerService.GetOrCreatePeer": peers_pb2.GetOrCreatePeerRequest(workspace_id=w, peer_id="alice",
-                                                                        metadata=_meta(tag)),
+            workspace_id=w, query="tea", perspective_peer_id="alice"
+        ),
+        "PeerService.GetOrCreatePeer": peers_pb2.GetOrCreatePeerRequest(
+            workspace_id=w, peer_id="alice", metadata=_meta(tag)
+        ),
         "PeerService.GetPeer": peers_pb2.GetPeerRequest(workspace_id=w, peer_id="alice"),
         "PeerService.ListPeers": peers_pb2.ListPeersRequest(workspace_id=w),
         "PeerService.GetPeerCard": peers_pb2.GetPeerCardRequest(**pair),
         "PeerService.SetPeerCard": peers_pb2.SetPeerCardRequest(**pair, entries=[f"ATTRIBUTE: likes tea {tag}"]),
-        "PeerService.SearchMessages": peers_pb2.SearchPeerMessagesRequest(workspace_id=w, peer_id="alice",
-                                                                          query="tea", perspective_peer_id="alice"),
+        "PeerService.SearchMessages": peers_pb2.SearchPeerMessagesRequest(
+            workspace_id=w, peer_id="alice", query="tea", perspective_peer_id="alice"
+        ),
         "SessionService.GetOrCreateSession": sessions_pb2.GetOrCreateSessionRequest(
-            workspace_id=w, session_id="s1", metadata=_meta(tag)),
+            workspace_id=w, session_id="s1", metadata=_meta(tag)
+        ),
         "SessionService.AddMembers": sessions_pb2.AddMembersRequest(
-            workspace_id=w, session_id="s1", members=[sessions_pb2.MemberSpec(peer_id="carol")]),
-        "SessionService.RemoveMembers": sessions_pb2.RemoveMembersRequest(workspace_id=w, session_id="s1",
-                                                                          peer_ids=["carol"]),
+            workspace_id=w, session_id="s1", members=[sessions_pb2.MemberSpec(peer_id="carol")]
+        ),
+        "SessionService.RemoveMembers": sessions_pb2.RemoveMembersRequest(
+            workspace_id=w, session_id="s1", peer_ids=["carol"]
+        ),
         "SessionService.GetSession": sessions_pb2.GetSessionRequest(workspace_id=w, session_id="s1"),
         "SessionService.ListSessions": sessions_pb2.ListSessionsRequest(workspace_id=w, peer_id="alice"),
         "SessionService.GetSessionSummaries": sessions_pb2.GetSessionSummariesRequest(workspace_id=w, session_id="s1"),
         "SessionService.SearchMessages": sessions_pb2.SearchSessionMessagesRequest(
-            workspace_id=w, session_id="s1", query="tea", perspective_peer_id="alice"),
+            workspace_id=w, session_id="s1", query="tea", perspective_peer_id="alice"
+        ),
         "SessionService.CloneSession": sessions_pb2.CloneSessionRequest(  # a new session per cell, named by it
-            workspace_id=w, session_id="s1", new_session_id=tag.replace(".", "_")),
-        "MessageService.AddMessages": messages_pb2.AddMessagesRequest(workspace_id=w, session_id="s1", messages=[
-            messages_pb2.NewMessage(peer_id="alice", content=f"more tea please {tag}")]),
+            workspace_id=w, session_id="s1", new_session_id=tag.replace(".", "_")
+        ),
+        "MessageService.AddMessages": messages_pb2.AddMessagesRequest(
+            workspace_id=w,
+            session_id="s1",
+            messages=[messages_pb2.NewMessage(peer_id="alice", content=f"more tea please {tag}")],
+        ),
         # a client stream of one request: the same bytes on the wire as this unary call sends
         "MessageService.UploadFile": messages_pb2.UploadFileRequest(
-            workspace_id=w, session_id="s1", peer_id="alice", file_name="tea.txt", data=f"tea notes {tag}".encode()),
+            workspace_id=w, session_id="s1", peer_id="alice", file_name="tea.txt", data=f"tea notes {tag}".encode()
+        ),
         "MessageService.ListMessages": messages_pb2.ListMessagesRequest(workspace_id=w, session_id="s1"),
         "MessageService.GetMessage": messages_pb2.GetMessageRequest(workspace_id=w, message_id=ids["message"]),
         "ObservationService.ListObservations": observations_pb2.ListObservationsRequest(**pair),
         "ObservationService.GetObservation": observations_pb2.GetObservationRequest(
-            workspace_id=w, observation_id=ids["observation"]),
+            workspace_id=w, observation_id=ids["observation"]
+        ),
         "ObservationService.SearchObservations": observations_pb2.SearchObservationsRequest(**pair, query="tea"),
         "ObservationService.CreateObservations": observations_pb2.CreateObservationsRequest(
-            **pair, observations=[observations_pb2.NewObservation(content=f"Bob drinks tea {tag}")]),
+            **pair, observations=[observations_pb2.NewObservation(content=f"Bob drinks tea {tag}")]
+        ),
         "ObservationService.DeleteObservation": observations_pb2.DeleteObservationRequest(
-            workspace_id=w, observation_id=ids["doomed"], reason=f"wrong {tag}"),
+            workspace_id=w, observation_id=ids["doomed"], reason=f"wrong {tag}"
+        ),
         "ObservationService.GetProcessingStatus": observations_pb2.GetProcessingStatusRequest(
-            workspace_id=w, observer_id="alice", session_id="s1"),
+            workspace_id=w, observer_id="alice", session_id="s1"
+        ),
         "ContextService.GetContext": context_pb2.GetContextRequest(
-            workspace_id=w, session_id="s1", observer_id="alice", target_id="bob", include_summary=False),
-        "ContextService.GetRepresentation": context_pb2.GetRepresentationRequest(workspace_id=w, observer_id="alice",
-                                                                                 target_id="bob"),
+            workspace_id=w, session_id="s1", observer_id="alice", target_id="bob", include_summary=False
+        ),
+        "ContextService.GetRepresentation": context_pb2.GetRepresentationRequest(
+            workspace_id=w, observer_id="alice", target_id="bob"
+        ),
         "DialecticService.Chat": chat,
         "DialecticService.ChatStream": chat,
         "DreamService.ScheduleDream": dreams_pb2.ScheduleDreamRequest(**pair, reason=f"now {tag}"),
         "DreamService.ListDreams": dreams_pb2.ListDreamsRequest(**pair),
         "AuditService.GetProvenance": audit_pb2.GetProvenanceRequest(workspace_id=w, observation_id=ids["observation"]),
         "AuditService.GetObservationHistory": audit_pb2.GetObservationHistoryRequest(
-            workspace_id=w, observation_id=ids["observation"]),
+            workspace_id=w, observation_id=ids["observation"]
+        ),
         "AuditService.ListRejectedObservations": audit_pb2.ListRejectedObservationsRequest(
-            workspace_id=w, observer_id="alice", observed_id="bob"),
+            workspace_id=w, observer_id="alice", observed_id="bob"
+        ),
         "ConfigurationService.SetWorkspaceConfiguration": configuration_pb2.SetWorkspaceConfigurationRequest(
-            workspace_id=w, configuration=configuration_pb2.Configuration(deriver_instructions=f"be brief {tag}")),
+            workspace_id=w, configuration=configuration_pb2.Configuration(deriver_instructions=f"be brief {tag}")
+        ),
         "ConfigurationService.SetSessionConfiguration": configuration_pb2.SetSessionConfigurationRequest(
-            workspace_id=w, session_id="s1",
-            configuration=configuration_pb2.Configuration(dialectic_instructions=f"be kind {tag}")),
+            workspace_id=w,
+            session_id="s1",
+            configuration=configuration_pb2.Configuration(dialectic_instructions=f"be kind {tag}"),
+        ),
         "ConfigurationService.SetMessageConfiguration": configuration_pb2.SetMessageConfigurationRequest(
-            workspace_id=w, session_id="s1", message_id=ids["message"],
-            configuration=configuration_pb2.Configuration(deriver_instructions=f"names only {tag}")),
+            workspace_id=w,
+            session_id="s1",
+            message_id=ids["message"],
+            configuration=configuration_pb2.Configuration(deriver_instructions=f"names only {tag}"),
+        ),
         "ConfigurationService.GetEffectiveConfiguration": configuration_pb2.GetEffectiveConfigurationRequest(
-            workspace_id=w, session_id="s1"),
+            workspace_id=w, session_id="s1"
+        ),
         "EventService.Subscribe": events_pb2.SubscribeRequest(workspace_id=w),
-        "WebhookService.CreateWebhook": webhooks_pb2.CreateWebhookRequest(workspace_id=w,
-                                                                          url="http://127.0.0.1:9/hook"),
+        "WebhookService.CreateWebhook": webhooks_pb2.CreateWebhookRequest(
+            workspace_id=w, url="http://127.0.0.1:9/hook"
+        ),
         "WebhookService.ListWebhooks": webhooks_pb2.ListWebhooksRequest(workspace_id=w),
         # an unknown webhook: NOT_FOUND once allowed, which the matrix counts as allowed
         "WebhookService.DeleteWebhook": webhooks_pb2.DeleteWebhookRequest(workspace_id=w, webhook_id="wh_none"),
         "WebhookService.ListWebhookDeadLetters": webhooks_pb2.ListWebhookDeadLettersRequest(
-            workspace_id=w, webhook_id="wh_none"),
+            workspace_id=w, webhook_id="wh_none"
+        ),
         "WebhookService.RetryWebhookDeadLetter": webhooks_pb2.RetryWebhookDeadLetterRequest(
-            workspace_id=w, webhook_id="wh_none", event_id="e"),
+            workspace_id=w, webhook_id="wh_none", event_id="e"
+        ),
         "ScopeService.CreateScope": scopes_pb2.CreateScopeRequest(  # a new scope per cell, named by it
-            workspace_id=w, scope_id=tag.replace(".", "_"), name=tag, session_ids=["s1"]),
+            workspace_id=w, scope_id=tag.replace(".", "_"), name=tag, session_ids=["s1"]
+        ),
         "ScopeService.ListScopes": scopes_pb2.ListScopesRequest(workspace_id=w),
         # an unknown scope: NOT_FOUND once allowed, which the matrix counts as allowed
         "ScopeService.GetScope": scopes_pb2.GetScopeRequest(workspace_id=w, scope_id="sc_none"),
         "ScopeService.AddScopeSessions": scopes_pb2.AddScopeSessionsRequest(
-            workspace_id=w, scope_id="sc_none", session_ids=["s1"]),
+            workspace_id=w, scope_id="sc_none", session_ids=["s1"]
+        ),
         "ScopeService.RemoveScopeSessions": scopes_pb2.RemoveScopeSessionsRequest(
-            workspace_id=w, scope_id="sc_none", session_ids=["s1"]),
+            workspace_id=w, scope_id="sc_none", session_ids=["s1"]
+        ),
     }
 
 
@@ -199,7 +286,8 @@ async def call(channel: grpc.aio.Channel, rpc: str, request) -> grpc.StatusCode:
     try:
         if name == "ChatStream":
             async for _ in channel.unary_stream(path, request_serializer=lambda m: m.SerializeToString())(
-                    request, timeout=30):
+                request, timeout=30
+            ):
                 pass
         elif name == "Subscribe":  # never ends by itself: allowed once it delivers w's first event
             stream = channel.unary_stream(path, request_serializer=lambda m: m.SerializeToString())(request, timeout=30)
@@ -216,7 +304,8 @@ async def call(channel: grpc.aio.Channel, rpc: str, request) -> grpc.StatusCode:
 def category(outcome) -> str:
     code = outcome if isinstance(outcome, grpc.StatusCode) else outcome.code()
     return {grpc.StatusCode.UNAUTHENTICATED: UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED: DENIED}.get(
-        code, ALLOWED)
+        code, ALLOWED
+    )
 
 
 def log_ends(settings) -> dict[tuple[str, int], int]:
@@ -230,8 +319,14 @@ def log_ends(settings) -> dict[tuple[str, int], int]:
 
 def every_event_text(settings, ends: dict[tuple[str, int], int]) -> list[str]:
     """The raw bytes (as text) of every record on every log topic up to `ends`."""
-    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "isolation-reader",
-                         "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka.bootstrap_servers,
+            "group.id": "isolation-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        }
+    )
     parts = [TopicPartition(t, p, 0) for (t, p), end in ends.items() if end > 0]
     consumer.assign(parts)
     texts, deadline = [], time.monotonic() + 30
@@ -275,8 +370,12 @@ async def world(api):
     theirs = await c.create_observations("w", "bob", "alice", ["BOBSECRET alice never wakes before noon"])
     await c.all_observations("w", "bob", "alice", theirs.consistency_token)
     await c.all_observations("w", "alice", "bob", mine.consistency_token)
-    return {"message": sent.message_ids[0], "observation": mine.observation_ids[0], "doomed": mine.observation_ids[1],
-            "token": theirs.consistency_token}
+    return {
+        "message": sent.message_ids[0],
+        "observation": mine.observation_ids[0],
+        "doomed": mine.observation_ids[1],
+        "token": theirs.consistency_token,
+    }
 
 
 async def test_every_rpc_under_every_token_matches_the_table_and_denied_calls_leave_no_trace(api, world, settings):
@@ -293,11 +392,17 @@ async def test_every_rpc_under_every_token_matches_the_table_and_denied_calls_le
         if (rpc, token) not in got:
             got[rpc, token] = await call(api[token], rpc, requests(world, f"CELL-{token}-{rpc}")[rpc])
 
-    wrong = {cell: (expected(*cell), category(out), getattr(out, "details", lambda: "")())
-             for cell, out in got.items() if category(out) != expected(*cell)}
+    wrong = {
+        cell: (expected(*cell), category(out), getattr(out, "details", lambda: "")())
+        for cell, out in got.items()
+        if category(out) != expected(*cell)
+    }
     assert not wrong, f"{len(wrong)} of {len(cells)} cells differ from the table: {wrong}"
-    broken = {cell: out.details() for cell, out in got.items()
-              if not isinstance(out, grpc.StatusCode) and out.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)}
+    broken = {
+        cell: out.details()
+        for cell, out in got.items()
+        if not isinstance(out, grpc.StatusCode) and out.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+    }
     assert not broken
     assert len(cells) == 52 * 10  # every RPC under every kind of token
     # the refusals name the scope they need
@@ -325,29 +430,53 @@ async def test_list_workspaces_shows_only_what_the_token_may_see(api, world):
 
 async def test_chat_and_get_context_under_a_peer_token_use_only_that_peers_perspective(api, world, model_server):
     alice = api["peer"]
-    ctx = await context_pb2_grpc.ContextServiceStub(alice).GetContext(context_pb2.GetContextRequest(
-        workspace_id="w", session_id="s1", observer_id="alice", target_id="bob", include_summary=False,
-        search_query="noon", consistency=common_pb2.ReadConsistency(consistency_token=world["token"])))
+    ctx = await context_pb2_grpc.ContextServiceStub(alice).GetContext(
+        context_pb2.GetContextRequest(
+            workspace_id="w",
+            session_id="s1",
+            observer_id="alice",
+            target_id="bob",
+            include_summary=False,
+            search_query="noon",
+            consistency=common_pb2.ReadConsistency(consistency_token=world["token"]),
+        )
+    )
     text = str(ctx)
     assert "Bob makes tea for others" in text and "tea it is" in text
     assert "BOBSECRET" not in text and "never wakes before noon" not in text  # bob's store, and s2 alice never saw
     for who in ("bob", ""):  # another observer, or none (the session as no one in particular saw it)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await context_pb2_grpc.ContextServiceStub(alice).GetContext(context_pb2.GetContextRequest(
-                workspace_id="w", session_id="s1", observer_id=who, target_id="alice", include_summary=False,
-                search_query="noon"))
+            await context_pb2_grpc.ContextServiceStub(alice).GetContext(
+                context_pb2.GetContextRequest(
+                    workspace_id="w",
+                    session_id="s1",
+                    observer_id=who,
+                    target_id="alice",
+                    include_summary=False,
+                    search_query="noon",
+                )
+            )
         assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
     seen_before = len(model_server.chat_requests())
-    await dialectic_pb2_grpc.DialecticServiceStub(alice).Chat(dialectic_pb2.ChatRequest(
-        workspace_id="w", observer_id="alice", target_id="bob", query="when does alice wake up? noon?",
-        consistency=common_pb2.ReadConsistency(consistency_token=world["token"])))
+    await dialectic_pb2_grpc.DialecticServiceStub(alice).Chat(
+        dialectic_pb2.ChatRequest(
+            workspace_id="w",
+            observer_id="alice",
+            target_id="bob",
+            query="when does alice wake up? noon?",
+            consistency=common_pb2.ReadConsistency(consistency_token=world["token"]),
+        )
+    )
     prompts = str(model_server.chat_requests()[seen_before:])
     assert "Bob makes tea for others" in prompts
     assert "BOBSECRET" not in prompts and "never wakes before noon" not in prompts
     with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await dialectic_pb2_grpc.DialecticServiceStub(alice).Chat(dialectic_pb2.ChatRequest(
-            workspace_id="w", observer_id="bob", target_id="alice", query="when does alice wake up?"))
+        await dialectic_pb2_grpc.DialecticServiceStub(alice).Chat(
+            dialectic_pb2.ChatRequest(
+                workspace_id="w", observer_id="bob", target_id="alice", query="when does alice wake up?"
+            )
+        )
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "peer:w/bob" in refused.value.details()
 

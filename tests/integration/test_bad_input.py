@@ -5,7 +5,6 @@ from __future__ import annotations
 import grpc
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-
 from google.protobuf import struct_pb2
 from sqlalchemy import func, select
 
@@ -60,20 +59,24 @@ async def test_bad_ids_are_invalid_argument_and_say_what_an_id_may_contain(convo
     await rejected(convo.workspace("bad id!"), grpc.StatusCode.INVALID_ARGUMENT, "workspace_id", "A–Z")
     await rejected(convo.peer("acme", "x" * 513), grpc.StatusCode.INVALID_ARGUMENT, "peer_id")
     await rejected(convo.session("acme", "s/2"), grpc.StatusCode.INVALID_ARGUMENT, "session_id")
-    await rejected(convo.add("acme", "s1", [("al ice", "hi")]), grpc.StatusCode.INVALID_ARGUMENT,
-                   "messages[0].peer_id")
+    await rejected(convo.add("acme", "s1", [("al ice", "hi")]), grpc.StatusCode.INVALID_ARGUMENT, "messages[0].peer_id")
     assert log_end_offsets(settings) == before
 
 
 async def test_message_content_limits_are_enforced_and_nothing_of_the_batch_is_written(convo, settings):
     before = log_end_offsets(settings)
-    await rejected(convo.add("acme", "s1", [("alice", "fine"), ("bob", "   ")]),
-                   grpc.StatusCode.INVALID_ARGUMENT, "messages[1].content is empty")
-    await rejected(convo.add("acme", "s1", [("alice", "x" * 25_001)]),
-                   grpc.StatusCode.INVALID_ARGUMENT, "25001", "25000")
+    await rejected(
+        convo.add("acme", "s1", [("alice", "fine"), ("bob", "   ")]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "messages[1].content is empty",
+    )
+    await rejected(
+        convo.add("acme", "s1", [("alice", "x" * 25_001)]), grpc.StatusCode.INVALID_ARGUMENT, "25001", "25000"
+    )
     await rejected(convo.add("acme", "s1", []), grpc.StatusCode.INVALID_ARGUMENT, "at least one")
-    await rejected(convo.add("acme", "s1", [("alice", "m")] * 101),
-                   grpc.StatusCode.INVALID_ARGUMENT, "at most 100", "got 101")
+    await rejected(
+        convo.add("acme", "s1", [("alice", "m")] * 101), grpc.StatusCode.INVALID_ARGUMENT, "at most 100", "got 101"
+    )
     assert log_end_offsets(settings) == before
     assert (await convo.list_messages("acme", "s1")).messages == []
 
@@ -89,19 +92,25 @@ async def test_unknown_workspace_session_and_peer_are_not_found(convo, settings)
     await rejected(convo.peer("nowhere", "alice"), grpc.StatusCode.NOT_FOUND, "nowhere", "GetOrCreateWorkspace")
     await rejected(convo.add("acme", "nope", [("alice", "hi")]), grpc.StatusCode.NOT_FOUND, "nope")
     await rejected(convo.add("acme", "s1", [("ghost", "boo")]), grpc.StatusCode.NOT_FOUND, "ghost")
-    await rejected(convo.session("acme", "s2", members=["ghost"]), grpc.StatusCode.NOT_FOUND,
-                   "ghost", "GetOrCreatePeer")
+    await rejected(
+        convo.session("acme", "s2", members=["ghost"]), grpc.StatusCode.NOT_FOUND, "ghost", "GetOrCreatePeer"
+    )
     await rejected(
         convo.messages.GetMessage(messages_pb2.GetMessageRequest(workspace_id="acme", message_id="m1")),
-        grpc.StatusCode.NOT_FOUND, "m1",
+        grpc.StatusCode.NOT_FOUND,
+        "m1",
     )
     assert log_end_offsets(settings) == before
 
 
 async def test_a_peer_that_is_not_a_member_cannot_post(convo, settings):
     before = log_end_offsets(settings)
-    await rejected(convo.add("acme", "s1", [("alice", "ok"), ("carol", "let me in")]),
-                   grpc.StatusCode.FAILED_PRECONDITION, "carol", "AddMembers")
+    await rejected(
+        convo.add("acme", "s1", [("alice", "ok"), ("carol", "let me in")]),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "carol",
+        "AddMembers",
+    )
     assert log_end_offsets(settings) == before
 
 
@@ -109,34 +118,40 @@ async def test_a_peer_that_left_can_no_longer_post(convo):
     await convo.sessions.RemoveMembers(
         sessions_pb2.RemoveMembersRequest(workspace_id="acme", session_id="s1", peer_ids=["bob"])
     )
-    await rejected(convo.add("acme", "s1", [("bob", "still here?")]),
-                   grpc.StatusCode.FAILED_PRECONDITION, "bob")
+    await rejected(convo.add("acme", "s1", [("bob", "still here?")]), grpc.StatusCode.FAILED_PRECONDITION, "bob")
 
 
 async def test_membership_changes_that_make_no_sense_are_refused(convo):
     await rejected(
-        convo.sessions.AddMembers(sessions_pb2.AddMembersRequest(
-            workspace_id="acme", session_id="s1", members=[sessions_pb2.MemberSpec(peer_id="alice")])),
-        grpc.StatusCode.ALREADY_EXISTS, "alice",
+        convo.sessions.AddMembers(
+            sessions_pb2.AddMembersRequest(
+                workspace_id="acme", session_id="s1", members=[sessions_pb2.MemberSpec(peer_id="alice")]
+            )
+        ),
+        grpc.StatusCode.ALREADY_EXISTS,
+        "alice",
     )
     await rejected(
-        convo.sessions.RemoveMembers(sessions_pb2.RemoveMembersRequest(
-            workspace_id="acme", session_id="s1", peer_ids=["carol"])),
-        grpc.StatusCode.FAILED_PRECONDITION, "carol",
+        convo.sessions.RemoveMembers(
+            sessions_pb2.RemoveMembersRequest(workspace_id="acme", session_id="s1", peer_ids=["carol"])
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "carol",
     )
-    await rejected(convo.session("acme", "s3", members=["alice", "alice"]),
-                   grpc.StatusCode.INVALID_ARGUMENT, "twice")
+    await rejected(convo.session("acme", "s3", members=["alice", "alice"]), grpc.StatusCode.INVALID_ARGUMENT, "twice")
 
 
 async def test_malformed_page_and_consistency_tokens_are_invalid_argument(convo):
-    await rejected(convo.list_messages("acme", "s1", page_token="%%%"), grpc.StatusCode.INVALID_ARGUMENT,
-                   "page_token")
-    await rejected(convo.list_messages("acme", "s1", token="garbage"), grpc.StatusCode.INVALID_ARGUMENT,
-                   "consistency token")
+    await rejected(convo.list_messages("acme", "s1", page_token="%%%"), grpc.StatusCode.INVALID_ARGUMENT, "page_token")
     await rejected(
-        convo.peers.ListPeers(peers_pb2.ListPeersRequest(
-            workspace_id="acme", page=common_pb2.PageRequest(page_size=5000))),
-        grpc.StatusCode.INVALID_ARGUMENT, "page_size",
+        convo.list_messages("acme", "s1", token="garbage"), grpc.StatusCode.INVALID_ARGUMENT, "consistency token"
+    )
+    await rejected(
+        convo.peers.ListPeers(
+            peers_pb2.ListPeersRequest(workspace_id="acme", page=common_pb2.PageRequest(page_size=5000))
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "page_size",
     )
 
 
@@ -164,20 +179,46 @@ async def test_nul_in_any_written_string_is_invalid_argument_naming_the_field_an
         (convo.add("acme", "s1", [("alice", "fine"), ("bob", nul)]), "messages[1].content"),
         (convo.add("acme", "s1", [message_with({nul: 1})]), "messages[0].metadata key"),
         (convo.add("acme", "s1", [message_with({"a": {"b": [1, nul]}})]), "messages[0].metadata['a']['b'][1]"),
-        (convo.workspaces.GetOrCreateWorkspace(workspaces_pb2.GetOrCreateWorkspaceRequest(
-            workspace_id="w2", metadata=metadata({"k": nul}))), "metadata['k']"),
+        (
+            convo.workspaces.GetOrCreateWorkspace(
+                workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id="w2", metadata=metadata({"k": nul}))
+            ),
+            "metadata['k']",
+        ),
         (convo.peer("acme", "dave", metadata=metadata({nul: "v"})), "metadata key"),
         (convo.session("acme", "s9", metadata=metadata({"k": [nul]})), "metadata['k'][0]"),
-        (convo.create_observations("acme", "alice", "bob", [observations_pb2.NewObservation(content=nul)]),
-         "observations[0].content"),
-        (convo.create_observations("acme", "alice", "alice", [observations_pb2.NewObservation(
-            content="Alice keeps bees", sources=[observations_pb2.ObservationSource(
-                message_id=made.message_ids[0], span="bees\x00")])]), "observations[0].sources[0].span"),
-        (convo.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
-            workspace_id="acme", observer_id="alice", observed_id="bob", entries=[f"IDENTITY: {nul}"])),
-         "entries[0]"),
-        (convo.dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(
-            workspace_id="acme", observer_id="alice", reason=nul)), "reason"),
+        (
+            convo.create_observations("acme", "alice", "bob", [observations_pb2.NewObservation(content=nul)]),
+            "observations[0].content",
+        ),
+        (
+            convo.create_observations(
+                "acme",
+                "alice",
+                "alice",
+                [
+                    observations_pb2.NewObservation(
+                        content="Alice keeps bees",
+                        sources=[observations_pb2.ObservationSource(message_id=made.message_ids[0], span="bees\x00")],
+                    )
+                ],
+            ),
+            "observations[0].sources[0].span",
+        ),
+        (
+            convo.peers.SetPeerCard(
+                peers_pb2.SetPeerCardRequest(
+                    workspace_id="acme", observer_id="alice", observed_id="bob", entries=[f"IDENTITY: {nul}"]
+                )
+            ),
+            "entries[0]",
+        ),
+        (
+            convo.dreams.ScheduleDream(
+                dreams_pb2.ScheduleDreamRequest(workspace_id="acme", observer_id="alice", reason=nul)
+            ),
+            "reason",
+        ),
     ]
     for call, field in cases:
         await rejected(call, grpc.StatusCode.INVALID_ARGUMENT, field, "NUL")
@@ -188,21 +229,41 @@ async def test_nul_in_any_written_string_is_invalid_argument_naming_the_field_an
 async def test_metadata_numbers_json_cannot_hold_are_invalid_argument(convo, settings):
     before = log_end_offsets(settings)
     for number in (float("nan"), float("inf"), float("-inf")):
-        await rejected(convo.add("acme", "s1", [message_with({"score": {"x": [number]}})]),
-                       grpc.StatusCode.INVALID_ARGUMENT, "messages[0].metadata", "NaN or Infinity")
-        await rejected(convo.peer("acme", "erin", metadata=metadata({"n": number})),
-                       grpc.StatusCode.INVALID_ARGUMENT, "metadata", "NaN or Infinity")
+        await rejected(
+            convo.add("acme", "s1", [message_with({"score": {"x": [number]}})]),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "messages[0].metadata",
+            "NaN or Infinity",
+        )
+        await rejected(
+            convo.peer("acme", "erin", metadata=metadata({"n": number})),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "metadata",
+            "NaN or Infinity",
+        )
     assert log_end_offsets(settings) == before
 
 
 async def test_metadata_over_64_kb_is_invalid_argument_not_unavailable(convo, settings):
     before = log_end_offsets(settings)
-    await rejected(convo.add("acme", "s1", [message_with({"blob": "x" * 70_000})]),
-                   grpc.StatusCode.INVALID_ARGUMENT, "messages[0].metadata", "the limit is 65536")
-    await rejected(convo.add("acme", "s1", [message_with({"blob": "x" * 3_000_000})]),
-                   grpc.StatusCode.INVALID_ARGUMENT, "messages[0].metadata", "65536")
-    await rejected(convo.session("acme", "s8", metadata=metadata({"blob": "y" * 1_000_000})),
-                   grpc.StatusCode.INVALID_ARGUMENT, "metadata", "65536")
+    await rejected(
+        convo.add("acme", "s1", [message_with({"blob": "x" * 70_000})]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "messages[0].metadata",
+        "the limit is 65536",
+    )
+    await rejected(
+        convo.add("acme", "s1", [message_with({"blob": "x" * 3_000_000})]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "messages[0].metadata",
+        "65536",
+    )
+    await rejected(
+        convo.session("acme", "s8", metadata=metadata({"blob": "y" * 1_000_000})),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "metadata",
+        "65536",
+    )
     assert log_end_offsets(settings) == before
     just_under = {"blob": "z" * (65_536 - len('{"blob":""}'))}
     sent = await convo.add("acme", "s1", [message_with(just_under)])
@@ -213,36 +274,73 @@ async def test_metadata_over_64_kb_is_invalid_argument_not_unavailable(convo, se
 async def test_search_queries_with_nul_or_over_10000_characters_are_invalid_argument(convo, channel):
     context = context_pb2_grpc.ContextServiceStub(channel)
     for bad, phrase in (("find\x00me", "NUL"), ("x" * 10_001, "the limit is 10000")):
-        await rejected(convo.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
-            workspace_id="acme", query=bad)), grpc.StatusCode.INVALID_ARGUMENT, "query", phrase)
-        await rejected(context.GetContext(context_pb2.GetContextRequest(
-            workspace_id="acme", session_id="s1", observer_id="alice", search_query=bad)),
-            grpc.StatusCode.INVALID_ARGUMENT, "search_query", phrase)
-        await rejected(context.GetRepresentation(context_pb2.GetRepresentationRequest(
-            workspace_id="acme", observer_id="alice", search_query=bad)),
-            grpc.StatusCode.INVALID_ARGUMENT, "search_query", phrase)
+        await rejected(
+            convo.workspaces.SearchMessages(
+                workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="acme", query=bad)
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "query",
+            phrase,
+        )
+        await rejected(
+            context.GetContext(
+                context_pb2.GetContextRequest(
+                    workspace_id="acme", session_id="s1", observer_id="alice", search_query=bad
+                )
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "search_query",
+            phrase,
+        )
+        await rejected(
+            context.GetRepresentation(
+                context_pb2.GetRepresentationRequest(workspace_id="acme", observer_id="alice", search_query=bad)
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "search_query",
+            phrase,
+        )
 
 
 async def test_search_filters_of_70000_ids_are_invalid_argument(convo):
     many = [f"s{i}" for i in range(70_000)]
-    await rejected(convo.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
-        workspace_id="acme", query="bees", session_ids=many)), grpc.StatusCode.INVALID_ARGUMENT,
-        "session_ids lists 70000 ids; the limit is 100")
-    await rejected(convo.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
-        workspace_id="acme", query="bees", author_peer_ids=many)), grpc.StatusCode.INVALID_ARGUMENT,
-        "author_peer_ids lists 70000 ids; the limit is 100")
-    await rejected(convo.sessions.SearchMessages(sessions_pb2.SearchSessionMessagesRequest(
-        workspace_id="acme", session_id="s1", query="bees", author_peer_ids=many)),
-        grpc.StatusCode.INVALID_ARGUMENT, "the limit is 100")
+    await rejected(
+        convo.workspaces.SearchMessages(
+            workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="acme", query="bees", session_ids=many)
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "session_ids lists 70000 ids; the limit is 100",
+    )
+    await rejected(
+        convo.workspaces.SearchMessages(
+            workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="acme", query="bees", author_peer_ids=many)
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "author_peer_ids lists 70000 ids; the limit is 100",
+    )
+    await rejected(
+        convo.sessions.SearchMessages(
+            sessions_pb2.SearchSessionMessagesRequest(
+                workspace_id="acme", session_id="s1", query="bees", author_peer_ids=many
+            )
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "the limit is 100",
+    )
 
 
 async def test_not_found_for_many_unknown_ids_names_a_few_and_counts_the_rest(convo):
     unknown = [f"nosuch{i}" for i in range(100)]
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await convo.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
-            workspace_id="acme", query="bees", session_ids=unknown))
+        await convo.workspaces.SearchMessages(
+            workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="acme", query="bees", session_ids=unknown)
+        )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND, err.value.details()
     assert "'nosuch0'" in err.value.details() and "and 95 more" in err.value.details()
     assert "nosuch99" not in err.value.details() and len(err.value.details()) < 400
-    await rejected(convo.session("acme", "s7", members=[f"ghost{i}" for i in range(2_000)]),
-                   grpc.StatusCode.NOT_FOUND, "'ghost0'", "and 1995 more")
+    await rejected(
+        convo.session("acme", "s7", members=[f"ghost{i}" for i in range(2_000)]),
+        grpc.StatusCode.NOT_FOUND,
+        "'ghost0'",
+        "and 1995 more",
+    )

@@ -31,7 +31,8 @@ async def add_until_accepted(c: Client, text: str, timeout: float = 90) -> list[
 
 
 async def test_a_broker_restart_mid_derivation_loses_and_doubles_no_message(
-        infra, channel, settings, model_server, start_worker):
+    infra, channel, settings, model_server, start_worker
+):
     if infra.kafka is None:
         pytest.skip("needs the local broker, which the tests can restart")
 

@@ -13,8 +13,8 @@ from google.protobuf import timestamp_pb2
 from peerlog.v1 import dialectic_pb2 as d
 from peerlog.v1 import dialectic_pb2_grpc, messages_pb2, workspaces_pb2
 from peerlog.v1 import observations_pb2 as o
-from services.dialectic.settings import DialecticSettings
 from services.dialectic.policy import ABSTAIN_ANSWER
+from services.dialectic.settings import DialecticSettings
 from services.llm.settings import LlmSettings
 from tests.integration.test_message_search import embedded_count
 from tests.support.auth import admin_channel
@@ -23,8 +23,13 @@ from tests.support.model_server import Reply
 from tests.support.rpc import rejected
 from tests.support.wait import eventually
 
-CAPS = {d.REASONING_LEVEL_MINIMAL: 1, d.REASONING_LEVEL_LOW: 5, d.REASONING_LEVEL_MEDIUM: 2,
-        d.REASONING_LEVEL_HIGH: 4, d.REASONING_LEVEL_MAX: 10}
+CAPS = {
+    d.REASONING_LEVEL_MINIMAL: 1,
+    d.REASONING_LEVEL_LOW: 5,
+    d.REASONING_LEVEL_MEDIUM: 2,
+    d.REASONING_LEVEL_HIGH: 4,
+    d.REASONING_LEVEL_MAX: 10,
+}
 
 
 @pytest.fixture
@@ -58,23 +63,51 @@ async def memory(serve):
     await c.setup_conversation("w", "s", peers=("alice", "bob", "carol"))
     await c.session("w", "s", members=("alice", "bob"))
     await c.session("w", "s2", members=("bob", "carol"))
-    sent = await c.add("w", "s", [("bob", "I keep bees in my garden"), ("alice", "cool"),
-                                  ("bob", "I moved to Oslo last year")])
+    sent = await c.add(
+        "w", "s", [("bob", "I keep bees in my garden"), ("alice", "cool"), ("bob", "I moved to Oslo last year")]
+    )
     secret = await c.add("w", "s2", [("bob", "I love sailing but tell nobody")])
     bees, _, oslo = sent.message_ids
     await c.list_messages("w", "s", sent.consistency_token)  # observations may cite only projected messages
     await c.list_messages("w", "s2", secret.consistency_token)
-    made = await c.create_observations("w", "alice", "bob", [
-        o.NewObservation(content="Bob keeps bees", session_id="s",
-                         sources=[o.ObservationSource(message_id=bees, span="I keep bees")]),
-        o.NewObservation(content="Bob lives in Oslo", session_id="s",
-                         sources=[o.ObservationSource(message_id=oslo, span="moved to Oslo")])])
-    hidden = await c.create_observations("w", "carol", "bob", [o.NewObservation(
-        content="Bob loves sailing", sources=[o.ObservationSource(message_id=secret.message_ids[0], span="sailing")])])
+    made = await c.create_observations(
+        "w",
+        "alice",
+        "bob",
+        [
+            o.NewObservation(
+                content="Bob keeps bees",
+                session_id="s",
+                sources=[o.ObservationSource(message_id=bees, span="I keep bees")],
+            ),
+            o.NewObservation(
+                content="Bob lives in Oslo",
+                session_id="s",
+                sources=[o.ObservationSource(message_id=oslo, span="moved to Oslo")],
+            ),
+        ],
+    )
+    hidden = await c.create_observations(
+        "w",
+        "carol",
+        "bob",
+        [
+            o.NewObservation(
+                content="Bob loves sailing",
+                sources=[o.ObservationSource(message_id=secret.message_ids[0], span="sailing")],
+            )
+        ],
+    )
     await c.all_observations("w", "carol", "bob", hidden.consistency_token)
     await c.all_observations("w", "alice", "bob", made.consistency_token)
-    return {"chan": chan, "bees": bees, "oslo": oslo, "secret": secret.message_ids[0],
-            "obs": list(made.observation_ids), "hidden_obs": hidden.observation_ids[0]}
+    return {
+        "chan": chan,
+        "bees": bees,
+        "oslo": oslo,
+        "secret": secret.message_ids[0],
+        "obs": list(made.observation_ids),
+        "hidden_obs": hidden.observation_ids[0],
+    }
 
 
 def ask(chan, **kw):
@@ -126,7 +159,7 @@ async def test_the_prompt_carries_the_prefetched_observations_with_their_ids(mem
 async def test_only_ids_the_agent_was_shown_are_cited(memory, model_server):
     oslo_obs = memory["obs"][1]
     # the secret message and carol's observation exist, but alice's agent was never shown them
-    answer = (f"Oslo [obs:{oslo_obs}] [obs:made-up-id] [msg:{memory['secret']}] [obs:{memory['hidden_obs']}]")
+    answer = f"Oslo [obs:{oslo_obs}] [obs:made-up-id] [msg:{memory['secret']}] [obs:{memory['hidden_obs']}]"
     model_server.script([Reply(content=answer)])
     out = await ask(memory["chan"])
     assert list(out.cited_observation_ids) == [oslo_obs] and list(out.cited_message_ids) == []
@@ -135,9 +168,14 @@ async def test_only_ids_the_agent_was_shown_are_cited(memory, model_server):
 
 @pytest.mark.parametrize("level,cap", sorted(CAPS.items()))
 async def test_a_model_that_always_wants_tools_is_cut_off_at_the_level_cap_and_made_to_answer(
-        memory, model_server, level, cap):
-    model_server.reply_with(lambda req: Reply(content="Bob lives in Oslo" if "tools" not in req else "",
-                                              tool_calls=[call("search_observations", query="home")]))
+    memory, model_server, level, cap
+):
+    model_server.reply_with(
+        lambda req: Reply(
+            content="Bob lives in Oslo" if "tools" not in req else "",
+            tool_calls=[call("search_observations", query="home")],
+        )
+    )
     out = await ask(memory["chan"], reasoning_level=level)
     requests = model_server.chat_requests()
     assert out.tool_rounds == cap and len(requests) == cap + 1
@@ -172,8 +210,12 @@ async def test_streaming_sends_tool_progress_then_the_answer_in_chunks_then_the_
     assert model_server.chat_requests()[-1]["stream"] is True
 
 
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
-          "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 
 
 async def test_a_response_format_answer_comes_back_as_valid_json(memory, model_server):
@@ -195,14 +237,21 @@ async def test_an_answer_that_breaks_the_schema_is_repaired_once(memory, model_s
 
 async def test_an_answer_still_invalid_after_the_repair_is_a_clear_error(memory, model_server):
     model_server.script([Reply(content="Oslo, I think"), Reply(content='{"city": 7}')])
-    await rejected(ask(memory["chan"], response_format=d.ResponseFormat(json_schema=json.dumps(SCHEMA))),
-                  grpc.StatusCode.UNAVAILABLE, "response_format after one repair")
+    await rejected(
+        ask(memory["chan"], response_format=d.ResponseFormat(json_schema=json.dumps(SCHEMA))),
+        grpc.StatusCode.UNAVAILABLE,
+        "response_format after one repair",
+    )
 
 
 async def test_structured_tool_mode_works_end_to_end(serve, memory, model_server):
-    chan = await serve(PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object")
+    chan = await serve(
+        PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object"
+    )
     model_server.script([Reply(content={"tool": "grep_messages", "arguments": {"pattern": "bees"}})])
-    model_server.reply_with(lambda req: Reply(content={"answer": "Bob keeps bees", "cited_ids": [memory["bees"], "fake"]}))
+    model_server.reply_with(
+        lambda req: Reply(content={"answer": "Bob keeps bees", "cited_ids": [memory["bees"], "fake"]})
+    )
 
     out = await ask(chan, query="What does Bob keep?")
 
@@ -224,22 +273,31 @@ async def test_with_nothing_about_the_pair_it_says_it_does_not_know_without_call
 
 async def test_an_answer_made_up_when_tools_found_nothing_is_replaced_by_i_do_not_know(memory, model_server):
     # bob has no observations about alice, but alice spoke where bob heard: the agent runs, finds nothing
-    model_server.script([Reply(tool_calls=[call("grep_messages", pattern="zebra")]),
-                         Reply(content="Alice owns a zebra [obs:invented]")])
+    model_server.script(
+        [Reply(tool_calls=[call("grep_messages", pattern="zebra")]), Reply(content="Alice owns a zebra [obs:invented]")]
+    )
     out = await ask(memory["chan"], observer_id="bob", target_id="alice", query="Does Alice own a zebra?")
     assert "No messages found" in tool_messages(model_server.chat_requests()[1])[0]
     assert out.answer == ABSTAIN_ANSWER and out.abstained and not out.cited_observation_ids
 
 
 async def test_no_tool_shows_a_message_the_observer_never_saw_nor_another_pairs_observation(memory, model_server):
-    model_server.script([Reply(tool_calls=[
-        call("grep_messages", "c1", pattern="sailing"), call("search_messages", "c2", query="sailing"),
-        call("temporal_search", "c3", query="sailing", after="2000-01-01"),
-        call("messages_by_date_range", "c4", after="2000-01-01T00:00:00Z", limit=50),
-        call("source_messages", "c5", observation_id=memory["hidden_obs"]),
-        call("reasoning_chain", "c6", observation_id=memory["hidden_obs"]),
-        call("search_observations", "c7", query="sailing", limit=50),
-        call("source_messages", "c8", observation_id=memory["obs"][0])])])
+    model_server.script(
+        [
+            Reply(
+                tool_calls=[
+                    call("grep_messages", "c1", pattern="sailing"),
+                    call("search_messages", "c2", query="sailing"),
+                    call("temporal_search", "c3", query="sailing", after="2000-01-01"),
+                    call("messages_by_date_range", "c4", after="2000-01-01T00:00:00Z", limit=50),
+                    call("source_messages", "c5", observation_id=memory["hidden_obs"]),
+                    call("reasoning_chain", "c6", observation_id=memory["hidden_obs"]),
+                    call("search_observations", "c7", query="sailing", limit=50),
+                    call("source_messages", "c8", observation_id=memory["obs"][0]),
+                ]
+            )
+        ]
+    )
     model_server.reply_with(lambda req: Reply(content="Bob keeps bees"))
 
     await ask(memory["chan"], query="Does Bob like sailing?", reasoning_level=d.REASONING_LEVEL_HIGH)
@@ -253,17 +311,23 @@ async def test_no_tool_shows_a_message_the_observer_never_saw_nor_another_pairs_
     assert "span: 'I keep bees'" in results[7]  # and an own observation's source is shown
 
 
-@pytest.mark.parametrize("kw,code,phrase", [
-    ({"query": "  "}, grpc.StatusCode.INVALID_ARGUMENT, "query is empty"),
-    ({"query": "x" * 10_001}, grpc.StatusCode.INVALID_ARGUMENT, "the limit is 10000"),
-    ({"target_id": "ghost"}, grpc.StatusCode.NOT_FOUND, "ghost"),
-    ({"session_id": "nope"}, grpc.StatusCode.NOT_FOUND, "nope"),
-    ({"reasoning_level": 9}, grpc.StatusCode.INVALID_ARGUMENT, "reasoning_level"),
-    ({"response_format": d.ResponseFormat(json_schema="{not json")}, grpc.StatusCode.INVALID_ARGUMENT, "not JSON"),
-    ({"response_format": d.ResponseFormat(json_schema='{"type": 5}')}, grpc.StatusCode.INVALID_ARGUMENT,
-     "not a valid JSON schema"),
-    ({"query": "where\x00"}, grpc.StatusCode.INVALID_ARGUMENT, "NUL"),
-])
+@pytest.mark.parametrize(
+    "kw,code,phrase",
+    [
+        ({"query": "  "}, grpc.StatusCode.INVALID_ARGUMENT, "query is empty"),
+        ({"query": "x" * 10_001}, grpc.StatusCode.INVALID_ARGUMENT, "the limit is 10000"),
+        ({"target_id": "ghost"}, grpc.StatusCode.NOT_FOUND, "ghost"),
+        ({"session_id": "nope"}, grpc.StatusCode.NOT_FOUND, "nope"),
+        ({"reasoning_level": 9}, grpc.StatusCode.INVALID_ARGUMENT, "reasoning_level"),
+        ({"response_format": d.ResponseFormat(json_schema="{not json")}, grpc.StatusCode.INVALID_ARGUMENT, "not JSON"),
+        (
+            {"response_format": d.ResponseFormat(json_schema='{"type": 5}')},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "not a valid JSON schema",
+        ),
+        ({"query": "where\x00"}, grpc.StatusCode.INVALID_ARGUMENT, "NUL"),
+    ],
+)
 async def test_bad_input_is_refused_before_any_model_call(memory, model_server, kw, code, phrase):
     await rejected(ask(memory["chan"], **kw), code, phrase)
     await rejected(anext(aiter(stream(memory["chan"], **kw))), code, phrase)
@@ -282,8 +346,9 @@ async def test_a_model_slower_than_the_deadline_is_deadline_exceeded(serve, memo
     await rejected(ask(chan), grpc.StatusCode.DEADLINE_EXCEEDED, "did not finish within 1.0 s")
 
 
-async def test_a_token_budget_too_small_for_a_tool_round_makes_the_model_answer_without_tools(serve, memory,
-                                                                                              model_server):
+async def test_a_token_budget_too_small_for_a_tool_round_makes_the_model_answer_without_tools(
+    serve, memory, model_server
+):
     chan = await serve(PEERLOG_DIALECTIC_TOKEN_BUDGET="1000")
     model_server.reply_with(lambda req: Reply(content="Oslo", tool_calls=[call("search_observations", query="x")]))
     out = await ask(chan)
@@ -297,9 +362,16 @@ async def test_reasoning_chain_follows_a_derived_belief_to_its_explicit_premises
     from services.events import Level, ObservationAdded, ProducerInfo
 
     premise = memory["obs"][1]
-    derived = ObservationAdded(workspace_id="w", observer_id="alice", observed_id="bob", observation_id="derived-1",
-                               level=Level.DEDUCTIVE, content="Bob lives in Norway", premise_ids=(premise,),
-                               producer=ProducerInfo(component="test-dreamer", version="0"))
+    derived = ObservationAdded(
+        workspace_id="w",
+        observer_id="alice",
+        observed_id="bob",
+        observation_id="derived-1",
+        level=Level.DEDUCTIVE,
+        content="Bob lives in Norway",
+        premise_ids=(premise,),
+        producer=ProducerInfo(component="test-dreamer", version="0"),
+    )
     log = EventLog(settings.kafka)
     log.start()
     try:
@@ -307,11 +379,20 @@ async def test_reasoning_chain_follows_a_derived_belief_to_its_explicit_premises
     finally:
         log.close()
     await Client(memory["chan"]).all_observations("w", "alice", "bob", token)
-    model_server.script([Reply(tool_calls=[call("reasoning_chain", "c1", observation_id="derived-1"),
-                                           call("reasoning_chain", "c2", observation_id=premise),
-                                           call("source_messages", "c3", observation_id=premise)])])
-    model_server.reply_with(lambda req: Reply(content=f"Norway, since he lives in Oslo [obs:{premise}] "
-                                                      f"[msg:{memory['oslo']}]"))
+    model_server.script(
+        [
+            Reply(
+                tool_calls=[
+                    call("reasoning_chain", "c1", observation_id="derived-1"),
+                    call("reasoning_chain", "c2", observation_id=premise),
+                    call("source_messages", "c3", observation_id=premise),
+                ]
+            )
+        ]
+    )
+    model_server.reply_with(
+        lambda req: Reply(content=f"Norway, since he lives in Oslo [obs:{premise}] [msg:{memory['oslo']}]")
+    )
 
     out = await ask(memory["chan"], query="Which country does Bob live in?", consistency={"consistency_token": token})
 
@@ -323,7 +404,9 @@ async def test_reasoning_chain_follows_a_derived_belief_to_its_explicit_premises
 
 
 async def test_structured_mode_garbage_after_the_repair_is_a_clear_error(serve, memory, model_server):
-    chan = await serve(PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object")
+    chan = await serve(
+        PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object"
+    )
     model_server.script([Reply(content="Bob lives in Oslo."), Reply(content={"neither": "tool nor answer"})])
     await rejected(ask(chan), grpc.StatusCode.UNAVAILABLE, "dialectic_low", "model output invalid")
     assert len(model_server.chat_requests()) == 2
@@ -359,30 +442,46 @@ def nested(depth: int) -> str:
     return '{"not": ' * depth + "{}" + "}" * depth
 
 
-@pytest.mark.parametrize("fmt,phrase", [
-    (d.ResponseFormat(json_schema=json.dumps({"$ref": "http://127.0.0.1:9/schema.json"})), "only references into"),
-    (d.ResponseFormat(json_schema=json.dumps({"$ref": "file:///etc/hostname"})), "only references into"),
-    (schema_object({"properties": {"a": {"$ref": "file:///etc/hostname"}}}), "only references into"),
-    (d.ResponseFormat(json_schema='{"$ref": "#"}'), "only references into"),
-    (d.ResponseFormat(json_schema=nested(3_000)), "nested more than 32 deep"),
-    (schema_object({"type": "number", "minimum": float("nan")}), "NaN or Infinity"),
-    (d.ResponseFormat(json_schema='{"type": "number", "minimum": NaN}'), "not a JSON number"),
-    (d.ResponseFormat(json_schema=json.dumps({"description": "x" * 70_000})), "the limit is 65536"),
-    (d.ResponseFormat(json_schema=json.dumps({"$schema": "http://json-schema.org/draft-04/schema#",
-                                              "enum": [{"a": i} for i in range(3_000)]})), "too many objects"),
-    (d.ResponseFormat(json_schema=json.dumps({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}},
-                                              "$ref": "#/$defs/a"})), "cycle"),
-])
+@pytest.mark.parametrize(
+    "fmt,phrase",
+    [
+        (d.ResponseFormat(json_schema=json.dumps({"$ref": "http://127.0.0.1:9/schema.json"})), "only references into"),
+        (d.ResponseFormat(json_schema=json.dumps({"$ref": "file:///etc/hostname"})), "only references into"),
+        (schema_object({"properties": {"a": {"$ref": "file:///etc/hostname"}}}), "only references into"),
+        (d.ResponseFormat(json_schema='{"$ref": "#"}'), "only references into"),
+        (d.ResponseFormat(json_schema=nested(3_000)), "nested more than 32 deep"),
+        (schema_object({"type": "number", "minimum": float("nan")}), "NaN or Infinity"),
+        (d.ResponseFormat(json_schema='{"type": "number", "minimum": NaN}'), "not a JSON number"),
+        (d.ResponseFormat(json_schema=json.dumps({"description": "x" * 70_000})), "the limit is 65536"),
+        (
+            d.ResponseFormat(
+                json_schema=json.dumps(
+                    {"$schema": "http://json-schema.org/draft-04/schema#", "enum": [{"a": i} for i in range(3_000)]}
+                )
+            ),
+            "too many objects",
+        ),
+        (
+            d.ResponseFormat(
+                json_schema=json.dumps({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"})
+            ),
+            "cycle",
+        ),
+    ],
+)
 async def test_a_hostile_response_format_is_invalid_argument_before_any_model_call(memory, model_server, fmt, phrase):
     await rejected(ask(memory["chan"], response_format=fmt), grpc.StatusCode.INVALID_ARGUMENT, phrase)
-    await rejected(anext(aiter(stream(memory["chan"], response_format=fmt))), grpc.StatusCode.INVALID_ARGUMENT,
-                   phrase)
+    await rejected(anext(aiter(stream(memory["chan"], response_format=fmt))), grpc.StatusCode.INVALID_ARGUMENT, phrase)
     assert model_server.chat_requests() == []
 
 
 async def test_a_local_ref_in_the_response_format_is_followed_without_fetching(memory, model_server):
-    schema = {"type": "object", "required": ["city"], "properties": {"city": {"$ref": "#/$defs/name"}},
-              "$defs": {"name": {"type": "string"}}}
+    schema = {
+        "type": "object",
+        "required": ["city"],
+        "properties": {"city": {"$ref": "#/$defs/name"}},
+        "$defs": {"name": {"type": "string"}},
+    }
     model_server.reply_with(lambda req: Reply(content='{"city": "Oslo"}'))
     out = await ask(memory["chan"], response_format=d.ResponseFormat(json_schema=json.dumps(schema)))
     assert json.loads(out.answer) == {"city": "Oslo"}
@@ -408,13 +507,19 @@ async def diary(serve, settings, start_worker):
     def turn(peer: str, text: str, n: int) -> messages_pb2.NewMessage:
         return messages_pb2.NewMessage(peer_id=peer, content=text, created_at=day(n))
 
-    await c.add("w", "s", [turn("bob", "My old dog Max loved chasing the ball in the park", 1),
-                           turn("alice", "Ha, I remember him", 2),
-                           turn("alice", "The printer jammed again", 10),
-                           turn("bob", "Taxes are due soon", 11),
-                           turn("alice", "We cooked lentil soup", 12),
-                           turn("bob", "We adopted a puppy last weekend, she sleeps all day", 13),
-                           turn("alice", "The dog bit the mailman", 20)])
+    await c.add(
+        "w",
+        "s",
+        [
+            turn("bob", "My old dog Max loved chasing the ball in the park", 1),
+            turn("alice", "Ha, I remember him", 2),
+            turn("alice", "The printer jammed again", 10),
+            turn("bob", "Taxes are due soon", 11),
+            turn("alice", "We cooked lentil soup", 12),
+            turn("bob", "We adopted a puppy last weekend, she sleeps all day", 13),
+            turn("alice", "The dog bit the mailman", 20),
+        ],
+    )
     await c.add("w", "s2", [turn("bob", "I got a new dog for my kids", 12)])
     eventually(lambda: embedded_count(settings) == 8, 90)
     return chan, c
@@ -425,8 +530,9 @@ def shown(result: str) -> list[str]:
 
 
 async def search_api(c: Client, **kw) -> list[str]:
-    out = await c.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
-        workspace_id="w", perspective_peer_id="alice", **kw))
+    out = await c.workspaces.SearchMessages(
+        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="w", perspective_peer_id="alice", **kw)
+    )
     return [r.message.message_id for r in out.results]
 
 
@@ -434,12 +540,19 @@ async def test_temporal_search_finds_by_meaning_inside_the_window_only_what_the_
     chan, c = diary
     question = "a new pet dog"
     window = {"after": "2026-01-05", "before": "2026-01-15T00:00:00Z"}
-    model_server.script([Reply(tool_calls=[
-        call("temporal_search", "c1", query=question, limit=50, **window),
-        call("temporal_search", "c2", query=question, limit=1, **window),
-        call("search_messages", "c3", query=question, limit=50),
-        call("messages_by_date_range", "c4", after="2026-01-10T00:00:00Z", before="2026-01-13T00:00:00Z"),
-        call("temporal_search", "c5", query=question, after="2026-01-15", before="2026-01-05")])])
+    model_server.script(
+        [
+            Reply(
+                tool_calls=[
+                    call("temporal_search", "c1", query=question, limit=50, **window),
+                    call("temporal_search", "c2", query=question, limit=1, **window),
+                    call("search_messages", "c3", query=question, limit=50),
+                    call("messages_by_date_range", "c4", after="2026-01-10T00:00:00Z", before="2026-01-13T00:00:00Z"),
+                    call("temporal_search", "c5", query=question, after="2026-01-15", before="2026-01-05"),
+                ]
+            )
+        ]
+    )
     model_server.reply_with(lambda req: Reply(content="Bob adopted a puppy"))
 
     await ask(chan, query="Which pet did Bob get in January?")
@@ -454,7 +567,10 @@ async def test_temporal_search_finds_by_meaning_inside_the_window_only_what_the_
     assert "Max" in anywhere and "mailman" in anywhere and "new dog" not in anywhere
     # the listing's window is the search's: [after, before)
     assert [line.split(": ", 1)[1] for line in listed.splitlines()] == [
-        "The printer jammed again", "Taxes are due soon", "We cooked lentil soup"]
+        "The printer jammed again",
+        "Taxes are due soon",
+        "We cooked lentil soup",
+    ]
     assert "after must be earlier than before" in backwards
 
     # Chat finds what search finds: the same messages in the same order as SearchMessages from alice's view

@@ -59,7 +59,8 @@ class ApiInThread:
 
         self.server = self._run(start(self.settings))
         self.settings = self.settings.model_copy(
-            update={"api": self.settings.api.model_copy(update={"port": self.server.port})})
+            update={"api": self.settings.api.model_copy(update={"port": self.server.port})}
+        )
         return self
 
     @property
@@ -145,7 +146,8 @@ def test_a_missing_session_raises_NotFound_with_the_servers_message(peerlog, api
         async with grpc.aio.insecure_channel(api.address) as chan:
             try:
                 await Client(chan).sessions.GetSession(
-                    sessions_pb2.GetSessionRequest(workspace_id="acme", session_id="nope"), metadata=metadata)
+                    sessions_pb2.GetSessionRequest(workspace_id="acme", session_id="nope"), metadata=metadata
+                )
             except grpc.aio.AioRpcError as error:
                 return error.details()
         raise AssertionError("GetSession of a missing session succeeded")
@@ -297,16 +299,18 @@ def test_session_context_renders_for_openai_and_anthropic(peerlog):
     ]
     system, messages = ctx.to_anthropic()
     assert system == openai[0]["content"]
-    assert messages == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello Alice"},
-                        {"role": "user", "content": "what should I cook tonight?"}]
+    assert messages == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello Alice"},
+        {"role": "user", "content": "what should I cook tonight?"},
+    ]
     assert ctx.tokens.total <= 2000 and ctx.peer_card == ("IDENTITY: Alice, a data engineer",)
     assert [(m.role, m.content) for m in ctx.chat_messages][-1] == ("user", "what should I cook tonight?")
 
 
 def test_searches_find_messages_at_workspace_session_and_peer_level(peerlog):
     ws, alice, bot, chat = conversation(peerlog)
-    chat.add_messages([(alice, "I keep bees in my garden"), (bot, "bees are lovely"),
-                       (alice, "my car broke down")])
+    chat.add_messages([(alice, "I keep bees in my garden"), (bot, "bees are lovely"), (alice, "my car broke down")])
     before = datetime.now(UTC)
     assert ws.search("bees garden", limit=1)[0].message.content == "I keep bees in my garden"
     assert {r.message.peer_id for r in chat.search("bees", authors=[bot])} == {"bot"}
@@ -317,12 +321,24 @@ def test_searches_find_messages_at_workspace_session_and_peer_level(peerlog):
 def test_observations_round_trip_with_sources_search_history_and_deletion(peerlog):
     ws, alice, bot, chat = conversation(peerlog)
     sent = chat.add_messages([(alice, "I moved to Oslo last year")])
-    made = bot.create_observations([NewObservation("Alice lives in Oslo", session_id="s1", sources=(
-        ObservationSource(sent.message_ids[0], "moved to Oslo"),))], target=alice)
+    made = bot.create_observations(
+        [
+            NewObservation(
+                "Alice lives in Oslo",
+                session_id="s1",
+                sources=(ObservationSource(sent.message_ids[0], "moved to Oslo"),),
+            )
+        ],
+        target=alice,
+    )
     (oid,) = made.observation_ids
     got = ws.observation(oid)
-    assert (got.content, got.level, got.observer_id, got.observed_id) == ("Alice lives in Oslo", "explicit", "bot",
-                                                                         "alice")
+    assert (got.content, got.level, got.observer_id, got.observed_id) == (
+        "Alice lives in Oslo",
+        "explicit",
+        "bot",
+        "alice",
+    )
     assert got.sources == (ObservationSource(sent.message_ids[0], "moved to Oslo"),)
     assert got.created_at.tzinfo is not None and got.deleted_at is None
     assert bot.search_observations("Oslo", target=alice)[0].observation.observation_id == oid

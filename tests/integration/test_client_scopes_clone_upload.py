@@ -12,8 +12,10 @@ import pytest
 
 from peerlog_client import AlreadyExists, AsyncPeerlog, InvalidArgument, NewObservation, NotFound, Peerlog, Scope
 from peerlog_client.models import AddedMessages, ClonedSession
-from tests.integration.test_client_library import ApiInThread
-from tests.integration.test_client_library import api  # noqa: F401 - the fixture: the API, its Chat on the test model
+from tests.integration.test_client_library import (
+    ApiInThread,
+    api,  # noqa: F401 - the fixture: the API, its Chat on the test model
+)
 from tests.support.auth import admin_token
 from tests.support.model_server import Reply
 
@@ -31,18 +33,25 @@ def two_sessions(peerlog: Peerlog):
     s1, s2 = (ws.session(s, members=[alice, bob]) for s in ("s1", "s2"))
     s1.add_messages([(bob, "I live in Oslo")])
     s2.add_messages([(bob, "I keep bees")])
-    alice.create_observations([NewObservation("Bob lives in Oslo", session_id="s1"),
-                               NewObservation("Bob keeps bees", session_id="s2")], target=bob)
+    alice.create_observations(
+        [NewObservation("Bob lives in Oslo", session_id="s1"), NewObservation("Bob keeps bees", session_id="s2")],
+        target=bob,
+    )
     return ws, alice, bob, s1, s2
 
 
 def test_scopes_are_created_changed_listed_and_bound_every_read_of_the_client(peerlog, model_server):
     ws, alice, bob, s1, s2 = two_sessions(peerlog)
     north = ws.create_scope("north", name="up north", sessions=[s1])
-    assert isinstance(north, Scope) and (north.scope_id, north.name, north.session_ids) == ("north", "up north", ("s1",))
+    assert isinstance(north, Scope) and (north.scope_id, north.name, north.session_ids) == (
+        "north",
+        "up north",
+        ("s1",),
+    )
     assert [o.content for o in alice.representation(target=bob, scope=north).observations] == ["Bob lives in Oslo"]
-    assert [r.observation.content for r in alice.search_observations("Where does Bob live?", target=bob,
-                                                                      scope="north")] == ["Bob lives in Oslo"]
+    assert [
+        r.observation.content for r in alice.search_observations("Where does Bob live?", target=bob, scope="north")
+    ] == ["Bob lives in Oslo"]
     assert {r.message.session_id for r in ws.search("Oslo bees", scope=north)} == {"s1"}
     assert {r.message.session_id for r in bob.search("Oslo bees", scope=north)} == {"s1"}
     ctx = s2.context(observer=alice, target=bob, search_query="Oslo", scope=north)

@@ -17,8 +17,11 @@ def origin(message: messages_pb2.Message) -> tuple[str, str, str]:
 
 
 async def clone(c: Client, source: str, new: str, up_to: str = "") -> sessions_pb2.CloneSessionResponse:
-    return await c.sessions.CloneSession(sessions_pb2.CloneSessionRequest(
-        workspace_id="w", session_id=source, new_session_id=new, up_to_message_id=up_to))
+    return await c.sessions.CloneSession(
+        sessions_pb2.CloneSessionRequest(
+            workspace_id="w", session_id=source, new_session_id=new, up_to_message_id=up_to
+        )
+    )
 
 
 @pytest.fixture
@@ -42,10 +45,13 @@ async def test_a_clone_copies_the_messages_in_order_up_to_one_and_each_copy_name
     original = await c.all_messages("w", "s")
     copies = await c.all_messages("w", "c1", out.consistency_token)
     assert [(m.peer_id, m.content, m.created_at, json_format.MessageToDict(m.metadata)) for m in copies] == [
-        (m.peer_id, m.content, m.created_at, json_format.MessageToDict(m.metadata)) for m in original[:2]]
+        (m.peer_id, m.content, m.created_at, json_format.MessageToDict(m.metadata)) for m in original[:2]
+    ]
     assert [m.message_id for m in copies] == list(out.message_ids) and not set(out.message_ids) & set(ids)
-    firsts = [await c.messages.GetMessage(messages_pb2.GetMessageRequest(workspace_id="w", message_id=i))
-              for i in out.message_ids]
+    firsts = [
+        await c.messages.GetMessage(messages_pb2.GetMessageRequest(workspace_id="w", message_id=i))
+        for i in out.message_ids
+    ]
     assert [origin(m) for m in firsts] == [("w", "s", ids[0]), ("w", "s", ids[1])]
     plain = await c.messages.GetMessage(messages_pb2.GetMessageRequest(workspace_id="w", message_id=ids[0]))
     assert not plain.HasField("origin")
@@ -55,9 +61,14 @@ async def test_a_copy_of_a_copy_names_the_first_message_and_no_derived_knowledge
     c, ids = source
     first = await clone(c, "s", "c1")
     second = await clone(c, "c1", "c2")
-    copies = [await c.messages.GetMessage(messages_pb2.GetMessageRequest(
-        workspace_id="w", message_id=i, consistency={"consistency_token": second.consistency_token}))
-        for i in second.message_ids]
+    copies = [
+        await c.messages.GetMessage(
+            messages_pb2.GetMessageRequest(
+                workspace_id="w", message_id=i, consistency={"consistency_token": second.consistency_token}
+            )
+        )
+        for i in second.message_ids
+    ]
     assert [origin(m) for m in copies] == [("w", "s", i) for i in ids]
     assert first.message_ids != second.message_ids
     for session in ("c1", "c2"):  # the store holds only what was learnt in s
@@ -70,8 +81,9 @@ async def test_refused_clones_say_why_and_write_nothing(source):
     await clone(c, "s", "c1")
     await rejected(clone(c, "s", "c1"), grpc.StatusCode.ALREADY_EXISTS, "'c1' already exists")
     await rejected(clone(c, "nope", "c3"), grpc.StatusCode.NOT_FOUND, "session 'nope' does not exist")
-    await rejected(clone(c, "s", "c4", up_to="m-unknown"), grpc.StatusCode.NOT_FOUND,
-                   "'m-unknown' is not a message of the session")
+    await rejected(
+        clone(c, "s", "c4", up_to="m-unknown"), grpc.StatusCode.NOT_FOUND, "'m-unknown' is not a message of the session"
+    )
     await rejected(clone(c, "s", "bad id!"), grpc.StatusCode.INVALID_ARGUMENT, "new_session_id")
     listed = await c.sessions.ListSessions(sessions_pb2.ListSessionsRequest(workspace_id="w"))
     assert [s.session_id for s in listed.sessions] == ["c1", "s"]

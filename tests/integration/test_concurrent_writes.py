@@ -42,15 +42,17 @@ async def test_concurrent_add_members_of_one_peer_join_it_once_and_its_removal_s
     c = Client(channel)
     await c.setup_conversation("acme", "s1")
     await c.peer("acme", "carol")
-    add = sessions_pb2.AddMembersRequest(workspace_id="acme", session_id="s1",
-                                         members=[sessions_pb2.MemberSpec(peer_id="carol")])
+    add = sessions_pb2.AddMembersRequest(
+        workspace_id="acme", session_id="s1", members=[sessions_pb2.MemberSpec(peer_id="carol")]
+    )
 
     results = await asyncio.gather(*(c.sessions.AddMembers(add) for _ in range(N)), return_exceptions=True)
 
     assert codes(results) == ["OK"] + ["StatusCode.ALREADY_EXISTS"] * (N - 1)
     assert [open_ for _, open_ in periods(settings, "s1", "carol")] == [True]
     await c.sessions.RemoveMembers(
-        sessions_pb2.RemoveMembersRequest(workspace_id="acme", session_id="s1", peer_ids=["carol"]))
+        sessions_pb2.RemoveMembersRequest(workspace_id="acme", session_id="s1", peer_ids=["carol"])
+    )
     got = await c.sessions.GetSession(sessions_pb2.GetSessionRequest(workspace_id="acme", session_id="s1"))
     assert [(m.peer_id, m.HasField("left_at")) for m in got.memberships if m.peer_id == "carol"] == [("carol", True)]
     assert [open_ for _, open_ in periods(settings, "s1", "carol")] == [False]
@@ -82,14 +84,21 @@ async def test_concurrent_get_or_create_workspace_and_peer_say_created_to_exactl
 def test_a_second_join_of_a_current_member_is_ignored_so_its_leave_closes_the_only_period(settings, projector):
     # what two API processes racing on one peer would append: the projector must not diverge either
     first = MemberJoined(workspace_id="w", session_id="s1", peer_id="alice", joined_at=_now(), producer=P)
-    second = MemberJoined(workspace_id="w", session_id="s1", peer_id="alice", joined_at=_now(),
-                          observe_others=True, producer=P)
+    second = MemberJoined(
+        workspace_id="w", session_id="s1", peer_id="alice", joined_at=_now(), observe_others=True, producer=P
+    )
     log = EventLog(settings.kafka)
     log.start()
     try:
-        log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
-                         PeerCreated(workspace_id="w", peer_id="alice", producer=P),
-                         SessionCreated(workspace_id="w", session_id="s1", producer=P), first, second])
+        log.append_sync(
+            [
+                WorkspaceCreated(workspace_id="w", producer=P),
+                PeerCreated(workspace_id="w", peer_id="alice", producer=P),
+                SessionCreated(workspace_id="w", session_id="s1", producer=P),
+                first,
+                second,
+            ]
+        )
         eventually(lambda: periods(settings, "s1", "alice") == [(first.event_id, True)])
         log.append_sync([MemberLeft(workspace_id="w", session_id="s1", peer_id="alice", left_at=_now(), producer=P)])
         eventually(lambda: periods(settings, "s1", "alice") == [(first.event_id, False)])
@@ -112,18 +121,36 @@ async def test_get_context_reads_every_statement_from_one_read_only_repeatable_r
 
     def spying(read):
         async def spy(conn, *args, **kw):
-            seen.append(tuple((await conn.execute(text(
-                "SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only'), now()"
-            ))).one()))
+            seen.append(
+                tuple(
+                    (
+                        await conn.execute(
+                            text(
+                                "SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only'), now()"
+                            )
+                        )
+                    ).one()
+                )
+            )
             return await read(conn, *args, **kw)
+
         return spy
 
-    for module, name in ((peer_reads, "peer_card"), (session_reads, "latest_summaries"),
-                         (message_reads, "list_messages")):
+    for module, name in (
+        (peer_reads, "peer_card"),
+        (session_reads, "latest_summaries"),
+        (message_reads, "list_messages"),
+    ):
         monkeypatch.setattr(module, name, spying(getattr(module, name)))
-    await context_pb2_grpc.ContextServiceStub(channel).GetContext(context_pb2.GetContextRequest(
-        workspace_id="acme", session_id="s1", observer_id="alice", target_id="bob",
-        consistency=common_pb2.ReadConsistency(consistency_token=made.consistency_token)))
+    await context_pb2_grpc.ContextServiceStub(channel).GetContext(
+        context_pb2.GetContextRequest(
+            workspace_id="acme",
+            session_id="s1",
+            observer_id="alice",
+            target_id="bob",
+            consistency=common_pb2.ReadConsistency(consistency_token=made.consistency_token),
+        )
+    )
 
     assert len(seen) == 3
     assert {(isolation, read_only) for isolation, read_only, _ in seen} == {("repeatable read", "on")}

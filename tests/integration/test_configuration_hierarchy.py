@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 import grpc
 import pytest
 
-from peerlog.v1 import configuration_pb2 as cfg
 from peerlog.v1 import common_pb2, configuration_pb2_grpc, messages_pb2, peers_pb2
+from peerlog.v1 import configuration_pb2 as cfg
 from projections.rebuild import rebuild
 from projections.schema import perceptions, summaries
 from tests.integration.test_chat import memory, serve  # noqa: F401 (fixtures)
 from tests.integration.test_deriver import rows
-from tests.support.extractor import is_deriver
 from tests.support.client import Client
+from tests.support.extractor import is_deriver
 from tests.support.model_server import Reply
 from tests.support.wait import eventually
 
@@ -30,16 +30,29 @@ class Levels:
         self.stub = configuration_pb2_grpc.ConfigurationServiceStub(channel)
 
     async def workspace(self, w, **settings) -> str:
-        return (await self.stub.SetWorkspaceConfiguration(cfg.SetWorkspaceConfigurationRequest(
-            workspace_id=w, configuration=cfg.Configuration(**settings)))).consistency_token
+        return (
+            await self.stub.SetWorkspaceConfiguration(
+                cfg.SetWorkspaceConfigurationRequest(workspace_id=w, configuration=cfg.Configuration(**settings))
+            )
+        ).consistency_token
 
     async def session(self, w, s, **settings) -> str:
-        return (await self.stub.SetSessionConfiguration(cfg.SetSessionConfigurationRequest(
-            workspace_id=w, session_id=s, configuration=cfg.Configuration(**settings)))).consistency_token
+        return (
+            await self.stub.SetSessionConfiguration(
+                cfg.SetSessionConfigurationRequest(
+                    workspace_id=w, session_id=s, configuration=cfg.Configuration(**settings)
+                )
+            )
+        ).consistency_token
 
     async def message(self, w, s, m, **settings) -> str:
-        return (await self.stub.SetMessageConfiguration(cfg.SetMessageConfigurationRequest(
-            workspace_id=w, session_id=s, message_id=m, configuration=cfg.Configuration(**settings)))).consistency_token
+        return (
+            await self.stub.SetMessageConfiguration(
+                cfg.SetMessageConfigurationRequest(
+                    workspace_id=w, session_id=s, message_id=m, configuration=cfg.Configuration(**settings)
+                )
+            )
+        ).consistency_token
 
     async def effective(self, w, s="", m="", as_of=None, token="") -> dict[str, tuple]:
         request = cfg.GetEffectiveConfigurationRequest(workspace_id=w, session_id=s, message_id=m)
@@ -51,8 +64,9 @@ class Levels:
 
 
 def said(peer, text, **settings):
-    return messages_pb2.NewMessage(peer_id=peer, content=text, **(
-        {"configuration": cfg.Configuration(**settings)} if settings else {}))
+    return messages_pb2.NewMessage(
+        peer_id=peer, content=text, **({"configuration": cfg.Configuration(**settings)} if settings else {})
+    )
 
 
 async def test_each_level_overrides_the_one_below_in_what_get_effective_configuration_reports(channel):
@@ -66,8 +80,13 @@ async def test_each_level_overrides_the_one_below_in_what_get_effective_configur
 
     await levels.workspace("w", summary_short_every=7, reasoning=False, dialectic_instructions="answer in French")
     await levels.session("w", "s", summary_short_every=3)
-    token = (await c.add("w", "s", [said("alice", "hi", summary_short_every=2, deriver_instructions="food only"),
-                                    said("bob", "hello")])).consistency_token
+    token = (
+        await c.add(
+            "w",
+            "s",
+            [said("alice", "hi", summary_short_every=2, deriver_instructions="food only"), said("bob", "hello")],
+        )
+    ).consistency_token
     ids = [m.message_id for m in await c.all_messages("w", "s", token=token)]
 
     session = await levels.effective("w", "s")
@@ -81,8 +100,7 @@ async def test_each_level_overrides_the_one_below_in_what_get_effective_configur
     assert message["reasoning"] == (False, L.CONFIGURATION_LEVEL_WORKSPACE)
     assert (await levels.effective("w", m=ids[1]))["summary_short_every"] == (3, L.CONFIGURATION_LEVEL_SESSION)
     # as_of: the settings as they were before any level was set
-    assert (await levels.effective("w", "s", as_of=before))["summary_short_every"] == (
-        20, L.CONFIGURATION_LEVEL_GLOBAL)
+    assert (await levels.effective("w", "s", as_of=before))["summary_short_every"] == (20, L.CONFIGURATION_LEVEL_GLOBAL)
 
     # a later session change leaves what the earlier messages were processed under as it was
     await levels.session("w", "s", summary_short_every=5)
@@ -111,12 +129,15 @@ async def test_bad_values_and_unknown_entities_are_refused(channel):
 
 
 def summary_kinds(settings, session):
-    return [(r["kind"], r["last_seq"], r["messages_covered"])
-            for r in rows(settings, summaries, summaries.c.session_id == session)]
+    return [
+        (r["kind"], r["last_seq"], r["messages_covered"])
+        for r in rows(settings, summaries, summaries.c.session_id == session)
+    ]
 
 
-async def test_the_summarizer_takes_its_cadence_and_on_off_from_the_levels(channel, settings, model_server,
-                                                                           start_worker):
+async def test_the_summarizer_takes_its_cadence_and_on_off_from_the_levels(
+    channel, settings, model_server, start_worker
+):
     model_server.reply_with(lambda req: Reply(content="a short summary"))
     start_worker("summarizer", PEERLOG_SUMMARIZER_LONG_EVERY="1000")
     c, levels = Client(channel), Levels(channel)
@@ -127,8 +148,9 @@ async def test_the_summarizer_takes_its_cadence_and_on_off_from_the_levels(chann
     for s in ("by-workspace", "by-session"):
         await c.add("w", s, [("alice", "one"), ("bob", "two"), ("alice", "three")])
     # the first message is left out of summaries at its own level: the summary waits for a third one
-    await c.add("w", "by-message", [said("alice", "one", summaries=False), ("bob", "two"), ("alice", "three"),
-                                    ("bob", "four")])
+    await c.add(
+        "w", "by-message", [said("alice", "one", summaries=False), ("bob", "two"), ("alice", "three"), ("bob", "four")]
+    )
     eventually(lambda: all(summary_kinds(settings, s) for s in ("by-workspace", "by-session", "by-message")), 60)
     await asyncio.sleep(1)  # nothing more comes
     assert summary_kinds(settings, "by-workspace") == [("short", 3, 3)]
@@ -149,8 +171,15 @@ async def test_reasoning_and_deriver_instructions_follow_the_levels(channel, set
     await levels.workspace("w", reasoning=False, deriver_instructions="Only food preferences.")
     await levels.session("w", "on", reasoning=True)
     await c.add("w", "off", [("alice", "I like tea")])
-    await c.add("w", "on", [said("alice", "I like soup"), said("alice", "secret", reasoning=False),
-                            said("alice", "I like rice", deriver_instructions="Only grains.")])
+    await c.add(
+        "w",
+        "on",
+        [
+            said("alice", "I like soup"),
+            said("alice", "secret", reasoning=False),
+            said("alice", "I like rice", deriver_instructions="Only grains."),
+        ],
+    )
     perceived = lambda: sorted(r["session_id"] for r in rows(settings, perceptions))  # noqa: E731
     eventually(lambda: len(perceived()) >= 2 and len(deriver_prompts(model_server)) >= 2, 60)
     await asyncio.sleep(1)
@@ -168,12 +197,14 @@ async def test_a_rebuild_reproduces_the_levels(channel, settings):
     ids = [m.message_id for m in await c.all_messages("w", "s", token=token)]
     await levels.session("w", "s", summary_long_every=4)
     views = [await levels.effective("w", "s"), await levels.effective("w")] + [
-        await levels.effective("w", m=i) for i in ids]
+        await levels.effective("w", m=i) for i in ids
+    ]
     report = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings))
     assert report.switched and report.differences["configurations"] == 0
     assert set(report.differences.values()) == {0}, report.differences
     assert [await levels.effective("w", "s"), await levels.effective("w")] + [
-        await levels.effective("w", m=i) for i in ids] == views
+        await levels.effective("w", m=i) for i in ids
+    ] == views
     assert views[2]["peer_card"] == (False, L.CONFIGURATION_LEVEL_MESSAGE)
     assert views[3]["summary_long_every"] == (9, L.CONFIGURATION_LEVEL_SESSION)
 
@@ -195,12 +226,21 @@ async def test_a_workspace_and_a_session_take_their_level_at_creation(channel):
     from peerlog.v1 import sessions_pb2, workspaces_pb2
 
     c, levels = Client(channel), Levels(channel)
-    await c.workspaces.GetOrCreateWorkspace(workspaces_pb2.GetOrCreateWorkspaceRequest(
-        workspace_id="w", configuration=cfg.Configuration(dreams=False, dream_threshold=5)))
-    await c.sessions.GetOrCreateSession(sessions_pb2.GetOrCreateSessionRequest(
-        workspace_id="w", session_id="s", configuration=cfg.Configuration(dream_threshold=9)))
-    again = await c.sessions.GetOrCreateSession(sessions_pb2.GetOrCreateSessionRequest(
-        workspace_id="w", session_id="s", configuration=cfg.Configuration(dream_threshold=1)))
+    await c.workspaces.GetOrCreateWorkspace(
+        workspaces_pb2.GetOrCreateWorkspaceRequest(
+            workspace_id="w", configuration=cfg.Configuration(dreams=False, dream_threshold=5)
+        )
+    )
+    await c.sessions.GetOrCreateSession(
+        sessions_pb2.GetOrCreateSessionRequest(
+            workspace_id="w", session_id="s", configuration=cfg.Configuration(dream_threshold=9)
+        )
+    )
+    again = await c.sessions.GetOrCreateSession(
+        sessions_pb2.GetOrCreateSessionRequest(
+            workspace_id="w", session_id="s", configuration=cfg.Configuration(dream_threshold=1)
+        )
+    )
     assert not again.created  # an existing session keeps its level: used only at creation
     out = await levels.effective("w", "s")
     assert out["dreams"] == (False, L.CONFIGURATION_LEVEL_WORKSPACE)
@@ -210,8 +250,13 @@ async def test_a_workspace_and_a_session_take_their_level_at_creation(channel):
 async def test_the_dream_scheduler_follows_the_dream_settings_of_the_levels(channel, settings, start_worker):
     from tests.integration.test_dream_scheduler import pair_dreams, perceived
 
-    start_worker("router,dream-scheduler", PEERLOG_DREAM_THRESHOLD="3", PEERLOG_DREAM_IDLE_S="0.5",
-                 PEERLOG_DREAM_TICK_S="0.3", PEERLOG_DREAM_COOLDOWN_S="0")
+    start_worker(
+        "router,dream-scheduler",
+        PEERLOG_DREAM_THRESHOLD="3",
+        PEERLOG_DREAM_IDLE_S="0.5",
+        PEERLOG_DREAM_TICK_S="0.3",
+        PEERLOG_DREAM_COOLDOWN_S="0",
+    )
     c, levels = Client(channel), Levels(channel)
     for w in ("eager", "off"):
         await c.setup_conversation(w, "s")
@@ -225,8 +270,11 @@ async def test_the_dream_scheduler_follows_the_dream_settings_of_the_levels(chan
     await c.create_observations("off", "bob", "bob", ["Bob keeps bees", "Bob lives in Oslo", "Bob is a nurse"])
     dreamt = eventually(lambda: pair_dreams(settings), 30)
     await asyncio.sleep(2)
-    assert [(d["workspace_id"], d["new_explicit"]) for d in pair_dreams(settings)] == [("eager", 1)] == [
-        (d["workspace_id"], d["new_explicit"]) for d in dreamt]
+    assert (
+        [(d["workspace_id"], d["new_explicit"]) for d in pair_dreams(settings)]
+        == [("eager", 1)]
+        == [(d["workspace_id"], d["new_explicit"]) for d in dreamt]
+    )
 
 
 async def test_get_context_leaves_the_peer_card_out_where_the_levels_turn_it_off(channel):
@@ -241,15 +289,22 @@ async def test_get_context_leaves_the_peer_card_out_where_the_levels_turn_it_off
     await levels.session("w", "s2", peer_card=True)
     card = {}
     for s in ("s", "s2"):
-        out = await get_context(channel, workspace_id="w", session_id=s, observer_id="alice", target_id="bob",
-                                token_budget=1000, consistency=common_pb2.ReadConsistency(
-                                    consistency_token=written.consistency_token))
+        out = await get_context(
+            channel,
+            workspace_id="w",
+            session_id=s,
+            observer_id="alice",
+            target_id="bob",
+            token_budget=1000,
+            consistency=common_pb2.ReadConsistency(consistency_token=written.consistency_token),
+        )
         card[s] = list(out.peer_card)
     assert card == {"s": [], "s2": ["IDENTITY: Bob, a nurse in Oslo"]}
 
 
-async def test_a_dream_where_the_peer_card_is_off_is_offered_no_card_tool(channel, settings, model_server,
-                                                                          start_worker):
+async def test_a_dream_where_the_peer_card_is_off_is_offered_no_card_tool(
+    channel, settings, model_server, start_worker
+):
     from tests.integration.test_dream_scheduler import perceived
     from tests.integration.test_dreamer import call, dream_once, seed, specialist
 
@@ -257,21 +312,28 @@ async def test_a_dream_where_the_peer_card_is_off_is_offered_no_card_tool(channe
     await seed(c)
     await levels.session("w", "s", peer_card=False)
     await c.add("w", "s", [("bob", "hello")])  # the router stamps (bob, bob)'s perception with the setting
-    model_server.reply_with(lambda r: Reply(tool_calls=[call("set_peer_card", entries=["ATTRIBUTE: x"])])
-                            if specialist(r) == "deduction" and len(r["messages"]) == 2 else Reply(content="Done."))
+    model_server.reply_with(
+        lambda r: (
+            Reply(tool_calls=[call("set_peer_card", entries=["ATTRIBUTE: x"])])
+            if specialist(r) == "deduction" and len(r["messages"]) == 2
+            else Reply(content="Done.")
+        )
+    )
     start_worker("router,dream-scheduler,dreamer")
     eventually(lambda: perceived(settings) >= 1, 30)
     dream = await dream_once(c, settings)
     deduction = [r for r in model_server.chat_requests() if specialist(r) == "deduction"]
     assert "set_peer_card" not in {t["function"]["name"] for t in deduction[0]["tools"]}
     assert "set_peer_card" not in deduction[0]["messages"][0]["content"] and dream.edits == 0
-    card = await c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="bob",
-                                                                  observed_id="bob"))
+    card = await c.peers.GetPeerCard(
+        peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="bob", observed_id="bob")
+    )
     assert list(card.entries) == []  # a call of the tool anyway changes nothing
 
 
 async def test_a_message_level_set_after_the_message_is_read_back_and_as_of_and_a_rebuild_see_each_in_turn(
-        channel, settings):
+    channel, settings
+):
     c, levels = Client(channel), Levels(channel)
     await c.setup_conversation("w", "s")
     await levels.session("w", "s", observe_others=True)

@@ -9,14 +9,21 @@ from services.bus.stall import probe
 
 
 def _consumer(settings, group: str) -> Consumer:
-    return Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": group,
-                     "enable.auto.commit": False, "isolation.level": "read_committed",
-                     "auto.offset.reset": "earliest"})
+    return Consumer(
+        {
+            "bootstrap.servers": settings.kafka.bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
 
 
 def _committed_records(settings, topic: str, n: int) -> None:
-    producer = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers,
-                         "transactional.id": f"probe-{uuid.uuid4().hex}"})
+    producer = Producer(
+        {"bootstrap.servers": settings.kafka.bootstrap_servers, "transactional.id": f"probe-{uuid.uuid4().hex}"}
+    )
     producer.init_transactions(30)
     producer.begin_transaction()
     for i in range(n):
@@ -42,8 +49,12 @@ def test_records_not_delivered_count_as_waiting_and_an_open_transactions_records
         _consume_all(consumer, 5)
         assert probe(consumer) == []
         # a transaction left open holds the end (the last stable offset) where it was
-        open_txn = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers,
-                             "transactional.id": f"probe-open-{uuid.uuid4().hex}"})
+        open_txn = Producer(
+            {
+                "bootstrap.servers": settings.kafka.bootstrap_servers,
+                "transactional.id": f"probe-open-{uuid.uuid4().hex}",
+            }
+        )
         open_txn.init_transactions(30)
         open_txn.begin_transaction()
         for i in range(3):

@@ -5,7 +5,13 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from projections.db import sync_engine
-from projections.schema import dead_letters, derivation_batches, observation_sources, observations, rejected_observations
+from projections.schema import (
+    dead_letters,
+    derivation_batches,
+    observation_sources,
+    observations,
+    rejected_observations,
+)
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn, is_deriver, target_turns, with_fact
 from tests.support.model_server import Reply
@@ -25,7 +31,9 @@ def deriver_calls(model_server) -> list[dict]:
     return [r for r in model_server.chat_requests() if is_deriver(r)]
 
 
-async def test_each_turn_becomes_an_observation_citing_its_message_and_span(channel, settings, model_server, start_worker):
+async def test_each_turn_becomes_an_observation_citing_its_message_and_span(
+    channel, settings, model_server, start_worker
+):
     model_server.reply_with(extract_each_turn)
     start_worker()
     c = Client(channel)
@@ -44,7 +52,9 @@ async def test_each_turn_becomes_an_observation_citing_its_message_and_span(chan
     assert [(s["message_id"], s["span"]) for s in sources] == [(sent.message_ids[0], "I adopted a cat named Miso")]
 
 
-async def test_the_prompt_marks_target_turns_and_escapes_markup_in_messages(channel, settings, model_server, start_worker):
+async def test_the_prompt_marks_target_turns_and_escapes_markup_in_messages(
+    channel, settings, model_server, start_worker
+):
     model_server.reply_with(extract_each_turn)
     start_worker()
     c = Client(channel)
@@ -60,10 +70,14 @@ async def test_the_prompt_marks_target_turns_and_escapes_markup_in_messages(chan
     assert user.count('target="yes"') == 1
 
 
-async def test_a_fact_whose_span_is_not_in_the_message_is_rejected_and_recorded(channel, settings, model_server, start_worker):
+async def test_a_fact_whose_span_is_not_in_the_message_is_rejected_and_recorded(
+    channel, settings, model_server, start_worker
+):
     def lying(request):
-        facts = [{"content": "alice is a pilot", "message_id": mid, "span": "I fly planes"}
-                 for mid, _ in target_turns(request)]
+        facts = [
+            {"content": "alice is a pilot", "message_id": mid, "span": "I fly planes"}
+            for mid, _ in target_turns(request)
+        ]
         return Reply(content={"facts": facts})
 
     model_server.reply_with(lying)
@@ -80,10 +94,13 @@ async def test_a_fact_whose_span_is_not_in_the_message_is_rejected_and_recorded(
     assert rows(settings, observations) == []
 
 
-async def test_the_same_fact_again_reinforces_and_a_fuller_near_duplicate_supersedes(channel, settings, model_server, start_worker):
+async def test_the_same_fact_again_reinforces_and_a_fuller_near_duplicate_supersedes(
+    channel, settings, model_server, start_worker
+):
     # MiniLM puts these two at cosine 0.978: a near duplicate, and the second says more
-    model_server.reply_with(with_fact(lambda text: "Alice has a cat named Miso" if "Miso" in text else
-                                      "Alice has a pet cat named Miso"))
+    model_server.reply_with(
+        with_fact(lambda text: "Alice has a cat named Miso" if "Miso" in text else "Alice has a pet cat named Miso")
+    )
     start_worker()
     c = Client(channel)
     await c.setup_conversation("w", "s", peers=("alice",))
@@ -105,7 +122,9 @@ async def test_the_same_fact_again_reinforces_and_a_fuller_near_duplicate_supers
     assert old["superseded_by"] == new["observation_id"]
 
 
-async def test_malformed_output_is_retried_then_dead_lettered_and_never_marked_done(channel, settings, model_server, start_worker):
+async def test_malformed_output_is_retried_then_dead_lettered_and_never_marked_done(
+    channel, settings, model_server, start_worker
+):
     model_server.reply_with(lambda request: Reply(content="this is not JSON at all"))
     start_worker()
     c = Client(channel)

@@ -43,10 +43,16 @@ async def test_a_pair_is_derived_once_its_pending_messages_reach_the_token_targe
     assert turns_of(calls[0]) == lines  # one call over the whole batch, in order
 
 
-async def test_a_quiet_pair_is_derived_once_its_oldest_message_has_waited_long_enough(channel, model_server, start_worker):
+async def test_a_quiet_pair_is_derived_once_its_oldest_message_has_waited_long_enough(
+    channel, model_server, start_worker
+):
     model_server.reply_with(extract_each_turn)
-    start_worker(PEERLOG_DERIVER_FLUSH="false", PEERLOG_DERIVER_BATCH_TOKENS="100000",
-                 PEERLOG_DERIVER_MAX_WAIT_S="3", PEERLOG_DERIVER_TICK_S="0.5")
+    start_worker(
+        PEERLOG_DERIVER_FLUSH="false",
+        PEERLOG_DERIVER_BATCH_TOKENS="100000",
+        PEERLOG_DERIVER_MAX_WAIT_S="3",
+        PEERLOG_DERIVER_TICK_S="0.5",
+    )
     c = Client(channel)
     await c.setup_conversation("w", "s", peers=("alice",))
     sent_at = time.monotonic()
@@ -62,22 +68,43 @@ async def test_a_backlog_behind_slow_model_calls_is_derived_in_full_batches(chan
         return Reply(content=extract_each_turn(request).content, delay_s=1.0)
 
     model_server.reply_with(slow_extract)
-    lines = [f"my {colour} notebook is on the shelf" for colour in
-             ("red", "blue", "green", "black", "white", "brown", "pink", "grey", "gold", "silver", "orange", "purple")]
+    lines = [
+        f"my {colour} notebook is on the shelf"
+        for colour in (
+            "red",
+            "blue",
+            "green",
+            "black",
+            "white",
+            "brown",
+            "pink",
+            "grey",
+            "gold",
+            "silver",
+            "orange",
+            "purple",
+        )
+    ]
     # three lines fill a batch; the age limit passes while the first two batches are at the model, so the
     # rest wait longer than it on the wall clock (each was derived alone before the fix)
-    start_worker(PEERLOG_DERIVER_FLUSH="false", PEERLOG_DERIVER_BATCH_TOKENS=str(3 * count_tokens(lines[0])),
-                 PEERLOG_DERIVER_MAX_WAIT_S="1.5", PEERLOG_DERIVER_TICK_S="0.5")
+    start_worker(
+        PEERLOG_DERIVER_FLUSH="false",
+        PEERLOG_DERIVER_BATCH_TOKENS=str(3 * count_tokens(lines[0])),
+        PEERLOG_DERIVER_MAX_WAIT_S="1.5",
+        PEERLOG_DERIVER_TICK_S="0.5",
+    )
     assert {count_tokens(line) for line in lines} == {count_tokens(lines[0])}
     c = Client(channel)
     await c.setup_conversation("w", "s", peers=("alice",))
     await c.add("w", "s", [("alice", line) for line in lines])
     eventually(lambda: sum(len(turns_of(r)) for r in deriver_calls(model_server)) >= len(lines), 60)
     await asyncio.sleep(1)
-    assert [turns_of(r) for r in deriver_calls(model_server)] == [lines[i:i + 3] for i in range(0, 12, 3)]
+    assert [turns_of(r) for r in deriver_calls(model_server)] == [lines[i : i + 3] for i in range(0, 12, 3)]
 
 
-async def test_a_worker_killed_mid_batch_derives_every_message_exactly_once(channel, settings, model_server, start_worker):
+async def test_a_worker_killed_mid_batch_derives_every_message_exactly_once(
+    channel, settings, model_server, start_worker
+):
     def slow_extract(request):
         reply = extract_each_turn(request)
         return Reply(content=reply.content, delay_s=2.0)
@@ -86,8 +113,14 @@ async def test_a_worker_killed_mid_batch_derives_every_message_exactly_once(chan
     worker = start_worker()
     c = Client(channel)
     await c.setup_conversation("w", "s", peers=("alice",))
-    facts = ["I was born in Porto", "I work as a nurse", "my sister plays chess",
-             "I am allergic to peanuts", "I drive an old Volvo", "we adopted a parrot"]
+    facts = [
+        "I was born in Porto",
+        "I work as a nurse",
+        "my sister plays chess",
+        "I am allergic to peanuts",
+        "I drive an old Volvo",
+        "we adopted a parrot",
+    ]
     sent = []
     for fact in facts:
         sent += (await c.add("w", "s", [("alice", fact)])).message_ids

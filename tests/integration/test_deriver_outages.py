@@ -19,14 +19,21 @@ from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.wait import until
 
-QUICK_RETRIES = {"PEERLOG_EMBEDDING_MAX_RETRIES": "1", "PEERLOG_EMBEDDING_BACKOFF_S": "0.05",
-                 "PEERLOG_DERIVER_STORE_RETRIES": "1", "PEERLOG_DERIVER_STORE_BACKOFF_S": "0.05"}
+QUICK_RETRIES = {
+    "PEERLOG_EMBEDDING_MAX_RETRIES": "1",
+    "PEERLOG_EMBEDDING_BACKOFF_S": "0.05",
+    "PEERLOG_DERIVER_STORE_RETRIES": "1",
+    "PEERLOG_DERIVER_STORE_BACKOFF_S": "0.05",
+}
 
 
 def embedding_env(model_server) -> dict[str, str]:
     """The deriver embeds with the test model server (over HTTP), so a test can take it down."""
-    return {"PEERLOG_EMBEDDING_PROVIDER": "openai", "PEERLOG_EMBEDDING_BASE_URL": model_server.base_url,
-            "PEERLOG_EMBEDDING_MODEL": "test-embedding"}
+    return {
+        "PEERLOG_EMBEDDING_PROVIDER": "openai",
+        "PEERLOG_EMBEDDING_BASE_URL": model_server.base_url,
+        "PEERLOG_EMBEDDING_MODEL": "test-embedding",
+    }
 
 
 async def dead_letters(c: Client, n: int):
@@ -35,7 +42,8 @@ async def dead_letters(c: Client, n: int):
 
 
 async def test_an_embedding_outage_parks_the_batch_keeps_the_worker_and_retry_derives_it_once(
-        channel, settings, model_server, start_worker):
+    channel, settings, model_server, start_worker
+):
     model_server.reply_with(extract_each_turn)
     model_server.fail_embeddings(503)
     worker = start_worker("router,deriver", **embedding_env(model_server), **QUICK_RETRIES)
@@ -50,21 +58,27 @@ async def test_an_embedding_outage_parks_the_batch_keeps_the_worker_and_retry_de
     await until(lambda: c.processing_status("w"), lambda s: s.counts.done == 1, timeout=90)
     assert worker.proc.poll() is None
 
-    here = settings.model_copy(update={
-        "llm": settings.llm.model_copy(update={"base_url": model_server.base_url}),
-        "embedding": settings.embedding.model_copy(update={
-            "provider": "openai", "base_url": model_server.base_url, "model": "test-embedding"})})
+    here = settings.model_copy(
+        update={
+            "llm": settings.llm.model_copy(update={"base_url": model_server.base_url}),
+            "embedding": settings.embedding.model_copy(
+                update={"provider": "openai", "base_url": model_server.base_url, "model": "test-embedding"}
+            ),
+        }
+    )
     [report] = await retry(here, DerivationScope("w"), progress=lambda _: None)
     assert (report.messages, report.batches) == (1, 1)
-    status = await until(lambda: c.processing_status("w", token=report.consistency_token),
-                         lambda s: s.counts.done == 2)
+    status = await until(lambda: c.processing_status("w", token=report.consistency_token), lambda s: s.counts.done == 2)
     assert status.counts.dead_lettered == 0
     assert sorted(r["content"] for r in current_rows(settings)) == [
-        "The target said: I have a cat", "The target said: I live in Oslo"]  # nothing lost, nothing twice
+        "The target said: I have a cat",
+        "The target said: I live in Oslo",
+    ]  # nothing lost, nothing twice
 
 
 async def test_an_unreachable_database_parks_each_batch_and_the_worker_keeps_going(
-        channel, settings, model_server, start_worker):
+    channel, settings, model_server, start_worker
+):
     model_server.reply_with(extract_each_turn)
     nowhere = make_url(settings.database.url).set(port=free_port()).render_as_string(hide_password=False)
     worker = start_worker("router,deriver", PEERLOG_DATABASE_URL=nowhere, **QUICK_RETRIES)

@@ -35,12 +35,17 @@ def vec(values: list[float]) -> str:
 
 
 def insert(conn, schema: str, rows: list[tuple[str, str, str, list[float]]]) -> None:
-    conn.execute(text(
-        f'INSERT INTO "{schema}".observations (workspace_id, observation_id, observer_id, observed_id, level, content, '
-        "content_key, embedding, embedding_model, times_derived, created_at, event_id) VALUES "
-        "('w', :id, :o, :d, :l, :c, :c, CAST(:e AS vector), :m, 1, :t, :id)"),
-        [{"id": i, "o": o, "d": "bob", "l": lvl, "c": f"fact {i}", "e": vec(e), "m": MODEL, "t": datetime.now(UTC)}
-         for i, o, lvl, e in rows])
+    conn.execute(
+        text(
+            f'INSERT INTO "{schema}".observations (workspace_id, observation_id, observer_id, observed_id, level, content, '
+            "content_key, embedding, embedding_model, times_derived, created_at, event_id) VALUES "
+            "('w', :id, :o, :d, :l, :c, :c, CAST(:e AS vector), :m, 1, :t, :id)"
+        ),
+        [
+            {"id": i, "o": o, "d": "bob", "l": lvl, "c": f"fact {i}", "e": vec(e), "m": MODEL, "t": datetime.now(UTC)}
+            for i, o, lvl, e in rows
+        ],
+    )
 
 
 @pytest.fixture

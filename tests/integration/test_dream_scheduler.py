@@ -23,8 +23,12 @@ from tests.support.client import Client
 from tests.support.wait import eventually
 
 IDLE_S = 3.0
-SCHEDULE = {"PEERLOG_DREAM_THRESHOLD": "3", "PEERLOG_DREAM_IDLE_S": str(IDLE_S), "PEERLOG_DREAM_TICK_S": "0.3",
-            "PEERLOG_DREAM_COOLDOWN_S": "0"}
+SCHEDULE = {
+    "PEERLOG_DREAM_THRESHOLD": "3",
+    "PEERLOG_DREAM_IDLE_S": str(IDLE_S),
+    "PEERLOG_DREAM_TICK_S": "0.3",
+    "PEERLOG_DREAM_COOLDOWN_S": "0",
+}
 
 
 def pair_dreams(settings) -> list[dict]:
@@ -94,7 +98,12 @@ async def test_a_dream_waits_for_the_threshold_and_then_for_the_pair_to_be_idle(
     waited = time.monotonic() - spoke
     assert waited >= IDLE_S - 0.5  # the idle wait ran from bob's last message
     assert (dream["observer_id"], dream["observed_id"], dream["reason"], dream["new_explicit"], dream["state"]) == (
-        "bob", "bob", "threshold", 3, "requested")
+        "bob",
+        "bob",
+        "threshold",
+        3,
+        "requested",
+    )
 
 
 async def test_a_new_message_postpones_a_waiting_dream(channel, settings, start_worker):
@@ -137,8 +146,17 @@ async def test_after_a_dream_the_cooldown_holds_the_next_until_a_tick_finds_it_o
     first = eventually(lambda: pair_dreams(settings), 30)[0]
     log = EventLog(settings.kafka)
     log.start()
-    log.append_sync([DreamCompleted(workspace_id="w", observer_id="bob", observed_id="bob",
-                                    dream_id=first["dream_id"], producer=ProducerInfo(component="test", version="0"))])
+    log.append_sync(
+        [
+            DreamCompleted(
+                workspace_id="w",
+                observer_id="bob",
+                observed_id="bob",
+                dream_id=first["dream_id"],
+                producer=ProducerInfo(component="test", version="0"),
+            )
+        ]
+    )
     log.close()
     ended = time.monotonic()
     await c.create_observations("w", "bob", "bob", ["Bob has a dog", "Bob likes jazz", "Bob runs"])

@@ -12,7 +12,12 @@ from services.dreamer.prompt import PROMPT_VERSIONS
 from tests.support.client import Client
 from tests.support.model_server import Reply
 
-FACTS = ["Bob lives in Oslo", "Bob moved to Bergen last month", "Bob keeps bees", "Bob goes to the market every Saturday"]
+FACTS = [
+    "Bob lives in Oslo",
+    "Bob moved to Bergen last month",
+    "Bob keeps bees",
+    "Bob goes to the market every Saturday",
+]
 
 
 def call(name: str, **arguments) -> dict:
@@ -31,22 +36,40 @@ def rounds_done(request: dict) -> int:
 def scripted(ids: list[str]):
     oslo, bergen, bees, market = ids
     plan = {
-        "deduction": [call("search_observations", query="where does bob live"),
-                      call("update_knowledge", outdated_id=oslo, content="Bob lives in Bergen", premise_ids=[bergen],
-                           reason="he moved"),
-                      call("add_deduction", content="Bob is happy", premise_ids=[]),
-                      call("set_peer_card", entries=["ATTRIBUTE: lives in Bergen", "ATTRIBUTE: keeps bees"])],
-        "induction": [call("add_pattern", content="Bob keeps routines", pattern_type="tendency", premise_ids=[bees]),
-                      # a copy of a belief the store holds, which it does not cite
-                      call("add_pattern", content="bob goes to the market  every Saturday", pattern_type="tendency",
-                           premise_ids=[bees, bergen]),
-                      call("add_pattern", content="Bob spends his free time on steady outdoor routines",
-                           pattern_type="behaviour", premise_ids=[bees, market])],
+        "deduction": [
+            call("search_observations", query="where does bob live"),
+            call(
+                "update_knowledge",
+                outdated_id=oslo,
+                content="Bob lives in Bergen",
+                premise_ids=[bergen],
+                reason="he moved",
+            ),
+            call("add_deduction", content="Bob is happy", premise_ids=[]),
+            call("set_peer_card", entries=["ATTRIBUTE: lives in Bergen", "ATTRIBUTE: keeps bees"]),
+        ],
+        "induction": [
+            call("add_pattern", content="Bob keeps routines", pattern_type="tendency", premise_ids=[bees]),
+            # a copy of a belief the store holds, which it does not cite
+            call(
+                "add_pattern",
+                content="bob goes to the market  every Saturday",
+                pattern_type="tendency",
+                premise_ids=[bees, bergen],
+            ),
+            call(
+                "add_pattern",
+                content="Bob spends his free time on steady outdoor routines",
+                pattern_type="behaviour",
+                premise_ids=[bees, market],
+            ),
+        ],
     }
 
     def reply(request: dict) -> Reply:
         steps, n = plan[specialist(request)], rounds_done(request)
         return Reply(tool_calls=[steps[n]]) if n < len(steps) else Reply(content="No more supported edits.")
+
     return reply
 
 
@@ -66,13 +89,15 @@ async def dream_once(c: Client, settings, state: str = "completed", timeout: flo
                 return got.dreams[0]
             await asyncio.sleep(0.2)
         raise AssertionError("the dream did not end in time")
+
     dream = await ended()
     assert dream.state == state, dream.error
     return dream
 
 
-async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(channel, settings, model_server,
-                                                                               start_worker):
+async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(
+    channel, settings, model_server, start_worker
+):
     c = Client(channel)
     ids = await seed(c)
     oslo, bergen, bees, market = ids
@@ -88,16 +113,21 @@ async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(c
     assert list(update.premise_ids) == [bergen] and update.dream_id == dream.dream_id
     assert (pattern.confidence, pattern.pattern_type, list(pattern.premise_ids)) == ("low", "behaviour", [bees, market])
 
-    history = await c.audit.GetObservationHistory(audit_pb2.GetObservationHistoryRequest(workspace_id="w",
-                                                                                         observation_id=oslo))
+    history = await c.audit.GetObservationHistory(
+        audit_pb2.GetObservationHistoryRequest(workspace_id="w", observation_id=oslo)
+    )
     superseded = [e for e in history.entries if e.kind == "superseded"]
     assert dict(superseded[0].detail)["by"] == update.observation_id
     assert superseded[0].producer.prompt_version == PROMPT_VERSIONS["deduction"]
 
-    refused = await c.audit.ListRejectedObservations(audit_pb2.ListRejectedObservationsRequest(
-        workspace_id="w", dream_id=dream.dream_id))
-    assert sorted(r.content for r in refused.rejections) == ["Bob is happy", "Bob keeps routines",
-                                                              "bob goes to the market  every Saturday"]
+    refused = await c.audit.ListRejectedObservations(
+        audit_pb2.ListRejectedObservationsRequest(workspace_id="w", dream_id=dream.dream_id)
+    )
+    assert sorted(r.content for r in refused.rejections) == [
+        "Bob is happy",
+        "Bob keeps routines",
+        "bob goes to the market  every Saturday",
+    ]
     copy = next(r for r in refused.rejections if r.content.startswith("bob goes"))
     assert f"observation {market} already says that" in copy.reason
     card = await c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="bob"))
@@ -106,14 +136,18 @@ async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(c
     # the specialist was told why: the refusal is the tool result of its next request
     after_refusal = [r for r in model_server.chat_requests() if specialist(r) == "deduction" and rounds_done(r) == 3]
     assert "rejected: a deductive observation must cite at least 1" in after_refusal[0]["messages"][-1]["content"]
-    offered = {specialist(r): sorted(t["function"]["name"] for t in r["tools"]) for r in model_server.chat_requests()
-               if r.get("tools")}
+    offered = {
+        specialist(r): sorted(t["function"]["name"] for t in r["tools"])
+        for r in model_server.chat_requests()
+        if r.get("tools")
+    }
     assert "add_pattern" in offered["induction"] and "update_knowledge" not in offered["induction"]
     assert "set_peer_card" in offered["deduction"] and "add_pattern" not in offered["deduction"]
 
 
-async def test_a_rebuild_reproduces_the_dream_exactly_without_calling_a_model(channel, settings, model_server,
-                                                                              start_worker):
+async def test_a_rebuild_reproduces_the_dream_exactly_without_calling_a_model(
+    channel, settings, model_server, start_worker
+):
     c = Client(channel)
     model_server.reply_with(scripted(await seed(c)))
     worker = start_worker("dream-scheduler,dreamer")
@@ -125,8 +159,7 @@ async def test_a_rebuild_reproduces_the_dream_exactly_without_calling_a_model(ch
     assert len(model_server.chat_requests()) == calls
 
 
-async def test_a_specialist_that_never_stops_is_cut_off_at_its_round_cap(channel, settings, model_server,
-                                                                         start_worker):
+async def test_a_specialist_that_never_stops_is_cut_off_at_its_round_cap(channel, settings, model_server, start_worker):
     c = Client(channel)
     await seed(c)
     model_server.reply_with(lambda r: Reply(tool_calls=[call("recent_observations", limit=5)]))
@@ -134,12 +167,16 @@ async def test_a_specialist_that_never_stops_is_cut_off_at_its_round_cap(channel
     dream = await dream_once(c, settings)
     per = {s: [r for r in model_server.chat_requests() if specialist(r) == s] for s in ("deduction", "induction")}
     assert (len(per["deduction"]), len(per["induction"])) == (4, 3)  # the cap, then one last turn without tools
-    assert "tools" not in per["deduction"][-1] and "used all your tool rounds" in per["deduction"][-1]["messages"][-1]["content"]
+    assert (
+        "tools" not in per["deduction"][-1]
+        and "used all your tool rounds" in per["deduction"][-1]["messages"][-1]["content"]
+    )
     assert dream.edits == 0
 
 
-async def test_a_model_that_fails_ends_the_dream_as_failed_with_the_reason(channel, settings, model_server,
-                                                                           start_worker):
+async def test_a_model_that_fails_ends_the_dream_as_failed_with_the_reason(
+    channel, settings, model_server, start_worker
+):
     c = Client(channel)
     await seed(c)
     model_server.reply_with(lambda r: Reply(status=500))
@@ -151,16 +188,22 @@ async def test_a_model_that_fails_ends_the_dream_as_failed_with_the_reason(chann
 
 
 async def test_a_model_without_tool_calling_dreams_through_structured_output_citing_short_names(
-        channel, settings, model_server, start_worker):
+    channel, settings, model_server, start_worker
+):
     c = Client(channel)
     oslo, bergen, bees, market = await seed(c)
 
     def reply(request: dict) -> Reply:
         if specialist(request) == "deduction" and rounds_done(request) == 0:
             # the opening names observations o1, o2, … (oldest first): o1 is Oslo
-            return Reply(content={"tool": "add_deduction", "arguments": {
-                "content": "Bob lives in Norway", "premise_ids": ["o1"]}})
+            return Reply(
+                content={
+                    "tool": "add_deduction",
+                    "arguments": {"content": "Bob lives in Norway", "premise_ids": ["o1"]},
+                }
+            )
         return Reply(content={"done": "No more supported edits."})
+
     model_server.reply_with(reply)
     start_worker("dream-scheduler,dreamer", PEERLOG_LLM_TOOL_MODE="structured", PEERLOG_LLM_SCHEMA_MODE="json_object")
     dream = await dream_once(c, settings)
@@ -172,8 +215,9 @@ async def test_a_model_without_tool_calling_dreams_through_structured_output_cit
     assert list(norway.premise_ids) == [oslo] and norway.dream_id == dream.dream_id
 
 
-async def test_a_dream_that_outlasts_its_time_budget_ends_as_failed_within_it(channel, settings, model_server,
-                                                                             start_worker):
+async def test_a_dream_that_outlasts_its_time_budget_ends_as_failed_within_it(
+    channel, settings, model_server, start_worker
+):
     c = Client(channel)
     await seed(c)
     # a slow model that keeps asking for tools: 12 rounds of 0.8 s would take ~10 s

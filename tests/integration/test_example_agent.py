@@ -29,8 +29,15 @@ def model(request: dict) -> Reply:
     if last["content"].startswith("peerlog_search returned:"):
         return Reply(content=json.dumps({"answer": RIVER}))
     if last["content"] == GIFT:
-        return Reply(tool_calls=[{"id": "call_1", "type": "function", "function": {
-            "name": "peerlog_search", "arguments": json.dumps({"query": "bees"})}}])
+        return Reply(
+            tool_calls=[
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "peerlog_search", "arguments": json.dumps({"query": "bees"})},
+                }
+            ]
+        )
     return Reply(content='```json\n{"name": "peerlog_search", "arguments": {"query": "long walks"}}\n```')
 
 
@@ -61,7 +68,8 @@ def test_two_agent_turns_inject_memory_run_a_tool_each_answer_and_are_written(ma
     assert asked[1]["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": first.tool_calls[0][2]}
     assert asked[1]["messages"][-2]["content"] == ""  # never None: some servers answer 500 to it
     assert [(name, json.loads(args)) for name, args, _ in second.tool_calls] == [
-        ("peerlog_search", {"query": "long walks"})]
+        ("peerlog_search", {"query": "long walks"})
+    ]
     assert "I like long walks" in second.tool_calls[0][2]
     assert second.tool_calls[0][2] in asked[3]["messages"][-1]["content"]
     # the answers, the history the second turn saw, and the turns written to peerlog

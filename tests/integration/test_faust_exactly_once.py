@@ -47,9 +47,11 @@ class Outcome:
     def evidence(self) -> str:
         doubled = {v: n for v, n in self.committed.items() if n > 1}
         missing = sorted({str(i) for i in range(INPUTS)} - set(self.committed), key=int)
-        return (f"{self.stalled or 'all inputs committed'}; sink: committed {sum(self.committed.values())} "
-                f"records, doubled {doubled}, missing {missing}, uncommitted-visible {self.uncommitted}\n"
-                f"--- worker log tail ---\n{self.log[-4000:]}")
+        return (
+            f"{self.stalled or 'all inputs committed'}; sink: committed {sum(self.committed.values())} "
+            f"records, doubled {doubled}, missing {missing}, uncommitted-visible {self.uncommitted}\n"
+            f"--- worker log tail ---\n{self.log[-4000:]}"
+        )
 
 
 class Run:
@@ -61,9 +63,15 @@ class Run:
         self.app_id, self.source, self.sink = f"rekey-{tag}", f"rekey-in-{tag}", f"rekey-out-{tag}"
         self.sink_partitions = sink_partitions
         self.env = {
-            **os.environ, "APP_ID": self.app_id, "BOOTSTRAP": bootstrap, "DATADIR": str(tmp_path / "faust"),
-            "SOURCE": self.source, "SINK": self.sink, "SINK_PARTITIONS": str(sink_partitions),
-            "FIXED": "1" if fixed else "0", **env,
+            **os.environ,
+            "APP_ID": self.app_id,
+            "BOOTSTRAP": bootstrap,
+            "DATADIR": str(tmp_path / "faust"),
+            "SOURCE": self.source,
+            "SINK": self.sink,
+            "SINK_PARTITIONS": str(sink_partitions),
+            "FIXED": "1" if fixed else "0",
+            **env,
         }
         self.log_path = tmp_path / "worker.log"
         self.worker: subprocess.Popen | None = None
@@ -81,7 +89,11 @@ class Run:
         with open(self.log_path, "ab") as log:
             self.worker = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.faust_rekey_app", "worker", "-l", "info"],
-                env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env=self.env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def wait_killed(self, timeout: float = 120) -> None:
@@ -143,10 +155,15 @@ def committed(reader: Consumer, tps: list[TopicPartition]) -> list[TopicPartitio
 
 def read(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[tuple[bytes, bytes]]:
     """Every record of topic (key, value), in offset order per partition."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-        "isolation.level": isolation, "enable.partition.eof": True, "enable.auto.commit": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     records, at_end, deadline = [], set(), time.monotonic() + 30
     try:
@@ -189,12 +206,18 @@ def assert_table_counted_each_input_once(outcome: Outcome) -> None:
 # Opt-in (PEERLOG_TEST_FAUST_KILLS=1): they are evidence of Faust's behaviour across a kill, not a
 # guarantee peerlog makes, and their outcome is not deterministic yet, stock or fixed; a flaky test in
 # `make test` would block every landing
-kill_runs = pytest.mark.skipif(os.environ.get("PEERLOG_TEST_FAUST_KILLS") != "1",
-                               reason="Faust kill runs are opt-in: PEERLOG_TEST_FAUST_KILLS=1")
+kill_runs = pytest.mark.skipif(
+    os.environ.get("PEERLOG_TEST_FAUST_KILLS") != "1", reason="Faust kill runs are opt-in: PEERLOG_TEST_FAUST_KILLS=1"
+)
 KILL_VARIANTS = [
     pytest.param(False, id="stock"),
-    pytest.param(True, id="fixed", marks=pytest.mark.xfail(
-        strict=False, reason="not exactly once across a SIGKILL restart yet (see the comment above)")),
+    pytest.param(
+        True,
+        id="fixed",
+        marks=pytest.mark.xfail(
+            strict=False, reason="not exactly once across a SIGKILL restart yet (see the comment above)"
+        ),
+    ),
 ]
 
 
@@ -220,8 +243,17 @@ def test_output_to_a_copartitioned_topic_survives_a_kill_between_two_commits_exa
     infra, tmp_path: Path, fixed: bool
 ) -> None:
     # all inputs handled before the first commit round, so every transaction holds output of every partition
-    outcome = run(infra, tmp_path, fixed, 4, killed=True, KILL="between_commits",
-                  KILL_AFTER=str(INPUTS), PACE_S="0", DOWNSTREAM="1")
+    outcome = run(
+        infra,
+        tmp_path,
+        fixed,
+        4,
+        killed=True,
+        KILL="between_commits",
+        KILL_AFTER=str(INPUTS),
+        PACE_S="0",
+        DOWNSTREAM="1",
+    )
 
     if fixed:
         assert outcome.exactly_once(), outcome.evidence()

@@ -25,8 +25,11 @@ async def convo(channel):
     for i in range(30):
         token = (await c.add("w", "s", [("alice" if i % 2 else "bob", f"turn {i}: " + "talk " * 10)])).consistency_token
     made = await c.create_observations("w", "alice", "bob", ["Bob lives in Oslo", "Bob keeps bees", "Bob is a nurse"])
-    card = await c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
-        workspace_id="w", observer_id="alice", observed_id="bob", entries=["IDENTITY: Bob, a nurse"]))
+    card = await c.peers.SetPeerCard(
+        peers_pb2.SetPeerCardRequest(
+            workspace_id="w", observer_id="alice", observed_id="bob", entries=["IDENTITY: Bob, a nurse"]
+        )
+    )
     await c.list_messages("w", "s", token)
     await c.all_observations("w", "alice", "bob", made.consistency_token)
     return c, card.consistency_token
@@ -34,8 +37,16 @@ async def convo(channel):
 
 async def test_a_generous_budget_gets_everything_in_order_and_counts_it_exactly(channel, convo):
     _, token = convo
-    out = await ask(channel, workspace_id="w", session_id="s", token_budget=5000, observer_id="alice",
-                    target_id="bob", search_query="what did bob talk about", consistency={"consistency_token": token})
+    out = await ask(
+        channel,
+        workspace_id="w",
+        session_id="s",
+        token_budget=5000,
+        observer_id="alice",
+        target_id="bob",
+        search_query="what did bob talk about",
+        consistency={"consistency_token": token},
+    )
     assert {o.content for o in out.observations} == {"Bob lives in Oslo", "Bob keeps bees", "Bob is a nurse"}
     assert list(out.peer_card) == ["IDENTITY: Bob, a nurse"]
     # the turns the query found are in relevant_messages, the rest in messages: each turn once
@@ -43,9 +54,12 @@ async def test_a_generous_budget_gets_everything_in_order_and_counts_it_exactly(
     found = [m.content.split(":")[0] for m in out.relevant_messages]
     assert found and recent == sorted(recent, key=lambda t: int(t.split()[1]))
     assert sorted(recent + found) == sorted(f"turn {i}" for i in range(30))
-    parts = (count_tokens(out.representation) + count_tokens("\n".join(out.peer_card))
-             + sum(count_tokens(f"{m.peer_id}: {m.content}") for m in out.messages)
-             + count_tokens(render_relevant([_relevant(m) for m in out.relevant_messages])))
+    parts = (
+        count_tokens(out.representation)
+        + count_tokens("\n".join(out.peer_card))
+        + sum(count_tokens(f"{m.peer_id}: {m.content}") for m in out.messages)
+        + count_tokens(render_relevant([_relevant(m) for m in out.relevant_messages]))
+    )
     assert out.tokens.total == parts <= 5000
     assert out.tokens.relevant_messages == parts - out.tokens.representation - out.tokens.card - out.tokens.messages
 
@@ -61,10 +75,18 @@ async def test_relevant_messages_come_from_every_session_the_observer_saw_and_no
     await c.session("w", "private", members=["bob", "carol"])
     await c.add("w", "trip", [("carol", "The lighthouse keeper retired in May")])
     token = (await c.add("w", "private", [("carol", "The lighthouse was painted red")])).consistency_token
-    out = await ask(channel, workspace_id="w", session_id="s", token_budget=3000, observer_id="alice",
-                    search_query="lighthouse", consistency={"consistency_token": token})
+    out = await ask(
+        channel,
+        workspace_id="w",
+        session_id="s",
+        token_budget=3000,
+        observer_id="alice",
+        search_query="lighthouse",
+        consistency={"consistency_token": token},
+    )
     assert [(m.session_id, m.content) for m in out.relevant_messages] == [
-        ("trip", "The lighthouse keeper retired in May")]
+        ("trip", "The lighthouse keeper retired in May")
+    ]
     assert out.relevant_messages[0].created_at.seconds > 0
 
 
@@ -76,13 +98,21 @@ async def test_recent_messages_are_only_those_the_observer_saw_while_a_member(ch
     await c.add("w", "s", [("alice", "turn 0: hello"), ("bob", "turn 1: hi")])
     await c.session("w", "s", members=["carol"])
     await c.add("w", "s", [("alice", "turn 2: carol is here")])
-    await c.sessions.RemoveMembers(sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="s",
-                                                                     peer_ids=["dave"]))
+    await c.sessions.RemoveMembers(
+        sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="s", peer_ids=["dave"])
+    )
     token = (await c.add("w", "s", [("bob", "turn 3: dave left"), ("carol", "turn 4: bye")])).consistency_token
 
     async def recent(observer: str, **kw) -> list[str]:
-        out = await ask(channel, workspace_id="w", session_id="s", token_budget=2000, observer_id=observer,
-                        consistency={"consistency_token": token}, **kw)
+        out = await ask(
+            channel,
+            workspace_id="w",
+            session_id="s",
+            token_budget=2000,
+            observer_id=observer,
+            consistency={"consistency_token": token},
+            **kw,
+        )
         return [m.content.split(":")[0] for m in [*out.messages, *out.relevant_messages]]
 
     assert await recent("carol") == ["turn 2", "turn 3", "turn 4"]
@@ -90,22 +120,32 @@ async def test_recent_messages_are_only_those_the_observer_saw_while_a_member(ch
     assert await recent("alice") == [f"turn {i}" for i in range(5)]
     assert sorted(await recent("carol", search_query="hello hi dave left")) == ["turn 2", "turn 3", "turn 4"]
     # without an observer there is no perspective: the session as it is
-    out = await ask(channel, workspace_id="w", session_id="s", token_budget=2000,
-                    consistency={"consistency_token": token})
+    out = await ask(
+        channel, workspace_id="w", session_id="s", token_budget=2000, consistency={"consistency_token": token}
+    )
     assert len(out.messages) == 5
 
 
 @pytest.mark.parametrize("budget", [1, 5, 20, 60, 150, 400])
 async def test_small_budgets_are_never_exceeded_and_keep_the_newest_messages(channel, convo, budget):
-    out = await ask(channel, workspace_id="w", session_id="s", token_budget=budget, observer_id="alice", target_id="bob")
+    out = await ask(
+        channel, workspace_id="w", session_id="s", token_budget=budget, observer_id="alice", target_id="bob"
+    )
     assert out.tokens.total <= budget
     if out.messages:
         assert out.messages[-1].content.startswith("turn 29")
 
 
 async def test_chat_rendering_puts_the_assistant_peer_turns_as_assistant(channel, convo):
-    out = await ask(channel, workspace_id="w", session_id="s", token_budget=2000, observer_id="alice",
-                    target_id="bob", assistant_peer_id="alice")
+    out = await ask(
+        channel,
+        workspace_id="w",
+        session_id="s",
+        token_budget=2000,
+        observer_id="alice",
+        target_id="bob",
+        assistant_peer_id="alice",
+    )
     roles = [(m.role, m.name) for m in out.chat_messages if m.role != "system"]
     assert roles[-1] == ("assistant", "alice") and ("user", "bob") in roles
     assert out.chat_messages[0].role == "system" and "Bob" in out.chat_messages[0].content
@@ -119,15 +159,22 @@ async def test_a_budget_over_the_limit_is_invalid_argument(channel, convo):
 
 async def test_the_representation_is_in_time_order_with_markdown_by_level(channel, convo):
     c, token = convo
-    out = await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(context_pb2.GetRepresentationRequest(
-        workspace_id="w", observer_id="alice", target_id="bob", search_query="bees",
-        consistency={"consistency_token": token}))
+    out = await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(
+        context_pb2.GetRepresentationRequest(
+            workspace_id="w",
+            observer_id="alice",
+            target_id="bob",
+            search_query="bees",
+            consistency={"consistency_token": token},
+        )
+    )
     assert [o.content for o in out.observations] == ["Bob lives in Oslo", "Bob keeps bees", "Bob is a nurse"]
     assert out.markdown.startswith("## Explicit\n- Bob lives in Oslo")
 
 
 async def test_a_representation_of_an_unknown_peer_is_not_found(channel, convo):
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(context_pb2.GetRepresentationRequest(
-            workspace_id="w", observer_id="alice", target_id="ghost"))
+        await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(
+            context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice", target_id="ghost")
+        )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "ghost" in err.value.details()

@@ -86,8 +86,12 @@ async def test_the_monitor_reports_not_serving_when_postgres_does_not_answer():
     async def kafka_up() -> bool:
         return True
 
-    monitor = HealthMonitor(servicer, ("", "peerlog.v1.WorkspaceService"),
-                            {"kafka": kafka_up, "postgres": lambda: database_reachable(dead)}, interval_s=1)
+    monitor = HealthMonitor(
+        servicer,
+        ("", "peerlog.v1.WorkspaceService"),
+        {"kafka": kafka_up, "postgres": lambda: database_reachable(dead)},
+        interval_s=1,
+    )
     try:
         assert await monitor.check_once() is False
         for name in ("", "peerlog.v1.WorkspaceService"):
@@ -116,7 +120,8 @@ async def test_a_postgres_outage_reaches_the_client_as_unavailable_without_its_i
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await workspaces_pb2_grpc.WorkspaceServiceStub(channel).GetWorkspace(
-                    workspaces_pb2.GetWorkspaceRequest(workspace_id="acme"))
+                    workspaces_pb2.GetWorkspaceRequest(workspace_id="acme")
+                )
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "database is unavailable" in refused.value.details()
         assert "127.0.0.1" not in refused.value.details()  # no host, port or SQL for the caller
@@ -125,16 +130,18 @@ async def test_a_postgres_outage_reaches_the_client_as_unavailable_without_its_i
         await dead.dispose()
 
 
-@pytest.mark.parametrize("error", [
-    EmbeddingError("/models/minilm/model.onnx is missing from package 'x'"),
-    TokenizerUnavailable("npm is not installed; it is needed once to fetch the cl100k_base ranks"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        EmbeddingError("/models/minilm/model.onnx is missing from package 'x'"),
+        TokenizerUnavailable("npm is not installed; it is needed once to fetch the cl100k_base ranks"),
+    ],
+)
 async def test_a_missing_model_or_tokenizer_reaches_the_client_as_unavailable(error):
     async def fail(request, context):
         raise error
 
-    handler = grpc.method_handlers_generic_handler(
-        "test.Failing", {"Call": grpc.unary_unary_rpc_method_handler(fail)})
+    handler = grpc.method_handlers_generic_handler("test.Failing", {"Call": grpc.unary_unary_rpc_method_handler(fail)})
     server, port = await serve(handler)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

@@ -54,8 +54,11 @@ async def servers(settings, projector):
 
 def add_request(key: str, *contents: str, session: str = "s") -> messages_pb2.AddMessagesRequest:
     return messages_pb2.AddMessagesRequest(
-        workspace_id="w", session_id=session, idempotency_key=key,
-        messages=[messages_pb2.NewMessage(peer_id="alice", content=c) for c in contents])
+        workspace_id="w",
+        session_id=session,
+        idempotency_key=key,
+        messages=[messages_pb2.NewMessage(peer_id="alice", content=c) for c in contents],
+    )
 
 
 def logged(settings, spec, kind, count: int) -> list:
@@ -96,13 +99,18 @@ async def test_a_reply_lost_after_commit_is_retried_and_leaves_one_copy(settings
 
 
 async def test_a_keyed_write_not_yet_projected_answers_unavailable_and_a_retry_gets_its_reply(
-        settings, servers, projector):
+    settings, servers, projector
+):
     _, c = await servers(consistency_wait_s=2.0)
     await c.setup_conversation("w", "s", peers=("alice",))
     projector.stop()
     request = add_request("k-slow", "on the log, not yet readable")
-    await rejected(c.messages.AddMessages(request, timeout=30), grpc.StatusCode.UNAVAILABLE,
-                   "is on the log but not readable", "retry with the same key")
+    await rejected(
+        c.messages.AddMessages(request, timeout=30),
+        grpc.StatusCode.UNAVAILABLE,
+        "is on the log but not readable",
+        "retry with the same key",
+    )
 
     async def retried():  # as the client library does: UNAVAILABLE again, while the projector restarts
         for _ in range(30):
@@ -136,8 +144,12 @@ async def test_a_different_request_under_a_used_key_is_refused_and_appends_nothi
     first = await c.messages.AddMessages(add_request("k-used", "hello"))
     # at once (the first may not be projected yet), and once it is
     for attempt in (add_request("k-used", "something else"), add_request("k-used", "hello", "more")):
-        await rejected(c.messages.AddMessages(attempt), grpc.StatusCode.FAILED_PRECONDITION,
-                       "idempotency key 'k-used' was already used", "different request")
+        await rejected(
+            c.messages.AddMessages(attempt),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "idempotency key 'k-used' was already used",
+            "different request",
+        )
     # the same key in another session is another write: keys are per session
     await c.session("w", "s2", members=["alice"])
     other = await c.messages.AddMessages(add_request("k-used", "hello", session="s2"))
@@ -159,8 +171,11 @@ async def test_a_repeat_after_an_api_restart_returns_the_first_reply(settings, s
 async def test_client_message_ids_are_kept_and_must_be_new(servers):
     _, c = await servers()
     await c.setup_conversation("w", "s", peers=("alice",))
-    request = messages_pb2.AddMessagesRequest(workspace_id="w", session_id="s", messages=[
-        messages_pb2.NewMessage(peer_id="alice", content="mine", message_id="client-1")])
+    request = messages_pb2.AddMessagesRequest(
+        workspace_id="w",
+        session_id="s",
+        messages=[messages_pb2.NewMessage(peer_id="alice", content="mine", message_id="client-1")],
+    )
     reply = await c.messages.AddMessages(request)
     assert list(reply.message_ids) == ["client-1"]
     await stored(c, reply.consistency_token)
@@ -173,22 +188,36 @@ async def test_create_observations_under_a_key_writes_once(settings, servers):
 
     def request(*contents):
         return observations_pb2.CreateObservationsRequest(
-            workspace_id="w", observer_id="alice", observed_id="bob", idempotency_key="k-obs",
-            observations=[observations_pb2.NewObservation(content=t) for t in contents])
+            workspace_id="w",
+            observer_id="alice",
+            observed_id="bob",
+            idempotency_key="k-obs",
+            observations=[observations_pb2.NewObservation(content=t) for t in contents],
+        )
 
     first = await c.observations.CreateObservations(request("bob likes tea", "bob lives in Oslo"))
     assert (await c.observations.CreateObservations(request("bob likes tea", "bob lives in Oslo"))) == first
-    await rejected(c.observations.CreateObservations(request("bob likes coffee")),
-                   grpc.StatusCode.FAILED_PRECONDITION, "already used")
+    await rejected(
+        c.observations.CreateObservations(request("bob likes coffee")),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "already used",
+    )
     assert len(logged(settings, OBSERVATIONS, ObservationAdded, 2)) == 2
 
 
 async def append_stray(server, key: str, content: str = "stray") -> str:
     """Append, straight to the log, a message under `key` with another append id (what the API's lock
     prevents, as an API that died mid-write could leave); returns its token."""
-    stray = MessageAppended(workspace_id="w", session_id="s", message_id="stray", peer_id="alice", content=content,
-                            created_at=datetime.now(UTC), producer=server.ctx.producer,
-                            request=KeyedRequest(key=key, scope="w/s", fingerprint="other", request_id="stray"))
+    stray = MessageAppended(
+        workspace_id="w",
+        session_id="s",
+        message_id="stray",
+        peer_id="alice",
+        content=content,
+        created_at=datetime.now(UTC),
+        producer=server.ctx.producer,
+        request=KeyedRequest(key=key, scope="w/s", fingerprint="other", request_id="stray"),
+    )
     return (await server.ctx.log.append([stray])).encode()
 
 
@@ -204,20 +233,26 @@ async def test_the_projector_keeps_the_first_append_under_a_key_and_drops_a_late
 def test_concurrent_calls_with_one_key_through_peerlog_serve_with_two_processes(settings, two_process_api):
     _, port, token, _ = two_process_api
     # a connection each, so the kernel spreads them over both processes (test_api_processes checks it does)
-    channels = [channel(f"127.0.0.1:{port}", token, options=[("grpc.use_local_subchannel_pool", 1)])
-                for _ in range(8)]
+    channels = [channel(f"127.0.0.1:{port}", token, options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(8)]
     try:
         first = channels[0]
         workspaces_pb2_grpc.WorkspaceServiceStub(first).GetOrCreateWorkspace(
-            workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id="w"), timeout=30)
+            workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id="w"), timeout=30
+        )
         peers_pb2_grpc.PeerServiceStub(first).GetOrCreatePeer(
-            peers_pb2.GetOrCreatePeerRequest(workspace_id="w", peer_id="alice"), timeout=30)
-        sessions_pb2_grpc.SessionServiceStub(first).GetOrCreateSession(sessions_pb2.GetOrCreateSessionRequest(
-            workspace_id="w", session_id="s", members=[sessions_pb2.MemberSpec(peer_id="alice")]), timeout=30)
+            peers_pb2.GetOrCreatePeerRequest(workspace_id="w", peer_id="alice"), timeout=30
+        )
+        sessions_pb2_grpc.SessionServiceStub(first).GetOrCreateSession(
+            sessions_pb2.GetOrCreateSessionRequest(
+                workspace_id="w", session_id="s", members=[sessions_pb2.MemberSpec(peer_id="alice")]
+            ),
+            timeout=30,
+        )
         request = add_request("k-serve", "one copy", "of two turns")
         with ThreadPoolExecutor(len(channels)) as pool:
-            replies = list(pool.map(
-                lambda ch: messages_pb2_grpc.MessageServiceStub(ch).AddMessages(request, timeout=60), channels))
+            replies = list(
+                pool.map(lambda ch: messages_pb2_grpc.MessageServiceStub(ch).AddMessages(request, timeout=60), channels)
+            )
     finally:
         for ch in channels:
             ch.close()
@@ -237,25 +272,42 @@ async def test_a_rebuild_keeps_the_same_first_append_and_a_repeat_still_gets_its
 
 
 async def test_the_router_and_embedder_skip_a_retry_appended_after_an_api_died_before_projecting(
-        settings, servers, projector, start_worker):
+    settings, servers, projector, start_worker
+):
     # an API that dies between its append and its projection frees the key's lock, so a retry on another
     # API finds no projected row and appends again: the log then holds the same key twice. The projector
     # drops the second; the processors must too, or the retry is perceived, derived and embedded twice
     server, c = await servers()
     await c.setup_conversation("w", "s", peers=("alice",))
     projector.stop()
-    first = await server.ctx.log.append([MessageAppended(
-        workspace_id="w", session_id="s", message_id="first", peer_id="alice", content="the first append",
-        created_at=datetime.now(UTC), producer=server.ctx.producer,
-        request=KeyedRequest(key="k-died", scope="w/s", fingerprint="same", request_id="dead-api"))])
+    first = await server.ctx.log.append(
+        [
+            MessageAppended(
+                workspace_id="w",
+                session_id="s",
+                message_id="first",
+                peer_id="alice",
+                content="the first append",
+                created_at=datetime.now(UTC),
+                producer=server.ctx.producer,
+                request=KeyedRequest(key="k-died", scope="w/s", fingerprint="same", request_id="dead-api"),
+            )
+        ]
+    )
     await append_stray(server, "k-died", content="the first append")  # the retry: same key, its own append id
     projector.start()
     after = await c.messages.AddMessages(add_request("k-after", "a later turn"))
     start_worker("router,embedder")
     perceived = logged(settings, PERCEIVED, MessagePerceived, 2)
     assert [p.message_id for p in perceived] == ["first", after.message_ids[0]]
-    embedded = read_events(settings, MESSAGE_EMBEDDINGS, lambda es: after.message_ids[0] in {
-        m.message_id for e in es for m in e.messages}, settle=1.0)
+    embedded = read_events(
+        settings,
+        MESSAGE_EMBEDDINGS,
+        lambda es: after.message_ids[0] in {m.message_id for e in es for m in e.messages},
+        settle=1.0,
+    )
     assert [m.message_id for e in embedded if isinstance(e, MessagesEmbedded) for m in e.messages] == [
-        "first", after.message_ids[0]]
+        "first",
+        after.message_ids[0],
+    ]
     assert await stored(c, first.encode()) == ["first", *after.message_ids]

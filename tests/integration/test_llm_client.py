@@ -249,9 +249,7 @@ async def test_outcomes_and_retries_are_counted(server: ModelServer) -> None:
     assert metric("peerlog_llm_request_seconds_count", stage=stage) - latency_before == 3
 
 
-async def test_the_api_key_comes_from_the_named_variable(
-    server: ModelServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_api_key_comes_from_the_named_variable(server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PEERLOG_TEST_ABSENT_KEY", raising=False)
     monkeypatch.setenv("PEERLOG_TEST_PRESENT_KEY", "sk-peerlog")
 
@@ -270,8 +268,9 @@ async def test_a_turn_offers_the_tools_and_returns_the_calls_the_model_made(serv
     server.script([Reply(tool_calls=[CALL])])
     done = await client.turn(ASK, [TOOL])
     assert server.chat_requests()[0]["tools"] == [TOOL]
-    assert done.value.content == "" and [(c.id, c.name, c.arguments) for c in done.value.tool_calls] == \
-        [("call_7", "lookup", '{"q": "Lisbon"}')]
+    assert done.value.content == "" and [(c.id, c.name, c.arguments) for c in done.value.tool_calls] == [
+        ("call_7", "lookup", '{"q": "Lisbon"}')
+    ]
 
 
 async def test_a_streamed_turn_yields_text_pieces_then_the_whole_turn_with_usage(server, client):

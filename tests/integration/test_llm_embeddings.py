@@ -4,8 +4,8 @@ OpenAI-compatible embedder."""
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -53,8 +53,10 @@ def test_a_paraphrase_ranks_above_an_unrelated_sentence(
 
 def test_bge_small_from_its_jar_gives_unit_vectors_that_rank_a_paraphrase_first() -> None:
     bge = LocalOnnxEmbedder(EmbeddingSettings(batch_size=8), "bge-small-en-v1.5")
-    pairs = [("I love my dog.", "My puppy is my favourite companion.", "Quantum chromodynamics describes the strong force."),
-             ("How do I reset my password?", "I forgot my login, how can I change it?", "The weather in Paris is sunny.")]
+    pairs = [
+        ("I love my dog.", "My puppy is my favourite companion.", "Quantum chromodynamics describes the strong force."),
+        ("How do I reset my password?", "I forgot my login, how can I change it?", "The weather in Paris is sunny."),
+    ]
     for anchor, paraphrase, unrelated in pairs:
         a, p, u = bge.embed_sync([anchor, paraphrase, unrelated])
         np.testing.assert_allclose(np.linalg.norm([a, p, u], axis=1), 1.0, atol=1e-5)

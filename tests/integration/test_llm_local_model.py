@@ -18,7 +18,8 @@ from tests.support.facts import Facts
 
 pytestmark = [
     pytest.mark.skipif(
-        os.environ.get("PEERLOG_TEST_LOCAL_MODEL") != "1", reason="set PEERLOG_TEST_LOCAL_MODEL=1 to run the local model"
+        os.environ.get("PEERLOG_TEST_LOCAL_MODEL") != "1",
+        reason="set PEERLOG_TEST_LOCAL_MODEL=1 to run the local model",
     ),
     pytest.mark.timeout(900),
 ]

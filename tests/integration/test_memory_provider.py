@@ -25,9 +25,24 @@ def make_provider(api, settings, tmp_path) -> Iterator:
     made: list[MemoryProvider] = []
 
     def make(**keys) -> MemoryProvider:
-        config = validate([("test", {"target": api.address, "token": admin_token(settings), "workspace": "acme",
-                                     "peerName": "alice", "aiPeer": "bot", "sessionStrategy": "global",
-                                     "timeout": 5, "writeFrequency": "turn", **keys})])
+        config = validate(
+            [
+                (
+                    "test",
+                    {
+                        "target": api.address,
+                        "token": admin_token(settings),
+                        "workspace": "acme",
+                        "peerName": "alice",
+                        "aiPeer": "bot",
+                        "sessionStrategy": "global",
+                        "timeout": 5,
+                        "writeFrequency": "turn",
+                        **keys,
+                    },
+                )
+            ]
+        )
         provider = MemoryProvider(config, directory=tmp_path)
         made.append(provider)
         return provider
@@ -53,13 +68,17 @@ def prompt_text(request: dict) -> str:
     return "\n".join(str(m.get("content")) for m in request["messages"])
 
 
-@pytest.mark.parametrize(("context_cadence", "dialectic_cadence", "base_turns", "dialectic_turns"), [
-    (1, 2, [1, 2, 3, 4, 5, 6, 7], [1, 3, 5, 7]),
-    (3, 1, [1, 4, 7], [1, 2, 3, 4, 5, 6, 7]),
-    (2, 5, [1, 3, 5, 7], [1, 6]),
-])
-def test_cadences_count_turns_for_each_knob(make_provider, model_server, context_cadence, dialectic_cadence,
-                                             base_turns, dialectic_turns):
+@pytest.mark.parametrize(
+    ("context_cadence", "dialectic_cadence", "base_turns", "dialectic_turns"),
+    [
+        (1, 2, [1, 2, 3, 4, 5, 6, 7], [1, 3, 5, 7]),
+        (3, 1, [1, 4, 7], [1, 2, 3, 4, 5, 6, 7]),
+        (2, 5, [1, 3, 5, 7], [1, 6]),
+    ],
+)
+def test_cadences_count_turns_for_each_knob(
+    make_provider, model_server, context_cadence, dialectic_cadence, base_turns, dialectic_turns
+):
     model_server.reply_with(lambda request: Reply(content=WEAK))
     memory = seeded(make_provider(contextCadence=context_cadence, dialecticCadence=dialectic_cadence))
     for i in range(7):
@@ -150,8 +169,7 @@ def test_the_dialectic_level_rises_with_the_query_length_up_to_the_cap(make_prov
 
 
 @pytest.mark.parametrize(("mode", "injects", "tools"), [("hybrid", True, 5), ("context", True, 0), ("tools", False, 5)])
-def test_each_recall_mode_injects_and_offers_tools_as_its_table_says(make_provider, model_server, mode, injects,
-                                                                      tools):
+def test_each_recall_mode_injects_and_offers_tools_as_its_table_says(make_provider, model_server, mode, injects, tools):
     model_server.reply_with(lambda request: Reply(content="Alice keeps bees."))
     memory = seeded(make_provider(recallMode=mode))
     memory.start()
@@ -181,13 +199,22 @@ def members(memory: MemoryProvider) -> dict[str, tuple[bool | None, bool]]:
     return {m.peer_id: (m.observe_me, m.observe_others) for m in session.info.memberships if m.left_at is None}
 
 
-@pytest.mark.parametrize(("keys", "expected"), [
-    ({"observationMode": "directional"}, {"alice": (True, True), "bot": (True, True)}),
-    ({"observationMode": "unified"}, {"alice": (True, False), "bot": (False, True)}),
-    ({"observation": {"user": {"observeMe": True, "observeOthers": False},
-                      "ai": {"observeMe": True, "observeOthers": False}}},
-     {"alice": (True, False), "bot": (True, False)}),
-])
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ({"observationMode": "directional"}, {"alice": (True, True), "bot": (True, True)}),
+        ({"observationMode": "unified"}, {"alice": (True, False), "bot": (False, True)}),
+        (
+            {
+                "observation": {
+                    "user": {"observeMe": True, "observeOthers": False},
+                    "ai": {"observeMe": True, "observeOthers": False},
+                }
+            },
+            {"alice": (True, False), "bot": (True, False)},
+        ),
+    ],
+)
 def test_observation_presets_become_the_session_member_settings(make_provider, keys, expected):
     memory = make_provider(**keys)
     memory.record_turn("hi", "hello")
@@ -229,7 +256,11 @@ def test_each_write_frequency_writes_every_turn_in_order_by_close(make_provider,
         memory.record_turn(f"q{i}", f"a{i}")
     if frequency == 2:  # every 2 turns: the first two are written, the third waits
         assert [m.content for m in memory.workspace().session("global", create=False).messages()] == [
-            "q0", "a0", "q1", "a1"]
+            "q0",
+            "a0",
+            "q1",
+            "a1",
+        ]
     memory.close()
     with Peerlog(memory.config.resolved_target, token=memory.config.resolved_token) as client:
         client.remember_write(memory.client.consistency_token)  # the writes of the closed provider's client
@@ -259,7 +290,9 @@ def test_a_bot_turn_goes_to_its_own_session_and_conclude_and_profile_refuse_writ
     assert not memory.bot_turn
     ws = memory.workspace()
     assert [m.content for m in ws.session("a2a-bot-helper", create=False).messages()] == [
-        "ping from another bot", "pong"]
+        "ping from another bot",
+        "pong",
+    ]
     assert [m.content for m in ws.session("global", create=False).messages()] == ["hello human-bot", "hi"]
     skipping = make_provider(a2aSessions=False, workspace="other")
     skipping.record_turn("ping", "pong", sender=Sender("helper", is_bot=True))
@@ -283,7 +316,9 @@ def test_the_five_tools_round_trip_against_the_server(make_provider, model_serve
     assert "roof in Lisbon" in memory.dispatch("peerlog_search", {"query": "bees roof"})
     assert "ATTRIBUTE: keeps bees" in memory.dispatch("peerlog_profile", {"card": ["ATTRIBUTE: keeps bees"]})
     assert "ATTRIBUTE: keeps bees" in memory.dispatch("peerlog_profile", {})
-    assert "Alice keeps bees." in memory.dispatch("peerlog_reasoning", {"query": "hobbies?", "reasoning_level": "minimal"})
+    assert "Alice keeps bees." in memory.dispatch(
+        "peerlog_reasoning", {"query": "hobbies?", "reasoning_level": "minimal"}
+    )
     assert memory.dispatch("peerlog_conclude", {"delete_id": observation_id}) == f'{{"deleted": "{observation_id}"}}'
     assert memory.workspace().observation(observation_id).deleted_at is not None
     # deletes only by id: no content, no query, and never another pair's observation
@@ -295,12 +330,14 @@ def test_the_five_tools_round_trip_against_the_server(make_provider, model_serve
 
 
 def test_with_dialectic_dynamic_the_models_level_reaches_chat_and_without_it_the_level_is_refused(
-        make_provider, model_server):
+    make_provider, model_server
+):
     model_server.reply_with(lambda request: Reply(content="Alice keeps bees."))
     memory = seeded(make_provider(recallMode="tools", timeout=30))
     for level in ("minimal", "high"):
-        answer = json.loads(memory.dispatch("peerlog_reasoning", {"query": "What does Alice keep?",
-                                                                  "reasoning_level": level}))
+        answer = json.loads(
+            memory.dispatch("peerlog_reasoning", {"query": "What does Alice keep?", "reasoning_level": level})
+        )
         assert answer == {"answer": "Alice keeps bees.", "level": level}
     offered = [{t["function"]["name"] for t in r.get("tools") or []} for r in chats(model_server)]
     assert len(offered) == 2 and offered[0] < offered[1]  # the server ran each level: minimal may only search
@@ -312,8 +349,9 @@ def test_with_dialectic_dynamic_the_models_level_reaches_chat_and_without_it_the
     assert {t["function"]["name"] for t in chats(model_server)[-1].get("tools") or []} == offered[1]
 
 
-def test_a_stopped_server_costs_a_turn_at_most_timeout_and_later_writes_arrive(make_provider, api, model_server,
-                                                                               caplog):
+def test_a_stopped_server_costs_a_turn_at_most_timeout_and_later_writes_arrive(
+    make_provider, api, model_server, caplog
+):
     model_server.reply_with(lambda request: Reply(content=WEAK))
     memory = seeded(make_provider(timeout=1.0, dialecticCadence=1, writeFrequency="turn"))
     deadline = time.monotonic() + 30
@@ -346,11 +384,13 @@ def test_a_stopped_server_costs_a_turn_at_most_timeout_and_later_writes_arrive(m
     assert got == ["before", "ok", "while down 1", "ok", "while down 2", "ok", "after", "back"]
 
 
-def test_the_base_layer_holds_the_summary_both_representations_and_both_cards(make_provider, model_server,
-                                                                             start_worker):
+def test_the_base_layer_holds_the_summary_both_representations_and_both_cards(
+    make_provider, model_server, start_worker
+):
     summary = "Alice keeps bees in Lisbon."  # within the summarizer's word limit for two short turns
-    model_server.reply_with(lambda request: Reply(
-        content=summary if "rolling" in request["messages"][0]["content"] else WEAK))
+    model_server.reply_with(
+        lambda request: Reply(content=summary if "rolling" in request["messages"][0]["content"] else WEAK)
+    )
     start_worker("summarizer", PEERLOG_SUMMARIZER_SHORT_EVERY="2")
     memory = seeded(make_provider(recallMode="tools", timeout=30))  # tools: the layer is read below, not injected
     bot = memory.peer("bot")
@@ -361,8 +401,13 @@ def test_the_base_layer_holds_the_summary_both_representations_and_both_cards(ma
     session = memory.workspace().session("global", create=False)
     eventually(lambda: session.summaries().short_summary, 60)
     layer = memory._base_layer("alice")
-    for part in (summary, "Alice keeps three hives", "ATTRIBUTE: keeps bees", "The bot answers in short sentences",
-                 "IDENTITY: a travel assistant"):
+    for part in (
+        summary,
+        "Alice keeps three hives",
+        "ATTRIBUTE: keeps bees",
+        "The bot answers in short sentences",
+        "IDENTITY: a travel assistant",
+    ):
         assert part in layer
     assert layer.index(summary) < layer.index("Alice keeps three hives") < layer.index("IDENTITY: a travel")
 
@@ -381,7 +426,8 @@ def test_a_long_turn_reaches_the_dialectic_cut_at_dialectic_max_input_chars(make
 
 
 def test_an_agent_started_while_the_server_is_down_runs_its_turns_and_writes_them_when_it_is_back(
-        make_provider, api, model_server):
+    make_provider, api, model_server
+):
     model_server.reply_with(lambda request: Reply(content=WEAK))
     memory = make_provider(timeout=1.0, writeFrequency="turn")
     api.stop()
@@ -417,13 +463,18 @@ def test_an_eager_start_in_tools_mode_waits_at_most_timeout_for_a_stopped_server
     assert time.monotonic() - started <= 1.0 + 0.1
 
 
-def test_peerlog_memory_status_shows_the_connection_and_the_resolved_settings(api, settings, tmp_path,
-                                                                              monkeypatch, capsys):
+def test_peerlog_memory_status_shows_the_connection_and_the_resolved_settings(
+    api, settings, tmp_path, monkeypatch, capsys
+):
     from peerlog_client.memory.cli import main
 
-    for var, value in {"PEERLOG_TARGET": api.address, "PEERLOG_TOKEN": admin_token(settings) or "",
-                       "PEERLOG_WORKSPACE": "acme", "PEERLOG_MEMORY_HOME": str(tmp_path),
-                       "PEERLOG_MEMORY_GLOBAL": str(tmp_path / "none.json")}.items():
+    for var, value in {
+        "PEERLOG_TARGET": api.address,
+        "PEERLOG_TOKEN": admin_token(settings) or "",
+        "PEERLOG_WORKSPACE": "acme",
+        "PEERLOG_MEMORY_HOME": str(tmp_path),
+        "PEERLOG_MEMORY_GLOBAL": str(tmp_path / "none.json"),
+    }.items():
         monkeypatch.setenv(var, value)
     Peerlog(api.address, token=admin_token(settings)).workspace("acme")
     assert main(["mode", "context"]) == 0 and main(["tokens", "--context", "900"]) == 0

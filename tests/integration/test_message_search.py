@@ -22,10 +22,29 @@ from tests.integration.test_projector import P, msg
 from tests.support.client import Client
 from tests.support.wait import eventually
 
-FILLER = [f"{what} {when}" for what in ("The weather was mild", "We cooked lentil soup", "The band played jazz",
-                                        "Taxes are due soon", "The printer jammed again", "Tomatoes grew well")
-          for when in ("on monday", "on tuesday", "last week", "this morning", "at noon", "after lunch",
-                       "before dinner", "in spring", "in autumn", "yesterday")]
+FILLER = [
+    f"{what} {when}"
+    for what in (
+        "The weather was mild",
+        "We cooked lentil soup",
+        "The band played jazz",
+        "Taxes are due soon",
+        "The printer jammed again",
+        "Tomatoes grew well",
+    )
+    for when in (
+        "on monday",
+        "on tuesday",
+        "last week",
+        "this morning",
+        "at noon",
+        "after lunch",
+        "before dinner",
+        "in spring",
+        "in autumn",
+        "yesterday",
+    )
+]
 
 
 def embedded_count(settings) -> int:
@@ -44,8 +63,9 @@ def ts(day: int) -> timestamp_pb2.Timestamp:
 
 
 async def search_ws(c: Client, query: str, **kw):
-    return await c.workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
-        workspace_id=kw.pop("workspace_id", "w"), query=query, **kw))
+    return await c.workspaces.SearchMessages(
+        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=kw.pop("workspace_id", "w"), query=query, **kw)
+    )
 
 
 def contents(response) -> list[str]:
@@ -70,8 +90,9 @@ async def garden(channel, settings, start_worker):
     await c.add("w", "s1", [turn("alice", "garden 1: the roses need pruning", 1)])
     await c.session("w", "s1", members=["carol"])
     await c.add("w", "s1", [turn("bob", "garden 2: slugs ate the lettuce", 2)])
-    await c.sessions.RemoveMembers(sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="s1",
-                                                                     peer_ids=["bob"]))
+    await c.sessions.RemoveMembers(
+        sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="s1", peer_ids=["bob"])
+    )
     await c.add("w", "s1", [turn("alice", "garden 3: the pond froze over", 3)])
     token = (await c.add("w", "s2", [turn("bob", "garden 4: planted garlic for winter", 4)])).consistency_token
     eventually(lambda: embedded_count(settings) == 4, 60)
@@ -82,16 +103,29 @@ async def test_messages_are_embedded_with_date_author_and_previous_turn_and_proj
     engine = sync_engine(settings.database)
     m = messages.c
     with engine.connect() as conn:
-        rows = conn.execute(select(m.session_id, m.peer_id, m.content, m.created_at, m.embedding, m.embedding_model)
-                            .order_by(m.session_id, m.seq)).all()
+        rows = conn.execute(
+            select(m.session_id, m.peer_id, m.content, m.created_at, m.embedding, m.embedding_model).order_by(
+                m.session_id, m.seq
+            )
+        ).all()
     engine.dispose()
     texts, before = [], {}
     for r in rows:
-        appended = MessageAppended(workspace_id="w", session_id=r.session_id, message_id="m", peer_id=r.peer_id,
-                                   content=r.content, created_at=r.created_at, producer=P)
+        appended = MessageAppended(
+            workspace_id="w",
+            session_id=r.session_id,
+            message_id="m",
+            peer_id=r.peer_id,
+            content=r.content,
+            created_at=r.created_at,
+            producer=P,
+        )
         texts.append(text_to_embed(appended, before.get(r.session_id)))
         before[r.session_id] = previous_turn(appended)
-    assert texts[1] == "[2 January 2026] bob: garden 2: slugs ate the lettuce (replying to alice: garden 1: the roses need pruning)"
+    assert (
+        texts[1]
+        == "[2 January 2026] bob: garden 2: slugs ate the lettuce (replying to alice: garden 1: the roses need pruning)"
+    )
     expected = make_embedder().embed_sync(texts)
     for row, vector in zip(rows, expected, strict=True):
         assert row.embedding_model == LOCAL_MODEL and len(row.embedding) == 384
@@ -119,6 +153,7 @@ async def test_a_query_that_names_a_day_lifts_the_messages_sent_that_day_and_no_
         # "yesterday" is the day before the search's upper bound: the same words, a different day
         found = await search_ws(c, "what happened in the garden yesterday", limit=4, before=ts(before_day))
         return {r.message.content: r.score for r in found.results}
+
     on_the_4th, on_the_5th = await scores(5), await scores(6)  # garlic was planted on 4 January
     gained = {text: on_the_4th[text] - on_the_5th[text] for text in on_the_4th}
     lift = gained.pop("garden 4: planted garlic for winter")
@@ -134,14 +169,17 @@ async def test_naming_a_peer_only_lifts_its_messages_the_name_is_neither_embedde
     async def scores(query: str) -> dict[str, tuple[str, float]]:
         found = await search_ws(c, query, limit=4)
         return {r.message.content: (r.message.peer_id, r.score) for r in found.results}
+
     plain, named = await scores("garden pond"), await scores("Bob's garden pond")
     # the same vector and the same terms: every score moves by the lift alone, and only for bob's turns
     assert {t: s - plain[t][1] for t, (_, s) in named.items()} == pytest.approx(
-        {t: AUTHOR_BOOST if peer == "bob" else 0.0 for t, (peer, _) in named.items()}, abs=1e-4)
+        {t: AUTHOR_BOOST if peer == "bob" else 0.0 for t, (peer, _) in named.items()}, abs=1e-4
+    )
 
 
 async def test_a_message_matching_by_words_and_by_meaning_ranks_above_one_matching_only_by_meaning(
-        channel, settings, start_worker):
+    channel, settings, start_worker
+):
     start_worker("embedder")
     c = Client(channel)
     await c.setup_conversation("w", "s")
@@ -149,7 +187,7 @@ async def test_a_message_matching_by_words_and_by_meaning_ranks_above_one_matchi
     meaning_only = "Where is the key fob for my vehicle?"
     words_only = "The car wash takes no keys, cards or coins"
     for i in range(0, len(FILLER), 20):
-        await c.add("w", "s", [("alice", t) for t in FILLER[i:i + 20]])
+        await c.add("w", "s", [("alice", t) for t in FILLER[i : i + 20]])
     # filler between them: each is judged on its own words and meaning, not its neighbours'
     gap = [("alice", t) for t in FILLER[:3]]
     await c.add("w", "s", [("bob", both), *gap, ("alice", meaning_only), *gap, ("bob", words_only)])
@@ -189,7 +227,8 @@ async def lexical_ids(settings, query: str) -> list[str]:
 
     search = MessageSearch(workspace_id="w", query=query, vector=None, limit=10)
     engine = create_async_engine(settings.database.url).execution_options(
-        schema_translate_map={None: settings.database.schema_name})
+        schema_translate_map={None: settings.database.schema_name}
+    )
     async with engine.connect() as conn:
         found = [r.message_id for r in await conn.execute(lexical(Shape.of(search)), params(search))]
     await engine.dispose()
@@ -202,7 +241,9 @@ async def test_a_query_word_that_looks_like_an_operator_is_matched_as_written(ch
     texts = ["The freezer showed -5 at dawn", "The freezer showed 5 at dawn", "It's O'Neil's \\ backslash day"]
     token = (await c.add("w", "s", [("alice", t) for t in texts])).consistency_token
     await search_ws(c, "warm-up", consistency={"consistency_token": token})
-    ids = {r.message.content: r.message.message_id for r in (await search_ws(c, "freezer dawn o'neil", limit=10)).results}
+    ids = {
+        r.message.content: r.message.message_id for r in (await search_ws(c, "freezer dawn o'neil", limit=10)).results
+    }
     # '-5' is a lexeme of its own: read as an operator it meant "not 5" and found every other message
     assert await lexical_ids(settings, "what was -5") == [ids[texts[0]]]
     assert await lexical_ids(settings, "O'Neil's \\") == [ids[texts[2]]]
@@ -229,18 +270,23 @@ async def test_a_hit_carries_its_adjacent_turns_when_asked_and_only_those_its_pe
     c, token, _ = garden
 
     async def top(**kw):
-        out = await search_ws(c, "slugs ate the lettuce", limit=1, session_ids=["s1"],
-                              consistency={"consistency_token": token}, **kw)
+        out = await search_ws(
+            c, "slugs ate the lettuce", limit=1, session_ids=["s1"], consistency={"consistency_token": token}, **kw
+        )
         hit = out.results[0]
         assert hit.message.content.startswith("garden 2")
-        return [hit.previous.content if hit.HasField("previous") else None,
-                hit.next.content if hit.HasField("next") else None]
+        return [
+            hit.previous.content if hit.HasField("previous") else None,
+            hit.next.content if hit.HasField("next") else None,
+        ]
 
     assert await top() == [None, None]  # only when asked: they cost a read and bytes
     assert await top(include_adjacent=True) == ["garden 1: the roses need pruning", "garden 3: the pond froze over"]
     # the author filter picks hits, not their context: alice's turns still frame bob's
     assert await top(include_adjacent=True, author_peer_ids=["bob"]) == [
-        "garden 1: the roses need pruning", "garden 3: the pond froze over"]
+        "garden 1: the roses need pruning",
+        "garden 3: the pond froze over",
+    ]
     # carol joined after garden 1: she never saw it, so it is no context of hers
     assert await top(include_adjacent=True, perspective_peer_id="carol") == [None, "garden 3: the pond froze over"]
 
@@ -272,28 +318,36 @@ async def test_a_perspective_sees_only_what_was_sent_while_it_was_a_member(garde
 
 async def test_session_and_peer_level_search_share_the_filters(garden):
     c, _, _ = garden
-    in_s1 = await c.sessions.SearchMessages(sessions_pb2.SearchSessionMessagesRequest(
-        workspace_id="w", session_id="s1", query="garden", limit=100))
+    in_s1 = await c.sessions.SearchMessages(
+        sessions_pb2.SearchSessionMessagesRequest(workspace_id="w", session_id="s1", query="garden", limit=100)
+    )
     assert sorted(contents(in_s1))[0].startswith("garden 1") and len(in_s1.results) == 3
-    by_bob = await c.peers.SearchMessages(peers_pb2.SearchPeerMessagesRequest(
-        workspace_id="w", peer_id="bob", query="garden", limit=100))
+    by_bob = await c.peers.SearchMessages(
+        peers_pb2.SearchPeerMessagesRequest(workspace_id="w", peer_id="bob", query="garden", limit=100)
+    )
     assert sorted(contents(by_bob)) == ["garden 2: slugs ate the lettuce", "garden 4: planted garlic for winter"]
-    by_bob_for_carol = await c.peers.SearchMessages(peers_pb2.SearchPeerMessagesRequest(
-        workspace_id="w", peer_id="bob", query="garden", perspective_peer_id="carol"))
+    by_bob_for_carol = await c.peers.SearchMessages(
+        peers_pb2.SearchPeerMessagesRequest(
+            workspace_id="w", peer_id="bob", query="garden", perspective_peer_id="carol"
+        )
+    )
     assert contents(by_bob_for_carol) == ["garden 2: slugs ate the lettuce"]
 
 
-@pytest.mark.parametrize("request_kw, code, says", [
-    (dict(query=""), grpc.StatusCode.INVALID_ARGUMENT, "query is empty"),
-    (dict(query="x" * 10_001), grpc.StatusCode.INVALID_ARGUMENT, "limit is 10000"),
-    (dict(query="garden", limit=101), grpc.StatusCode.INVALID_ARGUMENT, "limit 101"),
-    (dict(query="garden", after=ts(3), before=ts(3)), grpc.StatusCode.INVALID_ARGUMENT, "must be earlier"),
-    (dict(query="garden", session_ids=["bad id!"]), grpc.StatusCode.INVALID_ARGUMENT, "not a valid id"),
-    (dict(query="garden", workspace_id="nowhere"), grpc.StatusCode.NOT_FOUND, "'nowhere' does not exist"),
-    (dict(query="garden", session_ids=["s9"]), grpc.StatusCode.NOT_FOUND, "session 's9'"),
-    (dict(query="garden", author_peer_ids=["ghost"]), grpc.StatusCode.NOT_FOUND, "'ghost'"),
-    (dict(query="garden", perspective_peer_id="ghost"), grpc.StatusCode.NOT_FOUND, "perspective_peer_id 'ghost'"),
-])
+@pytest.mark.parametrize(
+    "request_kw, code, says",
+    [
+        (dict(query=""), grpc.StatusCode.INVALID_ARGUMENT, "query is empty"),
+        (dict(query="x" * 10_001), grpc.StatusCode.INVALID_ARGUMENT, "limit is 10000"),
+        (dict(query="garden", limit=101), grpc.StatusCode.INVALID_ARGUMENT, "limit 101"),
+        (dict(query="garden", after=ts(3), before=ts(3)), grpc.StatusCode.INVALID_ARGUMENT, "must be earlier"),
+        (dict(query="garden", session_ids=["bad id!"]), grpc.StatusCode.INVALID_ARGUMENT, "not a valid id"),
+        (dict(query="garden", workspace_id="nowhere"), grpc.StatusCode.NOT_FOUND, "'nowhere' does not exist"),
+        (dict(query="garden", session_ids=["s9"]), grpc.StatusCode.NOT_FOUND, "session 's9'"),
+        (dict(query="garden", author_peer_ids=["ghost"]), grpc.StatusCode.NOT_FOUND, "'ghost'"),
+        (dict(query="garden", perspective_peer_id="ghost"), grpc.StatusCode.NOT_FOUND, "perspective_peer_id 'ghost'"),
+    ],
+)
 async def test_bad_search_input_gets_an_actionable_status(channel, request_kw, code, says):
     c = Client(channel)
     await c.setup_conversation("w", "s")
@@ -306,8 +360,9 @@ async def test_unknown_session_or_peer_at_their_own_level_is_not_found(channel):
     c = Client(channel)
     await c.setup_conversation("w", "s")
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await c.sessions.SearchMessages(sessions_pb2.SearchSessionMessagesRequest(
-            workspace_id="w", session_id="nope", query="x"))
+        await c.sessions.SearchMessages(
+            sessions_pb2.SearchSessionMessagesRequest(workspace_id="w", session_id="nope", query="x")
+        )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "'nope'" in err.value.details()
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await c.peers.SearchMessages(peers_pb2.SearchPeerMessagesRequest(workspace_id="w", peer_id="nope", query="x"))
@@ -318,18 +373,32 @@ def test_an_embedding_that_arrives_before_its_message_is_applied_when_the_messag
     engine = sync_engine(settings.database)
     log = EventLog(settings.kafka)
     log.start()
-    log.append_sync([MessagesEmbedded(workspace_id="w", session_id="s1", embedding_model=LOCAL_MODEL, producer=P,
-                                      messages=(EmbeddedMessage(message_id="m1", session_id="s1",
-                                                                vector=tuple([0.5] * 384)),))])
+    log.append_sync(
+        [
+            MessagesEmbedded(
+                workspace_id="w",
+                session_id="s1",
+                embedding_model=LOCAL_MODEL,
+                producer=P,
+                messages=(EmbeddedMessage(message_id="m1", session_id="s1", vector=tuple([0.5] * 384)),),
+            )
+        ]
+    )
     with engine.connect() as conn:
         eventually(lambda: conn.scalar(select(func.count()).select_from(pending_message_embeddings)) == 1)
-    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
-                     SessionCreated(workspace_id="w", session_id="s1", producer=P), msg(1)])
+    log.append_sync(
+        [
+            WorkspaceCreated(workspace_id="w", producer=P),
+            SessionCreated(workspace_id="w", session_id="s1", producer=P),
+            msg(1),
+        ]
+    )
     log.close()
 
     def landed():
         with engine.connect() as conn:
             return conn.execute(select(messages.c.embedding, messages.c.embedding_model)).first()
+
     row = eventually(landed)
     assert list(row.embedding) == [0.5] * 384 and row.embedding_model == LOCAL_MODEL
     with engine.connect() as conn:
@@ -355,17 +424,26 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
     import numpy as np
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from projections.message_search import (BM25_B, BM25_K1, SHORT_LEXEMES, MessageSearch, fused_score,
-                                            search_messages)
+    from projections.message_search import BM25_B, BM25_K1, SHORT_LEXEMES, MessageSearch, fused_score, search_messages
 
     vector = np.array(make_embedder().embed_sync([query])[0])
     engine = create_async_engine(settings.database.url).execution_options(
-        schema_translate_map={None: settings.database.schema_name})
+        schema_translate_map={None: settings.database.schema_name}
+    )
     async with engine.connect() as conn:
         got = await search_messages(conn, MessageSearch(workspace_id="w", query=query, vector=list(vector), limit=4))
-        rows = (await conn.execute(select(messages.c.message_id, messages.c.session_id, messages.c.seq,
-                                          messages.c.embedding, func.tsvector_to_array(messages.c.content_tsv),
-                                          messages.c.peer_id))).all()
+        rows = (
+            await conn.execute(
+                select(
+                    messages.c.message_id,
+                    messages.c.session_id,
+                    messages.c.seq,
+                    messages.c.embedding,
+                    func.tsvector_to_array(messages.c.content_tsv),
+                    messages.c.peer_id,
+                )
+            )
+        ).all()
         words = set((await conn.execute(select(func.tsvector_to_array(func.to_tsvector("english", query))))).scalar())
     words -= {named}
     await engine.dispose()
@@ -374,17 +452,24 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
     mean_length = sum(len(d) for d in docs.values()) / len(docs)
     df = {w: sum(w in d for d in docs.values()) for w in words}
     idf = {w: math.log(1 + (len(docs) - n + 0.5) / (n + 0.5)) for w, n in df.items() if n}
-    bm25 = {m: sum(idf[w] for w in d & idf.keys()) * (BM25_K1 + 1)
-            / (1 + BM25_K1 * (1 - BM25_B + BM25_B * len(d) / mean_length)) for m, d in docs.items()}
+    bm25 = {
+        m: sum(idf[w] for w in d & idf.keys())
+        * (BM25_K1 + 1)
+        / (1 + BM25_K1 * (1 - BM25_B + BM25_B * len(d) / mean_length))
+        for m, d in docs.items()
+    }
     similarity = {r[0]: float(np.dot(r[3], vector) / np.linalg.norm(r[3]) / np.linalg.norm(vector)) for r in rows}
     matched = [m for m in docs if docs[m] & idf.keys()]
     at = {(r[1], r[2]): r[0] for r in rows}
     neighbours = {r[0]: [at[(r[1], r[2] + d)] for d in (-1, 1) if (r[1], r[2] + d) in at] for r in rows}
-    expected = fused_score({m: (similarity[m], bm25[m]) for m in docs},
-                           (list(similarity.values()), [bm25[m] for m in matched]), neighbours,
-                           by_named=frozenset(r[0] for r in rows if r[5] == named),
-                           short=frozenset(m for m, d in docs.items() if len(d) < SHORT_LEXEMES),
-                           session_of={r[0]: r[1] for r in rows})
+    expected = fused_score(
+        {m: (similarity[m], bm25[m]) for m in docs},
+        (list(similarity.values()), [bm25[m] for m in matched]),
+        neighbours,
+        by_named=frozenset(r[0] for r in rows if r[5] == named),
+        short=frozenset(m for m, d in docs.items() if len(d) < SHORT_LEXEMES),
+        session_of={r[0]: r[1] for r in rows},
+    )
     assert [r["message_id"] for r in got] == [m for m, _ in expected]
     assert [r["score"] for r in got] == pytest.approx([s for _, s in expected], abs=1e-4)
 
@@ -399,16 +484,25 @@ async def test_a_vector_of_another_model_stays_on_the_log_and_is_never_compared_
         first = conn.execute(select(m.message_id).where(m.content.like("garden 1%"))).scalar()
     log = EventLog(settings.kafka)
     log.start()  # another model's vector, equal to the query's own: what `peerlog reembed` appends
-    token = log.append_sync([MessagesEmbedded(
-        workspace_id="w", session_id="s1", embedding_model="impostor", producer=P,
-        messages=(EmbeddedMessage(message_id=first, session_id="s1", vector=tuple(query)),))]).encode()
+    token = log.append_sync(
+        [
+            MessagesEmbedded(
+                workspace_id="w",
+                session_id="s1",
+                embedding_model="impostor",
+                producer=P,
+                messages=(EmbeddedMessage(message_id=first, session_id="s1", vector=tuple(query)),),
+            )
+        ]
+    ).encode()
     log.close()
     await c.list_messages("w", "s1", token)  # the projector is past the impostor's event
     with engine.connect() as conn:
         assert conn.execute(select(m.embedding_model).where(m.message_id == first)).scalar() == LOCAL_MODEL
         # a projection made under another setting: the row's vector is not of the model queries use
-        conn.execute(messages.update().where(m.message_id == first).values(embedding=list(query),
-                                                                           embedding_model="impostor"))
+        conn.execute(
+            messages.update().where(m.message_id == first).values(embedding=list(query), embedding_model="impostor")
+        )
         conn.commit()
     engine.dispose()
     after = contents(await search_ws(c, "frozen pond", limit=4))

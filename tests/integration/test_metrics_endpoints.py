@@ -29,8 +29,11 @@ ADD = "/peerlog.v1.MessageService/AddMessages"
 def scrape(port: int) -> dict[tuple[str, frozenset], float]:
     """{(sample name, labels): value} from a /metrics endpoint."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(samples, name: str, **labels) -> float | None:
@@ -48,10 +51,14 @@ class Collector(ThreadingHTTPServer):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 for resource_spans in ExportTraceServiceRequest.FromString(body).resource_spans:
-                    service = next(a.value.string_value for a in resource_spans.resource.attributes
-                                   if a.key == "service.name")
-                    server.spans += [(service, span.name, span.trace_id, span.parent_span_id)
-                                     for scope in resource_spans.scope_spans for span in scope.spans]
+                    service = next(
+                        a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"
+                    )
+                    server.spans += [
+                        (service, span.name, span.trace_id, span.parent_span_id)
+                        for scope in resource_spans.scope_spans
+                        for span in scope.spans
+                    ]
                 self.send_response(200)
                 self.end_headers()
 
@@ -73,13 +80,24 @@ def collector():
 def stack(settings, tmp_path, start_worker, collector):
     """Projector, API and worker as the real processes, each with its metrics port; JSON logs; OTLP traces."""
     ports = {name: free_port() for name in ("projector", "api", "api_metrics", "worker")}
-    env = {"PEERLOG_LOG_FORMAT": "json", "PEERLOG_TRACING_EXPORTER": "otlp",
-           "PEERLOG_TRACING_ENDPOINT": f"http://127.0.0.1:{collector.server_port}/v1/traces"}
+    env = {
+        "PEERLOG_LOG_FORMAT": "json",
+        "PEERLOG_TRACING_EXPORTER": "otlp",
+        "PEERLOG_TRACING_ENDPOINT": f"http://127.0.0.1:{collector.server_port}/v1/traces",
+    }
     started = [
-        Worker(settings, tmp_path / "projector.log", {**env,
-               "PEERLOG_PROJECTOR_METRICS_PORT": str(ports["projector"])}, command="projector run").start(),
-        Worker(settings, tmp_path / "api.log", {**env, "PEERLOG_API_PORT": str(ports["api"]),
-               "PEERLOG_API_METRICS_PORT": str(ports["api_metrics"])}, command="serve").start(),
+        Worker(
+            settings,
+            tmp_path / "projector.log",
+            {**env, "PEERLOG_PROJECTOR_METRICS_PORT": str(ports["projector"])},
+            command="projector run",
+        ).start(),
+        Worker(
+            settings,
+            tmp_path / "api.log",
+            {**env, "PEERLOG_API_PORT": str(ports["api"]), "PEERLOG_API_METRICS_PORT": str(ports["api_metrics"])},
+            command="serve",
+        ).start(),
     ]
     started.append(start_worker("router,deriver", PEERLOG_WORKER_METRICS_PORT=str(ports["worker"]), **env))
     try:
@@ -90,8 +108,9 @@ def stack(settings, tmp_path, start_worker, collector):
             process.stop()
 
 
-async def test_api_projector_and_worker_serve_metrics_log_json_and_export_traces(settings, model_server, stack,
-                                                                                 collector):
+async def test_api_projector_and_worker_serve_metrics_log_json_and_export_traces(
+    settings, model_server, stack, collector
+):
     ports, processes = stack
     model_server.reply_with(extract_each_turn)
     async with admin_channel(settings, ports["api"]) as chan:
@@ -101,14 +120,22 @@ async def test_api_projector_and_worker_serve_metrics_log_json_and_export_traces
     async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['api']}") as anonymous:
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await Client(anonymous).workspaces.GetOrCreateWorkspace(
-                workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id="w"))
+                workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id="w")
+            )
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
     api = scrape(ports["api_metrics"])
     assert value(api, "peerlog_rpc_requests_total", method=ADD, code="OK") == 1
     assert value(api, "peerlog_rpc_duration_seconds_count", method=ADD, code="OK") == 1
-    assert value(api, "peerlog_rpc_requests_total", method="/peerlog.v1.WorkspaceService/GetOrCreateWorkspace",
-                 code="UNAUTHENTICATED") == 1
+    assert (
+        value(
+            api,
+            "peerlog_rpc_requests_total",
+            method="/peerlog.v1.WorkspaceService/GetOrCreateWorkspace",
+            code="UNAUTHENTICATED",
+        )
+        == 1
+    )
     assert value(api, "peerlog_kafka_transactions_committed_total", component="peerlog-api") >= 1
     assert value(api, "peerlog_kafka_transaction_aborts_total", component="peerlog-api") == 0
 
@@ -125,8 +152,12 @@ async def test_api_projector_and_worker_serve_metrics_log_json_and_export_traces
     def projected():
         projector = scrape(ports["projector"])
         done = value(projector, "peerlog_derivation_batches", state="done")
-        return projector if done and value(projector, "peerlog_projector_lag_records",
-                                           topic=f"{settings.kafka.topic_prefix}sessions") == 0 else None
+        return (
+            projector
+            if done
+            and value(projector, "peerlog_projector_lag_records", topic=f"{settings.kafka.topic_prefix}sessions") == 0
+            else None
+        )
 
     projector = eventually(projected, 60, every=0.5)
     assert value(projector, "peerlog_derivation_batches", state="in_flight") == 0
@@ -145,10 +176,16 @@ async def test_api_projector_and_worker_serve_metrics_log_json_and_export_traces
 
     # PEERLOG_TRACING_EXPORTER=otlp: the API's call and the worker's handling of its records share a trace
     def worker_spans_in_the_calls_trace():
-        calls = {trace_id for service, name, trace_id, _ in collector.spans
-                 if service == "peerlog-api" and name == ADD.lstrip("/")}
-        names = {name for service, name, trace_id, parent in collector.spans
-                 if service == "peerlog-worker" and trace_id in calls and parent}
+        calls = {
+            trace_id
+            for service, name, trace_id, _ in collector.spans
+            if service == "peerlog-api" and name == ADD.lstrip("/")
+        }
+        names = {
+            name
+            for service, name, trace_id, parent in collector.spans
+            if service == "peerlog-worker" and trace_id in calls and parent
+        }
         return names >= {"router MessageAppended", "deriver MessagePerceived", "model deriver"}
 
     eventually(worker_spans_in_the_calls_trace, 30, every=0.5)

@@ -23,8 +23,11 @@ from tests.support.model_server import Reply
 from tests.support.rpc import rejected
 from tests.support.wait import until
 
-EXPLICIT, DEDUCTIVE, INDUCTIVE = (o.OBSERVATION_LEVEL_EXPLICIT, o.OBSERVATION_LEVEL_DEDUCTIVE,
-                                  o.OBSERVATION_LEVEL_INDUCTIVE)
+EXPLICIT, DEDUCTIVE, INDUCTIVE = (
+    o.OBSERVATION_LEVEL_EXPLICIT,
+    o.OBSERVATION_LEVEL_DEDUCTIVE,
+    o.OBSERVATION_LEVEL_INDUCTIVE,
+)
 
 
 def counts(status) -> tuple[int, int, int, int]:
@@ -57,7 +60,8 @@ async def test_derived_observations_are_listed_per_pair_and_filtered_by_level_an
     # two sessions are two partitions: which turn the deriver saw first is not fixed
     assert {(x.content, x.session_id) for x in alice} == {
         ("The target said: I adopted a cat named Miso", "s1"),
-        ("The target said: I work night shifts as a nurse", "s2")}
+        ("The target said: I work night shifts as a nurse", "s2"),
+    }
     created = [(x.created_at.ToDatetime(), x.observation_id) for x in alice]
     assert created == sorted(created)
     assert {(x.observer_id, x.observed_id, x.level) for x in alice} == {("alice", "alice", EXPLICIT)}
@@ -92,11 +96,16 @@ async def test_get_observation_returns_its_sources(derived):
 async def test_search_ranks_the_semantically_close_observation_first_and_honours_max_distance(channel):
     c = Client(channel)
     await c.setup_conversation("w", "s")
-    made = await c.create_observations("w", "alice", "bob", [
-        "Bob plays the cello in a symphony orchestra",
-        "Bob adopted a kitten and named it Miso",
-        "Bob works night shifts as a nurse in Oslo",
-    ])
+    made = await c.create_observations(
+        "w",
+        "alice",
+        "bob",
+        [
+            "Bob plays the cello in a symphony orchestra",
+            "Bob adopted a kitten and named it Miso",
+            "Bob works night shifts as a nurse in Oslo",
+        ],
+    )
     await c.list_observations("w", "alice", "bob", token=made.consistency_token)
 
     found = await c.search_observations("w", "alice", "bob", "Which pet cat does Bob have?")
@@ -115,16 +124,23 @@ async def test_search_ranks_the_semantically_close_observation_first_and_honours
 
 
 async def test_created_observations_are_explicit_carry_api_embeddings_and_are_readable_after_the_token(
-        channel, settings):
+    channel, settings
+):
     c = Client(channel)
     await c.setup_conversation("w", "s")
     sent = await c.add("w", "s", [("bob", "I live in Oslo, near the fjord")])
     await c.list_messages("w", "s", sent.consistency_token)
-    made = await c.create_observations("w", "alice", "bob", [
-        o.NewObservation(content="Bob lives in Oslo", session_id="s",
-                         sources=[source(sent.message_ids[0], "i  LIVE in oslo")]),
-        "Bob prefers tea to coffee",
-    ])
+    made = await c.create_observations(
+        "w",
+        "alice",
+        "bob",
+        [
+            o.NewObservation(
+                content="Bob lives in Oslo", session_id="s", sources=[source(sent.message_ids[0], "i  LIVE in oslo")]
+            ),
+            "Bob prefers tea to coffee",
+        ],
+    )
     assert len(made.observation_ids) == 2 and made.consistency_token
 
     listed = await c.all_observations("w", "alice", "bob", made.consistency_token)
@@ -137,11 +153,13 @@ async def test_created_observations_are_explicit_carry_api_embeddings_and_are_re
     events = read_events(settings, OBSERVATIONS, lambda evs: len(evs) >= 2)
     assert [type(e) for e in events] == [ObservationAdded, ObservationAdded]
     assert {(e.producer.component, e.level.value, e.embedding_model, len(e.embedding)) for e in events} == {
-        ("api", "explicit", LOCAL_MODEL, 384)}
+        ("api", "explicit", LOCAL_MODEL, 384)
+    }
 
 
 async def test_the_longest_observation_the_api_accepts_is_projected_and_listed_and_nothing_is_quarantined(
-        channel, settings):
+    channel, settings
+):
     # 512-character ids and 2,000 incompressible four-byte characters: a btree over the raw normalised
     # content (8 KB) is over Postgres' 2,704-byte row limit, so the acknowledged event was quarantined
     rng = random.Random(17)
@@ -171,27 +189,42 @@ async def test_bad_observations_are_rejected_and_nothing_is_written(channel, set
 
     await rejected(create(*["fact"] * 101), grpc.StatusCode.INVALID_ARGUMENT, "at most 100", "got 101")
     await rejected(create(), grpc.StatusCode.INVALID_ARGUMENT, "at least one")
-    await rejected(create("fact", observed="carol"), grpc.StatusCode.NOT_FOUND, "observed_id 'carol'",
-                   "GetOrCreatePeer")
+    await rejected(
+        create("fact", observed="carol"), grpc.StatusCode.NOT_FOUND, "observed_id 'carol'", "GetOrCreatePeer"
+    )
     await rejected(create("fact", workspace="nowhere"), grpc.StatusCode.NOT_FOUND, "workspace 'nowhere'")
     await rejected(create("fine", "  \n "), grpc.StatusCode.INVALID_ARGUMENT, "observations[1].content is empty")
     await rejected(create("x" * 2001), grpc.StatusCode.INVALID_ARGUMENT, "2001 characters", "2000")
-    await rejected(create(o.NewObservation(content="Bob likes Oslo", sources=[source(oslo, "I love Oslo")])),
-                   grpc.StatusCode.INVALID_ARGUMENT, "observations[0].sources[0].span 'I love Oslo' is not in message")
-    await rejected(create("a valid one", o.NewObservation(content="Bob is a pilot", sources=[source(oslo, "I fly")])),
-                   grpc.StatusCode.INVALID_ARGUMENT, "observations[1].sources[0].span")
-    await rejected(create(o.NewObservation(content="Bob says hi", sources=[source("nope")])),
-                   grpc.StatusCode.NOT_FOUND, "message 'nope'")
-    await rejected(create(o.NewObservation(content="Bob says hi", session_id="nope")),
-                   grpc.StatusCode.NOT_FOUND, "session 'nope'")
+    await rejected(
+        create(o.NewObservation(content="Bob likes Oslo", sources=[source(oslo, "I love Oslo")])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "observations[0].sources[0].span 'I love Oslo' is not in message",
+    )
+    await rejected(
+        create("a valid one", o.NewObservation(content="Bob is a pilot", sources=[source(oslo, "I fly")])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "observations[1].sources[0].span",
+    )
+    await rejected(
+        create(o.NewObservation(content="Bob says hi", sources=[source("nope")])),
+        grpc.StatusCode.NOT_FOUND,
+        "message 'nope'",
+    )
+    await rejected(
+        create(o.NewObservation(content="Bob says hi", session_id="nope")), grpc.StatusCode.NOT_FOUND, "session 'nope'"
+    )
 
     # alice was not in "elsewhere": (alice, bob) may not cite what bob said there
     await c.peer("w", "carol")
     await c.session("w", "elsewhere", members=["bob", "carol"])
     hidden = await c.add("w", "elsewhere", [("bob", "my pin is 1234")])
     await c.list_messages("w", "elsewhere", hidden.consistency_token)
-    await rejected(create(o.NewObservation(content="Bob's pin is 1234", sources=[source(hidden.message_ids[0])])),
-                   grpc.StatusCode.PERMISSION_DENIED, "could not see", "'alice'")
+    await rejected(
+        create(o.NewObservation(content="Bob's pin is 1234", sources=[source(hidden.message_ids[0])])),
+        grpc.StatusCode.PERMISSION_DENIED,
+        "could not see",
+        "'alice'",
+    )
 
     sentinel = await create("the only one")
     listed = await c.all_observations("w", "alice", "bob", sentinel.consistency_token)
@@ -226,18 +259,26 @@ async def test_bad_reads_are_rejected_with_an_actionable_status(channel):
     await c.setup_conversation("w", "s")
     await rejected(c.list_observations("w", "alice", ""), grpc.StatusCode.INVALID_ARGUMENT, "observed_id")
     await rejected(c.list_observations("w", "alice", "carol"), grpc.StatusCode.NOT_FOUND, "observed_id 'carol'")
-    await rejected(c.list_observations("w", "alice", "bob", session_id="nope"), grpc.StatusCode.NOT_FOUND,
-                   "session 'nope'")
-    await rejected(c.list_observations("w", "alice", "bob", page_token="garbage!"),
-                   grpc.StatusCode.INVALID_ARGUMENT, "page_token")
-    await rejected(c.list_observations("w", "alice", "bob", levels=[99]), grpc.StatusCode.INVALID_ARGUMENT,
-                   "not an ObservationLevel")
-    await rejected(c.search_observations("w", "alice", "bob", " "), grpc.StatusCode.INVALID_ARGUMENT,
-                   "query is empty")
-    await rejected(c.search_observations("w", "alice", "bob", "cats", top_k=101), grpc.StatusCode.INVALID_ARGUMENT,
-                   "top_k 101")
-    await rejected(c.search_observations("w", "alice", "bob", "cats", max_distance=2.5),
-                   grpc.StatusCode.INVALID_ARGUMENT, "max_distance 2.5")
+    await rejected(
+        c.list_observations("w", "alice", "bob", session_id="nope"), grpc.StatusCode.NOT_FOUND, "session 'nope'"
+    )
+    await rejected(
+        c.list_observations("w", "alice", "bob", page_token="garbage!"), grpc.StatusCode.INVALID_ARGUMENT, "page_token"
+    )
+    await rejected(
+        c.list_observations("w", "alice", "bob", levels=[99]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "not an ObservationLevel",
+    )
+    await rejected(c.search_observations("w", "alice", "bob", " "), grpc.StatusCode.INVALID_ARGUMENT, "query is empty")
+    await rejected(
+        c.search_observations("w", "alice", "bob", "cats", top_k=101), grpc.StatusCode.INVALID_ARGUMENT, "top_k 101"
+    )
+    await rejected(
+        c.search_observations("w", "alice", "bob", "cats", max_distance=2.5),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "max_distance 2.5",
+    )
     await rejected(c.processing_status("w", session_id="nope"), grpc.StatusCode.NOT_FOUND, "session 'nope'")
     await rejected(c.processing_status("w", observer_id="carol"), grpc.StatusCode.NOT_FOUND, "observer_id 'carol'")
     await rejected(c.session_summaries("w", "nope"), grpc.StatusCode.NOT_FOUND, "session 'nope'")
@@ -246,8 +287,11 @@ async def test_bad_reads_are_rejected_with_an_actionable_status(channel):
 async def test_processing_status_shows_pending_then_in_flight_then_done(channel, model_server, start_worker):
     lines = ["I grow tomatoes on my balcony", "I also keep two beehives there"]
     model_server.reply_with(lambda request: dataclasses.replace(extract_each_turn(request), delay_s=3))
-    start_worker("router,deriver", PEERLOG_DERIVER_FLUSH="false",
-                 PEERLOG_DERIVER_BATCH_TOKENS=str(sum(count_tokens(t) for t in lines)))
+    start_worker(
+        "router,deriver",
+        PEERLOG_DERIVER_FLUSH="false",
+        PEERLOG_DERIVER_BATCH_TOKENS=str(sum(count_tokens(t) for t in lines)),
+    )
     c = Client(channel)
     await c.setup_conversation("w", "s", peers=("alice",))
     await c.session("w", "quiet", members=["alice"])
@@ -265,7 +309,8 @@ async def test_processing_status_shows_pending_then_in_flight_then_done(channel,
 
 
 async def test_processing_status_shows_batches_dead_lettered_after_the_model_returns_garbage(
-        channel, model_server, start_worker):
+    channel, model_server, start_worker
+):
     model_server.reply_with(lambda request: Reply(content="this is not JSON at all"))
     start_worker("router,deriver")
     c = Client(channel)
@@ -294,11 +339,23 @@ async def test_get_session_summaries_returns_the_latest_short_summary(channel, m
     assert not none_yet.HasField("short_summary") and not none_yet.HasField("long_summary")
 
     # turns long enough that the short summary's word limit (0.75 × input tokens) keeps it whole
-    await c.add("w", "s", [("alice", "we planted tomatoes and basil in the garden today"),
-                           ("bob", "the basil will need a lot of water in this heat")])
+    await c.add(
+        "w",
+        "s",
+        [
+            ("alice", "we planted tomatoes and basil in the garden today"),
+            ("bob", "the basil will need a lot of water in this heat"),
+        ],
+    )
     await until(lambda: c.session_summaries("w", "s"), lambda r: r.short_summary.last_seq == 2)
-    sent = await c.add("w", "s", [("alice", "I will set up a drip line before the weekend"),
-                                  ("bob", "good idea, the tomatoes need staking as well")])
+    sent = await c.add(
+        "w",
+        "s",
+        [
+            ("alice", "I will set up a drip line before the weekend"),
+            ("bob", "good idea, the tomatoes need staking as well"),
+        ],
+    )
     latest = await until(lambda: c.session_summaries("w", "s"), lambda r: r.short_summary.last_seq == 4)
     short = latest.short_summary
     assert (short.content, short.last_message_id, short.messages_covered) == (written[-1], sent.message_ids[1], 2)
@@ -314,14 +371,16 @@ async def test_the_observation_service_is_served_with_health_and_reflection(chan
     from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
     stream = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
-        iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+    )
     async for reply in stream:
         assert "peerlog.v1.ObservationService" in {s.name for s in reply.list_services_response.service}
         break
 
 
 async def test_an_observation_sent_twice_under_its_client_id_is_written_once_and_a_different_one_is_refused(
-        channel, settings):
+    channel, settings
+):
     c = Client(channel)
     await c.setup_conversation("w", "s")
     oslo = o.NewObservation(content="Bob lives in Oslo", session_id="s", observation_id="obs-oslo")
@@ -332,14 +391,31 @@ async def test_an_observation_sent_twice_under_its_client_id_is_written_once_and
 
     bergen = o.NewObservation(content="Bob lives in Bergen", session_id="s", observation_id="obs-oslo")
     for observer, observed, sent in (("alice", "bob", bergen), ("bob", "alice", oslo)):  # other content, pair
-        await rejected(c.create_observations("w", observer, observed, [sent]), grpc.StatusCode.ALREADY_EXISTS,
-                       "observations[0].observation_id 'obs-oslo' is already used", "different observation",
-                       "send a new id")
-    await rejected(c.create_observations("w", "alice", "bob", [
-        o.NewObservation(content="one", observation_id="twin"), o.NewObservation(content="two", observation_id="twin")]),
-        grpc.StatusCode.INVALID_ARGUMENT, "observation_id")
-    await rejected(c.create_observations("w", "alice", "bob", [o.NewObservation(content="x", observation_id="no spaces")]),
-                   grpc.StatusCode.INVALID_ARGUMENT, "observations[0].observation_id")
+        await rejected(
+            c.create_observations("w", observer, observed, [sent]),
+            grpc.StatusCode.ALREADY_EXISTS,
+            "observations[0].observation_id 'obs-oslo' is already used",
+            "different observation",
+            "send a new id",
+        )
+    await rejected(
+        c.create_observations(
+            "w",
+            "alice",
+            "bob",
+            [
+                o.NewObservation(content="one", observation_id="twin"),
+                o.NewObservation(content="two", observation_id="twin"),
+            ],
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "observation_id",
+    )
+    await rejected(
+        c.create_observations("w", "alice", "bob", [o.NewObservation(content="x", observation_id="no spaces")]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "observations[0].observation_id",
+    )
 
     listed = await c.all_observations("w", "alice", "bob", first.consistency_token)
     assert [x.observation_id for x in listed] == list(first.observation_ids)

@@ -13,16 +13,24 @@ from tests.support.log import read_events
 
 
 def set_card(c: Client, entries, observer="alice", observed="bob", workspace="w"):
-    return c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
-        workspace_id=workspace, observer_id=observer, observed_id=observed, entries=entries))
+    return c.peers.SetPeerCard(
+        peers_pb2.SetPeerCardRequest(
+            workspace_id=workspace, observer_id=observer, observed_id=observed, entries=entries
+        )
+    )
 
 
 def get_card(c: Client, observer="alice", observed="bob", token=""):
     from peerlog.v1 import common_pb2
 
-    return c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(
-        workspace_id="w", observer_id=observer, observed_id=observed,
-        consistency=common_pb2.ReadConsistency(consistency_token=token)))
+    return c.peers.GetPeerCard(
+        peers_pb2.GetPeerCardRequest(
+            workspace_id="w",
+            observer_id=observer,
+            observed_id=observed,
+            consistency=common_pb2.ReadConsistency(consistency_token=token),
+        )
+    )
 
 
 async def test_a_card_is_set_per_pair_and_the_latest_version_is_read(channel, settings):
@@ -39,12 +47,15 @@ async def test_a_card_is_set_per_pair_and_the_latest_version_is_read(channel, se
     assert [len(e.entries) for e in events if isinstance(e, PeerCardUpdated)] == [1, 2]
 
 
-@pytest.mark.parametrize("entries, phrase", [
-    (["likes tea"], "must start with one of IDENTITY:"),
-    (["ATTRIBUTE: " + "x" * 200], "the limit is 200"),
-    ([f"ATTRIBUTE: fact {i}" for i in range(41)], "at most 40 entries"),
-    (["INSTRUCTION:   "], "nothing after its prefix"),
-])
+@pytest.mark.parametrize(
+    "entries, phrase",
+    [
+        (["likes tea"], "must start with one of IDENTITY:"),
+        (["ATTRIBUTE: " + "x" * 200], "the limit is 200"),
+        ([f"ATTRIBUTE: fact {i}" for i in range(41)], "at most 40 entries"),
+        (["INSTRUCTION:   "], "nothing after its prefix"),
+    ],
+)
 async def test_invalid_cards_are_refused_with_the_rule_and_nothing_is_written(channel, entries, phrase):
     c = Client(channel)
     await c.setup_conversation("w", "s")

@@ -12,18 +12,34 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def _perceived(message_id: str, observed: str = "alice") -> dict:
-    return dict(workspace_id="w", observer_id=observed, observed_id=observed, message_id=message_id,
-                session_id="s", perceived_at=NOW, event_id=f"p-{observed}-{message_id}")
+    return dict(
+        workspace_id="w",
+        observer_id=observed,
+        observed_id=observed,
+        message_id=message_id,
+        session_id="s",
+        perceived_at=NOW,
+        event_id=f"p-{observed}-{message_id}",
+    )
 
 
 def _batch(batch_id: str, state: str, *message_ids: str) -> dict:
-    return dict(workspace_id="w", batch_id=batch_id, observer_id="alice", observed_id="alice",
-                message_ids=list(message_ids), state=state)
+    return dict(
+        workspace_id="w",
+        batch_id=batch_id,
+        observer_id="alice",
+        observed_id="alice",
+        message_ids=list(message_ids),
+        state=state,
+    )
 
 
 def _gauges(engine) -> dict[tuple[str, tuple], float]:
-    return {(s.name, tuple(s.labels.values())): s.value
-            for family in ProjectionCounts(engine).collect() for s in family.samples}
+    return {
+        (s.name, tuple(s.labels.values())): s.value
+        for family in ProjectionCounts(engine).collect()
+        for s in family.samples
+    }
 
 
 def test_pending_and_in_flight_derivations_dreams_and_dead_letters(settings):
@@ -32,22 +48,60 @@ def test_pending_and_in_flight_derivations_dreams_and_dead_letters(settings):
         create_schema(engine, settings.database.schema_name)
         assert _gauges(engine)[("peerlog_derivations_pending_messages", ())] == 0
         with engine.begin() as conn:
-            conn.execute(perceptions.insert(), [_perceived(m) for m in ("m1", "m2", "m3", "m4")]
-                         + [_perceived("m1", observed="bob")])  # bob's (bob, bob) has no batch: pending
-            conn.execute(derivation_batches.insert(), [_batch("b1", "done", "m1"), _batch("b2", "in_flight", "m2"),
-                                                       _batch("b3", "dead_lettered", "m3")])
-            conn.execute(dreams.insert(), [dict(workspace_id="w", dream_id=f"d{i}", observer_id="alice",
-                                                observed_id="alice", reason="threshold", new_explicit=50,
-                                                state=state, requested_at=NOW)
-                                           for i, state in enumerate(("completed", "completed", "failed"))])
-            conn.execute(dead_letters.insert(), [dict(event_id="x", workspace_id="w", kind="summary", session_id="s",
-                                                      message_ids=["m9"], error="boom", attempts=3, failed_at=NOW)])
+            conn.execute(
+                perceptions.insert(),
+                [_perceived(m) for m in ("m1", "m2", "m3", "m4")] + [_perceived("m1", observed="bob")],
+            )  # bob's (bob, bob) has no batch: pending
+            conn.execute(
+                derivation_batches.insert(),
+                [_batch("b1", "done", "m1"), _batch("b2", "in_flight", "m2"), _batch("b3", "dead_lettered", "m3")],
+            )
+            conn.execute(
+                dreams.insert(),
+                [
+                    dict(
+                        workspace_id="w",
+                        dream_id=f"d{i}",
+                        observer_id="alice",
+                        observed_id="alice",
+                        reason="threshold",
+                        new_explicit=50,
+                        state=state,
+                        requested_at=NOW,
+                    )
+                    for i, state in enumerate(("completed", "completed", "failed"))
+                ],
+            )
+            conn.execute(
+                dead_letters.insert(),
+                [
+                    dict(
+                        event_id="x",
+                        workspace_id="w",
+                        kind="summary",
+                        session_id="s",
+                        message_ids=["m9"],
+                        error="boom",
+                        attempts=3,
+                        failed_at=NOW,
+                    )
+                ],
+            )
         gauges = _gauges(engine)
     finally:
         engine.dispose()
     assert gauges[("peerlog_derivations_pending_messages", ())] == 2  # alice's m4 and bob's m1
-    assert [gauges[("peerlog_derivation_batches", (state,))] for state in ("in_flight", "done", "dead_lettered")] \
-        == [1, 1, 1]
-    assert [gauges[("peerlog_dreams", (state,))] for state in ("requested", "started", "completed", "failed")] \
-        == [0, 0, 2, 1]
-    assert gauges[("peerlog_dead_letters", ("summary",))] == 1 and gauges[("peerlog_dead_letters", ("derivation",))] == 0
+    assert [gauges[("peerlog_derivation_batches", (state,))] for state in ("in_flight", "done", "dead_lettered")] == [
+        1,
+        1,
+        1,
+    ]
+    assert [gauges[("peerlog_dreams", (state,))] for state in ("requested", "started", "completed", "failed")] == [
+        0,
+        0,
+        2,
+        1,
+    ]
+    assert (
+        gauges[("peerlog_dead_letters", ("summary",))] == 1 and gauges[("peerlog_dead_letters", ("derivation",))] == 0
+    )

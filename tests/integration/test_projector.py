@@ -18,8 +18,15 @@ P = ProducerInfo(component="test", version="0")
 
 
 def msg(i: int, session: str = "s1") -> MessageAppended:
-    return MessageAppended(workspace_id="w", session_id=session, message_id=f"m{i}", peer_id="alice",
-                           content=f"turn {i}", created_at=datetime.now(UTC), producer=P)
+    return MessageAppended(
+        workspace_id="w",
+        session_id=session,
+        message_id=f"m{i}",
+        peer_id="alice",
+        content=f"turn {i}",
+        created_at=datetime.now(UTC),
+        producer=P,
+    )
 
 
 def count(engine, table, *where) -> int:
@@ -37,13 +44,20 @@ def test_malformed_and_unknown_records_are_quarantined_and_the_projector_moves_o
     raw = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
     raw.produce(topic, b"{not json", key=b"w/s1")
     raw.produce(topic, b'{"type": "MessageTeleported", "workspace_id": "w"}', key=b"w/s1")
-    future = encode(msg(1)).replace(f'"schema_version":{MessageAppended.schema_version_current}'.encode(), b'"schema_version":99')
+    future = encode(msg(1)).replace(
+        f'"schema_version":{MessageAppended.schema_version_current}'.encode(), b'"schema_version":99'
+    )
     raw.produce(topic, future, key=b"w/s1")
     raw.flush(10)
     log = EventLog(settings.kafka)
     log.start()
-    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
-                     SessionCreated(workspace_id="w", session_id="s1", producer=P), msg(2)])
+    log.append_sync(
+        [
+            WorkspaceCreated(workspace_id="w", producer=P),
+            SessionCreated(workspace_id="w", session_id="s1", producer=P),
+            msg(2),
+        ]
+    )
     engine = sync_engine(settings.database)
 
     eventually(lambda: count(engine, messages) == 1)
@@ -59,8 +73,9 @@ def test_malformed_and_unknown_records_are_quarantined_and_the_projector_moves_o
 def test_a_restarted_projector_applies_nothing_twice(settings, projector):
     log = EventLog(settings.kafka)
     log.start()
-    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
-                     SessionCreated(workspace_id="w", session_id="s1", producer=P)])
+    log.append_sync(
+        [WorkspaceCreated(workspace_id="w", producer=P), SessionCreated(workspace_id="w", session_id="s1", producer=P)]
+    )
     log.append_sync([msg(i) for i in range(50)])
     engine = sync_engine(settings.database)
     eventually(lambda: count(engine, messages) == 50)
@@ -79,8 +94,9 @@ def test_a_restarted_projector_applies_nothing_twice(settings, projector):
 def test_the_same_event_delivered_twice_is_applied_once(settings, projector):
     log = EventLog(settings.kafka)
     log.start()
-    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
-                     SessionCreated(workspace_id="w", session_id="s1", producer=P)])
+    log.append_sync(
+        [WorkspaceCreated(workspace_id="w", producer=P), SessionCreated(workspace_id="w", session_id="s1", producer=P)]
+    )
     once = msg(1)
     log.append_sync([once, msg(2)])
     log.append_sync([once])  # e.g. a client retry that re-sent an already-written event
@@ -110,7 +126,8 @@ def test_an_aborted_transaction_never_reaches_the_projections(settings, projecto
 
 
 def test_a_member_sees_the_messages_between_its_join_and_its_leave_in_log_order_whatever_the_clocks_say(
-        settings, projector):
+    settings, projector
+):
     """Several API processes stamp events by their own clocks: a join may carry a later time than a message
     appended after it. Visibility follows the log, as the router perceives."""
     from datetime import timedelta
@@ -125,19 +142,32 @@ def test_a_member_sees_the_messages_between_its_join_and_its_leave_in_log_order_
         return event.model_copy(update={"occurred_at": t0 + timedelta(seconds=seconds)})
 
     def joined(peer, seconds):
-        return at(MemberJoined(workspace_id="w", session_id="s1", peer_id=peer, joined_at=t0 + timedelta(seconds=seconds),
-                               producer=P), seconds)
+        return at(
+            MemberJoined(
+                workspace_id="w", session_id="s1", peer_id=peer, joined_at=t0 + timedelta(seconds=seconds), producer=P
+            ),
+            seconds,
+        )
 
     log = EventLog(settings.kafka)
     log.start()
-    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
-                     SessionCreated(workspace_id="w", session_id="s1", producer=P), joined("alice", 0),
-                     at(msg(1), 10),  # before carol's join in the log, though stamped after it
-                     joined("carol", 5),
-                     at(msg(2), 6),
-                     at(MemberLeft(workspace_id="w", session_id="s1", peer_id="carol", left_at=t0 + timedelta(seconds=1),
-                                   producer=P), 1),
-                     at(msg(3), 7)])  # after carol's leave in the log, though stamped after the time her leave carries
+    log.append_sync(
+        [
+            WorkspaceCreated(workspace_id="w", producer=P),
+            SessionCreated(workspace_id="w", session_id="s1", producer=P),
+            joined("alice", 0),
+            at(msg(1), 10),  # before carol's join in the log, though stamped after it
+            joined("carol", 5),
+            at(msg(2), 6),
+            at(
+                MemberLeft(
+                    workspace_id="w", session_id="s1", peer_id="carol", left_at=t0 + timedelta(seconds=1), producer=P
+                ),
+                1,
+            ),
+            at(msg(3), 7),
+        ]
+    )  # after carol's leave in the log, though stamped after the time her leave carries
     engine = sync_engine(settings.database)
     eventually(lambda: count(engine, messages) == 3)
     with engine.connect() as conn:
@@ -145,5 +175,8 @@ def test_a_member_sees_the_messages_between_its_join_and_its_leave_in_log_order_
             seen = conn.scalars(select(table.c.message_id).where(seen_while_member(table, "carol"))).all()
             assert seen == ["m2"], table.name
         assert sorted(conn.scalars(select(messages.c.message_id).where(seen_while_member(messages, "alice")))) == [
-            "m1", "m2", "m3"]
+            "m1",
+            "m2",
+            "m3",
+        ]
     log.close()

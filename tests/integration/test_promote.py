@@ -32,15 +32,23 @@ def contents(observations) -> list[str]:
 
 
 async def test_a_promoted_derivation_is_read_by_default_and_the_live_deriver_writes_into_it(
-        channel, settings, model_server, start_worker):
+    channel, settings, model_server, start_worker
+):
     model_server.reply_with(by_model)
     # batches fill at 40 tokens, so a short message stays pending: the promotion must flush it
     worker = start_worker("router,deriver", PEERLOG_DERIVER_FLUSH="false", PEERLOG_DERIVER_BATCH_TOKENS="40")
     here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
     c = Client(channel)
     await c.setup_conversation("w", "s")
-    await c.add("w", "s", [("alice", "I adopted a cat named Miso"), ("alice", f"Miso sleeps all day {FILLER}"),
-                           ("bob", f"I run every morning {FILLER}")])
+    await c.add(
+        "w",
+        "s",
+        [
+            ("alice", "I adopted a cat named Miso"),
+            ("alice", f"Miso sleeps all day {FILLER}"),
+            ("bob", f"I run every morning {FILLER}"),
+        ],
+    )
     eventually(lambda: len(current_rows(settings)) == 3, 60)
 
     first = await rederive(here, "v2", DerivationScope("w", "alice", "alice"), model=V2_MODEL, progress=lambda _: None)
@@ -52,40 +60,61 @@ async def test_a_promoted_derivation_is_read_by_default_and_the_live_deriver_wri
     before_promotion = Timestamp()
     before_promotion.FromDatetime(datetime.now(UTC))
 
-    report = await promote(here, "v2", DerivationScope("w", "alice", "alice"), model=V2_MODEL, reason="better model",
-                           progress=lambda _: None)
+    report = await promote(
+        here,
+        "v2",
+        DerivationScope("w", "alice", "alice"),
+        model=V2_MODEL,
+        reason="better model",
+        progress=lambda _: None,
+    )
     # the catch-up derived only what v2 lacked: the message perceived after the rederive
     assert (report.messages, report.skipped) == (1, 2)
-    flushed = eventually(lambda: [r for r in current_rows(settings) if r["observation_id"] not in
-                                  {o["observation_id"] for o in original}], 60)
+    flushed = eventually(
+        lambda: [
+            r for r in current_rows(settings) if r["observation_id"] not in {o["observation_id"] for o in original}
+        ],
+        60,
+    )
     assert [r["content"] for r in flushed] == ["The target said: I moved to Oslo"]  # into the old derivation
     assert [r for r in current_rows(settings) if r not in flushed] == original  # the rest untouched
 
     after = await c.add("w", "s", [("alice", f"Miso hates the vet {FILLER}")])
-    current = await until(lambda: c.all_observations("w", "alice", "alice", token=after.consistency_token),
-                          lambda got: len(got) == 4)
-    assert contents(current) == ["v2: i adopted a cat named miso", f"v2: miso sleeps all day {FILLER}".lower(),
-                                 "v2: i moved to oslo", f"The target said: Miso hates the vet {FILLER}"]
+    current = await until(
+        lambda: c.all_observations("w", "alice", "alice", token=after.consistency_token), lambda got: len(got) == 4
+    )
+    assert contents(current) == [
+        "v2: i adopted a cat named miso",
+        f"v2: miso sleeps all day {FILLER}".lower(),
+        "v2: i moved to oslo",
+        f"The target said: Miso hates the vet {FILLER}",
+    ]
     assert {o.derivation for o in current} == {"v2"}
     old = await c.all_observations("w", "alice", "alice", derivation="original")
-    assert contents(old) == ["The target said: I adopted a cat named Miso",
-                             f"The target said: Miso sleeps all day {FILLER}", "The target said: I moved to Oslo"]
+    assert contents(old) == [
+        "The target said: I adopted a cat named Miso",
+        f"The target said: Miso sleeps all day {FILLER}",
+        "The target said: I moved to Oslo",
+    ]
     bob = await c.all_observations("w", "bob", "bob")  # another pair's pointer did not move
     assert contents(bob) == [f"The target said: I run every morning {FILLER}"]
 
     representation = await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(
-        context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice",
-                                             consistency={"consistency_token": after.consistency_token}))
+        context_pb2.GetRepresentationRequest(
+            workspace_id="w", observer_id="alice", consistency={"consistency_token": after.consistency_token}
+        )
+    )
     assert sorted(contents(representation.observations)) == sorted(contents(current))
     then = await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(
-        context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice", as_of=before_promotion))
+        context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice", as_of=before_promotion)
+    )
     assert sorted(contents(then.observations)) == sorted(contents(old)[:2])  # as of then: the original, as it was
     status = await until(lambda: c.processing_status("w"), lambda s: s.counts.done == 5)
     assert status.counts.pending == status.counts.in_flight == status.counts.dead_lettered == 0
 
     table = await asyncio.get_running_loop().run_in_executor(
-        None, lambda: comparison(channel.address, "w", "alice", "alice", "v2", base="original",
-                                 token=channel.token))
+        None, lambda: comparison(channel.address, "w", "alice", "alice", "v2", base="original", token=channel.token)
+    )
     assert [col.header for col in table.columns] == ["original (3)", "v2 (4)"]
 
     worker.stop()
@@ -105,12 +134,14 @@ async def test_promoting_back_to_the_original_derivation_catches_it_up(channel, 
     pair = DerivationScope("w", "alice", "alice")
     await promote(here, "v2", pair, model=V2_MODEL, progress=lambda _: None)
     after = await c.add("w", "s", [("alice", "I moved to Oslo")])
-    await until(lambda: c.all_observations("w", "alice", "alice", token=after.consistency_token),
-                lambda got: len(got) == 2)
+    await until(
+        lambda: c.all_observations("w", "alice", "alice", token=after.consistency_token), lambda got: len(got) == 2
+    )
 
     back = await promote(here, "original", pair, progress=lambda _: None)
     assert (back.name, back.messages) == ("original", 1)  # what only v2 had: the message sent while it was current
-    current = await until(lambda: c.all_observations("w", "alice", "alice", token=back.consistency_token),
-                          lambda got: len(got) == 2)
+    current = await until(
+        lambda: c.all_observations("w", "alice", "alice", token=back.consistency_token), lambda got: len(got) == 2
+    )
     assert contents(current) == ["The target said: I adopted a cat named Miso", "The target said: I moved to Oslo"]
     assert {o.derivation for o in current} == {""}

@@ -30,83 +30,160 @@ derived = partial(derived_observation, producer=DREAMER, dream_id="dream-1")
 async def store(channel, settings):
     c = Client(channel)
     await c.setup_conversation("w", "s", peers=("alice", "bob", "carol"))
-    sent = await c.add("w", "s", [("bob", "I live in Oslo, by the harbour"), ("bob", "I keep two hives of bees"),
-                                  ("bob", "I go to the market every Saturday")])
+    sent = await c.add(
+        "w",
+        "s",
+        [
+            ("bob", "I live in Oslo, by the harbour"),
+            ("bob", "I keep two hives of bees"),
+            ("bob", "I go to the market every Saturday"),
+        ],
+    )
     await c.list_messages("w", "s", sent.consistency_token)
 
     def explicit(content, span, i):
-        return observations_pb2.NewObservation(content=content, session_id="s", sources=[
-            observations_pb2.ObservationSource(message_id=sent.message_ids[i], span=span)])
-    made = await c.create_observations("w", "alice", "bob", [
-        explicit("Bob lives in Oslo", "I live in Oslo", 0), explicit("Bob keeps bees", "two hives of bees", 1),
-        explicit("Bob shops at the market on Saturdays", "market every Saturday", 2)])
+        return observations_pb2.NewObservation(
+            content=content,
+            session_id="s",
+            sources=[observations_pb2.ObservationSource(message_id=sent.message_ids[i], span=span)],
+        )
+
+    made = await c.create_observations(
+        "w",
+        "alice",
+        "bob",
+        [
+            explicit("Bob lives in Oslo", "I live in Oslo", 0),
+            explicit("Bob keeps bees", "two hives of bees", 1),
+            explicit("Bob shops at the market on Saturdays", "market every Saturday", 2),
+        ],
+    )
     carols = await c.create_observations("w", "carol", "bob", ["Bob is tall"])
     oslo, bees, market = made.observation_ids
-    token = append(settings, [
-        derived("norway", Level.DEDUCTIVE, "Bob lives in Norway", [oslo]),
-        derived("no-premise", Level.DEDUCTIVE, "Bob is happy", []),
-        derived("borrowed", Level.DEDUCTIVE, "Bob is tall and lives in Oslo", [carols.observation_ids[0], oslo]),
-        derived("thin-pattern", Level.INDUCTIVE, "Bob likes routine", [market], pattern_type="tendency",
-                confidence="low"),
-        derived("pattern", Level.INDUCTIVE, "Bob keeps up steady outdoor routines", [bees, market],
-                pattern_type="behaviour", confidence="low"),
-    ])
+    token = append(
+        settings,
+        [
+            derived("norway", Level.DEDUCTIVE, "Bob lives in Norway", [oslo]),
+            derived("no-premise", Level.DEDUCTIVE, "Bob is happy", []),
+            derived("borrowed", Level.DEDUCTIVE, "Bob is tall and lives in Oslo", [carols.observation_ids[0], oslo]),
+            derived(
+                "thin-pattern",
+                Level.INDUCTIVE,
+                "Bob likes routine",
+                [market],
+                pattern_type="tendency",
+                confidence="low",
+            ),
+            derived(
+                "pattern",
+                Level.INDUCTIVE,
+                "Bob keeps up steady outdoor routines",
+                [bees, market],
+                pattern_type="behaviour",
+                confidence="low",
+            ),
+        ],
+    )
     return c, {"oslo": oslo, "bees": bees, "market": market, "messages": sent.message_ids}, token
 
 
 async def test_a_derived_write_without_valid_premises_is_rejected_and_the_reason_is_in_the_audit(store):
     c, ids, token = store
-    got = await c.audit.ListRejectedObservations(audit_pb2.ListRejectedObservationsRequest(
-        workspace_id="w", observer_id="alice", observed_id="bob", consistency={"consistency_token": token}))
+    got = await c.audit.ListRejectedObservations(
+        audit_pb2.ListRejectedObservationsRequest(
+            workspace_id="w", observer_id="alice", observed_id="bob", consistency={"consistency_token": token}
+        )
+    )
     reasons = {r.rejection_id: r.reason for r in got.rejections}
     assert set(reasons) == {"no-premise", "borrowed", "thin-pattern"}
     assert "at least 1 distinct premise" in reasons["no-premise"]
     assert "belongs to the store of (carol, bob)" in reasons["borrowed"]
     assert "at least 2 distinct premise" in reasons["thin-pattern"]
     assert {r.dream_id for r in got.rejections} == {"dream-1"}
-    history = await c.audit.GetObservationHistory(audit_pb2.GetObservationHistoryRequest(
-        workspace_id="w", observation_id=ids["market"]))
+    history = await c.audit.GetObservationHistory(
+        audit_pb2.GetObservationHistoryRequest(workspace_id="w", observation_id=ids["market"])
+    )
     assert [(e.kind, dict(e.detail)) for e in history.entries][1:] == [
-        ("cited_by_rejected", {"rejection": "thin-pattern"}), ("cited", {"by": "pattern"})]
+        ("cited_by_rejected", {"rejection": "thin-pattern"}),
+        ("cited", {"by": "pattern"}),
+    ]
     listed = await c.all_observations("w", "alice", "bob")
     assert {o.observation_id for o in listed} == {ids["oslo"], ids["bees"], ids["market"], "norway", "pattern"}
 
 
 async def test_provenance_walks_from_a_belief_down_to_the_verbatim_spans_of_its_messages(store):
     c, ids, token = store
-    got = await c.audit.GetProvenance(audit_pb2.GetProvenanceRequest(
-        workspace_id="w", observation_id="pattern", consistency={"consistency_token": token}))
+    got = await c.audit.GetProvenance(
+        audit_pb2.GetProvenanceRequest(
+            workspace_id="w", observation_id="pattern", consistency={"consistency_token": token}
+        )
+    )
     assert [n.observation.observation_id for n in got.nodes] == ["pattern", ids["bees"], ids["market"]]
     assert list(got.nodes[0].observation.premise_ids) == [ids["bees"], ids["market"]]
     bees = got.nodes[1].source_messages[0]
     assert (bees.message_id, bees.span, bees.peer_id, bees.content) == (
-        ids["messages"][1], "two hives of bees", "bob", "I keep two hives of bees")
+        ids["messages"][1],
+        "two hives of bees",
+        "bob",
+        "I keep two hives of bees",
+    )
     assert not got.missing_ids and not got.truncated
 
 
 async def test_a_knowledge_update_supersedes_the_old_belief_and_both_histories_show_it(store, settings):
     c, ids, token = store
     await c.all_observations("w", "alice", "bob", token)
-    bergen = ObservationAdded(workspace_id="w", observer_id="alice", observed_id="bob", observation_id="bergen",
-                              level=Level.DEDUCTIVE, content="Bob now lives in Bergen", premise_ids=(ids["oslo"],),
-                              producer=DREAMER, dream_id="dream-2")
-    moved = ObservationSuperseded(workspace_id="w", observer_id="alice", observed_id="bob",
-                                  observation_id=ids["oslo"], superseded_by="bergen", reason="bob moved",
-                                  producer=DREAMER, causation_id="dream-2")
+    bergen = ObservationAdded(
+        workspace_id="w",
+        observer_id="alice",
+        observed_id="bob",
+        observation_id="bergen",
+        level=Level.DEDUCTIVE,
+        content="Bob now lives in Bergen",
+        premise_ids=(ids["oslo"],),
+        producer=DREAMER,
+        dream_id="dream-2",
+    )
+    moved = ObservationSuperseded(
+        workspace_id="w",
+        observer_id="alice",
+        observed_id="bob",
+        observation_id=ids["oslo"],
+        superseded_by="bergen",
+        reason="bob moved",
+        producer=DREAMER,
+        causation_id="dream-2",
+    )
     late = derived("late", Level.DEDUCTIVE, "Bob lives by a harbour in Norway", [ids["oslo"]])
     token = append(settings, [bergen, moved, late])
 
-    old = await c.audit.GetObservationHistory(audit_pb2.GetObservationHistoryRequest(
-        workspace_id="w", observation_id=ids["oslo"], consistency={"consistency_token": token}))
-    assert [e.kind for e in old.entries] == ["added", "cited", "cited_by_rejected", "cited", "superseded", "cited_by_rejected"]
+    old = await c.audit.GetObservationHistory(
+        audit_pb2.GetObservationHistoryRequest(
+            workspace_id="w", observation_id=ids["oslo"], consistency={"consistency_token": token}
+        )
+    )
+    assert [e.kind for e in old.entries] == [
+        "added",
+        "cited",
+        "cited_by_rejected",
+        "cited",
+        "superseded",
+        "cited_by_rejected",
+    ]
     superseded = old.entries[4]
     assert dict(superseded.detail) == {"by": "bergen", "reason": "bob moved"}
     assert (superseded.producer.component, superseded.producer.prompt_version, superseded.causation_id) == (
-        "dreamer", "deduction-v1", "dream-2")
-    new = await c.audit.GetObservationHistory(audit_pb2.GetObservationHistoryRequest(
-        workspace_id="w", observation_id="bergen"))
+        "dreamer",
+        "deduction-v1",
+        "dream-2",
+    )
+    new = await c.audit.GetObservationHistory(
+        audit_pb2.GetObservationHistoryRequest(workspace_id="w", observation_id="bergen")
+    )
     assert [(e.kind, dict(e.detail).get("replaces")) for e in new.entries] == [
-        ("added", None), ("supersedes", ids["oslo"])]
+        ("added", None),
+        ("supersedes", ids["oslo"]),
+    ]
     # what rested on Oslo is marked, and nothing new may rest on it
     norway = await c.get_observation("w", "norway")
     assert norway.HasField("premise_superseded_at")
@@ -116,36 +193,57 @@ async def test_a_knowledge_update_supersedes_the_old_belief_and_both_histories_s
 
 async def test_as_of_reads_return_the_store_and_card_as_they_stood(store, settings, channel):
     c, ids, token = store
-    await c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
-        workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: lives in Oslo"]))
+    await c.peers.SetPeerCard(
+        peers_pb2.SetPeerCardRequest(
+            workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: lives in Oslo"]
+        )
+    )
     await c.all_observations("w", "alice", "bob", token)
     await asyncio.sleep(0.05)
     then = timestamp_pb2.Timestamp()
     then.FromDatetime(datetime.now(UTC))
     await asyncio.sleep(0.05)
-    moved = ObservationSuperseded(workspace_id="w", observer_id="alice", observed_id="bob",
-                                  observation_id=ids["oslo"], superseded_by="norway", reason="more general",
-                                  producer=DREAMER)
+    moved = ObservationSuperseded(
+        workspace_id="w",
+        observer_id="alice",
+        observed_id="bob",
+        observation_id=ids["oslo"],
+        superseded_by="norway",
+        reason="more general",
+        producer=DREAMER,
+    )
     token = append(settings, [moved])
-    await c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(
-        workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: lives in Bergen"]))
+    await c.peers.SetPeerCard(
+        peers_pb2.SetPeerCardRequest(
+            workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: lives in Bergen"]
+        )
+    )
 
     stub = context_pb2_grpc.ContextServiceStub(channel)
-    now = await stub.GetRepresentation(context_pb2.GetRepresentationRequest(
-        workspace_id="w", observer_id="alice", target_id="bob", consistency={"consistency_token": token}))
-    before = await stub.GetRepresentation(context_pb2.GetRepresentationRequest(
-        workspace_id="w", observer_id="alice", target_id="bob", as_of=then))
+    now = await stub.GetRepresentation(
+        context_pb2.GetRepresentationRequest(
+            workspace_id="w", observer_id="alice", target_id="bob", consistency={"consistency_token": token}
+        )
+    )
+    before = await stub.GetRepresentation(
+        context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice", target_id="bob", as_of=then)
+    )
     assert ids["oslo"] not in {o.observation_id for o in now.observations}
     assert ids["oslo"] in {o.observation_id for o in before.observations}
-    card_then = await c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(
-        workspace_id="w", observer_id="alice", observed_id="bob", as_of=then))
-    card_now = await c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="alice",
-                                                                      observed_id="bob"))
-    assert (list(card_then.entries), list(card_now.entries)) == (["ATTRIBUTE: lives in Oslo"],
-                                                                 ["ATTRIBUTE: lives in Bergen"])
+    card_then = await c.peers.GetPeerCard(
+        peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="alice", observed_id="bob", as_of=then)
+    )
+    card_now = await c.peers.GetPeerCard(
+        peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="alice", observed_id="bob")
+    )
+    assert (list(card_then.entries), list(card_now.entries)) == (
+        ["ATTRIBUTE: lives in Oslo"],
+        ["ATTRIBUTE: lives in Bergen"],
+    )
     early = timestamp_pb2.Timestamp(seconds=0)
-    empty = await stub.GetRepresentation(context_pb2.GetRepresentationRequest(
-        workspace_id="w", observer_id="alice", target_id="bob", as_of=early))
+    empty = await stub.GetRepresentation(
+        context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice", target_id="bob", as_of=early)
+    )
     assert list(empty.observations) == []
 
 
@@ -157,16 +255,25 @@ async def test_peerlog_audit_prints_the_premise_tree_down_to_spans_and_the_histo
     c, ids, token = store
     await c.all_observations("w", "alice", "bob", token)
     # the command is synchronous: run it off the loop that serves the API
-    result = await asyncio.to_thread(CliRunner().invoke, app, ["audit", "pattern", "-w", "w",
-                                                              "--address", channel.address],
-                                     env={"COLUMNS": "200", "PEERLOG_AUTH_TOKEN": channel.token})
+    result = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["audit", "pattern", "-w", "w", "--address", channel.address],
+        env={"COLUMNS": "200", "PEERLOG_AUTH_TOKEN": channel.token},
+    )
     assert result.exit_code == 0, result.output
     out = result.output
-    assert out.index("Bob keeps up steady outdoor routines") < out.index("Bob keeps bees") < out.index(
-        "I keep two hives of bees")
+    assert (
+        out.index("Bob keeps up steady outdoor routines")
+        < out.index("Bob keeps bees")
+        < out.index("I keep two hives of bees")
+    )
     assert "span: “two hives of bees”" in out and "behaviour; confidence low; dream dream-1" in out
     assert "added" in out and "by dreamer 0 test-model deduction-v1" in out
-    missing = await asyncio.to_thread(CliRunner().invoke, app, ["audit", "nope", "-w", "w", "--address",
-                                                                channel.address],
-                                      env={"PEERLOG_AUTH_TOKEN": channel.token})
+    missing = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["audit", "nope", "-w", "w", "--address", channel.address],
+        env={"PEERLOG_AUTH_TOKEN": channel.token},
+    )
     assert missing.exit_code == 1 and "NOT_FOUND" in missing.output

@@ -31,17 +31,21 @@ async def random_workload(c: Client, rng: random.Random, rounds: int) -> str:
             outsiders = sorted({"alice", "bob", "carol", "dave"} - current)
             joiner = rng.choice(outsiders) if outsiders else None
             if joiner:
-                await c.session(w, s, members=[sessions_pb2.MemberSpec(
-                    peer_id=joiner, observe_others=rng.random() > 0.5)])
+                await c.session(
+                    w, s, members=[sessions_pb2.MemberSpec(peer_id=joiner, observe_others=rng.random() > 0.5)]
+                )
                 current.add(joiner)
         elif action < 0.15 and len(current) > 1:
             leaver = rng.choice(sorted(current))
-            await c.sessions.RemoveMembers(sessions_pb2.RemoveMembersRequest(
-                workspace_id=w, session_id=s, peer_ids=[leaver]))
+            await c.sessions.RemoveMembers(
+                sessions_pb2.RemoveMembersRequest(workspace_id=w, session_id=s, peer_ids=[leaver])
+            )
             current.discard(leaver)
         else:
-            turns = [(rng.choice(sorted(current)), f"note {rng.random():.6f} about {rng.choice(['rust', 'tea', 'oslo'])}")
-                     for _ in range(rng.randint(1, 30))]
+            turns = [
+                (rng.choice(sorted(current)), f"note {rng.random():.6f} about {rng.choice(['rust', 'tea', 'oslo'])}")
+                for _ in range(rng.randint(1, 30))
+            ]
             token = (await c.add(w, s, turns)).consistency_token
     return token
 
@@ -91,15 +95,16 @@ async def test_a_rebuild_reproduces_every_table_and_the_live_projector_carries_o
 
 def test_a_rebuild_of_the_same_log_twice_gives_identical_tables(settings, projector, infra):
     """Rebuilding is deterministic: nothing in a projection depends on when it was built."""
-    from tests.integration.test_projector import P, msg
     from services.bus.producer import EventLog
     from services.events import SessionCreated, WorkspaceCreated
+    from tests.integration.test_projector import P, msg
     from tests.support.wait import eventually
 
     log = EventLog(settings.kafka)
     log.start()
-    log.append_sync([WorkspaceCreated(workspace_id="w", producer=P),
-                     SessionCreated(workspace_id="w", session_id="s1", producer=P)])
+    log.append_sync(
+        [WorkspaceCreated(workspace_id="w", producer=P), SessionCreated(workspace_id="w", session_id="s1", producer=P)]
+    )
     log.append_sync([msg(i) for i in range(200)])
     log.close()
     engine = sync_engine(settings.database)

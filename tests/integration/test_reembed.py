@@ -27,7 +27,9 @@ def rows(settings, table, *columns):
     engine = sync_engine(settings.database)
     try:
         with engine.connect() as conn:
-            return conn.execute(select(*(table.c[c] for c in columns)).order_by(*(table.c[c] for c in columns[:2]))).all()
+            return conn.execute(
+                select(*(table.c[c] for c in columns)).order_by(*(table.c[c] for c in columns[:2]))
+            ).all()
     finally:
         engine.dispose()
 
@@ -36,8 +38,15 @@ def context_texts(settings) -> dict[str, str]:
     """Each message's text as the embedder embeds it (date, author, previous turn)."""
     out, before = {}, None
     for r in rows(settings, messages, "seq", "message_id", "peer_id", "content", "created_at"):
-        event = MessageAppended(workspace_id="w", session_id="s", message_id=r.message_id, peer_id=r.peer_id,
-                                content=r.content, created_at=r.created_at, producer=P)
+        event = MessageAppended(
+            workspace_id="w",
+            session_id="s",
+            message_id=r.message_id,
+            peer_id=r.peer_id,
+            content=r.content,
+            created_at=r.created_at,
+            producer=P,
+        )
         out[r.message_id], before = text_to_embed(event, before), previous_turn(event)
     return out
 
@@ -48,20 +57,32 @@ async def test_reembed_then_a_rebuild_under_the_new_setting_switches_every_vecto
     await c.setup_conversation("w", "s")
     await c.add("w", "s", [("alice", "I adopted a greyhound"), ("bob", "What is its name?"), ("alice", "Comet")])
     await c.create_observations("w", "alice", "alice", ["Alice has a greyhound", "Alice's dog is named Comet"])
-    eventually(lambda: all(r.embedding_model == LOCAL_MODEL
-                           for r in rows(settings, messages, "seq", "message_id", "embedding_model")), 60)
+    eventually(
+        lambda: all(
+            r.embedding_model == LOCAL_MODEL for r in rows(settings, messages, "seq", "message_id", "embedding_model")
+        ),
+        60,
+    )
 
     assert await _reembed(settings, MINILM, "w") == (5, 5)
     assert await _reembed(settings, MINILM, "w") == (0, 0)  # resumes: nothing left, nothing doubled
     # live reads keep the active model: the projector keeps only its vectors
-    assert {r.embedding_model for r in rows(settings, messages, "seq", "message_id", "embedding_model")} == {LOCAL_MODEL}
-    assert {r.embedding_model for r in rows(settings, observations, "observation_id", "content",
-                                            "embedding_model")} == {LOCAL_MODEL}
+    assert {r.embedding_model for r in rows(settings, messages, "seq", "message_id", "embedding_model")} == {
+        LOCAL_MODEL
+    }
+    assert {
+        r.embedding_model for r in rows(settings, observations, "observation_id", "content", "embedding_model")
+    } == {LOCAL_MODEL}
 
     worker.stop()  # nothing that embeds runs: the switch can only replay what the log holds
     env = {**os.environ, **settings_env(settings), "PEERLOG_EMBEDDING_MODEL": MINILM}
-    done = subprocess.run([sys.executable, "-m", "services.cli.main", "projections", "rebuild", "--accept-differences"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "projections", "rebuild", "--accept-differences"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
     other = LocalOnnxEmbedder(model=MINILM)

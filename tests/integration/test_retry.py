@@ -16,7 +16,8 @@ from tests.support.wait import until
 
 
 async def test_a_dead_lettered_batch_is_derived_by_retry_once_the_model_works_and_leaves_the_status(
-        channel, settings, model_server, start_worker):
+    channel, settings, model_server, start_worker
+):
     model_server.reply_with(lambda request: Reply(content="this is not JSON at all"))
     start_worker("router,deriver")
     here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
@@ -29,8 +30,7 @@ async def test_a_dead_lettered_batch_is_derived_by_retry_once_the_model_works_an
     model_server.reply_with(extract_each_turn)  # the cause is fixed
     [report] = await retry(here, DerivationScope("w"), progress=lambda _: None)
     assert (report.name, report.messages, report.batches) == ("original", 1, 1)
-    status = await until(lambda: c.processing_status("w", token=report.consistency_token),
-                         lambda s: s.counts.done == 1)
+    status = await until(lambda: c.processing_status("w", token=report.consistency_token), lambda s: s.counts.done == 1)
     assert status.counts.dead_lettered == 0 and not status.dead_lettered_batches
     assert [r["content"] for r in current_rows(settings)] == ["The target said: I live in Oslo"]
 
@@ -42,9 +42,11 @@ async def test_a_dead_lettered_batch_is_derived_by_retry_once_the_model_works_an
 async def test_a_second_derivation_run_on_a_workspace_is_refused_while_one_holds_it(settings, model_server):
     here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
     async with exclusive(here, "w"):
-        for run in (rederive(here, "v2", DerivationScope("w"), progress=lambda _: None),
-                    promote(here, "v2", DerivationScope("w", "alice", "alice"), progress=lambda _: None),
-                    retry(here, DerivationScope("w"), progress=lambda _: None)):
+        for run in (
+            rederive(here, "v2", DerivationScope("w"), progress=lambda _: None),
+            promote(here, "v2", DerivationScope("w", "alice", "alice"), progress=lambda _: None),
+            retry(here, DerivationScope("w"), progress=lambda _: None),
+        ):
             with pytest.raises(RunInProgress, match="workspace 'w'"):
                 await run
         await rederive(here, "v2", DerivationScope("other"), progress=lambda _: None)  # another workspace is free

@@ -11,23 +11,30 @@ from tests.support.client import Client
 from tests.support.log import read_events
 from tests.support.processes import Worker
 
+
 @pytest.fixture
 def router(settings, tmp_path):
 
-    w = Worker(settings, tmp_path / "worker.log", {"PEERLOG_WORKER_PROCESSORS": "router",
-                                                   "PEERLOG_WORKER_DATA_DIR": str(tmp_path / "faust")}).start()
+    w = Worker(
+        settings,
+        tmp_path / "worker.log",
+        {"PEERLOG_WORKER_PROCESSORS": "router", "PEERLOG_WORKER_DATA_DIR": str(tmp_path / "faust")},
+    ).start()
     yield w
     w.stop()
     print(w.log_text()[-3000:])
 
+
 def pairs(events) -> list[tuple[str, str, str]]:
     return [(e.observer_id, e.observed_id, e.content) for e in events if isinstance(e, MessagePerceived)]
+
 
 def member(peer: str, observe_others: bool = False, observe_me: bool | None = None):
     spec = sessions_pb2.MemberSpec(peer_id=peer, observe_others=observe_others)
     if observe_me is not None:
         spec.observe_me = observe_me
     return spec
+
 
 async def test_what_b_says_without_a_never_reaches_a_and_leaving_stops_the_flow(channel, settings, router):
     c = Client(channel)
@@ -39,19 +46,23 @@ async def test_what_b_says_without_a_never_reaches_a_and_leaving_stops_the_flow(
 
     await c.add("w", "without-alice", [("bob", "my bank pin is 1234")])
     await c.add("w", "with-alice", [("bob", "I like hiking")])
-    await c.sessions.RemoveMembers(sessions_pb2.RemoveMembersRequest(
-        workspace_id="w", session_id="with-alice", peer_ids=["alice"]))
+    await c.sessions.RemoveMembers(
+        sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="with-alice", peer_ids=["alice"])
+    )
     await c.add("w", "with-alice", [("bob", "I moved to Oslo")])
 
     seen = pairs(read_events(settings, PERCEIVED, lambda ev: len(pairs(ev)) >= 5, settle=2.0))
 
-    assert sorted(seen) == sorted([
-        ("bob", "bob", "my bank pin is 1234"),
-        ("carol", "bob", "my bank pin is 1234"),
-        ("bob", "bob", "I like hiking"),
-        ("alice", "bob", "I like hiking"),
-        ("bob", "bob", "I moved to Oslo"),
-    ])
+    assert sorted(seen) == sorted(
+        [
+            ("bob", "bob", "my bank pin is 1234"),
+            ("carol", "bob", "my bank pin is 1234"),
+            ("bob", "bob", "I like hiking"),
+            ("alice", "bob", "I like hiking"),
+            ("bob", "bob", "I moved to Oslo"),
+        ]
+    )
+
 
 async def test_observe_me_settings_decide_whether_a_self_model_is_built(channel, settings, router):
     c = Client(channel)
@@ -68,6 +79,7 @@ async def test_observe_me_settings_decide_whether_a_self_model_is_built(channel,
     # the peer-level "no" holds for bot in s; alice's session-level "no" overrides her peer-level "yes";
     # bot's session-level "yes" in s2 overrides its peer-level "no"
     assert seen == [("bot", "bot", "boop")]
+
 
 async def test_each_perceived_message_carries_the_previous_turn_by_another_speaker(channel, settings, router):
     c = Client(channel)

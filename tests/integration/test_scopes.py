@@ -16,9 +16,17 @@ import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 
-from peerlog.v1 import context_pb2, context_pb2_grpc, dialectic_pb2, dialectic_pb2_grpc, peers_pb2
+from peerlog.v1 import (
+    context_pb2,
+    context_pb2_grpc,
+    dialectic_pb2,
+    dialectic_pb2_grpc,
+    peers_pb2,
+    scopes_pb2,
+    scopes_pb2_grpc,
+    workspaces_pb2,
+)
 from peerlog.v1 import observations_pb2 as o
-from peerlog.v1 import scopes_pb2, scopes_pb2_grpc, workspaces_pb2
 from projections.db import sync_engine
 from projections.rebuild import rebuild
 from services.events import Level, ObservationAdded
@@ -44,16 +52,26 @@ async def derived(obs_id: str, content: str, premises: list[str]) -> Observation
     searches can find it."""
     embedder = make_embedder(EmbeddingSettings())
     (vector,) = await embedder.embed([content])
-    return derived_observation(obs_id, Level.DEDUCTIVE, content, premises, embedding=tuple(vector),
-                               embedding_model=EmbeddingSettings().model)
+    return derived_observation(
+        obs_id, Level.DEDUCTIVE, content, premises, embedding=tuple(vector), embedding_model=EmbeddingSettings().model
+    )
 
 
 async def _explicit(c: Client, session: str, text: str, span: str) -> str:
     sent = await c.add("w", session, [("bob", text)])
     await c.list_messages("w", session, sent.consistency_token)  # an observation may cite only projected messages
-    made = await c.create_observations("w", "alice", "bob", [o.NewObservation(
-        content=f"Bob: {text}", session_id=session, sources=[o.ObservationSource(
-            message_id=sent.message_ids[0], span=span)])])
+    made = await c.create_observations(
+        "w",
+        "alice",
+        "bob",
+        [
+            o.NewObservation(
+                content=f"Bob: {text}",
+                session_id=session,
+                sources=[o.ObservationSource(message_id=sent.message_ids[0], span=span)],
+            )
+        ],
+    )
     return made.observation_ids[0]
 
 
@@ -61,11 +79,18 @@ async def _store(c: Client, settings) -> tuple[dict, str]:
     await c.setup_conversation("w", "s1", peers=("alice", "bob"))
     for s in ("s2", "s3"):
         await c.session("w", s, members=("alice", "bob"))
-    ids = {"oslo": await _explicit(c, "s1", "I live in Oslo", "Oslo"),
-           "bees": await _explicit(c, "s2", "I keep bees", "bees"),
-           "sea": await _explicit(c, "s3", "I swim in the sea near Oslo every day", "sea")}
-    token = append(settings, [await derived("norway", "Bob lives in Norway", [ids["oslo"]]),
-                              await derived("bees_in_norway", "Bob keeps bees in Norway", [ids["oslo"], ids["bees"]])])
+    ids = {
+        "oslo": await _explicit(c, "s1", "I live in Oslo", "Oslo"),
+        "bees": await _explicit(c, "s2", "I keep bees", "bees"),
+        "sea": await _explicit(c, "s3", "I swim in the sea near Oslo every day", "sea"),
+    }
+    token = append(
+        settings,
+        [
+            await derived("norway", "Bob lives in Norway", [ids["oslo"]]),
+            await derived("bees_in_norway", "Bob keeps bees in Norway", [ids["oslo"], ids["bees"]]),
+        ],
+    )
     await c.all_observations("w", "alice", "bob", token)
     return ids, token
 
@@ -76,36 +101,44 @@ async def world(serve, settings):  # noqa: F811 - the imported fixture
     c = Client(chan)
     ids, token = await _store(c, settings)
     scopes = scopes_pb2_grpc.ScopeServiceStub(chan)
-    north = await scopes.CreateScope(scopes_pb2.CreateScopeRequest(
-        workspace_id="w", scope_id="north", name="Bob up north", session_ids=["s1"]))
+    north = await scopes.CreateScope(
+        scopes_pb2.CreateScopeRequest(workspace_id="w", scope_id="north", name="Bob up north", session_ids=["s1"])
+    )
     empty = await scopes.CreateScope(scopes_pb2.CreateScopeRequest(workspace_id="w", scope_id="empty"))
     assert list(north.scope.session_ids) == ["s1"] and list(empty.scope.session_ids) == []
     return {"chan": chan, "client": c, "scopes": scopes, "ids": ids, "token": token}
 
 
 def _representation(world, **kw):
-    return context_pb2_grpc.ContextServiceStub(world["chan"]).GetRepresentation(context_pb2.GetRepresentationRequest(
-        workspace_id="w", observer_id="alice", target_id="bob", **kw))
+    return context_pb2_grpc.ContextServiceStub(world["chan"]).GetRepresentation(
+        context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice", target_id="bob", **kw)
+    )
 
 
 def _context(world, **kw):
-    return context_pb2_grpc.ContextServiceStub(world["chan"]).GetContext(context_pb2.GetContextRequest(
-        workspace_id="w", session_id="s2", observer_id="alice", target_id="bob", search_query=WHERE, **kw))
+    return context_pb2_grpc.ContextServiceStub(world["chan"]).GetContext(
+        context_pb2.GetContextRequest(
+            workspace_id="w", session_id="s2", observer_id="alice", target_id="bob", search_query=WHERE, **kw
+        )
+    )
 
 
 def _search_workspace(world, **kw):
-    return world["client"].workspaces.SearchMessages(workspaces_pb2.SearchWorkspaceMessagesRequest(
-        workspace_id="w", query=WHERE, **kw))
+    return world["client"].workspaces.SearchMessages(
+        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="w", query=WHERE, **kw)
+    )
 
 
 def _search_peer(world, **kw):
-    return world["client"].peers.SearchMessages(peers_pb2.SearchPeerMessagesRequest(
-        workspace_id="w", peer_id="bob", query=WHERE, **kw))
+    return world["client"].peers.SearchMessages(
+        peers_pb2.SearchPeerMessagesRequest(workspace_id="w", peer_id="bob", query=WHERE, **kw)
+    )
 
 
 def _search_observations(world, **kw):
-    return world["client"].observations.SearchObservations(o.SearchObservationsRequest(
-        workspace_id="w", observer_id="alice", observed_id="bob", query=WHERE, **kw))
+    return world["client"].observations.SearchObservations(
+        o.SearchObservationsRequest(workspace_id="w", observer_id="alice", observed_id="bob", query=WHERE, **kw)
+    )
 
 
 def _ids(observations) -> set[str]:
@@ -138,7 +171,12 @@ async def test_a_scope_bounds_search_observations(world):
     ids = world["ids"]
     unbounded = await _search_observations(world)
     assert {r.observation.observation_id for r in unbounded.results} == {
-        ids["oslo"], ids["bees"], ids["sea"], "norway", "bees_in_norway"}
+        ids["oslo"],
+        ids["bees"],
+        ids["sea"],
+        "norway",
+        "bees_in_norway",
+    }
     north = await _search_observations(world, scope_id="north")
     assert {r.observation.observation_id for r in north.results} == {ids["oslo"], "norway"}
 
@@ -154,8 +192,11 @@ async def test_a_scope_bounds_workspace_and_peer_search_messages(world):
 
 
 def _grep(pattern: str) -> Reply:
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "grep_messages", "arguments": json.dumps({"pattern": pattern})}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "grep_messages", "arguments": json.dumps({"pattern": pattern})},
+    }
     return Reply(tool_calls=[call])
 
 
@@ -163,8 +204,9 @@ async def test_a_scope_bounds_chat_prefetch_and_its_message_tools(world, model_s
     ids = world["ids"]
     model_server.script([_grep("sea")])
     model_server.reply_with(lambda req: Reply(content="Oslo"))
-    out = await dialectic_pb2_grpc.DialecticServiceStub(world["chan"]).Chat(dialectic_pb2.ChatRequest(
-        workspace_id="w", observer_id="alice", target_id="bob", query=WHERE, scope_id="north"))
+    out = await dialectic_pb2_grpc.DialecticServiceStub(world["chan"]).Chat(
+        dialectic_pb2.ChatRequest(workspace_id="w", observer_id="alice", target_id="bob", query=WHERE, scope_id="north")
+    )
     first, second = model_server.chat_requests()
     prompt = first["messages"][1]["content"]
     assert f"[obs:{ids['oslo']}]" in prompt and "[obs:norway]" in prompt
@@ -182,8 +224,9 @@ async def test_an_empty_scope_fails_closed_on_every_read(world, model_server):
     assert list((await _search_workspace(world, scope_id="empty")).results) == []
     assert list((await _search_peer(world, scope_id="empty")).results) == []
     before = len(model_server.chat_requests())
-    out = await dialectic_pb2_grpc.DialecticServiceStub(world["chan"]).Chat(dialectic_pb2.ChatRequest(
-        workspace_id="w", observer_id="alice", target_id="bob", query=WHERE, scope_id="empty"))
+    out = await dialectic_pb2_grpc.DialecticServiceStub(world["chan"]).Chat(
+        dialectic_pb2.ChatRequest(workspace_id="w", observer_id="alice", target_id="bob", query=WHERE, scope_id="empty")
+    )
     assert out.abstained and len(model_server.chat_requests()) == before  # nothing to answer from: no model call
 
 
@@ -193,10 +236,12 @@ async def _moved(world) -> tuple[timestamp_pb2.Timestamp, timestamp_pb2.Timestam
     await asyncio.sleep(0.05)
     then = datetime.now(UTC)
     await asyncio.sleep(0.05)
-    await scopes.AddScopeSessions(scopes_pb2.AddScopeSessionsRequest(workspace_id="w", scope_id="north",
-                                                                     session_ids=["s2"]))
-    moved = await scopes.RemoveScopeSessions(scopes_pb2.RemoveScopeSessionsRequest(
-        workspace_id="w", scope_id="north", session_ids=["s1"]))
+    await scopes.AddScopeSessions(
+        scopes_pb2.AddScopeSessionsRequest(workspace_id="w", scope_id="north", session_ids=["s2"])
+    )
+    moved = await scopes.RemoveScopeSessions(
+        scopes_pb2.RemoveScopeSessionsRequest(workspace_id="w", scope_id="north", session_ids=["s1"])
+    )
     assert list(moved.scope.session_ids) == ["s2"] and moved.consistency_token
     return timestamp_pb2.Timestamp(seconds=0), stamp(then)
 
@@ -222,6 +267,7 @@ async def test_a_rebuild_reproduces_the_scope_projection(world, settings):
     assert report.differences["scopes"] == 0 and report.differences["scope_changes"] == 0, report.differences
     with sync_engine(settings.database).connect() as conn:
         from sqlalchemy import text
+
         changes = conn.execute(text(f'SELECT count(*) FROM "{report.retired}".scope_changes')).scalar_one()
     assert changes == 3  # s1 added at creation, s2 added, s1 removed: the comparison compared something
     assert await world["scopes"].ListScopes(scopes_pb2.ListScopesRequest(workspace_id="w")) == listed
@@ -253,9 +299,16 @@ async def test_bad_scope_requests_get_a_clear_status_and_write_nothing(world):
 
 
 async def test_every_read_refuses_an_unknown_or_malformed_scope_id(world):
-    reads = (_representation, _context, _search_observations, _search_workspace, _search_peer,
-             lambda w, **kw: dialectic_pb2_grpc.DialecticServiceStub(w["chan"]).Chat(dialectic_pb2.ChatRequest(
-                 workspace_id="w", observer_id="alice", target_id="bob", query=WHERE, **kw)))
+    reads = (
+        _representation,
+        _context,
+        _search_observations,
+        _search_workspace,
+        _search_peer,
+        lambda w, **kw: dialectic_pb2_grpc.DialecticServiceStub(w["chan"]).Chat(
+            dialectic_pb2.ChatRequest(workspace_id="w", observer_id="alice", target_id="bob", query=WHERE, **kw)
+        ),
+    )
     for read in reads:
         code, details = await _status(read(world, scope_id="ghost"))
         assert code == grpc.StatusCode.NOT_FOUND and "scope 'ghost'" in details and "CreateScope" in details

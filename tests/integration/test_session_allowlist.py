@@ -21,26 +21,46 @@ async def store(channel, settings):
     c = Client(channel)
     await c.setup_conversation("w", "s1")
     await c.session("w", "s2", members=("alice", "bob"))
-    made = await c.create_observations("w", "alice", "bob", [
-        observations_pb2.NewObservation(content="Bob lives in Oslo", session_id="s1"),
-        observations_pb2.NewObservation(content="Bob keeps bees", session_id="s2"),
-    ])
+    made = await c.create_observations(
+        "w",
+        "alice",
+        "bob",
+        [
+            observations_pb2.NewObservation(content="Bob lives in Oslo", session_id="s1"),
+            observations_pb2.NewObservation(content="Bob keeps bees", session_id="s2"),
+        ],
+    )
     oslo, bees = made.observation_ids
-    token = append(settings, [
-        derived("norway", Level.DEDUCTIVE, "Bob lives in Norway", [oslo]),
-        derived("scandinavia", Level.DEDUCTIVE, "Bob lives in Scandinavia", ["norway"]),
-        derived("bees_in_norway", Level.DEDUCTIVE, "Bob keeps bees in Norway", [oslo, bees]),
-        derived("beekeeper", Level.INDUCTIVE, "Bob tends to keep up his hobbies wherever he lives",
-                [bees, "bees_in_norway"], confidence="low", pattern_type="tendency"),
-        derived("orphan", Level.DEDUCTIVE, "Bob likes fjords", ["not-in-the-store"]),
-    ])
+    token = append(
+        settings,
+        [
+            derived("norway", Level.DEDUCTIVE, "Bob lives in Norway", [oslo]),
+            derived("scandinavia", Level.DEDUCTIVE, "Bob lives in Scandinavia", ["norway"]),
+            derived("bees_in_norway", Level.DEDUCTIVE, "Bob keeps bees in Norway", [oslo, bees]),
+            derived(
+                "beekeeper",
+                Level.INDUCTIVE,
+                "Bob tends to keep up his hobbies wherever he lives",
+                [bees, "bees_in_norway"],
+                confidence="low",
+                pattern_type="tendency",
+            ),
+            derived("orphan", Level.DEDUCTIVE, "Bob likes fjords", ["not-in-the-store"]),
+        ],
+    )
     return {"oslo": oslo, "bees": bees}, token
 
 
 async def representation(channel, token: str, sessions=()) -> context_pb2.GetRepresentationResponse:
-    return await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(context_pb2.GetRepresentationRequest(
-        workspace_id="w", observer_id="alice", target_id="bob", session_ids=list(sessions),
-        consistency={"consistency_token": token}))
+    return await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(
+        context_pb2.GetRepresentationRequest(
+            workspace_id="w",
+            observer_id="alice",
+            target_id="bob",
+            session_ids=list(sessions),
+            consistency={"consistency_token": token},
+        )
+    )
 
 
 async def test_without_an_allowlist_every_observation_the_store_accepted_is_served(channel, store):
@@ -71,9 +91,16 @@ async def test_allowing_every_session_serves_everything(channel, store):
 
 async def test_get_context_applies_the_allowlist_to_its_representation(channel, store):
     ids, token = store
-    out = await context_pb2_grpc.ContextServiceStub(channel).GetContext(context_pb2.GetContextRequest(
-        workspace_id="w", session_id="s1", observer_id="alice", target_id="bob", session_ids=["s1"],
-        consistency={"consistency_token": token}))
+    out = await context_pb2_grpc.ContextServiceStub(channel).GetContext(
+        context_pb2.GetContextRequest(
+            workspace_id="w",
+            session_id="s1",
+            observer_id="alice",
+            target_id="bob",
+            session_ids=["s1"],
+            consistency={"consistency_token": token},
+        )
+    )
     assert {o.observation_id for o in out.observations} == {ids["oslo"], "norway", "scandinavia"}
 
 
@@ -81,8 +108,10 @@ async def test_the_markdown_shows_premises_of_deductions_and_the_pattern_of_indu
     ids, token = store
     out = await representation(channel, token)
     assert "## Deductive\n" in out.markdown and "- Bob lives in Norway\n  - premise: Bob lives in Oslo" in out.markdown
-    assert ("- Bob tends to keep up his hobbies wherever he lives (tendency; confidence low)\n"
-            "  - source: Bob keeps bees\n  - source: Bob keeps bees in Norway") in out.markdown
+    assert (
+        "- Bob tends to keep up his hobbies wherever he lives (tendency; confidence low)\n"
+        "  - source: Bob keeps bees\n  - source: Bob keeps bees in Norway"
+    ) in out.markdown
     pattern = next(o for o in out.observations if o.observation_id == "beekeeper")
     assert (pattern.confidence, pattern.pattern_type) == ("low", "tendency")
     assert [p.observation_id for p in pattern.premises] == [ids["bees"], "bees_in_norway"]

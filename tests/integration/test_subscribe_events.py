@@ -61,8 +61,9 @@ async def test_a_subscription_delivers_its_workspace_events_of_the_chosen_types_
     assert offsets == sorted(offsets) and len({e.position.partition for e in events}) == 1
     # with no filter: every topic (in no order between topics), every message too, and nothing of elsewhere
     kinds = {"WorkspaceCreated", "PeerCreated", "SessionCreated", "MemberJoined"}
-    everything = await take(stub, 0, workspace_id="w",
-                            until=lambda seen: len(contents_of(seen)) == 3 and kinds <= {e.type for e in seen})
+    everything = await take(
+        stub, 0, workspace_id="w", until=lambda seen: len(contents_of(seen)) == 3 and kinds <= {e.type for e in seen}
+    )
     assert {json.loads(e.json)["workspace_id"] for e in everything} == {"w"}
 
 
@@ -88,7 +89,8 @@ async def test_from_end_delivers_only_what_is_written_after_the_stream_starts(co
 
 async def test_unknown_event_types_and_foreign_cursors_are_refused(conversation):
     _, stub = conversation
-    await rejected(take(stub, 1, workspace_id="w", event_types=["MessageSent"]),
-                   grpc.StatusCode.INVALID_ARGUMENT, "MessageSent")
+    await rejected(
+        take(stub, 1, workspace_id="w", event_types=["MessageSent"]), grpc.StatusCode.INVALID_ARGUMENT, "MessageSent"
+    )
     bad = events_pb2.EventCursor(positions=[events_pb2.LogPosition(topic="someone.else", partition=0, offset=0)])
     await rejected(take(stub, 1, workspace_id="w", cursor=bad), grpc.StatusCode.INVALID_ARGUMENT, "someone.else")

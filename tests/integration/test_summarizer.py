@@ -27,8 +27,11 @@ def summarizer_calls(model_server):
 
 
 async def test_short_and_long_summaries_come_at_their_cadence_and_build_on_the_previous_one(
-        channel, settings, model_server, start_worker):
-    model_server.reply_with(lambda req: Reply(content=f"summary {len(summarizer_calls(model_server))} " + "word " * 500))
+    channel, settings, model_server, start_worker
+):
+    model_server.reply_with(
+        lambda req: Reply(content=f"summary {len(summarizer_calls(model_server))} " + "word " * 500)
+    )
     start_worker("summarizer", PEERLOG_SUMMARIZER_SHORT_EVERY="4", PEERLOG_SUMMARIZER_LONG_EVERY="8")
     c = Client(channel)
     await c.setup_conversation("w", "s")
@@ -39,7 +42,10 @@ async def test_short_and_long_summaries_come_at_their_cadence_and_build_on_the_p
     await asyncio.sleep(1)
     rows = summary_rows(settings)
     assert [(r["kind"], r["last_seq"], r["messages_covered"]) for r in rows] == [
-        ("short", 4, 4), ("long", 8, 8), ("short", 8, 4)]
+        ("short", 4, 4),
+        ("long", 8, 8),
+        ("short", 8, 4),
+    ]
     for r in rows:
         assert len(r["content"].split()) <= (3000 if r["kind"] == "long" else 0.75 * 1000)
     second_short = [r for r in summarizer_calls(model_server) if "short" in r["messages"][0]["content"]][1]

@@ -10,7 +10,8 @@ from tests.support.wait import eventually
 
 
 async def test_a_long_model_outage_dead_letters_the_oldest_messages_and_summaries_resume_after_it(
-        channel, settings, model_server, start_worker):
+    channel, settings, model_server, start_worker
+):
     model_server.reply_with(lambda request: Reply(status=500))
     start_worker("summarizer")
     c = Client(channel)

@@ -19,16 +19,42 @@ async def test_a_dead_lettered_summary_is_in_the_processing_status_until_its_ses
     log = EventLog(settings.kafka)
     log.start()
     try:
-        token = await log.append([SummaryDeadLettered(workspace_id="acme", session_id="s1", kind=SummaryKind.SHORT,
-                                                      last_seq=20, error="model timed out", attempts=3, producer=P)])
+        token = await log.append(
+            [
+                SummaryDeadLettered(
+                    workspace_id="acme",
+                    session_id="s1",
+                    kind=SummaryKind.SHORT,
+                    last_seq=20,
+                    error="model timed out",
+                    attempts=3,
+                    producer=P,
+                )
+            ]
+        )
         status = await c.processing_status("acme", token.encode())
-        assert [(d.session_id, d.error, d.attempts, d.HasField("failed_at"))
-                for d in status.dead_lettered_summaries] == [("s1", "model timed out", 3, True)]
+        assert [
+            (d.session_id, d.error, d.attempts, d.HasField("failed_at")) for d in status.dead_lettered_summaries
+        ] == [("s1", "model timed out", 3, True)]
         assert not (await c.processing_status("acme", token.encode(), session_id="s2")).dead_lettered_summaries
 
-        token = await log.append([SummaryUpdated(
-            workspace_id="acme", session_id="s1", kind=SummaryKind.SHORT, content="they met", last_message_id="m",
-            last_seq=20, messages_covered=20, token_count=3, model="m", prompt_version="1", producer=P)])
+        token = await log.append(
+            [
+                SummaryUpdated(
+                    workspace_id="acme",
+                    session_id="s1",
+                    kind=SummaryKind.SHORT,
+                    content="they met",
+                    last_message_id="m",
+                    last_seq=20,
+                    messages_covered=20,
+                    token_count=3,
+                    model="m",
+                    prompt_version="1",
+                    producer=P,
+                )
+            ]
+        )
         assert not (await c.processing_status("acme", token.encode())).dead_lettered_summaries
     finally:
         log.close()

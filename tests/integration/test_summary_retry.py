@@ -16,15 +16,22 @@ from tests.support.wait import until
 async def peerlog(settings, *args: str) -> str:
     """Run the peerlog command line against this test's topics and schema; its output."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.cli.main", *args, env={**os.environ, **settings_env(settings)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        *args,
+        env={**os.environ, **settings_env(settings)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     out, _ = await asyncio.wait_for(proc.communicate(), 300)
     assert proc.returncode == 0, out.decode()
     return out.decode()
 
 
 async def test_derivations_retry_has_the_summarizer_write_a_dead_lettered_summary_once_the_model_works(
-        channel, settings, model_server, start_worker):
+    channel, settings, model_server, start_worker
+):
     model_server.reply_with(lambda request: Reply(status=500))
     start_worker("summarizer", PEERLOG_SUMMARIZER_SHORT_EVERY="2")
     c = Client(channel)

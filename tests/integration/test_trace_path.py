@@ -11,10 +11,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.worker.settings import WorkerSettings
 from services.deriver.settings import DeriverSettings
 from services.llm.settings import LlmSettings
 from services.worker.app import build_runners
+from services.worker.settings import WorkerSettings
 from tests.integration.test_chat import call, memory, serve, stream  # noqa: F401 (memory, serve: fixtures)
 from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
@@ -35,10 +35,13 @@ def spans():
 @pytest.fixture
 async def processors(settings, model_server):
     """The router and one deriver, in this process (so their spans reach the in-memory exporter)."""
-    own = settings.model_copy(update={
-        "llm": LlmSettings(base_url=model_server.base_url, model="test-model", timeout_s=5, max_retries=1),
-        "deriver": DeriverSettings(flush=True),
-        "worker": WorkerSettings(processors="router,deriver", deriver_instances=1)})
+    own = settings.model_copy(
+        update={
+            "llm": LlmSettings(base_url=model_server.base_url, model="test-model", timeout_s=5, max_retries=1),
+            "deriver": DeriverSettings(flush=True),
+            "worker": WorkerSettings(processors="router,deriver", deriver_instances=1),
+        }
+    )
     runners = build_runners(own)
     tasks = [asyncio.create_task(r.run()) for r in runners]
     yield
@@ -75,8 +78,11 @@ async def test_one_trace_links_the_call_the_processors_and_the_model_call(spans,
 
     path = await _eventually_path(spans, "model deriver")
     assert [s.name for s in path] == [
-        "peerlog.v1.MessageService/AddMessages", "router MessageAppended", "deriver MessagePerceived",
-        "model deriver"]
+        "peerlog.v1.MessageService/AddMessages",
+        "router MessageAppended",
+        "deriver MessagePerceived",
+        "model deriver",
+    ]
     assert len({s.context.trace_id for s in path}) == 1
     call, routed, derived, model = path
     assert call.kind == trace.SpanKind.SERVER and call.attributes["rpc.grpc.status_code"] == 0

@@ -17,13 +17,16 @@ PIECE = 1024 * 1024
 
 def upload(channel, data: bytes, file_name: str, peer_id: str = "alice", key: str = "", piece: int = PIECE):
     """The file in pieces of `piece` bytes; the first request names it and where it goes."""
+
     def requests():
-        head = messages_pb2.UploadFileRequest(workspace_id="w", session_id="s", peer_id=peer_id,
-                                              file_name=file_name, idempotency_key=key)
+        head = messages_pb2.UploadFileRequest(
+            workspace_id="w", session_id="s", peer_id=peer_id, file_name=file_name, idempotency_key=key
+        )
         for start in range(0, max(len(data), 1), piece):
-            head.data = data[start:start + piece]
+            head.data = data[start : start + piece]
             yield head
             head = messages_pb2.UploadFileRequest()
+
     return messages_pb2_grpc.MessageServiceStub(channel).UploadFile(requests())
 
 
@@ -42,7 +45,8 @@ async def test_a_markdown_file_becomes_messages_in_order_each_with_its_place_in_
     got = await session.all_messages("w", "s", out.consistency_token)
     assert [m.message_id for m in got] == list(out.message_ids)
     assert [json_format.MessageToDict(m.metadata) for m in got] == [
-        {"file_name": "notes.md", "chunk": i, "of": len(got)} for i in range(1, len(got) + 1)]
+        {"file_name": "notes.md", "chunk": i, "of": len(got)} for i in range(1, len(got) + 1)
+    ]
     assert len(got) == 6 and all(len(m.content) <= 25_000 and m.peer_id == "alice" for m in got)
     assert "\n\n".join(m.content for m in got).split() == text.split()
 
@@ -57,13 +61,16 @@ async def test_a_pdf_json_and_text_file_are_read_and_an_idempotent_repeat_writes
     assert list(from_pdf.message_ids) == [got[0].message_id]
 
 
-@pytest.mark.parametrize("data,name,code,reason", [
-    (pdf(["secret"], password="pw"), "locked.pdf", grpc.StatusCode.INVALID_ARGUMENT, "is an encrypted PDF"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00\x00", "photo.png", grpc.StatusCode.INVALID_ARGUMENT, "is not text"),
-    (b"", "empty.txt", grpc.StatusCode.INVALID_ARGUMENT, "is empty"),
-    (b'{"hives": ', "bad.json", grpc.StatusCode.INVALID_ARGUMENT, "is not valid JSON"),
-    (b"a" * (32 * 1024 * 1024 + 1), "huge.txt", grpc.StatusCode.INVALID_ARGUMENT, "too big: over 32 MiB"),
-])
+@pytest.mark.parametrize(
+    "data,name,code,reason",
+    [
+        (pdf(["secret"], password="pw"), "locked.pdf", grpc.StatusCode.INVALID_ARGUMENT, "is an encrypted PDF"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00", "photo.png", grpc.StatusCode.INVALID_ARGUMENT, "is not text"),
+        (b"", "empty.txt", grpc.StatusCode.INVALID_ARGUMENT, "is empty"),
+        (b'{"hives": ', "bad.json", grpc.StatusCode.INVALID_ARGUMENT, "is not valid JSON"),
+        (b"a" * (32 * 1024 * 1024 + 1), "huge.txt", grpc.StatusCode.INVALID_ARGUMENT, "too big: over 32 MiB"),
+    ],
+)
 async def test_a_refused_file_says_why_and_writes_nothing(channel, session, data, name, code, reason):
     await rejected(upload(channel, data, name), code, reason)
     kept = await upload(channel, b"still here", "after.txt")  # the next upload is the session's first message
@@ -72,16 +79,23 @@ async def test_a_refused_file_says_why_and_writes_nothing(channel, session, data
 
 
 async def test_an_author_who_is_not_a_member_is_refused_as_add_messages_refuses_it(channel, session):
-    await rejected(upload(channel, b"hello", "a.txt", peer_id="carol"), grpc.StatusCode.FAILED_PRECONDITION,
-                   "not members of session 's'")
+    await rejected(
+        upload(channel, b"hello", "a.txt", peer_id="carol"),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "not members of session 's'",
+    )
 
 
 async def test_a_request_of_the_stream_that_does_not_decode_ends_the_upload_and_writes_nothing(channel, session):
-    first = messages_pb2.UploadFileRequest(workspace_id="w", session_id="s", peer_id="alice", file_name="a.txt",
-                                           data=b"hello").SerializeToString()
+    first = messages_pb2.UploadFileRequest(
+        workspace_id="w", session_id="s", peer_id="alice", file_name="a.txt", data=b"hello"
+    ).SerializeToString()
     broken = b"\x22\x02\xff\xfe"  # file_name (a string) holding bytes that are not UTF-8
-    call = channel.stream_unary("/peerlog.v1.MessageService/UploadFile", request_serializer=lambda raw: raw,
-                                response_deserializer=messages_pb2.UploadFileResponse.FromString)
+    call = channel.stream_unary(
+        "/peerlog.v1.MessageService/UploadFile",
+        request_serializer=lambda raw: raw,
+        response_deserializer=messages_pb2.UploadFileResponse.FromString,
+    )
     await rejected(call(iter([first, broken])), grpc.StatusCode.INVALID_ARGUMENT, "is not a valid message")
     await rejected(call(iter([broken])), grpc.StatusCode.INVALID_ARGUMENT, "is not a valid message")
     assert await session.all_messages("w", "s") == []

@@ -12,8 +12,8 @@ from peerlog.v1 import webhooks_pb2 as wh
 from peerlog.v1 import webhooks_pb2_grpc
 from tests.support.client import Client
 from tests.support.processes import Worker
-from tests.support.webhook_receiver import Receiver, private_targets_allowed
 from tests.support.wait import until_true
+from tests.support.webhook_receiver import Receiver, private_targets_allowed
 
 
 @pytest.fixture
@@ -22,14 +22,16 @@ def settings(settings):  # noqa: F811 - the conftest fixture, with private webho
     return private_targets_allowed(settings)
 
 
-async def test_the_webhook_process_killed_and_restarted_neither_loses_nor_repeats_a_delivery(channel, settings,
-                                                                                             tmp_path):
+async def test_the_webhook_process_killed_and_restarted_neither_loses_nor_repeats_a_delivery(
+    channel, settings, tmp_path
+):
     c, stub = Client(channel), webhooks_pb2_grpc.WebhookServiceStub(channel)
     await c.setup_conversation("w", "s", peers=("alice", "bob"))
     await c.add("w", "s", [("alice", "one")])
     with Receiver() as receiver:
-        await stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url=receiver.url,
-                                                         event_types=["MessageAppended"]))
+        await stub.CreateWebhook(
+            wh.CreateWebhookRequest(workspace_id="w", url=receiver.url, event_types=["MessageAppended"])
+        )
         process = Worker(settings, tmp_path / "webhooks.log", command="webhooks").start()
         try:
             await until_true(lambda: len(receiver.delivered()) == 1, timeout=60)

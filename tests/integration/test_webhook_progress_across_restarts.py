@@ -13,8 +13,8 @@ from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import WebhookStore, engine_for
 from services.webhooks.worker import retry_dead_letter, run_endpoint
 from tests.support.client import Client
-from tests.support.webhook_receiver import Receiver
 from tests.support.wait import until_true
+from tests.support.webhook_receiver import Receiver
 
 FAST = RetryPolicy(attempts=3, first_wait_s=0.05, max_wait_s=0.2, timeout_s=0.5)
 

@@ -33,19 +33,29 @@ async def test_a_webhook_is_registered_listed_its_dead_letter_retried_and_delete
     await c.setup_conversation("w", "s", peers=("alice", "bob"))
     await c.add("w", "s", [("alice", "one")])
     with Receiver([500, 500]) as receiver:
-        made = await stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url=receiver.url,
-                                                                event_types=["MessageAppended"]))
+        made = await stub.CreateWebhook(
+            wh.CreateWebhookRequest(workspace_id="w", url=receiver.url, event_types=["MessageAppended"])
+        )
         hook = made.webhook
         assert made.secret.startswith("whsec_") and hook.webhook_id.startswith("wh_")
         listed = await stub.ListWebhooks(wh.ListWebhooksRequest(workspace_id="w"))
         assert [(h.webhook_id, h.url, list(h.event_types)) for h in listed.webhooks] == [
-            (hook.webhook_id, receiver.url, ["MessageAppended"])]
+            (hook.webhook_id, receiver.url, ["MessageAppended"])
+        ]
         # the worker's loop, run here for one event: two failed attempts dead-letter it
         store, stop = WebhookStore(engine_for(settings.database)), asyncio.Event()
         (endpoint,) = store.endpoints("w")
         async with httpx.AsyncClient() as client:
-            task = asyncio.ensure_future(run_endpoint(endpoint, settings.kafka, store, client, stop,
-                                                      RetryPolicy(attempts=2, first_wait_s=0.05, timeout_s=0.5)))
+            task = asyncio.ensure_future(
+                run_endpoint(
+                    endpoint,
+                    settings.kafka,
+                    store,
+                    client,
+                    stop,
+                    RetryPolicy(attempts=2, first_wait_s=0.05, timeout_s=0.5),
+                )
+            )
             async with asyncio.timeout(30):
                 while not store.dead_letters(hook.webhook_id):
                     await asyncio.sleep(0.1)
@@ -55,8 +65,10 @@ async def test_a_webhook_is_registered_listed_its_dead_letter_retried_and_delete
         (dead,) = (await stub.ListWebhookDeadLetters(wh.ListWebhookDeadLettersRequest(**ref))).dead_letters
         assert json.loads(dead.json)["content"] == "one" and dead.attempts == 2 and dead.error == "Refused: HTTP 500"
         retried = await stub.RetryWebhookDeadLetter(wh.RetryWebhookDeadLetterRequest(**ref, event_id=dead.event_id))
-        assert retried.delivered and not (await stub.ListWebhookDeadLetters(
-            wh.ListWebhookDeadLettersRequest(**ref))).dead_letters
+        assert (
+            retried.delivered
+            and not (await stub.ListWebhookDeadLetters(wh.ListWebhookDeadLettersRequest(**ref))).dead_letters
+        )
         headers, body, _ = receiver.received[-1]
         assert verify(made.secret.encode(), headers[SIGNATURE_HEADER], body, time.time())
     await stub.DeleteWebhook(wh.DeleteWebhookRequest(**ref))
@@ -66,8 +78,13 @@ async def test_a_webhook_is_registered_listed_its_dead_letter_retried_and_delete
 
 async def test_bad_urls_and_unknown_event_types_are_refused(channel):
     stub = webhooks_pb2_grpc.WebhookServiceStub(channel)
-    await rejected(stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url="ftp://x/y")),
-                   grpc.StatusCode.INVALID_ARGUMENT, "http(s)")
-    await rejected(stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url="http://x/y",
-                                                              event_types=["Nope"])),
-                   grpc.StatusCode.INVALID_ARGUMENT, "Nope")
+    await rejected(
+        stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url="ftp://x/y")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "http(s)",
+    )
+    await rejected(
+        stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url="http://x/y", event_types=["Nope"])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Nope",
+    )

@@ -12,8 +12,8 @@ from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import WebhookStore, engine_for
 from services.webhooks.supervisor import supervise
 from tests.support.client import Client
-from tests.support.webhook_receiver import Receiver, private_targets_allowed
 from tests.support.wait import until_true
+from tests.support.webhook_receiver import Receiver, private_targets_allowed
 
 
 @pytest.fixture
@@ -27,8 +27,11 @@ async def test_endpoints_registered_while_it_runs_get_deliveries_and_deleted_one
     await c.setup_conversation("w", "s", peers=("alice", "bob"))
     await c.add("w", "s", [("alice", "one")])
     store, stop = WebhookStore(engine_for(settings.database)), asyncio.Event()
-    task = asyncio.ensure_future(supervise(settings, store, stop, refresh_s=0.2,
-                                           policy=RetryPolicy(attempts=2, first_wait_s=0.05, timeout_s=0.5)))
+    task = asyncio.ensure_future(
+        supervise(
+            settings, store, stop, refresh_s=0.2, policy=RetryPolicy(attempts=2, first_wait_s=0.05, timeout_s=0.5)
+        )
+    )
     with Receiver() as receiver:
         store.register(Endpoint("hook-late", "w", receiver.url, b"k", frozenset({"MessageAppended"})))
         await until_true(lambda: len(receiver.delivered()) == 1)

@@ -25,22 +25,29 @@ from tests.support.webhook_receiver import Receiver, private_targets_allowed
 THREE_TRIES = RetryPolicy(attempts=3, first_wait_s=0.05, timeout_s=2)
 
 
-@pytest.mark.parametrize("url, why", [
-    ("http://127.0.0.1:8080/hook", "127.0.0.1 is loopback"),
-    ("http://localhost:8080/hook", "is loopback"),  # after DNS resolution: 127.0.0.1 or ::1
-    ("http://[::1]/hook", "::1 is loopback"),
-    ("http://[::ffff:127.0.0.1]/hook", "is loopback"),
-    ("http://10.0.0.7/hook", "10.0.0.7 is private"),
-    ("http://192.168.0.1/hook", "192.168.0.1 is private"),
-    ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a cloud metadata address"),
-    ("http://169.254.1.1/hook", "169.254.1.1 is link-local"),
-    ("https://0.0.0.0/hook", "0.0.0.0 is unspecified"),
-])
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("http://127.0.0.1:8080/hook", "127.0.0.1 is loopback"),
+        ("http://localhost:8080/hook", "is loopback"),  # after DNS resolution: 127.0.0.1 or ::1
+        ("http://[::1]/hook", "::1 is loopback"),
+        ("http://[::ffff:127.0.0.1]/hook", "is loopback"),
+        ("http://10.0.0.7/hook", "10.0.0.7 is private"),
+        ("http://192.168.0.1/hook", "192.168.0.1 is private"),
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a cloud metadata address"),
+        ("http://169.254.1.1/hook", "169.254.1.1 is link-local"),
+        ("https://0.0.0.0/hook", "0.0.0.0 is unspecified"),
+    ],
+)
 async def test_a_url_on_a_non_public_address_is_refused_and_nothing_is_registered(channel, url, why):
     stub = webhooks_pb2_grpc.WebhookServiceStub(channel)
     await Client(channel).workspace("w")
-    await rejected(stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url=url)),
-                   grpc.StatusCode.INVALID_ARGUMENT, why, "PEERLOG_WEBHOOK_ALLOW_PRIVATE_TARGETS")
+    await rejected(
+        stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url=url)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        why,
+        "PEERLOG_WEBHOOK_ALLOW_PRIVATE_TARGETS",
+    )
     assert not (await stub.ListWebhooks(wh.ListWebhooksRequest(workspace_id="w"))).webhooks
 
 
@@ -52,7 +59,8 @@ async def test_with_the_setting_on_a_private_url_is_registered(settings, project
         async with aio_channel(f"127.0.0.1:{server.port}", admin_token(settings)) as chan:
             await Client(chan).workspace("w")
             made = await webhooks_pb2_grpc.WebhookServiceStub(chan).CreateWebhook(
-                wh.CreateWebhookRequest(workspace_id="w", url="http://127.0.0.1:8080/hook"))
+                wh.CreateWebhookRequest(workspace_id="w", url="http://127.0.0.1:8080/hook")
+            )
             assert made.webhook.url == "http://127.0.0.1:8080/hook"
     finally:
         await server.stop(0)
@@ -76,7 +84,8 @@ async def _deliver_first(settings, endpoint_id: str, url: str, allow_private: bo
 
 
 async def test_a_name_that_resolves_to_loopback_at_delivery_gets_nothing_and_the_event_is_dead_lettered(
-        channel, settings):
+    channel, settings
+):
     c = Client(channel)
     await c.setup_conversation("w", "s", peers=("alice", "bob"))
     await c.add("w", "s", [("alice", "one")])

@@ -7,8 +7,8 @@ import secrets
 import grpc
 
 from services.api.channels import aio_channel
-from services.api.tokens import mint
 from services.api.settings import AuthSettings
+from services.api.tokens import mint
 from services.settings import Settings
 
 AUTH = AuthSettings(secret=secrets.token_hex(32))  # auth on, as `serve` runs it

@@ -42,8 +42,7 @@ class Client:
         )
 
     async def session(self, workspace_id: str, session_id: str, members=(), **kw):
-        specs = [m if isinstance(m, sessions_pb2.MemberSpec) else sessions_pb2.MemberSpec(peer_id=m)
-                 for m in members]
+        specs = [m if isinstance(m, sessions_pb2.MemberSpec) else sessions_pb2.MemberSpec(peer_id=m) for m in members]
         return await self.sessions.GetOrCreateSession(
             sessions_pb2.GetOrCreateSessionRequest(
                 workspace_id=workspace_id, session_id=session_id, members=specs, **kw
@@ -52,17 +51,28 @@ class Client:
 
     async def add(self, workspace_id: str, session_id: str, turns):
         """turns: [(peer_id, content)] or NewMessage protos."""
-        msgs = [t if isinstance(t, messages_pb2.NewMessage) else messages_pb2.NewMessage(peer_id=t[0], content=t[1])
-                for t in turns]
+        msgs = [
+            t if isinstance(t, messages_pb2.NewMessage) else messages_pb2.NewMessage(peer_id=t[0], content=t[1])
+            for t in turns
+        ]
         return await self.messages.AddMessages(
             messages_pb2.AddMessagesRequest(workspace_id=workspace_id, session_id=session_id, messages=msgs)
         )
 
-    async def list_messages(self, workspace_id: str, session_id: str, token: str = "", page_size: int = 0,
-                            page_token: str = "", reverse: bool = False):
+    async def list_messages(
+        self,
+        workspace_id: str,
+        session_id: str,
+        token: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        reverse: bool = False,
+    ):
         return await self.messages.ListMessages(
             messages_pb2.ListMessagesRequest(
-                workspace_id=workspace_id, session_id=session_id, reverse=reverse,
+                workspace_id=workspace_id,
+                session_id=session_id,
+                reverse=reverse,
                 page=common_pb2.PageRequest(page_size=page_size, page_token=page_token),
                 consistency=common_pb2.ReadConsistency(consistency_token=token),
             )
@@ -83,24 +93,37 @@ class Client:
             await self.peer(workspace_id, p)
         return await self.session(workspace_id, session_id, members=peers)
 
-    async def list_observations(self, workspace_id: str, observer_id: str, observed_id: str, token: str = "",
-                                page_size: int = 0, page_token: str = "", **kw):
+    async def list_observations(
+        self,
+        workspace_id: str,
+        observer_id: str,
+        observed_id: str,
+        token: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        **kw,
+    ):
         """One page of a pair's observations; kw: levels, session_id, include_superseded/deleted, reverse."""
         return await self.observations.ListObservations(
             observations_pb2.ListObservationsRequest(
-                workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id,
+                workspace_id=workspace_id,
+                observer_id=observer_id,
+                observed_id=observed_id,
                 page=common_pb2.PageRequest(page_size=page_size, page_token=page_token),
-                consistency=common_pb2.ReadConsistency(consistency_token=token), **kw,
+                consistency=common_pb2.ReadConsistency(consistency_token=token),
+                **kw,
             )
         )
 
-    async def all_observations(self, workspace_id: str, observer_id: str, observed_id: str, token: str = "",
-                               page_size: int = 50, **kw):
+    async def all_observations(
+        self, workspace_id: str, observer_id: str, observed_id: str, token: str = "", page_size: int = 50, **kw
+    ):
         """Every observation of a pair the filters in kw let through, following the page tokens."""
         out, page_token = [], ""
         while True:
-            resp = await self.list_observations(workspace_id, observer_id, observed_id, token, page_size,
-                                                page_token, **kw)
+            resp = await self.list_observations(
+                workspace_id, observer_id, observed_id, token, page_size, page_token, **kw
+            )
             out += resp.observations
             page_token = resp.next_page_token
             if not page_token:
@@ -109,25 +132,33 @@ class Client:
     async def get_observation(self, workspace_id: str, observation_id: str, token: str = ""):
         return await self.observations.GetObservation(
             observations_pb2.GetObservationRequest(
-                workspace_id=workspace_id, observation_id=observation_id,
+                workspace_id=workspace_id,
+                observation_id=observation_id,
                 consistency=common_pb2.ReadConsistency(consistency_token=token),
             )
         )
 
-    async def search_observations(self, workspace_id: str, observer_id: str, observed_id: str, query: str,
-                                  token: str = "", **kw):
+    async def search_observations(
+        self, workspace_id: str, observer_id: str, observed_id: str, query: str, token: str = "", **kw
+    ):
         """kw: top_k, max_distance, levels."""
         return await self.observations.SearchObservations(
             observations_pb2.SearchObservationsRequest(
-                workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id, query=query,
-                consistency=common_pb2.ReadConsistency(consistency_token=token), **kw,
+                workspace_id=workspace_id,
+                observer_id=observer_id,
+                observed_id=observed_id,
+                query=query,
+                consistency=common_pb2.ReadConsistency(consistency_token=token),
+                **kw,
             )
         )
 
     async def create_observations(self, workspace_id: str, observer_id: str, observed_id: str, items):
         """items: contents, or NewObservation protos."""
-        new = [i if isinstance(i, observations_pb2.NewObservation) else observations_pb2.NewObservation(content=i)
-               for i in items]
+        new = [
+            i if isinstance(i, observations_pb2.NewObservation) else observations_pb2.NewObservation(content=i)
+            for i in items
+        ]
         return await self.observations.CreateObservations(
             observations_pb2.CreateObservationsRequest(
                 workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id, observations=new
@@ -152,7 +183,8 @@ class Client:
     async def session_summaries(self, workspace_id: str, session_id: str, token: str = ""):
         return await self.sessions.GetSessionSummaries(
             sessions_pb2.GetSessionSummariesRequest(
-                workspace_id=workspace_id, session_id=session_id,
+                workspace_id=workspace_id,
+                session_id=session_id,
                 consistency=common_pb2.ReadConsistency(consistency_token=token),
             )
         )

@@ -23,14 +23,17 @@ def is_deriver(request: dict[str, Any]) -> bool:
 
 def extract_each_turn(request: dict[str, Any]) -> Reply:
     """One fact per target turn: the turn itself, cited with its full text as the span."""
-    facts = [{"content": f"The target said: {text}", "message_id": mid, "span": text}
-             for mid, text in target_turns(request)]
+    facts = [
+        {"content": f"The target said: {text}", "message_id": mid, "span": text} for mid, text in target_turns(request)
+    ]
     return Reply(content={"facts": facts})
 
 
 def with_fact(content_of):
     """A reply handler giving, per target turn, the fact `content_of(text)` with the turn as its span."""
+
     def handler(request: dict[str, Any]) -> Reply:
         facts = [{"content": content_of(text), "message_id": mid, "span": text} for mid, text in target_turns(request)]
         return Reply(content={"facts": facts})
+
     return handler

@@ -100,11 +100,11 @@ from collections import defaultdict
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
+from faust.exceptions import ProducerSendError
 from faust.streams import current_event
 from faust.transport import drivers
 from faust.transport.consumer import TransactionManager
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from faust.exceptions import ProducerSendError
 from faust.types import TP
 from faust.types.tuples import FutureMessage, RecordMetadata
 from mode import Service
@@ -187,7 +187,12 @@ class SourcePartitionTransactionManager(TransactionManager):
         self.note_output(*source)
         await self._wait_for_producer(source[0])
         return await self.producer.send(
-            topic, key, value, self.consumer.key_partition(topic, key, partition), timestamp, headers,
+            topic,
+            key,
+            value,
+            self.consumer.key_partition(topic, key, partition),
+            timestamp,
+            headers,
             transactional_id=source[0],
         )
 
@@ -251,12 +256,18 @@ class SourcePartitionTransactionManager(TransactionManager):
         since = self._held_since.setdefault(transactional_id, now)
         if now - since < HOLD_MAX_S:
             return False
-        log.warning("%s: committing after %.0f s although output is not covered by the offsets (%s): "
-                    "those events may be handled again after a crash", transactional_id, now - since, waiting)
+        log.warning(
+            "%s: committing after %.0f s although output is not covered by the offsets (%s): "
+            "those events may be handled again after a crash",
+            transactional_id,
+            now - since,
+            waiting,
+        )
         return True
 
-    async def _commit_transaction(self, transactional_id: str, txn: Any, offsets: dict[TP, int],
-                                  start_new: bool) -> bool:
+    async def _commit_transaction(
+        self, transactional_id: str, txn: Any, offsets: dict[TP, int], start_new: bool
+    ) -> bool:
         try:
             if offsets:
                 await txn.send_offsets_to_transaction(offsets, self.app.conf.id)

@@ -46,9 +46,7 @@ app = faust.App(
     broker_heartbeat_interval=1.0,
 )
 source = app.topic(os.environ["SOURCE"], key_type=str, value_type=str, partitions=4)
-sink = app.topic(
-    os.environ["SINK"], key_type=str, value_type=str, partitions=int(os.environ["SINK_PARTITIONS"])
-)
+sink = app.topic(os.environ["SINK"], key_type=str, value_type=str, partitions=int(os.environ["SINK_PARTITIONS"]))
 seen = app.Table("seen", default=int, partitions=4)
 handled = 0
 

@@ -55,9 +55,10 @@ def container_infra() -> Iterator[Infra]:
     from testcontainers.kafka import KafkaContainer
     from testcontainers.postgres import PostgresContainer
 
-    with KafkaContainer("apache/kafka:4.1.1").with_kraft() as kafka, PostgresContainer(
-        "pgvector/pgvector:pg17", driver="psycopg"
-    ) as pg:
+    with (
+        KafkaContainer("apache/kafka:4.1.1").with_kraft() as kafka,
+        PostgresContainer("pgvector/pgvector:pg17", driver="psycopg") as pg,
+    ):
         yield Infra(kafka.get_bootstrap_server(), pg.get_connection_url())
 
 

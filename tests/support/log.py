@@ -13,12 +13,23 @@ from services.events import Event, decode
 from services.settings import Settings
 
 
-def read_events(settings: Settings, spec: TopicSpec, until: Callable[[list[Event]], bool],
-                timeout: float = 60.0, settle: float = 0.0) -> list[Event]:
+def read_events(
+    settings: Settings,
+    spec: TopicSpec,
+    until: Callable[[list[Event]], bool],
+    timeout: float = 60.0,
+    settle: float = 0.0,
+) -> list[Event]:
     """Every committed event on `spec` once `until(events)` holds (then `settle` s more); fail after timeout."""
-    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers,
-                         "group.id": f"reader-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka.bootstrap_servers,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([spec.full_name(settings.kafka.topic_prefix)])
     events: list[Event] = []
     deadline, settled_at = time.monotonic() + timeout, None

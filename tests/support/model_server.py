@@ -109,17 +109,19 @@ def completion_body(request: dict[str, Any], reply: Reply, created: int) -> dict
         "object": "chat.completion",
         "created": created,
         "model": reply.model or request.get("model", DEFAULT_MODEL),
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
     }
 
 
 def stream_chunks(request: dict[str, Any], reply: Reply, created: int) -> Iterator[dict[str, Any]]:
     """chat.completion.chunk objects: the role, the text word by word, tool calls, then the finish."""
-    base = {"id": f"chatcmpl-{created}", "object": "chat.completion.chunk", "created": created,
-            "model": reply.model or request.get("model", DEFAULT_MODEL)}
+    base = {
+        "id": f"chatcmpl-{created}",
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": reply.model or request.get("model", DEFAULT_MODEL),
+    }
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}

@@ -11,11 +11,28 @@ from services.settings import Settings
 TEST_DREAMER = ProducerInfo(component="test-dreamer", version="0")
 
 
-def derived(obs_id: str, level: Level, content: str, premises: list[str], *,
-            producer: ProducerInfo = TEST_DREAMER, observer: str = "alice", **kw) -> ObservationAdded:
+def derived(
+    obs_id: str,
+    level: Level,
+    content: str,
+    premises: list[str],
+    *,
+    producer: ProducerInfo = TEST_DREAMER,
+    observer: str = "alice",
+    **kw,
+) -> ObservationAdded:
     """A derived observation of `observer` about bob in workspace w, citing `premises`."""
-    return ObservationAdded(workspace_id="w", observer_id=observer, observed_id="bob", observation_id=obs_id,
-                            level=level, content=content, premise_ids=tuple(premises), producer=producer, **kw)
+    return ObservationAdded(
+        workspace_id="w",
+        observer_id=observer,
+        observed_id="bob",
+        observation_id=obs_id,
+        level=level,
+        content=content,
+        premise_ids=tuple(premises),
+        producer=producer,
+        **kw,
+    )
 
 
 def append(settings: Settings, events: Sequence[Event]) -> str:

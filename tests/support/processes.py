@@ -16,8 +16,17 @@ from services.settings import Settings
 def settings_env(settings: Settings) -> dict[str, str]:
     """The PEERLOG_* environment that reproduces `settings` in another process."""
     env: dict[str, str] = {}
-    sections = {"kafka": "KAFKA", "database": "DATABASE", "projector": "PROJECTOR", "api": "API",
-                "worker": "WORKER", "deriver": "DERIVER", "summarizer": "SUMMARIZER", "auth": "AUTH", "webhook": "WEBHOOK"}
+    sections = {
+        "kafka": "KAFKA",
+        "database": "DATABASE",
+        "projector": "PROJECTOR",
+        "api": "API",
+        "worker": "WORKER",
+        "deriver": "DERIVER",
+        "summarizer": "SUMMARIZER",
+        "auth": "AUTH",
+        "webhook": "WEBHOOK",
+    }
     for attr, prefix in sections.items():
         for name, value in getattr(settings, attr).model_dump().items():
             if value is None:  # unset (a TLS file): the other process's default is None too
@@ -31,8 +40,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
 class Worker:
     """`peerlog worker` (or another `command`) in a subprocess, logging to a file."""
 
-    def __init__(self, settings: Settings, log_path: Path, extra_env: dict[str, str] | None = None,
-                 command: str = "worker") -> None:
+    def __init__(
+        self, settings: Settings, log_path: Path, extra_env: dict[str, str] | None = None, command: str = "worker"
+    ) -> None:
         self.env = {**os.environ, **settings_env(settings), **(extra_env or {})}
         self.log_path = log_path
         self.command = command
@@ -40,8 +50,13 @@ class Worker:
 
     def start(self) -> Worker:
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", *self.command.split()], env=self.env,
-                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", *self.command.split()],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         return self
 
     def stop(self, timeout: float = 30) -> None:

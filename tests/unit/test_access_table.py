@@ -12,15 +12,15 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from google.protobuf import descriptor_pool
 
 from peerlog.v1 import context_pb2, dialectic_pb2, messages_pb2, sessions_pb2, workspaces_pb2
 from services.api import access
 from services.api.auth import bearer, refusal
 from services.api.server import SERVICE_NAMES
-from services.api.tokens import Grant, Verifier, mint, parse_duration, scopes_for
 from services.api.settings import AuthSettings
+from services.api.tokens import Grant, Verifier, mint, parse_duration, scopes_for
 from services.errors import Unauthenticated
-from google.protobuf import descriptor_pool
 
 SECRET = "s" * 32
 AUTH = AuthSettings(secret=SECRET)
@@ -47,41 +47,59 @@ def _grant(*scopes: str) -> Grant:
 def test_a_peer_token_reaches_only_what_that_peer_observes():
     alice = _grant("peer:w/alice")
     chat = "/peerlog.v1.DialecticService/Chat"
-    assert refusal(alice, chat, dialectic_pb2.ChatRequest(workspace_id="w", observer_id="alice", target_id="bob")) is None
+    assert (
+        refusal(alice, chat, dialectic_pb2.ChatRequest(workspace_id="w", observer_id="alice", target_id="bob")) is None
+    )
     why = refusal(alice, chat, dialectic_pb2.ChatRequest(workspace_id="w", observer_id="bob", target_id="alice"))
     assert why == "Chat here needs scope peer:w/bob or workspace:w (or admin)"
     context = "/peerlog.v1.ContextService/GetContext"
     mine = context_pb2.GetContextRequest(workspace_id="w", session_id="s", observer_id="alice", include_summary=False)
     assert refusal(alice, context, mine) is None
     # the summary covers turns alice may not have seen; no observer means no perspective at all
-    assert "session:w/s" in refusal(alice, context, context_pb2.GetContextRequest(
-        workspace_id="w", session_id="s", observer_id="alice"))
-    assert "session:w/s" in refusal(alice, context, context_pb2.GetContextRequest(
-        workspace_id="w", session_id="s", include_summary=False))
+    assert "session:w/s" in refusal(
+        alice, context, context_pb2.GetContextRequest(workspace_id="w", session_id="s", observer_id="alice")
+    )
+    assert "session:w/s" in refusal(
+        alice, context, context_pb2.GetContextRequest(workspace_id="w", session_id="s", include_summary=False)
+    )
 
 
 def test_message_searches_open_to_a_peer_only_through_its_own_perspective():
     alice = _grant("peer:w/alice")
     search = "/peerlog.v1.WorkspaceService/SearchMessages"
-    assert refusal(alice, search, workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="w", query="q",
-                                                                       perspective_peer_id="alice")) is None
+    assert (
+        refusal(
+            alice,
+            search,
+            workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="w", query="q", perspective_peer_id="alice"),
+        )
+        is None
+    )
     assert refusal(alice, search, workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="w", query="q"))
-    assert refusal(alice, search, workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="w", query="q",
-                                                                       perspective_peer_id="bob"))
+    assert refusal(
+        alice,
+        search,
+        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="w", query="q", perspective_peer_id="bob"),
+    )
 
 
 def test_a_peer_writes_messages_only_as_itself_and_a_session_token_only_into_its_session():
     add = "/peerlog.v1.MessageService/AddMessages"
 
     def req(session, *authors):
-        return messages_pb2.AddMessagesRequest(workspace_id="w", session_id=session, messages=[
-            messages_pb2.NewMessage(peer_id=a, content="hi") for a in authors])
+        return messages_pb2.AddMessagesRequest(
+            workspace_id="w",
+            session_id=session,
+            messages=[messages_pb2.NewMessage(peer_id=a, content="hi") for a in authors],
+        )
 
     assert refusal(_grant("peer:w/alice"), add, req("s", "alice", "alice")) is None
     assert refusal(_grant("peer:w/alice"), add, req("s", "alice", "bob"))
     assert refusal(_grant("session:w/s"), add, req("s", "alice", "bob")) is None
-    assert refusal(_grant("session:w/s"), add, req("t", "alice")) == \
-        "AddMessages here needs scope session:w/t or peer:w/alice or workspace:w (or admin)"
+    assert (
+        refusal(_grant("session:w/s"), add, req("t", "alice"))
+        == "AddMessages here needs scope session:w/t or peer:w/alice or workspace:w (or admin)"
+    )
 
 
 def test_workspace_and_admin_scopes_cover_their_range_and_list_what_they_may_see():
@@ -108,13 +126,16 @@ def test_tokens_round_trip_and_expire():
         Verifier(AuthSettings(secret="t" * 32)).grant(token)
 
 
-@pytest.mark.parametrize("claims, phrase", [
-    ({}, "scope"),
-    ({"scope": ""}, "no scope"),
-    ({"scope": "workspace:w root"}, "'root'"),
-    ({"scope": "peer:w"}, "'peer:w'"),
-    ({"scope": "workspace:w/x"}, "'workspace:w/x'"),
-])
+@pytest.mark.parametrize(
+    "claims, phrase",
+    [
+        ({}, "scope"),
+        ({"scope": ""}, "no scope"),
+        ({"scope": "workspace:w root"}, "'root'"),
+        ({"scope": "peer:w"}, "'peer:w'"),
+        ({"scope": "workspace:w/x"}, "'workspace:w/x'"),
+    ],
+)
 def test_tokens_without_a_well_formed_scope_are_refused(claims, phrase):
     with pytest.raises(Unauthenticated, match=phrase):
         Verifier(AUTH).grant(jwt.encode(claims, SECRET, algorithm="HS256"))
@@ -123,15 +144,18 @@ def test_tokens_without_a_well_formed_scope_are_refused(claims, phrase):
 def test_an_es256_server_verifies_with_its_public_key_and_refuses_an_hs256_token_keyed_with_it(tmp_path):
     key = ec.generate_private_key(ec.SECP256R1())
     private, public = tmp_path / "k.pem", tmp_path / "k.pub.pem"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    private.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     auth = AuthSettings(algorithm="ES256", public_key_file=public, private_key_file=private)
     assert Verifier(auth).grant(mint(auth, ["workspace:w"])).scopes == {"workspace:w"}
     # the classic algorithm confusion: the public key used as an HMAC secret (PyJWT itself refuses to sign it)
-    signed = b".".join(base64.urlsafe_b64encode(part).rstrip(b"=")
-                       for part in (b'{"alg":"HS256","typ":"JWT"}', b'{"scope":"admin"}'))
+    signed = b".".join(
+        base64.urlsafe_b64encode(part).rstrip(b"=") for part in (b'{"alg":"HS256","typ":"JWT"}', b'{"scope":"admin"}')
+    )
     mac = hmac.new(public.read_bytes(), signed, hashlib.sha256).digest()
     forged = (signed + b"." + base64.urlsafe_b64encode(mac).rstrip(b"=")).decode()
     with pytest.raises(Unauthenticated):

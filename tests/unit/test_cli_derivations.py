@@ -15,7 +15,8 @@ def test_rederive_into_the_name_of_the_original_derivation_is_refused_in_one_lin
     result = run("rederive", "--name", "original", "-w", "w")
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        "error: derivation name 'original' must match ^[A-Za-z0-9_-]{1,64}$ and not be 'original'"]
+        "error: derivation name 'original' must match ^[A-Za-z0-9_-]{1,64}$ and not be 'original'"
+    ]
 
 
 def test_a_pair_must_name_observer_and_observed():

@@ -17,8 +17,14 @@ from peerlog_client import errors
 from peerlog_client import models as m
 from peerlog_client._convert import MODEL_OF, enum_value, to_model
 from peerlog_client._core import Attempts, CallContext, ReadYourWrites, RetryPolicy
-from peerlog_client._gen.peerlog.v1 import common_pb2, context_pb2, messages_pb2, observations_pb2, workspaces_pb2
-from peerlog_client._gen.peerlog.v1 import sessions_pb2
+from peerlog_client._gen.peerlog.v1 import (
+    common_pb2,
+    context_pb2,
+    messages_pb2,
+    observations_pb2,
+    sessions_pb2,
+    workspaces_pb2,
+)
 
 CLIENT = Path(__file__).resolve().parents[2] / "clients" / "python"
 
@@ -46,8 +52,13 @@ def test_every_status_code_but_ok_has_its_own_exception_keeping_the_message():
 
 def test_reads_are_retried_with_growing_jittered_waits_and_writes_are_not():
     clock = [0.0]
-    read = Attempts(RetryPolicy(max_attempts=4, initial_backoff=0.1), timeout=10, retryable=True,
-                    clock=lambda: clock[0], rand=lambda: 1.0)
+    read = Attempts(
+        RetryPolicy(max_attempts=4, initial_backoff=0.1),
+        timeout=10,
+        retryable=True,
+        clock=lambda: clock[0],
+        rand=lambda: 1.0,
+    )
     waits = []
     while True:
         read.remaining()
@@ -70,8 +81,9 @@ def test_jitter_keeps_each_wait_between_half_and_all_of_the_backoff():
 
 def test_only_unavailable_is_retried_and_never_past_the_deadline():
     clock = [0.0]
-    attempts = Attempts(RetryPolicy(initial_backoff=1.0), timeout=1.2, retryable=True, clock=lambda: clock[0],
-                        rand=lambda: 1.0)
+    attempts = Attempts(
+        RetryPolicy(initial_backoff=1.0), timeout=1.2, retryable=True, clock=lambda: clock[0], rand=lambda: 1.0
+    )
     attempts.remaining()
     assert attempts.retry_after(Failed(grpc.StatusCode.NOT_FOUND)) is None
     assert attempts.retry_after(Failed(grpc.StatusCode.DEADLINE_EXCEEDED)) is None
@@ -112,8 +124,11 @@ def test_every_model_mirrors_every_field_of_its_message():
 
 
 def test_conversion_gives_aware_times_none_for_unset_dicts_and_short_enum_names():
-    session = to_model(sessions_pb2.Session(workspace_id="w", session_id="s", memberships=[
-        sessions_pb2.Membership(peer_id="a", observe_others=True)]))
+    session = to_model(
+        sessions_pb2.Session(
+            workspace_id="w", session_id="s", memberships=[sessions_pb2.Membership(peer_id="a", observe_others=True)]
+        )
+    )
     assert session.created_at is None and session.metadata == {} and session.memberships[0].observe_me is None
     assert session.members == ("a",)
     obs = observations_pb2.Observation(level=observations_pb2.OBSERVATION_LEVEL_INDUCTIVE)
@@ -125,40 +140,59 @@ def test_conversion_gives_aware_times_none_for_unset_dicts_and_short_enum_names(
 
 
 def context(*turns: tuple[str, str], representation: str = "## Explicit\n- likes tea") -> m.Context:
-    return to_model(context_pb2.GetContextResponse(
-        representation=representation, peer_card=["IDENTITY: Alice"], summary_kind="short", summary="They met.",
-        messages=[context_pb2.ContextMessage(message_id=str(i), peer_id=p, content=t) for i, (p, t) in
-                  enumerate(turns)]))
+    return to_model(
+        context_pb2.GetContextResponse(
+            representation=representation,
+            peer_card=["IDENTITY: Alice"],
+            summary_kind="short",
+            summary="They met.",
+            messages=[
+                context_pb2.ContextMessage(message_id=str(i), peer_id=p, content=t) for i, (p, t) in enumerate(turns)
+            ],
+        )
+    )
 
 
 def test_openai_rendering_names_each_turn_and_puts_memory_in_one_system_message():
     got = context(("alice", "hi"), ("bot", "hello"), ("x" * 70, "long id")).to_openai(assistant="bot")
     assert got[0]["role"] == "system"
     assert "# Peer card\n- IDENTITY: Alice" in got[0]["content"] and "They met." in got[0]["content"]
-    assert got[1:] == [{"role": "user", "content": "hi", "name": "alice"},
-                       {"role": "assistant", "content": "hello", "name": "bot"},
-                       {"role": "user", "content": f"{'x' * 70}: long id"}]
+    assert got[1:] == [
+        {"role": "user", "content": "hi", "name": "alice"},
+        {"role": "assistant", "content": "hello", "name": "bot"},
+        {"role": "user", "content": f"{'x' * 70}: long id"},
+    ]
 
 
 def test_anthropic_rendering_alternates_roles_starting_with_the_user():
-    system, messages = context(("bot", "welcome"), ("alice", "hi"), ("carol", "hey"), ("bot", "hello both"),
-                               ).to_anthropic(assistant="bot")
+    system, messages = context(
+        ("bot", "welcome"),
+        ("alice", "hi"),
+        ("carol", "hey"),
+        ("bot", "hello both"),
+    ).to_anthropic(assistant="bot")
     assert system.startswith("# What is known about the peer\n## Explicit")
-    assert messages == [{"role": "user", "content": "(earlier in this conversation)"},
-                        {"role": "assistant", "content": "welcome"},
-                        {"role": "user", "content": "alice: hi\n\ncarol: hey"},
-                        {"role": "assistant", "content": "hello both"}]
+    assert messages == [
+        {"role": "user", "content": "(earlier in this conversation)"},
+        {"role": "assistant", "content": "welcome"},
+        {"role": "user", "content": "alice: hi\n\ncarol: hey"},
+        {"role": "assistant", "content": "hello both"},
+    ]
 
 
 def test_relevant_messages_render_as_the_server_counts_them_one_header_per_session_and_day():
     def found(message_id: str, session: str, day: int) -> context_pb2.RelevantMessage:
-        out = context_pb2.RelevantMessage(message_id=message_id, peer_id="bob", session_id=session,
-                                          content=f"said {message_id}")
+        out = context_pb2.RelevantMessage(
+            message_id=message_id, peer_id="bob", session_id=session, content=f"said {message_id}"
+        )
         out.created_at.FromDatetime(datetime(2026, 3, day, 9, 30, tzinfo=UTC))
         return out
+
     ctx = to_model(context_pb2.GetContextResponse(relevant_messages=[found("b", "trip", 2), found("a", "trip", 1)]))
-    assert ctx.system_text() == ("# Relevant messages from earlier conversations\n"
-                                 "[trip · 2026-03-01]\n09:30 bob: said a\n[trip · 2026-03-02]\n09:30 bob: said b")
+    assert ctx.system_text() == (
+        "# Relevant messages from earlier conversations\n"
+        "[trip · 2026-03-01]\n09:30 bob: said a\n[trip · 2026-03-02]\n09:30 bob: said b"
+    )
 
 
 def test_an_empty_context_renders_no_system_text():
@@ -168,9 +202,11 @@ def test_an_empty_context_renders_no_system_text():
 
 
 def test_the_client_imports_nothing_of_the_server():
-    code = ("import sys, peerlog_client; "
-            "bad = [n for n in sys.modules if n.split('.')[0] in ('services', 'projections', 'infra', 'peerlog')]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, peerlog_client; "
+        "bad = [n for n in sys.modules if n.split('.')[0] in ('services', 'projections', 'infra', 'peerlog')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=CLIENT / "tools")
     assert done.returncode == 0, done.stdout + done.stderr
 

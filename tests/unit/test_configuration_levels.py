@@ -29,25 +29,37 @@ T = datetime(2026, 1, 1, tzinfo=UTC)
 G = Settings().configuration()
 
 
-@pytest.mark.parametrize("levels, value, level", [
-    ((None, None, None), True, ConfigLevel.GLOBAL),
-    ((Configuration(reasoning=False), None, None), False, ConfigLevel.WORKSPACE),
-    ((Configuration(reasoning=False), Configuration(reasoning=True), None), True, ConfigLevel.SESSION),
-    ((Configuration(reasoning=False), Configuration(reasoning=True), Configuration(reasoning=False)), False,
-     ConfigLevel.MESSAGE),
-    ((Configuration(reasoning=False), Configuration(summaries=False), None), False, ConfigLevel.WORKSPACE),
-])
+@pytest.mark.parametrize(
+    "levels, value, level",
+    [
+        ((None, None, None), True, ConfigLevel.GLOBAL),
+        ((Configuration(reasoning=False), None, None), False, ConfigLevel.WORKSPACE),
+        ((Configuration(reasoning=False), Configuration(reasoning=True), None), True, ConfigLevel.SESSION),
+        (
+            (Configuration(reasoning=False), Configuration(reasoning=True), Configuration(reasoning=False)),
+            False,
+            ConfigLevel.MESSAGE,
+        ),
+        ((Configuration(reasoning=False), Configuration(summaries=False), None), False, ConfigLevel.WORKSPACE),
+    ],
+)
 def test_each_level_overrides_the_one_below_and_an_unset_field_inherits(levels, value, level):
     resolved = resolve(G, *levels).settings["reasoning"]
     assert (resolved.value, resolved.level) == (value, level)
 
 
 def test_every_setting_resolves_independently():
-    out = resolve(G, Configuration(summary_short_every=7, dialectic_instructions="be brief"),
-                  Configuration(summary_short_every=3), Configuration(deriver_instructions="names only"))
+    out = resolve(
+        G,
+        Configuration(summary_short_every=7, dialectic_instructions="be brief"),
+        Configuration(summary_short_every=3),
+        Configuration(deriver_instructions="names only"),
+    )
     assert {n: (r.value, r.level) for n, r in out.settings.items() if r.level != ConfigLevel.GLOBAL} == {
-        "summary_short_every": (3, ConfigLevel.SESSION), "dialectic_instructions": ("be brief", ConfigLevel.WORKSPACE),
-        "deriver_instructions": ("names only", ConfigLevel.MESSAGE)}
+        "summary_short_every": (3, ConfigLevel.SESSION),
+        "dialectic_instructions": ("be brief", ConfigLevel.WORKSPACE),
+        "deriver_instructions": ("names only", ConfigLevel.MESSAGE),
+    }
     assert out["summary_long_every"] == G.summary_long_every
 
 
@@ -57,21 +69,34 @@ def test_the_global_level_must_set_everything():
 
 
 def test_the_configurations_survive_the_log_and_an_old_message_has_none():
-    message = said("a", "hi", configuration=Configuration(reasoning=False),
-                   workspace_configuration=Configuration(summary_short_every=2))
+    message = said(
+        "a",
+        "hi",
+        configuration=Configuration(reasoning=False),
+        workspace_configuration=Configuration(summary_short_every=2),
+    )
     assert decode(encode(message)) == message
     old = message.model_dump(mode="json", exclude={"configuration", "workspace_configuration"}) | {"schema_version": 2}
     assert decode(orjson.dumps(old)).configuration is None
 
 
 def joined(peer, observe_others=False):
-    return MemberJoined(workspace_id="w", session_id="s", peer_id=peer, observe_others=observe_others, joined_at=T,
-                        producer=P)
+    return MemberJoined(
+        workspace_id="w", session_id="s", peer_id=peer, observe_others=observe_others, joined_at=T, producer=P
+    )
 
 
 def said(peer, text, **levels):
-    return MessageAppended(workspace_id="w", session_id="s", message_id=f"m-{text}", peer_id=peer, content=text,
-                           created_at=T, producer=P, **levels)
+    return MessageAppended(
+        workspace_id="w",
+        session_id="s",
+        message_id=f"m-{text}",
+        peer_id=peer,
+        content=text,
+        created_at=T,
+        producer=P,
+        **levels,
+    )
 
 
 def configured(**settings):
@@ -90,9 +115,12 @@ def test_reasoning_off_at_a_level_routes_nothing_and_a_higher_level_turns_it_bac
     ws_off = Configuration(reasoning=False)
     assert perceived(joined("a"), said("a", "x", workspace_configuration=ws_off)) == []
     assert perceived(joined("a"), configured(reasoning=True), said("a", "x", workspace_configuration=ws_off)) == [
-        ("a", "a", "")]
-    assert perceived(joined("a"), configured(reasoning=True),
-                     said("a", "x", configuration=Configuration(reasoning=False))) == []
+        ("a", "a", "")
+    ]
+    assert (
+        perceived(joined("a"), configured(reasoning=True), said("a", "x", configuration=Configuration(reasoning=False)))
+        == []
+    )
 
 
 def test_observe_defaults_apply_where_the_member_does_not_say():
@@ -104,25 +132,46 @@ def test_observe_defaults_apply_where_the_member_does_not_say():
 def test_observe_others_false_set_at_a_level_overrides_true_below_it():
     ws_on = Configuration(observe_others=True)
     assert perceived(joined("a"), joined("b"), said("a", "x", workspace_configuration=ws_on)) == [
-        ("a", "a", ""), ("b", "a", "")]
-    assert perceived(joined("a"), joined("b"), configured(observe_others=False),
-                     said("a", "x", workspace_configuration=ws_on)) == [("a", "a", "")]
-    assert perceived(joined("a"), joined("b"), configured(observe_others=True),
-                     said("a", "x", configuration=Configuration(observe_others=False))) == [("a", "a", "")]
+        ("a", "a", ""),
+        ("b", "a", ""),
+    ]
+    assert perceived(
+        joined("a"), joined("b"), configured(observe_others=False), said("a", "x", workspace_configuration=ws_on)
+    ) == [("a", "a", "")]
+    assert perceived(
+        joined("a"),
+        joined("b"),
+        configured(observe_others=True),
+        said("a", "x", configuration=Configuration(observe_others=False)),
+    ) == [("a", "a", "")]
     resolved = resolve(G, ws_on, Configuration(observe_others=False)).settings["observe_others"]
     assert (resolved.value, resolved.level) == (False, ConfigLevel.SESSION)
 
 
 def test_observe_me_false_set_at_a_level_overrides_true_below_it():
-    assert perceived(joined("a"), configured(observe_me=False),
-                     said("a", "x", workspace_configuration=Configuration(observe_me=True))) == []
-    assert perceived(joined("a"), configured(observe_me=True),
-                     said("a", "x", configuration=Configuration(observe_me=False))) == []
+    assert (
+        perceived(
+            joined("a"),
+            configured(observe_me=False),
+            said("a", "x", workspace_configuration=Configuration(observe_me=True)),
+        )
+        == []
+    )
+    assert (
+        perceived(
+            joined("a"), configured(observe_me=True), said("a", "x", configuration=Configuration(observe_me=False))
+        )
+        == []
+    )
 
 
 def test_the_router_hands_the_deriver_the_instructions_in_force():
-    out = perceived(joined("a"), configured(deriver_instructions="only food"), said("a", "x"),
-                    said("a", "y", configuration=Configuration(deriver_instructions="only pets")))
+    out = perceived(
+        joined("a"),
+        configured(deriver_instructions="only food"),
+        said("a", "x"),
+        said("a", "y", configuration=Configuration(deriver_instructions="only pets")),
+    )
     assert [i for *_, i in out] == ["only food", "only pets"]
 
 

@@ -12,8 +12,7 @@ from services.errors import InvalidArgument
 
 
 def test_a_token_keeps_the_highest_offset_per_partition_and_round_trips():
-    token = ConsistencyToken.of([("peerlog.sessions", 1, 5), ("peerlog.sessions", 1, 9),
-                                 ("peerlog.directory", 0, 2)])
+    token = ConsistencyToken.of([("peerlog.sessions", 1, 5), ("peerlog.sessions", 1, 9), ("peerlog.directory", 0, 2)])
     assert token.offsets == {("peerlog.sessions", 1): 9, ("peerlog.directory", 0): 2}
     assert ConsistencyToken.decode(token.encode()) == token
     merged = token.merge(ConsistencyToken.of([("peerlog.sessions", 1, 3), ("peerlog.sessions", 2, 1)]))
@@ -57,10 +56,17 @@ def test_page_size_defaults_and_caps():
         v.page_size(1001)
 
 
-@pytest.mark.parametrize("bad", [
-    "peerlog.sessions:0:²", "peerlog.sessions:²:0", "peerlog.sessions:0:" + "9" * 5000,
-    "peerlog.sessions:0:" + "9" * 20, "peerlog.se\x00ssions:0:1", "peerlog.sessions:0:1\x00",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "peerlog.sessions:0:²",
+        "peerlog.sessions:²:0",
+        "peerlog.sessions:0:" + "9" * 5000,
+        "peerlog.sessions:0:" + "9" * 20,
+        "peerlog.se\x00ssions:0:1",
+        "peerlog.sessions:0:1\x00",
+    ],
+)
 def test_tokens_with_non_ascii_digits_oversized_numbers_or_nul_are_refused(bad):
     with pytest.raises(InvalidConsistencyToken) as refused:
         ConsistencyToken.decode(bad)

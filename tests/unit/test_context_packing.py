@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from datetime import UTC, datetime
 
 from services.api.packing import Obs, RecentMessage, Relevant, pack, render_relevant
 from services.llm.tokens import count_tokens
@@ -14,17 +14,27 @@ words = st.text(alphabet=st.sampled_from("abcdefgh ijk.,é😀"), min_size=0, ma
 
 
 @settings(max_examples=300, deadline=None)
-@given(budget=st.integers(0, 3000), obs=st.lists(words, max_size=30), card=st.lists(words, max_size=10),
-       short=words, long=st.text(max_size=2000), msgs=st.lists(words, max_size=40),
-       found=st.lists(words, max_size=20))
+@given(
+    budget=st.integers(0, 3000),
+    obs=st.lists(words, max_size=30),
+    card=st.lists(words, max_size=10),
+    short=words,
+    long=st.text(max_size=2000),
+    msgs=st.lists(words, max_size=40),
+    found=st.lists(words, max_size=20),
+)
 def test_the_packed_context_never_exceeds_the_budget(budget, obs, card, short, long, msgs, found):
     ranked = [Obs(f"o{i}", t, "explicit", (i,)) for i, t in enumerate(obs)]
     lines = [RecentMessage(f"m{i}", "alice" if i % 2 else "bob", t) for i, t in enumerate(msgs)]
     relevant = [_relevant(f"m{i * 3}", t) for i, t in enumerate(found)]  # some are recent messages too
     out = pack(budget, ranked, card, short, long, lines, count_tokens, relevant=relevant)
-    measured = (count_tokens(out.representation) + count_tokens("\n".join(out.card)) + count_tokens(out.summary)
-                + sum(count_tokens(f"{x.peer_id}: {x.content}") for x in out.messages)
-                + count_tokens(render_relevant(out.relevant)))
+    measured = (
+        count_tokens(out.representation)
+        + count_tokens("\n".join(out.card))
+        + count_tokens(out.summary)
+        + sum(count_tokens(f"{x.peer_id}: {x.content}") for x in out.messages)
+        + count_tokens(render_relevant(out.relevant))
+    )
     assert measured == out.tokens["total"] <= budget
 
 
@@ -67,8 +77,19 @@ def test_recent_messages_fill_the_rest_newest_first_and_come_back_in_time_order(
 def test_relevant_messages_render_under_one_header_per_session_and_day_in_time_order():
     def at(message_id: str, session: str, day: int, hour: int) -> Relevant:
         return Relevant(message_id, "carol", session, message_id, datetime(2025, 3, day, hour, tzinfo=UTC), 1.0)
-    best_first = [at("late", "trip", 2, 9), at("early", "trip", 1, 9), at("home", "home", 1, 12), at("next", "trip", 1, 10)]
+
+    best_first = [
+        at("late", "trip", 2, 9),
+        at("early", "trip", 1, 9),
+        at("home", "home", 1, 12),
+        at("next", "trip", 1, 10),
+    ]
     assert render_relevant(best_first).split("\n") == [
-        "[trip · 2025-03-01]", "09:00 carol: early", "10:00 carol: next",
-        "[home · 2025-03-01]", "12:00 carol: home",
-        "[trip · 2025-03-02]", "09:00 carol: late"]
+        "[trip · 2025-03-01]",
+        "09:00 carol: early",
+        "10:00 carol: next",
+        "[home · 2025-03-01]",
+        "12:00 carol: home",
+        "[trip · 2025-03-02]",
+        "09:00 carol: late",
+    ]

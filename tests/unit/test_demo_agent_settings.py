@@ -14,7 +14,10 @@ def test_the_demo_agent_settings_load_and_name_the_demo_peers(tmp_path, monkeypa
     env = agent_env(tmp_path, 50123, "tok", "demo", {"PEERLOG_LLM_BASE_URL": "http://127.0.0.1:9/v1"})
     config = load_config(env)
     assert (config.resolved_target, config.resolved_token, config.resolved_workspace) == (
-        "127.0.0.1:50123", "tok", "demo")
+        "127.0.0.1:50123",
+        "tok",
+        "demo",
+    )
     assert (config.peer_name, config.ai_peer, config.recall_mode) == ("alice", "assistant", "hybrid")
     assert config.write_frequency == "turn" and config.timeout == 300
     assert Path(env["PEERLOG_MEMORY_GLOBAL"]).parent == tmp_path  # never the user's ~/.peerlog

@@ -49,9 +49,19 @@ def test_batching_keeps_the_pairs_derivation_through_queueing_and_windows():
 
 def test_what_the_deriver_writes_for_a_pair_carries_its_derivation():
     window = batch("I live in Oslo").pending
-    out = judge(Pair("w", "a", "a", "v2"), [ExtractedFact(content="a lives in Oslo", message_id="m0", span="Oslo")],
-                [(1.0, 0.0)], window, [], batch="b", threshold=0.95, embedding_model="e", producer=P, cause=None,
-                new_id=lambda: "o1")
+    out = judge(
+        Pair("w", "a", "a", "v2"),
+        [ExtractedFact(content="a lives in Oslo", message_id="m0", span="Oslo")],
+        [(1.0, 0.0)],
+        window,
+        [],
+        batch="b",
+        threshold=0.95,
+        embedding_model="e",
+        producer=P,
+        cause=None,
+        new_id=lambda: "o1",
+    )
     assert [(type(e), e.derivation) for e in out.events] == [(ObservationAdded, "v2")]
 
 

@@ -27,8 +27,18 @@ PAIR = Pair("w", "a", "a")
 
 
 def perceived(i, text, at=T):
-    return MessagePerceived(workspace_id="w", observer_id="a", observed_id="a", session_id="s", message_id=f"m{i}",
-                            seq=i, content=text, created_at=at, occurred_at=at, producer=P)
+    return MessagePerceived(
+        workspace_id="w",
+        observer_id="a",
+        observed_id="a",
+        session_id="s",
+        message_id=f"m{i}",
+        seq=i,
+        content=text,
+        created_at=at,
+        occurred_at=at,
+        producer=P,
+    )
 
 
 def batch(*texts, tokens=10):
@@ -57,8 +67,9 @@ def test_a_backlog_read_late_is_derived_in_full_batches_and_a_quiet_pair_after_t
     assert sizes == [10] * 5 and state.pending == ()
     last = perceived(50, "alone", at=T + timedelta(seconds=100))
     assert take(add(state, last, 10), last, s) == ([], add(state, last, 10))
-    tick = DerivationDue(workspace_id="w", observer_id="a", observed_id="a", producer=P,
-                         occurred_at=T + timedelta(seconds=159))
+    tick = DerivationDue(
+        workspace_id="w", observer_id="a", observed_id="a", producer=P, occurred_at=T + timedelta(seconds=159)
+    )
     assert take(add(state, last, 10), tick, s)[0] == []
     windows, rest = take(add(state, last, 10), tick.model_copy(update={"occurred_at": T + timedelta(seconds=160)}), s)
     assert [[p.message_id for p in w] for w in windows] == [["m50"]] and rest.pending == ()
@@ -90,8 +101,19 @@ def verdicts(facts, known=(), texts=("I live in Oslo and I love rust",), emb=Non
     window = next_window(batch(*texts), 1024)[0]
     ids = (f"o{i}" for i in count())
     embeddings = emb or [(1.0, 0.0)] * len(facts)
-    return judge(PAIR, facts, embeddings, window, list(known), batch="b", threshold=0.95, embedding_model="e",
-                 producer=P, cause=None, new_id=lambda: next(ids))
+    return judge(
+        PAIR,
+        facts,
+        embeddings,
+        window,
+        list(known),
+        batch="b",
+        threshold=0.95,
+        embedding_model="e",
+        producer=P,
+        cause=None,
+        new_id=lambda: next(ids),
+    )
 
 
 def test_a_span_found_after_normalising_case_and_whitespace_is_grounded():
@@ -100,8 +122,12 @@ def test_a_span_found_after_normalising_case_and_whitespace_is_grounded():
 
 
 def test_ungrounded_facts_become_rejections_with_the_reason():
-    out = verdicts([ExtractedFact(content="a is a pilot", message_id="m0", span="I fly"),
-                    ExtractedFact(content="a is 30", message_id="m9", span="30")])
+    out = verdicts(
+        [
+            ExtractedFact(content="a is a pilot", message_id="m0", span="I fly"),
+            ExtractedFact(content="a is 30", message_id="m9", span="30"),
+        ]
+    )
     assert [type(e) for e in out.events] == [ObservationRejected, ObservationRejected]
     assert "not in message" in out.events[0].reason and "not one of the target's messages" in out.events[1].reason
 
@@ -138,15 +164,28 @@ DEMO_TURN = "Great. Also, I work remotely as a data engineer, so I need decent w
 
 def demo_verdicts(*facts):
     apart = [tuple(float(i == j) for j in range(len(facts))) for i in range(len(facts))]  # no near duplicates
-    return judge(Pair("demo", "assistant", "alice"), facts, apart,
-                 next_window(batch(DEMO_TURN), 1024)[0], [], batch="b", threshold=0.95, embedding_model="e",
-                 producer=P, cause=None, new_id=lambda: "o1")
+    return judge(
+        Pair("demo", "assistant", "alice"),
+        facts,
+        apart,
+        next_window(batch(DEMO_TURN), 1024)[0],
+        [],
+        batch="b",
+        threshold=0.95,
+        embedding_model="e",
+        producer=P,
+        cause=None,
+        new_id=lambda: "o1",
+    )
 
 
 def test_a_span_present_in_the_message_but_not_supporting_the_fact_is_rejected_with_the_reason():
     # make demo: a 0.5B model cited "Great." for the rest of the turn
-    out = demo_verdicts(ExtractedFact(content="I work remotely as a data engineer, so I need decent wifi.",
-                                      message_id="m0", span="Great."))
+    out = demo_verdicts(
+        ExtractedFact(
+            content="I work remotely as a data engineer, so I need decent wifi.", message_id="m0", span="Great."
+        )
+    )
     (rejected,) = out.events
     assert isinstance(rejected, ObservationRejected) and out.rejected == 1
     assert "span 'Great.' does not support the fact" in rejected.reason
@@ -156,14 +195,22 @@ def test_a_span_present_in_the_message_but_not_supporting_the_fact_is_rejected_w
 def test_spans_that_support_their_facts_are_grounded():
     # the deriver prompt's examples, the demo's own facts, and the test extractors' shapes
     out = demo_verdicts(
-        ExtractedFact(content="Alice works remotely as a data engineer", message_id="m0",
-                      span="I work remotely as a data engineer"),
+        ExtractedFact(
+            content="Alice works remotely as a data engineer",
+            message_id="m0",
+            span="I work remotely as a data engineer",
+        ),
         ExtractedFact(content="Alice needs decent wifi", message_id="m0", span="I need decent wifi"),
         ExtractedFact(content=f"The target said: {DEMO_TURN}", message_id="m0", span=DEMO_TURN),
-        ExtractedFact(content="Alice is a data engineer who works remotely.", message_id="m0", span="data engineer"))
+        ExtractedFact(content="Alice is a data engineer who works remotely.", message_id="m0", span="data engineer"),
+    )
     assert [type(e) for e in out.events] == [ObservationAdded] * 4
-    moved = verdicts([ExtractedFact(content="a moved to Berlin in 2023.", message_id="m0", span="I moved to Berlin")],
-                     texts=("I moved to Berlin last year",))
-    pet = verdicts([ExtractedFact(content="a has a pet cat named Miso", message_id="m0", span="she is my pet")],
-                   texts=("she is my pet",))
+    moved = verdicts(
+        [ExtractedFact(content="a moved to Berlin in 2023.", message_id="m0", span="I moved to Berlin")],
+        texts=("I moved to Berlin last year",),
+    )
+    pet = verdicts(
+        [ExtractedFact(content="a has a pet cat named Miso", message_id="m0", span="she is my pet")],
+        texts=("she is my pet",),
+    )
     assert [type(e) for e in moved.events + pet.events] == [ObservationAdded] * 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from services.dialectic.loop import SEARCH_TOOLS
-from services.dialectic.settings import LEVELS, DialecticSettings
 from services.dialectic.policy import (
     ABSTAIN_ANSWER,
     CallTools,
@@ -21,6 +20,7 @@ from services.dialectic.policy import (
     may_use_tools,
     should_short_circuit,
 )
+from services.dialectic.settings import LEVELS, DialecticSettings
 from services.llm.client import ToolCall
 
 CALL = ToolCall("c1", "search_messages", '{"query": "bees"}')
@@ -29,8 +29,9 @@ SHOWN = {"o1": "observation", "o2": "observation", "m1": "message"}
 
 
 def test_a_turn_without_tool_calls_finishes_with_its_text_and_declared_ids():
-    assert decide(LoopState(), ModelTurn("Bob keeps bees [obs:o1]", (), ("m1",)), LIMITS, 100) == \
-        Finish("Bob keeps bees [obs:o1]", ("m1",))
+    assert decide(LoopState(), ModelTurn("Bob keeps bees [obs:o1]", (), ("m1",)), LIMITS, 100) == Finish(
+        "Bob keeps bees [obs:o1]", ("m1",)
+    )
 
 
 def test_tool_calls_within_the_cap_and_budget_are_carried_out():

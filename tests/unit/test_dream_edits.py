@@ -24,14 +24,22 @@ from services.events import (
     ProducerInfo,
 )
 
-D = Dream("w", "alice", "bob", "dream-1", ProducerInfo(component="dreamer", version="0", model="m",
-                                                       prompt_version="deduction-1"), "req-1")
-KNOWN = {"oslo": NamedObservation("alice", "bob", "explicit", True),
-         "bees": NamedObservation("alice", "bob", "explicit", True),
-         "market": NamedObservation("alice", "bob", "explicit", True),
-         "old": NamedObservation("alice", "bob", "explicit", False),
-         "carols": NamedObservation("carol", "bob", "explicit", True),
-         "ded": NamedObservation("alice", "bob", "deductive", True)}
+D = Dream(
+    "w",
+    "alice",
+    "bob",
+    "dream-1",
+    ProducerInfo(component="dreamer", version="0", model="m", prompt_version="deduction-1"),
+    "req-1",
+)
+KNOWN = {
+    "oslo": NamedObservation("alice", "bob", "explicit", True),
+    "bees": NamedObservation("alice", "bob", "explicit", True),
+    "market": NamedObservation("alice", "bob", "explicit", True),
+    "old": NamedObservation("alice", "bob", "explicit", False),
+    "carols": NamedObservation("carol", "bob", "explicit", True),
+    "ded": NamedObservation("alice", "bob", "deductive", True),
+}
 
 
 def test_a_deduction_with_live_premises_of_the_pair_is_written_with_the_dream_id():
@@ -39,13 +47,21 @@ def test_a_deduction_with_live_premises_of_the_pair_is_written_with_the_dream_id
     (added,) = out.events
     assert isinstance(added, ObservationAdded) and out.accepted
     assert (added.level.value, added.premise_ids, added.dream_id, added.causation_id) == (
-        "deductive", ("oslo",), "dream-1", "req-1")
+        "deductive",
+        ("oslo",),
+        "dream-1",
+        "req-1",
+    )
     assert out.pending.added == {added.observation_id: "deductive"}
 
 
 def test_a_deduction_without_premises_or_citing_another_pair_is_refused_and_recorded():
-    for premises, why in (([], "at least 1"), (["carols"], "store of (carol, bob)"), (["nope"], "does not exist"),
-                          (["old"], "superseded or deleted")):
+    for premises, why in (
+        ([], "at least 1"),
+        (["carols"], "store of (carol, bob)"),
+        (["nope"], "does not exist"),
+        (["old"], "superseded or deleted"),
+    ):
         out = decide_edit(DreamWrites(), KNOWN, AddDeduction(content="x", premise_ids=premises), D)
         (rejected,) = out.events
         assert isinstance(rejected, ObservationRejected) and not out.accepted
@@ -56,15 +72,27 @@ def test_induction_refuses_fewer_than_two_premises_and_grades_confidence_by_coun
     one = decide_edit(DreamWrites(), KNOWN, AddPattern(content="p", pattern_type="tendency", premise_ids=["oslo"]), D)
     assert isinstance(one.events[0], ObservationRejected) and "at least 2" in one.reply
     known = {**KNOWN, **{f"e{i}": NamedObservation("alice", "bob", "explicit", True) for i in range(5)}}
-    grades = [decide_edit(DreamWrites(), known, AddPattern(content="p", pattern_type="preference",
-                                                       premise_ids=[f"e{i}" for i in range(n)]), D).events[0].confidence
-              for n in (2, 3, 4, 5)]
+    grades = [
+        decide_edit(
+            DreamWrites(),
+            known,
+            AddPattern(content="p", pattern_type="preference", premise_ids=[f"e{i}" for i in range(n)]),
+            D,
+        )
+        .events[0]
+        .confidence
+        for n in (2, 3, 4, 5)
+    ]
     assert grades == ["low", "medium", "medium", "high"]
 
 
 def test_a_knowledge_update_writes_the_new_belief_then_supersedes_the_old_one():
-    out = decide_edit(DreamWrites(), KNOWN, UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen",
-                                                        premise_ids=["bees"], reason="moved"), D)
+    out = decide_edit(
+        DreamWrites(),
+        KNOWN,
+        UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen", premise_ids=["bees"], reason="moved"),
+        D,
+    )
     added, superseded = out.events
     assert isinstance(superseded, ObservationSuperseded)
     assert (superseded.observation_id, superseded.superseded_by) == ("oslo", added.observation_id)
@@ -82,7 +110,10 @@ def test_a_later_edit_may_cite_an_earlier_one_of_the_same_dream():
 
 
 def test_only_deductions_can_be_removed_and_cards_follow_the_card_rules():
-    assert "only deductive" in decide_edit(DreamWrites(), KNOWN, RemoveDeduction(observation_id="oslo", reason="r"), D).reply
+    assert (
+        "only deductive"
+        in decide_edit(DreamWrites(), KNOWN, RemoveDeduction(observation_id="oslo", reason="r"), D).reply
+    )
     removed = decide_edit(DreamWrites(), KNOWN, RemoveDeduction(observation_id="ded", reason="stale"), D)
     assert isinstance(removed.events[0], ObservationDeleted) and "ded" in removed.pending.retired
     bad = decide_edit(DreamWrites(), KNOWN, SetPeerCard(entries=["Bob is nice"]), D)
@@ -121,8 +152,12 @@ def test_a_dream_writes_into_the_derivation_current_when_it_began_and_the_card_s
 
 def test_a_conclusion_that_only_restates_a_premise_is_refused_and_recorded():
     known = {**KNOWN, "oslo": NamedObservation("alice", "bob", "explicit", True, "Bob lives in Oslo")}
-    out = decide_edit(DreamWrites(), known, AddPattern(content="bob lives in  Oslo", pattern_type="tendency",
-                                                   premise_ids=["bees", "oslo"]), D)
+    out = decide_edit(
+        DreamWrites(),
+        known,
+        AddPattern(content="bob lives in  Oslo", pattern_type="tendency", premise_ids=["bees", "oslo"]),
+        D,
+    )
     (refused,) = out.events
     assert isinstance(refused, ObservationRejected) and not out.accepted
     assert "restates its premise oslo" in out.reply
@@ -131,8 +166,12 @@ def test_a_conclusion_that_only_restates_a_premise_is_refused_and_recorded():
 def test_a_conclusion_that_restates_what_this_dream_wrote_before_is_refused_too():
     first = decide_edit(DreamWrites(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
     written = first.events[0].observation_id
-    again = decide_edit(first.pending, KNOWN, AddPattern(content="Bob lives in Norway", pattern_type="tendency",
-                                                         premise_ids=[written, "bees"]), D)
+    again = decide_edit(
+        first.pending,
+        KNOWN,
+        AddPattern(content="Bob lives in Norway", pattern_type="tendency", premise_ids=[written, "bees"]),
+        D,
+    )
     assert not again.accepted and f"restates its premise {written}" in again.reply
 
 
@@ -151,8 +190,14 @@ def test_a_belief_that_was_superseded_may_be_written_again():
 
 def test_a_knowledge_update_citing_the_observation_it_replaces_is_refused_and_recorded():
     # the new belief would be born resting on a superseded premise
-    out = decide_edit(DreamWrites(), KNOWN, UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen",
-                                                        premise_ids=["bees", "oslo"], reason="moved"), D)
+    out = decide_edit(
+        DreamWrites(),
+        KNOWN,
+        UpdateKnowledge(
+            outdated_id="oslo", content="Bob moved to Bergen", premise_ids=["bees", "oslo"], reason="moved"
+        ),
+        D,
+    )
     (rejected,) = out.events
     assert isinstance(rejected, ObservationRejected) and not out.accepted
     assert "cites the observation it replaces" in rejected.reason and "oslo" in out.reply

@@ -30,13 +30,21 @@ def at(minutes: float) -> datetime:
 
 
 def explicit(minute: float, dream_id: str | None = None, level=Level.EXPLICIT) -> ObservationAdded:
-    return ObservationAdded(**PAIR, observation_id=f"o{minute}", level=level, content="x", dream_id=dream_id,
-                            occurred_at=at(minute))
+    return ObservationAdded(
+        **PAIR, observation_id=f"o{minute}", level=level, content="x", dream_id=dream_id, occurred_at=at(minute)
+    )
 
 
 def message(minute: float) -> MessagePerceived:
-    return MessagePerceived(**PAIR, session_id="s", message_id=f"m{minute}", seq=1, content="hi",
-                            created_at=at(minute), occurred_at=at(minute))
+    return MessagePerceived(
+        **PAIR,
+        session_id="s",
+        message_id=f"m{minute}",
+        seq=1,
+        content="hi",
+        created_at=at(minute),
+        occurred_at=at(minute),
+    )
 
 
 def tick(minute: float) -> DreamCheckDue:
@@ -63,8 +71,7 @@ def test_below_the_threshold_nothing_happens_however_long_it_waits():
 
 
 def test_derived_and_dream_written_observations_do_not_count():
-    _, out = run([explicit(1), explicit(2), explicit(3, level=Level.DEDUCTIVE), explicit(4, dream_id="d"),
-                  tick(100)])
+    _, out = run([explicit(1), explicit(2), explicit(3, level=Level.DEDUCTIVE), explicit(4, dream_id="d"), tick(100)])
     assert out == []
 
 
@@ -113,8 +120,9 @@ def test_the_threshold_reached_during_the_cooldown_is_honoured_by_a_later_tick()
 def test_only_one_dream_is_outstanding_and_a_forced_one_is_deduplicated():
     state, out = run([explicit(1), explicit(2), explicit(3), tick(13)])
     first = out[0].dream_id
-    state, more = run([DreamForced(**PAIR, occurred_at=at(14)), explicit(15), explicit(16), explicit(17), tick(100)],
-                      state)
+    state, more = run(
+        [DreamForced(**PAIR, occurred_at=at(14)), explicit(15), explicit(16), explicit(17), tick(100)], state
+    )
     assert more == [] and state.outstanding == first
 
 
@@ -144,8 +152,17 @@ def test_after_a_promotion_only_the_promoted_derivations_observations_count():
         return explicit(minute).model_copy(update={"derivation": name})
 
     promote = DerivationPromoted(**PAIR, derivation="v2", occurred_at=at(1))
-    state, out = run([in_derivation(0, "v2"), promote, explicit(2), explicit(3), in_derivation(4, "v2"),
-                      in_derivation(5, "v2"), tick(100)])
+    state, out = run(
+        [
+            in_derivation(0, "v2"),
+            promote,
+            explicit(2),
+            explicit(3),
+            in_derivation(4, "v2"),
+            in_derivation(5, "v2"),
+            tick(100),
+        ]
+    )
     assert state.derivation == "v2" and out == []
     _, out = run([in_derivation(6, "v2"), tick(200)], state)
     assert [e.new_explicit for e in out] == [3]

@@ -28,8 +28,9 @@ NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def message(**kw) -> MessageAppended:
-    fields = dict(workspace_id="w", session_id="s", message_id="m", peer_id="p", content="hi",
-                  created_at=NOW, producer=P)
+    fields = dict(
+        workspace_id="w", session_id="s", message_id="m", peer_id="p", content="hi", created_at=NOW, producer=P
+    )
     return MessageAppended(**{**fields, **kw})
 
 
@@ -76,8 +77,7 @@ def test_an_old_schema_version_is_upcast_before_validation():
         upcasters: ClassVar = {1: lambda d: {**{k: v for k, v in d.items() if k != "old"}, "new": d["old"]}}
         new: str
 
-    v1 = {"type": "ThingRenamed", "schema_version": 1, "workspace_id": "w", "old": "x",
-          "producer": P.model_dump()}
+    v1 = {"type": "ThingRenamed", "schema_version": 1, "workspace_id": "w", "old": "x", "producer": P.model_dump()}
     got = decode(orjson.dumps(v1))
     assert got.new == "x" and got.schema_version == 2
     event_types()  # the registry still answers after a test-local type registered itself

@@ -24,8 +24,9 @@ def refused(text: str | None = None, obj: dict | None = None) -> str:
     return str(err.value)
 
 
-@pytest.mark.parametrize("ref", ["http://127.0.0.1:9/schema.json", "file:///etc/passwd", "#", "other.json#/a",
-                                 "#anchor", "//host/x"])
+@pytest.mark.parametrize(
+    "ref", ["http://127.0.0.1:9/schema.json", "file:///etc/passwd", "#", "other.json#/a", "#anchor", "//host/x"]
+)
 def test_a_ref_that_is_not_a_pointer_into_the_schema_is_refused(ref):
     for key in ("$ref", "$dynamicRef", "$recursiveRef"):
         assert "only references into the schema itself" in refused(obj={"properties": {"a": {key: ref}}})
@@ -47,8 +48,12 @@ def test_a_ref_to_a_missing_part_of_the_schema_is_refused():
 
 def test_a_ref_cycle_that_consumes_nothing_is_refused_but_a_recursive_tree_is_accepted():
     assert "cycle" in refused(obj={"$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}]}}, "$ref": "#/$defs/a"})
-    tree = {"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "properties": {
-        "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}}
+    tree = {
+        "$ref": "#/$defs/node",
+        "$defs": {
+            "node": {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}
+        },
+    }
     rf.check(rf.parse(json.dumps(tree), None))
     assert rf.problems(tree, {"children": [{"children": []}]}) == []
     assert rf.problems(tree, {"children": [{"children": 5}]}) != []
@@ -85,8 +90,10 @@ def test_a_draft4_enum_of_thousands_of_objects_is_refused_at_once():
 
 
 def test_the_largest_enum_of_objects_allowed_is_checked_quickly():
-    schema = {"$schema": "http://json-schema.org/draft-04/schema#",
-              "enum": [{"k": i, "v": [i, str(i)]} for i in range(rf.MAX_COMPOSITES_PER_ARRAY)]}
+    schema = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "enum": [{"k": i, "v": [i, str(i)]} for i in range(rf.MAX_COMPOSITES_PER_ARRAY)],
+    }
     started = time.monotonic()
     rf.check(rf.parse(None, schema))
     assert time.monotonic() - started < 1.0
@@ -125,12 +132,15 @@ def test_nul_in_message_content_is_refused():
         v.check_content(3, "hello\x00")
 
 
-@pytest.mark.parametrize("metadata,where", [
-    ({"a\x00": 1}, "metadata key 'a\\x00'"),
-    ({"a": "x\x00"}, "metadata['a']"),
-    ({"a": {"b": [1, {"c\x00": True}]}}, "metadata['a']['b'][1] key"),
-    ({"a": {"b": [1, ["\x00"]]}}, "metadata['a']['b'][1][0]"),
-])
+@pytest.mark.parametrize(
+    "metadata,where",
+    [
+        ({"a\x00": 1}, "metadata key 'a\\x00'"),
+        ({"a": "x\x00"}, "metadata['a']"),
+        ({"a": {"b": [1, {"c\x00": True}]}}, "metadata['a']['b'][1] key"),
+        ({"a": {"b": [1, ["\x00"]]}}, "metadata['a']['b'][1][0]"),
+    ],
+)
 def test_nul_anywhere_in_metadata_is_refused_naming_where(metadata, where):
     with pytest.raises(InvalidArgument) as err:
         v.check_metadata("metadata", metadata)
@@ -170,7 +180,8 @@ def test_a_card_of_more_than_40_entries_is_one_problem_not_one_per_entry():
 def test_problems_are_listed_a_few_then_how_many_more():
     problems = [f"entries[{i}] is wrong" for i in range(80)]
     assert v.listed(problems, v.SHOWN_PROBLEMS, "; ") == (
-        "entries[0] is wrong; entries[1] is wrong; entries[2] is wrong and 77 more")
+        "entries[0] is wrong; entries[1] is wrong; entries[2] is wrong and 77 more"
+    )
 
 
 def test_a_schema_error_quoting_most_of_the_schema_is_shortened():

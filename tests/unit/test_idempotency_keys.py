@@ -49,12 +49,29 @@ def test_observations_fingerprint_their_sources():
     assert plain != cited == fingerprint(NewObservation("likes tea", sources=(Source(message_id="m", span="tea"),)))
 
 
-@pytest.mark.parametrize("event", [
-    MessageAppended(workspace_id="w", session_id="s", message_id="m", peer_id="p", content="hi",
-                    created_at=datetime(2026, 1, 1, tzinfo=UTC), producer=ProducerInfo(component="t", version="1")),
-    ObservationAdded(workspace_id="w", observer_id="a", observed_id="b", observation_id="o", level="explicit",
-                     content="c", producer=ProducerInfo(component="t", version="1")),
-])
+@pytest.mark.parametrize(
+    "event",
+    [
+        MessageAppended(
+            workspace_id="w",
+            session_id="s",
+            message_id="m",
+            peer_id="p",
+            content="hi",
+            created_at=datetime(2026, 1, 1, tzinfo=UTC),
+            producer=ProducerInfo(component="t", version="1"),
+        ),
+        ObservationAdded(
+            workspace_id="w",
+            observer_id="a",
+            observed_id="b",
+            observation_id="o",
+            level="explicit",
+            content="c",
+            producer=ProducerInfo(component="t", version="1"),
+        ),
+    ],
+)
 def test_an_event_of_schema_1_reads_as_one_without_a_key(event):
     old = orjson.loads(encode(event))
     old["schema_version"] = 1
@@ -73,7 +90,11 @@ def test_an_observation_without_a_client_id_keeps_the_fingerprint_it_had_before_
     # a retry across the upgrade must still match its first request
     sources = (Source(message_id="m1", span="tea"),)
     scope, new = ("w", "a", "b"), _fingerprinted(NewObservation("Bob likes tea", "s", sources))
-    assert keyed("w", scope, "k", [new]).fingerprint == keyed(
-        "w", scope, "k", [ObservationBeforeClientIds("Bob likes tea", "s", sources)]).fingerprint
-    assert keyed("w", scope, "k", [_fingerprinted(NewObservation("Bob likes tea", observation_id="o1"))]).fingerprint \
+    assert (
+        keyed("w", scope, "k", [new]).fingerprint
+        == keyed("w", scope, "k", [ObservationBeforeClientIds("Bob likes tea", "s", sources)]).fingerprint
+    )
+    assert (
+        keyed("w", scope, "k", [_fingerprinted(NewObservation("Bob likes tea", observation_id="o1"))]).fingerprint
         != keyed("w", scope, "k", [_fingerprinted(NewObservation("Bob likes tea"))]).fingerprint
+    )

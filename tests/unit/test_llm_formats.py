@@ -90,7 +90,8 @@ def test_replies_parse_with_or_without_code_fences(reply: str) -> None:
 def test_a_raw_newline_inside_a_string_is_read_as_a_newline() -> None:
     # llama-cpp-python's schema grammars let a model write one; strict JSON would call the reply invalid
     assert formats.parse_reply('{"facts": [{"subject": "a", "statement": "line one\nline two"}]}', Facts) == Facts(
-        facts=[Fact(subject="a", statement="line one\nline two")])
+        facts=[Fact(subject="a", statement="line one\nline two")]
+    )
 
 
 def test_bad_json_and_wrong_shapes_both_raise_validation_errors() -> None:
@@ -122,8 +123,10 @@ def test_repair_conversation_quotes_the_bad_reply_and_the_error() -> None:
 
 
 def test_json_object_schema_mode_drops_string_bounds_a_grammar_cannot_hold() -> None:
-    schema = {"type": "object", "properties": {"long": {"type": "string", "maxLength": 2000},
-                                               "short": {"type": "string", "maxLength": 200}}}
+    schema = {
+        "type": "object",
+        "properties": {"long": {"type": "string", "maxLength": 2000}, "short": {"type": "string", "maxLength": 200}},
+    }
     sent = formats.response_format("json_object_schema", schema, "S")["schema"]
     assert sent["properties"] == {"long": {"type": "string"}, "short": {"type": "string", "maxLength": 200}}
     assert schema["properties"]["long"]["maxLength"] == 2000  # the caller's schema is not changed

@@ -22,7 +22,11 @@ def test_ranks_expand_to_tiktoken_lines_sorted_by_rank() -> None:
     expanded = tokens.expand_ranks(module)
 
     assert expanded.decode().splitlines() == [
-        f"{b64(b'a')} 0", f"{b64(b'b')} 1", f"{b64(b'c')} 2", f"{b64(b'ab')} 3", f"{b64(b'cd')} 4"
+        f"{b64(b'a')} 0",
+        f"{b64(b'b')} 1",
+        f"{b64(b'c')} 2",
+        f"{b64(b'ab')} 3",
+        f"{b64(b'cd')} 4",
     ]
     assert tokens.parse_ranks(expanded) == {b"a": 0, b"b": 1, b"c": 2, b"ab": 3, b"cd": 4}
 

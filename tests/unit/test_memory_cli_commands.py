@@ -16,9 +16,17 @@ from peerlog_client.memory.config import load_config
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     """A working directory with its own settings: a global file and an empty profile-local folder."""
-    (tmp_path / "global.json").write_text(json.dumps({
-        "peerName": "alice", "aiPeer": "guide", "userPeerAliases": {"7654321": "alice"},
-        "runtimePeerPrefix": "tg_", "observationMode": "unified"}))
+    (tmp_path / "global.json").write_text(
+        json.dumps(
+            {
+                "peerName": "alice",
+                "aiPeer": "guide",
+                "userPeerAliases": {"7654321": "alice"},
+                "runtimePeerPrefix": "tg_",
+                "observationMode": "unified",
+            }
+        )
+    )
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -40,7 +48,8 @@ def test_map_writes_this_directory_to_the_local_file_and_sessions_shows_it(home,
     assert main(["map", "trip planning"]) == 0
     capsys.readouterr()
     assert json.loads((tmp_path / "local" / "memory.json").read_text()) == {
-        "sessions": {str(home.resolve()): "trip planning"}}
+        "sessions": {str(home.resolve()): "trip planning"}
+    }
     assert main(["sessions"]) == 0
     after = shown(capsys)
     assert after["this directory"] == "trip-planning"  # made a valid session id
@@ -51,10 +60,16 @@ def test_map_writes_this_directory_to_the_local_file_and_sessions_shows_it(home,
 def test_peers_shows_the_identities_and_the_observation_toggles_of_the_preset(home, capsys):
     assert main(["peers"]) == 0
     assert shown(capsys) == {
-        "user": "alice", "ai": "guide", "pinUserPeer": False, "userPeerAliases": {"7654321": "alice"},
+        "user": "alice",
+        "ai": "guide",
+        "pinUserPeer": False,
+        "userPeerAliases": {"7654321": "alice"},
         "runtimePeerPrefix": "tg_",
-        "observation": {"user": {"observeMe": True, "observeOthers": False},
-                        "ai": {"observeMe": False, "observeOthers": True}}}
+        "observation": {
+            "user": {"observeMe": True, "observeOthers": False},
+            "ai": {"observeMe": False, "observeOthers": True},
+        },
+    }
 
 
 def test_mode_and_tokens_show_then_set_and_the_provider_reads_what_they_set(home, capsys):

@@ -17,18 +17,21 @@ from peerlog_client.memory.tools import TOOL_NAMES, schemas
 BASE = {"peerName": "me"}
 
 
-@pytest.mark.parametrize(("keys", "sender", "peer"), [
-    ({}, None, "me"),                                                            # off-gateway: peerName
-    ({}, Sender("7654321"), "7654321"),                                          # the raw runtime id
-    ({"runtimePeerPrefix": "tg_"}, Sender("7654321"), "tg_7654321"),             # namespaced
-    ({"runtimePeerPrefix": "tg_", "userPeerAliases": {"7654321": "alice"}}, Sender("7654321"), "alice"),
-    ({"userPeerAliases": {"1": "alice", "2": "alice"}}, Sender("2"), "alice"),   # many-to-one
-    ({"pinUserPeer": True, "userPeerAliases": {"1": "alice"}}, Sender("1"), "me"),  # pin beats aliases
-    ({"pinUserPeer": True}, Sender("helper", is_bot=True), "bot-helper"),        # a bot is never pinned
-    ({"userPeerAliases": {"helper": "me"}}, Sender("helper", is_bot=True), "bot-helper"),
-    ({}, Sender("user@example.com"), "user-example-com"),                       # made a valid id
-    ({}, Sender(""), "me"),
-])
+@pytest.mark.parametrize(
+    ("keys", "sender", "peer"),
+    [
+        ({}, None, "me"),  # off-gateway: peerName
+        ({}, Sender("7654321"), "7654321"),  # the raw runtime id
+        ({"runtimePeerPrefix": "tg_"}, Sender("7654321"), "tg_7654321"),  # namespaced
+        ({"runtimePeerPrefix": "tg_", "userPeerAliases": {"7654321": "alice"}}, Sender("7654321"), "alice"),
+        ({"userPeerAliases": {"1": "alice", "2": "alice"}}, Sender("2"), "alice"),  # many-to-one
+        ({"pinUserPeer": True, "userPeerAliases": {"1": "alice"}}, Sender("1"), "me"),  # pin beats aliases
+        ({"pinUserPeer": True}, Sender("helper", is_bot=True), "bot-helper"),  # a bot is never pinned
+        ({"userPeerAliases": {"helper": "me"}}, Sender("helper", is_bot=True), "bot-helper"),
+        ({}, Sender("user@example.com"), "user-example-com"),  # made a valid id
+        ({}, Sender(""), "me"),
+    ],
+)
 def test_the_identity_resolver_tries_pin_aliases_prefix_raw_id_then_peer_name(keys, sender, peer):
     assert user_peer(validate([("t", {**BASE, **keys})]), sender) == peer
 
@@ -51,32 +54,51 @@ def test_session_strategies_and_the_order_of_overrides(tmp_path):
 
 
 def test_settings_files_layer_global_then_local_then_environment(tmp_path):
-    (tmp_path / "g.json").write_text(json.dumps({
-        "host": "home", "contextTokens": 800, "recallMode": "tools",
-        "hosts": {"home": {"target": "h:1", "token": "home-token", "workspace": "w1"},
-                  "work": {"target": "w:2", "token": "work-token"}}}))
+    (tmp_path / "g.json").write_text(
+        json.dumps(
+            {
+                "host": "home",
+                "contextTokens": 800,
+                "recallMode": "tools",
+                "hosts": {
+                    "home": {"target": "h:1", "token": "home-token", "workspace": "w1"},
+                    "work": {"target": "w:2", "token": "work-token"},
+                },
+            }
+        )
+    )
     (tmp_path / "local").mkdir()
     (tmp_path / "local" / "memory.json").write_text(json.dumps({"host": "work", "contextTokens": 900}))
-    env = {"PEERLOG_MEMORY_GLOBAL": str(tmp_path / "g.json"), "PEERLOG_MEMORY_HOME": str(tmp_path / "local"),
-           "PEERLOG_MEMORY_CONTEXT_TOKENS": "1000", "PEERLOG_MEMORY_A2A_SESSIONS": "false"}
+    env = {
+        "PEERLOG_MEMORY_GLOBAL": str(tmp_path / "g.json"),
+        "PEERLOG_MEMORY_HOME": str(tmp_path / "local"),
+        "PEERLOG_MEMORY_CONTEXT_TOKENS": "1000",
+        "PEERLOG_MEMORY_A2A_SESSIONS": "false",
+    }
     config = load_config(env)
     assert (config.context_tokens, config.recall_mode, config.a2a_sessions) == (1000, "tools", False)
-    assert (config.resolved_target, config.resolved_token, config.resolved_workspace) == ("w:2", "work-token",
-                                                                                          "default")
+    assert (config.resolved_target, config.resolved_token, config.resolved_workspace) == (
+        "w:2",
+        "work-token",
+        "default",
+    )
     assert load_config({**env, "PEERLOG_TOKEN": "env-token"}).resolved_token == "env-token"
     assert config.public()["hosts"]["home"]["token"] == "***"
     save_local({"recallMode": "context"}, env)
     assert load_config(env).recall_mode == "context"
 
 
-@pytest.mark.parametrize(("keys", "named"), [
-    ({"contextTokns": 5}, "contextTokns"),
-    ({"recallMode": "both"}, "recallMode"),
-    ({"writeFrequency": 0}, "writeFrequency"),
-    ({"messageMaxChars": 30_000}, "messageMaxChars"),
-    ({"observation": {"user": {"observeMe": "sometimes"}}}, "observation.user.observeMe"),
-    ({"peerName": "has space"}, "peerName"),
-])
+@pytest.mark.parametrize(
+    ("keys", "named"),
+    [
+        ({"contextTokns": 5}, "contextTokns"),
+        ({"recallMode": "both"}, "recallMode"),
+        ({"writeFrequency": 0}, "writeFrequency"),
+        ({"messageMaxChars": 30_000}, "messageMaxChars"),
+        ({"observation": {"user": {"observeMe": "sometimes"}}}, "observation.user.observeMe"),
+        ({"peerName": "has space"}, "peerName"),
+    ],
+)
 def test_a_wrong_key_or_value_is_an_error_that_names_it_and_its_file(keys, named):
     with pytest.raises(ConfigError) as raised:
         validate([("/home/me/.peerlog/memory.json", keys)])
@@ -111,11 +133,18 @@ def test_the_tool_schemas_are_valid_json_schema_in_both_formats(dynamic):
     assert conclude.is_valid({"delete_id": "abc_1"}) and not conclude.is_valid({"delete_id": "a b"})
 
 
-@pytest.mark.parametrize(("base", "length", "cap", "level"), [
-    ("low", 119, "high", "low"), ("low", 120, "high", "medium"), ("low", 400, "high", "high"),
-    ("medium", 400, "high", "high"), ("low", 400, "medium", "medium"), ("high", 500, "low", "high"),
-    ("minimal", 130, "max", "low"),
-])
+@pytest.mark.parametrize(
+    ("base", "length", "cap", "level"),
+    [
+        ("low", 119, "high", "low"),
+        ("low", 120, "high", "medium"),
+        ("low", 400, "high", "high"),
+        ("medium", 400, "high", "high"),
+        ("low", 400, "medium", "medium"),
+        ("high", 500, "low", "high"),
+        ("minimal", 130, "max", "low"),
+    ],
+)
 def test_the_level_heuristic(base, length, cap, level):
     assert policy.query_level(base, "x" * length, cap) == level
     assert policy.query_level(base, "x" * length, cap, heuristic=False) == base

@@ -4,8 +4,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from projections.message_search import (AUTHOR_BOOST, NEIGHBOUR_WEIGHT, REPORT_LAG_DAYS, SHORT_PENALTY,
-                                        SESSION_WEIGHT, TIME_BOOST, depth, fused_score, reported, without_names)
+from projections.message_search import (
+    AUTHOR_BOOST,
+    NEIGHBOUR_WEIGHT,
+    REPORT_LAG_DAYS,
+    SESSION_WEIGHT,
+    SHORT_PENALTY,
+    TIME_BOOST,
+    depth,
+    fused_score,
+    reported,
+    without_names,
+)
 from projections.time_expressions import Period
 from services.embedder.policy import embedded, previous_turn, text_to_embed
 from services.events import MessageAppended, MessagesEmbedded, ProducerInfo, SessionCreated, decode, encode
@@ -14,8 +24,15 @@ P = ProducerInfo(component="test", version="0")
 
 
 def _message(content: str = "I adopted a greyhound", peer: str = "alice") -> MessageAppended:
-    return MessageAppended(workspace_id="w", session_id="s", message_id="m1", peer_id=peer, content=content,
-                           created_at=datetime(2026, 5, 8, 13, 56, tzinfo=UTC), producer=P)
+    return MessageAppended(
+        workspace_id="w",
+        session_id="s",
+        message_id="m1",
+        peer_id=peer,
+        content=content,
+        created_at=datetime(2026, 5, 8, 13, 56, tzinfo=UTC),
+        producer=P,
+    )
 
 
 def test_only_messages_with_text_are_embedded():
@@ -27,7 +44,8 @@ def test_a_message_is_embedded_with_its_date_its_author_and_the_turn_it_answers(
     assert text_to_embed(_message(peer="Ann_Lee")) == "[8 May 2026] Ann Lee: I adopted a greyhound"
     before = previous_turn(_message("Did you get a dog?", peer="bob"))
     assert text_to_embed(_message("Yes, last week!"), before) == (
-        "[8 May 2026] alice: Yes, last week! (replying to bob: Did you get a dog?)")
+        "[8 May 2026] alice: Yes, last week! (replying to bob: Did you get a dog?)"
+    )
 
 
 def test_only_the_start_of_a_long_previous_turn_is_kept():
@@ -45,8 +63,13 @@ def test_embedded_event_is_keyed_by_session_caused_by_the_message_and_survives_t
 
 def test_messages_embedded_refuses_a_message_of_another_session():
     with pytest.raises(ValueError, match="another|keyed"):
-        MessagesEmbedded(workspace_id="w", session_id="s", embedding_model="mini", producer=P,
-                         messages=[{"message_id": "m", "session_id": "other", "vector": [1.0]}])
+        MessagesEmbedded(
+            workspace_id="w",
+            session_id="s",
+            embedding_model="mini",
+            producer=P,
+            messages=[{"message_id": "m", "session_id": "other", "vector": [1.0]}],
+        )
 
 
 def test_fusion_adds_each_lists_z_score_so_a_message_strong_in_both_ranks_first():
@@ -135,7 +158,8 @@ def test_the_session_lead_ignores_who_speaks_and_when():
     lists = ([0.9, 0.5, 0.1], [9.0, 2.0, 0.0])
     sessions = {"best": "s1", "same": "s1", "low": "s2"}
     plain = dict(fused_score(scores, lists, {}, session_of=sessions))
-    lifted = dict(fused_score(scores, lists, {}, session_of=sessions, by_named=frozenset({"best"}),
-                              in_period=frozenset({"best"})))
+    lifted = dict(
+        fused_score(scores, lists, {}, session_of=sessions, by_named=frozenset({"best"}), in_period=frozenset({"best"}))
+    )
     assert lifted["same"] == pytest.approx(plain["same"])
     assert lifted["best"] - plain["best"] == pytest.approx(AUTHOR_BOOST + TIME_BOOST)

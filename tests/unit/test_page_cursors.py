@@ -15,8 +15,12 @@ cursors = PageCursors.from_setting("test key")
 def test_a_token_round_trips_for_the_list_and_scope_that_issued_it():
     token = cursors.encode(("ListPeers", "acme"), "bob")
     assert cursors.decode_id(("ListPeers", "acme"), token) == "bob"
-    assert cursors.decode_seq(("ListMessages", "acme", "s1", "False"),
-                              cursors.encode(("ListMessages", "acme", "s1", "False"), "41")) == 41
+    assert (
+        cursors.decode_seq(
+            ("ListMessages", "acme", "s1", "False"), cursors.encode(("ListMessages", "acme", "s1", "False"), "41")
+        )
+        == 41
+    )
     assert cursors.decode(("ListPeers", "acme"), "") == ""
 
 
@@ -43,10 +47,19 @@ def _unsigned(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-@pytest.mark.parametrize("forged", [
-    _unsigned("²"), _unsigned("9" * 20), _unsigned("9" * 5000), _unsigned("acme\x00"), "%%%", "a.b.c", "x" * 5000,
-    "YWNtZQ.AAAAAAAAAAAAAAAAAAAAAA",
-])
+@pytest.mark.parametrize(
+    "forged",
+    [
+        _unsigned("²"),
+        _unsigned("9" * 20),
+        _unsigned("9" * 5000),
+        _unsigned("acme\x00"),
+        "%%%",
+        "a.b.c",
+        "x" * 5000,
+        "YWNtZQ.AAAAAAAAAAAAAAAAAAAAAA",
+    ],
+)
 def test_unsigned_garbled_or_oversized_tokens_are_invalid_argument(forged):
     with pytest.raises(InvalidArgument, match="page_token"):
         cursors.decode_seq(("ListMessages", "acme", "s1", "False"), forged)

@@ -38,8 +38,12 @@ def test_lag_is_summed_per_topic_and_aged_from_the_newest_applied_record():
     logged = datetime.now(UTC) - timedelta(seconds=30)
     gauges.applied([Record("lag.a", 0, 9, "k", b"", logged), Record("lag.a", 1, 3, "k", b"", logged - timedelta(1))])
     # lag.a: 5 + 2 behind; lag.b: caught up; an unknown position (-1001: nothing consumed yet) is left out
-    gauges.measure(Consumer({("lag.a", 0): 10, ("lag.a", 1): 4, ("lag.b", 0): 7, ("lag.b", 1): -1001},
-                            {("lag.a", 0): 15, ("lag.a", 1): 6, ("lag.b", 0): 7, ("lag.b", 1): 50}))
+    gauges.measure(
+        Consumer(
+            {("lag.a", 0): 10, ("lag.a", 1): 4, ("lag.b", 0): 7, ("lag.b", 1): -1001},
+            {("lag.a", 0): 15, ("lag.a", 1): 6, ("lag.b", 0): 7, ("lag.b", 1): 50},
+        )
+    )
     assert _gauge("peerlog_projector_lag_records", "lag.a") == 7
     assert 30 <= _gauge("peerlog_projector_lag_seconds", "lag.a") < 40
     assert _gauge("peerlog_projector_lag_records", "lag.b") == 0

@@ -20,30 +20,64 @@ AT = datetime(2026, 5, 8, tzinfo=UTC)
 
 
 def _msg(i: int, session: str = "s", workspace: str = "w") -> MessageAppended:
-    return MessageAppended(workspace_id=workspace, session_id=session, message_id=f"m{i}", peer_id="ann",
-                           content=f"turn {i}", created_at=AT, producer=P)
+    return MessageAppended(
+        workspace_id=workspace,
+        session_id=session,
+        message_id=f"m{i}",
+        peer_id="ann",
+        content=f"turn {i}",
+        created_at=AT,
+        producer=P,
+    )
 
 
 def _obs(i: int) -> ObservationAdded:
-    return ObservationAdded(workspace_id="w", observer_id="ann", observed_id="ann", observation_id=f"o{i}",
-                            level=Level.EXPLICIT, content=f"fact {i}", producer=P)
+    return ObservationAdded(
+        workspace_id="w",
+        observer_id="ann",
+        observed_id="ann",
+        observation_id=f"o{i}",
+        level=Level.EXPLICIT,
+        content=f"fact {i}",
+        producer=P,
+    )
 
 
 def test_messages_are_planned_in_session_order_with_their_previous_turn_and_other_workspaces_left_out():
     got = plan([_msg(1), _msg(2), _msg(3, "t"), _msg(4, workspace="other")], [_obs(1)], "w", set())
     assert [text for _, text in got.messages["w/s"]] == [
-        "[8 May 2026] ann: turn 1", "[8 May 2026] ann: turn 2 (replying to ann: turn 1)"]
+        "[8 May 2026] ann: turn 1",
+        "[8 May 2026] ann: turn 2 (replying to ann: turn 1)",
+    ]
     assert [m.message_id for m, _ in got.messages["w/t"]] == ["m3"]
     assert [o.observation_id for o in got.observations["w/ann/ann"]] == ["o1"] and got.size() == 4
 
 
 def test_what_the_same_model_embedded_before_is_skipped_but_its_context_is_kept():
-    earlier = [MessagesEmbedded(workspace_id="w", session_id="s", embedding_model="new", producer=P,
-                                messages=(EmbeddedMessage(message_id="m1", session_id="s", vector=(1.0,)),)),
-               MessagesEmbedded(workspace_id="w", session_id="s", embedding_model="old", producer=P,
-                                messages=(EmbeddedMessage(message_id="m2", session_id="s", vector=(1.0,)),)),
-               ObservationsEmbedded(workspace_id="w", observer_id="ann", observed_id="ann", embedding_model="new",
-                                    producer=P, observations=(EmbeddedObservation(observation_id="o1", vector=(1.0,)),))]
+    earlier = [
+        MessagesEmbedded(
+            workspace_id="w",
+            session_id="s",
+            embedding_model="new",
+            producer=P,
+            messages=(EmbeddedMessage(message_id="m1", session_id="s", vector=(1.0,)),),
+        ),
+        MessagesEmbedded(
+            workspace_id="w",
+            session_id="s",
+            embedding_model="old",
+            producer=P,
+            messages=(EmbeddedMessage(message_id="m2", session_id="s", vector=(1.0,)),),
+        ),
+        ObservationsEmbedded(
+            workspace_id="w",
+            observer_id="ann",
+            observed_id="ann",
+            embedding_model="new",
+            producer=P,
+            observations=(EmbeddedObservation(observation_id="o1", vector=(1.0,)),),
+        ),
+    ]
     done = done_by(earlier, "w", "new")
     assert done == {"m1", "o1"}
     got = plan([_msg(1), _msg(2)], [_obs(1), _obs(2)], "w", done)

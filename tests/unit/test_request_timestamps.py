@@ -16,13 +16,16 @@ def _with(seconds: int, nanos: int = 0) -> messages_pb2.NewMessage:
     return messages_pb2.NewMessage(created_at=timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos))
 
 
-@pytest.mark.parametrize("seconds, nanos", [
-    (-62_135_596_801, 0),  # a second before year 1
-    (253_402_300_800, 0),  # a second after 9999
-    (2**62, 0),
-    (0, -1),
-    (0, 1_000_000_000),
-])
+@pytest.mark.parametrize(
+    "seconds, nanos",
+    [
+        (-62_135_596_801, 0),  # a second before year 1
+        (253_402_300_800, 0),  # a second after 9999
+        (2**62, 0),
+        (0, -1),
+        (0, 1_000_000_000),
+    ],
+)
 def test_timestamps_out_of_range_are_invalid_argument(seconds, nanos):
     with pytest.raises(InvalidArgument, match="created_at .* not a valid timestamp"):
         c.from_ts(_with(seconds, nanos), "created_at")

@@ -14,13 +14,28 @@ G = Settings().configuration()
 
 
 def joined(peer, observe_me=None, observe_others=False):
-    return MemberJoined(workspace_id="w", session_id="s", peer_id=peer, observe_me=observe_me,
-                        observe_others=observe_others, joined_at=T, producer=P)
+    return MemberJoined(
+        workspace_id="w",
+        session_id="s",
+        peer_id=peer,
+        observe_me=observe_me,
+        observe_others=observe_others,
+        joined_at=T,
+        producer=P,
+    )
 
 
 def said(peer, text, author_observe_me=True):
-    return MessageAppended(workspace_id="w", session_id="s", message_id=f"m-{text}", peer_id=peer, content=text,
-                           created_at=T, author_observe_me=author_observe_me, producer=P)
+    return MessageAppended(
+        workspace_id="w",
+        session_id="s",
+        message_id=f"m-{text}",
+        peer_id=peer,
+        content=text,
+        created_at=T,
+        author_observe_me=author_observe_me,
+        producer=P,
+    )
 
 
 def run(*events):
@@ -37,9 +52,15 @@ def test_the_author_perceives_itself_and_only_observe_others_members_perceive_it
 
 
 def test_a_member_who_left_perceives_nothing_more_and_a_rejoin_resumes():
-    got = run(joined("a", observe_others=True), joined("b"), said("b", "one"), MemberLeft(
-        workspace_id="w", session_id="s", peer_id="a", left_at=T, producer=P), said("b", "two"),
-        joined("a", observe_others=True), said("b", "three"))
+    got = run(
+        joined("a", observe_others=True),
+        joined("b"),
+        said("b", "one"),
+        MemberLeft(workspace_id="w", session_id="s", peer_id="a", left_at=T, producer=P),
+        said("b", "two"),
+        joined("a", observe_others=True),
+        said("b", "three"),
+    )
     assert [g for g in got if g[0] == "a"] == [("a", "b", "one"), ("a", "b", "three")]
 
 

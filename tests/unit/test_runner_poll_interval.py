@@ -24,7 +24,8 @@ def test_a_processor_with_an_event_budget_gets_an_interval_above_a_whole_batch_o
 def test_a_longer_budget_or_a_bigger_batch_widens_the_interval():
     assert max_poll_interval_ms(Bounded(event_budget_s=100)) < max_poll_interval_ms(Bounded(event_budget_s=200))
     assert max_poll_interval_ms(Bounded(event_budget_s=100, max_batch=2)) < max_poll_interval_ms(
-        Bounded(event_budget_s=100, max_batch=8))
+        Bounded(event_budget_s=100, max_batch=8)
+    )
 
 
 def test_a_processor_without_a_budget_keeps_the_default_interval():

@@ -17,14 +17,22 @@ T = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def row(message_id: str, session_id: str = "s", peer_id: str = "bob") -> dict:
-    return {"workspace_id": "w", "session_id": session_id, "message_id": message_id, "peer_id": peer_id,
-            "content": f"text of {message_id}", "created_at": T, "metadata": {"k": message_id}}
+    return {
+        "workspace_id": "w",
+        "session_id": session_id,
+        "message_id": message_id,
+        "peer_id": peer_id,
+        "content": f"text of {message_id}",
+        "created_at": T,
+        "metadata": {"k": message_id},
+    }
 
 
 def clone(rows, origins=None, members=("alice", "bob")):
     ids = iter(f"copy-{i}" for i in range(100))
-    return clone_events(CloneRequest("w", "s", "c"), {"topic": "tea"}, members, rows, origins or {}, P,
-                        lambda: next(ids), T)
+    return clone_events(
+        CloneRequest("w", "s", "c"), {"topic": "tea"}, members, rows, origins or {}, P, lambda: next(ids), T
+    )
 
 
 def test_a_clone_is_the_session_then_its_members_then_the_copies_in_order_each_naming_its_origin():
@@ -33,9 +41,13 @@ def test_a_clone_is_the_session_then_its_members_then_the_copies_in_order_each_n
     assert events[0].session_id == "c" and events[0].metadata == {"topic": "tea"}
     copies = events[3:]
     assert [(c.message_id, c.peer_id, c.content, c.created_at, c.metadata) for c in copies] == [
-        ("copy-0", "bob", "text of m1", T, {"k": "m1"}), ("copy-1", "alice", "text of m2", T, {"k": "m2"})]
-    assert [c.origin for c in copies] == [MessageOrigin(workspace_id="w", session_id="s", message_id="m1"),
-                                          MessageOrigin(workspace_id="w", session_id="s", message_id="m2")]
+        ("copy-0", "bob", "text of m1", T, {"k": "m1"}),
+        ("copy-1", "alice", "text of m2", T, {"k": "m2"}),
+    ]
+    assert [c.origin for c in copies] == [
+        MessageOrigin(workspace_id="w", session_id="s", message_id="m1"),
+        MessageOrigin(workspace_id="w", session_id="s", message_id="m2"),
+    ]
 
 
 def test_a_copy_of_a_copy_names_where_the_message_was_first_sent():

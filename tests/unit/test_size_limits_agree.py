@@ -27,21 +27,34 @@ def densest_metadata() -> dict:
 
 def test_the_server_receives_the_largest_add_messages_the_documented_limits_allow():
     metadata = c.struct(densest_metadata())
-    new = messages_pb2.NewMessage(peer_id=ID, content="𝄞" * v.MAX_CONTENT_CHARS, metadata=metadata,
-                                  created_at=c.ts(NOW))
-    request = messages_pb2.AddMessagesRequest(workspace_id=ID, session_id=ID,
-                                              messages=[new] * v.MAX_MESSAGES_PER_CALL)
+    new = messages_pb2.NewMessage(
+        peer_id=ID, content="𝄞" * v.MAX_CONTENT_CHARS, metadata=metadata, created_at=c.ts(NOW)
+    )
+    request = messages_pb2.AddMessagesRequest(workspace_id=ID, session_id=ID, messages=[new] * v.MAX_MESSAGES_PER_CALL)
     assert 40_000_000 < request.ByteSize() <= v.MAX_REQUEST_BYTES
 
 
 def message_row(content: str, metadata: dict, seq: int = 1) -> MappingProxyType:
-    return MappingProxyType(dict(workspace_id=ID, session_id=ID, message_id=ID, peer_id=ID, content=content,
-                                 created_at=NOW, metadata=metadata, seq=seq))
+    return MappingProxyType(
+        dict(
+            workspace_id=ID,
+            session_id=ID,
+            message_id=ID,
+            peer_id=ID,
+            content=content,
+            created_at=NOW,
+            metadata=metadata,
+            seq=seq,
+        )
+    )
 
 
 def test_a_row_takes_no_more_bytes_in_a_reply_than_its_bound():
-    for row in (message_row("𝄞" * v.MAX_CONTENT_CHARS, densest_metadata()), message_row("hi", {}),
-                message_row("€" * 100, {"k": {"n": [1.5, None, True, "s"]}})):
+    for row in (
+        message_row("𝄞" * v.MAX_CONTENT_CHARS, densest_metadata()),
+        message_row("hi", {}),
+        message_row("€" * 100, {"k": {"n": [1.5, None, True, "s"]}}),
+    ):
         assert c.message(row).ByteSize() <= reply_bytes(row)
 
 

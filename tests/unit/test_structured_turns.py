@@ -35,14 +35,26 @@ def valid(schema: dict, reply: dict) -> bool:
 
 
 def pattern(premise_ids: list[str], pattern_type: str = "preference") -> dict:
-    return {"tool": "add_pattern", "arguments": {"content": "Alice avoids meat and heights",
-                                                 "pattern_type": pattern_type, "premise_ids": premise_ids}}
+    return {
+        "tool": "add_pattern",
+        "arguments": {
+            "content": "Alice avoids meat and heights",
+            "pattern_type": pattern_type,
+            "premise_ids": premise_ids,
+        },
+    }
 
 
 def test_a_turn_is_a_call_of_one_offered_tool_with_its_own_arguments_or_the_finish():
-    schema = formats.tool_turn_schema(memory.specs(["grep_messages", "source_messages"]),
-                                      {"type": "object", "properties": {"done": {"type": "string"}},
-                                       "required": ["done"], "additionalProperties": False})
+    schema = formats.tool_turn_schema(
+        memory.specs(["grep_messages", "source_messages"]),
+        {
+            "type": "object",
+            "properties": {"done": {"type": "string"}},
+            "required": ["done"],
+            "additionalProperties": False,
+        },
+    )
     assert valid(schema, {"tool": "grep_messages", "arguments": {"pattern": "bees"}})
     assert valid(schema, {"done": "nothing more"})
     assert not valid(schema, {"tool": "grep_messages", "arguments": {"observation_id": "x"}})  # another tool's
@@ -51,11 +63,21 @@ def test_a_turn_is_a_call_of_one_offered_tool_with_its_own_arguments_or_the_fini
 
 
 def test_nested_definitions_move_to_the_root_where_their_refs_point():
-    spec = {"function": {"name": "t", "parameters": {
-        "type": "object", "properties": {"x": {"$ref": "#/$defs/X"}}, "$defs": {"X": {"type": "integer"}}}}}
+    spec = {
+        "function": {
+            "name": "t",
+            "parameters": {
+                "type": "object",
+                "properties": {"x": {"$ref": "#/$defs/X"}},
+                "$defs": {"X": {"type": "integer"}},
+            },
+        }
+    }
     schema = formats.tool_turn_schema([spec], {"type": "object", "required": ["done"]})
     assert schema["$defs"] == {"X": {"type": "integer"}}
-    assert valid(schema, {"tool": "t", "arguments": {"x": 3}}) and not valid(schema, {"tool": "t", "arguments": {"x": "3"}})
+    assert valid(schema, {"tool": "t", "arguments": {"x": 3}}) and not valid(
+        schema, {"tool": "t", "arguments": {"x": "3"}}
+    )
 
 
 def test_a_pattern_must_cite_two_or_more_of_the_names_shown():
@@ -87,7 +109,8 @@ def test_names_shown_map_back_to_ids_and_text_shows_names():
     args = aliases.unaliased({"premise_ids": ["o1", "[obs:o2]", "id-9"], "outdated_id": "obs:o3", "content": "o4"})
     assert args == {"premise_ids": ["id-1", "id-2", "id-9"], "outdated_id": "id-3", "content": "o4"}
     assert aliases.in_text("[obs:id-5] (explicit) x\n[obs:new] (deductive) y", ["id-5", "new"]) == (
-        "[obs:o5] (explicit) x\n[obs:o13] (deductive) y")
+        "[obs:o5] (explicit) x\n[obs:o13] (deductive) y"
+    )
     assert aliases.in_text("premise 'id-2' was superseded") == "premise 'o2' was superseded"  # a refusal
 
 
@@ -101,8 +124,9 @@ def test_chat_answers_are_text_unless_json_was_asked_for():
     text_only = structured_turn_schema(memory.specs(["grep_messages"]), free_text=True)
     any_json = structured_turn_schema(None, free_text=False)
     assert valid(text_only, {"answer": "Oslo", "cited_ids": ["o"]}) and not valid(text_only, {"answer": {"city": 1}})
-    assert valid(any_json, {"answer": {"city": "Oslo"}}) and not valid(any_json, {"tool": "grep_messages",
-                                                                                  "arguments": {"pattern": "x"}})
+    assert valid(any_json, {"answer": {"city": "Oslo"}}) and not valid(
+        any_json, {"tool": "grep_messages", "arguments": {"pattern": "x"}}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -127,14 +151,21 @@ def llama_grammar_parses():
         if sampler:
             llama_cpp.llama_sampler_free(sampler)
         return bool(sampler)
+
     return parses
 
 
-@pytest.mark.parametrize("schema", [
-    dream_step("deduction"), dream_step("induction"), step_schema(None),
-    structured_turn_schema(memory.specs(list(memory.TOOLS)), free_text=True),
-    structured_turn_schema(memory.specs(list(memory.TOOLS)), free_text=False),
-], ids=["deduction", "induction", "stop", "chat", "chat-json"])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        dream_step("deduction"),
+        dream_step("induction"),
+        step_schema(None),
+        structured_turn_schema(memory.specs(list(memory.TOOLS)), free_text=True),
+        structured_turn_schema(memory.specs(list(memory.TOOLS)), free_text=False),
+    ],
+    ids=["deduction", "induction", "stop", "chat", "chat-json"],
+)
 def test_llama_cpp_accepts_the_grammar_of_every_turn_schema_it_is_sent(schema, llama_grammar_parses):
     # for a schema it cannot compile, its server enforces plain JSON, or (parser refusal) dies mid-request
     sent = formats.response_format("json_object_schema", schema, "turn")["schema"]

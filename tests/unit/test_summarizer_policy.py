@@ -16,8 +16,16 @@ G = Settings(summarizer=S).configuration()
 
 
 def msg(i, **levels):
-    return MessageAppended(workspace_id="w", session_id="s", message_id=f"m{i}", peer_id="a", content=f"t{i}",
-                           created_at=T, producer=P, **levels)
+    return MessageAppended(
+        workspace_id="w",
+        session_id="s",
+        message_id=f"m{i}",
+        peer_id="a",
+        content=f"t{i}",
+        created_at=T,
+        producer=P,
+        **levels,
+    )
 
 
 def fed(n, state=None, **levels):
@@ -43,7 +51,9 @@ def test_kinds_fall_due_at_their_cadence():
 
 def test_the_workspace_level_overrides_the_global_cadence():
     ws = Configuration(summary_short_every=3)
-    assert due_(fed(2, workspace_configuration=ws)) == [] and due_(fed(3, workspace_configuration=ws)) == [SummaryKind.SHORT]
+    assert due_(fed(2, workspace_configuration=ws)) == [] and due_(fed(3, workspace_configuration=ws)) == [
+        SummaryKind.SHORT
+    ]
 
 
 def test_the_session_level_overrides_the_workspace_and_the_message_level_the_session():
@@ -71,8 +81,19 @@ def test_a_state_from_before_the_hierarchy_keeps_its_metadata_cadence_as_the_ses
 
 def test_a_recorded_summary_keeps_only_later_messages_and_becomes_the_previous_one():
     state = fed(2)
-    done = SummaryUpdated(workspace_id="w", session_id="s", kind=SummaryKind.SHORT, content="so far", last_message_id="m1",
-                          last_seq=2, messages_covered=2, token_count=2, model="m", prompt_version="v", producer=P)
+    done = SummaryUpdated(
+        workspace_id="w",
+        session_id="s",
+        kind=SummaryKind.SHORT,
+        content="so far",
+        last_message_id="m1",
+        last_seq=2,
+        messages_covered=2,
+        token_count=2,
+        model="m",
+        prompt_version="v",
+        producer=P,
+    )
     after = summarised(state, done)
     assert after.tracks[SummaryKind.SHORT].pending == () and after.tracks[SummaryKind.SHORT].previous == "so far"
     assert len(after.tracks[SummaryKind.LONG].pending) == 2

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import orjson
 
 from services.events import MessageAppended, ProducerInfo, SummaryKind
-from services.summarizer.policy import SessionSummaries, bounded, due, evolve, failed
 from services.settings import Settings
+from services.summarizer.policy import SessionSummaries, bounded, due, evolve, failed
 from services.summarizer.settings import SummarizerSettings
 
 P = ProducerInfo(component="test", version="0")
@@ -18,8 +18,15 @@ S = SummarizerSettings(short_every=5, long_every=15, pending_max_bytes=16_384)
 
 
 def msg(i: int, size: int = 1000, id_chars: int = 0) -> MessageAppended:
-    return MessageAppended(workspace_id="w", session_id="s", message_id=f"m{i}".rjust(id_chars, "0"), peer_id="a",
-                           content=f"{i} " + "x" * size, created_at=T, producer=P)
+    return MessageAppended(
+        workspace_id="w",
+        session_id="s",
+        message_id=f"m{i}".rjust(id_chars, "0"),
+        peer_id="a",
+        content=f"{i} " + "x" * size,
+        created_at=T,
+        producer=P,
+    )
 
 
 def record_bytes(track) -> int:
@@ -69,8 +76,10 @@ def test_dropping_messages_does_not_stop_the_retries_of_a_kind():
 
 
 def test_a_long_cadence_reaches_the_bound_as_a_due_summary_not_as_dropped_messages():
-    state, settings = SessionSummaries(), SummarizerSettings(short_every=1000, long_every=1000,
-                                                              pending_max_bytes=16_384)
+    state, settings = (
+        SessionSummaries(),
+        SummarizerSettings(short_every=1000, long_every=1000, pending_max_bytes=16_384),
+    )
     g = Settings(summarizer=settings).configuration()
     for i in range(1, 18):
         state = evolve(state, msg(i), g)

@@ -13,9 +13,9 @@ from services.events import (
     SummaryRetryRequested,
     SummaryUpdated,
 )
+from services.settings import Settings
 from services.summarizer.policy import SessionSummaries, due, evolve, failed
 from services.summarizer.retry import unsummarised
-from services.settings import Settings
 from services.summarizer.settings import SummarizerSettings
 
 P = ProducerInfo(component="test", version="0")
@@ -25,27 +25,64 @@ G = Settings(summarizer=S).configuration()
 
 
 def dead(session: str, minute: int, workspace: str = "w") -> SummaryDeadLettered:
-    return SummaryDeadLettered(workspace_id=workspace, session_id=session, kind=SummaryKind.SHORT, last_seq=2,
-                               error="model down", attempts=2, producer=P, occurred_at=T + timedelta(minutes=minute))
+    return SummaryDeadLettered(
+        workspace_id=workspace,
+        session_id=session,
+        kind=SummaryKind.SHORT,
+        last_seq=2,
+        error="model down",
+        attempts=2,
+        producer=P,
+        occurred_at=T + timedelta(minutes=minute),
+    )
 
 
 def summary(session: str, minute: int) -> SummaryUpdated:
-    return SummaryUpdated(workspace_id="w", session_id=session, kind=SummaryKind.LONG, content="c",
-                          last_message_id="m", last_seq=6, messages_covered=6, token_count=1, model="m",
-                          prompt_version="1", producer=P, occurred_at=T + timedelta(minutes=minute))
+    return SummaryUpdated(
+        workspace_id="w",
+        session_id=session,
+        kind=SummaryKind.LONG,
+        content="c",
+        last_message_id="m",
+        last_seq=6,
+        messages_covered=6,
+        token_count=1,
+        model="m",
+        prompt_version="1",
+        producer=P,
+        occurred_at=T + timedelta(minutes=minute),
+    )
 
 
 def test_only_sessions_whose_dead_letter_has_no_summary_after_it_are_retried():
-    events = [dead("failed", 1), summary("recovered", 2), dead("recovered", 1), summary("failed-again", 1),
-              dead("failed-again", 2), dead("elsewhere", 1, workspace="other"), summary("never-failed", 1)]
+    events = [
+        dead("failed", 1),
+        summary("recovered", 2),
+        dead("recovered", 1),
+        summary("failed-again", 1),
+        dead("failed-again", 2),
+        dead("elsewhere", 1, workspace="other"),
+        summary("never-failed", 1),
+    ]
     assert unsummarised(events, "w") == ["failed", "failed-again"]
 
 
 def test_a_retry_request_makes_a_failed_kind_due_at_once_and_leaves_the_others_alone():
     state = SessionSummaries()
     for i in range(2):
-        state = evolve(state, MessageAppended(workspace_id="w", session_id="s", message_id=f"m{i}", peer_id="a",
-                                              content="hi", created_at=T, producer=P), G)
+        state = evolve(
+            state,
+            MessageAppended(
+                workspace_id="w",
+                session_id="s",
+                message_id=f"m{i}",
+                peer_id="a",
+                content="hi",
+                created_at=T,
+                producer=P,
+            ),
+            G,
+        )
     state = failed(state, SummaryKind.SHORT, G)
     assert due(state, S, G) == []  # left alone, it would try again only a cadence later
     state = evolve(state, SummaryRetryRequested(workspace_id="w", session_id="s", producer=P), G)

@@ -15,35 +15,47 @@ def d(y: int, m: int, day: int) -> datetime:
     return datetime(y, m, day, tzinfo=UTC)
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ("What did she share with her group in August 2022?", Period(d(2022, 8, 1), d(2022, 9, 1))),
-    ("What idea did he have on 9 February, 2023?", Period(d(2023, 2, 9), d(2023, 2, 10))),
-    ("Which city did he recommend on January 5th 2024?", Period(d(2024, 1, 5), d(2024, 1, 6))),
-    ("what happened on 2023-05-08", Period(d(2023, 5, 8), d(2023, 5, 9))),
-    ("Which country were they visiting in 2010?", Period(d(2010, 1, 1), d(2011, 1, 1))),
-    ("What deal did John get in December?", Period(d(2022, 12, 1), d(2023, 1, 1))),  # the latest December
-    ("what did we cook in June", Period(d(2023, 6, 1), d(2023, 7, 1))),
-    ("where did she go last May", Period(d(2023, 5, 1), d(2023, 6, 1))),
-    ("and last June?", Period(d(2022, 6, 1), d(2022, 7, 1))),  # "last" June is before this month
-    ("what did you write yesterday", Period(d(2023, 6, 14), d(2023, 6, 15))),
-    ("the book he finished last week", Period(d(2023, 6, 5), d(2023, 6, 12))),
-    ("plans made this month", Period(d(2023, 6, 1), d(2023, 7, 1))),
-    ("what happened last year", Period(d(2022, 1, 1), d(2023, 1, 1))),
-    ("the trip three weeks ago", Period(d(2023, 5, 18), d(2023, 6, 1))),
-    ("a party on 3 March", Period(d(2023, 3, 3), d(2023, 3, 4))),
-])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("What did she share with her group in August 2022?", Period(d(2022, 8, 1), d(2022, 9, 1))),
+        ("What idea did he have on 9 February, 2023?", Period(d(2023, 2, 9), d(2023, 2, 10))),
+        ("Which city did he recommend on January 5th 2024?", Period(d(2024, 1, 5), d(2024, 1, 6))),
+        ("what happened on 2023-05-08", Period(d(2023, 5, 8), d(2023, 5, 9))),
+        ("Which country were they visiting in 2010?", Period(d(2010, 1, 1), d(2011, 1, 1))),
+        ("What deal did John get in December?", Period(d(2022, 12, 1), d(2023, 1, 1))),  # the latest December
+        ("what did we cook in June", Period(d(2023, 6, 1), d(2023, 7, 1))),
+        ("where did she go last May", Period(d(2023, 5, 1), d(2023, 6, 1))),
+        ("and last June?", Period(d(2022, 6, 1), d(2022, 7, 1))),  # "last" June is before this month
+        ("what did you write yesterday", Period(d(2023, 6, 14), d(2023, 6, 15))),
+        ("the book he finished last week", Period(d(2023, 6, 5), d(2023, 6, 12))),
+        ("plans made this month", Period(d(2023, 6, 1), d(2023, 7, 1))),
+        ("what happened last year", Period(d(2022, 1, 1), d(2023, 1, 1))),
+        ("the trip three weeks ago", Period(d(2023, 5, 18), d(2023, 6, 1))),
+        ("a party on 3 March", Period(d(2023, 3, 3), d(2023, 3, 4))),
+    ],
+)
 def test_a_named_time_becomes_the_period_it_points_at(query, expected):
     assert periods(query, REF) == [expected]
 
 
 def test_several_times_come_in_the_order_they_are_named_and_a_span_is_read_once():
     assert periods("between 9 May 2023 and June 2023", REF) == [
-        Period(d(2023, 5, 9), d(2023, 5, 10)), Period(d(2023, 6, 1), d(2023, 7, 1))]
+        Period(d(2023, 5, 9), d(2023, 5, 10)),
+        Period(d(2023, 6, 1), d(2023, 7, 1)),
+    ]
 
 
-@pytest.mark.parametrize("query", [
-    "What books has Tim read?", "You may want to rest", "Room 2022 is booked",
-"She said 10 times no", "What did they march for?"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "What books has Tim read?",
+        "You may want to rest",
+        "Room 2022 is booked",
+        "She said 10 times no",
+        "What did they march for?",
+    ],
+)
 def test_a_query_that_names_no_time_gives_no_period(query):
     assert periods(query, REF) == []
 

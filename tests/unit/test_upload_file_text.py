@@ -16,13 +16,20 @@ from services.errors import InvalidArgument
 def pdf(pages: list[str], password: str | None = None) -> bytes:
     """A PDF with one page per text (each line drawn in Helvetica), encrypted with AES when given a password."""
     writer = PdfWriter()
-    font = writer._add_object(DictionaryObject({  # pypdf has no public call for a bare font object
-        NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
-        NameObject("/BaseFont"): NameObject("/Helvetica")}))
+    font = writer._add_object(
+        DictionaryObject(
+            {  # pypdf has no public call for a bare font object
+                NameObject("/Type"): NameObject("/Font"),
+                NameObject("/Subtype"): NameObject("/Type1"),
+                NameObject("/BaseFont"): NameObject("/Helvetica"),
+            }
+        )
+    )
     for text in pages:
         page = writer.add_blank_page(612, 792)
         page[NameObject("/Resources")] = DictionaryObject(
-            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})}
+        )
         stream = DecodedStreamObject()
         lines = "".join(f"({line}) Tj 0 -14 Td " for line in text.split("\n"))
         stream.set_data(f"BT /F1 12 Tf 72 720 Td {lines}ET".encode())
@@ -43,15 +50,18 @@ def test_text_markdown_json_and_pdf_give_their_text():
     assert "Bob" in text_of(pdf(["Bob"]), "no-suffix")  # told by its first bytes
 
 
-@pytest.mark.parametrize("data,name,reason", [
-    (b"\x89PNG\r\n\x1a\n\x00\x00", "photo.png", "is not text"),
-    (b"caf\xe9", "latin1.txt", "is not UTF-8 text"),
-    (b'{"bees": ', "broken.json", "is not valid JSON"),
-    (pdf(["secret"], password="pw"), "locked.pdf", "is an encrypted PDF"),
-    (b"%PDF-1.7 nothing else", "broken.pdf", "is not a readable PDF"),
-    (b"  \n\n \t", "blank.txt", "is empty"),
-    (pdf([""]), "blank.pdf", "is empty"),
-])
+@pytest.mark.parametrize(
+    "data,name,reason",
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "photo.png", "is not text"),
+        (b"caf\xe9", "latin1.txt", "is not UTF-8 text"),
+        (b'{"bees": ', "broken.json", "is not valid JSON"),
+        (pdf(["secret"], password="pw"), "locked.pdf", "is an encrypted PDF"),
+        (b"%PDF-1.7 nothing else", "broken.pdf", "is not a readable PDF"),
+        (b"  \n\n \t", "blank.txt", "is empty"),
+        (pdf([""]), "blank.pdf", "is empty"),
+    ],
+)
 def test_an_unusable_file_is_refused_with_its_reason(data, name, reason):
     with pytest.raises(InvalidArgument, match=reason):
         text_of(data, name)

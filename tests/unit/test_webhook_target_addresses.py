@@ -7,16 +7,28 @@ import pytest
 from services.webhooks.targets import PrivateTarget, check_addresses, refusal
 
 
-@pytest.mark.parametrize("address, why", [
-    ("127.0.0.1", "loopback"), ("127.8.9.10", "loopback"), ("::1", "loopback"),
-    ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped IPv6 is the IPv4 address
-    ("10.0.0.5", "private"), ("172.16.3.4", "private"), ("192.168.1.1", "private"), ("fd12:3456::1", "private"),
-    ("169.254.169.254", "a cloud metadata address"), ("fd00:ec2::254", "a cloud metadata address"),
-    ("100.100.100.200", "a cloud metadata address"),
-    ("169.254.10.10", "link-local"), ("fe80::1%eth0", "link-local"),
-    ("0.0.0.0", "unspecified"), ("::", "unspecified"), ("224.0.0.1", "multicast"),
-    ("100.64.0.1", "not public"),  # carrier-grade NAT, shared address space
-])
+@pytest.mark.parametrize(
+    "address, why",
+    [
+        ("127.0.0.1", "loopback"),
+        ("127.8.9.10", "loopback"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped IPv6 is the IPv4 address
+        ("10.0.0.5", "private"),
+        ("172.16.3.4", "private"),
+        ("192.168.1.1", "private"),
+        ("fd12:3456::1", "private"),
+        ("169.254.169.254", "a cloud metadata address"),
+        ("fd00:ec2::254", "a cloud metadata address"),
+        ("100.100.100.200", "a cloud metadata address"),
+        ("169.254.10.10", "link-local"),
+        ("fe80::1%eth0", "link-local"),
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("224.0.0.1", "multicast"),
+        ("100.64.0.1", "not public"),  # carrier-grade NAT, shared address space
+    ],
+)
 def test_non_public_addresses_are_refused_with_their_kind(address, why):
     assert refusal(address) == why
 

@@ -1,14 +1,14 @@
 """peerlog's Python client: `Peerlog` (sync) and `AsyncPeerlog` (asyncio), with the same methods.
 
-    from peerlog_client import Peerlog
+from peerlog_client import Peerlog
 
-    with Peerlog("localhost:50051") as peerlog:
-        ws = peerlog.workspace("acme")
-        alice, bot = ws.peer("alice"), ws.peer("bot")
-        chat = ws.session("chat-1", members=[alice, bot])
-        chat.add_messages([alice.message("I moved to Lisbon last spring"), bot.message("How do you like it?")])
-        ctx = chat.context(tokens=2000, observer=alice, assistant=bot)
-        messages = ctx.to_openai()
+with Peerlog("localhost:50051") as peerlog:
+    ws = peerlog.workspace("acme")
+    alice, bot = ws.peer("alice"), ws.peer("bot")
+    chat = ws.session("chat-1", members=[alice, bot])
+    chat.add_messages([alice.message("I moved to Lisbon last spring"), bot.message("How do you like it?")])
+    ctx = chat.context(tokens=2000, observer=alice, assistant=bot)
+    messages = ctx.to_openai()
 """
 
 from peerlog_client._async import AsyncPeer, AsyncPeerlog, AsyncSession, AsyncWorkspace
@@ -48,9 +48,41 @@ from peerlog_client.models import (
 )
 
 __all__ = [
-    "Aborted", "AlreadyExists", "AsyncPeer", "AsyncPeerlog", "AsyncSession", "AsyncWorkspace", "Cancelled",
-    "Configuration", "DataLoss", "EffectiveConfiguration", "DeadlineExceeded", "FailedPrecondition", "Internal", "InvalidArgument", "LogEvent", "LogPosition", "MemberSpec",
-    "NewMessage", "NewObservation", "NotFound", "ObservationSource", "OutOfRange", "Peer", "PeerlogError",
-    "Peerlog", "PermissionDenied", "ResourceExhausted", "RetryPolicy", "Scope", "Session", "Unauthenticated",
-    "Unavailable", "Unimplemented", "Unknown", "Webhook", "WebhookDeadLetter", "Workspace",
+    "Aborted",
+    "AlreadyExists",
+    "AsyncPeer",
+    "AsyncPeerlog",
+    "AsyncSession",
+    "AsyncWorkspace",
+    "Cancelled",
+    "Configuration",
+    "DataLoss",
+    "EffectiveConfiguration",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "Internal",
+    "InvalidArgument",
+    "LogEvent",
+    "LogPosition",
+    "MemberSpec",
+    "NewMessage",
+    "NewObservation",
+    "NotFound",
+    "ObservationSource",
+    "OutOfRange",
+    "Peer",
+    "PeerlogError",
+    "Peerlog",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "RetryPolicy",
+    "Scope",
+    "Session",
+    "Unauthenticated",
+    "Unavailable",
+    "Unimplemented",
+    "Unknown",
+    "Webhook",
+    "WebhookDeadLetter",
+    "Workspace",
 ]

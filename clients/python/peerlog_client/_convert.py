@@ -20,25 +20,54 @@ from peerlog_client import models as m
 MODEL_OF: dict[str, type] = {
     f"peerlog.v1.{proto}": model
     for proto, model in {
-        "Workspace": m.Workspace, "Peer": m.Peer, "Membership": m.Membership, "Session": m.Session,
-        "Message": m.Message, "MessageOrigin": m.MessageOrigin, "ScoredMessage": m.ScoredMessage, "AddMessagesResponse": m.AddedMessages,
-        "SessionSummary": m.SessionSummary, "GetSessionSummariesResponse": m.SessionSummaries,
-        "PeerCard": m.PeerCard, "ContextPremise": m.ContextPremise, "ContextObservation": m.ContextObservation,
-        "ContextMessage": m.ContextMessage, "RelevantMessage": m.RelevantMessage, "ChatMessage": m.ChatMessage,
-        "TokenCounts": m.TokenCounts, "GetContextResponse": m.Context,
-        "GetRepresentationResponse": m.Representation, "ChatResponse": m.ChatAnswer,
-        "ToolProgress": m.ToolProgress, "Dream": m.Dream, "Observation": m.Observation,
-        "ObservationSource": m.ObservationSource, "ObservationMatch": m.ObservationMatch,
-        "CreateObservationsResponse": m.CreatedObservations, "DeleteObservationResponse": m.Written,
-        "ScheduleDreamResponse": m.Written, "ProcessingCounts": m.ProcessingCounts, "DreamCounts": m.DreamCounts,
-        "DeadLetteredBatch": m.DeadLetteredBatch, "DeadLetteredSummary": m.DeadLetteredSummary,
-        "GetProcessingStatusResponse": m.ProcessingStatus, "SourceMessage": m.SourceMessage,
-        "ProvenanceNode": m.ProvenanceNode, "GetProvenanceResponse": m.Provenance, "Producer": m.Producer,
-        "HistoryEntry": m.HistoryEntry, "RejectedObservation": m.RejectedObservation,
-        "Configuration": m.Configuration, "SetConfigurationResponse": m.Written,
-        "Webhook": m.Webhook, "CreateWebhookResponse": m.CreatedWebhook, "WebhookDeadLetter": m.WebhookDeadLetter,
-        "RetryWebhookDeadLetterResponse": m.WebhookRetry, "Scope": m.Scope,
-        "CloneSessionResponse": m.ClonedSession, "UploadFileResponse": m.AddedMessages,
+        "Workspace": m.Workspace,
+        "Peer": m.Peer,
+        "Membership": m.Membership,
+        "Session": m.Session,
+        "Message": m.Message,
+        "MessageOrigin": m.MessageOrigin,
+        "ScoredMessage": m.ScoredMessage,
+        "AddMessagesResponse": m.AddedMessages,
+        "SessionSummary": m.SessionSummary,
+        "GetSessionSummariesResponse": m.SessionSummaries,
+        "PeerCard": m.PeerCard,
+        "ContextPremise": m.ContextPremise,
+        "ContextObservation": m.ContextObservation,
+        "ContextMessage": m.ContextMessage,
+        "RelevantMessage": m.RelevantMessage,
+        "ChatMessage": m.ChatMessage,
+        "TokenCounts": m.TokenCounts,
+        "GetContextResponse": m.Context,
+        "GetRepresentationResponse": m.Representation,
+        "ChatResponse": m.ChatAnswer,
+        "ToolProgress": m.ToolProgress,
+        "Dream": m.Dream,
+        "Observation": m.Observation,
+        "ObservationSource": m.ObservationSource,
+        "ObservationMatch": m.ObservationMatch,
+        "CreateObservationsResponse": m.CreatedObservations,
+        "DeleteObservationResponse": m.Written,
+        "ScheduleDreamResponse": m.Written,
+        "ProcessingCounts": m.ProcessingCounts,
+        "DreamCounts": m.DreamCounts,
+        "DeadLetteredBatch": m.DeadLetteredBatch,
+        "DeadLetteredSummary": m.DeadLetteredSummary,
+        "GetProcessingStatusResponse": m.ProcessingStatus,
+        "SourceMessage": m.SourceMessage,
+        "ProvenanceNode": m.ProvenanceNode,
+        "GetProvenanceResponse": m.Provenance,
+        "Producer": m.Producer,
+        "HistoryEntry": m.HistoryEntry,
+        "RejectedObservation": m.RejectedObservation,
+        "Configuration": m.Configuration,
+        "SetConfigurationResponse": m.Written,
+        "Webhook": m.Webhook,
+        "CreateWebhookResponse": m.CreatedWebhook,
+        "WebhookDeadLetter": m.WebhookDeadLetter,
+        "RetryWebhookDeadLetterResponse": m.WebhookRetry,
+        "Scope": m.Scope,
+        "CloneSessionResponse": m.ClonedSession,
+        "UploadFileResponse": m.AddedMessages,
     }.items()
 }
 _TIMESTAMP, _STRUCT = "google.protobuf.Timestamp", "google.protobuf.Struct"
@@ -68,8 +97,12 @@ def items_of(name: str):
 def effective_configuration(message: Proto) -> m.EffectiveConfiguration:
     """An EffectiveConfiguration reply as typed values (its levels map by setting name)."""
     level = message.DESCRIPTOR.fields_by_name["levels"].message_type.fields_by_name["value"].enum_type
-    return m.EffectiveConfiguration(values=to_model(message.values), levels={
-        name: _enum_name(level.values_by_number[number].name, level.name) for name, number in message.levels.items()})
+    return m.EffectiveConfiguration(
+        values=to_model(message.values),
+        levels={
+            name: _enum_name(level.values_by_number[number].name, level.name) for name, number in message.levels.items()
+        },
+    )
 
 
 def with_assistant(context: m.Context, assistant_peer_id: str) -> m.Context:
@@ -81,8 +114,15 @@ def log_position(p: Proto) -> m.LogPosition:
 
 
 def log_event(e: Proto) -> m.LogEvent:
-    return m.LogEvent(e.type, e.schema_version, e.event_id, e.key, log_position(e.position), json.loads(e.json),
-                      tuple(log_position(p) for p in e.cursor.positions))
+    return m.LogEvent(
+        e.type,
+        e.schema_version,
+        e.event_id,
+        e.key,
+        log_position(e.position),
+        json.loads(e.json),
+        tuple(log_position(p) for p in e.cursor.positions),
+    )
 
 
 def chat_event(chunk: Proto) -> m.ChatEvent:
@@ -140,6 +180,7 @@ def enum_value(enum: Any, enum_name: str, name: str) -> int:
 
 # ---- the other way ----------------------------------------------------------------------------------
 
+
 def timestamp(when: datetime | None) -> timestamp_pb2.Timestamp | None:
     """A Timestamp for a datetime (naive: taken as UTC); None stays unset."""
     if when is None:
@@ -153,8 +194,9 @@ def configuration(level: m.Configuration | None, proto: type) -> Any:
     """The `proto` Configuration message of a level (its None settings left unset); None stays unset."""
     if level is None:
         return None
-    return proto(**{f.name: getattr(level, f.name) for f in dataclasses.fields(level)
-                    if getattr(level, f.name) is not None})
+    return proto(
+        **{f.name: getattr(level, f.name) for f in dataclasses.fields(level) if getattr(level, f.name) is not None}
+    )
 
 
 def struct(data: Mapping[str, Any] | None) -> struct_pb2.Struct | None:

@@ -65,8 +65,14 @@ def may_retry(request: Proto) -> bool:
 class Attempts:
     """The attempts of one call: its deadline, and whether and when to try again after a failure."""
 
-    def __init__(self, policy: RetryPolicy, timeout: float, retryable: bool,
-                 clock: Callable[[], float] = time.monotonic, rand: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        timeout: float,
+        retryable: bool,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
         self._policy = policy if retryable else NO_RETRY
         self._clock, self._rand = clock, rand
         self._deadline = clock() + timeout

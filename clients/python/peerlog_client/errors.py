@@ -84,9 +84,7 @@ class Unauthenticated(PeerlogError):
 
 
 # the one table from status code to exception, read off the classes' own `code`
-ERROR_OF: dict[grpc.StatusCode, type[PeerlogError]] = {
-    cls.code: cls for cls in PeerlogError.__subclasses__()
-}
+ERROR_OF: dict[grpc.StatusCode, type[PeerlogError]] = {cls.code: cls for cls in PeerlogError.__subclasses__()}
 
 
 def from_rpc_error(error: grpc.RpcError, attempts: int = 1) -> PeerlogError:

@@ -23,6 +23,7 @@ frozen = dataclass(frozen=True, slots=True)
 
 # ---- what calls take --------------------------------------------------------------------------------
 
+
 @frozen
 class Configuration:
     """The reasoning settings of one level (workspace, session or message); None inherits from the level
@@ -83,6 +84,7 @@ class NewObservation:
 
 
 # ---- workspaces, peers, sessions, messages ----------------------------------------------------------
+
 
 @frozen
 class Workspace:
@@ -197,6 +199,7 @@ class PeerCard:
 
 # ---- context and representation ---------------------------------------------------------------------
 
+
 @frozen
 class ContextPremise:
     observation_id: str
@@ -298,6 +301,7 @@ class Representation:
 
 # ---- dialectic --------------------------------------------------------------------------------------
 
+
 @frozen
 class ChatAnswer:
     answer: str
@@ -336,6 +340,7 @@ ChatEvent = ChatText | ToolProgress | DiscardText | ChatAnswer  # the last event
 
 # ---- dreams -----------------------------------------------------------------------------------------
 
+
 @frozen
 class Dream:
     dream_id: str
@@ -352,6 +357,7 @@ class Dream:
 
 
 # ---- observations -----------------------------------------------------------------------------------
+
 
 @frozen
 class Observation:
@@ -530,6 +536,7 @@ class ProcessingStatus:
 
 # ---- audit ------------------------------------------------------------------------------------------
 
+
 @frozen
 class SourceMessage:
     message_id: str
@@ -590,6 +597,7 @@ class RejectedObservation:
 
 
 # ---- paging -----------------------------------------------------------------------------------------
+
 
 @frozen
 class Page(Generic[T]):

@@ -18,8 +18,12 @@ def system_text(ctx: Context) -> str:
     sections = [
         ("What is known about the peer", ctx.representation),
         ("Peer card", "\n".join(f"- {entry}" for entry in ctx.peer_card)),
-        (f"Summary of the conversation so far ({ctx.summary_kind})" if ctx.summary_kind
-         else "Summary of the conversation so far", ctx.summary),
+        (
+            f"Summary of the conversation so far ({ctx.summary_kind})"
+            if ctx.summary_kind
+            else "Summary of the conversation so far",
+            ctx.summary,
+        ),
         ("Relevant messages from earlier conversations", relevant),
     ]
     return "\n\n".join(f"# {title}\n{body}" for title, body in sections if body.strip())
@@ -33,8 +37,10 @@ def _relevant_text(found) -> str:
         day = f"{r.created_at:%Y-%m-%d}" if r.created_at else ""
         clock = f"{r.created_at:%H:%M} " if r.created_at else ""
         groups.setdefault((r.session_id, day), []).append(f"{clock}{r.peer_id}: {r.content}")
-    return "\n".join("\n".join([f"[{session} · {day}]" if day else f"[{session}]", *lines])
-                     for (session, day), lines in groups.items())
+    return "\n".join(
+        "\n".join([f"[{session} · {day}]" if day else f"[{session}]", *lines])
+        for (session, day), lines in groups.items()
+    )
 
 
 def openai_messages(ctx: Context, assistant: str) -> list[dict[str, Any]]:

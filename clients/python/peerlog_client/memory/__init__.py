@@ -14,5 +14,16 @@ from peerlog_client.memory.identity import Sender, session_name, user_peer
 from peerlog_client.memory.provider import MemoryProvider, MemoryUnavailable, Stats
 from peerlog_client.memory.tools import TOOL_NAMES, schemas
 
-__all__ = ["ConfigError", "MemoryConfig", "MemoryProvider", "MemoryUnavailable", "Sender", "Stats", "TOOL_NAMES",
-           "load_config", "schemas", "session_name", "user_peer"]
+__all__ = [
+    "ConfigError",
+    "MemoryConfig",
+    "MemoryProvider",
+    "MemoryUnavailable",
+    "Sender",
+    "Stats",
+    "TOOL_NAMES",
+    "load_config",
+    "schemas",
+    "session_name",
+    "user_peer",
+]

@@ -1,12 +1,12 @@
 """`peerlog-memory`: see and change the memory provider's settings, and check the connection.
 
-    peerlog-memory status             the connection, the resolved settings (tokens masked), the key ones
-    peerlog-memory sessions           the manual directory -> session mappings, and this directory's session
-    peerlog-memory map NAME           map this directory to session NAME (profile-local file)
-    peerlog-memory peers              the peer names, aliases and observation toggles
-    peerlog-memory mode [MODE]        show or set recallMode (hybrid | context | tools)
-    peerlog-memory tokens [--context N] [--dialectic N]   show or set contextTokens / dialecticMaxChars
-    peerlog-memory mcp                serve the five tools over MCP stdio (needs the mcp extra)
+peerlog-memory status             the connection, the resolved settings (tokens masked), the key ones
+peerlog-memory sessions           the manual directory -> session mappings, and this directory's session
+peerlog-memory map NAME           map this directory to session NAME (profile-local file)
+peerlog-memory peers              the peer names, aliases and observation toggles
+peerlog-memory mode [MODE]        show or set recallMode (hybrid | context | tools)
+peerlog-memory tokens [--context N] [--dialectic N]   show or set contextTokens / dialecticMaxChars
+peerlog-memory mcp                serve the five tools over MCP stdio (needs the mcp extra)
 """
 
 from __future__ import annotations
@@ -22,9 +22,20 @@ from peerlog_client import Peerlog, PeerlogError
 from peerlog_client.memory.config import ConfigError, MemoryConfig, load_config, local_path, save_local
 from peerlog_client.memory.identity import session_name
 
-KEY_SETTINGS = ("recallMode", "sessionStrategy", "writeFrequency", "contextTokens", "contextCadence",
-                "dialecticCadence", "dialecticDepth", "dialecticReasoningLevel", "reasoningLevelCap",
-                "dialecticMaxChars", "observationMode", "timeout")
+KEY_SETTINGS = (
+    "recallMode",
+    "sessionStrategy",
+    "writeFrequency",
+    "contextTokens",
+    "contextCadence",
+    "dialecticCadence",
+    "dialecticDepth",
+    "dialecticReasoningLevel",
+    "reasoningLevelCap",
+    "dialecticMaxChars",
+    "observationMode",
+    "timeout",
+)
 
 
 def _show(data: Any) -> None:
@@ -40,16 +51,29 @@ def status(config: MemoryConfig, args: argparse.Namespace) -> int:
     except PeerlogError as error:
         connection = f"{type(error).__name__}: {error}"
     public = config.public()
-    _show({"target": config.resolved_target, "workspace": config.resolved_workspace, "connection": connection,
-           "token": "set" if config.resolved_token else "none", "session": session_name(config, Path.cwd()),
-           "key settings": {k: public[k] for k in KEY_SETTINGS}, "settings": public,
-           "files": {"profile-local": str(local_path())}})
+    _show(
+        {
+            "target": config.resolved_target,
+            "workspace": config.resolved_workspace,
+            "connection": connection,
+            "token": "set" if config.resolved_token else "none",
+            "session": session_name(config, Path.cwd()),
+            "key settings": {k: public[k] for k in KEY_SETTINGS},
+            "settings": public,
+            "files": {"profile-local": str(local_path())},
+        }
+    )
     return 0 if connection.startswith("ok") else 1
 
 
 def sessions(config: MemoryConfig, args: argparse.Namespace) -> int:
-    _show({"strategy": config.session_strategy, "this directory": session_name(config, Path.cwd()),
-           "mappings": config.sessions})
+    _show(
+        {
+            "strategy": config.session_strategy,
+            "this directory": session_name(config, Path.cwd()),
+            "mappings": config.sessions,
+        }
+    )
     return 0
 
 
@@ -60,9 +84,16 @@ def map_directory(config: MemoryConfig, args: argparse.Namespace) -> int:
 
 
 def peers(config: MemoryConfig, args: argparse.Namespace) -> int:
-    _show({"user": config.peer_name, "ai": config.ai_peer, "pinUserPeer": config.pin_user_peer,
-           "userPeerAliases": config.user_peer_aliases, "runtimePeerPrefix": config.runtime_peer_prefix,
-           "observation": config.flags.model_dump(by_alias=True)})
+    _show(
+        {
+            "user": config.peer_name,
+            "ai": config.ai_peer,
+            "pinUserPeer": config.pin_user_peer,
+            "userPeerAliases": config.user_peer_aliases,
+            "runtimePeerPrefix": config.runtime_peer_prefix,
+            "observation": config.flags.model_dump(by_alias=True),
+        }
+    )
     return 0
 
 
@@ -74,12 +105,17 @@ def mode(config: MemoryConfig, args: argparse.Namespace) -> int:
 
 
 def tokens(config: MemoryConfig, args: argparse.Namespace) -> int:
-    changes = {k: v for k, v in (("contextTokens", args.context), ("dialecticMaxChars", args.dialectic))
-               if v is not None}
+    changes = {
+        k: v for k, v in (("contextTokens", args.context), ("dialecticMaxChars", args.dialectic)) if v is not None
+    }
     if changes:
         save_local(changes)
-    _show({"contextTokens": changes.get("contextTokens", config.context_tokens),
-           "dialecticMaxChars": changes.get("dialecticMaxChars", config.dialectic_max_chars)})
+    _show(
+        {
+            "contextTokens": changes.get("contextTokens", config.context_tokens),
+            "dialecticMaxChars": changes.get("dialecticMaxChars", config.dialectic_max_chars),
+        }
+    )
     return 0
 
 
@@ -93,9 +129,12 @@ def mcp(config: MemoryConfig, args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="peerlog-memory", description="peerlog as an agent's memory: settings.")
     sub = p.add_subparsers(dest="command", required=True)
-    for name, run, text in (("status", status, "connection, resolved settings, key settings"),
-                            ("sessions", sessions, "session mappings"), ("peers", peers, "peer identities"),
-                            ("mcp", mcp, "serve the tools over MCP stdio")):
+    for name, run, text in (
+        ("status", status, "connection, resolved settings, key settings"),
+        ("sessions", sessions, "session mappings"),
+        ("peers", peers, "peer identities"),
+        ("mcp", mcp, "serve the tools over MCP stdio"),
+    ):
         sub.add_parser(name, help=text).set_defaults(run=run)
     m = sub.add_parser("map", help="map this directory to a session")
     m.add_argument("name")

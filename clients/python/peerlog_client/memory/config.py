@@ -29,8 +29,13 @@ WriteFrequency = Literal["async", "turn", "session"] | Annotated[int, Field(ge=1
 PEER_ID = re.compile(r"^[A-Za-z0-9_-]{1,512}$")  # what the server accepts as an id
 
 # well-known variables, then PEERLOG_MEMORY_<KEY> (e.g. PEERLOG_MEMORY_RECALL_MODE) for the rest
-ENV_KEYS = {"PEERLOG_TARGET": "target", "PEERLOG_TOKEN": "token", "PEERLOG_WORKSPACE": "workspace",
-            "PEERLOG_TIMEOUT": "timeout", "PEERLOG_MEMORY_HOST": "host"}
+ENV_KEYS = {
+    "PEERLOG_TARGET": "target",
+    "PEERLOG_TOKEN": "token",
+    "PEERLOG_WORKSPACE": "workspace",
+    "PEERLOG_TIMEOUT": "timeout",
+    "PEERLOG_MEMORY_HOST": "host",
+}
 
 
 class ConfigError(ValueError):
@@ -65,8 +70,9 @@ class Observation(_Strict):
 PRESETS = {
     "directional": Observation(),  # full mutual observation
     # the AI models the user from the user's messages; the user only self-models
-    "unified": Observation(user=PeerFlags(observe_me=True, observe_others=False),
-                           ai=PeerFlags(observe_me=False, observe_others=True)),
+    "unified": Observation(
+        user=PeerFlags(observe_me=True, observe_others=False), ai=PeerFlags(observe_me=False, observe_others=True)
+    ),
 }
 
 
@@ -228,9 +234,14 @@ def load_config(env: Mapping[str, str] = os.environ, **overrides: Any) -> Memory
     """The settings from the global file, the profile-local file, the environment, then `overrides`
     (JSON keys or field names)."""
     g, p = global_path(env), local_path(env)
-    return validate([(str(g), _read(g)), (str(p), _read(p)), ("environment", env_overrides(env)),
-                     ("arguments", {_key(k) if k in MemoryConfig.model_fields else k: v
-                                    for k, v in overrides.items()})])
+    return validate(
+        [
+            (str(g), _read(g)),
+            (str(p), _read(p)),
+            ("environment", env_overrides(env)),
+            ("arguments", {_key(k) if k in MemoryConfig.model_fields else k: v for k, v in overrides.items()}),
+        ]
+    )
 
 
 def save_local(changes: dict[str, Any], env: Mapping[str, str] = os.environ) -> Path:

@@ -56,8 +56,14 @@ def repo_root(directory: Path) -> Path | None:
     return None
 
 
-def session_name(config: MemoryConfig, directory: Path, *, gateway_key: str | None = None,
-                 title: str | None = None, run_id: str | None = None) -> str:
+def session_name(
+    config: MemoryConfig,
+    directory: Path,
+    *,
+    gateway_key: str | None = None,
+    title: str | None = None,
+    run_id: str | None = None,
+) -> str:
     """The session for this run: a gateway's stable chat key; else per-session (a fresh one per run);
     else a manual mapping of the directory, an explicit title, then the strategy."""
     if gateway_key:

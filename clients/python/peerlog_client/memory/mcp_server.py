@@ -23,8 +23,10 @@ NAME = "peerlog-memory"
 
 def build_server(provider: MemoryProvider) -> Server[Any]:
     """An MCP server whose tools are the provider's five, run through its dispatch."""
-    tools = [types.Tool(name=t.name, description=t.description, input_schema=input_schema(t, provider.config))
-             for t in TOOLS.values()]
+    tools = [
+        types.Tool(name=t.name, description=t.description, input_schema=input_schema(t, provider.config))
+        for t in TOOLS.values()
+    ]
 
     async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
@@ -32,8 +34,9 @@ def build_server(provider: MemoryProvider) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         # dispatch is sync (the sync client) and bounded by the provider's timeout: run it off the loop
         text = await anyio.to_thread.run_sync(provider.dispatch, params.name, params.arguments or {})
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                    is_error=text.startswith("error:"))
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], is_error=text.startswith("error:")
+        )
 
     return Server(NAME, on_list_tools=list_tools, on_call_tool=call_tool)
 

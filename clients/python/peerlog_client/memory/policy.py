@@ -11,16 +11,23 @@ CHARS_PER_TOKEN = 4  # the client has no tokenizer; ~4 characters a token for En
 LONG_QUERY, VERY_LONG_QUERY = 120, 400  # characters: +1 and +2 levels
 STRONG_CHARS, STRONG_LINES = 400, 3  # a pass this long and this structured ends the run early
 
-COLD_PROMPT = ("Who is this person? Describe what is known of their preferences, goals, habits and "
-               "working style, and anything the assistant should keep in mind when talking to them.")
-WARM_PROMPT = ("Given what has been discussed in this session so far, what context about this person is "
-               "most relevant right now?")
-AUDIT_PROMPT = ("Here is an assessment of this person:\n{previous}\n\nAudit it: what does it miss or get "
-                "wrong? Add the evidence from recent sessions that fills those gaps, and restate the "
-                "assessment with them.")
-RECONCILE_PROMPT = ("Two assessments of this person follow.\n\nFirst:\n{first}\n\nSecond:\n{second}\n\n"
-                    "Find any contradictions between them, decide each from the evidence, and give one "
-                    "final synthesis.")
+COLD_PROMPT = (
+    "Who is this person? Describe what is known of their preferences, goals, habits and "
+    "working style, and anything the assistant should keep in mind when talking to them."
+)
+WARM_PROMPT = (
+    "Given what has been discussed in this session so far, what context about this person is most relevant right now?"
+)
+AUDIT_PROMPT = (
+    "Here is an assessment of this person:\n{previous}\n\nAudit it: what does it miss or get "
+    "wrong? Add the evidence from recent sessions that fills those gaps, and restate the "
+    "assessment with them."
+)
+RECONCILE_PROMPT = (
+    "Two assessments of this person follow.\n\nFirst:\n{first}\n\nSecond:\n{second}\n\n"
+    "Find any contradictions between them, decide each from the evidence, and give one "
+    "final synthesis."
+)
 
 
 def is_due(turn: int, last: int | None, cadence: int) -> bool:
@@ -71,7 +78,7 @@ def truncate_words(text: str, max_chars: int) -> str:
     """`text` cut to at most `max_chars` at a word boundary."""
     if len(text) <= max_chars:
         return text
-    cut = text[:max_chars + 1]
+    cut = text[: max_chars + 1]
     space = cut.rfind(" ", 0, max_chars + 1)
     return (cut[:space] if space > 0 else text[:max_chars]).rstrip()
 
@@ -111,5 +118,4 @@ def due(config: MemoryConfig, turn: int, last_base: int | None, last_dialectic: 
     """Which layers turn `turn` refreshes; nothing in tools mode (no injection)."""
     if config.recall_mode == "tools":
         return Due(False, False)
-    return Due(is_due(turn, last_base, config.context_cadence),
-               is_due(turn, last_dialectic, config.dialectic_cadence))
+    return Due(is_due(turn, last_base, config.context_cadence), is_due(turn, last_dialectic, config.dialectic_cadence))

@@ -72,12 +72,18 @@ class MemoryProvider:
     the strategy. title: an explicit session title. client: a Peerlog to use instead of making one.
     """
 
-    def __init__(self, config: MemoryConfig, *, directory: Path | None = None, session: str | None = None,
-                 title: str | None = None, client: Peerlog | None = None) -> None:
+    def __init__(
+        self,
+        config: MemoryConfig,
+        *,
+        directory: Path | None = None,
+        session: str | None = None,
+        title: str | None = None,
+        client: Peerlog | None = None,
+    ) -> None:
         self.config = config
         self.session_id = session_name(config, directory or Path.cwd(), gateway_key=session, title=title)
-        self.client = client or Peerlog(config.resolved_target, token=config.resolved_token,
-                                        timeout=config.timeout)
+        self.client = client or Peerlog(config.resolved_target, token=config.resolved_token, timeout=config.timeout)
         self._own_client = client is None
         self.stats = Stats()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="peerlog-memory")
@@ -91,8 +97,9 @@ class MemoryProvider:
         self._turn_sender: Sender | None = None  # set from context_for_turn to record_turn
         self._turns_unwritten = 0
         self._turn_spent = 0.0  # seconds the current turn's context took, out of its timeout
-        self.writer = Writer(self._send, background=config.write_frequency == "async",
-                             on_failure=lambda e: self._failed("write", e))
+        self.writer = Writer(
+            self._send, background=config.write_frequency == "async", on_failure=lambda e: self._failed("write", e)
+        )
 
     # --- what the agent loop calls -----------------------------------------------------------
 
@@ -133,8 +140,9 @@ class MemoryProvider:
             return  # not saved; or a bot's turn, which without a2aSessions is left out entirely
         user = user_peer(self.config, sender)
         session = a2a_session(user) if sender and sender.is_bot else self.session_id
-        self.writer.add(session, [*self._chunked(user, user_message), *self._chunked(self.config.ai_peer,
-                                                                                      assistant_message)])
+        self.writer.add(
+            session, [*self._chunked(user, user_message), *self._chunked(self.config.ai_peer, assistant_message)]
+        )
         frequency = self.config.write_frequency
         self._turns_unwritten += 1
         if frequency == "turn" or (isinstance(frequency, int) and self._turns_unwritten >= frequency):
@@ -210,15 +218,18 @@ class MemoryProvider:
             members = {m.peer_id for m in session.info.memberships if m.left_at is None} if session else set()
             if session is None or user not in members:
                 wanted = self.config.flags
-                specs = [MemberSpec(p, observe_me=f.observe_me, observe_others=f.observe_others)
-                         for p, f in ((user, wanted.user), (self.config.ai_peer, wanted.ai))]
+                specs = [
+                    MemberSpec(p, observe_me=f.observe_me, observe_others=f.observe_others)
+                    for p, f in ((user, wanted.user), (self.config.ai_peer, wanted.ai))
+                ]
                 self.peer(user), self.peer(self.config.ai_peer)
                 session = self.workspace().session(session_id, members=specs)
                 self._sessions[session_id] = session
             for m in session.info.memberships:
                 if m.left_at is None:
-                    self.flags[m.peer_id] = PeerFlags(observe_me=m.observe_me if m.observe_me is not None
-                                                      else True, observe_others=m.observe_others)
+                    self.flags[m.peer_id] = PeerFlags(
+                        observe_me=m.observe_me if m.observe_me is not None else True, observe_others=m.observe_others
+                    )
             return session
 
     def observer_of(self, user: str) -> str:
@@ -240,8 +251,7 @@ class MemoryProvider:
     def _base_layer(self, user: str) -> str:
         """Session summary, what is known about the user and their card, the AI's self-model and card."""
         session = self._session_for(user)
-        ctx = session.context(tokens=(self.config.context_tokens or 2000), observer=self.observer_of(user),
-                              target=user)
+        ctx = session.context(tokens=(self.config.context_tokens or 2000), observer=self.observer_of(user), target=user)
         ai = self.peer(self.config.ai_peer)
         self_model, card = ai.representation(), ai.card()
         sections = [
@@ -253,8 +263,9 @@ class MemoryProvider:
         ]
         return "\n\n".join(f"# {title}\n{body.strip()}" for title, body in sections if body.strip())
 
-    def dialectic(self, user: str, query: str, level: str, depth: int, warm: bool,
-                  deadline: float | None = None) -> str:
+    def dialectic(
+        self, user: str, query: str, level: str, depth: int, warm: bool, deadline: float | None = None
+    ) -> str:
         """Ask peerlog's dialectic in up to `depth` passes (assessment, self-audit, reconciliation),
         stopping early after a pass with strong signal; the last answer."""
         answers: list[str] = []
@@ -263,8 +274,13 @@ class MemoryProvider:
         for index, pass_level in enumerate(policy.pass_levels(depth, level, self.config.dialectic_depth_levels)):
             prompt = policy.first_prompt(warm, query) if index == 0 else policy.next_prompt(answers)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.001)
-            answer = observer.chat(policy.truncate_words(prompt, self.config.dialectic_max_input_chars),
-                                   target=user, session=session, level=pass_level, timeout=remaining)
+            answer = observer.chat(
+                policy.truncate_words(prompt, self.config.dialectic_max_input_chars),
+                target=user,
+                session=session,
+                level=pass_level,
+                timeout=remaining,
+            )
             self.stats.dialectic_passes.append(pass_level)
             if answer.abstained:
                 break  # nothing in memory about the user yet: a further pass would find nothing either
@@ -281,23 +297,34 @@ class MemoryProvider:
             layers = self._layers.setdefault(user, _Layers())
             layers.base = base
         level = self.config.dialectic_reasoning_level
-        return self._bounded("prewarm", lambda: self.dialectic(user, "", level, self.config.dialectic_depth,
-                                                              bool(base)), self._deadline())
+        return self._bounded(
+            "prewarm",
+            lambda: self.dialectic(user, "", level, self.config.dialectic_depth, bool(base)),
+            self._deadline(),
+        )
 
     def _dialectic_for_turn(self, user: str, query: str, turn: int, deadline: float) -> str | None:
         layers = self._layers[user]
-        level = policy.query_level(self.config.dialectic_reasoning_level, query,
-                                   self.config.reasoning_level_cap, self.config.reasoning_heuristic)
+        level = policy.query_level(
+            self.config.dialectic_reasoning_level,
+            query,
+            self.config.reasoning_level_cap,
+            self.config.reasoning_heuristic,
+        )
         if turn == 1 and self._prewarm is not None and user == self.config.peer_name:
             if self._prewarm.done() and self._prewarm.result():
                 self.stats.prewarm_handed_over = True
                 return self._prewarm.result()
             # the prewarm has not landed: one bounded pass now instead of waiting for it
             self.stats.sync_fallbacks += 1
-            return self._bounded("dialectic", lambda: self.dialectic(user, query, level, 1, bool(layers.base),
-                                                                     deadline), deadline)
-        return self._bounded("dialectic", lambda: self.dialectic(
-            user, query, level, self.config.dialectic_depth, bool(layers.base), deadline), deadline)
+            return self._bounded(
+                "dialectic", lambda: self.dialectic(user, query, level, 1, bool(layers.base), deadline), deadline
+            )
+        return self._bounded(
+            "dialectic",
+            lambda: self.dialectic(user, query, level, self.config.dialectic_depth, bool(layers.base), deadline),
+            deadline,
+        )
 
     def _refresh(self, layers: _Layers, layer: str, turn: int, text: str | None) -> None:
         """Keep a fetched layer; a failed fetch keeps the old one and stays due for the next turn."""
@@ -314,15 +341,15 @@ class MemoryProvider:
         pieces = policy.chunks(text, self.config.message_max_chars)
         if len(pieces) == 1:
             return [NewMessage(peer_id, text)]
-        return [NewMessage(peer_id, piece, metadata={"chunk": i, "chunks": len(pieces)})
-                for i, piece in enumerate(pieces)]
+        return [
+            NewMessage(peer_id, piece, metadata={"chunk": i, "chunks": len(pieces)}) for i, piece in enumerate(pieces)
+        ]
 
     def _send(self, session_id: str, messages: list[NewMessage], key: str) -> None:
         session = None
         for author in sorted({m.peer_id for m in messages} - {self.config.ai_peer}):
             session = self._session_for(author, session_id)  # each author must be a member
-        (session or self._session_for(self.config.peer_name, session_id)).add_messages(messages,
-                                                                                        idempotency_key=key)
+        (session or self._session_for(self.config.peer_name, session_id)).add_messages(messages, idempotency_key=key)
 
     # --- failing open --------------------------------------------------------------------------
 

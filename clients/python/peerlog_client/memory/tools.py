@@ -23,11 +23,16 @@ class _Args(BaseModel):
 
 
 class ProfileArgs(_Args):
-    peer: str = Field("user", description='Whose card: "user" (the person you talk to) or "ai" (yourself).',
-                      pattern="^(user|ai)$")
-    card: list[str] | None = Field(None, description=(
-        "To replace the card: every entry, each starting with IDENTITY:, ATTRIBUTE:, RELATIONSHIP: or "
-        "INSTRUCTION:. Leave out to read the card."))
+    peer: str = Field(
+        "user", description='Whose card: "user" (the person you talk to) or "ai" (yourself).', pattern="^(user|ai)$"
+    )
+    card: list[str] | None = Field(
+        None,
+        description=(
+            "To replace the card: every entry, each starting with IDENTITY:, ATTRIBUTE:, RELATIONSHIP: or "
+            "INSTRUCTION:. Leave out to read the card."
+        ),
+    )
 
 
 class SearchArgs(_Args):
@@ -45,15 +50,18 @@ class ReasoningArgs(_Args):
 
 
 class DynamicReasoningArgs(ReasoningArgs):
-    reasoning_level: Level | None = Field(None, description=(
-        "How hard to think: minimal, low, medium, high or max (default: the configured level)."))
+    reasoning_level: Level | None = Field(
+        None, description=("How hard to think: minimal, low, medium, high or max (default: the configured level).")
+    )
 
 
 class ConcludeArgs(_Args):
     conclusion: str | None = Field(None, description="A fact about the person to remember.", min_length=1)
-    delete_id: str | None = Field(None, description=(
-        "The id of a conclusion to delete (for personal data that must go); deletes only that one."),
-        pattern="^[A-Za-z0-9_-]{1,512}$")
+    delete_id: str | None = Field(
+        None,
+        description=("The id of a conclusion to delete (for personal data that must go); deletes only that one."),
+        pattern="^[A-Za-z0-9_-]{1,512}$",
+    )
 
     @model_validator(mode="after")
     def _one(self) -> ConcludeArgs:
@@ -67,6 +75,7 @@ class RefusedDuringBotTurn(Exception):
 
 
 # --- handlers: (provider, args) -> a JSON-able result ---------------------------------------------
+
 
 def _profile(p: MemoryProvider, a: ProfileArgs) -> Any:
     user = p.current_user()
@@ -82,27 +91,45 @@ def _profile(p: MemoryProvider, a: ProfileArgs) -> Any:
 def _search(p: MemoryProvider, a: SearchArgs) -> Any:
     user = p.current_user()
     hits = p.workspace().search(a.query, perspective=p.observer_of(user), limit=a.limit)
-    return [{"session": h.message.session_id, "peer": h.message.peer_id, "content": h.message.content,
-             "created_at": h.message.created_at.isoformat() if h.message.created_at else None,
-             "score": round(h.score, 4)} for h in hits]
+    return [
+        {
+            "session": h.message.session_id,
+            "peer": h.message.peer_id,
+            "content": h.message.content,
+            "created_at": h.message.created_at.isoformat() if h.message.created_at else None,
+            "score": round(h.score, 4),
+        }
+        for h in hits
+    ]
 
 
 def _context(p: MemoryProvider, a: ContextArgs) -> Any:
     user = p.current_user()
-    ctx = p.current_session().context(tokens=a.tokens, search_query=a.search_query,
-                                      observer=p.observer_of(user), target=user, assistant=p.config.ai_peer)
-    return {"summary": ctx.summary, "representation": ctx.representation, "card": list(ctx.peer_card),
-            "relevant_messages": [{"peer": r.peer_id, "session": r.session_id, "content": r.content}
-                                  for r in ctx.relevant_messages],
-            "recent_messages": [{"peer": m.peer_id, "content": m.content} for m in ctx.messages]}
+    ctx = p.current_session().context(
+        tokens=a.tokens,
+        search_query=a.search_query,
+        observer=p.observer_of(user),
+        target=user,
+        assistant=p.config.ai_peer,
+    )
+    return {
+        "summary": ctx.summary,
+        "representation": ctx.representation,
+        "card": list(ctx.peer_card),
+        "relevant_messages": [
+            {"peer": r.peer_id, "session": r.session_id, "content": r.content} for r in ctx.relevant_messages
+        ],
+        "recent_messages": [{"peer": m.peer_id, "content": m.content} for m in ctx.messages],
+    }
 
 
 def _reasoning(p: MemoryProvider, a: ReasoningArgs) -> Any:
     level = getattr(a, "reasoning_level", None) or p.config.dialectic_reasoning_level
     user = p.current_user()
     query = policy.truncate_words(a.query, p.config.dialectic_max_input_chars)
-    answer = p.peer(p.observer_of(user)).chat(query, target=user, session=p.current_session(), level=level,
-                                              timeout=p.config.timeout)
+    answer = p.peer(p.observer_of(user)).chat(
+        query, target=user, session=p.current_session(), level=level, timeout=p.config.timeout
+    )
     return {"answer": answer.answer, "level": level}
 
 
@@ -129,18 +156,45 @@ class Tool:
     handler: Callable[[MemoryProvider, Any], Any]
 
 
-TOOLS: dict[str, Tool] = {t.name: t for t in (
-    Tool("peerlog_profile", "Read the card of stable facts about the person (or about yourself), or replace "
-         "it by passing every entry in `card`.", ProfileArgs, _profile),
-    Tool("peerlog_search", "Search past conversations for raw excerpts about something, by meaning and "
-         "words; no synthesis.", SearchArgs, _search),
-    Tool("peerlog_context", "The full memory context of this session: summary, what is known about the "
-         "person, their card, and recent messages.", ContextArgs, _context),
-    Tool("peerlog_reasoning", "Ask peerlog's memory a question about the person and get a synthesized "
-         "answer from everything it has learned.", ReasoningArgs, _reasoning),
-    Tool("peerlog_conclude", "Remember a conclusion about the person (`conclusion`), or delete one by its "
-         "id (`delete_id`), e.g. personal data the person asked to forget.", ConcludeArgs, _conclude),
-)}
+TOOLS: dict[str, Tool] = {
+    t.name: t
+    for t in (
+        Tool(
+            "peerlog_profile",
+            "Read the card of stable facts about the person (or about yourself), or replace "
+            "it by passing every entry in `card`.",
+            ProfileArgs,
+            _profile,
+        ),
+        Tool(
+            "peerlog_search",
+            "Search past conversations for raw excerpts about something, by meaning and words; no synthesis.",
+            SearchArgs,
+            _search,
+        ),
+        Tool(
+            "peerlog_context",
+            "The full memory context of this session: summary, what is known about the "
+            "person, their card, and recent messages.",
+            ContextArgs,
+            _context,
+        ),
+        Tool(
+            "peerlog_reasoning",
+            "Ask peerlog's memory a question about the person and get a synthesized "
+            "answer from everything it has learned.",
+            ReasoningArgs,
+            _reasoning,
+        ),
+        Tool(
+            "peerlog_conclude",
+            "Remember a conclusion about the person (`conclusion`), or delete one by its "
+            "id (`delete_id`), e.g. personal data the person asked to forget.",
+            ConcludeArgs,
+            _conclude,
+        ),
+    )
+}
 TOOL_NAMES = tuple(TOOLS)
 
 
@@ -158,11 +212,18 @@ def input_schema(tool: Tool, config: MemoryConfig) -> dict[str, Any]:
 def schemas(config: MemoryConfig, fmt: str = "openai") -> list[dict[str, Any]]:
     """Every tool in OpenAI's function-tool format or Anthropic's tool format."""
     if fmt == "openai":
-        return [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                  "parameters": input_schema(t, config)}} for t in TOOLS.values()]
+        return [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": input_schema(t, config)},
+            }
+            for t in TOOLS.values()
+        ]
     if fmt == "anthropic":
-        return [{"name": t.name, "description": t.description, "input_schema": input_schema(t, config)}
-                for t in TOOLS.values()]
+        return [
+            {"name": t.name, "description": t.description, "input_schema": input_schema(t, config)}
+            for t in TOOLS.values()
+        ]
     raise ValueError(f"unknown tool format {fmt!r}: openai or anthropic")
 
 

@@ -26,6 +26,7 @@ class Pending:
 @dataclass(frozen=True)
 class Batch:
     """The oldest queued messages of one session, and the idempotency key every attempt to send them uses."""
+
     items: tuple[Pending, ...]
     key: str
 
@@ -38,8 +39,12 @@ class Writer:
     A send that timed out may still have landed, so a failed batch is kept as it was, key and all, until
     it is acknowledged: the retry is then the same write, and the server answers it without appending twice."""
 
-    def __init__(self, send: Callable[[str, list[NewMessage], str], None], background: bool,
-                 on_failure: Callable[[Exception], None]) -> None:
+    def __init__(
+        self,
+        send: Callable[[str, list[NewMessage], str], None],
+        background: bool,
+        on_failure: Callable[[Exception], None],
+    ) -> None:
         self._send, self._on_failure = send, on_failure
         self._queue: deque[Pending] = deque()
         self._batch: Batch | None = None  # formed, not yet acknowledged
