@@ -87,7 +87,7 @@ async def has_evidence(
 ) -> bool:
     """Whether anything could answer a question about the pair: a live observation in its store, or a
     message by the observed peer that the observer could see (as of `as_of`, if given)."""
-    o, m = observations.c, messages.c
+    m = messages.c
     store = exists().where(
         *ObservationFilter(
             workspace_id,

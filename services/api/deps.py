@@ -1,5 +1,5 @@
 """What the API's service functions need: the projections, the log, freshness, the embedding model,
-Chat's agent and who we are."""
+Chat's tool loop and who we are."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class ApiDeps:
     freshness: Freshness
     embedder: Embedder  # one per server: the local model loads once, on first use
     producer: ProducerInfo = API_PRODUCER
-    dialectic: Dialectic | None = None  # Chat's agent, with one model client per reasoning level
+    dialectic: Dialectic | None = None  # Chat's tool loop, with one model client per reasoning level
     cursors: PageCursors = field(default_factory=lambda: PageCursors.from_setting(""))  # signs page tokens
     # control-plane writes check the projection, then append: per entity, one at a time in this process
     writes: KeyedLocks = field(default_factory=KeyedLocks)

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from services.api import validation as v
 from services.bus.subscription import Filter
 from services.errors import InvalidArgument, NotFound
-from services.webhooks.delivery import Endpoint, Outcome, RetryPolicy, deliver
+from services.webhooks.delivery import Endpoint, Delivery, RetryPolicy, deliver
 from services.webhooks.store import DeadLetter, WebhookStore
 from services.webhooks.targets import PrivateTarget, check_url, delivery_client
 
@@ -73,7 +73,7 @@ async def dead_letters(store: WebhookStore, workspace_id: str, webhook_id: str) 
 
 async def retry(
     store: WebhookStore, workspace_id: str, webhook_id: str, event_id: str, allow_private: bool = False
-) -> Outcome:
+) -> Delivery:
     endpoint = await _endpoint(store, workspace_id, webhook_id)
     letter = next((d for d in await _off_loop(store.dead_letters, webhook_id) if d.event_id == event_id), None)
     if letter is None:

@@ -39,7 +39,7 @@ INFRASTRUCTURE = (ModelError, EmbeddingError, StoreUnavailable)
 
 
 @dataclass(frozen=True)
-class Outcome:
+class BatchOutcome:
     events: list[Event]
     recent: list[KnownObservation]  # the pair's recent live observations after this batch, oldest first
 
@@ -64,7 +64,7 @@ class Deriver:
 
     async def derive(
         self, pair: Pair, window: Sequence[PendingMessage], recent: list[KnownObservation], cause: str | None
-    ) -> Outcome:
+    ) -> BatchOutcome:
         ids = tuple(p.message_id for p in window)
         bid = batch_id(pair.workspace_id, pair.observer_id, pair.observed_id, ids, pair.derivation)
         base = {**pair.fields(), "batch_id": bid, "message_ids": ids, "causation_id": cause}
@@ -79,7 +79,7 @@ class Deriver:
         except INFRASTRUCTURE as exc:
             log.warning("batch %s dead-lettered: %s", bid, exc)
             attempts = getattr(exc, "attempts", None) or self.model.settings.max_retries + 1
-            return Outcome(
+            return BatchOutcome(
                 [
                     DerivationDeadLettered(
                         producer=self.producer(), error=str(exc)[:4000], attempts=max(1, attempts), **base
@@ -88,7 +88,7 @@ class Deriver:
                 recent,
             )
 
-    async def _judge(self, pair, window, recent, completion, base, started) -> Outcome:
+    async def _judge(self, pair, window, recent, completion, base, started) -> BatchOutcome:
         facts = completion.value.facts
         embeddings = await self.embedder.embed([f.content for f in facts]) if facts else []
         stored = await self.store.candidates(pair, [normalise(f.content) for f in facts], embeddings) if facts else []
@@ -122,4 +122,4 @@ class Deriver:
         )
         superseded = {e.observation_id for e in verdicts.events if isinstance(e, ObservationSuperseded)}
         live = [k for k in [*recent, *verdicts.new_known] if k.observation_id not in superseded]
-        return Outcome([*verdicts.events, done], live)
+        return BatchOutcome([*verdicts.events, done], live)

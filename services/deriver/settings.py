@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings
+
+from services.settings_base import prefixed
 
 
 class DeriverSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PEERLOG_DERIVER_", extra="ignore", frozen=True)
+    model_config = prefixed("PEERLOG_DERIVER_")
 
     batch_tokens: int = Field(512, ge=1, description="derive a pair once its pending messages reach this many tokens")
     max_wait_s: float = Field(1800, gt=0, description="…or once the oldest pending message has waited this long")

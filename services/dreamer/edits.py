@@ -1,6 +1,6 @@
 """The dreamer's pure core: turn one action a specialist asks for into events, or into a refusal it can read.
 
-`decide_edit(pending, known, action, dream) -> Outcome`. `known` describes the observations the action
+`decide_edit(pending, known, action, dream) -> ActionResult`. `known` describes the observations the action
 names, as the store holds them; `pending` overlays what this dream already wrote, so a later action
 may cite an earlier one and nothing is superseded twice. Every refusal that concerns an observation
 write is an ObservationRejected event too, so the audit trail shows what the dream tried.
@@ -145,7 +145,7 @@ class DreamWrites:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ActionResult:
     events: list[Event]
     reply: str  # what the specialist is told
     pending: DreamWrites
@@ -167,7 +167,7 @@ def _in_store(d: Dream) -> dict:
     return {**_pair(d), "derivation": d.derivation}
 
 
-def _refuse(d: Dream, pending: DreamWrites, level: Level, content: str, premises, problems: list[str]) -> Outcome:
+def _refuse(d: Dream, pending: DreamWrites, level: Level, content: str, premises, problems: list[str]) -> ActionResult:
     event = ObservationRejected(
         **_in_store(d),
         rejection_id=str(uuid6.uuid7()),
@@ -177,7 +177,7 @@ def _refuse(d: Dream, pending: DreamWrites, level: Level, content: str, premises
         premise_ids=tuple(premises),
         dream_id=d.dream_id,
     )
-    return Outcome([event], "rejected: " + "; ".join(problems), pending, False)
+    return ActionResult([event], "rejected: " + "; ".join(problems), pending, False)
 
 
 def _add(
@@ -189,7 +189,7 @@ def _add(
     premises: list[str],
     vector,
     **extra,
-) -> tuple[ObservationAdded | None, Outcome | None]:
+) -> tuple[ObservationAdded | None, ActionResult | None]:
     states = {i: PremiseState(k.observer_id, k.observed_id, k.live) for i, k in view.items()}
     problems = premise_problems(level, d.observer_id, d.observed_id, premises, states)
     if normalise(content) in pending.contents:
@@ -224,13 +224,13 @@ def _restated(view: dict[str, NamedObservation], content: str, premises: list[st
     return [f"observation {held[0]} already says that: cite it, or write only what is new"] if held else []
 
 
-def _written(pending: DreamWrites, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> Outcome:
+def _written(pending: DreamWrites, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> ActionResult:
     new = DreamWrites(
         {**pending.added, event.observation_id: event.level.value},
         pending.retired | ({retired} if retired else set()),
         {**pending.contents, normalise(event.content): event.observation_id},
     )
-    return Outcome([event, *more], f"ok: written as {event.observation_id}", new, True)
+    return ActionResult([event, *more], f"ok: written as {event.observation_id}", new, True)
 
 
 def _retirable(d: Dream, view: dict[str, NamedObservation], obs_id: str, levels: tuple[str, ...]) -> str | None:
@@ -251,21 +251,21 @@ def decide_edit(
     d: Dream,
     vector=(),
     embedding_model: str = "",
-) -> Outcome:
+) -> ActionResult:
     """The events for `action` (or its refusal) and the dream's new pending state."""
     view = pending.overlay(d, known)
     model = dict(embedding_model=embedding_model)
     if isinstance(action, SetPeerCard):
         problems = card_problems(action.entries)
         if problems:
-            return Outcome([], "rejected: " + "; ".join(problems), pending, False)
-        return Outcome([PeerCardUpdated(**_pair(d), entries=tuple(action.entries))], "ok: card replaced", pending, True)
+            return ActionResult([], "rejected: " + "; ".join(problems), pending, False)
+        return ActionResult([PeerCardUpdated(**_pair(d), entries=tuple(action.entries))], "ok: card replaced", pending, True)
     if isinstance(action, RemoveDeduction):
         problem = _retirable(d, view, action.observation_id, ("deductive",))
         if problem:
-            return Outcome([], "rejected: " + problem, pending, False)
+            return ActionResult([], "rejected: " + problem, pending, False)
         event = ObservationDeleted(**_in_store(d), observation_id=action.observation_id, reason=action.reason)
-        return Outcome(
+        return ActionResult(
             [event], "ok: removed", replace(pending, retired=pending.retired | {action.observation_id}), True
         )
     if isinstance(action, UpdateKnowledge):

@@ -34,7 +34,7 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Delivery:
     """Delivered, or dead-lettered with the last attempt's error."""
 
     delivered: bool
@@ -54,7 +54,7 @@ async def deliver(
     body: bytes,
     policy: RetryPolicy = RetryPolicy(),
     clock: Callable[[], float] = time.time,
-) -> Outcome:
+) -> Delivery:
     """POST `body` (one event's JSON) to the endpoint until a 2xx or `policy.attempts` failures. Each
     attempt is signed anew (its own timestamp); Peerlog-Event-Id lets the receiver drop repeats."""
     attempts = 0
@@ -80,8 +80,8 @@ async def deliver(
     try:
         await retrying(attempt)
     except PrivateTarget as refused:  # the address is refused every time: no retry
-        return Outcome(False, attempts, f"refused: {refused}")
+        return Delivery(False, attempts, f"refused: {refused}")
     except RetryError as failed:
         error = failed.last_attempt.exception()
-        return Outcome(False, attempts, f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
-    return Outcome(True, attempts)
+        return Delivery(False, attempts, f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+    return Delivery(True, attempts)
