@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from services.api import validation as v
 from services.bus.subscription import Filter
 from services.errors import InvalidArgument, NotFound
-from services.webhooks.delivery import Endpoint, Delivery, RetryPolicy, deliver
+from services.webhooks.delivery import Delivery, Endpoint, RetryPolicy, deliver
 from services.webhooks.store import DeadLetter, WebhookStore
 from services.webhooks.targets import PrivateTarget, check_url, delivery_client
 

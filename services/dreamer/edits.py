@@ -259,7 +259,9 @@ def decide_edit(
         problems = card_problems(action.entries)
         if problems:
             return ActionResult([], "rejected: " + "; ".join(problems), pending, False)
-        return ActionResult([PeerCardUpdated(**_pair(d), entries=tuple(action.entries))], "ok: card replaced", pending, True)
+        return ActionResult(
+            [PeerCardUpdated(**_pair(d), entries=tuple(action.entries))], "ok: card replaced", pending, True
+        )
     if isinstance(action, RemoveDeduction):
         problem = _retirable(d, view, action.observation_id, ("deductive",))
         if problem:
