@@ -1,4 +1,4 @@
-"""Chat and ChatStream: check the request against the projections, then hand it to the dialectic agent."""
+"""Chat and ChatStream: check the request against the projections, then hand it to the dialectic tool loop."""
 
 from __future__ import annotations
 
