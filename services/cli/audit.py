@@ -7,8 +7,9 @@ from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
-from peerlog.v1 import audit_pb2, audit_pb2_grpc
+from peerlog.v1 import audit_pb2
 from services.api.channels import channel
+from services.cli.client import Client
 
 
 def _when(ts) -> str:
@@ -79,7 +80,7 @@ def history_tree(h: audit_pb2.GetObservationHistoryResponse) -> Tree:
 def audit_view(address: str, workspace_id: str, observation_id: str, token: str = "") -> Group:
     """Both trees for one observation, read from the API at `address` with `token`."""
     with channel(address, token) as chan:
-        stub = audit_pb2_grpc.AuditServiceStub(chan)
+        stub = Client(chan).audit
         p = stub.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id=workspace_id, observation_id=observation_id))
         h = stub.GetObservationHistory(
             audit_pb2.GetObservationHistoryRequest(workspace_id=workspace_id, observation_id=observation_id)

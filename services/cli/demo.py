@@ -9,23 +9,11 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import grpc
 import typer
 
-from peerlog.v1 import (
-    common_pb2,
-    messages_pb2,
-    messages_pb2_grpc,
-    observations_pb2,
-    observations_pb2_grpc,
-    peers_pb2,
-    peers_pb2_grpc,
-    sessions_pb2,
-    sessions_pb2_grpc,
-    workspaces_pb2,
-    workspaces_pb2_grpc,
-)
+from peerlog.v1 import common_pb2, messages_pb2, observations_pb2, sessions_pb2
 from services.api.channels import aio_channel
+from services.cli.client import Client
 from services.cli.demo_agent import agent_env, run_agent_turns
 from services.cli.demo_dream import show_dream
 from services.cli.demo_reads import show_chat, show_context
@@ -60,15 +48,6 @@ def say(line: str = "") -> None:
     typer.echo(line)
 
 
-class Api:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        self.ws = workspaces_pb2_grpc.WorkspaceServiceStub(channel)
-        self.peers = peers_pb2_grpc.PeerServiceStub(channel)
-        self.sessions = sessions_pb2_grpc.SessionServiceStub(channel)
-        self.msgs = messages_pb2_grpc.MessageServiceStub(channel)
-        self.obs = observations_pb2_grpc.ObservationServiceStub(channel)
-
-
 # what the assistant app itself is sure of, written with CreateObservations (verbatim spans are checked):
 # the dream and Chat then have premises even when the small model's own extraction is thin
 KNOWN = [
@@ -81,8 +60,8 @@ KNOWN = [
 ]
 
 
-async def record_known(api: Api, message_ids: list[str]) -> None:
-    made = await api.obs.CreateObservations(
+async def record_known(api: Client, message_ids: list[str]) -> None:
+    made = await api.observations.CreateObservations(
         observations_pb2.CreateObservationsRequest(
             workspace_id=WS,
             observer_id="assistant",
@@ -97,7 +76,7 @@ async def record_known(api: Api, message_ids: list[str]) -> None:
             ],
         )
     )
-    await api.obs.ListObservations(
+    await api.observations.ListObservations(
         observations_pb2.ListObservationsRequest(
             workspace_id=WS,
             observer_id="assistant",
@@ -111,34 +90,24 @@ async def record_known(api: Api, message_ids: list[str]) -> None:
     )
 
 
-async def converse(api: Api) -> list[str]:
-    await api.ws.GetOrCreateWorkspace(workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id=WS))
-    await api.peers.GetOrCreatePeer(peers_pb2.GetOrCreatePeerRequest(workspace_id=WS, peer_id="alice"))
-    await api.peers.GetOrCreatePeer(
-        peers_pb2.GetOrCreatePeerRequest(workspace_id=WS, peer_id="assistant", observe_me=False)
+async def converse(api: Client) -> list[str]:
+    await api.workspace(WS)
+    await api.peer(WS, "alice")
+    await api.peer(WS, "assistant", observe_me=False)
+    await api.session(
+        WS,
+        SESSION,
+        members=[
+            sessions_pb2.MemberSpec(peer_id="alice"),
+            sessions_pb2.MemberSpec(peer_id="assistant", observe_others=True),
+        ],
     )
-    await api.sessions.GetOrCreateSession(
-        sessions_pb2.GetOrCreateSessionRequest(
-            workspace_id=WS,
-            session_id=SESSION,
-            members=[
-                sessions_pb2.MemberSpec(peer_id="alice"),
-                sessions_pb2.MemberSpec(peer_id="assistant", observe_others=True),
-            ],
-        )
-    )
-    added = await api.msgs.AddMessages(
-        messages_pb2.AddMessagesRequest(
-            workspace_id=WS,
-            session_id=SESSION,
-            messages=[messages_pb2.NewMessage(peer_id=p, content=t) for p, t in SCRIPT],
-        )
-    )
+    added = await api.add(WS, SESSION, SCRIPT)
     say(
         f"\nAddMessages: {len(added.message_ids)} messages acknowledged by the log "
         f"(consistency token {added.consistency_token})"
     )
-    listed = await api.msgs.ListMessages(
+    listed = await api.messages.ListMessages(
         messages_pb2.ListMessagesRequest(
             workspace_id=WS,
             session_id=SESSION,
@@ -151,11 +120,13 @@ async def converse(api: Api) -> list[str]:
     return list(added.message_ids)
 
 
-async def wait_for_memory(api: Api, timeout: float = 900) -> None:
+async def wait_for_memory(api: Client, timeout: float = 900) -> None:
     say("\nThe router, deriver and summarizer are at work (each model call takes a few seconds)…")
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
-        status = await api.obs.GetProcessingStatus(observations_pb2.GetProcessingStatusRequest(workspace_id=WS))
+        status = await api.observations.GetProcessingStatus(
+            observations_pb2.GetProcessingStatusRequest(workspace_id=WS)
+        )
         summaries = await api.sessions.GetSessionSummaries(
             sessions_pb2.GetSessionSummariesRequest(workspace_id=WS, session_id=SESSION)
         )
@@ -173,16 +144,16 @@ async def wait_for_memory(api: Api, timeout: float = 900) -> None:
     say("  (gave up waiting; showing what exists so far)")
 
 
-async def show_memory(api: Api) -> None:
+async def show_memory(api: Client) -> None:
     for observer, observed in (("alice", "alice"), ("assistant", "alice")):
-        listed = await api.obs.ListObservations(
+        listed = await api.observations.ListObservations(
             observations_pb2.ListObservationsRequest(workspace_id=WS, observer_id=observer, observed_id=observed)
         )
         say(f"\nWhat {observer} knows about {observed} ({len(listed.observations)} observations):")
         for o in listed.observations:
             span = o.sources[0].span if o.sources else ""
             say(f"  - {o.content}\n      source: “{span}”")
-    status = await api.obs.GetProcessingStatus(observations_pb2.GetProcessingStatusRequest(workspace_id=WS))
+    status = await api.observations.GetProcessingStatus(observations_pb2.GetProcessingStatusRequest(workspace_id=WS))
     for batch in status.dead_lettered_batches:
         say(f"\nDead-lettered batch {batch.batch_id} ({batch.observer_id}→{batch.observed_id}): {batch.error[:200]}")
     summaries = await api.sessions.GetSessionSummaries(
@@ -219,20 +190,20 @@ def show_rejections(database_url: str) -> None:
 
 async def run(port: int, database_url: str, token: str) -> None:
     async with aio_channel(f"127.0.0.1:{port}", token) as channel:
-        api = Api(channel)
+        api = Client(channel)
         message_ids = await converse(api)
         await wait_for_memory(api)
         await show_memory(api)
         await record_known(api, message_ids)
         show_rejections(database_url)
-        await show_context(channel, WS, SESSION, say)
-        await show_chat(channel, WS, SESSION, say)
-        await show_dream(channel, WS, say)
+        await show_context(api, WS, SESSION, say)
+        await show_chat(api, WS, SESSION, say)
+        await show_dream(api, WS, say)
 
 
 async def show_written(port: int, token: str) -> None:
     async with aio_channel(f"127.0.0.1:{port}", token) as channel:
-        listed = await Api(channel).msgs.ListMessages(
+        listed = await Client(channel).messages.ListMessages(
             messages_pb2.ListMessagesRequest(
                 workspace_id=WS, session_id=SESSION, reverse=True, page=common_pb2.PageRequest(page_size=4)
             )

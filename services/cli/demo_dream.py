@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-import grpc
 from rich.console import Console
 
-from peerlog.v1 import audit_pb2, audit_pb2_grpc, dreams_pb2, dreams_pb2_grpc, observations_pb2, observations_pb2_grpc
+from peerlog.v1 import audit_pb2, dreams_pb2, observations_pb2
 from services.cli.audit import provenance_tree
+from services.cli.client import Client
 
 PAIR = {"observer_id": "assistant", "observed_id": "alice"}
 
@@ -36,29 +36,27 @@ async def _wait(stub, ws: str, say, timeout: float, earlier: set[str]) -> dreams
     return None
 
 
-async def show_dream(channel: grpc.aio.Channel, ws: str, say, timeout: float = 1200) -> None:
+async def show_dream(api: Client, ws: str, say, timeout: float = 1200) -> None:
     say("\nScheduleDream (assistant about alice): the deduction and induction specialists run with the model…")
-    dreams = dreams_pb2_grpc.DreamServiceStub(channel)
-    earlier = await _dream_ids(dreams, ws)
-    await dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(workspace_id=ws, reason="make demo", **PAIR))
-    dream = await _wait(dreams, ws, say, timeout, earlier)
+    earlier = await _dream_ids(api.dreams, ws)
+    await api.dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(workspace_id=ws, reason="make demo", **PAIR))
+    dream = await _wait(api.dreams, ws, say, timeout, earlier)
     if dream is None:
         return
     if dream.state == "failed":
         say(f"  the dream failed: {dream.error[:300]}")
-    listed = await observations_pb2_grpc.ObservationServiceStub(channel).ListObservations(
+    listed = await api.observations.ListObservations(
         observations_pb2.ListObservationsRequest(workspace_id=ws, page={"page_size": 1000}, **PAIR)
     )
     beliefs = [o for o in listed.observations if o.dream_id == dream.dream_id]
     say(f"  {dream.edits} edits; {len(beliefs)} new beliefs in the store")
-    audit = audit_pb2_grpc.AuditServiceStub(channel)
     console = Console()
     for o in beliefs:
-        tree = await audit.GetProvenance(
+        tree = await api.audit.GetProvenance(
             audit_pb2.GetProvenanceRequest(workspace_id=ws, observation_id=o.observation_id)
         )
         console.print(provenance_tree(tree))
-    refused = await audit.ListRejectedObservations(
+    refused = await api.audit.ListRejectedObservations(
         audit_pb2.ListRejectedObservationsRequest(workspace_id=ws, dream_id=dream.dream_id, limit=5)
     )
     for r in refused.rejections:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import grpc
 
-from peerlog.v1 import context_pb2, context_pb2_grpc, dialectic_pb2, dialectic_pb2_grpc
+from peerlog.v1 import context_pb2, dialectic_pb2
+from services.cli.client import Client
 
 QUESTION = "What should I keep in mind when suggesting restaurants and sights for Alice?"
 
 
-async def show_context(channel: grpc.aio.Channel, ws: str, session: str, say) -> None:
-    out = await context_pb2_grpc.ContextServiceStub(channel).GetContext(
+async def show_context(api: Client, ws: str, session: str, say) -> None:
+    out = await api.context.GetContext(
         context_pb2.GetContextRequest(
             workspace_id=ws,
             session_id=session,
@@ -33,10 +34,10 @@ async def show_context(channel: grpc.aio.Channel, ws: str, session: str, say) ->
         say(f"    {m.role:>9}{f' ({m.name})' if m.name else ''}: {first[:110]}")
 
 
-async def show_chat(channel: grpc.aio.Channel, ws: str, session: str, say) -> None:
+async def show_chat(api: Client, ws: str, session: str, say) -> None:
     say(f"\nChat (assistant about alice, level minimal: one tool round, then it answers): {QUESTION}")
     try:
-        out = await dialectic_pb2_grpc.DialecticServiceStub(channel).Chat(
+        out = await api.dialectic.Chat(
             dialectic_pb2.ChatRequest(
                 workspace_id=ws,
                 observer_id="assistant",

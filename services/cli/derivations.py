@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from peerlog.v1 import observations_pb2, observations_pb2_grpc
+from peerlog.v1 import observations_pb2
 from services.api.channels import channel
+from services.cli.client import Client
 
 
 def _contents(stub, workspace: str, observer: str, observed: str, derivation: str) -> list[str]:
@@ -32,7 +33,7 @@ def comparison(
     """`base` ("" = the pair's current derivation) on the left, derivation `name` on the right; the API
     at `address` is called with `token`."""
     with channel(address, token) as chan:
-        stub = observations_pb2_grpc.ObservationServiceStub(chan)
+        stub = Client(chan).observations
         current = _contents(stub, workspace, observer, observed, base)
         named = _contents(stub, workspace, observer, observed, name)
     left = base or "current"

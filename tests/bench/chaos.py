@@ -50,9 +50,9 @@ from infra.stack import _save, _spawn, down, up  # noqa: E402
 from peerlog.v1 import messages_pb2  # noqa: E402
 from services.api.channels import aio_channel  # noqa: E402
 from services.bus.topics import OBSERVATIONS, SESSIONS  # noqa: E402
+from services.cli.client import Client  # noqa: E402
 from services.events import BatchDerived, MessageAppended, ObservationAdded, decode  # noqa: E402
 from tests.bench.ingest import machine, parse_token, pin_fresh_ports, projected_at  # noqa: E402
-from tests.support.client import Client  # noqa: E402
 from tests.support.extractor import extract_each_turn, is_deriver  # noqa: E402
 from tests.support.model_server import ModelServer, Reply  # noqa: E402
 

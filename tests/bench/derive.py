@@ -35,7 +35,7 @@ import psycopg  # noqa: E402
 
 from infra.stack import down, up  # noqa: E402
 from services.api.channels import aio_channel  # noqa: E402
-from tests.support.client import Client  # noqa: E402
+from services.cli.client import Client  # noqa: E402
 from tests.support.extractor import extract_each_turn, is_deriver  # noqa: E402
 from tests.support.model_server import ModelServer, Reply  # noqa: E402
 

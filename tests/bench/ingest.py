@@ -146,8 +146,9 @@ def client_main(proc_idx: int, client_ids: list[int], cfg: dict, out: mp.Queue) 
 async def _clients(client_ids: list[int], cfg: dict) -> dict:
     import grpc
 
-    from peerlog.v1 import messages_pb2, messages_pb2_grpc
+    from peerlog.v1 import messages_pb2
     from services.api.channels import aio_channel
+    from services.cli.client import Client
 
     texts = contents(1000 + client_ids[0], 2000, cfg["content_chars"])
     rng = random.Random(client_ids[0])
@@ -174,7 +175,7 @@ async def _clients(client_ids: list[int], cfg: dict) -> dict:
         pool = [request(mine[k % len(mine)]) for k in range(max(4, 2 * len(mine)))]
         sent = 0
         async with aio_channel(cfg["target"], cfg["token"]) as channel:
-            stub = messages_pb2_grpc.MessageServiceStub(channel)
+            stub = Client(channel).messages
             await channel.channel_ready()
             await asyncio.sleep(max(0.0, start_at - time.monotonic()))
             k = 0
@@ -348,7 +349,7 @@ def machine() -> dict:
 
 async def setup_workspace(target: str, token: str, workspace: str, sessions: list[str]) -> None:
     from services.api.channels import aio_channel
-    from tests.support.client import Client
+    from services.cli.client import Client
 
     async with aio_channel(target, token) as channel:
         client = Client(channel)

@@ -65,18 +65,15 @@ from google.protobuf import struct_pb2, timestamp_pb2  # noqa: E402
 from infra.stack import down, up  # noqa: E402
 from peerlog.v1 import (  # noqa: E402
     context_pb2,
-    context_pb2_grpc,
     dialectic_pb2,
-    dialectic_pb2_grpc,
     messages_pb2,
     workspaces_pb2,
-    workspaces_pb2_grpc,
 )
 from services.api.channels import aio_channel  # noqa: E402
+from services.cli.client import Client  # noqa: E402
 from services.llm.embeddings import MINILM, LocalOnnxEmbedder  # noqa: E402
 from tests.bench import baselines  # noqa: E402
 from tests.bench.derive import machine, sql_dsn  # noqa: E402
-from tests.support.client import Client  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 ALL = "all (1-4)"
@@ -236,19 +233,19 @@ def recall(ranked: list[str], evidence: list[str], k: int) -> float:
 
 
 async def search_hits(
-    channel, ws: str, question: str, dia_of: dict[str, str], limit: int = max(KS), scored: bool = False
+    c: Client, ws: str, question: str, dia_of: dict[str, str], limit: int = max(KS), scored: bool = False
 ) -> list:
     """The dia ids of the top `limit` hits, best first (with `scored`: [dia id, score] pairs)."""
-    got = await workspaces_pb2_grpc.WorkspaceServiceStub(channel).SearchMessages(
+    got = await c.workspaces.SearchMessages(
         workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=ws, query=question, limit=limit)
     )
     dias = [dia_of.get(r.message.message_id, "") for r in got.results]
     return [[d, round(r.score, 4)] for d, r in zip(dias, got.results, strict=True)] if scored else dias
 
 
-async def context_hits(channel, conv: Posted, question: str, budget: int) -> list[str]:
+async def context_hits(c: Client, conv: Posted, question: str, budget: int) -> list[str]:
     """Dia ids of the messages GetContext returns for the question within `budget` tokens."""
-    got = await context_pb2_grpc.ContextServiceStub(channel).GetContext(
+    got = await c.context.GetContext(
         context_pb2.GetContextRequest(
             workspace_id=conv.ws,
             session_id=conv.last_session,
@@ -294,9 +291,8 @@ def summarise(rows: list[dict], field: str) -> dict:
     return {cat: {"questions": len(v), "mean": round(statistics.mean(v), 3)} for cat, v in sorted(by.items())}
 
 
-async def ask_and_judge(channel, ws: str, speaker: str, q: dict) -> dict:
-    stub = dialectic_pb2_grpc.DialecticServiceStub(channel)
-    reply = await stub.Chat(
+async def ask_and_judge(c: Client, ws: str, speaker: str, q: dict) -> dict:
+    reply = await c.dialectic.Chat(
         dialectic_pb2.ChatRequest(workspace_id=ws, observer_id=speaker, target_id=speaker, query=q["question"]),
         timeout=600,
     )
@@ -321,11 +317,11 @@ async def judge(question: str, gold: str, answer: str) -> float:
     return 1.0 if "CORRECT" in (out.choices[0].message.content or "").upper() else 0.0
 
 
-async def score(channel, c: Client, conv: Posted, q: dict, args) -> dict:
+async def score(c: Client, conv: Posted, q: dict, args) -> dict:
     """One question's row: peerlog's recall (search, and GetContext, observations, Chat as asked) beside
     the baselines' recall the question already carries."""
     t0 = time.monotonic()
-    hits = await search_hits(channel, conv.ws, q["question"], conv.dia_of)
+    hits = await search_hits(c, conv.ws, q["question"], conv.dia_of)
     row = {
         "sample": conv.ws,
         "category": q["category"],
@@ -335,15 +331,15 @@ async def score(channel, c: Client, conv: Posted, q: dict, args) -> dict:
     }
     if args.context:
         for budget in BUDGETS:
-            row[f"context@{budget}"] = share(await context_hits(channel, conv, q["question"], budget), q["evidence"])
+            row[f"context@{budget}"] = share(await context_hits(c, conv, q["question"], budget), q["evidence"])
     if args.derive:
         obs = await observation_hits(c, conv.ws, conv.speakers, q["question"], conv.dia_of)
         row.update({f"observations@{k}": recall(obs, q["evidence"], k) for k in KS})
     if args.chat:
-        row.update(await ask_and_judge(channel, conv.ws, conv.speakers[0], q))
+        row.update(await ask_and_judge(c, conv.ws, conv.speakers[0], q))
     if args.hits:  # for offline analysis of the ranking: not part of the report
         row["question"], row["evidence"] = q["question"], q["evidence"]
-        row["top100"] = await search_hits(channel, conv.ws, q["question"], conv.dia_of, limit=100, scored=True)
+        row["top100"] = await search_hits(c, conv.ws, q["question"], conv.dia_of, limit=100, scored=True)
     return row
 
 
@@ -360,7 +356,7 @@ async def evaluate(state, plan: list[tuple[dict, list[dict]]], args) -> dict:
         for conv, (_, qs) in zip(posted, plan, strict=True):
             if args.derive:
                 await wait_derived(c, conv.ws)
-            rows += [await score(channel, c, conv, q, args) for q in qs]
+            rows += [await score(c, conv, q, args) for q in qs]
             log(f"{conv.ws}: {len(qs)} questions scored")
     return {"rows": rows, "messages": total, "ingest_s": round(ingest_s, 1), "embedding_wait_s": round(embed_wait_s, 1)}
 

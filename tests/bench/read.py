@@ -41,17 +41,14 @@ import psycopg  # noqa: E402
 from infra import stack  # noqa: E402
 from peerlog.v1 import (  # noqa: E402  # noqa: E402
     context_pb2,
-    context_pb2_grpc,
     peers_pb2,
-    peers_pb2_grpc,
     sessions_pb2,
-    sessions_pb2_grpc,
     workspaces_pb2,
-    workspaces_pb2_grpc,
 )
 from services.api.channels import aio_channel  # noqa: E402
 from services.bus.producer import EventLog  # noqa: E402
 from services.bus.settings import KafkaSettings  # noqa: E402
+from services.cli.client import Client  # noqa: E402
 from services.embedder.policy import embedded  # noqa: E402
 from services.events import (  # noqa: E402
     Level,
@@ -320,14 +317,14 @@ def build(state, args) -> dict:
 
 
 def calls(p: dict):
-    """name -> function(channel, rng) -> awaitable, one per measured phase."""
+    """name -> function(client, rng) -> awaitable, one per measured phase."""
     sessions = p["sessions"]
     session_ids = list(sessions)
 
-    def get_context(ch, rng):
+    def get_context(api: Client, rng):
         s = rng.choice(session_ids)
         observer, target = rng.choice(p["pairs"])
-        return context_pb2_grpc.ContextServiceStub(ch).GetContext(
+        return api.context.GetContext(
             context_pb2.GetContextRequest(
                 workspace_id=WORKSPACE,
                 session_id=s,
@@ -338,27 +335,27 @@ def calls(p: dict):
             )
         )
 
-    def search_workspace(ch, rng):
-        return workspaces_pb2_grpc.WorkspaceServiceStub(ch).SearchMessages(
+    def search_workspace(api: Client, rng):
+        return api.workspaces.SearchMessages(
             workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=WORKSPACE, query=rng.choice(QUERIES))
         )
 
-    def search_perspective(ch, rng):
-        return workspaces_pb2_grpc.WorkspaceServiceStub(ch).SearchMessages(
+    def search_perspective(api: Client, rng):
+        return api.workspaces.SearchMessages(
             workspaces_pb2.SearchWorkspaceMessagesRequest(
                 workspace_id=WORKSPACE, query=rng.choice(QUERIES), perspective_peer_id=rng.choice(p["peers"])
             )
         )
 
-    def search_session(ch, rng):
-        return sessions_pb2_grpc.SessionServiceStub(ch).SearchMessages(
+    def search_session(api: Client, rng):
+        return api.sessions.SearchMessages(
             sessions_pb2.SearchSessionMessagesRequest(
                 workspace_id=WORKSPACE, session_id=rng.choice(session_ids), query=rng.choice(QUERIES)
             )
         )
 
-    def search_peer(ch, rng):
-        return peers_pb2_grpc.PeerServiceStub(ch).SearchMessages(
+    def search_peer(api: Client, rng):
+        return api.peers.SearchMessages(
             peers_pb2.SearchPeerMessagesRequest(
                 workspace_id=WORKSPACE, peer_id=rng.choice(p["peers"]), query=rng.choice(QUERIES)
             )
@@ -391,6 +388,7 @@ async def measure(
         async with aio_channel(
             f"127.0.0.1:{state.api_port}", state.admin_token(), options=[("grpc.use_local_subchannel_pool", 1)]
         ) as ch:
+            api = Client(ch)  # the stubs once per connection, outside the timed calls
             while True:
                 if interval:
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
@@ -398,7 +396,7 @@ async def measure(
                 if (now := time.monotonic()) >= stop_at:
                     break
                 try:
-                    await call(ch, rng)
+                    await call(api, rng)
                 except grpc.aio.AioRpcError as exc:
                     errors.append(f"{exc.code().name}: {exc.details()}")
                     continue

@@ -36,8 +36,8 @@ from infra.processes import free_port
 from services.api.channels import aio_channel
 from services.api.settings import AuthSettings
 from services.api.tokens import mint
+from services.cli.client import Client
 from services.llm import tokens
-from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.processes import Worker
 from tests.support.wait import eventually, until

@@ -8,7 +8,7 @@ from google.protobuf import timestamp_pb2
 
 from peerlog.v1 import common_pb2, messages_pb2, peers_pb2, sessions_pb2, workspaces_pb2
 from services.api.validation import MAX_PAGE_BYTES
-from tests.support.client import Client
+from services.cli.client import Client
 
 
 async def test_added_messages_read_back_in_order_with_a_per_session_sequence(channel):

@@ -19,8 +19,8 @@ from peerlog.v1 import configuration_pb2 as cfg
 from peerlog.v1 import configuration_pb2_grpc, context_pb2, context_pb2_grpc, dialectic_pb2_grpc, peers_pb2
 from peerlog.v1 import dialectic_pb2 as d
 from peerlog.v1 import observations_pb2 as o
+from services.cli.client import Client
 from tests.integration.test_chat import serve  # noqa: F401 - the fixture: an API whose Chat uses the test model
-from tests.support.client import Client
 from tests.support.model_server import Reply
 
 

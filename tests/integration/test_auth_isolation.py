@@ -42,9 +42,9 @@ from services.api.access import RULES
 from services.api.channels import aio_channel
 from services.api.tokens import mint
 from services.bus.topics import ALL_TOPICS
+from services.cli.client import Client
 from services.dialectic.settings import DialecticSettings
 from services.llm.settings import LlmSettings
-from tests.support.client import Client
 
 # columns: which token; "wrong" tokens name the other workspace, the other peer, the other session
 TOKENS = (

@@ -22,7 +22,7 @@ from peerlog.v1 import (
 from projections.db import sync_engine
 from projections.schema import quarantine
 from services.bus.topics import ALL_TOPICS
-from tests.support.client import Client
+from services.cli.client import Client
 
 
 def log_end_offsets(settings) -> dict:

@@ -9,9 +9,9 @@ import grpc
 import pytest
 
 from services.bus.topics import OBSERVATIONS, SESSIONS
+from services.cli.client import Client
 from services.events import BatchDerived, MessageAppended, ObservationAdded
 from tests.integration.test_deriver import deriver_calls
-from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.log import read_events
 from tests.support.model_server import Reply

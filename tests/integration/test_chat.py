@@ -13,12 +13,12 @@ from google.protobuf import timestamp_pb2
 from peerlog.v1 import dialectic_pb2 as d
 from peerlog.v1 import dialectic_pb2_grpc, messages_pb2, workspaces_pb2
 from peerlog.v1 import observations_pb2 as o
+from services.cli.client import Client
 from services.dialectic.policy import ABSTAIN_ANSWER
 from services.dialectic.settings import DialecticSettings
 from services.llm.settings import LlmSettings
 from tests.integration.test_message_search import embedded_count
 from tests.support.auth import admin_channel
-from tests.support.client import Client
 from tests.support.model_server import Reply
 from tests.support.rpc import rejected
 from tests.support.wait import eventually

@@ -35,9 +35,9 @@ from peerlog_client import (
     Unavailable,
 )
 from peerlog_client.models import ChatAnswer, ChatText
+from services.cli.client import Client
 from services.dialectic.settings import DialecticSettings
 from services.llm.settings import LlmSettings
-from tests.support.client import Client
 from tests.support.model_server import Reply
 
 

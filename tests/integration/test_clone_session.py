@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import json_format, struct_pb2
 
 from peerlog.v1 import messages_pb2, sessions_pb2
-from tests.support.client import Client
+from services.cli.client import Client
 from tests.support.rpc import rejected
 
 

@@ -14,9 +14,9 @@ from projections import message_reads, peer_reads, session_reads
 from projections.db import sync_engine
 from projections.schema import memberships
 from services.bus.producer import EventLog
+from services.cli.client import Client
 from services.events import MemberJoined, MemberLeft, PeerCreated, ProducerInfo, SessionCreated, WorkspaceCreated
 from tests.integration.test_bad_input import quarantined
-from tests.support.client import Client
 from tests.support.wait import eventually
 
 N = 16

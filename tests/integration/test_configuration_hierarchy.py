@@ -13,9 +13,9 @@ from peerlog.v1 import common_pb2, configuration_pb2_grpc, messages_pb2, peers_p
 from peerlog.v1 import configuration_pb2 as cfg
 from projections.rebuild import rebuild
 from projections.schema import perceptions, summaries
+from services.cli.client import Client
 from tests.integration.test_chat import memory, serve  # noqa: F401 (fixtures)
 from tests.integration.test_deriver import rows
-from tests.support.client import Client
 from tests.support.extractor import is_deriver
 from tests.support.model_server import Reply
 from tests.support.wait import eventually

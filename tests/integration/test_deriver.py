@@ -12,7 +12,7 @@ from projections.schema import (
     observations,
     rejected_observations,
 )
-from tests.support.client import Client
+from services.cli.client import Client
 from tests.support.extractor import extract_each_turn, is_deriver, target_turns, with_fact
 from tests.support.model_server import Reply
 from tests.support.wait import eventually

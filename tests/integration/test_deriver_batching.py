@@ -7,9 +7,9 @@ import time
 from collections import Counter
 
 from services.bus.topics import OBSERVATIONS
+from services.cli.client import Client
 from services.events import BatchDerived, ObservationAdded
 from services.llm.tokens import count_tokens
-from tests.support.client import Client
 from tests.support.extractor import extract_each_turn, is_deriver, target_turns
 from tests.support.log import read_events
 from tests.support.model_server import Reply

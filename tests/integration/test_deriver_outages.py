@@ -10,12 +10,12 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from infra.processes import free_port
 from projections.db import create_schema, sync_engine
 from projections.deriver_reads import ObservationStore
+from services.cli.client import Client
 from services.deriver.settings import DeriverSettings
 from services.events.pairs import Pair
 from services.rederivation.rederive import DerivationScope
 from services.rederivation.retry import retry
 from tests.integration.test_rederive import current_rows
-from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.wait import until
 

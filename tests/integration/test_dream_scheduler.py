@@ -17,9 +17,9 @@ from services.bus.producer import EventLog
 from services.bus.runner import Runner
 from services.bus.streams import to_the_end
 from services.bus.topics import DREAMS, OBSERVATIONS, TopicSpec
+from services.cli.client import Client
 from services.dreamer.scheduler_agent import DreamScheduler
 from services.events import DreamCompleted, DreamReason, DreamRequested, Event, ProducerInfo, decode
-from tests.support.client import Client
 from tests.support.wait import eventually
 
 IDLE_S = 3.0

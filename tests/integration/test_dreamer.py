@@ -8,8 +8,8 @@ import json
 
 from peerlog.v1 import audit_pb2, dreams_pb2, peers_pb2
 from projections.rebuild import rebuild
+from services.cli.client import Client
 from services.dreamer.prompt import PROMPT_VERSIONS
-from tests.support.client import Client
 from tests.support.model_server import Reply
 
 FACTS = [

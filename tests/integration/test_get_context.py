@@ -9,8 +9,8 @@ import pytest
 
 from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2, sessions_pb2
 from services.api.packing import Relevant, render_relevant
+from services.cli.client import Client
 from services.llm.tokens import count_tokens
-from tests.support.client import Client
 
 
 def ask(channel, **kw) -> context_pb2.GetContextResponse:

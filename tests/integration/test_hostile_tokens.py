@@ -19,8 +19,8 @@ from peerlog.v1 import (
     sessions_pb2,
     workspaces_pb2,
 )
+from services.cli.client import Client
 from tests.integration.test_bad_input import rejected
-from tests.support.client import Client
 
 
 @pytest.fixture

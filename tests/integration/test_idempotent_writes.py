@@ -24,11 +24,11 @@ from peerlog.v1 import (
 from projections.rebuild import rebuild
 from services.api.channels import channel
 from services.bus.topics import MESSAGE_EMBEDDINGS, OBSERVATIONS, PERCEIVED, SESSIONS
+from services.cli.client import Client
 from services.events import MessageAppended, MessagePerceived, MessagesEmbedded, ObservationAdded
 from services.events.requests import KeyedRequest
 from tests.integration.test_api_processes import two_process_api  # noqa: F401 (a fixture)
 from tests.support.auth import admin_channel
-from tests.support.client import Client
 from tests.support.log import read_events
 from tests.support.rpc import rejected
 

@@ -15,11 +15,11 @@ from projections.db import sync_engine
 from projections.rebuild import rebuild
 from projections.schema import messages, pending_message_embeddings
 from services.bus.producer import EventLog
+from services.cli.client import Client
 from services.embedder.policy import previous_turn, text_to_embed
 from services.events import EmbeddedMessage, MessageAppended, MessagesEmbedded, SessionCreated, WorkspaceCreated
 from services.llm.embeddings import LOCAL_MODEL, make_embedder
 from tests.integration.test_projector import P, msg
-from tests.support.client import Client
 from tests.support.wait import eventually
 
 FILLER = [

@@ -17,8 +17,8 @@ from infra.processes import free_port
 from infra.stack import wait_for_api
 from peerlog.v1 import workspaces_pb2
 from services.bus.topics import ALL_TOPICS
+from services.cli.client import Client
 from tests.support.auth import admin_channel
-from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.processes import Worker
 from tests.support.wait import eventually

@@ -12,11 +12,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from peerlog.v1 import observations_pb2 as o
 from services.bus.topics import OBSERVATIONS
+from services.cli.client import Client
 from services.events import ObservationAdded
 from services.llm.embeddings import LOCAL_MODEL
 from services.llm.tokens import count_tokens
 from tests.integration.test_bad_input import quarantined
-from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.log import read_events
 from tests.support.model_server import Reply

@@ -7,8 +7,8 @@ import pytest
 
 from peerlog.v1 import peers_pb2
 from services.bus.topics import OBSERVATIONS
+from services.cli.client import Client
 from services.events import PeerCardUpdated
-from tests.support.client import Client
 from tests.support.log import read_events
 
 

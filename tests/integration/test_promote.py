@@ -9,11 +9,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from peerlog.v1 import context_pb2, context_pb2_grpc
 from projections.rebuild import rebuild
+from services.cli.client import Client
 from services.cli.derivations import comparison
 from services.rederivation.promote import promote
 from services.rederivation.rederive import DerivationScope, rederive
 from tests.integration.test_rederive import current_rows
-from tests.support.client import Client
 from tests.support.extractor import extract_each_turn, with_fact
 from tests.support.wait import eventually, until
 

@@ -14,8 +14,8 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from peerlog.v1 import audit_pb2, context_pb2, context_pb2_grpc, observations_pb2, peers_pb2
+from services.cli.client import Client
 from services.events import Level, ObservationAdded, ObservationSuperseded, ProducerInfo
-from tests.support.client import Client
 from tests.support.observations import append
 from tests.support.observations import derived as derived_observation
 

@@ -12,7 +12,7 @@ from peerlog.v1 import sessions_pb2
 from projections.db import sync_engine
 from projections.rebuild import compare, rebuild
 from projections.schema import DATA_TABLES
-from tests.support.client import Client
+from services.cli.client import Client
 
 
 async def random_workload(c: Client, rng: random.Random, rounds: int) -> str:

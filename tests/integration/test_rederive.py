@@ -9,8 +9,8 @@ from sqlalchemy import select
 from peerlog.v1 import audit_pb2, observations_pb2
 from projections.db import sync_engine
 from projections.schema import derivation_batches, observations
+from services.cli.client import Client
 from services.rederivation.rederive import DerivationScope, rederive
-from tests.support.client import Client
 from tests.support.extractor import extract_each_turn, with_fact
 from tests.support.wait import eventually
 

@@ -13,12 +13,12 @@ from sqlalchemy import select
 
 from projections.db import sync_engine
 from projections.schema import messages, observations
+from services.cli.client import Client
 from services.cli.main import _reembed
 from services.embedder.policy import previous_turn, text_to_embed
 from services.events import MessageAppended
 from services.llm.embeddings import LOCAL_MODEL, MINILM, LocalOnnxEmbedder
 from tests.integration.test_projector import P
-from tests.support.client import Client
 from tests.support.processes import settings_env
 from tests.support.wait import eventually
 

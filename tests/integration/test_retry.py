@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from projections.run_lock import RunInProgress, exclusive
+from services.cli.client import Client
 from services.rederivation.promote import promote
 from services.rederivation.rederive import DerivationScope, rederive
 from services.rederivation.retry import retry
 from tests.integration.test_rederive import current_rows
-from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.model_server import Reply
 from tests.support.wait import until

@@ -6,8 +6,8 @@ import pytest
 
 from peerlog.v1 import sessions_pb2
 from services.bus.topics import PERCEIVED
+from services.cli.client import Client
 from services.events import MessagePerceived
-from tests.support.client import Client
 from tests.support.log import read_events
 from tests.support.processes import Worker
 

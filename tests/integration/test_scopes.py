@@ -29,11 +29,11 @@ from peerlog.v1 import (
 from peerlog.v1 import observations_pb2 as o
 from projections.db import sync_engine
 from projections.rebuild import rebuild
+from services.cli.client import Client
 from services.events import Level, ObservationAdded
 from services.llm.embeddings import make_embedder
 from services.llm.settings import EmbeddingSettings
 from tests.integration.test_chat import serve  # noqa: F401 - the fixture: an API whose Chat uses the test model
-from tests.support.client import Client
 from tests.support.model_server import Reply
 from tests.support.observations import append
 from tests.support.observations import derived as derived_observation

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from peerlog.v1 import context_pb2, context_pb2_grpc, observations_pb2
+from services.cli.client import Client
 from services.events import Level
-from tests.support.client import Client
 from tests.support.observations import append, derived
 
 

@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from peerlog.v1 import events_pb2, events_pb2_grpc
+from services.cli.client import Client
 from services.events import MessageAppended
-from tests.support.client import Client
 from tests.support.rpc import rejected
 
 

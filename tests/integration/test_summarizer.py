@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from projections.db import sync_engine
 from projections.schema import dead_letters, summaries
-from tests.support.client import Client
+from services.cli.client import Client
 from tests.support.model_server import Reply
 from tests.support.wait import eventually
 

@@ -3,8 +3,8 @@ limit (where the runner used to retry the same batch for ever); what falls out i
 
 from __future__ import annotations
 
+from services.cli.client import Client
 from tests.integration.test_summarizer import _dead, summary_rows
-from tests.support.client import Client
 from tests.support.model_server import Reply
 from tests.support.wait import eventually
 

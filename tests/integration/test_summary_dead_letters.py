@@ -4,8 +4,8 @@ is written after them."""
 from __future__ import annotations
 
 from services.bus.producer import EventLog
+from services.cli.client import Client
 from services.events import ProducerInfo, SummaryDeadLettered, SummaryKind, SummaryUpdated
-from tests.support.client import Client
 
 P = ProducerInfo(component="test", version="0")
 

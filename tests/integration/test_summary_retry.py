@@ -6,8 +6,8 @@ import asyncio
 import os
 import sys
 
+from services.cli.client import Client
 from tests.integration.test_summarizer import summary_rows
-from tests.support.client import Client
 from tests.support.model_server import Reply
 from tests.support.processes import settings_env
 from tests.support.wait import until

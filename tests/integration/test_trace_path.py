@@ -11,12 +11,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from services.cli.client import Client
 from services.deriver.settings import DeriverSettings
 from services.llm.settings import LlmSettings
 from services.worker.app import build_runners
 from services.worker.settings import WorkerSettings
 from tests.integration.test_chat import call, memory, serve, stream  # noqa: F401 (memory, serve: fixtures)
-from tests.support.client import Client
 from tests.support.extractor import extract_each_turn
 from tests.support.model_server import Reply
 

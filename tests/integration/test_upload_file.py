@@ -8,7 +8,7 @@ import pytest
 from google.protobuf import json_format
 
 from peerlog.v1 import messages_pb2, messages_pb2_grpc
-from tests.support.client import Client
+from services.cli.client import Client
 from tests.support.rpc import rejected
 from tests.unit.test_upload_file_text import pdf
 

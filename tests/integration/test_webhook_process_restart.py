@@ -10,7 +10,7 @@ import pytest
 
 from peerlog.v1 import webhooks_pb2 as wh
 from peerlog.v1 import webhooks_pb2_grpc
-from tests.support.client import Client
+from services.cli.client import Client
 from tests.support.processes import Worker
 from tests.support.wait import until_true
 from tests.support.webhook_receiver import Receiver, private_targets_allowed

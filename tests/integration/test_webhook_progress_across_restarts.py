@@ -9,10 +9,10 @@ import json
 
 import httpx
 
+from services.cli.client import Client
 from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import WebhookStore, engine_for
 from services.webhooks.worker import retry_dead_letter, run_endpoint
-from tests.support.client import Client
 from tests.support.wait import until_true
 from tests.support.webhook_receiver import Receiver
 

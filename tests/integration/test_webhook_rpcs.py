@@ -13,11 +13,11 @@ import pytest
 
 from peerlog.v1 import webhooks_pb2 as wh
 from peerlog.v1 import webhooks_pb2_grpc
+from services.cli.client import Client
 from services.webhooks.delivery import RetryPolicy
 from services.webhooks.signing import SIGNATURE_HEADER, verify
 from services.webhooks.store import WebhookStore, engine_for
 from services.webhooks.worker import run_endpoint
-from tests.support.client import Client
 from tests.support.rpc import rejected
 from tests.support.webhook_receiver import Receiver, private_targets_allowed
 

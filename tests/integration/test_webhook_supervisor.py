@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from services.cli.client import Client
 from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import WebhookStore, engine_for
 from services.webhooks.supervisor import supervise
-from tests.support.client import Client
 from tests.support.wait import until_true
 from tests.support.webhook_receiver import Receiver, private_targets_allowed
 

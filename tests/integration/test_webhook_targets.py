@@ -13,12 +13,12 @@ import pytest
 from peerlog.v1 import webhooks_pb2 as wh
 from peerlog.v1 import webhooks_pb2_grpc
 from services.api.channels import aio_channel
+from services.cli.client import Client
 from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import WebhookStore, engine_for
 from services.webhooks.targets import delivery_client
 from services.webhooks.worker import run_endpoint
 from tests.support.auth import admin_token
-from tests.support.client import Client
 from tests.support.rpc import rejected
 from tests.support.webhook_receiver import Receiver, private_targets_allowed
 

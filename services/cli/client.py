@@ -1,4 +1,9 @@
-"""A small typed client over the generated stubs, so tests read like a user's code."""
+"""The proto-level client the demo, the CLI, the benches and the tests share: one stub per service, and a few
+helpers that build the common requests and return the reply protos.
+
+Not the published library (clients/python/peerlog_client): tests assert on the wire-level protos and benches
+measure the server, so neither should go through the library's conversion to models.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +12,30 @@ import grpc
 from peerlog.v1 import (
     audit_pb2_grpc,
     common_pb2,
+    configuration_pb2_grpc,
+    context_pb2_grpc,
+    dialectic_pb2_grpc,
     dreams_pb2_grpc,
+    events_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
     observations_pb2_grpc,
     peers_pb2,
     peers_pb2_grpc,
+    scopes_pb2_grpc,
     sessions_pb2,
     sessions_pb2_grpc,
+    webhooks_pb2_grpc,
     workspaces_pb2,
     workspaces_pb2_grpc,
 )
 
 
 class Client:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    """The stubs work over an asyncio or a blocking channel; the helpers below await, so they need asyncio."""
+
+    def __init__(self, channel: grpc.aio.Channel | grpc.Channel) -> None:
         self.workspaces = workspaces_pb2_grpc.WorkspaceServiceStub(channel)
         self.peers = peers_pb2_grpc.PeerServiceStub(channel)
         self.sessions = sessions_pb2_grpc.SessionServiceStub(channel)
@@ -30,6 +43,12 @@ class Client:
         self.observations = observations_pb2_grpc.ObservationServiceStub(channel)
         self.dreams = dreams_pb2_grpc.DreamServiceStub(channel)
         self.audit = audit_pb2_grpc.AuditServiceStub(channel)
+        self.context = context_pb2_grpc.ContextServiceStub(channel)
+        self.dialectic = dialectic_pb2_grpc.DialecticServiceStub(channel)
+        self.configuration = configuration_pb2_grpc.ConfigurationServiceStub(channel)
+        self.scopes = scopes_pb2_grpc.ScopeServiceStub(channel)
+        self.events = events_pb2_grpc.EventServiceStub(channel)
+        self.webhooks = webhooks_pb2_grpc.WebhookServiceStub(channel)
 
     async def workspace(self, workspace_id: str):
         return await self.workspaces.GetOrCreateWorkspace(
