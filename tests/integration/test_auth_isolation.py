@@ -140,6 +140,11 @@ def requests(ids: dict, tag: str) -> dict:
     chat = dialectic_pb2.ChatRequest(
         workspace_id=w, observer_id="alice", target_id="bob", query=f"what about bob {tag}"
     )
+    return {**_directory_requests(w, consistency, pair, tag, ids), **_memory_requests(w, pair, chat, tag, ids)}
+
+
+def _directory_requests(w: str, consistency: common_pb2.ReadConsistency, pair: dict, tag: str, ids: dict) -> dict:
+    """Workspaces, peers, sessions and messages."""
     return {
         "WorkspaceService.GetOrCreateWorkspace": workspaces_pb2.GetOrCreateWorkspaceRequest(
             workspace_id=w, metadata=_meta(tag)
@@ -188,6 +193,12 @@ def requests(ids: dict, tag: str) -> dict:
         ),
         "MessageService.ListMessages": messages_pb2.ListMessagesRequest(workspace_id=w, session_id="s1"),
         "MessageService.GetMessage": messages_pb2.GetMessageRequest(workspace_id=w, message_id=ids["message"]),
+    }
+
+
+def _memory_requests(w: str, pair: dict, chat: dialectic_pb2.ChatRequest, tag: str, ids: dict) -> dict:
+    """Observations, context, Chat, dreams, audit, configuration, events, webhooks and scopes."""
+    return {
         "ObservationService.ListObservations": observations_pb2.ListObservationsRequest(**pair),
         "ObservationService.GetObservation": observations_pb2.GetObservationRequest(
             workspace_id=w, observation_id=ids["observation"]
