@@ -74,6 +74,7 @@ from services.dialectic.loop import Dialectic
 from services.dialectic.settings import LEVELS
 from services.llm.client import ModelClient
 from services.llm.embeddings import LocalOnnxEmbedder, make_embedder
+from services.llm.query_cache import QueryVectorCache
 from services.llm.tokens import count_tokens
 from services.settings import Settings
 from services.webhooks.store import WebhookStore, engine_for
@@ -211,7 +212,8 @@ async def start(settings: Settings) -> RunningServer:
     """Start serving on settings.api.host:port (port 0 picks a free one)."""
     interceptors = _interceptors(settings.auth)  # first: a missing key fails before anything opens
     await asyncio.get_running_loop().run_in_executor(None, _ensure_schema, settings)
-    embedder = make_embedder(settings.embedding)  # first: a misconfigured model fails before anything opens
+    # first: a misconfigured model fails before anything opens
+    embedder = QueryVectorCache(make_embedder(settings.embedding), settings.embedding.query_cache_size)
     engine = async_engine(settings.database)
     event_log = EventLog(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
@@ -247,8 +249,9 @@ async def start(settings: Settings) -> RunningServer:
 async def _warm(ctx: ApiDeps) -> None:
     """Load the tokenizer and a local embedding model now rather than in the first caller's request."""
     count_tokens("warm-up")
-    if isinstance(ctx.embedder, LocalOnnxEmbedder):
-        await ctx.embedder.embed(["warm-up"])
+    model = getattr(ctx.embedder, "inner", ctx.embedder)  # past the query cache: "warm-up" is no query
+    if isinstance(model, LocalOnnxEmbedder):
+        await model.embed(["warm-up"])
 
 
 async def serve(settings: Settings, metrics: bool = True) -> None:

@@ -101,6 +101,9 @@ class EmbeddingSettings(BaseSettings):
     max_retries: int = Field(3, ge=0)
     backoff_s: float = Field(0.5, ge=0)
     max_backoff_s: float = Field(8.0, ge=0)
+    query_cache_size: int = Field(
+        1024, ge=0, description="API: query vectors remembered, least recently used out first (0: off)"
+    )
 
     def api_key(self) -> str:
         """The key from the env var named by `api_key_env`, or "none" when it is unset or empty."""

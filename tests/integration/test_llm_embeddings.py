@@ -12,6 +12,7 @@ import pytest
 
 from services.llm.embeddings import MINILM, Embedder, LocalOnnxEmbedder, OpenAIEmbedder
 from services.llm.errors import EmbeddingError, ModelUnavailable
+from services.llm.query_cache import QueryVectorCache
 from services.llm.settings import EmbeddingSettings
 from tests.support.model_server import ModelServer
 
@@ -134,3 +135,41 @@ async def test_an_unreachable_embedding_server_is_model_unavailable() -> None:
 
     with pytest.raises(ModelUnavailable, match="after 2 attempt"):
         await OpenAIEmbedder(settings).embed(["hello"])
+
+
+async def test_a_repeated_query_is_embedded_once_and_the_least_recent_query_is_forgotten_first(
+    server: ModelServer,
+) -> None:
+    cache = QueryVectorCache(OpenAIEmbedder(remote_settings(server)), size=2)
+
+    first = await cache.embed(["where does alice live"])
+    again = await cache.embed(["where does alice live"])
+    await cache.embed(["what does bob drink"])
+    await cache.embed(["where does alice live"])  # now the most recent: bob's query goes first
+    await cache.embed(["carol's birthday"])
+    await cache.embed(["where does alice live"])
+    await cache.embed(["what does bob drink"])
+    await cache.aclose()
+
+    assert first == again
+    assert [r["input"] for r in server.requests] == [
+        ["where does alice live"],
+        ["what does bob drink"],
+        ["carol's birthday"],
+        ["what does bob drink"],
+    ]
+    assert (cache.hits, cache.misses) == (3, 4)
+
+
+async def test_batches_pass_the_query_cache_by_and_a_size_of_zero_turns_it_off(server: ModelServer) -> None:
+    batches = QueryVectorCache(OpenAIEmbedder(remote_settings(server)), size=8)
+    off = QueryVectorCache(OpenAIEmbedder(remote_settings(server)), size=0)
+
+    await batches.embed(["a", "b"])
+    await batches.embed(["a", "b"])
+    await off.embed(["a"])
+    await off.embed(["a"])
+    await batches.aclose()
+    await off.aclose()
+
+    assert [r["input"] for r in server.requests] == [["a", "b"], ["a", "b"], ["a"], ["a"]]
