@@ -416,15 +416,39 @@ async def test_a_rebuild_reproduces_message_embeddings_without_the_embedder(sett
     assert contents(await search_ws(c, "frozen pond")) == before
 
 
-# the second query names bob: his messages are lifted, and "bob" is no term of the full-text list
-@pytest.mark.parametrize("query,named", [("frozen garden pond slugs", ""), ("frozen garden pond slugs bob", "bob")])
-async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here(settings, garden, query, named):
+# the second query names bob: his messages are lifted, and "bob" is no term of the full-text list. The
+# third and fourth count "garden" (in all four turns) as common: the first selects by its rare terms only,
+# the last, all of whose terms are common, needs both
+@pytest.mark.parametrize(
+    "query,named,common_docs",
+    [
+        ("frozen garden pond slugs", "", 1_000),
+        ("frozen garden pond slugs bob", "bob", 1_000),
+        ("frozen garden pond slugs", "", 3),
+        ("garden lettuce", "", 0),
+    ],
+)
+async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here(
+    settings, garden, monkeypatch, query, named, common_docs
+):
     import math
 
     import numpy as np
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from projections.message_search import BM25_B, BM25_K1, SHORT_LEXEMES, MessageSearch, fused_score, search_messages
+    import projections.message_search as search
+    from projections.message_search import (
+        BM25_B,
+        BM25_K1,
+        SHORT_LEXEMES,
+        MessageSearch,
+        fused_score,
+        lexical_match,
+        search_messages,
+    )
+
+    monkeypatch.setattr(search, "COMMON_DOCS", common_docs)
+    monkeypatch.setattr(search, "COMMON_SHARE", 0.0)
 
     vector = np.array(make_embedder().embed_sync([query])[0])
     engine = create_async_engine(settings.database.url).execution_options(
@@ -459,7 +483,9 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
         for m, d in docs.items()
     }
     similarity = {r[0]: float(np.dot(r[3], vector) / np.linalg.norm(r[3]) / np.linalg.norm(vector)) for r in rows}
-    matched = [m for m in docs if docs[m] & idf.keys()]
+    matched = [m for m in docs if lexical_match(docs[m], {w: n for w, n in df.items() if n}, len(docs))]
+    if common_docs == 3:  # the rule changed the list: the two turns holding only "garden" are not in it
+        assert len(matched) == 2 < len([m for m in docs if docs[m] & idf.keys()])
     at = {(r[1], r[2]): r[0] for r in rows}
     neighbours = {r[0]: [at[(r[1], r[2] + d)] for d in (-1, 1) if (r[1], r[2] + d) in at] for r in rows}
     expected = fused_score(
