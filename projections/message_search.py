@@ -184,8 +184,11 @@ def reported(period: Period) -> Period:
 
 
 def depth(limit: int) -> int:
-    """Candidates taken from each list."""
-    return max(limit * 4, MIN_DEPTH)
+    """Candidates taken from each list: four per result up to 25 results, then two more per result.
+    Measured on LoCoMo (rest, recall at the limit): at 50 results (GetContext's at 2,000 tokens) 150
+    candidates found 0.918 against 0.919 with 200, at 100 results 250 found 0.960 against 0.961 with 400;
+    at 25, two per result lost 0.007. GetContext's search under a perspective took a quarter less time."""
+    return max(limit * 4, MIN_DEPTH) if limit <= 25 else 2 * limit + 50
 
 
 @dataclass(frozen=True)
