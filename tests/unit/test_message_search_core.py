@@ -99,8 +99,8 @@ def test_fusion_of_nothing_is_empty_and_flat_lists_add_nothing():
     assert fused_score({"a": (0.5, 1.0)}, ([0.5], [1.0]), {}) == [("a", 0.0)]
 
 
-def test_candidate_depth_is_four_times_the_limit_but_at_least_fifty():
-    assert depth(10) == 50 and depth(100) == 400
+def test_candidate_depth_is_at_least_fifty_four_per_result_up_to_25_then_two_more_per_result():
+    assert [depth(n) for n in (1, 10, 25, 26, 50, 100)] == [50, 50, 100, 102, 150, 250]
 
 
 def test_a_message_by_a_peer_the_query_names_gains_the_author_boost_and_outranks_a_slightly_better_match():
