@@ -11,6 +11,9 @@ CALLS = Counter(
     ["stage", "outcome"],
 )
 RETRIES = Counter("peerlog_llm_retries_total", "HTTP requests retried after a transient error", ["stage"])
+QUERY_VECTORS = Counter(
+    "peerlog_query_vectors_total", "Query embeddings asked of the API's cache, by outcome (hit, miss)", ["outcome"]
+)
 LATENCY = Histogram(
     "peerlog_llm_request_seconds",
     "Duration of one HTTP request to the model server",

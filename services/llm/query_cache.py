@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from services.llm.embeddings import Embedder
+from services.llm.metrics import QUERY_VECTORS
 
 
 class QueryVectorCache:
@@ -37,8 +38,10 @@ class QueryVectorCache:
         if (vector := self._vectors.get(text)) is not None:
             self._vectors.move_to_end(text)
             self.hits += 1
+            QUERY_VECTORS.labels(outcome="hit").inc()
             return [list(vector)]
         self.misses += 1
+        QUERY_VECTORS.labels(outcome="miss").inc()
         (vector,) = await self.inner.embed(texts)
         self._remember(text, vector)
         return [list(vector)]

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from services.llm.embeddings import MINILM, Embedder, LocalOnnxEmbedder, OpenAIEmbedder
 from services.llm.errors import EmbeddingError, ModelUnavailable
@@ -141,6 +142,9 @@ async def test_a_repeated_query_is_embedded_once_and_the_least_recent_query_is_f
     server: ModelServer,
 ) -> None:
     cache = QueryVectorCache(OpenAIEmbedder(remote_settings(server)), size=2)
+    counted = {
+        o: REGISTRY.get_sample_value("peerlog_query_vectors_total", {"outcome": o}) or 0 for o in ("hit", "miss")
+    }
 
     first = await cache.embed(["where does alice live"])
     again = await cache.embed(["where does alice live"])
@@ -159,6 +163,12 @@ async def test_a_repeated_query_is_embedded_once_and_the_least_recent_query_is_f
         ["what does bob drink"],
     ]
     assert (cache.hits, cache.misses) == (3, 4)
+    assert {
+        o: REGISTRY.get_sample_value("peerlog_query_vectors_total", {"outcome": o}) - n for o, n in counted.items()
+    } == {
+        "hit": 3,
+        "miss": 4,
+    }  # what the API's metrics endpoint shows
 
 
 async def test_batches_pass_the_query_cache_by_and_a_size_of_zero_turns_it_off(server: ModelServer) -> None:
