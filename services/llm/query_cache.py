@@ -42,9 +42,9 @@ class QueryVectorCache:
             return [list(vector)]
         self.misses += 1
         QUERY_VECTORS.labels(outcome="miss").inc()
-        (vector,) = await self.inner.embed(texts)
-        self._remember(text, vector)
-        return [list(vector)]
+        vectors = await self.inner.embed(texts)
+        self._remember(text, vectors[0])
+        return vectors
 
     def embed_sync(self, texts: list[str]) -> list[list[float]]:
         return self.inner.embed_sync(texts)
