@@ -64,8 +64,8 @@ def drop_topics(kafka: KafkaSettings) -> None:
     for future in admin_client(kafka).delete_topics(names, operation_timeout=10).values():
         try:
             future.result(15)
-        except KafkaException:
-            pass  # already gone (a test that deleted its own), or the broker is down: nothing to keep
+        except (KafkaException, TimeoutError):
+            pass  # already gone, the broker is down or slow: a test's cleanup never fails the test
 
 
 class RunningProjector:
