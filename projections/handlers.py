@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 
 import orjson
 import psycopg
-from pgvector.sqlalchemy import Vector
 from psycopg import sql
 from sqlalchemy import (
     Connection,
@@ -43,6 +42,7 @@ from projections.schema import (
     workspaces,
 )
 from projections.scope_handlers import SCOPE_HANDLERS
+from projections.vectors import Vector
 from services.events import (
     Event,
     MemberJoined,

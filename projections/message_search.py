@@ -57,7 +57,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     Float,
     RowMapping,
@@ -79,6 +78,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections.message_reads import seen_while_member
 from projections.schema import ACTIVE_EMBEDDING_MODEL, message_lexicon, message_terms, messages, peers
 from projections.time_expressions import Period, periods
+from projections.vectors import Vector
 
 MIN_DEPTH = 50
 NEIGHBOUR_WEIGHT = 0.3  # measured on LoCoMo: 0.15 and 0.5 score within ±0.01 of it

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import Connection, bindparam, select, update
 
 from projections.inserts import insert_new
@@ -22,6 +21,7 @@ from projections.schema import (
     premises,
     rejected_observations,
 )
+from projections.vectors import Vector
 from services.events import (
     Event,
     Level,

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import RowMapping, bindparam, case, func, literal_column, select, tuple_, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.derivations import current_label
 from projections.schema import ACTIVE_EMBEDDING_MODEL, observation_events, observation_sources, observations, premises
+from projections.vectors import Vector
 from services.events import stored_derivation
 
 # everything of an observation row but its vector and search columns, which no reader returns

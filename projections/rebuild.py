@@ -1,6 +1,9 @@
 """Rebuild the projections: replay the log from offset 0 into a fresh schema, verify, switch.
 
-The switch holds a lock that pauses the live projector, replays the last few events so both
+The fresh schema is filled without its search indexes (HNSW over vectors, GIN over text): each is
+built once after the replay, which costs a fraction of keeping it up to date row by row, and the
+replay commits without waiting for its WAL flush (a crash loses only a schema the rebuild would start
+over anyway). The switch holds a lock that pauses the live projector, replays the last few events so both
 schemas stand at the same offsets, compares every table row for row, then renames the schemas in
 one transaction. Readers never see a half-built schema; the live projector notices the new
 schema's generation and resumes from the offsets it recorded.
@@ -10,18 +13,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, Index, text
 
 from projections.apply import apply_batch
 from projections.db import create_schema, schema_exists, sync_engine
 from projections.projector import consumer_config, to_record
-from projections.schema import DATA_TABLES, projection_offsets
+from projections.schema import DATA_TABLES, metadata, projection_offsets
 from services.bus.admin import partitions_of
 from services.bus.topics import ALL_TOPICS
 
@@ -29,6 +33,8 @@ if TYPE_CHECKING:  # the CLI composes the whole Settings; at run time projection
     from services.settings import Settings
 
 Progress = Callable[[str], None]
+# index methods cheaper to build once over the full tables than to maintain through the replay
+DEFERRED_METHODS = frozenset({"hnsw", "gin"})
 
 
 @dataclass
@@ -39,6 +45,42 @@ class RebuildReport:
     differences: dict[str, int] = field(default_factory=dict)
     switched: bool = False
     retired: str | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, in order
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - started
+
+
+def deferred_indexes() -> list[Index]:
+    """The projection's indexes a rebuild creates after its replay (DEFERRED_METHODS)."""
+    return [
+        index
+        for table in metadata.sorted_tables
+        for index in sorted(table.indexes, key=lambda i: i.name)
+        if index.dialect_options["postgresql"]["using"] in DEFERRED_METHODS
+    ]
+
+
+def drop_deferred(engine: Engine, schema: str) -> None:
+    with engine.begin() as conn:
+        for index in deferred_indexes():
+            conn.execute(text(f'DROP INDEX "{schema}"."{index.name}"'))
+
+
+def create_deferred(engine: Engine, progress: Progress) -> None:
+    """Build the deferred indexes over the replayed tables, each in one pass."""
+    with engine.connect() as conn:
+        conn.execute(text("SET maintenance_work_mem = '1GB'"))  # an HNSW build fits in memory
+        for index in deferred_indexes():
+            started = time.monotonic()
+            index.create(conn)
+            conn.commit()
+            progress(f"  built index {index.name} in {time.monotonic() - started:.1f} s")
 
 
 class Replayer:
@@ -67,6 +109,7 @@ class Replayer:
             wanted = self._hold_back(records, target)
             if wanted:
                 with self.engine.begin() as conn:
+                    conn.execute(text("SET LOCAL synchronous_commit = off"))
                     self.events += apply_batch(conn, wanted).events
                 for r in wanted:
                     self.applied_upto[(r.topic, r.partition)] = r.offset + 1
@@ -125,14 +168,19 @@ def rebuild(settings: Settings, progress: Progress = print, accept_differences: 
     build_engine = sync_engine(settings.database, report.schema)
     live_engine = sync_engine(settings.database, live)
     create_schema(build_engine, report.schema)
+    drop_deferred(build_engine, report.schema)
     progress(f"rebuilding into schema {report.schema}")
     replayer = Replayer(settings, build_engine, progress)
     try:
         with live_engine.connect() as conn:
             has_live = schema_exists(conn, live)
             first_target = live_offsets(conn, live) if has_live else {}
-        replayer.replay_to(first_target)
-        progress(f"caught up with the live projection ({replayer.events} events); switching")
+        with report.phase("replay"):
+            replayer.replay_to(first_target)
+        progress(f"caught up with the live projection ({replayer.events} events); building its search indexes")
+        with report.phase("indexes"):
+            create_deferred(build_engine, progress)
+        progress("switching")
         _switch(live_engine, replayer, report, has_live, accept_differences, progress)
     finally:
         replayer.close()
@@ -149,8 +197,10 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
         if has_live:
             # pauses the live projector (it locks offset rows) while reads go on
             conn.execute(text(f'LOCK TABLE "{live}".projection_offsets IN EXCLUSIVE MODE'))
-            replayer.replay_to(live_offsets(conn, live))
-            report.differences = compare(conn, live, report.schema)
+            with report.phase("catch_up"):
+                replayer.replay_to(live_offsets(conn, live))
+            with report.phase("verify"):
+                report.differences = compare(conn, live, report.schema)
             differing = {t: n for t, n in report.differences.items() if n}
             progress(
                 "verified: identical to the live projection"

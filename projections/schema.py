@@ -7,7 +7,6 @@ No column is filled from the wall clock, so replaying the same log gives identic
 
 from __future__ import annotations
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -26,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, TSVECTOR
 
+from projections.vectors import Vector
 from services.llm.settings import EmbeddingSettings
 
 metadata = MetaData()

@@ -1,0 +1,130 @@
+#!/usr/bin/env python
+"""Rebuild benchmark: replay a large log into a fresh schema, verify it against the live one, switch.
+
+    .venv/bin/python tests/bench/rebuild.py [--messages 100000] [--observations 200000] [--dir DIR] \
+        [--keep] [--out tests/bench/results/rebuild.json]
+
+Builds the read bench's workspace THROUGH THE LOG (tests/bench/read.py: sessions, messages with their
+embeddings, observations with theirs; about 2 events per message and 1 per observation), waits for the
+stack's live projector to project it, then runs `projections.rebuild.rebuild` as `peerlog projections
+rebuild` would, with the live projector still running. Reports the events replayed, events/s end to end
+and each phase apart (replay, index build, catch-up, verification, switch). A kept stack (--dir with
+--keep) that already holds the workspace skips the build. The schema the rebuild retires is dropped
+afterwards, so a kept stack does not grow by a copy per run.
+
+Prints one JSON object on stdout (progress on stderr) and writes it to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+
+from infra import stack  # noqa: E402
+from tests.bench import read  # noqa: E402
+from tests.bench.ingest import machine, pin_fresh_ports, stop_others  # noqa: E402
+
+
+def log(msg: str) -> None:
+    print(f"[rebuild-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def log_size(dsn: str) -> dict:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        offsets = conn.execute("SELECT sum(next_offset) FROM peerlog.projection_offsets").fetchone()[0]
+        size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+    return {"log_offsets": int(offsets or 0), "database_mib": round(size / 2**20)}
+
+
+def drop_retired(dsn: str, schema: str | None) -> None:
+    if schema:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def run_rebuild(state) -> dict:
+    """One rebuild as the CLI runs it, in this process, with the stack's settings."""
+    import os
+
+    os.environ.update(state.env())
+    from projections.rebuild import rebuild
+    from services.settings import Settings
+
+    started = time.monotonic()
+    report = rebuild(Settings(), progress=lambda m: log(f"{time.monotonic() - started:7.1f} s  {m}"))
+    drop_retired(read.sql_dsn(state.database_url), report.retired)
+    return {
+        "events": report.events,
+        "seconds": round(report.seconds, 1),
+        "events_per_s": round(report.events / report.seconds),
+        "phases_s": {k: round(v, 1) for k, v in report.phases.items()},
+        "switched": report.switched,
+        "differing_rows": {t: n for t, n in report.differences.items() if n},
+    }
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--observations", type=int, default=200_000)
+    ap.add_argument("--runs", type=int, default=1, help="rebuilds in a row (each replays the whole log)")
+    ap.add_argument("--dir", type=Path, help="stack directory (default: a fresh temp dir)")
+    ap.add_argument("--keep", action="store_true", help="leave the stack running and its directory in place")
+    ap.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/rebuild.json")
+    args = ap.parse_args(argv)
+    # the read bench's workspace shape (peers, pairs, sessions, distinct texts) at this size
+    defaults = read.parse_args(["--messages", str(args.messages), "--observations", str(args.observations)])
+    return argparse.Namespace(**{**vars(defaults), **vars(args)})
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    root = (args.dir or Path(tempfile.mkdtemp(prefix="peerlog-rebuild-bench-"))).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / "stack.json").exists():
+        pin_fresh_ports(root)
+    state = stack.up(root, progress=log)
+    ok = False
+    try:
+        stop_others(state, keep=["projector"])
+        log(f"building {args.messages} messages and {args.observations} observations through the log")
+        built = read.build(state, args)
+        dsn = read.sql_dsn(state.database_url)
+        runs = [run_rebuild(state) for _ in range(args.runs)]
+        result = {
+            "benchmark": "rebuild",
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "command": shlex.join([".venv/bin/python", str(Path(__file__).relative_to(ROOT)), *argv]),
+            "machine": machine(),
+            "workspace": {"messages": args.messages, "observations": args.observations, **log_size(dsn)},
+            "setup": built["timings"],
+            "target_events_per_s": 40_000,
+            "runs": runs,
+        }
+        text = json.dumps(result, indent=2)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+        print(text)
+        ok = True
+    finally:
+        if not args.keep:
+            stack.down(root, progress=log)
+            if ok and args.dir is None:
+                shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
