@@ -19,7 +19,6 @@ from sqlalchemy import (
     literal,
     or_,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
@@ -28,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from projections.configurations import message_configured, messages_configured, session_configured, workspace_configured
 from projections.dream_handlers import DREAM_HANDLERS
 from projections.inserts import insert_new
+from projections.keys import among
 from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import (
     ACTIVE_EMBEDDING_MODEL,
@@ -244,7 +244,7 @@ def messages_embedded(conn: Connection, events: Sequence[MessagesEmbedded]) -> N
     known = set(
         conn.execute(
             select(m.workspace_id, m.message_id).where(
-                tuple_(m.workspace_id, m.message_id).in_(sorted({(r["workspace_id"], r["message_id"]) for r in rows}))
+                among((m.workspace_id, m.message_id), sorted({(r["workspace_id"], r["message_id"]) for r in rows}))
             )
         ).tuples()
     )
@@ -299,7 +299,7 @@ def _index_terms(conn: Connection, keys: list[tuple[str, str]]) -> None:
     m, columns = messages.c, [c.name for c in message_terms.c]
     conn.execute(
         insert(message_terms).from_select(
-            columns, select(*(m[c] for c in columns)).where(tuple_(m.workspace_id, m.message_id).in_(keys))
+            columns, select(*(m[c] for c in columns)).where(among((m.workspace_id, m.message_id), keys))
         )
     )
 
@@ -308,7 +308,7 @@ def _count_lexemes(conn: Connection, keys: list[tuple[str, str]]) -> None:
     """Add the new messages to their workspace's lexicon: one more document for each lexeme they hold,
     and to the totals row (lexeme ''); `keys` are messages inserted just now, so none counts twice."""
     m, lx = messages.c, message_lexicon.c
-    fresh = select(m.workspace_id, m.content_tsv).where(tuple_(m.workspace_id, m.message_id).in_(keys)).subquery()
+    fresh = select(m.workspace_id, m.content_tsv).where(among((m.workspace_id, m.message_id), keys)).subquery()
     each = select(
         fresh.c.workspace_id,
         func.unnest(func.tsvector_to_array(fresh.c.content_tsv)).label("lexeme"),
@@ -334,7 +334,7 @@ def _take_pending_embeddings(conn: Connection, keys: list[tuple[str, str]]) -> N
     taken = (
         conn.execute(
             delete(pending_message_embeddings)
-            .where(tuple_(p.workspace_id, p.message_id).in_(keys))
+            .where(among((p.workspace_id, p.message_id), keys))
             .returning(p.workspace_id, p.message_id, p.embedding, p.embedding_model, p.event_id)
         )
         .mappings()

@@ -188,6 +188,8 @@ def rebuild(settings: Settings, progress: Progress = print, accept_differences: 
         live_engine.dispose()
     report.events = replayer.events
     report.seconds = time.monotonic() - started
+    phases = ", ".join(f"{name} {s:.1f} s" for name, s in report.phases.items())
+    progress(f"{report.events} events in {report.seconds:.1f} s ({phases})")
     return report
 
 
@@ -211,8 +213,10 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
                 progress(f"not switching; the rebuilt schema {report.schema} is kept for inspection")
                 return
             report.retired = f"{live}_retired_{report.schema.rsplit('_', 1)[1]}"  # same stamp as the build
-            conn.execute(text(f'ALTER SCHEMA "{live}" RENAME TO "{report.retired}"'))
-        conn.execute(text(f'ALTER SCHEMA "{report.schema}" RENAME TO "{live}"'))
+        with report.phase("switch"):
+            if report.retired:
+                conn.execute(text(f'ALTER SCHEMA "{live}" RENAME TO "{report.retired}"'))
+            conn.execute(text(f'ALTER SCHEMA "{report.schema}" RENAME TO "{live}"'))
     report.switched = True
     progress(
         f"reads now served from the rebuilt schema ({live})"
