@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import orjson
-import psycopg
-from psycopg import sql
 from sqlalchemy import (
     Connection,
-    Table,
     Text,
     and_,
     any_,
@@ -21,12 +17,11 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from projections.configurations import message_configured, messages_configured, session_configured, workspace_configured
 from projections.dream_handlers import DREAM_HANDLERS
-from projections.inserts import insert_new
+from projections.inserts import copy_in, insert_new
 from projections.keys import among
 from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import (
@@ -196,7 +191,7 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
                 event_id=e.event_id,
             )
         )
-    _copy_in(conn, messages, rows)
+    copy_in(conn, messages, rows)
     _record_origins(conn, fresh)
     _set_counts(conn, next_seq)
     messages_configured(conn, seqs)
@@ -341,30 +336,6 @@ def _take_pending_embeddings(conn: Connection, keys: list[tuple[str, str]]) -> N
         .all()
     )
     _set_embeddings(conn, [dict(r) for r in taken])
-
-
-def _copy_in(conn: Connection, table: Table, rows: list[dict]) -> None:
-    """INSERT `rows` with one COPY ... FROM STDIN on the caller's connection and transaction.
-
-    Per message the bulk of the projector's time went to executemany's one INSERT per row; COPY
-    streams the rows in one statement. Errors surface as SQLAlchemy's DBAPIError subclasses, as
-    from conn.execute, so apply_batch's fallback (one by one, quarantine) works unchanged.
-    """
-    if not rows:
-        return
-    columns = list(rows[0])
-    as_json = [isinstance(table.c[c].type, JSONB) for c in columns]
-    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(table.schema)
-    schema = schema or table.schema
-    target = sql.Identifier(schema, table.name) if schema else sql.Identifier(table.name)
-    stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(target, sql.SQL(", ").join(sql.Identifier(c) for c in columns))
-    raw = conn.connection.driver_connection
-    try:
-        with raw.cursor() as cursor, cursor.copy(stmt) as copy:
-            for row in rows:
-                copy.write_row([orjson.dumps(row[c]).decode() if j else row[c] for c, j in zip(columns, as_json)])
-    except psycopg.Error as exc:
-        raise DBAPIError.instance(stmt.as_string(raw), None, exc, psycopg.Error) from exc
 
 
 # one array parameter instead of an IN list: the statement text stays the same for every batch

@@ -3,7 +3,8 @@
 The fresh schema is filled without its search indexes (HNSW over vectors, GIN over text): each is
 built once after the replay, which costs a fraction of keeping it up to date row by row, and the
 replay commits without waiting for its WAL flush (a crash loses only a schema the rebuild would start
-over anyway). The switch holds a lock that pauses the live projector, replays the last few events so both
+over anyway). Then every table is vacuumed and analysed, so reads plan from real statistics from the
+first moment. The switch holds a lock that pauses the live projector, replays the last few events so both
 schemas stand at the same offsets, compares every table row for row, then renames the schemas in
 one transaction. Readers never see a half-built schema; the live projector notices the new
 schema's generation and resumes from the offsets it recorded.
@@ -139,6 +140,15 @@ class Replayer:
         self.consumer.close()
 
 
+def vacuum_analyze(engine: Engine, schema: str) -> None:
+    """VACUUM (ANALYZE) every table of the rebuilt schema before the switch: reads after it plan from
+    real statistics at once, not from whatever autovacuum gets to later, and the verification (under the
+    lock that pauses the live projector) reads tables whose visibility is settled."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for table in DATA_TABLES:
+            conn.execute(text(f'VACUUM (ANALYZE) "{schema}"."{table.name}"'))
+
+
 def live_offsets(conn: Connection, schema: str) -> dict[tuple[str, int], int]:
     mapped = conn.execution_options(schema_translate_map={None: schema})
     return {(t, p): n for t, p, n in mapped.execute(projection_offsets.select())}
@@ -180,7 +190,9 @@ def rebuild(settings: Settings, progress: Progress = print, accept_differences: 
         progress(f"caught up with the live projection ({replayer.events} events); building its search indexes")
         with report.phase("indexes"):
             create_deferred(build_engine, progress)
-        progress("switching")
+        with report.phase("vacuum"):
+            vacuum_analyze(build_engine, report.schema)
+        progress("vacuumed and analysed; switching")
         _switch(live_engine, replayer, report, has_live, accept_differences, progress)
     finally:
         replayer.close()
