@@ -10,7 +10,8 @@ most of a rebuild's time in the observation tables.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -51,43 +52,46 @@ def copy_in(conn: Connection, table: Table, rows: list[dict], into: sql.Composab
     names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
     stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(into or _target(conn, table), names)
     raw = conn.connection.driver_connection
-    try:
-        with raw.cursor() as cursor, cursor.copy(stmt) as copy:
-            for row in rows:
-                copy.write_row([row[c] if d is None else d(row[c]) for c, d in zip(columns, dumps)])
-    except psycopg.Error as exc:
-        raise DBAPIError.instance(stmt.as_string(raw), None, exc, psycopg.Error) from exc
+    with _as_dbapi_error(raw, stmt), raw.cursor() as cursor, cursor.copy(stmt) as copy:
+        for row in rows:
+            copy.write_row([row[c] if d is None else d(row[c]) for c, d in zip(columns, dumps)])
 
 
 def _insert_staged(conn: Connection, table: Table, rows: list[dict]) -> None:
-    stage = sql.Identifier(f"staged_{table.name}")
+    target, stage = _target(conn, table), sql.Identifier(f"staged_{table.name}")
     columns = sql.SQL(", ").join(sql.Identifier(c) for c in rows[0])
-    statements = [
-        # LIKE copies columns, NOT NULLs and defaults, not keys: the stage takes any row
+    # every time, not once per connection: a rolled-back transaction takes the table it created with it.
+    # LIKE copies columns, NOT NULLs and defaults, not keys: the stage takes any row
+    _run(
+        conn,
         sql.SQL(
             "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS,"
             " staged_order bigint GENERATED ALWAYS AS IDENTITY) ON COMMIT DELETE ROWS"
-        ).format(stage, _target(conn, table)),
-    ]
-    _run(conn, statements)
+        ).format(stage, target),
+    )
     copy_in(conn, table, rows, into=stage)
     _run(
         conn,
-        [
-            sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY staged_order ON CONFLICT DO NOTHING").format(
-                _target(conn, table), columns, columns, stage
-            ),
-            sql.SQL("DELETE FROM {}").format(stage),  # the stage may serve this table again before the commit
-        ],
+        sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY staged_order ON CONFLICT DO NOTHING").format(
+            target, columns, columns, stage
+        ),
+        sql.SQL("DELETE FROM {}").format(stage),  # the stage may serve this table again before the commit
     )
 
 
-def _run(conn: Connection, statements: list[sql.Composable]) -> None:
+def _run(conn: Connection, *statements: sql.Composable) -> None:
     raw = conn.connection.driver_connection
-    try:
-        with raw.cursor() as cursor:
-            for stmt in statements:
+    with raw.cursor() as cursor:
+        for stmt in statements:
+            with _as_dbapi_error(raw, stmt):
                 cursor.execute(stmt)
+
+
+@contextmanager
+def _as_dbapi_error(raw: psycopg.Connection, stmt: sql.Composable) -> Iterator[None]:
+    """psycopg's errors as the DBAPIError subclasses conn.execute raises (apply_batch tells them apart)."""
+    try:
+        yield
     except psycopg.Error as exc:
         raise DBAPIError.instance(stmt.as_string(raw), None, exc, psycopg.Error) from exc
 

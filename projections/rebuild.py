@@ -54,7 +54,7 @@ class RebuildReport:
         try:
             yield
         finally:
-            self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - started
+            self.phases[name] = time.monotonic() - started
 
 
 def deferred_indexes() -> list[Index]:

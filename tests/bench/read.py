@@ -29,6 +29,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -508,17 +510,40 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    root = (args.dir or Path(tempfile.mkdtemp(prefix="peerlog-read-bench-"))).resolve()
+@contextmanager
+def bench_stack(args, prefix: str, keep: list[str], progress=log) -> Iterator[stack.StackState]:
+    """The dev stack in --dir (or a fresh temp dir) with only the `keep` processes running. Stopped
+    afterwards unless --keep; a temp dir is removed once the bench has succeeded."""
+    root = (args.dir or Path(tempfile.mkdtemp(prefix=prefix))).resolve()
     root.mkdir(parents=True, exist_ok=True)
     if not (root / "stack.json").exists():
         pin_fresh_ports(root)
-    started = time.monotonic()
-    state = stack.up(root, progress=log)
-    ok = False
+    state = stack.up(root, progress=progress)
     try:
-        stop_others(state, keep=["api", "projector"])
+        stop_others(state, keep=keep)
+        yield state
+    except BaseException:
+        if not args.keep:
+            stack.down(root, progress=progress)
+        raise
+    if not args.keep:
+        stack.down(root, progress=progress)
+        if args.dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def emit(result: dict, out: Path) -> None:
+    """The bench's JSON on stdout and in `out`."""
+    text = json.dumps(result, indent=2)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    print(text)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    with bench_stack(args, "peerlog-read-bench-", keep=["api", "projector"]) as state:
         log(f"building {args.messages} messages and {args.observations} observations through the log")
         built = build(state, args)
         setup_s = round(time.monotonic() - started, 1)
@@ -553,16 +578,7 @@ def main(argv: list[str]) -> int:
             },
             "plans": plans,
         }
-        text = json.dumps(result, indent=2)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-        print(text)
-        ok = True
-    finally:
-        if not args.keep:
-            stack.down(root, progress=log)
-            if ok and args.dir is None:
-                shutil.rmtree(root, ignore_errors=True)
+        emit(result, args.out)
     return 0
 
 

@@ -18,11 +18,9 @@ Prints one JSON object on stdout (progress on stderr) and writes it to --out.
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,9 +30,10 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from infra import stack  # noqa: E402
+from projections.rebuild import rebuild  # noqa: E402
+from services.settings import Settings  # noqa: E402
 from tests.bench import read  # noqa: E402
-from tests.bench.ingest import machine, pin_fresh_ports, stop_others  # noqa: E402
+from tests.bench.ingest import machine  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -56,12 +55,7 @@ def drop_retired(dsn: str, schema: str | None) -> None:
 
 def run_rebuild(state) -> dict:
     """One rebuild as the CLI runs it, in this process, with the stack's settings."""
-    import os
-
     os.environ.update(state.env())
-    from projections.rebuild import rebuild
-    from services.settings import Settings
-
     started = time.monotonic()
     report = rebuild(Settings(), progress=lambda m: log(f"{time.monotonic() - started:7.1f} s  {m}"))
     drop_retired(read.sql_dsn(state.database_url), report.retired)
@@ -91,38 +85,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    root = (args.dir or Path(tempfile.mkdtemp(prefix="peerlog-rebuild-bench-"))).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    if not (root / "stack.json").exists():
-        pin_fresh_ports(root)
-    state = stack.up(root, progress=log)
-    ok = False
-    try:
-        stop_others(state, keep=["projector"])
+    with read.bench_stack(args, "peerlog-rebuild-bench-", keep=["projector"], progress=log) as state:
         log(f"building {args.messages} messages and {args.observations} observations through the log")
         built = read.build(state, args)
-        dsn = read.sql_dsn(state.database_url)
         runs = [run_rebuild(state) for _ in range(args.runs)]
-        result = {
-            "benchmark": "rebuild",
-            "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "command": shlex.join([".venv/bin/python", str(Path(__file__).relative_to(ROOT)), *argv]),
-            "machine": machine(),
-            "workspace": {"messages": args.messages, "observations": args.observations, **log_size(dsn)},
-            "setup": built["timings"],
-            "target_events_per_s": 40_000,
-            "runs": runs,
-        }
-        text = json.dumps(result, indent=2)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-        print(text)
-        ok = True
-    finally:
-        if not args.keep:
-            stack.down(root, progress=log)
-            if ok and args.dir is None:
-                shutil.rmtree(root, ignore_errors=True)
+        read.emit(
+            {
+                "benchmark": "rebuild",
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "command": shlex.join([".venv/bin/python", str(Path(__file__).relative_to(ROOT)), *argv]),
+                "machine": machine(),
+                "workspace": {
+                    "messages": args.messages,
+                    "observations": args.observations,
+                    **log_size(read.sql_dsn(state.database_url)),
+                },
+                "setup": built["timings"],
+                "target_events_per_s": 40_000,
+                "runs": runs,
+            },
+            args.out,
+        )
     return 0
 
 
