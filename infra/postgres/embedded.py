@@ -116,16 +116,17 @@ class EmbeddedPostgres:
             self.stop()  # don't leave a half-started server behind
             raise
 
-    def stop(self, timeout: float = 60) -> bool:
-        """Fast shutdown (roll back open transactions, checkpoint). True if it was running."""
+    def stop(self, timeout: float = 60, *, immediate: bool = False) -> bool:
+        """Fast shutdown (roll back open transactions, checkpoint), or with `immediate` no checkpoint
+        at all (a crash, recovered from the WAL at the next start). True if it was running."""
         pid = self.pid
         if pid is None:
             return False
-        # SIGINT is what `pg_ctl stop -m fast` sends. Sending it ourselves
+        # SIGINT / SIGQUIT are what `pg_ctl stop -m fast / immediate` send. Sending them ourselves
         # needs no user switch as root and no access to data_dir's ancestors
         # (pytest, for one, resets /tmp/pytest-of-root to 0700 at each session).
         try:
-            os.kill(pid, signal.SIGINT)
+            os.kill(pid, signal.SIGQUIT if immediate else signal.SIGINT)
         except ProcessLookupError:
             return True
         deadline = time.monotonic() + timeout

@@ -157,6 +157,19 @@ def test_data_survives_a_restart(pg: EmbeddedPostgres) -> None:
         assert conn.execute("SELECT name FROM survivors").fetchall() == [("kept",)]
 
 
+def test_an_immediate_stop_is_recovered_from_at_the_next_start(pg: EmbeddedPostgres) -> None:
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        # fast mode commits without waiting for the WAL write; this row must reach the WAL first
+        conn.execute("SET synchronous_commit = on")
+        conn.execute("CREATE TABLE after_crash (name text)")
+        conn.execute("INSERT INTO after_crash VALUES ('recovered')")
+    pg.stop(immediate=True)
+    assert not pg.is_running()
+    pg.start()  # recovers from the WAL, as after a crash
+    with psycopg.connect(pg.dsn) as conn:
+        assert conn.execute("SELECT name FROM after_crash").fetchall() == [("recovered",)]
+
+
 def test_start_reuses_a_server_already_running_on_its_port(pg: EmbeddedPostgres) -> None:
     pid = pg.pid
     other = EmbeddedPostgres(pg.data_dir, port=pg.port, database="second")

@@ -47,7 +47,7 @@ def local_infra(root: Path) -> Iterator[Infra]:
         finally:
             broker.kill()  # its data is thrown away: a controlled shutdown took 20-odd seconds at a run's end
     finally:
-        pg.stop()
+        pg.stop(immediate=True)  # its data is thrown away too: no final checkpoint
 
 
 @contextmanager
