@@ -1,60 +1,12 @@
-"""Hybrid message search: pgvector cosine and BM25-weighted full text, fused by score, neighbours heard.
-
-How a search ranks, and what each step was worth on LoCoMo (tests/bench/README.md has the table):
-1. Two candidate lists, each with every filter applied before ranking, so a filtered search is as deep
-   as an unfiltered one:
-   - semantic: the n nearest messages by cosine similarity. Messages are embedded with their author,
-     date and the turn they answer (services/embedder/policy.py), so a question that names a person or
-     a time can match. The scan runs with `hnsw.iterative_scan = relaxed_order` (pgvector ≥ 0.8): when
-     filters drop most of what the graph walk finds, it continues instead of returning too few rows;
-     relaxed order is why candidates are ranked by their exact score afterwards.
-   - lexical: any of the question's content words (`to_tsvector` drops stop and question words and
-     stems the rest; the names of peers it names are left to step 4), ranked by BM25 with binary term frequency (turns are short: counting repeats
-     changed nothing measurable): Σ idf(term) · (k1 + 1) / (1 + k1 · (1 − b + b · length / mean length)).
-     Document frequencies come from `message_lexicon`, kept by the projector. The author's name is
-     part of the indexed text. The list scans `message_terms`, a narrow copy of each message's indexed
-     text and filter columns.
-     Common terms (held by more than COMMON_DOCS messages and COMMON_SHARE of the workspace's) score
-     but do not select: the list holds the messages with any rare term, or, when every term is common,
-     those with all of them (`lexical_match`). A word held by thousands of messages otherwise made the
-     list read every one of them to rank a few (14 ms of the bench's 50,000 messages for one query;
-     1 ms this way), and such a word adds little to a message's rank (its idf is low). Workspaces below
-     COMMON_DOCS messages, such as every LoCoMo conversation, rank as if there were no such rule. On
-     LoCoMo with COMMON_DOCS at 0 (the share alone decides), @10 / @25 went from 0.793 / 0.875 to
-     0.790 / 0.876 on seven conversations and from 0.833 / 0.914 to 0.822 / 0.910 on conv-26; a fixed
-     12 messages (about 2 % of a conversation) lost 0.013 @10 on the seven, 6 (about 1 %) lost 0.023.
-2. Fusion by score, not by rank: each list's scores become z-scores against that list's own candidates,
-   and a message's fused score is the sum of its two z-scores, each computed exactly even when the
-   message made only one list. Rank fusion (RRF) throws away how much better the best candidate is.
-3. Neighbours: an answer often spans two turns (a question, then its reply). A message's score gains
-   NEIGHBOUR_WEIGHT × the better fused score of its adjacent turns in the same session (those the
-   filters let through), so a turn next to a strong match rises.
-4. Named authors: a question about a peer is mostly answered by what that peer said. When the query
-   names a peer of the workspace (every lexeme of its id, `_` and `-` read as spaces, is among the
-   query's), that peer's messages gain AUTHOR_BOOST: three standard deviations of either list, so they
-   lead unless another peer's message matches exceptionally. When every author is named, nothing moves.
-   The name is then neither a full-text term nor part of the embedded query (`search_text`).
-5. Named times: "in August 2022", "on 9 May", "last week" (time_expressions.py) lift the messages sent
-   in those periods by TIME_BOOST, resolved against the search's upper bound, or now. A named day or
-   month reaches REPORT_LAG_DAYS further: "I went there yesterday" is said after the day it names.
-6. Short turns: a message of fewer than SHORT_LEXEMES distinct lexemes ("Bye Ann!", "Sounds great,
-   see you then") loses SHORT_PENALTY. Such turns rarely hold a fact, and BM25's length normalisation
-   ranks them high for any one word they share with the question.
-7. The session's lead: a message gains SESSION_WEIGHT × the best topical score (steps 2, 3 and 6:
-   what is said, not who says it or when) of any candidate in its session, if above 0. A
-   conversation about the question's topic holds more of its answer than one stray turn elsewhere:
-   the turns around a strong match, beyond the adjacent ones, rise a little.
-`fused_score` is the pure definition of steps 2–7; the statement computes the same in SQL (one round
-trip on the API's hot path), and an integration test holds the two equal.
-"""
+"""Hybrid message search as one SQL statement: both candidate lists, fusion, neighbours, the named
+authors' and times' lifts and the session's lead, exactly as defined in message_ranking.py (whose
+docstring says why each step is there and what it was worth)."""
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import lru_cache
 
 from sqlalchemy import (
@@ -75,24 +27,26 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSQUERY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from projections.message_ranking import (
+    AUTHOR_BOOST,
+    BM25_B,
+    BM25_K1,
+    COMMON_DOCS,
+    COMMON_SHARE,
+    NEIGHBOUR_WEIGHT,
+    SESSION_WEIGHT,
+    SHORT_LEXEMES,
+    SHORT_PENALTY,
+    TIME_BOOST,
+    depth,
+    reported,
+    without_names,
+)
 from projections.message_reads import seen_while_member
 from projections.schema import ACTIVE_EMBEDDING_MODEL, message_lexicon, message_terms, messages, peers
 from projections.time_expressions import Period, periods
 from projections.vectors import Vector
 
-MIN_DEPTH = 50
-NEIGHBOUR_WEIGHT = 0.3  # measured on LoCoMo: 0.15 and 0.5 score within ±0.01 of it
-AUTHOR_BOOST = 3.0  # LoCoMo rest @10: 0.723 without, 0.747 / 0.754 / 0.755 at 2 / 3 / 4
-TIME_BOOST = 2.0  # LoCoMo rest @10 with the author boost: 0.754 without, 0.760 / 0.766 / 0.768 at 1 / 2 / 3
-# LoCoMo rest @10 / @25 with the three below: 0.775 / 0.852; without them (same run) 0.759 / 0.842
-SHORT_PENALTY, SHORT_LEXEMES = 1.0, 10  # without: 0.764 / 0.848; 0.5 at 10 lexemes 0.771 / 0.848
-REPORT_LAG_DAYS = 7  # without: temporal @25 0.836, with: 0.851
-# LoCoMo rest @10 / @25: 0.779 / 0.867 without, 0.793 / 0.875 with (a rerank of the top 100 scored
-# 0.791 / 0.875 at 0.15 and 0.794 / 0.874 at 0.5; the mean of a session's best 3 or 5 scored the same)
-SESSION_WEIGHT = 0.3
-BM25_K1, BM25_B = 1.2, 0.75
-# a term held by more messages than both is common (step 1): it scores, but selects only with the others
-COMMON_DOCS, COMMON_SHARE = 1_000, 0.05
 MESSAGE_COLUMNS = ("workspace_id", "message_id", "session_id", "seq", "peer_id", "content", "created_at", "metadata")
 
 
@@ -108,87 +62,6 @@ class MessageSearch:
     before: datetime | None = None
     limit: int = 10
     include_adjacent: bool = False
-
-
-def list_stats(list_scores: Sequence[float]) -> tuple[float, float, float]:
-    """(mean, population standard deviation, lowest) of one list's candidate scores; zeros for none."""
-    if not list_scores:
-        return 0.0, 0.0, 0.0
-    mean = sum(list_scores) / len(list_scores)
-    return mean, math.sqrt(sum((s - mean) ** 2 for s in list_scores) / len(list_scores)), min(list_scores)
-
-
-def standardised(score: float | None, stats: tuple[float, float, float]) -> float:
-    """`score` as a z-score against its list; a message with no score yet (no embedding) counts as the
-    list's lowest candidate."""
-    mean, std, low = stats
-    return 0.0 if std == 0 else ((low if score is None else score) - mean) / std
-
-
-def fused_score(
-    scores: Mapping[str, tuple[float | None, float]],
-    lists: tuple[Sequence[float], Sequence[float]],
-    neighbours: Mapping[str, Sequence[str]],
-    by_named: frozenset[str] = frozenset(),
-    in_period: frozenset[str] = frozenset(),
-    short: frozenset[str] = frozenset(),
-    session_of: Mapping[str, str] | None = None,
-) -> list[tuple[str, float]]:
-    """The definition of steps 2–7: `scores` maps each message to its (semantic, lexical) score,
-    `lists` holds each list's candidate scores, `neighbours` a message's adjacent turns, `by_named`
-    the messages whose author the query names, `in_period` those sent when it names, `short` those of
-    fewer than SHORT_LEXEMES lexemes, `session_of` each message's session (step 7 leaves out a message
-    not in it); best first."""
-    stats = (list_stats(lists[0]), list_stats(lists[1]))
-    fused = {m: standardised(s, stats[0]) + standardised(x, stats[1]) for m, (s, x) in scores.items()}
-    topical = {
-        m: f
-        + NEIGHBOUR_WEIGHT * max([fused[n] for n in neighbours.get(m, ()) if n in fused], default=0.0)
-        - (SHORT_PENALTY if m in short else 0.0)
-        for m, f in fused.items()
-    }
-    session_of = session_of or {}
-    lead: dict[str, float] = {}  # the session's best topical score, never below 0: a lift, not a penalty
-    for m, score in topical.items():
-        if m in session_of:
-            lead[session_of[m]] = max(score, lead.get(session_of[m], 0.0))
-    out = {
-        m: score
-        + (AUTHOR_BOOST if m in by_named else 0.0)
-        + (TIME_BOOST if m in in_period else 0.0)
-        + SESSION_WEIGHT * lead.get(session_of.get(m), 0.0)
-        for m, score in topical.items()
-    }
-    return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
-
-
-def common_above(docs: int) -> float:
-    """How many of a workspace's `docs` messages a term must exceed to be common (step 1)."""
-    return max(COMMON_DOCS, COMMON_SHARE * docs)
-
-
-def lexical_match(lexemes: Set[str], df: Mapping[str, int], docs: int) -> bool:
-    """Whether a message of `lexemes` joins the lexical list of a query whose terms found in a workspace
-    of `docs` messages have the document frequencies `df` (step 1): it holds a rare term, or, when every
-    term is common, all of them."""
-    rare = {t for t, n in df.items() if n <= common_above(docs)}
-    return bool(lexemes & rare) if rare else bool(df) and df.keys() <= lexemes
-
-
-def reported(period: Period) -> Period:
-    """A named day or month widened by the REPORT_LAG_DAYS after it: what happened then is often told
-    later ("yesterday", "last week"). Longer periods are left as they are."""
-    if period.end - period.start > timedelta(days=31):
-        return period
-    return Period(period.start, period.end + timedelta(days=REPORT_LAG_DAYS))
-
-
-def depth(limit: int) -> int:
-    """Candidates taken from each list: four per result up to 25 results, then two more per result.
-    Measured on LoCoMo (rest, recall at the limit): at 50 results (GetContext's at 2,000 tokens) 150
-    candidates found 0.918 against 0.919 with 200, at 100 results 250 found 0.960 against 0.961 with 400;
-    at 25, two per result lost 0.007. GetContext's search under a perspective took a quarter less time."""
-    return max(limit * 4, MIN_DEPTH) if limit <= 25 else 2 * limit + 50
 
 
 @dataclass(frozen=True)
@@ -488,19 +361,6 @@ def fused(shape: Shape):
         .join_from(best, messages, and_(m.workspace_id == bindparam("workspace_id"), m.message_id == best.c.message_id))
         .order_by(best.c.score.desc(), best.c.message_id)
     )
-
-
-def without_names(query: str, peer_ids: Sequence[str]) -> str:
-    """`query` without the words of those peers' ids (and their possessive 's): what is embedded for a
-    search. The named peers' messages are lifted by AUTHOR_BOOST already; a name left in the query
-    vector drew it towards every turn that addresses or mentions that peer ("Thanks, Ann!"). A query
-    that is nothing but names stays as it is."""
-    words = {w.lower() for p in peer_ids for w in (p, *re.split(r"[\s_-]+", p)) if w}
-    if not words:
-        return query
-    pattern = r"\b(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")(?:['’]s)?\b"
-    stripped = " ".join(re.sub(pattern, " ", query, flags=re.IGNORECASE).split())
-    return stripped if re.search(r"\w", stripped) else query
 
 
 async def search_text(conn: AsyncConnection, workspace_id: str, query: str) -> str:

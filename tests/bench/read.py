@@ -437,7 +437,8 @@ def explain(dsn: str) -> dict:
 
     from sqlalchemy.dialects import postgresql
 
-    from projections.message_search import MessageSearch, Shape, depth, fused, params
+    from projections.message_ranking import depth
+    from projections.message_search import MessageSearch, Shape, fused, params
 
     vector = LocalOnnxEmbedder().embed_sync([QUERIES[0]])[0]
     plans = {}

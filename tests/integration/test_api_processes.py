@@ -9,7 +9,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -145,7 +145,7 @@ async def test_a_query_that_names_a_peer_ranks_that_peers_own_messages_first(gar
 
 
 async def test_a_query_that_names_a_day_lifts_the_messages_sent_that_day_and_no_other(garden):
-    from projections.message_search import TIME_BOOST
+    from projections.message_ranking import TIME_BOOST
 
     c, _, _ = garden
 
@@ -162,7 +162,7 @@ async def test_a_query_that_names_a_day_lifts_the_messages_sent_that_day_and_no_
 
 
 async def test_naming_a_peer_only_lifts_its_messages_the_name_is_neither_embedded_nor_a_term(garden):
-    from projections.message_search import AUTHOR_BOOST
+    from projections.message_ranking import AUTHOR_BOOST
 
     c, _, _ = garden
 
@@ -436,19 +436,14 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
     import numpy as np
     from sqlalchemy.ext.asyncio import create_async_engine
 
+    import projections.message_ranking as ranking
     import projections.message_search as search
-    from projections.message_search import (
-        BM25_B,
-        BM25_K1,
-        SHORT_LEXEMES,
-        MessageSearch,
-        fused_score,
-        lexical_match,
-        search_messages,
-    )
+    from projections.message_ranking import BM25_B, BM25_K1, SHORT_LEXEMES, fused_score, lexical_match
+    from projections.message_search import MessageSearch, search_messages
 
-    monkeypatch.setattr(search, "COMMON_DOCS", common_docs)
-    monkeypatch.setattr(search, "COMMON_SHARE", 0.0)
+    for module in (ranking, search):  # the rule's definition and the statement's bound values
+        monkeypatch.setattr(module, "COMMON_DOCS", common_docs)
+        monkeypatch.setattr(module, "COMMON_SHARE", 0.0)
 
     vector = np.array(make_embedder().embed_sync([query])[0])
     engine = create_async_engine(settings.database.url).execution_options(

@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from projections.message_search import (
+from projections.message_ranking import (
     AUTHOR_BOOST,
     NEIGHBOUR_WEIGHT,
     REPORT_LAG_DAYS,
