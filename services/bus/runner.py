@@ -41,7 +41,7 @@ from opentelemetry.trace import SpanKind
 from services import tracing
 from services.bus import metrics
 from services.bus.admin import create_topics
-from services.bus.producer import AppendFailed
+from services.bus.producer import AppendFailed, init_transactions
 from services.bus.settings import KafkaSettings
 from services.bus.stall import probe, stall_after_s
 from services.bus.streams import read, to_the_end
@@ -157,7 +157,7 @@ class Runner:
         self.consumer = Consumer(self._consumer_config())
         try:
             self.producer = Producer(self._producer_config())
-            await self._call(self.producer.init_transactions, 60)
+            await self._call(init_transactions, self.producer, 60)
             self.consumer.subscribe(
                 [s.full_name(self.kafka.topic_prefix) for s in self.processor.inputs],
                 on_assign=self._on_assign,

@@ -21,3 +21,6 @@ class KafkaSettings(BaseSettings):
         4, ge=1, description="transactional producers the API rotates through (one open txn each)"
     )
     transaction_timeout_ms: int = 60_000
+    append_timeout_s: float = Field(
+        30.0, gt=0, description="how long a write waits for the log to commit it before it fails UNAVAILABLE"
+    )

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from services import tracing
 from services.llm import formats, metrics
 from services.llm.errors import ModelError, ModelOutputInvalid
+from services.llm.http import async_http_client
 from services.llm.retry import as_model_error, call_async
 from services.llm.settings import ModelStageSettings
 
@@ -87,6 +88,7 @@ class ModelClient:
             api_key=settings.api_key(),
             timeout=settings.timeout_s,
             max_retries=0,  # retries are ours (one policy, with metrics), not the SDK's
+            http_client=async_http_client(),
         )
 
     async def structured(

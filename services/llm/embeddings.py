@@ -26,6 +26,7 @@ import openai
 
 from services.llm import metrics
 from services.llm.errors import EmbeddingError
+from services.llm.http import async_http_client, sync_http_client
 from services.llm.retry import call_async, call_sync
 from services.llm.settings import EmbeddingSettings
 
@@ -245,8 +246,8 @@ class OpenAIEmbedder:
         self.dimensions = settings.dimensions
         client_args = {"base_url": settings.base_url, "api_key": settings.api_key(), "timeout": settings.timeout_s}
         # the SDK's retries are off: one policy (ours) for every model server
-        self._async = openai.AsyncOpenAI(**client_args, max_retries=0)
-        self._sync = openai.OpenAI(**client_args, max_retries=0)
+        self._async = openai.AsyncOpenAI(**client_args, max_retries=0, http_client=async_http_client())
+        self._sync = openai.OpenAI(**client_args, max_retries=0, http_client=sync_http_client())
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         """Vectors for `texts`, in order."""

@@ -18,6 +18,12 @@ from tests.support.model_server import Reply
 from tests.support.wait import eventually
 
 
+@pytest.fixture
+def settings(settings):
+    """A write refused while the broker is away is refused after 5 s, not the default 30."""
+    return settings.model_copy(update={"kafka": settings.kafka.model_copy(update={"append_timeout_s": 5.0})})
+
+
 async def add_until_accepted(c: Client, text: str, timeout: float = 90) -> list[str]:
     """AddMessages, again while the broker is away (UNAVAILABLE: nothing was written); the ids once accepted."""
     deadline = asyncio.get_running_loop().time() + timeout
