@@ -1,5 +1,7 @@
 # peerlog — the two commands are `make demo` and `make test`.
 PY ?= .venv/bin/python
+# pytest-xdist workers for `make test`, each with its own broker and Postgres; 0 runs in this process
+TEST_WORKERS ?= 2
 PROTOS := $(wildcard proto/peerlog/v1/*.proto)
 
 .PHONY: install models proto proto-check client-gen client-check jars test demo bench bench-read clean
@@ -50,7 +52,7 @@ test: install jars proto-check client-check
 	.venv/bin/lint-imports
 	.venv/bin/ruff format --check .  # one format: `.venv/bin/ruff format .` applies it
 	.venv/bin/ruff check .  # import order
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile  # a file's tests stay on one worker, with its module fixtures
 
 demo: install jars
 	$(PY) -m services.cli.main demo
