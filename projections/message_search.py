@@ -27,12 +27,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSQUERY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from projections import message_ranking
 from projections.message_ranking import (
     AUTHOR_BOOST,
     BM25_B,
     BM25_K1,
-    COMMON_DOCS,
-    COMMON_SHARE,
     NEIGHBOUR_WEIGHT,
     SESSION_WEIGHT,
     SHORT_LEXEMES,
@@ -106,8 +105,9 @@ def params(s: MessageSearch, named_periods: Sequence[Period] = ()) -> dict:
         "before": s.before,
         "perspective_id": s.perspective_id,
         "n": depth(s.limit),
-        "common_docs": COMMON_DOCS,
-        "common_share": COMMON_SHARE,
+        # read from the ranking module at each call: one definition of the rule, also for a test that changes it
+        "common_docs": message_ranking.COMMON_DOCS,
+        "common_share": message_ranking.COMMON_SHARE,
         "limit": s.limit,
         "model": ACTIVE_EMBEDDING_MODEL,
     }
