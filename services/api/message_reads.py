@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -13,7 +15,7 @@ from services.api.deps import ApiDeps
 from services.api.guards import check_scope
 from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
-from services.errors import InvalidArgument
+from services.errors import FailedPrecondition, InvalidArgument
 
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100
 
@@ -47,18 +49,25 @@ def _check_scope(conn: AsyncConnection, q: MessageSearch):
 class Found:
     """A search's hits, best first, and (when asked for) their adjacent turns by (session_id, seq)."""
 
-    hits: list[RowMapping]
+    hits: Sequence[Mapping[str, Any]]
     adjacent: dict[tuple[str, int], RowMapping]
 
 
-async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "") -> Found:
+async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "", rerank: bool = False) -> Found:
     """Messages matching the query by meaning and by words, fused by score with their neighbours, best first.
 
     `q` comes as the request put it: no vector yet (the query is embedded here), limit 0 = the default.
-    With `scope_id`, only the scope's sessions (now), within `q.session_ids` if it lists any.
+    With `scope_id`, only the scope's sessions (now), within `q.session_ids` if it lists any. With
+    `rerank`, the server's cross-encoder re-orders the best candidates once the connection is closed.
     """
     q = _checked(q)
+    if rerank and ctx.reranker is None:
+        raise FailedPrecondition(
+            "this server runs without a re-ranking model (PEERLOG_RERANK_MODEL is empty): search without rerank"
+        )
     await preflight(ctx, token)
+    limit = q.limit or DEFAULT_LIMIT
+    depth = ctx.reranker.depth(limit) if rerank and ctx.reranker else limit
     # the query is embedded while the scope is checked; a NotFound discards the vector. Hits and their
     # adjacent turns are two statements: one snapshot for both
     async with (
@@ -70,5 +79,8 @@ async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "")
         if allowed == ():  # a scope of no sessions (or none of those asked for) finds nothing
             return Found([], {})
         q = replace(q, session_ids=allowed or ())
-        hits = await search_messages(conn, replace(q, vector=await vector, limit=q.limit or DEFAULT_LIMIT))
-        return Found(hits, await adjacent_turns(conn, q, hits) if q.include_adjacent else {})
+        hits = await search_messages(conn, replace(q, vector=await vector, limit=depth))
+        adjacent = await adjacent_turns(conn, q, hits) if q.include_adjacent else {}
+    if rerank and ctx.reranker:  # after the connection is closed: none is held across a model call
+        hits = await ctx.reranker.rerank(q.query, hits, limit)
+    return Found(hits, adjacent)

@@ -75,6 +75,7 @@ from services.dialectic.settings import LEVELS
 from services.llm.client import ModelClient
 from services.llm.embeddings import LocalOnnxEmbedder, make_embedder
 from services.llm.query_cache import QueryVectorCache
+from services.llm.rerank import Reranker, make_reranker
 from services.llm.tokens import count_tokens
 from services.settings import Settings
 from services.webhooks.store import WebhookStore, engine_for
@@ -170,10 +171,11 @@ def _ensure_schema(settings: Settings) -> None:
         engine.dispose()
 
 
-def _dialectic(settings: Settings, engine, embedder) -> Dialectic:
+def _dialectic(settings: Settings, engine, embedder, reranker: Reranker | None) -> Dialectic:
     stages = {level: settings.dialectic.level(level).stage for level in LEVELS}
     models = {level: ModelClient(stage, settings.llm.stage(stage)) for level, stage in stages.items()}
-    return Dialectic(SqlChatReads(engine), embedder, settings.dialectic, models)
+    chat_reranker = reranker if settings.rerank.chat else None
+    return Dialectic(SqlChatReads(engine), embedder, settings.dialectic, models, chat_reranker)
 
 
 def _interceptors(auth: AuthSettings) -> list[grpc.aio.ServerInterceptor]:
@@ -214,6 +216,7 @@ async def start(settings: Settings) -> RunningServer:
     await asyncio.get_running_loop().run_in_executor(None, _ensure_schema, settings)
     # first: a misconfigured model fails before anything opens
     embedder = QueryVectorCache(make_embedder(settings.embedding), settings.embedding.query_cache_size)
+    reranker = make_reranker(settings.rerank)
     engine = async_engine(settings.database)
     event_log = EventLog(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
@@ -224,7 +227,8 @@ async def start(settings: Settings) -> RunningServer:
         log=event_log,
         freshness=Freshness(engine, settings.api.consistency_wait_s, ends),
         embedder=embedder,
-        dialectic=_dialectic(settings, engine, embedder),
+        reranker=reranker,
+        dialectic=_dialectic(settings, engine, embedder, reranker),
         cursors=PageCursors.from_setting(settings.api.cursor_key.get_secret_value()),
         configuration=settings.configuration(),
     )

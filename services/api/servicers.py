@@ -203,8 +203,8 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
 async def _search_messages(ctx: ApiDeps, request, query):
     """The one implementation behind WorkspaceService, SessionService and PeerService.SearchMessages."""
     found = await message_reads.search(
-        ctx, query, request.consistency.consistency_token, getattr(request, "scope_id", "")
-    )  # SessionService's has none
+        ctx, query, request.consistency.consistency_token, getattr(request, "scope_id", ""), request.rerank
+    )  # SessionService's has no scope_id
     return c.search_messages_response(found.hits, found.adjacent, ctx.embedder.model_name)
 
 

@@ -23,6 +23,7 @@ from services.llm import formats
 from services.llm.client import AssistantTurn, Completion, ModelClient, ToolCall
 from services.llm.embeddings import Embedder
 from services.llm.errors import ModelOutputInvalid
+from services.llm.rerank import Reranker
 from services.llm.tokens import count_tokens
 from services.toolloop.memory import SEARCH_MESSAGES, SEARCH_OBSERVATIONS, TOOLS, RecallScope, ToolEnv, execute, specs
 from services.toolloop.turns import StructuredReply, ToolRequest, structured_turn_schema
@@ -99,9 +100,15 @@ class Dialectic:
     """Answers questions about peers; one model client per reasoning level."""
 
     def __init__(
-        self, reads: ChatReads, embedder: Embedder, settings: DialecticSettings, models: Mapping[str, ModelClient]
+        self,
+        reads: ChatReads,
+        embedder: Embedder,
+        settings: DialecticSettings,
+        models: Mapping[str, ModelClient],
+        reranker: Reranker | None = None,  # the message-search tools re-rank with it
     ) -> None:
         self.reads, self.embedder, self.settings, self.models = reads, embedder, settings, models
+        self.reranker = reranker
 
     async def chat(self, request: ChatRequest, deadline_s: float | None = None) -> ChatResult:
         """The whole answer at once."""
@@ -141,7 +148,12 @@ class _Run:
         )
         settings = owner.settings
         self.env = ToolEnv(
-            owner.reads, owner.embedder, self.scope, settings.tool_result_limit, settings.tool_result_chars
+            owner.reads,
+            owner.embedder,
+            self.scope,
+            settings.tool_result_limit,
+            settings.tool_result_chars,
+            owner.reranker,
         )
         self.limits = Limits(self.level.tool_rounds, settings.token_budget, settings.tool_result_chars // 3)
         self.tools = SEARCH_TOOLS if self.level.search_only else tuple(TOOLS)

@@ -50,5 +50,9 @@ class EmbeddingError(Exception):
     """An embedding model is missing, corrupt, or returned vectors of the wrong shape."""
 
 
+class RerankError(Exception):
+    """The re-ranking model is missing or corrupt."""
+
+
 class TokenizerUnavailable(Exception):
     """The offline tokenizer ranks could not be built or failed their hash check."""

@@ -1,4 +1,4 @@
-"""Model and embedding settings (env prefixes PEERLOG_LLM_ and PEERLOG_EMBEDDING_).
+"""Model, embedding and re-ranking settings (env prefixes PEERLOG_LLM_, PEERLOG_EMBEDDING_, PEERLOG_RERANK_).
 
 `LlmSettings` holds the defaults every stage shares; `LlmSettings.stage(name)` applies that stage's own
 overrides, read from `PEERLOG_LLM_<STAGE>_<FIELD>` (e.g. `PEERLOG_LLM_DERIVER_MODEL`).
@@ -108,3 +108,17 @@ class EmbeddingSettings(BaseSettings):
     def api_key(self) -> str:
         """The key from the env var named by `api_key_env`, or "none" when it is unset or empty."""
         return os.environ.get(self.api_key_env) or NO_API_KEY
+
+
+class RerankSettings(BaseSettings):
+    """The cross-encoder that re-ranks message search's candidates (services/llm/rerank.py)."""
+
+    model_config = prefixed("PEERLOG_RERANK_")
+
+    model: str = Field("ms-marco-MiniLM-L-12-v2", description="empty: re-ranking is off (requests asking fail)")
+    # measured on LoCoMo: 25 and 50 candidates lift recall@10 alike; 50 also lifts @25 (tests/bench/README.md)
+    candidates: int = Field(50, ge=1, le=200, description="the search's best hits the model reads, at least the limit")
+    weight: float = Field(1.0, ge=0, description="weight of the search's own score beside the model's (both z-scored)")
+    chat: bool = Field(True, description="Chat's message-search tools re-rank (when a model is set)")
+    threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads per call (0: one per core)")
+    max_length: int = Field(256, ge=16, description="tokens of question and message read together")

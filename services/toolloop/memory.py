@@ -16,6 +16,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from services.llm.client import ToolCall
 from services.llm.embeddings import Embedder
+from services.llm.rerank import Reranker
 from services.toolloop.registry import Tool, ToolArgs, ToolResult, run_call
 
 Row = Mapping[str, Any]  # one projection row, by column name
@@ -99,6 +100,7 @@ class ToolEnv:
     scope: RecallScope
     max_rows: int
     max_chars: int
+    reranker: Reranker | None = None  # message searches re-rank their best candidates with it
 
 
 def _utc(value: datetime) -> datetime:
@@ -218,11 +220,12 @@ async def _message_search(
         return _messages([])
     text = await env.reads.search_text(s.workspace_id, query)  # its connection closes before the embedding call
     vector = (await env.embedder.embed([text]))[0]
-    return _messages(
-        await env.reads.search_messages(
-            s, query, vector, min(limit, env.max_rows), session_ids=sessions, before=s.before(before), **filters
-        )
+    limit = min(limit, env.max_rows)
+    depth = env.reranker.depth(limit) if env.reranker else limit
+    rows = await env.reads.search_messages(
+        s, query, vector, depth, session_ids=sessions, before=s.before(before), **filters
     )
+    return _messages(await env.reranker.rerank(query, rows, limit) if env.reranker else rows)
 
 
 async def _search_messages(env: ToolEnv, a: SearchMessages) -> ToolResult:

@@ -4,7 +4,7 @@ and of three naive baselines run over the same turns and questions?
 
     .venv/bin/python tests/bench/locomo.py --data ../shared/data/locomo/locomo8.json \
         [--audit ../shared/data/locomo/locomo8_audit_errors.json] [--conversations conv-26,conv-42] \
-        [--no-context] [--derive] [--chat] [--out tests/bench/results/locomo.json]
+        [--no-context] [--rerank] [--derive] [--chat] [--out tests/bench/results/locomo.json]
 
 Each conversation becomes a workspace: its two speakers are peers, each LoCoMo session a peerlog
 session (messages backdated to the session's date, `dia_id` kept in metadata; a shared photo's caption
@@ -23,6 +23,7 @@ for conv-26 and for the rest. Measured:
   "[<day> <Month> <Year>] <speaker>: <text>" with the session's date; rrf, reciprocal rank fusion
   (k 60) of those two full rankings. `table` puts peerlog beside them, with the best baseline per k and
   peerlog's margin over it;
+- with --rerank: the same search with `rerank` (the cross-encoder, services/llm/rerank.py), beside it;
 - GetContext evidence recall (unless --no-context): ContextService.GetContext for the conversation's
   last session with the question as search_query, the first speaker as observer and no summary, at
   token budgets 1,000, 2,000 and 4,000; the share of the question's evidence turns among the returned
@@ -79,8 +80,15 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 
 ALL = "all (1-4)"
 KS = (5, 10, 25)
 BUDGETS = (1000, 2000, 4000)
-# the row field prefix of each method in the table: peerlog's is its SearchMessages recall
-METHODS = {"peerlog": "search", **{name: name for name in baselines.NAMES}}
+# the row field prefix of each method in the table: peerlog's is its SearchMessages recall, "peerlog
+# reranked" the same with `rerank` (with --rerank)
+METHODS = {"peerlog": "search", "peerlog reranked": "rerank", **{name: name for name in baselines.NAMES}}
+PEERLOG_METHODS = ("peerlog", "peerlog reranked")
+
+
+def measured(by_field: dict) -> dict[str, str]:
+    """The methods whose recall this run measured (peerlog reranked only with --rerank)."""
+    return {method: prefix for method, prefix in METHODS.items() if f"{prefix}@{KS[0]}" in by_field}
 
 
 def log(msg: str) -> None:
@@ -233,11 +241,17 @@ def recall(ranked: list[str], evidence: list[str], k: int) -> float:
 
 
 async def search_hits(
-    c: Client, ws: str, question: str, dia_of: dict[str, str], limit: int = max(KS), scored: bool = False
+    c: Client,
+    ws: str,
+    question: str,
+    dia_of: dict[str, str],
+    limit: int = max(KS),
+    scored: bool = False,
+    rerank: bool = False,
 ) -> list:
     """The dia ids of the top `limit` hits, best first (with `scored`: [dia id, score] pairs)."""
     got = await c.workspaces.SearchMessages(
-        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=ws, query=question, limit=limit)
+        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=ws, query=question, limit=limit, rerank=rerank)
     )
     dias = [dia_of.get(r.message.message_id, "") for r in got.results]
     return [[d, round(r.score, 4)] for d, r in zip(dias, got.results, strict=True)] if scored else dias
@@ -329,6 +343,11 @@ async def score(c: Client, conv: Posted, q: dict, args) -> dict:
         **{f"search@{k}": recall(hits, q["evidence"], k) for k in KS},
         **{f"{name}@{k}": q[f"{name}@{k}"] for name in baselines.NAMES for k in KS},
     }
+    if args.rerank:
+        t0 = time.monotonic()
+        reranked = await search_hits(c, conv.ws, q["question"], conv.dia_of, rerank=True)
+        row["rerank_ms"] = (time.monotonic() - t0) * 1000
+        row.update({f"rerank@{k}": recall(reranked, q["evidence"], k) for k in KS})
     if args.context:
         for budget in BUDGETS:
             row[f"context@{budget}"] = share(await context_hits(c, conv, q["question"], budget), q["evidence"])
@@ -362,8 +381,9 @@ async def evaluate(state, plan: list[tuple[dict, list[dict]]], args) -> dict:
 
 
 def fields(args) -> list[str]:
+    prefixes = [prefix for method, prefix in METHODS.items() if args.rerank or method != "peerlog reranked"]
     return (
-        [f"{prefix}@{k}" for prefix in METHODS.values() for k in KS]
+        [f"{prefix}@{k}" for prefix in prefixes for k in KS]
         + ([f"context@{b}" for b in BUDGETS] if args.context else [])
         + ([f"observations@{k}" for k in KS] if args.derive else [])
         + (["correct"] if args.chat else [])
@@ -378,13 +398,20 @@ def table(recall_by_group: dict, args) -> dict:
         if ALL not in by_field[f"search@{KS[0]}"]:
             continue  # only adversarial questions: nothing to compare
         rows = {
-            method: {f"@{k}": by_field[f"{prefix}@{k}"][ALL]["mean"] for k in KS} for method, prefix in METHODS.items()
+            method: {f"@{k}": by_field[f"{prefix}@{k}"][ALL]["mean"] for k in KS}
+            for method, prefix in measured(by_field).items()
         }
         if args.context:
             rows["peerlog"].update({f"context@{b}": by_field[f"context@{b}"][ALL]["mean"] for b in BUDGETS})
         best = {f"@{k}": max(baselines.NAMES, key=lambda name: rows[name][f"@{k}"]) for k in KS}
-        margin = {at: round(rows["peerlog"][at] - rows[name][at], 3) for at, name in best.items()}
-        out[group] = {**rows, "best_baseline": best, "margin": margin}
+        margins = {
+            f"margin{method[len('peerlog') :].replace(' ', '_')}": {
+                at: round(rows[method][at] - rows[name][at], 3) for at, name in best.items()
+            }
+            for method in PEERLOG_METHODS
+            if method in rows
+        }
+        out[group] = {**rows, "best_baseline": best, **margins}
     return out
 
 
@@ -397,12 +424,13 @@ def report(result: dict, args) -> dict:
     ):
         if subset:
             out[name] = {f: summarise(subset, f) for f in fields(args)}
-    ms = [r["search_ms"] for r in rows]
     result["table"] = table(out, args)
     result["recall"] = out
     result["questions_scored"] = len(rows)
-    result["search_ms_p50"] = round(float(np.percentile(ms, 50)), 1) if ms else None
-    result["search_ms_p95"] = round(float(np.percentile(ms, 95)), 1) if ms else None
+    for kind in ("search", "rerank") if args.rerank else ("search",):
+        ms = [r[f"{kind}_ms"] for r in rows]
+        result[f"{kind}_ms_p50"] = round(float(np.percentile(ms, 50)), 1) if ms else None
+        result[f"{kind}_ms_p95"] = round(float(np.percentile(ms, 95)), 1) if ms else None
     return result
 
 
@@ -422,7 +450,7 @@ def group_lines(group: str, by_field: dict) -> list[str]:
         return f"{got['mean']:.3f}" if got else "-"
 
     def line(label: str, cells) -> str:
-        return (label.ljust(9) + "".join(block(cells(cat, ks), ks) for cat, ks in COLUMNS)).rstrip()
+        return (label.ljust(17) + "".join(block(cells(cat, ks), ks) for cat, ks in COLUMNS)).rstrip()
 
     counts = by_field[f"search@{KS[0]}"]
     lines = [
@@ -430,7 +458,8 @@ def group_lines(group: str, by_field: dict) -> list[str]:
         line("", lambda cat, ks: [f"@{k}" for k in ks]),
     ]
     lines += [
-        line(method, lambda cat, ks: [mean(f"{prefix}@{k}", cat) for k in ks]) for method, prefix in METHODS.items()
+        line(method, lambda cat, ks: [mean(f"{prefix}@{k}", cat) for k in ks])
+        for method, prefix in measured(by_field).items()
     ]
     if f"context@{BUDGETS[0]}" in by_field:
         lines.append(
@@ -443,7 +472,12 @@ def group_lines(group: str, by_field: dict) -> list[str]:
 def text_table(result: dict) -> str:
     """Per group, peerlog and the baselines: all (1-4) @5 @10 @25, then @10 @25 per category; search latency."""
     lines = [line for group, by_field in result["recall"].items() for line in [*group_lines(group, by_field), ""]]
-    return "\n".join(lines + [f"search p50 {result['search_ms_p50']} ms, p95 {result['search_ms_p95']} ms"])
+    latency = [
+        f"{kind} p50 {result[f'{kind}_ms_p50']} ms, p95 {result[f'{kind}_ms_p95']} ms"
+        for kind in ("search", "rerank")
+        if f"{kind}_ms_p50" in result
+    ]
+    return "\n".join(lines + latency)
 
 
 def main() -> int:
@@ -457,6 +491,7 @@ def main() -> int:
         default=True,
         help="GetContext evidence recall at 1,000 / 2,000 / 4,000 tokens",
     )
+    p.add_argument("--rerank", action="store_true", help="also SearchMessages with rerank (the cross-encoder)")
     p.add_argument("--derive", action="store_true", help="derive observations with PEERLOG_LLM_BASE_URL's model")
     p.add_argument("--chat", action="store_true", help="answer with Chat and judge with PEERLOG_LLM_BASE_URL's model")
     p.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/locomo.json")

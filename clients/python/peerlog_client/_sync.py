@@ -159,15 +159,16 @@ def _page(size: int, token: str) -> common_pb2.PageRequest:
 
 
 def _search_filters(
-    perspective: Any, after: datetime | None, before: datetime | None, limit: int, include_adjacent: bool
+    perspective: Any, after: datetime | None, before: datetime | None, limit: int, include_adjacent: bool, rerank: bool
 ) -> dict[str, Any]:
-    """The filters every SearchMessages request shares."""
+    """The filters and options every SearchMessages request shares."""
     return {
         "perspective_peer_id": c.id_of(perspective),
         "after": c.timestamp(after),
         "before": c.timestamp(before),
         "limit": limit,
         "include_adjacent": include_adjacent,
+        "rerank": rerank,
     }
 
 
@@ -436,10 +437,11 @@ class Workspace(_AsyncHandle):
         before: datetime | None = None,
         limit: int = 0,
         include_adjacent: bool = False,
+        rerank: bool = False,
         scope: str | m.Scope | None = None,
     ) -> tuple[m.ScoredMessage, ...]:
         """Messages of the workspace by meaning and words, best first; filters as SearchMessages
-        (scope: only its sessions)."""
+        (scope: only its sessions; rerank: the server's cross-encoder re-ranks the best candidates)."""
         return self._t.unary(
             _searched(
                 WorkspaceServiceStub,
@@ -449,7 +451,7 @@ class Workspace(_AsyncHandle):
                     session_ids=c.ids(sessions),
                     author_peer_ids=c.ids(authors),
                     scope_id=_scope_id(scope),
-                    **_search_filters(perspective, after, before, limit, include_adjacent),
+                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank),
                 ),
             )
         )
@@ -955,6 +957,7 @@ class Peer(_AsyncHandle):
         before: datetime | None = None,
         limit: int = 0,
         include_adjacent: bool = False,
+        rerank: bool = False,
         scope: str | m.Scope | None = None,
     ) -> tuple[m.ScoredMessage, ...]:
         """The messages this peer wrote, by meaning and words, best first (scope: only its sessions)."""
@@ -967,7 +970,7 @@ class Peer(_AsyncHandle):
                     query=query,
                     session_ids=c.ids(sessions),
                     scope_id=_scope_id(scope),
-                    **_search_filters(perspective, after, before, limit, include_adjacent),
+                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank),
                 ),
             )
         )
@@ -1202,6 +1205,7 @@ class Session(_AsyncHandle):
         before: datetime | None = None,
         limit: int = 0,
         include_adjacent: bool = False,
+        rerank: bool = False,
     ) -> tuple[m.ScoredMessage, ...]:
         """The session's messages by meaning and words, best first."""
         return self._t.unary(
@@ -1212,7 +1216,7 @@ class Session(_AsyncHandle):
                     session_id=self.id,
                     query=query,
                     author_peer_ids=c.ids(authors),
-                    **_search_filters(perspective, after, before, limit, include_adjacent),
+                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank),
                 ),
             )
         )

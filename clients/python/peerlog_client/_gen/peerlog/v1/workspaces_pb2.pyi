@@ -68,7 +68,7 @@ class ListWorkspacesResponse(_message.Message):
     def __init__(self, workspaces: _Optional[_Iterable[_Union[Workspace, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class SearchWorkspaceMessagesRequest(_message.Message):
-    __slots__ = ("workspace_id", "query", "session_ids", "author_peer_ids", "perspective_peer_id", "after", "before", "limit", "consistency", "include_adjacent", "scope_id")
+    __slots__ = ("workspace_id", "query", "session_ids", "author_peer_ids", "perspective_peer_id", "after", "before", "limit", "consistency", "include_adjacent", "scope_id", "rerank")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     SESSION_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,7 @@ class SearchWorkspaceMessagesRequest(_message.Message):
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ADJACENT_FIELD_NUMBER: _ClassVar[int]
     SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
+    RERANK_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     query: str
     session_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -91,4 +92,5 @@ class SearchWorkspaceMessagesRequest(_message.Message):
     consistency: _common_pb2.ReadConsistency
     include_adjacent: bool
     scope_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., query: _Optional[str] = ..., session_ids: _Optional[_Iterable[str]] = ..., author_peer_ids: _Optional[_Iterable[str]] = ..., perspective_peer_id: _Optional[str] = ..., after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., include_adjacent: _Optional[bool] = ..., scope_id: _Optional[str] = ...) -> None: ...
+    rerank: bool
+    def __init__(self, workspace_id: _Optional[str] = ..., query: _Optional[str] = ..., session_ids: _Optional[_Iterable[str]] = ..., author_peer_ids: _Optional[_Iterable[str]] = ..., perspective_peer_id: _Optional[str] = ..., after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., include_adjacent: _Optional[bool] = ..., scope_id: _Optional[str] = ..., rerank: _Optional[bool] = ...) -> None: ...
