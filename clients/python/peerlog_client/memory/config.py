@@ -109,6 +109,9 @@ class MemoryConfig(_Strict):
     dialectic_max_input_chars: int = Field(10_000, ge=1)
     reasoning_heuristic: bool = True
     reasoning_level_cap: Level = "high"
+    # peerlog_search asks the server to re-rank with its cross-encoder (more of the answer in the first
+    # hits, about half a second more); false for a server that runs without one
+    rerank_search: bool = True
     init_on_session_start: bool = False
     # writing
     write_frequency: WriteFrequency = "async"
