@@ -90,9 +90,7 @@ def _profile(p: MemoryProvider, a: ProfileArgs) -> Any:
 
 def _search(p: MemoryProvider, a: SearchArgs) -> Any:
     user = p.current_user()
-    hits = p.workspace().search(
-        a.query, perspective=p.observer_of(user), limit=a.limit, rerank=p.config.rerank_search
-    )
+    hits = p.workspace().search(a.query, perspective=p.observer_of(user), limit=a.limit, rerank=p.config.rerank_search)
     return [
         {
             "session": h.message.session_id,
