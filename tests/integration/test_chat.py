@@ -573,7 +573,9 @@ async def test_temporal_search_finds_by_meaning_inside_the_window_only_what_the_
     ]
     assert "after must be earlier than before" in backwards
 
-    # Chat finds what search finds: the same messages in the same order as SearchMessages from alice's view
+    # Chat finds what search finds: the same messages in the same order as SearchMessages from alice's view,
+    # re-ranked as Chat's tools are by default (PEERLOG_RERANK_CHAT)
     limit = DialecticSettings().tool_result_limit
-    assert shown(in_window) == await search_api(c, query=question, limit=limit, after=day(5), before=day(15))
-    assert shown(anywhere) == await search_api(c, query=question, limit=limit)
+    window_search = {"after": day(5), "before": day(15)}
+    assert shown(in_window) == await search_api(c, query=question, limit=limit, rerank=True, **window_search)
+    assert shown(anywhere) == await search_api(c, query=question, limit=limit, rerank=True)
