@@ -14,8 +14,10 @@ to 0.864 on the eighth) at about 10 ms of CPU per candidate, a hundred times the
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -103,6 +105,7 @@ class LocalCrossEncoder:
         self._lock = threading.Lock()
         self._session: Any = None
         self._tokenizer: Any = None
+        self._runs: ThreadPoolExecutor | None = None
 
     async def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One relevance score per passage (higher: more relevant), computed off the event loop."""
@@ -115,7 +118,8 @@ class LocalCrossEncoder:
         if not passages:
             return []
         self._load()
-        return [self._score(encoding) for encoding in self._tokenizer.encode_batch([(query, p) for p in passages])]
+        assert self._runs is not None
+        return list(self._runs.map(self._score, self._tokenizer.encode_batch([(query, p) for p in passages])))
 
     def _score(self, encoding: Any) -> float:
         feed = {
@@ -135,6 +139,10 @@ class LocalCrossEncoder:
                     raise RerankError(str(err)) from None
                 self._tokenizer = self._load_tokenizer(tokenizer)
                 self._session = self._load_session(weights)
+                # pairs run side by side, each on one core: measured here (50 pairs), 393 ms and 763 ms of
+                # CPU on two runs of one thread, against 489 ms and 968 ms one run at a time on two threads
+                # (ONNX Runtime's threads spin-wait between the small operations of one pair)
+                self._runs = ThreadPoolExecutor(self._settings.parallel_runs or os.cpu_count() or 1, "rerank")
 
     def _load_tokenizer(self, content: bytes) -> Any:
         from tokenizers import Tokenizer  # imported here: loading the package costs time at startup
@@ -148,7 +156,7 @@ class LocalCrossEncoder:
         import onnxruntime  # imported here: loading the package costs time at startup
 
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self._settings.threads
+        options.intra_op_num_threads = 1  # one core per run; runs go side by side (_load)
         options.inter_op_num_threads = 1
         return onnxruntime.InferenceSession(weights, sess_options=options, providers=["CPUExecutionProvider"])
 

@@ -120,5 +120,5 @@ class RerankSettings(BaseSettings):
     candidates: int = Field(50, ge=1, le=200, description="the search's best hits the model reads, at least the limit")
     weight: float = Field(1.0, ge=0, description="weight of the search's own score beside the model's (both z-scored)")
     chat: bool = Field(True, description="Chat's message-search tools re-rank (when a model is set)")
-    threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads per call (0: one per core)")
+    parallel_runs: int = Field(0, ge=0, description="pairs scored side by side, one core each (0: one per core)")
     max_length: int = Field(256, ge=16, description="tokens of question and message read together")
