@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -13,25 +14,50 @@ from pathlib import Path
 HOST = "127.0.0.1"
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+UNASSIGNED_PORTS = 10_000  # how many ports below the ephemeral range free_port draws from
+
+
+def _below_ephemeral_range() -> range:
+    """Ports the kernel never picks itself, for a bind to port 0 or an outgoing connection: those below
+    its ephemeral range."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    return range(max(1024, low - UNASSIGNED_PORTS), low)
+
+
 def free_port(avoid: set[int] | frozenset[int] = frozenset()) -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it), not one in `avoid`."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, not one in `avoid`.
+
+    Drawn at random below the kernel's ephemeral range, not picked by the kernel: between this call and
+    the process that binds it, a server started on port 0 or an outgoing connection elsewhere could
+    otherwise take the same port. A fresh-clone CI run (two pytest workers) scraped an API's metrics that
+    held none of its calls, most likely because its port was taken that way (every in-process test
+    server binds port 0).
+    """
+    ports = _below_ephemeral_range()
     while True:
+        port = random.choice(ports)
+        if port in avoid:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port = sock.getsockname()[1]
-        if port not in avoid:
-            return port
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                continue
+        return port
 
 
 def preferred_or_free_port(preferred: int) -> int:
-    """`preferred` if it is free on 127.0.0.1, else a free port the kernel picks."""
+    """`preferred` if it is free on 127.0.0.1, else a free port (free_port)."""
     with socket.socket() as sock:
         try:
             sock.bind((HOST, preferred))
             return preferred
         except OSError:
-            sock.bind((HOST, 0))
-            return sock.getsockname()[1]
+            return free_port(avoid={preferred})
 
 
 def read_pid_file(path: Path) -> int | None:

@@ -27,6 +27,12 @@ def test_a_free_port_can_be_bound_and_avoids_the_ports_given() -> None:
         sock.bind(("127.0.0.1", second))
 
 
+def test_a_free_port_is_one_the_kernel_never_picks_for_a_bind_to_port_zero() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(1024 <= p < low for p in ports) and len(ports) > 1  # drawn at random, not one port
+
+
 def test_a_taken_preferred_port_gives_way_to_a_free_one() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
