@@ -61,13 +61,14 @@ async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "",
     `rerank`, the server's cross-encoder re-orders the best candidates once the connection is closed.
     """
     q = _checked(q)
-    if rerank and ctx.reranker is None:
+    reranker = ctx.reranker if rerank else None
+    if rerank and reranker is None:
         raise FailedPrecondition(
             "this server runs without a re-ranking model (PEERLOG_RERANK_MODEL is empty): search without rerank"
         )
     await preflight(ctx, token)
     limit = q.limit or DEFAULT_LIMIT
-    depth = ctx.reranker.depth(limit) if rerank and ctx.reranker else limit
+    depth = reranker.depth(limit) if reranker else limit
     # the query is embedded while the scope is checked; a NotFound discards the vector. Hits and their
     # adjacent turns are two statements: one snapshot for both
     async with (
@@ -81,6 +82,6 @@ async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "",
         q = replace(q, session_ids=allowed or ())
         hits = await search_messages(conn, replace(q, vector=await vector, limit=depth))
         adjacent = await adjacent_turns(conn, q, hits) if q.include_adjacent else {}
-    if rerank and ctx.reranker:  # after the connection is closed: none is held across a model call
-        hits = await ctx.reranker.rerank(q.query, hits, limit)
+    if reranker:  # after the connection is closed: none is held across a model call
+        hits = await reranker.rerank(q.query, hits, limit)
     return Found(hits, adjacent)

@@ -17,6 +17,7 @@ import importlib.util
 import os
 import threading
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -170,6 +171,25 @@ def cls_normalised(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return first / np.clip(np.linalg.norm(first, axis=1, keepdims=True), 1e-12, None)
 
 
+def bert_feed(encodings: Sequence[Any]) -> dict[str, np.ndarray]:
+    """A BERT-style model's inputs for tokenizer encodings of equal length (padded, or one)."""
+    return {
+        "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+        "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+    }
+
+
+def onnx_session(weights: bytes, threads: int) -> Any:
+    """An ONNX Runtime CPU session of `threads` intra-op threads (0: one per core)."""
+    import onnxruntime  # imported here: loading the package costs time at startup
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(weights, sess_options=options, providers=["CPUExecutionProvider"])
+
+
 class LocalOnnxEmbedder:
     """A local model (LOCAL_MODELS) run in-process with ONNX Runtime; loaded lazily, once; safe across
     threads."""
@@ -200,12 +220,7 @@ class LocalOnnxEmbedder:
         return vectors.tolist()
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
-        encodings = self._tokenizer.encode_batch(texts)
-        feed = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
-        }
+        feed = bert_feed(self._tokenizer.encode_batch(texts))
         (hidden,) = self._session.run(["last_hidden_state"], feed)
         pool = cls_normalised if self._model.pooling == "cls" else mean_pool_normalised
         return pool(hidden, feed["attention_mask"])
@@ -227,14 +242,7 @@ class LocalOnnxEmbedder:
         return tokenizer
 
     def _load_session(self) -> Any:
-        import onnxruntime  # imported here: loading the package costs time at startup
-
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self._settings.threads
-        options.inter_op_num_threads = 1
-        return onnxruntime.InferenceSession(
-            self._model.weights.verified(), sess_options=options, providers=["CPUExecutionProvider"]
-        )
+        return onnx_session(self._model.weights.verified(), self._settings.threads)
 
 
 class OpenAIEmbedder:

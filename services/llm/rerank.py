@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from services.llm.embeddings import PackagedFile
+from services.llm.embeddings import PackagedFile, bert_feed, onnx_session
 from services.llm.errors import EmbeddingError, RerankError
 from services.llm.settings import RerankSettings
 
@@ -122,12 +122,7 @@ class LocalCrossEncoder:
         return list(self._runs.map(self._score, self._tokenizer.encode_batch([(query, p) for p in passages])))
 
     def _score(self, encoding: Any) -> float:
-        feed = {
-            "input_ids": np.array([encoding.ids], dtype=np.int64),
-            "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
-            "token_type_ids": np.array([encoding.type_ids], dtype=np.int64),
-        }
-        (logits,) = self._session.run(None, feed)
+        (logits,) = self._session.run(None, bert_feed([encoding]))
         return float(logits[0, 0])
 
     def _load(self) -> None:
@@ -138,7 +133,7 @@ class LocalCrossEncoder:
                 except EmbeddingError as err:
                     raise RerankError(str(err)) from None
                 self._tokenizer = self._load_tokenizer(tokenizer)
-                self._session = self._load_session(weights)
+                self._session = onnx_session(weights, threads=1)  # one core per run; runs go side by side
                 # pairs run side by side, each on one core: measured here (50 pairs), 393 ms and 763 ms of
                 # CPU on two runs of one thread, against 489 ms and 968 ms one run at a time on two threads
                 # (ONNX Runtime's threads spin-wait between the small operations of one pair)
@@ -151,14 +146,6 @@ class LocalCrossEncoder:
         tokenizer.enable_truncation(max_length=self._settings.max_length)
         tokenizer.no_padding()  # the file pads every pair to 512 tokens; one pair per run needs none
         return tokenizer
-
-    def _load_session(self, weights: bytes) -> Any:
-        import onnxruntime  # imported here: loading the package costs time at startup
-
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = 1  # one core per run; runs go side by side (_load)
-        options.inter_op_num_threads = 1
-        return onnxruntime.InferenceSession(weights, sess_options=options, providers=["CPUExecutionProvider"])
 
 
 def make_reranker(settings: RerankSettings) -> Reranker | None:
