@@ -11,6 +11,7 @@ from google.protobuf import timestamp_pb2
 from sqlalchemy import func, select
 
 from peerlog.v1 import messages_pb2, peers_pb2, sessions_pb2, workspaces_pb2
+from projections import message_search
 from projections.db import sync_engine
 from projections.rebuild import rebuild
 from projections.schema import messages, pending_message_embeddings
@@ -291,7 +292,14 @@ async def test_a_hit_carries_its_adjacent_turns_when_asked_and_only_those_its_pe
     assert await top(include_adjacent=True, perspective_peer_id="carol") == [None, "garden 3: the pond froze over"]
 
 
-async def test_each_filter_narrows_both_rankings(garden):
+# the semantic list of a search confined to sessions (a perspective, a session list) takes one of two
+# paths by how many messages those sessions hold: compared one by one, or the HNSW graph walked
+SEMANTIC_PATHS = pytest.mark.parametrize("exact_scan_factor", [1e9, 0.0], ids=["exact scan", "graph walk"])
+
+
+@SEMANTIC_PATHS
+async def test_each_filter_narrows_both_rankings(garden, monkeypatch, exact_scan_factor):
+    monkeypatch.setattr(message_search, "EXACT_SCAN_FACTOR", exact_scan_factor)
     c, _, _ = garden
 
     async def days(**kw) -> set[int]:
@@ -304,7 +312,9 @@ async def test_each_filter_narrows_both_rankings(garden):
     assert await days(session_ids=["s1"], author_peer_ids=["alice"], after=ts(2)) == {3}
 
 
-async def test_a_perspective_sees_only_what_was_sent_while_it_was_a_member(garden):
+@SEMANTIC_PATHS
+async def test_a_perspective_sees_only_what_was_sent_while_it_was_a_member(garden, monkeypatch, exact_scan_factor):
+    monkeypatch.setattr(message_search, "EXACT_SCAN_FACTOR", exact_scan_factor)
     c, _, _ = garden
 
     async def days(peer: str, **kw) -> set[int]:
@@ -316,7 +326,9 @@ async def test_a_perspective_sees_only_what_was_sent_while_it_was_a_member(garde
     assert await days("alice") == {1, 2, 3, 4}
 
 
-async def test_session_and_peer_level_search_share_the_filters(garden):
+@SEMANTIC_PATHS
+async def test_session_and_peer_level_search_share_the_filters(garden, monkeypatch, exact_scan_factor):
+    monkeypatch.setattr(message_search, "EXACT_SCAN_FACTOR", exact_scan_factor)
     c, _, _ = garden
     in_s1 = await c.sessions.SearchMessages(
         sessions_pb2.SearchSessionMessagesRequest(workspace_id="w", session_id="s1", query="garden", limit=100)
