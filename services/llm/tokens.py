@@ -134,9 +134,22 @@ def encoding() -> tiktoken.Encoding:
     )
 
 
+# GetContext counts the same lines call after call (a session's newest turns, a pair's observations,
+# the messages a frequent query finds): the counts of short texts are remembered. Long ones (whole
+# sections) seldom repeat exactly and would hold memory. 16,384 texts of at most 2,048 characters.
+CACHED_TEXT_CHARS, CACHED_TEXTS = 2_048, 16_384
+
+
 def count_tokens(text: str) -> int:
     """cl100k_base tokens in `text`; special-token strings count as plain text."""
+    return _count_short(text) if len(text) <= CACHED_TEXT_CHARS else _count(text)
+
+
+def _count(text: str) -> int:
     return len(encoding().encode_ordinary(text))
+
+
+_count_short = functools.lru_cache(maxsize=CACHED_TEXTS)(_count)
 
 
 def truncate_to_tokens(text: str, max_tokens: int) -> str:
