@@ -5,7 +5,7 @@ docstring says why each step is there and what it was worth)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 
@@ -23,7 +23,6 @@ from sqlalchemy import (
     select,
     tuple_,
     union,
-    union_all,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, TSQUERY
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -94,6 +93,7 @@ class Shape:
     before: bool = False
     perspective: bool = False
     periods: bool = False
+    exact: bool = False  # the semantic list compares every message of the sessions (EXACT_SCAN_FACTOR)
 
     @classmethod
     def of(cls, s: MessageSearch, named_periods: Sequence[Period] = ()) -> Shape:
@@ -126,7 +126,6 @@ def params(s: MessageSearch, named_periods: Sequence[Period] = ()) -> dict:
         # read from the ranking module at each call: one definition of the rule, also for a test that changes it
         "common_docs": message_ranking.COMMON_DOCS,
         "common_share": message_ranking.COMMON_SHARE,
-        "exact_scan_factor": EXACT_SCAN_FACTOR,
         "limit": s.limit,
         "model": ACTIVE_EMBEDDING_MODEL,
     }
@@ -253,7 +252,6 @@ def _in_periods(created_at):
     return select(literal(1)).select_from(spans).where(created_at >= spans.c.s, created_at < spans.c.e).exists()
 
 
-@lru_cache(maxsize=256)
 def _confined_to(shape: Shape):
     """The sessions a search is confined to (the observer's under a perspective, the listed ones), as a
     subquery of session ids; None for a search of the whole workspace."""
@@ -271,25 +269,42 @@ def _confined_to(shape: Shape):
     return None
 
 
-def _few_messages(scope):
-    """Whether the sessions of `scope` hold few enough messages to compare them all (EXACT_SCAN_FACTOR).
-    It refers to no row of the scan it guards, so Postgres evaluates it once, first, and runs only the
-    branch it selects."""
+@lru_cache(maxsize=16)
+def _sizes(shape: Shape):
+    """One row: the graph walk's settings set (set_config returns them), the messages of the sessions
+    the search is confined to, and the workspace's."""
     s, lx = sessions.c, message_lexicon.c
     held = select(func.coalesce(func.sum(s.message_count), 0)).where(
-        s.workspace_id == bindparam("workspace_id"), s.session_id.in_(scope)
+        s.workspace_id == bindparam("workspace_id"), s.session_id.in_(_confined_to(shape))
     )
     corpus = select(func.coalesce(func.max(lx.docs), 0)).where(
         lx.workspace_id == bindparam("workspace_id"), lx.lexeme == ""
     )
-    held, corpus = held.scalar_subquery(), corpus.scalar_subquery()
-    return held * held <= bindparam("exact_scan_factor", type_=Float) * bindparam("n") * corpus
+    return select(
+        func.set_config("hnsw.iterative_scan", "relaxed_order", False),
+        func.set_config("hnsw.ef_search", bindparam("ef_search", type_=Text), False),
+        held.scalar_subquery(),
+        corpus.scalar_subquery(),
+    )
+
+
+async def _walk_settings_and_path(conn: AsyncConnection, shape: Shape, values: dict) -> bool:
+    """Set the graph walk's settings and say whether the semantic list compares every message of the
+    search's sessions instead (EXACT_SCAN_FACTOR), in one round trip. Plain settings: readers'
+    connections are in autocommit, where SET LOCAL does nothing; every search with a vector sets both
+    first, so a pooled connection's earlier values are never the ones used."""
+    ef_search = max(values["n"], 40)  # bounds the candidates one graph walk yields
+    if _confined_to(shape) is None:
+        await conn.exec_driver_sql(f"SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = {ef_search:d}")
+        return False
+    row = (await conn.execute(_sizes(shape), {**values, "ef_search": str(ef_search)})).one()
+    held, corpus = row[2], row[3]
+    return held * held <= EXACT_SCAN_FACTOR * values["n"] * corpus
 
 
 def semantic(shape: Shape):
-    """(message_id, s): the n most similar messages, s = cosine similarity. A search confined to few
-    messages compares them all (exact, and cheaper than walking a graph mostly filtered out); any other
-    walks the HNSW index."""
+    """(message_id, s): the n most similar messages, s = cosine similarity: all of the search's sessions'
+    messages compared (`exact`), or the HNSW graph walked."""
     m = messages.alias("sm")
     distance = m.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))
     # only the active model's vectors are candidates, so the similarity needs no model check here
@@ -298,14 +313,10 @@ def semantic(shape: Shape):
         .where(*_filters(shape, m), m.c.embedding.is_not(None), m.c.embedding_model == bindparam("model"))
         .limit(bindparam("n"))
     )
-    scope = _confined_to(shape)
-    if scope is None:
-        return candidates.order_by(distance)
-    few = _few_messages(scope)
-    # no index serves this order, so every message of the scope is compared
-    exact = candidates.where(few, m.c.session_id.in_(scope)).order_by((1 - distance).desc(), m.c.message_id)
-    walked = candidates.where(~few).order_by(distance)
-    return union_all(select(exact.subquery("exact")), select(walked.subquery("walked")))
+    if shape.exact:  # no index serves this order, so every message of the scope is compared
+        scope = _confined_to(shape)
+        return candidates.where(m.c.session_id.in_(scope)).order_by((1 - distance).desc(), m.c.message_id)
+    return candidates.order_by(distance)
 
 
 @lru_cache(maxsize=256)
@@ -439,14 +450,10 @@ async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[
         return []
     named_periods = [reported(p) for p in periods(search.query, search.before or datetime.now(UTC))]
     values = params(search, named_periods)
+    shape = Shape.of(search, named_periods)
     if search.vector is not None:
-        # ef_search bounds the candidates one graph walk yields. Plain SET: readers' connections are in
-        # autocommit, where SET LOCAL does nothing; every HNSW search sets both first, so a pooled
-        # connection's earlier values are never the ones used
-        await conn.exec_driver_sql(
-            f"SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = {max(values['n'], 40):d}"
-        )
-    return list((await conn.execute(fused(Shape.of(search, named_periods)), values)).mappings().all())
+        shape = replace(shape, exact=await _walk_settings_and_path(conn, shape, values))
+    return list((await conn.execute(fused(shape), values)).mappings().all())
 
 
 async def adjacent_turns(
