@@ -14,6 +14,10 @@ after a bulk load) and measures each phase with --clients concurrent gRPC client
 calling back to back for --seconds after --warmup. Latency is per call, client-side, including
 embedding the query text (no chat model is involved in these RPCs).
 
+Every peer of the workspace is a member of about 3/40 of its sessions. A "newcomer" peer is a member of
+only 2 sessions of its own (2 × --per-session messages): its phases measure a narrow perspective in a
+large workspace. A kept stack without the newcomer's part gets just that part appended.
+
 Prints one JSON object on stdout (progress on stderr) and writes it to --out.
 """
 
@@ -188,6 +192,28 @@ def plan(args, rng: random.Random) -> dict:
     }
 
 
+# a narrow perspective: a peer that is a member of 2 sessions of its own (per_session messages each) and
+# of none of the others, as a newcomer to a large workspace is
+NEWCOMER, NEWCOMER_SESSIONS = "newcomer", ("n0", "n1")
+
+
+def newcomer_plan(p: dict, args) -> dict:
+    """The newcomer's sessions, their members and their message texts (drawn from the workspace's own
+    texts, so no new distinct text needs embedding); its own random stream, so `plan` is unchanged."""
+    rng = random.Random(20261202)
+    return {
+        "sessions": {s: [NEWCOMER, *rng.sample(p["peers"], 2)] for s in NEWCOMER_SESSIONS},
+        "messages": [rng.choice(p["messages"]) for _ in range(args.per_session * len(NEWCOMER_SESSIONS))],
+    }
+
+
+def newcomer_events(n: dict, vectors, rng: random.Random):
+    """The newcomer's part of the log: its peer, its sessions with their members, their messages."""
+    yield [PeerCreated(workspace_id=WORKSPACE, peer_id=NEWCOMER, producer=BENCH)]
+    yield list(_sessions_created(n["sessions"]))
+    yield list(_messages_appended(n["sessions"], n["messages"], vectors, rng, prefix="n"))
+
+
 def embed_all(texts: list[str], embedder: LocalOnnxEmbedder, label: str) -> list[list[float]]:
     """Vectors for `texts`; a text that repeats is embedded once (same text, same vector)."""
     unique = list(dict.fromkeys(texts))
@@ -204,31 +230,10 @@ def events(p: dict, message_vectors, observation_vectors, rng: random.Random):
     """The log of the workspace, in an order the API could have written it, in chunks."""
     yield [WorkspaceCreated(workspace_id=WORKSPACE, producer=BENCH)]
     yield [PeerCreated(workspace_id=WORKSPACE, peer_id=peer, producer=BENCH) for peer in p["peers"]]
-    joined = datetime.now(UTC)
-    yield [
-        e
-        for s, members in p["sessions"].items()
-        for e in [SessionCreated(workspace_id=WORKSPACE, session_id=s, producer=BENCH)]
-        + [
-            MemberJoined(workspace_id=WORKSPACE, session_id=s, peer_id=m, joined_at=joined, producer=BENCH)
-            for m in members
-        ]
-    ]
-    session_ids = list(p["sessions"])
-    start = datetime(2025, 1, 1, tzinfo=UTC)
+    yield list(_sessions_created(p["sessions"]))
     chunk = []
-    for i, (text, vector) in enumerate(zip(p["messages"], message_vectors, strict=True)):
-        s = session_ids[i % len(session_ids)]
-        m = MessageAppended(
-            workspace_id=WORKSPACE,
-            session_id=s,
-            message_id=f"m{i}",
-            peer_id=rng.choice(p["sessions"][s]),
-            content=text,
-            created_at=start + timedelta(minutes=10 * i),
-            producer=BENCH,
-        )
-        chunk += [m, embedded(m, vector, EmbeddingSettings().model, BENCH)]
+    for e in _messages_appended(p["sessions"], p["messages"], message_vectors, rng, prefix="m"):
+        chunk.append(e)
         if len(chunk) >= 2000:
             yield chunk
             chunk = []
@@ -254,6 +259,33 @@ def events(p: dict, message_vectors, observation_vectors, rng: random.Random):
         yield chunk
 
 
+def _sessions_created(sessions: dict):
+    joined = datetime.now(UTC)
+    for s, members in sessions.items():
+        yield SessionCreated(workspace_id=WORKSPACE, session_id=s, producer=BENCH)
+        for m in members:
+            yield MemberJoined(workspace_id=WORKSPACE, session_id=s, peer_id=m, joined_at=joined, producer=BENCH)
+
+
+def _messages_appended(sessions: dict, texts: list[str], vectors, rng: random.Random, prefix: str):
+    """Each message (spread over the sessions in turn, by one of their members) and its embedding."""
+    session_ids = list(sessions)
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    for i, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
+        s = session_ids[i % len(session_ids)]
+        m = MessageAppended(
+            workspace_id=WORKSPACE,
+            session_id=s,
+            message_id=f"{prefix}{i}",
+            peer_id=rng.choice(sessions[s]),
+            content=text,
+            created_at=start + timedelta(minutes=10 * i),
+            producer=BENCH,
+        )
+        yield m
+        yield embedded(m, vector, EmbeddingSettings().model, BENCH)
+
+
 def wait_projected(dsn: str, messages: int, observations: int, timeout: float = 3600) -> None:
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -267,50 +299,62 @@ def wait_projected(dsn: str, messages: int, observations: int, timeout: float = 
     raise RuntimeError("the projector did not catch up in time")
 
 
-def already_built(dsn: str, args) -> bool:
-    """Whether a kept stack (--dir) already holds this workspace in full: then the setup is skipped."""
+def built_parts(dsn: str, args) -> tuple[bool, bool]:
+    """Whether a kept stack (--dir) already holds the workspace's main part in full, and the newcomer's:
+    what it holds is not built again."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        m = conn.execute(
-            "SELECT count(*) FROM peerlog.messages WHERE workspace_id = %s AND embedding IS NOT NULL", (WORKSPACE,)
-        ).fetchone()[0]
+        held = dict(
+            conn.execute(
+                "SELECT session_id = ANY(%s), count(*) FROM peerlog.messages"
+                " WHERE workspace_id = %s AND embedding IS NOT NULL GROUP BY 1",
+                (list(NEWCOMER_SESSIONS), WORKSPACE),
+            ).fetchall()
+        )
         o = conn.execute("SELECT count(*) FROM peerlog.observations WHERE workspace_id = %s", (WORKSPACE,)).fetchone()[
             0
         ]
-    return (m, o) == (args.messages, args.observations)
+    newcomer_messages = args.per_session * len(NEWCOMER_SESSIONS)
+    return (held.get(False, 0), o) == (args.messages, args.observations), held.get(True, 0) == newcomer_messages
 
 
 def build(state, args) -> dict:
     rng = random.Random(20261130)
     timings = {}
     p = plan(args, rng)
-    if already_built(sql_dsn(state.database_url), args):
+    p["newcomer"] = newcomer_plan(p, args)
+    dsn = sql_dsn(state.database_url)
+    main_built, newcomer_built = built_parts(dsn, args)
+    if main_built and newcomer_built:
         log("the kept stack already holds the workspace: setup skipped")
         return {"events_appended": 0, "timings": {"reused_stack": True}, "plan": p}
     # bulk: both cores, big batches; the model the stack's API embeds queries with
     embedder = LocalOnnxEmbedder(EmbeddingSettings(threads=2, batch_size=64))
     t = time.monotonic()
-    message_vectors = embed_all(p["messages"], embedder, "messages")
-    observation_vectors = embed_all(p["observations"], embedder, "observations")
+    parts = []
+    if not main_built:
+        message_vectors = embed_all(p["messages"], embedder, "messages")
+        observation_vectors = embed_all(p["observations"], embedder, "observations")
+        parts.append(events(p, message_vectors, observation_vectors, rng))
+    parts.append(newcomer_events(p["newcomer"], embed_all(p["newcomer"]["messages"], embedder, "newcomer's"), rng))
     timings["embed_s"] = round(time.monotonic() - t, 1)
-    timings["distinct_texts_embedded"] = len(set(p["messages"])) + len(set(p["observations"]))
     t = time.monotonic()
     log_ = EventLog(KafkaSettings(bootstrap_servers=state.bootstrap_servers))
     log_.start()
     appended = 0
-    for chunk in events(p, message_vectors, observation_vectors, rng):
+    for chunk in (c for part in parts for c in part):
         log_.append_sync(chunk)
         appended += len(chunk)
     log_.close()
     timings["append_s"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
-    dsn = sql_dsn(state.database_url)
-    wait_projected(dsn, args.messages, args.observations)
+    wait_projected(dsn, args.messages + len(p["newcomer"]["messages"]), args.observations)
     timings["project_after_append_s"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE peerlog.messages")
         conn.execute("VACUUM ANALYZE peerlog.observations")
         conn.execute("VACUUM ANALYZE peerlog.memberships")
+        conn.execute("VACUUM ANALYZE peerlog.sessions")
     timings["vacuum_analyze_s"] = round(time.monotonic() - t, 1)
     return {"events_appended": appended, "timings": timings, "plan": p}
 
@@ -363,8 +407,32 @@ def calls(p: dict):
             )
         )
 
+    newcomer = p["newcomer"]["sessions"]
+
+    def get_context_newcomer(api: Client, rng):
+        s = rng.choice(NEWCOMER_SESSIONS)
+        return api.context.GetContext(
+            context_pb2.GetContextRequest(
+                workspace_id=WORKSPACE,
+                session_id=s,
+                token_budget=2000,
+                observer_id=NEWCOMER,
+                target_id=rng.choice(newcomer[s][1:]),
+                search_query=rng.choice(QUERIES),
+            )
+        )
+
+    def search_newcomer(api: Client, rng):
+        return api.workspaces.SearchMessages(
+            workspaces_pb2.SearchWorkspaceMessagesRequest(
+                workspace_id=WORKSPACE, query=rng.choice(QUERIES), perspective_peer_id=NEWCOMER
+            )
+        )
+
     return {
         "GetContext": get_context,
+        "GetContext newcomer": get_context_newcomer,
+        "SearchMessages newcomer perspective": search_newcomer,
         "SearchMessages workspace": search_workspace,
         "SearchMessages workspace+perspective": search_perspective,
         "SearchMessages session": search_session,
