@@ -367,17 +367,25 @@ def calls(p: dict):
     sessions = p["sessions"]
     session_ids = list(sessions)
 
-    def get_context(api: Client, rng):
-        s = rng.choice(session_ids)
-        observer, target = rng.choice(p["pairs"])
+    def context_of(session: str, observer: str, target: str, api: Client, rng):
         return api.context.GetContext(
             context_pb2.GetContextRequest(
                 workspace_id=WORKSPACE,
-                session_id=s,
+                session_id=session,
                 token_budget=2000,
                 observer_id=observer,
                 target_id=target,
                 search_query=rng.choice(QUERIES),
+            )
+        )
+
+    def get_context(api: Client, rng):
+        return context_of(rng.choice(session_ids), *rng.choice(p["pairs"]), api, rng)
+
+    def search_as(perspective: str, api: Client, rng):
+        return api.workspaces.SearchMessages(
+            workspaces_pb2.SearchWorkspaceMessagesRequest(
+                workspace_id=WORKSPACE, query=rng.choice(QUERIES), perspective_peer_id=perspective
             )
         )
 
@@ -387,11 +395,7 @@ def calls(p: dict):
         )
 
     def search_perspective(api: Client, rng):
-        return api.workspaces.SearchMessages(
-            workspaces_pb2.SearchWorkspaceMessagesRequest(
-                workspace_id=WORKSPACE, query=rng.choice(QUERIES), perspective_peer_id=rng.choice(p["peers"])
-            )
-        )
+        return search_as(rng.choice(p["peers"]), api, rng)
 
     def search_session(api: Client, rng):
         return api.sessions.SearchMessages(
@@ -411,23 +415,10 @@ def calls(p: dict):
 
     def get_context_newcomer(api: Client, rng):
         s = rng.choice(NEWCOMER_SESSIONS)
-        return api.context.GetContext(
-            context_pb2.GetContextRequest(
-                workspace_id=WORKSPACE,
-                session_id=s,
-                token_budget=2000,
-                observer_id=NEWCOMER,
-                target_id=rng.choice(newcomer[s][1:]),
-                search_query=rng.choice(QUERIES),
-            )
-        )
+        return context_of(s, NEWCOMER, rng.choice(newcomer[s][1:]), api, rng)
 
     def search_newcomer(api: Client, rng):
-        return api.workspaces.SearchMessages(
-            workspaces_pb2.SearchWorkspaceMessagesRequest(
-                workspace_id=WORKSPACE, query=rng.choice(QUERIES), perspective_peer_id=NEWCOMER
-            )
-        )
+        return search_as(NEWCOMER, api, rng)
 
     return {
         "GetContext": get_context,
