@@ -95,6 +95,11 @@ class Shape:
     periods: bool = False
     exact: bool = False  # the semantic list compares every message of the sessions (EXACT_SCAN_FACTOR)
 
+    @property
+    def confined(self) -> bool:
+        """Whether the search is confined to sessions: the observer's, or the listed ones."""
+        return self.perspective or self.sessions
+
     @classmethod
     def of(cls, s: MessageSearch, named_periods: Sequence[Period] = ()) -> Shape:
         return cls(
@@ -253,39 +258,38 @@ def _in_periods(created_at):
 
 
 def _confined_to(shape: Shape):
-    """The sessions a search is confined to (the observer's under a perspective, the listed ones), as a
-    subquery of session ids; None for a search of the whole workspace."""
+    """The sessions a `confined` search is confined to (the observer's under a perspective, the listed
+    ones), as a subquery of session ids."""
     if shape.perspective:
         ms = memberships.c
         scope = select(ms.session_id).where(
             ms.workspace_id == bindparam("workspace_id"), ms.peer_id == bindparam("perspective_id")
         )
         return scope.where(ms.session_id.in_(bindparam("session_ids", expanding=True))) if shape.sessions else scope
-    if shape.sessions:
-        return select(sessions.c.session_id).where(
-            sessions.c.workspace_id == bindparam("workspace_id"),
-            sessions.c.session_id.in_(bindparam("session_ids", expanding=True)),
-        )
-    return None
+    return select(sessions.c.session_id).where(
+        sessions.c.workspace_id == bindparam("workspace_id"),
+        sessions.c.session_id.in_(bindparam("session_ids", expanding=True)),
+    )
 
 
-@lru_cache(maxsize=16)
-def _sizes(shape: Shape):
-    """One row: the graph walk's settings set (set_config returns them), the messages of the sessions
-    the search is confined to, and the workspace's."""
-    s, lx = sessions.c, message_lexicon.c
-    held = select(func.coalesce(func.sum(s.message_count), 0)).where(
-        s.workspace_id == bindparam("workspace_id"), s.session_id.in_(_confined_to(shape))
-    )
-    corpus = select(func.coalesce(func.max(lx.docs), 0)).where(
-        lx.workspace_id == bindparam("workspace_id"), lx.lexeme == ""
-    )
-    return select(
+@lru_cache(maxsize=256)
+def _walk_settings(shape: Shape):
+    """One row: the graph walk's settings set (set_config returns them) and, for a search confined to
+    sessions, how many messages those sessions hold and the workspace holds."""
+    columns = [
         func.set_config("hnsw.iterative_scan", "relaxed_order", False),
         func.set_config("hnsw.ef_search", bindparam("ef_search", type_=Text), False),
-        held.scalar_subquery(),
-        corpus.scalar_subquery(),
-    )
+    ]
+    if shape.confined:
+        s, lx = sessions.c, message_lexicon.c
+        held = select(func.coalesce(func.sum(s.message_count), 0)).where(
+            s.workspace_id == bindparam("workspace_id"), s.session_id.in_(_confined_to(shape))
+        )
+        corpus = select(func.coalesce(func.max(lx.docs), 0)).where(
+            lx.workspace_id == bindparam("workspace_id"), lx.lexeme == ""
+        )
+        columns += [held.scalar_subquery().label("held"), corpus.scalar_subquery().label("corpus")]
+    return select(*columns)
 
 
 async def _walk_settings_and_path(conn: AsyncConnection, shape: Shape, values: dict) -> bool:
@@ -294,12 +298,8 @@ async def _walk_settings_and_path(conn: AsyncConnection, shape: Shape, values: d
     connections are in autocommit, where SET LOCAL does nothing; every search with a vector sets both
     first, so a pooled connection's earlier values are never the ones used."""
     ef_search = max(values["n"], 40)  # bounds the candidates one graph walk yields
-    if _confined_to(shape) is None:
-        await conn.exec_driver_sql(f"SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = {ef_search:d}")
-        return False
-    row = (await conn.execute(_sizes(shape), {**values, "ef_search": str(ef_search)})).one()
-    held, corpus = row[2], row[3]
-    return held * held <= EXACT_SCAN_FACTOR * values["n"] * corpus
+    row = (await conn.execute(_walk_settings(shape), {**values, "ef_search": str(ef_search)})).one()
+    return shape.confined and row.held * row.held <= EXACT_SCAN_FACTOR * values["n"] * row.corpus
 
 
 def semantic(shape: Shape):
