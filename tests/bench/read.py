@@ -198,8 +198,8 @@ NEWCOMER, NEWCOMER_SESSIONS = "newcomer", ("n0", "n1")
 
 
 def newcomer_plan(p: dict, args) -> dict:
-    """The newcomer's sessions, their members and their message texts (drawn from the workspace's own
-    texts, so no new distinct text needs embedding); its own random stream, so `plan` is unchanged."""
+    """The newcomer's sessions, their members and their message texts (drawn from the workspace's own);
+    its own random stream, so `plan` is unchanged."""
     rng = random.Random(20261202)
     return {
         "sessions": {s: [NEWCOMER, *rng.sample(p["peers"], 2)] for s in NEWCOMER_SESSIONS},
@@ -335,6 +335,7 @@ def build(state, args) -> dict:
         message_vectors = embed_all(p["messages"], embedder, "messages")
         observation_vectors = embed_all(p["observations"], embedder, "observations")
         parts.append(events(p, message_vectors, observation_vectors, rng))
+        timings["distinct_texts_embedded"] = len(set(p["messages"])) + len(set(p["observations"]))
     parts.append(newcomer_events(p["newcomer"], embed_all(p["newcomer"]["messages"], embedder, "newcomer's"), rng))
     timings["embed_s"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
