@@ -11,7 +11,7 @@ from google.protobuf.message import DecodeError
 from sqlalchemy import exc as sa
 
 from services.bus.consistency import InvalidConsistencyToken
-from services.bus.producer import AppendFailed
+from services.bus.producer import AppendFailed, AppendUnresolved
 from services.errors import (
     AlreadyExists,
     DeadlineExceeded,
@@ -36,6 +36,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     AppendFailed: grpc.StatusCode.UNAVAILABLE,
+    AppendUnresolved: grpc.StatusCode.DEADLINE_EXCEEDED,  # gRPC's word for "it may have happened"
     ModelUnavailable: grpc.StatusCode.UNAVAILABLE,  # the embedding endpoint of a search or write
     # Chat's model: rejected requests and output still invalid after a repair are the server's, not the caller's
     ModelError: grpc.StatusCode.UNAVAILABLE,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,11 @@ def init_transactions(producer: Producer, timeout: float) -> None:
 
 class AppendFailed(RuntimeError):
     """The log did not accept a write; nothing of it became visible."""
+
+
+class AppendUnresolved(RuntimeError):
+    """The log took a write's commit but did not say, within the transaction timeout, how it ended: the
+    write may be committed. Only a retry under the same idempotency key is safe."""
 
 
 @dataclass
@@ -106,6 +112,9 @@ class EventLog:
             metrics.ABORTED.labels(component=self._client_id).inc()
             self._recover(slot, exc)
             raise AppendFailed(f"the log rejected the write: {exc.args[0].str()}") from exc
+        except AppendUnresolved:
+            slot.producer = None  # stuck in its commit: the slot's next producer finishes or fences it
+            raise
         finally:
             self._idle.put(slot)
 
@@ -130,10 +139,34 @@ class EventLog:
         for event in events:
             topic = topic_for(event).full_name(self._settings.topic_prefix)
             producer.produce(topic, encode(event), key=event.key.encode(), headers=headers, on_delivery=on_delivery)
-        producer.commit_transaction(self._settings.append_timeout_s)  # flushes: every delivery callback has run
+        self._commit(producer)  # flushes: every delivery callback has run
         if errors:
             raise AppendFailed(f"delivery failed: {errors[0]}")
         return ConsistencyToken.of(written)
+
+    def _commit(self, producer: Producer) -> None:
+        """commit_transaction, called again for as long as its outcome is open.
+
+        librdkafka sends the commit (EndTxn) only once every record is acknowledged. A call that timed out
+        with records still queued never sent it, so the write can be refused whole: the slot's next
+        producer fences the transaction. A call that timed out after that may have its commit at the
+        coordinator, which a fencing producer would complete: refusing then would let the client's retry
+        write it twice. Only another call tells how it ended.
+        """
+        timeout = self._settings.append_timeout_s
+        deadline = time.monotonic() + self._settings.transaction_timeout_ms / 1000
+        while True:
+            try:
+                producer.commit_transaction(timeout)
+                return
+            except KafkaException as exc:
+                if not exc.args[0].retriable() or len(producer) > 0:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise AppendUnresolved(
+                        "the log did not confirm whether the write was committed; it may have been: "
+                        f"retry only under the same idempotency key ({exc.args[0].str()})"
+                    ) from exc
 
     @staticmethod
     def _recover(slot: _Slot, exc: KafkaException) -> None:

@@ -1,0 +1,94 @@
+"""A write's commit that the broker takes but answers late: the write is not refused while it may be committed.
+
+The broker is frozen (SIGSTOP) after every record of the write was acknowledged and just before the commit
+is sent: the commit waits in the broker's socket until it thaws. Refusing the write then (UNAVAILABLE,
+"nothing written") would be a lie, and a client's retry would write it twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from services.bus import producer as producer_module
+from services.bus.producer import AppendUnresolved, EventLog
+from services.bus.topics import DIRECTORY
+from services.events import ProducerInfo, WorkspaceCreated
+from tests.support.log import read_events
+
+P = ProducerInfo(component="test", version="0")
+
+
+@pytest.fixture
+def frozen_at_commit(infra, monkeypatch):
+    """Make the log's producers freeze the broker for `seconds` at the first commit after `arm(seconds)`."""
+    if infra.kafka is None:
+        pytest.skip("needs the local broker, whose process the test can stop")
+    armed: list[float] = []
+    thaw: list[threading.Timer] = []
+
+    class FreezingAtCommit(Producer):
+        def commit_transaction(self, *args):
+            if armed:
+                self.flush(10)  # every record acknowledged: what reaches the broker next is the commit
+                os.kill(infra.kafka.pid, signal.SIGSTOP)
+                thaw.append(threading.Timer(armed.pop(), os.kill, (infra.kafka.pid, signal.SIGCONT)))
+                thaw[-1].start()
+            return super().commit_transaction(*args)
+
+    monkeypatch.setattr(producer_module, "Producer", FreezingAtCommit)
+    yield armed.append
+    for timer in thaw:
+        timer.join()
+    os.kill(infra.kafka.pid, signal.SIGCONT)
+
+
+def event_log(settings, **kafka) -> EventLog:
+    log = EventLog(settings.kafka.model_copy(update={"producer_pool_size": 1, **kafka}))
+    log.start()
+    return log
+
+
+def created(settings, workspace_ids: list[str]) -> list[str]:
+    events = read_events(
+        settings,
+        DIRECTORY,
+        lambda got: {e.workspace_id for e in got} >= set(workspace_ids),
+        timeout=60,
+        settle=3.0,
+    )
+    return [e.workspace_id for e in events if isinstance(e, WorkspaceCreated)]
+
+
+def test_a_commit_answered_after_the_write_timeout_is_acknowledged_once_not_refused(settings, frozen_at_commit):
+    log = event_log(settings, append_timeout_s=1.0)
+    try:
+        frozen_at_commit(5.0)
+        started = time.monotonic()
+        token = log.append_sync([WorkspaceCreated(workspace_id="late", producer=P)])
+        waited = time.monotonic() - started
+        log.append_sync([WorkspaceCreated(workspace_id="next", producer=P)])
+    finally:
+        log.close()
+    assert token.offsets, "the write was acknowledged with its position"
+    assert waited > 4.0, "it waited for the broker's answer rather than guessing"
+    assert sorted(created(settings, ["late", "next"])) == ["late", "next"]
+
+
+def test_a_commit_left_unanswered_past_the_transaction_timeout_is_reported_as_possibly_written(
+    settings, frozen_at_commit
+):
+    log = event_log(settings, append_timeout_s=1.0, transaction_timeout_ms=3_000)
+    try:
+        frozen_at_commit(6.0)
+        with pytest.raises(AppendUnresolved, match="may have been"):
+            log.append_sync([WorkspaceCreated(workspace_id="unknown", producer=P)])
+        log.append_sync([WorkspaceCreated(workspace_id="next", producer=P)])  # the slot works again
+    finally:
+        log.close()
+    assert created(settings, ["next"]).count("unknown") <= 1
