@@ -58,12 +58,13 @@ class RebuildReport:
 
 
 def deferred_indexes() -> list[Index]:
-    """The projection's indexes a rebuild creates after its replay (DEFERRED_METHODS)."""
+    """The projection's indexes a rebuild creates after its replay (DEFERRED_METHODS, and those marked
+    `deferred`)."""
     return [
         index
         for table in metadata.sorted_tables
         for index in sorted(table.indexes, key=lambda i: i.name)
-        if index.dialect_options["postgresql"]["using"] in DEFERRED_METHODS
+        if index.dialect_options["postgresql"]["using"] in DEFERRED_METHODS or index.info.get("deferred")
     ]
 
 

@@ -122,6 +122,17 @@ messages = Table(
         "messages_embedding", "embedding", postgresql_using="hnsw", postgresql_ops={"embedding": "vector_cosine_ops"}
     ),
     Index("messages_by_peer", "workspace_id", "peer_id", "created_at"),
+    # a session's vectors side by side, for a search confined to few sessions that compares every one
+    # of their messages (message_search.EXACT_SCAN_FACTOR): an index-only scan reads them five to a page
+    # in session order, where the table holds each in a ~2 kB row among other sessions' rows. Read
+    # bench, 3,800 messages under the perspective: 0.10 instead of 0.34 ms per session scanned
+    Index(
+        "messages_session_vectors",
+        "workspace_id",
+        "session_id",
+        postgresql_include=["seq", "message_id", "embedding_model", "embedding"],
+        info={"deferred": True},  # built after a rebuild's replay, like the search indexes
+    ),
 )
 
 # CloneSession's copies: where each was first sent (MessageAppended.origin), so a copy of a copy names it too
