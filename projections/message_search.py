@@ -56,12 +56,13 @@ from projections.vectors import Vector
 
 # A search confined to sessions (a perspective, a session list) holding V of the workspace's W messages
 # compares the query with every one of those V vectors when V² ≤ EXACT_SCAN_FACTOR × n × W, n being the
-# candidates wanted; otherwise it walks the HNSW graph. Measured on 50,000 messages (V = 3,750, medians
-# of 35 runs): the exact scan costs about 2.4 µs per message compared (8.5 ms), the walk about 6 µs per
-# graph entry, and it visits about n × W / V entries to find n the filter lets through (n = 40: 4.3 ms,
-# n = 150: 11.9 ms). Equal costs give the factor; a narrow scope (V = 500, n = 150) would walk
-# 15,000 entries where the scan compares 500.
-EXACT_SCAN_FACTOR = 2.5
+# candidates wanted; otherwise it walks the HNSW graph, visiting about n × W / V entries to find n the
+# filter lets through. Measured on the read bench's 50,000 messages (V ≈ 3,750, 40 observers, whole
+# searches without a prepared plan): the walk costs about 6.6 µs per entry visited (n = 40: 10.1 ms,
+# n = 150: 19.9 ms), the scan about 0.7 µs per message since it reads the vectors from the covering
+# index messages_session_vectors (n = 40: 9.2 ms, n = 150: 11.7 ms; 2.4 µs from the table's rows, when
+# the factor was 2.5). Equal costs give about 9; 8 leans to the walk, whose cost is the better known.
+EXACT_SCAN_FACTOR = 8.0
 
 MESSAGE_COLUMNS = ("workspace_id", "message_id", "session_id", "seq", "peer_id", "content", "created_at", "metadata")
 
