@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import RowMapping, bindparam, case, func, literal_column, select, tuple_, union_all
+from sqlalchemy import RowMapping, and_, bindparam, case, func, literal_column, select, tuple_, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.derivations import current_label
@@ -282,10 +282,12 @@ _WORKING_SETS: dict[tuple, object] = {}
 
 
 def _working_set_statement(where: ObservationFilter, slices: Slices):
-    """One statement for all slices, so the pair's rows are read from the heap once: a materialized
-    scan of the pair's store, ranked up to three ways. Exact, not an HNSW scan: filtering an approximate
-    scan afterwards can return fewer than asked for, and one pair's store is small enough to scan.
-    Built once per shape (bound parameters)."""
+    """One statement for all slices, in two phases. The pair's store is scanned once, keeping only what
+    the rankings read (id, time, times derived, the distance computed in the scan): the covering index
+    observations_by_pair_ranked serves that scan without the table, and the narrow rows are what the
+    materialized CTE copies. Then only the rows the slices keep are read whole, by key. Exact, not an
+    HNSW scan: filtering an approximate scan afterwards can return fewer than asked for, and one pair's
+    store is small enough to scan. Built once per shape (bound parameters)."""
     key = (
         where.shape(),
         slices.semantic > 0,
@@ -296,7 +298,6 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
     if key in _WORKING_SETS:
         return _WORKING_SETS[key]
     o = observations.c
-    # the distance is computed during the scan, so the 1.5 kB vectors are not copied into the CTE
     # another model's vector has no distance (NULL): the semantic slice leaves it out
     distance = (
         case(
@@ -305,19 +306,20 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
         if slices.semantic
         else literal_column("NULL::float8")
     ).label("distance")
+    # times_derived as the read sees it (as of a time: the reinforcements up to then)
+    times_derived = next(c for c in where.columns(bound=False) if c.name == "times_derived")
     store = (
-        select(*where.columns(bound=False), distance)
+        select(o.observation_id, o.created_at, times_derived, distance)
         .where(*where.where(bound=False))
         .cte("pair_store")
         .prefix_with("MATERIALIZED")
     )
     s = store.c
-    columns = [s[c.name] for c in OBSERVATION_COLUMNS]
 
     def ranked(slice_no: int, order: list, *conditions, limit: str):
         rank = func.row_number().over(order_by=order).label("rank")
         return (
-            select(literal_column(str(slice_no)).label("slice"), rank, *columns, s.distance)
+            select(literal_column(str(slice_no)).label("slice"), rank, s.observation_id, s.distance)
             .where(*conditions)
             .order_by(*order)
             .limit(bindparam(limit))
@@ -335,8 +337,16 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
         )
     if slices.recent:
         parts.append(ranked(RECENT, [s.created_at.desc(), s.observation_id.desc()], limit="recent_n"))
-    every = (union_all(*parts) if len(parts) > 1 else parts[0]).subquery("slices")
-    stmt = select(every).order_by(every.c.slice, every.c.rank)
+    kept = (union_all(*parts) if len(parts) > 1 else parts[0]).subquery("slices")
+    stmt = (
+        select(kept.c.slice, kept.c.rank, *where.columns(bound=False), kept.c.distance)
+        .join_from(
+            kept,
+            observations,
+            and_(o.workspace_id == bindparam("f_workspace_id"), o.observation_id == kept.c.observation_id),
+        )
+        .order_by(kept.c.slice, kept.c.rank)
+    )
     _WORKING_SETS[key] = stmt
     return stmt
 
