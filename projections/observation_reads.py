@@ -306,8 +306,9 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
         if slices.semantic
         else literal_column("NULL::float8")
     ).label("distance")
+    columns = where.columns(bound=False)
     # times_derived as the read sees it (as of a time: the reinforcements up to then)
-    times_derived = next(c for c in where.columns(bound=False) if c.name == "times_derived")
+    times_derived = next(c for c in columns if c.name == "times_derived")
     store = (
         select(o.observation_id, o.created_at, times_derived, distance)
         .where(*where.where(bound=False))
@@ -339,7 +340,7 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
         parts.append(ranked(RECENT, [s.created_at.desc(), s.observation_id.desc()], limit="recent_n"))
     kept = (union_all(*parts) if len(parts) > 1 else parts[0]).subquery("slices")
     stmt = (
-        select(kept.c.slice, kept.c.rank, *where.columns(bound=False), kept.c.distance)
+        select(kept.c.slice, kept.c.rank, *columns, kept.c.distance)
         .join_from(
             kept,
             observations,

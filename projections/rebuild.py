@@ -34,7 +34,8 @@ if TYPE_CHECKING:  # the CLI composes the whole Settings; at run time projection
     from services.settings import Settings
 
 Progress = Callable[[str], None]
-# index methods cheaper to build once over the full tables than to maintain through the replay
+# index methods cheaper to build once over the full tables than to maintain through the replay; a
+# B-tree that is too (a covering index holding vectors) says so itself: Index(..., info={"deferred": True})
 DEFERRED_METHODS = frozenset({"hnsw", "gin"})
 
 
