@@ -45,7 +45,12 @@ How a search ranks, and what each step was worth on LoCoMo (tests/bench/README.m
    what is said, not who says it or when) of any candidate in its session, if above 0. A
    conversation about the question's topic holds more of its answer than one stray turn elsewhere:
    the turns around a strong match, beyond the adjacent ones, rise a little.
-`fused_score` is the definition of steps 2–7; message_search.fused computes the same in SQL (one round
+8. Questions of time: a question that asks when ("When did …", "What year …", "How long ago …",
+   `asks_when`) is mostly answered by a turn that places what it tells in time ("I went there
+   yesterday", "last week", "in May": a lexeme of TIME_LEXEMES). For such a question those turns gain
+   WHEN_BOOST. On LoCoMo, 75 % of the evidence turns of temporal questions hold such a word, against
+   11 % of all turns.
+`fused_score` is the definition of steps 2–8; message_search.fused computes the same in SQL (one round
 trip on the API's hot path), and an integration test holds the two equal.
 """
 
@@ -68,6 +73,22 @@ REPORT_LAG_DAYS = 7  # without: temporal @25 0.836, with: 0.851
 # LoCoMo rest @10 / @25: 0.779 / 0.867 without, 0.793 / 0.875 with (a rerank of the top 100 scored
 # 0.791 / 0.875 at 0.15 and 0.794 / 0.874 at 0.5; the mean of a session's best 3 or 5 scored the same)
 SESSION_WEIGHT = 0.3
+# LoCoMo rest @10 / @25 over the live top 100 (limit 100): 0.798 / 0.878 without, 0.804 / 0.880 at 2,
+# 0.807 / 0.880 at 3, 0.809 / 0.880 at 4, 0.807 / 0.879 at 5; temporal @10 0.801 -> 0.850 at 3;
+# adversarial @10 unchanged (0.86)
+WHEN_BOOST = 3.0
+# Postgres's english lexemes of the words that place a turn in time (step 8): relative days, calendar
+# units, weekdays and months. Years and "day" added nothing measurable; "may" is also the modal verb.
+TIME_LEXEMES = frozenset(
+    "yesterday today tonight tomorrow ago recent week weekend month year "
+    "monday tuesday wednesday thursday friday saturday sunday "
+    "januari februari march april may june juli august septemb octob novemb decemb".split()
+)
+_ASKS_WHEN = re.compile(
+    r"^\W*(?:when|since when|what (?:year|month|date|day|time)|which (?:year|month|day|date)|how long ago"
+    r"|how long (?:has|have|had|did|was|were))\b",
+    re.IGNORECASE,
+)
 BM25_K1, BM25_B = 1.2, 0.75
 # a term held by more messages than both is common (step 1): it scores, but selects only with the others
 COMMON_DOCS, COMMON_SHARE = 1_000, 0.05
@@ -96,12 +117,13 @@ def fused_score(
     in_period: frozenset[str] = frozenset(),
     short: frozenset[str] = frozenset(),
     session_of: Mapping[str, str] | None = None,
+    placed: frozenset[str] = frozenset(),
 ) -> list[tuple[str, float]]:
-    """The definition of steps 2–7: `scores` maps each message to its (semantic, lexical) score,
+    """The definition of steps 2–8: `scores` maps each message to its (semantic, lexical) score,
     `lists` holds each list's candidate scores, `neighbours` a message's adjacent turns, `by_named`
     the messages whose author the query names, `in_period` those sent when it names, `short` those of
     fewer than SHORT_LEXEMES lexemes, `session_of` each message's session (step 7 leaves out a message
-    not in it); best first."""
+    not in it), `placed` those placed in time when the query `asks_when` (step 8); best first."""
     stats = (list_stats(lists[0]), list_stats(lists[1]))
     fused = {m: standardised(s, stats[0]) + standardised(x, stats[1]) for m, (s, x) in scores.items()}
     topical = {
@@ -119,10 +141,21 @@ def fused_score(
         m: score
         + (AUTHOR_BOOST if m in by_named else 0.0)
         + (TIME_BOOST if m in in_period else 0.0)
+        + (WHEN_BOOST if m in placed else 0.0)
         + SESSION_WEIGHT * lead.get(session_of.get(m), 0.0)
         for m, score in topical.items()
     }
     return sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def asks_when(query: str) -> bool:
+    """Whether `query` asks when something happened (step 8)."""
+    return bool(_ASKS_WHEN.search(query))
+
+
+def placed_in_time(lexemes: Set[str]) -> bool:
+    """Whether a message of `lexemes` places what it tells in time (step 8)."""
+    return not TIME_LEXEMES.isdisjoint(lexemes)
 
 
 def common_above(docs: int) -> float:

@@ -1,5 +1,5 @@
 """Hybrid message search as one SQL statement: both candidate lists, fusion, neighbours, the named
-authors' and times' lifts and the session's lead, exactly as defined in message_ranking.py (whose
+authors' and times' lifts, the session's lead and the lift of turns placed in time for a question of when, exactly as defined in message_ranking.py (whose
 docstring says why each step is there and what it was worth)."""
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ from projections.message_ranking import (
     SHORT_LEXEMES,
     SHORT_PENALTY,
     TIME_BOOST,
+    TIME_LEXEMES,
+    WHEN_BOOST,
+    asks_when,
     depth,
     reported,
     without_names,
@@ -95,6 +98,7 @@ class Shape:
     perspective: bool = False
     periods: bool = False
     exact: bool = False  # the semantic list compares every message of the sessions (EXACT_SCAN_FACTOR)
+    when: bool = False  # the query asks when (message_ranking step 8)
 
     @property
     def confined(self) -> bool:
@@ -112,6 +116,7 @@ class Shape:
             before=s.before is not None,
             perspective=bool(s.perspective_id),
             periods=bool(named_periods),
+            when=asks_when(s.query),
         )
 
 
@@ -245,6 +250,11 @@ def _named():
         )
         .cte("named")
     )
+
+
+def _placed_in_time(tsv):
+    """Whether a message's indexed text holds one of TIME_LEXEMES (message_ranking step 8)."""
+    return tsv.op("@@")(cast(literal(" | ".join(sorted(TIME_LEXEMES))), TSQUERY))
 
 
 def _in_periods(created_at):
@@ -385,6 +395,7 @@ def fused(shape: Shape):
     p = messages.alias("pool")
     sem_z = _z(_similarity(p), sem_stats) if shape.vector else literal(0.0)
     lex_z = _z(_bm25(p, terms, totals), lex_stats) if shape.text else literal(0.0)
+    placed = [_placed_in_time(p.c.content_tsv).label("placed")] if shape.when else []
     pool = (
         select(
             p.c.message_id,
@@ -394,6 +405,7 @@ def fused(shape: Shape):
             p.c.created_at,
             func.length(p.c.content_tsv).label("lexemes"),
             (sem_z + lex_z).label("f"),
+            *placed,
         )
         .distinct()
         .select_from(hit)
@@ -419,6 +431,8 @@ def fused(shape: Shape):
     boost = case((pool.c.peer_id.in_(select(named.c.peer_id)), AUTHOR_BOOST), else_=0.0)
     if shape.periods:
         boost = boost + case((_in_periods(pool.c.created_at), TIME_BOOST), else_=0.0)
+    if shape.when:
+        boost = boost + case((pool.c.placed, WHEN_BOOST), else_=0.0)
     based = select(
         pool.c.message_id,
         pool.c.session_id,

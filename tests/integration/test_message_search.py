@@ -430,18 +430,20 @@ async def test_a_rebuild_reproduces_message_embeddings_without_the_embedder(sett
 
 # the second query names bob: his messages are lifted, and "bob" is no term of the full-text list. The
 # third and fourth count "garden" (in all four turns) as common: the first selects by its rare terms only,
-# the last, all of whose terms are common, needs both
+# the last, all of whose terms are common, needs both. The fifth asks when, after a fifth turn that says
+# when ("last week") joined the garden's four
 @pytest.mark.parametrize(
-    "query,named,common_docs",
+    "query,named,common_docs,dated_turn",
     [
-        ("frozen garden pond slugs", "", 1_000),
-        ("frozen garden pond slugs bob", "bob", 1_000),
-        ("frozen garden pond slugs", "", 3),
-        ("garden lettuce", "", 0),
+        ("frozen garden pond slugs", "", 1_000, ""),
+        ("frozen garden pond slugs bob", "bob", 1_000, ""),
+        ("frozen garden pond slugs", "", 3, ""),
+        ("garden lettuce", "", 0, ""),
+        ("when did the garden pond freeze", "", 1_000, "garden 5: the pond froze again last week"),
     ],
 )
 async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here(
-    settings, garden, monkeypatch, query, named, common_docs
+    settings, garden, monkeypatch, query, named, common_docs, dated_turn
 ):
     import math
 
@@ -449,9 +451,21 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
     from sqlalchemy.ext.asyncio import create_async_engine
 
     import projections.message_ranking as ranking
-    from projections.message_ranking import BM25_B, BM25_K1, SHORT_LEXEMES, fused_score, lexical_match
+    from projections.message_ranking import (
+        BM25_B,
+        BM25_K1,
+        SHORT_LEXEMES,
+        asks_when,
+        fused_score,
+        lexical_match,
+        placed_in_time,
+    )
     from projections.message_search import MessageSearch, search_messages
 
+    if dated_turn:
+        c, _, _ = garden
+        await c.add("w", "s2", [messages_pb2.NewMessage(peer_id="alice", content=dated_turn, created_at=ts(5))])
+        eventually(lambda: embedded_count(settings) == 5, 60)
     monkeypatch.setattr(ranking, "COMMON_DOCS", common_docs)
     monkeypatch.setattr(ranking, "COMMON_SHARE", 0.0)
 
@@ -460,7 +474,7 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
         schema_translate_map={None: settings.database.schema_name}
     )
     async with engine.connect() as conn:
-        got = await search_messages(conn, MessageSearch(workspace_id="w", query=query, vector=list(vector), limit=4))
+        got = await search_messages(conn, MessageSearch(workspace_id="w", query=query, vector=list(vector), limit=5))
         rows = (
             await conn.execute(
                 select(
@@ -500,7 +514,10 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
         by_named=frozenset(r[0] for r in rows if r[5] == named),
         short=frozenset(m for m, d in docs.items() if len(d) < SHORT_LEXEMES),
         session_of={r[0]: r[1] for r in rows},
+        placed=frozenset(m for m, d in docs.items() if placed_in_time(d)) if asks_when(query) else frozenset(),
     )
+    if dated_turn:  # the lift is there to be checked: the dated turn is the only one placed in time
+        assert sum(placed_in_time(d) for d in docs.values()) == 1
     assert [r["message_id"] for r in got] == [m for m, _ in expected]
     assert [r["score"] for r in got] == pytest.approx([s for _, s in expected], abs=1e-4)
 

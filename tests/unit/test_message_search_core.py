@@ -11,8 +11,11 @@ from projections.message_ranking import (
     SESSION_WEIGHT,
     SHORT_PENALTY,
     TIME_BOOST,
+    WHEN_BOOST,
+    asks_when,
     depth,
     fused_score,
+    placed_in_time,
     reported,
     without_names,
 )
@@ -117,6 +120,37 @@ def test_a_message_sent_in_a_period_the_query_names_gains_the_time_boost():
     lists = ([0.8, 0.8, 0.1], [5.0, 5.0, 1.0])
     got = dict(fused_score(scores, lists, {}, in_period=frozenset({"then"})))
     assert got["then"] - got["other"] == pytest.approx(TIME_BOOST)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "When did Ann move to Lisbon?",
+        "what year was the house built?",
+        "Which month is the wedding in?",
+        "How long ago did they meet?",
+        "How long has Bo played the cello?",
+        '"When is the next game?"',
+    ],
+)
+def test_a_question_of_when_is_recognised_as_one(question):
+    assert asks_when(question)
+
+
+@pytest.mark.parametrize(
+    "question", ["Where did Ann move?", "How long is the hike?", "Did Ann say when she moves?", "Whenever is fine"]
+)
+def test_a_question_that_does_not_ask_when_is_not_one(question):
+    assert not asks_when(question)
+
+
+def test_a_turn_placed_in_time_gains_the_when_boost_over_an_equal_turn():
+    scores = {"yesterday": (0.8, 5.0), "undated": (0.8, 5.0)}
+    lists = ([0.8, 0.8, 0.1], [5.0, 5.0, 1.0])
+    got = dict(fused_score(scores, lists, {}, placed=frozenset({"yesterday"})))
+    assert got["yesterday"] - got["undated"] == pytest.approx(WHEN_BOOST)
+    assert placed_in_time({"went", "yesterday"}) and placed_in_time({"last", "week"}) and placed_in_time({"juli"})
+    assert not placed_in_time({"went", "museum"})
 
 
 def test_a_short_turn_loses_the_short_penalty_against_an_equal_longer_one():
