@@ -321,7 +321,7 @@ def semantic(shape: Shape):
     # only the active model's vectors are candidates, so the similarity needs no model check here
     similarity = (1 - distance).label("s")
     candidates = (
-        select(m.c.message_id, similarity)
+        select(m.c.message_id, m.c.session_id, m.c.seq, similarity)
         .where(*_filters(shape, m), m.c.embedding.is_not(None), m.c.embedding_model == bindparam("model"))
         .limit(bindparam("n"))
     )
@@ -342,7 +342,7 @@ def lexical(shape: Shape):
     matching = select(cast(func.coalesce(any_rare, func.string_agg(quoted, literal(" & "))), TSQUERY))
     score = _bm25(m, terms, totals)
     return (
-        select(m.c.message_id, score.label("s"))
+        select(m.c.message_id, m.c.session_id, m.c.seq, score.label("s"))
         .where(*_filters(shape, m), m.c.content_tsv.op("@@")(matching.scalar_subquery()))
         .order_by(score.desc(), m.c.message_id)
         .limit(bindparam("n"))
@@ -384,13 +384,9 @@ def fused(shape: Shape):
     # re-aggregate a whole list for every row of the pool: 451 × 150 rows, 6.5 of a search's 19 ms
     sem_stats = _stats(lists[0], shape.vector).cte("sem_stats").prefix_with("MATERIALIZED", dialect="postgresql")
     lex_stats = _stats(lists[-1], shape.text).cte("lex_stats").prefix_with("MATERIALIZED", dialect="postgresql")
-    ids = union(*(select(x.c.message_id) for x in lists)).subquery("ids")
+    # where the candidates sit, from the lists themselves: no lookup of their rows
+    hit = union(*(select(x.c.session_id, x.c.seq) for x in lists)).cte("hit")
     m = messages.c
-    hit = (
-        select(m.session_id, m.seq)
-        .join_from(ids, messages, and_(m.workspace_id == bindparam("workspace_id"), m.message_id == ids.c.message_id))
-        .cte("hit")
-    )
     # the candidates and their adjacent turns, each once, under the same filters
     p = messages.alias("pool")
     sem_z = _z(_similarity(p), sem_stats) if shape.vector else literal(0.0)
