@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import Connection, Engine, create_engine, exists, insert, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, exists, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from projections.schema import RETIRED_INDEXES, message_terms, messages, metadata, projection_meta
@@ -25,7 +25,25 @@ def async_engine(settings: DatabaseSettings) -> AsyncEngine:
     engine = create_async_engine(
         settings.url, pool_size=settings.pool_size, pool_pre_ping=True, isolation_level="AUTOCOMMIT"
     )
+    event.listen(engine.sync_engine.pool, "checkout", _reset_generic_plans)
     return engine.execution_options(schema_translate_map={None: settings.schema_name})
+
+
+# Connection.info key: a statement set plan_cache_mode on this connection (message_search does, for its
+# own statement), to be reset before the connection serves another read
+GENERIC_PLANS = "peerlog.generic_plans"
+
+
+def _reset_generic_plans(dbapi_connection, record, _proxy) -> None:
+    """Back to Postgres's own choice of plan for the next borrower's statements. At checkout, not at
+    checkin: the connection is then in autocommit, where no rollback of a snapshot's transaction can
+    undo the RESET."""
+    if record.info.pop(GENERIC_PLANS, False):
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("RESET plan_cache_mode")
+        finally:
+            cursor.close()
 
 
 def schema_exists(conn: Connection, schema: str) -> bool:

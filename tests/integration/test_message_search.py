@@ -563,3 +563,24 @@ async def test_a_vector_of_another_model_stays_on_the_log_and_is_never_compared_
     after = contents(await search_ws(c, "frozen pond", limit=4))
     # compared, similarity 1.0 would have put garden 1 first; it counts as the list's lowest instead
     assert after[0] == before[0] and after[0].startswith("garden 3") and after[-1].startswith("garden 1")
+
+
+async def test_a_search_plans_generically_and_the_next_read_on_its_connection_plans_as_postgres_chooses(
+    settings, garden
+):
+    from sqlalchemy import text
+
+    from projections.db import async_engine
+    from projections.message_search import MessageSearch, search_messages
+
+    settings = settings.model_copy(update={"database": settings.database.model_copy(update={"pool_size": 1})})
+    engine = async_engine(settings.database)  # one pooled connection: the next read borrows the search's
+    mode = text("SELECT current_setting('plan_cache_mode')")
+    try:
+        async with engine.connect() as conn:
+            found = await search_messages(conn, MessageSearch("w", "garden pond", [0.1] * 384, limit=3))
+            assert len(found) == 3 and await conn.scalar(mode) == "force_generic_plan"
+        async with engine.connect() as conn:
+            assert await conn.scalar(mode) == "auto"
+    finally:
+        await engine.dispose()
