@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from sqlalchemy import Connection, Engine, Index, text
 
-from projections.apply import apply_batch
+from projections.apply import Decoded, Record, apply_batch, decode_all
 from projections.db import create_schema, schema_exists, sync_engine
 from projections.projector import consumer_config, to_record
 from projections.schema import DATA_TABLES, metadata, projection_offsets
@@ -102,26 +103,44 @@ class Replayer:
         self.consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in self.partitions])
         self.applied_upto: dict[tuple[str, int], int] = {}  # next offset applied, per partition
         self.events = 0
+        self._last_report = time.monotonic()
 
     def replay_to(self, target: dict[tuple[str, int], int]) -> None:
-        """Apply every record below `target` (missing partitions: 0); stop there."""
-        self.consumer.resume([TopicPartition(t, p) for t, p in self.partitions])
-        last_report = time.monotonic()
-        while not self._reached(target):
-            records = [to_record(m) for m in self.consumer.consume(2000, 0.2) if m.error() is None]
-            wanted = self._hold_back(records, target)
-            if wanted:
-                with self.engine.begin() as conn:
-                    conn.execute(text("SET LOCAL synchronous_commit = off"))
-                    self.events += apply_batch(conn, wanted).events
-                for r in wanted:
-                    self.applied_upto[(r.topic, r.partition)] = r.offset + 1
-            if time.monotonic() - last_report > 2:
-                self.progress(f"  replayed {self.events} events")
-                last_report = time.monotonic()
+        """Apply every record below `target` (missing partitions: 0); stop there.
 
-    def _reached(self, target: dict[tuple[str, int], int]) -> bool:
-        return all(self.applied_upto.get(tp, 0) >= target.get(tp, 0) for tp in self.partitions)
+        Each batch is decoded on a second thread while the one before it is written: decoding is a fifth
+        of the replay's time and writing half of it, most of that spent waiting on Postgres."""
+        self.consumer.resume([TopicPartition(t, p) for t, p in self.partitions])
+        self._last_report = time.monotonic()
+        taken: dict[tuple[str, int], int] = dict(self.applied_upto)  # next offset consumed, per partition
+        pending = None  # the batch taken and being decoded, not applied yet
+        with ThreadPoolExecutor(1, thread_name_prefix="rebuild-decode") as decoder:
+            while pending is not None or not self._reached(target, taken):
+                records = [] if self._reached(target, taken) else self._take(target, taken)
+                upcoming = (records, decoder.submit(decode_all, records)) if records else None
+                if pending is not None:
+                    self._apply(pending[0], pending[1].result())
+                pending = upcoming
+
+    def _take(self, target, taken) -> list[Record]:
+        records = [to_record(m) for m in self.consumer.consume(2000, 0.2) if m.error() is None]
+        wanted = self._hold_back(records, target)
+        for r in wanted:
+            taken[(r.topic, r.partition)] = r.offset + 1
+        return wanted
+
+    def _apply(self, records: list[Record], decoded: Decoded) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(text("SET LOCAL synchronous_commit = off"))
+            self.events += apply_batch(conn, records, decoded).events
+        for r in records:
+            self.applied_upto[(r.topic, r.partition)] = r.offset + 1
+        if time.monotonic() - self._last_report > 2:
+            self.progress(f"  replayed {self.events} events")
+            self._last_report = time.monotonic()
+
+    def _reached(self, target: dict[tuple[str, int], int], upto: dict[tuple[str, int], int]) -> bool:
+        return all(upto.get(tp, 0) >= target.get(tp, 0) for tp in self.partitions)
 
     def _hold_back(self, records, target):
         # a record at or past the target is left for the next phase: rewind to it and pause
