@@ -29,7 +29,7 @@ from projections.db import create_schema, schema_exists, sync_engine
 from projections.projector import consumer_config, to_record
 from projections.schema import DATA_TABLES, metadata, projection_offsets
 from services.bus.admin import partitions_of
-from services.bus.topics import ALL_TOPICS
+from services.bus.topics import ALL_TOPICS, MESSAGE_EMBEDDINGS
 
 if TYPE_CHECKING:  # the CLI composes the whole Settings; at run time projections never import services.settings
     from services.settings import Settings
@@ -38,6 +38,12 @@ Progress = Callable[[str], None]
 # index methods cheaper to build once over the full tables than to maintain through the replay; a
 # B-tree that is too (a covering index holding vectors) says so itself: Index(..., info={"deferred": True})
 DEFERRED_METHODS = frozenset({"hnsw", "gin"})
+
+
+# replayed before the other topics: a message's vector that waits when the message comes is written with
+# it, where one coming after it rewrites the whole row (handlers.message_appended). The live projector
+# meets both orders, so the projection is the same either way
+FIRST_TOPICS = (MESSAGE_EMBEDDINGS,)
 
 
 @dataclass
@@ -161,6 +167,12 @@ class Replayer:
         self.consumer.close()
 
 
+def _only(target: dict[tuple[str, int], int], topics, settings: Settings) -> dict[tuple[str, int], int]:
+    """`target` for the partitions of `topics` only (the others stay where they are)."""
+    names = {spec.full_name(settings.kafka.topic_prefix) for spec in topics}
+    return {tp: n for tp, n in target.items() if tp[0] in names}
+
+
 def vacuum_analyze(engine: Engine, schema: str) -> None:
     """VACUUM (ANALYZE) every table of the rebuilt schema before the switch: reads after it plan from
     real statistics at once, not from whatever autovacuum gets to later, and the verification (under the
@@ -207,6 +219,7 @@ def rebuild(settings: Settings, progress: Progress = print, accept_differences: 
             has_live = schema_exists(conn, live)
             first_target = live_offsets(conn, live) if has_live else {}
         with report.phase("replay"):
+            replayer.replay_to(_only(first_target, FIRST_TOPICS, settings))
             replayer.replay_to(first_target)
         progress(f"caught up with the live projection ({replayer.events} events); building its search indexes")
         with report.phase("indexes"):
