@@ -115,38 +115,47 @@ def session_created(conn: Connection, events: Sequence[SessionCreated]) -> None:
 
 def member_joined(conn: Connection, events: Sequence[MemberJoined]) -> None:
     # a join of a peer whose period is open changes nothing (two API processes racing on one peer can
-    # both append one): a second open period would outlive the one MemberLeft that closes the first
+    # both append one): a second open period would outlive the one MemberLeft that closes the first.
+    # The run is checked against the table once and then in order, each join opening its period
+    open_now = _open_members(conn, {(e.workspace_id, e.session_id, e.peer_id) for e in events})
+    applied = set(conn.scalars(_JOINS_APPLIED, {"ids": [e.event_id for e in events]}))  # a repeated event
+    # no message lands between the joins of one run: each session's last seq holds for all of them
+    last = _last_seqs(conn, {(e.workspace_id, e.session_id) for e in events})
+    rows = []
     for e in events:
-        is_open = conn.scalar(
-            select(memberships.c.joined_event_id)
-            .where(
-                memberships.c.workspace_id == e.workspace_id,
-                memberships.c.session_id == e.session_id,
-                memberships.c.peer_id == e.peer_id,
-                memberships.c.left_event_id.is_(None),
+        member = (e.workspace_id, e.session_id, e.peer_id)
+        if member in open_now or e.event_id in applied:
+            continue
+        open_now.add(member)
+        applied.add(e.event_id)
+        rows.append(
+            dict(
+                joined_event_id=e.event_id,
+                workspace_id=e.workspace_id,
+                session_id=e.session_id,
+                peer_id=e.peer_id,
+                observe_me=e.observe_me,
+                observe_others=e.observe_others,
+                joined_at=e.joined_at,
+                left_at=None,
+                left_event_id=None,
+                joined_after_seq=last.get((e.workspace_id, e.session_id), 0),
+                left_after_seq=None,
             )
-            .limit(1)
         )
-        if is_open is None:
-            insert_new(
-                conn,
-                memberships,
-                [
-                    dict(
-                        joined_event_id=e.event_id,
-                        workspace_id=e.workspace_id,
-                        session_id=e.session_id,
-                        peer_id=e.peer_id,
-                        observe_me=e.observe_me,
-                        observe_others=e.observe_others,
-                        joined_at=e.joined_at,
-                        left_at=None,
-                        left_event_id=None,
-                        joined_after_seq=_last_seq(conn, e.workspace_id, e.session_id),
-                        left_after_seq=None,
-                    )
-                ],
-            )
+    insert_new(conn, memberships, rows)
+
+
+_JOINS_APPLIED = select(memberships.c.joined_event_id).where(
+    memberships.c.joined_event_id == any_(bindparam("ids", type_=ARRAY(Text)))
+)
+
+
+def _open_members(conn: Connection, members: set[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+    """Those of `members` (workspace, session, peer) with an open membership period."""
+    m = memberships.c
+    key = (m.workspace_id, m.session_id, m.peer_id)
+    return set(conn.execute(select(*key).where(among(key, sorted(members)), m.left_event_id.is_(None))).tuples())
 
 
 def member_left(conn: Connection, events: Sequence[MemberLeft]) -> None:
