@@ -1,13 +1,15 @@
 """Rebuild the projections: replay the log from offset 0 into a fresh schema, verify, switch.
 
-The fresh schema is filled without its search indexes (HNSW over vectors, GIN over text): each is
-built once after the replay, which costs a fraction of keeping it up to date row by row, and the
-replay commits without waiting for its WAL flush (a crash loses only a schema the rebuild would start
-over anyway). Then every table is vacuumed and analysed, so reads plan from real statistics from the
-first moment. The switch holds a lock that pauses the live projector, replays the last few events so both
-schemas stand at the same offsets, compares every table row for row, then renames the schemas in
-one transaction. Readers never see a half-built schema; the live projector notices the new
-schema's generation and resumes from the offsets it recorded.
+The fresh schema is filled without its search indexes (HNSW over vectors, GIN over text): each is built
+once after the replay, which costs a fraction of keeping it up to date row by row, and the replay
+commits without waiting for its WAL flush (a crash loses only a schema the rebuild would start over
+anyway). The message vectors are replayed before the rest, so each message is written once with its
+vector (FIRST_TOPICS), and each batch is decoded while the one before it is written. Then every table is
+vacuumed and analysed, so reads plan from real statistics from the first moment. The switch holds a lock
+that pauses the live projector, replays the last few events so both schemas stand at the same offsets,
+compares every table row for row, then renames the schemas in one transaction. Readers never see a
+half-built schema; the live projector notices the new schema's generation and resumes from the offsets
+it recorded.
 """
 
 from __future__ import annotations
