@@ -35,6 +35,14 @@ class Record:
 
 
 @dataclass(frozen=True)
+class Decoded:
+    """A batch's records read into events: (record, event) for each readable one, (record, why) for each other."""
+
+    events: list[tuple[Record, Event]]
+    bad: list[tuple[Record, str]]
+
+
+@dataclass(frozen=True)
 class Applied:
     events: int
     skipped: int
@@ -51,11 +59,20 @@ def stored_offsets(conn: Connection, partitions: set[tuple[str, int]], lock: boo
     return {(topic, part): nxt for topic, part, nxt in rows}
 
 
-def apply_batch(conn: Connection, records: Sequence[Record]) -> Applied:
-    """Apply `records` (in log order per partition) inside the caller's transaction."""
+def apply_batch(conn: Connection, records: Sequence[Record], ahead: Decoded | None = None) -> Applied:
+    """Apply `records` (in log order per partition) inside the caller's transaction. `ahead` is
+    decode_all(records) when the caller decoded them already (a rebuild, while the previous batch was
+    being written)."""
     done = stored_offsets(conn, {(r.topic, r.partition) for r in records}, lock=True)
-    fresh = [r for r in records if r.offset >= done.get((r.topic, r.partition), 0)]
-    decoded, bad = _decode_all(fresh)
+
+    def is_fresh(r: Record) -> bool:
+        return r.offset >= done.get((r.topic, r.partition), 0)
+
+    fresh = [r for r in records if is_fresh(r)]
+    if ahead is None:
+        ahead = decode_all(fresh)
+    decoded = [(r, e) for r, e in ahead.events if is_fresh(r)]
+    bad = [(r, why) for r, why in ahead.bad if is_fresh(r)]
     decoded = idempotency.screen(conn, decoded)  # a later append under a used key is a no-op
     try:
         with conn.begin_nested():
@@ -70,15 +87,15 @@ def apply_batch(conn: Connection, records: Sequence[Record]) -> Applied:
     return Applied(events=len(fresh) - len(bad), skipped=len(records) - len(fresh), quarantined=len(bad))
 
 
-def _decode_all(records: Sequence[Record]):
-    decoded: list[tuple[Record, Event]] = []
-    bad: list[tuple[Record, str]] = []
+def decode_all(records: Sequence[Record]) -> Decoded:
+    """Read every record's event; one that cannot be read is set aside with the reason."""
+    decoded = Decoded(events=[], bad=[])
     for r in records:
         try:
-            decoded.append((r, decode(r.value)))
+            decoded.events.append((r, decode(r.value)))
         except EventDecodeError as exc:
-            bad.append((r, str(exc)))
-    return decoded, bad
+            decoded.bad.append((r, str(exc)))
+    return decoded
 
 
 def _runs(events: Sequence[Event]) -> Iterator[list[Event]]:

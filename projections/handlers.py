@@ -10,6 +10,7 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
+    cast,
     delete,
     func,
     literal,
@@ -21,7 +22,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from projections.configurations import message_configured, messages_configured, session_configured, workspace_configured
 from projections.dream_handlers import DREAM_HANDLERS
-from projections.inserts import copy_in, insert_new
+from projections.inserts import copy_in, insert_new, upsert_latest
 from projections.keys import among
 from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import (
@@ -114,38 +115,47 @@ def session_created(conn: Connection, events: Sequence[SessionCreated]) -> None:
 
 def member_joined(conn: Connection, events: Sequence[MemberJoined]) -> None:
     # a join of a peer whose period is open changes nothing (two API processes racing on one peer can
-    # both append one): a second open period would outlive the one MemberLeft that closes the first
+    # both append one): a second open period would outlive the one MemberLeft that closes the first.
+    # The run is checked against the table once and then in order, each join opening its period
+    open_now = _open_members(conn, {(e.workspace_id, e.session_id, e.peer_id) for e in events})
+    applied = set(conn.scalars(_JOINS_APPLIED, {"ids": [e.event_id for e in events]}))  # a repeated event
+    # no message lands between the joins of one run: each session's last seq holds for all of them
+    last = _last_seqs(conn, {(e.workspace_id, e.session_id) for e in events})
+    rows = []
     for e in events:
-        is_open = conn.scalar(
-            select(memberships.c.joined_event_id)
-            .where(
-                memberships.c.workspace_id == e.workspace_id,
-                memberships.c.session_id == e.session_id,
-                memberships.c.peer_id == e.peer_id,
-                memberships.c.left_event_id.is_(None),
+        member = (e.workspace_id, e.session_id, e.peer_id)
+        if member in open_now or e.event_id in applied:
+            continue
+        open_now.add(member)
+        applied.add(e.event_id)
+        rows.append(
+            dict(
+                joined_event_id=e.event_id,
+                workspace_id=e.workspace_id,
+                session_id=e.session_id,
+                peer_id=e.peer_id,
+                observe_me=e.observe_me,
+                observe_others=e.observe_others,
+                joined_at=e.joined_at,
+                left_at=None,
+                left_event_id=None,
+                joined_after_seq=last.get((e.workspace_id, e.session_id), 0),
+                left_after_seq=None,
             )
-            .limit(1)
         )
-        if is_open is None:
-            insert_new(
-                conn,
-                memberships,
-                [
-                    dict(
-                        joined_event_id=e.event_id,
-                        workspace_id=e.workspace_id,
-                        session_id=e.session_id,
-                        peer_id=e.peer_id,
-                        observe_me=e.observe_me,
-                        observe_others=e.observe_others,
-                        joined_at=e.joined_at,
-                        left_at=None,
-                        left_event_id=None,
-                        joined_after_seq=_last_seq(conn, e.workspace_id, e.session_id),
-                        left_after_seq=None,
-                    )
-                ],
-            )
+    insert_new(conn, memberships, rows)
+
+
+_JOINS_APPLIED = select(memberships.c.joined_event_id).where(
+    memberships.c.joined_event_id == any_(bindparam("ids", type_=ARRAY(Text)))
+)
+
+
+def _open_members(conn: Connection, members: set[tuple[str, str, str]]) -> set[tuple[str, str, str]]:
+    """Those of `members` (workspace, session, peer) with an open membership period."""
+    m = memberships.c
+    key = (m.workspace_id, m.session_id, m.peer_id)
+    return set(conn.execute(select(*key).where(among(key, sorted(members)), m.left_event_id.is_(None))).tuples())
 
 
 def member_left(conn: Connection, events: Sequence[MemberLeft]) -> None:
@@ -172,6 +182,10 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
     if not fresh:
         return
     next_seq = _last_seqs(conn, {(e.workspace_id, e.session_id) for e in fresh})
+    keys = [(e.workspace_id, e.message_id) for e in fresh]
+    # a vector that came first is written with its message, not by an UPDATE after it (a second copy
+    # of a 1.7 kB row, its generated column computed again); a rebuild replays the vectors first
+    vectors = _take_pending_embeddings(conn, keys)
     rows, seqs = [], []
     for e in fresh:
         session = (e.workspace_id, e.session_id)
@@ -189,16 +203,15 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
                 recorded_at=e.occurred_at,
                 metadata=e.metadata,
                 event_id=e.event_id,
+                **vectors.get((e.workspace_id, e.message_id), _NO_VECTOR),
             )
         )
     copy_in(conn, messages, rows)
     _record_origins(conn, fresh)
     _set_counts(conn, next_seq)
     messages_configured(conn, seqs)
-    keys = [(e.workspace_id, e.message_id) for e in fresh]
     _index_terms(conn, keys)
     _count_lexemes(conn, keys)
-    _take_pending_embeddings(conn, keys)
 
 
 def _record_origins(conn: Connection, fresh: Sequence[MessageAppended]) -> None:
@@ -245,17 +258,7 @@ def messages_embedded(conn: Connection, events: Sequence[MessagesEmbedded]) -> N
     )
     _set_embeddings(conn, [r for r in rows if (r["workspace_id"], r["message_id"]) in known])
     waiting = [r for r in rows if (r["workspace_id"], r["message_id"]) not in known]
-    if waiting:
-        stmt = insert(pending_message_embeddings)
-        p = pending_message_embeddings.c
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["workspace_id", "message_id"],
-                set_={c: stmt.excluded[c] for c in ("embedding", "embedding_model", "event_id")},
-                where=p.event_id < stmt.excluded.event_id,
-            ),
-            waiting,
-        )
+    upsert_latest(conn, pending_message_embeddings, waiting, version="event_id")
 
 
 # the latest embedding event wins whatever order events arrive in, and a repeat changes nothing
@@ -324,18 +327,21 @@ def _count_lexemes(conn: Connection, keys: list[tuple[str, str]]) -> None:
         )
 
 
-def _take_pending_embeddings(conn: Connection, keys: list[tuple[str, str]]) -> None:
+_NO_VECTOR = dict(embedding=None, embedding_model=None, embedding_event_id=None)
+
+
+def _take_pending_embeddings(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+    """The waiting vectors of the messages `keys` (about to be inserted), as their messages' columns.
+
+    Each vector comes back in Postgres's text form and goes back so: parsing it into floats cost more
+    than all the rest of taking it (vectors.Vector writes a text form as it is)."""
     p = pending_message_embeddings.c
-    taken = (
-        conn.execute(
-            delete(pending_message_embeddings)
-            .where(among((p.workspace_id, p.message_id), keys))
-            .returning(p.workspace_id, p.message_id, p.embedding, p.embedding_model, p.event_id)
-        )
-        .mappings()
-        .all()
+    taken = conn.execute(
+        delete(pending_message_embeddings)
+        .where(among((p.workspace_id, p.message_id), keys))
+        .returning(p.workspace_id, p.message_id, cast(p.embedding, Text), p.embedding_model, p.event_id)
     )
-    _set_embeddings(conn, [dict(r) for r in taken])
+    return {(w, m): dict(embedding=v, embedding_model=model, embedding_event_id=e) for w, m, v, model, e in taken}
 
 
 # one array parameter instead of an IN list: the statement text stays the same for every batch

@@ -5,7 +5,8 @@ INSERT per row, pipelined); above it, through COPY into a per-connection staging
 `INSERT ... SELECT ... ON CONFLICT DO NOTHING` in the rows' order, so the first of two rows with one key
 wins either way and a batch projects to the same rows whatever its size (a rebuild replays in bigger
 batches than the live projector applies). Building one parameter set per row through SQLAlchemy was
-most of a rebuild's time in the observation tables.
+most of a rebuild's time in the observation tables. `upsert_latest` takes the same two paths for rows
+that replace an older version of themselves.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.exc import DBAPIError
 
 BULK_ROWS = 100
+_NOTHING = sql.SQL("DO NOTHING")
 
 
 def insert_new(conn: Connection, table: Table, rows: list[dict], returning: bool = False) -> list:
@@ -57,7 +59,7 @@ def copy_in(conn: Connection, table: Table, rows: list[dict], into: sql.Composab
             copy.write_row([row[c] if d is None else d(row[c]) for c, d in zip(columns, dumps)])
 
 
-def _insert_staged(conn: Connection, table: Table, rows: list[dict]) -> None:
+def _insert_staged(conn: Connection, table: Table, rows: list[dict], on_conflict: sql.Composable = _NOTHING) -> None:
     target, stage = _target(conn, table), sql.Identifier(f"staged_{table.name}")
     columns = sql.SQL(", ").join(sql.Identifier(c) for c in rows[0])
     # every time, not once per connection: a rolled-back transaction takes the table it created with it.
@@ -72,11 +74,44 @@ def _insert_staged(conn: Connection, table: Table, rows: list[dict]) -> None:
     copy_in(conn, table, rows, into=stage)
     _run(
         conn,
-        sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY staged_order ON CONFLICT DO NOTHING").format(
-            target, columns, columns, stage
+        sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY staged_order ON CONFLICT {}").format(
+            target, columns, columns, stage, on_conflict
         ),
         sql.SQL("DELETE FROM {}").format(stage),  # the stage may serve this table again before the commit
     )
+
+
+def upsert_latest(conn: Connection, table: Table, rows: list[dict], version: str) -> None:
+    """Insert `rows`, or overwrite the row with the same primary key where its `version` column is older:
+    the newest version wins, whatever order they come in. A row older than the stored one changes nothing."""
+    if not rows:
+        return
+    key = [c.name for c in table.primary_key.columns]
+    if len(rows) <= BULK_ROWS:
+        stmt = insert(table)
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=key,
+                set_={c: stmt.excluded[c] for c in rows[0] if c not in key},
+                where=table.c[version] < stmt.excluded[version],
+            ),
+            rows,
+        )
+        return
+    newest: dict[tuple, dict] = {}
+    for row in rows:  # one INSERT may not touch a row twice: keep each key's newest
+        k = tuple(row[c] for c in key)
+        if k not in newest or newest[k][version] < row[version]:
+            newest[k] = row
+    # the existing row goes by its table's bare name (`schema.table` is the insert's target)
+    on_conflict = sql.SQL("({}) DO UPDATE SET {} WHERE {}.{} < EXCLUDED.{}").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in key),
+        sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in rows[0] if c not in key),
+        sql.Identifier(table.name),
+        sql.Identifier(version),
+        sql.Identifier(version),
+    )
+    _insert_staged(conn, table, list(newest.values()), on_conflict)
 
 
 def _run(conn: Connection, *statements: sql.Composable) -> None:

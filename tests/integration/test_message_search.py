@@ -12,13 +12,15 @@ from sqlalchemy import func, select
 
 from peerlog.v1 import messages_pb2, peers_pb2, sessions_pb2, workspaces_pb2
 from projections import message_search
-from projections.db import sync_engine
+from projections.apply import Record, apply_batch
+from projections.db import create_schema, sync_engine
+from projections.inserts import BULK_ROWS
 from projections.rebuild import rebuild
 from projections.schema import messages, pending_message_embeddings
 from services.bus.producer import EventLog
 from services.cli.client import Client
 from services.embedder.policy import previous_turn, text_to_embed
-from services.events import EmbeddedMessage, MessageAppended, MessagesEmbedded, SessionCreated, WorkspaceCreated
+from services.events import EmbeddedMessage, MessageAppended, MessagesEmbedded, SessionCreated, WorkspaceCreated, encode
 from services.llm.embeddings import LOCAL_MODEL, make_embedder
 from tests.integration.test_projector import P, msg
 from tests.support.wait import eventually
@@ -422,6 +424,46 @@ def test_an_embedding_that_arrives_before_its_message_is_applied_when_the_messag
     assert list(row.embedding) == [0.5] * 384 and row.embedding_model == LOCAL_MODEL
     with engine.connect() as conn:
         assert conn.scalar(select(func.count()).select_from(pending_message_embeddings)) == 0
+    engine.dispose()
+
+
+def test_many_vectors_ahead_of_their_messages_keep_the_newest_and_land_with_their_messages(settings):
+    """More than BULK_ROWS waiting vectors in one batch (as a rebuild, which replays vectors first, applies
+    them) go through the staged upsert: of two for one message the newer event wins whatever their order,
+    and each message is then written with its vector."""
+    engine = sync_engine(settings.database)
+    create_schema(engine, settings.database.schema_name)
+    n = BULK_ROWS + 20
+
+    def embedded(i: int, value: float) -> MessagesEmbedded:
+        return MessagesEmbedded(
+            workspace_id="w",
+            session_id="s1",
+            embedding_model=LOCAL_MODEL,
+            producer=P,
+            messages=(EmbeddedMessage(message_id=f"m{i}", session_id="s1", vector=tuple([value] * 384)),),
+        )
+
+    older = [embedded(i, 0.25) for i in range(n)]
+    newer = [embedded(i, 0.75) for i in range(0, n, 2)]  # UUIDv7 ids: made later, so newer
+    batches = [
+        [WorkspaceCreated(workspace_id="w", producer=P), SessionCreated(workspace_id="w", session_id="s1", producer=P)],
+        [*newer, *older],
+        [msg(i) for i in range(n)],
+    ]
+    offset = 0
+    for events in batches:
+        records = [Record("t", 0, offset + i, None, encode(e)) for i, e in enumerate(events)]
+        offset += len(records)
+        with engine.begin() as conn:
+            assert apply_batch(conn, records).quarantined == 0
+    with engine.connect() as conn:
+        rows = conn.execute(select(messages.c.message_id, messages.c.embedding, messages.c.embedding_event_id))
+        got = {m: (set(v), e) for m, v, e in rows}
+        assert conn.scalar(select(func.count()).select_from(pending_message_embeddings)) == 0
+    assert got == {
+        f"m{i}": ({0.75}, newer[i // 2].event_id) if i % 2 == 0 else ({0.25}, older[i].event_id) for i in range(n)
+    }
     engine.dispose()
 
 
