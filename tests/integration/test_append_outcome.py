@@ -80,15 +80,25 @@ def test_a_commit_answered_after_the_write_timeout_is_acknowledged_once_not_refu
     assert sorted(created(settings, ["late", "next"])) == ["late", "next"]
 
 
-def test_a_commit_left_unanswered_past_the_transaction_timeout_is_reported_as_possibly_written(
+def test_a_commit_left_unanswered_past_the_transaction_timeout_is_never_refused_nor_written_twice(
     settings, frozen_at_commit
 ):
     log = event_log(settings, append_timeout_s=1.0, transaction_timeout_ms=3_000)
     try:
         frozen_at_commit(6.0)
-        with pytest.raises(AppendUnresolved, match="may have been"):
+        # Usually each commit call gives up after append_timeout_s and, past the transaction timeout,
+        # the write is reported as possibly written. But librdkafka does not always bound a call that
+        # waits on the coordinator (librdkafka issue 5456), and once thawed the broker may commit the
+        # transaction before it aborts expired ones: then the call returns with the write committed.
+        # Either way the write is not refused, and is on the log at most once (once if acknowledged).
+        try:
             log.append_sync([WorkspaceCreated(workspace_id="unknown", producer=P)])
+            acknowledged = True
+        except AppendUnresolved as exc:
+            assert "may have been" in str(exc)
+            acknowledged = False
         log.append_sync([WorkspaceCreated(workspace_id="next", producer=P)])  # the slot works again
     finally:
         log.close()
-    assert created(settings, ["next"]).count("unknown") <= 1
+    written = created(settings, ["next", "unknown"] if acknowledged else ["next"]).count("unknown")
+    assert written == 1 if acknowledged else written <= 1
