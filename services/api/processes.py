@@ -28,7 +28,10 @@ import secrets
 import shutil
 import signal
 import tempfile
+from collections.abc import Coroutine
+from typing import Any
 
+import uvloop
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.multiprocess import MultiProcessCollector
 from pydantic import SecretStr
@@ -54,7 +57,15 @@ def _die_with_parent(parent: int) -> None:
 def _child(parent: int) -> None:
     _die_with_parent(parent)
     logs.configure()
-    asyncio.run(serve(Settings(), metrics=False))  # the environment is inherited: the same settings
+    settings = Settings()  # the environment is inherited: the same settings
+    run_loop(serve(settings, metrics=False), settings)
+
+
+def run_loop(main: Coroutine[Any, Any, None], settings: Settings) -> None:
+    """Run the server on the configured event loop."""
+    factory = uvloop.new_event_loop if settings.api.event_loop == "uvloop" else None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)
 
 
 def _stop_on_signals() -> list[int]:
@@ -101,7 +112,7 @@ def _shared_cursor_key(settings: Settings) -> Settings:
 def run(settings: Settings) -> None:
     """Serve with `settings.api.processes` processes until SIGTERM/SIGINT."""
     if settings.api.processes == 1:
-        asyncio.run(serve(settings))
+        run_loop(serve(settings), settings)
         return
     if settings.api.port == 0:
         raise ValueError("PEERLOG_API_PROCESSES > 1 needs a fixed PEERLOG_API_PORT (0 would give each its own)")

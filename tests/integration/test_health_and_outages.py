@@ -151,3 +151,42 @@ async def test_a_missing_model_or_tokenizer_reaches_the_client_as_unavailable(er
         assert "retry later" in refused.value.details() and "npm" not in refused.value.details()
     finally:
         await server.stop(0)
+
+
+async def test_a_pooled_connection_postgres_dropped_while_idle_is_replaced_before_a_read_uses_it(settings, monkeypatch):
+    import psycopg
+    from sqlalchemy import text
+
+    from projections import db
+
+    single = settings.database.model_copy(update={"pool_size": 1})
+    engine = async_engine(single)  # one pooled connection: each read borrows the same one
+    pid = text("SELECT pg_backend_pid()")
+    try:
+        async with engine.connect() as conn:
+            first = await conn.scalar(pid)
+        with psycopg.connect(single.url.replace("+psycopg", ""), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+        monkeypatch.setattr(db, "PING_AFTER_IDLE_S", 0.0)  # so this one counts as idle
+        async with engine.connect() as conn:
+            second = await conn.scalar(pid)
+        assert second != first
+    finally:
+        await engine.dispose()
+
+
+async def test_a_pooled_connection_in_steady_use_is_not_pinged_before_a_read(settings):
+    import psycopg
+    from sqlalchemy import text
+
+    single = settings.database.model_copy(update={"pool_size": 1})
+    engine = async_engine(single)
+    try:
+        async with engine.connect() as conn:
+            pid = await conn.scalar(text("SELECT pg_backend_pid() + 0"))
+        async with engine.connect() as conn:  # borrowed again at once: the last statement it ran is the read's
+            with psycopg.connect(single.url.replace("+psycopg", ""), autocommit=True) as admin:
+                last = admin.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+            assert last == ("SELECT pg_backend_pid() + 0",)
+    finally:
+        await engine.dispose()
