@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import RowMapping, and_, bindparam, case, func, literal_column, select, tuple_, union_all
+from sqlalchemy import Integer, RowMapping, and_, bindparam, case, func, literal_column, select, tuple_, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.derivations import current_label
@@ -287,7 +287,7 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
     observations_by_pair_ranked serves that scan without the table, and the narrow rows are what the
     materialized CTE copies. Then only the rows the slices keep are read whole, by key. Exact, not an
     HNSW scan: filtering an approximate scan afterwards can return fewer than asked for, and one pair's
-    store is small enough to scan. Built once per shape (bound parameters)."""
+    store is small enough to scan. Built once per shape (bound parameters, the slices' sizes apart)."""
     key = (
         where.shape(),
         slices.semantic > 0,
@@ -323,7 +323,10 @@ def _working_set_statement(where: ObservationFilter, slices: Slices):
             select(literal_column(str(slice_no)).label("slice"), rank, s.observation_id, s.distance)
             .where(*conditions)
             .order_by(*order)
-            .limit(bindparam(limit))
+            # written into the text, not bound: with the counts as parameters Postgres planned the
+            # statement again at every call (0.5 of its 3 ms); with them as literals it settles on one
+            # generic plan (pg_prepared_statements.generic_plans)
+            .limit(bindparam(limit, type_=Integer, literal_execute=True))
         )
 
     parts = []
