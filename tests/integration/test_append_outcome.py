@@ -35,7 +35,10 @@ def frozen_at_commit(infra, monkeypatch):
     class FreezingAtCommit(Producer):
         def commit_transaction(self, *args):
             if armed:
-                self.flush(10)  # every record acknowledged: what reaches the broker next is the commit
+                # every record acknowledged, so what reaches the broker next is the commit. A loaded CI
+                # machine has taken more than 10 s for this first delivery: wait for it, or fail plainly
+                if self.flush(120) > 0:
+                    pytest.fail("the broker did not acknowledge the write's records within 120 s")
                 os.kill(infra.kafka.pid, signal.SIGSTOP)
                 thaw.append(threading.Timer(armed.pop(), os.kill, (infra.kafka.pid, signal.SIGCONT)))
                 thaw[-1].start()
