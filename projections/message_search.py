@@ -293,17 +293,19 @@ def _confined_to(shape: Shape):
 
 
 @lru_cache(maxsize=256)
-def _walk_settings(shape: Shape):
+def _walk_settings(shape: Shape, local: bool):
     """One row: the graph walk's settings set (set_config returns them) and, for a search confined to
-    sessions, how many messages those sessions hold and the workspace holds."""
+    sessions, how many messages those sessions hold and the workspace holds. `local`: the plan mode for
+    the current transaction only."""
     columns = [
         func.set_config("hnsw.iterative_scan", "relaxed_order", False),
         func.set_config("hnsw.ef_search", bindparam("ef_search", type_=Text), False),
         # Planning the search costs about 2.6 ms, as much as half of running it, and Postgres's own
         # choice plans it again at each call. One generic plan serves every call of a statement: its
         # plan depends on the shape and the candidate counts, which are literals, not on the vector or
-        # the ids. Reset when the connection goes back to the pool (db.GENERIC_PLANS).
-        func.set_config("plan_cache_mode", "force_generic_plan", False),
+        # the ids. Undone by the transaction's end when local, else when the connection is next
+        # borrowed from the pool (db.GENERIC_PLANS).
+        func.set_config("plan_cache_mode", "force_generic_plan", local),
     ]
     if shape.confined:
         s, lx = sessions.c, message_lexicon.c
@@ -319,12 +321,15 @@ def _walk_settings(shape: Shape):
 
 async def _walk_settings_and_path(conn: AsyncConnection, shape: Shape, values: dict) -> bool:
     """Set the graph walk's settings and say whether the semantic list compares every message of the
-    search's sessions instead (EXACT_SCAN_FACTOR), in one round trip. Plain settings: readers'
-    connections are in autocommit, where SET LOCAL does nothing; every search with a vector sets both
-    first, so a pooled connection's earlier values are never the ones used."""
+    search's sessions instead (EXACT_SCAN_FACTOR), in one round trip. The walk's settings are plain
+    ones: readers' connections are mostly in autocommit, where SET LOCAL does nothing, and every search
+    with a vector sets them first, so a pooled connection's earlier values are never the ones used."""
     ef_search = max(values["n"], 40)  # bounds the candidates one graph walk yields
-    conn.info[GENERIC_PLANS] = True
-    row = (await conn.execute(_walk_settings(shape), {**values, "ef_search": str(ef_search)})).one()
+    # in a transaction (GetContext's snapshot), the plan mode ends with it: no RESET round trip later
+    local = not (await conn.get_raw_connection()).driver_connection.autocommit
+    if not local:
+        conn.info[GENERIC_PLANS] = True
+    row = (await conn.execute(_walk_settings(shape, local), {**values, "ef_search": str(ef_search)})).one()
     return shape.confined and row.held * row.held <= EXACT_SCAN_FACTOR * values["n"] * row.corpus
 
 
@@ -467,9 +472,14 @@ async def search_text(conn: AsyncConnection, workspace_id: str, query: str) -> s
     names (step 4's rule)."""
     if not query.strip():
         return query
-    named = _named()
-    peer_ids = (await conn.execute(select(named.c.peer_id), {"workspace_id": workspace_id, "q": query})).scalars()
+    peer_ids = (await conn.execute(_named_ids(), {"workspace_id": workspace_id, "q": query})).scalars()
     return without_names(query, list(peer_ids))
+
+
+@lru_cache(maxsize=1)
+def _named_ids():
+    """The ids of the peers a query names, as one statement built once (each call reads it)."""
+    return select(_named().c.peer_id)
 
 
 async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[RowMapping]:

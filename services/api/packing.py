@@ -155,19 +155,17 @@ def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> t
 
     The headings' and the items' own counts estimate where the cut falls (the tokenizer splits at line
     breaks, so they nearly add up); the whole markdown is then counted exactly around that point,
-    usually twice, instead of once per dropped observation. The count of the answer is exact, so the
-    budget always holds."""
+    usually twice, instead of once per dropped observation (and not first in full: when the estimate
+    says all fit, the widening below confirms it). The count of the answer is exact, so the budget
+    always holds."""
 
     def cost(n: int) -> tuple[str, int]:
         text = render_representation(ranked[:n])
         return text, count(text)
 
-    text, tokens = cost(len(ranked))
-    if tokens <= room:
-        return len(ranked), text, tokens
     n, used = 0, count("\n".join(_heading(level) for level in LEVELS if any(o.level == level for o in ranked)))
     for item in ranked:
-        used += count(_render_item(item))
+        used += count(_render_item(item))  # the items' counts are cached: they recur from call to call
         if used > room:
             break
         n += 1

@@ -626,3 +626,24 @@ async def test_a_search_plans_generically_and_the_next_read_on_its_connection_pl
             assert await conn.scalar(mode) == "auto"
     finally:
         await engine.dispose()
+
+
+async def test_a_search_in_a_snapshot_plans_generically_only_until_the_snapshot_ends(settings, garden):
+    from sqlalchemy import text
+
+    from projections.db import GENERIC_PLANS, async_engine
+    from projections.message_search import MessageSearch, search_messages
+
+    settings = settings.model_copy(update={"database": settings.database.model_copy(update={"pool_size": 1})})
+    engine = async_engine(settings.database)
+    mode = text("SELECT current_setting('plan_cache_mode')")
+    try:
+        async with engine.connect() as conn:
+            await conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+            async with conn.begin():  # as GetContext's snapshot (ApiDeps.snapshot)
+                found = await search_messages(conn, MessageSearch("w", "garden pond", [0.1] * 384, limit=3))
+                assert len(found) == 3 and await conn.scalar(mode) == "force_generic_plan"
+            # the transaction's end undid it: nothing is left for the pool to reset at the next checkout
+            assert await conn.scalar(mode) == "auto" and GENERIC_PLANS not in conn.info
+    finally:
+        await engine.dispose()
