@@ -32,7 +32,7 @@ def async_engine(settings: DatabaseSettings) -> AsyncEngine:
 
 
 # Connection.info key: a statement set plan_cache_mode on this connection (message_search does, for its
-# own statement), to be reset before the connection serves another read
+# own statement, when outside a transaction), to be reset before the connection serves another read
 GENERIC_PLANS = "peerlog.generic_plans"
 
 
