@@ -93,3 +93,13 @@ def test_relevant_messages_render_under_one_header_per_session_and_day_in_time_o
         "[trip · 2025-03-02]",
         "09:00 carol: late",
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(obs=st.lists(words, max_size=30))
+def test_a_representation_that_fits_exactly_is_kept_whole(obs):
+    from services.api.packing import render_representation
+
+    ranked = [Obs(f"o{i}", t, "explicit", (i,)) for i, t in enumerate(obs)]
+    out = pack(count_tokens(render_representation(ranked)), ranked, [], "", "", [], count_tokens)
+    assert len(out.observations) == len(ranked)
