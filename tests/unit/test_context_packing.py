@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.api.packing import Obs, RecentMessage, Relevant, pack, render_relevant
+from services.api.packing import Obs, RecentMessage, Relevant, pack, render_relevant, render_representation
 from services.llm.tokens import count_tokens
 
 words = st.text(alphabet=st.sampled_from("abcdefgh ijk.,é😀"), min_size=0, max_size=300)
@@ -98,8 +98,6 @@ def test_relevant_messages_render_under_one_header_per_session_and_day_in_time_o
 @settings(max_examples=200, deadline=None)
 @given(obs=st.lists(words, max_size=30))
 def test_a_representation_that_fits_exactly_is_kept_whole(obs):
-    from services.api.packing import render_representation
-
     ranked = [Obs(f"o{i}", t, "explicit", (i,)) for i, t in enumerate(obs)]
     out = pack(count_tokens(render_representation(ranked)), ranked, [], "", "", [], count_tokens)
     assert len(out.observations) == len(ranked)
