@@ -12,7 +12,7 @@ from projections.message_search import MessageSearch, search_messages, search_te
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
-from services.api.packing import Obs, Packed, Premise, RecentMessage, Relevant, pack
+from services.api.packing import Obs, Packed, Premise, RecentMessage, Relevant, fit_fixed, pack_messages
 from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
 from services.errors import InvalidArgument
@@ -22,9 +22,11 @@ from services.llm.tokens import count_tokens
 MAX_BUDGET = 100_000
 MAX_ALLOWED_SESSIONS = 100
 MAX_MESSAGES_SCANNED = 2_000  # newest messages considered; 2,000 turns exceed any budget we allow in practice
-# candidates for the relevant-messages section, by budget (packing keeps what fits): a relevant line
-# costs ~40 tokens and the section gets 3/4 of the room, so budget // 40 leaves packing some to skip
-TOKENS_PER_CANDIDATE, MIN_CANDIDATES, MAX_CANDIDATES = 40, 10, 100
+# candidates for the relevant-messages section, by the room it gets once representation, card and summary
+# are packed (packing keeps what fits): a relevant line costs ~25-40 tokens, so room // 30 leaves packing
+# some to skip. With nothing else packed that is budget // 40, as measured on LoCoMo; a representation
+# that fills most of the budget leaves room for a few lines, and the search then ranks fewer candidates
+TOKENS_PER_CANDIDATE, MIN_CANDIDATES, MAX_CANDIDATES = 30, 10, 100
 
 
 @dataclass(frozen=True)
@@ -114,12 +116,12 @@ async def _check_scope(conn: AsyncConnection, q: ContextQuery, observer: str, ta
     await check_scope(conn, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
 
 
-def relevant_candidates(budget: int) -> int:
-    return min(MAX_CANDIDATES, max(MIN_CANDIDATES, (budget or MAX_BUDGET) // TOKENS_PER_CANDIDATE))
+def relevant_candidates(room: int) -> int:
+    return min(MAX_CANDIDATES, max(MIN_CANDIDATES, room // TOKENS_PER_CANDIDATE))
 
 
 async def _relevant(
-    conn: AsyncConnection, q: ContextQuery, vector: list[float] | None, allowed: tuple[str, ...] | None
+    conn: AsyncConnection, q: ContextQuery, vector: list[float] | None, allowed: tuple[str, ...] | None, room: int
 ) -> list[Relevant]:
     """The past messages most relevant to the query that the observer saw (every session it was a
     member of while they were sent, within the allowlist): the message search, best first."""
@@ -132,7 +134,7 @@ async def _relevant(
         session_ids=allowed or (),
         perspective_id=q.observer_id,
         before=q.as_of,
-        limit=relevant_candidates(q.token_budget),
+        limit=relevant_candidates(room),
     )
     return [
         Relevant(r["message_id"], r["peer_id"], r["session_id"], r["content"], r["created_at"], r["score"])
@@ -173,12 +175,11 @@ async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
         query_vector = await vector
         if observer:
             ranked = await _ranked(conn, q, observer, target, query_vector, allowed)
-        relevant = await _relevant(conn, q, query_vector, allowed)
+        short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
+        fixed = fit_fixed(q.token_budget or MAX_BUDGET, ranked, card, short, long, count_tokens, q.include_summary)
+        relevant = await _relevant(conn, q, query_vector, allowed, fixed.relevant_room)
     lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"]) for r in recent]
-    short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
-    return pack(
-        q.token_budget or MAX_BUDGET, ranked, card, short, long, lines, count_tokens, q.include_summary, relevant
-    )
+    return pack_messages(fixed, lines, count_tokens, relevant)
 
 
 async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> list[Obs]:

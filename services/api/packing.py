@@ -200,6 +200,81 @@ def _pick_summary(short: str, long: str, cap: float, count: Count) -> tuple[str,
     return "", ""
 
 
+@dataclass(frozen=True)
+class Fixed:
+    """What is packed before any message: representation, card and summary, and the room they leave."""
+
+    kept: tuple[Obs, ...]  # best first
+    representation: str
+    representation_tokens: int
+    card: tuple[str, ...]
+    card_tokens: int
+    summary_kind: str
+    summary: str
+    summary_tokens: int
+    room: int  # for the messages, relevant and recent
+
+    @property
+    def relevant_room(self) -> int:
+        """What the messages relevant to the query may take."""
+        return int(self.room * RELEVANT_SHARE)
+
+
+def fit_fixed(
+    budget: int,
+    ranked: Sequence[Obs],
+    card: Sequence[str],
+    short: str,
+    long: str,
+    count: Count,
+    include_summary: bool = True,
+) -> Fixed:
+    """Representation and card first, then the summary in at most 0.4 of the rest. Known before the
+    messages are searched, so the search asks for no more candidates than could fit."""
+    kept, rep, rep_tokens, entries, card_text, card_tokens = _fit_representation(ranked, card, budget, count)
+    rest = budget - rep_tokens - card_tokens
+    kind, summary = _pick_summary(short, long, 0.4 * rest, count) if include_summary else ("", "")
+    summary_tokens = count(summary)
+    return Fixed(
+        tuple(kept), rep, rep_tokens, tuple(entries), card_tokens, kind, summary, summary_tokens, rest - summary_tokens
+    )
+
+
+def pack_messages(fixed: Fixed, newest_first: Sequence[RecentMessage], count: Count, relevant: Sequence[Relevant] = ()):
+    """Fill the room `fixed` leaves: the messages relevant to the query (at most `relevant_room`), then the
+    newest messages (not repeating those)."""
+    room = fixed.room
+    found, relevant_tokens = _fit_relevant(relevant, fixed.relevant_room, count)
+    room -= relevant_tokens
+    shown = {r.message_id for r in found}
+    lines: list[RecentMessage] = []
+    for line in (x for x in newest_first if x.message_id not in shown):
+        cost = count(render_line(line))
+        if cost > room:
+            break  # keep the recent window contiguous
+        lines.append(line)
+        room -= cost
+    tokens = {
+        "representation": fixed.representation_tokens,
+        "card": fixed.card_tokens,
+        "summary": fixed.summary_tokens,
+        "relevant_messages": relevant_tokens,
+        "messages": fixed.room - relevant_tokens - room,
+    }
+    tokens["total"] = sum(tokens.values())
+    ordered = tuple(sorted(fixed.kept, key=lambda o: o.created_key))
+    return Packed(
+        ordered,
+        fixed.representation,
+        fixed.card,
+        fixed.summary_kind,
+        fixed.summary,
+        tuple(reversed(lines)),
+        tokens,
+        tuple(found),
+    )
+
+
 def pack(
     budget: int,
     ranked: Sequence[Obs],
@@ -213,28 +288,6 @@ def pack(
 ) -> Packed:
     """Fill `budget` tokens: representation and card first, summary ≤ 0.4 of the rest, then the messages
     relevant to the query (≤ 3/4 of what is left), then the newest messages (not repeating those)."""
-    kept, rep, rep_tokens, entries, card_text, card_tokens = _fit_representation(ranked, card, budget, count)
-    rest = budget - rep_tokens - card_tokens
-    kind, summary = _pick_summary(short, long, 0.4 * rest, count) if include_summary else ("", "")
-    summary_tokens = count(summary)
-    room = rest - summary_tokens
-    found, relevant_tokens = _fit_relevant(relevant, int(room * RELEVANT_SHARE), count)
-    room -= relevant_tokens
-    shown = {r.message_id for r in found}
-    lines: list[RecentMessage] = []
-    for line in (x for x in newest_first if x.message_id not in shown):
-        cost = count(render_line(line))
-        if cost > room:
-            break  # keep the recent window contiguous
-        lines.append(line)
-        room -= cost
-    tokens = {
-        "representation": rep_tokens,
-        "card": card_tokens,
-        "summary": summary_tokens,
-        "relevant_messages": relevant_tokens,
-        "messages": rest - summary_tokens - relevant_tokens - room,
-    }
-    tokens["total"] = sum(tokens.values())
-    ordered = tuple(sorted(kept, key=lambda o: o.created_key))
-    return Packed(ordered, rep, tuple(entries), kind, summary, tuple(reversed(lines)), tokens, tuple(found))
+    return pack_messages(
+        fit_fixed(budget, ranked, card, short, long, count, include_summary), newest_first, count, relevant
+    )

@@ -7,7 +7,16 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.api.packing import Obs, RecentMessage, Relevant, pack, render_relevant, render_representation
+from services.api.context_reads import relevant_candidates
+from services.api.packing import (
+    Obs,
+    RecentMessage,
+    Relevant,
+    fit_fixed,
+    pack,
+    render_relevant,
+    render_representation,
+)
 from services.llm.tokens import count_tokens
 
 words = st.text(alphabet=st.sampled_from("abcdefgh ijk.,é😀"), min_size=0, max_size=300)
@@ -101,3 +110,12 @@ def test_a_representation_that_fits_exactly_is_kept_whole(obs):
     ranked = [Obs(f"o{i}", t, "explicit", (i,)) for i, t in enumerate(obs)]
     out = pack(count_tokens(render_representation(ranked)), ranked, [], "", "", [], count_tokens)
     assert len(out.observations) == len(ranked)
+
+
+def test_the_relevant_search_asks_for_no_more_candidates_than_the_room_left_could_hold():
+    nothing_else = fit_fixed(2000, [], [], "", "", count_tokens)
+    assert relevant_candidates(nothing_else.relevant_room) == 2000 // 40  # as measured on LoCoMo
+    ranked = [Obs(f"o{i}", f"the peer keeps fact number {i} in mind " * 2, "explicit", (i,)) for i in range(100)]
+    crowded = fit_fixed(2000, ranked, [], "", "", count_tokens)
+    assert crowded.relevant_room < 300 and relevant_candidates(crowded.relevant_room) == 10
+    assert relevant_candidates(fit_fixed(100_000, [], [], "", "", count_tokens).relevant_room) == 100
