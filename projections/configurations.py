@@ -83,6 +83,24 @@ def _config(raw: dict | None) -> Configuration | None:
     return Configuration.model_validate(raw) if raw is not None else None
 
 
+def _latest_select(level: str, session_id, as_of: bool, before_seq: bool = False):
+    """The newest configuration row of a level: the one query every read below shares, its values bound
+    (`workspace_id`, and `as_of` / `before_seq` when asked for), so each shape is built once."""
+    stmt = select(c.configuration).where(
+        c.workspace_id == bindparam("workspace_id"), c.level == level, c.session_id == session_id
+    )
+    if as_of:
+        stmt = stmt.where(c.recorded_at <= bindparam("as_of"))
+    if before_seq:  # log order within the session, not the API's clock
+        stmt = stmt.where(c.after_seq < bindparam("before_seq"))
+    return stmt.order_by(c.recorded_at.desc(), c.event_id.desc()).limit(1)
+
+
+@functools.cache
+def _latest_statement(level: str, as_of: bool, before_seq: bool):
+    return _latest_select(level, bindparam("session_id"), as_of, before_seq)
+
+
 async def _latest(
     conn: AsyncConnection,
     workspace_id: str,
@@ -91,12 +109,9 @@ async def _latest(
     as_of: datetime | None,
     before_seq: int | None = None,
 ) -> Configuration | None:
-    stmt = select(c.configuration).where(c.workspace_id == workspace_id, c.level == level, c.session_id == session_id)
-    if as_of is not None:
-        stmt = stmt.where(c.recorded_at <= as_of)
-    if before_seq is not None:  # log order within the session, not the API's clock
-        stmt = stmt.where(c.after_seq < before_seq)
-    return _config(await conn.scalar(stmt.order_by(c.recorded_at.desc(), c.event_id.desc()).limit(1)))
+    stmt = _latest_statement(level, as_of is not None, before_seq is not None)
+    values = {"workspace_id": workspace_id, "session_id": session_id, "as_of": as_of, "before_seq": before_seq}
+    return _config(await conn.scalar(stmt, values))
 
 
 async def workspace_level(conn: AsyncConnection, workspace_id: str) -> Configuration | None:
@@ -106,18 +121,12 @@ async def workspace_level(conn: AsyncConnection, workspace_id: str) -> Configura
 
 @functools.cache
 def _levels_statement(as_of: bool):
-    """Both levels' latest rows in one round trip, built once per shape: GetContext reads them at every
-    call, and building the two selects anew cost it more CPU than running them."""
-
-    def latest(level: str, session_id):
-        stmt = select(c.configuration).where(
-            c.workspace_id == bindparam("workspace_id"), c.level == level, c.session_id == session_id
-        )
-        if as_of:
-            stmt = stmt.where(c.recorded_at <= bindparam("as_of"))
-        return stmt.order_by(c.recorded_at.desc(), c.event_id.desc()).limit(1).scalar_subquery()
-
-    return select(latest("workspace", ""), latest("session", bindparam("session_id")))
+    """Both levels' latest rows in one round trip: GetContext reads them at every call, and building the
+    two selects anew cost it more CPU than running them."""
+    return select(
+        _latest_select("workspace", "", as_of).scalar_subquery(),
+        _latest_select("session", bindparam("session_id"), as_of).scalar_subquery(),
+    )
 
 
 async def levels(

@@ -240,7 +240,9 @@ def fit_fixed(
     )
 
 
-def pack_messages(fixed: Fixed, newest_first: Sequence[RecentMessage], count: Count, relevant: Sequence[Relevant] = ()):
+def pack_messages(
+    fixed: Fixed, newest_first: Sequence[RecentMessage], count: Count, relevant: Sequence[Relevant] = ()
+) -> Packed:
     """Fill the room `fixed` leaves: the messages relevant to the query (at most `relevant_room`), then the
     newest messages (not repeating those)."""
     room = fixed.room
