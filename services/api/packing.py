@@ -92,13 +92,31 @@ def _heading(level: str) -> str:
 def render_representation(kept: Sequence[Obs]) -> str:
     """Markdown, one section per level that has observations, each in time order. Deductive ones list
     their premises, inductive ones their pattern type, confidence and sources, contradictions what clashes."""
+    return "".join(_representation_pieces(kept))
+
+
+def _representation_pieces(kept: Sequence[Obs]) -> list[str]:
+    """`render_representation` cut into pieces that each start with a heading or an item (`#`, `-`) and
+    end with the line breaks after it, so that their counts add up (`_tokens`)."""
     ordered = sorted(kept, key=lambda o: o.created_key)
-    sections = []
-    for level in LEVELS:
-        items = [_render_item(o) for o in ordered if o.level == level]
-        if items:
-            sections.append(f"{_heading(level)}\n" + "\n".join(items))
-    return "\n\n".join(sections)
+    sections = [items for level in LEVELS if (items := [o for o in ordered if o.level == level])]
+    pieces = []
+    for i, items in enumerate(sections):
+        pieces.append(_heading(items[0].level) + "\n")
+        pieces.extend(_render_item(o) + "\n" for o in items[:-1])
+        pieces.append(_render_item(items[-1]) + ("\n\n" if i < len(sections) - 1 else ""))
+    return pieces
+
+
+def _tokens(pieces: Sequence[str], count: Count) -> int:
+    """Exact tokens of "".join(pieces) from each piece's own (cached) count, without encoding the whole.
+
+    The counts add up when every piece but the last ends with a line break and every piece but the
+    first starts with a character that is not white space: cl100k_base's pre-tokenizer never lets a
+    piece of text run from a line break into such a character (tokens.CL100K_PAT_STR: only its
+    white-space alternatives match a line break, and they stop before the first non-space), and BPE
+    merges only within a piece. tests/unit/test_context_packing.py checks it on arbitrary text."""
+    return sum(count(p) for p in pieces)
 
 
 def render_line(line: RecentMessage) -> str:
@@ -121,61 +139,62 @@ def render_relevant(found: Sequence[Relevant]) -> str:
     """The relevant messages as text: grouped by session and day, each group under one header that
     names them, groups and lines in time order. A per-line "[date time · session]" mark cost about 19
     tokens where a LoCoMo turn averages 32; the shared header leaves ~6 per line, so more evidence fits."""
+    return "".join(_relevant_pieces(found))
+
+
+def _relevant_pieces(found: Sequence[Relevant]) -> list[str]:
+    """`render_relevant` as one piece per header and per line (they start with `[` and a digit), each
+    with its line break but the last (`_tokens`)."""
     groups: dict[tuple[str, str], list[Relevant]] = {}
     for r in sorted(found, key=lambda r: (r.created_at, r.message_id)):
         groups.setdefault(_day(r), []).append(r)
-    return "\n".join(
-        "\n".join([_group_header(*key), *(_relevant_line(r) for r in lines)]) for key, lines in groups.items()
-    )
+    lines = [text for key, rs in groups.items() for text in (_group_header(*key), *map(_relevant_line, rs))]
+    return [line + "\n" for line in lines[:-1]] + lines[-1:]
 
 
 def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tuple[list[Relevant], int]:
     """The best relevant messages whose rendering fits `room`, best first. One too long is skipped, not
     an end: relevance, unlike recency, has no contiguous window to keep. Each costs its line, plus its
-    group's header when it opens one (an estimate: tokens may merge across a line break); the whole
-    section is then counted exactly and the lowest-ranked dropped until it fits."""
+    group's header when it opens one, counted as the pieces `_tokens` adds up: the section's exact count
+    is at most their sum (its last line has no line break); were it more, the lowest-ranked would go."""
     kept: list[Relevant] = []
     groups: set[tuple[str, str]] = set()
     used = 0
     for r in relevant:
-        cost = count(_relevant_line(r)) + 1 + (0 if _day(r) in groups else count(_group_header(*_day(r))) + 1)
+        header = 0 if _day(r) in groups else count(_group_header(*_day(r)) + "\n")
+        cost = count(_relevant_line(r) + "\n") + header
         if used + cost <= room:
             kept.append(r)
             groups.add(_day(r))
             used += cost
-    tokens = count(render_relevant(kept))
+    tokens = _tokens(_relevant_pieces(kept), count)
     while tokens > room:
         kept.pop()
-        tokens = count(render_relevant(kept))
+        tokens = _tokens(_relevant_pieces(kept), count)
     return kept, tokens
 
 
 def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> tuple[int, str, int]:
     """The most best-ranked observations whose markdown fits `room`: (how many, the markdown, its tokens).
 
-    The headings' and the items' own counts estimate where the cut falls (the tokenizer splits at line
-    breaks, so they nearly add up); the whole markdown is then counted exactly around that point,
-    usually twice, instead of once per dropped observation (and not first in full: when the estimate
-    says all fit, the widening below confirms it). The count of the answer is exact, so the budget
-    always holds."""
+    Each candidate is counted exactly from its pieces' cached counts (`_tokens`), not by encoding its
+    markdown; the headings' and items' own counts say where to start looking."""
 
-    def cost(n: int) -> tuple[str, int]:
-        text = render_representation(ranked[:n])
-        return text, count(text)
+    def tokens(n: int) -> int:
+        return _tokens(_representation_pieces(ranked[:n]), count)
 
-    n, used = 0, count("\n".join(_heading(level) for level in LEVELS if any(o.level == level for o in ranked)))
+    n, used = 0, sum(count(_heading(level) + "\n") for level in LEVELS if any(o.level == level for o in ranked))
     for item in ranked:
-        used += count(_render_item(item))  # the items' counts are cached: they recur from call to call
+        used += count(_render_item(item) + "\n")  # the items' counts are cached: they recur from call to call
         if used > room:
             break
         n += 1
-    text, tokens = cost(n)
-    while tokens > room:  # the line breaks between items the estimate left out
+    while n > 0 and tokens(n) > room:  # a section's last item ends in two line breaks, not one
         n -= 1
-        text, tokens = cost(n)
-    while n + 1 < len(ranked) and (wider := cost(n + 1))[1] <= room:  # tokens merging across lines
-        n, (text, tokens) = n + 1, wider
-    return n, text, tokens
+    while n < len(ranked) and tokens(n + 1) <= room:
+        n += 1
+    pieces = _representation_pieces(ranked[:n])
+    return n, "".join(pieces), _tokens(pieces, count)
 
 
 def _fit_representation(ranked: Sequence[Obs], card: Sequence[str], budget: int, count: Count):

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from services.api.context_reads import relevant_candidates
 from services.api.packing import (
     Obs,
+    Premise,
     RecentMessage,
     Relevant,
     fit_fixed,
@@ -17,6 +18,7 @@ from services.api.packing import (
     render_relevant,
     render_representation,
 )
+from services.events import Level
 from services.llm.tokens import count_tokens
 
 words = st.text(alphabet=st.sampled_from("abcdefgh ijk.,é😀"), min_size=0, max_size=300)
@@ -45,6 +47,33 @@ def test_the_packed_context_never_exceeds_the_budget(budget, obs, card, short, l
         + count_tokens(render_relevant(out.relevant))
     )
     assert measured == out.tokens["total"] <= budget
+
+
+any_text = st.text(max_size=200)  # line breaks, \r, tabs, Unicode spaces, emoji: anything a peer may write
+levels = st.sampled_from([level.value for level in Level])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    budget=st.integers(0, 2000),
+    obs=st.lists(st.tuples(any_text, levels, st.lists(any_text, max_size=2)), max_size=25),
+    found=st.lists(st.tuples(any_text, st.integers(0, 3), st.integers(0, 3)), max_size=20),
+)
+def test_the_counts_given_for_representation_and_relevant_messages_are_exact_for_any_text(budget, obs, found):
+    """The packer counts candidates from their lines' counts, not by encoding each candidate whole:
+    whatever the text, what it reports is what the tokenizer counts in what it returns."""
+    ranked = [
+        Obs(f"o{i}", t, level, (i,), premises=tuple(Premise(f"p{i}{j}", "explicit", p) for j, p in enumerate(ps)))
+        for i, (t, level, ps) in enumerate(obs)
+    ]
+    relevant = [
+        Relevant(f"m{i}", "carol", f"s{session}", t, datetime(2025, 3, 1 + day, 9, i, tzinfo=UTC), 1.0)
+        for i, (t, session, day) in enumerate(found)
+    ]
+    out = pack(budget, ranked, [], "", "", [], count_tokens, relevant=relevant)
+    assert out.tokens["representation"] == count_tokens(out.representation)
+    assert out.tokens["relevant_messages"] == count_tokens(render_relevant(out.relevant))
+    assert out.tokens["total"] <= budget
 
 
 def _relevant(message_id: str, content: str) -> Relevant:
