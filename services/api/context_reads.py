@@ -12,7 +12,7 @@ from projections.message_search import MessageSearch, search_messages, search_te
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
-from services.api.packing import Obs, Packed, Premise, RecentMessage, Relevant, fit_fixed, pack_messages
+from services.api.packing import Fixed, Obs, Packed, Premise, RecentMessage, Relevant, fit_fixed, pack_messages
 from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
 from services.errors import InvalidArgument
@@ -22,6 +22,9 @@ from services.llm.tokens import count_tokens
 MAX_BUDGET = 100_000
 MAX_ALLOWED_SESSIONS = 100
 MAX_MESSAGES_SCANNED = 2_000  # newest messages considered; 2,000 turns exceed any budget we allow in practice
+# the newest messages are read as many as the room could hold at this many tokens a line (few turns are
+# shorter), and more only when every one read fits: not a session's 2,000 newest at every call
+TOKENS_PER_RECENT_LINE, MIN_RECENT_READ = 8, 20
 # candidates for the relevant-messages section, by the room it gets once representation, card and summary
 # are packed (packing keeps what fits): a relevant line costs ~25-40 tokens, so room // 30 leaves packing
 # some to skip. With nothing else packed that is budget // 40, as measured on LoCoMo; a representation
@@ -161,25 +164,33 @@ async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
             row = await peer_reads.peer_card(conn, q.workspace_id, observer, target, q.as_of)
             card = list(row["entries"]) if row else []
         summaries = await session_reads.latest_summaries(conn, q.workspace_id, q.session_id, q.as_of)
-        # the observer's perspective: only the turns sent while it was a member (and, as of a time, before it)
-        recent = await message_reads.list_messages(
-            conn,
-            q.workspace_id,
-            q.session_id,
-            None,
-            MAX_MESSAGES_SCANNED,
-            True,
-            perspective_id=observer,
-            before=q.as_of,
-        )
         query_vector = await vector
         if observer:
             ranked = await _ranked(conn, q, observer, target, query_vector, allowed)
         short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
         fixed = fit_fixed(q.token_budget or MAX_BUDGET, ranked, card, short, long, count_tokens, q.include_summary)
         relevant = await _relevant(conn, q, query_vector, allowed, fixed.relevant_room)
-    lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"]) for r in recent]
-    return pack_messages(fixed, lines, count_tokens, relevant)
+        return await _with_recent(conn, q, observer, fixed, relevant)
+
+
+async def _with_recent(
+    conn: AsyncConnection, q: ContextQuery, observer: str, fixed: Fixed, relevant: list[Relevant]
+) -> Packed:
+    """Pack the session's newest messages after the rest: the observer's perspective applies (only the
+    turns sent while it was a member and, as of a time, before it). Read as many as the room could hold
+    (TOKENS_PER_RECENT_LINE); when every one read fits and the session has more, read four times as many."""
+    limit = min(MAX_MESSAGES_SCANNED, max(MIN_RECENT_READ, fixed.room // TOKENS_PER_RECENT_LINE + 1))
+    while True:
+        rows = await message_reads.list_messages(
+            conn, q.workspace_id, q.session_id, None, limit, True, perspective_id=observer, before=q.as_of
+        )
+        lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"]) for r in rows]
+        packed = pack_messages(fixed, lines, count_tokens, relevant)
+        shown = {r.message_id for r in packed.relevant}
+        every_one_fit = len(packed.messages) == sum(line.message_id not in shown for line in lines)
+        if not every_one_fit or len(rows) < limit or limit >= MAX_MESSAGES_SCANNED:
+            return packed
+        limit = min(MAX_MESSAGES_SCANNED, limit * 4)
 
 
 async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> list[Obs]:

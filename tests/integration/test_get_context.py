@@ -136,6 +136,27 @@ async def test_small_budgets_are_never_exceeded_and_keep_the_newest_messages(cha
         assert out.messages[-1].content.startswith("turn 29")
 
 
+async def test_a_session_of_many_short_turns_fills_the_budget_with_its_newest_turns(channel):
+    """The newest turns are read as many as the room could hold at a typical line's length; turns far
+    shorter than that all fit, so the read goes on: the answer is what reading the whole session gives."""
+    c = Client(channel)
+    await c.setup_conversation("w", "chatty")
+    turns = [("alice" if i % 2 else "bob", f"ok {i}") for i in range(300)]
+    for start in range(0, len(turns), 100):  # AddMessages takes 100 at a time
+        token = (await c.add("w", "chatty", turns[start : start + 100])).consistency_token
+    out = await ask(
+        channel, workspace_id="w", session_id="chatty", token_budget=400, consistency={"consistency_token": token}
+    )
+    fitting, used = 0, 0
+    for peer, text in reversed(turns):  # the newest turns that fit, counted one by one
+        if used + count_tokens(f"{peer}: {text}") > 400:
+            break
+        fitting, used = fitting + 1, used + count_tokens(f"{peer}: {text}")
+    assert fitting > 400 // 8 + 1  # more than the first read held
+    assert [m.content for m in out.messages] == [text for _, text in turns[-fitting:]]
+    assert out.tokens.messages == used == out.tokens.total
+
+
 async def test_chat_rendering_puts_the_assistant_peer_turns_as_assistant(channel, convo):
     out = await ask(
         channel,
