@@ -16,7 +16,9 @@ embedding the query text (no chat model is involved in these RPCs).
 
 Every peer of the workspace is a member of about 3/40 of its sessions. A "newcomer" peer is a member of
 only 2 sessions of its own (2 × --per-session messages): its phases measure a narrow perspective in a
-large workspace. A kept stack without the newcomer's part gets just that part appended.
+large workspace. A "long" session of 2,000 messages (--long-messages), between the first two peers, measures
+GetContext in a conversation that has gone on for a while. A kept stack without the newcomer's or the
+long session's part gets just that part appended.
 
 Prints one JSON object on stdout (progress on stderr) and writes it to --out.
 """
@@ -207,11 +209,34 @@ def newcomer_plan(p: dict, args) -> dict:
     }
 
 
+# one session as long as an agent's running conversation gets, between the peers of the bench's second pair
+LONG_SESSION = "l0"
+
+
+def long_plan(p: dict, args) -> dict:
+    """The long session, its members and its message texts (drawn from the workspace's own); its own
+    random stream, so `plan` is unchanged."""
+    rng = random.Random(20261204)
+    observer, target = p["pairs"][1]
+    return {
+        "sessions": {LONG_SESSION: [observer, target]},
+        "messages": [rng.choice(p["messages"]) for _ in range(args.long_messages)],
+    }
+
+
 def newcomer_events(n: dict, vectors, rng: random.Random):
     """The newcomer's part of the log: its peer, its sessions with their members, their messages."""
     yield [PeerCreated(workspace_id=WORKSPACE, peer_id=NEWCOMER, producer=BENCH)]
     yield list(_sessions_created(n["sessions"]))
     yield list(_messages_appended(n["sessions"], n["messages"], vectors, rng, prefix="n"))
+
+
+def long_events(part: dict, vectors, rng: random.Random):
+    """The long session's part of the log: the session with its members, its messages, 500 at a time."""
+    yield list(_sessions_created(part["sessions"]))
+    appended = list(_messages_appended(part["sessions"], part["messages"], vectors, rng, prefix="l"))
+    for i in range(0, len(appended), 1000):
+        yield appended[i : i + 1000]
 
 
 def embed_all(texts: list[str], embedder: LocalOnnxEmbedder, label: str) -> list[list[float]]:
@@ -299,22 +324,26 @@ def wait_projected(dsn: str, messages: int, observations: int, timeout: float = 
     raise RuntimeError("the projector did not catch up in time")
 
 
-def built_parts(dsn: str, args) -> tuple[bool, bool]:
-    """Whether a kept stack (--dir) already holds the workspace's main part in full, and the newcomer's:
-    what it holds is not built again."""
+def built_parts(dsn: str, args) -> tuple[bool, bool, bool]:
+    """Whether a kept stack (--dir) already holds the workspace's main part in full, the newcomer's and
+    the long session's: what it holds is not built again."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         held = dict(
             conn.execute(
-                "SELECT session_id = ANY(%s), count(*) FROM peerlog.messages"
-                " WHERE workspace_id = %s AND embedding IS NOT NULL GROUP BY 1",
-                (list(NEWCOMER_SESSIONS), WORKSPACE),
+                "SELECT CASE WHEN session_id = ANY(%s) THEN 'newcomer' WHEN session_id = %s THEN 'long' ELSE 'main'"
+                " END, count(*) FROM peerlog.messages WHERE workspace_id = %s AND embedding IS NOT NULL GROUP BY 1",
+                (list(NEWCOMER_SESSIONS), LONG_SESSION, WORKSPACE),
             ).fetchall()
         )
         o = conn.execute("SELECT count(*) FROM peerlog.observations WHERE workspace_id = %s", (WORKSPACE,)).fetchone()[
             0
         ]
     newcomer_messages = args.per_session * len(NEWCOMER_SESSIONS)
-    return (held.get(False, 0), o) == (args.messages, args.observations), held.get(True, 0) == newcomer_messages
+    return (
+        (held.get("main", 0), o) == (args.messages, args.observations),
+        held.get("newcomer", 0) == newcomer_messages,
+        held.get("long", 0) == args.long_messages,
+    )
 
 
 def build(state, args) -> dict:
@@ -322,9 +351,10 @@ def build(state, args) -> dict:
     timings = {}
     p = plan(args, rng)
     p["newcomer"] = newcomer_plan(p, args)
+    p["long"] = long_plan(p, args)
     dsn = sql_dsn(state.database_url)
-    main_built, newcomer_built = built_parts(dsn, args)
-    if main_built and newcomer_built:
+    main_built, newcomer_built, long_built = built_parts(dsn, args)
+    if main_built and newcomer_built and long_built:
         log("the kept stack already holds the workspace: setup skipped")
         return {"events_appended": 0, "timings": {"reused_stack": True}, "plan": p}
     # bulk: both cores, big batches; the model the stack's API embeds queries with
@@ -336,7 +366,10 @@ def build(state, args) -> dict:
         observation_vectors = embed_all(p["observations"], embedder, "observations")
         parts.append(events(p, message_vectors, observation_vectors, rng))
         timings["distinct_texts_embedded"] = len(set(p["messages"])) + len(set(p["observations"]))
-    parts.append(newcomer_events(p["newcomer"], embed_all(p["newcomer"]["messages"], embedder, "newcomer's"), rng))
+    if not newcomer_built:
+        parts.append(newcomer_events(p["newcomer"], embed_all(p["newcomer"]["messages"], embedder, "newcomer's"), rng))
+    if not long_built:
+        parts.append(long_events(p["long"], embed_all(p["long"]["messages"], embedder, "long session's"), rng))
     timings["embed_s"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
     log_ = EventLog(KafkaSettings(bootstrap_servers=state.bootstrap_servers))
@@ -348,7 +381,7 @@ def build(state, args) -> dict:
     log_.close()
     timings["append_s"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
-    wait_projected(dsn, args.messages + len(p["newcomer"]["messages"]), args.observations)
+    wait_projected(dsn, args.messages + len(p["newcomer"]["messages"]) + args.long_messages, args.observations)
     timings["project_after_append_s"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -421,9 +454,13 @@ def calls(p: dict):
     def search_newcomer(api: Client, rng):
         return search_as(NEWCOMER, api, rng)
 
+    def get_context_long(api: Client, rng):
+        return context_of(LONG_SESSION, *p["long"]["sessions"][LONG_SESSION], api, rng)
+
     return {
         "GetContext": get_context,
         "GetContext newcomer": get_context_newcomer,
+        "GetContext long session": get_context_long,
         "SearchMessages newcomer perspective": search_newcomer,
         "SearchMessages workspace": search_workspace,
         "SearchMessages workspace+perspective": search_perspective,
@@ -554,6 +591,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--peers", type=int, default=40)
     ap.add_argument("--distinct", type=int, default=25_000, help="distinct texts per kind (messages, observations)")
     ap.add_argument("--per-session", type=int, default=100, help="messages per session")
+    ap.add_argument("--long-messages", type=int, default=2_000, help="messages of the long session")
     ap.add_argument("--pairs", type=int, default=100, help="(observer, observed) pairs holding the observations")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=20.0)
