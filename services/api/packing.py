@@ -180,8 +180,9 @@ def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> t
     Each candidate is counted exactly from its pieces' cached counts (`_tokens`), not by encoding its
     markdown; the headings' and items' own counts say where to start looking."""
 
-    def tokens(n: int) -> int:
-        return _tokens(_representation_pieces(ranked[:n]), count)
+    def fitted(n: int) -> tuple[list[str], int]:
+        pieces = _representation_pieces(ranked[:n])
+        return pieces, _tokens(pieces, count)
 
     n, used = 0, sum(count(_heading(level) + "\n") for level in LEVELS if any(o.level == level for o in ranked))
     for item in ranked:
@@ -189,12 +190,13 @@ def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> t
         if used > room:
             break
         n += 1
-    while n > 0 and tokens(n) > room:  # a section's last item ends in two line breaks, not one
+    pieces, tokens = fitted(n)
+    while n > 0 and tokens > room:  # a section's last item ends in two line breaks, not one
         n -= 1
-    while n < len(ranked) and tokens(n + 1) <= room:
-        n += 1
-    pieces = _representation_pieces(ranked[:n])
-    return n, "".join(pieces), _tokens(pieces, count)
+        pieces, tokens = fitted(n)
+    while n < len(ranked) and (wider := fitted(n + 1))[1] <= room:
+        n, (pieces, tokens) = n + 1, wider
+    return n, "".join(pieces), tokens
 
 
 def _fit_representation(ranked: Sequence[Obs], card: Sequence[str], budget: int, count: Count):
