@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, exists, insert,
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from projections.schema import RETIRED_INDEXES, message_terms, messages, metadata, projection_meta
+from projections.schema import RETIRED_COLUMNS, RETIRED_INDEXES, message_terms, messages, metadata, projection_meta
 from projections.settings import DatabaseSettings
 
 
@@ -83,6 +83,21 @@ def _upgrade_indexes(conn: Connection, schema: str) -> None:
             index.create(conn, checkfirst=True)
 
 
+def _drop_retired_columns(conn: Connection, schema: str) -> None:
+    """Drop the columns an older version's schema has and this one's does not (RETIRED_COLUMNS); looked up
+    first, so a later start takes no ALTER TABLE lock."""
+    for table, names in RETIRED_COLUMNS.items():
+        present = conn.execute(
+            text(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = :s AND table_name = :t "
+                "AND column_name = ANY(:names)"
+            ),
+            {"s": schema, "t": table, "names": list(names)},
+        ).scalars()
+        for name in present:
+            conn.execute(text(f'ALTER TABLE "{schema}"."{table}" DROP COLUMN "{name}"'))
+
+
 def _backfill_terms(conn: Connection) -> None:
     """A schema made before message_terms existed gets its messages copied there once (the projector
     keeps it from then on); any other time the table is filled already, or there are no messages."""
@@ -132,6 +147,7 @@ def create_schema(engine: Engine, schema: str) -> None:
         mapped = conn.execution_options(schema_translate_map={None: schema})
         metadata.create_all(mapped)
         _upgrade_indexes(mapped, schema)
+        _drop_retired_columns(mapped, schema)
         _upgrade_memberships(mapped, schema)
         _backfill_terms(mapped)
         if mapped.execute(projection_meta.select()).first() is None:

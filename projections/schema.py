@@ -234,7 +234,6 @@ observations = Table(
     Column("deleted_at", TS, nullable=True),
     Column("delete_reason", Text, nullable=True),
     Column("event_id", Text, nullable=False, unique=True),
-    Column("content_tsv", TSVECTOR, Computed("to_tsvector('english', content)", persisted=True)),
     PrimaryKeyConstraint("workspace_id", "observation_id"),
     Index("observations_by_pair", "workspace_id", "observer_id", "observed_id", "created_at"),
     # what a working set ranks a pair's store by, and filters it with, beside the vector: an index-only
@@ -257,14 +256,11 @@ observations = Table(
         ],
         info={"deferred": True},  # built after a rebuild's replay, like the search indexes
     ),
-    Index("observations_fts", "content_tsv", postgresql_using="gin"),
-    Index(
-        "observations_embedding",
-        "embedding",
-        postgresql_using="hnsw",
-        postgresql_ops={"embedding": "vector_cosine_ops"},
-    ),
 )
+# No HNSW or full-text index over observations: every read of them is one pair's (ObservationFilter), and
+# the pair's vectors are compared exactly from observations_by_pair_ranked (an HNSW walk filtered to a pair
+# afterwards returns fewer than asked); an HNSW index was kept up to date at every insert and rebuilt after
+# every replay for no read
 
 # a btree entry holds at most 2,704 bytes and the normalised content may be 8,000 (2,000 four-byte
 # characters): index its md5, and compare both the md5 and the value (content_key_matches)
@@ -276,7 +272,10 @@ Index(
     func.md5(observations.c.content_key),
 )
 # indexes an older schema has that this one replaced; create_schema drops them
-RETIRED_INDEXES = ("observations_by_key", "messages_fts")
+RETIRED_INDEXES = ("observations_by_key", "messages_fts", "observations_embedding", "observations_fts")
+# columns an older schema has that this one dropped, by table; create_schema drops them (the full-text
+# vector of every observation, computed at each insert, which no read used)
+RETIRED_COLUMNS = {"observations": ("content_tsv",)}
 
 
 def content_key_matches(key):
