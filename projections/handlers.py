@@ -22,7 +22,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, insert
 
 from projections.configurations import message_configured, messages_configured, session_configured, workspace_configured
 from projections.dream_handlers import DREAM_HANDLERS
-from projections.inserts import copy_in, insert_new, upsert_latest
+from projections.inserts import copy_in, insert_new, take, upsert_latest
 from projections.keys import among
 from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import (
@@ -336,14 +336,10 @@ _NO_VECTOR = dict(embedding=None, embedding_model=None, embedding_event_id=None)
 def _take_pending_embeddings(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:
     """The waiting vectors of the messages `keys` (about to be inserted), as their messages' columns.
 
-    Each vector comes back in Postgres's text form and goes back so: parsing it into floats cost more
-    than all the rest of taking it (vectors.Vector writes a text form as it is)."""
-    p = pending_message_embeddings.c
-    taken = conn.execute(
-        delete(pending_message_embeddings)
-        .where(among((p.workspace_id, p.message_id), keys))
-        .returning(p.workspace_id, p.message_id, cast(p.embedding, Text), p.embedding_model, p.event_id)
-    )
+    Each vector comes back in Postgres's binary form, as numpy floats, and goes into the message's COPY
+    so (inserts.copy_in): parsing its text form into floats cost more than all the rest of taking it."""
+    columns = ["workspace_id", "message_id", "embedding", "embedding_model", "event_id"]
+    taken = take(conn, pending_message_embeddings, keys, columns)
     return {(w, m): dict(embedding=v, embedding_model=model, embedding_event_id=e) for w, m, v, model, e in taken}
 
 

@@ -21,7 +21,7 @@ class Vector(VECTOR):
     def bind_processor(self, dialect: Any) -> Any:
         def process(value: Any) -> str | None:
             if value is None or isinstance(value, str):
-                return value  # a text form read from Postgres (handlers._take_pending_embeddings)
+                return value  # already Postgres's text form
             if isinstance(value, PgVector):
                 value = value.to_list()
             return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()

@@ -1,0 +1,84 @@
+"""The projector's bulk writes (COPY in binary form, staged) against a real Postgres: every column type
+the projections use goes in and comes back as it was written."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    Column,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+
+from projections.db import sync_engine
+from projections.inserts import BULK_ROWS, insert_new, take
+from projections.schema import EMBEDDING_DIMENSIONS
+from projections.vectors import Vector
+
+every_type = Table(
+    "every_type",
+    MetaData(),
+    Column("workspace_id", Text, nullable=False),
+    Column("item_id", Text, nullable=False),
+    Column("n", BigInteger),
+    Column("i", Integer),
+    Column("flag", Boolean),
+    Column("meta", JSONB),
+    Column("at", TIMESTAMP(timezone=True)),
+    Column("tags", ARRAY(Text)),
+    Column("embedding", Vector(EMBEDDING_DIMENSIONS)),
+    PrimaryKeyConstraint("workspace_id", "item_id"),
+)
+
+
+def _row(i: int) -> dict:
+    return dict(
+        workspace_id="w",
+        item_id=f'item {i} \t\\ "quoted" ünïcode',  # what COPY's text form had to escape
+        n=2**40 + i,
+        i=i,
+        flag=i % 2 == 0,
+        meta={"i": i, "nested": {"list": [1, "two", None]}, "text": "line\nbreak"} if i % 3 else None,
+        at=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=i),
+        tags=["a", f"t{i}"] if i % 4 else [],
+        embedding=[(i + d) / 1024 for d in range(EMBEDDING_DIMENSIONS)] if i % 5 else None,
+    )
+
+
+def test_a_bulk_insert_and_a_take_return_every_column_type_as_written(settings):
+    schema = settings.database.schema_name
+    engine = sync_engine(settings.database)
+    table = every_type
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+            mapped = conn.execution_options(schema_translate_map={None: schema})
+            table.create(mapped, checkfirst=True)
+            rows = [_row(i) for i in range(BULK_ROWS + 50)]  # past BULK_ROWS: the COPY path
+            insert_new(mapped, table, rows + rows[:10])  # a repeated key is skipped, not an error
+            stored = mapped.execute(select(table).order_by(table.c.i)).mappings().all()
+            taken = take(mapped, table, [("w", rows[6]["item_id"])], ["item_id", "meta", "embedding"])
+            left = mapped.execute(select(table.c.item_id)).scalars().all()
+        assert len(stored) == len(rows)
+        for got, want in zip(stored, rows):
+            vector = got["embedding"]
+            assert {**got, "embedding": None} == {**want, "embedding": None}
+            assert (vector is None) == (want["embedding"] is None)
+            if vector is not None:  # k / 1024 is exact in float4 too
+                assert [float(x) for x in vector] == want["embedding"]
+        [(item_id, meta, vector)] = taken
+        assert (item_id, meta) == (rows[6]["item_id"], rows[6]["meta"])
+        assert [float(x) for x in vector.to_list()] == rows[6]["embedding"]
+        assert rows[6]["item_id"] not in left and len(left) == len(rows) - 1
+    finally:
+        engine.dispose()
