@@ -52,7 +52,7 @@ jars: .venv/bin/python
 test: install jars proto-check client-check
 	.venv/bin/lint-imports
 	.venv/bin/ruff format --check .  # one format: `.venv/bin/ruff format .` applies it
-	.venv/bin/ruff check .  # import order
+	.venv/bin/ruff check .  # import order and pyflakes
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile  # a file's tests stay on one worker, with its module fixtures
 
 demo: install jars

@@ -10,8 +10,6 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
-    cast,
-    delete,
     func,
     literal,
     or_,

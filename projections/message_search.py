@@ -1,6 +1,7 @@
 """Hybrid message search as one SQL statement: both candidate lists, fusion, neighbours, the named
-authors' and times' lifts, the session's lead and the lift of turns placed in time for a question of when, exactly as defined in message_ranking.py (whose
-docstring says why each step is there and what it was worth)."""
+authors' and times' lifts, the session's lead and the lift of turns placed in time for a question of
+when, exactly as defined in message_ranking.py (whose docstring says why each step is there and what it
+was worth). The lexical parts it composes are in lexical_terms.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from datetime import UTC, datetime
 from functools import lru_cache
 
 from sqlalchemy import (
-    Float,
     Integer,
     RowMapping,
     Text,
@@ -20,7 +20,6 @@ from sqlalchemy import (
     cast,
     func,
     literal,
-    literal_column,
     select,
     tuple_,
     union,
@@ -30,16 +29,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import message_ranking
 from projections.db import GENERIC_PLANS
+from projections.lexical_terms import bm25, named_peers, placed_in_time, query_terms, quoted_lexeme
 from projections.message_ranking import (
     AUTHOR_BOOST,
-    BM25_B,
-    BM25_K1,
     NEIGHBOUR_WEIGHT,
     SESSION_WEIGHT,
     SHORT_LEXEMES,
     SHORT_PENALTY,
     TIME_BOOST,
-    TIME_LEXEMES,
     WHEN_BOOST,
     asks_when,
     depth,
@@ -53,7 +50,6 @@ from projections.schema import (
     message_lexicon,
     message_terms,
     messages,
-    peers,
     sessions,
 )
 from projections.time_expressions import Period, periods
@@ -179,93 +175,6 @@ def _similarity(t):
     )
 
 
-def _quoted(lexeme):
-    """`lexeme` in tsquery syntax as one quoted term: read exactly, never as an operator (a parser would
-    read the lexeme '-5' as 'not 5')."""
-    return literal("'").concat(func.replace(func.replace(lexeme, "\\", "\\\\"), "'", "''")).concat("'")
-
-
-@lru_cache(maxsize=1)
-def _terms():
-    """The query's lexemes found in the workspace, each with its BM25 idf and as a tsquery; and the
-    corpus' totals."""
-    lx = message_lexicon.c
-    totals = (
-        select(lx.docs.label("n"), lx.lexemes.cast(Float).op("/")(lx.docs).label("mean_length"))
-        .where(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == "")
-        .cte("corpus")
-    )
-    words = select(
-        func.unnest(
-            func.tsvector_to_array(func.to_tsvector(literal_column("'english'::regconfig"), bindparam("q", type_=Text)))
-        ).label("lexeme")
-    ).subquery("words")
-    idf = func.ln(1 + (totals.c.n - lx.docs + 0.5) / (lx.docs + 0.5))
-    terms = (
-        select(
-            lx.lexeme,
-            idf.label("idf"),
-            cast(_quoted(lx.lexeme), TSQUERY).label("q"),
-            (
-                lx.docs > func.greatest(bindparam("common_docs"), bindparam("common_share", type_=Float) * totals.c.n)
-            ).label("common"),
-        )
-        .select_from(words)
-        .join(message_lexicon, and_(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == words.c.lexeme))
-        .join(totals, literal(True))
-        .where(words.c.lexeme.not_in(_named_lexemes()))
-        .cte("terms")
-    )
-    return terms, totals
-
-
-def _bm25(t, terms, totals):
-    """BM25 with binary term frequency of row `t` (of messages or message_terms) for the query's terms
-    (0 when none match). One `@@` per term: three times faster than matching against the row's lexemes
-    as an array, which is built anew for every row."""
-    matched = (
-        select(func.coalesce(func.sum(terms.c.idf), 0.0)).where(t.c.content_tsv.op("@@")(terms.c.q)).scalar_subquery()
-    )
-    length = func.length(t.c.content_tsv).cast(Float)
-    mean_length = select(totals.c.mean_length).scalar_subquery()
-    norm = 1 + BM25_K1 * (1 - BM25_B + BM25_B * length / mean_length)
-    return matched * (BM25_K1 + 1) / norm
-
-
-def _lexemes(text):
-    return func.tsvector_to_array(func.to_tsvector(literal_column("'english'::regconfig"), text))
-
-
-def _named_lexemes():
-    """The lexemes of the peers the query names: not query terms, because those peers' messages are
-    already lifted by AUTHOR_BOOST, and matching the name again in the text ranked every short turn by
-    or to that peer ("Bye Ann!") above the turns that answer."""
-    named = _named()
-    return select(func.unnest(_lexemes(func.translate(named.c.peer_id, "_-", "  ")))).scalar_subquery()
-
-
-@lru_cache(maxsize=1)
-def _named():
-    """The workspace's peers the query names: every lexeme of the peer id (read with `_` and `-` as
-    spaces) is among the query's. A peer id that stems to nothing (all stop words) names no one."""
-    pr = peers.c
-    name = _lexemes(func.translate(pr.peer_id, "_-", "  "))
-    return (
-        select(pr.peer_id)
-        .where(
-            pr.workspace_id == bindparam("workspace_id"),
-            func.cardinality(name) > 0,
-            name.op("<@")(_lexemes(bindparam("q", type_=Text))),
-        )
-        .cte("named")
-    )
-
-
-def _placed_in_time(tsv):
-    """Whether a message's indexed text holds one of TIME_LEXEMES (message_ranking step 8)."""
-    return tsv.op("@@")(cast(literal(" | ".join(sorted(TIME_LEXEMES))), TSQUERY))
-
-
 def _in_periods(created_at):
     """Whether `created_at` falls in one of the named periods (bound as parallel start and end arrays)."""
     stamps = ARRAY(TIMESTAMP(timezone=True))
@@ -355,12 +264,12 @@ def semantic(shape: Shape):
 @lru_cache(maxsize=256)
 def lexical(shape: Shape):
     """(message_id, s): the n messages of best BM25 among those `lexical_match` lets in."""
-    terms, totals = _terms()
+    terms, totals = query_terms()
     m = message_terms.alias("lx")
-    quoted = _quoted(terms.c.lexeme)
+    quoted = quoted_lexeme(terms.c.lexeme)
     any_rare = func.string_agg(quoted, literal(" | ")).filter(~terms.c.common)
     matching = select(cast(func.coalesce(any_rare, func.string_agg(quoted, literal(" & "))), TSQUERY))
-    score = _bm25(m, terms, totals)
+    score = bm25(m, terms, totals)
     return (
         select(m.c.message_id, m.c.session_id, m.c.seq, score.label("s"))
         .where(*_filters(shape, m), m.c.content_tsv.op("@@")(matching.scalar_subquery()))
@@ -392,7 +301,7 @@ def _z(score, stats):
 def fused(shape: Shape):
     """The whole search as one statement: both lists, their candidates and adjacent turns scored
     exactly, z-score fusion, the neighbours' and the session's share as in `fused_score`, then the rows."""
-    terms, totals = _terms()
+    terms, totals = query_terms()
     lists = []
     if shape.vector:
         sem = semantic(shape).cte("sem").prefix_with("MATERIALIZED", dialect="postgresql")
@@ -410,8 +319,8 @@ def fused(shape: Shape):
     # the candidates and their adjacent turns, each once, under the same filters
     p = messages.alias("pool")
     sem_z = _z(_similarity(p), sem_stats) if shape.vector else literal(0.0)
-    lex_z = _z(_bm25(p, terms, totals), lex_stats) if shape.text else literal(0.0)
-    placed = [_placed_in_time(p.c.content_tsv).label("placed")] if shape.when else []
+    lex_z = _z(bm25(p, terms, totals), lex_stats) if shape.text else literal(0.0)
+    placed = [placed_in_time(p.c.content_tsv).label("placed")] if shape.when else []
     pool = (
         select(
             p.c.message_id,
@@ -442,7 +351,7 @@ def fused(shape: Shape):
     before, after = func.lag(pool.c.seq).over(**window), func.lead(pool.c.seq).over(**window)
     prev_f, next_f = func.lag(pool.c.f).over(**window), func.lead(pool.c.f).over(**window)
     adjacent = func.greatest(case((before == pool.c.seq - 1, prev_f)), case((after == pool.c.seq + 1, next_f)))
-    named = _named()
+    named = named_peers()
     short = case((pool.c.lexemes < SHORT_LEXEMES, SHORT_PENALTY), else_=0.0)
     boost = case((pool.c.peer_id.in_(select(named.c.peer_id)), AUTHOR_BOOST), else_=0.0)
     if shape.periods:
@@ -479,7 +388,7 @@ async def search_text(conn: AsyncConnection, workspace_id: str, query: str) -> s
 @lru_cache(maxsize=1)
 def _named_ids():
     """The ids of the peers a query names, as one statement built once (each call reads it)."""
-    return select(_named().c.peer_id)
+    return select(named_peers().c.peer_id)
 
 
 async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[RowMapping]:

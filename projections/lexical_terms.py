@@ -1,0 +1,101 @@
+"""The lexical half of message search, as SQL parts: the query's lexemes with their BM25 idf (`query_terms`),
+a row's BM25 score (`bm25`), the peers a query names (`named_peers`), and whether a turn is placed in
+time (`placed_in_time`). message_search.py composes them into its one statement; message_ranking.py
+defines the rule."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from sqlalchemy import Float, Text, and_, bindparam, cast, func, literal, literal_column, select
+from sqlalchemy.dialects.postgresql import TSQUERY
+
+from projections.message_ranking import BM25_B, BM25_K1, TIME_LEXEMES
+from projections.schema import message_lexicon, peers
+
+
+def quoted_lexeme(lexeme):
+    """`lexeme` in tsquery syntax as one quoted term: read exactly, never as an operator (a parser would
+    read the lexeme '-5' as 'not 5')."""
+    return literal("'").concat(func.replace(func.replace(lexeme, "\\", "\\\\"), "'", "''")).concat("'")
+
+
+@lru_cache(maxsize=1)
+def query_terms():
+    """The query's lexemes found in the workspace, each with its BM25 idf and as a tsquery; and the
+    corpus' totals."""
+    lx = message_lexicon.c
+    totals = (
+        select(lx.docs.label("n"), lx.lexemes.cast(Float).op("/")(lx.docs).label("mean_length"))
+        .where(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == "")
+        .cte("corpus")
+    )
+    words = select(
+        func.unnest(
+            func.tsvector_to_array(func.to_tsvector(literal_column("'english'::regconfig"), bindparam("q", type_=Text)))
+        ).label("lexeme")
+    ).subquery("words")
+    idf = func.ln(1 + (totals.c.n - lx.docs + 0.5) / (lx.docs + 0.5))
+    terms = (
+        select(
+            lx.lexeme,
+            idf.label("idf"),
+            cast(quoted_lexeme(lx.lexeme), TSQUERY).label("q"),
+            (
+                lx.docs > func.greatest(bindparam("common_docs"), bindparam("common_share", type_=Float) * totals.c.n)
+            ).label("common"),
+        )
+        .select_from(words)
+        .join(message_lexicon, and_(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == words.c.lexeme))
+        .join(totals, literal(True))
+        .where(words.c.lexeme.not_in(_named_lexemes()))
+        .cte("terms")
+    )
+    return terms, totals
+
+
+def bm25(t, terms, totals):
+    """BM25 with binary term frequency of row `t` (of messages or message_terms) for the query's terms
+    (0 when none match). One `@@` per term: three times faster than matching against the row's lexemes
+    as an array, which is built anew for every row."""
+    matched = (
+        select(func.coalesce(func.sum(terms.c.idf), 0.0)).where(t.c.content_tsv.op("@@")(terms.c.q)).scalar_subquery()
+    )
+    length = func.length(t.c.content_tsv).cast(Float)
+    mean_length = select(totals.c.mean_length).scalar_subquery()
+    norm = 1 + BM25_K1 * (1 - BM25_B + BM25_B * length / mean_length)
+    return matched * (BM25_K1 + 1) / norm
+
+
+def _lexemes(text):
+    return func.tsvector_to_array(func.to_tsvector(literal_column("'english'::regconfig"), text))
+
+
+def _named_lexemes():
+    """The lexemes of the peers the query names: not query terms, because those peers' messages are
+    already lifted by AUTHOR_BOOST, and matching the name again in the text ranked every short turn by
+    or to that peer ("Bye Ann!") above the turns that answer."""
+    named = named_peers()
+    return select(func.unnest(_lexemes(func.translate(named.c.peer_id, "_-", "  ")))).scalar_subquery()
+
+
+@lru_cache(maxsize=1)
+def named_peers():
+    """The workspace's peers the query names: every lexeme of the peer id (read with `_` and `-` as
+    spaces) is among the query's. A peer id that stems to nothing (all stop words) names no one."""
+    pr = peers.c
+    name = _lexemes(func.translate(pr.peer_id, "_-", "  "))
+    return (
+        select(pr.peer_id)
+        .where(
+            pr.workspace_id == bindparam("workspace_id"),
+            func.cardinality(name) > 0,
+            name.op("<@")(_lexemes(bindparam("q", type_=Text))),
+        )
+        .cte("named")
+    )
+
+
+def placed_in_time(tsv):
+    """Whether a message's indexed text holds one of TIME_LEXEMES (message_ranking step 8)."""
+    return tsv.op("@@")(cast(literal(" | ".join(sorted(TIME_LEXEMES))), TSQUERY))
