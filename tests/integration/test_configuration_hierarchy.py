@@ -248,7 +248,7 @@ async def test_a_workspace_and_a_session_take_their_level_at_creation(channel):
 
 
 async def test_the_dream_scheduler_follows_the_dream_settings_of_the_levels(channel, settings, start_worker):
-    from tests.integration.test_dream_scheduler import pair_dreams, perceived
+    from tests.integration.test_dream_scheduler import pair_dreams, scheduler_state
 
     start_worker(
         "router,dream-scheduler",
@@ -265,7 +265,15 @@ async def test_the_dream_scheduler_follows_the_dream_settings_of_the_levels(chan
     await levels.session("off", "s", dream_threshold=1)  # the session lowers the threshold, dreams stay off
     for w in ("eager", "off"):
         await c.add(w, "s", [("bob", "hello")])
-    eventually(lambda: perceived(settings) >= 2, 30)
+    # the observations come on another topic than the perceptions: wait until the scheduler holds each
+    # pair's settings, or facts counted first are (rightly) judged by the settings it had then
+    eventually(
+        lambda: (
+            scheduler_state(settings, "eager/bob/bob").get("threshold") == 1
+            and scheduler_state(settings, "off/bob/bob").get("dreams") is False
+        ),
+        30,
+    )
     await c.create_observations("eager", "bob", "bob", ["Bob keeps bees"])
     await c.create_observations("off", "bob", "bob", ["Bob keeps bees", "Bob lives in Oslo", "Bob is a nurse"])
     dreamt = eventually(lambda: pair_dreams(settings), 30)
@@ -305,7 +313,7 @@ async def test_get_context_leaves_the_peer_card_out_where_the_levels_turn_it_off
 async def test_a_dream_where_the_peer_card_is_off_is_offered_no_card_tool(
     channel, settings, model_server, start_worker
 ):
-    from tests.integration.test_dream_scheduler import perceived
+    from tests.integration.test_dream_scheduler import scheduler_state
     from tests.integration.test_dreamer import call, dream_once, seed, specialist
 
     c, levels = Client(channel), Levels(channel)
@@ -320,7 +328,9 @@ async def test_a_dream_where_the_peer_card_is_off_is_offered_no_card_tool(
         )
     )
     start_worker("router,dream-scheduler,dreamer")
-    eventually(lambda: perceived(settings) >= 1, 30)
+    # the forced dream comes on another topic than the perception: wait until the scheduler holds the
+    # perception's setting, or a dream forced first is (rightly) requested under the setting it had then
+    eventually(lambda: scheduler_state(settings).get("peer_card") is False, 30)
     dream = await dream_once(c, settings)
     deduction = [r for r in model_server.chat_requests() if specialist(r) == "deduction"]
     assert "set_peer_card" not in {t["function"]["name"] for t in deduction[0]["tools"]}
