@@ -178,17 +178,22 @@ async def _with_recent(
 ) -> Packed:
     """Pack the session's newest messages after the rest: the observer's perspective applies (only the
     turns sent while it was a member and, as of a time, before it). Read as many as the room could hold
-    (TOKENS_PER_RECENT_LINE); when every one read fits and the session has more, read four times as many."""
+    (TOKENS_PER_RECENT_LINE); when every one read fits and the session has more, read older ones, up to
+    four times as many in all."""
     limit = min(MAX_MESSAGES_SCANNED, max(MIN_RECENT_READ, fixed.room // TOKENS_PER_RECENT_LINE + 1))
+    rows: list = []
     while True:
-        rows = await message_reads.list_messages(
-            conn, q.workspace_id, q.session_id, None, limit, True, perspective_id=observer, before=q.as_of
+        older_than = rows[-1]["seq"] if rows else None  # newest first: the last row read is the oldest
+        wanted = limit - len(rows)
+        read = await message_reads.list_messages(
+            conn, q.workspace_id, q.session_id, older_than, wanted, True, perspective_id=observer, before=q.as_of
         )
+        rows += read
         lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"]) for r in rows]
         packed = pack_messages(fixed, lines, count_tokens, relevant)
         shown = {r.message_id for r in packed.relevant}
         every_one_fit = len(packed.messages) == sum(line.message_id not in shown for line in lines)
-        if not every_one_fit or len(rows) < limit or limit >= MAX_MESSAGES_SCANNED:
+        if not every_one_fit or len(read) < wanted or limit >= MAX_MESSAGES_SCANNED:
             return packed
         limit = min(MAX_MESSAGES_SCANNED, limit * 4)
 
