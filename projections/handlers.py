@@ -334,8 +334,8 @@ _NO_VECTOR = dict(embedding=None, embedding_model=None, embedding_event_id=None)
 def _take_pending_embeddings(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:
     """The waiting vectors of the messages `keys` (about to be inserted), as their messages' columns.
 
-    Each vector comes back in Postgres's binary form, as numpy floats, and goes into the message's COPY
-    so (inserts.copy_in): parsing its text form into floats cost more than all the rest of taking it."""
+    Each vector comes back in Postgres's binary form (pgvector's Vector) and goes into the message's COPY
+    so (inserts.copy_in): printing it as text and parsing that back cost more than all the rest of taking it."""
     columns = ["workspace_id", "message_id", "embedding", "embedding_model", "event_id"]
     taken = take(conn, pending_message_embeddings, keys, columns)
     return {(w, m): dict(embedding=v, embedding_model=model, embedding_event_id=e) for w, m, v, model, e in taken}

@@ -72,7 +72,7 @@ def copy_in(conn: Connection, table: Table, rows: list[dict], into: sql.Composab
 
 def take(conn: Connection, table: Table, keys: list[tuple[str, str]], columns: list[str]) -> list[tuple]:
     """Delete the rows of `table` whose two-column primary key is among `keys`, and return their `columns`
-    in Postgres's binary form: a vector as numpy floats, ready for copy_in, not text to parse."""
+    in Postgres's binary form: a vector as pgvector's Vector, ready for copy_in, not text to parse."""
     raw = conn.connection.driver_connection
     _know_vectors(raw)
     first, second = (sql.Identifier(c.name) for c in table.primary_key.columns)
