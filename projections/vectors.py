@@ -20,8 +20,8 @@ class Vector(VECTOR):
 
     def bind_processor(self, dialect: Any) -> Any:
         def process(value: Any) -> str | None:
-            if value is None or isinstance(value, str):
-                return value  # already Postgres's text form
+            if value is None:
+                return None
             if isinstance(value, PgVector):
                 value = value.to_list()
             return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()

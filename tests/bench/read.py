@@ -232,7 +232,7 @@ def newcomer_events(n: dict, vectors, rng: random.Random):
 
 
 def long_events(part: dict, vectors, rng: random.Random):
-    """The long session's part of the log: the session with its members, its messages, 500 at a time."""
+    """The long session's part of the log: the session with its members, its messages, 1,000 at a time."""
     yield list(_sessions_created(part["sessions"]))
     appended = list(_messages_appended(part["sessions"], part["messages"], vectors, rng, prefix="l"))
     for i in range(0, len(appended), 1000):
