@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import (
     Connection,
-    Text,
     and_,
     any_,
     bindparam,
@@ -16,12 +15,12 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.dialects.postgresql import insert
 
 from projections.configurations import message_configured, messages_configured, session_configured, workspace_configured
 from projections.dream_handlers import DREAM_HANDLERS
 from projections.inserts import copy_in, insert_new, take, upsert_latest
-from projections.keys import among
+from projections.keys import TextArray, among
 from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import (
     ACTIVE_EMBEDDING_MODEL,
@@ -145,7 +144,7 @@ def member_joined(conn: Connection, events: Sequence[MemberJoined]) -> None:
 
 
 _JOINS_APPLIED = select(memberships.c.joined_event_id).where(
-    memberships.c.joined_event_id == any_(bindparam("ids", type_=ARRAY(Text)))
+    memberships.c.joined_event_id == any_(bindparam("ids", type_=TextArray()))
 )
 
 
@@ -342,7 +341,7 @@ def _take_pending_embeddings(conn: Connection, keys: list[tuple[str, str]]) -> d
 
 
 # one array parameter instead of an IN list: the statement text stays the same for every batch
-_SEEN_IDS = select(messages.c.event_id).where(messages.c.event_id == any_(bindparam("ids", type_=ARRAY(Text))))
+_SEEN_IDS = select(messages.c.event_id).where(messages.c.event_id == any_(bindparam("ids", type_=TextArray())))
 
 
 def _unseen(conn: Connection, events: Sequence[MessageAppended]) -> list[MessageAppended]:
@@ -358,7 +357,7 @@ def _unseen(conn: Connection, events: Sequence[MessageAppended]) -> list[Message
 # max(seq) per session as one correlated subquery each: a backward scan of messages_session_seq
 # that reads one index entry, where GROUP BY over an IN list read every message of the sessions
 _KEYS = (
-    func.unnest(bindparam("ws", type_=ARRAY(Text)), bindparam("ss", type_=ARRAY(Text)))
+    func.unnest(bindparam("ws", type_=TextArray()), bindparam("ss", type_=TextArray()))
     .table_valued("w", "s")
     .render_derived(name="k")
 )

@@ -27,6 +27,8 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 
+from projections.keys import text_array_literal
+
 BULK_ROWS = 100
 _NOTHING = sql.SQL("DO NOTHING")
 
@@ -80,7 +82,7 @@ def take(conn: Connection, table: Table, keys: list[tuple[str, str]], columns: l
         "DELETE FROM {} t USING unnest(%s::text[], %s::text[]) AS k(a, b) WHERE t.{} = k.a AND t.{} = k.b RETURNING {}"
     ).format(_target(conn, table), first, second, sql.SQL(", ").join(sql.Identifier("t", c) for c in columns))
     with _as_dbapi_error(raw, stmt), raw.cursor(binary=True) as cursor:
-        cursor.execute(stmt, ([a for a, _ in keys], [b for _, b in keys]))
+        cursor.execute(stmt, (text_array_literal([a for a, _ in keys]), text_array_literal([b for _, b in keys])))
         return cursor.fetchall()
 
 

@@ -4,8 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Text, func, literal, select, tuple_
+from sqlalchemy import ColumnElement, Text, TypeDecorator, func, literal, select, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
+
+
+class TextArray(TypeDecorator):
+    """A `text[]` parameter sent as one array literal that Python's string methods build.
+
+    psycopg dumps a list element by element in Python (about 0.65 µs each): the projector binds each
+    batch's event and message ids several times, and that dumping was a fifth of its CPU under
+    unthrottled ingest. Quoting every element makes any text safe: inside double quotes only `\\` and
+    `"` need escaping (Postgres's array input syntax); NULL elements are not supported."""
+
+    impl = ARRAY(Text)
+    cache_ok = True
+
+    def bind_processor(self, dialect):
+        return text_array_literal
+
+
+def text_array_literal(values: Sequence[str] | None) -> str | None:
+    """`values` in Postgres's array input syntax, every element quoted."""
+    if values is None:
+        return None
+    return "{" + ",".join(['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]) + "}"
 
 
 def among(columns: Sequence[ColumnElement], keys: Sequence[tuple[str, ...]]) -> ColumnElement[bool]:
@@ -14,5 +36,5 @@ def among(columns: Sequence[ColumnElement], keys: Sequence[tuple[str, ...]]) -> 
     A plain `IN` binds one parameter per value, so its statement's text changes with the number of keys
     and psycopg converts any statement of more than 50 parameters again on every execution: a batch of
     2,000 messages bound 4,000 (8 % of a rebuild's CPU)."""
-    arrays = [literal([key[i] for key in keys], ARRAY(Text)) for i in range(len(columns))]
+    arrays = [literal([key[i] for key in keys], TextArray()) for i in range(len(columns))]
     return tuple_(*columns).in_(select(*(func.unnest(a) for a in arrays)))

@@ -22,6 +22,7 @@ from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
 
 from projections.db import sync_engine
 from projections.inserts import BULK_ROWS, insert_new, take
+from projections.keys import among
 from projections.schema import EMBEDDING_DIMENSIONS
 from projections.vectors import Vector
 
@@ -80,5 +81,30 @@ def test_a_bulk_insert_and_a_take_return_every_column_type_as_written(settings):
         assert (item_id, meta) == (rows[6]["item_id"], rows[6]["meta"])
         assert [float(x) for x in vector.to_list()] == rows[6]["embedding"]
         assert rows[6]["item_id"] not in left and len(left) == len(rows) - 1
+    finally:
+        engine.dispose()
+
+
+# what a client may put in an id: the array literal's own syntax, escapes, spaces, NULL's spelling
+AWKWARD_IDS = ['a"b', "c\\d", "{x,y}", "NULL", "", " padded ", "ünï€", "tab\tnew\nline", "'", '\\"']
+
+
+def test_rows_are_matched_by_keys_of_any_text(settings):
+    schema = settings.database.schema_name
+    engine = sync_engine(settings.database)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+            mapped = conn.execution_options(schema_translate_map={None: schema})
+            every_type.create(mapped, checkfirst=True)
+            mapped.execute(every_type.delete())
+            rows = [dict(workspace_id=w, item_id=i) for w in ("w", 'w"2') for i in AWKWARD_IDS]
+            insert_new(mapped, every_type, rows)
+            wanted = [(w, i) for w, i in zip(('w"2', "w") * 5, AWKWARD_IDS)]
+            key = (every_type.c.workspace_id, every_type.c.item_id)
+            found = mapped.execute(select(*key).where(among(key, wanted))).tuples().all()
+            taken = take(mapped, every_type, wanted[:3], ["item_id"])
+        assert sorted(found) == sorted(wanted)
+        assert sorted(t for (t,) in taken) == sorted(i for _, i in wanted[:3])
     finally:
         engine.dispose()
