@@ -6,7 +6,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import uuid6
 from sqlalchemy import RowMapping
 
 from projections import message_reads, session_reads
@@ -15,7 +14,7 @@ from services.api.deps import ApiDeps
 from services.api.guards import require_session
 from services.api.writes import Written, commit
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
-from services.events import Event, MemberJoined, MessageAppended, MessageOrigin, ProducerInfo, SessionCreated
+from services.events import Event, MemberJoined, MessageAppended, MessageOrigin, ProducerInfo, SessionCreated, new_id
 
 MAX_CLONED_MESSAGES = 10_000  # one transaction on the log; a longer session is cloned up to a message
 
@@ -119,7 +118,7 @@ async def clone_session(ctx: ApiDeps, r: CloneRequest) -> tuple[Written, list[st
             rows,
             origins,
             ctx.producer,
-            lambda: str(uuid6.uuid7()),
+            lambda: new_id(),
             datetime.now(UTC),
         )
         token = await commit(ctx, events)

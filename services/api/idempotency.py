@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
 import orjson
-import uuid6
 from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -48,6 +47,7 @@ from projections.idempotency import first_request
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.errors import FailedPrecondition, Unavailable
+from services.events import new_id
 from services.events.requests import KeyedRequest
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Keyed:
 
     def request(self) -> KeyedRequest:
         """What this append's events carry (a fresh append id each time)."""
-        return KeyedRequest(key=self.key, scope=self.scope, fingerprint=self.fingerprint, request_id=str(uuid6.uuid7()))
+        return KeyedRequest(key=self.key, scope=self.scope, fingerprint=self.fingerprint, request_id=new_id())
 
 
 def _plain(value: object) -> object:

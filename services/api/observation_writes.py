@@ -6,8 +6,6 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import uuid6
-
 from projections import message_reads, observation_reads
 from projections.derivations import current_derivation
 from services.api import idempotency
@@ -17,7 +15,7 @@ from services.api.guards import require_peers, require_session
 from services.api.observation_reads import get_observation
 from services.api.writes import commit
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from services.events import Level, ObservationAdded, ObservationDeleted, Source
+from services.events import Level, ObservationAdded, ObservationDeleted, Source, new_id
 from services.events.requests import KeyedRequest
 from services.events.text import normalise
 
@@ -169,7 +167,7 @@ async def _append_observations(
             observer_id=observer_id,
             observed_id=observed_id,
             derivation=derivation,
-            observation_id=o.observation_id or str(uuid6.uuid7()),
+            observation_id=o.observation_id or new_id(),
             level=Level.EXPLICIT,
             content=o.content,
             session_id=o.session_id or None,

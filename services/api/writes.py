@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import uuid6
 from sqlalchemy import RowMapping
 
 from projections import configurations, message_reads, peer_reads, session_reads, workspace_reads
@@ -45,6 +44,7 @@ from services.events import (
     SessionCreated,
     WorkspaceConfigured,
     WorkspaceCreated,
+    new_id,
 )
 from services.events.requests import KeyedRequest
 
@@ -270,7 +270,7 @@ async def _append_messages(
         MessageAppended(
             workspace_id=workspace_id,
             session_id=session_id,
-            message_id=m.message_id or str(uuid6.uuid7()),
+            message_id=m.message_id or new_id(),
             peer_id=m.peer_id,
             content=m.content,
             created_at=m.created_at or now,

@@ -10,8 +10,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import uuid6
-
 from services.deriver.batching import PendingMessage
 from services.deriver.judge import KnownObservation, batch_id, judge
 from services.deriver.ports import DuplicateCandidates, StoreUnavailable
@@ -24,6 +22,7 @@ from services.events import (
     Event,
     ObservationSuperseded,
     ProducerInfo,
+    new_id,
 )
 from services.events.pairs import Pair
 from services.events.text import normalise
@@ -42,10 +41,6 @@ INFRASTRUCTURE = (ModelError, EmbeddingError, StoreUnavailable)
 class BatchOutcome:
     events: list[Event]
     recent: list[KnownObservation]  # the pair's recent live observations after this batch, oldest first
-
-
-def new_id() -> str:
-    return str(uuid6.uuid7())
 
 
 class Deriver:

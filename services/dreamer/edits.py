@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
-import uuid6
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from services.events import (
@@ -23,6 +22,7 @@ from services.events import (
     ObservationSuperseded,
     PeerCardUpdated,
     ProducerInfo,
+    new_id,
 )
 from services.events.cards import card_problems
 from services.events.provenance import MIN_PREMISES, PremiseState, confidence_for, premise_problems
@@ -170,7 +170,7 @@ def _in_store(d: Dream) -> dict:
 def _refuse(d: Dream, pending: DreamWrites, level: Level, content: str, premises, problems: list[str]) -> ActionResult:
     event = ObservationRejected(
         **_in_store(d),
-        rejection_id=str(uuid6.uuid7()),
+        rejection_id=new_id(),
         level=level,
         content=content,
         reason="; ".join(problems),
@@ -199,7 +199,7 @@ def _add(
         return None, _refuse(d, pending, level, content, premises, problems)
     return ObservationAdded(
         **_in_store(d),
-        observation_id=str(uuid6.uuid7()),
+        observation_id=new_id(),
         level=level,
         content=content,
         premise_ids=tuple(dict.fromkeys(premises)),

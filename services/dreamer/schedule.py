@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-import uuid6
 from pydantic import BaseModel, ConfigDict
 
 from services.dreamer.settings import DreamSettings
@@ -28,6 +27,7 @@ from services.events import (
     MessagePerceived,
     ObservationAdded,
     ProducerInfo,
+    new_id,
 )
 
 
@@ -75,7 +75,7 @@ def _request(s: PairSchedule, e: Event, reason: DreamReason, producer: ProducerI
         workspace_id=e.workspace_id,
         observer_id=e.observer_id,
         observed_id=e.observed_id,
-        dream_id=str(uuid6.uuid7()),
+        dream_id=new_id(),
         reason=reason,
         new_explicit=s.new_explicit,
         peer_card=s.peer_card is not False,

@@ -9,7 +9,7 @@ from services.events.base import (
     decode,
     encode,
     event_types,
-    new_event_id,
+    new_id,
 )
 from services.events.cards import PeerCardUpdated
 from services.events.configuration import (
@@ -128,6 +128,6 @@ __all__ = [
     "decode",
     "encode",
     "event_types",
-    "new_event_id",
+    "new_id",
     "stored_derivation",
 ]

@@ -7,15 +7,18 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import orjson
-import uuid6
+import uuid_utils
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 _REGISTRY: dict[str, type[Event]] = {}
 
 
-def new_event_id() -> str:
-    """A fresh UUIDv7 as text: unique, and sortable by creation time."""
-    return str(uuid6.uuid7())
+def new_id() -> str:
+    """A fresh UUIDv7 as text (event, message, observation and other ids): unique, sortable by creation
+    time, and its time the clock's. uuid_utils orders the ids of one millisecond by a counter; uuid6,
+    used before, moved the timestamp 1 ms ahead for each instead, so ids made at ingest's rate (20,000 a
+    second) ran minutes ahead of the clock, and cost 4 µs each where these cost 0.3."""
+    return str(uuid_utils.uuid7())
 
 
 def utcnow() -> datetime:
@@ -59,7 +62,7 @@ class Event(BaseModel):
     # version -> function upgrading a payload dict of that version by one step
     upcasters: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}
 
-    event_id: str = Field(default_factory=new_event_id)
+    event_id: str = Field(default_factory=new_id)
     type: str
     schema_version: int = 1
     occurred_at: datetime = Field(default_factory=utcnow)
