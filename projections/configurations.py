@@ -79,7 +79,8 @@ class Levels(NamedTuple):
     message: Configuration | None = None
 
 
-def _config(raw: dict | None) -> Configuration | None:
+def parsed(raw: dict | None) -> Configuration | None:
+    """A stored configuration row's value as the event model (None: the level sets nothing)."""
     return Configuration.model_validate(raw) if raw is not None else None
 
 
@@ -111,12 +112,13 @@ async def _latest(
 ) -> Configuration | None:
     stmt = _latest_statement(level, as_of is not None, before_seq is not None)
     values = {"workspace_id": workspace_id, "session_id": session_id, "as_of": as_of, "before_seq": before_seq}
-    return _config(await conn.scalar(stmt, values))
+    return parsed(await conn.scalar(stmt, values))
 
 
-async def workspace_level(conn: AsyncConnection, workspace_id: str) -> Configuration | None:
-    """The workspace's configuration now: what the API stamps on the messages it accepts."""
-    return await _latest(conn, workspace_id, "workspace", "", None)
+def workspace_level_now():
+    """The workspace level's newest row (bound `workspace_id`) as a scalar subquery, for a read that
+    gathers it with other facts in one round trip (append_reads.py); `parsed` reads its value."""
+    return _latest_select("workspace", "", False).scalar_subquery()
 
 
 @functools.cache
@@ -136,7 +138,7 @@ async def levels(
     session (no session row has an empty id)."""
     values = {"workspace_id": workspace_id, "session_id": session_id, "as_of": as_of}
     workspace, session = (await conn.execute(_levels_statement(as_of is not None), values)).one()
-    return Levels(_config(workspace), _config(session))
+    return Levels(parsed(workspace), parsed(session))
 
 
 async def message_levels(
@@ -163,4 +165,4 @@ async def message_levels(
     stamp = next((r.workspace_configuration for r in rows if r.workspace_configuration is not None), None)
     own = [r.configuration for r in rows if as_of is None or r.recorded_at <= as_of]
     session = await _latest(conn, workspace_id, "session", m.session_id, None, before_seq=m.seq)
-    return Levels(_config(stamp), session, _config(own[-1]) if own else None)
+    return Levels(parsed(stamp), session, parsed(own[-1]) if own else None)

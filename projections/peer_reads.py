@@ -22,13 +22,6 @@ async def existing_peers(conn: AsyncConnection, workspace_id: str, peer_ids: Seq
     return set((await conn.scalars(stmt)).all())
 
 
-async def peer_observe_me(conn: AsyncConnection, workspace_id: str, peer_ids: set[str]) -> dict[str, bool]:
-    stmt = select(peers.c.peer_id, peers.c.observe_me).where(
-        peers.c.workspace_id == workspace_id, peers.c.peer_id.in_(sorted(peer_ids))
-    )
-    return {p: o for p, o in await conn.execute(stmt)}
-
-
 async def list_peers(conn: AsyncConnection, workspace_id: str, after: str, limit: int) -> Sequence[RowMapping]:
     stmt = (
         select(peers)

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from projections import configurations, message_reads, peer_reads, session_reads, workspace_reads
+from projections import append_reads, peer_reads, session_reads, workspace_reads
 from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
@@ -246,19 +246,19 @@ async def append_checked(
 async def _append_messages(
     ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage], request: KeyedRequest | None
 ) -> tuple[list[str], str]:
-    # the hot path: one connection for every check (the session row implies its workspace)
+    # the hot path: every check from one statement (the session row implies its workspace)
     async with ctx.engine.connect() as conn:
-        await require_session(ctx, workspace_id, session_id, conn)
-        members = await session_reads.current_members(conn, workspace_id, session_id)
-        observe_me = await peer_reads.peer_observe_me(conn, workspace_id, {m.peer_id for m in new})
-        workspace_level = await configurations.workspace_level(conn, workspace_id)
-        taken = await message_reads.messages_by_id(conn, workspace_id, [m.message_id for m in new if m.message_id])
-    if taken:
+        facts = await append_reads.append_facts(
+            conn, workspace_id, session_id, (m.peer_id for m in new), (m.message_id for m in new if m.message_id)
+        )
+    if not facts.session_exists:
+        await require_session(ctx, workspace_id, session_id)  # says which is missing, or what is malformed
+    if taken := facts.taken:
         raise AlreadyExists(
             f"message id(s) {v.listed([repr(i) for i in sorted(taken)])} already exist in "
             f"workspace {workspace_id!r}; a client's message ids must be new"
         )
-    outsiders = sorted({m.peer_id for m in new if m.peer_id not in members})
+    outsiders = sorted({m.peer_id for m in new if m.peer_id not in facts.members})
     if outsiders:
         await check_members(ctx, workspace_id, outsiders)  # unknown peers are NOT_FOUND
         raise FailedPrecondition(
@@ -276,10 +276,10 @@ async def _append_messages(
             created_at=m.created_at or now,
             metadata=m.metadata,
             producer=ctx.producer,
-            author_observe_me=observe_me.get(m.peer_id, True),
+            author_observe_me=facts.observe_me(m.peer_id),
             request=request,
             configuration=m.configuration,
-            workspace_configuration=workspace_level,
+            workspace_configuration=facts.workspace_level,
         )
         for m in new
     ]

@@ -1,0 +1,68 @@
+"""What the API reads before it appends messages to a session, in one round trip: an AddMessages of 100
+messages read it in five statements, whose preparation and results cost 2.1 ms of the API's CPU, about a
+quarter of what the call cost it in all."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import any_, bindparam, exists, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from projections import configurations
+from projections.keys import TextArray
+from projections.schema import memberships, messages, peers, sessions
+from services.events import Configuration
+
+
+@dataclass(frozen=True)
+class AppendFacts:
+    session_exists: bool
+    members: frozenset[str]  # the session's current members
+    unobserved: frozenset[str]  # those of the authors asked about whose observe_me is off
+    workspace_level: Configuration | None  # the workspace's configuration now
+    taken: frozenset[str]  # those of the message ids asked about that the workspace already holds
+
+    def observe_me(self, peer_id: str) -> bool:
+        """The author's peer-level observe_me (on, for a peer not found: the check of members says why)."""
+        return peer_id not in self.unobserved
+
+
+@functools.cache
+def _statement():
+    ws, sid = bindparam("workspace_id"), bindparam("session_id")
+    m, p, s, msg = memberships.c, peers.c, sessions.c, messages.c
+    return select(
+        exists().where(s.workspace_id == ws, s.session_id == sid),
+        func.array(
+            select(m.peer_id)
+            .where(m.workspace_id == ws, m.session_id == sid, m.left_event_id.is_(None))
+            .scalar_subquery()
+        ),
+        func.array(
+            select(p.peer_id)
+            .where(p.workspace_id == ws, p.peer_id == any_(bindparam("authors", type_=TextArray())), ~p.observe_me)
+            .scalar_subquery()
+        ),
+        configurations.workspace_level_now(),
+        func.array(
+            select(msg.message_id)
+            .where(msg.workspace_id == ws, msg.message_id == any_(bindparam("message_ids", type_=TextArray())))
+            .scalar_subquery()
+        ),
+    )
+
+
+async def append_facts(
+    conn: AsyncConnection, workspace_id: str, session_id: str, authors: Iterable[str], message_ids: Iterable[str]
+) -> AppendFacts:
+    values = dict(
+        workspace_id=workspace_id,
+        session_id=session_id,
+        authors=sorted(set(authors)),
+        message_ids=sorted(set(message_ids)),
+    )
+    found, members, unobserved, level, taken = (await conn.execute(_statement(), values)).one()
+    return AppendFacts(found, frozenset(members), frozenset(unobserved), configurations.parsed(level), frozenset(taken))
