@@ -1,6 +1,8 @@
 """What the API reads before it appends messages to a session, in one round trip: an AddMessages of 100
-messages read it in five statements, whose preparation and results cost 2.1 ms of the API's CPU, about a
-quarter of what the call cost it in all."""
+messages read it in four statements (five with the check of client-chosen ids, message_reads.messages_by_id,
+which stays apart: as `message_id = ANY(ids)` here, a workspace too new for the planner's statistics had its
+messages read one by one to find none), whose preparation and results cost 2.1 ms of the API's CPU a call,
+about a quarter of what the call cost it in all; this way 0.4 ms."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import configurations
 from projections.keys import TextArray
-from projections.schema import memberships, messages, peers, sessions
+from projections.schema import memberships, peers, sessions
 from services.events import Configuration
 
 
@@ -23,7 +25,6 @@ class AppendFacts:
     members: frozenset[str]  # the session's current members
     unobserved: frozenset[str]  # those of the authors asked about whose observe_me is off
     workspace_level: Configuration | None  # the workspace's configuration now
-    taken: frozenset[str]  # those of the message ids asked about that the workspace already holds
 
     def observe_me(self, peer_id: str) -> bool:
         """The author's peer-level observe_me (on, for a peer not found: the check of members says why)."""
@@ -33,7 +34,7 @@ class AppendFacts:
 @functools.cache
 def _statement():
     ws, sid = bindparam("workspace_id"), bindparam("session_id")
-    m, p, s, msg = memberships.c, peers.c, sessions.c, messages.c
+    m, p, s = memberships.c, peers.c, sessions.c
     return select(
         exists().where(s.workspace_id == ws, s.session_id == sid),
         func.array(
@@ -47,22 +48,12 @@ def _statement():
             .scalar_subquery()
         ),
         configurations.workspace_level_now(),
-        func.array(
-            select(msg.message_id)
-            .where(msg.workspace_id == ws, msg.message_id == any_(bindparam("message_ids", type_=TextArray())))
-            .scalar_subquery()
-        ),
     )
 
 
 async def append_facts(
-    conn: AsyncConnection, workspace_id: str, session_id: str, authors: Iterable[str], message_ids: Iterable[str]
+    conn: AsyncConnection, workspace_id: str, session_id: str, authors: Iterable[str]
 ) -> AppendFacts:
-    values = dict(
-        workspace_id=workspace_id,
-        session_id=session_id,
-        authors=sorted(set(authors)),
-        message_ids=sorted(set(message_ids)),
-    )
-    found, members, unobserved, level, taken = (await conn.execute(_statement(), values)).one()
-    return AppendFacts(found, frozenset(members), frozenset(unobserved), configurations.parsed(level), frozenset(taken))
+    values = dict(workspace_id=workspace_id, session_id=session_id, authors=sorted(set(authors)))
+    found, members, unobserved, level = (await conn.execute(_statement(), values)).one()
+    return AppendFacts(found, frozenset(members), frozenset(unobserved), configurations.parsed(level))

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from projections import append_reads, peer_reads, session_reads, workspace_reads
+from projections import append_reads, message_reads, peer_reads, session_reads, workspace_reads
 from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
@@ -248,12 +248,12 @@ async def _append_messages(
 ) -> tuple[list[str], str]:
     # the hot path: every check from one statement (the session row implies its workspace)
     async with ctx.engine.connect() as conn:
-        facts = await append_reads.append_facts(
-            conn, workspace_id, session_id, (m.peer_id for m in new), (m.message_id for m in new if m.message_id)
-        )
+        facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
+        chosen = [m.message_id for m in new if m.message_id]
+        taken = await message_reads.messages_by_id(conn, workspace_id, chosen) if chosen else {}
     if not facts.session_exists:
         await require_session(ctx, workspace_id, session_id)  # says which is missing, or what is malformed
-    if taken := facts.taken:
+    if taken:
         raise AlreadyExists(
             f"message id(s) {v.listed([repr(i) for i in sorted(taken)])} already exist in "
             f"workspace {workspace_id!r}; a client's message ids must be new"
