@@ -48,6 +48,8 @@ def json_object(value: struct_pb2.Struct, field: str, max_bytes: int) -> dict:
     """A Struct from a request as a dict; InvalidArgument if it holds NaN or ±Infinity (not JSON), or is so
     large encoded that it cannot be under `max_bytes` as JSON (refused before the costly conversion)."""
     encoded = value.ByteSize()
+    if encoded == 0:  # most messages carry no metadata; the conversion costs 2.5 µs even then
+        return {}
     if encoded > 8 * max_bytes:  # a number takes at most ~8 times the bytes in protobuf that it takes in JSON
         raise InvalidArgument(f"{field} is {encoded} bytes encoded; the limit is {max_bytes} bytes as JSON")
     try:
