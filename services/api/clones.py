@@ -118,7 +118,7 @@ async def clone_session(ctx: ApiDeps, r: CloneRequest) -> tuple[Written, list[st
             rows,
             origins,
             ctx.producer,
-            lambda: new_id(),
+            new_id,
             datetime.now(UTC),
         )
         token = await commit(ctx, events)

@@ -246,7 +246,8 @@ async def append_checked(
 async def _append_messages(
     ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage], request: KeyedRequest | None
 ) -> tuple[list[str], str]:
-    # the hot path: every check from one statement (the session row implies its workspace)
+    # the hot path: the checks in one statement, two when the client chose message ids (the session row
+    # implies its workspace)
     async with ctx.engine.connect() as conn:
         facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
         chosen = [m.message_id for m in new if m.message_id]
