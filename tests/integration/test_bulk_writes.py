@@ -3,6 +3,8 @@ the projections use goes in and comes back as it was written."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import (
@@ -56,40 +58,9 @@ def _row(i: int) -> dict:
     )
 
 
-def test_a_bulk_insert_and_a_take_return_every_column_type_as_written(settings):
-    schema = settings.database.schema_name
-    engine = sync_engine(settings.database)
-    table = every_type
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
-            mapped = conn.execution_options(schema_translate_map={None: schema})
-            table.create(mapped, checkfirst=True)
-            rows = [_row(i) for i in range(BULK_ROWS + 50)]  # past BULK_ROWS: the COPY path
-            insert_new(mapped, table, rows + rows[:10])  # a repeated key is skipped, not an error
-            stored = mapped.execute(select(table).order_by(table.c.i)).mappings().all()
-            taken = take(mapped, table, [("w", rows[6]["item_id"])], ["item_id", "meta", "embedding"])
-            left = mapped.execute(select(table.c.item_id)).scalars().all()
-        assert len(stored) == len(rows)
-        for got, want in zip(stored, rows):
-            vector = got["embedding"]
-            assert {**got, "embedding": None} == {**want, "embedding": None}
-            assert (vector is None) == (want["embedding"] is None)
-            if vector is not None:  # k / 1024 is exact in float4 too
-                assert [float(x) for x in vector] == want["embedding"]
-        [(item_id, meta, vector)] = taken
-        assert (item_id, meta) == (rows[6]["item_id"], rows[6]["meta"])
-        assert [float(x) for x in vector.to_list()] == rows[6]["embedding"]
-        assert rows[6]["item_id"] not in left and len(left) == len(rows) - 1
-    finally:
-        engine.dispose()
-
-
-# what a client may put in an id: the array literal's own syntax, escapes, spaces, NULL's spelling
-AWKWARD_IDS = ['a"b', "c\\d", "{x,y}", "NULL", "", " padded ", "ünï€", "tab\tnew\nline", "'", '\\"']
-
-
-def test_rows_are_matched_by_keys_of_any_text(settings):
+@contextmanager
+def _empty_table(settings) -> Iterator:
+    """A connection, in one transaction, to the test schema with `every_type` created there and empty."""
     schema = settings.database.schema_name
     engine = sync_engine(settings.database)
     try:
@@ -98,13 +69,43 @@ def test_rows_are_matched_by_keys_of_any_text(settings):
             mapped = conn.execution_options(schema_translate_map={None: schema})
             every_type.create(mapped, checkfirst=True)
             mapped.execute(every_type.delete())
-            rows = [dict(workspace_id=w, item_id=i) for w in ("w", 'w"2') for i in AWKWARD_IDS]
-            insert_new(mapped, every_type, rows)
-            wanted = [(w, i) for w, i in zip(('w"2', "w") * 5, AWKWARD_IDS)]
-            key = (every_type.c.workspace_id, every_type.c.item_id)
-            found = mapped.execute(select(*key).where(among(key, wanted))).tuples().all()
-            taken = take(mapped, every_type, wanted[:3], ["item_id"])
-        assert sorted(found) == sorted(wanted)
-        assert sorted(t for (t,) in taken) == sorted(i for _, i in wanted[:3])
+            yield mapped
     finally:
         engine.dispose()
+
+
+def test_a_bulk_insert_and_a_take_return_every_column_type_as_written(settings):
+    table = every_type
+    with _empty_table(settings) as mapped:
+        rows = [_row(i) for i in range(BULK_ROWS + 50)]  # past BULK_ROWS: the COPY path
+        insert_new(mapped, table, rows + rows[:10])  # a repeated key is skipped, not an error
+        stored = mapped.execute(select(table).order_by(table.c.i)).mappings().all()
+        taken = take(mapped, table, [("w", rows[6]["item_id"])], ["item_id", "meta", "embedding"])
+        left = mapped.execute(select(table.c.item_id)).scalars().all()
+    assert len(stored) == len(rows)
+    for got, want in zip(stored, rows):
+        vector = got["embedding"]
+        assert {**got, "embedding": None} == {**want, "embedding": None}
+        assert (vector is None) == (want["embedding"] is None)
+        if vector is not None:  # k / 1024 is exact in float4 too
+            assert [float(x) for x in vector] == want["embedding"]
+    [(item_id, meta, vector)] = taken
+    assert (item_id, meta) == (rows[6]["item_id"], rows[6]["meta"])
+    assert [float(x) for x in vector.to_list()] == rows[6]["embedding"]
+    assert rows[6]["item_id"] not in left and len(left) == len(rows) - 1
+
+
+# what a client may put in an id: the array literal's own syntax, escapes, spaces, NULL's spelling
+AWKWARD_IDS = ['a"b', "c\\d", "{x,y}", "NULL", "", " padded ", "ünï€", "tab\tnew\nline", "'", '\\"']
+
+
+def test_rows_are_matched_by_keys_of_any_text(settings):
+    with _empty_table(settings) as mapped:
+        rows = [dict(workspace_id=w, item_id=i) for w in ("w", 'w"2') for i in AWKWARD_IDS]
+        insert_new(mapped, every_type, rows)
+        wanted = [(w, i) for w, i in zip(('w"2', "w") * 5, AWKWARD_IDS)]
+        key = (every_type.c.workspace_id, every_type.c.item_id)
+        found = mapped.execute(select(*key).where(among(key, wanted))).tuples().all()
+        taken = take(mapped, every_type, wanted[:3], ["item_id"])
+    assert sorted(found) == sorted(wanted)
+    assert sorted(t for (t,) in taken) == sorted(i for _, i in wanted[:3])
