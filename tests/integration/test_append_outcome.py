@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -39,7 +40,7 @@ def frozen_at_commit(infra, monkeypatch):
                 # machine has taken more than 10 s for this first delivery: wait for it, or fail plainly
                 if self.flush(120) > 0:
                     pytest.fail("the broker did not acknowledge the write's records within 120 s")
-                os.kill(infra.kafka.pid, signal.SIGSTOP)
+                freeze(infra.kafka.pid)
                 thaw.append(threading.Timer(armed.pop(), os.kill, (infra.kafka.pid, signal.SIGCONT)))
                 thaw[-1].start()
             return super().commit_transaction(*args)
@@ -49,6 +50,27 @@ def frozen_at_commit(infra, monkeypatch):
     for timer in thaw:
         timer.join()
     os.kill(infra.kafka.pid, signal.SIGCONT)
+
+
+def freeze(pid: int, timeout: float = 30.0) -> None:
+    """SIGSTOP `pid` and return once every one of its threads is stopped.
+
+    kill() returns before the process stops: a thread keeps running until it next checks for signals, and
+    on a loaded machine the broker once answered the commit in 5 ms after the signal was sent."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while not all(_stopped(task) for task in Path(f"/proc/{pid}/task").iterdir()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the broker (pid {pid}) did not stop within {timeout:.0f} s of SIGSTOP")
+        time.sleep(0.001)
+
+
+def _stopped(task: Path) -> bool:
+    try:
+        stat = (task / "stat").read_text()
+    except FileNotFoundError:  # the thread ended
+        return True
+    return stat[stat.rindex(")") + 2] in "tT"
 
 
 def event_log(settings, **kafka) -> EventLog:
