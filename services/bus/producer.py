@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import threading
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException, Producer
 
@@ -46,11 +47,32 @@ class _Slot:
     producer: Producer | None = None
 
 
-class EventLog:
-    """A pool of transactional producers; each `append` is one transaction on one producer.
+@dataclass
+class _Write:
+    """One caller's events, written all or none, and where the caller waits for their positions."""
 
-    A pool, because a producer holds one open transaction at a time and a commit round-trip is the
-    slow part: several in flight keep concurrent writers from queueing behind each other.
+    events: Sequence[Event]
+    headers: list[tuple[str, bytes]] | None
+    done: Future = field(default_factory=Future)
+    records: list[tuple[str, bytes, bytes]] = field(default_factory=list)  # (topic, key, value)
+    written: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+_CLOSING = None  # put on the queue once per writer thread by close()
+
+
+class EventLog:
+    """A pool of transactional producers, each served by its own writer thread; the writes waiting when a
+    producer comes free are committed together in one transaction (group commit).
+
+    Grouping, because a transaction costs the broker far more than its records: on the local broker,
+    transactions of 100 events cost it 17–32 µs an event, of 800 events 6 µs. Under load the writes that
+    queue while every producer is busy go in the next transaction together; a lone write still goes at
+    once, alone. Every write is still all or none, and gets the positions of its own events only; a
+    transaction that fails fails every write in it, and none of them is visible.
+
+    A pool, because a commit round trip is the slow part: while one producer commits, another takes the
+    writes that arrived meanwhile.
 
     A write that fails and cannot be cleanly aborted (the broker away: the commit times out with the
     records still queued) leaves its producer unusable, and librdkafka would refuse every later
@@ -63,8 +85,8 @@ class EventLog:
         self._settings = settings
         self._client_id = client_id
         self._instance = uuid.uuid4().hex[:12]
-        self._idle: queue.Queue[_Slot] = queue.Queue()
-        self._executor = ThreadPoolExecutor(settings.producer_pool_size, thread_name_prefix="append")
+        self._pending: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._writers: list[threading.Thread] = []
         metrics.known(client_id)
 
     @property
@@ -79,9 +101,14 @@ class EventLog:
             _Slot(f"{self._client_id}-{self._instance}-{serial}")
             for serial in range(1, self._settings.producer_pool_size + 1)
         ]
-        for slot, producer in zip(slots, self._executor.map(lambda s: self._open(s.transactional_id, 30), slots)):
-            slot.producer = producer
-            self._idle.put(slot)
+        with ThreadPoolExecutor(len(slots)) as opening:
+            for slot, producer in zip(slots, opening.map(lambda s: self._open(s.transactional_id, 30), slots)):
+                slot.producer = producer
+        for slot in slots:
+            writer = threading.Thread(target=self._serve, args=(slot,), name=f"append-{slot.transactional_id}")
+            writer.daemon = True  # a process that exits without close() must not hang on it
+            writer.start()
+            self._writers.append(writer)
 
     def _open(self, transactional_id: str, timeout: float) -> Producer:
         producer = Producer(
@@ -99,50 +126,95 @@ class EventLog:
         init_transactions(producer, timeout)
         return producer
 
+    def submit(self, events: Sequence[Event], headers: list[tuple[str, bytes]] | None = None) -> Future:
+        """Queue `events` to be written all or none; the future gives their positions once Kafka
+        acknowledged them, or raises AppendFailed / AppendUnresolved."""
+        if not self._writers:
+            raise AppendFailed("the log is not started, or closed")
+        write = _Write(events, headers)
+        self._pending.put(write)
+        return write.done
+
     def append_sync(self, events: Sequence[Event], headers: list[tuple[str, bytes]] | None = None) -> ConsistencyToken:
         """Write all `events` or none; return the positions written once Kafka acknowledged them."""
-        slot = self._idle.get()
+        return self.submit(events, headers).result()
+
+    async def append(self, events: Sequence[Event]) -> ConsistencyToken:
+        # the trace context is read here: the writer thread does not see this task's context
+        return await asyncio.wrap_future(self.submit(events, tracing.record_headers()))
+
+    def _serve(self, slot: _Slot) -> None:
+        """A writer thread: take the first waiting write and those queued behind it, commit them together."""
+        while True:
+            first = self._pending.get()
+            if first is _CLOSING:
+                return
+            group, closing = self._group(first)
+            self._write(slot, group)
+            if closing:
+                return
+
+    def _group(self, first: _Write) -> tuple[list[_Write], bool]:
+        """`first` and the writes queued behind it, up to `append_group_max_events` events in all (a write
+        larger than that goes alone); whether close() asked this thread to stop."""
+        group, size = [], 0
+        write: _Write | None = first
+        while write is not None:
+            if write.done.set_running_or_notify_cancel():  # a write cancelled before it began is skipped
+                group.append(write)
+                size += len(write.events)
+            if size >= self._settings.append_group_max_events:
+                break
+            try:
+                write = self._pending.get_nowait()
+            except queue.Empty:
+                break
+            if write is _CLOSING:
+                return group, True
+        return group, False
+
+    def _write(self, slot: _Slot, group: list[_Write]) -> None:
+        group = [w for w in group if _encoded(w, self._settings.topic_prefix)]
+        if not group:
+            return
         try:
             if slot.producer is None:
                 slot.producer = self._open(slot.transactional_id, 10)
-            token = self._transact(slot.producer, events, headers)
-            metrics.COMMITTED.labels(component=self._client_id).inc()
-            return token
+            self._transact(slot.producer, group)
         except KafkaException as exc:
             metrics.ABORTED.labels(component=self._client_id).inc()
             self._recover(slot, exc)
-            raise AppendFailed(f"the log rejected the write: {exc.args[0].str()}") from exc
-        except AppendUnresolved:
+            _fail(group, AppendFailed(f"the log rejected the write: {exc.args[0].str()}"), exc)
+        except AppendUnresolved as exc:
             slot.producer = None  # stuck in its commit: the slot's next producer finishes or fences it
-            raise
-        finally:
-            self._idle.put(slot)
+            _fail(group, exc, exc.__cause__)
+        except Exception as exc:  # noqa: BLE001 — whatever it is, no caller may wait forever
+            _fail(group, exc, exc.__cause__)
+        else:
+            metrics.COMMITTED.labels(component=self._client_id).inc()
+            for write in group:
+                write.done.set_result(ConsistencyToken.of(write.written))
 
-    async def append(self, events: Sequence[Event]) -> ConsistencyToken:
-        loop = asyncio.get_running_loop()
-        # the trace context is read here: the executor's thread does not see this task's context
-        return await loop.run_in_executor(self._executor, self.append_sync, events, tracing.record_headers())
-
-    def _transact(
-        self, producer: Producer, events: Sequence[Event], headers: list[tuple[str, bytes]] | None
-    ) -> ConsistencyToken:
-        written: list[tuple[str, int, int]] = []
+    def _transact(self, producer: Producer, group: list[_Write]) -> None:
         errors: list[str] = []
 
-        def on_delivery(err, msg) -> None:
-            if err is not None:
-                errors.append(err.str())
-            else:
-                written.append((msg.topic(), msg.partition(), msg.offset()))
+        def delivered_to(write: _Write):
+            def on_delivery(err, msg) -> None:
+                if err is not None:
+                    errors.append(err.str())
+                else:
+                    write.written.append((msg.topic(), msg.partition(), msg.offset()))
+
+            return on_delivery
 
         producer.begin_transaction()
-        for event in events:
-            topic = topic_for(event).full_name(self._settings.topic_prefix)
-            producer.produce(topic, encode(event), key=event.key.encode(), headers=headers, on_delivery=on_delivery)
+        for write in group:
+            on_delivery = delivered_to(write)
+            for topic, key, value in write.records:
+                producer.produce(topic, value, key=key, headers=write.headers, on_delivery=on_delivery)
         self._commit(producer)  # flushes: every delivery callback has run
         if errors:
             raise AppendFailed(f"delivery failed: {errors[0]}")
-        return ConsistencyToken.of(written)
 
     def _commit(self, producer: Producer) -> None:
         """commit_transaction, called again for as long as its outcome is open.
@@ -183,11 +255,42 @@ class EventLog:
         slot.producer = None
 
     def close(self) -> None:
-        while not self._idle.empty():
-            slot = self._idle.get_nowait()
-            if slot.producer is not None:
-                slot.producer.flush(10)
-        self._executor.shutdown(wait=False)
+        """Finish the writes already queued, then stop the writer threads and flush their producers."""
+        writers, self._writers = self._writers, []
+        for _ in writers:
+            self._pending.put(_CLOSING)
+        for writer in writers:
+            writer.join(self._settings.append_timeout_s)
+        while True:  # a write queued behind the last writer's stop is refused, not left waiting
+            try:
+                write = self._pending.get_nowait()
+            except queue.Empty:
+                return
+            if write is not _CLOSING and write.done.set_running_or_notify_cancel():
+                write.done.set_exception(AppendFailed("the log was closed before the write began"))
+
+
+def _encoded(write: _Write, prefix: str) -> bool:
+    """Encode `write`'s events for the log; a write that cannot be encoded fails alone, before its group's
+    transaction begins."""
+    try:
+        write.records = [(topic_for(e).full_name(prefix), e.key.encode(), encode(e)) for e in write.events]
+    except Exception as exc:  # noqa: BLE001 — reported to the one caller it concerns
+        write.done.set_exception(AppendFailed(f"the write could not be encoded: {exc}"))
+        return False
+    return True
+
+
+def _fail(group: list[_Write], error: BaseException, cause: BaseException | None) -> None:
+    """Fail every write of a group, each with its own exception object: one raised in several callers'
+    threads at once would have its traceback extended by all of them."""
+    for write in group:
+        try:
+            each = type(error)(*error.args)
+        except Exception:  # noqa: BLE001 — an exception type that cannot be made again from its args
+            each = AppendFailed(f"the write failed: {error!r}")
+        each.__cause__ = cause
+        write.done.set_exception(each)
 
 
 class Emitter:

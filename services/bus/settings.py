@@ -20,6 +20,11 @@ class KafkaSettings(BaseSettings):
     producer_pool_size: int = Field(
         4, ge=1, description="transactional producers the API rotates through (one open txn each)"
     )
+    append_group_max_events: int = Field(
+        2_000,
+        ge=1,
+        description="most events the API commits in one transaction when writes queue (a larger write goes alone)",
+    )
     transaction_timeout_ms: int = 60_000
     append_timeout_s: float = Field(
         30.0, gt=0, description="how long a write waits for the log to commit it before it fails UNAVAILABLE"
