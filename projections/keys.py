@@ -24,10 +24,22 @@ class TextArray(TypeDecorator):
 
 
 def text_array_literal(values: Sequence[str] | None) -> str | None:
-    """`values` in Postgres's array input syntax, every element quoted."""
+    """`values` in Postgres's array input syntax, every element quoted.
+
+    Escaped in one pass over the elements joined by NUL, which no text value can hold (Postgres refuses
+    it): a batch's 2,000 keys took 0.8 ms quoted one by one in Python, 7 % of the projector's CPU."""
     if values is None:
         return None
-    return "{" + ",".join(['"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values]) + "}"
+    if not values:
+        return "{}"
+    joined = "\x00".join(values)
+    if joined.count("\x00") != len(values) - 1:  # a NUL inside a value: quoted one by one, for Postgres to refuse
+        return "{" + ",".join(['"' + _escaped(v) + '"' for v in values]) + "}"
+    return '{"' + _escaped(joined).replace("\x00", '","') + '"}'
+
+
+def _escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def among(columns: Sequence[ColumnElement], keys: Sequence[tuple[str, ...]]) -> ColumnElement[bool]:
