@@ -192,6 +192,7 @@ class EventLog:
             _fail(group, exc, exc.__cause__)
         else:
             metrics.COMMITTED.labels(component=self._client_id).inc()
+            metrics.GROUPED.labels(component=self._client_id).observe(len(group))
             for write in group:
                 write.done.set_result(ConsistencyToken.of(write.written))
 
