@@ -27,6 +27,12 @@ async def projected_offsets(conn: AsyncConnection, partitions: Sequence[tuple[st
     return {(topic, p): n for topic, p, n in await conn.execute(stmt)}
 
 
+async def all_projected_offsets(conn: AsyncConnection) -> dict[tuple[str, int], int]:
+    """Next offset the projections will apply, for every (topic, partition) they have applied."""
+    t = projection_offsets.c
+    return {(topic, p): n for topic, p, n in await conn.execute(select(t.topic, t.partition, t.next_offset))}
+
+
 async def dreams_of(
     conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, limit: int
 ) -> Sequence[RowMapping]:

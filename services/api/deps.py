@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from services.api.backpressure import Backpressure
 from services.api.cursors import PageCursors
 from services.api.freshness import Freshness
 from services.api.locks import KeyedLocks
@@ -31,6 +32,7 @@ class ApiDeps:
     engine: AsyncEngine
     log: EventLog
     freshness: Freshness
+    backpressure: Backpressure
     embedder: Embedder  # one per server: the local model loads once, on first use
     reranker: Reranker | None = None  # SearchMessages' rerank option; None: the server runs without one
     producer: ProducerInfo = API_PRODUCER

@@ -46,6 +46,7 @@ from projections.tool_reads import SqlChatReads
 from services import tracing
 from services.api import validation as v
 from services.api.auth import AuthInterceptor
+from services.api.backpressure import Backpressure
 from services.api.cursors import PageCursors
 from services.api.deps import ApiDeps
 from services.api.errors import ErrorInterceptor
@@ -226,6 +227,7 @@ async def start(settings: Settings) -> RunningServer:
         engine=engine,
         log=event_log,
         freshness=Freshness(engine, settings.api.consistency_wait_s, ends),
+        backpressure=Backpressure(engine, settings.api.write_backlog_records, settings.api.write_backlog_wait_s),
         embedder=embedder,
         reranker=reranker,
         dialectic=_dialectic(settings, engine, embedder, reranker),

@@ -21,6 +21,15 @@ class ApiSettings(BaseSettings):
     consistency_wait_s: float = Field(
         10.0, description="longest a read waits for the projections to reach a consistency token"
     )
+    write_backlog_records: int = Field(
+        1_000,
+        ge=0,
+        description="a message write is acknowledged once the projector is at most this many records behind it "
+        "on each partition it wrote (bounded staleness; 0: acknowledge at once)",
+    )
+    write_backlog_wait_s: float = Field(
+        2.0, gt=0, description="longest a message write waits for a projector that is further behind"
+    )
     metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics on this port (0: off)")
     metrics_host: str = Field(
         "127.0.0.1",

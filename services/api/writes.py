@@ -74,12 +74,15 @@ class Written:
 
 
 async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> str:
-    """Append `events` in one transaction; with `wait`, return only once they are readable."""
+    """Append `events` in one transaction; with `wait`, return only once they are readable, else once the
+    projector is close behind them (services/api/backpressure.py)."""
     if not events:
         return ""
     token = await ctx.log.append(events)
     if wait:
         await ctx.freshness.wait(token)
+    else:
+        await ctx.backpressure.admit(token)
     return token.encode()
 
 

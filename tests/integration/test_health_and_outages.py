@@ -13,6 +13,7 @@ from infra.processes import free_port
 from peerlog.v1 import workspaces_pb2, workspaces_pb2_grpc
 from projections.db import async_engine
 from projections.settings import DatabaseSettings
+from services.api.backpressure import Backpressure
 from services.api.deps import ApiDeps
 from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
@@ -111,7 +112,9 @@ async def serve(*handlers) -> tuple[grpc.aio.Server, int]:
 
 async def test_a_postgres_outage_reaches_the_client_as_unavailable_without_its_internals():
     dead = async_engine(dead_database())
-    ctx = ApiDeps(engine=dead, log=None, freshness=Freshness(dead, 1.0), embedder=None)
+    ctx = ApiDeps(
+        engine=dead, log=None, freshness=Freshness(dead, 1.0), backpressure=Backpressure(dead, 0, 1.0), embedder=None
+    )
     server = grpc.aio.server(interceptors=[ErrorInterceptor()])
     workspaces_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(ctx), server)
     port = server.add_insecure_port("127.0.0.1:0")
