@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 class Backpressure:
-    def __init__(self, engine: AsyncEngine, backlog: int, max_wait_s: float, interval_s: float = 0.005) -> None:
+    def __init__(self, engine: AsyncEngine, backlog: int, max_wait_s: float, interval_s: float = 0.02) -> None:
         self._engine = engine
         self._backlog = backlog
         self._max_wait_s = max_wait_s
