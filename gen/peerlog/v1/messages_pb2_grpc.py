@@ -63,8 +63,10 @@ class MessageServiceServicer:
 
     def AddMessages(self, request, context):
         """Appends 1–100 messages to a session atomically: all are written or none. Each author must
-        be a current member. Answers once the log has durably acknowledged the write; the messages
-        become readable shortly after (pass the returned token to a read to wait for them).
+        be a current member. Answers once the log has durably acknowledged the write and the
+        projections are close behind it (PEERLOG_API_WRITE_BACKLOG_RECORDS; a writer that outruns
+        them is slowed to their pace); the messages become readable shortly after (pass the returned
+        token to a read to wait for them).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
