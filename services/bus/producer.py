@@ -155,8 +155,8 @@ class EventLog:
                 return
 
     def _group(self, first: _Write) -> tuple[list[_Write], bool]:
-        """`first` and the writes queued behind it, up to `append_group_max_events` events in all (a write
-        larger than that goes alone); whether close() asked this thread to stop."""
+        """`first` and the writes queued behind it, taken until they hold `append_group_max_events` events
+        or none is left; whether close() asked this thread to stop."""
         group, size = [], 0
         write: _Write | None = first
         while write is not None:
