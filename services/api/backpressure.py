@@ -68,5 +68,5 @@ class Backpressure:
     async def _refresh_positions(self) -> None:
         await asyncio.sleep(max(0.0, self._refreshed_at + self._interval_s - time.monotonic()))
         async with self._engine.connect() as conn:
-            self._projected = await status_reads.all_projected_offsets(conn)
+            self._projected = await status_reads.projected_offsets(conn)
         self._refreshed_at = time.monotonic()

@@ -23,7 +23,7 @@ class KafkaSettings(BaseSettings):
     append_group_max_events: int = Field(
         2_000,
         ge=1,
-        description="most events the API commits in one transaction when writes queue (a larger write goes alone)",
+        description="the API stops adding queued writes to one transaction once it holds this many events",
     )
     transaction_timeout_ms: int = 60_000
     append_timeout_s: float = Field(

@@ -4,6 +4,9 @@ still all or none, and each caller gets the positions of its own events only."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import Producer
@@ -17,10 +20,23 @@ from tests.support.log import read_events
 P = ProducerInfo(component="test", version="0")
 
 
+@dataclass
+class HeldLog:
+    """A log of one producer whose transactions wait at begin until `release` is set."""
+
+    log: EventLog
+    release: threading.Event
+    held: threading.Event
+    commits: list  # one entry per transaction committed
+
+    def hold(self, future: Future) -> Future:
+        """`future` once its write is held at begin, its group formed."""
+        assert self.held.wait(60), "the write did not reach its transaction"
+        return future
+
+
 @pytest.fixture
-def held_transactions(monkeypatch):
-    """Producers whose transactions wait at begin until `release` is set; `hold(future)` returns once the
-    write of `future` is held there, its group formed. `commits` counts the transactions committed."""
+def held(settings, monkeypatch) -> Iterator[HeldLog]:
     release, held, commits = threading.Event(), threading.Event(), []
 
     class HeldAtBegin(Producer):
@@ -34,12 +50,13 @@ def held_transactions(monkeypatch):
             commits.append(1)
             return outcome
 
-    def hold(future):
-        assert held.wait(60), "the write did not reach its transaction"
-        return future
-
     monkeypatch.setattr(producer_module, "Producer", HeldAtBegin)
-    return hold, release, commits
+    log = one_producer_log(settings)
+    try:
+        yield HeldLog(log, release, held, commits)
+    finally:
+        release.set()
+        log.close()
 
 
 def one_producer_log(settings) -> EventLog:
@@ -53,20 +70,15 @@ def peers(workspace_id: str, count: int) -> list[PeerCreated]:
 
 
 def test_writes_queued_behind_a_busy_producer_are_committed_in_one_transaction_each_with_its_own_positions(
-    settings, held_transactions
+    settings, held
 ):
-    hold, release, commits = held_transactions
-    log = one_producer_log(settings)
-    try:
-        first = hold(log.submit([WorkspaceCreated(workspace_id="g0", producer=P)]))
-        queued = [
-            log.submit([WorkspaceCreated(workspace_id=f"g{i}", producer=P), *peers(f"g{i}", i)]) for i in (1, 2, 3)
-        ]
-        release.set()
-        tokens = [future.result(60) for future in (first, *queued)]
-    finally:
-        log.close()
-    assert len(commits) == 2, "the three writes that queued went in one transaction after the first"
+    first = held.hold(held.log.submit([WorkspaceCreated(workspace_id="g0", producer=P)]))
+    queued = [
+        held.log.submit([WorkspaceCreated(workspace_id=f"g{i}", producer=P), *peers(f"g{i}", i)]) for i in (1, 2, 3)
+    ]
+    held.release.set()
+    tokens = [future.result(60) for future in (first, *queued)]
+    assert len(held.commits) == 2, "the three writes that queued went in one transaction after the first"
     events = read_events(settings, DIRECTORY, lambda got: len(got) >= 10, timeout=60, settle=2.0)
     assert len(events) == len({e.event_id for e in events}) == 10, "every event is on the log once"
     # a write's events share its workspace's partition: its token is the offset of its last event there,
@@ -75,23 +87,16 @@ def test_writes_queued_behind_a_busy_producer_are_committed_in_one_transaction_e
     assert len({t.encode() for t in tokens}) == 4, "each write got its own positions, not the transaction's"
 
 
-def test_a_write_that_cannot_be_encoded_fails_alone_and_the_writes_grouped_with_it_are_committed(
-    settings, held_transactions
-):
-    hold, release, _ = held_transactions
-    log = one_producer_log(settings)
-    try:
-        first = hold(log.submit([WorkspaceCreated(workspace_id="e0", producer=P)]))
-        good = log.submit([WorkspaceCreated(workspace_id="e1", producer=P)])
-        bad = log.submit([WorkspaceCreated(workspace_id="e2", metadata={"not json": object()}, producer=P)])
-        also_good = log.submit([WorkspaceCreated(workspace_id="e3", producer=P)])
-        release.set()
-        for future in (first, good, also_good):
-            assert future.result(60).offsets
-        with pytest.raises(AppendFailed, match="could not be encoded"):
-            bad.result(60)
-    finally:
-        log.close()
+def test_a_write_that_cannot_be_encoded_fails_alone_and_the_writes_grouped_with_it_are_committed(settings, held):
+    first = held.hold(held.log.submit([WorkspaceCreated(workspace_id="e0", producer=P)]))
+    good = held.log.submit([WorkspaceCreated(workspace_id="e1", producer=P)])
+    bad = held.log.submit([WorkspaceCreated(workspace_id="e2", metadata={"not json": object()}, producer=P)])
+    also_good = held.log.submit([WorkspaceCreated(workspace_id="e3", producer=P)])
+    held.release.set()
+    for future in (first, good, also_good):
+        assert future.result(60).offsets
+    with pytest.raises(AppendFailed, match="could not be encoded"):
+        bad.result(60)
     events = read_events(settings, DIRECTORY, lambda got: len(got) >= 3, timeout=60, settle=2.0)
     assert sorted(e.workspace_id for e in events) == ["e0", "e1", "e3"]
 
