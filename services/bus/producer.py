@@ -260,8 +260,9 @@ class EventLog:
         writers, self._writers = self._writers, []
         for _ in writers:
             self._pending.put(_CLOSING)
+        deadline = time.monotonic() + self._settings.append_timeout_s  # one wait for all: they write side by side
         for writer in writers:
-            writer.join(self._settings.append_timeout_s)
+            writer.join(max(0.0, deadline - time.monotonic()))
         while True:  # a write queued behind the last writer's stop is refused, not left waiting
             try:
                 write = self._pending.get_nowait()
