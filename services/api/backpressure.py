@@ -9,32 +9,25 @@ after `max_wait_s`. Writers then slow to what the projector keeps up with, and t
 to it. A projector that is down delays each write by at most `max_wait_s`; the write is on the log
 either way, so it is acknowledged either way.
 
-One query serves every waiting write: waiters share the refresh in flight, at most one per `interval_s`.
+The projector's positions are read once for every waiting call (projected.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
-from projections import status_reads
+from services.api.projected import ProjectedPositions
 from services.bus.consistency import ConsistencyToken
 
 log = logging.getLogger(__name__)
 
 
 class Backpressure:
-    def __init__(self, engine: AsyncEngine, backlog: int, max_wait_s: float, interval_s: float = 0.02) -> None:
-        self._engine = engine
+    def __init__(self, projected: ProjectedPositions, backlog: int, max_wait_s: float) -> None:
+        self._projected = projected
         self._backlog = backlog
         self._max_wait_s = max_wait_s
-        self._interval_s = interval_s
-        self._projected: dict[tuple[str, int], int] = {}  # next offset to apply, per (topic, partition)
-        self._refresh: asyncio.Future | None = None
-        self._refreshed_at = 0.0
 
     async def admit(self, token: ConsistencyToken) -> None:
         """Return once the projector is within `backlog` records of every position of `token`, or after
@@ -42,31 +35,7 @@ class Backpressure:
         if self._backlog <= 0:
             return
         due = {tp: offset - self._backlog for tp, offset in token.offsets.items() if offset >= self._backlog}
-        deadline = time.monotonic() + self._max_wait_s
-        while not self._within(due):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            try:
-                await asyncio.wait_for(asyncio.shield(self._refreshing()), left)
-            except TimeoutError:
-                return
-            except Exception:  # noqa: BLE001 — the write is committed: a failed look at the projector can't undo it
-                log.warning("could not read the projector's position; acknowledging without waiting", exc_info=True)
-                return
-
-    def _within(self, due: dict[tuple[str, int], int]) -> bool:
-        return all(self._projected.get(tp, 0) > offset for tp, offset in due.items())
-
-    def _refreshing(self) -> asyncio.Future:
-        if self._refresh is None or self._refresh.done():
-            self._refresh = asyncio.ensure_future(self._refresh_positions())
-            # its waiters may all have given up: its failure is then nobody's to see
-            self._refresh.add_done_callback(lambda f: f.cancelled() or f.exception())
-        return self._refresh
-
-    async def _refresh_positions(self) -> None:
-        await asyncio.sleep(max(0.0, self._refreshed_at + self._interval_s - time.monotonic()))
-        async with self._engine.connect() as conn:
-            self._projected = await status_reads.projected_offsets(conn)
-        self._refreshed_at = time.monotonic()
+        try:
+            await self._projected.until(due, time.monotonic() + self._max_wait_s)
+        except Exception:  # noqa: BLE001 — the write is committed: a failed look at the projector can't undo it
+            log.warning("could not read the projector's position; acknowledging without waiting", exc_info=True)

@@ -53,6 +53,7 @@ from services.api.errors import ErrorInterceptor
 from services.api.event_servicers import EventServicer, WebhookServicer
 from services.api.freshness import Freshness
 from services.api.health import HealthMonitor, database_reachable
+from services.api.projected import ProjectedPositions
 from services.api.servicers import (
     AuditServicer,
     ConfigurationServicer,
@@ -223,11 +224,12 @@ async def start(settings: Settings) -> RunningServer:
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
     ends = LogEnds(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, ends.list_topics)
+    projected = ProjectedPositions(engine)  # one read of the projector's positions for every waiting call
     ctx = ApiDeps(
         engine=engine,
         log=event_log,
-        freshness=Freshness(engine, settings.api.consistency_wait_s, ends),
-        backpressure=Backpressure(engine, settings.api.write_backlog_records, settings.api.write_backlog_wait_s),
+        freshness=Freshness(projected, settings.api.consistency_wait_s, ends),
+        backpressure=Backpressure(projected, settings.api.write_backlog_records, settings.api.write_backlog_wait_s),
         embedder=embedder,
         reranker=reranker,
         dialectic=_dialectic(settings, engine, embedder, reranker),

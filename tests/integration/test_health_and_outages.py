@@ -18,6 +18,7 @@ from services.api.deps import ApiDeps
 from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
 from services.api.health import HealthMonitor, database_reachable
+from services.api.projected import ProjectedPositions
 from services.api.server import start
 from services.api.servicers import WorkspaceServicer
 from services.bus.log_ends import LogEnds
@@ -112,8 +113,13 @@ async def serve(*handlers) -> tuple[grpc.aio.Server, int]:
 
 async def test_a_postgres_outage_reaches_the_client_as_unavailable_without_its_internals():
     dead = async_engine(dead_database())
+    projected = ProjectedPositions(dead)
     ctx = ApiDeps(
-        engine=dead, log=None, freshness=Freshness(dead, 1.0), backpressure=Backpressure(dead, 0, 1.0), embedder=None
+        engine=dead,
+        log=None,
+        freshness=Freshness(projected, 1.0),
+        backpressure=Backpressure(projected, 0, 1.0),
+        embedder=None,
     )
     server = grpc.aio.server(interceptors=[ErrorInterceptor()])
     workspaces_pb2_grpc.add_WorkspaceServiceServicer_to_server(WorkspaceServicer(ctx), server)
