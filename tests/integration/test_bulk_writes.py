@@ -95,6 +95,17 @@ def test_a_bulk_insert_and_a_take_return_every_column_type_as_written(settings):
     assert rows[6]["item_id"] not in left and len(left) == len(rows) - 1
 
 
+def test_a_bulk_insert_over_rows_already_there_keeps_them_as_first_written_and_adds_the_rest(settings):
+    with _empty_table(settings) as mapped:
+        first = [_row(i) for i in range(BULK_ROWS + 1)]
+        insert_new(mapped, every_type, first)  # straight into the empty table
+        again = [{**r, "n": -1} for r in first[:20]] + [_row(i) for i in range(BULK_ROWS + 1, 2 * BULK_ROWS)]
+        insert_new(mapped, every_type, again)  # 20 keys exist: the straight COPY fails, the stage skips them
+        stored = dict(mapped.execute(select(every_type.c.i, every_type.c.n)).tuples().all())
+    assert sorted(stored) == list(range(2 * BULK_ROWS))
+    assert all(n == 2**40 + i for i, n in stored.items()), "the rows already there kept their first values"
+
+
 # what a client may put in an id: the array literal's own syntax, escapes, spaces, NULL's spelling
 AWKWARD_IDS = ['a"b', "c\\d", "{x,y}", "NULL", "", " padded ", "ünï€", "tab\tnew\nline", "'", '\\"']
 
