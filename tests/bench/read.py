@@ -48,6 +48,7 @@ import psycopg  # noqa: E402
 
 from infra import stack  # noqa: E402
 from peerlog.v1 import (  # noqa: E402  # noqa: E402
+    common_pb2,
     context_pb2,
     peers_pb2,
     sessions_pb2,
@@ -396,8 +397,9 @@ def build(state, args) -> dict:
 # --------------------------------------------------------------------------- load
 
 
-def calls(p: dict):
-    """name -> function(client, rng) -> awaitable, one per measured phase."""
+def calls(p: dict, token: str = ""):
+    """name -> function(client, rng) -> awaitable, one per measured phase. `token`: a consistency token
+    of an earlier write, which the client library attaches to every read that follows one."""
     sessions = p["sessions"]
     session_ids = list(sessions)
 
@@ -438,6 +440,16 @@ def calls(p: dict):
             )
         )
 
+    def search_session_after_write(api: Client, rng):
+        return api.sessions.SearchMessages(
+            sessions_pb2.SearchSessionMessagesRequest(
+                workspace_id=WORKSPACE,
+                session_id=rng.choice(session_ids),
+                query=rng.choice(QUERIES),
+                consistency=common_pb2.ReadConsistency(consistency_token=token),
+            )
+        )
+
     def search_peer(api: Client, rng):
         return api.peers.SearchMessages(
             peers_pb2.SearchPeerMessagesRequest(
@@ -465,6 +477,7 @@ def calls(p: dict):
         "SearchMessages workspace": search_workspace,
         "SearchMessages workspace+perspective": search_perspective,
         "SearchMessages session": search_session,
+        "SearchMessages session after a write": search_session_after_write,
         "SearchMessages peer": search_peer,
     }
 
@@ -560,11 +573,20 @@ def explain(dsn: str) -> dict:
     return plans
 
 
+async def write_token(state) -> str:
+    """The consistency token of a write (a session of its own, new at each run: a repeated create writes
+    nothing), for the phase whose reads carry one."""
+    async with aio_channel(f"127.0.0.1:{state.api_port}", state.admin_token()) as ch:
+        made = await Client(ch).session(WORKSPACE, f"bench-token-{time.time_ns()}")
+    return made.consistency_token
+
+
 async def load(state, p: dict, args) -> dict:
     out = {}
+    token = await write_token(state)
     for rate in (0.0, args.paced_rate):
         mode = f"paced {rate:g}/s" if rate else "closed loop"
-        for name, call in calls(p).items():
+        for name, call in calls(p, token).items():
             if args.only and not name.startswith(args.only):
                 continue
             log(
