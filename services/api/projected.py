@@ -1,9 +1,9 @@
-"""The projector's positions as this API process last read them, for every call that waits on the
-projector: a read with a consistency token (freshness.py) and a write held back while the projector is
-far behind (backpressure.py).
+"""The projector's positions as this API process last read them, for the calls that wait on the
+projector: reads with a consistency token (freshness.py) share one instance, writes held back while the
+projector is far behind (backpressure.py) another, each with its own pace (server.py).
 
-Each waiter used to poll Postgres on its own, a query per waiter every 2–50 ms. Here one query serves
-every waiter: a waiter first compares its positions with the last ones read (positions only grow, so a
+Each read used to poll Postgres on its own, a query per read every 2–50 ms. Here one query serves every
+waiter: a waiter first compares its positions with the last ones read (positions only grow, so a
 position seen projected stays projected), and only when they fall short does it join the refresh in
 flight, of which there is at most one per `interval_s`. A read whose token is already projected, the
 usual case, costs no query at all.
@@ -23,7 +23,7 @@ Positions = Mapping[tuple[str, int], int]  # (topic, partition) -> offset
 
 
 class ProjectedPositions:
-    def __init__(self, engine: AsyncEngine, interval_s: float = 0.01) -> None:
+    def __init__(self, engine: AsyncEngine, interval_s: float) -> None:
         self._engine = engine
         self._interval_s = interval_s
         self._next: dict[tuple[str, int], int] = {}  # next offset to apply, per (topic, partition)

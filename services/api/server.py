@@ -224,12 +224,15 @@ async def start(settings: Settings) -> RunningServer:
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
     ends = LogEnds(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, ends.list_topics)
-    projected = ProjectedPositions(engine)  # one read of the projector's positions for every waiting call
+    # one read of the projector's positions for all the reads waiting on a token, and one for all the
+    # writes held back: a write can wait 20 ms between looks (what was measured under full ingest); a
+    # read that waits for its own write wants them closer
+    reads, writes = ProjectedPositions(engine, interval_s=0.01), ProjectedPositions(engine, interval_s=0.02)
     ctx = ApiDeps(
         engine=engine,
         log=event_log,
-        freshness=Freshness(projected, settings.api.consistency_wait_s, ends),
-        backpressure=Backpressure(projected, settings.api.write_backlog_records, settings.api.write_backlog_wait_s),
+        freshness=Freshness(reads, settings.api.consistency_wait_s, ends),
+        backpressure=Backpressure(writes, settings.api.write_backlog_records, settings.api.write_backlog_wait_s),
         embedder=embedder,
         reranker=reranker,
         dialectic=_dialectic(settings, engine, embedder, reranker),

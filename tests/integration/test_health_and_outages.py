@@ -113,7 +113,7 @@ async def serve(*handlers) -> tuple[grpc.aio.Server, int]:
 
 async def test_a_postgres_outage_reaches_the_client_as_unavailable_without_its_internals():
     dead = async_engine(dead_database())
-    projected = ProjectedPositions(dead)
+    projected = ProjectedPositions(dead, interval_s=0.01)
     ctx = ApiDeps(
         engine=dead,
         log=None,
