@@ -93,7 +93,9 @@ def _copy_or_stage(conn: Connection, table: Table, rows: list[dict]) -> None:
     try:
         with conn.begin_nested():
             copy_in(conn, table, rows)
-    except IntegrityError:
+    except IntegrityError as exc:
+        if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
+            raise  # a row the stage would refuse as well (a NULL where none may be): apply_batch sorts it out
         _insert_staged(conn, table, rows)
 
 

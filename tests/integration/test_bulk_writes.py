@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import (
     ARRAY,
     BigInteger,
@@ -21,6 +22,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+from sqlalchemy.exc import IntegrityError
 
 from projections.db import sync_engine
 from projections.inserts import BULK_ROWS, insert_new, take
@@ -104,6 +106,15 @@ def test_a_bulk_insert_over_rows_already_there_keeps_them_as_first_written_and_a
         stored = dict(mapped.execute(select(every_type.c.i, every_type.c.n)).tuples().all())
     assert sorted(stored) == list(range(2 * BULK_ROWS))
     assert all(n == 2**40 + i for i, n in stored.items()), "the rows already there kept their first values"
+
+
+def test_a_bulk_insert_with_a_null_key_fails_whole_and_writes_nothing(settings):
+    with _empty_table(settings) as mapped:
+        rows = [_row(i) for i in range(BULK_ROWS + 1)]
+        rows[7]["workspace_id"] = None  # a key column may not be NULL: not a key that exists, an error
+        with pytest.raises(IntegrityError, match="not-null"):
+            insert_new(mapped, every_type, rows)
+        assert mapped.execute(select(every_type.c.i)).all() == [], "nothing of the batch was written"
 
 
 # what a client may put in an id: the array literal's own syntax, escapes, spaces, NULL's spelling
