@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import RowMapping, case, func, literal, select, tuple_
+from sqlalchemy import RowMapping, case, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.derivations import current_label
@@ -20,16 +20,10 @@ from projections.schema import (
 )
 
 
-async def projected_offsets(
-    conn: AsyncConnection, partitions: Sequence[tuple[str, int]] | None = None
-) -> dict[tuple[str, int], int]:
-    """Next offset the projections will apply, per (topic, partition): of `partitions`, or (None) of every
-    one they have applied."""
+async def projected_offsets(conn: AsyncConnection) -> dict[tuple[str, int], int]:
+    """Next offset the projections will apply, for every (topic, partition) they have applied."""
     t = projection_offsets.c
-    stmt = select(t.topic, t.partition, t.next_offset)
-    if partitions is not None:
-        stmt = stmt.where(tuple_(t.topic, t.partition).in_(list(partitions)))
-    return {(topic, p): n for topic, p, n in await conn.execute(stmt)}
+    return {(topic, p): n for topic, p, n in await conn.execute(select(t.topic, t.partition, t.next_offset))}
 
 
 async def dreams_of(

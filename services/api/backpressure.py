@@ -9,7 +9,7 @@ after `max_wait_s`. Writers then slow to what the projector keeps up with, and t
 to it. A projector that is down delays each write by at most `max_wait_s`; the write is on the log
 either way, so it is acknowledged either way.
 
-The projector's positions are read once for every waiting call (projected.py).
+The held-back writes share one read of the projector's positions, every 20 ms (projected.py, server.py).
 """
 
 from __future__ import annotations
