@@ -9,11 +9,15 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
 
 from projections.apply import Applied, Record, apply_batch, stored_offsets
 from projections.db import create_schema, sync_engine
@@ -26,6 +30,14 @@ if TYPE_CHECKING:  # the CLI composes the whole Settings; at run time projection
     from services.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# the database, not the batch: refused or dropped connections (Postgres stopped, restarting, or cut off
+# from us), an exhausted pool. What a batch can break on (a bad row) is DBAPIError, handled in apply.py
+DATABASE_AWAY = (OperationalError, InterfaceError, PoolTimeout)
+# between tries while the database is away: from 0.1 s, doubling, at most 2 s apart, so the projection
+# resumes within about 2 s of Postgres coming back
+RETRY_FIRST_S, RETRY_MAX_S = 0.1, 2.0
 
 
 def to_record(msg: Message) -> Record:
@@ -73,10 +85,11 @@ class Projector:
         self._generation: str | None = None
         self._consumer: Consumer | None = None
         self.applied_total = 0
+        self.database_waits = 0  # tries that found the database away
         self.lag = LagGauges(self.topics)
 
     def run(self) -> None:
-        create_schema(self.engine, self.settings.database.schema_name)
+        self._while_database_away(create_schema, self.engine, self.settings.database.schema_name)
         self._consumer = Consumer(consumer_config(self.settings, self.settings.projector.group_id))
         self._consumer.subscribe(self.topics, on_assign=self._on_assign)
         # Everything allocated so far (modules, engine, consumer) lives as long as the process: keep
@@ -97,7 +110,7 @@ class Projector:
         msgs = self._poll()
         records = [to_record(m) for m in msgs if usable(m)]
         if records:
-            result = self._apply(records)
+            result = self._while_database_away(self._apply, records)
             if result is not None:
                 self.applied_total += result.events
                 self.lag.applied(records)
@@ -130,7 +143,36 @@ class Projector:
         self._generation = generation
         return swapped
 
+    def _while_database_away(self, call: Callable[..., T], *args) -> T:
+        """`call(*args)`, tried again while the database is away, until it is back or `stop()`.
+
+        A Postgres restart used to end the process (every chaos run's one crash not injected) and left
+        the projection stopped until a supervisor started another, which then waited out the old
+        member's Kafka session. Trying again is safe: a batch is applied in one transaction with its
+        offsets, so a try cut short wrote nothing, and records already applied are skipped."""
+        retrying = Retrying(
+            retry=retry_if_exception_type(DATABASE_AWAY),
+            wait=wait_exponential_jitter(initial=RETRY_FIRST_S, max=RETRY_MAX_S),
+            stop=lambda _: self._stop.is_set(),
+            sleep=self._stop.wait,
+            before_sleep=self._note_database_away,
+            reraise=True,
+        )
+        return retrying(call, *args)
+
+    def _note_database_away(self, state: RetryCallState) -> None:
+        self.database_waits += 1
+        if state.attempt_number == 1 or state.attempt_number % 30 == 0:
+            log.warning(
+                "projections database unavailable (%s); trying again (try %d)",
+                state.outcome.exception() if state.outcome else "?",
+                state.attempt_number,
+            )
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._while_database_away(self._assign, consumer, partitions)
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         with self.engine.begin() as conn:
             self._generation = conn.scalar(select(projection_meta.c.generation))
             done = stored_offsets(conn, {(p.topic, p.partition) for p in partitions})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import tempfile
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,7 +12,6 @@ import grpc
 import pytest
 
 from projections.db import create_schema, sync_engine
-from projections.projector import Projector
 from projections.settings import DatabaseSettings, ProjectorSettings
 from services.api.settings import ApiSettings
 from services.bus.admin import admin_client, create_topics
@@ -22,6 +20,7 @@ from services.bus.topics import ALL_TOPICS
 from services.settings import Settings
 from tests.support.auth import AUTH, admin_channel, admin_token
 from tests.support.infra import Infra, test_infra
+from tests.support.running_projector import RunningProjector
 
 
 @pytest.fixture(scope="session")
@@ -66,25 +65,6 @@ def drop_topics(kafka: KafkaSettings) -> None:
     # (8 deletions timing out at 15 s each). Already gone, the broker down or slow: a test's cleanup
     # never fails the test
     concurrent.futures.wait(futures, timeout=15)
-
-
-class RunningProjector:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.projector: Projector | None = None
-        self.thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self.projector = Projector(self.settings)
-        self.thread = threading.Thread(target=self.projector.run, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        if self.projector is not None:
-            self.projector.stop()
-            self.thread.join(30)
-            self.projector.engine.dispose()
-            self.projector = None
 
 
 @pytest.fixture

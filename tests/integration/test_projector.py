@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from confluent_kafka import Producer
 from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
 
-from projections.db import sync_engine
+from projections.db import create_schema, sync_engine
 from projections.schema import messages, quarantine, sessions
 from services.bus.producer import EventLog
 from services.bus.topics import SESSIONS
 from services.events import MessageAppended, ProducerInfo, SessionCreated, WorkspaceCreated, encode
+from tests.support.running_projector import RunningProjector
+from tests.support.tcp_proxy import TcpProxy
 from tests.support.wait import eventually
 
 P = ProducerInfo(component="test", version="0")
@@ -89,6 +93,53 @@ def test_a_restarted_projector_applies_nothing_twice(settings, projector):
     with engine.connect() as conn:
         assert conn.scalar(select(sessions.c.message_count)) == 60
     log.close()
+
+
+def test_the_projector_waits_out_a_database_outage_and_then_projects_every_message_once(settings):
+    """Postgres away for a while (a restart, a network cut) stops the projection, not the projector: once
+    the database is back it goes on from where its rows stop, without a supervisor to restart it."""
+    engine = sync_engine(settings.database)
+    create_schema(engine, settings.database.schema_name)
+    url = make_url(settings.database.url)
+    proxy = TcpProxy(url.host, url.port).start()
+    proxied = settings.model_copy(
+        update={
+            "database": settings.database.model_copy(update={"url": url.set(port=proxy.port).render_as_string(False)})
+        }
+    )
+    running = RunningProjector(proxied)
+    running.start()
+    log = EventLog(settings.kafka)
+    log.start()
+    try:
+        log.append_sync(
+            [
+                WorkspaceCreated(workspace_id="w", producer=P),
+                SessionCreated(workspace_id="w", session_id="s1", producer=P),
+            ]
+        )
+        log.append_sync([msg(i) for i in range(20)])
+        eventually(lambda: count(engine, messages) == 20)
+
+        proxy.cut()
+        log.append_sync([msg(i) for i in range(20, 40)])
+        # the projector meets the outage: refused connections, for longer than a few retries take
+        eventually(lambda: running.projector.database_waits > 0, timeout=10)
+        time.sleep(2)
+        assert running.thread.is_alive()
+        assert count(engine, messages) == 20
+
+        proxy.restore()
+        log.append_sync([msg(i) for i in range(40, 50)])
+        # tries are at most RETRY_MAX_S (2 s) apart: back well within 10 s, with no Kafka rebalance
+        eventually(lambda: count(engine, messages) == 50, timeout=10)
+        assert seqs(engine) == list(range(1, 51))
+        assert running.thread.is_alive()
+    finally:
+        log.close()
+        running.stop()
+        proxy.stop()
+        engine.dispose()
 
 
 def test_the_same_event_delivered_twice_is_applied_once(settings, projector):
