@@ -84,9 +84,11 @@ def _save(state: StackState) -> None:
 
 def _spawn(state: StackState, name: str) -> int:
     log = open(Path(state.root) / f"{name}.log", "ab")
+    # a projector restarted under its name takes its partitions back at once (static group membership)
+    own = {"PEERLOG_PROJECTOR_INSTANCE_ID": name} if PROCESSES[name][0] == "projector" else {}
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", *PROCESSES[name]],
-        env={**os.environ, **state.env()},
+        env={**own, **os.environ, **state.env()},
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

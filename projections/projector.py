@@ -53,8 +53,8 @@ def to_record(msg: Message) -> Record:
     )
 
 
-def consumer_config(settings: Settings, group_id: str) -> dict:
-    return {
+def consumer_config(settings: Settings, group_id: str, instance_id: str = "") -> dict:
+    config = {
         "bootstrap.servers": settings.kafka.bootstrap_servers,
         "group.id": group_id,
         "enable.auto.commit": False,
@@ -66,12 +66,16 @@ def consumer_config(settings: Settings, group_id: str) -> dict:
         # with the same projection lag)
         "fetch.wait.max.ms": 100,
         "fetch.min.bytes": 1,
-        # a SIGKILLed projector leaves its membership behind: its replacement gets the partitions only
-        # when that session expires (librdkafka's default 45 s, during which keyed writes wait for the
-        # projector too); 10 s as the processors' runner has
-        "session.timeout.ms": 10_000,
+        # a SIGKILLed projector leaves its membership behind: a replacement without its instance id gets
+        # the partitions only when that session expires (librdkafka's default 45 s, during which keyed
+        # writes wait for the projector too); 10 s by default, as the processors' runner has
+        "session.timeout.ms": int(settings.projector.session_timeout_s * 1000),
         "heartbeat.interval.ms": 2_000,
     }
+    if instance_id:
+        # static membership (KIP-345): a member that comes back under its id gets its partitions at once
+        config["group.instance.id"] = instance_id
+    return config
 
 
 class Projector:
@@ -90,7 +94,8 @@ class Projector:
 
     def run(self) -> None:
         self._while_database_away(create_schema, self.engine, self.settings.database.schema_name)
-        self._consumer = Consumer(consumer_config(self.settings, self.settings.projector.group_id))
+        projector = self.settings.projector
+        self._consumer = Consumer(consumer_config(self.settings, projector.group_id, projector.instance_id))
         self._consumer.subscribe(self.topics, on_assign=self._on_assign)
         # Everything allocated so far (modules, engine, consumer) lives as long as the process: keep
         # the collector from re-scanning it. Decoding a batch allocates thousands of objects, and

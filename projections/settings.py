@@ -27,6 +27,19 @@ class ProjectorSettings(BaseSettings):
     group_id: str = "peerlog-projector"
     max_batch: int = Field(2000, ge=1, description="events applied per transaction, at most")
     poll_timeout_s: float = 0.05
+    instance_id: str = Field(
+        "",
+        description="static membership in the consumer group (each projector process its own id): a projector "
+        "started again under the same id takes its partitions back at once, instead of after the session timeout "
+        "of the one that died; empty: dynamic membership",
+    )
+    session_timeout_s: float = Field(
+        10.0,
+        ge=6,
+        le=300,
+        description="how long the group waits for a projector that stopped answering before giving its "
+        "partitions to another (or, with an instance_id, to itself started again)",
+    )
     metrics_port: int = Field(
         0,
         ge=0,
