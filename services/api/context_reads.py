@@ -51,6 +51,8 @@ class ContextQuery:
 
 
 def _check(q: ContextQuery) -> ContextQuery:
+    # the ids before any read: the query's named peers are read before the scope is checked
+    v.check_id("workspace_id", q.workspace_id)
     if not 0 <= q.token_budget <= MAX_BUDGET:
         raise InvalidArgument(f"token_budget {q.token_budget} is outside 1–{MAX_BUDGET}")
     if not 0 <= q.max_observations <= 500:

@@ -21,6 +21,10 @@ DEFAULT_LIMIT, MAX_LIMIT = 10, 100
 
 
 def _checked(q: MessageSearch) -> MessageSearch:
+    # the ids before any read: the query's named peers are read before the scope is checked
+    v.check_id("workspace_id", q.workspace_id)
+    if q.perspective_id:
+        v.check_id("perspective_peer_id", q.perspective_id)
     v.check_text("query", q.query, v.MAX_SEARCH_QUERY_CHARS)
     if not 0 <= q.limit <= MAX_LIMIT:
         raise InvalidArgument(f"limit {q.limit} is outside 1–{MAX_LIMIT}; 0 means the default ({DEFAULT_LIMIT})")

@@ -240,6 +240,10 @@ async def append_checked(
 ) -> tuple[list[str], str]:
     """AddMessages' append (atomic; once per idempotency key) of messages already checked, in any number:
     UploadFile's chunks of one file go in one transaction too."""
+    # before any read: the hot path's checks run in one statement, which Postgres refuses for an id with
+    # a NUL in it (the caller then got INTERNAL)
+    v.check_id("workspace_id", workspace_id)
+    v.check_id("session_id", session_id)
     keyed = idempotency.keyed(workspace_id, (workspace_id, session_id), idempotency_key, new)
     return await idempotency.once(
         ctx, keyed, lambda request: _append_messages(ctx, workspace_id, session_id, new, request)

@@ -302,6 +302,47 @@ async def test_search_queries_with_nul_or_over_10000_characters_are_invalid_argu
         )
 
 
+async def test_malformed_ids_are_invalid_argument_before_any_read_on_the_fast_paths(convo, channel, settings):
+    """Found by the long fuzz: AddMessages' one-statement checks and the searches' read of the peers a query
+    names sent a NUL id to Postgres, which refused it, and the caller got INTERNAL."""
+    context = context_pb2_grpc.ContextServiceStub(channel)
+    before = log_end_offsets(settings)
+    for bad in ("acme\x00", "", "a c"):
+        await rejected(convo.add(bad, "s1", [("alice", "hi")]), grpc.StatusCode.INVALID_ARGUMENT, "workspace_id")
+        await rejected(
+            convo.workspaces.SearchMessages(
+                workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id=bad, query="bees")
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "workspace_id",
+        )
+        await rejected(
+            context.GetContext(
+                context_pb2.GetContextRequest(workspace_id=bad, session_id="s1", observer_id="alice", search_query="b")
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "workspace_id",
+        )
+        await rejected(
+            context.GetRepresentation(
+                context_pb2.GetRepresentationRequest(workspace_id=bad, observer_id="alice", search_query="bees")
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "workspace_id",
+        )
+    await rejected(convo.add("acme", "s1\x00", [("alice", "hi")]), grpc.StatusCode.INVALID_ARGUMENT, "session_id")
+    await rejected(
+        convo.workspaces.SearchMessages(
+            workspaces_pb2.SearchWorkspaceMessagesRequest(
+                workspace_id="acme", query="bees", perspective_peer_id="al\x00"
+            )
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "perspective_peer_id",
+    )
+    assert log_end_offsets(settings) == before
+
+
 async def test_search_filters_of_70000_ids_are_invalid_argument(convo):
     many = [f"s{i}" for i in range(70_000)]
     await rejected(
