@@ -11,6 +11,7 @@ import inspect
 import time
 
 import grpc
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import Counter, Histogram
 
@@ -32,15 +33,24 @@ class _Call:
         self.method = method
         self.started = time.perf_counter()
         service, _, name = method.lstrip("/").partition("/")
-        self.span = tracing.TRACER.start_as_current_span(
-            method.lstrip("/"),
+        self._span_args = dict(
+            name=method.lstrip("/"),
             context=tracing.context_from(metadata),
             kind=SpanKind.SERVER,
             attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
         )
 
+    def current_span(self):
+        """The call's span, current for the `with` block (a unary call: one task from start to end)."""
+        return tracing.TRACER.start_as_current_span(**self._span_args)
+
+    def span(self) -> trace.Span:
+        """The call's span, not made current: a stream makes it current around each step of its handler."""
+        return tracing.TRACER.start_span(**self._span_args)
+
     def code(self, context: grpc.aio.ServicerContext, exc: BaseException | None) -> grpc.StatusCode:
-        if isinstance(exc, asyncio.CancelledError):
+        # a stream's generator is closed (GeneratorExit) when the client goes away
+        if isinstance(exc, asyncio.CancelledError | GeneratorExit):
             return grpc.StatusCode.CANCELLED
         set_code = context.code()  # what an abort set; None when the handler returned normally
         if set_code is not None:
@@ -59,7 +69,7 @@ class _Call:
 def _observed_unary(inner, method: str):
     async def observed(request, context: grpc.aio.ServicerContext):
         call = _Call(method, context.invocation_metadata())
-        with call.span as span:
+        with call.current_span() as span:
             try:
                 reply = await inner(request, context)
             except BaseException as exc:
@@ -73,15 +83,25 @@ def _observed_unary(inner, method: str):
 
 def _observed_stream(inner, method: str):
     async def observed(request, context: grpc.aio.ServicerContext):
+        """The span is current only while the handler runs, not across a yield: grpc closes a cancelled
+        stream from another context, where a context attached before the yield cannot be detached."""
         call = _Call(method, context.invocation_metadata())
-        with call.span as span:
-            try:
-                async for item in inner(request, context):
-                    yield item
-            except BaseException as exc:
-                call.end(span, context, exc)
-                raise
-            call.end(span, context, None)
+        span, items = call.span(), inner(request, context)
+        try:
+            while True:
+                with trace.use_span(span, end_on_exit=False):
+                    try:
+                        item = await anext(items)
+                    except StopAsyncIteration:
+                        break
+                yield item
+        except BaseException as exc:
+            call.end(span, context, exc)
+            await items.aclose()
+            raise
+        finally:
+            span.end()
+        call.end(span, context, None)
 
     return observed
 
