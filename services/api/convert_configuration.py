@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from peerlog.v1 import configuration_pb2
+from services.api import validation as v
 from services.errors import InvalidArgument
 from services.events import SETTINGS, ConfigLevel, Configuration, Effective
 
@@ -15,8 +16,12 @@ LEVELS = {
 
 def configuration(m: configuration_pb2.Configuration, field: str = "configuration") -> Configuration:
     """The level a request sets (unset fields inherit); an out-of-range value is INVALID_ARGUMENT."""
+    values = {name: getattr(m, name) for name in SETTINGS if m.HasField(name)}
+    for name, value in values.items():
+        if isinstance(value, str):  # instructions: stored as jsonb, which cannot hold a NUL (the projector
+            v.check_no_nul(f"{field}.{name}", value)  # quarantined such a level after the API accepted it)
     try:
-        return Configuration(**{name: getattr(m, name) for name in SETTINGS if m.HasField(name)})
+        return Configuration(**values)
     except ValidationError as exc:
         raise InvalidArgument(
             "; ".join(f"{field}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())

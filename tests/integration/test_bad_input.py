@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 
 from peerlog.v1 import (
     common_pb2,
+    configuration_pb2,
     context_pb2,
     context_pb2_grpc,
     dreams_pb2,
@@ -218,6 +219,42 @@ async def test_nul_in_any_written_string_is_invalid_argument_naming_the_field_an
                 dreams_pb2.ScheduleDreamRequest(workspace_id="acme", observer_id="alice", reason=nul)
             ),
             "reason",
+        ),
+        # found by the long fuzz: accepted, then quarantined by the projector (jsonb holds no NUL)
+        (
+            convo.configuration.SetMessageConfiguration(
+                configuration_pb2.SetMessageConfigurationRequest(
+                    workspace_id="acme",
+                    session_id="s1",
+                    message_id=made.message_ids[0],
+                    configuration=configuration_pb2.Configuration(dialectic_instructions=nul),
+                )
+            ),
+            "configuration.dialectic_instructions",
+        ),
+        (
+            convo.configuration.SetWorkspaceConfiguration(
+                configuration_pb2.SetWorkspaceConfigurationRequest(
+                    workspace_id="acme", configuration=configuration_pb2.Configuration(deriver_instructions=nul)
+                )
+            ),
+            "configuration.deriver_instructions",
+        ),
+        (
+            convo.messages.AddMessages(
+                messages_pb2.AddMessagesRequest(
+                    workspace_id="acme",
+                    session_id="s1",
+                    messages=[
+                        messages_pb2.NewMessage(
+                            peer_id="alice",
+                            content="hi",
+                            configuration=configuration_pb2.Configuration(deriver_instructions=nul),
+                        )
+                    ],
+                )
+            ),
+            "deriver_instructions",
         ),
     ]
     for call, field in cases:
