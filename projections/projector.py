@@ -93,20 +93,25 @@ class Projector:
         self.lag = LagGauges(self.topics)
 
     def run(self) -> None:
-        self._while_database_away(create_schema, self.engine, self.settings.database.schema_name)
-        projector = self.settings.projector
-        self._consumer = Consumer(consumer_config(self.settings, projector.group_id, projector.instance_id))
-        self._consumer.subscribe(self.topics, on_assign=self._on_assign)
-        # Everything allocated so far (modules, engine, consumer) lives as long as the process: keep
-        # the collector from re-scanning it. Decoding a batch allocates thousands of objects, and
-        # the full collections they trigger had made decoding ~2.5x slower.
-        gc.collect()
-        gc.freeze()
         try:
+            self._while_database_away(create_schema, self.engine, self.settings.database.schema_name)
+            projector = self.settings.projector
+            self._consumer = Consumer(consumer_config(self.settings, projector.group_id, projector.instance_id))
+            self._consumer.subscribe(self.topics, on_assign=self._on_assign)
+            # Everything allocated so far (modules, engine, consumer) lives as long as the process: keep
+            # the collector from re-scanning it. Decoding a batch allocates thousands of objects, and
+            # the full collections they trigger had made decoding ~2.5x slower.
+            gc.collect()
+            gc.freeze()
             while not self._stop.is_set():
                 self._step()
+        except DATABASE_AWAY:
+            if not self._stop.is_set():
+                raise
+            # stopped while waiting for the database: nothing of the batch was written, a restart redoes it
         finally:
-            self._consumer.close()
+            if self._consumer is not None:
+                self._consumer.close()
 
     def stop(self) -> None:
         self._stop.set()

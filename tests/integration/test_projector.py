@@ -231,3 +231,28 @@ def test_a_member_sees_the_messages_between_its_join_and_its_leave_in_log_order_
             "m3",
         ]
     log.close()
+
+
+def test_a_projector_stopped_while_the_database_is_away_exits_cleanly_and_writes_nothing(settings):
+    engine = sync_engine(settings.database)
+    create_schema(engine, settings.database.schema_name)
+    url = make_url(settings.database.url)
+    proxy = TcpProxy(url.host, url.port).start()
+    database = settings.database.model_copy(update={"url": url.set(port=proxy.port).render_as_string(False)})
+    running = RunningProjector(settings.model_copy(update={"database": database}))
+    running.start()
+    log = EventLog(settings.kafka)
+    log.start()
+    try:
+        proxy.cut()
+        log.append_sync([WorkspaceCreated(workspace_id="w", producer=P)])
+        eventually(lambda: running.projector.database_waits > 0, timeout=10)
+        thread = running.thread
+        running.projector.stop()
+        thread.join(10)
+        assert not thread.is_alive()
+        assert count(engine, messages) == 0
+    finally:
+        log.close()
+        proxy.stop()
+        engine.dispose()
