@@ -95,13 +95,13 @@ def _observed_stream(inner, method: str):
                     except StopAsyncIteration:
                         break
                 yield item
+            call.end(span, context, None)
         except BaseException as exc:
             call.end(span, context, exc)
             await items.aclose()
             raise
         finally:
             span.end()
-        call.end(span, context, None)
 
     return observed
 

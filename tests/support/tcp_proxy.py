@@ -22,8 +22,7 @@ class TcpProxy:
         self._listener: socket.socket | None = None
 
     def start(self) -> TcpProxy:
-        listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener = socket.create_server(("127.0.0.1", self.port))  # SO_REUSEADDR: restore() binds it again
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
         return self

@@ -7,8 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from services import tracing
 from services.api import telemetry
 
 
@@ -20,32 +25,48 @@ class FakeContext:
         return None
 
 
-async def test_a_stream_closed_from_another_task_detaches_nothing_and_is_counted_cancelled(caplog):
-    seen_spans = []
+@pytest.fixture
+def spans(monkeypatch) -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(tracing, "TRACER", provider.get_tracer("test"))
+    return exporter
+
+
+def requests(method: str, code: str) -> float:
+    return telemetry.REQUESTS.labels(method=method, code=code)._value.get()
+
+
+async def test_a_stream_closed_from_another_task_detaches_nothing_and_ends_its_span_cancelled(spans, caplog):
+    current = []
 
     async def inner(request, context):
         for i in range(3):
-            seen_spans.append(trace.get_current_span())
+            current.append(trace.get_current_span().get_span_context().span_id)
             yield i
 
-    observed = telemetry._observed_stream(inner, "/peerlog.v1.Test/Stream")
-    stream = observed(None, FakeContext())
-    before = telemetry.REQUESTS.labels(method="/peerlog.v1.Test/Stream", code="CANCELLED")._value.get()
+    method = "/peerlog.v1.Test/Stream"
+    stream = telemetry._observed_stream(inner, method)(None, FakeContext())
+    before = requests(method, "CANCELLED")
     with caplog.at_level(logging.ERROR, logger="opentelemetry.context"):
         assert await asyncio.create_task(stream.__anext__()) == 0
         await asyncio.create_task(stream.aclose())  # what grpc does when the client goes away
     assert not [r for r in caplog.records if "detach" in r.getMessage()]
-    assert seen_spans  # the handler ran
-    after = telemetry.REQUESTS.labels(method="/peerlog.v1.Test/Stream", code="CANCELLED")._value.get()
-    assert after == before + 1
+    assert requests(method, "CANCELLED") == before + 1
+    (span,) = spans.get_finished_spans()
+    assert current == [span.context.span_id]  # the handler ran inside the call's span
+    assert span.attributes["rpc.grpc.status_code"] == 1  # CANCELLED
 
 
-async def test_a_stream_that_ends_is_counted_ok():
+async def test_a_stream_that_ends_is_counted_ok_and_its_span_carries_the_code(spans):
     async def inner(request, context):
         yield 1
         yield 2
 
-    observed = telemetry._observed_stream(inner, "/peerlog.v1.Test/Ends")
-    before = telemetry.REQUESTS.labels(method="/peerlog.v1.Test/Ends", code="OK")._value.get()
-    assert [item async for item in observed(None, FakeContext())] == [1, 2]
-    assert telemetry.REQUESTS.labels(method="/peerlog.v1.Test/Ends", code="OK")._value.get() == before + 1
+    method = "/peerlog.v1.Test/Ends"
+    before = requests(method, "OK")
+    assert [item async for item in telemetry._observed_stream(inner, method)(None, FakeContext())] == [1, 2]
+    assert requests(method, "OK") == before + 1
+    (span,) = spans.get_finished_spans()
+    assert span.attributes["rpc.grpc.status_code"] == 0
