@@ -9,7 +9,6 @@ list, or to the same list over another workspace, fails the check, and so does a
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import re
@@ -57,7 +56,7 @@ class PageCursors:
             raise InvalidArgument(NOT_OURS)
         try:
             raw, given = _unb64(body), _unb64(mac)
-        except binascii.Error:
+        except ValueError:  # binascii.Error, or (from a character outside ASCII) a plain ValueError
             raise InvalidArgument(NOT_OURS) from None
         if not hmac.compare_digest(given, self._mac(scope, raw)):
             raise InvalidArgument(NOT_OURS)
