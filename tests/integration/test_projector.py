@@ -1,10 +1,13 @@
-"""The projector applies each event exactly once, parks what it cannot read, and ignores aborted writes."""
+"""The projector applies each event exactly once, parks what it cannot read, ignores aborted writes, waits out
+a database outage, and started again under its instance id takes its partitions back at once."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
+import pytest
 from confluent_kafka import Producer
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
@@ -14,6 +17,7 @@ from projections.schema import messages, quarantine, sessions
 from services.bus.producer import EventLog
 from services.bus.topics import SESSIONS
 from services.events import MessageAppended, ProducerInfo, SessionCreated, WorkspaceCreated, encode
+from tests.support.processes import Worker
 from tests.support.running_projector import RunningProjector
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.wait import eventually
@@ -41,6 +45,23 @@ def count(engine, table, *where) -> int:
 def seqs(engine) -> list[int]:
     with engine.connect() as conn:
         return list(conn.scalars(select(messages.c.seq).order_by(messages.c.seq)))
+
+
+@pytest.fixture
+def cut_off(settings) -> Iterator[tuple]:
+    """(engine, proxy, running projector): the projector reaches Postgres only through `proxy`, which a test
+    cuts and restores; `engine` reads the same database directly."""
+    engine = sync_engine(settings.database)
+    create_schema(engine, settings.database.schema_name)
+    url = make_url(settings.database.url)
+    proxy = TcpProxy(url.host, url.port).start()
+    database = settings.database.model_copy(update={"url": url.set(port=proxy.port).render_as_string(False)})
+    running = RunningProjector(settings.model_copy(update={"database": database}))
+    running.start()
+    yield engine, proxy, running
+    running.stop()
+    proxy.stop()
+    engine.dispose()
 
 
 def test_malformed_and_unknown_records_are_quarantined_and_the_projector_moves_on(settings, projector):
@@ -95,20 +116,10 @@ def test_a_restarted_projector_applies_nothing_twice(settings, projector):
     log.close()
 
 
-def test_the_projector_waits_out_a_database_outage_and_then_projects_every_message_once(settings):
+def test_the_projector_waits_out_a_database_outage_and_then_projects_every_message_once(settings, cut_off):
     """Postgres away for a while (a restart, a network cut) stops the projection, not the projector: once
     the database is back it goes on from where its rows stop, without a supervisor to restart it."""
-    engine = sync_engine(settings.database)
-    create_schema(engine, settings.database.schema_name)
-    url = make_url(settings.database.url)
-    proxy = TcpProxy(url.host, url.port).start()
-    proxied = settings.model_copy(
-        update={
-            "database": settings.database.model_copy(update={"url": url.set(port=proxy.port).render_as_string(False)})
-        }
-    )
-    running = RunningProjector(proxied)
-    running.start()
+    engine, proxy, running = cut_off
     log = EventLog(settings.kafka)
     log.start()
     try:
@@ -137,9 +148,6 @@ def test_the_projector_waits_out_a_database_outage_and_then_projects_every_messa
         assert running.thread.is_alive()
     finally:
         log.close()
-        running.stop()
-        proxy.stop()
-        engine.dispose()
 
 
 def test_the_same_event_delivered_twice_is_applied_once(settings, projector):
@@ -233,14 +241,8 @@ def test_a_member_sees_the_messages_between_its_join_and_its_leave_in_log_order_
     log.close()
 
 
-def test_a_projector_stopped_while_the_database_is_away_exits_cleanly_and_writes_nothing(settings):
-    engine = sync_engine(settings.database)
-    create_schema(engine, settings.database.schema_name)
-    url = make_url(settings.database.url)
-    proxy = TcpProxy(url.host, url.port).start()
-    database = settings.database.model_copy(update={"url": url.set(port=proxy.port).render_as_string(False)})
-    running = RunningProjector(settings.model_copy(update={"database": database}))
-    running.start()
+def test_a_projector_stopped_while_the_database_is_away_exits_cleanly_and_writes_nothing(settings, cut_off):
+    engine, proxy, running = cut_off
     log = EventLog(settings.kafka)
     log.start()
     try:
@@ -254,5 +256,42 @@ def test_a_projector_stopped_while_the_database_is_away_exits_cleanly_and_writes
         assert count(engine, messages) == 0
     finally:
         log.close()
-        proxy.stop()
+
+
+# long, so that waiting it out cannot pass for taking the partitions back
+SESSION_TIMEOUT_S = 60
+
+
+def test_a_projector_killed_and_started_again_under_its_instance_id_resumes_before_its_old_session_expires(
+    settings, tmp_path
+):
+    engine = sync_engine(settings.database)
+    create_schema(engine, settings.database.schema_name)
+    env = {"PEERLOG_PROJECTOR_INSTANCE_ID": "projector-1", "PEERLOG_PROJECTOR_SESSION_TIMEOUT_S": "60"}
+    log = EventLog(settings.kafka)
+    log.start()
+    first = Worker(settings, tmp_path / "first.log", env, command="projector run").start()
+    second = Worker(settings, tmp_path / "second.log", env, command="projector run")
+    try:
+        log.append_sync(
+            [
+                WorkspaceCreated(workspace_id="w", producer=P),
+                SessionCreated(workspace_id="w", session_id="s1", producer=P),
+            ]
+        )
+        log.append_sync([msg(i) for i in range(10)])
+        eventually(lambda: count(engine, messages) == 10, timeout=60)
+
+        first.kill()
+        log.append_sync([msg(i) for i in range(10, 20)])
+        started = time.monotonic()
+        second.start()
+        eventually(lambda: count(engine, messages) == 20, timeout=SESSION_TIMEOUT_S)
+        resumed_s = time.monotonic() - started
+        # a process start and a join, not the dead member's 60 s session
+        assert resumed_s < SESSION_TIMEOUT_S / 2, second.log_text()[-2000:]
+    finally:
+        first.kill()
+        second.stop()
+        log.close()
         engine.dispose()
