@@ -90,6 +90,15 @@ class Projector:
         self._consumer: Consumer | None = None
         self.applied_total = 0
         self.database_waits = 0  # tries that found the database away
+        # built once: every batch goes through it (see _while_database_away)
+        self._retrying = Retrying(
+            retry=retry_if_exception_type(DATABASE_AWAY),
+            wait=wait_exponential_jitter(initial=RETRY_FIRST_S, max=RETRY_MAX_S),
+            stop=lambda _: self._stop.is_set(),
+            sleep=self._stop.wait,
+            before_sleep=self._note_database_away,
+            reraise=True,
+        )
         self.lag = LagGauges(self.topics)
 
     def run(self) -> None:
@@ -160,15 +169,7 @@ class Projector:
         the projection stopped until a supervisor started another, which then waited out the old
         member's Kafka session. Trying again is safe: a batch is applied in one transaction with its
         offsets, so a try cut short wrote nothing, and records already applied are skipped."""
-        retrying = Retrying(
-            retry=retry_if_exception_type(DATABASE_AWAY),
-            wait=wait_exponential_jitter(initial=RETRY_FIRST_S, max=RETRY_MAX_S),
-            stop=lambda _: self._stop.is_set(),
-            sleep=self._stop.wait,
-            before_sleep=self._note_database_away,
-            reraise=True,
-        )
-        return retrying(call, *args)
+        return self._retrying(call, *args)
 
     def _note_database_away(self, state: RetryCallState) -> None:
         self.database_waits += 1
