@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, bindparam, or_, update
 from sqlalchemy.dialects.postgresql import insert
 
 from projections.derivations import derivation_promoted
@@ -55,6 +55,19 @@ def derivation_due(conn: Connection, events: Sequence[DerivationDue]) -> None:
     """Clock ticks change no projection."""
 
 
+# A batch's row must come out the same in whatever order its events are read: its start and its result sit
+# on the pair's observations topic, its dead letters on their own topic, and a projector catching up or a
+# rebuild reads topics in no fixed order among themselves. So 'done' is final (the dead letter of a batch
+# that `peerlog derivations retry` derived later changes nothing, read before or after), and a start read
+# after the batch finished still gives the row its started_at.
+_BATCH = derivation_batches.c
+_STARTED_AT = (
+    update(derivation_batches)
+    .where(_BATCH.workspace_id == bindparam("w"), _BATCH.batch_id == bindparam("b"), _BATCH.started_at.is_(None))
+    .values(started_at=bindparam("at"))
+)
+
+
 def derivation_started(conn: Connection, events: Sequence[DerivationStarted]) -> None:
     # a batch retried after a crash starts again under the same id: keep the first start
     insert_new(
@@ -74,6 +87,8 @@ def derivation_started(conn: Connection, events: Sequence[DerivationStarted]) ->
             for e in events
         ],
     )
+    # a batch finished before its start was read: the row exists without started_at
+    conn.execute(_STARTED_AT, [dict(w=e.workspace_id, b=e.batch_id, at=e.occurred_at) for e in events])
 
 
 def _finish(conn: Connection, e, values: dict) -> None:
@@ -89,7 +104,9 @@ def _finish(conn: Connection, e, values: dict) -> None:
     )
     conn.execute(
         stmt.on_conflict_do_update(
-            index_elements=["workspace_id", "batch_id"], set_={"finished_at": e.occurred_at, **values}
+            index_elements=["workspace_id", "batch_id"],
+            set_={"finished_at": e.occurred_at, **values},
+            where=or_(_BATCH.state != "done", stmt.excluded.state == "done"),
         )
     )
 
