@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from sqlalchemy import Engine, select
-from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential_jitter
+from tenacity import RetryCallState
 
 from projections.apply import Applied, Record, apply_batch, stored_offsets
 from projections.db import create_schema, sync_engine
 from projections.metrics import LagGauges
+from projections.outages import DATABASE_AWAY, log_every_30th, while_database_away
 from projections.schema import projection_meta
 from services.bus.runner import usable
 from services.bus.topics import ALL_TOPICS
@@ -31,13 +30,6 @@ if TYPE_CHECKING:  # the CLI composes the whole Settings; at run time projection
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# the database, not the batch: refused or dropped connections (Postgres stopped, restarting, or cut off
-# from us), an exhausted pool. What a batch can break on (a bad row) is DBAPIError, handled in apply.py
-DATABASE_AWAY = (OperationalError, InterfaceError, PoolTimeout)
-# between tries while the database is away: from 0.1 s, doubling, at most 2 s apart, so the projection
-# resumes within about 2 s of Postgres coming back
-RETRY_FIRST_S, RETRY_MAX_S = 0.1, 2.0
 
 
 def to_record(msg: Message) -> Record:
@@ -91,14 +83,8 @@ class Projector:
         self.applied_total = 0
         self.database_waits = 0  # tries that found the database away
         # built once: every batch goes through it (see _while_database_away)
-        self._retrying = Retrying(
-            retry=retry_if_exception_type(DATABASE_AWAY),
-            wait=wait_exponential_jitter(initial=RETRY_FIRST_S, max=RETRY_MAX_S),
-            stop=lambda _: self._stop.is_set(),
-            sleep=self._stop.wait,
-            before_sleep=self._note_database_away,
-            reraise=True,
-        )
+        self._retrying = while_database_away(self._stop, self._note_database_away)
+        self._log_database_away = log_every_30th("projector")
         self.lag = LagGauges(self.topics)
 
     def run(self) -> None:
@@ -173,12 +159,7 @@ class Projector:
 
     def _note_database_away(self, state: RetryCallState) -> None:
         self.database_waits += 1
-        if state.attempt_number == 1 or state.attempt_number % 30 == 0:
-            log.warning(
-                "projections database unavailable (%s); trying again (try %d)",
-                state.outcome.exception() if state.outcome else "?",
-                state.attempt_number,
-            )
+        self._log_database_away(state)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._while_database_away(self._assign, consumer, partitions)

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import logging
 import signal
+import threading
 from dataclasses import dataclass, field
 
 import grpc
@@ -42,6 +43,7 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from projections.db import async_engine, create_schema, sync_engine
+from projections.outages import DATABASE_AWAY, log_every_30th, while_database_away
 from projections.tool_reads import SqlChatReads
 from services import tracing
 from services.api import validation as v
@@ -161,16 +163,26 @@ def create_schemas(settings: Settings) -> None:
     """The projections' and webhooks' tables, made once by the supervisor of several API processes: two
     processes creating the same table at once collide in Postgres's catalog (a duplicate key error)."""
     _ensure_schema(settings)
-    engine_for(settings.database).dispose()
+    _webhook_engine(settings).dispose()
 
 
-def _ensure_schema(settings: Settings) -> None:
+def _ensure_schema(settings: Settings, stopping: threading.Event | None = None) -> None:
     # reads must not fail with "relation does not exist" just because the projector starts later
     engine = sync_engine(settings.database)
     try:
-        create_schema(engine, settings.database.schema_name)
+        _at_start(stopping)(create_schema, engine, settings.database.schema_name)
     finally:
         engine.dispose()
+
+
+def _webhook_engine(settings: Settings, stopping: threading.Event | None = None):
+    return _at_start(stopping)(engine_for, settings.database)
+
+
+def _at_start(stopping: threading.Event | None):
+    """A start that finds Postgres away (restarting, as a deploy restarts everything) waits for it, as the
+    projector does, instead of exiting; `stopping` (SIGTERM) ends the wait with the error."""
+    return while_database_away(stopping or threading.Event(), log_every_30th("API start"))
 
 
 def _dialectic(settings: Settings, engine, embedder, reranker: Reranker | None) -> Dialectic:
@@ -212,10 +224,11 @@ def _listen(server: grpc.aio.Server, api: ApiSettings) -> int:
     return server.add_secure_port(address, credentials)
 
 
-async def start(settings: Settings) -> RunningServer:
-    """Start serving on settings.api.host:port (port 0 picks a free one)."""
+async def start(settings: Settings, stopping: threading.Event | None = None) -> RunningServer:
+    """Start serving on settings.api.host:port (port 0 picks a free one). While Postgres is away, wait for
+    it until `stopping` is set."""
     interceptors = _interceptors(settings.auth)  # first: a missing key fails before anything opens
-    await asyncio.get_running_loop().run_in_executor(None, _ensure_schema, settings)
+    await asyncio.get_running_loop().run_in_executor(None, _ensure_schema, settings, stopping)
     # first: a misconfigured model fails before anything opens
     embedder = QueryVectorCache(make_embedder(settings.embedding), settings.embedding.query_cache_size)
     reranker = make_reranker(settings.rerank)
@@ -246,7 +259,7 @@ async def start(settings: Settings) -> RunningServer:
     # not: 100 messages of 25,000 three-byte characters were refused by the transport)
     options = [("grpc.so_reuseport", int(shared)), ("grpc.max_receive_message_length", v.MAX_REQUEST_BYTES)]
     server = grpc.aio.server(interceptors=interceptors, options=options)
-    webhooks = WebhookStore(await asyncio.get_running_loop().run_in_executor(None, engine_for, settings.database))
+    webhooks = WebhookStore(await asyncio.get_running_loop().run_in_executor(None, _webhook_engine, settings, stopping))
     monitor = _health(_register(server, ctx, webhooks, settings), ctx, ends, settings)
     await monitor.check_once()  # the first answer is already a real one
     port = _listen(server, settings.api)
@@ -271,14 +284,20 @@ async def serve(settings: Settings, metrics: bool = True) -> None:
     # must stop the server through the same path, not kill it before a supervisor can clean up
     tracing.setup(settings.tracing, "peerlog-api")
     stop = asyncio.Event()
+    stopping = threading.Event()  # the same signal, for a start that waits for Postgres in a thread
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, lambda: (stop.set(), stopping.set()))
     # metrics before the port answers: a scrape right after the first call must not find them missing
     # while the models still warm up (a CI run scraped a refused port)
     if settings.api.metrics_port and metrics:
         start_http_server(settings.api.metrics_port, addr=settings.api.metrics_host)
-    running = await start(settings)
+    try:
+        running = await start(settings, stopping)
+    except DATABASE_AWAY:
+        if stopping.is_set():
+            return  # stopped while waiting for Postgres: nothing was started
+        raise
     await _warm(running.ctx)
     # what exists now lives as long as the process: keep the collector from re-scanning it on every
     # full collection (a GetContext allocates thousands of rows, strings and messages)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
 
+from projections.outages import DATABASE_AWAY, log_every_30th, while_database_away
 from services.settings import Settings
 from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import WebhookStore, engine_for
@@ -32,9 +34,9 @@ async def supervise(
     # every connection checked: a name registered while public may resolve to a private address later
     async with delivery_client(settings.webhook.allow_private_targets) as client:
         while not stop.is_set():
-            wanted: dict[str, Endpoint] = {
-                e.endpoint_id: e for e in await asyncio.get_running_loop().run_in_executor(None, store.endpoints)
-            }
+            wanted = await _registered(store)
+            if wanted is None:
+                wanted = {endpoint_id: None for endpoint_id in running}  # unknown: keep what runs
             for endpoint_id in running.keys() - wanted.keys():
                 await _halt(*running.pop(endpoint_id))
             for endpoint_id in wanted.keys() - running.keys():
@@ -55,6 +57,17 @@ async def supervise(
             await _halt(halt, task)
 
 
+async def _registered(store: WebhookStore) -> dict[str, Endpoint] | None:
+    """The registered endpoints by id; None while the database is away (Postgres restarting): the loops
+    running keep on, and the list is read again next round. Before, the process exited there."""
+    try:
+        listed = await asyncio.get_running_loop().run_in_executor(None, store.endpoints)
+    except DATABASE_AWAY as err:
+        log.warning("webhook endpoints unreadable, the database is unavailable (%s); reading them again soon", err)
+        return None
+    return {e.endpoint_id: e for e in listed}
+
+
 async def _halt(halt: asyncio.Event, task: asyncio.Task) -> None:
     halt.set()
     await asyncio.gather(task, return_exceptions=True)
@@ -63,9 +76,17 @@ async def _halt(halt: asyncio.Event, task: asyncio.Task) -> None:
 async def run_webhooks(settings: Settings) -> None:
     """Deliver until SIGTERM/SIGINT."""
     stop = asyncio.Event()
+    stopping = threading.Event()  # the same signal, for the start's wait for Postgres in a thread
     for sig in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    store = WebhookStore(engine_for(settings.database))
+        asyncio.get_running_loop().add_signal_handler(sig, lambda: (stop.set(), stopping.set()))
+    waiting = while_database_away(stopping, log_every_30th("webhooks start"))
+    try:  # started while Postgres is away (restarting with everything else): wait for it
+        engine = await asyncio.get_running_loop().run_in_executor(None, waiting, engine_for, settings.database)
+    except DATABASE_AWAY:
+        if stopping.is_set():
+            return
+        raise
+    store = WebhookStore(engine)
     try:
         await supervise(settings, store, stop)
     finally:

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Producer
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 
 from projections.db import create_schema, sync_engine
 from projections.schema import messages, quarantine, sessions
@@ -19,7 +18,7 @@ from services.bus.topics import SESSIONS
 from services.events import MessageAppended, ProducerInfo, SessionCreated, WorkspaceCreated, encode
 from tests.support.processes import Worker
 from tests.support.running_projector import RunningProjector
-from tests.support.tcp_proxy import TcpProxy
+from tests.support.tcp_proxy import database_behind_proxy
 from tests.support.wait import eventually
 
 P = ProducerInfo(component="test", version="0")
@@ -53,10 +52,8 @@ def cut_off(settings) -> Iterator[tuple]:
     cuts and restores; `engine` reads the same database directly."""
     engine = sync_engine(settings.database)
     create_schema(engine, settings.database.schema_name)
-    url = make_url(settings.database.url)
-    proxy = TcpProxy(url.host, url.port).start()
-    database = settings.database.model_copy(update={"url": url.set(port=proxy.port).render_as_string(False)})
-    running = RunningProjector(settings.model_copy(update={"database": database}))
+    proxy, behind = database_behind_proxy(settings)
+    running = RunningProjector(behind)
     running.start()
     yield engine, proxy, running
     running.stop()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import socket
 import threading
 
+from sqlalchemy.engine import make_url
+
 from infra.processes import free_port
 
 
@@ -33,6 +35,12 @@ class TcpProxy:
             listener, self._listener = self._listener, None
             dropped, self._open = self._open, []
         if listener is not None:
+            # shutdown first: close() alone leaves the port listening while the accept thread is blocked
+            # on it, so a restore could not bind it again
+            try:
+                listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             listener.close()
         for s in dropped:
             _close(s)
@@ -80,3 +88,12 @@ def _close(s: socket.socket) -> None:
     except OSError:
         pass
     s.close()
+
+
+def database_behind_proxy(settings):
+    """(a started proxy in front of the settings' Postgres, the settings with their database reached only
+    through it)."""
+    url = make_url(settings.database.url)
+    proxy = TcpProxy(url.host, url.port).start()
+    database = settings.database.model_copy(update={"url": url.set(port=proxy.port).render_as_string(False)})
+    return proxy, settings.model_copy(update={"database": database})
