@@ -27,6 +27,7 @@ import os
 import random
 import shlex
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -317,18 +318,23 @@ class Chaos:
         mid = reply.message_ids[0]
         out = {"ack_s": round(acked, 2)}
         for name, sql in (
-            ("projected_s", "SELECT 1 FROM peerlog.messages WHERE message_id = %s"),
-            ("derived_s", "SELECT 1 FROM peerlog.derivation_batches WHERE %s = ANY(message_ids) AND state = 'done'"),
+            ("projected_s", "SELECT 'done' FROM peerlog.messages WHERE message_id = %s"),
+            # a batch the model kept failing is finished too: dead-lettered, to be retried by an operator
+            (
+                "derived_s",
+                "SELECT state FROM peerlog.derivation_batches WHERE %s = ANY(message_ids) AND state <> 'in_flight'",
+            ),
         ):
             deadline = time.monotonic() + 300
-            while not await asyncio.to_thread(query, self.dsn, sql, (mid,)):
+            while not (rows := await asyncio.to_thread(query, self.dsn, sql, (mid,))):
                 if time.monotonic() > deadline:
                     out[name] = None
                     break
                 await asyncio.sleep(0.2)
             else:
-                out[name] = round(time.monotonic() - started, 2)
-        out["recovered"] = out.get("derived_s") is not None
+                out[name] = round(time.monotonic() - started, 2) if rows[0][0] == "done" else None
+                out["dead_lettered"] = rows[0][0] == "dead_lettered" or out.get("dead_lettered", False)
+        out["recovered"] = out.get("derived_s") is not None or out.get("dead_lettered", False)
         return out
 
 
@@ -362,6 +368,59 @@ def read_topic(bootstrap: str, topic: str) -> list:
     finally:
         consumer.close()
     return events
+
+
+def batch_message_ids(dsn: str, workspace: str, states: tuple[str, ...]) -> set[str]:
+    """The messages of the workspace's derivation batches in one of `states`."""
+    rows = query(
+        dsn,
+        "SELECT DISTINCT unnest(message_ids) FROM peerlog.derivation_batches "
+        "WHERE workspace_id = %s AND state = ANY(%s)",
+        (workspace, list(states)),
+    )
+    return {r[0] for r in rows}
+
+
+def wait_settled(dsn: str, workspace: str, acked_ids: set[str], timeout: float) -> float:
+    """Wait until every acknowledged message is in a finished batch (derived, or dead-lettered after the
+    model kept failing) and no batch is in flight; return the seconds taken, -1 on timeout."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        in_flight = query(
+            dsn,
+            "SELECT count(*) FROM peerlog.derivation_batches WHERE workspace_id = %s AND state = 'in_flight'",
+            (workspace,),
+        )[0][0]
+        if not in_flight and acked_ids <= batch_message_ids(dsn, workspace, ("done", "dead_lettered")):
+            return time.monotonic() - started
+        time.sleep(2)
+    return -1.0
+
+
+def retry_dead_letters(state, dsn: str, workspace: str, model: FlakyModel, acked_ids: set[str], args) -> dict:
+    """Once the model is fixed, what an operator does: `peerlog derivations retry` for the workspace; then
+    wait until every acknowledged message is derived. The figures say what was parked and how it ended."""
+    dead = batch_message_ids(dsn, workspace, ("dead_lettered",)) & acked_ids
+    batches = query(
+        dsn,
+        "SELECT count(*) FROM peerlog.derivation_batches WHERE workspace_id = %s AND state = 'dead_lettered'",
+        (workspace,),
+    )[0][0]
+    out = {"dead_lettered_batches": batches, "dead_lettered_messages": len(dead)}
+    if not batches:
+        return out
+    model.heal()
+    started = time.monotonic()
+    cli = [sys.executable, "-m", "services.cli.main", "derivations", "retry", "-w", workspace]
+    done = subprocess.run(
+        cli, env={**os.environ, **state.env()}, cwd=ROOT, capture_output=True, text=True, timeout=args.drain_timeout
+    )
+    out.update(retry_exit=done.returncode, retry_output=(done.stdout + done.stderr).strip().splitlines()[-5:])
+    while not acked_ids <= derived_ids(dsn, workspace) and time.monotonic() - started < args.drain_timeout:
+        time.sleep(2)
+    out["derived_after_s"] = round(time.monotonic() - started, 1)
+    out["still_not_derived"] = len(acked_ids - derived_ids(dsn, workspace))
+    return out
 
 
 def wait_quiet(dsn: str, workspace: str, acked_ids: set[str], timeout: float) -> float:
@@ -506,6 +565,43 @@ def model_reply(delay_s: float):
     return handler
 
 
+# how a model provider fails: no answer within the client's timeout, a server error, a rate limit, text
+# that is not JSON, and JSON of the wrong shape
+MODEL_FAULTS = ("timeout", "server_error", "rate_limited", "not_json", "wrong_shape")
+
+
+class FlakyModel:
+    """The test model, failing a share of its calls (`--model-faults`), each in one of MODEL_FAULTS drawn
+    from a seeded generator. `heal()` ends the faults: the model is fixed before a retry."""
+
+    def __init__(self, delay_s: float, share: float, timeout_s: float, seed: int) -> None:
+        self.delay_s, self.share, self.timeout_s = delay_s, share, timeout_s
+        self.healthy = model_reply(delay_s)
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()  # the server answers each request on its own thread
+        self.answered: Counter = Counter()
+
+    def heal(self) -> None:
+        with self.lock:
+            self.share = 0.0
+
+    def __call__(self, request) -> Reply:
+        with self.lock:
+            fault = self.rng.choice(MODEL_FAULTS) if self.rng.random() < self.share else "ok"
+            self.answered[fault] += 1
+        if fault == "timeout":
+            return Reply(content="too late", delay_s=self.timeout_s + 1)
+        if fault == "server_error":
+            return Reply(status=500, delay_s=self.delay_s)
+        if fault == "rate_limited":
+            return Reply(status=429, headers={"retry-after": "1"})
+        if fault == "not_json":
+            return Reply(content='{"facts": [{"content": "The target said', delay_s=self.delay_s)
+        if fault == "wrong_shape":
+            return Reply(content={"facts": [{"text": 3}], "note": "not the schema"}, delay_s=self.delay_s)
+        return self.healthy(request)
+
+
 async def chaos_run(args, root: Path) -> dict:
     result: dict = {
         "benchmark": "chaos",
@@ -515,10 +611,12 @@ async def chaos_run(args, root: Path) -> dict:
         "load_average_before": os.getloadavg(),
     }
     with ModelServer() as server:
-        server.reply_with(model_reply(args.delay_ms / 1000))
+        model = FlakyModel(args.delay_ms / 1000, args.model_faults, args.model_timeout_s, args.seed)
+        server.reply_with(model)
         env = {
             "PEERLOG_LLM_BASE_URL": server.base_url,
             "PEERLOG_LLM_MODEL": "chaos-model",
+            "PEERLOG_LLM_TIMEOUT_S": str(args.model_timeout_s),
             "PEERLOG_DERIVER_TICK_S": "1",
             "PEERLOG_DERIVER_MAX_WAIT_S": str(args.max_wait_s),
         }
@@ -550,9 +648,9 @@ async def chaos_run(args, root: Path) -> dict:
                 await asyncio.gather(load.run(args.messages), chaos.run(c))
                 load_s = time.monotonic() - started
             log(f"load and faults done in {load_s:.0f} s: {len(load.acked)} acknowledged; draining")
-            drain_s = await asyncio.to_thread(
-                wait_quiet, sql_dsn(state.database_url), workspace, set(load.acked.values()), args.drain_timeout
-            )
+            dsn, acked_ids = sql_dsn(state.database_url), set(load.acked.values())
+            drain_s = await asyncio.to_thread(wait_settled, dsn, workspace, acked_ids, args.drain_timeout)
+            retried = await asyncio.to_thread(retry_dead_letters, state, dsn, workspace, model, acked_ids, args)
             supervisor.stop()
             lag_after_faults(chaos.faults, load, watcher.timeline)
             log("verifying")
@@ -587,6 +685,8 @@ async def chaos_run(args, root: Path) -> dict:
             },
             "faults": chaos.faults,
             "model_calls": len(server.chat_requests()),
+            "model_answers": dict(model.answered),
+            "dead_letter_retry": retried,
             "load_average_after": os.getloadavg(),
         }
     )
@@ -602,6 +702,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=200, help="messages/s offered in all (0: as fast as acks come)")
     p.add_argument("--delay-ms", type=int, default=200, help="the test model's latency per call")
     p.add_argument("--max-wait-s", type=float, default=10, help="the deriver's batch age limit")
+    p.add_argument("--model-faults", type=float, default=0.0, help="share of model calls that fail (MODEL_FAULTS)")
+    p.add_argument("--model-timeout-s", type=float, default=5.0, help="the model client's timeout per request")
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--broker-restarts", type=int, default=2)
     p.add_argument("--postgres-restarts", type=int, default=1)
@@ -624,6 +726,9 @@ def main(argv: list[str]) -> int:
         and result["duplicated_in_projection"] == 0
         and result["derived_never"] == 0
         and result["derived_more_than_once"] == 0
+        # without model faults nothing may be parked; with them, the retry must derive every parked message
+        and (result["config"]["model_faults"] > 0 or result["dead_letter_retry"]["dead_lettered_batches"] == 0)
+        and not result["dead_letter_retry"].get("still_not_derived")
         and result["observations_added_twice_on_log"] == 0
         and result["rebuild"].get("switched") is True
         and not result["rebuild"].get("differing_rows")
