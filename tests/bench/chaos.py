@@ -58,6 +58,8 @@ from tests.support.extractor import extract_each_turn, is_deriver  # noqa: E402
 from tests.support.model_server import ModelServer, Reply  # noqa: E402
 
 KILLABLE = ("api", "worker", "projector")
+# watched for crashes and restarted like the others, but never killed on purpose
+WATCHED = (*KILLABLE, "webhooks")
 
 
 def log(msg: str) -> None:
@@ -91,7 +93,7 @@ class Supervisor(threading.Thread):
     def run(self) -> None:
         while not self.stopping.wait(0.5):
             with self.lock:
-                for name in KILLABLE:
+                for name in WATCHED:
                     pid = self.state.pids.get(name, 0)
                     if pid_alive(pid):
                         continue
