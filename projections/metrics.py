@@ -16,13 +16,13 @@ from confluent_kafka import Consumer
 from prometheus_client import REGISTRY, Gauge, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine, exists, func, select
+from sqlalchemy import Engine, exists, func, or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from projections.apply import Record
 from projections.schema import dead_letters, derivation_batches, dreams, perceptions
 from projections.settings import ProjectorSettings
-from projections.status_reads import BATCH_STATES, DREAM_STATES
+from projections.status_reads import BATCH_STATES, DREAM_STATES, outstanding
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,14 @@ def _pending_derivations():
     return select(func.count()).select_from(perceptions).where(~batched)
 
 
+def _batches_by_state():
+    """Batches by state, as GetProcessingStatus sees them: a dead-lettered batch whose messages a retry has
+    derived since, in batches of its own, is parked no more. Counted raw, it kept the gauge above 0 (and
+    any alert on it firing) for good after such a retry."""
+    b = derivation_batches.c
+    return select(b.state, func.count()).where(or_(b.state != "dead_lettered", outstanding(b))).group_by(b.state)
+
+
 class ProjectionCounts(Collector):
     """Derivations, dreams and dead letters as the projections hold them, counted at each scrape."""
 
@@ -94,9 +102,10 @@ class ProjectionCounts(Collector):
         try:
             with self.engine.connect() as conn:
                 pending = conn.scalar(_pending_derivations())
-                batches, dreamt, parked = (
+                batches = dict(conn.execute(_batches_by_state()).all())
+                dreamt, parked = (
                     dict(conn.execute(select(column, func.count()).group_by(column)).all())
-                    for column in (derivation_batches.c.state, dreams.c.state, dead_letters.c.kind)
+                    for column in (dreams.c.state, dead_letters.c.kind)
                 )
         except SQLAlchemyError as exc:  # a scrape must not fail the projector; the gap shows in Prometheus
             log.warning("projection metrics not read: %s", exc)
@@ -108,7 +117,8 @@ class ProjectionCounts(Collector):
         )
         yield _by_label(
             "peerlog_derivation_batches",
-            "Derivation batches by state (in_flight: the model call is under way)",
+            "Derivation batches by state (in_flight: the model call is under way; dead_lettered: parked, with a"
+            " message no retry has derived since)",
             "state",
             {**dict.fromkeys(BATCH_STATES, 0), **batches},
         )

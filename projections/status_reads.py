@@ -123,7 +123,7 @@ async def dream_counts(conn: AsyncConnection, scope: StatusScope) -> dict[str, i
     return {**dict.fromkeys(DREAM_STATES, 0), **{state: n for state, n in await conn.execute(stmt)}}
 
 
-def _outstanding(b):
+def outstanding(b):
     """True while some message of dead-lettered batch `b` is in no finished batch of its derivation; once
     a retry (`peerlog derivations retry`, a promotion's catch-up) has derived them all, it needs no one."""
     later = derivation_batches.alias("later").c
@@ -173,7 +173,7 @@ async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit
         _current(b),
         b.state == "dead_lettered",
         in_scope.exists(),
-        _outstanding(b),
+        outstanding(b),
     )
     if scope.observer_id:
         stmt = stmt.where(b.observer_id == scope.observer_id)

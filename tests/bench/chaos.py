@@ -483,6 +483,7 @@ def verify(state, workspace: str, load: Load) -> dict:
         )
     )
     dead = query(dsn, "SELECT count(*) FROM peerlog.dead_letters WHERE workspace_id = %s", (workspace,))[0][0]
+    parked = still_parked(state.database_url, workspace)
     return {
         "acknowledged": len(acked),
         "on_log": sum(on_log[c] > 0 for c in acked),
@@ -498,9 +499,27 @@ def verify(state, workspace: str, load: Load) -> dict:
         "derived_more_than_once": sum(coverage[m] > 1 for m in acked_ids),
         "observations_added_twice_on_log": sum(n > 1 for n in added.values()),
         "observations_duplicated_in_projection": rows[0][0],
-        "batches_not_done": pending,
+        "batches_not_done": pending,  # rows as projected: a retry that batched differently leaves some
+        "batches_still_parked": parked,  # as GetProcessingStatus and the metrics count them: 0 after a retry
         "dead_letters": dead,
     }
+
+
+def still_parked(database_url: str, workspace: str) -> int:
+    """Dead-lettered batches with a message no retry has derived since (projections.status_reads)."""
+    from sqlalchemy import create_engine, func, select
+
+    from projections.schema import derivation_batches
+    from projections.status_reads import outstanding
+
+    b = derivation_batches.c
+    engine = create_engine(database_url).execution_options(schema_translate_map={None: "peerlog"})
+    try:
+        with engine.connect() as conn:
+            stmt = select(func.count()).select_from(derivation_batches)
+            return conn.scalar(stmt.where(b.workspace_id == workspace, b.state == "dead_lettered", outstanding(b)))
+    finally:
+        engine.dispose()
 
 
 def rebuild_check(state) -> dict:
@@ -731,6 +750,7 @@ def main(argv: list[str]) -> int:
         # without model faults nothing may be parked; with them, the retry must derive every parked message
         and (result["config"]["model_faults"] > 0 or result["dead_letter_retry"]["dead_lettered_batches"] == 0)
         and not result["dead_letter_retry"].get("still_not_derived")
+        and result["batches_still_parked"] == 0
         and result["observations_added_twice_on_log"] == 0
         and result["rebuild"].get("switched") is True
         and not result["rebuild"].get("differing_rows")
