@@ -128,6 +128,9 @@ async def create_observations(
 ) -> tuple[list[str], str]:
     """Append explicit observations to a pair's store atomically; returns their ids and the token. Under a
     used idempotency key, the first call's reply instead (services/api/idempotency.py)."""
+    # the ids before any read: a keyed call looks its key up under the pair first
+    for field, value in (("workspace_id", workspace_id), ("observer_id", observer_id), ("observed_id", observed_id)):
+        v.check_id(field, value)
     _validate(new)
     keyed = idempotency.keyed(
         workspace_id, (workspace_id, observer_id, observed_id), idempotency_key, [_fingerprinted(o) for o in new]

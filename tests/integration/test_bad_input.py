@@ -16,6 +16,7 @@ from peerlog.v1 import (
     dreams_pb2,
     messages_pb2,
     observations_pb2,
+    observations_pb2_grpc,
     peers_pb2,
     sessions_pb2,
     workspaces_pb2,
@@ -377,6 +378,22 @@ async def test_malformed_ids_are_invalid_argument_before_any_read_on_the_fast_pa
         grpc.StatusCode.INVALID_ARGUMENT,
         "perspective_peer_id",
     )
+    # found by a later seed: a keyed CreateObservations looked its key up under the pair before it checked it
+    observations = observations_pb2_grpc.ObservationServiceStub(channel)
+    for field in ("observer_id", "observed_id"):
+        pair = {"observer_id": "alice", "observed_id": "alice", field: "ali\x00ce"}
+        await rejected(
+            observations.CreateObservations(
+                observations_pb2.CreateObservationsRequest(
+                    workspace_id="acme",
+                    observations=[observations_pb2.NewObservation(content="moved to Oslo")],
+                    idempotency_key="k1",
+                    **pair,
+                )
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            field,
+        )
     assert log_end_offsets(settings) == before
 
 
