@@ -28,7 +28,7 @@ from services.events.pairs import Pair
 from services.events.text import normalise
 from services.llm.client import ModelClient
 from services.llm.embeddings import Embedder
-from services.llm.errors import EmbeddingError, ModelError
+from services.llm.errors import EmbeddingError, ModelError, ModelOutputInvalid
 
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
@@ -67,9 +67,7 @@ class Deriver:
         await self.emit([DerivationStarted(producer=self.producer(), **base)])
         started = time.monotonic()
         try:
-            completion = await self.model.structured(
-                build_messages(pair.observer_id, pair.observed_id, window), Extraction, name="extraction"
-            )
+            completion = await self._extract(pair, window, bid)
             return await self._judge(pair, window, recent, completion, base, started)
         except INFRASTRUCTURE as exc:
             log.warning("batch %s dead-lettered: %s", bid, exc)
@@ -82,6 +80,18 @@ class Deriver:
                 ],
                 recent,
             )
+
+    async def _extract(self, pair: Pair, window: Sequence[PendingMessage], bid: str):
+        """The model's extraction, asked again from the start when a reply and its repair both fail to
+        validate: a model that answers garbage now and then (a small local one, a provider's bad minute)
+        parks no batch for an operator to retry; one that always does parks it after `output_attempts`."""
+        asked = build_messages(pair.observer_id, pair.observed_id, window)
+        for _ in range(self.settings.output_attempts - 1):
+            try:
+                return await self.model.structured(asked, Extraction, name="extraction")
+            except ModelOutputInvalid as exc:
+                log.info("batch %s: no valid extraction (%s); asking again", bid, exc.error[:200])
+        return await self.model.structured(asked, Extraction, name="extraction")
 
     async def _judge(self, pair, window, recent, completion, base, started) -> BatchOutcome:
         facts = completion.value.facts

@@ -18,6 +18,12 @@ class DeriverSettings(BaseSettings):
     tick_s: float = Field(30.0, gt=0, description="how often the clock checks waiting pairs")
     near_duplicate: float = Field(0.95, gt=0, le=1, description="cosine similarity that counts as the same fact")
     recent_cache: int = Field(64, ge=0, description="own recent observations kept in state for dedup")
+    output_attempts: int = Field(
+        2,
+        ge=1,
+        description="extractions asked (each with its repair) before a batch whose replies never validate is"
+        " dead-lettered",
+    )
     store_retries: int = Field(3, ge=0, description="retries of a projection read the database refused or dropped")
     store_backoff_s: float = Field(0.5, ge=0, description="first delay between those retries; doubles (with jitter)")
     store_max_backoff_s: float = Field(8.0, ge=0, description="longest delay between those retries")

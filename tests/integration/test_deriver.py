@@ -122,6 +122,26 @@ async def test_the_same_fact_again_reinforces_and_a_fuller_near_duplicate_supers
     assert old["superseded_by"] == new["observation_id"]
 
 
+async def test_a_batch_whose_reply_and_repair_both_fail_is_asked_again_and_derived_not_parked(
+    channel, settings, model_server, start_worker
+):
+    failing = [Reply(content="this is not JSON at all"), Reply(content={"facts": [{"text": 3}]})]
+
+    def once_garbage_then_right(request):  # the extraction and its repair fail; the next extraction works
+        return failing.pop(0) if is_deriver(request) and failing else extract_each_turn(request)
+
+    model_server.reply_with(once_garbage_then_right)
+    start_worker("router,deriver")
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    await c.add("w", "s", [("alice", "I live in Oslo")])
+
+    batches = eventually(lambda: [b for b in rows(settings, derivation_batches) if b["state"] == "done"], 60)
+    assert len(batches) == 1 and not rows(settings, dead_letters)
+    assert [o["content"] for o in rows(settings, observations)] == ["The target said: I live in Oslo"]
+    assert len(deriver_calls(model_server)) == 3  # extraction, repair, extraction
+
+
 async def test_malformed_output_is_retried_then_dead_lettered_and_never_marked_done(
     channel, settings, model_server, start_worker
 ):
