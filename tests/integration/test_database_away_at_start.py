@@ -78,7 +78,12 @@ async def test_the_webhook_process_keeps_delivering_through_a_postgres_outage(ch
         assert not task.done()  # before, the first unreadable round ended the process
 
         proxy.restore()
-        await until_true(lambda: len(receiver.delivered()) == 2, timeout=30)
+        await until_true(lambda: "during" in _contents(receiver), timeout=30)
         stop.set()
         await asyncio.wait_for(task, 30)
-    assert [json.loads(b)["content"] for b in receiver.delivered()] == ["before", "during"]
+    # at least once, as documented: an outage between a delivery's 2xx and its progress write sends it again
+    assert list(dict.fromkeys(_contents(receiver))) == ["before", "during"]
+
+
+def _contents(receiver: Receiver) -> list[str]:
+    return [json.loads(b)["content"] for b in receiver.delivered()]
