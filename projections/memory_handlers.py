@@ -70,7 +70,7 @@ _STARTED_AT = (
 
 def derivation_started(conn: Connection, events: Sequence[DerivationStarted]) -> None:
     # a batch retried after a crash starts again under the same id: keep the first start
-    insert_new(
+    inserted = insert_new(
         conn,
         derivation_batches,
         [
@@ -86,9 +86,18 @@ def derivation_started(conn: Connection, events: Sequence[DerivationStarted]) ->
             )
             for e in events
         ],
+        returning=True,
     )
-    # a batch finished before its start was read: the row exists without started_at
-    conn.execute(_STARTED_AT, [dict(w=e.workspace_id, b=e.batch_id, at=e.occurred_at) for e in events])
+    # a batch finished before its start was read: its row was there, without started_at (only rows not
+    # inserted just now are looked at: mostly none, so mostly no statement)
+    new = {tuple(key) for key in inserted}
+    late = [
+        dict(w=e.workspace_id, b=e.batch_id, at=e.occurred_at)
+        for e in events
+        if (e.workspace_id, e.batch_id) not in new
+    ]
+    if late:
+        conn.execute(_STARTED_AT, late)
 
 
 def _finish(conn: Connection, e, values: dict) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -21,20 +22,18 @@ DATABASE_AWAY = (OperationalError, InterfaceError, PoolTimeout)
 RETRY_FIRST_S, RETRY_MAX_S = 0.1, 2.0
 
 
-def log_every_30th(what: str):
-    """A `before_sleep` hook: a warning at the first try and every 30th (about a minute) after it."""
+def while_database_away(stop: threading.Event, what: str, on_wait: Callable[[], None] | None = None) -> Retrying:
+    """Tries a call again while the database is away, until it is back or `stop` is set; then the last
+    error is raised. Safe only for work a try cut short leaves undone (one transaction, or idempotent).
+    Each wait calls `on_wait` and logs, as `what`, at the first try and every 30th (about a minute)."""
 
-    def note(state: RetryCallState) -> None:
+    def before_sleep(state: RetryCallState) -> None:
+        if on_wait is not None:
+            on_wait()
         if state.attempt_number == 1 or state.attempt_number % 30 == 0:
             error = state.outcome.exception() if state.outcome else "?"
             log.warning("%s: database unavailable (%s); trying again (try %d)", what, error, state.attempt_number)
 
-    return note
-
-
-def while_database_away(stop: threading.Event, before_sleep) -> Retrying:
-    """Tries a call again while the database is away, until it is back or `stop` is set; then the last
-    error is raised. Safe only for work a try cut short leaves undone (one transaction, or idempotent)."""
     return Retrying(
         retry=retry_if_exception_type(DATABASE_AWAY),
         wait=wait_exponential_jitter(initial=RETRY_FIRST_S, max=RETRY_MAX_S),

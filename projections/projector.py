@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from sqlalchemy import Engine, select
-from tenacity import RetryCallState
 
 from projections.apply import Applied, Record, apply_batch, stored_offsets
 from projections.db import create_schema, sync_engine
 from projections.metrics import LagGauges
-from projections.outages import DATABASE_AWAY, log_every_30th, while_database_away
+from projections.outages import DATABASE_AWAY, while_database_away
 from projections.schema import projection_meta
 from services.bus.runner import usable
 from services.bus.topics import ALL_TOPICS
@@ -83,8 +82,7 @@ class Projector:
         self.applied_total = 0
         self.database_waits = 0  # tries that found the database away
         # built once: every batch goes through it (see _while_database_away)
-        self._retrying = while_database_away(self._stop, self._note_database_away)
-        self._log_database_away = log_every_30th("projector")
+        self._retrying = while_database_away(self._stop, "projector", self._count_database_wait)
         self.lag = LagGauges(self.topics)
 
     def run(self) -> None:
@@ -157,9 +155,8 @@ class Projector:
         offsets, so a try cut short wrote nothing, and records already applied are skipped."""
         return self._retrying(call, *args)
 
-    def _note_database_away(self, state: RetryCallState) -> None:
+    def _count_database_wait(self) -> None:
         self.database_waits += 1
-        self._log_database_away(state)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._while_database_away(self._assign, consumer, partitions)

@@ -43,7 +43,7 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from projections.db import async_engine, create_schema, sync_engine
-from projections.outages import DATABASE_AWAY, log_every_30th, while_database_away
+from projections.outages import DATABASE_AWAY, while_database_away
 from projections.tool_reads import SqlChatReads
 from services import tracing
 from services.api import validation as v
@@ -182,7 +182,7 @@ def _webhook_engine(settings: Settings, stopping: threading.Event | None = None)
 def _at_start(stopping: threading.Event | None):
     """A start that finds Postgres away (restarting, as a deploy restarts everything) waits for it, as the
     projector does, instead of exiting; `stopping` (SIGTERM) ends the wait with the error."""
-    return while_database_away(stopping or threading.Event(), log_every_30th("API start"))
+    return while_database_away(stopping or threading.Event(), "API start")
 
 
 def _dialectic(settings: Settings, engine, embedder, reranker: Reranker | None) -> Dialectic:

@@ -12,7 +12,7 @@ import logging
 import signal
 import threading
 
-from projections.outages import DATABASE_AWAY, log_every_30th, while_database_away
+from projections.outages import DATABASE_AWAY, while_database_away
 from services.settings import Settings
 from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import WebhookStore, engine_for
@@ -79,7 +79,7 @@ async def run_webhooks(settings: Settings) -> None:
     stopping = threading.Event()  # the same signal, for the start's wait for Postgres in a thread
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, lambda: (stop.set(), stopping.set()))
-    waiting = while_database_away(stopping, log_every_30th("webhooks start"))
+    waiting = while_database_away(stopping, "webhooks start")
     try:  # started while Postgres is away (restarting with everything else): wait for it
         engine = await asyncio.get_running_loop().run_in_executor(None, waiting, engine_for, settings.database)
     except DATABASE_AWAY:

@@ -240,14 +240,25 @@ def query(dsn: str, sql: str, params=()) -> list[tuple]:
     raise TimeoutError(f"Postgres did not answer: {sql}")
 
 
-def derived_ids(dsn: str, workspace: str) -> set[str]:
+def batch_message_ids(dsn: str, workspace: str, states: tuple[str, ...]) -> set[str]:
+    """The messages of the workspace's derivation batches in one of `states`."""
     rows = query(
         dsn,
         "SELECT DISTINCT unnest(message_ids) FROM peerlog.derivation_batches "
-        "WHERE workspace_id = %s AND state = 'done'",
-        (workspace,),
+        "WHERE workspace_id = %s AND state = ANY(%s)",
+        (workspace, list(states)),
     )
     return {r[0] for r in rows}
+
+
+def derived_ids(dsn: str, workspace: str) -> set[str]:
+    return batch_message_ids(dsn, workspace, ("done",))
+
+
+def batches_in(dsn: str, workspace: str, state: str) -> int:
+    """How many of the workspace's derivation batches are in `state`."""
+    sql = "SELECT count(*) FROM peerlog.derivation_batches WHERE workspace_id = %s AND state = %s"
+    return query(dsn, sql, (workspace, state))[0][0]
 
 
 # --------------------------------------------------------------------------- faults
@@ -372,28 +383,14 @@ def read_topic(bootstrap: str, topic: str) -> list:
     return events
 
 
-def batch_message_ids(dsn: str, workspace: str, states: tuple[str, ...]) -> set[str]:
-    """The messages of the workspace's derivation batches in one of `states`."""
-    rows = query(
-        dsn,
-        "SELECT DISTINCT unnest(message_ids) FROM peerlog.derivation_batches "
-        "WHERE workspace_id = %s AND state = ANY(%s)",
-        (workspace, list(states)),
-    )
-    return {r[0] for r in rows}
-
-
 def wait_settled(dsn: str, workspace: str, acked_ids: set[str], timeout: float) -> float:
     """Wait until every acknowledged message is in a finished batch (derived, or dead-lettered after the
     model kept failing) and no batch is in flight; return the seconds taken, -1 on timeout."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        in_flight = query(
-            dsn,
-            "SELECT count(*) FROM peerlog.derivation_batches WHERE workspace_id = %s AND state = 'in_flight'",
-            (workspace,),
-        )[0][0]
-        if not in_flight and acked_ids <= batch_message_ids(dsn, workspace, ("done", "dead_lettered")):
+        if not batches_in(dsn, workspace, "in_flight") and acked_ids <= batch_message_ids(
+            dsn, workspace, ("done", "dead_lettered")
+        ):
             return time.monotonic() - started
         time.sleep(2)
     return -1.0
@@ -403,11 +400,7 @@ def retry_dead_letters(state, dsn: str, workspace: str, model: FlakyModel, acked
     """Once the model is fixed, what an operator does: `peerlog derivations retry` for the workspace; then
     wait until every acknowledged message is derived. The figures say what was parked and how it ended."""
     dead = batch_message_ids(dsn, workspace, ("dead_lettered",)) & acked_ids
-    batches = query(
-        dsn,
-        "SELECT count(*) FROM peerlog.derivation_batches WHERE workspace_id = %s AND state = 'dead_lettered'",
-        (workspace,),
-    )[0][0]
+    batches = batches_in(dsn, workspace, "dead_lettered")
     out = {"dead_lettered_batches": batches, "dead_lettered_messages": len(dead)}
     if not batches:
         return out
