@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, Index, text
 from projections.apply import Decoded, Record, apply_batch, decode_all
 from projections.db import create_schema, schema_exists, sync_engine
 from projections.projector import consumer_config, to_record
+from projections.rebuild_schemas import build_name, drop_abandoned, mark_kept, one_rebuild, retired_name
 from projections.schema import DATA_TABLES, metadata, projection_offsets
 from services.bus.admin import partitions_of
 from services.bus.topics import ALL_TOPICS, MESSAGE_EMBEDDINGS
@@ -205,13 +206,27 @@ def compare(conn: Connection, live: str, build: str) -> dict[str, int]:
 
 
 def rebuild(settings: Settings, progress: Progress = print, accept_differences: bool = False) -> RebuildReport:
-    """Rebuild the serving schema from the log; see the module docstring."""
+    """Rebuild the serving schema from the log; see the module docstring. One rebuild at a time
+    (RebuildInProgress); builds left by rebuilds that died are dropped first."""
+    live = settings.database.schema_name
+    live_engine = sync_engine(settings.database, live)
+    try:
+        with one_rebuild(live_engine, live):
+            for schema in drop_abandoned(live_engine, live):
+                progress(
+                    f"dropped {schema.name} ({schema.bytes / 2**20:.1f} MiB), left by a rebuild that did not finish"
+                )
+            return _rebuild(settings, live_engine, progress, accept_differences)
+    finally:
+        live_engine.dispose()
+
+
+def _rebuild(settings: Settings, live_engine: Engine, progress: Progress, accept_differences: bool) -> RebuildReport:
     started = time.monotonic()
     live = settings.database.schema_name
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
-    report = RebuildReport(schema=f"{live}_build_{stamp}")
+    report = RebuildReport(schema=build_name(live, stamp))
     build_engine = sync_engine(settings.database, report.schema)
-    live_engine = sync_engine(settings.database, live)
     create_schema(build_engine, report.schema)
     drop_deferred(build_engine, report.schema)
     progress(f"rebuilding into schema {report.schema}")
@@ -233,7 +248,6 @@ def rebuild(settings: Settings, progress: Progress = print, accept_differences: 
     finally:
         replayer.close()
         build_engine.dispose()
-        live_engine.dispose()
     report.events = replayer.events
     report.seconds = time.monotonic() - started
     phases = ", ".join(f"{name} {s:.1f} s" for name, s in report.phases.items())
@@ -258,9 +272,13 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
                 else f"differences from the live projection: {differing}"
             )
             if differing and not accept_differences:
-                progress(f"not switching; the rebuilt schema {report.schema} is kept for inspection")
+                mark_kept(conn, report.schema)
+                progress(
+                    f"not switching; the rebuilt schema {report.schema} is kept for inspection "
+                    f"(`peerlog projections drop {report.schema}` when done)"
+                )
                 return
-            report.retired = f"{live}_retired_{report.schema.rsplit('_', 1)[1]}"  # same stamp as the build
+            report.retired = retired_name(live, report.schema.rsplit("_", 1)[1])  # same stamp as the build
         with report.phase("switch"):
             if report.retired:
                 conn.execute(text(f'ALTER SCHEMA "{live}" RENAME TO "{report.retired}"'))

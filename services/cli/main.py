@@ -290,10 +290,51 @@ def projections_rebuild(
 ) -> None:
     """Replay the log from offset 0 into a fresh schema, verify it, and switch reads to it."""
     from projections.rebuild import rebuild
+    from projections.rebuild_schemas import RebuildInProgress
 
-    report = rebuild(Settings(), progress=typer.echo, accept_differences=accept_differences)
+    try:
+        report = rebuild(Settings(), progress=typer.echo, accept_differences=accept_differences)
+    except RebuildInProgress as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     if not report.switched:
         raise typer.Exit(1)
+
+
+@projections.command("schemas")
+def projections_schemas() -> None:
+    """List the schemas rebuilds left beside the live one: retired, kept for inspection, builds."""
+    from projections.db import sync_engine
+    from projections.rebuild_schemas import side_schemas
+
+    database = Settings().database
+    engine = sync_engine(database)
+    try:
+        with engine.connect() as conn:
+            found = side_schemas(conn, database.schema_name)
+    finally:
+        engine.dispose()
+    typer.echo(f"live\t{database.schema_name}")
+    for schema in found:
+        typer.echo(f"{schema.kind}\t{schema.name}\t{schema.bytes / 2**20:.1f} MiB")
+
+
+@projections.command("drop")
+def projections_drop(schema: str = typer.Argument(..., help="a retired, kept or build schema's name")) -> None:
+    """Drop a schema a rebuild left (never the live one, nor a build in progress)."""
+    from projections.db import sync_engine
+    from projections.rebuild_schemas import RebuildInProgress, drop_side_schema
+
+    database = Settings().database
+    engine = sync_engine(database)
+    try:
+        dropped = drop_side_schema(engine, database.schema_name, schema)
+    except (ValueError, RebuildInProgress) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    finally:
+        engine.dispose()
+    typer.echo(f"dropped {dropped.kind} schema {dropped.name} ({dropped.bytes / 2**20:.1f} MiB)")
 
 
 @keys.command("create")

@@ -93,8 +93,8 @@ async def test_a_rebuild_reproduces_every_table_and_the_live_projector_carries_o
     assert [m.seq for m in got] == list(range(1, len(got) + 1))
 
 
-def test_a_rebuild_of_the_same_log_twice_gives_identical_tables(settings, projector, infra):
-    """Rebuilding is deterministic: nothing in a projection depends on when it was built."""
+def projected_session(settings, messages: int):
+    """An engine on a live projection of one session holding `messages` messages, appended to the log."""
     from services.bus.producer import EventLog
     from services.events import SessionCreated, WorkspaceCreated
     from tests.integration.test_projector import P, msg
@@ -105,11 +105,16 @@ def test_a_rebuild_of_the_same_log_twice_gives_identical_tables(settings, projec
     log.append_sync(
         [WorkspaceCreated(workspace_id="w", producer=P), SessionCreated(workspace_id="w", session_id="s1", producer=P)]
     )
-    log.append_sync([msg(i) for i in range(200)])
+    log.append_sync([msg(i) for i in range(messages)])
     log.close()
     engine = sync_engine(settings.database)
-    eventually(lambda: row_count(engine, settings.database.schema_name, "messages") == 200)
+    eventually(lambda: row_count(engine, settings.database.schema_name, "messages") == messages)
+    return engine
 
+
+def test_a_rebuild_of_the_same_log_twice_gives_identical_tables(settings, projector, infra):
+    """Rebuilding is deterministic: nothing in a projection depends on when it was built."""
+    engine = projected_session(settings, 200)
     first = rebuild(settings, progress=lambda _: None)
     second = rebuild(settings, progress=lambda _: None)
     assert first.switched and second.switched
