@@ -2,18 +2,23 @@
 
 The fresh schema is filled without its search indexes (HNSW over vectors, GIN over text): each is built
 once after the replay, which costs a fraction of keeping it up to date row by row, and the replay
-commits without waiting for its WAL flush (a crash loses only a schema the rebuild would start over
-anyway). The message vectors are replayed before the rest, so each message is written once with its
+commits without waiting for its WAL flush (a crash of Postgres loses only the last batches, each with
+its offsets, and they are replayed again). The message vectors are replayed before the rest, so each message is written once with its
 vector (FIRST_TOPICS), and each batch is decoded while the one before it is written. Then every table is
 vacuumed and analysed, so reads plan from real statistics from the first moment. The switch holds a lock
 that pauses the live projector, replays the last few events so both schemas stand at the same offsets,
 compares every table row for row, then renames the schemas in one transaction. Readers never see a
 half-built schema; the live projector notices the new schema's generation and resumes from the offsets
 it recorded.
+
+Each replayed batch is committed with its offsets, so a build is never lost work: when Postgres goes
+away the rebuild waits for it and carries on from the offsets its build recorded, and a rebuild that
+died is carried on by the next one (rebuild_schemas.claim_abandoned).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,8 +33,9 @@ from sqlalchemy import Connection, Engine, Index, text
 
 from projections.apply import Decoded, Record, apply_batch, decode_all
 from projections.db import create_schema, schema_exists, sync_engine
+from projections.outages import while_database_away
 from projections.projector import consumer_config, to_record
-from projections.rebuild_schemas import build_name, drop_abandoned, mark_kept, one_rebuild, retired_name
+from projections.rebuild_schemas import BUILDING, KEPT, build_name, claim_abandoned, mark, one_rebuild, retired_name
 from projections.schema import DATA_TABLES, metadata, projection_offsets
 from services.bus.admin import partitions_of
 from services.bus.topics import ALL_TOPICS, MESSAGE_EMBEDDINGS
@@ -57,6 +63,7 @@ class RebuildReport:
     differences: dict[str, int] = field(default_factory=dict)
     switched: bool = False
     retired: str | None = None
+    resumed: bool = False  # the build was left by a rebuild that died, and this one carried it on
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, in order
 
     @contextmanager
@@ -82,7 +89,7 @@ def deferred_indexes() -> list[Index]:
 def drop_deferred(engine: Engine, schema: str) -> None:
     with engine.begin() as conn:
         for index in deferred_indexes():
-            conn.execute(text(f'DROP INDEX "{schema}"."{index.name}"'))
+            conn.execute(text(f'DROP INDEX IF EXISTS "{schema}"."{index.name}"'))
 
 
 def create_deferred(engine: Engine, progress: Progress) -> None:
@@ -109,8 +116,12 @@ class Replayer:
             for name in [spec.full_name(settings.kafka.topic_prefix)]
             for p in partitions_of(settings.kafka, name)
         ]
-        self.consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in self.partitions])
-        self.applied_upto: dict[tuple[str, int], int] = {}  # next offset applied, per partition
+        # from the offsets the build recorded with its rows: none in a fresh one, a resumed one's own
+        with engine.connect() as conn:
+            self.applied_upto = live_offsets(conn, engine.get_execution_options()["schema_translate_map"][None])
+        self.consumer.assign(
+            [TopicPartition(t, p, self.applied_upto.get((t, p), OFFSET_BEGINNING)) for t, p in self.partitions]
+        )
         self.events = 0
         self._last_report = time.monotonic()
 
@@ -205,30 +216,58 @@ def compare(conn: Connection, live: str, build: str) -> dict[str, int]:
     return out
 
 
-def rebuild(settings: Settings, progress: Progress = print, accept_differences: bool = False) -> RebuildReport:
+def rebuild(
+    settings: Settings,
+    progress: Progress = print,
+    accept_differences: bool = False,
+    stop: threading.Event | None = None,
+) -> RebuildReport:
     """Rebuild the serving schema from the log; see the module docstring. One rebuild at a time
-    (RebuildInProgress); builds left by rebuilds that died are dropped first."""
+    (RebuildInProgress). While Postgres is away it waits, then resumes its build, until `stop` is set."""
+    for attempt in while_database_away(stop or threading.Event(), "rebuild"):
+        with attempt:
+            return _locked(settings, progress, accept_differences)
+    raise AssertionError("unreachable: the policy returns or raises")
+
+
+def _locked(settings: Settings, progress: Progress, accept_differences: bool) -> RebuildReport:
     live = settings.database.schema_name
     live_engine = sync_engine(settings.database, live)
     try:
         with one_rebuild(live_engine, live):
-            for schema in drop_abandoned(live_engine, live):
+            resumed, dropped = claim_abandoned(live_engine, live)
+            for schema in dropped:
                 progress(
                     f"dropped {schema.name} ({schema.bytes / 2**20:.1f} MiB), left by a rebuild that did not finish"
                 )
-            return _rebuild(settings, live_engine, progress, accept_differences)
+            if resumed is not None:
+                progress(f"resuming {resumed.name}, left by a rebuild that did not finish, from its recorded offsets")
+            return _rebuild(settings, live_engine, progress, accept_differences, resumed.name if resumed else None)
     finally:
         live_engine.dispose()
 
 
-def _rebuild(settings: Settings, live_engine: Engine, progress: Progress, accept_differences: bool) -> RebuildReport:
-    started = time.monotonic()
+def start_build(settings: Settings, resume: str | None = None) -> tuple[str, Engine]:
+    """The build schema, fresh or `resume`d, without its deferred indexes, and an engine on it."""
     live = settings.database.schema_name
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
-    report = RebuildReport(schema=build_name(live, stamp))
-    build_engine = sync_engine(settings.database, report.schema)
-    create_schema(build_engine, report.schema)
-    drop_deferred(build_engine, report.schema)
+    schema = resume or build_name(live, stamp)
+    engine = sync_engine(settings.database, schema)
+    if resume is None:
+        create_schema(engine, schema)
+        with engine.begin() as conn:
+            mark(conn, schema, BUILDING)
+    drop_deferred(engine, schema)  # a resumed build may have died while it built them
+    return schema, engine
+
+
+def _rebuild(
+    settings: Settings, live_engine: Engine, progress: Progress, accept_differences: bool, resume: str | None
+) -> RebuildReport:
+    started = time.monotonic()
+    live = settings.database.schema_name
+    schema, build_engine = start_build(settings, resume)
+    report = RebuildReport(schema=schema, resumed=resume is not None)
     progress(f"rebuilding into schema {report.schema}")
     replayer = Replayer(settings, build_engine, progress)
     try:
@@ -272,7 +311,7 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
                 else f"differences from the live projection: {differing}"
             )
             if differing and not accept_differences:
-                mark_kept(conn, report.schema)
+                mark(conn, report.schema, KEPT)
                 progress(
                     f"not switching; the rebuilt schema {report.schema} is kept for inspection "
                     f"(`peerlog projections drop {report.schema}` when done)"

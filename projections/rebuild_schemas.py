@@ -1,10 +1,13 @@
 """The schemas rebuilds leave beside the live one, and the lock that lets one rebuild run at a time.
 
 A rebuild fills `<live>_build_<stamp>` and, when it switches, renames the live schema to
-`<live>_retired_<stamp>`. A build whose verification found differences is kept for inspection (marked
-with a comment on the schema). A build without that mark, found while no rebuild runs, was left by a
-rebuild that died: nothing can resume it and it holds a full copy of the projections, so the next rebuild
-drops it. Retired and kept schemas stay until an operator drops them (`peerlog projections drop`).
+`<live>_retired_<stamp>`. A comment on a build schema says what it is: a build, with the settings that
+shape its rows (the embedding model and size), or one kept for inspection because its tables differed
+from the live ones. A build found while no rebuild runs was left by one that died (killed, its machine
+lost, Postgres restarted under it). Each batch it replayed was committed with its offsets, so the next
+rebuild resumes the newest such build made under the same settings, and drops the others: each holds a
+full copy of the projections. Retired and kept schemas stay until an operator drops them
+(`peerlog projections drop`).
 
 Two rebuilds at once would each replay the whole log and switch one after the other; the second one now
 stops at once instead. The lock is a Postgres session-level advisory lock held on its own connection for
@@ -13,14 +16,17 @@ the whole rebuild: if the holder dies, its session ends and the lock goes with i
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, text
 
-KEPT_MARK = "peerlog: a rebuild kept this schema for inspection (its tables differed from the live ones)"
+from projections.schema import ACTIVE_EMBEDDING_MODEL, EMBEDDING_DIMENSIONS
+
+BUILDING, KEPT = "build", "kept"
 
 _TRY = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 0))")
 _RELEASE = text("SELECT pg_advisory_unlock(hashtextextended(:key, 0))")
@@ -41,6 +47,25 @@ class SideSchema:
     name: str
     kind: str  # "build" (in progress, or left by a rebuild that died), "kept" or "retired"
     bytes: int
+    mark: dict = field(default_factory=dict)  # what its comment says (builds and kept ones)
+
+    @property
+    def resumable(self) -> bool:
+        """A build whose rows the current settings would write the same way."""
+        return self.kind == BUILDING and self.mark == mark_of(BUILDING)
+
+
+def mark_of(state: str) -> dict:
+    """What a build schema's comment holds: its state and the settings that shape its rows."""
+    return {"peerlog": state, "embedding_model": ACTIVE_EMBEDDING_MODEL, "dimensions": EMBEDDING_DIMENSIONS}
+
+
+def _parsed(comment: str | None) -> dict:
+    try:
+        mark = json.loads(comment or "{}")
+    except ValueError:
+        return {}
+    return mark if isinstance(mark, dict) else {}
 
 
 def build_name(live: str, stamp: str) -> str:
@@ -58,14 +83,17 @@ def side_schemas(conn: Connection, live: str) -> list[SideSchema]:
     for row in conn.execute(_SCHEMAS, {"prefix": f"{live}_"}):
         match = pattern.fullmatch(row.name)
         if match:
-            kind = "kept" if match[1] == "build" and row.note == KEPT_MARK else match[1]
-            found.append(SideSchema(row.name, kind, row.bytes))
+            mark = _parsed(row.note) if match[1] == BUILDING else {}
+            kind = KEPT if mark.get("peerlog") == KEPT else match[1]
+            found.append(SideSchema(row.name, kind, row.bytes, mark))
     return found
 
 
-def mark_kept(conn: Connection, schema: str) -> None:
-    # COMMENT takes no bound parameters; both the name and the mark are ours
-    conn.execute(text(f"COMMENT ON SCHEMA \"{schema}\" IS '{KEPT_MARK}'"))
+def mark(conn: Connection, schema: str, state: str) -> None:
+    """Say what the build schema is (BUILDING or KEPT), with the settings it is built under."""
+    # COMMENT takes no bound parameters: the mark goes in as a literal, its quotes doubled
+    literal = json.dumps(mark_of(state)).replace("'", "''")
+    conn.execute(text(f"COMMENT ON SCHEMA \"{schema}\" IS '{literal}'"))
 
 
 @contextmanager
@@ -87,14 +115,18 @@ def one_rebuild(engine: Engine, live: str) -> Iterator[None]:
             conn.commit()
 
 
-def drop_abandoned(engine: Engine, live: str) -> list[SideSchema]:
-    """Drop the builds that rebuilds which died left behind. Only under `one_rebuild`: then no build is
-    in progress."""
+def claim_abandoned(engine: Engine, live: str) -> tuple[SideSchema | None, list[SideSchema]]:
+    """The build to resume, if any, and the builds dropped: of the builds rebuilds that died left behind,
+    the newest the current settings can resume is kept, the others are dropped. Only under
+    `one_rebuild`: then no build is in progress."""
     with engine.begin() as conn:
-        abandoned = [s for s in side_schemas(conn, live) if s.kind == "build"]
-        for schema in abandoned:
+        abandoned = [s for s in side_schemas(conn, live) if s.kind == BUILDING]
+        resumable = [s for s in abandoned if s.resumable]
+        resumed = resumable[-1] if resumable else None
+        dropped = [s for s in abandoned if s is not resumed]
+        for schema in dropped:
             conn.execute(text(f'DROP SCHEMA "{schema.name}" CASCADE'))
-    return abandoned
+    return resumed, dropped
 
 
 def drop_side_schema(engine: Engine, live: str, name: str) -> SideSchema:

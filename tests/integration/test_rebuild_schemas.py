@@ -1,21 +1,25 @@
-"""What rebuilds leave behind: one rebuild at a time, a killed rebuild's build dropped by the next, a
-differing build kept for inspection, and the commands that list and drop those schemas."""
+"""What rebuilds leave behind: one rebuild at a time; a build that a killed rebuild left, or one cut off
+from Postgres, carried on from its recorded offsets; a differing build kept for inspection; and the
+commands that list and drop those schemas."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import text
 
-from projections.rebuild import rebuild
+from projections.rebuild import Replayer, live_offsets, rebuild, start_build
 from projections.rebuild_schemas import RebuildInProgress, one_rebuild, side_schemas
 from tests.integration.test_rebuild import projected_session, row_count
 from tests.support.processes import settings_env
+from tests.support.tcp_proxy import database_behind_proxy
 
 
 @pytest.fixture
@@ -54,7 +58,7 @@ def rebuild_once_the_lock_is_free(settings, progress):
             time.sleep(0.1)
 
 
-def test_a_rebuild_killed_mid_way_leaves_a_build_that_the_next_rebuild_drops_before_it_switches(settings, projected):
+def test_a_rebuild_killed_mid_way_leaves_a_build_that_the_next_rebuild_carries_on_and_switches(settings, projected):
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", "projections", "rebuild"],
         env={**os.environ, **settings_env(settings)},
@@ -72,8 +76,68 @@ def test_a_rebuild_killed_mid_way_leaves_a_build_that_the_next_rebuild_drops_bef
     said: list[str] = []
     report = rebuild_once_the_lock_is_free(settings, said.append)
 
-    assert report.switched and set(report.differences.values()) == {0}
-    assert any(line.startswith(f"dropped {next(iter(left))} ") for line in said), said
+    assert report.switched and report.resumed and set(report.differences.values()) == {0}
+    assert report.schema == next(iter(left)), said
+    assert schemas(projected, settings) == {report.retired: "retired"}
+
+
+def partial_build(settings, projected) -> tuple[str, int]:
+    """A build that replayed half of every partition, as a rebuild that died mid-way leaves it: its
+    name, and the events it applied."""
+    schema, engine = start_build(settings)
+    replayer = Replayer(settings, engine, progress=lambda _: None)
+    try:
+        with projected.connect() as conn:
+            live = live_offsets(conn, settings.database.schema_name)
+        replayer.replay_to({tp: n // 2 for tp, n in live.items()})
+        return schema, replayer.events
+    finally:
+        replayer.close()
+        engine.dispose()
+
+
+def test_a_rebuild_carries_on_a_build_left_half_done_replaying_only_the_rest(settings, projected):
+    schema, applied = partial_build(settings, projected)
+    assert applied > 100
+
+    resumed = rebuild(settings, progress=lambda _: None)
+    assert resumed.switched and resumed.resumed and resumed.schema == schema
+    assert set(resumed.differences.values()) == {0}, resumed.differences
+    fresh = rebuild(settings, progress=lambda _: None)  # nothing left to carry on: from offset 0
+    assert not fresh.resumed and set(fresh.differences.values()) == {0}
+    assert applied + resumed.events == fresh.events  # each event applied once across the two runs
+
+
+def test_a_build_left_under_another_embedding_model_is_dropped_not_carried_on(settings, projected):
+    schema, _ = partial_build(settings, projected)
+    other = {"peerlog": "build", "embedding_model": "another-model", "dimensions": 384}
+    with projected.begin() as conn:
+        conn.execute(text(f"COMMENT ON SCHEMA \"{schema}\" IS '{json.dumps(other)}'"))
+
+    said: list[str] = []
+    report = rebuild(settings, progress=said.append)
+    assert report.switched and not report.resumed and report.schema != schema
+    assert any(line.startswith(f"dropped {schema} ") for line in said), said
+    assert schemas(projected, settings) == {report.retired: "retired"}
+
+
+def test_a_rebuild_cut_off_from_postgres_waits_and_carries_on_its_build(settings, projected):
+    proxy, behind = database_behind_proxy(settings)
+    try:
+        said: list[str] = []
+        running = ThreadPoolExecutor(1).submit(rebuild, behind, said.append)
+        deadline = time.monotonic() + 60
+        while not schemas(projected, settings) and not running.done() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proxy.cut()
+        time.sleep(1.5)
+        assert not running.done(), said  # before, the first statement cut short ended the rebuild
+        proxy.restore()
+        report = running.result(120)
+    finally:
+        proxy.stop()
+    assert report.switched and set(report.differences.values()) == {0}, said
+    assert report.resumed, said  # the build it started, carried on from its recorded offsets
     assert schemas(projected, settings) == {report.retired: "retired"}
 
 
