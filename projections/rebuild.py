@@ -109,6 +109,7 @@ class Replayer:
     def __init__(self, settings: Settings, engine: Engine, progress: Progress) -> None:
         self.engine = engine
         self.progress = progress
+        self.topic_prefix = settings.kafka.topic_prefix
         self.consumer = Consumer(consumer_config(settings, f"peerlog-rebuild-{uuid.uuid4().hex}"))
         self.partitions = [
             (name, p)
@@ -235,7 +236,7 @@ def _locked(settings: Settings, progress: Progress, accept_differences: bool) ->
     live_engine = sync_engine(settings.database, live)
     try:
         with one_rebuild(live_engine, live):
-            resumed, dropped = claim_abandoned(live_engine, live)
+            resumed, dropped = claim_abandoned(live_engine, live, settings.kafka.topic_prefix)
             for schema in dropped:
                 progress(
                     f"dropped {schema.name} ({schema.bytes / 2**20:.1f} MiB), left by a rebuild that did not finish"
@@ -256,7 +257,7 @@ def start_build(settings: Settings, resume: str | None = None) -> tuple[str, Eng
     if resume is None:
         create_schema(engine, schema)
         with engine.begin() as conn:
-            mark(conn, schema, BUILDING)
+            mark(conn, schema, BUILDING, settings.kafka.topic_prefix)
     drop_deferred(engine, schema)  # a resumed build may have died while it built them
     return schema, engine
 
@@ -311,7 +312,7 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
                 else f"differences from the live projection: {differing}"
             )
             if differing and not accept_differences:
-                mark(conn, report.schema, KEPT)
+                mark(conn, report.schema, KEPT, replayer.topic_prefix)
                 progress(
                     f"not switching; the rebuilt schema {report.schema} is kept for inspection "
                     f"(`peerlog projections drop {report.schema}` when done)"

@@ -49,15 +49,20 @@ class SideSchema:
     bytes: int
     mark: dict = field(default_factory=dict)  # what its comment says (builds and kept ones)
 
-    @property
-    def resumable(self) -> bool:
-        """A build whose rows the current settings would write the same way."""
-        return self.kind == BUILDING and self.mark == mark_of(BUILDING)
+    def resumable(self, topic_prefix: str) -> bool:
+        """A build whose rows the current settings would write the same way, from the same topics."""
+        return self.kind == BUILDING and self.mark == mark_of(BUILDING, topic_prefix)
 
 
-def mark_of(state: str) -> dict:
-    """What a build schema's comment holds: its state and the settings that shape its rows."""
-    return {"peerlog": state, "embedding_model": ACTIVE_EMBEDDING_MODEL, "dimensions": EMBEDDING_DIMENSIONS}
+def mark_of(state: str, topic_prefix: str) -> dict:
+    """What a build schema's comment holds: its state, the topics it replays and the settings that shape
+    its rows."""
+    return {
+        "peerlog": state,
+        "topic_prefix": topic_prefix,
+        "embedding_model": ACTIVE_EMBEDDING_MODEL,
+        "dimensions": EMBEDDING_DIMENSIONS,
+    }
 
 
 def _parsed(comment: str | None) -> dict:
@@ -89,10 +94,10 @@ def side_schemas(conn: Connection, live: str) -> list[SideSchema]:
     return found
 
 
-def mark(conn: Connection, schema: str, state: str) -> None:
+def mark(conn: Connection, schema: str, state: str, topic_prefix: str) -> None:
     """Say what the build schema is (BUILDING or KEPT), with the settings it is built under."""
     # COMMENT takes no bound parameters: the mark goes in as a literal, its quotes doubled
-    literal = json.dumps(mark_of(state)).replace("'", "''")
+    literal = json.dumps(mark_of(state, topic_prefix)).replace("'", "''")
     conn.execute(text(f"COMMENT ON SCHEMA \"{schema}\" IS '{literal}'"))
 
 
@@ -115,13 +120,13 @@ def one_rebuild(engine: Engine, live: str) -> Iterator[None]:
             conn.commit()
 
 
-def claim_abandoned(engine: Engine, live: str) -> tuple[SideSchema | None, list[SideSchema]]:
+def claim_abandoned(engine: Engine, live: str, topic_prefix: str) -> tuple[SideSchema | None, list[SideSchema]]:
     """The build to resume, if any, and the builds dropped: of the builds rebuilds that died left behind,
     the newest the current settings can resume is kept, the others are dropped. Only under
     `one_rebuild`: then no build is in progress."""
     with engine.begin() as conn:
         abandoned = [s for s in side_schemas(conn, live) if s.kind == BUILDING]
-        resumable = [s for s in abandoned if s.resumable]
+        resumable = [s for s in abandoned if s.resumable(topic_prefix)]
         resumed = resumable[-1] if resumable else None
         dropped = [s for s in abandoned if s is not resumed]
         for schema in dropped:

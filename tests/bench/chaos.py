@@ -10,7 +10,9 @@ every call carrying an idempotency key and retried with it until acknowledged. M
 moments, faults are injected: SIGKILL of a random stack process (api, worker, projector), the broker
 restarted (the first cleanly, the second by SIGKILL) and Postgres restarted. A supervisor thread
 restarts any stack process that is gone, as systemd would (0.5 s later). After each fault a probe
-message measures the time until it is acknowledged, projected and derived again.
+message measures the time until it is acknowledged, projected and derived again. With --rebuilds N, an
+operator's `peerlog projections rebuild` runs N times during the load as its own process, about half of
+them SIGKILLed a random moment in; the others must switch reads to a schema identical to the live one.
 
 Afterwards, with the load drained: every acknowledged message is on the log and in the projection
 exactly once; every message is covered by exactly one BatchDerived; no observation is added twice;
@@ -114,6 +116,57 @@ class Supervisor(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join()
+
+
+class Rebuilds:
+    """Operators' rebuilds during the load, each its own `peerlog projections rebuild` process under the
+    same faults: about half are SIGKILLed a random moment in (the next one carries their build on), the
+    others run to the end and switch reads while the load goes on."""
+
+    def __init__(self, state, count: int, gap: tuple[float, float], seed: int) -> None:
+        self.state, self.count, self.gap = state, count, gap
+        self.rng = random.Random(seed + 1)
+        self.runs: list[dict] = []
+
+    async def run(self) -> None:
+        for _ in range(self.count):
+            await asyncio.sleep(self.rng.uniform(*self.gap))
+            kill_after = round(self.rng.uniform(2, 20), 1) if self.rng.random() < 0.5 else None
+            outcome = await asyncio.to_thread(self.one, kill_after)
+            self.runs.append(outcome)
+            log(f"rebuild {len(self.runs)}/{self.count}: {outcome}")
+
+    def one(self, kill_after: float | None) -> dict:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "projections", "rebuild"],
+            env={**os.environ, **self.state.env()},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        started = time.monotonic()
+        try:
+            out, _ = proc.communicate(timeout=kill_after or 3600)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            out, _ = proc.communicate()
+        said = out.splitlines()
+        verified = [line for line in said if line.startswith(("verified:", "differences from"))]
+        return {
+            "killed_after_s": kill_after if proc.returncode == -signal.SIGKILL else None,
+            "exit": proc.returncode,
+            "seconds": round(time.monotonic() - started, 1),
+            "resumed": any(line.startswith("resuming ") for line in said),
+            "switched": any(line.startswith("reads now served") for line in said),
+            "verified": verified[-1] if verified else None,
+            "last_line": said[-1] if said else "",
+        }
+
+    @property
+    def failed(self) -> list[dict]:
+        """Rebuilds that ended on their own without switching to an identical schema."""
+        return [r for r in self.runs if r["killed_after_s"] is None and not (r["exit"] == 0 and r["switched"])]
 
 
 # --------------------------------------------------------------------------- the load
@@ -522,6 +575,7 @@ def rebuild_check(state) -> dict:
 
     report = rebuild(Settings(), progress=log)
     return {
+        "resumed": report.resumed,
         "events": report.events,
         "seconds": round(report.seconds, 1),
         "switched": report.switched,
@@ -658,8 +712,9 @@ async def chaos_run(args, root: Path) -> dict:
                 watcher.start()
                 load = Load(state, workspace, sessions, args.rate, args.batch)
                 chaos = Chaos(state, root, supervisor, load, args)
+                rebuilds = Rebuilds(state, args.rebuilds, (args.min_gap, args.max_gap), args.seed)
                 started = time.monotonic()
-                await asyncio.gather(load.run(args.messages), chaos.run(c))
+                await asyncio.gather(load.run(args.messages), chaos.run(c), rebuilds.run())
                 load_s = time.monotonic() - started
             log(f"load and faults done in {load_s:.0f} s: {len(load.acked)} acknowledged; draining")
             dsn, acked_ids = sql_dsn(state.database_url), set(load.acked.values())
@@ -701,6 +756,8 @@ async def chaos_run(args, root: Path) -> dict:
             "model_calls": len(server.chat_requests()),
             "model_answers": dict(model.answered),
             "dead_letter_retry": retried,
+            "rebuilds_during_load": rebuilds.runs,
+            "rebuilds_failed": len(rebuilds.failed),
             "load_average_after": os.getloadavg(),
         }
     )
@@ -721,6 +778,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--broker-restarts", type=int, default=2)
     p.add_argument("--postgres-restarts", type=int, default=1)
+    p.add_argument("--rebuilds", type=int, default=0, help="`peerlog projections rebuild` runs during the load")
     p.add_argument("--min-gap", type=float, default=5, help="seconds between faults, at least")
     p.add_argument("--max-gap", type=float, default=20)
     p.add_argument("--drain-timeout", type=float, default=900)
@@ -747,6 +805,7 @@ def main(argv: list[str]) -> int:
         and result["observations_added_twice_on_log"] == 0
         and result["rebuild"].get("switched") is True
         and not result["rebuild"].get("differing_rows")
+        and result["rebuilds_failed"] == 0
     )
     result["passed"] = ok
     text = json.dumps(result, indent=2, default=str)

@@ -2,7 +2,7 @@
 """Rebuild benchmark: replay a large log into a fresh schema, verify it against the live one, switch.
 
     .venv/bin/python tests/bench/rebuild.py [--messages 100000] [--observations 200000] [--dir DIR] \
-        [--keep] [--out tests/bench/results/rebuild.json]
+        [--keep] [--kill-after S] [--out tests/bench/results/rebuild.json]
 
 Builds the read bench's workspace THROUGH THE LOG (tests/bench/read.py: sessions, messages with their
 embeddings, observations with theirs; about 2 events per message and 1 per observation), waits for the
@@ -12,6 +12,10 @@ and each phase apart (replay, index build, catch-up, verification, switch). A ke
 --keep) that already holds the workspace skips the build. The schema the rebuild retires is dropped
 afterwards, so a kept stack does not grow by a copy per run.
 
+With --kill-after S, each run first starts `peerlog projections rebuild` as its own process and SIGKILLs
+it S seconds in, then rebuilds in this process, which carries on the build the killed one left: the run
+reports the events each of the two applied, and how long the second took.
+
 Prints one JSON object on stdout (progress on stderr) and writes it to --out.
 """
 
@@ -20,6 +24,8 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -53,13 +59,38 @@ def drop_retired(dsn: str, schema: str | None) -> None:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-def run_rebuild(state) -> dict:
-    """One rebuild as the CLI runs it, in this process, with the stack's settings."""
+def killed_rebuild(state, after_s: float) -> dict:
+    """`peerlog projections rebuild` as its own process, SIGKILLed `after_s` seconds in."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.cli.main", "projections", "rebuild"],
+        env={**os.environ, **state.env()},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=after_s)
+        log(f"the rebuild to be killed ended on its own:\n{out}")
+        return {"killed_after_s": None, "exit": proc.returncode}
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate()
+    said = [line for line in out.splitlines() if line.strip()]
+    log(f"killed the rebuild {after_s} s in; its last line: {said[-1] if said else '-'}")
+    return {"killed_after_s": after_s, "last_progress": said[-1] if said else ""}
+
+
+def run_rebuild(state, kill_after_s: float | None = None) -> dict:
+    """One rebuild as the CLI runs it, in this process, with the stack's settings; with `kill_after_s`,
+    after one killed that many seconds in."""
     os.environ.update(state.env())
+    killed = killed_rebuild(state, kill_after_s) if kill_after_s else None
     started = time.monotonic()
     report = rebuild(Settings(), progress=lambda m: log(f"{time.monotonic() - started:7.1f} s  {m}"))
     drop_retired(read.sql_dsn(state.database_url), report.retired)
     return {
+        **({"killed_first": killed, "resumed": report.resumed} if killed else {}),
         "events": report.events,
         "seconds": round(report.seconds, 1),
         "events_per_s": round(report.events / report.seconds),
@@ -74,6 +105,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--observations", type=int, default=200_000)
     ap.add_argument("--runs", type=int, default=1, help="rebuilds in a row (each replays the whole log)")
+    ap.add_argument("--kill-after", type=float, help="kill a first rebuild this many seconds in, then carry it on")
     ap.add_argument("--dir", type=Path, help="stack directory (default: a fresh temp dir)")
     ap.add_argument("--keep", action="store_true", help="leave the stack running and its directory in place")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/rebuild.json")
@@ -88,7 +120,7 @@ def main(argv: list[str]) -> int:
     with read.bench_stack(args, "peerlog-rebuild-bench-", keep=["projector"], progress=log) as state:
         log(f"building {args.messages} messages and {args.observations} observations through the log")
         built = read.build(state, args)
-        runs = [run_rebuild(state) for _ in range(args.runs)]
+        runs = [run_rebuild(state, args.kill_after) for _ in range(args.runs)]
         read.emit(
             {
                 "benchmark": "rebuild",

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from projections.rebuild import Replayer, live_offsets, rebuild, start_build
-from projections.rebuild_schemas import RebuildInProgress, one_rebuild, side_schemas
+from projections.rebuild_schemas import RebuildInProgress, mark_of, one_rebuild, side_schemas
 from tests.integration.test_rebuild import projected_session, row_count
 from tests.support.processes import settings_env
 from tests.support.tcp_proxy import database_behind_proxy
@@ -110,7 +110,7 @@ def test_a_rebuild_carries_on_a_build_left_half_done_replaying_only_the_rest(set
 
 def test_a_build_left_under_another_embedding_model_is_dropped_not_carried_on(settings, projected):
     schema, _ = partial_build(settings, projected)
-    other = {"peerlog": "build", "embedding_model": "another-model", "dimensions": 384}
+    other = {**mark_of("build", settings.kafka.topic_prefix), "embedding_model": "another-model"}
     with projected.begin() as conn:
         conn.execute(text(f"COMMENT ON SCHEMA \"{schema}\" IS '{json.dumps(other)}'"))
 
