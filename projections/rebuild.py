@@ -283,6 +283,9 @@ def _rebuild(
             create_deferred(build_engine, progress)
         with report.phase("vacuum"):
             vacuum_analyze(build_engine, report.schema)
+        if has_live:  # what came meanwhile, while the live projector runs on: less to replay under the lock
+            with report.phase("catch_up_before_lock"), live_engine.connect() as conn:
+                replayer.replay_to(live_offsets(conn, live))
         progress("vacuumed and analysed; switching")
         _switch(live_engine, replayer, report, has_live, accept_differences, progress)
     finally:

@@ -131,7 +131,7 @@ class Rebuilds:
     async def run(self) -> None:
         for _ in range(self.count):
             await asyncio.sleep(self.rng.uniform(*self.gap))
-            kill_after = round(self.rng.uniform(2, 20), 1) if self.rng.random() < 0.5 else None
+            kill_after = round(self.rng.uniform(2, 8), 1) if self.rng.random() < 0.5 else None  # most take longer
             outcome = await asyncio.to_thread(self.one, kill_after)
             self.runs.append(outcome)
             log(f"rebuild {len(self.runs)}/{self.count}: {outcome}")
