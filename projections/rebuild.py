@@ -124,6 +124,7 @@ class Replayer:
             [TopicPartition(t, p, self.applied_upto.get((t, p), OFFSET_BEGINNING)) for t, p in self.partitions]
         )
         self.events = 0
+        self.goal: dict[tuple[str, int], int] = {}  # the offsets progress is told against (the live projection's)
         self._last_report = time.monotonic()
 
     def replay_to(self, target: dict[tuple[str, int], int]) -> None:
@@ -157,8 +158,15 @@ class Replayer:
         for r in records:
             self.applied_upto[(r.topic, r.partition)] = r.offset + 1
         if time.monotonic() - self._last_report > 2:
-            self.progress(f"  replayed {self.events} events")
+            self.progress(f"  replayed {self.events} events{self._share()}")
             self._last_report = time.monotonic()
+
+    def _share(self) -> str:
+        """How far through the goal's offsets the build stands, counted from offset 0 (a carried-on build
+        starts part of the way)."""
+        total = sum(self.goal.values())
+        done = sum(min(n, self.goal.get(tp, 0)) for tp, n in self.applied_upto.items())
+        return f" ({100 * done / total:.0f} % of the log up to the live projection)" if total else ""
 
     def _reached(self, target: dict[tuple[str, int], int], upto: dict[tuple[str, int], int]) -> bool:
         return all(upto.get(tp, 0) >= target.get(tp, 0) for tp in self.partitions)
@@ -275,6 +283,7 @@ def _rebuild(
         with live_engine.connect() as conn:
             has_live = schema_exists(conn, live)
             first_target = live_offsets(conn, live) if has_live else {}
+        replayer.goal = first_target
         with report.phase("replay"):
             replayer.replay_to(_only(first_target, FIRST_TOPICS, settings))
             replayer.replay_to(first_target)
