@@ -3,13 +3,14 @@
 The fresh schema is filled without its search indexes (HNSW over vectors, GIN over text): each is built
 once after the replay, which costs a fraction of keeping it up to date row by row, and the replay
 commits without waiting for its WAL flush (a crash of Postgres loses only the last batches, each with
-its offsets, and they are replayed again). The message vectors are replayed before the rest, so each message is written once with its
-vector (FIRST_TOPICS), and each batch is decoded while the one before it is written. Then every table is
-vacuumed and analysed, so reads plan from real statistics from the first moment. The switch holds a lock
-that pauses the live projector, replays the last few events so both schemas stand at the same offsets,
-compares every table row for row, then renames the schemas in one transaction. Readers never see a
-half-built schema; the live projector notices the new schema's generation and resumes from the offsets
-it recorded.
+its offsets, and they are replayed again). The message vectors are replayed before the rest, so each
+message is written once with its vector (FIRST_TOPICS), and each batch is decoded while the one before
+it is written. Then every table is vacuumed and analysed, so reads plan from real statistics from the
+first moment, and what came meanwhile is replayed while the live projector runs on. The switch holds a
+lock that pauses the live projector, replays the last few events so both schemas stand at the same
+offsets, compares every table row for row, then renames the schemas in one transaction. Readers never
+see a half-built schema; the live projector notices the new schema's generation and resumes from the
+offsets it recorded.
 
 Each replayed batch is committed with its offsets, so a build is never lost work: when Postgres goes
 away the rebuild waits for it and carries on from the offsets its build recorded, and a rebuild that

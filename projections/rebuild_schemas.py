@@ -1,9 +1,9 @@
 """The schemas rebuilds leave beside the live one, and the lock that lets one rebuild run at a time.
 
 A rebuild fills `<live>_build_<stamp>` and, when it switches, renames the live schema to
-`<live>_retired_<stamp>`. A comment on a build schema says what it is: a build, with the settings that
-shape its rows (the embedding model and size), or one kept for inspection because its tables differed
-from the live ones. A build found while no rebuild runs was left by one that died (killed, its machine
+`<live>_retired_<stamp>`. A comment on a build schema says what it is: a build, with the topics it
+replays and the settings that shape its rows (the embedding model and size), or one kept for inspection
+because its tables differed from the live ones. A build found while no rebuild runs was left by one that died (killed, its machine
 lost, Postgres restarted under it). Each batch it replayed was committed with its offsets, so the next
 rebuild resumes the newest such build made under the same settings, and drops the others: each holds a
 full copy of the projections. Retired and kept schemas stay until an operator drops them

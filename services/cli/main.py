@@ -288,7 +288,8 @@ def topics_create() -> None:
 def projections_rebuild(
     accept_differences: bool = typer.Option(False, help="switch even if the rebuilt tables differ from the live ones"),
 ) -> None:
-    """Replay the log from offset 0 into a fresh schema, verify it, and switch reads to it."""
+    """Replay the log from offset 0 into a fresh schema (or carry on the build of a rebuild that died),
+    verify it, and switch reads to it."""
     from projections.rebuild import rebuild
     from projections.rebuild_schemas import RebuildInProgress
 
