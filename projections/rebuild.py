@@ -233,8 +233,9 @@ def rebuild(
     stop: threading.Event | None = None,
 ) -> RebuildReport:
     """Rebuild the serving schema from the log; see the module docstring. One rebuild at a time
-    (RebuildInProgress). While Postgres is away it waits, then resumes its build, until `stop` is set."""
-    for attempt in while_database_away(stop or threading.Event(), "rebuild"):
+    (RebuildInProgress). While Postgres or the broker is away it waits, then carries on its build, until
+    `stop` is set."""
+    for attempt in while_database_away(stop or threading.Event(), "rebuild", broker_too=True):
         with attempt:
             return _locked(settings, progress, accept_differences)
     raise AssertionError("unreachable: the policy returns or raises")

@@ -181,3 +181,19 @@ def test_a_build_that_differs_is_kept_for_inspection_until_an_operator_drops_it(
     assert dropped.stdout.startswith(f"dropped kept schema {differed.schema} ")
     assert schemas(projected, settings) == {switched.retired: "retired"}
     assert row_count(projected, live, "messages") == 300  # reads still served, from the rebuilt schema
+
+
+def test_a_rebuild_started_while_the_broker_is_away_waits_and_switches_once_it_is_back(infra, settings, projected):
+    if infra.kafka is None:
+        pytest.skip("needs the local broker, which the tests can stop")
+    infra.kafka.stop()
+    try:
+        said: list[str] = []
+        running = ThreadPoolExecutor(1).submit(rebuild, settings, said.append)
+        time.sleep(15)  # longer than a partition listing waits (10 s): before, the rebuild raised here
+        assert not running.done(), said
+    finally:
+        infra.kafka.start()
+    report = running.result(180)
+    assert report.switched and set(report.differences.values()) == {0}, said
+    assert schemas(projected, settings) == {report.retired: "retired"}
