@@ -338,7 +338,10 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
                 conn.execute(text(f'ALTER SCHEMA "{live}" RENAME TO "{report.retired}"'))
             conn.execute(text(f'ALTER SCHEMA "{report.schema}" RENAME TO "{live}"'))
     report.switched = True
+    # the lock held the live projector from the last catch-up to the commit of the renames
+    paused = sum(report.phases.get(name, 0.0) for name in ("catch_up", "verify", "switch"))
     progress(
         f"reads now served from the rebuilt schema ({live})"
         + (f"; the old one is kept as {report.retired}" if report.retired else "")
+        + (f"; the live projector was paused {paused:.1f} s" if has_live else "")
     )

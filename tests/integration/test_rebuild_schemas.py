@@ -78,6 +78,7 @@ def test_a_rebuild_killed_mid_way_leaves_a_build_that_the_next_rebuild_carries_o
 
     assert report.switched and report.resumed and set(report.differences.values()) == {0}
     assert report.schema == next(iter(left)), said
+    assert any("the live projector was paused" in line for line in said), said
     assert schemas(projected, settings) == {report.retired: "retired"}
 
 
