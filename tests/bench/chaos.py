@@ -56,6 +56,7 @@ from services.bus.topics import OBSERVATIONS, SESSIONS  # noqa: E402
 from services.cli.client import Client  # noqa: E402
 from services.events import BatchDerived, MessageAppended, ObservationAdded, decode  # noqa: E402
 from tests.bench.ingest import machine, parse_token, pin_fresh_ports, projected_at  # noqa: E402
+from tests.bench.rebuild import rebuild_process  # noqa: E402
 from tests.support.extractor import extract_each_turn, is_deriver  # noqa: E402
 from tests.support.model_server import ModelServer, Reply  # noqa: E402
 
@@ -137,26 +138,12 @@ class Rebuilds:
             log(f"rebuild {len(self.runs)}/{self.count}: {outcome}")
 
     def one(self, kill_after: float | None) -> dict:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "projections", "rebuild"],
-            env={**os.environ, **self.state.env()},
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        started = time.monotonic()
-        try:
-            out, _ = proc.communicate(timeout=kill_after or 3600)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            out, _ = proc.communicate()
-        said = out.splitlines()
+        status, said, seconds = rebuild_process(self.state.env(), kill_after or 3600)
         verified = [line for line in said if line.startswith(("verified:", "differences from"))]
         return {
-            "killed_after_s": kill_after if proc.returncode == -signal.SIGKILL else None,
-            "exit": proc.returncode,
-            "seconds": round(time.monotonic() - started, 1),
+            "killed_after_s": kill_after if status == -signal.SIGKILL else None,
+            "exit": status,
+            "seconds": round(seconds, 1),
             "resumed": any(line.startswith("resuming ") for line in said),
             "switched": any(line.startswith("reads now served") for line in said),
             "verified": verified[-1] if verified else None,

@@ -59,24 +59,32 @@ def drop_retired(dsn: str, schema: str | None) -> None:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-def killed_rebuild(state, after_s: float) -> dict:
-    """`peerlog projections rebuild` as its own process, SIGKILLed `after_s` seconds in."""
+def rebuild_process(env: dict, kill_after_s: float | None = None) -> tuple[int, list[str], float]:
+    """`peerlog projections rebuild` as its own process with the stack's `env`, SIGKILLed `kill_after_s`
+    seconds in unless it ends first: its exit status, the lines it printed, and how long it ran."""
+    started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", "projections", "rebuild"],
-        env={**os.environ, **state.env()},
+        env={**os.environ, **env},
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
-        out, _ = proc.communicate(timeout=after_s)
-        log(f"the rebuild to be killed ended on its own:\n{out}")
-        return {"killed_after_s": None, "exit": proc.returncode}
+        out, _ = proc.communicate(timeout=kill_after_s)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate()
-    said = [line for line in out.splitlines() if line.strip()]
+    return proc.returncode, [line for line in out.splitlines() if line.strip()], time.monotonic() - started
+
+
+def killed_rebuild(state, after_s: float) -> dict:
+    """A rebuild of its own, SIGKILLed `after_s` seconds in."""
+    status, said, _ = rebuild_process(state.env(), after_s)
+    if status != -signal.SIGKILL:
+        log("the rebuild to be killed ended on its own:\n" + "\n".join(said))
+        return {"killed_after_s": None, "exit": status}
     log(f"killed the rebuild {after_s} s in; its last line: {said[-1] if said else '-'}")
     return {"killed_after_s": after_s, "last_progress": said[-1] if said else ""}
 
