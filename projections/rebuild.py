@@ -120,7 +120,7 @@ class Replayer:
         ]
         # from the offsets the build recorded with its rows: none in a fresh one, a resumed one's own
         with engine.connect() as conn:
-            self.applied_upto = live_offsets(conn, engine.get_execution_options()["schema_translate_map"][None])
+            self.applied_upto = recorded_offsets(conn, schema_of(engine))
         self.consumer.assign(
             [TopicPartition(t, p, self.applied_upto.get((t, p), OFFSET_BEGINNING)) for t, p in self.partitions]
         )
@@ -206,7 +206,13 @@ def vacuum_analyze(engine: Engine, schema: str) -> None:
             conn.execute(text(f'VACUUM (ANALYZE) "{schema}"."{table.name}"'))
 
 
-def live_offsets(conn: Connection, schema: str) -> dict[tuple[str, int], int]:
+def schema_of(engine: Engine) -> str:
+    """The schema an engine from `sync_engine` reads and writes."""
+    return engine.get_execution_options()["schema_translate_map"][None]
+
+
+def recorded_offsets(conn: Connection, schema: str) -> dict[tuple[str, int], int]:
+    """The next offset per partition the schema's projection recorded with its rows."""
     mapped = conn.execution_options(schema_translate_map={None: schema})
     return {(t, p): n for t, p, n in mapped.execute(projection_offsets.select())}
 
@@ -235,10 +241,8 @@ def rebuild(
     """Rebuild the serving schema from the log; see the module docstring. One rebuild at a time
     (RebuildInProgress). While Postgres or the broker is away it waits, then carries on its build, until
     `stop` is set."""
-    for attempt in while_database_away(stop or threading.Event(), "rebuild", broker_too=True):
-        with attempt:
-            return _locked(settings, progress, accept_differences)
-    raise AssertionError("unreachable: the policy returns or raises")
+    retrying = while_database_away(stop or threading.Event(), "rebuild", broker_too=True)
+    return retrying(_locked, settings, progress, accept_differences)
 
 
 def _locked(settings: Settings, progress: Progress, accept_differences: bool) -> RebuildReport:
@@ -284,7 +288,7 @@ def _rebuild(
     try:
         with live_engine.connect() as conn:
             has_live = schema_exists(conn, live)
-            first_target = live_offsets(conn, live) if has_live else {}
+            first_target = recorded_offsets(conn, live) if has_live else {}
         replayer.goal = first_target
         with report.phase("replay"):
             replayer.replay_to(_only(first_target, FIRST_TOPICS, settings))
@@ -296,7 +300,7 @@ def _rebuild(
             vacuum_analyze(build_engine, report.schema)
         if has_live:  # what came meanwhile, while the live projector runs on: less to replay under the lock
             with report.phase("catch_up_before_lock"), live_engine.connect() as conn:
-                replayer.replay_to(live_offsets(conn, live))
+                replayer.replay_to(recorded_offsets(conn, live))
         progress("vacuumed and analysed; switching")
         _switch(live_engine, replayer, report, has_live, accept_differences, progress)
     finally:
@@ -310,13 +314,13 @@ def _rebuild(
 
 
 def _switch(engine, replayer, report, has_live, accept_differences, progress) -> None:
-    live = engine.get_execution_options()["schema_translate_map"][None]
+    live = schema_of(engine)
     with engine.begin() as conn:
         if has_live:
             # pauses the live projector (it locks offset rows) while reads go on
             conn.execute(text(f'LOCK TABLE "{live}".projection_offsets IN EXCLUSIVE MODE'))
             with report.phase("catch_up"):
-                replayer.replay_to(live_offsets(conn, live))
+                replayer.replay_to(recorded_offsets(conn, live))
             with report.phase("verify"):
                 report.differences = compare(conn, live, report.schema)
             differing = {t: n for t, n in report.differences.items() if n}

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from services import logs
 from services.settings import Settings
+
+if TYPE_CHECKING:  # commands import what they use when they run: the command line starts fast
+    from sqlalchemy import Engine
 
 app = typer.Typer(help="peerlog: event-sourced memory for AI agents.", no_args_is_help=True)
 dev = typer.Typer(help="The local stack (Kafka, Postgres, projector, API) without Docker.")
@@ -302,20 +308,27 @@ def projections_rebuild(
         raise typer.Exit(1)
 
 
-@projections.command("schemas")
-def projections_schemas() -> None:
-    """List the schemas rebuilds left beside the live one: retired, kept for inspection, builds."""
+@contextmanager
+def _serving_engine() -> Iterator[tuple[Engine, str]]:
+    """An engine on the configured database, and the name of the schema reads are served from."""
     from projections.db import sync_engine
-    from projections.rebuild_schemas import side_schemas
 
     database = Settings().database
     engine = sync_engine(database)
     try:
-        with engine.connect() as conn:
-            found = side_schemas(conn, database.schema_name)
+        yield engine, database.schema_name
     finally:
         engine.dispose()
-    typer.echo(f"live\t{database.schema_name}")
+
+
+@projections.command("schemas")
+def projections_schemas() -> None:
+    """List the schemas rebuilds left beside the live one: retired, kept for inspection, builds."""
+    from projections.rebuild_schemas import side_schemas
+
+    with _serving_engine() as (engine, live), engine.connect() as conn:
+        found = side_schemas(conn, live)
+    typer.echo(f"live\t{live}")
     for schema in found:
         typer.echo(f"{schema.kind}\t{schema.name}\t{schema.bytes / 2**20:.1f} MiB")
 
@@ -323,18 +336,14 @@ def projections_schemas() -> None:
 @projections.command("drop")
 def projections_drop(schema: str = typer.Argument(..., help="a retired, kept or build schema's name")) -> None:
     """Drop a schema a rebuild left (never the live one, nor a build in progress)."""
-    from projections.db import sync_engine
     from projections.rebuild_schemas import RebuildInProgress, drop_side_schema
 
-    database = Settings().database
-    engine = sync_engine(database)
-    try:
-        dropped = drop_side_schema(engine, database.schema_name, schema)
-    except (ValueError, RebuildInProgress) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
-    finally:
-        engine.dispose()
+    with _serving_engine() as (engine, live):
+        try:
+            dropped = drop_side_schema(engine, live, schema)
+        except (ValueError, RebuildInProgress) as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2) from None
     typer.echo(f"dropped {dropped.kind} schema {dropped.name} ({dropped.bytes / 2**20:.1f} MiB)")
 
 

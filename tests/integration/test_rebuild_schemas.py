@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import text
 
-from projections.rebuild import Replayer, live_offsets, rebuild, start_build
+from projections.rebuild import Replayer, rebuild, recorded_offsets, start_build
 from projections.rebuild_schemas import RebuildInProgress, mark_of, one_rebuild, side_schemas
 from tests.integration.test_rebuild import projected_session, row_count
 from tests.support.processes import settings_env
@@ -43,14 +43,13 @@ def a_build_is_marked(engine, settings) -> bool:
         return any(s.kind == "build" and s.mark for s in side_schemas(conn, settings.database.schema_name))
 
 
+def command(settings, *args: str) -> dict:
+    """The peerlog command line `args` against this test's topics and schema, as subprocess arguments."""
+    return {"args": [sys.executable, "-m", "services.cli.main", *args], "env": {**os.environ, **settings_env(settings)}}
+
+
 def peerlog(settings, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args],
-        env={**os.environ, **settings_env(settings)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return subprocess.run(**command(settings, *args), capture_output=True, text=True, timeout=300)
 
 
 def rebuild_once_the_lock_is_free(settings, progress):
@@ -67,10 +66,7 @@ def rebuild_once_the_lock_is_free(settings, progress):
 
 def test_a_rebuild_killed_mid_way_leaves_a_build_that_the_next_rebuild_carries_on_and_switches(settings, projected):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.cli.main", "projections", "rebuild"],
-        env={**os.environ, **settings_env(settings)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        **command(settings, "projections", "rebuild"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     deadline = time.monotonic() + 120
     while not a_build_is_marked(projected, settings) and proc.poll() is None and time.monotonic() < deadline:
@@ -96,7 +92,7 @@ def partial_build(settings, projected) -> tuple[str, int]:
     replayer = Replayer(settings, engine, progress=lambda _: None)
     try:
         with projected.connect() as conn:
-            live = live_offsets(conn, settings.database.schema_name)
+            live = recorded_offsets(conn, settings.database.schema_name)
         replayer.replay_to({tp: n // 2 for tp, n in live.items()})
         return schema, replayer.events
     finally:
