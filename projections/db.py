@@ -10,7 +10,15 @@ from sqlalchemy import Connection, Engine, create_engine, event, exists, insert,
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from projections.schema import RETIRED_COLUMNS, RETIRED_INDEXES, message_terms, messages, metadata, projection_meta
+from projections.schema import (
+    PEER_NAME_LEXEMES,
+    RETIRED_COLUMNS,
+    RETIRED_INDEXES,
+    message_terms,
+    messages,
+    metadata,
+    projection_meta,
+)
 from projections.settings import DatabaseSettings
 
 
@@ -109,17 +117,33 @@ def _backfill_terms(conn: Connection) -> None:
     )
 
 
+def _has_column(conn: Connection, schema: str, table: str, column: str) -> bool:
+    found = conn.execute(
+        text(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = :s AND table_name = :t AND column_name = :c"
+        ),
+        {"s": schema, "t": table, "c": column},
+    )
+    return found.first() is not None
+
+
+def _upgrade_peers(conn: Connection, schema: str) -> None:
+    """A schema from before peers.name_lexemes gets the column, computed for every peer once (the table
+    is rewritten); its index follows in _upgrade_indexes."""
+    if not _has_column(conn, schema, "peers", "name_lexemes"):
+        conn.execute(
+            text(
+                f'ALTER TABLE "{schema}".peers ADD COLUMN name_lexemes text[] '
+                f"GENERATED ALWAYS AS ({PEER_NAME_LEXEMES}) STORED"
+            )
+        )
+        conn.execute(text(f'ANALYZE "{schema}".peers'))  # searches plan with the new column's statistics at once
+
+
 def _upgrade_memberships(conn: Connection, schema: str) -> None:
     """A schema from before visibility followed log order gets its membership periods as seqs, once,
     by the wall-clock rule it was read by until then (memberships.joined_after_seq)."""
-    upgraded = conn.execute(
-        text(
-            "SELECT 1 FROM information_schema.columns WHERE table_schema = :s AND "
-            "table_name = 'memberships' AND column_name = 'joined_after_seq'"
-        ),
-        {"s": schema},
-    )
-    if upgraded.first() is not None:
+    if _has_column(conn, schema, "memberships", "joined_after_seq"):
         return  # every later start: no ALTER TABLE (an exclusive lock) and no scan of the table
     t = f'"{schema}".memberships'
     conn.execute(text(f"ALTER TABLE {t} ADD COLUMN joined_after_seq bigint, ADD COLUMN left_after_seq bigint"))
@@ -146,6 +170,7 @@ def create_schema(engine: Engine, schema: str) -> None:
         conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
         mapped = conn.execution_options(schema_translate_map={None: schema})
         metadata.create_all(mapped)
+        _upgrade_peers(mapped, schema)
         _upgrade_indexes(mapped, schema)
         _drop_retired_columns(mapped, schema)
         _upgrade_memberships(mapped, schema)

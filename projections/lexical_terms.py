@@ -76,21 +76,21 @@ def _named_lexemes():
     already lifted by AUTHOR_BOOST, and matching the name again in the text ranked every short turn by
     or to that peer ("Bye Ann!") above the turns that answer."""
     named = named_peers()
-    return select(func.unnest(_lexemes(func.translate(named.c.peer_id, "_-", "  ")))).scalar_subquery()
+    return select(func.unnest(named.c.name_lexemes)).scalar_subquery()
 
 
 @lru_cache(maxsize=1)
 def named_peers():
     """The workspace's peers the query names: every lexeme of the peer id (read with `_` and `-` as
-    spaces) is among the query's. A peer id that stems to nothing (all stop words) names no one."""
+    spaces, `peers.name_lexemes`) is among the query's. A peer id that stems to nothing (all stop words)
+    names no one. The index on the lexemes finds them: the cost follows the peers whose names share a
+    word with the query, not the workspace's peers."""
     pr = peers.c
-    name = _lexemes(func.translate(pr.peer_id, "_-", "  "))
     return (
-        select(pr.peer_id)
+        select(pr.peer_id, pr.name_lexemes)
         .where(
             pr.workspace_id == bindparam("workspace_id"),
-            func.cardinality(name) > 0,
-            name.op("<@")(_lexemes(bindparam("q", type_=Text))),
+            pr.name_lexemes.op("<@")(_lexemes(bindparam("q", type_=Text))),
         )
         .cte("named")
     )

@@ -46,6 +46,8 @@ workspaces = Table(
     Column("event_id", Text, nullable=False, unique=True),
 )
 
+PEER_NAME_LEXEMES = "nullif(tsvector_to_array(to_tsvector('english', translate(peer_id, '_-', '  '))), '{}')"
+
 peers = Table(
     "peers",
     metadata,
@@ -55,7 +57,12 @@ peers = Table(
     Column("metadata", JSONB, nullable=False),
     Column("created_at", TS, nullable=False),
     Column("event_id", Text, nullable=False, unique=True),
+    # the lexemes of the peer's id read as words ("Ann_Lee": ann, lee), NULL when it stems to nothing: a
+    # search finds the peers its query names through the index, where computing them for every peer of
+    # the workspace cost 16-21 ms a lookup, twice a search, among 20,000 peers
+    Column("name_lexemes", ARRAY(Text), Computed(PEER_NAME_LEXEMES, persisted=True)),
     PrimaryKeyConstraint("workspace_id", "peer_id"),
+    Index("peers_by_name", "name_lexemes", postgresql_using="gin"),
 )
 
 sessions = Table(

@@ -18,7 +18,8 @@ Every peer of the workspace is a member of about 3/40 of its sessions. A "newcom
 only 2 sessions of its own (2 × --per-session messages): its phases measure a narrow perspective in a
 large workspace. A "long" session of 2,000 messages (--long-messages), between the first two peers, measures
 GetContext in a conversation that has gone on for a while. A kept stack without the newcomer's or the
-long session's part gets just that part appended.
+long session's part gets just that part appended. --crowd N adds N peers that take part in nothing, as in
+a workspace holding every user of an app.
 
 Prints one JSON object on stdout (progress on stderr) and writes it to --out.
 """
@@ -394,6 +395,35 @@ def build(state, args) -> dict:
     return {"events_appended": appended, "timings": timings, "plan": p}
 
 
+CROWD = "crowd-"
+
+
+def add_crowd(state, n: int) -> int:
+    """Make the workspace hold `n` peers that take part in nothing (`crowd-<i>`), as a workspace holding
+    every user of an app does: a search's cost should not grow with them. Appends only the missing
+    ones, through the log; returns how many."""
+    dsn = sql_dsn(state.database_url)
+    query = "SELECT count(*) FROM peerlog.peers WHERE workspace_id = %s AND starts_with(peer_id, %s)"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        held = conn.execute(query, (WORKSPACE, CROWD)).fetchone()[0]
+    missing = [f"{CROWD}{i:06d}" for i in range(held, n)]
+    if not missing:
+        return 0
+    log_ = EventLog(KafkaSettings(bootstrap_servers=state.bootstrap_servers))
+    log_.start()
+    for i in range(0, len(missing), 1000):
+        log_.append_sync(
+            [PeerCreated(workspace_id=WORKSPACE, peer_id=p, producer=BENCH) for p in missing[i : i + 1000]]
+        )
+    log_.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while conn.execute(query, (WORKSPACE, CROWD)).fetchone()[0] < n:
+            time.sleep(1)
+        conn.execute("VACUUM ANALYZE peerlog.peers")
+    log(f"added {len(missing)} peers that take part in nothing ({n} in all)")
+    return len(missing)
+
+
 # --------------------------------------------------------------------------- load
 
 
@@ -614,6 +644,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--distinct", type=int, default=25_000, help="distinct texts per kind (messages, observations)")
     ap.add_argument("--per-session", type=int, default=100, help="messages per session")
     ap.add_argument("--long-messages", type=int, default=2_000, help="messages of the long session")
+    ap.add_argument(
+        "--crowd",
+        type=int,
+        default=0,
+        help="peers of the workspace that take part in nothing (a kept stack keeps them)",
+    )
     ap.add_argument("--pairs", type=int, default=100, help="(observer, observed) pairs holding the observations")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=20.0)
@@ -667,6 +703,7 @@ def main(argv: list[str]) -> int:
     with bench_stack(args, "peerlog-read-bench-", keep=["api", "projector"]) as state:
         log(f"building {args.messages} messages and {args.observations} observations through the log")
         built = build(state, args)
+        built["timings"]["crowd_appended"] = add_crowd(state, args.crowd)
         setup_s = round(time.monotonic() - started, 1)
         log(f"setup took {setup_s} s: {built['timings']}")
         measured = asyncio.run(load(state, built["plan"], args))
@@ -684,6 +721,7 @@ def main(argv: list[str]) -> int:
                 "distinct_texts_per_kind": args.distinct,
                 "sessions": len(built["plan"]["sessions"]),
                 "pairs": args.pairs,
+                "crowd_peers": args.crowd,
                 "events_appended": built["events_appended"],
             },
             "setup": {"total_s": setup_s, **built["timings"]},

@@ -44,3 +44,31 @@ def test_an_older_schemas_unread_observation_search_column_and_indexes_are_dropp
         assert {"messages_embedding", "observations_by_pair_ranked"} <= indexes
     finally:
         engine.dispose()
+
+
+def test_an_older_schemas_peers_get_their_name_lexemes_and_its_index_at_start(settings):
+    schema = settings.database.schema_name
+    engine = sync_engine(settings.database)
+    try:
+        create_schema(engine, schema)
+        with engine.begin() as conn:  # peers as the previous version wrote them, without the column
+            conn.execute(text(f'ALTER TABLE "{schema}".peers DROP COLUMN name_lexemes'))
+            for peer in ("Ann_Lee", "the", "bo-42"):
+                conn.execute(
+                    text(
+                        f'INSERT INTO "{schema}".peers (workspace_id, peer_id, observe_me, metadata, created_at, '
+                        "event_id) VALUES ('w', :p, true, '{}', now(), :p)"
+                    ),
+                    {"p": peer},
+                )
+        create_schema(engine, schema)
+        create_schema(engine, schema)  # a later start finds it there
+        with engine.connect() as conn:
+            found = conn.execute(text(f'SELECT peer_id, name_lexemes FROM "{schema}".peers ORDER BY peer_id'))
+            lexemes = {peer: sorted(words) if words else None for peer, words in found}
+            indexes = _indexes(conn, schema)
+        # the words of each id, stemmed; an id of nothing but stop words names no one
+        assert lexemes == {"Ann_Lee": ["ann", "lee"], "bo-42": ["42", "bo"], "the": None}
+        assert "peers_by_name" in indexes
+    finally:
+        engine.dispose()
