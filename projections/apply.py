@@ -17,7 +17,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from projections import idempotency
-from projections.handlers import HANDLERS, count_lexemes, forget_lexemes
+from projections.handlers import HANDLERS
+from projections.lexicon import count_lexemes, forget_lexemes
 from projections.schema import projection_offsets, quarantine
 from services.events import Event, EventDecodeError, decode
 
@@ -74,12 +75,11 @@ def apply_batch(conn: Connection, records: Sequence[Record], ahead: Decoded | No
     decoded = [(r, e) for r, e in ahead.events if is_fresh(r)]
     bad = [(r, why) for r, why in ahead.bad if is_fresh(r)]
     decoded = idempotency.screen(conn, decoded)  # a later append under a used key is a no-op
-    forget_lexemes(conn)  # the info outlives a batch that failed on this pooled connection before
+    forget_lexemes(conn)  # what a batch that failed on this pooled connection before left noted
     try:
         with conn.begin_nested():
             _apply_runs(conn, [event for _, event in decoded])
     except OperationalError:
-        forget_lexemes(conn)
         raise  # the database is unwell: retry the whole batch later, never quarantine for it
     except DBAPIError:
         # one event broke the bulk write: redo one by one and park just the culprits

@@ -10,13 +10,13 @@ from sqlalchemy import (
     any_,
     bindparam,
     func,
-    literal,
     or_,
     select,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert
 
+from projections import lexicon
 from projections.configurations import message_configured, messages_configured, session_configured, workspace_configured
 from projections.dream_handlers import DREAM_HANDLERS
 from projections.inserts import copy_in, insert_new, take, upsert_latest
@@ -25,7 +25,6 @@ from projections.memory_handlers import MEMORY_HANDLERS
 from projections.schema import (
     ACTIVE_EMBEDDING_MODEL,
     memberships,
-    message_lexicon,
     message_origins,
     message_terms,
     messages,
@@ -211,7 +210,7 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
     _set_counts(conn, next_seq)
     messages_configured(conn, seqs)
     _index_terms(conn, keys)
-    conn.info.setdefault(_LEXICON_KEYS, []).extend(keys)  # counted once for the batch: count_lexemes
+    lexicon.to_count(conn, keys)
 
 
 def _record_origins(conn: Connection, fresh: Sequence[MessageAppended]) -> None:
@@ -300,56 +299,6 @@ def _index_terms(conn: Connection, keys: list[tuple[str, str]]) -> None:
             columns, select(*(m[c] for c in columns)).where(among((m.workspace_id, m.message_id), keys))
         )
     )
-
-
-# Connection.info key: the messages a batch inserted, whose lexemes are counted when it ends. A workspace's
-# lexicon rows are shared by every projector process whose partitions hold its sessions: each transaction
-# takes their row locks once, in one order (workspace, lexeme), so two projectors wait for each other
-# instead of deadlocking, as they could when each run of messages in a batch locked its own lexemes in
-# whatever order the query yielded
-_LEXICON_KEYS = "peerlog.lexicon_keys"
-
-
-def count_lexemes(conn: Connection) -> None:
-    """Add the messages the batch inserted to their workspace's lexicon (see _LEXICON_KEYS)."""
-    keys = conn.info.pop(_LEXICON_KEYS, [])
-    if keys:
-        _count_lexemes(conn, keys)
-
-
-def forget_lexemes(conn: Connection) -> None:
-    """Drop the keys of messages whose inserts were rolled back."""
-    conn.info.pop(_LEXICON_KEYS, None)
-
-
-def _count_lexemes(conn: Connection, keys: list[tuple[str, str]]) -> None:
-    """Add the new messages to their workspace's lexicon: one more document for each lexeme they hold,
-    and to the totals row (lexeme ''); `keys` are messages inserted just now, so none counts twice. The
-    rows are written, and locked, in (workspace, lexeme) order."""
-    m, lx = messages.c, message_lexicon.c
-    fresh = select(m.workspace_id, m.content_tsv).where(among((m.workspace_id, m.message_id), keys)).subquery()
-    each = select(
-        fresh.c.workspace_id,
-        func.unnest(func.tsvector_to_array(fresh.c.content_tsv)).label("lexeme"),
-    ).subquery()
-    per_lexeme = (
-        select(each.c.workspace_id, each.c.lexeme, func.count(), literal(0))
-        .group_by(each.c.workspace_id, each.c.lexeme)
-        .order_by(each.c.workspace_id, each.c.lexeme)
-    )
-    totals = (
-        select(fresh.c.workspace_id, literal(""), func.count(), func.sum(func.length(fresh.c.content_tsv)))
-        .group_by(fresh.c.workspace_id)
-        .order_by(fresh.c.workspace_id)
-    )
-    for rows in (per_lexeme, totals):
-        stmt = insert(message_lexicon).from_select(["workspace_id", "lexeme", "docs", "lexemes"], rows)
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[lx.workspace_id, lx.lexeme],
-                set_={"docs": lx.docs + stmt.excluded.docs, "lexemes": lx.lexemes + stmt.excluded.lexemes},
-            )
-        )
 
 
 _NO_VECTOR = dict(embedding=None, embedding_model=None, embedding_event_id=None)

@@ -416,8 +416,11 @@ def add_crowd(state, n: int) -> int:
             [PeerCreated(workspace_id=WORKSPACE, peer_id=p, producer=BENCH) for p in missing[i : i + 1000]]
         )
     log_.close()
+    deadline = time.monotonic() + 600
     with psycopg.connect(dsn, autocommit=True) as conn:
         while conn.execute(query, (WORKSPACE, CROWD)).fetchone()[0] < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the projector did not project the crowd's peers in 600 s")
             time.sleep(1)
         conn.execute("VACUUM ANALYZE peerlog.peers")
     log(f"added {len(missing)} peers that take part in nothing ({n} in all)")
