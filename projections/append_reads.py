@@ -7,7 +7,7 @@ about a quarter of what the call cost it in all; this way 0.4 ms."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import any_, bindparam, exists, func, select
@@ -25,6 +25,7 @@ class AppendFacts:
     members: frozenset[str]  # the session's current members
     unobserved: frozenset[str]  # those of the authors asked about whose observe_me is off
     workspace_level: Configuration | None  # the workspace's configuration now
+    names: Mapping[str, str]  # the display names (metadata `name`) of the authors asked about that have one
 
     def observe_me(self, peer_id: str) -> bool:
         """The author's peer-level observe_me (on, for a peer not found: the check of members says why)."""
@@ -48,12 +49,23 @@ def _statement():
             .scalar_subquery()
         ),
         configurations.workspace_level_now(),
+        _names(ws),
     )
+
+
+def _names(ws):
+    """The authors' display names as one JSON object, peer id → name."""
+    p = peers.c
+    name = p.metadata["name"].astext
+    named = select(func.jsonb_object_agg(p.peer_id, name)).where(
+        p.workspace_id == ws, p.peer_id == any_(bindparam("authors", type_=TextArray())), name.is_not(None)
+    )
+    return named.scalar_subquery()
 
 
 async def append_facts(
     conn: AsyncConnection, workspace_id: str, session_id: str, authors: Iterable[str]
 ) -> AppendFacts:
     values = dict(workspace_id=workspace_id, session_id=session_id, authors=sorted(set(authors)))
-    found, members, unobserved, level = (await conn.execute(_statement(), values)).one()
-    return AppendFacts(found, frozenset(members), frozenset(unobserved), configurations.parsed(level))
+    found, members, unobserved, level, names = (await conn.execute(_statement(), values)).one()
+    return AppendFacts(found, frozenset(members), frozenset(unobserved), configurations.parsed(level), names or {})

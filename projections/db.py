@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -20,6 +21,8 @@ from projections.schema import (
     projection_meta,
 )
 from projections.settings import DatabaseSettings
+
+log = logging.getLogger(__name__)
 
 
 def sync_engine(settings: DatabaseSettings, schema: str | None = None) -> Engine:
@@ -127,17 +130,48 @@ def _has_column(conn: Connection, schema: str, table: str, column: str) -> bool:
     return found.first() is not None
 
 
+def _generated_by(conn: Connection, schema: str, table: str, column: str) -> str:
+    """The expression a generated column is computed by, as Postgres prints it ('' if none)."""
+    found = conn.execute(
+        text(
+            "SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d JOIN pg_attribute a "
+            "ON a.attrelid = d.adrelid AND a.attnum = d.adnum WHERE d.adrelid = to_regclass(:t) AND a.attname = :c"
+        ),
+        {"t": f'"{schema}"."{table}"', "c": column},
+    )
+    return found.scalar() or ""
+
+
 def _upgrade_peers(conn: Connection, schema: str) -> None:
-    """A schema from before peers.name_lexemes gets the column, computed for every peer once (the table
-    is rewritten); its index follows in _upgrade_indexes."""
+    """A schema from before peers.name_lexemes gets the column, and one from before display names gets
+    its expression (PEER_NAME_LEXEMES), computed for every peer once (the table is rewritten; peers are
+    few beside messages); its index follows in _upgrade_indexes."""
+    t = f'"{schema}".peers'
     if not _has_column(conn, schema, "peers", "name_lexemes"):
         conn.execute(
-            text(
-                f'ALTER TABLE "{schema}".peers ADD COLUMN name_lexemes text[] '
-                f"GENERATED ALWAYS AS ({PEER_NAME_LEXEMES}) STORED"
-            )
+            text(f"ALTER TABLE {t} ADD COLUMN name_lexemes text[] GENERATED ALWAYS AS ({PEER_NAME_LEXEMES}) STORED")
         )
-        conn.execute(text(f'ANALYZE "{schema}".peers'))  # searches plan with the new column's statistics at once
+    elif "metadata" not in _generated_by(conn, schema, "peers", "name_lexemes"):
+        conn.execute(text(f"ALTER TABLE {t} ALTER COLUMN name_lexemes SET EXPRESSION AS ({PEER_NAME_LEXEMES})"))
+    else:
+        return  # every later start: no ALTER TABLE (an exclusive lock)
+    conn.execute(text(f"ANALYZE {t}"))  # searches plan with the new column's statistics at once
+
+
+def _upgrade_messages(conn: Connection, schema: str) -> None:
+    """A schema from before display names gets messages.author_name. Its content_tsv keeps the older
+    expression (the author's id as words) until a rebuild: setting it here would rewrite every message
+    and its indexes under an exclusive lock at start, where `peerlog projections rebuild` builds the new
+    schema beside the one serving."""
+    if not _has_column(conn, schema, "messages", "author_name"):
+        conn.execute(text(f'ALTER TABLE "{schema}".messages ADD COLUMN author_name text'))
+    if "author_name" not in _generated_by(conn, schema, "messages", "content_tsv"):
+        log.warning(
+            "schema %s indexes a message's author by its peer id only: peers' display names (metadata "
+            "`name`) are embedded with new messages, and full-text search matches them once "
+            "`peerlog projections rebuild` has run",
+            schema,
+        )
 
 
 def _upgrade_memberships(conn: Connection, schema: str) -> None:
@@ -171,6 +205,7 @@ def create_schema(engine: Engine, schema: str) -> None:
         mapped = conn.execution_options(schema_translate_map={None: schema})
         metadata.create_all(mapped)
         _upgrade_peers(mapped, schema)
+        _upgrade_messages(mapped, schema)
         _upgrade_indexes(mapped, schema)
         _drop_retired_columns(mapped, schema)
         _upgrade_memberships(mapped, schema)

@@ -197,6 +197,7 @@ def message_appended(conn: Connection, events: Sequence[MessageAppended]) -> Non
                 session_id=e.session_id,
                 seq=next_seq[session],
                 peer_id=e.peer_id,
+                author_name=e.author_name or None,
                 content=e.content,
                 created_at=e.created_at,
                 recorded_at=e.occurred_at,

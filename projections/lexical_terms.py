@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from sqlalchemy import Float, Text, and_, bindparam, cast, func, literal, literal_column, select
+from sqlalchemy import Float, Text, and_, bindparam, cast, func, literal, literal_column, or_, select
 from sqlalchemy.dialects.postgresql import TSQUERY
 
 from projections.message_ranking import BM25_B, BM25_K1, TIME_LEXEMES
@@ -81,16 +81,19 @@ def _named_lexemes():
 
 @lru_cache(maxsize=1)
 def named_peers():
-    """The workspace's peers the query names: every lexeme of the peer id (read with `_` and `-` as
-    spaces, `peers.name_lexemes`) is among the query's. A peer id that stems to nothing (all stop words)
-    names no one. The index on the lexemes finds them: the cost follows the peers whose names share a
-    word with the query, not the workspace's peers."""
+    """The workspace's peers the query names (`peers.name_lexemes`): a display name (metadata `name`) by
+    any of its words, as people say "Maria" of Maria Lopez; an id by every word of it, read with `_` and
+    `-` as spaces ("Ann_Lee"), since an id's words may be a kind ("user_42") that names no one. A name
+    that stems to nothing (all stop words) names no one. The index on the lexemes finds them: the cost
+    follows the peers whose names share a word with the query, not the workspace's peers."""
     pr = peers.c
+    name = pr.metadata["name"].astext
+    said = _lexemes(bindparam("q", type_=Text))
     return (
-        select(pr.peer_id, pr.name_lexemes)
+        select(pr.peer_id, name.label("name"), pr.name_lexemes)
         .where(
             pr.workspace_id == bindparam("workspace_id"),
-            pr.name_lexemes.op("<@")(_lexemes(bindparam("q", type_=Text))),
+            or_(pr.name_lexemes.op("<@")(said), and_(pr.name_lexemes.op("&&")(said), func.coalesce(name, "") != "")),
         )
         .cte("named")
     )

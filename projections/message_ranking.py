@@ -31,10 +31,11 @@ How a search ranks, and what each step was worth on LoCoMo (tests/bench/README.m
    NEIGHBOUR_WEIGHT × the better fused score of its adjacent turns in the same session (those the
    filters let through), so a turn next to a strong match rises.
 4. Named authors: a question about a peer is mostly answered by what that peer said. When the query
-   names a peer of the workspace (every lexeme of its id, `_` and `-` read as spaces, is among the
-   query's), that peer's messages gain AUTHOR_BOOST: three standard deviations of either list, so they
-   lead unless another peer's message matches exceptionally. When every author is named, nothing moves.
-   The name is then neither a full-text term nor part of the embedded query (`search_text`).
+   names a peer of the workspace (a word of its display name, metadata `name`, or else every word of
+   its id with `_` and `-` read as spaces: lexical_terms.named_peers), that peer's messages gain
+   AUTHOR_BOOST: three standard deviations of either list, so they lead unless another peer's message
+   matches exceptionally. When every author is named, nothing moves. The name is then neither a
+   full-text term nor part of the embedded query (`search_text`).
 5. Named times: "in August 2022", "on 9 May", "last week" (time_expressions.py) lift the messages sent
    in those periods by TIME_BOOST, resolved against the search's upper bound, or now. A named day or
    month reaches REPORT_LAG_DAYS further: "I went there yesterday" is said after the day it names.
@@ -187,12 +188,12 @@ def depth(limit: int) -> int:
     return max(limit * 4, MIN_DEPTH) if limit <= 25 else 2 * limit + 50
 
 
-def without_names(query: str, peer_ids: Sequence[str]) -> str:
-    """`query` without the words of those peers' ids (and their possessive 's): what is embedded for a
+def without_names(query: str, names: Sequence[str]) -> str:
+    """`query` without the words of those peers' names or ids (and their possessive 's): what is embedded for a
     search. The named peers' messages are lifted by AUTHOR_BOOST already; a name left in the query
     vector drew it towards every turn that addresses or mentions that peer ("Thanks, Ann!"). A query
     that is nothing but names stays as it is."""
-    words = {w.lower() for p in peer_ids for w in (p, *re.split(r"[\s_-]+", p)) if w}
+    words = {w.lower() for p in names for w in (p, *re.split(r"[\s_-]+", p)) if w}
     if not words:
         return query
     pattern = r"\b(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")(?:['’]s)?\b"

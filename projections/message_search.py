@@ -405,17 +405,19 @@ def fused(shape: Shape):
 
 async def search_text(conn: AsyncConnection, workspace_id: str, query: str) -> str:
     """The text to embed for a search of `query` in the workspace: `without_names` of the peers it
-    names (step 4's rule)."""
+    names, by display name, else by id (step 4's rule)."""
     if not query.strip():
         return query
-    peer_ids = (await conn.execute(_named_ids(), {"workspace_id": workspace_id, "q": query})).scalars()
-    return without_names(query, list(peer_ids))
+    named = (await conn.execute(_named(), {"workspace_id": workspace_id, "q": query})).all()
+    return without_names(query, [name or peer_id for peer_id, name in named])
 
 
 @lru_cache(maxsize=1)
-def _named_ids():
-    """The ids of the peers a query names, as one statement built once (each call reads it)."""
-    return select(named_peers().c.peer_id)
+def _named():
+    """The ids and display names of the peers a query names, as one statement built once (each call
+    reads it)."""
+    named = named_peers()
+    return select(named.c.peer_id, named.c.name)
 
 
 async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[RowMapping]:

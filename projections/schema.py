@@ -46,7 +46,14 @@ workspaces = Table(
     Column("event_id", Text, nullable=False, unique=True),
 )
 
-PEER_NAME_LEXEMES = "nullif(tsvector_to_array(to_tsvector('english', translate(peer_id, '_-', '  '))), '{}')"
+# how a peer is named in text: its display name (metadata `name`), else its id read as words
+PEER_NAME_LEXEMES = (
+    "nullif(tsvector_to_array(to_tsvector('english', "
+    "coalesce(nullif(metadata->>'name', ''), translate(peer_id, '_-', '  ')))), '{}')"
+)
+# a message's indexed text: the author as it is named (MessageAppended.author_name, else the id as
+# words), then the content
+MESSAGE_TSV = "to_tsvector('english', coalesce(nullif(author_name, ''), replace(peer_id, '_', ' ')) || ' ' || content)"
 
 peers = Table(
     "peers",
@@ -57,7 +64,7 @@ peers = Table(
     Column("metadata", JSONB, nullable=False),
     Column("created_at", TS, nullable=False),
     Column("event_id", Text, nullable=False, unique=True),
-    # the lexemes of the peer's id read as words ("Ann_Lee": ann, lee), NULL when it stems to nothing: a
+    # the lexemes of the peer's name (PEER_NAME_LEXEMES: "Ann_Lee": ann, lee), NULL when it stems to nothing: a
     # search finds the peers its query names through the index, where computing them for every peer of
     # the workspace cost 16-21 ms a lookup, twice a search, among 20,000 peers
     Column("name_lexemes", ARRAY(Text), Computed(PEER_NAME_LEXEMES, persisted=True)),
@@ -113,16 +120,14 @@ messages = Table(
     Column("metadata", JSONB, nullable=False),
     Column("event_id", Text, nullable=False, unique=True),
     # the author's name is part of what a lexical search matches: questions name people ("What did Ann
-    # buy?"); underscores split, so a peer id "Ann_Lee" matches "Ann" and "Lee"
-    Column(
-        "content_tsv",
-        TSVECTOR,
-        Computed("to_tsvector('english', replace(peer_id, '_', ' ') || ' ' || content)", persisted=True),
-    ),
+    # buy?"); underscores split, so a peer id "Ann_Lee" matches "Ann" and "Lee" (MESSAGE_TSV)
+    Column("content_tsv", TSVECTOR, Computed(MESSAGE_TSV, persisted=True)),
     # from MessagesEmbedded; the latest embedding event (by id, UUIDv7 = time order) wins
     Column("embedding", Vector(EMBEDDING_DIMENSIONS), nullable=True),
     Column("embedding_model", Text, nullable=True),
     Column("embedding_event_id", Text, nullable=True),
+    # MessageAppended.author_name, NULL when none; last, where an older schema gets it (db._upgrade_messages)
+    Column("author_name", Text, nullable=True),
     PrimaryKeyConstraint("workspace_id", "message_id"),
     UniqueConstraint("workspace_id", "session_id", "seq", name="messages_session_seq"),
     Index(

@@ -72,6 +72,7 @@ def clone_events(
             session_id=s,
             message_id=new_id(),
             peer_id=row["peer_id"],
+            author_name=row["author_name"] or "",  # as the author was named when it was sent
             content=row["content"],
             created_at=row["created_at"],
             metadata=row["metadata"],

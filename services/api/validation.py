@@ -164,6 +164,22 @@ def check_max_distance(value: float | None) -> float | None:
     return value
 
 
+MAX_PEER_NAME_CHARS = 200
+
+
+def check_peer_name(field: str, metadata: dict[str, Any]) -> None:
+    """InvalidArgument unless a peer's metadata `name`, when given, is a display name: text of 1 to
+    MAX_PEER_NAME_CHARS characters with a letter or digit. Messages carry it, and search reads it."""
+    name = metadata.get("name")
+    if name is None:
+        return
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_PEER_NAME_CHARS or not any(c.isalnum() for c in name):
+        raise InvalidArgument(
+            f'{field}.name is the peer\'s display name, how people call it ("Maria Lopez"): text of 1–'
+            f"{MAX_PEER_NAME_CHARS} characters with a letter or digit, not {name!r:.60}"
+        )
+
+
 def check_metadata(field: str, value: dict[str, Any]) -> None:
     """InvalidArgument unless `value` can be stored as it is: no NUL in any key or string, only finite numbers,
     at most MAX_METADATA_BYTES as JSON."""

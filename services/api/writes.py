@@ -112,6 +112,7 @@ async def get_or_create_peer(
 ) -> Written:
     v.check_id("peer_id", peer_id)
     v.check_metadata("metadata", metadata)
+    v.check_peer_name("metadata", metadata)
     await require_workspace(ctx, workspace_id)
     async with ctx.writes.hold(("peer", workspace_id, peer_id)):
         async with ctx.engine.connect() as conn:
@@ -285,6 +286,7 @@ async def _append_messages(
             metadata=m.metadata,
             producer=ctx.producer,
             author_observe_me=facts.observe_me(m.peer_id),
+            author_name=facts.names.get(m.peer_id, ""),
             request=request,
             configuration=m.configuration,
             workspace_configuration=facts.workspace_level,

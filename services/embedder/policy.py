@@ -17,14 +17,20 @@ from services.events import EmbeddedMessage, Event, MessageAppended, MessagesEmb
 PREVIOUS_TURN_CHARS = 500
 
 
-def author_name(peer_id: str) -> str:
-    """A peer id as words: "Ann_Lee" reads "Ann Lee" to a model and to a full-text parser."""
+def author_name(event: MessageAppended) -> str:
+    """How the message names its author: the peer's display name stamped on it, else its id as words
+    ("Ann_Lee" reads "Ann Lee" to a model and to a full-text parser)."""
+    return event.author_name or as_words(event.peer_id)
+
+
+def as_words(peer_id: str) -> str:
     return peer_id.replace("_", " ")
 
 
 def previous_turn(event: MessageAppended) -> dict:
-    """What the session's next message needs to know of this one (the embedder's state)."""
-    return {"author": event.peer_id, "content": event.content[:PREVIOUS_TURN_CHARS]}
+    """What the session's next message needs to know of this one (the embedder's state). `author` is
+    the name as written (a state kept before names were stamped holds the id, read the same way)."""
+    return {"author": author_name(event), "content": event.content[:PREVIOUS_TURN_CHARS]}
 
 
 def text_to_embed(event: Event, previous: dict | None = None) -> str | None:
@@ -32,9 +38,9 @@ def text_to_embed(event: Event, previous: dict | None = None) -> str | None:
     embed (not a message, or an empty one)."""
     if not isinstance(event, MessageAppended) or not event.content.strip():
         return None
-    text = f"[{event.created_at.day} {event.created_at:%B %Y}] {author_name(event.peer_id)}: {event.content}"
+    text = f"[{event.created_at.day} {event.created_at:%B %Y}] {author_name(event)}: {event.content}"
     if previous:
-        text += f" (replying to {author_name(previous['author'])}: {previous['content']})"
+        text += f" (replying to {as_words(previous['author'])}: {previous['content']})"
     return text
 
 

@@ -30,9 +30,10 @@ class MessageAppended(Event):
     """
 
     key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
-    schema_version_current: ClassVar[int] = 4  # 2: `request`; 3: the configurations; 4: `origin`
-    # version 2 had no configuration: none was set; version 3 had no origin: none was a copy
-    upcasters = {1: keyed_v1_to_v2, 2: lambda data: data, 3: lambda data: data}
+    schema_version_current: ClassVar[int] = 5  # 2: `request`; 3: the configurations; 4: `origin`; 5: `author_name`
+    # version 2 had no configuration: none was set; version 3 had no origin: none was a copy; version 4
+    # had no author name: the author was read by its id
+    upcasters = {1: keyed_v1_to_v2, 2: lambda data: data, 3: lambda data: data, 4: lambda data: data}
 
     session_id: str
     message_id: str
@@ -42,6 +43,10 @@ class MessageAppended(Event):
     # the author's peer-level observe_me when the message was accepted; a session-level setting
     # (MemberJoined.observe_me) overrides it. Stamped here so the router decides from its own stream.
     author_observe_me: bool = True
+    # the author's display name when the message was accepted (the `name` of its peer's metadata; empty:
+    # none, the id is read as words), stamped so the embedder and the projections name the author as
+    # people do in questions ("What did Maria say?") when its id says nothing ("u-4711")
+    author_name: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
     request: KeyedRequest | None = None  # set when the client sent an idempotency key
     configuration: Configuration | None = None  # the message level, as the client sent it

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import shlex
@@ -108,7 +109,11 @@ def sessions_of(conversation: dict) -> list[tuple[str, datetime, list[dict]]]:
     return sorted(out, key=lambda s: int(s[0].split("_")[1]))
 
 
-def peer_id(speaker: str) -> str:
+def peer_id(speaker: str, opaque: bool = False) -> str:
+    """A speaker's peer id: the name with underscores, or (--opaque-ids) an id that says nothing of the
+    name, as an app's user ids do, the name then given as the peer's `name` in its metadata."""
+    if opaque:
+        return "u-" + hashlib.sha256(speaker.encode()).hexdigest()[:10]
     return speaker.replace(" ", "_")
 
 
@@ -187,13 +192,17 @@ class Posted:
     dia_of: dict[str, str]
 
 
-async def ingest(c: Client, sample: dict) -> Posted:
+async def ingest(c: Client, sample: dict, opaque: bool = False) -> Posted:
     """Post one conversation."""
     ws, conv = sample["sample_id"], sample["conversation"]
-    speakers = [peer_id(conv["speaker_a"]), peer_id(conv["speaker_b"])]
+    names = [conv["speaker_a"], conv["speaker_b"]]
+    speakers = [peer_id(name, opaque) for name in names]
     await c.workspace(ws)
-    for p in speakers:
-        await c.peer(ws, p)
+    for p, name in zip(speakers, names, strict=True):
+        metadata = struct_pb2.Struct()
+        if opaque:
+            metadata.update({"name": name})
+        await c.peer(ws, p, metadata=metadata)
     dia_of = {}
     sessions = sessions_of(conv)
     for name, start, turns in sessions:
@@ -206,7 +215,7 @@ async def ingest(c: Client, sample: dict) -> Posted:
                 meta.update({"dia_id": t["dia_id"]})
                 new.append(
                     messages_pb2.NewMessage(
-                        peer_id=peer_id(t["speaker"]),
+                        peer_id=peer_id(t["speaker"], opaque),
                         content=posted_text(t),
                         created_at=ts(start + timedelta(seconds=30 * (lo + j))),
                         metadata=meta,
@@ -367,7 +376,7 @@ async def evaluate(state, plan: list[tuple[dict, list[dict]]], args) -> dict:
     async with aio_channel(f"127.0.0.1:{state.api_port}", state.admin_token()) as channel:
         c = Client(channel)
         started = time.monotonic()
-        posted = [await ingest(c, sample) for sample, _ in plan]
+        posted = [await ingest(c, sample, args.opaque_ids) for sample, _ in plan]
         total = sum(len(conv.dia_of) for conv in posted)
         ingest_s = time.monotonic() - started
         log(f"posted {total} messages in {ingest_s:.0f} s; waiting for embeddings")
@@ -495,6 +504,11 @@ def main() -> int:
     p.add_argument("--derive", action="store_true", help="derive observations with PEERLOG_LLM_BASE_URL's model")
     p.add_argument("--chat", action="store_true", help="answer with Chat and judge with PEERLOG_LLM_BASE_URL's model")
     p.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/locomo.json")
+    p.add_argument(
+        "--opaque-ids",
+        action="store_true",
+        help="peer ids that say nothing of the speaker's name (the name goes in the peer's metadata)",
+    )
     p.add_argument(
         "--hits",
         type=Path,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from projections.db import create_schema, sync_engine
+from projections.rebuild import compare
 
 
 def _columns(conn, schema: str, table: str) -> set[str]:
@@ -71,4 +72,74 @@ def test_an_older_schemas_peers_get_their_name_lexemes_and_its_index_at_start(se
         assert lexemes == {"Ann_Lee": ["ann", "lee"], "bo-42": ["42", "bo"], "the": None}
         assert "peers_by_name" in indexes
     finally:
+        engine.dispose()
+
+
+OLD_MESSAGE_TSV = "to_tsvector('english', replace(peer_id, '_', ' ') || ' ' || content)"
+OLD_PEER_NAME_LEXEMES = "nullif(tsvector_to_array(to_tsvector('english', translate(peer_id, '_-', '  '))), '{}')"
+
+
+def _as_before_display_names(conn, schema: str) -> None:
+    """Peers and messages as the version before display names made them."""
+    conn.execute(
+        text(f'ALTER TABLE "{schema}".peers ALTER COLUMN name_lexemes SET EXPRESSION AS ({OLD_PEER_NAME_LEXEMES})')
+    )
+    conn.execute(
+        text(f'ALTER TABLE "{schema}".messages ALTER COLUMN content_tsv SET EXPRESSION AS ({OLD_MESSAGE_TSV})')
+    )
+    conn.execute(text(f'ALTER TABLE "{schema}".messages DROP COLUMN author_name'))
+
+
+def test_an_older_schema_names_peers_by_display_name_at_start_and_leaves_its_messages_to_a_rebuild(settings, caplog):
+    schema = settings.database.schema_name
+    engine = sync_engine(settings.database)
+    try:
+        create_schema(engine, schema)
+        with engine.begin() as conn:
+            _as_before_display_names(conn, schema)
+            conn.execute(
+                text(
+                    f'INSERT INTO "{schema}".peers (workspace_id, peer_id, observe_me, metadata, created_at, event_id) '
+                    """VALUES ('w', 'u-7f3a', true, '{"name": "Maria Lopez"}', now(), 'e1')"""
+                )
+            )
+        create_schema(engine, schema)
+        create_schema(engine, schema)  # a later start finds the peers' expression in place
+        with engine.connect() as conn:
+            lexemes = conn.execute(text(f'SELECT name_lexemes FROM "{schema}".peers')).scalar_one()
+            assert "author_name" in _columns(conn, schema, "messages")
+            tsv = conn.execute(
+                text("SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = to_regclass(:t)"),
+                {"t": f'"{schema}".messages'},
+            ).scalar_one()
+        assert sorted(lexemes) == ["lopez", "maria"]
+        # every message rewritten at start is what a rebuild does beside the serving schema: not done here
+        assert "author_name" not in tsv
+        assert "projections rebuild" in caplog.text
+    finally:
+        engine.dispose()
+
+
+def test_a_rebuilds_comparison_reads_the_rows_not_the_expressions_their_generated_columns_had(settings):
+    live, build = settings.database.schema_name, f"{settings.database.schema_name}_build"
+    engine = sync_engine(settings.database)
+    row = (
+        "INSERT INTO {}.messages (workspace_id, message_id, session_id, seq, peer_id, author_name, content, "
+        "created_at, recorded_at, metadata, event_id) VALUES ('w', 'm1', 's', 1, 'u-7f3a', 'Maria Lopez', "
+        "'I finished the quilt', now(), now(), '{{}}', 'e1')"
+    )
+    try:
+        for schema in (live, build):
+            create_schema(engine, schema)
+        with engine.begin() as conn:
+            _as_before_display_names(conn, live)
+            conn.execute(text(f'ALTER TABLE "{live}".messages ADD COLUMN author_name text'))
+            for schema in (live, build):
+                conn.execute(text(row.format(f'"{schema}"')))
+            assert compare(conn, live, build)["messages"] == 0
+            conn.execute(text(f"UPDATE \"{live}\".messages SET author_name = 'Maria'"))
+            assert compare(conn, live, build)["messages"] == 2  # a difference of data still counts
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{build}" CASCADE'))
         engine.dispose()

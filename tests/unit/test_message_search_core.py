@@ -26,12 +26,13 @@ from services.events import MessageAppended, MessagesEmbedded, ProducerInfo, Ses
 P = ProducerInfo(component="test", version="0")
 
 
-def _message(content: str = "I adopted a greyhound", peer: str = "alice") -> MessageAppended:
+def _message(content: str = "I adopted a greyhound", peer: str = "alice", name: str = "") -> MessageAppended:
     return MessageAppended(
         workspace_id="w",
         session_id="s",
         message_id="m1",
         peer_id=peer,
+        author_name=name,
         content=content,
         created_at=datetime(2026, 5, 8, 13, 56, tzinfo=UTC),
         producer=P,
@@ -48,6 +49,16 @@ def test_a_message_is_embedded_with_its_date_its_author_and_the_turn_it_answers(
     before = previous_turn(_message("Did you get a dog?", peer="bob"))
     assert text_to_embed(_message("Yes, last week!"), before) == (
         "[8 May 2026] alice: Yes, last week! (replying to bob: Did you get a dog?)"
+    )
+
+
+def test_an_author_with_a_display_name_is_embedded_by_it_not_by_its_id():
+    assert (
+        text_to_embed(_message(peer="u-7f3a", name="Maria Lopez")) == "[8 May 2026] Maria Lopez: I adopted a greyhound"
+    )
+    before = previous_turn(_message("Did you get a dog?", peer="u-91bc", name="Tom"))
+    assert text_to_embed(_message("Yes!", peer="u-7f3a", name="Maria Lopez"), before) == (
+        "[8 May 2026] Maria Lopez: Yes! (replying to Tom: Did you get a dog?)"
     )
 
 
@@ -174,6 +185,7 @@ def test_a_query_loses_the_names_of_the_peers_it_names_and_nothing_else():
     assert without_names("What did Joanna's friend Nate recommend?", ["Joanna", "Nate"]) == "What did friend recommend?"
     assert without_names("Did ann lee or Ann_Lee call?", ["Ann_Lee"]) == "Did or call?"
     assert without_names("Where does Annabel live?", ["Ann"]) == "Where does Annabel live?"
+    assert without_names("What did Maria say?", ["Maria Lopez"]) == "What did say?"
     assert without_names("Bob?", ["bob"]) == "Bob?"  # nothing but a name: kept, or there is nothing to embed
 
 

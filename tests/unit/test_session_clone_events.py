@@ -16,12 +16,13 @@ P = ProducerInfo(component="test", version="0")
 T = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def row(message_id: str, session_id: str = "s", peer_id: str = "bob") -> dict:
+def row(message_id: str, session_id: str = "s", peer_id: str = "bob", author_name: str | None = None) -> dict:
     return {
         "workspace_id": "w",
         "session_id": session_id,
         "message_id": message_id,
         "peer_id": peer_id,
+        "author_name": author_name,
         "content": f"text of {message_id}",
         "created_at": T,
         "metadata": {"k": message_id},
@@ -48,6 +49,11 @@ def test_a_clone_is_the_session_then_its_members_then_the_copies_in_order_each_n
         MessageOrigin(workspace_id="w", session_id="s", message_id="m1"),
         MessageOrigin(workspace_id="w", session_id="s", message_id="m2"),
     ]
+
+
+def test_a_copy_names_its_author_as_the_original_did():
+    copies = [e for e in clone([row("m1", author_name="Bob Ray"), row("m2")]) if isinstance(e, MessageAppended)]
+    assert [c.author_name for c in copies] == ["Bob Ray", ""]
 
 
 def test_a_copy_of_a_copy_names_where_the_message_was_first_sent():

@@ -1,0 +1,120 @@
+"""A peer's display name (metadata `name`): however opaque its id, its messages are embedded and indexed
+under the name, and a question that says the name lifts that peer's messages."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+from sqlalchemy import select, text
+
+from peerlog.v1 import messages_pb2
+from projections.db import sync_engine
+from projections.lexical_terms import named_peers
+from projections.message_ranking import AUTHOR_BOOST
+from projections.schema import messages
+from services.cli.client import Client
+from services.llm.embeddings import make_embedder
+from tests.integration.test_message_search import embedded_count, search_ws, ts
+from tests.support.wait import eventually
+
+TURNS = [
+    ("u-7f3a", "I finally finished the quilt for my sister"),
+    ("u-91bc", "That quilt sounds lovely, what colours?"),
+    ("user_42", "Quilts keep a house warm in winter"),
+    ("u-7f3a", "Blue and yellow squares, like her kitchen"),
+]
+
+
+def named(name: str) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    out.update({"name": name})
+    return out
+
+
+@pytest.fixture
+async def quilters(channel, settings, start_worker):
+    """u-7f3a is Maria Lopez, u-91bc is Tom, user_42 has no name."""
+    start_worker("embedder")
+    c = Client(channel)
+    await c.workspace("w")
+    await c.peer("w", "u-7f3a", metadata=named("Maria Lopez"))
+    await c.peer("w", "u-91bc", metadata=named("Tom"))
+    await c.peer("w", "user_42")
+    await c.session("w", "s", members=["u-7f3a", "u-91bc", "user_42"])
+    await c.add("w", "s", [messages_pb2.NewMessage(peer_id=p, content=t, created_at=ts(12)) for p, t in TURNS])
+    eventually(lambda: embedded_count(settings) == len(TURNS), 60)
+    return c
+
+
+def _rows(settings):
+    engine = sync_engine(settings.database)
+    m = messages.c
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(
+                select(m.peer_id, m.author_name, m.embedding, m.content_tsv.op("@@")(text("'maria'::tsquery")))
+                .where(m.session_id == "s")
+                .order_by(m.seq)
+            )
+            return found.all()
+    finally:
+        engine.dispose()
+
+
+async def test_a_message_is_embedded_and_indexed_under_its_authors_display_name(settings, quilters):
+    rows = _rows(settings)
+    assert [(r.peer_id, r.author_name) for r in rows] == [
+        ("u-7f3a", "Maria Lopez"),
+        ("u-91bc", "Tom"),
+        ("user_42", None),
+        ("u-7f3a", "Maria Lopez"),
+    ]
+    assert [r[3] for r in rows] == [True, False, False, True]  # "maria" is a full-text term of her turns
+    expected = make_embedder().embed_sync(
+        [
+            "[12 January 2026] Tom: That quilt sounds lovely, what colours? (replying to Maria Lopez: I finally "
+            "finished the quilt for my sister)"
+        ]
+    )[0]
+    assert max(abs(a - b) for a, b in zip(rows[1].embedding, expected)) < 1e-5
+
+
+async def test_a_question_saying_one_word_of_a_display_name_lifts_that_peers_messages(quilters):
+    async def scores(query: str) -> dict[str, tuple[str, float]]:
+        found = await search_ws(quilters, query, limit=4)
+        return {r.message.content: (r.message.peer_id, r.score) for r in found.results}
+
+    plain, about_maria = await scores("quilt colours"), await scores("Maria's quilt colours")
+    # the name is neither embedded nor a term: every score moves by the lift alone, and only for her turns
+    assert {t: s - plain[t][1] for t, (_, s) in about_maria.items()} == pytest.approx(
+        {t: AUTHOR_BOOST if peer == "u-7f3a" else 0.0 for t, (peer, _) in about_maria.items()}, abs=1e-4
+    )
+
+
+def test_a_display_name_names_its_peer_by_any_word_an_id_only_by_all_of_them(settings, quilters):
+    engine = sync_engine(settings.database)
+    try:
+        with engine.connect() as conn:
+
+            def named_by(query: str) -> set[str]:
+                return set(conn.execute(select(named_peers().c.peer_id), {"workspace_id": "w", "q": query}).scalars())
+
+            assert named_by("What did Maria say?") == named_by("Ms Lopez's quilt") == {"u-7f3a"}
+            assert named_by("what did the user say") == set()  # "user" alone is a kind of peer, not a name
+            assert named_by("what did user 42 say") == {"user_42"}
+            assert named_by("u-7f3a") == set()  # a peer with a name is named by it
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("name", [5, "", "   ", "x" * 201])
+async def test_a_display_name_that_is_not_a_name_is_refused(channel, name):
+    c = Client(channel)
+    await c.workspace("w")
+    metadata = struct_pb2.Struct()
+    metadata.update({"name": name})
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await c.peer("w", "u-1", metadata=metadata)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "display name" in refused.value.details()
