@@ -66,7 +66,17 @@ from projections.vectors import Vector
 # the factor was 2.5). Equal costs give about 9; 8 leans to the walk, whose cost is the better known.
 EXACT_SCAN_FACTOR = 8.0
 
-MESSAGE_COLUMNS = ("workspace_id", "message_id", "session_id", "seq", "peer_id", "content", "created_at", "metadata")
+MESSAGE_COLUMNS = (
+    "workspace_id",
+    "message_id",
+    "session_id",
+    "seq",
+    "peer_id",
+    "author_name",
+    "content",
+    "created_at",
+    "metadata",
+)
 
 
 @dataclass(frozen=True)

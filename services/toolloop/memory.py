@@ -185,8 +185,15 @@ def observation_line(row: Row) -> str:
 def message_line(row: Row) -> str:
     return (
         f"[msg:{row['message_id']}] ({row['created_at']:%Y-%m-%d %H:%M} UTC, session {row['session_id']}) "
-        f"{row['peer_id']}: {row['content']}"
+        f"{author(row)}: {row['content']}"
     )
+
+
+def author(row: Row) -> str:
+    """A message's author as the model reads it: its display name beside its id, so that a question's
+    "Maria" meets the turns of peer u-7f3a, and an answer can still name the peer by id."""
+    name = row.get("author_name")
+    return f"{name} ({row['peer_id']})" if name else row["peer_id"]
 
 
 def _observations(rows: Sequence[Row], empty: str) -> ToolResult:
