@@ -147,6 +147,24 @@ async def test_chat_calls_a_tool_and_the_result_reaches_the_model_in_the_next_re
     assert out.prompt_version == "dialectic-1"
 
 
+async def test_a_tool_shows_the_model_an_authors_display_name_beside_its_id(memory, model_server):
+    from tests.integration.test_peer_names import named
+
+    c = Client(memory["chan"])
+    await c.peer("w", "u-7f3a", metadata=named("Maria Lopez"))
+    await c.session("w", "s", members=("u-7f3a",))
+    sent = await c.add("w", "s", [("u-7f3a", "I sold my OSLO flat")])
+    await c.list_messages("w", "s", sent.consistency_token)
+    model_server.script([Reply(tool_calls=[call("grep_messages", pattern="oslo")])])
+    model_server.reply_with(lambda req: Reply(content="Bob lives in Oslo"))
+
+    await ask(memory["chan"], query="Who else talked of Oslo?")
+
+    _, second = model_server.chat_requests()
+    shown = tool_messages(second)[0]
+    assert "Maria Lopez (u-7f3a): I sold my OSLO flat" in shown and "bob: I moved to Oslo last year" in shown
+
+
 async def test_the_prompt_carries_the_prefetched_observations_with_their_ids(memory, model_server):
     model_server.script([Reply(content="Oslo")])
     await ask(memory["chan"], session_id="s")
