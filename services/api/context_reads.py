@@ -142,7 +142,15 @@ async def _relevant(
         limit=relevant_candidates(room),
     )
     return [
-        Relevant(r["message_id"], r["peer_id"], r["session_id"], r["content"], r["created_at"], r["score"])
+        Relevant(
+            r["message_id"],
+            r["peer_id"],
+            r["session_id"],
+            r["content"],
+            r["created_at"],
+            r["score"],
+            r["author_name"] or "",
+        )
         for r in await search_messages(conn, search)
     ]
 
@@ -191,7 +199,7 @@ async def _with_recent(
             conn, q.workspace_id, q.session_id, older_than, wanted, True, perspective_id=observer, before=q.as_of
         )
         rows += read
-        lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"]) for r in rows]
+        lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"], r["author_name"] or "") for r in rows]
         packed = pack_messages(fixed, lines, count_tokens, relevant)
         shown = {r.message_id for r in packed.relevant}
         every_one_fit = len(packed.messages) == sum(line.message_id not in shown for line in lines)

@@ -416,7 +416,9 @@ def context_response(packed, assistant: str) -> context_pb2.GetContextResponse:
         summary_kind=packed.summary_kind,
         summary=packed.summary,
         messages=[
-            context_pb2.ContextMessage(message_id=m.message_id, peer_id=m.peer_id, content=m.content)
+            context_pb2.ContextMessage(
+                message_id=m.message_id, peer_id=m.peer_id, content=m.content, author_name=m.author
+            )
             for m in packed.messages
         ],
         tokens=context_pb2.TokenCounts(
@@ -440,6 +442,7 @@ def _relevant(r) -> context_pb2.RelevantMessage:
         content=r.content,
         created_at=ts(r.created_at),
         score=r.score,
+        author_name=r.author,
     )
 
 

@@ -43,6 +43,7 @@ class RecentMessage:
     message_id: str
     peer_id: str
     content: str
+    author: str = ""  # the author's display name, shown in place of its id (`named`)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class Relevant:
     content: str
     created_at: datetime
     score: float
+    author: str = ""  # as RecentMessage.author
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,14 @@ def _tokens(pieces: Sequence[str], count: Count) -> int:
     return sum(count(p) for p in pieces)
 
 
+def named(line: RecentMessage | Relevant) -> str:
+    """How a line names its author: by display name when it has one (a model reads "Maria Lopez", not
+    "u-7f3a"); the structured messages carry the id."""
+    return line.author or line.peer_id
+
+
 def render_line(line: RecentMessage) -> str:
-    return f"{line.peer_id}: {line.content}"
+    return f"{named(line)}: {line.content}"
 
 
 def _day(r: Relevant) -> tuple[str, str]:
@@ -132,7 +140,7 @@ def _group_header(session_id: str, day: str) -> str:
 
 
 def _relevant_line(r: Relevant) -> str:
-    return f"{r.created_at:%H:%M} {r.peer_id}: {r.content}"
+    return f"{r.created_at:%H:%M} {named(r)}: {r.content}"
 
 
 def render_relevant(found: Sequence[Relevant]) -> str:

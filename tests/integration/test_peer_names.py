@@ -118,3 +118,22 @@ async def test_a_display_name_that_is_not_a_name_is_refused(channel, name):
         await c.peer("w", "u-1", metadata=metadata)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "display name" in refused.value.details()
+
+
+async def test_get_context_names_display_named_authors_and_counts_their_lines_so(channel, quilters):
+    from peerlog.v1 import context_pb2, context_pb2_grpc
+    from services.llm.tokens import count_tokens
+
+    got = await context_pb2_grpc.ContextServiceStub(channel).GetContext(
+        context_pb2.GetContextRequest(
+            workspace_id="w", session_id="s", observer_id="u-91bc", target_id="u-7f3a", search_query="Maria's quilt"
+        )
+    )
+    shown = [*got.messages, *got.relevant_messages]
+    assert {(m.peer_id, m.author_name) for m in shown} == {
+        ("u-7f3a", "Maria Lopez"),
+        ("u-91bc", "Tom"),
+        ("user_42", ""),
+    }
+    lines = [f"{m.author_name or m.peer_id}: {m.content}" for m in got.messages]
+    assert got.tokens.messages == sum(count_tokens(line) for line in lines)

@@ -195,6 +195,21 @@ def test_relevant_messages_render_as_the_server_counts_them_one_header_per_sessi
     )
 
 
+def test_a_display_named_author_is_named_so_wherever_the_text_names_it():
+    said = context_pb2.RelevantMessage(
+        message_id="a", peer_id="u-7f3a", session_id="trip", content="I sold the flat", author_name="Maria Lopez"
+    )
+    said.created_at.FromDatetime(datetime(2026, 3, 1, 9, 30, tzinfo=UTC))
+    turns = [
+        context_pb2.ContextMessage(peer_id="u-7f3a", content="hi", author_name="Maria Lopez"),
+        context_pb2.ContextMessage(peer_id="u-91bc", content="hey"),
+    ]
+    ctx = to_model(context_pb2.GetContextResponse(relevant_messages=[said], messages=turns))
+    assert ctx.system_text().endswith("[trip · 2026-03-01]\n09:30 Maria Lopez: I sold the flat")
+    assert ctx.to_anthropic(assistant="bot")[1] == [{"role": "user", "content": "Maria Lopez: hi\n\nu-91bc: hey"}]
+    assert ctx.to_openai()[1] == {"role": "user", "content": "hi", "name": "u-7f3a"}  # a name is an id there
+
+
 def test_an_empty_context_renders_no_system_text():
     empty = to_model(context_pb2.GetContextResponse(messages=[context_pb2.ContextMessage(peer_id="a", content="x")]))
     assert empty.to_openai() == [{"role": "user", "content": "x", "name": "a"}]

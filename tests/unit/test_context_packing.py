@@ -15,6 +15,7 @@ from services.api.packing import (
     Relevant,
     fit_fixed,
     pack,
+    render_line,
     render_relevant,
     render_representation,
 )
@@ -36,14 +37,18 @@ words = st.text(alphabet=st.sampled_from("abcdefgh ijk.,é😀"), min_size=0, ma
 )
 def test_the_packed_context_never_exceeds_the_budget(budget, obs, card, short, long, msgs, found):
     ranked = [Obs(f"o{i}", t, "explicit", (i,)) for i, t in enumerate(obs)]
-    lines = [RecentMessage(f"m{i}", "alice" if i % 2 else "bob", t) for i, t in enumerate(msgs)]
+    # every other author has a display name, which its lines show in place of its id
+    lines = [
+        RecentMessage(f"m{i}", "alice", t) if i % 2 else RecentMessage(f"m{i}", "u-7f3a", t, "Maria Lopez")
+        for i, t in enumerate(msgs)
+    ]
     relevant = [_relevant(f"m{i * 3}", t) for i, t in enumerate(found)]  # some are recent messages too
     out = pack(budget, ranked, card, short, long, lines, count_tokens, relevant=relevant)
     measured = (
         count_tokens(out.representation)
         + count_tokens("\n".join(out.card))
         + count_tokens(out.summary)
-        + sum(count_tokens(f"{x.peer_id}: {x.content}") for x in out.messages)
+        + sum(count_tokens(render_line(x)) for x in out.messages)
         + count_tokens(render_relevant(out.relevant))
     )
     assert measured == out.tokens["total"] <= budget
@@ -67,8 +72,9 @@ def test_the_counts_given_for_representation_and_relevant_messages_are_exact_for
         for i, (t, level, ps) in enumerate(obs)
     ]
     relevant = [
-        Relevant(f"m{i}", "carol", f"s{session}", t, datetime(2025, 3, 1 + day, 9, i, tzinfo=UTC), 1.0)
+        Relevant(f"m{i}", "u-7f3a", f"s{session}", t, datetime(2025, 3, 1 + day, 9, i, tzinfo=UTC), 1.0, author)
         for i, (t, session, day) in enumerate(found)
+        for author in ["Maria Lopez" if i % 2 else ""]
     ]
     out = pack(budget, ranked, [], "", "", [], count_tokens, relevant=relevant)
     assert out.tokens["representation"] == count_tokens(out.representation)
@@ -103,6 +109,15 @@ def test_the_summary_is_the_long_one_when_it_fits_and_is_longer_else_the_short_o
     assert pack(1000, [], [], short, long, [], count_tokens).summary_kind == "long"
     assert pack(200, [], [], short, long, [], count_tokens).summary_kind == "short"  # long > 0.4 × 200
     assert pack(10, [], [], short, long, [], count_tokens).summary_kind == ""
+
+
+def test_a_line_names_its_author_by_display_name_and_the_message_keeps_its_id():
+    named = RecentMessage("m1", "u-7f3a", "I finished the quilt", "Maria Lopez")
+    out = pack(100, [], [], "", "", [named, RecentMessage("m0", "u-91bc", "Show me")], count_tokens)
+    assert [render_line(x) for x in out.messages] == ["u-91bc: Show me", "Maria Lopez: I finished the quilt"]
+    assert [x.peer_id for x in out.messages] == ["u-91bc", "u-7f3a"]
+    found = Relevant("m1", "u-7f3a", "s", "quilt", datetime(2025, 3, 1, 9, 30, tzinfo=UTC), 1.0, "Maria Lopez")
+    assert render_relevant([found]) == "[s · 2025-03-01]\n09:30 Maria Lopez: quilt"
 
 
 def test_recent_messages_fill_the_rest_newest_first_and_come_back_in_time_order():

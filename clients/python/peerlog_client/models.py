@@ -225,6 +225,7 @@ class ContextMessage:
     message_id: str
     peer_id: str
     content: str
+    author_name: str = ""  # the author's display name, if its peer has one
 
 
 @frozen
@@ -235,6 +236,7 @@ class RelevantMessage:
     content: str
     created_at: datetime | None
     score: float
+    author_name: str = ""  # the author's display name, if its peer has one
 
 
 @frozen

@@ -31,12 +31,12 @@ def system_text(ctx: Context) -> str:
 
 def _relevant_text(found) -> str:
     """Relevant messages as the server counted them: one "[session · day]" header per session and day,
-    then "HH:MM peer: text" lines, all in time order."""
+    then "HH:MM author: text" lines, all in time order."""
     groups: dict[tuple[str, str], list[str]] = {}
     for r in sorted(found, key=lambda r: (r.created_at is None, r.created_at or 0, r.message_id)):
         day = f"{r.created_at:%Y-%m-%d}" if r.created_at else ""
         clock = f"{r.created_at:%H:%M} " if r.created_at else ""
-        groups.setdefault((r.session_id, day), []).append(f"{clock}{r.peer_id}: {r.content}")
+        groups.setdefault((r.session_id, day), []).append(f"{clock}{author(r)}: {r.content}")
     return "\n".join(
         "\n".join([f"[{session} · {day}]" if day else f"[{session}]", *lines])
         for (session, day), lines in groups.items()
@@ -45,15 +45,15 @@ def _relevant_text(found) -> str:
 
 def openai_messages(ctx: Context, assistant: str) -> list[dict[str, Any]]:
     """A system message (when there is memory), then every turn in time order: `assistant`'s turns as
-    "assistant", the rest as "user"; each named by its peer id (prefixed to the text instead where
-    the id is not a valid OpenAI name)."""
+    "assistant", the rest as "user"; each named by its peer id (its display name, else its id, prefixed
+    to the text instead where the id is not a valid OpenAI name)."""
     system = system_text(ctx)
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for turn in ctx.messages:
         if _OPENAI_NAME.fullmatch(turn.peer_id):
             out.append({"role": _role(turn, assistant), "content": turn.content, "name": turn.peer_id})
         else:
-            out.append({"role": _role(turn, assistant), "content": f"{turn.peer_id}: {turn.content}"})
+            out.append({"role": _role(turn, assistant), "content": f"{author(turn)}: {turn.content}"})
     return out
 
 
@@ -61,12 +61,12 @@ def anthropic_messages(ctx: Context, assistant: str) -> tuple[str, list[dict[str
     """(system text, messages) for the Messages API. Consecutive turns of one role merge (blank line
     between), so roles alternate; a conversation that opens with the assistant gets a short user turn
     first, since the list must start with a user turn. When several peers share the user role, each
-    of their turns is prefixed with its peer id so the model can tell them apart."""
+    of their turns is prefixed with its display name or peer id so the model can tell them apart."""
     speakers = {t.peer_id for t in ctx.messages if _role(t, assistant) == "user"}
     out: list[dict[str, Any]] = []
     for turn in ctx.messages:
         role = _role(turn, assistant)
-        text = f"{turn.peer_id}: {turn.content}" if role == "user" and len(speakers) > 1 else turn.content
+        text = f"{author(turn)}: {turn.content}" if role == "user" and len(speakers) > 1 else turn.content
         if out and out[-1]["role"] == role:
             out[-1]["content"] += "\n\n" + text
         else:
@@ -74,6 +74,11 @@ def anthropic_messages(ctx: Context, assistant: str) -> tuple[str, list[dict[str
     if out and out[0]["role"] == "assistant":
         out.insert(0, {"role": "user", "content": "(earlier in this conversation)"})
     return system_text(ctx), out
+
+
+def author(turn) -> str:
+    """How a line names its author, as the server counted it: its display name, else its peer id."""
+    return turn.author_name or turn.peer_id
 
 
 def _role(turn: ContextMessage, assistant: str) -> str:

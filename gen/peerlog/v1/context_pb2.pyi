@@ -115,30 +115,34 @@ class ContextPremise(_message.Message):
     def __init__(self, observation_id: _Optional[str] = ..., level: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class ContextMessage(_message.Message):
-    __slots__ = ("message_id", "peer_id", "content")
+    __slots__ = ("message_id", "peer_id", "content", "author_name")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_NAME_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     peer_id: str
     content: str
-    def __init__(self, message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+    author_name: str
+    def __init__(self, message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ..., author_name: _Optional[str] = ...) -> None: ...
 
 class RelevantMessage(_message.Message):
-    __slots__ = ("message_id", "peer_id", "session_id", "content", "created_at", "score")
+    __slots__ = ("message_id", "peer_id", "session_id", "content", "created_at", "score", "author_name")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_NAME_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     peer_id: str
     session_id: str
     content: str
     created_at: _timestamp_pb2.Timestamp
     score: float
-    def __init__(self, message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., session_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., score: _Optional[float] = ...) -> None: ...
+    author_name: str
+    def __init__(self, message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., session_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., score: _Optional[float] = ..., author_name: _Optional[str] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content", "name")
