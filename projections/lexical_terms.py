@@ -11,7 +11,7 @@ from sqlalchemy import Float, Text, and_, bindparam, cast, func, literal, litera
 from sqlalchemy.dialects.postgresql import TSQUERY
 
 from projections.message_ranking import BM25_B, BM25_K1, TIME_LEXEMES
-from projections.schema import message_lexicon, peers
+from projections.schema import TEXT_SEARCH_CONFIG, message_lexicon, peers
 
 
 def quoted_lexeme(lexeme):
@@ -30,11 +30,7 @@ def query_terms():
         .where(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == "")
         .cte("corpus")
     )
-    words = select(
-        func.unnest(
-            func.tsvector_to_array(func.to_tsvector(literal_column("'english'::regconfig"), bindparam("q", type_=Text)))
-        ).label("lexeme")
-    ).subquery("words")
+    words = select(func.unnest(_lexemes(bindparam("q", type_=Text))).label("lexeme")).subquery("words")
     idf = func.ln(1 + (totals.c.n - lx.docs + 0.5) / (lx.docs + 0.5))
     terms = (
         select(
@@ -68,7 +64,8 @@ def bm25(t, terms, totals):
 
 
 def _lexemes(text):
-    return func.tsvector_to_array(func.to_tsvector(literal_column("'english'::regconfig"), text))
+    """The lexemes of `text` as the indexed texts have theirs (schema.MESSAGE_TSV, PEER_NAME_LEXEMES)."""
+    return func.tsvector_to_array(func.to_tsvector(literal_column(f"'{TEXT_SEARCH_CONFIG}'::regconfig"), text))
 
 
 def _named_lexemes():

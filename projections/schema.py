@@ -46,14 +46,16 @@ workspaces = Table(
     Column("event_id", Text, nullable=False, unique=True),
 )
 
+# the text search configuration of every tsvector and query (lexical_terms reads queries by it)
+TEXT_SEARCH_CONFIG = "english"
 # how a peer is named in text: its display name (metadata `name`), else its id read as words
 PEER_NAME_LEXEMES = (
-    "nullif(tsvector_to_array(to_tsvector('english', "
+    f"nullif(tsvector_to_array(to_tsvector('{TEXT_SEARCH_CONFIG}', "
     "coalesce(nullif(metadata->>'name', ''), translate(peer_id, '_-', '  ')))), '{}')"
 )
 # a message's indexed text: the author as it is named (MessageAppended.author_name, else the id as
 # words), then the content
-MESSAGE_TSV = "to_tsvector('english', coalesce(nullif(author_name, ''), replace(peer_id, '_', ' ')) || ' ' || content)"
+MESSAGE_TSV = f"to_tsvector('{TEXT_SEARCH_CONFIG}', coalesce(nullif(author_name, ''), replace(peer_id, '_', ' ')) || ' ' || content)"
 
 peers = Table(
     "peers",
