@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from sqlalchemy import Float, Text, and_, bindparam, cast, func, literal, literal_column, or_, select
+from sqlalchemy import Float, Text, and_, any_, bindparam, cast, func, literal, literal_column, or_, select, text
 from sqlalchemy.dialects.postgresql import TSQUERY
 
 from projections.message_ranking import BM25_B, BM25_K1, TIME_LEXEMES
-from projections.schema import TEXT_SEARCH_CONFIG, message_lexicon, peers
+from projections.schema import FIRST_NAME_LEXEME, HAS_DISPLAY_NAME, TEXT_SEARCH_CONFIG, message_lexicon, peers
 
 
 def quoted_lexeme(lexeme):
@@ -81,17 +81,17 @@ def named_peers():
     """The workspace's peers the query names (`peers.name_lexemes`): a display name (metadata `name`) by
     any of its words, as people say "Maria" of Maria Lopez; an id by every word of it, read with `_` and
     `-` as spaces ("Ann_Lee"), since an id's words may be a kind ("user_42") that names no one. A name
-    that stems to nothing (all stop words) names no one. The index on the lexemes finds them: the cost
-    follows the peers whose names share a word with the query, not the workspace's peers."""
+    that stems to nothing (all stop words) names no one. Two indexes find them (schema.peers): the cost
+    follows the peers whose first lexeme, or a word of whose display name, is in the query, not the
+    workspace's peers."""
     pr = peers.c
-    name = pr.metadata["name"].astext
     said = _lexemes(bindparam("q", type_=Text))
+    # the index expressions as written there, so a generic plan uses them too
+    by_id = and_(literal_column(FIRST_NAME_LEXEME) == any_(said), pr.name_lexemes.op("<@")(said))
+    by_display_name = and_(text(HAS_DISPLAY_NAME), pr.name_lexemes.op("&&")(said))
     return (
-        select(pr.peer_id, name.label("name"), pr.name_lexemes)
-        .where(
-            pr.workspace_id == bindparam("workspace_id"),
-            or_(pr.name_lexemes.op("<@")(said), and_(pr.name_lexemes.op("&&")(said), func.coalesce(name, "") != "")),
-        )
+        select(pr.peer_id, pr.metadata["name"].astext.label("name"), pr.name_lexemes)
+        .where(pr.workspace_id == bindparam("workspace_id"), or_(by_id, by_display_name))
         .cte("named")
     )
 
