@@ -20,6 +20,7 @@ class PendingMessage(BaseModel):
     created_at: datetime
     tokens: int
     previous_turn: Turn | None = None
+    observed_name: str = ""  # the author's display name when it sent the message
     perceived_at: datetime
     instructions: str = ""  # custom deriver instructions in force for the message
 
@@ -51,6 +52,7 @@ def add(state: Batching, event: MessagePerceived, tokens: int) -> Batching:
         created_at=event.created_at,
         tokens=tokens,
         previous_turn=event.previous_turn,
+        observed_name=event.observed_name,
         perceived_at=event.occurred_at,
         instructions=event.instructions,
     )

@@ -55,14 +55,16 @@ def render_turn(item_id: str, speaker: str, when: str, content: str, target: boo
 
 
 def build_messages(observer: str, observed: str, window: Sequence[PendingMessage]) -> list[dict]:
-    """The chat messages for one model call over `window` (all written by `observed`)."""
+    """The chat messages for one model call over `window` (all written by `observed`). A peer with a
+    display name goes by it ("Maria Lopez", not "u-7f3a"): the facts then name the person as people do."""
+    observed = window[-1].observed_name or observed
     turns = []
     context = window[0].previous_turn
     if context is not None:
         turns.append(
             render_turn(
                 context.message_id,
-                context.peer_id,
+                context.author_name or context.peer_id,
                 context.created_at.date().isoformat(),
                 context.content,
                 target=False,

@@ -27,6 +27,7 @@ class Turn(BaseModel):
     peer_id: str
     content: str
     created_at: datetime
+    author_name: str = ""  # the author's display name (MessageAppended.author_name), if any
 
 
 class MessagePerceived(Event):
@@ -37,8 +38,10 @@ class MessagePerceived(Event):
     """
 
     key_fields: ClassVar[tuple[str, ...]] = PAIR_KEY
-    schema_version_current: ClassVar[int] = 2  # 2: `instructions`, `dreams`, `dream_threshold`, `peer_card`
-    upcasters = {1: lambda data: data}  # version 1 had none: the deriver's prompt as it was
+    # 2: `instructions`, `dreams`, `dream_threshold`, `peer_card`; 3: `observed_name`, `Turn.author_name`
+    schema_version_current: ClassVar[int] = 3
+    # version 1 had none: the deriver's prompt as it was; version 2 had no names: peers went by their ids
+    upcasters = {1: lambda data: data, 2: lambda data: data}
 
     observer_id: str
     observed_id: str
@@ -48,6 +51,7 @@ class MessagePerceived(Event):
     content: str
     created_at: datetime
     previous_turn: Turn | None = None
+    observed_name: str = ""  # the author's display name (MessageAppended.author_name): the deriver names it so
     # the custom deriver instructions in force for the message (configuration hierarchy), resolved by the
     # router so the pair-keyed deriver needs no session or workspace state
     instructions: str = ""

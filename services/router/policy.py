@@ -62,6 +62,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             peer_id=event.peer_id,
             content=event.content[:CONTEXT_CHARS],
             created_at=event.created_at,
+            author_name=event.author_name,
         )
         return state.model_copy(
             update={"last_turns": {**state.last_turns, event.peer_id: turn}, "last_seq": state.last_seq + 1}
@@ -119,6 +120,7 @@ def decide(state: SessionState, event: Event, producer: ProducerInfo, global_: C
             content=event.content,
             created_at=event.created_at,
             previous_turn=context,
+            observed_name=event.author_name,
             instructions=config["deriver_instructions"],
             dreams=config["dreams"],
             dream_threshold=config["dream_threshold"],

@@ -18,6 +18,7 @@ from services.events import (
     ObservationRejected,
     ObservationSuperseded,
     ProducerInfo,
+    Turn,
 )
 from services.events.pairs import Pair
 
@@ -151,6 +152,17 @@ def test_duplicates_within_one_batch_collapse():
     fact = ExtractedFact(content="a loves rust", message_id="m0", span="I love rust")
     out = verdicts([fact, fact])
     assert [type(e) for e in out.events] == [ObservationAdded, ObservationReinforced]
+
+
+def test_a_target_with_a_display_name_is_named_by_it_in_the_prompt():
+    context = Turn(message_id="m0", seq=1, peer_id="u-2", content="How was the trip?", created_at=T, author_name="Tom")
+    named = perceived(1, "Lovely, Oslo was cold").model_copy(
+        update={"observed_name": "Maria Lopez", "previous_turn": context}
+    )
+    window = next_window(add(Batching(), named, 10), 1024)[0]
+    system, user = (m["content"] for m in build_messages("u-2", "u-7f3a", window))
+    assert 'name the target as "Maria Lopez"' in system and "u-7f3a" not in system + user
+    assert 'speaker="Tom"' in user and 'speaker="Maria Lopez"' in user and "Target: Maria Lopez." in user
 
 
 def test_message_text_cannot_forge_turn_markup():

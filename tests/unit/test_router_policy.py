@@ -25,7 +25,7 @@ def joined(peer, observe_me=None, observe_others=False):
     )
 
 
-def said(peer, text, author_observe_me=True):
+def said(peer, text, author_observe_me=True, name=""):
     return MessageAppended(
         workspace_id="w",
         session_id="s",
@@ -34,6 +34,7 @@ def said(peer, text, author_observe_me=True):
         content=text,
         created_at=T,
         author_observe_me=author_observe_me,
+        author_name=name,
         producer=P,
     )
 
@@ -85,3 +86,12 @@ def test_the_context_turn_is_the_latest_by_someone_else_and_seq_counts_messages(
     assert by["r2"].previous_turn.content == "q1"
     assert by["q2"].previous_turn.content == "r2"
     assert [by[t].seq for t in ("q1", "r1", "r2", "q2")] == [1, 2, 3, 4]
+
+
+def test_a_perception_carries_the_authors_display_name_and_its_context_turns():
+    state, out = SessionState(), []
+    for e in (joined("u-1"), joined("u-2"), said("u-1", "q1", name="Maria Lopez"), said("u-2", "r1", name="Tom")):
+        out += decide(state, e, P, G)
+        state = evolve(state, e)
+    reply = next(p for p in out if p.content == "r1")
+    assert reply.observed_name == "Tom" and reply.previous_turn.author_name == "Maria Lopez"
