@@ -17,6 +17,15 @@ async def peer(conn: AsyncConnection, workspace_id: str, peer_id: str) -> RowMap
     return (await conn.execute(stmt)).mappings().first()
 
 
+async def display_names(conn: AsyncConnection, workspace_id: str, peer_ids: Sequence[str]) -> dict[str, str]:
+    """The display names (metadata `name`) of those peers that have one, by id."""
+    name = peers.c.metadata["name"].astext
+    stmt = select(peers.c.peer_id, name).where(
+        peers.c.workspace_id == workspace_id, peers.c.peer_id.in_(list(peer_ids)), name != ""
+    )
+    return dict((await conn.execute(stmt)).all())
+
+
 async def existing_peers(conn: AsyncConnection, workspace_id: str, peer_ids: Sequence[str]) -> set[str]:
     stmt = select(peers.c.peer_id).where(peers.c.workspace_id == workspace_id, peers.c.peer_id.in_(list(peer_ids)))
     return set((await conn.scalars(stmt)).all())

@@ -150,7 +150,8 @@ class SqlChatReads(SqlMemoryReads):
             found = bool(explicit or derived or recent) or await reads.has_evidence(
                 conn, s.workspace_id, s.observer_id, s.target_id, s.as_of, s.sessions
             )
-        return Evidence(list(explicit), list(derived), list(recent), found)
+            names = await peer_reads.display_names(conn, s.workspace_id, [s.observer_id, s.target_id])
+        return Evidence(list(explicit), list(derived), list(recent), found, names)
 
 
 class SqlDreamReads(SqlMemoryReads):

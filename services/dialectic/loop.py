@@ -94,6 +94,7 @@ class Prefetched:
     derived: list
     history: list
     evidence: bool
+    names: Mapping[str, str]  # display names of the observer and the target, by id
 
 
 class Dialectic:
@@ -164,7 +165,9 @@ class _Run:
         n = self.level.prefetch
         vector = (await self.owner.embedder.embed([self.request.query]))[0]
         found = await self.owner.reads.evidence(self.scope, vector, n, HISTORY_MESSAGES)
-        return Prefetched(list(found.explicit), list(found.derived), self._capped(found.history), found.found)
+        return Prefetched(
+            list(found.explicit), list(found.derived), self._capped(found.history), found.found, found.names
+        )
 
     def _capped(self, newest_first) -> list:
         kept, used = [], 0
@@ -181,7 +184,7 @@ class _Run:
             tools_text = prompt.structured_instruction(specs(self.tools) if self.limits.tool_rounds else [])
         else:
             tools_text = prompt.TOOLS_NATIVE if self.limits.tool_rounds else prompt.TOOLS_NONE
-        system = prompt.system_prompt(r.observer_id, r.target_id, tools_text)
+        system = prompt.system_prompt(*(prompt.called(p, pre.names) for p in (r.observer_id, r.target_id)), tools_text)
         system += prompt_addition(r.instructions)
         if r.response_schema is not None:
             system += "\n\n" + prompt.json_answer_instruction(r.response_schema)

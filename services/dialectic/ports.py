@@ -3,8 +3,8 @@ wires it in): the memory tools' reads, and the evidence prefetched before the fi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.toolloop.memory import MemoryReads, RecallScope, Row
@@ -18,6 +18,7 @@ class Evidence:
     derived: Sequence[Row]  # derived ones, likewise
     history: Sequence[Row]  # the session's newest messages the observer saw, newest first
     found: bool  # anything at all about the pair: when not, Chat may abstain without a model call
+    names: Mapping[str, str] = field(default_factory=dict)  # observer's and target's display names, by id
 
 
 class ChatReads(MemoryReads, Protocol):

@@ -31,6 +31,7 @@ class Line(BaseModel):
     seq: int
     peer_id: str
     content: str
+    author_name: str = ""  # the author's display name (MessageAppended.author_name), if any
     weight: int = 0  # its bytes in the changelog record, ids included (0 in states from before the bound)
 
 
@@ -101,7 +102,11 @@ def evolve(state: SessionSummaries, event: Event, global_: Configuration) -> Ses
         if not summarising(state, global_):
             return state
         line = Line(
-            message_id=event.message_id, seq=state.seq, peer_id=event.peer_id, content=event.content[:KEEP_CHARS]
+            message_id=event.message_id,
+            seq=state.seq,
+            peer_id=event.peer_id,
+            content=event.content[:KEEP_CHARS],
+            author_name=event.author_name,
         )
         line = line.model_copy(update={"weight": len(to_json(line)) + 16})  # + the weight field itself
         tracks = {k: state.tracks.get(k, Track()) for k in SummaryKind}

@@ -147,7 +147,7 @@ async def test_chat_calls_a_tool_and_the_result_reaches_the_model_in_the_next_re
     assert out.prompt_version == "dialectic-1"
 
 
-async def test_a_tool_shows_the_model_an_authors_display_name_beside_its_id(memory, model_server):
+async def test_chat_calls_a_display_named_peer_by_its_name_beside_its_id_in_prompt_and_tools(memory, model_server):
     from tests.integration.test_peer_names import named
 
     c = Client(memory["chan"])
@@ -158,9 +158,10 @@ async def test_a_tool_shows_the_model_an_authors_display_name_beside_its_id(memo
     model_server.script([Reply(tool_calls=[call("grep_messages", pattern="oslo")])])
     model_server.reply_with(lambda req: Reply(content="Bob lives in Oslo"))
 
-    await ask(memory["chan"], query="Who else talked of Oslo?")
+    await ask(memory["chan"], target_id="u-7f3a", query="Did Maria sell her flat?")
 
-    _, second = model_server.chat_requests()
+    first, second = model_server.chat_requests()
+    assert "what alice knows about Maria Lopez (u-7f3a)" in first["messages"][0]["content"]
     shown = tool_messages(second)[0]
     assert "Maria Lopez (u-7f3a): I sold my OSLO flat" in shown and "bob: I moved to Oslo last year" in shown
 

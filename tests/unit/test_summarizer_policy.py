@@ -110,3 +110,12 @@ def test_word_limits_follow_the_design():
     assert word_limit(SummaryKind.SHORT, 5000, SummarizerSettings()) == 750
     assert word_limit(SummaryKind.LONG, 5000, SummarizerSettings()) == 3000
     assert clip_words("a b c d", 2) == "a b"
+
+
+def test_a_summary_prompt_names_a_display_named_speaker_by_its_name():
+    from services.summarizer.prompt import build_messages
+
+    state = evolve(SessionSummaries(), msg(0).model_copy(update={"peer_id": "u-7f3a", "author_name": "Maria Lopez"}), G)
+    state = evolve(state, msg(1), G)
+    user = build_messages(SummaryKind.SHORT, "", state.tracks[SummaryKind.SHORT].pending, 100)[-1]["content"]
+    assert 'speaker="Maria Lopez">t0<' in user and 'speaker="a">t1<' in user
