@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import configurations
 from projections.keys import TextArray
-from projections.schema import memberships, peers, sessions
+from projections.schema import PEER_DISPLAY_NAME, memberships, peers, sessions
 from services.events import Configuration
 
 
@@ -35,7 +35,8 @@ class AppendFacts:
 @functools.cache
 def _statement():
     ws, sid = bindparam("workspace_id"), bindparam("session_id")
-    m, p, s = memberships.c, peers.c, sessions.c
+    m, s = memberships.c, sessions.c
+    authors = _authors(ws)
     return select(
         exists().where(s.workspace_id == ws, s.session_id == sid),
         func.array(
@@ -43,24 +44,25 @@ def _statement():
             .where(m.workspace_id == ws, m.session_id == sid, m.left_event_id.is_(None))
             .scalar_subquery()
         ),
-        func.array(
-            select(p.peer_id)
-            .where(p.workspace_id == ws, p.peer_id == any_(bindparam("authors", type_=TextArray())), ~p.observe_me)
-            .scalar_subquery()
-        ),
+        authors.c.unobserved,
         configurations.workspace_level_now(),
-        _names(ws),
-    )
+        authors.c.names,
+    ).select_from(authors)
 
 
-def _names(ws):
-    """The authors' display names as one JSON object, peer id → name."""
+def _authors(ws):
+    """The authors' peer rows read once, as one row: those whose observe_me is off, and the display
+    names as a JSON object, peer id → name (both NULL when no author is found)."""
     p = peers.c
-    name = p.metadata["name"].astext
-    named = select(func.jsonb_object_agg(p.peer_id, name)).where(
-        p.workspace_id == ws, p.peer_id == any_(bindparam("authors", type_=TextArray())), name.is_not(None)
+    named = PEER_DISPLAY_NAME != ""
+    return (
+        select(
+            func.array_agg(p.peer_id).filter(~p.observe_me).label("unobserved"),
+            func.jsonb_object_agg(p.peer_id, PEER_DISPLAY_NAME).filter(named).label("names"),
+        )
+        .where(p.workspace_id == ws, p.peer_id == any_(bindparam("authors", type_=TextArray())))
+        .subquery("authors")
     )
-    return named.scalar_subquery()
 
 
 async def append_facts(
@@ -68,4 +70,6 @@ async def append_facts(
 ) -> AppendFacts:
     values = dict(workspace_id=workspace_id, session_id=session_id, authors=sorted(set(authors)))
     found, members, unobserved, level, names = (await conn.execute(_statement(), values)).one()
-    return AppendFacts(found, frozenset(members), frozenset(unobserved), configurations.parsed(level), names or {})
+    return AppendFacts(
+        found, frozenset(members), frozenset(unobserved or ()), configurations.parsed(level), names or {}
+    )

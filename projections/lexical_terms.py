@@ -11,7 +11,14 @@ from sqlalchemy import Float, Text, and_, any_, bindparam, cast, func, literal, 
 from sqlalchemy.dialects.postgresql import TSQUERY
 
 from projections.message_ranking import BM25_B, BM25_K1, TIME_LEXEMES
-from projections.schema import FIRST_NAME_LEXEME, HAS_DISPLAY_NAME, TEXT_SEARCH_CONFIG, message_lexicon, peers
+from projections.schema import (
+    FIRST_NAME_LEXEME,
+    HAS_DISPLAY_NAME,
+    PEER_DISPLAY_NAME,
+    TEXT_SEARCH_CONFIG,
+    message_lexicon,
+    peers,
+)
 
 
 def quoted_lexeme(lexeme):
@@ -90,7 +97,7 @@ def named_peers():
     by_id = and_(literal_column(FIRST_NAME_LEXEME) == any_(said), pr.name_lexemes.op("<@")(said))
     by_display_name = and_(text(HAS_DISPLAY_NAME), pr.name_lexemes.op("&&")(said))
     return (
-        select(pr.peer_id, pr.metadata["name"].astext.label("name"), pr.name_lexemes)
+        select(pr.peer_id, PEER_DISPLAY_NAME.label("name"), pr.name_lexemes)
         .where(pr.workspace_id == bindparam("workspace_id"), or_(by_id, by_display_name))
         .cte("named")
     )

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import RowMapping, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.schema import peer_cards, peers
+from projections.schema import PEER_DISPLAY_NAME, peer_cards, peers
 
 
 async def peer(conn: AsyncConnection, workspace_id: str, peer_id: str) -> RowMapping | None:
@@ -19,9 +19,8 @@ async def peer(conn: AsyncConnection, workspace_id: str, peer_id: str) -> RowMap
 
 async def display_names(conn: AsyncConnection, workspace_id: str, peer_ids: Sequence[str]) -> dict[str, str]:
     """The display names (metadata `name`) of those peers that have one, by id."""
-    name = peers.c.metadata["name"].astext
-    stmt = select(peers.c.peer_id, name).where(
-        peers.c.workspace_id == workspace_id, peers.c.peer_id.in_(list(peer_ids)), name != ""
+    stmt = select(peers.c.peer_id, PEER_DISPLAY_NAME).where(
+        peers.c.workspace_id == workspace_id, peers.c.peer_id.in_(list(peer_ids)), PEER_DISPLAY_NAME != ""
     )
     return dict((await conn.execute(stmt)).all())
 

@@ -25,7 +25,16 @@ from services.llm.embeddings import Embedder
 from services.llm.errors import ModelOutputInvalid
 from services.llm.rerank import Reranker
 from services.llm.tokens import count_tokens
-from services.toolloop.memory import SEARCH_MESSAGES, SEARCH_OBSERVATIONS, TOOLS, RecallScope, ToolEnv, execute, specs
+from services.toolloop.memory import (
+    SEARCH_MESSAGES,
+    SEARCH_OBSERVATIONS,
+    TOOLS,
+    RecallScope,
+    ToolEnv,
+    called,
+    execute,
+    specs,
+)
 from services.toolloop.turns import StructuredReply, ToolRequest, structured_turn_schema
 
 
@@ -184,7 +193,7 @@ class _Run:
             tools_text = prompt.structured_instruction(specs(self.tools) if self.limits.tool_rounds else [])
         else:
             tools_text = prompt.TOOLS_NATIVE if self.limits.tool_rounds else prompt.TOOLS_NONE
-        system = prompt.system_prompt(*(prompt.called(p, pre.names) for p in (r.observer_id, r.target_id)), tools_text)
+        system = prompt.system_prompt(*(called(p, pre.names.get(p)) for p in (r.observer_id, r.target_id)), tools_text)
         system += prompt_addition(r.instructions)
         if r.response_schema is not None:
             system += "\n\n" + prompt.json_answer_instruction(r.response_schema)

@@ -47,11 +47,6 @@ REPAIR = """Your answer did not match the required JSON schema:
 Reply again with only the corrected JSON, nothing else."""
 
 
-def called(peer_id: str, names: Mapping[str, str]) -> str:
-    """How the prompt calls a peer: its display name beside its id, as the tools show authors."""
-    return f"{names[peer_id]} ({peer_id})" if names.get(peer_id) else peer_id
-
-
 def system_prompt(observer: str, target: str, tools: str) -> str:
     return SYSTEM.format(observer=observer, target="itself" if target == observer else target, tools=tools)
 

@@ -190,10 +190,14 @@ def message_line(row: Row) -> str:
 
 
 def author(row: Row) -> str:
-    """A message's author as the model reads it: its display name beside its id, so that a question's
-    "Maria" meets the turns of peer u-7f3a, and an answer can still name the peer by id."""
-    name = row.get("author_name")
-    return f"{name} ({row['peer_id']})" if name else row["peer_id"]
+    """A message's author as the model reads it (`called`)."""
+    return called(row["peer_id"], row.get("author_name"))
+
+
+def called(peer_id: str, name: str | None) -> str:
+    """How a model is shown a peer: its display name beside its id, so that a question's "Maria" meets
+    peer u-7f3a, and an answer can still name the peer by id."""
+    return f"{name} ({peer_id})" if name else peer_id
 
 
 def _observations(rows: Sequence[Row], empty: str) -> ToolResult:
