@@ -77,6 +77,21 @@ async def search_ws(c: Client, query: str, **kw):
     )
 
 
+async def assert_only_author_lifted(c: Client, plain: str, naming: str, author: str, **kw) -> None:
+    """`naming` is `plain` plus a name of `author`: with the same vector and terms, every hit's score moves
+    by AUTHOR_BOOST if `author` wrote it and not at all otherwise."""
+    from projections.message_ranking import AUTHOR_BOOST
+
+    async def scores(query: str) -> dict[str, tuple[str, float]]:
+        found = await search_ws(c, query, limit=4, **kw)
+        return {r.message.content: (r.message.peer_id, r.score) for r in found.results}
+
+    before, after = await scores(plain), await scores(naming)
+    assert {t: s - before[t][1] for t, (_, s) in after.items()} == pytest.approx(
+        {t: AUTHOR_BOOST if peer == author else 0.0 for t, (peer, _) in after.items()}, abs=1e-4
+    )
+
+
 def contents(response) -> list[str]:
     return [r.message.content for r in response.results]
 
@@ -171,19 +186,8 @@ async def test_a_query_that_names_a_day_lifts_the_messages_sent_that_day_and_no_
 
 
 async def test_naming_a_peer_only_lifts_its_messages_the_name_is_neither_embedded_nor_a_term(garden):
-    from projections.message_ranking import AUTHOR_BOOST
-
     c, _, _ = garden
-
-    async def scores(query: str) -> dict[str, tuple[str, float]]:
-        found = await search_ws(c, query, limit=4)
-        return {r.message.content: (r.message.peer_id, r.score) for r in found.results}
-
-    plain, named = await scores("garden pond"), await scores("Bob's garden pond")
-    # the same vector and the same terms: every score moves by the lift alone, and only for bob's turns
-    assert {t: s - plain[t][1] for t, (_, s) in named.items()} == pytest.approx(
-        {t: AUTHOR_BOOST if peer == "bob" else 0.0 for t, (peer, _) in named.items()}, abs=1e-4
-    )
+    await assert_only_author_lifted(c, "garden pond", "Bob's garden pond", "bob")
 
 
 async def test_a_message_matching_by_words_and_by_meaning_ranks_above_one_matching_only_by_meaning(

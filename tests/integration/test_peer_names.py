@@ -11,11 +11,10 @@ from sqlalchemy import select, text
 from peerlog.v1 import messages_pb2
 from projections.db import sync_engine
 from projections.lexical_terms import named_peers
-from projections.message_ranking import AUTHOR_BOOST
 from projections.schema import messages
 from services.cli.client import Client
 from services.llm.embeddings import make_embedder
-from tests.integration.test_message_search import embedded_count, search_ws, ts
+from tests.integration.test_message_search import assert_only_author_lifted, embedded_count, ts
 from tests.support.wait import eventually
 
 TURNS = [
@@ -81,15 +80,8 @@ async def test_a_message_is_embedded_and_indexed_under_its_authors_display_name(
 
 
 async def test_a_question_saying_one_word_of_a_display_name_lifts_that_peers_messages(quilters):
-    async def scores(query: str) -> dict[str, tuple[str, float]]:
-        found = await search_ws(quilters, query, limit=4)
-        return {r.message.content: (r.message.peer_id, r.score) for r in found.results}
-
-    plain, about_maria = await scores("quilt colours"), await scores("Maria's quilt colours")
-    # the name is neither embedded nor a term: every score moves by the lift alone, and only for her turns
-    assert {t: s - plain[t][1] for t, (_, s) in about_maria.items()} == pytest.approx(
-        {t: AUTHOR_BOOST if peer == "u-7f3a" else 0.0 for t, (peer, _) in about_maria.items()}, abs=1e-4
-    )
+    # the name is neither embedded nor a term: only her turns move, by the lift alone
+    await assert_only_author_lifted(quilters, "quilt colours", "Maria's quilt colours", "u-7f3a")
 
 
 def test_a_display_name_names_its_peer_by_any_word_an_id_only_by_all_of_them(settings, quilters):
