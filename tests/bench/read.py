@@ -619,8 +619,9 @@ async def load(state, p: dict, args) -> dict:
     token = await write_token(state)
     for rate in (0.0, args.paced_rate):
         mode = f"paced {rate:g}/s" if rate else "closed loop"
-        for name, call in calls(p, token).items():
-            if args.only and not name.startswith(args.only):
+        names = calls(p, token)
+        for name, call in names.items():
+            if args.only and not name.startswith(args.only) or args.only in names and name != args.only:
                 continue
             log(
                 f"measuring {name} ({mode}): {args.clients} clients, {args.seconds:g} s after {args.warmup:g} s warm-up"
@@ -663,7 +664,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=40.0,
         help="calls/s offered in total in the second, paced pass (the first is closed loop)",
     )
-    ap.add_argument("--only", default="", help="measure only the phases whose name starts with this")
+    ap.add_argument(
+        "--only", default="", help="measure only the phase of this name, else the phases whose name starts with this"
+    )
     ap.add_argument("--dir", type=Path, help="stack directory (default: a fresh temp dir)")
     ap.add_argument("--keep", action="store_true", help="leave the stack running and its directory in place")
     ap.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/read.json")
