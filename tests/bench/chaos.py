@@ -15,8 +15,8 @@ operator's `peerlog projections rebuild` runs N times during the load as its own
 them SIGKILLed a random moment in; the others must switch reads to a schema identical to the live one.
 
 Afterwards, with the load drained: every acknowledged message is on the log and in the projection
-exactly once; every message is covered by exactly one BatchDerived; no observation is added twice;
-a rebuild of the projections equals the live ones; nothing stays pending or dead-lettered. Prints one
+exactly once, carrying its author's display name (every other peer has one); every message is
+covered by exactly one BatchDerived; no observation is added twice; a rebuild of the projections equals the live ones; nothing stays pending or dead-lettered. Prints one
 JSON object and writes it to --out (default tests/bench/results/chaos.json).
 """
 
@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 import grpc  # noqa: E402
 import psycopg  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from google.protobuf.struct_pb2 import Struct, Value  # noqa: E402
 
 from infra.kafka.broker import KafkaBroker, running_broker, stop_broker  # noqa: E402
 from infra.postgres.embedded import EmbeddedPostgres  # noqa: E402
@@ -473,6 +474,27 @@ def wait_quiet(dsn: str, workspace: str, acked_ids: set[str], timeout: float) ->
     return -1.0
 
 
+def display_name(peer_id: str) -> str:
+    """Every other peer has a display name, so the proof covers the name each message carries."""
+    number = peer_id.removeprefix("p")
+    return f"Peer {number}" if number.isdigit() and int(number) % 2 == 0 else ""
+
+
+def named(peer_id: str) -> dict:
+    """GetOrCreatePeer's metadata for `peer_id`: its display name, if it has one."""
+    name = display_name(peer_id)
+    return {"metadata": Struct(fields={"name": Value(string_value=name)})} if name else {}
+
+
+def misnamed(dsn: str, workspace: str, session_events: list) -> dict:
+    """Messages whose author name is not their author's display name, on the log and as projected."""
+    rows = query(dsn, "SELECT peer_id, author_name FROM peerlog.messages WHERE workspace_id = %s", (workspace,))
+    return {
+        "misnamed_on_log": sum(e.author_name != display_name(e.peer_id) for e in session_events),
+        "misnamed_in_projection": sum((name or "") != display_name(peer) for peer, name in rows),
+    }
+
+
 def verify(state, workspace: str, load: Load) -> dict:
     dsn = sql_dsn(state.database_url)
     acked = load.acked
@@ -535,6 +557,7 @@ def verify(state, workspace: str, load: Load) -> dict:
         "batches_not_done": pending,  # rows as projected: a retry that batched differently leaves some
         "batches_still_parked": parked,  # as GetProcessingStatus and the metrics count them: 0 after a retry
         "dead_letters": dead,
+        **misnamed(dsn, workspace, session_events),
     }
 
 
@@ -691,7 +714,7 @@ async def chaos_run(args, root: Path) -> dict:
                 c = Client(channel)
                 await c.workspace(workspace)
                 for p in {p for _, pair in sessions for p in pair} | {"probe"}:
-                    await c.peer(workspace, p)
+                    await c.peer(workspace, p, **named(p))
                 for s, pair in sessions:
                     await c.session(workspace, s, members=list(pair))
                 await c.session(workspace, "probe", members=["probe"])
@@ -790,6 +813,8 @@ def main(argv: list[str]) -> int:
         and not result["dead_letter_retry"].get("still_not_derived")
         and result["batches_still_parked"] == 0
         and result["observations_added_twice_on_log"] == 0
+        and result["misnamed_on_log"] == 0
+        and result["misnamed_in_projection"] == 0
         and result["rebuild"].get("switched") is True
         and not result["rebuild"].get("differing_rows")
         and result["rebuilds_failed"] == 0

@@ -198,6 +198,10 @@ HOSTILE_SCHEMA_OBJECTS: dict[str, Callable[[], dict]] = {
     "schema:empty": lambda: {},
 }
 
+# a peer's metadata `name`: display names a person would give, then values no display name is (refused)
+DISPLAY_NAMES = ["Maria Lopez", "ann", "O'Brien-Smith", "李小龙", "Zoë", "R2-D2", "x" * 200, "Ann & Bo", "u-7f3a"]
+BAD_DISPLAY_NAMES = ["", " ", "--", "x" * 201, "\u200b", "!!!", 42, True, ["Ann"], {"first": "Ann"}]
+
 TIMESTAMP_SECONDS = [
     -62_135_596_801,
     -62_135_596_800,
@@ -448,6 +452,8 @@ class Drawer:
                         )
                     )
                 )
+                if draw(st.integers(0, 3)) == 0:  # a peer's display name (messages carry it, search reads it)
+                    target.update({"name": draw(st.sampled_from(DISPLAY_NAMES))})
             return
         plain_keys = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=12)
         plain = st.none() | st.booleans() | st.floats(allow_nan=False, allow_infinity=False) | plain_keys
@@ -468,6 +474,7 @@ class Drawer:
             "struct:deep": lambda: _deep_dict(draw(st.sampled_from([20, 31, 32, 33, 40, 100]))),
             "struct:big": lambda: {"blob": "m" * draw(st.sampled_from([65_000, 70_000, 1_000_000, 3_000_000]))},
             "struct:many-keys": lambda: {f"k{i}": i for i in range(10_000)},
+            "struct:bad-name": lambda: {"name": draw(st.sampled_from(BAD_DISPLAY_NAMES))},
             "huge-request": lambda: {"blob": "m" * (GRPC_DEFAULT_MAX_MESSAGE + 300_000)},
         }
         if schema:
