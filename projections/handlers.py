@@ -44,6 +44,7 @@ from services.events import (
     MessagesEmbedded,
     PeerConfigured,
     PeerCreated,
+    PeerMetadataSet,
     SessionConfigured,
     SessionCreated,
     WorkspaceConfigured,
@@ -82,13 +83,20 @@ def peer_created(conn: Connection, events: Sequence[PeerCreated]) -> None:
     )
 
 
+def _update_peer(conn: Connection, e: PeerConfigured | PeerMetadataSet, **values) -> None:
+    conn.execute(
+        update(peers).where(peers.c.workspace_id == e.workspace_id, peers.c.peer_id == e.peer_id).values(**values)
+    )
+
+
 def peer_configured(conn: Connection, events: Sequence[PeerConfigured]) -> None:
     for e in events:
-        conn.execute(
-            update(peers)
-            .where(peers.c.workspace_id == e.workspace_id, peers.c.peer_id == e.peer_id)
-            .values(observe_me=e.observe_me)
-        )
+        _update_peer(conn, e, observe_me=e.observe_me)
+
+
+def peer_metadata_set(conn: Connection, events: Sequence[PeerMetadataSet]) -> None:
+    for e in events:
+        _update_peer(conn, e, metadata=e.metadata)
 
 
 def session_created(conn: Connection, events: Sequence[SessionCreated]) -> None:
@@ -377,6 +385,7 @@ HANDLERS: dict[type[Event], Handler] = {
     WorkspaceCreated: workspace_created,
     PeerCreated: peer_created,
     PeerConfigured: peer_configured,
+    PeerMetadataSet: peer_metadata_set,
     SessionCreated: session_created,
     MemberJoined: member_joined,
     MemberLeft: member_left,

@@ -93,6 +93,7 @@ RULES: dict[str, dict[str, Rule]] = {
     },
     "PeerService": {
         "GetOrCreatePeer": _peer("peer_id"),
+        "SetPeerMetadata": _peer("peer_id"),
         "GetPeer": _peer("peer_id"),
         "ListPeers": _workspace,
         "GetPeerCard": _OBSERVER,

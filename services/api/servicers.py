@@ -93,6 +93,12 @@ class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
         )
         return peers_pb2.GetOrCreatePeerResponse(peer=c.peer(w.row), created=w.created, consistency_token=w.token)
 
+    async def SetPeerMetadata(self, request, context):
+        w = await writes.set_peer_metadata(
+            self.ctx, request.workspace_id, request.peer_id, c.metadata(request.metadata)
+        )
+        return peers_pb2.SetPeerMetadataResponse(peer=c.peer(w.row), consistency_token=w.token)
+
     async def GetPeer(self, request, context):
         return c.peer(
             await reads.get_peer(self.ctx, request.workspace_id, request.peer_id, request.consistency.consistency_token)

@@ -27,6 +27,7 @@ from services.api.deps import ApiDeps
 from services.api.guards import (
     check_members,
     check_peer_ids,
+    require_peers,
     require_session,
     require_workspace,
     validate_messages,
@@ -40,6 +41,7 @@ from services.events import (
     MessageAppended,
     PeerConfigured,
     PeerCreated,
+    PeerMetadataSet,
     SessionConfigured,
     SessionCreated,
     WorkspaceConfigured,
@@ -136,6 +138,25 @@ async def get_or_create_peer(
     async with ctx.engine.connect() as conn:
         row = await peer_reads.peer(conn, workspace_id, peer_id)
     return Written(row, before is None and row["event_id"] == events[0].event_id, token)
+
+
+async def set_peer_metadata(ctx: ApiDeps, workspace_id: str, peer_id: str, metadata: dict) -> Written:
+    """Replace an existing peer's metadata (a PeerMetadataSet event, none when it already reads so), and
+    answer once the change is readable: the messages the peer sends after the call carry its new name."""
+    v.check_id("workspace_id", workspace_id)
+    v.check_id("peer_id", peer_id)
+    v.check_metadata("metadata", metadata)
+    v.check_peer_name("metadata", metadata)
+    await require_peers(ctx, workspace_id, peer_id=peer_id)
+    async with ctx.writes.hold(("peer", workspace_id, peer_id)):
+        async with ctx.engine.connect() as conn:
+            before = await peer_reads.peer(conn, workspace_id, peer_id)
+        changed = before["metadata"] != metadata
+        event = PeerMetadataSet(workspace_id=workspace_id, peer_id=peer_id, metadata=metadata, producer=ctx.producer)
+        token = await commit(ctx, [event] if changed else [])
+    async with ctx.engine.connect() as conn:
+        row = await peer_reads.peer(conn, workspace_id, peer_id)
+    return Written(row, False, token)
 
 
 def _joins(ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]):

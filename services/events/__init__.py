@@ -37,6 +37,7 @@ from services.events.lifecycle import (
     MemberLeft,
     PeerConfigured,
     PeerCreated,
+    PeerMetadataSet,
     SessionCreated,
     WorkspaceCreated,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "PeerCardUpdated",
     "PeerConfigured",
     "PeerCreated",
+    "PeerMetadataSet",
     "ProducerInfo",
     "SessionCreated",
     "UnknownEventType",

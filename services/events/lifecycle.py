@@ -31,6 +31,14 @@ class PeerConfigured(Event):
     observe_me: bool
 
 
+class PeerMetadataSet(Event):
+    """A peer's metadata now reads `metadata` (the whole of it, not a diff). Its `name` is the display name
+    the messages the peer sends from then on carry; those sent before keep the name they were sent under."""
+
+    peer_id: str
+    metadata: dict[str, Any]
+
+
 class SessionCreated(Event):
     """A conversation was opened."""
 

@@ -68,6 +68,7 @@ EXPECTED_NARROW = {
     "WorkspaceService.ListWorkspaces": "PS*",
     "WorkspaceService.SearchMessages": "P",
     "PeerService.GetOrCreatePeer": "P",
+    "PeerService.SetPeerMetadata": "P",
     "PeerService.GetPeer": "P",
     "PeerService.ListPeers": "",
     "PeerService.GetPeerCard": "P",
@@ -155,6 +156,9 @@ def _directory_requests(w: str, consistency: common_pb2.ReadConsistency, pair: d
             workspace_id=w, query="tea", perspective_peer_id="alice"
         ),
         "PeerService.GetOrCreatePeer": peers_pb2.GetOrCreatePeerRequest(
+            workspace_id=w, peer_id="alice", metadata=_meta(tag)
+        ),
+        "PeerService.SetPeerMetadata": peers_pb2.SetPeerMetadataRequest(
             workspace_id=w, peer_id="alice", metadata=_meta(tag)
         ),
         "PeerService.GetPeer": peers_pb2.GetPeerRequest(workspace_id=w, peer_id="alice"),
@@ -415,7 +419,7 @@ async def test_every_rpc_under_every_token_matches_the_table_and_denied_calls_le
         if not isinstance(out, grpc.StatusCode) and out.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
     }
     assert not broken
-    assert len(cells) == 52 * 10  # every RPC under every kind of token
+    assert len(cells) == 53 * 10  # every RPC under every kind of token
     # the refusals name the scope they need
     assert "peer:w/alice" in got["DialecticService.Chat", "session"].details()
     assert "session:w/s1" in got["MessageService.ListMessages", "peer"].details()

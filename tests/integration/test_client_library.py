@@ -168,6 +168,20 @@ def test_refusals_become_their_own_exception_classes(peerlog):
         ws.peer("ghost", create=False)
 
 
+def test_a_peer_named_later_sends_its_next_messages_under_the_name(peerlog):
+    ws, alice, bot, chat = conversation(peerlog)
+    chat.add_messages([(alice, "before the name")])
+    assert alice.set_metadata({"name": "Alice Moreau", "team": "data"}).metadata == {
+        "name": "Alice Moreau",
+        "team": "data",
+    }
+    chat.add_messages([(alice, "after the name")])
+    shown = {m.content: m.author_name for m in chat.context(tokens=500).messages}
+    assert shown == {"before the name": "", "after the name": "Alice Moreau"}
+    with pytest.raises(InvalidArgument, match="display name"):
+        alice.set_metadata({"name": ""})
+
+
 def test_iterating_messages_follows_every_page(peerlog):
     _, alice, bot, chat = conversation(peerlog)
     for start in range(0, 230, 100):

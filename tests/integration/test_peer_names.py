@@ -129,3 +129,49 @@ async def test_get_context_names_display_named_authors_and_counts_their_lines_so
     }
     lines = [f"{m.author_name or m.peer_id}: {m.content}" for m in got.messages]
     assert got.tokens.messages == sum(count_tokens(line) for line in lines)
+
+
+async def test_a_peer_named_after_it_spoke_carries_the_name_on_what_it_sends_next_and_is_named_by_it(
+    settings, quilters
+):
+    from peerlog.v1 import peers_pb2
+
+    set_name = peers_pb2.SetPeerMetadataRequest(workspace_id="w", peer_id="user_42", metadata=named("Ada King"))
+    got = await quilters.peers.SetPeerMetadata(set_name)
+    assert dict(got.peer.metadata) == {"name": "Ada King"} and got.consistency_token
+    again = await quilters.peers.SetPeerMetadata(set_name)
+    assert again.consistency_token == ""  # it already reads so: nothing written
+    # answered once readable: the next message, sent at once, carries the name
+    await quilters.add("w", "s", [messages_pb2.NewMessage(peer_id="user_42", content="Wool or cotton?")])
+    eventually(lambda: embedded_count(settings) == len(TURNS) + 1, 60)
+    assert [(r.peer_id, r.author_name) for r in _rows(settings) if r.peer_id == "user_42"] == [
+        ("user_42", None),  # sent before: as it was named then
+        ("user_42", "Ada King"),
+    ]
+    engine = sync_engine(settings.database)
+    try:
+        with engine.connect() as conn:
+            query = {"workspace_id": "w", "q": "What did Ada ask?"}
+            assert set(conn.execute(select(named_peers().c.peer_id), query).scalars()) == {"user_42"}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("peer_id", "name", "code"),
+    [
+        ("u-91bc", "", grpc.StatusCode.INVALID_ARGUMENT),
+        ("u-91bc", "x" * 201, grpc.StatusCode.INVALID_ARGUMENT),
+        ("nobody", "Ann", grpc.StatusCode.NOT_FOUND),
+    ],
+)
+async def test_setting_metadata_that_is_refused_changes_nothing(quilters, peer_id, name, code):
+    from peerlog.v1 import peers_pb2
+
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await quilters.peers.SetPeerMetadata(
+            peers_pb2.SetPeerMetadataRequest(workspace_id="w", peer_id=peer_id, metadata=named(name))
+        )
+    assert refused.value.code() == code
+    peer = await quilters.peers.GetPeer(peers_pb2.GetPeerRequest(workspace_id="w", peer_id="u-91bc"))
+    assert dict(peer.metadata) == {"name": "Tom"}

@@ -708,6 +708,19 @@ class Peer(_AsyncHandle):
         )
         return self.info
 
+    def set_metadata(self, metadata: dict[str, Any]) -> m.Peer:
+        """Replace the peer's metadata (the whole of it). Its `name` is the display name the messages the
+        peer sends from now on carry; returns once the change is readable."""
+        self.info = self._t.unary(
+            Call(
+                PeerServiceStub,
+                "SetPeerMetadata",
+                pe.SetPeerMetadataRequest(workspace_id=self.workspace_id, peer_id=self.id, metadata=c.struct(metadata)),
+                c.field_of("peer"),
+            )
+        )
+        return self.info
+
     def _chat_request(
         self,
         query: str,

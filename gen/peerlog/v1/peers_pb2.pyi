@@ -96,6 +96,24 @@ class GetOrCreatePeerResponse(_message.Message):
     consistency_token: str
     def __init__(self, peer: _Optional[_Union[Peer, _Mapping]] = ..., created: _Optional[bool] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
+class SetPeerMetadataRequest(_message.Message):
+    __slots__ = ("workspace_id", "peer_id", "metadata")
+    WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    workspace_id: str
+    peer_id: str
+    metadata: _struct_pb2.Struct
+    def __init__(self, workspace_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class SetPeerMetadataResponse(_message.Message):
+    __slots__ = ("peer", "consistency_token")
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    peer: Peer
+    consistency_token: str
+    def __init__(self, peer: _Optional[_Union[Peer, _Mapping]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
+
 class GetPeerRequest(_message.Message):
     __slots__ = ("workspace_id", "peer_id", "consistency")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -41,6 +41,11 @@ class PeerServiceStub:
                 request_serializer=peerlog_dot_v1_dot_peers__pb2.GetOrCreatePeerRequest.SerializeToString,
                 response_deserializer=peerlog_dot_v1_dot_peers__pb2.GetOrCreatePeerResponse.FromString,
                 _registered_method=True)
+        self.SetPeerMetadata = channel.unary_unary(
+                '/peerlog.v1.PeerService/SetPeerMetadata',
+                request_serializer=peerlog_dot_v1_dot_peers__pb2.SetPeerMetadataRequest.SerializeToString,
+                response_deserializer=peerlog_dot_v1_dot_peers__pb2.SetPeerMetadataResponse.FromString,
+                _registered_method=True)
         self.GetPeer = channel.unary_unary(
                 '/peerlog.v1.PeerService/GetPeer',
                 request_serializer=peerlog_dot_v1_dot_peers__pb2.GetPeerRequest.SerializeToString,
@@ -75,6 +80,16 @@ class PeerServiceServicer:
     def GetOrCreatePeer(self, request, context):
         """Returns the peer, creating it first if needed; NOT_FOUND if the workspace does not exist.
         If `observe_me` is given and differs from the stored value, the peer is reconfigured.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetPeerMetadata(self, request, context):
+        """Replaces an existing peer's metadata (recorded as a PeerMetadataSet event; nothing when it already
+        reads so) and answers once the change is readable. Its `name` is the display name the messages the
+        peer sends from then on carry. NOT_FOUND if the peer does not exist; INVALID_ARGUMENT for a `name`
+        that is not a display name (text of 1–200 characters with a letter or digit).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -124,6 +139,11 @@ def add_PeerServiceServicer_to_server(servicer, server):
                     servicer.GetOrCreatePeer,
                     request_deserializer=peerlog_dot_v1_dot_peers__pb2.GetOrCreatePeerRequest.FromString,
                     response_serializer=peerlog_dot_v1_dot_peers__pb2.GetOrCreatePeerResponse.SerializeToString,
+            ),
+            'SetPeerMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetPeerMetadata,
+                    request_deserializer=peerlog_dot_v1_dot_peers__pb2.SetPeerMetadataRequest.FromString,
+                    response_serializer=peerlog_dot_v1_dot_peers__pb2.SetPeerMetadataResponse.SerializeToString,
             ),
             'GetPeer': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPeer,
@@ -179,6 +199,33 @@ class PeerService:
             '/peerlog.v1.PeerService/GetOrCreatePeer',
             peerlog_dot_v1_dot_peers__pb2.GetOrCreatePeerRequest.SerializeToString,
             peerlog_dot_v1_dot_peers__pb2.GetOrCreatePeerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetPeerMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peerlog.v1.PeerService/SetPeerMetadata',
+            peerlog_dot_v1_dot_peers__pb2.SetPeerMetadataRequest.SerializeToString,
+            peerlog_dot_v1_dot_peers__pb2.SetPeerMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
