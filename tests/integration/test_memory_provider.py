@@ -307,6 +307,21 @@ def test_gateway_users_are_written_under_their_resolved_peers(make_provider):
     assert got == [("alice", "from the owner"), ("bot", "ok"), ("tg_42", "from a stranger"), ("bot", "ok")]
 
 
+def test_turns_are_written_under_the_senders_and_the_ais_display_names(make_provider):
+    memory = make_provider(aiDisplayName="Lumen", runtimePeerPrefix="tg_")
+    memory.record_turn("I keep bees", "Lovely!", sender=Sender("7654321", name="Ada King"))
+    memory.record_turn("no letter in my name", "ok", sender=Sender("42", name="!!!"))  # refused: sent unnamed
+    session = memory.workspace().session("global", create=False)
+    shown = [(m.peer_id, m.author_name, m.content) for m in session.context(tokens=500).messages]
+    assert shown == [
+        ("tg_7654321", "Ada King", "I keep bees"),
+        ("bot", "Lumen", "Lovely!"),
+        ("tg_42", "", "no letter in my name"),
+        ("bot", "Lumen", "ok"),
+    ]
+    assert memory.stats.failures["name"] == 1
+
+
 def test_the_five_tools_round_trip_against_the_server(make_provider, model_server):
     model_server.reply_with(lambda request: Reply(content="Alice keeps bees."))
     memory = seeded(make_provider(recallMode="tools"))

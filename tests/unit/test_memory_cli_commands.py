@@ -21,6 +21,7 @@ def home(tmp_path, monkeypatch):
             {
                 "peerName": "alice",
                 "aiPeer": "guide",
+                "aiDisplayName": "Guide",
                 "userPeerAliases": {"7654321": "alice"},
                 "runtimePeerPrefix": "tg_",
                 "observationMode": "unified",
@@ -57,11 +58,13 @@ def test_map_writes_this_directory_to_the_local_file_and_sessions_shows_it(home,
     assert json.loads((tmp_path / "global.json").read_text())["peerName"] == "alice"  # the global file untouched
 
 
-def test_peers_shows_the_identities_and_the_observation_toggles_of_the_preset(home, capsys):
+def test_peers_shows_the_identities_their_display_names_and_the_observation_toggles_of_the_preset(home, capsys):
     assert main(["peers"]) == 0
     assert shown(capsys) == {
         "user": "alice",
         "ai": "guide",
+        "userDisplayName": None,
+        "aiDisplayName": "Guide",
         "pinUserPeer": False,
         "userPeerAliases": {"7654321": "alice"},
         "runtimePeerPrefix": "tg_",

@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 from peerlog_client.memory import policy
 from peerlog_client.memory.config import ConfigError, load_config, save_local, validate
-from peerlog_client.memory.identity import Sender, session_name, user_peer
+from peerlog_client.memory.identity import Sender, display_name, session_name, user_peer
 from peerlog_client.memory.tools import TOOL_NAMES, schemas
 
 BASE = {"peerName": "me"}
@@ -34,6 +34,26 @@ BASE = {"peerName": "me"}
 )
 def test_the_identity_resolver_tries_pin_aliases_prefix_raw_id_then_peer_name(keys, sender, peer):
     assert user_peer(validate([("t", {**BASE, **keys})]), sender) == peer
+
+
+NAMED = {"userDisplayName": "Me Myself", "aiDisplayName": "Lumen", "aiPeer": "ai"}
+
+
+@pytest.mark.parametrize(
+    ("keys", "sender", "peer", "name"),
+    [
+        ({}, None, "me", "Me Myself"),  # off-gateway: the configured user's name
+        ({}, None, "ai", "Lumen"),
+        ({}, Sender("7654321", name="Ada King"), "7654321", "Ada King"),  # the platform's name for its own peer
+        ({}, Sender("7654321"), "7654321", None),  # no name given: the peer's stays as it is
+        ({"pinUserPeer": True}, Sender("1", name="Ada King"), "me", "Me Myself"),  # a pinned peer is shared
+        ({"userPeerAliases": {"1": "alice"}}, Sender("1", name="Ada"), "alice", None),  # several accounts may share
+        ({"pinUserPeer": True}, Sender("helper", is_bot=True, name="Helper Bot"), "bot-helper", "Helper Bot"),
+        ({}, Sender("7654321", name="Ada King"), "ai", "Lumen"),  # the sender names only its own peer
+    ],
+)
+def test_a_peers_display_name_is_its_senders_own_else_the_configured_one(keys, sender, peer, name):
+    assert display_name(validate([("t", {**BASE, **NAMED, **keys})]), peer, sender) == name
 
 
 def test_session_strategies_and_the_order_of_overrides(tmp_path):

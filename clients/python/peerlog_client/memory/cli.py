@@ -88,6 +88,8 @@ def peers(config: MemoryConfig, args: argparse.Namespace) -> int:
         {
             "user": config.peer_name,
             "ai": config.ai_peer,
+            "userDisplayName": config.user_display_name,
+            "aiDisplayName": config.ai_display_name,
             "pinUserPeer": config.pin_user_peer,
             "userPeerAliases": config.user_peer_aliases,
             "runtimePeerPrefix": config.runtime_peer_prefix,

@@ -89,6 +89,10 @@ class MemoryConfig(_Strict):
     # who
     peer_name: str = "user"
     ai_peer: str = "assistant"
+    # display names (how people call them): messages are embedded and searched under them, and a question
+    # saying one finds that peer's messages; a gateway sender's own name wins for its peer
+    user_display_name: str | None = None
+    ai_display_name: str | None = None
     pin_user_peer: bool = False
     user_peer_aliases: dict[str, str] = {}
     runtime_peer_prefix: str = ""

@@ -20,10 +20,12 @@ def safe_id(text: str) -> str:
 
 @dataclass(frozen=True)
 class Sender:
-    """Who wrote a turn: the platform's id for them (None off-gateway) and whether they are a bot."""
+    """Who wrote a turn: the platform's id for them (None off-gateway), whether they are a bot, and the
+    name the platform shows for them ("Ada King"), which becomes their peer's display name."""
 
     runtime_id: str | None = None
     is_bot: bool = False
+    name: str | None = None
 
 
 def user_peer(config: MemoryConfig, sender: Sender | None = None) -> str:
@@ -41,6 +43,17 @@ def user_peer(config: MemoryConfig, sender: Sender | None = None) -> str:
     if config.runtime_peer_prefix:
         return safe_id(f"{config.runtime_peer_prefix}{runtime_id}")
     return safe_id(runtime_id)
+
+
+def display_name(config: MemoryConfig, peer_id: str, sender: Sender | None = None) -> str | None:
+    """The display name `peer_id` should carry: the sender's own when the peer is theirs alone (not pinned,
+    not an alias several accounts may share), else the configured one of the user or AI peer
+    (userDisplayName, aiDisplayName); None: leave the peer's as it is."""
+    if sender and sender.name and sender.runtime_id and peer_id == user_peer(config, sender):
+        shared = not sender.is_bot and (config.pin_user_peer or sender.runtime_id in config.user_peer_aliases)
+        if not shared:
+            return sender.name
+    return {config.peer_name: config.user_display_name, config.ai_peer: config.ai_display_name}.get(peer_id)
 
 
 def a2a_session(peer_id: str) -> str:

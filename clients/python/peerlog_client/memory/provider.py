@@ -26,9 +26,10 @@ from typing import Any, TypeVar
 
 from peerlog_client import MemberSpec, Peerlog
 from peerlog_client._sync import Peer, Session, Workspace
+from peerlog_client.errors import InvalidArgument
 from peerlog_client.memory import policy
 from peerlog_client.memory.config import MemoryConfig, PeerFlags
-from peerlog_client.memory.identity import Sender, a2a_session, session_name, user_peer
+from peerlog_client.memory.identity import Sender, a2a_session, display_name, session_name, user_peer
 from peerlog_client.memory.writer import Writer
 from peerlog_client.models import NewMessage
 
@@ -90,6 +91,8 @@ class MemoryProvider:
         self._lock = threading.RLock()  # the handles below
         self._ws: Workspace | None = None
         self._peers: dict[str, Peer] = {}
+        self._names: dict[str, str] = {}  # peer -> the display name its turns want
+        self._named: dict[str, str] = {}  # peer -> the display name it was given (or refused) here
         self._sessions: dict[str, Session] = {}
         self.flags: dict[str, PeerFlags] = {}  # peer -> the observation toggles in force (the server's)
         self._layers: dict[str, _Layers] = {}
@@ -139,6 +142,7 @@ class MemoryProvider:
         if not self.config.save_messages or (sender and sender.is_bot and not self.config.a2a_sessions):
             return  # not saved; or a bot's turn, which without a2aSessions is left out entirely
         user = user_peer(self.config, sender)
+        self._want_names(user, sender)
         session = a2a_session(user) if sender and sender.is_bot else self.session_id
         self.writer.add(
             session, [*self._chunked(user, user_message), *self._chunked(self.config.ai_peer, assistant_message)]
@@ -345,7 +349,31 @@ class MemoryProvider:
             NewMessage(peer_id, piece, metadata={"chunk": i, "chunks": len(pieces)}) for i, piece in enumerate(pieces)
         ]
 
+    def _want_names(self, user: str, sender: Sender | None) -> None:
+        with self._lock:
+            for peer_id in (user, self.config.ai_peer):
+                name = display_name(self.config, peer_id, sender)
+                if name:
+                    self._names[peer_id] = name
+
+    def _give_name(self, peer_id: str) -> None:
+        """Give the peer the display name its turns want, before they are sent (they carry it), once; a
+        name the server refuses (no letter or digit, say) is logged and the turns go unnamed."""
+        with self._lock:
+            name = self._names.get(peer_id)
+            if not name or self._named.get(peer_id) == name:
+                return
+            self._named[peer_id] = name
+        peer = self.peer(peer_id)
+        if peer.info.metadata.get("name") != name:
+            try:
+                peer.set_metadata({**peer.info.metadata, "name": name})
+            except InvalidArgument as error:
+                self._failed("name", error)
+
     def _send(self, session_id: str, messages: list[NewMessage], key: str) -> None:
+        for author in sorted({m.peer_id for m in messages}):
+            self._give_name(author)
         session = None
         for author in sorted({m.peer_id for m in messages} - {self.config.ai_peer}):
             session = self._session_for(author, session_id)  # each author must be a member
