@@ -172,6 +172,7 @@ def message(row: RowMapping) -> messages_pb2.Message:
         metadata=struct(row["metadata"]),
         seq=row["seq"],
         origin=_origin(row) if row.get("origin_message_id") else None,
+        author_name=row.get("author_name") or "",
     )
 
 

@@ -148,6 +148,11 @@ async def test_a_peer_named_after_it_spoke_carries_the_name_on_what_it_sends_nex
         ("user_42", None),  # sent before: as it was named then
         ("user_42", "Ada King"),
     ]
+    listed = await quilters.messages.ListMessages(messages_pb2.ListMessagesRequest(workspace_id="w", session_id="s"))
+    assert [(m.peer_id, m.author_name) for m in listed.messages if m.peer_id == "user_42"] == [
+        ("user_42", ""),
+        ("user_42", "Ada King"),
+    ]
     engine = sync_engine(settings.database)
     try:
         with engine.connect() as conn:

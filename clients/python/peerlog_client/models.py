@@ -150,6 +150,7 @@ class Message:
     metadata: dict[str, Any]
     seq: int
     origin: MessageOrigin | None = None
+    author_name: str = ""  # the author's display name when it was sent, if its peer had one
 
 
 @frozen

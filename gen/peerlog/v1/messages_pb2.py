@@ -28,7 +28,7 @@ from peerlog.v1 import common_pb2 as peerlog_dot_v1_dot_common__pb2
 from peerlog.v1 import configuration_pb2 as peerlog_dot_v1_dot_configuration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19peerlog/v1/messages.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x1epeerlog/v1/configuration.proto\"\x88\x01\n\x11UploadFileRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07peer_id\x18\x03 \x01(\t\x12\x11\n\tfile_name\x18\x04 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x05 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"D\n\x12UploadFileResponse\x12\x13\n\x0bmessage_ids\x18\x01 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\xcf\x01\n\nNewMessage\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12.\n\ncreated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nmessage_id\x18\x05 \x01(\t\x12\x30\n\rconfiguration\x18\x06 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"\xfc\x01\n\x07Message\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12\x0f\n\x07peer_id\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x08metadata\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0b\n\x03seq\x18\x08 \x01(\x04\x12)\n\x06origin\x18\t \x01(\x0b\x32\x19.peerlog.v1.MessageOrigin\"M\n\rMessageOrigin\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\"\x81\x01\n\x12\x41\x64\x64MessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12(\n\x08messages\x18\x03 \x03(\x0b\x32\x16.peerlog.v1.NewMessage\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\"E\n\x13\x41\x64\x64MessagesResponse\x12\x13\n\x0bmessage_ids\x18\x01 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\xa9\x01\n\x13ListMessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12%\n\x04page\x18\x03 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x0f\n\x07reverse\x18\x04 \x01(\x08\x12\x30\n\x0b\x63onsistency\x18\x05 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"V\n\x14ListMessagesResponse\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.peerlog.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"o\n\x11GetMessageRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\x8e\x01\n\rScoredMessage\x12$\n\x07message\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Message\x12\r\n\x05score\x18\x02 \x01(\x01\x12%\n\x08previous\x18\x03 \x01(\x0b\x32\x13.peerlog.v1.Message\x12!\n\x04next\x18\x04 \x01(\x0b\x32\x13.peerlog.v1.Message\"]\n\x16SearchMessagesResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.peerlog.v1.ScoredMessage\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t2\xc4\x02\n\x0eMessageService\x12N\n\x0b\x41\x64\x64Messages\x12\x1e.peerlog.v1.AddMessagesRequest\x1a\x1f.peerlog.v1.AddMessagesResponse\x12Q\n\x0cListMessages\x12\x1f.peerlog.v1.ListMessagesRequest\x1a .peerlog.v1.ListMessagesResponse\x12@\n\nGetMessage\x12\x1d.peerlog.v1.GetMessageRequest\x1a\x13.peerlog.v1.Message\x12M\n\nUploadFile\x12\x1d.peerlog.v1.UploadFileRequest\x1a\x1e.peerlog.v1.UploadFileResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19peerlog/v1/messages.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x1epeerlog/v1/configuration.proto\"\x88\x01\n\x11UploadFileRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07peer_id\x18\x03 \x01(\t\x12\x11\n\tfile_name\x18\x04 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x05 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\"D\n\x12UploadFileResponse\x12\x13\n\x0bmessage_ids\x18\x01 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\xcf\x01\n\nNewMessage\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12.\n\ncreated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x12\n\nmessage_id\x18\x05 \x01(\t\x12\x30\n\rconfiguration\x18\x06 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"\x91\x02\n\x07Message\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\x12\x0f\n\x07peer_id\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x08metadata\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0b\n\x03seq\x18\x08 \x01(\x04\x12)\n\x06origin\x18\t \x01(\x0b\x32\x19.peerlog.v1.MessageOrigin\x12\x13\n\x0b\x61uthor_name\x18\n \x01(\t\"M\n\rMessageOrigin\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nmessage_id\x18\x03 \x01(\t\"\x81\x01\n\x12\x41\x64\x64MessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12(\n\x08messages\x18\x03 \x03(\x0b\x32\x16.peerlog.v1.NewMessage\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\"E\n\x13\x41\x64\x64MessagesResponse\x12\x13\n\x0bmessage_ids\x18\x01 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\xa9\x01\n\x13ListMessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12%\n\x04page\x18\x03 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x0f\n\x07reverse\x18\x04 \x01(\x08\x12\x30\n\x0b\x63onsistency\x18\x05 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"V\n\x14ListMessagesResponse\x12%\n\x08messages\x18\x01 \x03(\x0b\x32\x13.peerlog.v1.Message\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"o\n\x11GetMessageRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\x8e\x01\n\rScoredMessage\x12$\n\x07message\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Message\x12\r\n\x05score\x18\x02 \x01(\x01\x12%\n\x08previous\x18\x03 \x01(\x0b\x32\x13.peerlog.v1.Message\x12!\n\x04next\x18\x04 \x01(\x0b\x32\x13.peerlog.v1.Message\"]\n\x16SearchMessagesResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.peerlog.v1.ScoredMessage\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t2\xc4\x02\n\x0eMessageService\x12N\n\x0b\x41\x64\x64Messages\x12\x1e.peerlog.v1.AddMessagesRequest\x1a\x1f.peerlog.v1.AddMessagesResponse\x12Q\n\x0cListMessages\x12\x1f.peerlog.v1.ListMessagesRequest\x1a .peerlog.v1.ListMessagesResponse\x12@\n\nGetMessage\x12\x1d.peerlog.v1.GetMessageRequest\x1a\x13.peerlog.v1.Message\x12M\n\nUploadFile\x12\x1d.peerlog.v1.UploadFileRequest\x1a\x1e.peerlog.v1.UploadFileResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,23 +42,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NEWMESSAGE']._serialized_start=371
   _globals['_NEWMESSAGE']._serialized_end=578
   _globals['_MESSAGE']._serialized_start=581
-  _globals['_MESSAGE']._serialized_end=833
-  _globals['_MESSAGEORIGIN']._serialized_start=835
-  _globals['_MESSAGEORIGIN']._serialized_end=912
-  _globals['_ADDMESSAGESREQUEST']._serialized_start=915
-  _globals['_ADDMESSAGESREQUEST']._serialized_end=1044
-  _globals['_ADDMESSAGESRESPONSE']._serialized_start=1046
-  _globals['_ADDMESSAGESRESPONSE']._serialized_end=1115
-  _globals['_LISTMESSAGESREQUEST']._serialized_start=1118
-  _globals['_LISTMESSAGESREQUEST']._serialized_end=1287
-  _globals['_LISTMESSAGESRESPONSE']._serialized_start=1289
-  _globals['_LISTMESSAGESRESPONSE']._serialized_end=1375
-  _globals['_GETMESSAGEREQUEST']._serialized_start=1377
-  _globals['_GETMESSAGEREQUEST']._serialized_end=1488
-  _globals['_SCOREDMESSAGE']._serialized_start=1491
-  _globals['_SCOREDMESSAGE']._serialized_end=1633
-  _globals['_SEARCHMESSAGESRESPONSE']._serialized_start=1635
-  _globals['_SEARCHMESSAGESRESPONSE']._serialized_end=1728
-  _globals['_MESSAGESERVICE']._serialized_start=1731
-  _globals['_MESSAGESERVICE']._serialized_end=2055
+  _globals['_MESSAGE']._serialized_end=854
+  _globals['_MESSAGEORIGIN']._serialized_start=856
+  _globals['_MESSAGEORIGIN']._serialized_end=933
+  _globals['_ADDMESSAGESREQUEST']._serialized_start=936
+  _globals['_ADDMESSAGESREQUEST']._serialized_end=1065
+  _globals['_ADDMESSAGESRESPONSE']._serialized_start=1067
+  _globals['_ADDMESSAGESRESPONSE']._serialized_end=1136
+  _globals['_LISTMESSAGESREQUEST']._serialized_start=1139
+  _globals['_LISTMESSAGESREQUEST']._serialized_end=1308
+  _globals['_LISTMESSAGESRESPONSE']._serialized_start=1310
+  _globals['_LISTMESSAGESRESPONSE']._serialized_end=1396
+  _globals['_GETMESSAGEREQUEST']._serialized_start=1398
+  _globals['_GETMESSAGEREQUEST']._serialized_end=1509
+  _globals['_SCOREDMESSAGE']._serialized_start=1512
+  _globals['_SCOREDMESSAGE']._serialized_end=1654
+  _globals['_SEARCHMESSAGESRESPONSE']._serialized_start=1656
+  _globals['_SEARCHMESSAGESRESPONSE']._serialized_end=1749
+  _globals['_MESSAGESERVICE']._serialized_start=1752
+  _globals['_MESSAGESERVICE']._serialized_end=2076
 # @@protoc_insertion_point(module_scope)

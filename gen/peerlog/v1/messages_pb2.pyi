@@ -53,7 +53,7 @@ class NewMessage(_message.Message):
     def __init__(self, peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_id: _Optional[str] = ..., configuration: _Optional[_Union[_configuration_pb2.Configuration, _Mapping]] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("workspace_id", "session_id", "message_id", "peer_id", "content", "created_at", "metadata", "seq", "origin")
+    __slots__ = ("workspace_id", "session_id", "message_id", "peer_id", "content", "created_at", "metadata", "seq", "origin", "author_name")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,7 @@ class Message(_message.Message):
     METADATA_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_NAME_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     session_id: str
     message_id: str
@@ -72,7 +73,8 @@ class Message(_message.Message):
     metadata: _struct_pb2.Struct
     seq: int
     origin: MessageOrigin
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., seq: _Optional[int] = ..., origin: _Optional[_Union[MessageOrigin, _Mapping]] = ...) -> None: ...
+    author_name: str
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., message_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., seq: _Optional[int] = ..., origin: _Optional[_Union[MessageOrigin, _Mapping]] = ..., author_name: _Optional[str] = ...) -> None: ...
 
 class MessageOrigin(_message.Message):
     __slots__ = ("workspace_id", "session_id", "message_id")
