@@ -63,10 +63,14 @@ def metadata(value: struct_pb2.Struct, field: str = "metadata") -> dict:
     return json_object(value, field, v.MAX_METADATA_BYTES)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def ts(value: datetime) -> timestamp_pb2.Timestamp:
-    out = timestamp_pb2.Timestamp()
-    out.FromDatetime(value.astimezone(UTC))
-    return out
+    """`value` as a Timestamp, computed from its offset to the epoch: what FromDatetime gives, at a third
+    of its cost (a GetContext answer holds a hundred of them). A naive time is read as local, as there."""
+    delta = (value if value.tzinfo else value.astimezone(UTC)) - _EPOCH
+    return timestamp_pb2.Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1_000)
 
 
 # what google.protobuf.Timestamp allows (and datetime can hold): 0001-01-01 to 9999-12-31, UTC

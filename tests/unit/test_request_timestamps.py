@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from google.protobuf import timestamp_pb2
@@ -35,3 +35,21 @@ def test_the_first_and_last_instants_of_the_range_are_accepted():
     assert c.from_ts(_with(-62_135_596_800), "created_at") == datetime(1, 1, 1, tzinfo=UTC)
     assert c.from_ts(_with(253_402_300_799, 999_999_999), "created_at").year == 9999
     assert c.from_ts(messages_pb2.NewMessage(), "created_at") is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        datetime(1970, 1, 1, tzinfo=UTC),
+        datetime(2026, 12, 5, 12, 0, 1, 123_456, tzinfo=UTC),
+        datetime(2026, 12, 5, 14, 0, 1, 5, tzinfo=timezone(timedelta(hours=2))),  # the same instant elsewhere
+        datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        datetime(2026, 6, 1, 8, 30),  # naive: local time
+    ],
+)
+def test_a_time_answered_is_the_timestamp_protobuf_itself_would_make(value):
+    expected = timestamp_pb2.Timestamp()
+    expected.FromDatetime(value.astimezone(UTC))
+    assert c.ts(value) == expected
