@@ -320,6 +320,8 @@ def test_turns_are_written_under_the_senders_and_the_ais_display_names(make_prov
         ("bot", "Lumen", "ok"),
     ]
     assert memory.stats.failures["name"] == 1
+    found = json.loads(memory.dispatch("peerlog_search", {"query": "bees"}))  # the tools show the name too
+    assert {"peer": "tg_7654321", "name": "Ada King", "content": "I keep bees"}.items() <= found[0].items()
 
 
 def test_the_five_tools_round_trip_against_the_server(make_provider, model_server):

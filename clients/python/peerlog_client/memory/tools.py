@@ -94,7 +94,7 @@ def _search(p: MemoryProvider, a: SearchArgs) -> Any:
     return [
         {
             "session": h.message.session_id,
-            "peer": h.message.peer_id,
+            **_author(h.message),
             "content": h.message.content,
             "created_at": h.message.created_at.isoformat() if h.message.created_at else None,
             "score": round(h.score, 4),
@@ -117,10 +117,15 @@ def _context(p: MemoryProvider, a: ContextArgs) -> Any:
         "representation": ctx.representation,
         "card": list(ctx.peer_card),
         "relevant_messages": [
-            {"peer": r.peer_id, "session": r.session_id, "content": r.content} for r in ctx.relevant_messages
+            {**_author(r), "session": r.session_id, "content": r.content} for r in ctx.relevant_messages
         ],
-        "recent_messages": [{"peer": m.peer_id, "content": m.content} for m in ctx.messages],
+        "recent_messages": [{**_author(m), "content": m.content} for m in ctx.messages],
     }
+
+
+def _author(message: Any) -> dict[str, str]:
+    """Who wrote a message, for the model: its peer, and the display name it was sent under, if any."""
+    return {"peer": message.peer_id, **({"name": message.author_name} if message.author_name else {})}
 
 
 def _reasoning(p: MemoryProvider, a: ReasoningArgs) -> Any:
