@@ -301,10 +301,10 @@ Index(
     observations.c.observed_id,
     func.md5(observations.c.content_key),
 )
-# indexes an older schema has that this one replaced; create_schema drops them
 # a peer's display name as SQL (NULL or '' when it has none): what messages are stamped with, what names it
 PEER_DISPLAY_NAME = peers.c.metadata["name"].astext
 
+# indexes an older schema has that this one replaced; create_schema drops them
 RETIRED_INDEXES = (
     "observations_by_key",
     "messages_fts",

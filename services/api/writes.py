@@ -151,9 +151,10 @@ async def set_peer_metadata(ctx: ApiDeps, workspace_id: str, peer_id: str, metad
     async with ctx.writes.hold(("peer", workspace_id, peer_id)):
         async with ctx.engine.connect() as conn:
             before = await peer_reads.peer(conn, workspace_id, peer_id)
-        changed = before["metadata"] != metadata
+        if before["metadata"] == metadata:
+            return Written(before, False, "")
         event = PeerMetadataSet(workspace_id=workspace_id, peer_id=peer_id, metadata=metadata, producer=ctx.producer)
-        token = await commit(ctx, [event] if changed else [])
+        token = await commit(ctx, [event])
     async with ctx.engine.connect() as conn:
         row = await peer_reads.peer(conn, workspace_id, peer_id)
     return Written(row, False, token)

@@ -614,14 +614,22 @@ async def write_token(state) -> str:
     return made.consistency_token
 
 
+def chosen(name: str, only: str, phases) -> bool:
+    """Whether `--only` asks for phase `name`: every phase without it, the phase of that name if there is
+    one, else the phases whose name starts with it."""
+    if not only:
+        return True
+    return name == only if only in phases else name.startswith(only)
+
+
 async def load(state, p: dict, args) -> dict:
     out = {}
     token = await write_token(state)
     for rate in (0.0, args.paced_rate):
         mode = f"paced {rate:g}/s" if rate else "closed loop"
-        names = calls(p, token)
-        for name, call in names.items():
-            if args.only and not name.startswith(args.only) or args.only in names and name != args.only:
+        phases = calls(p, token)
+        for name, call in phases.items():
+            if not chosen(name, args.only, phases):
                 continue
             log(
                 f"measuring {name} ({mode}): {args.clients} clients, {args.seconds:g} s after {args.warmup:g} s warm-up"

@@ -372,10 +372,11 @@ class MemoryProvider:
                 self._failed("name", error)
 
     def _send(self, session_id: str, messages: list[NewMessage], key: str) -> None:
-        for author in sorted({m.peer_id for m in messages}):
+        authors = sorted({m.peer_id for m in messages})
+        for author in authors:
             self._give_name(author)
         session = None
-        for author in sorted({m.peer_id for m in messages} - {self.config.ai_peer}):
+        for author in (a for a in authors if a != self.config.ai_peer):
             session = self._session_for(author, session_id)  # each author must be a member
         (session or self._session_for(self.config.peer_name, session_id)).add_messages(messages, idempotency_key=key)
 
