@@ -1,4 +1,5 @@
-"""Proto ↔ domain conversions, kept out of the servicers so those stay a few lines each."""
+"""Proto ↔ domain conversions, kept out of the servicers so those stay a few lines each. The audit,
+configuration, context and Chat conversions have modules of their own (convert_*.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from sqlalchemy import RowMapping
 
 from peerlog.v1 import (
-    context_pb2,
-    dialectic_pb2,
     dreams_pb2,
     messages_pb2,
     observations_pb2,
@@ -21,19 +20,15 @@ from peerlog.v1 import (
 from projections.message_search import MessageSearch
 from projections.observation_reads import ObservationFilter
 from projections.status_reads import StatusScope
-from services.api import clones, context_reads, files
+from services.api import clones, files
 from services.api import validation as v
 from services.api.convert_configuration import optional_configuration
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
-from services.api.packing import render_relevant, render_representation
 from services.api.reads import SessionView
 from services.api.scopes import ScopeView
 from services.api.uploads import Upload
 from services.api.writes import MemberSpec, NewMessage
-from services.dialectic import response_format
-from services.dialectic.loop import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
-from services.dialectic.prompt import PROMPT_VERSION
 from services.errors import InvalidArgument
 from services.events import Level, Source
 
@@ -377,179 +372,6 @@ def peer_card(card) -> peers_pb2.PeerCard:
     if card.updated_at is not None:
         out.updated_at.CopyFrom(ts(card.updated_at))
     return out
-
-
-def context_query(r) -> context_reads.ContextQuery:
-    v.check_text("search_query", r.search_query, v.MAX_SEARCH_QUERY_CHARS, required=False)
-    return context_reads.ContextQuery(
-        workspace_id=r.workspace_id,
-        session_id=r.session_id,
-        token_budget=r.token_budget,
-        include_summary=r.include_summary if r.HasField("include_summary") else True,
-        observer_id=r.observer_id,
-        target_id=r.target_id,
-        search_query=r.search_query,
-        search_top_k=r.search_top_k,
-        search_max_distance=r.search_max_distance,
-        include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
-        max_observations=r.max_observations,
-        session_ids=tuple(r.session_ids),
-        as_of=from_ts(r, "as_of"),
-        scope_id=r.scope_id,
-    )
-
-
-def _chat(packed, assistant: str) -> list:
-    relevant = render_relevant(packed.relevant)
-    out = [
-        context_pb2.ChatMessage(role="system", content=text)
-        for text in (packed.representation, "\n".join(packed.card), packed.summary, relevant)
-        if text
-    ]
-    for m in packed.messages:
-        role = "assistant" if m.peer_id == assistant else "user"
-        out.append(context_pb2.ChatMessage(role=role, content=m.content, name=m.peer_id))
-    return out
-
-
-def context_response(packed, assistant: str) -> context_pb2.GetContextResponse:
-    t = packed.tokens
-    return context_pb2.GetContextResponse(
-        observations=[context_observation(o) for o in packed.observations],
-        representation=packed.representation,
-        peer_card=list(packed.card),
-        summary_kind=packed.summary_kind,
-        summary=packed.summary,
-        messages=[
-            context_pb2.ContextMessage(
-                message_id=m.message_id, peer_id=m.peer_id, content=m.content, author_name=m.author
-            )
-            for m in packed.messages
-        ],
-        tokens=context_pb2.TokenCounts(
-            representation=t["representation"],
-            card=t["card"],
-            summary=t["summary"],
-            messages=t["messages"],
-            total=t["total"],
-            relevant_messages=t["relevant_messages"],
-        ),
-        chat_messages=_chat(packed, assistant) if assistant else [],
-        relevant_messages=[_relevant(r) for r in packed.relevant],
-    )
-
-
-def _relevant(r) -> context_pb2.RelevantMessage:
-    return context_pb2.RelevantMessage(
-        message_id=r.message_id,
-        peer_id=r.peer_id,
-        session_id=r.session_id,
-        content=r.content,
-        created_at=ts(r.created_at),
-        score=r.score,
-        author_name=r.author,
-    )
-
-
-def representation_query(r) -> context_reads.ContextQuery:
-    v.check_text("search_query", r.search_query, v.MAX_SEARCH_QUERY_CHARS, required=False)
-    return context_reads.ContextQuery(
-        workspace_id=r.workspace_id,
-        session_id="",
-        observer_id=r.observer_id,
-        target_id=r.target_id,
-        search_query=r.search_query,
-        search_top_k=r.search_top_k,
-        search_max_distance=r.search_max_distance,
-        include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
-        max_observations=r.max_observations,
-        session_ids=tuple(r.session_ids),
-        as_of=from_ts(r, "as_of"),
-        scope_id=r.scope_id,
-    )
-
-
-def context_observation(o) -> context_pb2.ContextObservation:
-    return context_pb2.ContextObservation(
-        observation_id=o.observation_id,
-        level=o.level,
-        content=o.content,
-        created_at=ts(o.created_key[0]),
-        session_id=o.session_id,
-        times_derived=o.times_derived,
-        confidence=o.confidence,
-        pattern_type=o.pattern_type,
-        premises=[
-            context_pb2.ContextPremise(observation_id=p.observation_id, level=p.level, content=p.content)
-            for p in o.premises
-        ],
-    )
-
-
-def representation_response(observations) -> context_pb2.GetRepresentationResponse:
-    return context_pb2.GetRepresentationResponse(
-        observations=[context_observation(o) for o in observations],
-        markdown=render_representation(observations),
-    )
-
-
-# unspecified means low; an unknown number passes through as itself, for the level check to refuse
-_LEVEL_NAMES = {
-    dialectic_pb2.REASONING_LEVEL_UNSPECIFIED: "low",
-    dialectic_pb2.REASONING_LEVEL_MINIMAL: "minimal",
-    dialectic_pb2.REASONING_LEVEL_LOW: "low",
-    dialectic_pb2.REASONING_LEVEL_MEDIUM: "medium",
-    dialectic_pb2.REASONING_LEVEL_HIGH: "high",
-    dialectic_pb2.REASONING_LEVEL_MAX: "max",
-}
-
-
-def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
-    level = _LEVEL_NAMES.get(r.reasoning_level, str(r.reasoning_level))
-    fmt = r.response_format
-    obj = None
-    if fmt.HasField("json_schema_object"):
-        obj = json_object(
-            fmt.json_schema_object, "response_format.json_schema_object", response_format.MAX_SCHEMA_BYTES
-        )
-    schema = response_format.parse(fmt.json_schema if fmt.HasField("json_schema") else None, obj)
-    return ChatRequest(
-        r.workspace_id,
-        r.observer_id,
-        r.target_id or r.observer_id,
-        r.query,
-        r.session_id,
-        level,
-        schema,
-        as_of=from_ts(r, "as_of"),
-        scope_id=r.scope_id,
-    )
-
-
-def chat_response(result: ChatResult) -> dialectic_pb2.ChatResponse:
-    return dialectic_pb2.ChatResponse(
-        answer=result.answer,
-        cited_observation_ids=result.observation_ids,
-        cited_message_ids=result.message_ids,
-        tool_rounds=result.tool_rounds,
-        model=result.model,
-        abstained=result.abstained,
-        prompt_version=PROMPT_VERSION,
-    )
-
-
-def chat_chunk(event) -> dialectic_pb2.ChatChunk:
-    if isinstance(event, TextDelta):
-        return dialectic_pb2.ChatChunk(text=event.text)
-    if isinstance(event, ToolUsed):
-        return dialectic_pb2.ChatChunk(
-            tool=dialectic_pb2.ToolProgress(
-                round=event.round, tool=event.name, arguments=event.arguments, results=event.hits
-            )
-        )
-    if isinstance(event, DiscardText):
-        return dialectic_pb2.ChatChunk(discard_text=True)
-    return dialectic_pb2.ChatChunk(done=chat_response(event))
 
 
 def message_query(r, **scope) -> MessageSearch:

@@ -32,7 +32,9 @@ from services.api import (
     configurations,
     context_reads,
     convert_audit,
+    convert_chat,
     convert_configuration,
+    convert_context,
     dreams,
     message_reads,
     observation_reads,
@@ -355,15 +357,15 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
 
     async def GetContext(self, request, context):
         packed = await context_reads.get_context(
-            self.ctx, c.context_query(request), request.consistency.consistency_token
+            self.ctx, convert_context.context_query(request), request.consistency.consistency_token
         )
-        return c.context_response(packed, request.assistant_peer_id)
+        return convert_context.context_response(packed, request.assistant_peer_id)
 
     async def GetRepresentation(self, request, context):
         observations = await context_reads.get_representation(
-            self.ctx, c.representation_query(request), request.consistency.consistency_token
+            self.ctx, convert_context.representation_query(request), request.consistency.consistency_token
         )
-        return c.representation_response(observations)
+        return convert_context.representation_response(observations)
 
 
 class DreamServicer(dreams_pb2_grpc.DreamServiceServicer):
@@ -461,12 +463,18 @@ class DialecticServicer(dialectic_pb2_grpc.DialecticServiceServicer):
 
     async def Chat(self, request, context):
         result = await chat.chat(
-            self.ctx, c.chat_request(request), request.consistency.consistency_token, context.time_remaining()
+            self.ctx,
+            convert_chat.chat_request(request),
+            request.consistency.consistency_token,
+            context.time_remaining(),
         )
-        return c.chat_response(result)
+        return convert_chat.chat_response(result)
 
     async def ChatStream(self, request, context):
         async for event in chat.chat_stream(
-            self.ctx, c.chat_request(request), request.consistency.consistency_token, context.time_remaining()
+            self.ctx,
+            convert_chat.chat_request(request),
+            request.consistency.consistency_token,
+            context.time_remaining(),
         ):
-            yield c.chat_chunk(event)
+            yield convert_chat.chat_chunk(event)
