@@ -8,7 +8,8 @@ One local stack (infra.stack: Kafka, Postgres, projector, worker, API) with the 
 answering every call after --delay-ms. Clients offer --messages across the sessions (two peers each),
 every call carrying an idempotency key and retried with it until acknowledged. Meanwhile, at random
 moments, faults are injected: SIGKILL of a random stack process (api, worker, projector), the broker
-restarted (the first cleanly, the second by SIGKILL) and Postgres restarted. A supervisor thread
+restarted (the first cleanly, the second by SIGKILL) and Postgres restarted (the first by a fast shutdown,
+the next by an immediate one: a crash, recovered from the WAL at start). A supervisor thread
 restarts any stack process that is gone, as systemd would (0.5 s later). After each fault a probe
 message measures the time until it is acknowledged, projected and derived again. With --rebuilds N, an
 operator's `peerlog projections rebuild` runs N times during the load as its own process, about half of
@@ -317,7 +318,7 @@ class Chaos:
         self.plan = plan
         self.gap = (args.min_gap, args.max_gap)
         self.faults: list[dict] = []
-        self.broker_restarts = 0
+        self.broker_restarts = self.postgres_restarts = 0
 
     async def run(self, client: Client) -> None:
         probes = []
@@ -356,9 +357,13 @@ class Chaos:
         KafkaBroker(kafka_dir, port=self.state.kafka_port).start(timeout=300)
 
     def restart_postgres(self, fault: dict) -> None:
-        fault["how"] = "fast shutdown"
+        self.postgres_restarts += 1
+        # the first restart is a fast shutdown, the next an immediate one: no checkpoint, so the start
+        # recovers from the WAL what the commits wrote, as after a crash
+        crash = self.postgres_restarts > 1
+        fault["how"] = "immediate shutdown (crash)" if crash else "fast shutdown"
         pg = EmbeddedPostgres(self.root / "postgres", port=self.state.postgres_port)
-        pg.stop()
+        pg.stop(immediate=crash)
         time.sleep(2)
         pg.start()
 
