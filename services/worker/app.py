@@ -14,6 +14,7 @@ from projections.deriver_reads import ObservationStore
 from projections.tool_reads import SqlDreamReads
 from services import tracing
 from services.bus.runner import Runner
+from services.bus.stalled_loop import report_stalls
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,9 @@ async def run_worker(settings: Settings) -> None:
         loop.add_signal_handler(sig, lambda: [r.stop() for r in runners])
     log.info("worker running %s", ", ".join(r.processor.name for r in runners))
     tasks = [asyncio.create_task(r.run(), name=r.group) for r in runners]
+    watchdog = asyncio.create_task(report_stalls(settings.worker.stall_report_s), name="stall-report")
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    watchdog.cancel()
     for r in runners:
         r.stop()
     await asyncio.gather(*pending, return_exceptions=True)

@@ -32,6 +32,12 @@ class WorkerSettings(BaseSettings):
         0, ge=0, description="serve Prometheus metrics (model calls, transactions) on this port (0: off)"
     )
     metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds (no authentication)")
+    stall_report_s: float = Field(
+        60.0,
+        ge=0,
+        description="when the worker's event loop has not run for this long (a call stuck holding the "
+        "interpreter lock), write every thread's stack to stderr, again as often while it lasts (0: off)",
+    )
 
     def app_id_for(self, topic_prefix: str) -> str:
         return self.app_id or f"{topic_prefix}processors"
