@@ -127,6 +127,6 @@ def start_worker(settings, tmp_path, model_server):
         tail = text[-4000:]
         if "Traceback" in tail or "ERROR" in tail:
             print(f"--- worker log tail ---\n{tail}")
-        stalled = text.rfind("Timeout (")  # services/bus/stalled_loop.py: where the event loop stopped
+        stalled = text.rfind("Timeout (")  # services/worker/stalled_loop.py: where the event loop stopped
         if stalled >= 0:
             print(f"--- worker's event loop stalled; its threads ---\n{text[stalled : stalled + 12_000]}")

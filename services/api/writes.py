@@ -27,7 +27,7 @@ from services.api.deps import ApiDeps
 from services.api.guards import (
     check_members,
     check_peer_ids,
-    require_peers,
+    check_scope,
     require_session,
     require_workspace,
     validate_messages,
@@ -147,9 +147,9 @@ async def set_peer_metadata(ctx: ApiDeps, workspace_id: str, peer_id: str, metad
     v.check_id("peer_id", peer_id)
     v.check_metadata("metadata", metadata)
     v.check_peer_name("metadata", metadata)
-    await require_peers(ctx, workspace_id, peer_id=peer_id)
     async with ctx.writes.hold(("peer", workspace_id, peer_id)):
         async with ctx.engine.connect() as conn:
+            await check_scope(conn, workspace_id, peer_id=peer_id)  # NotFound, said as every write says it
             before = await peer_reads.peer(conn, workspace_id, peer_id)
         if before["metadata"] == metadata:
             return Written(before, False, "")

@@ -14,8 +14,8 @@ from projections.deriver_reads import ObservationStore
 from projections.tool_reads import SqlDreamReads
 from services import tracing
 from services.bus.runner import Runner
-from services.bus.stalled_loop import report_stalls
 from services.settings import Settings
+from services.worker.stalled_loop import report_stalls
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,9 @@ them SIGKILLed a random moment in; the others must switch reads to a schema iden
 
 Afterwards, with the load drained: every acknowledged message is on the log and in the projection
 exactly once, carrying its author's display name (every other peer has one); every message is
-covered by exactly one BatchDerived; no observation is added twice; a rebuild of the projections equals the live ones; nothing stays pending or dead-lettered. Prints one
-JSON object and writes it to --out (default tests/bench/results/chaos.json).
+covered by exactly one BatchDerived; no observation is added twice; a rebuild of the projections equals
+the live ones; nothing stays pending or dead-lettered. Prints one JSON object and writes it to --out
+(default tests/bench/results/chaos.json).
 """
 
 from __future__ import annotations

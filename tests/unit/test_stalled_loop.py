@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = textwrap.dedent(
     """
     import asyncio, time
-    from services.bus.stalled_loop import report_stalls
+    from services.worker.stalled_loop import report_stalls
 
     def held_up_for(seconds):  # a call that never yields to the loop, as one stuck in C would
         time.sleep(seconds)

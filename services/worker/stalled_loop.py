@@ -4,9 +4,9 @@ Every runner of a worker shares one event loop. If a call never returns while it
 lock (confluent-kafka calls librdkafka's begin_transaction and consumer_group_metadata, for two, without
 releasing it), no runner, timeout or log line can run again, and the process goes silent: seen once,
 for 3 minutes after a broker restart, in a loaded test run (test_broker_restart). faulthandler's timer
-runs on a C thread that needs neither the loop nor the lock: the loop re-arms it well within `stall_s`,
-so it fires only once the loop has not run for `stall_s`, and then writes
-every thread's stack to stderr, again each `stall_s` for as long as the stall lasts.
+runs on a C thread that needs neither the loop nor the lock. The loop re-arms it well within `stall_s`,
+so it fires only once the loop has not run for `stall_s`; it then writes every thread's stack to
+stderr, again each `stall_s` for as long as the stall lasts.
 """
 
 from __future__ import annotations
