@@ -29,7 +29,12 @@ def to_the_end(
     kafka: KafkaSettings, topic: str, partitions: Iterable[int] | None = None, timeout: float = 120.0
 ) -> Iterator[Message]:
     """Every committed record of `topic` (or of some of its partitions) from the start to the end as the
-    read reaches it. Ends at end-of-partition events: watermarks also count transaction markers."""
+    read reaches it. Ends at end-of-partition events: watermarks also count transaction markers.
+
+    Quick to start and to finish, since a runner's every new assignment reads its state this way: the
+    topic's metadata is asked for before the assignment (assigned first, librdkafka does not yet know the
+    leader and retries the start offset's lookup 500 ms later), and the broker answers a fetch at the end
+    after 10 ms instead of 500. Three partitions of 1,000 records each read in 0.11 s instead of 1.1."""
     consumer = Consumer(
         {
             "bootstrap.servers": kafka.bootstrap_servers,
@@ -37,18 +42,18 @@ def to_the_end(
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
         }
     )
     try:
-        if partitions is None:
-            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        remaining = set(partitions)
+        known = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        remaining = set(known if partitions is None else partitions)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in remaining])
         deadline = time.monotonic() + timeout
         while remaining:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"could not read {topic} to its end within {timeout:.0f} s")
-            for msg in consumer.consume(1000, 0.2):
+            for msg in consumer.consume(1000, 0.05):
                 if msg.error() is None:
                     yield msg
                 elif msg.error().code() == KafkaError._PARTITION_EOF:
