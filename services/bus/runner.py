@@ -44,7 +44,7 @@ from services.bus.admin import create_topics
 from services.bus.producer import AppendFailed, init_transactions
 from services.bus.settings import KafkaSettings
 from services.bus.stall import probe, stall_after_s
-from services.bus.streams import read, to_the_end
+from services.bus.streams import open_transactions, read, to_the_end
 from services.bus.topics import COMPACTED_CONFIG, TopicSpec, topic_for
 from services.events import Event, encode
 from services.events.requests import screen
@@ -324,23 +324,46 @@ class Runner:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         started = time.monotonic()
+        numbers = sorted({p.partition for p in partitions})
         # said before the waits as well as after: a runner stuck in one shows where it is
-        log.info("%s assigning partitions %s", self.group, sorted({p.partition for p in partitions}))
+        log.info("%s assigning partitions %s", self.group, numbers)
         self._await_stable_offsets(consumer, partitions)
         stable = time.monotonic()
-        for key, (part, state) in restore(self.kafka, self.changelog_topic, {p.partition for p in partitions}).items():
+        self._await_closed_changelog(numbers)
+        closed = time.monotonic()
+        for key, (part, state) in restore(self.kafka, self.changelog_topic, set(numbers)).items():
             (self.screens if key.endswith(SCREEN_SUFFIX) else self.states)[key] = state
             self.partition_of[key] = part
-        # the two waits timed: the runner is silent while they last, and after a broker restart they
-        # are what holds derivation up
+        # the waits timed: the runner is silent while they last, and after a broker restart or a killed
+        # worker they are what holds processing up
         log.info(
-            "%s assigned partitions %s; %d states in memory (offsets stable after %.1f s, state read in %.1f s)",
+            "%s assigned partitions %s; %d states in memory (offsets stable after %.1f s, changelog closed "
+            "after %.1f s, state read in %.1f s)",
             self.group,
-            sorted({p.partition for p in partitions}),
+            numbers,
             len(self.states),
             stable - started,
-            time.monotonic() - stable,
+            closed - stable,
+            time.monotonic() - closed,
         )
+
+    def _await_closed_changelog(self, partitions: list[int]) -> None:
+        """Wait until no transaction is open on the assigned partitions' changelog, before the state is
+        read from it. Only a previous owner writes there, so an open transaction is one it left: a worker
+        killed between producing and committing leaves it open until the broker aborts it, and until then
+        a read_committed reader stops at its first record, before every state change committed after it
+        (by the owner in between, say). The committed offsets do not wait for it (it sent none), so state
+        read then was older than the offsets it resumed from, and the pending messages of the changes it
+        missed were never derived: 395 messages in a chaos run with two worker kills 35 s apart
+        (tests/bench/README.md). The wait is bounded like _await_stable_offsets'."""
+        deadline = time.monotonic() + self.kafka.transaction_timeout_ms / 1000 + _STABLE_MARGIN_S
+        try:
+            while partitions := open_transactions(self.kafka, self.changelog_topic, partitions):
+                if time.monotonic() > deadline:
+                    raise TransactionFailed(f"a transaction stayed open on {self.changelog_topic} {partitions}")
+                time.sleep(0.2)
+        except KafkaException as exc:
+            raise TransactionFailed(f"the changelog's ends are unreadable: {exc.args[0].str()}") from exc
 
     def _await_stable_offsets(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Wait until no transaction of a previous owner of these partitions is pending, before its state
