@@ -331,7 +331,7 @@ class Runner:
         stable = time.monotonic()
         self._await_closed_changelog(numbers)
         closed = time.monotonic()
-        for key, (part, state) in restore(self.kafka, self.changelog_topic, set(numbers)).items():
+        for key, (part, state) in restore(self.kafka, self.changelog_topic, numbers).items():
             (self.screens if key.endswith(SCREEN_SUFFIX) else self.states)[key] = state
             self.partition_of[key] = part
         # the waits timed: the runner is silent while they last, and after a broker restart or a killed
@@ -356,14 +356,13 @@ class Runner:
         read then was older than the offsets it resumed from, and the pending messages of the changes it
         missed were never derived: 395 messages in a chaos run with two worker kills 35 s apart
         (tests/bench/README.md). The wait is bounded like _await_stable_offsets'."""
-        deadline = time.monotonic() + self.kafka.transaction_timeout_ms / 1000 + _STABLE_MARGIN_S
+        wait_s = self.kafka.transaction_timeout_ms / 1000 + _STABLE_MARGIN_S
         try:
-            while partitions := open_transactions(self.kafka, self.changelog_topic, partitions):
-                if time.monotonic() > deadline:
-                    raise TransactionFailed(f"a transaction stayed open on {self.changelog_topic} {partitions}")
-                time.sleep(0.2)
+            still_open = open_transactions(self.kafka, self.changelog_topic, partitions, wait_s=wait_s)
         except KafkaException as exc:
             raise TransactionFailed(f"the changelog's ends are unreadable: {exc.args[0].str()}") from exc
+        if still_open:
+            raise TransactionFailed(f"a transaction stayed open on {self.changelog_topic} {still_open}")
 
     def _await_stable_offsets(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Wait until no transaction of a previous owner of these partitions is pending, before its state
@@ -461,14 +460,14 @@ def _next_offsets(records: list[Message]) -> list[TopicPartition]:
     return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
 
 
-def restore(kafka: KafkaSettings, topic: str, partitions: set[int]) -> dict[str, tuple[int, State]]:
+def restore(kafka: KafkaSettings, topic: str, partitions: Sequence[int]) -> dict[str, tuple[int, State]]:
     """The latest state per key on some changelog partitions (committed records only), with the partition
     it is on. One reader for all of them: with a reader of its own per partition, an assignment of three
     partitions of 1,000 records each took 3.3 s to restore, one after the other; now 0.11 s."""
     states: dict[str, tuple[int, State]] = {}
     if not partitions:
         return states
-    for m in to_the_end(kafka, topic, sorted(partitions)):
+    for m in to_the_end(kafka, topic, partitions):
         key = m.key().decode()
         if m.value() is None:
             states.pop(key, None)

@@ -62,25 +62,36 @@ def to_the_end(
         consumer.close()
 
 
-def open_transactions(kafka: KafkaSettings, topic: str, partitions: Iterable[int], timeout: float = 10.0) -> list[int]:
+def open_transactions(
+    kafka: KafkaSettings, topic: str, partitions: Iterable[int], wait_s: float = 0.0, timeout: float = 10.0
+) -> list[int]:
     """The partitions of `topic` on which a transaction is open: their last stable offset, the end a
     read_committed reader reaches, is below their end. Behind such a transaction even records that later
     transactions committed stay out of reach until it ends, which for a dead producer is only when the
-    broker aborts it, transaction.timeout.ms after it began."""
+    broker aborts it, transaction.timeout.ms after it began. With `wait_s`, those still open after waiting
+    up to that long for them to end (asked again every 0.2 s, by the same two clients)."""
     partitions = list(partitions)
     if not partitions:
         return []
+    deadline = time.monotonic() + wait_s
     stable, written = (
         Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"scan-{uuid.uuid4().hex}", **isolation})
         for isolation in ({"isolation.level": "read_committed"}, {"isolation.level": "read_uncommitted"})
     )
     try:
-        # a read_committed client's end is the last stable offset, a read_uncommitted one's the high watermark
-        ends = [
-            [c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)[1] for p in partitions]
-            for c in (stable, written)
-        ]
-        return [p for p, lso, end in zip(partitions, *ends, strict=True) if lso < end]
+        while True:
+            # a read_committed client's end is the last stable offset, a read_uncommitted one's the high watermark
+            ends = [
+                [
+                    c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)[1]
+                    for p in partitions
+                ]
+                for c in (stable, written)
+            ]
+            partitions = [p for p, lso, end in zip(partitions, *ends, strict=True) if lso < end]
+            if not partitions or time.monotonic() >= deadline:
+                return partitions
+            time.sleep(0.2)
     finally:
         stable.close()
         written.close()
