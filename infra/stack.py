@@ -84,8 +84,9 @@ def _save(state: StackState) -> None:
 
 def _spawn(state: StackState, name: str) -> int:
     log = open(Path(state.root) / f"{name}.log", "ab")
-    # a projector restarted under its name takes its partitions back at once (static group membership)
-    own = {"PEERLOG_PROJECTOR_INSTANCE_ID": name} if PROCESSES[name][0] == "projector" else {}
+    # a projector or worker restarted under its name takes its partitions back at once (static group
+    # membership), and a worker's first transaction aborts what its dead predecessor left open
+    own = {f"PEERLOG_{name.upper()}_INSTANCE_ID": name} if name in ("projector", "worker") else {}
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", *PROCESSES[name]],
         env={**own, **os.environ, **state.env()},

@@ -102,6 +102,9 @@ _GRACE_S = 5.0
 _STABLE_MARGIN_S = 30.0  # beyond transaction.timeout.ms, for the broker to abort and write its markers
 
 
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
 class TransactionFailed(Exception):
     """The log refused or stalled a transaction; nothing of it is visible and this incarnation is over."""
 
@@ -110,9 +113,16 @@ class Runner:
     """Runs one processor as a member of its consumer group until `stop()`."""
 
     def __init__(
-        self, kafka: KafkaSettings, app_id: str, processor: Processor, tick: Ticker | None = None, tick_s: float = 30.0
+        self,
+        kafka: KafkaSettings,
+        app_id: str,
+        processor: Processor,
+        tick: Ticker | None = None,
+        tick_s: float = 30.0,
+        member: str = "",
     ) -> None:
         self.kafka, self.processor, self.tick, self.tick_s = kafka, processor, tick, tick_s
+        self.member = member
         self.group = f"{app_id}-{processor.name}"
         self.changelog = TopicSpec(
             name=f"{app_id.removeprefix(kafka.topic_prefix)}-{processor.name}-state",
@@ -121,8 +131,12 @@ class Runner:
             config=dict(COMPACTED_CONFIG),
         )
         self.changelog_topic = self.changelog.full_name(kafka.topic_prefix)
-        # kept for the runner's life: each new incarnation's producer fences the one before
-        self.transactional_id = f"{self.group}-{uuid.uuid4().hex[:12]}"
+        # kept for the runner's life: each new incarnation's producer fences the one before. Under a member
+        # name kept across restarts it is the same for the process started again after a crash, whose
+        # init_transactions then aborts what the dead one left open at once: with a new id each time, that
+        # transaction held the partitions' state and offsets until the broker aborted it,
+        # transaction.timeout.ms later (a killed worker's partitions were derived again 36–71 s after)
+        self.transactional_id = f"{self.group}-{member or uuid.uuid4().hex[:12]}"
         self.states: dict[str, State] = {}
         self.screens: dict[str, State] = {}  # recent idempotency keys per scope, apart from the processor's
         self.partition_of: dict[str, int] = {}  # the input (= changelog) partition each state belongs to
@@ -179,7 +193,21 @@ class Runner:
         try:
             return await _bounded(fn, *args, seconds=args[-1] + _GRACE_S)
         except KafkaException as exc:
-            raise TransactionFailed(f"{fn.__name__} failed: {exc.args[0].str()}") from exc
+            raise TransactionFailed(f"{fn.__name__} failed: {exc.args[0].str()}{self._fenced_by(exc)}") from exc
+
+    def _fenced_by(self, exc: KafkaException) -> str:
+        """What to tell an operator when a live process took this runner's transactional id: with a member
+        name, another worker started under the same instance id (each incarnation here fences only its own
+        predecessor, whose producer is no longer used)."""
+        if not self.member or exc.args[0].code() not in _FENCED:
+            return ""
+        log.error(
+            "%s: fenced by another process under transactional id %s: does another worker run with the same "
+            "PEERLOG_WORKER_INSTANCE_ID? Each worker needs its own; the two will keep fencing each other",
+            self.group,
+            self.transactional_id,
+        )
+        return " (fenced by another process with this worker's instance id)"
 
     async def _loop(self, loop) -> None:
         next_tick = time.monotonic() + self.tick_s
@@ -401,6 +429,9 @@ class Runner:
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 2_000,
             "max.poll.interval.ms": max_poll_interval_ms(self.processor),
+            # static membership (KIP-345): the member started again gets its partitions back at once, with
+            # no rebalance and no wait for the dead one's session to expire
+            **({"group.instance.id": self.member} if self.member else {}),
         }
 
     def _producer_config(self) -> dict:

@@ -38,7 +38,7 @@ def build_runners(settings: Settings) -> list[Runner]:
             raise ValueError(f"unknown processor {name!r}; choose from {', '.join(PROCESSORS)}")
         # members share one processor (model client, embedder, pool); each runner keeps its own state
         processor, tick = _build(name, settings)
-        for _ in range(w.deriver_instances if name == "deriver" else 1):
+        for number in range(1, 1 + (w.deriver_instances if name == "deriver" else 1)):
             runners.append(
                 Runner(
                     settings.kafka,
@@ -46,6 +46,7 @@ def build_runners(settings: Settings) -> list[Runner]:
                     processor,
                     tick=tick,
                     tick_s=getattr(processor, "tick_s", 30.0),
+                    member=w.member(number),
                 )
             )
     return runners

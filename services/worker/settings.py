@@ -28,6 +28,15 @@ class WorkerSettings(BaseSettings):
         description="deriver group members in this worker: model calls of "
         "different partitions overlap, each in its own transaction",
     )
+    instance_id: str = Field(
+        "",
+        pattern=r"^[A-Za-z0-9._-]*$",
+        description="this worker's name among the deployment's workers, kept across its restarts (a "
+        "StatefulSet pod's name, a systemd unit's instance): started again after a crash, it aborts the "
+        "transactions the dead process left open and takes its partitions back at once; empty: a new "
+        "identity at each start, and a killed worker's partitions wait until the broker aborts its "
+        "transactions (transaction.timeout.ms). Two live workers must never share one",
+    )
     metrics_port: int = Field(
         0, ge=0, description="serve Prometheus metrics (model calls, transactions) on this port (0: off)"
     )
@@ -41,6 +50,10 @@ class WorkerSettings(BaseSettings):
 
     def app_id_for(self, topic_prefix: str) -> str:
         return self.app_id or f"{topic_prefix}processors"
+
+    def member(self, number: int) -> str:
+        """The group member name of this worker's `number`th runner of a processor (empty: dynamic)."""
+        return f"{self.instance_id}.{number}" if self.instance_id else ""
 
     def processor_names(self) -> list[str]:
         return [p.strip() for p in self.processors.split(",") if p.strip()]

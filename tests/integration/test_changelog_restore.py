@@ -3,6 +3,11 @@ has ended, not the state in front of a dead owner's open transaction."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -11,20 +16,10 @@ import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from services.bus.admin import create_topics
-from services.bus.runner import Runner, Step
 from services.bus.streams import open_transactions
 from services.bus.topics import SESSIONS
-
-
-class Idle:
-    """A processor that decides nothing: these tests look at the runner's restore alone."""
-
-    name = "idle"
-    inputs = (SESSIONS,)
-    max_batch = 10
-
-    async def handle(self, get, event) -> Step:
-        return Step()
+from tests.support.dead_runner import runner as idle_runner
+from tests.support.processes import settings_env
 
 
 def transactional(settings, name: str) -> Producer:
@@ -37,7 +32,7 @@ def transactional(settings, name: str) -> Producer:
 
 
 def test_a_new_owner_restores_what_was_committed_behind_a_dead_owners_open_transaction(settings):
-    runner = Runner(settings.kafka, settings.worker.app_id_for(settings.kafka.topic_prefix), Idle())
+    runner = idle_runner(settings)
     create_topics(settings.kafka, (runner.changelog,))
     # a worker killed between producing its batch and committing it: its transaction stays open
     dead = transactional(settings, "dead")
@@ -63,7 +58,7 @@ def test_a_new_owner_restores_what_was_committed_behind_a_dead_owners_open_trans
 
 
 def test_an_assignment_with_no_open_transaction_restores_without_waiting(settings):
-    runner = Runner(settings.kafka, settings.worker.app_id_for(settings.kafka.topic_prefix), Idle())
+    runner = idle_runner(settings)
     create_topics(settings.kafka, (runner.changelog,))
     owner = transactional(settings, "owner")
     owner.produce(runner.changelog_topic, key=b"pair", value=orjson.dumps({"pending": ["m1"]}), partition=1)
@@ -80,3 +75,49 @@ def test_an_assignment_with_no_open_transaction_restores_without_waiting(setting
     assert time.monotonic() - started < 10
     assert runner.states == {"pair": {"pending": ["m1"]}}
     assert runner.partition_of == {"pair": 1}
+
+
+def test_a_worker_started_again_under_its_instance_id_resumes_at_once_after_a_kill(settings):
+    """The dead process's transaction (state changes and input offsets) is aborted by its successor's first
+    step, and its partitions come back to the successor without a rebalance. Under a new identity the
+    successor waited for the group to expire the dead member (10 s) and for the broker to abort the
+    transaction (transaction.timeout.ms, 60 s)."""
+    member = "worker-a.1"
+    probe = idle_runner(settings, member)
+    create_topics(settings.kafka, (probe.changelog,))
+    before = transactional(settings, "before")  # what earlier owners committed on every partition
+    for p in range(settings.kafka.partitions):
+        before.produce(probe.changelog_topic, key=f"k{p}".encode(), value=orjson.dumps({"by": "before"}), partition=p)
+    before.commit_transaction(30)
+    dying = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.dead_runner", member],
+        env={**os.environ, **settings_env(settings)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert dying.stdout.readline().split() == ["open", "0", "1", "2"]
+    finally:
+        dying.send_signal(signal.SIGKILL)
+        dying.wait()
+    assert open_transactions(settings.kafka, probe.changelog_topic, [0, 1, 2]) == [0, 1, 2]
+
+    started = time.monotonic()
+    restored = asyncio.run(_restored_by(idle_runner(settings, member), keys={"k0", "k1", "k2"}, within_s=40))
+    took = time.monotonic() - started
+    assert restored == {f"k{p}": {"by": "before"} for p in range(3)}, "the dead transaction's state is not seen"
+    assert took < 9, f"resumed {took:.1f} s after the kill"
+    assert open_transactions(settings.kafka, probe.changelog_topic, [0, 1, 2]) == []
+
+
+async def _restored_by(runner, keys: set[str], within_s: float) -> dict:
+    """Run `runner` until it holds state for `keys` (restored from the changelog on its assignment)."""
+    task = asyncio.create_task(runner.run())
+    deadline = time.monotonic() + within_s
+    try:
+        while not keys <= runner.states.keys() and time.monotonic() < deadline and not task.done():
+            await asyncio.sleep(0.05)
+        return dict(runner.states)
+    finally:
+        runner.stop()
+        await task
