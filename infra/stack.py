@@ -85,8 +85,8 @@ def _save(state: StackState) -> None:
 def _spawn(state: StackState, name: str) -> int:
     log = open(Path(state.root) / f"{name}.log", "ab")
     # a projector or worker restarted under its name takes its partitions back at once (static group
-    # membership), and a worker's first transaction aborts what its dead predecessor left open
-    own = {f"PEERLOG_{name.upper()}_INSTANCE_ID": name} if name in ("projector", "worker") else {}
+    # membership), and a worker's or API's first transaction aborts what its dead predecessor left open
+    own = {f"PEERLOG_{name.upper()}_INSTANCE_ID": name} if name in ("projector", "worker", "api") else {}
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli.main", *PROCESSES[name]],
         env={**own, **os.environ, **state.env()},

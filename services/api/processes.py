@@ -54,10 +54,13 @@ def _die_with_parent(parent: int) -> None:
         raise SystemExit("the supervising API process is gone")
 
 
-def _child(parent: int) -> None:
+def _child(parent: int, number: int) -> None:
     _die_with_parent(parent)
     logs.configure()
     settings = Settings()  # the environment is inherited: the same settings
+    if settings.api.instance_id:  # each process its own, the same after a restart
+        api = settings.api.model_copy(update={"instance_id": f"{settings.api.instance_id}.{number}"})
+        settings = settings.model_copy(update={"api": api})
     run_loop(serve(settings, metrics=False), settings)
 
 
@@ -121,7 +124,7 @@ def run(settings: Settings) -> None:
     metrics_dir = _serve_summed_metrics(settings)
     spawn = multiprocessing.get_context("spawn")  # no forked gRPC or event-loop state
     children = [
-        spawn.Process(target=_child, args=(os.getpid(),), name=f"peerlog-api-{i}")
+        spawn.Process(target=_child, args=(os.getpid(), i), name=f"peerlog-api-{i}")
         for i in range(settings.api.processes)
     ]
     received = _stop_on_signals()  # before the first start: a SIGTERM while they start stops them too

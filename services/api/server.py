@@ -233,7 +233,7 @@ async def start(settings: Settings, stopping: threading.Event | None = None) -> 
     embedder = QueryVectorCache(make_embedder(settings.embedding), settings.embedding.query_cache_size)
     reranker = make_reranker(settings.rerank)
     engine = async_engine(settings.database)
-    event_log = EventLog(settings.kafka)
+    event_log = EventLog(settings.kafka, instance=settings.api.instance_id)
     await asyncio.get_running_loop().run_in_executor(None, event_log.start)
     ends = LogEnds(settings.kafka)
     await asyncio.get_running_loop().run_in_executor(None, ends.list_topics)

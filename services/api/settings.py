@@ -30,6 +30,15 @@ class ApiSettings(BaseSettings):
     write_backlog_wait_s: float = Field(
         2.0, gt=0, description="longest a message write waits for a projector that is further behind"
     )
+    instance_id: str = Field(
+        "",
+        pattern=r"^[A-Za-z0-9._-]*$",
+        description="this API server's name among the deployment's, kept across its restarts (a StatefulSet "
+        "pod's name, a systemd unit's instance): started again after a crash, its log producers abort the "
+        "writes the dead process left uncommitted at once, where under new ids those held up the projector on "
+        "their partitions until the broker aborted them (transaction.timeout.ms). With several processes each "
+        "takes it with its number appended. Two live servers must never share one",
+    )
     metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics on this port (0: off)")
     metrics_host: str = Field(
         "127.0.0.1",

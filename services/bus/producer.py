@@ -81,10 +81,14 @@ class EventLog:
     transaction, so the failed write can never be committed later.
     """
 
-    def __init__(self, settings: KafkaSettings, client_id: str = "peerlog-api") -> None:
+    def __init__(self, settings: KafkaSettings, client_id: str = "peerlog-api", instance: str = "") -> None:
         self._settings = settings
         self._client_id = client_id
-        self._instance = uuid.uuid4().hex[:12]
+        # an instance name kept across restarts gives the process started again after a crash the same
+        # transactional ids, whose init_transactions aborts what the dead one left open; under new ids each
+        # time, such a transaction held up every read_committed reader of its partitions (the projector,
+        # the router) until the broker aborted it, transaction.timeout.ms later
+        self._instance = instance or uuid.uuid4().hex[:12]
         self._pending: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._writers: list[threading.Thread] = []
         metrics.known(client_id)
