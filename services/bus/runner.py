@@ -479,7 +479,9 @@ def usable(msg: Message) -> bool:
     err = msg.error()
     if err is None:
         return True
-    if err.code() != KafkaError._PARTITION_EOF:
+    if err.code() == KafkaError.FENCED_INSTANCE_ID:
+        log.error("consumer fenced: another worker joined under this one's PEERLOG_WORKER_INSTANCE_ID (%s)", err)
+    elif err.code() != KafkaError._PARTITION_EOF:
         log.warning("consumer error: %s", err)
     return False
 

@@ -318,6 +318,7 @@ class Chaos:
         self.rng.shuffle(plan)
         self.plan = plan
         self.gap = (args.min_gap, args.max_gap)
+        self.victims = tuple(args.kill_only or KILLABLE)
         self.faults: list[dict] = []
         self.broker_restarts = self.postgres_restarts = 0
 
@@ -328,7 +329,7 @@ class Chaos:
             fault = {"fault": kind, "at": round(time.time(), 3)}
             started = time.monotonic()
             if kind == "kill":
-                fault["process"] = self.rng.choice(KILLABLE)
+                fault["process"] = self.rng.choice(self.victims)
                 fault["pid"] = self.supervisor.kill(fault["process"])
             elif kind == "broker":
                 await asyncio.to_thread(self.restart_broker, fault)
@@ -792,6 +793,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--model-faults", type=float, default=0.0, help="share of model calls that fail (MODEL_FAULTS)")
     p.add_argument("--model-timeout-s", type=float, default=5.0, help="the model client's timeout per request")
     p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--kill-only", choices=KILLABLE, nargs="+", help="the processes SIGKILLed (default: any of them)")
     p.add_argument("--broker-restarts", type=int, default=2)
     p.add_argument("--postgres-restarts", type=int, default=1)
     p.add_argument("--rebuilds", type=int, default=0, help="`peerlog projections rebuild` runs during the load")
