@@ -99,6 +99,11 @@ Ticker = Callable[[Mapping[str, State]], Awaitable[None]]
 # our own deadline on a transactional call, beyond the timeout handed to librdkafka: a stall ends the
 # incarnation after at most that long (measured after a broker restart: send_offsets never returned)
 _GRACE_S = 5.0
+# a round trip to each coordinator, milliseconds when the broker is there; after a broker restart the call
+# can hang past the broker's return (above), and the runner resumes only once the deadline ends it, 20 s
+# after the call. 10 s was tried: one deriver partition's committed offset then stayed unstable (a pending
+# transactional offset commit that never resolved) and its processing stopped (README, chaos)
+_SEND_OFFSETS_S = 15.0
 _STABLE_MARGIN_S = 30.0  # beyond transaction.timeout.ms, for the broker to abort and write its markers
 
 
@@ -253,7 +258,7 @@ class Runner:
                 self.producer.produce(**record)
             offsets = _next_offsets(records)
             meta = self.consumer.consumer_group_metadata()
-            await self._call(self.producer.send_offsets_to_transaction, offsets, meta, 15)
+            await self._call(self.producer.send_offsets_to_transaction, offsets, meta, _SEND_OFFSETS_S)
             await self._call(self.producer.commit_transaction, 60)
         except TransactionFailed:
             self._count_abort(began)
@@ -471,6 +476,9 @@ async def _bounded(fn: Callable[..., Any], *args: Any, seconds: float) -> Any:
     try:
         return await asyncio.wait_for(asyncio.shield(future), seconds)
     except TimeoutError:
+        # the call may still end, in error, after no one waits for it: read its outcome then, or asyncio
+        # logs "Future exception was never retrieved" as an ERROR (seen after every broker restart)
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
         raise TransactionFailed(f"{fn.__name__} did not return within {seconds:.0f} s") from None
 
 

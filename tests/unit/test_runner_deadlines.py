@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import threading
 import time
 
@@ -64,3 +66,18 @@ async def test_a_side_append_that_fails_in_a_broker_outage_ends_the_incarnation_
     # TransactionFailed: the run loop starts a new incarnation from the committed offsets
     with pytest.raises(TransactionFailed, match="a side append failed"):
         await runner._transact([Record()])
+
+
+async def test_a_call_that_fails_after_its_deadline_leaves_no_unread_error_behind(caplog):
+    release = threading.Event()
+
+    def send_offsets_to_transaction():
+        release.wait()
+        raise RuntimeError("the broker went away")
+
+    with pytest.raises(TransactionFailed):
+        await _bounded(send_offsets_to_transaction, seconds=0.1)
+    release.set()
+    await asyncio.sleep(0.2)  # the thread's error reaches the future
+    gc.collect()  # asyncio reports an unread error when the future is collected
+    assert "exception was never retrieved" not in caplog.text
