@@ -101,8 +101,9 @@ Ticker = Callable[[Mapping[str, State]], Awaitable[None]]
 _GRACE_S = 5.0
 # a round trip to each coordinator, milliseconds when the broker is there; after a broker restart the call
 # can hang past the broker's return (above), and the runner resumes only once the deadline ends it, 20 s
-# after the call. 10 s was tried: one deriver partition's committed offset then stayed unstable (a pending
-# transactional offset commit that never resolved) and its processing stopped (README, chaos)
+# after the call. 10 s brought the runners back 16-17 s after the broker instead of 25-27 s, in one run
+# that then stopped on a transaction the broker lost track of at its SIGKILL (README, chaos): kept at 15 s
+# until more runs show that shorter is safe
 _SEND_OFFSETS_S = 15.0
 _STABLE_MARGIN_S = 30.0  # beyond transaction.timeout.ms, for the broker to abort and write its markers
 
@@ -395,7 +396,10 @@ class Runner:
         except KafkaException as exc:
             raise TransactionFailed(f"the changelog's ends are unreadable: {exc.args[0].str()}") from exc
         if still_open:
-            raise TransactionFailed(f"a transaction stayed open on {self.changelog_topic} {still_open}")
+            raise TransactionFailed(
+                f"a transaction stayed open on {self.changelog_topic} {still_open}; if it stays open, the broker "
+                f"lost track of it: `peerlog topics abort-open {self.changelog_topic} {still_open[0]}`"
+            )
 
     def _await_stable_offsets(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Wait until no transaction of a previous owner of these partitions is pending, before its state

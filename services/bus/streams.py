@@ -95,3 +95,39 @@ def open_transactions(
     finally:
         stable.close()
         written.close()
+
+
+def first_open_record(kafka: KafkaSettings, topic: str, partition: int, timeout: float = 10.0) -> Message | None:
+    """The first record of the oldest transaction still open on a partition (at its last stable offset),
+    or None when none is open."""
+    reader = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "group.id": f"scan-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    try:
+        if not open_transactions(kafka, topic, [partition]):
+            return None
+        stable = Consumer(
+            {
+                "bootstrap.servers": kafka.bootstrap_servers,
+                "group.id": f"scan-{uuid.uuid4().hex}",
+                "isolation.level": "read_committed",
+            }
+        )
+        try:
+            lso = stable.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)[1]
+        finally:
+            stable.close()
+        reader.assign([TopicPartition(topic, partition, lso)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = reader.poll(0.2)
+            if msg is not None and msg.error() is None:
+                return msg
+        raise RuntimeError(f"could not read {topic}[{partition}] at offset {lso} within {timeout:.0f} s")
+    finally:
+        reader.close()

@@ -290,6 +290,26 @@ def topics_create() -> None:
         typer.echo(f"{name}: {outcome}")
 
 
+@topics.command("abort-open")
+def topics_abort_open(
+    topic: str = typer.Argument(..., help="full topic name, e.g. peerlog.processors-deriver-state"),
+    partition: int = typer.Argument(..., min=0),
+    min_age_s: float = typer.Option(
+        None, help="abort only a transaction at least this old (default: the transaction timeout + 30 s)"
+    ),
+) -> None:
+    """Abort a transaction the broker left open on a partition (a hanging transaction: a runner logs
+    "a transaction stayed open on ..."), which holds every reader of the partition."""
+    from services.cli.transactions import abort_open
+
+    kafka = Settings().kafka
+    age = kafka.transaction_timeout_ms / 1000 + 30 if min_age_s is None else min_age_s
+    outcome = abort_open(kafka, topic, partition, age)
+    typer.echo(outcome.message)
+    if not outcome.ok:
+        raise typer.Exit(1)
+
+
 @projections.command("rebuild")
 def projections_rebuild(
     accept_differences: bool = typer.Option(False, help="switch even if the rebuilt tables differ from the live ones"),

@@ -3,33 +3,12 @@ aborts that write at once, and the log's readers (the projector, the router) go 
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 from services.bus.producer import EventLog
 from services.bus.streams import open_transactions
 from services.bus.topics import DIRECTORY
-from tests.support.processes import settings_env
-
-
-def killed_mid_write(settings, instance: str) -> list[int]:
-    """The partitions a SIGKILLed API process left a transaction open on."""
-    topic = DIRECTORY.full_name(settings.kafka.topic_prefix)
-    dying = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.dead_api_log", instance, "w-killed"],
-        env={**os.environ, **settings_env(settings)},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert dying.stdout.readline().strip() == "open"
-    finally:
-        dying.send_signal(signal.SIGKILL)
-        dying.wait()
-    return open_transactions(settings.kafka, topic, range(settings.kafka.partitions))
+from tests.support.dead_api_log import killed_mid_write
 
 
 def test_an_api_started_again_under_its_instance_id_aborts_the_write_it_left_open(settings):

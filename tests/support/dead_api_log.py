@@ -6,14 +6,20 @@ Prints "open" once the write's records are on the broker, in a transaction that 
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
 
 from confluent_kafka import Producer
 
 from services.bus.producer import EventLog
+from services.bus.streams import open_transactions
+from services.bus.topics import DIRECTORY
 from services.events import ProducerInfo, WorkspaceCreated
 from services.settings import Settings
+from tests.support.processes import settings_env
 
 
 class Stuck(EventLog):
@@ -30,6 +36,23 @@ def main(instance: str, workspace: str) -> None:
     log.start()
     log.submit([WorkspaceCreated(workspace_id=workspace, producer=ProducerInfo(component="test", version="0"))])
     time.sleep(600)
+
+
+def killed_mid_write(settings, instance: str) -> list[int]:
+    """The partitions a SIGKILLed API process left a transaction open on."""
+    topic = DIRECTORY.full_name(settings.kafka.topic_prefix)
+    dying = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.dead_api_log", instance, "w-killed"],
+        env={**os.environ, **settings_env(settings)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert dying.stdout.readline().strip() == "open"
+    finally:
+        dying.send_signal(signal.SIGKILL)
+        dying.wait()
+    return open_transactions(settings.kafka, topic, range(settings.kafka.partitions))
 
 
 if __name__ == "__main__":
