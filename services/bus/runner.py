@@ -416,7 +416,8 @@ class Runner:
             consumer.committed(partitions, timeout=self.kafka.transaction_timeout_ms / 1000 + _STABLE_MARGIN_S)
         except KafkaException as exc:
             raise TransactionFailed(
-                f"the assigned partitions' offsets did not become stable: {exc.args[0].str()}"
+                f"the assigned partitions' offsets did not become stable: {exc.args[0].str()}; if they stay so, "
+                "a transaction the broker lost track of left them pending: `peerlog topics abort-open __consumer_offsets`"
             ) from exc
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -292,21 +292,28 @@ def topics_create() -> None:
 
 @topics.command("abort-open")
 def topics_abort_open(
-    topic: str = typer.Argument(..., help="full topic name, e.g. peerlog.processors-deriver-state"),
-    partition: int = typer.Argument(..., min=0),
+    topic: str = typer.Argument(
+        ..., help="full topic name, e.g. peerlog.processors-deriver-state or __consumer_offsets"
+    ),
+    partition: int = typer.Argument(None, min=0, help="one partition (default: every partition with one open)"),
     min_age_s: float = typer.Option(
         None, help="abort only a transaction at least this old (default: the transaction timeout + 30 s)"
     ),
 ) -> None:
-    """Abort a transaction the broker left open on a partition (a hanging transaction: a runner logs
-    "a transaction stayed open on ..."), which holds every reader of the partition."""
-    from services.cli.transactions import abort_open
+    """Abort a transaction the broker left open (a hanging transaction), which holds every reader of its
+    partition: a runner logs "a transaction stayed open on TOPIC [P]" for a changelog, or "the assigned
+    partitions' offsets did not become stable" for its input offsets (then give `__consumer_offsets`)."""
+    from services.cli.transactions import Outcome, abort_open, abort_open_anywhere
 
     kafka = Settings().kafka
     age = kafka.transaction_timeout_ms / 1000 + 30 if min_age_s is None else min_age_s
-    outcome = abort_open(kafka, topic, partition, age)
-    typer.echo(outcome.message)
-    if not outcome.ok:
+    if partition is None:
+        outcomes = abort_open_anywhere(kafka, topic, age) or [Outcome(True, f"no transaction is open on {topic}")]
+    else:
+        outcomes = [abort_open(kafka, topic, partition, age)]
+    for outcome in outcomes:
+        typer.echo(outcome.message)
+    if not all(o.ok for o in outcomes):
         raise typer.Exit(1)
 
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
+
+from confluent_kafka import Consumer
 
 from infra.kafka.broker import ensure_jars
 from services.bus.settings import KafkaSettings
@@ -47,6 +50,18 @@ def abort_open(kafka: KafkaSettings, topic: str, partition: int, min_age_s: floa
     return Outcome(
         True, f"aborted the transaction open on {topic}[{partition}] from offset {first.offset()} ({age_s:.0f} s old)"
     )
+
+
+def abort_open_anywhere(kafka: KafkaSettings, topic: str, min_age_s: float) -> list[Outcome]:
+    """abort_open for every partition of `topic` with a transaction open: `__consumer_offsets` among
+    others, where a transaction the broker lost track of leaves its input offsets pending, and a runner
+    then waits for them to become stable ("the assigned partitions' offsets did not become stable")."""
+    reader = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"scan-{uuid.uuid4().hex}"})
+    try:
+        partitions = sorted(reader.list_topics(topic, timeout=10).topics[topic].partitions)
+    finally:
+        reader.close()
+    return [abort_open(kafka, topic, p, min_age_s) for p in open_transactions(kafka, topic, partitions)]
 
 
 def _transactions_command(kafka: KafkaSettings, *args: str) -> None:

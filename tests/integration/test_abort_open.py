@@ -3,12 +3,21 @@ transactions command, and only once it is older than the age asked for."""
 
 from __future__ import annotations
 
-from confluent_kafka import Producer
+import os
+import signal
+import subprocess
+import sys
 
+import pytest
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Producer, TopicPartition
+
+from services.bus.admin import create_topics
 from services.bus.streams import open_transactions
-from services.bus.topics import DIRECTORY
-from services.cli.transactions import abort_open
+from services.bus.topics import DIRECTORY, SESSIONS
+from services.cli.transactions import abort_open, abort_open_anywhere
 from tests.support.dead_api_log import killed_mid_write
+from tests.support.dead_runner import runner as idle_runner
+from tests.support.processes import settings_env
 
 
 def test_a_transaction_left_open_by_a_dead_producer_is_aborted_and_its_partition_read_again(settings):
@@ -41,3 +50,49 @@ def test_a_partition_with_no_open_transaction_is_left_alone(settings):
 
     outcome = abort_open(settings.kafka, topic, 0, min_age_s=0)
     assert outcome.ok and "no transaction is open" in outcome.message
+
+
+def test_input_offsets_a_dead_transaction_left_pending_are_released(settings):
+    """A runner waits for its group's offsets to be stable before it restores; a transaction that is never
+    ended leaves them pending (on `__consumer_offsets`) until it is aborted."""
+    probe = idle_runner(settings)
+    create_topics(settings.kafka, (probe.changelog,))
+    dying = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.dead_runner", ""],
+        env={**os.environ, **settings_env(settings)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert dying.stdout.readline().startswith("open")
+    finally:
+        dying.send_signal(signal.SIGKILL)
+        dying.wait()
+    group = Consumer({**probe._consumer_config(), "group.id": probe.group})
+    inputs = [TopicPartition(SESSIONS.full_name(settings.kafka.topic_prefix), p) for p in range(3)]
+    try:
+        with pytest.raises(KafkaException):  # pending: not readable by a read_committed member
+            group.committed(inputs, timeout=3)
+
+        outcomes = abort_open_anywhere(settings.kafka, "__consumer_offsets", min_age_s=0)
+
+        assert outcomes and all(o.ok for o in outcomes), [o.message for o in outcomes]
+        assert [tp.offset for tp in group.committed(inputs, timeout=10)] == [OFFSET_INVALID] * 3
+    finally:
+        group.close()
+
+
+def test_the_command_aborts_every_old_enough_transaction_of_a_topic(settings):
+    from typer.testing import CliRunner
+
+    from services.cli.main import app
+
+    topic = DIRECTORY.full_name(settings.kafka.topic_prefix)
+    [partition] = killed_mid_write(settings, "api-f.0")
+    args = ["topics", "abort-open", topic, "--min-age-s", "0"]
+
+    result = CliRunner().invoke(app, args, env=settings_env(settings))
+
+    assert result.exit_code == 0, result.output
+    assert f"aborted the transaction open on {topic}[{partition}]" in result.output
+    assert open_transactions(settings.kafka, topic, [partition]) == []
