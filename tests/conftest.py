@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+
+# before grpc is first imported: with its fork handlers on, grpcio 1.81+ can crash a child of a process
+# with live channels between fork and exec ("epoll_wait error: Bad file descriptor", grpc issue 43055;
+# seen once killing the chaos bench's `pg_ctl start`). Tests start workers and servers as subprocesses
+# while channels are open, and no child here uses gRPC inherited through a fork
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc
 import pytest

@@ -43,6 +43,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+# before grpc is imported: its fork handlers once crashed this bench's `pg_ctl start` between fork and exec
+# while the load's channels were busy (grpcio 1.81+, grpc issue 43055); no child here uses gRPC
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc  # noqa: E402
 import psycopg  # noqa: E402
