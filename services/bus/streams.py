@@ -62,6 +62,21 @@ def to_the_end(
         consumer.close()
 
 
+def _scan_clients(kafka: KafkaSettings) -> tuple[Consumer, Consumer]:
+    """Two clients outside any group: a read_committed one, whose end of a partition is its last stable
+    offset, and a read_uncommitted one, whose end is its high watermark."""
+    return tuple(
+        Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"scan-{uuid.uuid4().hex}", **isolation})
+        for isolation in ({"isolation.level": "read_committed"}, {"isolation.level": "read_uncommitted"})
+    )
+
+
+def _ends(client: Consumer, topic: str, partitions: list[int], timeout: float) -> list[int]:
+    return [
+        client.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)[1] for p in partitions
+    ]
+
+
 def open_transactions(
     kafka: KafkaSettings, topic: str, partitions: Iterable[int], wait_s: float = 0.0, timeout: float = 10.0
 ) -> list[int]:
@@ -74,20 +89,10 @@ def open_transactions(
     if not partitions:
         return []
     deadline = time.monotonic() + wait_s
-    stable, written = (
-        Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"scan-{uuid.uuid4().hex}", **isolation})
-        for isolation in ({"isolation.level": "read_committed"}, {"isolation.level": "read_uncommitted"})
-    )
+    stable, written = _scan_clients(kafka)
     try:
         while True:
-            # a read_committed client's end is the last stable offset, a read_uncommitted one's the high watermark
-            ends = [
-                [
-                    c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)[1]
-                    for p in partitions
-                ]
-                for c in (stable, written)
-            ]
+            ends = (_ends(stable, topic, partitions, timeout), _ends(written, topic, partitions, timeout))
             partitions = [p for p, lso, end in zip(partitions, *ends, strict=True) if lso < end]
             if not partitions or time.monotonic() >= deadline:
                 return partitions
@@ -100,34 +105,18 @@ def open_transactions(
 def first_open_record(kafka: KafkaSettings, topic: str, partition: int, timeout: float = 10.0) -> Message | None:
     """The first record of the oldest transaction still open on a partition (at its last stable offset),
     or None when none is open."""
-    reader = Consumer(
-        {
-            "bootstrap.servers": kafka.bootstrap_servers,
-            "group.id": f"scan-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_uncommitted",
-        }
-    )
+    stable, written = _scan_clients(kafka)
     try:
-        if not open_transactions(kafka, topic, [partition]):
+        [lso], [end] = _ends(stable, topic, [partition], timeout), _ends(written, topic, [partition], timeout)
+        if lso >= end:
             return None
-        stable = Consumer(
-            {
-                "bootstrap.servers": kafka.bootstrap_servers,
-                "group.id": f"scan-{uuid.uuid4().hex}",
-                "isolation.level": "read_committed",
-            }
-        )
-        try:
-            lso = stable.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)[1]
-        finally:
-            stable.close()
-        reader.assign([TopicPartition(topic, partition, lso)])
+        written.assign([TopicPartition(topic, partition, lso)])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            msg = reader.poll(0.2)
+            msg = written.poll(0.2)
             if msg is not None and msg.error() is None:
                 return msg
         raise RuntimeError(f"could not read {topic}[{partition}] at offset {lso} within {timeout:.0f} s")
     finally:
-        reader.close()
+        stable.close()
+        written.close()

@@ -14,12 +14,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer
-
 from infra.kafka.broker import ensure_jars
+from services.bus.admin import partitions_of
 from services.bus.settings import KafkaSettings
 from services.bus.streams import first_open_record, open_transactions
 
@@ -56,12 +54,8 @@ def abort_open_anywhere(kafka: KafkaSettings, topic: str, min_age_s: float) -> l
     """abort_open for every partition of `topic` with a transaction open: `__consumer_offsets` among
     others, where a transaction the broker lost track of leaves its input offsets pending, and a runner
     then waits for them to become stable ("the assigned partitions' offsets did not become stable")."""
-    reader = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"scan-{uuid.uuid4().hex}"})
-    try:
-        partitions = sorted(reader.list_topics(topic, timeout=10).topics[topic].partitions)
-    finally:
-        reader.close()
-    return [abort_open(kafka, topic, p, min_age_s) for p in open_transactions(kafka, topic, partitions)]
+    open_now = open_transactions(kafka, topic, partitions_of(kafka, topic))
+    return [abort_open(kafka, topic, p, min_age_s) for p in open_now]
 
 
 def _transactions_command(kafka: KafkaSettings, *args: str) -> None:

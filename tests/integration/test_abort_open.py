@@ -3,11 +3,6 @@ transactions command, and only once it is older than the age asked for."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-
 import pytest
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Producer, TopicPartition
 
@@ -17,7 +12,7 @@ from services.bus.topics import DIRECTORY, SESSIONS
 from services.cli.transactions import abort_open, abort_open_anywhere
 from tests.support.dead_api_log import killed_mid_write
 from tests.support.dead_runner import runner as idle_runner
-from tests.support.processes import settings_env
+from tests.support.processes import first_line_then_kill, settings_env
 
 
 def test_a_transaction_left_open_by_a_dead_producer_is_aborted_and_its_partition_read_again(settings):
@@ -57,17 +52,7 @@ def test_input_offsets_a_dead_transaction_left_pending_are_released(settings):
     ended leaves them pending (on `__consumer_offsets`) until it is aborted."""
     probe = idle_runner(settings)
     create_topics(settings.kafka, (probe.changelog,))
-    dying = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.dead_runner", ""],
-        env={**os.environ, **settings_env(settings)},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert dying.stdout.readline().startswith("open")
-    finally:
-        dying.send_signal(signal.SIGKILL)
-        dying.wait()
+    assert first_line_then_kill(settings, "tests.support.dead_runner", "").startswith("open")
     group = Consumer({**probe._consumer_config(), "group.id": probe.group})
     inputs = [TopicPartition(SESSIONS.full_name(settings.kafka.topic_prefix), p) for p in range(3)]
     try:

@@ -4,10 +4,6 @@ has ended, not the state in front of a dead owner's open transaction."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -19,7 +15,7 @@ from services.bus.admin import create_topics
 from services.bus.streams import open_transactions
 from services.bus.topics import SESSIONS
 from tests.support.dead_runner import runner as idle_runner
-from tests.support.processes import settings_env
+from tests.support.processes import first_line_then_kill
 
 
 def transactional(settings, name: str) -> Producer:
@@ -89,17 +85,7 @@ def test_a_worker_started_again_under_its_instance_id_resumes_at_once_after_a_ki
     for p in range(settings.kafka.partitions):
         before.produce(probe.changelog_topic, key=f"k{p}".encode(), value=orjson.dumps({"by": "before"}), partition=p)
     before.commit_transaction(30)
-    dying = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.dead_runner", member],
-        env={**os.environ, **settings_env(settings)},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert dying.stdout.readline().split() == ["open", "0", "1", "2"]
-    finally:
-        dying.send_signal(signal.SIGKILL)
-        dying.wait()
+    assert first_line_then_kill(settings, "tests.support.dead_runner", member).split() == ["open", "0", "1", "2"]
     assert open_transactions(settings.kafka, probe.changelog_topic, [0, 1, 2]) == [0, 1, 2]
 
     started = time.monotonic()

@@ -6,9 +6,6 @@ Prints "open" once the write's records are on the broker, in a transaction that 
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import time
 
@@ -19,7 +16,7 @@ from services.bus.streams import open_transactions
 from services.bus.topics import DIRECTORY
 from services.events import ProducerInfo, WorkspaceCreated
 from services.settings import Settings
-from tests.support.processes import settings_env
+from tests.support.processes import first_line_then_kill
 
 
 class Stuck(EventLog):
@@ -40,19 +37,10 @@ def main(instance: str, workspace: str) -> None:
 
 def killed_mid_write(settings, instance: str) -> list[int]:
     """The partitions a SIGKILLed API process left a transaction open on."""
-    topic = DIRECTORY.full_name(settings.kafka.topic_prefix)
-    dying = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.dead_api_log", instance, "w-killed"],
-        env={**os.environ, **settings_env(settings)},
-        stdout=subprocess.PIPE,
-        text=True,
+    assert first_line_then_kill(settings, "tests.support.dead_api_log", instance, "w-killed").strip() == "open"
+    return open_transactions(
+        settings.kafka, DIRECTORY.full_name(settings.kafka.topic_prefix), range(settings.kafka.partitions)
     )
-    try:
-        assert dying.stdout.readline().strip() == "open"
-    finally:
-        dying.send_signal(signal.SIGKILL)
-        dying.wait()
-    return open_transactions(settings.kafka, topic, range(settings.kafka.partitions))
 
 
 if __name__ == "__main__":

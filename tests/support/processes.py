@@ -75,3 +75,19 @@ class Worker:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def first_line_then_kill(settings: Settings, module: str, *args: str) -> str:
+    """Run `python -m module args` with `settings`' environment, read the first line it prints (a sign it
+    reached the state a test wants), then SIGKILL it: a process that dies there, leaving what it left."""
+    dying = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        env={**os.environ, **settings_env(settings)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        return dying.stdout.readline()
+    finally:
+        dying.send_signal(signal.SIGKILL)
+        dying.wait()
