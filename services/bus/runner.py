@@ -44,14 +44,13 @@ from services.bus.admin import create_topics
 from services.bus.producer import AppendFailed, init_transactions
 from services.bus.settings import KafkaSettings
 from services.bus.stall import probe, stall_after_s
-from services.bus.streams import open_transactions, read, to_the_end
+from services.bus.streams import read
+from services.bus.takeover import State, TransactionFailed, await_closed_changelog, await_stable_offsets, restore
 from services.bus.topics import COMPACTED_CONFIG, TopicSpec, topic_for
 from services.events import Event, encode
 from services.events.requests import screen
 
 log = logging.getLogger(__name__)
-
-State = dict[str, Any]
 
 # the changelog key suffix of a scope's recent idempotency keys (ids cannot hold "|")
 SCREEN_SUFFIX = "|keyed"
@@ -105,14 +104,9 @@ _GRACE_S = 5.0
 # that then stopped on a transaction the broker lost track of at its SIGKILL (README, chaos): kept at 15 s
 # until more runs show that shorter is safe
 _SEND_OFFSETS_S = 15.0
-_STABLE_MARGIN_S = 30.0  # beyond transaction.timeout.ms, for the broker to abort and write its markers
 
 
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-
-
-class TransactionFailed(Exception):
-    """The log refused or stalled a transaction; nothing of it is visible and this incarnation is over."""
 
 
 class Runner:
@@ -361,9 +355,9 @@ class Runner:
         numbers = sorted({p.partition for p in partitions})
         # said before the waits as well as after: a runner stuck in one shows where it is
         log.info("%s assigning partitions %s", self.group, numbers)
-        self._await_stable_offsets(consumer, partitions)
+        await_stable_offsets(self.kafka, consumer, partitions)
         stable = time.monotonic()
-        self._await_closed_changelog(numbers)
+        await_closed_changelog(self.kafka, self.changelog_topic, numbers)
         closed = time.monotonic()
         for key, (part, state) in restore(self.kafka, self.changelog_topic, numbers).items():
             (self.screens if key.endswith(SCREEN_SUFFIX) else self.states)[key] = state
@@ -380,45 +374,6 @@ class Runner:
             closed - stable,
             time.monotonic() - closed,
         )
-
-    def _await_closed_changelog(self, partitions: list[int]) -> None:
-        """Wait until no transaction is open on the assigned partitions' changelog, before the state is
-        read from it. Only a previous owner writes there, so an open transaction is one it left: a worker
-        killed between producing and committing leaves it open until the broker aborts it, and until then
-        a read_committed reader stops at its first record, before every state change committed after it
-        (by the owner in between, say). The committed offsets do not wait for it (it sent none), so state
-        read then was older than the offsets it resumed from, and the pending messages of the changes it
-        missed were never derived: 395 messages in a chaos run with two worker kills 35 s apart
-        (tests/bench/README.md). The wait is bounded like _await_stable_offsets'."""
-        wait_s = self.kafka.transaction_timeout_ms / 1000 + _STABLE_MARGIN_S
-        try:
-            still_open = open_transactions(self.kafka, self.changelog_topic, partitions, wait_s=wait_s)
-        except KafkaException as exc:
-            raise TransactionFailed(f"the changelog's ends are unreadable: {exc.args[0].str()}") from exc
-        if still_open:
-            raise TransactionFailed(
-                f"a transaction stayed open on {self.changelog_topic} {still_open}; if it stays open, the broker "
-                f"lost track of it: `peerlog topics abort-open {self.changelog_topic} {still_open[0]}`"
-            )
-
-    def _await_stable_offsets(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Wait until no transaction of a previous owner of these partitions is pending, before its state
-        is restored. The state is read to the changelog's last stable offset: read while a previous owner's
-        commit was still in flight, it missed that commit's state changes, and the offsets the commit then
-        made stable skipped their inputs (the likely cause of 26 messages never derived and 90 derived twice
-        in a chaos run with four deriver instances and broker restarts, tests/bench/results/
-        chaos-5k-before-stable-wait.json). A read_committed consumer's offset fetch waits while a
-        transactional offset commit is pending (KIP-447); a transaction that never ends is aborted by the
-        broker after transaction.timeout.ms, so the wait is bounded a little beyond that."""
-        if not partitions:
-            return
-        try:
-            consumer.committed(partitions, timeout=self.kafka.transaction_timeout_ms / 1000 + _STABLE_MARGIN_S)
-        except KafkaException as exc:
-            raise TransactionFailed(
-                f"the assigned partitions' offsets did not become stable: {exc.args[0].str()}; if they stay so, "
-                "a transaction the broker lost track of left them pending: `peerlog topics abort-open __consumer_offsets`"
-            ) from exc
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {p.partition for p in partitions}
@@ -504,19 +459,3 @@ def _next_offsets(records: list[Message]) -> list[TopicPartition]:
     for m in records:
         last[(m.topic(), m.partition())] = max(m.offset(), last.get((m.topic(), m.partition()), -1))
     return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
-
-
-def restore(kafka: KafkaSettings, topic: str, partitions: Sequence[int]) -> dict[str, tuple[int, State]]:
-    """The latest state per key on some changelog partitions (committed records only), with the partition
-    it is on. One reader for all of them: with a reader of its own per partition, an assignment of three
-    partitions of 1,000 records each took 3.3 s to restore, one after the other; now 0.11 s."""
-    states: dict[str, tuple[int, State]] = {}
-    if not partitions:
-        return states
-    for m in to_the_end(kafka, topic, partitions):
-        key = m.key().decode()
-        if m.value() is None:
-            states.pop(key, None)
-        else:
-            states[key] = (m.partition(), orjson.loads(m.value()))
-    return states
