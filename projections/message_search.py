@@ -16,6 +16,7 @@ from sqlalchemy import (
     RowMapping,
     Text,
     and_,
+    any_,
     bindparam,
     case,
     cast,
@@ -307,9 +308,15 @@ def lexical(shape: Shape):
     any_rare = func.string_agg(quoted, literal(" | ")).filter(~terms.c.common)
     matching = select(cast(func.coalesce(any_rare, func.string_agg(quoted, literal(" & "))), TSQUERY))
     score = bm25(m, terms, totals)
+    where = [*_filters(shape, m), m.c.content_tsv.op("@@")(matching.scalar_subquery())]
+    if shape.perspective:  # the observer's sessions as one array, an index condition (message_terms_by_session)
+        scope = _confined_to(shape).subquery("scope")
+        # cast: ANY over an array value, not over a subquery's rows
+        sessions_array = cast(select(func.array_agg(scope.c.session_id)).scalar_subquery(), ARRAY(Text))
+        where.append(m.c.session_id == any_(sessions_array))
     return (
         select(m.c.message_id, m.c.session_id, m.c.seq, score.label("s"))
-        .where(*_filters(shape, m), m.c.content_tsv.op("@@")(matching.scalar_subquery()))
+        .where(*where)
         .order_by(score.desc(), m.c.message_id)
         .limit(_count("n"))
     )

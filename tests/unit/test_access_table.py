@@ -126,6 +126,31 @@ def test_tokens_round_trip_and_expire():
         Verifier(AuthSettings(secret="t" * 32)).grant(token)
 
 
+def test_a_remembered_token_is_refused_once_it_expires():
+    verifier = Verifier(AUTH)
+    token = mint(AUTH, ["workspace:w"], timedelta(seconds=1))
+    assert verifier.grant(token).scopes == {"workspace:w"}
+    assert verifier.grant(token).scopes == {"workspace:w"}  # the second from memory
+    expires = jwt.decode(token, options={"verify_signature": False})["exp"]
+    time.sleep(max(0.0, expires - time.time()) + 0.05)
+    with pytest.raises(Unauthenticated, match="expired"):
+        verifier.grant(token)
+
+
+def test_a_token_that_failed_to_verify_is_not_remembered_and_the_memory_is_bounded(monkeypatch):
+    import services.api.tokens as tokens
+
+    monkeypatch.setattr(tokens, "VERIFIED_TOKENS", 3)
+    verifier = Verifier(AUTH)
+    forged = mint(AuthSettings(secret="t" * 32), ["admin"])
+    for _ in range(2):
+        with pytest.raises(Unauthenticated, match="signature"):
+            verifier.grant(forged)
+    for i in range(5):
+        verifier.grant(mint(AUTH, [f"workspace:w{i}"]))
+    assert len(verifier._verified) == 3
+
+
 @pytest.mark.parametrize(
     "claims, phrase",
     [
