@@ -22,6 +22,7 @@ from sqlalchemy import (
     cast,
     func,
     literal,
+    or_,
     select,
     tuple_,
     union,
@@ -66,6 +67,10 @@ from projections.vectors import Vector
 # index messages_session_vectors (n = 40: 9.2 ms, n = 150: 11.7 ms; 2.4 µs from the table's rows, when
 # the factor was 2.5). Equal costs give about 9; 8 leans to the walk, whose cost is the better known.
 EXACT_SCAN_FACTOR = 8.0
+# ... and when they are at most this many: the comparison looks up each session (an index descent, a few
+# µs), so an observer in 50,000 sessions that hold almost nothing walks the graph instead (190 ms a
+# search otherwise, tests/bench/README.md)
+MAX_EXACT_SESSIONS = 1_000
 
 MESSAGE_COLUMNS = (
     "workspace_id",
@@ -252,17 +257,21 @@ def _held_counts(shape: Shape):
 
 def _holds_too_many(shape: Shape):
     """Whether the search's sessions hold more than the exact comparison is worth, V² > EXACT_SCAN_FACTOR ×
-    n × W: a running sum of their message counts, read until it passes the bound. An observer in every
-    session of a large workspace (an assistant) costs as many session lookups as it takes to pass it,
-    where summing all of them cost 11.7 ms a search among 50,000 sessions."""
+    n × W, or are more than MAX_EXACT_SESSIONS: a running sum of their message counts, read until it passes
+    either bound. An observer in every session of a large workspace (an assistant) costs as many session
+    lookups as it takes to pass them, where summing all of them cost 11.7 ms a search among 50,000
+    sessions; and the exact comparison looks each of its sessions up, however few messages they hold."""
     counts = _held_counts(shape).subquery("held")
-    running = select(func.sum(counts.c.c).over(rows=(None, 0)).label("v")).subquery("running")
+    running = select(
+        func.sum(counts.c.c).over(rows=(None, 0)).label("v"), func.row_number().over().label("sessions")
+    ).subquery("running")
     lx = message_lexicon.c
     corpus = select(func.coalesce(func.max(lx.docs), 0)).where(
         lx.workspace_id == bindparam("workspace_id"), lx.lexeme == ""
     )
     bound = bindparam("exact_scan_factor", type_=Float) * bindparam("n", type_=Integer) * corpus.scalar_subquery()
-    return select(literal(1)).select_from(running).where(running.c.v * running.c.v > bound).exists()
+    too_many = or_(running.c.v * running.c.v > bound, running.c.sessions > bindparam("max_sessions", type_=Integer))
+    return select(literal(1)).select_from(running).where(too_many).exists()
 
 
 async def _walk_settings_and_path(conn: AsyncConnection, shape: Shape, values: dict) -> bool:
@@ -275,7 +284,12 @@ async def _walk_settings_and_path(conn: AsyncConnection, shape: Shape, values: d
     local = not (await conn.get_raw_connection()).driver_connection.autocommit
     if not local:
         conn.info[GENERIC_PLANS] = True
-    walk = {**values, "ef_search": str(ef_search), "exact_scan_factor": EXACT_SCAN_FACTOR}
+    walk = {
+        **values,
+        "ef_search": str(ef_search),
+        "exact_scan_factor": EXACT_SCAN_FACTOR,
+        "max_sessions": MAX_EXACT_SESSIONS,
+    }
     row = (await conn.execute(_walk_settings(shape, local), walk)).one()
     return shape.confined and not row.over
 
@@ -292,11 +306,47 @@ def semantic(shape: Shape):
         .where(*_filters(shape, m), m.c.embedding.is_not(None), m.c.embedding_model == bindparam("model"))
         .limit(_count("n"))
     )
+    if shape.exact and shape.perspective:
+        return _seen_compared(shape)
     if shape.exact:  # no index serves this order, so every message of the scope is compared
         scope = _confined_to(shape)
         # ordered by the output column: the expression again would compute each distance twice
         return candidates.where(m.c.session_id.in_(scope)).order_by(similarity.desc(), m.c.message_id)
     return candidates.order_by(distance)
+
+
+def _seen_compared(shape: Shape):
+    """The exact semantic list under a perspective: for each of the observer's membership periods, the
+    vectors of its session's messages sent within it (messages_session_vectors), all compared. Written as
+    a lateral subquery behind OFFSET 0 so that this is the plan whatever the statistics say: joined
+    freely, a generic plan sized the observer's memberships by the workspace's mean, and once one peer
+    (an assistant) was in 50,000 sessions it read all of the workspace's messages for every observer
+    (26 of a search's 42 ms). Periods do not overlap, so no message comes twice."""
+    ms, m = memberships.alias("period"), messages.alias("sm")
+    within = select(m.c.message_id, m.c.session_id, m.c.seq, m.c.embedding).where(
+        m.c.workspace_id == ms.c.workspace_id,
+        m.c.session_id == ms.c.session_id,
+        # `seq + 0`: a filter on the covering index's included seq, not a key of messages_session_seq,
+        # whose scan would read every compared message's row for its vector
+        m.c.seq + 0 > ms.c.joined_after_seq,
+        ms.c.left_after_seq.is_(None) | (m.c.seq <= ms.c.left_after_seq),
+        m.c.embedding.is_not(None),
+        m.c.embedding_model == bindparam("model"),
+        *_filters(replace(shape, perspective=False, sessions=False), m),  # the periods stand for those two
+    )
+    seen = within.offset(0).lateral("seen")
+    similarity = (1 - seen.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))).label("s")
+    periods_of = [ms.c.workspace_id == bindparam("workspace_id"), ms.c.peer_id == bindparam("perspective_id")]
+    if shape.sessions:
+        periods_of.append(ms.c.session_id.in_(bindparam("session_ids", expanding=True)))
+    return (
+        select(seen.c.message_id, seen.c.session_id, seen.c.seq, similarity)
+        .select_from(ms)
+        .join(seen, literal(True))
+        .where(*periods_of)
+        .order_by(similarity.desc(), seen.c.message_id)
+        .limit(_count("n"))
+    )
 
 
 @lru_cache(maxsize=256)
@@ -309,7 +359,10 @@ def lexical(shape: Shape):
     matching = select(cast(func.coalesce(any_rare, func.string_agg(quoted, literal(" & "))), TSQUERY))
     score = bm25(m, terms, totals)
     where = [*_filters(shape, m), m.c.content_tsv.op("@@")(matching.scalar_subquery())]
-    if shape.perspective:  # the observer's sessions as one array, an index condition (message_terms_by_session)
+    if shape.perspective and shape.exact:
+        # the observer's sessions as one array, an index condition (message_terms_by_session). Only when
+        # they hold few of the workspace's messages (`exact`): then most matches are outside them, and the
+        # array is short; an assistant in every session would look each of them up for nothing
         scope = _confined_to(shape).subquery("scope")
         # cast: ANY over an array value, not over a subquery's rows
         sessions_array = cast(select(func.array_agg(scope.c.session_id)).scalar_subquery(), ARRAY(Text))

@@ -339,6 +339,28 @@ async def test_a_perspective_sees_only_what_was_sent_while_it_was_a_member(garde
     assert await days("alice") == {1, 2, 3, 4}
 
 
+async def test_an_observer_in_more_sessions_than_the_exact_comparison_takes_walks_the_graph(garden, monkeypatch):
+    """Even when its sessions hold few messages: the comparison looks each session up (bob is in 2 here)."""
+    monkeypatch.setattr(message_search, "EXACT_SCAN_FACTOR", 1e9)
+    monkeypatch.setattr(message_search, "MAX_EXACT_SESSIONS", 1)
+    c, _, _ = garden
+    taken = []
+    decide = message_search._walk_settings_and_path
+
+    async def spy(conn, shape, values):
+        taken.append(await decide(conn, shape, values))
+        return taken[-1]
+
+    monkeypatch.setattr(message_search, "_walk_settings_and_path", spy)
+    found = contents(await search_ws(c, "garden", limit=100, perspective_peer_id="bob"))
+    assert {int(t.split(":")[0].split()[1]) for t in found} == {1, 2, 4}  # left before turn 3
+    assert taken == [False]  # the graph walked
+    monkeypatch.setattr(message_search, "MAX_EXACT_SESSIONS", 2)
+    found = contents(await search_ws(c, "garden", limit=100, perspective_peer_id="bob"))
+    assert {int(t.split(":")[0].split()[1]) for t in found} == {1, 2, 4}
+    assert taken == [False, True]  # compared one by one
+
+
 @SEMANTIC_PATHS
 async def test_session_and_peer_level_search_share_the_filters(garden, monkeypatch, exact_scan_factor):
     monkeypatch.setattr(message_search, "EXACT_SCAN_FACTOR", exact_scan_factor)
