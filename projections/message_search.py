@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 
 from sqlalchemy import (
+    BigInteger,
     Float,
     Integer,
     RowMapping,
@@ -71,6 +72,8 @@ EXACT_SCAN_FACTOR = 8.0
 # µs), so an observer in 50,000 sessions that hold almost nothing walks the graph instead (190 ms a
 # search otherwise, tests/bench/README.md)
 MAX_EXACT_SESSIONS = 1_000
+# the values under which the search receives the observer's membership periods (_observer_periods)
+PERIOD_ARRAYS = ("period_sessions", "period_after", "period_until")
 
 MESSAGE_COLUMNS = (
     "workspace_id",
@@ -235,7 +238,28 @@ def _walk_settings(shape: Shape, local: bool):
     ]
     if shape.confined:
         columns.append(_holds_too_many(shape).label("over"))
+    if shape.perspective:
+        periods = _observer_periods(shape)
+        return select(*columns, *periods.c).select_from(periods)
     return select(*columns)
+
+
+def _observer_periods(shape: Shape):
+    """The observer's membership periods (within the listed sessions), as three parallel arrays, for the
+    search that follows (PERIOD_ARRAYS): at most one more than MAX_EXACT_SESSIONS, as the exact path
+    takes no more. Read here, in the round trip that decides the path, because a generic plan reading
+    them inside the search sized them by the workspace's mean: with one peer in 50,000 sessions, a
+    sequential scan of every membership (4.3 ms) where the index takes 0.05."""
+    ms = memberships.c
+    rows = select(ms.session_id, ms.joined_after_seq, ms.left_after_seq).where(
+        ms.workspace_id == bindparam("workspace_id"), ms.peer_id == bindparam("perspective_id")
+    )
+    if shape.sessions:
+        rows = rows.where(ms.session_id.in_(bindparam("session_ids", expanding=True)))
+    listed = rows.limit(bindparam("max_sessions", type_=Integer) + 1).subquery("periods")
+    return select(
+        *(func.array_agg(column).label(name) for name, column in zip(PERIOD_ARRAYS, listed.c, strict=True))
+    ).subquery("observer")
 
 
 def _held_counts(shape: Shape):
@@ -274,9 +298,10 @@ def _holds_too_many(shape: Shape):
     return select(literal(1)).select_from(running).where(too_many).exists()
 
 
-async def _walk_settings_and_path(conn: AsyncConnection, shape: Shape, values: dict) -> bool:
+async def _walk_settings_and_path(conn: AsyncConnection, shape: Shape, values: dict) -> tuple[bool, dict]:
     """Set the graph walk's settings and say whether the semantic list compares every message of the
-    search's sessions instead (EXACT_SCAN_FACTOR), in one round trip. The walk's settings are plain
+    search's sessions instead (EXACT_SCAN_FACTOR), in one round trip; with the observer's membership
+    periods under a perspective (PERIOD_ARRAYS, as the search's values). The walk's settings are plain
     ones: readers' connections are mostly in autocommit, where SET LOCAL does nothing, and every search
     with a vector sets them first, so a pooled connection's earlier values are never the ones used."""
     ef_search = max(values["n"], 40)  # bounds the candidates one graph walk yields
@@ -291,7 +316,8 @@ async def _walk_settings_and_path(conn: AsyncConnection, shape: Shape, values: d
         "max_sessions": MAX_EXACT_SESSIONS,
     }
     row = (await conn.execute(_walk_settings(shape, local), walk)).one()
-    return shape.confined and not row.over
+    observed = {name: getattr(row, name) or [] for name in PERIOD_ARRAYS} if shape.perspective else {}
+    return shape.confined and not row.over, observed
 
 
 def semantic(shape: Shape):
@@ -316,36 +342,48 @@ def semantic(shape: Shape):
 
 
 def _seen_compared(shape: Shape):
-    """The exact semantic list under a perspective: for each of the observer's membership periods, the
-    vectors of its session's messages sent within it (messages_session_vectors), all compared. Written as
-    a lateral subquery behind OFFSET 0 so that this is the plan whatever the statistics say: joined
-    freely, a generic plan sized the observer's memberships by the workspace's mean, and once one peer
-    (an assistant) was in 50,000 sessions it read all of the workspace's messages for every observer
-    (26 of a search's 42 ms). Periods do not overlap, so no message comes twice."""
-    ms, m = memberships.alias("period"), messages.alias("sm")
+    """The exact semantic list under a perspective: for each of the observer's membership periods (read
+    before, PERIOD_ARRAYS), the vectors of its session's messages sent within it
+    (messages_session_vectors), all compared. A lateral subquery behind OFFSET 0, from the periods as
+    given: that is the plan whatever the statistics say. Joined freely, a generic plan sized the
+    observer's memberships by the workspace's mean, and once one peer (an assistant) was in 50,000
+    sessions it read all of the workspace's messages for every observer (26 of a search's 42 ms).
+    Periods do not overlap, so no message comes twice."""
+    period = _periods_given()
+    m = messages.alias("sm")
     within = select(m.c.message_id, m.c.session_id, m.c.seq, m.c.embedding).where(
-        m.c.workspace_id == ms.c.workspace_id,
-        m.c.session_id == ms.c.session_id,
+        m.c.session_id == period.c.session_id,
         # `seq + 0`: a filter on the covering index's included seq, not a key of messages_session_seq,
         # whose scan would read every compared message's row for its vector
-        m.c.seq + 0 > ms.c.joined_after_seq,
-        ms.c.left_after_seq.is_(None) | (m.c.seq <= ms.c.left_after_seq),
+        m.c.seq + 0 > period.c.joined_after_seq,
+        period.c.left_after_seq.is_(None) | (m.c.seq <= period.c.left_after_seq),
         m.c.embedding.is_not(None),
         m.c.embedding_model == bindparam("model"),
         *_filters(replace(shape, perspective=False, sessions=False), m),  # the periods stand for those two
     )
     seen = within.offset(0).lateral("seen")
     similarity = (1 - seen.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))).label("s")
-    periods_of = [ms.c.workspace_id == bindparam("workspace_id"), ms.c.peer_id == bindparam("perspective_id")]
-    if shape.sessions:
-        periods_of.append(ms.c.session_id.in_(bindparam("session_ids", expanding=True)))
     return (
         select(seen.c.message_id, seen.c.session_id, seen.c.seq, similarity)
-        .select_from(ms)
+        .select_from(period)
         .join(seen, literal(True))
-        .where(*periods_of)
         .order_by(similarity.desc(), seen.c.message_id)
         .limit(_count("n"))
+    )
+
+
+def _given(name: str, element_type):
+    return cast(bindparam(name), ARRAY(element_type))  # typed even when empty
+
+
+def _periods_given():
+    """The observer's periods as the search's values give them: rows of (session_id, joined_after_seq,
+    left_after_seq)."""
+    sessions_, after, until = PERIOD_ARRAYS
+    return (
+        func.unnest(_given(sessions_, Text), _given(after, BigInteger), _given(until, BigInteger))
+        .table_valued("session_id", "joined_after_seq", "left_after_seq")
+        .render_derived("period")
     )
 
 
@@ -363,10 +401,7 @@ def lexical(shape: Shape):
         # the observer's sessions as one array, an index condition (message_terms_by_session). Only when
         # they hold few of the workspace's messages (`exact`): then most matches are outside them, and the
         # array is short; an assistant in every session would look each of them up for nothing
-        scope = _confined_to(shape).subquery("scope")
-        # cast: ANY over an array value, not over a subquery's rows
-        sessions_array = cast(select(func.array_agg(scope.c.session_id)).scalar_subquery(), ARRAY(Text))
-        where.append(m.c.session_id == any_(sessions_array))
+        where.append(m.c.session_id == any_(_given(PERIOD_ARRAYS[0], Text)))
     return (
         select(m.c.message_id, m.c.session_id, m.c.seq, score.label("s"))
         .where(*where)
@@ -498,7 +533,8 @@ async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[
     values = params(search, named_periods)
     shape = Shape.of(search, named_periods)
     if search.vector is not None:
-        shape = replace(shape, exact=await _walk_settings_and_path(conn, shape, values))
+        exact, observed = await _walk_settings_and_path(conn, shape, values)
+        shape, values = replace(shape, exact=exact), {**values, **observed}
     return list((await conn.execute(fused(shape), values)).mappings().all())
 
 
