@@ -73,7 +73,7 @@ EXACT_SCAN_FACTOR = 8.0
 # search otherwise, tests/bench/README.md)
 MAX_EXACT_SESSIONS = 1_000
 # the values under which the search receives the observer's membership periods (_observer_periods)
-PERIOD_ARRAYS = ("period_sessions", "period_after", "period_until")
+PERIOD_ARRAYS = PERIOD_SESSIONS, PERIOD_AFTER, PERIOD_UNTIL = ("period_sessions", "period_after", "period_until")
 
 MESSAGE_COLUMNS = (
     "workspace_id",
@@ -206,15 +206,9 @@ def _in_periods(created_at):
     return select(literal(1)).select_from(spans).where(created_at >= spans.c.s, created_at < spans.c.e).exists()
 
 
-def _confined_to(shape: Shape):
-    """The sessions a `confined` search is confined to (the observer's under a perspective, the listed
-    ones), as a subquery of session ids."""
-    if shape.perspective:
-        ms = memberships.c
-        scope = select(ms.session_id).where(
-            ms.workspace_id == bindparam("workspace_id"), ms.peer_id == bindparam("perspective_id")
-        )
-        return scope.where(ms.session_id.in_(bindparam("session_ids", expanding=True))) if shape.sessions else scope
+def _listed_sessions():
+    """The listed sessions of a search confined to them without a perspective (one under a perspective
+    reads the observer's periods instead, _seen_compared), as a subquery of session ids."""
     return select(sessions.c.session_id).where(
         sessions.c.workspace_id == bindparam("workspace_id"),
         sessions.c.session_id.in_(bindparam("session_ids", expanding=True)),
@@ -316,8 +310,10 @@ async def _walk_settings_and_path(conn: AsyncConnection, shape: Shape, values: d
         "max_sessions": MAX_EXACT_SESSIONS,
     }
     row = (await conn.execute(_walk_settings(shape, local), walk)).one()
-    observed = {name: getattr(row, name) or [] for name in PERIOD_ARRAYS} if shape.perspective else {}
-    return shape.confined and not row.over, observed
+    exact = shape.confined and not row.over
+    # only the exact path reads them (_seen_compared, lexical): a walk sends no array of ids back
+    observed = {name: getattr(row, name) or [] for name in PERIOD_ARRAYS} if exact and shape.perspective else {}
+    return exact, observed
 
 
 def semantic(shape: Shape):
@@ -334,10 +330,9 @@ def semantic(shape: Shape):
     )
     if shape.exact and shape.perspective:
         return _seen_compared(shape)
-    if shape.exact:  # no index serves this order, so every message of the scope is compared
-        scope = _confined_to(shape)
+    if shape.exact:  # no index serves this order, so every message of the listed sessions is compared
         # ordered by the output column: the expression again would compute each distance twice
-        return candidates.where(m.c.session_id.in_(scope)).order_by(similarity.desc(), m.c.message_id)
+        return candidates.where(m.c.session_id.in_(_listed_sessions())).order_by(similarity.desc(), m.c.message_id)
     return candidates.order_by(distance)
 
 
@@ -379,9 +374,8 @@ def _given(name: str, element_type):
 def _periods_given():
     """The observer's periods as the search's values give them: rows of (session_id, joined_after_seq,
     left_after_seq)."""
-    sessions_, after, until = PERIOD_ARRAYS
     return (
-        func.unnest(_given(sessions_, Text), _given(after, BigInteger), _given(until, BigInteger))
+        func.unnest(_given(PERIOD_SESSIONS, Text), _given(PERIOD_AFTER, BigInteger), _given(PERIOD_UNTIL, BigInteger))
         .table_valued("session_id", "joined_after_seq", "left_after_seq")
         .render_derived("period")
     )
@@ -401,7 +395,7 @@ def lexical(shape: Shape):
         # the observer's sessions as one array, an index condition (message_terms_by_session). Only when
         # they hold few of the workspace's messages (`exact`): then most matches are outside them, and the
         # array is short; an assistant in every session would look each of them up for nothing
-        where.append(m.c.session_id == any_(_given(PERIOD_ARRAYS[0], Text)))
+        where.append(m.c.session_id == any_(_given(PERIOD_SESSIONS, Text)))
     return (
         select(m.c.message_id, m.c.session_id, m.c.seq, score.label("s"))
         .where(*where)

@@ -193,9 +193,9 @@ message_terms = Table(
     Column("content_tsv", TSVECTOR, nullable=False),
     PrimaryKeyConstraint("workspace_id", "message_id"),
     Index("message_terms_fts", "content_tsv", postgresql_using="gin"),
-    # a search confined to sessions (a perspective, listed sessions) ANDs this bitmap with the full-text
+    # a search under a perspective whose sessions hold few messages ANDs this bitmap with the full-text
     # one before reading rows: an observer's 268 of a query's 3,345 matches read, not all of them
-    # (message_search.lexical; 3.5 -> 2.3 ms a list on the read bench)
+    # (message_search.lexical; 2.75 -> 1.2 ms for that list, tests/bench/README.md "Stop 46")
     Index("message_terms_by_session", "workspace_id", "session_id", info={"deferred": True}),
 )
 
