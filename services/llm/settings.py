@@ -84,11 +84,12 @@ class EmbeddingSettings(BaseSettings):
 
     provider: Literal["local", "openai"] = Field(
         "local",
-        description="local: bge-small-en-v1.5 or all-MiniLM-L6-v2 in-process (ONNX); openai: any /v1/embeddings endpoint",
+        description="local: e5-small-v2, bge-small-en-v1.5 or all-MiniLM-L6-v2 in-process (ONNX); openai: any /v1/embeddings endpoint",
     )
-    # bge-small-en-v1.5 finds more evidence than all-MiniLM-L6-v2 on LoCoMo (+0.03 recall@10, +0.03
-    # @25) at a like cost per text here; MiniLM stays available (and needs no Maven fetch)
-    model: str = "bge-small-en-v1.5"
+    # e5-small-v2 finds more evidence than bge-small-en-v1.5 on LoCoMo (+0.014 recall@10, +0.013 @25 on
+    # the seven conversations apart from conv-26; tests/bench/README.md), which found more than MiniLM;
+    # the others stay available (MiniLM needs no Maven fetch)
+    model: str = "e5-small-v2"
     dimensions: int = Field(384, ge=1, description="must match the vector column of the projections")
     base_url: str = "http://127.0.0.1:8080/v1"
     api_key_env: str = Field("PEERLOG_EMBEDDING_API_KEY", description="NAME of the env var that holds the key")

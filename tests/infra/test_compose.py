@@ -143,7 +143,7 @@ def test_the_image_install_steps_work_in_a_clean_venv(tmp_path) -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "tokenizer: 6 tokens" in done.stdout
-    assert "embedding model bge-small-en-v1.5: 384 dimensions" in done.stdout
+    assert "embedding model e5-small-v2: 384 dimensions" in done.stdout
     assert "embedding model all-MiniLM-L6-v2: 384 dimensions" in done.stdout
     assert (tmp_path / "tokenizer" / tokens.RANKS_FILE).is_file()
 

@@ -11,8 +11,9 @@ import sys
 import numpy as np
 from sqlalchemy import select
 
-from projections.db import sync_engine
+from projections.db import async_engine, sync_engine
 from projections.schema import messages, observations
+from projections.vector_model_reads import vectors_of_other_models
 from services.cli.client import Client
 from services.cli.main import _reembed
 from services.embedder.policy import previous_turn, text_to_embed
@@ -93,3 +94,11 @@ async def test_reembed_then_a_rebuild_under_the_new_setting_switches_every_vecto
     for r in rows(settings, observations, "observation_id", "content", "embedding_model", "embedding"):
         assert r.embedding_model == MINILM
         np.testing.assert_allclose(r.embedding, other.embed_sync([r.content])[0], atol=1e-5)
+    # a deployment still on the old setting is told which vectors its searches cannot see
+    engine = async_engine(settings.database)
+    try:
+        async with engine.connect() as conn:
+            assert await vectors_of_other_models(conn, LOCAL_MODEL) == {MINILM: 5}
+            assert await vectors_of_other_models(conn, MINILM) == {}
+    finally:
+        await engine.dispose()

@@ -44,7 +44,7 @@ def test_batches_group_texts_of_similar_length_and_cover_every_text() -> None:
 def test_the_default_embedder_is_the_local_model() -> None:
     embedder = make_embedder(EmbeddingSettings(provider="local"))
     assert isinstance(embedder, LocalOnnxEmbedder)
-    assert (embedder.model_name, embedder.dimensions) == ("bge-small-en-v1.5", 384)
+    assert (embedder.model_name, embedder.dimensions) == ("e5-small-v2", 384)
 
 
 def test_the_openai_provider_takes_model_and_dimensions_from_settings() -> None:
@@ -54,7 +54,7 @@ def test_the_openai_provider_takes_model_and_dimensions_from_settings() -> None:
 
 
 def test_the_local_provider_refuses_another_model_or_size() -> None:
-    with pytest.raises(EmbeddingError, match="runs all-MiniLM-L6-v2 or bge-small-en-v1.5"):
+    with pytest.raises(EmbeddingError, match="runs all-MiniLM-L6-v2, bge-small-en-v1.5, e5-small-v2 "):
         make_embedder(EmbeddingSettings(provider="local", dimensions=768))
 
 
@@ -69,9 +69,10 @@ def test_a_missing_package_says_how_to_install_it() -> None:
         PackagedFile("no_such_package_peerlog", "x", "0" * 64).locate()
 
 
-def test_bge_small_is_a_local_model_read_from_its_pinned_jar() -> None:
-    embedder = make_embedder(EmbeddingSettings(provider="local", model="bge-small-en-v1.5"))
-    assert (embedder.model_name, embedder.dimensions) == ("bge-small-en-v1.5", 384)
+@pytest.mark.parametrize("model", ["bge-small-en-v1.5", "e5-small-v2"])
+def test_a_jar_model_is_a_local_model_read_from_its_pinned_jar(model: str) -> None:
+    embedder = make_embedder(EmbeddingSettings(provider="local", model=model))
+    assert (embedder.model_name, embedder.dimensions) == (model, 384)
     wrong = JarEntry("no-such.jar", "model.onnx", "0" * 64)
     with pytest.raises(EmbeddingError, match="make install"):
         wrong.verified()

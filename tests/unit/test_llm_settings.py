@@ -87,7 +87,7 @@ def test_a_stage_can_use_its_own_key_variable(monkeypatch: pytest.MonkeyPatch) -
 
 def test_embedding_settings_default_to_the_local_model(monkeypatch: pytest.MonkeyPatch) -> None:
     s = EmbeddingSettings()
-    assert (s.provider, s.model, s.dimensions) == ("local", "bge-small-en-v1.5", 384)
+    assert (s.provider, s.model, s.dimensions) == ("local", "e5-small-v2", 384)
 
     monkeypatch.setenv("PEERLOG_EMBEDDING_PROVIDER", "openai")
     monkeypatch.setenv("PEERLOG_EMBEDDING_DIMENSIONS", "1536")
