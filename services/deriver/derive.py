@@ -27,7 +27,7 @@ from services.events import (
 from services.events.pairs import Pair
 from services.events.text import normalise
 from services.llm.client import ModelClient
-from services.llm.embeddings import Embedder
+from services.llm.embeddings import Embedder, near_duplicate_similarity
 from services.llm.errors import EmbeddingError, ModelError, ModelOutputInvalid
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class Deriver:
             window,
             list(known.values()),
             batch=base["batch_id"],
-            threshold=self.settings.near_duplicate,
+            threshold=self.settings.near_duplicate or near_duplicate_similarity(self.embedder.model_name),
             embedding_model=self.embedder.model_name,
             producer=producer,
             cause=base["causation_id"],

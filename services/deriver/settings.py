@@ -16,7 +16,13 @@ class DeriverSettings(BaseSettings):
     flush: bool = Field(False, description="derive every message at once (no batching)")
     window_tokens: int = Field(1024, ge=64, description="most tokens of turns in one model call")
     tick_s: float = Field(30.0, gt=0, description="how often the clock checks waiting pairs")
-    near_duplicate: float = Field(0.95, gt=0, le=1, description="cosine similarity that counts as the same fact")
+    near_duplicate: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="cosine similarity that counts as the same fact; unset: the embedding model's own"
+        " (0.975 for e5-small-v2, 0.95 for the others)",
+    )
     recent_cache: int = Field(64, ge=0, description="own recent observations kept in state for dedup")
     output_attempts: int = Field(
         2,
