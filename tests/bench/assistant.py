@@ -35,7 +35,7 @@ from projections.message_search import MessageSearch, search_messages  # noqa: E
 from projections.settings import DatabaseSettings  # noqa: E402
 from services.llm.embeddings import LocalOnnxEmbedder  # noqa: E402
 from tests.bench.ingest import machine  # noqa: E402
-from tests.bench.read import QUERIES, WORKSPACE, sql_dsn  # noqa: E402
+from tests.bench.read import QUERIES, WORKSPACE, refuse_another_model, sql_dsn  # noqa: E402
 
 LIMITS = (12, 50)  # GetContext's relevant section at 2,000 tokens asks about 12; at 4,000 tokens, more
 CROWD = "bench-assistant-"  # the added rows' ids begin with it
@@ -111,6 +111,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     state = stack.up(args.dir, progress=log)
     dsn = sql_dsn(state.database_url)
+    refuse_another_model(dsn)
     vectors = LocalOnnxEmbedder().embed_sync(QUERIES)
     observers = [args.assistant, args.other]
     log("as the stack is")

@@ -326,6 +326,21 @@ def wait_projected(dsn: str, messages: int, observations: int, timeout: float = 
     raise RuntimeError("the projector did not catch up in time")
 
 
+def refuse_another_model(dsn: str) -> None:
+    """Stop when a kept stack's vectors are of another model than the one queries would be embedded
+    with: reads compare only the active model's vectors, so its semantic lists would be empty."""
+    active = EmbeddingSettings().model
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT embedding_model FROM peerlog.messages WHERE embedding_model <> %s LIMIT 1", (active,)
+        ).fetchone()
+    if row:
+        raise SystemExit(
+            f"the kept stack's vectors are {row[0]}'s, not {active}'s: run with PEERLOG_EMBEDDING_MODEL={row[0]}"
+            " or on a new --dir"
+        )
+
+
 def built_parts(dsn: str, args) -> tuple[bool, bool, bool]:
     """Whether a kept stack (--dir) already holds the workspace's main part in full, the newcomer's and
     the long session's: what it holds is not built again."""
@@ -355,6 +370,7 @@ def build(state, args) -> dict:
     p["newcomer"] = newcomer_plan(p, args)
     p["long"] = long_plan(p, args)
     dsn = sql_dsn(state.database_url)
+    refuse_another_model(dsn)
     main_built, newcomer_built, long_built = built_parts(dsn, args)
     if main_built and newcomer_built and long_built:
         log("the kept stack already holds the workspace: setup skipped")
