@@ -33,6 +33,11 @@ PROCESSES: dict[str, list[str]] = {
 }
 
 
+def sql_dsn(url: str) -> str:
+    """A SQLAlchemy database URL (`postgresql+psycopg://…`) as psycopg.connect and libpq take it."""
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
 @dataclass
 class StackState:
     root: str

@@ -153,7 +153,7 @@ messages = Table(
     ),
     Index("messages_by_peer", "workspace_id", "peer_id", "created_at"),
     # a session's vectors side by side, for a search confined to few sessions that compares every one
-    # of their messages (message_search.EXACT_SCAN_FACTOR): an index-only scan reads them five to a page
+    # of their messages (search_path.EXACT_SCAN_FACTOR): an index-only scan reads them five to a page
     # in session order, where the table holds each in a ~2 kB row among other sessions' rows. Read
     # bench, 3,800 messages under the perspective: 0.10 instead of 0.34 ms per session scanned
     Index(

@@ -14,7 +14,8 @@ from projections import dialectic_reads as reads
 from projections import message_reads, observation_reads, peer_reads
 from projections.audit_reads import live_with_content, observations_by_id
 from projections.derivations import current_derivation
-from projections.message_search import MessageSearch, search_messages, search_text
+from projections.message_search import search_messages, search_text
+from projections.search_shape import MessageSearch
 from services.dialectic.ports import Evidence
 from services.events.text import normalise
 from services.toolloop.memory import DERIVED_LEVELS, RecallScope

@@ -8,7 +8,8 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import configurations, message_reads, observation_reads, peer_reads, session_reads
-from projections.message_search import MessageSearch, search_messages, search_text
+from projections.message_search import search_messages, search_text
+from projections.search_shape import MessageSearch
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope

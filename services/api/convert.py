@@ -17,8 +17,8 @@ from peerlog.v1 import (
     sessions_pb2,
     workspaces_pb2,
 )
-from projections.message_search import MessageSearch
 from projections.observation_reads import ObservationFilter
+from projections.search_shape import MessageSearch
 from projections.status_reads import StatusScope
 from services.api import clones, files
 from services.api import validation as v

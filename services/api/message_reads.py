@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.message_search import MessageSearch, adjacent_turns, search_messages, search_text
+from projections.message_search import adjacent_turns, search_messages, search_text
+from projections.search_shape import MessageSearch
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope

@@ -30,12 +30,14 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 
 from infra import stack  # noqa: E402
+from infra.stack import sql_dsn  # noqa: E402
 from projections.db import async_engine  # noqa: E402
-from projections.message_search import MessageSearch, search_messages  # noqa: E402
+from projections.message_search import search_messages  # noqa: E402
+from projections.search_shape import MessageSearch  # noqa: E402
 from projections.settings import DatabaseSettings  # noqa: E402
 from services.llm.embeddings import LocalOnnxEmbedder  # noqa: E402
 from tests.bench.ingest import machine  # noqa: E402
-from tests.bench.read import QUERIES, WORKSPACE, refuse_another_model, sql_dsn  # noqa: E402
+from tests.bench.read import QUERIES, WORKSPACE, refuse_another_model  # noqa: E402
 
 LIMITS = (12, 50)  # GetContext's relevant section at 2,000 tokens asks about 12; at 4,000 tokens, more
 CROWD = "bench-assistant-"  # the added rows' ids begin with it

@@ -55,7 +55,7 @@ from google.protobuf.struct_pb2 import Struct, Value  # noqa: E402
 from infra.kafka.broker import KafkaBroker, running_broker, stop_broker  # noqa: E402
 from infra.postgres.embedded import EmbeddedPostgres  # noqa: E402
 from infra.processes import pid_alive  # noqa: E402
-from infra.stack import _save, _spawn, down, up  # noqa: E402
+from infra.stack import _save, _spawn, down, sql_dsn, up  # noqa: E402
 from peerlog.v1 import messages_pb2  # noqa: E402
 from services.api.channels import aio_channel  # noqa: E402
 from services.bus.topics import OBSERVATIONS, SESSIONS  # noqa: E402
@@ -78,10 +78,6 @@ def log(msg: str) -> None:
 def pct(values: list[float], q: float) -> float | None:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1) if ordered else None
-
-
-def sql_dsn(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
 
 
 # --------------------------------------------------------------------------- the supervisor

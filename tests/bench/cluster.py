@@ -36,7 +36,7 @@ from collections import Counter  # noqa: E402
 
 from infra.kafka.cluster import KafkaCluster  # noqa: E402
 from infra.postgres.embedded import EmbeddedPostgres  # noqa: E402
-from infra.stack import PROCESSES, StackState, wait_for_api  # noqa: E402
+from infra.stack import PROCESSES, StackState, sql_dsn, wait_for_api  # noqa: E402
 from services.bus.admin import create_topics  # noqa: E402
 from services.bus.settings import KafkaSettings  # noqa: E402
 from services.bus.topics import SESSIONS  # noqa: E402
@@ -50,7 +50,6 @@ from tests.bench.chaos import (  # noqa: E402
     query,
     read_topic,
     seed_pairs,
-    sql_dsn,
     wait_quiet,
 )
 from tests.bench.ingest import machine, pin_fresh_ports  # noqa: E402

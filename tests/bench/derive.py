@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from infra.stack import down, up  # noqa: E402
+from infra.stack import down, sql_dsn, up  # noqa: E402
 from services.api.channels import aio_channel  # noqa: E402
 from services.cli.client import Client  # noqa: E402
 from tests.support.extractor import extract_each_turn, is_deriver  # noqa: E402
@@ -66,10 +66,6 @@ def pct(values: list[float], q: float) -> float | None:
 
 def turn(rng: random.Random, i: int) -> str:
     return f"Message {i}: I want to tell you about {rng.choice(TOPICS)}, it has been on my mind since {rng.randint(1, 28)} May."
-
-
-def sql_dsn(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
 
 
 async def drive(

@@ -746,13 +746,14 @@ def write_report(
 
 def bench(args: argparse.Namespace, argv: list[str], root: Path, made_dir: bool, state) -> None:
     """Set up a workspace, load it, wait for the projection and write the report."""
+    from infra.stack import sql_dsn
     from services.bus.admin import partitions_of
     from services.bus.settings import KafkaSettings
     from services.settings import Settings
 
     settings = Settings()  # what the stack processes see (same environment)
     schema = settings.database.schema_name
-    dsn = state.database_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    dsn = sql_dsn(state.database_url)
     target = f"127.0.0.1:{state.api_port}"
     kafka = KafkaSettings(bootstrap_servers=state.bootstrap_servers)
     partitions = len(partitions_of(kafka, f"{kafka.topic_prefix}sessions"))

@@ -64,7 +64,7 @@ import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
 from google.protobuf import struct_pb2, timestamp_pb2  # noqa: E402
 
-from infra.stack import down, up  # noqa: E402
+from infra.stack import down, sql_dsn, up  # noqa: E402
 from peerlog.v1 import (  # noqa: E402
     context_pb2,
     dialectic_pb2,
@@ -75,7 +75,7 @@ from services.api.channels import aio_channel  # noqa: E402
 from services.cli.client import Client  # noqa: E402
 from services.llm.embeddings import MINILM, LocalOnnxEmbedder  # noqa: E402
 from tests.bench import baselines  # noqa: E402
-from tests.bench.derive import machine, sql_dsn  # noqa: E402
+from tests.bench.derive import machine  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 ALL = "all (1-4)"

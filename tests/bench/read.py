@@ -48,6 +48,7 @@ import grpc  # noqa: E402
 import psycopg  # noqa: E402
 
 from infra import stack  # noqa: E402
+from infra.stack import sql_dsn  # noqa: E402
 from peerlog.v1 import (  # noqa: E402  # noqa: E402
     common_pb2,
     context_pb2,
@@ -167,10 +168,6 @@ def log(msg: str) -> None:
 
 def sentence(rng: random.Random) -> str:
     return f"{rng.choice(WHO)} {rng.choice(DID)} {rng.choice(WHAT)} {rng.choice(WHEN)} {rng.choice(WHY)}."
-
-
-def sql_dsn(url: str) -> str:
-    return url.replace("postgresql+psycopg://", "postgresql://")
 
 
 # --------------------------------------------------------------------------- the workspace, through the log
@@ -327,18 +324,26 @@ def wait_projected(dsn: str, messages: int, observations: int, timeout: float = 
 
 
 def refuse_another_model(dsn: str) -> None:
-    """Stop when a kept stack's vectors are of another model than the one queries would be embedded
-    with: reads compare only the active model's vectors, so its semantic lists would be empty."""
+    """Stop when most of a kept stack's vectors are of another model than the one queries would be
+    embedded with: reads compare only the active model's vectors, so its semantic lists would be (nearly)
+    empty. A few of another model (embedded while the stack ran under another setting) are reported."""
     active = EmbeddingSettings().model
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT embedding_model FROM peerlog.messages WHERE embedding_model <> %s LIMIT 1", (active,)
-        ).fetchone()
-    if row:
-        raise SystemExit(
-            f"the kept stack's vectors are {row[0]}'s, not {active}'s: run with PEERLOG_EMBEDDING_MODEL={row[0]}"
-            " or on a new --dir"
+        held = dict(
+            conn.execute(
+                "SELECT embedding_model, count(*) FROM peerlog.messages WHERE embedding_model IS NOT NULL GROUP BY 1"
+            ).fetchall()
         )
+    others = {model: n for model, n in held.items() if model != active}
+    if not others:
+        return
+    if sum(others.values()) > held.get(active, 0):
+        model = max(others, key=others.__getitem__)
+        raise SystemExit(
+            f"the kept stack's vectors are mostly {model}'s, not {active}'s: run with"
+            f" PEERLOG_EMBEDDING_MODEL={model} or on a new --dir"
+        )
+    log(f"the kept stack holds {others} vectors of another model than {active}; they are not searched")
 
 
 def built_parts(dsn: str, args) -> tuple[bool, bool, bool]:
@@ -597,7 +602,8 @@ def explain(dsn: str) -> dict:
     from sqlalchemy.dialects import postgresql
 
     from projections.message_ranking import depth
-    from projections.message_search import MessageSearch, Shape, fused, params
+    from projections.message_search import fused
+    from projections.search_shape import MessageSearch, Shape, params
 
     vector = LocalOnnxEmbedder().embed_sync([QUERIES[0]])[0]
     plans = {}

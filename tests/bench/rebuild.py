@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
+from infra.stack import sql_dsn  # noqa: E402
 from projections.rebuild import rebuild  # noqa: E402
 from services.settings import Settings  # noqa: E402
 from tests.bench import read  # noqa: E402
@@ -96,7 +97,7 @@ def run_rebuild(state, kill_after_s: float | None = None) -> dict:
     killed = killed_rebuild(state, kill_after_s) if kill_after_s else None
     started = time.monotonic()
     report = rebuild(Settings(), progress=lambda m: log(f"{time.monotonic() - started:7.1f} s  {m}"))
-    drop_retired(read.sql_dsn(state.database_url), report.retired)
+    drop_retired(sql_dsn(state.database_url), report.retired)
     return {
         **({"killed_first": killed, "resumed": report.resumed} if killed else {}),
         "events": report.events,
@@ -138,7 +139,7 @@ def main(argv: list[str]) -> int:
                 "workspace": {
                     "messages": args.messages,
                     "observations": args.observations,
-                    **log_size(read.sql_dsn(state.database_url)),
+                    **log_size(sql_dsn(state.database_url)),
                 },
                 "setup": built["timings"],
                 "target_events_per_s": 40_000,

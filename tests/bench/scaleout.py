@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from infra.stack import PROCESSES, down, up  # noqa: E402
-from tests.bench.chaos import Load, derived_ids, log, model_reply, seed_pairs, sql_dsn  # noqa: E402
+from infra.stack import PROCESSES, down, sql_dsn, up  # noqa: E402
+from tests.bench.chaos import Load, derived_ids, log, model_reply, seed_pairs  # noqa: E402
 from tests.bench.ingest import machine, pin_fresh_ports  # noqa: E402
 from tests.support.extractor import is_deriver  # noqa: E402
 from tests.support.model_server import ModelServer  # noqa: E402

@@ -11,7 +11,7 @@ from google.protobuf import timestamp_pb2
 from sqlalchemy import func, select
 
 from peerlog.v1 import messages_pb2, peers_pb2, sessions_pb2, workspaces_pb2
-from projections import message_search
+from projections import message_search, search_path
 from projections.apply import Record, apply_batch
 from projections.db import create_schema, sync_engine
 from projections.inserts import BULK_ROWS
@@ -244,7 +244,8 @@ async def test_a_question_naming_the_author_finds_the_authors_turns_though_no_te
 async def lexical_ids(settings, query: str) -> list[str]:
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from projections.message_search import MessageSearch, Shape, lexical, params
+    from projections.message_search import lexical
+    from projections.search_shape import MessageSearch, Shape, params
 
     search = MessageSearch(workspace_id="w", query=query, vector=None, limit=10)
     engine = create_async_engine(settings.database.url).execution_options(
@@ -319,7 +320,7 @@ SEMANTIC_PATHS = pytest.mark.parametrize("exact_scan_factor", [1e9, 0.0], ids=["
 
 @SEMANTIC_PATHS
 async def test_each_filter_narrows_both_rankings(garden, monkeypatch, exact_scan_factor):
-    monkeypatch.setattr(message_search, "EXACT_SCAN_FACTOR", exact_scan_factor)
+    monkeypatch.setattr(search_path, "EXACT_SCAN_FACTOR", exact_scan_factor)
     c, _, _ = garden
 
     async def days(**kw) -> set[int]:
@@ -334,7 +335,7 @@ async def test_each_filter_narrows_both_rankings(garden, monkeypatch, exact_scan
 
 @SEMANTIC_PATHS
 async def test_a_perspective_sees_only_what_was_sent_while_it_was_a_member(garden, monkeypatch, exact_scan_factor):
-    monkeypatch.setattr(message_search, "EXACT_SCAN_FACTOR", exact_scan_factor)
+    monkeypatch.setattr(search_path, "EXACT_SCAN_FACTOR", exact_scan_factor)
     c, _, _ = garden
 
     async def days(peer: str, **kw) -> set[int]:
@@ -348,22 +349,22 @@ async def test_a_perspective_sees_only_what_was_sent_while_it_was_a_member(garde
 
 async def test_an_observer_in_more_sessions_than_the_exact_comparison_takes_walks_the_graph(garden, monkeypatch):
     """Even when its sessions hold few messages: the comparison looks each session up (bob is in 2 here)."""
-    monkeypatch.setattr(message_search, "EXACT_SCAN_FACTOR", 1e9)
-    monkeypatch.setattr(message_search, "MAX_EXACT_SESSIONS", 1)
+    monkeypatch.setattr(search_path, "EXACT_SCAN_FACTOR", 1e9)
+    monkeypatch.setattr(search_path, "MAX_EXACT_SESSIONS", 1)
     c, _, _ = garden
     taken = []
-    decide = message_search._walk_settings_and_path
+    decide = message_search.walk_settings_and_path
 
     async def spy(conn, shape, values):
         exact, observed = await decide(conn, shape, values)
         taken.append(exact)
         return exact, observed
 
-    monkeypatch.setattr(message_search, "_walk_settings_and_path", spy)
+    monkeypatch.setattr(message_search, "walk_settings_and_path", spy)
     found = contents(await search_ws(c, "garden", limit=100, perspective_peer_id="bob"))
     assert {int(t.split(":")[0].split()[1]) for t in found} == {1, 2, 4}  # left before turn 3
     assert taken == [False]  # the graph walked
-    monkeypatch.setattr(message_search, "MAX_EXACT_SESSIONS", 2)
+    monkeypatch.setattr(search_path, "MAX_EXACT_SESSIONS", 2)
     found = contents(await search_ws(c, "garden", limit=100, perspective_peer_id="bob"))
     assert {int(t.split(":")[0].split()[1]) for t in found} == {1, 2, 4}
     assert taken == [False, True]  # compared one by one
@@ -371,7 +372,7 @@ async def test_an_observer_in_more_sessions_than_the_exact_comparison_takes_walk
 
 @SEMANTIC_PATHS
 async def test_session_and_peer_level_search_share_the_filters(garden, monkeypatch, exact_scan_factor):
-    monkeypatch.setattr(message_search, "EXACT_SCAN_FACTOR", exact_scan_factor)
+    monkeypatch.setattr(search_path, "EXACT_SCAN_FACTOR", exact_scan_factor)
     c, _, _ = garden
     in_s1 = await c.sessions.SearchMessages(
         sessions_pb2.SearchSessionMessagesRequest(workspace_id="w", session_id="s1", query="garden", limit=100)
@@ -543,7 +544,8 @@ async def test_the_sql_fusion_equals_the_pure_definition_with_bm25_computed_here
         lexical_match,
         placed_in_time,
     )
-    from projections.message_search import MessageSearch, search_messages
+    from projections.message_search import search_messages
+    from projections.search_shape import MessageSearch
 
     if dated_turn:
         c, _, _ = garden
@@ -647,7 +649,8 @@ async def test_a_search_plans_generically_and_the_next_read_on_its_connection_pl
     from sqlalchemy import text
 
     from projections.db import async_engine
-    from projections.message_search import MessageSearch, search_messages
+    from projections.message_search import search_messages
+    from projections.search_shape import MessageSearch
 
     settings = settings.model_copy(update={"database": settings.database.model_copy(update={"pool_size": 1})})
     engine = async_engine(settings.database)  # one pooled connection: the next read borrows the search's
@@ -666,7 +669,8 @@ async def test_a_search_in_a_snapshot_plans_generically_only_until_the_snapshot_
     from sqlalchemy import text
 
     from projections.db import GENERIC_PLANS, async_engine
-    from projections.message_search import MessageSearch, search_messages
+    from projections.message_search import search_messages
+    from projections.search_shape import MessageSearch
 
     settings = settings.model_copy(update={"database": settings.database.model_copy(update={"pool_size": 1})})
     engine = async_engine(settings.database)
