@@ -13,6 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
+from sqlalchemy.exc import SQLAlchemyError
 
 from peerlog.v1 import (
     audit_pb2,
@@ -282,8 +283,12 @@ async def _warm(ctx: ApiDeps) -> None:
 async def _warn_of_other_vector_models(ctx: ApiDeps) -> None:
     """Log the stored vectors semantic search cannot see: those of another model than the active one."""
     active = ctx.embedder.model_name
-    async with ctx.engine.connect() as conn:
-        others = await vectors_of_other_models(conn, active)
+    try:
+        async with ctx.engine.connect() as conn:
+            others = await vectors_of_other_models(conn, active)
+    except SQLAlchemyError as err:  # advice only: a database away at this moment must not stop the API
+        log.warning("could not count the stored vectors of other embedding models: %s", err)
+        return
     for model, n in others.items():
         log.warning(
             "%d messages and observations hold vectors of %s, not of the active embedding model %s: semantic "
