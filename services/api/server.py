@@ -302,8 +302,9 @@ async def _warn_of_other_vector_models(ctx: ApiDeps) -> None:
         )
 
 
-async def serve(settings: Settings, metrics: bool = True) -> None:
-    """Serve until SIGTERM/SIGINT, then drain in-flight calls."""
+async def serve(settings: Settings, metrics: bool = True, advise: bool = True) -> None:
+    """Serve until SIGTERM/SIGINT, then drain in-flight calls. `advise`: check the stored vectors' models
+    (one of several processes does, not each)."""
     # handlers first: a SIGTERM during start-up (the port may already answer while the model loads)
     # must stop the server through the same path, not kill it before a supervisor can clean up
     tracing.setup(settings.tracing, "peerlog-api")
@@ -323,7 +324,8 @@ async def serve(settings: Settings, metrics: bool = True) -> None:
             return  # stopped while waiting for Postgres: nothing was started
         raise
     await _warm(running.ctx)
-    await _warn_of_other_vector_models(running.ctx)
+    if advise:
+        await _warn_of_other_vector_models(running.ctx)
     # what exists now lives as long as the process: keep the collector from re-scanning it on every
     # full collection (a GetContext allocates thousands of rows, strings and messages)
     gc.collect()

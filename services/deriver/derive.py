@@ -48,6 +48,7 @@ class Deriver:
         self, settings: DeriverSettings, model: ModelClient, embedder: Embedder, store: DuplicateCandidates, emit
     ) -> None:
         self.settings, self.model, self.embedder, self.store, self.emit = settings, model, embedder, store, emit
+        self.near_duplicate = settings.near_duplicate or near_duplicate_similarity(embedder.model_name)
 
     def producer(self, model: str | None = None) -> ProducerInfo:
         return ProducerInfo(
@@ -106,7 +107,7 @@ class Deriver:
             window,
             list(known.values()),
             batch=base["batch_id"],
-            threshold=self.settings.near_duplicate or near_duplicate_similarity(self.embedder.model_name),
+            threshold=self.near_duplicate,
             embedding_model=self.embedder.model_name,
             producer=producer,
             cause=base["causation_id"],

@@ -39,8 +39,8 @@ LOCAL_MODEL = E5_SMALL  # the default model (EmbeddingSettings.model)
 LOCAL_DIMENSIONS = 384
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_CACHE_ENV = "PEERLOG_MODEL_CACHE"  # where the jar is; the container image sets it (the same as infra/models)
-EMBEDDING_STAGE = "embedding"
-NEAR_DUPLICATE = 0.95  # the same fact, for a model without a measured level of its own (see LocalModel)  # the stage label of embedding calls in errors and metrics
+EMBEDDING_STAGE = "embedding"  # the stage label of embedding calls in errors and metrics
+NEAR_DUPLICATE = 0.95  # the same fact, for a model without a measured level of its own (see LocalModel)
 
 
 def _count_retry() -> None:

@@ -75,27 +75,32 @@ def remove_sessions(dsn: str) -> None:
 
 
 async def timed(url: str, observers: list[str], rounds: int, vectors) -> dict:
-    """Median ms of search_messages per observer and limit; the first round warms up and is not counted."""
+    """Median ms of search_messages per observer and limit."""
     engine = async_engine(DatabaseSettings(url=url))
-    out = {}
     try:
         async with engine.connect() as conn:
             await conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
-            for observer in observers:
-                for limit in LIMITS:
-                    times = []
-                    for r in range(rounds + 1):
-                        for query, vector in zip(QUERIES, vectors, strict=True):
-                            search = MessageSearch(WORKSPACE, query, vector, perspective_id=observer, limit=limit)
-                            async with conn.begin():
-                                started = time.perf_counter()
-                                await search_messages(conn, search)
-                                if r:
-                                    times.append(time.perf_counter() - started)
-                    out[f"{observer} limit {limit}"] = round(statistics.median(times) * 1000, 2)
+            return {
+                f"{observer} limit {limit}": await _median_ms(conn, observer, limit, rounds, vectors)
+                for observer in observers
+                for limit in LIMITS
+            }
     finally:
         await engine.dispose()
-    return out
+
+
+async def _median_ms(conn, observer: str, limit: int, rounds: int, vectors) -> float:
+    """Each query searched once per round, each in its own snapshot; the first round warms up, uncounted."""
+    times = []
+    for r in range(rounds + 1):
+        for query, vector in zip(QUERIES, vectors, strict=True):
+            search = MessageSearch(WORKSPACE, query, vector, perspective_id=observer, limit=limit)
+            async with conn.begin():
+                started = time.perf_counter()
+                await search_messages(conn, search)
+                if r:
+                    times.append(time.perf_counter() - started)
+    return round(statistics.median(times) * 1000, 2)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -113,7 +118,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     state = stack.up(args.dir, progress=log)
     dsn = sql_dsn(state.database_url)
-    refuse_another_model(dsn)
+    refuse_another_model(state.database_url)
     vectors = LocalOnnxEmbedder().embed_sync(QUERIES)
     observers = [args.assistant, args.other]
     log("as the stack is")

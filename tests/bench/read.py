@@ -56,6 +56,9 @@ from peerlog.v1 import (  # noqa: E402  # noqa: E402
     sessions_pb2,
     workspaces_pb2,
 )
+from projections.db import sync_engine  # noqa: E402
+from projections.settings import DatabaseSettings  # noqa: E402
+from projections.vector_model_reads import vectors_by_model  # noqa: E402
 from services.api.channels import aio_channel  # noqa: E402
 from services.bus.producer import EventLog  # noqa: E402
 from services.bus.settings import KafkaSettings  # noqa: E402
@@ -323,17 +326,17 @@ def wait_projected(dsn: str, messages: int, observations: int, timeout: float = 
     raise RuntimeError("the projector did not catch up in time")
 
 
-def refuse_another_model(dsn: str) -> None:
+def refuse_another_model(database_url: str) -> None:
     """Stop when most of a kept stack's vectors are of another model than the one queries would be
     embedded with: reads compare only the active model's vectors, so its semantic lists would be (nearly)
     empty. A few of another model (embedded while the stack ran under another setting) are reported."""
     active = EmbeddingSettings().model
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        held = dict(
-            conn.execute(
-                "SELECT embedding_model, count(*) FROM peerlog.messages WHERE embedding_model IS NOT NULL GROUP BY 1"
-            ).fetchall()
-        )
+    engine = sync_engine(DatabaseSettings(url=database_url))
+    try:
+        with engine.connect() as conn:
+            held = dict(conn.execute(vectors_by_model()).all())
+    finally:
+        engine.dispose()
     others = {model: n for model, n in held.items() if model != active}
     if not others:
         return
@@ -375,7 +378,7 @@ def build(state, args) -> dict:
     p["newcomer"] = newcomer_plan(p, args)
     p["long"] = long_plan(p, args)
     dsn = sql_dsn(state.database_url)
-    refuse_another_model(dsn)
+    refuse_another_model(state.database_url)
     main_built, newcomer_built, long_built = built_parts(dsn, args)
     if main_built and newcomer_built and long_built:
         log("the kept stack already holds the workspace: setup skipped")
