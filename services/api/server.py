@@ -291,7 +291,7 @@ async def _warn_of_other_vector_models(ctx: ApiDeps) -> None:
         return
     for model, n in others.items():
         log.warning(
-            "%d messages and observations hold vectors of %s, not of the active embedding model %s: semantic "
+            "about %d messages and observations hold vectors of %s, not of the active embedding model %s: semantic "
             "search skips them until `peerlog reembed --model %s -w <workspace>` and a rebuild (README, Changing the "
             "embedding model), or PEERLOG_EMBEDDING_MODEL=%s",
             n,
