@@ -35,7 +35,7 @@ from services.llm.settings import EmbeddingSettings
 MINILM = "all-MiniLM-L6-v2"
 BGE_SMALL = "bge-small-en-v1.5"
 E5_SMALL = "e5-small-v2"
-LOCAL_MODEL = E5_SMALL  # the default model (EmbeddingSettings.model)
+LOCAL_MODEL: str = EmbeddingSettings.model_fields["model"].default  # the default model, declared by the settings
 LOCAL_DIMENSIONS = 384
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MODEL_CACHE_ENV = "PEERLOG_MODEL_CACHE"  # where the jar is; the container image sets it (the same as infra/models)
