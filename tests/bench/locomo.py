@@ -4,7 +4,7 @@ and of three naive baselines run over the same turns and questions?
 
     .venv/bin/python tests/bench/locomo.py --data ../shared/data/locomo/locomo8.json \
         [--audit ../shared/data/locomo/locomo8_audit_errors.json] [--conversations conv-26,conv-42] \
-        [--no-context] [--rerank] [--derive] [--chat] [--out tests/bench/results/locomo.json]
+        [--no-context] [--rerank] [--derive] [--chat] [--keep DIR] [--out tests/bench/results/locomo.json]
 
 Each conversation becomes a workspace: its two speakers are peers, each LoCoMo session a peerlog
 session (messages backdated to the session's date, `dia_id` kept in metadata; a shared photo's caption
@@ -81,6 +81,7 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 
 ALL = "all (1-4)"
 KS = (5, 10, 25)
 BUDGETS = (1000, 2000, 4000)
+POSTED = "locomo-posted.json"  # with --keep: each conversation's workspace, message ids and questions
 # the row field prefix of each method in the table: peerlog's is its SearchMessages recall, "peerlog
 # reranked" the same with `rerank` (with --rerank)
 METHODS = {"peerlog": "search", "peerlog reranked": "rerank", **{name: name for name in baselines.NAMES}}
@@ -386,7 +387,21 @@ async def evaluate(state, plan: list[tuple[dict, list[dict]]], args) -> dict:
                 await wait_derived(c, conv.ws)
             rows += [await score(c, conv, q, args) for q in qs]
             log(f"{conv.ws}: {len(qs)} questions scored")
-    return {"rows": rows, "messages": total, "ingest_s": round(ingest_s, 1), "embedding_wait_s": round(embed_wait_s, 1)}
+    kept = [
+        {
+            "ws": conv.ws,
+            "dia_of": conv.dia_of,
+            "questions": [{k: q[k] for k in ("question", "category", "evidence")} for q in qs],
+        }
+        for conv, (_, qs) in zip(posted, plan, strict=True)
+    ]
+    return {
+        "rows": rows,
+        "posted": kept,
+        "messages": total,
+        "ingest_s": round(ingest_s, 1),
+        "embedding_wait_s": round(embed_wait_s, 1),
+    }
 
 
 def fields(args) -> list[str]:
@@ -510,6 +525,13 @@ def main() -> int:
         help="peer ids that say nothing of the speaker's name (the name goes in the peer's metadata)",
     )
     p.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="run the stack in DIR and leave it running with the conversations loaded, their questions in "
+        f"DIR/{POSTED}, for tests/bench/ranking_sweep.py",
+    )
+    p.add_argument(
         "--hits",
         type=Path,
         help="also write each question with its top 100 hits and their scores "
@@ -534,13 +556,17 @@ def main() -> int:
     for key in ("PEERLOG_LLM_BASE_URL", "PEERLOG_LLM_MODEL", "PEERLOG_LLM_API_KEY"):
         if os.environ.get(key):
             env[key] = os.environ[key]
-    root = Path(tempfile.mkdtemp(prefix="peerlog-locomo-"))
+    root = args.keep or Path(tempfile.mkdtemp(prefix="peerlog-locomo-"))
     state = up(root, progress=log, model_env=env)
     try:
         result = asyncio.run(evaluate(state, plan, args))
     finally:
-        down(root, progress=log)
-    rows = result["rows"]
+        if not args.keep:
+            down(root, progress=log)
+    rows, posted = result["rows"], result.pop("posted")
+    if args.keep:
+        (root / POSTED).write_text(json.dumps(posted))
+        log(f"the stack stays up in {root}; stop it with infra.stack.down")
     result = {
         "benchmark": "locomo",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
