@@ -540,6 +540,8 @@ def main() -> int:
     args = p.parse_args()
     if (args.derive or args.chat) and not os.environ.get("PEERLOG_LLM_BASE_URL"):
         p.error("--derive and --chat need a model endpoint: set PEERLOG_LLM_BASE_URL (and PEERLOG_LLM_MODEL)")
+    if args.keep and (args.keep / POSTED).exists():  # posting again would put every turn in twice
+        p.error(f"{args.keep} already holds the conversations: sweep it with ranking_sweep.py, or keep a new directory")
     samples = json.loads(args.data.read_text())
     wanted = {s for s in args.conversations.split(",") if s}
     samples = [s for s in samples if not wanted or s["sample_id"] in wanted]
