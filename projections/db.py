@@ -25,6 +25,12 @@ from projections.settings import DatabaseSettings
 log = logging.getLogger(__name__)
 
 
+def mapped_schema(connectable: Connection | Engine) -> str | None:
+    """The schema the tables resolve to on `connectable` (its schema_translate_map, set by the engines
+    below and by a rebuild); None: the search path's."""
+    return (connectable.get_execution_options().get("schema_translate_map") or {}).get(None)
+
+
 def sync_engine(settings: DatabaseSettings, schema: str | None = None) -> Engine:
     """A blocking engine whose tables resolve to `schema` (default: the serving schema)."""
     engine = create_engine(settings.url, pool_size=4, pool_pre_ping=True)

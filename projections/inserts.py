@@ -27,6 +27,7 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from projections.db import mapped_schema
 from projections.keys import text_array_literal
 
 BULK_ROWS = 100
@@ -172,7 +173,7 @@ def _as_dbapi_error(raw: psycopg.Connection, stmt: sql.Composable) -> Iterator[N
 
 
 def _target(conn: Connection, table: Table) -> sql.Composable:
-    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(table.schema) or table.schema
+    schema = mapped_schema(conn) or table.schema
     return sql.Identifier(schema, table.name) if schema else sql.Identifier(table.name)
 
 

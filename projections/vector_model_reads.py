@@ -13,6 +13,7 @@ from collections import Counter
 from sqlalchemy import Select, func, select, text, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from projections.db import mapped_schema
 from projections.schema import messages, observations
 
 VECTOR_TABLES = (messages, observations)
@@ -46,9 +47,7 @@ async def vectors_of_other_models(conn: AsyncConnection, active: str) -> dict[st
     every row of both tables (100 ms for 152,000 rows here; a store of millions would be read whole at each
     restart). The statistics are as of the tables' last ANALYZE (autovacuum's, or the rebuild's before its
     switch); a table never analysed adds nothing, and a model held by too few rows to be sampled is missed."""
-    schema = (conn.sync_connection.get_execution_options().get("schema_translate_map") or {}).get(
-        None
-    )  # None: the search path's
+    schema = mapped_schema(conn.sync_connection)
     found = await conn.execute(_SAMPLED_MODELS, {"schema": schema, "tables": [t.name for t in VECTOR_TABLES]})
     estimated: Counter[str] = Counter()
     for models, shares, rows in found:

@@ -81,6 +81,7 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 
 ALL = "all (1-4)"
 KS = (5, 10, 25)
 BUDGETS = (1000, 2000, 4000)
+GROUPS = ("conv-26", "rest")
 POSTED = "locomo-posted.json"  # with --keep: each conversation's workspace, message ids and questions
 # the row field prefix of each method in the table: peerlog's is its SearchMessages recall, "peerlog
 # reranked" the same with `rerank` (with --rerank)
@@ -439,13 +440,15 @@ def table(recall_by_group: dict, args) -> dict:
     return out
 
 
+def group_of(sample: str) -> str:
+    """conv-26 is reported apart from the rest (GROUPS)."""
+    return "conv-26" if sample == "conv-26" else "rest"
+
+
 def report(result: dict, args) -> dict:
     rows = result.pop("rows")
     out = {}
-    for name, subset in (
-        ("conv-26", [r for r in rows if r["sample"] == "conv-26"]),
-        ("rest", [r for r in rows if r["sample"] != "conv-26"]),
-    ):
+    for name, subset in ((g, [r for r in rows if group_of(r["sample"]) == g]) for g in GROUPS):
         if subset:
             out[name] = {f: summarise(subset, f) for f in fields(args)}
     result["table"] = table(out, args)

@@ -36,7 +36,8 @@ from projections.db import async_engine  # noqa: E402
 from projections.search_shape import MessageSearch  # noqa: E402
 from projections.settings import DatabaseSettings  # noqa: E402
 from services.llm.embeddings import LocalOnnxEmbedder  # noqa: E402
-from tests.bench.locomo import ALL, CATEGORIES, KS, POSTED, log  # noqa: E402
+from tests.bench.locomo import ALL, CATEGORIES, KS, POSTED, group_of, log  # noqa: E402
+from tests.bench.locomo import recall as locomo_recall  # noqa: E402
 
 # where the statement reads its constants from: each module that holds a name gets the variant's value
 MODULES = (message_search, lexical_terms, message_ranking)
@@ -90,18 +91,16 @@ async def recall(conn: AsyncConnection, posted: list[dict], vectors: dict) -> di
     sums: dict = defaultdict(lambda: [0.0] * len(KS))
     counts: dict = defaultdict(int)
     for conv in posted:
-        group = "conv-26" if conv["ws"] == "conv-26" else "rest"
+        group = group_of(conv["ws"])
         for q in conv["questions"]:
             search = MessageSearch(conv["ws"], q["question"], vectors[conv["ws"], q["question"]], limit=max(KS))
             ranked = [
                 conv["dia_of"].get(r["message_id"], "") for r in await message_search.search_messages(conn, search)
             ]
-            cats = (CATEGORIES[q["category"]],) + ((ALL,) if q["category"] != 5 else ())
-            evidence = q["evidence"]
-            for cat in cats:
+            for cat in (CATEGORIES[q["category"]],) + ((ALL,) if q["category"] != 5 else ()):
                 counts[group, cat] += 1
                 for i, k in enumerate(KS):
-                    sums[group, cat][i] += sum(e in ranked[:k] for e in evidence) / len(evidence)
+                    sums[group, cat][i] += locomo_recall(ranked, q["evidence"], k)
     out: dict = defaultdict(dict)
     for (group, cat), n in sorted(counts.items()):
         out[group][cat] = [round(s / n, 3) for s in sums[group, cat]]
