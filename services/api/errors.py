@@ -37,9 +37,10 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     AppendFailed: grpc.StatusCode.UNAVAILABLE,
     AppendUnresolved: grpc.StatusCode.DEADLINE_EXCEEDED,  # gRPC's word for "it may have happened"
-    ModelUnavailable: grpc.StatusCode.UNAVAILABLE,  # the embedding endpoint of a search or write
-    # Chat's model: rejected requests and output still invalid after a repair are the server's, not the caller's
-    ModelError: grpc.StatusCode.UNAVAILABLE,
+    ModelUnavailable: grpc.StatusCode.UNAVAILABLE,  # Chat's model, or the embedding endpoint of a search or write
+    # Chat's model refused the request (4xx), or its output is still invalid after a repair: the server's
+    # fault, not the caller's, and not one a retry mends (UNAVAILABLE would have clients re-run the Chat)
+    ModelError: grpc.StatusCode.INTERNAL,
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     # infrastructure that is down or missing, not a bug: a retry (after an operator acts) can succeed
     sa.OperationalError: grpc.StatusCode.UNAVAILABLE,  # Postgres unreachable, restarting, or dropped us

@@ -9,7 +9,7 @@ import asyncio
 import json
 import math
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -307,13 +307,17 @@ class _Run:
                     "tool_calls": [_tool_message(c) for c in decision.calls],
                 }
             )
-        for call in decision.calls:
-            result = await execute(self.env, call, self.tools)
+        env = replace(self.env, max_chars=self.env.max_chars // len(decision.calls))  # one round's room, shared
+        for i, call in enumerate(decision.calls):
+            result = await execute(env, call, self.tools)
             self.state = self.state.showed(result.shown)
+            text = result.text
+            if decision.dropped and i == len(decision.calls) - 1:
+                text += prompt.CALLS_DROPPED.format(dropped=decision.dropped, most=len(decision.calls))
             if self.structured:
-                messages.append({"role": "user", "content": f"Result of {call.name}:\n{result.text}"})
+                messages.append({"role": "user", "content": f"Result of {call.name}:\n{text}"})
             else:
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result.text})
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
             yield ToolUsed(self.state.rounds, call.name, call.arguments, result.hits)
 
     async def finish(self, messages, decision: Finish) -> policy.Answer:
@@ -348,8 +352,11 @@ class _Run:
 async def _schema_error(text: str, schema: Mapping[str, Any]) -> str | None:
     try:
         value = json.loads(formats.strip_fences(text))
+        dumped = json.dumps(value, ensure_ascii=False)
     except (ValueError, RecursionError) as error:
         return f"not JSON: {error}"
+    if formats.valid_unicode(dumped) != dumped:  # protobuf could not send it
+        return "not valid Unicode: a \\ud800-\\udfff escape without its pair"
     # validation can be CPU-heavy (the caller wrote the schema): keep the event loop free
     problems = await asyncio.to_thread(response_format.problems, schema, value)
     return "\n".join(problems)[:2000] or None

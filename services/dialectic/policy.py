@@ -24,6 +24,9 @@ class Limits:
     tool_rounds: int
     token_budget: int  # prompt tokens over all model calls of one Chat
     result_tokens: int  # what one round of tool results may add to the conversation
+    # tools run per round: a turn may ask for any number at once (a stored message can ask the model for
+    # sixty searches), and each run costs reads, and room in the next prompt
+    calls_per_round: int = 4
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,8 @@ class LoopState:
 
 @dataclass(frozen=True)
 class CallTools:
-    calls: tuple[ToolCall, ...]
+    calls: tuple[ToolCall, ...]  # the first limits.calls_per_round of the turn's calls; they share the result room
+    dropped: int = 0  # the turn's calls beyond those, not run
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,10 @@ def decide(state: LoopState, turn: ModelTurn, limits: Limits, conversation_token
     if not turn.tool_calls or state.forced:
         return Finish(turn.text, turn.cited)
     reason = withheld(state, limits, conversation_tokens)
-    return CallTools(turn.tool_calls) if reason is None else ForceAnswer(reason)
+    if reason is not None:
+        return ForceAnswer(reason)
+    run = turn.tool_calls[: limits.calls_per_round]
+    return CallTools(run, len(turn.tool_calls) - len(run))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 from services.toolloop.memory import Row, message_line, observation_line
 from services.toolloop.turns import tool_catalogue
 
-PROMPT_VERSION = "dialectic-1"
+PROMPT_VERSION = "dialectic-2"
 
 SYSTEM = """You answer questions about a peer, using only the memory of what {observer} knows about {target}.
 Memory holds observations (explicit: stated in a message; deductive, inductive: derived from premises;
@@ -41,6 +41,10 @@ FORCE = {
     "round_cap": "You have used all your tool rounds. Answer now from the evidence above.",
     "token_budget": "There is no room for more tool results. Answer now from the evidence above.",
 }
+
+CALLS_DROPPED = (
+    "\n[{dropped} more tool calls of that turn were not run: at most {most} run at once. Call again if needed.]"
+)
 
 REPAIR = """Your answer did not match the required JSON schema:
 {error}

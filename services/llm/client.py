@@ -142,8 +142,9 @@ class ModelClient:
                     usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
                 for choice in chunk.choices:
                     if choice.delta.content:
-                        pieces.append(choice.delta.content)
-                        yield choice.delta.content
+                        piece = formats.valid_unicode(choice.delta.content)
+                        pieces.append(piece)
+                        yield piece
                     for call in choice.delta.tool_calls or []:
                         _merge_call_delta(calls, call)
         except openai.APIError as error:
@@ -272,7 +273,7 @@ class ModelClient:
         )
         metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
         message = response.choices[0].message
-        content = message.content or ""  # a tool-call-only reply has no text
+        content = formats.valid_unicode(message.content or "")  # a tool-call-only reply has no text
         calls = tuple(
             ToolCall(c.id or f"call_{i}", c.function.name, c.function.arguments or "")
             for i, c in enumerate(message.tool_calls or [])

@@ -17,6 +17,7 @@ from services.llm.settings import SchemaMode
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\r?\n?(.*?)```", re.DOTALL)
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_ERROR_CHARS = 2000
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str only from an escape such as "\\ud800" without its pair
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -115,6 +116,12 @@ def normalise_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def valid_unicode(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD. A model server may send one as a JSON escape;
+    such text cannot be encoded as UTF-8, so protobuf, Kafka's serialiser and Postgres would refuse it."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
 def strip_fences(text: str) -> str:
     """The JSON inside a ```json fence, if the reply has one; else the reply trimmed."""
     match = _FENCE.search(text)
@@ -128,8 +135,8 @@ def parse_reply(text: str, schema: type[M]) -> M:
         # raw control characters inside strings are let through: llama-cpp-python's grammars for a JSON
         # schema allow them (its plain-JSON grammar does not), and a newline in a text is no reason to repair
         body = json.dumps(json.loads(body, strict=False))
-    except ValueError:
-        pass  # pydantic describes the bad JSON
+    except (ValueError, RecursionError):
+        pass  # pydantic describes the bad JSON (and refuses nesting past its own limit)
     return schema.model_validate_json(body)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, Strict, model_validator
 
 from services.llm.client import ToolCall
 from services.llm.embeddings import Embedder
@@ -107,7 +107,15 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-UtcDatetime = Annotated[datetime, AfterValidator(_utc)]  # a time without a zone is UTC
+def _text(value: object) -> object:
+    if not isinstance(value, str):
+        raise ValueError("a time must be ISO 8601 text, such as 2024-05-01 or 2024-05-01T14:30:00Z")
+    return value
+
+
+# ISO 8601 text alone: a number would be read as seconds or milliseconds since 1970, which no model means;
+# a time without a zone is UTC
+UtcDatetime = Annotated[datetime, Strict(False), BeforeValidator(_text), AfterValidator(_utc)]
 
 
 class SearchObservations(ToolArgs):

@@ -26,7 +26,8 @@ class ToolResult:
 
 
 class ToolArgs(BaseModel):  # a tool's input (no docstring: a subclass's is its description); unknown arguments refused
-    model_config = ConfigDict(extra="forbid")
+    # strict: a count is an integer, not true, 5.0 or "5" (a time field loosens it for ISO 8601 text alone)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 def function_spec(name: str, args: type[BaseModel]) -> dict[str, Any]:
@@ -48,11 +49,28 @@ class Tool(Generic[Env]):
 
 
 def parse_arguments(raw: str | Mapping[str, Any]) -> dict[str, Any]:
-    """The call's arguments as a dict ({} for empty text); ValueError when they are not a JSON object."""
-    value = raw if isinstance(raw, Mapping) else json.loads(raw or "{}")
+    """The call's arguments as a dict ({} for empty text); ValueError when they are not a JSON object, nest
+    too deeply to parse, or hold a NUL character (Postgres cannot store or compare one)."""
+    try:
+        value = raw if isinstance(raw, Mapping) else json.loads(raw or "{}")
+        nul = _holds_nul(value)
+    except RecursionError:
+        raise ValueError("arguments nest too deeply") from None
     if not isinstance(value, dict):
         raise ValueError("arguments must be a JSON object")
+    if nul:
+        raise ValueError("arguments must not contain the NUL character (\\u0000)")
     return value
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, Mapping):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 def bad_arguments(name: str, error: Exception) -> str:

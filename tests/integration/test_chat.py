@@ -144,7 +144,7 @@ async def test_chat_calls_a_tool_and_the_result_reaches_the_model_in_the_next_re
     assert tool_messages(second) and "I moved to Oslo last year" in tool_messages(second)[0]
     assert out.answer == f"Bob lives in Oslo [msg:{memory['oslo']}]" and out.tool_rounds == 1
     assert list(out.cited_message_ids) == [memory["oslo"]] and out.model == "test-model" and not out.abstained
-    assert out.prompt_version == "dialectic-1"
+    assert out.prompt_version == "dialectic-2"
 
 
 async def test_chat_calls_a_display_named_peer_by_its_name_beside_its_id_in_prompt_and_tools(memory, model_server):
@@ -258,7 +258,7 @@ async def test_an_answer_still_invalid_after_the_repair_is_a_clear_error(memory,
     model_server.script([Reply(content="Oslo, I think"), Reply(content='{"city": 7}')])
     await rejected(
         ask(memory["chan"], response_format=d.ResponseFormat(json_schema=json.dumps(SCHEMA))),
-        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.INTERNAL,  # not UNAVAILABLE: the client library would re-run the Chat
         "response_format after one repair",
     )
 
@@ -427,7 +427,7 @@ async def test_structured_mode_garbage_after_the_repair_is_a_clear_error(serve, 
         PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object"
     )
     model_server.script([Reply(content="Bob lives in Oslo."), Reply(content={"neither": "tool nor answer"})])
-    await rejected(ask(chan), grpc.StatusCode.UNAVAILABLE, "dialectic_low", "model output invalid")
+    await rejected(ask(chan), grpc.StatusCode.INTERNAL, "dialectic_low", "model output invalid")
     assert len(model_server.chat_requests()) == 2
 
 

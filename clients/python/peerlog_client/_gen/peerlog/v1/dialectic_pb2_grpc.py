@@ -56,8 +56,9 @@ class DialecticServiceServicer:
     def Chat(self, request, context):
         """The whole answer at once. INVALID_ARGUMENT for an empty or over-long query, a bad level or an
         invalid response_format; NOT_FOUND for an unknown workspace, peer or session; UNAVAILABLE when
-        the model fails (unreachable, errors after retries, output that does not fit response_format
-        after one repair); DEADLINE_EXCEEDED past the server's limit or the call's own deadline.
+        the model cannot be reached or keeps failing after retries; INTERNAL when the model server refuses
+        the request or the output does not fit response_format after one repair (a retry will not mend
+        either); DEADLINE_EXCEEDED past the server's limit or the call's own deadline.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
