@@ -35,6 +35,7 @@ from services.toolloop.memory import (
     execute,
     specs,
 )
+from services.toolloop.registry import ToolResult
 from services.toolloop.turns import StructuredReply, ToolRequest, structured_turn_schema
 
 
@@ -94,6 +95,7 @@ def _tool_message(call: ToolCall) -> dict[str, Any]:
 
 
 SEARCH_TOOLS = (SEARCH_OBSERVATIONS.name, SEARCH_MESSAGES.name)  # all a search-only level (minimal) offers
+MIN_RESULT_TOKENS = 150  # a call whose round has less room left is not run
 HISTORY_MESSAGES = 200  # the session's newest messages read before the history's token cap is applied
 
 
@@ -165,7 +167,9 @@ class _Run:
             settings.tool_result_chars,
             owner.reranker,
         )
-        self.limits = Limits(self.level.tool_rounds, settings.token_budget, settings.tool_result_chars // 3)
+        self.limits = Limits(
+            self.level.tool_rounds, settings.token_budget, settings.tool_result_chars // policy.CHARS_PER_TOKEN
+        )
         self.tools = SEARCH_TOOLS if self.level.search_only else tuple(TOOLS)
         self.state = LoopState()
         self.model_name = ""
@@ -307,9 +311,10 @@ class _Run:
                     "tool_calls": [_tool_message(c) for c in decision.calls],
                 }
             )
-        env = replace(self.env, max_chars=self.env.max_chars // len(decision.calls))  # one round's room, shared
+        left = decision.room  # tokens: the round's room, shared by its calls in turn
         for i, call in enumerate(decision.calls):
-            result = await execute(env, call, self.tools)
+            result = await self.run_within(call, left)
+            left -= count_tokens(result.text)
             self.state = self.state.showed(result.shown)
             text = result.text
             if decision.dropped and i == len(decision.calls) - 1:
@@ -319,6 +324,19 @@ class _Run:
             else:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
             yield ToolUsed(self.state.rounds, call.name, call.arguments, result.hits)
+
+    async def run_within(self, call: ToolCall, tokens: int) -> ToolResult:
+        """Run `call` with its result cut to `tokens` (never run when fewer than MIN_RESULT_TOKENS are left).
+        Cut by characters first, then further while dense text (few characters a token) still counts over."""
+        if tokens < MIN_RESULT_TOKENS:
+            return ToolResult(prompt.NO_ROOM, {}, 0)
+        env = replace(self.env, max_chars=min(self.env.max_chars, tokens * policy.CHARS_PER_TOKEN))
+        result = await execute(env, call, self.tools)
+        text, n = result.text, count_tokens(result.text)
+        while n > tokens:
+            text = text[: len(text) * tokens // n - 1]
+            n = count_tokens(text)
+        return ToolResult(text, {i: k for i, k in result.shown.items() if i in text}, result.hits)
 
     async def finish(self, messages, decision: Finish) -> policy.Answer:
         schema = self.request.response_schema

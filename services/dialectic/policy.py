@@ -23,10 +23,13 @@ ABSTAIN_ANSWER = "I don't know: nothing in memory tells me that."
 class Limits:
     tool_rounds: int
     token_budget: int  # prompt tokens over all model calls of one Chat
-    result_tokens: int  # what one round of tool results may add to the conversation
-    # tools run per round: a turn may ask for any number at once (a stored message can ask the model for
-    # sixty searches), and each run costs reads, and room in the next prompt
-    calls_per_round: int = 4
+    result_tokens: int  # what one tool result may add to the conversation, at most
+    # calls run per round, at most: a turn may ask for any number at once (a stored message can ask the
+    # model for sixty searches), and each costs reads; the round's room (round_room) bounds their text
+    calls_per_round: int = 16
+
+
+CHARS_PER_TOKEN = 3  # a tool result's characters per token, as the budget counts them (few real texts have fewer)
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,9 @@ class LoopState:
 
 @dataclass(frozen=True)
 class CallTools:
-    calls: tuple[ToolCall, ...]  # the first limits.calls_per_round of the turn's calls; they share the result room
+    calls: tuple[ToolCall, ...]  # the first limits.calls_per_round of the turn's calls
     dropped: int = 0  # the turn's calls beyond those, not run
+    room: int = 0  # tokens their results may add together (round_room)
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,13 @@ def decide(state: LoopState, turn: ModelTurn, limits: Limits, conversation_token
     if reason is not None:
         return ForceAnswer(reason)
     run = turn.tool_calls[: limits.calls_per_round]
-    return CallTools(run, len(turn.tool_calls) - len(run))
+    return CallTools(run, len(turn.tool_calls) - len(run), round_room(state, limits, conversation_tokens))
+
+
+def round_room(state: LoopState, limits: Limits, conversation_tokens: int) -> int:
+    """Tokens one round's tool results may add together: what leaves room in the budget for the next call
+    and the answer's, both of which carry them; never less than one result (`withheld` saw to that)."""
+    return max(limits.result_tokens, (limits.token_budget - state.spent_tokens) // 2 - conversation_tokens)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ FORCE = {
 CALLS_DROPPED = (
     "\n[{dropped} more tool calls of that turn were not run: at most {most} run at once. Call again if needed.]"
 )
+NO_ROOM = "not run: the results above fill this round's room; call it again in a later turn if still needed"
 
 REPAIR = """Your answer did not match the required JSON schema:
 {error}

@@ -35,7 +35,7 @@ def test_a_turn_without_tool_calls_finishes_with_its_text_and_declared_ids():
 
 
 def test_tool_calls_within_the_cap_and_budget_are_carried_out():
-    assert decide(LoopState(rounds=1), ModelTurn("", (CALL,)), LIMITS, 100) == CallTools((CALL,))
+    assert decide(LoopState(rounds=1), ModelTurn("", (CALL,)), LIMITS, 100) == CallTools((CALL,), room=4_900)
 
 
 def test_tool_calls_at_the_round_cap_force_an_answer():
