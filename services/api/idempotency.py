@@ -40,12 +40,12 @@ from weakref import WeakKeyDictionary
 
 import orjson
 from pydantic import BaseModel
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from projections.idempotency import first_request
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.locks import advisory, advisory_key
 from services.errors import FailedPrecondition, Unavailable
 from services.events import new_id
 from services.events.requests import KeyedRequest
@@ -111,21 +111,14 @@ _HOLDERS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary(
 
 
 async def _locked(ctx: ApiDeps, k: Keyed, write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
-    lock = int.from_bytes(
-        hashlib.sha256(f"{k.workspace_id}\0{k.scope}\0{k.key}".encode()).digest()[:8], "big", signed=True
-    )
     holders = _HOLDERS.setdefault(ctx.engine, asyncio.Semaphore(max(1, ctx.engine.pool.size())))
-    async with holders, ctx.engine.connect() as conn:
-        await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock})
-        try:
-            found = await _reply(ctx, k, conn=conn)
-            if found is not None:
-                return found
-            ids, token = await write(k.request())
-            await _projected(ctx, token)
-            return await _reply(ctx, k, conn=conn) or (ids, token)
-        finally:
-            await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock})
+    async with holders, ctx.engine.connect() as conn, advisory(conn, [advisory_key(k.workspace_id, k.scope, k.key)]):
+        found = await _reply(ctx, k, conn=conn)
+        if found is not None:
+            return found
+        ids, token = await write(k.request())
+        await _projected(ctx, token)
+        return await _reply(ctx, k, conn=conn) or (ids, token)
 
 
 async def _projected(ctx: ApiDeps, token: str) -> None:

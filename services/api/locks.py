@@ -1,10 +1,15 @@
-"""Per-key asyncio locks: one API process serialises the check-then-append of a control-plane write."""
+"""Locks around a check-then-append: per-key asyncio locks, with which one API process serialises a
+control-plane write, and Postgres advisory locks, which serialise across API processes."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Hashable
+import hashlib
+from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import asynccontextmanager
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 
 class KeyedLocks:
@@ -29,3 +34,22 @@ class KeyedLocks:
 
     def __len__(self) -> int:
         return len(self._locks)
+
+
+def advisory_key(*parts: str) -> int:
+    """A Postgres advisory lock key for `parts`: 64 bits of their hash."""
+    return int.from_bytes(hashlib.sha256("\0".join(parts).encode()).digest()[:8], "big", signed=True)
+
+
+@asynccontextmanager
+async def advisory(conn: AsyncConnection, keys: Sequence[int]) -> AsyncIterator[None]:
+    """Session advisory locks on `keys`, held on `conn` for the body. Taken in ascending order, so two
+    holders of overlapping sets cannot deadlock; a dead process's connection drops them."""
+    ordered = sorted(set(keys))
+    await conn.execute(text("SELECT pg_advisory_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k"), {"keys": ordered})
+    try:
+        yield
+    finally:
+        await conn.execute(
+            text("SELECT pg_advisory_unlock(k) FROM unnest(CAST(:keys AS bigint[])) AS k"), {"keys": ordered}
+        )

@@ -13,14 +13,18 @@ does the same), so two processes can append a duplicate event but never make the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import RowMapping
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import append_reads, message_reads, peer_reads, session_reads, workspace_reads
+from projections.append_reads import AppendFacts
 from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
@@ -32,6 +36,7 @@ from services.api.guards import (
     require_workspace,
     validate_messages,
 )
+from services.api.locks import advisory, advisory_key
 from services.errors import AlreadyExists, FailedPrecondition
 from services.events import (
     Configuration,
@@ -276,12 +281,52 @@ async def append_checked(
 async def _append_messages(
     ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage], request: KeyedRequest | None
 ) -> tuple[list[str], str]:
-    # the hot path: the checks in one statement, two when the client chose message ids (the session row
-    # implies its workspace)
-    async with ctx.engine.connect() as conn:
+    chosen = sorted({m.message_id for m in new if m.message_id})
+    if not chosen:  # the hot path: the checks in one statement (the session row implies its workspace)
+        async with ctx.engine.connect() as conn:
+            facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
+        return await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request, wait=False)
+    # a client's ids are new only if no projected message has them: hold them (across API processes) from
+    # that check until the write is readable, or two writes of one id both pass it, both are acknowledged,
+    # and the projector can keep only one. Shielded: a caller that gives up never frees them early.
+    task = asyncio.ensure_future(_claimed_append(ctx, workspace_id, session_id, new, request, chosen))
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # the caller may be gone
+    return await asyncio.shield(task)
+
+
+# a claim holds one pooled connection while it waits for the projector: at most half the pool's size of
+# them, so keyed writes (idempotency._HOLDERS) and reads always find a connection
+_CLAIMS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary()
+
+
+async def _claimed_append(
+    ctx: ApiDeps,
+    workspace_id: str,
+    session_id: str,
+    new: Sequence[NewMessage],
+    request: KeyedRequest | None,
+    chosen: Sequence[str],
+) -> tuple[list[str], str]:
+    claims = _CLAIMS.setdefault(ctx.engine, asyncio.Semaphore(max(1, ctx.engine.pool.size() // 2)))
+    keys = [advisory_key("message", workspace_id, i) for i in chosen]
+    async with claims, ctx.engine.connect() as conn, advisory(conn, keys):
         facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
-        chosen = [m.message_id for m in new if m.message_id]
-        taken = await message_reads.messages_by_id(conn, workspace_id, chosen) if chosen else {}
+        taken = await message_reads.messages_by_id(conn, workspace_id, chosen)
+        return await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=True)
+
+
+async def _checked_append(
+    ctx: ApiDeps,
+    facts: AppendFacts,
+    taken: Mapping[str, Any],
+    workspace_id: str,
+    session_id: str,
+    new: Sequence[NewMessage],
+    request: KeyedRequest | None,
+    wait: bool,
+) -> tuple[list[str], str]:
+    """The append after its checks (`facts` of the session and authors, the chosen ids `taken`); with
+    `wait`, answered once readable."""
     if not facts.session_exists:
         await require_session(ctx, workspace_id, session_id)  # says which is missing, or what is malformed
     if taken:
@@ -315,5 +360,5 @@ async def _append_messages(
         )
         for m in new
     ]
-    token = await commit(ctx, events, wait=False)
+    token = await commit(ctx, events, wait=wait)
     return [e.message_id for e in events], token

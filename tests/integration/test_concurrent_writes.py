@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import grpc
 from sqlalchemy import select, text
 
-from peerlog.v1 import common_pb2, context_pb2, context_pb2_grpc, sessions_pb2
+from peerlog.v1 import common_pb2, context_pb2, context_pb2_grpc, messages_pb2, sessions_pb2
 from projections import message_reads, peer_reads, session_reads
 from projections.db import sync_engine
 from projections.schema import memberships
@@ -17,6 +17,7 @@ from services.bus.producer import EventLog
 from services.cli.client import Client
 from services.events import MemberJoined, MemberLeft, PeerCreated, ProducerInfo, SessionCreated, WorkspaceCreated
 from tests.integration.test_bad_input import quarantined
+from tests.support.rpc import rejected
 from tests.support.wait import eventually
 
 N = 16
@@ -155,3 +156,36 @@ async def test_get_context_reads_every_statement_from_one_read_only_repeatable_r
     assert len(seen) == 3
     assert {(isolation, read_only) for isolation, read_only, _ in seen} == {("repeatable read", "on")}
     assert len({started for _, _, started in seen}) == 1  # one transaction
+
+
+def one_message(session_id: str, message_id: str, content: str) -> messages_pb2.AddMessagesRequest:
+    return messages_pb2.AddMessagesRequest(
+        workspace_id="acme",
+        session_id=session_id,
+        messages=[messages_pb2.NewMessage(peer_id="alice", content=content, message_id=message_id)],
+    )
+
+
+async def test_racing_writes_of_one_client_message_id_are_acknowledged_once_and_the_winner_is_kept(channel, settings):
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    await c.session("acme", "s2", members=["alice", "bob"])
+    sends = [one_message(f"s{1 + i % 2}", "chosen-1", f"take {i}") for i in range(N)]
+
+    results = await asyncio.gather(*(c.messages.AddMessages(r) for r in sends), return_exceptions=True)
+
+    assert codes(results) == ["OK"] + ["StatusCode.ALREADY_EXISTS"] * (N - 1)
+    winner = next(i for i, r in enumerate(results) if not isinstance(r, grpc.aio.AioRpcError))
+    got = await c.messages.GetMessage(messages_pb2.GetMessageRequest(workspace_id="acme", message_id="chosen-1"))
+    assert (got.session_id, got.content) == (sends[winner].session_id, f"take {winner}")
+    assert quarantined(settings) == 0
+
+
+async def test_a_client_message_id_sent_again_right_after_its_acknowledgement_is_refused(channel, settings):
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    await c.messages.AddMessages(one_message("s1", "chosen-2", "first"))
+    # before it is projected, unless the first one's claim on the id holds it until it is
+    await rejected(c.messages.AddMessages(one_message("s1", "chosen-2", "second")), grpc.StatusCode.ALREADY_EXISTS)
+    await asyncio.sleep(1)  # anything projected by now
+    assert quarantined(settings) == 0
