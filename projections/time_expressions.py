@@ -58,7 +58,9 @@ UNITS = {"day": 1, "week": 7, "month": 30, "year": 365}
 _MONTH = r"(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
-_NUMBER = r"(?P<n>\d+|" + "|".join(sorted(NUMBERS, key=len, reverse=True)) + r")"
+# a count of at most four digits: "9999 years ago" is already before year 1, and a longer one is a
+# number in the text (an id, an amount) rather than a time
+_NUMBER = r"(?P<n>\d{1,4}|" + "|".join(sorted(NUMBERS, key=len, reverse=True)) + r")"
 # most specific first: a span a pattern has taken is not read again by a later one
 PATTERNS = (
     ("iso", rf"\b{_YEAR}-(?P<mon>[01]\d)-(?P<day>[0-3]\d)\b"),
@@ -156,6 +158,15 @@ def _period(kind: str, g: dict[str, str], ref: datetime) -> Period | None:  # no
     return _month(_latest_year(month, 1, ref), month)  # "in December": the latest December begun by ref
 
 
+def _period_in_range(kind: str, g: dict[str, str], ref: datetime) -> Period | None:
+    """`_period`, or None when the period runs outside the years 1–9999 a datetime holds ("3000 years
+    ago", "yesterday" from a reference on 1 January of year 1): no period, not a failed search."""
+    try:
+        return _period(kind, g, ref)
+    except (OverflowError, ValueError):  # only date arithmetic happens there: these are its range errors
+        return None
+
+
 def periods(query: str, ref: datetime) -> list[Period]:
     """The periods `query` names, in the order they appear; none when it names no time."""
     taken: list[tuple[int, int]] = []
@@ -164,7 +175,7 @@ def periods(query: str, ref: datetime) -> list[Period]:
         for m in pattern.finditer(query):
             if any(m.start() < end and start < m.end() for start, end in taken):
                 continue
-            period = _period(kind, {k: v for k, v in m.groupdict().items() if v}, ref)
+            period = _period_in_range(kind, {k: v for k, v in m.groupdict().items() if v}, ref)
             if period is not None:
                 taken.append(m.span())
                 found.append((m.start(), period))

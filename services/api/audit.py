@@ -59,7 +59,8 @@ async def get_observation_history(
 async def list_rejected(
     ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, dream_id: str, limit: int, token: str
 ) -> Sequence[RowMapping]:
-    await preflight(ctx, token)
+    # a dream id is an id: unchecked, a NUL in it reached Postgres (INTERNAL)
+    await preflight(ctx, token, ids={"dream_id": dream_id} if dream_id else None)
     if bool(observer_id) != bool(observed_id):
         raise InvalidArgument("give both observer_id and observed_id to narrow to a pair, or neither")
     if limit > 500:

@@ -60,12 +60,20 @@ def _decoded(data: bytes, file_name: str) -> str:
         raise InvalidArgument(f"{file_name!r} is not UTF-8 text (byte {exc.start} cannot be decoded)") from None
 
 
+def _storable(pdf_text: str) -> str:
+    """A PDF's extracted text without what Postgres and JSON cannot hold. A NUL there comes from a font's
+    encoding (a glyph mapped to code 0), not from the document's words: dropped, so one stray glyph does not
+    refuse a whole file (in a text file's bytes a NUL means binary data, and is refused). A surrogate a
+    ToUnicode map names alone has no UTF-8 form: U+FFFD, as a decoder shows a character it cannot read."""
+    return pdf_text.replace("\x00", "").encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def _pdf_text(data: bytes, file_name: str) -> str:
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             raise InvalidArgument(f"{file_name!r} is an encrypted PDF; send it without a password")
-        return "\n\n".join((page.extract_text() or "").strip() for page in reader.pages)
+        return _storable("\n\n".join((page.extract_text() or "").strip() for page in reader.pages))
     except (PyPdfError, ValueError, KeyError, TypeError) as exc:  # pypdf's errors on a damaged file
         raise InvalidArgument(f"{file_name!r} is not a readable PDF: {exc}"[:500]) from None
 

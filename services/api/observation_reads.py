@@ -72,6 +72,8 @@ async def _preflight(ctx: ApiDeps, pair: ObservationFilter, token: str) -> None:
         ctx,
         token,
         pair.workspace_id,
+        # a derivation's name is an id: unchecked, a NUL in it reached Postgres (INTERNAL), and any length passed
+        ids={"derivation": pair.derivation} if pair.derivation else None,
         peers={"observer_id": pair.observer_id, "observed_id": pair.observed_id},
         session_id=pair.session_id or None,
     )

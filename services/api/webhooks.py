@@ -4,7 +4,9 @@ The store is blocking (its own small pool): every call runs off the event loop."
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import secrets
+import unicodedata
 import uuid
 from datetime import datetime
 from urllib.parse import urlsplit
@@ -24,10 +26,46 @@ def _off_loop(fn, *args):
     return asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
+def check_url_form(url: str) -> None:
+    """InvalidArgument unless `url` is an http(s) URL of at most MAX_URL_CHARS with a host (an IP literal or a
+    name DNS can look up), a port from 1 to 65535 if it names one, and no space or control character."""
+    shown = f"url {url[:80]!r}"
+    if len(url) > MAX_URL_CHARS:
+        raise InvalidArgument(f"{shown} has {len(url)} characters; the limit is {MAX_URL_CHARS}")
+    # a NUL cannot be stored, and urlsplit silently drops tabs and newlines: what was checked would not be
+    # what is kept
+    odd = next((c for c in url if c.isspace() or unicodedata.category(c) == "Cc"), None)
+    if odd is not None:
+        raise InvalidArgument(f"{shown} contains U+{ord(odd):04X} (a space or control character); percent-encode it")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # parsed on access: a port that is not a number, or over 65535, raises here
+    except ValueError as malformed:
+        raise InvalidArgument(f"{shown} is not a well-formed URL: {malformed}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidArgument(f"{shown} is not an http(s) URL with a host")
+    if port == 0:
+        raise InvalidArgument(f"{shown} names port 0; name one from 1 to 65535, or none for the scheme's own")
+    _check_host(shown, parts.hostname)
+
+
+def _check_host(shown: str, host: str) -> None:
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")  # what the resolver does with it: a name it cannot encode is no host at all
+    except UnicodeError:
+        raise InvalidArgument(
+            f"{shown}: {host[:80]!r} is not a host name DNS can look up (an empty label, one over 63 characters, "
+            "or a character host names may not hold)"
+        ) from None
+
+
 async def _check_url(url: str, allow_private: bool) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or len(url) > MAX_URL_CHARS:
-        raise InvalidArgument(f"url {url[:80]!r} is not an http(s) URL with a host of at most {MAX_URL_CHARS} chars")
+    check_url_form(url)
     if not allow_private:
         try:
             await check_url(url)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import grpc
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from google.protobuf import struct_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 from sqlalchemy import func, select
 
 from peerlog.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     common_pb2,
     configuration_pb2,
     context_pb2,
@@ -395,6 +397,49 @@ async def test_malformed_ids_are_invalid_argument_before_any_read_on_the_fast_pa
             field,
         )
     assert log_end_offsets(settings) == before
+
+
+async def test_derivation_and_dream_id_filters_are_checked_as_ids_before_any_read(convo, channel):
+    """Found in review: a NUL in either reached Postgres (INTERNAL), and a derivation of 3 MB was taken."""
+    audit = audit_pb2_grpc.AuditServiceStub(channel)
+    for bad in ("a\x00b", "a" * 3_000_000, "a b"):
+        await rejected(
+            convo.observations.ListObservations(
+                observations_pb2.ListObservationsRequest(
+                    workspace_id="acme", observer_id="alice", observed_id="alice", derivation=bad
+                )
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "derivation",
+            "is not a valid id",
+        )
+        for pair in ({}, {"observer_id": "alice", "observed_id": "alice"}):
+            await rejected(
+                audit.ListRejectedObservations(
+                    audit_pb2.ListRejectedObservationsRequest(workspace_id="acme", dream_id=bad, **pair)
+                ),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "dream_id",
+                "is not a valid id",
+            )
+    named = observations_pb2.ListObservationsRequest(
+        workspace_id="acme", observer_id="alice", observed_id="alice", derivation="original"
+    )
+    assert not (await convo.observations.ListObservations(named)).observations
+    unseen = audit_pb2.ListRejectedObservationsRequest(workspace_id="acme", dream_id="0190-no-such-dream")
+    assert not (await audit.ListRejectedObservations(unseen)).rejections
+
+
+async def test_a_time_word_outside_the_years_1_to_9999_is_no_time_and_the_search_answers(convo):
+    """Found in review: "3000 years ago", or "yesterday" before a bound in year 1, overflowed (INTERNAL)."""
+    year_1 = timestamp_pb2.Timestamp(seconds=-62135596800 + 3600)  # 0001-01-01T01:00Z
+    for query, bounds in (
+        ("what did we do 3000 years ago", {}),
+        ("what happened 99999999999 days ago", {}),
+        ("what did you write yesterday", {"before": year_1}),
+    ):
+        request = workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="acme", query=query, **bounds)
+        await convo.workspaces.SearchMessages(request)
 
 
 async def test_search_filters_of_70000_ids_are_invalid_argument(convo):

@@ -61,6 +61,14 @@ async def test_a_pdf_json_and_text_file_are_read_and_an_idempotent_repeat_writes
     assert list(from_pdf.message_ids) == [got[0].message_id]
 
 
+async def test_a_pdf_with_a_nul_or_a_lone_surrogate_in_its_text_becomes_readable_messages(channel, session):
+    # before: acknowledged, then quarantined by the projector (NUL) or INTERNAL (a surrogate has no UTF-8 form)
+    data = pdf(["Bob keeps\\000 bees in A."], to_unicode={"A": "D800"})
+    out = await upload(channel, data, "odd.pdf")
+    got = await session.all_messages("w", "s", out.consistency_token)
+    assert [(m.message_id, m.content) for m in got] == [(out.message_ids[0], "Bob keeps bees in \ufffd.")]
+
+
 @pytest.mark.parametrize(
     "data,name,code,reason",
     [

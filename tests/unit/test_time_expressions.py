@@ -62,3 +62,33 @@ def test_a_query_that_names_no_time_gives_no_period(query):
 
 def test_an_impossible_day_falls_back_to_the_month_it_names():
     assert periods("What happened on 31 February 2023?", REF) == [Period(d(2023, 2, 1), d(2023, 3, 1))]
+
+
+@pytest.mark.parametrize(
+    ("query", "ref"),
+    [
+        ("what did we do 3000 years ago", REF),
+        ("what did we do 9999 years ago", REF),
+        ("what happened 99999999999 days ago", REF),
+        ("9" * 5000 + " days ago", REF),  # past Python's limit on converting digits to an int
+        ("what did you write yesterday", datetime(1, 1, 1, 1, tzinfo=UTC)),
+        ("what happened last week", datetime(1, 1, 3, tzinfo=UTC)),
+        ("what happened last month", datetime(1, 1, 3, tzinfo=UTC)),
+        ("where did she go last May", datetime(1, 3, 1, tzinfo=UTC)),
+        ("what did we do today", datetime(9999, 12, 31, 23, tzinfo=UTC)),
+        ("plans made this year", datetime(9999, 6, 1, tzinfo=UTC)),
+        ("plans made this month", datetime(9999, 12, 3, tzinfo=UTC)),
+        ("what did we cook in December", datetime(9999, 12, 31, tzinfo=UTC)),
+    ],
+)
+def test_a_time_outside_the_years_a_datetime_holds_names_no_period(query, ref):
+    assert periods(query, ref) == []
+
+
+def test_a_time_out_of_range_does_not_hide_the_others_named_with_it():
+    assert periods("3000 years ago or in August 2022", REF) == [Period(d(2022, 8, 1), d(2022, 9, 1))]
+
+
+def test_a_count_of_up_to_four_digits_is_still_read():
+    # about 2020-09-18, give or take a third of it
+    assert periods("the trip 1000 days ago", REF) == [Period(d(2019, 10, 21), d(2021, 8, 17))]

@@ -13,18 +13,20 @@ from services.api.files import MAX_FILE_BYTES, check_size, split, text_of
 from services.errors import InvalidArgument
 
 
-def pdf(pages: list[str], password: str | None = None) -> bytes:
-    """A PDF with one page per text (each line drawn in Helvetica), encrypted with AES when given a password."""
+def pdf(pages: list[str], password: str | None = None, to_unicode: dict[str, str] | None = None) -> bytes:
+    """A PDF with one page per text (each line drawn in Helvetica), encrypted with AES when given a password;
+    `to_unicode` (a character drawn -> UTF-16BE hex of the text it stands for) gives the font a ToUnicode map."""
     writer = PdfWriter()
-    font = writer._add_object(
-        DictionaryObject(
-            {  # pypdf has no public call for a bare font object
-                NameObject("/Type"): NameObject("/Font"),
-                NameObject("/Subtype"): NameObject("/Type1"),
-                NameObject("/BaseFont"): NameObject("/Helvetica"),
-            }
-        )
+    font_dict = DictionaryObject(
+        {  # pypdf has no public call for a bare font object
+            NameObject("/Type"): NameObject("/Font"),
+            NameObject("/Subtype"): NameObject("/Type1"),
+            NameObject("/BaseFont"): NameObject("/Helvetica"),
+        }
     )
+    if to_unicode:
+        font_dict[NameObject("/ToUnicode")] = writer._add_object(_cmap(to_unicode))
+    font = writer._add_object(font_dict)
     for text in pages:
         page = writer.add_blank_page(612, 792)
         page[NameObject("/Resources")] = DictionaryObject(
@@ -39,6 +41,17 @@ def pdf(pages: list[str], password: str | None = None) -> bytes:
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
+
+
+def _cmap(to_unicode: dict[str, str]) -> DecodedStreamObject:
+    pairs = " ".join(f"<{ord(drawn):02X}> <{hex_text}>" for drawn, hex_text in to_unicode.items())
+    stream = DecodedStreamObject()
+    stream.set_data(
+        "/CIDInit /ProcSet findresource begin 12 dict begin begincmap /CMapName /T def "
+        f"1 begincodespacerange <00> <FF> endcodespacerange {len(to_unicode)} beginbfchar {pairs} endbfchar "
+        "endcmap CMapName currentdict /CMap defineresource pop end end".encode()
+    )
+    return stream
 
 
 def test_text_markdown_json_and_pdf_give_their_text():
@@ -65,6 +78,21 @@ def test_text_markdown_json_and_pdf_give_their_text():
 def test_an_unusable_file_is_refused_with_its_reason(data, name, reason):
     with pytest.raises(InvalidArgument, match=reason):
         text_of(data, name)
+
+
+def test_a_nul_in_a_pdf_s_text_is_dropped_rather_than_refusing_the_file():
+    assert text_of(pdf(["Hello\\000World"]), "nul.pdf") == "HelloWorld"  # \\000: a NUL in a PDF string
+
+
+def test_a_lone_surrogate_in_a_pdf_s_text_becomes_a_replacement_character_and_a_pair_its_character():
+    # A stands for half a surrogate pair alone; B and C for the two halves of one (U+1F600)
+    data = pdf(["xAyBCz"], to_unicode={"A": "D800", "B": "D83D", "C": "DE00"})
+    assert text_of(data, "odd-font.pdf") == "x\ufffdy\U0001f600z"
+
+
+def test_a_pdf_whose_text_is_only_nul_is_empty():
+    with pytest.raises(InvalidArgument, match="is empty"):
+        text_of(pdf(["\\000\\000"]), "nuls.pdf")
 
 
 def test_a_file_over_32_mib_is_too_big():
