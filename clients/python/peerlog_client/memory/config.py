@@ -192,11 +192,15 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-def _env_value(raw: str) -> Any:
+def _env_value(name: str, raw: str) -> Any:
+    """A variable's value for field `name`: as written for a text field (PEER_NAME=12345 is a name, not a
+    number), else JSON-decoded (numbers, booleans, lists, objects), or as written when it is not JSON."""
+    if MemoryConfig.model_fields[name].annotation in (str, str | None):
+        return raw
     try:
-        return json.loads(raw)  # numbers, booleans, lists, objects
+        return json.loads(raw)
     except json.JSONDecodeError:
-        return raw  # a plain string
+        return raw  # a plain string, such as a recallMode
 
 
 def _key(name: str) -> str:
@@ -210,12 +214,12 @@ def env_overrides(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     for var, raw in env.items():
         if var in ENV_KEYS:
             name = ENV_KEYS[var]
-            out[_key(name)] = raw if name in ("token", "target", "workspace", "host") else _env_value(raw)
+            out[_key(name)] = _env_value(name, raw)
         elif var.startswith("PEERLOG_MEMORY_") and var not in ("PEERLOG_MEMORY_GLOBAL", "PEERLOG_MEMORY_HOME"):
             name = var.removeprefix("PEERLOG_MEMORY_").lower()
             if name not in MemoryConfig.model_fields:
                 raise ConfigError(f"{var}: no such setting")
-            out[_key(name)] = _env_value(raw)
+            out[_key(name)] = _env_value(name, raw)
     return out
 
 

@@ -1,7 +1,8 @@
 """The five memory tools over MCP (stdio), with the official SDK: `peerlog mcp` or `peerlog-memory mcp`.
 
 Configured by the same settings as the provider (load_config: files, host blocks, environment). An MCP
-client has no turns to inject into, so only the tools are served, whatever recallMode says.
+client has no turns to inject into, so the provider runs in tools mode whatever recallMode says: its start
+prewarms nothing (with initOnSessionStart it only readies the session).
 """
 
 from __future__ import annotations
@@ -49,8 +50,7 @@ async def serve_stdio(provider: MemoryProvider) -> None:
 
 def serve(config: MemoryConfig | None = None, directory: Path | None = None) -> None:
     """Serve the tools on stdin/stdout until the client closes them."""
-    config = config or load_config()
-    if config.recall_mode == "context":
-        config = config.model_copy(update={"recall_mode": "hybrid"})  # tools are all an MCP client gets
+    # tools mode: a hybrid or context start would prewarm injected context (Chat passes) no MCP client reads
+    config = (config or load_config()).model_copy(update={"recall_mode": "tools"})
     with MemoryProvider(config, directory=directory) as provider:
         anyio.run(serve_stdio, provider)

@@ -341,10 +341,12 @@ class MemoryProvider:
     # --- writing -------------------------------------------------------------------------------
 
     def _chunked(self, peer_id: str, text: str) -> list[NewMessage]:
-        """A message as ordered chunks of at most messageMaxChars, each tagged with its place."""
-        pieces = policy.chunks(text, self.config.message_max_chars)
+        """A message as ordered chunks of at most messageMaxChars, each tagged with its place; none for
+        blank text."""
+        # the server refuses blank content, and the refusal would take the batch's other messages with it
+        pieces = [piece for piece in policy.chunks(text, self.config.message_max_chars) if piece.strip()]
         if len(pieces) == 1:
-            return [NewMessage(peer_id, text)]
+            return [NewMessage(peer_id, pieces[0])]
         return [
             NewMessage(peer_id, piece, metadata={"chunk": i, "chunks": len(pieces)}) for i, piece in enumerate(pieces)
         ]

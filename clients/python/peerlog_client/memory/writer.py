@@ -1,4 +1,5 @@
-"""The message writer: turns queued in order and sent when writeFrequency says; a failed send keeps them."""
+"""The message writer: turns queued in order and sent when writeFrequency says; a failed send keeps them,
+unless the server refused them for good."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from peerlog_client.errors import DeadlineExceeded, PeerlogError, ResourceExhausted, Unavailable
 from peerlog_client.models import NewMessage
 
 log = logging.getLogger("peerlog_client.memory")
 MAX_PER_APPEND = 100  # the server's limit on messages in one AddMessages
 RETRY_S = 0.5  # an async writer's pause after a failed send
+# the statuses a retry can mend; any other status would be answered the same way every time
+TRANSIENT = (Unavailable, DeadlineExceeded, ResourceExhausted)
+PREVIEW_CHARS = 60  # of each dropped message, in the log
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,9 @@ class Writer:
     `async` mode a background thread flushes whenever something is queued and retries after failures.
 
     A send that timed out may still have landed, so a failed batch is kept as it was, key and all, until
-    it is acknowledged: the retry is then the same write, and the server answers it without appending twice."""
+    it is acknowledged: the retry is then the same write, and the server answers it without appending twice.
+    A batch the server refused for good (INVALID_ARGUMENT, PERMISSION_DENIED, ...) is logged and dropped:
+    kept, it would be refused again forever and hold back every batch queued after it."""
 
     def __init__(
         self,
@@ -78,13 +85,12 @@ class Writer:
                     return True
                 try:
                     self._send(batch.items[0].session, [p.message for p in batch.items], batch.key)
-                except Exception as error:  # noqa: BLE001 - fail open: keep the turns, report, go on
+                except Exception as error:  # noqa: BLE001 - fail open: report, go on
                     self._on_failure(error)
-                    return False
-                with self._lock:
-                    for _ in batch.items:
-                        self._queue.popleft()
-                    self._batch = None
+                    if not refused_for_good(error):
+                        return False  # kept, key and all, for the retry
+                    _log_dropped(batch, error)
+                self._settle(batch)
             return not self.pending
         finally:
             self._flushing.release()
@@ -101,6 +107,13 @@ class Writer:
                     items.append(item)
                 self._batch = Batch(tuple(items), uuid.uuid4().hex)
             return self._batch
+
+    def _settle(self, batch: Batch) -> None:
+        """Take the current batch, acknowledged or dropped, off the head of the queue."""
+        with self._lock:
+            for _ in batch.items:
+                self._queue.popleft()
+            self._batch = None
 
     def _run(self) -> None:
         while not self._closed:
@@ -122,3 +135,23 @@ class Writer:
         if not done:
             log.warning("peerlog memory: %d message(s) not written at close", self.pending)
         return done
+
+
+def refused_for_good(error: Exception) -> bool:
+    """True when the server answered with a status that a retry of the same write cannot change."""
+    # anything else (a transient status, a timeout or broken connection below the client) may still mend
+    return isinstance(error, PeerlogError) and not isinstance(error, TRANSIENT)
+
+
+def _log_dropped(batch: Batch, error: Exception) -> None:
+    held = "; ".join(
+        f"{p.message.peer_id}: {p.message.content[:PREVIEW_CHARS]!r} ({len(p.message.content)} chars)"
+        for p in batch.items
+    )
+    log.error(
+        "peerlog memory: dropped %d message(s) of session %s, refused for good (%r): %s",
+        len(batch.items),
+        batch.items[0].session,
+        error,
+        held,
+    )
