@@ -45,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from projections.idempotency import first_request
 from services.api import validation as v
 from services.api.deps import ApiDeps
-from services.api.locks import advisory, advisory_key
+from services.api.locks import advisory, advisory_key, shielded
 from services.errors import FailedPrecondition, Unavailable
 from services.events import new_id
 from services.events.requests import KeyedRequest
@@ -93,10 +93,8 @@ async def once(ctx: ApiDeps, k: Keyed | None, write: Callable[[KeyedRequest | No
     found = await _reply(ctx, k)
     if found is not None:
         return found
-    task = asyncio.ensure_future(_locked(ctx, k, write))
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # the caller may be gone
     try:
-        return await asyncio.wait_for(asyncio.shield(task), ctx.freshness.timeout_s)
+        return await asyncio.wait_for(shielded(_locked(ctx, k, write)), ctx.freshness.timeout_s)
     except TimeoutError:
         raise Unavailable(
             f"the write under idempotency key {k.key!r} is on the log but not readable after "

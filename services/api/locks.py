@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Hashable, Sequence
 from contextlib import asynccontextmanager
+from typing import TypeVar
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+T = TypeVar("T")
 
 
 class KeyedLocks:
@@ -53,3 +57,26 @@ async def advisory(conn: AsyncConnection, keys: Sequence[int]) -> AsyncIterator[
         await conn.execute(
             text("SELECT pg_advisory_unlock(k) FROM unnest(CAST(:keys AS bigint[])) AS k"), {"keys": ordered}
         )
+
+
+# a claim holds one pooled connection while its write waits for the projector: at most half the pool's
+# size of them, so keyed writes (idempotency._HOLDERS) and reads always find a connection
+_CLAIMS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary()
+
+
+@asynccontextmanager
+async def claimed(engine: AsyncEngine, kind: str, workspace_id: str, ids: Sequence[str]) -> AsyncIterator[None]:
+    """Ids a client chose for new `kind` entities, claimed across API processes for the body. A client's
+    id is new only if no projected entity has it: a write holds its ids from that check until it is
+    readable, or two writes of one id both pass the check and both are acknowledged."""
+    claims = _CLAIMS.setdefault(engine, asyncio.Semaphore(max(1, engine.pool.size() // 2)))
+    async with claims, engine.connect() as conn, advisory(conn, [advisory_key(kind, workspace_id, i) for i in ids]):
+        yield
+
+
+async def shielded(work: Awaitable[T]) -> T:
+    """`work`'s result, run to its end even when the caller gives up (a deadline, a cancel): a write that
+    holds a lock must not free it before its append is readable."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # the caller may be gone
+    return await asyncio.shield(task)

@@ -12,6 +12,7 @@ from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_peers, require_session
+from services.api.locks import claimed, shielded
 from services.api.observation_reads import get_observation
 from services.api.writes import commit
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
@@ -151,8 +152,44 @@ async def _append_observations(
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
     await _check_sessions(ctx, workspace_id, new)
     await _check_sources(ctx, workspace_id, observer_id, new)
-    written = await _written_before(ctx, workspace_id, observer_id, observed_id, new)
-    fresh = [o for o in new if o.observation_id not in written]
+    # embedded here and carried in the events, so replaying the log never calls a model; before any
+    # claim, so no connection is held across a model call
+    vectors = await ctx.embedder.embed([o.content for o in new])
+    pair = (workspace_id, observer_id, observed_id)
+    chosen = sorted({o.observation_id for o in new if o.observation_id})
+    if not chosen:
+        return await _append_new(ctx, pair, new, vectors, set(), request)
+    return await shielded(_claimed_append(ctx, pair, new, vectors, request, chosen))
+
+
+async def _claimed_append(
+    ctx: ApiDeps,
+    pair: tuple[str, str, str],
+    new: Sequence[NewObservation],
+    vectors: Sequence[Sequence[float]],
+    request: KeyedRequest | None,
+    chosen: Sequence[str],
+) -> tuple[list[str], str]:
+    """The append of observations with ids the client chose, under their claim (locks.claimed), answered
+    once readable. Unclaimed, two writes of one id in two pairs were both acknowledged: the projector kept
+    the first and gave it the second's sources, a message of the other pair's sessions among them."""
+    async with claimed(ctx.engine, "observation", pair[0], chosen):
+        written = await _written_before(ctx, *pair, new)
+        return await _append_new(ctx, pair, new, vectors, written, request)
+
+
+async def _append_new(
+    ctx: ApiDeps,
+    pair: tuple[str, str, str],
+    new: Sequence[NewObservation],
+    vectors: Sequence[Sequence[float]],
+    written: set[str],
+    request: KeyedRequest | None,
+) -> tuple[list[str], str]:
+    """The append of those of `new` not `written` before (each with its vector); with client ids,
+    answered once readable, so a repeat of the call sees what it wrote."""
+    workspace_id, observer_id, observed_id = pair
+    fresh = [(o, vector) for o, vector in zip(new, vectors, strict=True) if o.observation_id not in written]
     if request is not None and written and fresh:
         # a key stands for one append of the whole request; part of it written before cannot be in it
         raise FailedPrecondition(
@@ -160,8 +197,6 @@ async def _append_observations(
             f"the rest of this request under idempotency key {request.key!r} not: send the new observations "
             "on their own, or repeat the earlier call under its own key"
         )
-    # embedded here and carried in the events, so replaying the log never calls a model
-    vectors = await ctx.embedder.embed([o.content for o in fresh]) if fresh else []
     async with ctx.engine.connect() as conn:  # a client's observations join the store reads serve
         derivation = await current_derivation(conn, workspace_id, observer_id, observed_id)
     events = [
@@ -180,9 +215,8 @@ async def _append_observations(
             producer=ctx.producer,
             request=request,
         )
-        for o, vector in zip(fresh, vectors, strict=True)
+        for o, vector in fresh
     ]
-    # with client ids, answer once readable, so a repeat of this call sees what it wrote
     token = await commit(ctx, events, wait=any(o.observation_id for o in new))
     made = iter(e.observation_id for e in events)
     return [o.observation_id if o.observation_id in written else next(made) for o in new], token

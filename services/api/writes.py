@@ -13,15 +13,12 @@ does the same), so two processes can append a duplicate event but never make the
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from sqlalchemy import RowMapping
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from projections import append_reads, message_reads, peer_reads, session_reads, workspace_reads
 from projections.append_reads import AppendFacts
@@ -36,7 +33,7 @@ from services.api.guards import (
     require_workspace,
     validate_messages,
 )
-from services.api.locks import advisory, advisory_key
+from services.api.locks import claimed, shielded
 from services.errors import AlreadyExists, FailedPrecondition
 from services.events import (
     Configuration,
@@ -286,17 +283,7 @@ async def _append_messages(
         async with ctx.engine.connect() as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
         return await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request, wait=False)
-    # a client's ids are new only if no projected message has them: hold them (across API processes) from
-    # that check until the write is readable, or two writes of one id both pass it, both are acknowledged,
-    # and the projector can keep only one. Shielded: a caller that gives up never frees them early.
-    task = asyncio.ensure_future(_claimed_append(ctx, workspace_id, session_id, new, request, chosen))
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # the caller may be gone
-    return await asyncio.shield(task)
-
-
-# a claim holds one pooled connection while it waits for the projector: at most half the pool's size of
-# them, so keyed writes (idempotency._HOLDERS) and reads always find a connection
-_CLAIMS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary()
+    return await shielded(_claimed_append(ctx, workspace_id, session_id, new, request, chosen))
 
 
 async def _claimed_append(
@@ -307,11 +294,12 @@ async def _claimed_append(
     request: KeyedRequest | None,
     chosen: Sequence[str],
 ) -> tuple[list[str], str]:
-    claims = _CLAIMS.setdefault(ctx.engine, asyncio.Semaphore(max(1, ctx.engine.pool.size() // 2)))
-    keys = [advisory_key("message", workspace_id, i) for i in chosen]
-    async with claims, ctx.engine.connect() as conn, advisory(conn, keys):
-        facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
-        taken = await message_reads.messages_by_id(conn, workspace_id, chosen)
+    """The append of messages with ids the client chose, under their claim (locks.claimed): answered once
+    readable. Unclaimed, two writes of one id were both acknowledged and the projector kept one."""
+    async with claimed(ctx.engine, "message", workspace_id, chosen):
+        async with ctx.engine.connect() as conn:
+            facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
+            taken = await message_reads.messages_by_id(conn, workspace_id, chosen)
         return await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=True)
 
 

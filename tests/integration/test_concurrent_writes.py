@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import grpc
 from sqlalchemy import select, text
 
-from peerlog.v1 import common_pb2, context_pb2, context_pb2_grpc, messages_pb2, sessions_pb2
+from peerlog.v1 import common_pb2, context_pb2, context_pb2_grpc, messages_pb2, observations_pb2, sessions_pb2
 from projections import message_reads, peer_reads, session_reads
 from projections.db import sync_engine
 from projections.schema import memberships
@@ -188,4 +188,33 @@ async def test_a_client_message_id_sent_again_right_after_its_acknowledgement_is
     # before it is projected, unless the first one's claim on the id holds it until it is
     await rejected(c.messages.AddMessages(one_message("s1", "chosen-2", "second")), grpc.StatusCode.ALREADY_EXISTS)
     await asyncio.sleep(1)  # anything projected by now
+    assert quarantined(settings) == 0
+
+
+async def test_racing_writes_of_one_client_observation_id_in_two_pairs_keep_each_pairs_sources_apart(channel, settings):
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    await c.session("acme", "s2", members=["bob"])
+    # with ids of the client's: answered once readable, so the observations can cite them at once
+    tea = (await c.messages.AddMessages(one_message("s1", "tea", "I love tea"))).message_ids[0]
+    pin = (
+        await c.add("acme", "s2", [messages_pb2.NewMessage(peer_id="bob", content="My PIN is 4321", message_id="pin")])
+    ).message_ids[0]
+
+    def claim(session: str, content: str, source: str, span: str) -> observations_pb2.NewObservation:
+        cited = [observations_pb2.ObservationSource(message_id=source, span=span)]
+        return observations_pb2.NewObservation(
+            content=content, session_id=session, observation_id="same", sources=cited
+        )
+
+    results = await asyncio.gather(
+        c.create_observations("acme", "alice", "alice", [claim("s1", "Alice loves tea", tea, "love tea")]),
+        c.create_observations("acme", "bob", "bob", [claim("s2", "Bob's PIN is 4321", pin, "PIN is 4321")]),
+        return_exceptions=True,
+    )
+
+    assert codes(results) == ["OK", "StatusCode.ALREADY_EXISTS"]
+    kept = await c.get_observation("acme", "same")
+    # its sources are its own pair's alone: before, the loser's (bob's PIN) were added to the winner's
+    assert [s.message_id for s in kept.sources] == [tea if kept.observer_id == "alice" else pin]
     assert quarantined(settings) == 0
