@@ -73,9 +73,23 @@ def _pdf_text(data: bytes, file_name: str) -> str:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             raise InvalidArgument(f"{file_name!r} is an encrypted PDF; send it without a password")
-        return _storable("\n\n".join((page.extract_text() or "").strip() for page in reader.pages))
+        return _storable("\n\n".join(_pages_text(reader, file_name)))
     except (PyPdfError, ValueError, KeyError, TypeError) as exc:  # pypdf's errors on a damaged file
         raise InvalidArgument(f"{file_name!r} is not a readable PDF: {exc}"[:500]) from None
+
+
+def _pages_text(reader: PdfReader, file_name: str) -> list[str]:
+    """Each page's text, refused past MAX_FILE_BYTES characters in all: compressed streams let a 32 MiB
+    PDF hold far more text than a 32 MiB text file, all of it to be held, split and appended at once."""
+    texts, total = [], 0
+    for page in reader.pages:
+        texts.append((page.extract_text() or "").strip())
+        total += len(texts[-1])
+        if total > MAX_FILE_BYTES:
+            raise InvalidArgument(
+                f"{file_name!r} holds more than {MAX_FILE_BYTES:,} characters of text; split it into smaller files"
+            )
+    return texts
 
 
 def text_of(data: bytes, file_name: str) -> str:

@@ -9,6 +9,7 @@ import pytest
 from pypdf import PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
+from services.api import files
 from services.api.files import MAX_FILE_BYTES, check_size, split, text_of
 from services.errors import InvalidArgument
 
@@ -120,3 +121,11 @@ def test_chunks_never_exceed_25000_characters_and_keep_every_word_in_order():
     chunks = split(text)
     assert all(len(c) <= 25_000 for c in chunks) and len(chunks) > 1
     assert " ".join(chunks).split() == text.split()
+
+
+def test_a_pdf_whose_text_runs_past_the_file_limit_is_refused_however_small_the_file(monkeypatch):
+    # compressed streams let a PDF of a few MiB hold gigabytes of text; the bound is the text file's
+    monkeypatch.setattr(files, "MAX_FILE_BYTES", 60)
+    assert files.text_of(pdf(["x" * 50]), "a.pdf") == "x" * 50
+    with pytest.raises(InvalidArgument, match="more than 60 characters of text"):
+        files.text_of(pdf(["x" * 50, "y" * 50]), "b.pdf")
