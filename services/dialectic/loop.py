@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from services.dialectic import policy, prompt, response_format
 from services.dialectic.policy import CallTools, Finish, ForceAnswer, Limits, LoopState, ModelTurn
 from services.dialectic.ports import ChatReads
@@ -290,8 +292,9 @@ class _Run:
     def _structured_turn(self, reply) -> ModelTurn:
         if isinstance(reply, ToolRequest):
             return ModelTurn("", (ToolCall(f"call_{self.state.rounds}", reply.tool, json.dumps(reply.arguments)),))
-        text = reply.answer if isinstance(reply.answer, str) else json.dumps(reply.answer)
-        return ModelTurn(text, (), tuple(reply.cited_ids))
+        return ModelTurn(
+            answer_text(reply.answer, self.request.response_schema is not None), (), tuple(reply.cited_ids)
+        )
 
     async def use_tools(self, messages, turn: ModelTurn, decision: CallTools) -> AsyncIterator[ToolUsed]:
         self.state = self.state.next_round()
@@ -357,14 +360,41 @@ class _Run:
         ]
         repaired = await self.model.turn(retry, None)
         self.model_name = repaired.model
-        again = await _schema_error(repaired.value.content, schema)
+        content = repaired.value.content
+        again = await _schema_error(content, schema)
+        if again is not None and self.structured and (inner := unwrapped(content)) is not None:
+            # the system prompt of structured mode asks for {"answer", "cited_ids"}: a model may keep to it
+            if await _schema_error(inner, schema) is None:
+                content, again = inner, None
         if again is not None:
             raise ModelOutputInvalid(
-                self.model.stage,
-                repaired.value.content,
-                f"the answer does not match response_format after one repair: {again}",
+                self.model.stage, content, f"the answer does not match response_format after one repair: {again}"
             )
-        return _canonical(repaired.value.content)
+        return _canonical(content)
+
+
+def answer_text(answer: Any, as_json: bool) -> str:
+    """A structured turn's answer as the loop's text. Under a response_format it is JSON text: a string
+    answer is taken as that text when it parses, else as a JSON string value (a schema of type string)."""
+    if isinstance(answer, str):
+        if not as_json:
+            return answer
+        try:
+            json.loads(answer)
+            return answer
+        except (ValueError, RecursionError):
+            pass
+    return json.dumps(answer)
+
+
+def unwrapped(text: str) -> str | None:
+    """The answer of a structured final turn written as text (`{"answer": …, "cited_ids": …}`), as JSON
+    text; None when `text` is not one."""
+    try:
+        reply = formats.parse_reply(text, StructuredReply).root
+    except ValidationError:
+        return None
+    return None if isinstance(reply, ToolRequest) else answer_text(reply.answer, as_json=True)
 
 
 async def _schema_error(text: str, schema: Mapping[str, Any]) -> str | None:

@@ -422,6 +422,24 @@ async def test_reasoning_chain_follows_a_derived_belief_to_its_explicit_premises
     assert list(out.cited_observation_ids) == [premise] and list(out.cited_message_ids) == [memory["oslo"]]
 
 
+async def test_structured_mode_answers_a_string_schema_and_accepts_a_repair_in_its_own_wrapper(
+    serve, memory, model_server
+):
+    chan = await serve(
+        PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object"
+    )
+    model_server.script([Reply(content={"answer": "Oslo", "cited_ids": []})])
+    out = await ask(chan, response_format=d.ResponseFormat(json_schema=json.dumps({"type": "string"})))
+    assert json.loads(out.answer) == "Oslo" and len(model_server.chat_requests()) == 1  # no repair needed
+
+    # the repair turn is plain text, and the model keeps to structured mode's {"answer", "cited_ids"}
+    model_server.script(
+        [Reply(content={"answer": {"town": "Oslo"}}), Reply(content='{"answer": {"city": "Oslo"}, "cited_ids": []}')]
+    )
+    out = await ask(chan, response_format=d.ResponseFormat(json_schema=json.dumps(SCHEMA)))
+    assert json.loads(out.answer) == {"city": "Oslo"}
+
+
 async def test_structured_mode_garbage_after_the_repair_is_a_clear_error(serve, memory, model_server):
     chan = await serve(
         PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object"

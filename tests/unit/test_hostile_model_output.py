@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from services.api.errors import status_for
-from services.dialectic.loop import _schema_error
+from services.dialectic.loop import _schema_error, answer_text, unwrapped
 from services.dialectic.policy import CallTools, Limits, LoopState, ModelTurn, decide
 from services.llm.client import ToolCall
 from services.llm.errors import ModelOutputInvalid, ModelRequestRejected, ModelUnavailable
@@ -171,3 +171,23 @@ def test_sixty_tool_calls_in_one_turn_run_as_many_as_the_budget_has_room_for():
     # 60 reads before, and the next prompt carried 183,923 tokens against a budget of 32,000
     assert reads.greps < 16  # as many as fit: six here (this text is dense, two characters a token)
     assert sum(model.prompts) <= settings.token_budget
+
+
+@pytest.mark.parametrize(
+    "answer, text",
+    [
+        ("Oslo", '"Oslo"'),  # a schema of type string: was passed on unquoted, and always needed a repair
+        ('{"city": "Oslo"}', '{"city": "Oslo"}'),  # JSON text given as a string stays as it is
+        ({"city": "Oslo"}, '{"city": "Oslo"}'),
+        (7, "7"),
+    ],
+)
+def test_a_structured_answer_under_a_response_format_is_json_text(answer, text):
+    assert answer_text(answer, as_json=True) == text
+    assert answer_text("Oslo", as_json=False) == "Oslo"
+
+
+def test_a_repair_written_in_the_structured_turns_wrapper_gives_its_answer():
+    assert unwrapped('{"answer": {"city": "Oslo"}, "cited_ids": ["m1"]}') == '{"city": "Oslo"}'
+    assert unwrapped('{"city": "Oslo"}') is None
+    assert unwrapped('{"tool": "grep_messages", "arguments": {}}') is None
