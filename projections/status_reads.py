@@ -57,7 +57,7 @@ PROCESSING_STATES = (*BATCH_STATES, "pending")
 
 def _perceived_in(scope: StatusScope):
     p = perceptions.c
-    stmt = select(p.observer_id, p.observed_id, p.message_id).where(p.workspace_id == scope.workspace_id)
+    stmt = select(p.observer_id, p.observed_id, p.message_id, p.session_id).where(p.workspace_id == scope.workspace_id)
     if scope.observer_id:
         stmt = stmt.where(p.observer_id == scope.observer_id)
     if scope.observed_id:
@@ -113,14 +113,18 @@ DREAM_STATES = ("requested", "started", "completed", "failed")
 
 
 async def dream_counts(conn: AsyncConnection, scope: StatusScope) -> dict[str, int]:
-    """Dreams of the pairs in scope by state (every state present); a dream has no session."""
+    """Dreams of the pairs in scope by state (every state present). A dream has no session: a scope of a
+    session and no observer counts none, since it names no pair (a session token covers none)."""
+    none = dict.fromkeys(DREAM_STATES, 0)
+    if scope.session_id and not scope.observer_id:
+        return none
     d = dreams.c
     stmt = select(d.state, func.count()).where(d.workspace_id == scope.workspace_id).group_by(d.state)
     if scope.observer_id:
         stmt = stmt.where(d.observer_id == scope.observer_id)
     if scope.observed_id:
         stmt = stmt.where(d.observed_id == scope.observed_id)
-    return {**dict.fromkeys(DREAM_STATES, 0), **{state: n for state, n in await conn.execute(stmt)}}
+    return {**none, **{state: n for state, n in await conn.execute(stmt)}}
 
 
 def outstanding(b):
@@ -144,8 +148,10 @@ def outstanding(b):
 
 
 async def dead_lettered_summaries(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:
-    """Summary dead letters of the workspace (or the session in scope) whose session has no summary written
-    since, most recent first."""
+    """Summary dead letters of the sessions in scope whose session has no summary written since, most
+    recent first. The sessions in scope: the workspace's, or the one named; with an observer or observed
+    peer, only those where it perceived a message (a peer's status does not speak of sessions it was
+    never in)."""
     d, s = dead_letters.c, summaries.c
     since = select(literal(1)).where(
         s.workspace_id == d.workspace_id, s.session_id == d.session_id, s.created_at > d.failed_at
@@ -153,7 +159,39 @@ async def dead_lettered_summaries(conn: AsyncConnection, scope: StatusScope, lim
     stmt = select(dead_letters).where(d.workspace_id == scope.workspace_id, d.kind == "summary", ~since.exists())
     if scope.session_id:
         stmt = stmt.where(d.session_id == scope.session_id)
+    if scope.observer_id or scope.observed_id:
+        perceived = _perceived_in(scope)
+        stmt = stmt.where(d.session_id.in_(select(perceived.c.session_id)))
     return (await conn.execute(stmt.order_by(d.failed_at.desc(), d.event_id).limit(limit))).mappings().all()
+
+
+def _batch_columns(scope: StatusScope):
+    """A batch's columns; in a session's scope its message ids only of that session, in order (a batch
+    of a pair spans the sessions the pair shares, and the others are not the scope's to show)."""
+    b = derivation_batches.c
+    if not scope.session_id:
+        return [derivation_batches]
+    p = perceptions.c
+    m = func.unnest(b.message_ids).table_valued("id", with_ordinality="n").render_derived("m")
+    kept = (
+        select(m.c.id)
+        .where(
+            select(literal(1))
+            .where(
+                p.workspace_id == b.workspace_id,
+                p.observer_id == b.observer_id,
+                p.observed_id == b.observed_id,
+                p.message_id == m.c.id,
+                p.session_id == scope.session_id,
+            )
+            .correlate(derivation_batches, m)
+            .exists()
+        )
+        .order_by(m.c.n)
+        .correlate(derivation_batches)
+    )
+    others = [c for c in derivation_batches.c if c.name != "message_ids"]
+    return [*others, func.array(kept.scalar_subquery()).label("message_ids")]
 
 
 async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:
@@ -168,7 +206,7 @@ async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit
     )
     if scope.session_id:
         in_scope = in_scope.where(p.session_id == scope.session_id)
-    stmt = select(derivation_batches).where(
+    stmt = select(*_batch_columns(scope)).where(
         b.workspace_id == scope.workspace_id,
         _current(b),
         b.state == "dead_lettered",

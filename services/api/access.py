@@ -3,7 +3,8 @@
 A rule returns needs that must all be met; a need is a tuple of resources of which the token must
 cover one (tokens.Grant.covers: admin, the workspace, or the resource's own peer or session scope).
 A peer token reaches only what that peer may see: its own record, the stores it observes (Chat and
-GetContext answer from its perspective only), and messages through a perspective filter set to it.
+GetContext answer from its perspective only), its own messages, and others' through a perspective filter
+set to it.
 Anything addressed by an observation or message id alone needs the workspace: the id does not say
 whose it is. tests/unit/test_access_table.py fails when an RPC of the proto services is missing here.
 """
@@ -60,12 +61,17 @@ def _add_messages(r) -> list[Need]:
     return [(session(r.workspace_id, r.session_id), *own)]
 
 
+def _peer_search(r) -> list[Need]:
+    # its own messages need only the author's scope, but the turns around them (include_adjacent) are
+    # others' words, which a peer token reads only through a perspective filter set to itself
+    return _or_seen_by(_workspace if r.include_adjacent else _peer("peer_id"))(r)
+
+
 def _processing_status(r) -> list[Need]:
-    # narrowed to an observer and/or a session: counts of what that peer perceived, or of that session
-    narrowed = ((peer(r.workspace_id, r.observer_id),) if r.observer_id else ()) + (
-        _session(r)[0] if r.session_id else ()
-    )
-    return [narrowed] if narrowed else _workspace(r)
+    # narrowed to an observer and/or a session, the status reads only what that peer perceived and that
+    # session holds (status_reads.StatusScope): with both, a token must cover both
+    needs = ([(peer(r.workspace_id, r.observer_id),)] if r.observer_id else []) + (_session(r) if r.session_id else [])
+    return needs or _workspace(r)
 
 
 def _context(r) -> list[Need]:
@@ -98,7 +104,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "ListPeers": _workspace,
         "GetPeerCard": _OBSERVER,
         "SetPeerCard": _OBSERVER,
-        "SearchMessages": _or_seen_by(_peer("peer_id")),
+        "SearchMessages": _peer_search,
     },
     "SessionService": {
         "GetOrCreateSession": _session,
@@ -178,6 +184,13 @@ def rule_for(method: str) -> Rule | None:
     service, _, name = method.lstrip("/").rpartition("/")
     package, _, short = service.rpartition(".")
     return RULES.get(short, {}).get(name) if package == PACKAGE else None
+
+
+def hint(method: str, request) -> str:
+    """What would make a refused call pass that the scope it needs does not say."""
+    if method.endswith("/SearchMessages") and not request.perspective_peer_id:
+        return "; a peer token may search with perspective_peer_id set to its peer (what that peer saw)"
+    return ""
 
 
 def need_text(need: Need) -> str:

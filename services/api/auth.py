@@ -49,7 +49,9 @@ def refusal(grant: Grant, method: str, request) -> str | None:
         return None if ADMIN in grant.scopes else f"{method} has no access rule; only an admin token may call it"
     for need in rule(request):
         if not any(grant.covers(r) for r in need):
-            return f"{method.rpartition('/')[2]} here needs scope {access.need_text(need)}"
+            return (
+                f"{method.rpartition('/')[2]} here needs scope {access.need_text(need)}{access.hint(method, request)}"
+            )
     return None
 
 

@@ -21,6 +21,8 @@ from services.events import resolve
 from services.llm.tokens import count_tokens
 
 MAX_BUDGET = 100_000
+# a representation holds at most this many observations; a larger semantic slice would be cut to it anyway
+MAX_OBSERVATIONS = 500
 MAX_ALLOWED_SESSIONS = 100
 MAX_MESSAGES_SCANNED = 2_000  # newest messages considered; 2,000 turns exceed any budget we allow in practice
 # the newest messages are read as many as the room could hold at this many tokens a line (few turns are
@@ -56,8 +58,12 @@ def _check(q: ContextQuery) -> ContextQuery:
     v.check_id("workspace_id", q.workspace_id)
     if not 0 <= q.token_budget <= MAX_BUDGET:
         raise InvalidArgument(f"token_budget {q.token_budget} is outside 1–{MAX_BUDGET}")
-    if not 0 <= q.max_observations <= 500:
-        raise InvalidArgument(f"max_observations {q.max_observations} is over the limit of 500")
+    if not 0 <= q.max_observations <= MAX_OBSERVATIONS:
+        raise InvalidArgument(f"max_observations {q.max_observations} is over the limit of {MAX_OBSERVATIONS}")
+    if not 0 <= q.search_top_k <= MAX_OBSERVATIONS:
+        raise InvalidArgument(
+            f"search_top_k {q.search_top_k} is over the limit of {MAX_OBSERVATIONS} (the most a representation holds)"
+        )
     if not 0 <= q.search_max_distance <= 2:
         raise InvalidArgument("search_max_distance is a cosine distance: 0–2")
     if len(q.session_ids) > MAX_ALLOWED_SESSIONS:

@@ -7,6 +7,7 @@ from peerlog.v1 import events_pb2_grpc, webhooks_pb2, webhooks_pb2_grpc
 from services.api import convert_events as c
 from services.api import subscriptions, webhooks
 from services.api.deps import ApiDeps
+from services.api.guards import require_workspace
 from services.webhooks.store import WebhookStore
 
 
@@ -22,13 +23,14 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
 
 
 class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
-    def __init__(self, store: WebhookStore, allow_private_targets: bool = False) -> None:
-        self.store, self.allow_private = store, allow_private_targets
+    def __init__(self, ctx: ApiDeps, store: WebhookStore, allow_private_targets: bool = False) -> None:
+        self.ctx, self.store, self.allow_private = ctx, store, allow_private_targets
 
     async def CreateWebhook(self, request, context):
-        endpoint, created_at, secret = await webhooks.create(
-            self.store, request.workspace_id, request.url, list(request.event_types), self.allow_private
-        )
+        types = list(request.event_types)
+        url = await webhooks.checked_url(request.workspace_id, request.url, types, self.allow_private)
+        await require_workspace(self.ctx, request.workspace_id)  # NOT_FOUND, as for every write there
+        endpoint, created_at, secret = await webhooks.create(self.store, request.workspace_id, url, types)
         return webhooks_pb2.CreateWebhookResponse(webhook=c.webhook(endpoint, created_at), secret=secret)
 
     async def ListWebhooks(self, request, context):

@@ -146,7 +146,7 @@ def _register(
     configuration_pb2_grpc.add_ConfigurationServiceServicer_to_server(ConfigurationServicer(ctx), server)
     events_pb2_grpc.add_EventServiceServicer_to_server(EventServicer(ctx), server)
     webhooks_pb2_grpc.add_WebhookServiceServicer_to_server(
-        WebhookServicer(webhooks, settings.webhook.allow_private_targets), server
+        WebhookServicer(ctx, webhooks, settings.webhook.allow_private_targets), server
     )
     scopes_pb2_grpc.add_ScopeServiceServicer_to_server(ScopeServicer(ctx), server)
     checker = health.aio.HealthServicer()

@@ -74,15 +74,17 @@ async def _check_url(url: str, allow_private: bool) -> str:
     return url
 
 
-async def create(
-    store: WebhookStore, workspace_id: str, url: str, types: list[str], allow_private: bool = False
-) -> tuple[Endpoint, datetime, str]:
-    """The new endpoint, when it was registered, and its secret (shown once). Unless `allow_private`, a URL
+async def checked_url(workspace_id: str, url: str, types: list[str], allow_private: bool = False) -> str:
+    """The URL a new endpoint will be called at, after checking the request. Unless `allow_private`, a URL
     whose host is or resolves to a non-public address is refused (services/webhooks/targets.py)."""
     v.check_id("workspace_id", workspace_id)
     Filter(workspace_id, frozenset(types))  # refuses unknown types
+    return await _check_url(url, allow_private)
+
+
+async def create(store: WebhookStore, workspace_id: str, url: str, types: list[str]) -> tuple[Endpoint, datetime, str]:
+    """The new endpoint at a `checked_url`, when it was registered, and its secret (shown once)."""
     secret = f"whsec_{secrets.token_hex(32)}"
-    url = await _check_url(url, allow_private)
     endpoint = Endpoint(f"wh_{uuid.uuid4().hex}", workspace_id, url, secret.encode(), frozenset(types))
     await _off_loop(store.register, endpoint)
     ((_, created_at),) = [e for e in await listed(store, workspace_id) if e[0].endpoint_id == endpoint.endpoint_id]

@@ -91,7 +91,7 @@ EXPECTED_NARROW = {
     "ObservationService.SearchObservations": "P",
     "ObservationService.CreateObservations": "P",
     "ObservationService.DeleteObservation": "",
-    "ObservationService.GetProcessingStatus": "PS",
+    "ObservationService.GetProcessingStatus": "",  # an observer and a session: a token covering both
     "ContextService.GetContext": "P",
     "ContextService.GetRepresentation": "P",
     "DialecticService.Chat": "P",

@@ -21,6 +21,7 @@ from peerlog.v1 import (
     observations_pb2_grpc,
     peers_pb2,
     sessions_pb2,
+    webhooks_pb2,
     workspaces_pb2,
 )
 from projections.db import sync_engine
@@ -483,4 +484,41 @@ async def test_not_found_for_many_unknown_ids_names_a_few_and_counts_the_rest(co
         grpc.StatusCode.NOT_FOUND,
         "'ghost0'",
         "and 1995 more",
+    )
+
+
+async def test_a_search_top_k_over_500_is_invalid_argument_and_500_is_accepted(convo):
+    def context(top_k: int):
+        return convo.context.GetContext(
+            context_pb2.GetContextRequest(
+                workspace_id="acme", session_id="s1", observer_id="alice", search_query="tea", search_top_k=top_k
+            )
+        )
+
+    # a representation holds at most 500 observations; 2^32 - 1 scanned the whole store
+    await rejected(context(4_294_967_295), grpc.StatusCode.INVALID_ARGUMENT, "search_top_k 4294967295", "500")
+    await rejected(
+        convo.context.GetRepresentation(
+            context_pb2.GetRepresentationRequest(
+                workspace_id="acme", observer_id="alice", search_query="tea", search_top_k=501
+            )
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "search_top_k 501",
+    )
+    await context(500)
+
+
+async def test_a_webhook_in_an_unknown_workspace_is_not_found_and_is_not_registered(convo):
+    def create(workspace_id: str):
+        return convo.webhooks.CreateWebhook(
+            webhooks_pb2.CreateWebhookRequest(workspace_id=workspace_id, url="https://93.184.216.34/hook")
+        )
+
+    await rejected(create("nowhere"), grpc.StatusCode.NOT_FOUND, "workspace 'nowhere'", "GetOrCreateWorkspace")
+    listed = await convo.webhooks.ListWebhooks(webhooks_pb2.ListWebhooksRequest(workspace_id="nowhere"))
+    assert list(listed.webhooks) == []
+    made = await create("acme")  # the workspace that exists still takes one
+    await convo.webhooks.DeleteWebhook(
+        webhooks_pb2.DeleteWebhookRequest(workspace_id="acme", webhook_id=made.webhook.webhook_id)
     )
