@@ -32,6 +32,10 @@ class Unauthenticated(DomainError):
     """No token, or one that does not verify: expired, badly signed, malformed, without a scope."""
 
 
+class ResourceExhausted(DomainError):
+    """A per-process limit is reached (open streams); retrying once some are released may succeed."""
+
+
 class Unavailable(DomainError):
     """A dependency (log, projections) is down or lagging; retrying later may succeed."""
 

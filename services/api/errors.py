@@ -19,6 +19,7 @@ from services.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unauthenticated,
     Unavailable,
 )
@@ -34,6 +35,7 @@ STATUS_OF: dict[type[Exception], grpc.StatusCode] = {
     FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     AppendFailed: grpc.StatusCode.UNAVAILABLE,
     AppendUnresolved: grpc.StatusCode.DEADLINE_EXCEEDED,  # gRPC's word for "it may have happened"

@@ -12,14 +12,15 @@ from services.webhooks.store import WebhookStore
 
 
 class EventServicer(events_pb2_grpc.EventServiceServicer):
-    def __init__(self, ctx: ApiDeps) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: ApiDeps, max_streams: int = 100) -> None:
+        self.ctx, self.streams = ctx, subscriptions.Streams(max_streams)
 
     async def Subscribe(self, request, context):
-        async for delivered in subscriptions.subscribe(
-            self.ctx, request.workspace_id, request.event_types, c.cursor_in(request.cursor), request.from_end
-        ):
-            yield c.subscribed_event(delivered)
+        with self.streams.one():
+            async for delivered in subscriptions.subscribe(
+                self.ctx, request.workspace_id, request.event_types, c.cursor_in(request.cursor), request.from_end
+            ):
+                yield c.subscribed_event(delivered)
 
 
 class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):

@@ -144,7 +144,7 @@ def _register(
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(ctx), server)
     dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(DialecticServicer(ctx), server)
     configuration_pb2_grpc.add_ConfigurationServiceServicer_to_server(ConfigurationServicer(ctx), server)
-    events_pb2_grpc.add_EventServiceServicer_to_server(EventServicer(ctx), server)
+    events_pb2_grpc.add_EventServiceServicer_to_server(EventServicer(ctx, settings.api.max_subscriptions), server)
     webhooks_pb2_grpc.add_WebhookServiceServicer_to_server(
         WebhookServicer(ctx, webhooks, settings.webhook.allow_private_targets), server
     )

@@ -52,6 +52,12 @@ class ApiSettings(BaseSettings):
         description="PEM CA bundle: clients must present a certificate it "
         "signed (mutual TLS); needs tls_cert and tls_key",
     )
+    max_subscriptions: int = Field(
+        100,
+        ge=1,
+        description="Subscribe streams one server process serves at once (each holds a Kafka consumer and "
+        "a thread); one more is RESOURCE_EXHAUSTED",
+    )
     processes: int = Field(
         1,
         ge=1,

@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.bus.subscription import Delivered, Filter, LogSubscription, Position
+from services.errors import ResourceExhausted
 
 POLL_S = 0.5  # how long one blocking poll holds the stream's thread: also how soon a cancelled stream lets go
+
+
+class Streams:
+    """How many Subscribe streams this process serves, at most `most`: each holds a Kafka consumer and a
+    thread, so a caller opening streams without end would otherwise exhaust the process."""
+
+    def __init__(self, most: int) -> None:
+        self.most, self.open = most, 0
+
+    @contextmanager
+    def one(self) -> Iterator[None]:
+        if self.open >= self.most:
+            raise ResourceExhausted(
+                f"this API process already serves {self.most} Subscribe streams (PEERLOG_API_MAX_SUBSCRIPTIONS): "
+                "close one, retry later, or take the events by webhook"
+            )
+        self.open += 1
+        try:
+            yield
+        finally:
+            self.open -= 1
 
 
 async def subscribe(
