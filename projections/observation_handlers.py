@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from projections.inserts import insert_new
+from projections.keys import TextArray
 from projections.schema import (
     ACTIVE_EMBEDDING_MODEL,
     observation_events,
@@ -125,6 +126,10 @@ def _add(conn: Connection, events: Sequence[ObservationAdded]) -> None:
     if not events:
         return
     insert_new(conn, observations, [_added_row(e) for e in events])
+    # an id another event holds (a client's id written twice: the API claims it, but a process that died
+    # holding the claim lets a second write in): its sources, premises and history are not added to the
+    # observation kept, which may be another pair's
+    events = _kept(conn, events)
     insert_new(conn, observation_sources, _sources(events))
     insert_new(
         conn,
@@ -147,6 +152,32 @@ def _add(conn: Connection, events: Sequence[ObservationAdded]) -> None:
             )
         ],
     )
+
+
+_BATCH = (
+    func.unnest(bindparam("ids", type_=TextArray()), bindparam("events", type_=TextArray()))
+    .table_valued("observation_id", "event_id")
+    .render_derived(name="batch")
+)
+_HELD_BY_OTHERS = select(observations.c.observation_id).where(
+    observations.c.workspace_id == bindparam("workspace_id"),
+    observations.c.observation_id == _BATCH.c.observation_id,
+    observations.c.event_id != _BATCH.c.event_id,
+)
+
+
+def _kept(conn: Connection, events: Sequence[ObservationAdded]) -> list[ObservationAdded]:
+    """`events` but those whose observation id a row of another event holds."""
+    lost: set[tuple[str, str]] = set()
+    for workspace_id in {e.workspace_id for e in events}:
+        mine = [e for e in events if e.workspace_id == workspace_id]
+        params = {
+            "workspace_id": workspace_id,
+            "ids": [e.observation_id for e in mine],
+            "events": [e.event_id for e in mine],
+        }
+        lost |= {(workspace_id, i) for i in conn.scalars(_HELD_BY_OTHERS, params)}
+    return [e for e in events if (e.workspace_id, e.observation_id) not in lost]
 
 
 def observation_added(conn: Connection, events: Sequence[ObservationAdded]) -> None:

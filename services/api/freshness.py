@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from services.api.projected import ProjectedPositions
 from services.bus.consistency import ConsistencyToken
 from services.bus.log_ends import LogEnds
 from services.errors import Unavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Freshness:
@@ -34,3 +41,26 @@ class Freshness:
                 f"the projections have not caught up with consistency token {token.encode()!r} "
                 f"after {self._timeout_s:g} s; the projector may be down or far behind"
             )
+
+
+async def until_projected(freshness: Freshness, token: str) -> None:
+    """Wait, however long, until `token` is projected: a lock held over a write is let go only once a
+    later holder's check can see what it wrote."""
+    while True:
+        try:
+            return await freshness.wait(token)
+        except Unavailable:
+            log.warning("a write holding a lock waits for the projector; the lock stays held meanwhile")
+
+
+async def answered_in_time(freshness: Freshness, held: Awaitable[T], what: str, then: str) -> T:
+    """The result of `held` (a write under a lock, shielded: it runs to its end whatever the caller does),
+    if it comes within the consistency wait; else UNAVAILABLE saying `what` is late and what to do `then`,
+    while `held` goes on."""
+    try:
+        return await asyncio.wait_for(held, freshness.timeout_s)
+    except TimeoutError:
+        raise Unavailable(
+            f"{what} is on the log but not readable after {freshness.timeout_s:g} s (the projector may be "
+            f"behind); {then}"
+        ) from None

@@ -45,8 +45,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from projections.idempotency import first_request
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.freshness import answered_in_time, until_projected
 from services.api.locks import advisory, advisory_key, shielded
-from services.errors import FailedPrecondition, Unavailable
+from services.errors import FailedPrecondition
 from services.events import new_id
 from services.events.requests import KeyedRequest
 
@@ -93,14 +94,12 @@ async def once(ctx: ApiDeps, k: Keyed | None, write: Callable[[KeyedRequest | No
     found = await _reply(ctx, k)
     if found is not None:
         return found
-    try:
-        return await asyncio.wait_for(shielded(_locked(ctx, k, write)), ctx.freshness.timeout_s)
-    except TimeoutError:
-        raise Unavailable(
-            f"the write under idempotency key {k.key!r} is on the log but not readable after "
-            f"{ctx.freshness.timeout_s:g} s (the projector may be behind); retry with the same "
-            "key to get its reply"
-        ) from None
+    return await answered_in_time(
+        ctx.freshness,
+        shielded(_locked(ctx, k, write)),
+        f"the write under idempotency key {k.key!r}",
+        "retry with the same key to get its reply",
+    )
 
 
 # a lock holder keeps one pooled connection and needs others meanwhile (the write's checks, the wait's
@@ -115,17 +114,8 @@ async def _locked(ctx: ApiDeps, k: Keyed, write: Callable[[KeyedRequest | None],
         if found is not None:
             return found
         ids, token = await write(k.request())
-        await _projected(ctx, token)
+        await until_projected(ctx.freshness, token)
         return await _reply(ctx, k, conn=conn) or (ids, token)
-
-
-async def _projected(ctx: ApiDeps, token: str) -> None:
-    """Wait, however long, until `token` is projected: the key stays locked until a repeat can see it."""
-    while True:
-        try:
-            return await ctx.freshness.wait(token)
-        except Unavailable:
-            log.warning("a keyed write waits for the projector; its key stays locked meanwhile")
 
 
 async def _reply(ctx: ApiDeps, k: Keyed, conn: AsyncConnection | None = None) -> Reply | None:

@@ -11,6 +11,7 @@ from projections.derivations import current_derivation
 from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.freshness import answered_in_time, until_projected
 from services.api.guards import require_peers, require_session
 from services.api.locks import claimed, shielded
 from services.api.observation_reads import get_observation
@@ -159,7 +160,15 @@ async def _append_observations(
     chosen = sorted({o.observation_id for o in new if o.observation_id})
     if not chosen:
         return await _append_new(ctx, pair, new, vectors, set(), request)
-    return await shielded(_claimed_append(ctx, pair, new, vectors, request, chosen))
+    claim = shielded(_claimed_append(ctx, pair, new, vectors, request, chosen))
+    if request is not None:  # keyed: idempotency.once bounds the answer, and holds the key as long as this
+        return await claim
+    return await answered_in_time(
+        ctx.freshness,
+        claim,
+        f"the write of observation id(s) {v.listed(chosen)}",
+        "it stands: the same observations sent again under their ids return them once readable",
+    )
 
 
 async def _claimed_append(
@@ -170,12 +179,14 @@ async def _claimed_append(
     request: KeyedRequest | None,
     chosen: Sequence[str],
 ) -> tuple[list[str], str]:
-    """The append of observations with ids the client chose, under their claim (locks.claimed), answered
-    once readable. Unclaimed, two writes of one id in two pairs were both acknowledged: the projector kept
+    """The append of observations with ids the client chose, under their claim (locks.claimed), held until
+    readable however long that takes. Unclaimed, two writes of one id in two pairs were both acknowledged: the projector kept
     the first and gave it the second's sources, a message of the other pair's sessions among them."""
     async with claimed(ctx.engine, "observation", pair[0], chosen):
         written = await _written_before(ctx, *pair, new)
-        return await _append_new(ctx, pair, new, vectors, written, request)
+        ids, token = await _append_new(ctx, pair, new, vectors, written, request)
+        await until_projected(ctx.freshness, token)  # held until a later writer of these ids can see them
+        return ids, token
 
 
 async def _append_new(
@@ -186,8 +197,7 @@ async def _append_new(
     written: set[str],
     request: KeyedRequest | None,
 ) -> tuple[list[str], str]:
-    """The append of those of `new` not `written` before (each with its vector); with client ids,
-    answered once readable, so a repeat of the call sees what it wrote."""
+    """The append of those of `new` not `written` before (each with its vector), answered at the ack."""
     workspace_id, observer_id, observed_id = pair
     fresh = [(o, vector) for o, vector in zip(new, vectors, strict=True) if o.observation_id not in written]
     if request is not None and written and fresh:
@@ -217,7 +227,7 @@ async def _append_new(
         )
         for o, vector in fresh
     ]
-    token = await commit(ctx, events, wait=any(o.observation_id for o in new))
+    token = await commit(ctx, events, wait=False)
     made = iter(e.observation_id for e in events)
     return [o.observation_id if o.observation_id in written else next(made) for o in new], token
 

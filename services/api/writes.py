@@ -25,6 +25,7 @@ from projections.append_reads import AppendFacts
 from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.freshness import answered_in_time, until_projected
 from services.api.guards import (
     check_members,
     check_peer_ids,
@@ -283,7 +284,15 @@ async def _append_messages(
         async with ctx.engine.connect() as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
         return await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request, wait=False)
-    return await shielded(_claimed_append(ctx, workspace_id, session_id, new, request, chosen))
+    claim = shielded(_claimed_append(ctx, workspace_id, session_id, new, request, chosen))
+    if request is not None:  # keyed: idempotency.once bounds the answer, and holds the key as long as this
+        return await claim
+    return await answered_in_time(
+        ctx.freshness,
+        claim,
+        f"the write of message id(s) {v.listed(chosen)}",
+        "it stands: send it again only under an idempotency key (to get its reply), since its ids are now taken",
+    )
 
 
 async def _claimed_append(
@@ -294,13 +303,16 @@ async def _claimed_append(
     request: KeyedRequest | None,
     chosen: Sequence[str],
 ) -> tuple[list[str], str]:
-    """The append of messages with ids the client chose, under their claim (locks.claimed): answered once
-    readable. Unclaimed, two writes of one id were both acknowledged and the projector kept one."""
+    """The append of messages with ids the client chose, under their claim (locks.claimed), held until
+    readable however long that takes. Unclaimed, or let go before, two writes of one id were both
+    acknowledged and the projector kept one."""
     async with claimed(ctx.engine, "message", workspace_id, chosen):
         async with ctx.engine.connect() as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
             taken = await message_reads.messages_by_id(conn, workspace_id, chosen)
-        return await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=True)
+        ids, token = await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=False)
+        await until_projected(ctx.freshness, token)
+        return ids, token
 
 
 async def _checked_append(

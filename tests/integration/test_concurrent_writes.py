@@ -12,10 +12,20 @@ from sqlalchemy import select, text
 from peerlog.v1 import common_pb2, context_pb2, context_pb2_grpc, messages_pb2, observations_pb2, sessions_pb2
 from projections import message_reads, peer_reads, session_reads
 from projections.db import sync_engine
-from projections.schema import memberships
+from projections.schema import memberships, observation_sources
 from services.bus.producer import EventLog
 from services.cli.client import Client
-from services.events import MemberJoined, MemberLeft, PeerCreated, ProducerInfo, SessionCreated, WorkspaceCreated
+from services.events import (
+    Level,
+    MemberJoined,
+    MemberLeft,
+    ObservationAdded,
+    PeerCreated,
+    ProducerInfo,
+    SessionCreated,
+    WorkspaceCreated,
+)
+from services.events.observations import Source
 from tests.integration.test_bad_input import quarantined
 from tests.support.rpc import rejected
 from tests.support.wait import eventually
@@ -218,3 +228,39 @@ async def test_racing_writes_of_one_client_observation_id_in_two_pairs_keep_each
     # its sources are its own pair's alone: before, the loser's (bob's PIN) were added to the winner's
     assert [s.message_id for s in kept.sources] == [tea if kept.observer_id == "alice" else pin]
     assert quarantined(settings) == 0
+
+
+def test_a_second_observation_under_a_kept_id_adds_nothing_to_the_kept_one(settings, projector):
+    # what a write whose claim died with its API process, and a second write of the same id, append
+    def added(observer: str, message_id: str, observation_id: str = "same") -> ObservationAdded:
+        return ObservationAdded(
+            workspace_id="w",
+            observer_id=observer,
+            observed_id=observer,
+            observation_id=observation_id,
+            level=Level.EXPLICIT,
+            content=f"{observer} said {message_id}",
+            sources=(Source(message_id=message_id, span=message_id),),
+            producer=P,
+        )
+
+    first = added("alice", "tea")
+    log = EventLog(settings.kafka)
+    log.start()
+    try:
+        log.append_sync([WorkspaceCreated(workspace_id="w", producer=P), first])
+        eventually(lambda: sources_of(settings, "same") == [(first.event_id, "tea")])
+        # bob's pair is another partition: a later observation of his, once projected, is past the second
+        log.append_sync([added("bob", "pin"), added("bob", "later", "marker")])
+        eventually(lambda: sources_of(settings, "marker"))
+        assert sources_of(settings, "same") == [(first.event_id, "tea")]  # bob's PIN is not alice's source
+        assert quarantined(settings) == 0
+    finally:
+        log.close()
+
+
+def sources_of(settings, observation_id: str) -> list[tuple[str, str]]:
+    with sync_engine(settings.database).connect() as conn:
+        s = observation_sources.c
+        rows = conn.execute(select(s.event_id, s.message_id).where(s.observation_id == observation_id)).all()
+    return sorted((r.event_id, r.message_id) for r in rows)
