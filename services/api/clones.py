@@ -94,7 +94,7 @@ async def clone_session(ctx: ApiDeps, r: CloneRequest) -> tuple[Written, list[st
     """Create the clone and answer once it is readable: the session and the copies' ids."""
     _check(r)
     source = await require_session(ctx, r.workspace_id, r.session_id)
-    async with ctx.writes.hold(("session", r.workspace_id, r.new_session_id)):
+    async with ctx.exclusive("session", r.workspace_id, r.new_session_id):
         async with ctx.engine.connect() as conn:
             if await session_reads.session(conn, r.workspace_id, r.new_session_id) is not None:
                 raise AlreadyExists(

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from services.api.backpressure import Backpressure
 from services.api.cursors import PageCursors
 from services.api.freshness import Freshness
-from services.api.locks import KeyedLocks
+from services.api.locks import KeyedLocks, held
 from services.bus.producer import EventLog
 from services.dialectic.loop import Dialectic
 from services.events import Configuration, ProducerInfo
@@ -38,10 +38,19 @@ class ApiDeps:
     producer: ProducerInfo = API_PRODUCER
     dialectic: Dialectic | None = None  # Chat's tool loop, with one model client per reasoning level
     cursors: PageCursors = field(default_factory=lambda: PageCursors.from_setting(""))  # signs page tokens
-    # control-plane writes check the projection, then append: per entity, one at a time in this process
+    # control-plane writes check the projection, then append: per entity, one at a time (`exclusive`)
     writes: KeyedLocks = field(default_factory=KeyedLocks)
     # the global level of the configuration hierarchy (the environment)
     configuration: Configuration = field(default_factory=lambda: Settings().configuration())
+
+    @asynccontextmanager
+    async def exclusive(self, *key: str) -> AsyncIterator[None]:
+        """A control-plane write's check-then-append on one entity (`key`, such as ("session", w, s)), one at
+        a time across API processes: a lock per key in this process, so a key takes one connection, and a
+        Postgres advisory lock across them. Two processes creating one session each appended a create and
+        its joins, and were both told they created it; both clones of one target were copied into it."""
+        async with self.writes.hold(key), held(self.engine, [key]):
+            yield
 
     @asynccontextmanager
     async def embedding(self, text: str) -> AsyncIterator[asyncio.Future]:

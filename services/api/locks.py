@@ -59,18 +59,18 @@ async def advisory(conn: AsyncConnection, keys: Sequence[int]) -> AsyncIterator[
         )
 
 
-# a claim holds one pooled connection while its write waits for the projector: at most half the pool's
+# a holder keeps one pooled connection while its write waits for the projector: at most half the pool's
 # size of them, so keyed writes (idempotency._HOLDERS) and reads always find a connection
-_CLAIMS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary()
+_HOLDERS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary()
 
 
 @asynccontextmanager
-async def claimed(engine: AsyncEngine, kind: str, workspace_id: str, ids: Sequence[str]) -> AsyncIterator[None]:
-    """Ids a client chose for new `kind` entities, claimed across API processes for the body. A client's
-    id is new only if no projected entity has it: a write holds its ids from that check until it is
-    readable, or two writes of one id both pass the check and both are acknowledged."""
-    claims = _CLAIMS.setdefault(engine, asyncio.Semaphore(max(1, engine.pool.size() // 2)))
-    async with claims, engine.connect() as conn, advisory(conn, [advisory_key(kind, workspace_id, i) for i in ids]):
+async def held(engine: AsyncEngine, keys: Sequence[tuple[str, ...]]) -> AsyncIterator[None]:
+    """`keys` (such as ("message", workspace, id)) held across API processes for the body, for a write
+    that checks the projection, then appends: two such writes of one entity on two processes would
+    both pass the check, and both be acknowledged."""
+    holders = _HOLDERS.setdefault(engine, asyncio.Semaphore(max(1, engine.pool.size() // 2)))
+    async with holders, engine.connect() as conn, advisory(conn, [advisory_key(*k) for k in keys]):
         yield
 
 

@@ -13,7 +13,7 @@ from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.freshness import answered_in_time, until_projected
 from services.api.guards import require_peers, require_session
-from services.api.locks import claimed, shielded
+from services.api.locks import held, shielded
 from services.api.observation_reads import get_observation
 from services.api.writes import commit
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
@@ -179,10 +179,10 @@ async def _claimed_append(
     request: KeyedRequest | None,
     chosen: Sequence[str],
 ) -> tuple[list[str], str]:
-    """The append of observations with ids the client chose, under their claim (locks.claimed), held until
+    """The append of observations with ids the client chose, held (locks.held), held until
     readable however long that takes. Unclaimed, two writes of one id in two pairs were both acknowledged: the projector kept
     the first and gave it the second's sources, a message of the other pair's sessions among them."""
-    async with claimed(ctx.engine, "observation", pair[0], chosen):
+    async with held(ctx.engine, [("observation", pair[0], i) for i in chosen]):
         written = await _written_before(ctx, *pair, new)
         ids, token = await _append_new(ctx, pair, new, vectors, written, request)
         await until_projected(ctx.freshness, token)  # held until a later writer of these ids can see them

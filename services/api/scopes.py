@@ -63,7 +63,7 @@ async def create_scope(
     v.check_id("scope_id", scope_id)
     v.check_text("name", name, MAX_NAME_CHARS, required=False)
     _check_sessions(session_ids, required=False)
-    async with ctx.writes.hold(("scope", workspace_id, scope_id)):
+    async with ctx.exclusive("scope", workspace_id, scope_id):
         async with ctx.engine.connect() as conn:
             await check_scope(conn, workspace_id, session_ids)
             if await scope_reads.scope(conn, workspace_id, scope_id) is not None:
@@ -90,7 +90,7 @@ async def change_sessions(
 ) -> tuple[ScopeView, str]:
     """Adds (removes) sessions; only the ones that change the scope go on the log."""
     _check_sessions(session_ids, required=True)
-    async with ctx.writes.hold(("scope", workspace_id, scope_id)):
+    async with ctx.exclusive("scope", workspace_id, scope_id):
         async with ctx.engine.connect() as conn:
             await check_scope(conn, workspace_id, session_ids if add else ())
             await _require(conn, workspace_id, scope_id)

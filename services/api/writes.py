@@ -3,12 +3,14 @@
 Control-plane writes (workspaces, peers, sessions, membership) wait until they are readable before
 answering, so the next call can rely on them; AddMessages answers at the durable ack.
 
-Racing control-plane writes (issue 17 §2.1, §2.13): in one API process, the check against the projection
-and the append run under a per-entity lock (`ApiDeps.writes`), so a second caller sees the first one's
-write. Across API processes nothing here serialises them; the projection decides instead, in log order:
-the first create of an entity wins (a caller was `created` only if the projected row is its own event)
-and a MemberJoined for a peer with an open period is ignored (projections/handlers.py, and the router
-does the same), so two processes can append a duplicate event but never make the projection diverge.
+Racing control-plane writes (issue 17 §2.1, §2.13): the check against the projection and the append run
+under a per-entity lock (`ApiDeps.exclusive`: in-process, and a Postgres advisory lock across API
+processes), so a second caller sees the first one's write. Unserialised across processes, both were
+told they created a session, a losing create's configuration was applied, and two clones were copied
+into one session. Should two appends of one entity still reach the log (a lock holder whose wait for the
+projector timed out), the projection decides in log order: the first create wins (a caller was
+`created` only if the projected row is its own event) and a MemberJoined for a peer with an open period
+is ignored (projections/handlers.py, and the router does the same).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from services.api.guards import (
     require_workspace,
     validate_messages,
 )
-from services.api.locks import claimed, shielded
+from services.api.locks import held, shielded
 from services.errors import AlreadyExists, FailedPrecondition
 from services.events import (
     Configuration,
@@ -96,7 +98,7 @@ async def get_or_create_workspace(
 ) -> Written:
     v.check_id("workspace_id", workspace_id)
     v.check_metadata("metadata", metadata)
-    async with ctx.writes.hold(("workspace", workspace_id)):
+    async with ctx.exclusive("workspace", workspace_id):
         async with ctx.engine.connect() as conn:
             row = await workspace_reads.workspace(conn, workspace_id)
         if row is not None:
@@ -119,7 +121,7 @@ async def get_or_create_peer(
     v.check_metadata("metadata", metadata)
     v.check_peer_name("metadata", metadata)
     await require_workspace(ctx, workspace_id)
-    async with ctx.writes.hold(("peer", workspace_id, peer_id)):
+    async with ctx.exclusive("peer", workspace_id, peer_id):
         async with ctx.engine.connect() as conn:
             before = await peer_reads.peer(conn, workspace_id, peer_id)
         events: list[Event] = []
@@ -150,7 +152,7 @@ async def set_peer_metadata(ctx: ApiDeps, workspace_id: str, peer_id: str, metad
     v.check_id("peer_id", peer_id)
     v.check_metadata("metadata", metadata)
     v.check_peer_name("metadata", metadata)
-    async with ctx.writes.hold(("peer", workspace_id, peer_id)):
+    async with ctx.exclusive("peer", workspace_id, peer_id):
         async with ctx.engine.connect() as conn:
             await check_scope(conn, workspace_id, peer_id=peer_id)  # NotFound, said as every write says it
             before = await peer_reads.peer(conn, workspace_id, peer_id)
@@ -191,7 +193,7 @@ async def get_or_create_session(
     v.check_metadata("metadata", metadata)
     await require_workspace(ctx, workspace_id)
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
-    async with ctx.writes.hold(("session", workspace_id, session_id)):
+    async with ctx.exclusive("session", workspace_id, session_id):
         async with ctx.engine.connect() as conn:
             row = await session_reads.session(conn, workspace_id, session_id)
             current = await session_reads.current_members(conn, workspace_id, session_id) if row else set()
@@ -220,7 +222,7 @@ async def get_or_create_session(
 async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]) -> Written:
     await require_session(ctx, workspace_id, session_id)
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
-    async with ctx.writes.hold(("session", workspace_id, session_id)):
+    async with ctx.exclusive("session", workspace_id, session_id):
         async with ctx.engine.connect() as conn:
             current = await session_reads.current_members(conn, workspace_id, session_id)
         already = [m.peer_id for m in members if m.peer_id in current]
@@ -235,7 +237,7 @@ async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members:
 async def remove_members(ctx: ApiDeps, workspace_id: str, session_id: str, peer_ids: Sequence[str]) -> Written:
     await require_session(ctx, workspace_id, session_id)
     check_peer_ids(peer_ids)
-    async with ctx.writes.hold(("session", workspace_id, session_id)):
+    async with ctx.exclusive("session", workspace_id, session_id):
         async with ctx.engine.connect() as conn:
             current = await session_reads.current_members(conn, workspace_id, session_id)
         absent = [p for p in peer_ids if p not in current]
@@ -303,10 +305,10 @@ async def _claimed_append(
     request: KeyedRequest | None,
     chosen: Sequence[str],
 ) -> tuple[list[str], str]:
-    """The append of messages with ids the client chose, under their claim (locks.claimed), held until
+    """The append of messages with ids the client chose, held (locks.held), held until
     readable however long that takes. Unclaimed, or let go before, two writes of one id were both
     acknowledged and the projector kept one."""
-    async with claimed(ctx.engine, "message", workspace_id, chosen):
+    async with held(ctx.engine, [("message", workspace_id, i) for i in chosen]):
         async with ctx.engine.connect() as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
             taken = await message_reads.messages_by_id(conn, workspace_id, chosen)

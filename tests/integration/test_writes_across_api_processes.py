@@ -1,0 +1,59 @@
+"""Two API servers (each its own locks, pools and producer, as two processes have) on one log: a write that
+checks the projection, then appends, is one at a time per entity across them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from sqlalchemy import select
+
+from peerlog.v1 import configuration_pb2, sessions_pb2, workspaces_pb2
+from projections.db import sync_engine
+from projections.schema import configurations, messages
+from tests.integration.test_bad_input import quarantined
+from tests.integration.test_idempotent_writes import servers  # noqa: F401 (a fixture)
+
+
+def outcomes(results) -> list[str]:
+    return sorted(r.code().name if isinstance(r, grpc.aio.AioRpcError) else "OK" for r in results)
+
+
+async def test_two_clones_into_one_new_session_on_two_servers_copy_once(settings, servers):  # noqa: F811
+    (_, a), (_, b) = await servers(), await servers()
+    await a.setup_conversation("acme", "src")
+    await a.add("acme", "src", [("alice", "one"), ("bob", "two"), ("alice", "three")])
+    await a.sessions.GetSession(sessions_pb2.GetSessionRequest(workspace_id="acme", session_id="src"))
+    clone = sessions_pb2.CloneSessionRequest(workspace_id="acme", session_id="src", new_session_id="copy")
+    await asyncio.sleep(0.5)  # the source's messages projected
+
+    results = await asyncio.gather(
+        a.sessions.CloneSession(clone), b.sessions.CloneSession(clone), return_exceptions=True
+    )
+
+    assert outcomes(results) == ["ALREADY_EXISTS", "OK"]  # both were OK, and the copy held every message twice
+    with sync_engine(settings.database).connect() as conn:
+        copied = conn.scalars(
+            select(messages.c.content).where(messages.c.session_id == "copy").order_by(messages.c.seq)
+        )
+        assert list(copied) == ["one", "two", "three"]
+    assert quarantined(settings) == 0
+
+
+async def test_two_creates_of_one_workspace_on_two_servers_keep_the_creators_configuration(settings, servers):  # noqa: F811
+    (_, a), (_, b) = await servers(), await servers()
+
+    def create(threshold: int) -> workspaces_pb2.GetOrCreateWorkspaceRequest:
+        configured = configuration_pb2.Configuration(dream_threshold=threshold)
+        return workspaces_pb2.GetOrCreateWorkspaceRequest(workspace_id="w", configuration=configured)
+
+    first, second = await asyncio.gather(
+        a.workspaces.GetOrCreateWorkspace(create(11)), b.workspaces.GetOrCreateWorkspace(create(22))
+    )
+
+    assert sorted([first.created, second.created]) == [False, True]
+    with sync_engine(settings.database).connect() as conn:
+        c = configurations.c
+        kept = list(conn.scalars(select(c.configuration).where(c.workspace_id == "w", c.level == "workspace")))
+    # the loser's configuration was applied too, and mostly won: it was recorded last
+    assert [k["dream_threshold"] for k in kept] == [11 if first.created else 22]
