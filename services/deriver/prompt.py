@@ -4,21 +4,44 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from html import escape
+from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from services.deriver.batching import PendingMessage
 from services.events import prompt_addition
 
 PROMPT_VERSION = "deriver-v2"
+# as for a dream's edits: a fact is a sentence, and a span a phrase of it. A server that ignores max_tokens
+# could otherwise send a fact past Kafka's record limit, and the batch's transaction would fail on every retry
+FACT_CHARS = 2000
+ID_CHARS = 512
+
+
+def _storable(limit: int) -> AfterValidator:
+    """A check pydantic runs and the wire schema does not show (strict servers and grammars refuse some
+    string bounds): a failure goes to the repair path, so the model is told what to fix."""
+
+    def check(text: str) -> str:
+        if "\x00" in text:  # Postgres cannot store or compare one: the store's lookups would fail every time
+            raise ValueError("must not contain the NUL character (\\u0000)")
+        if len(text) > limit:
+            raise ValueError(f"must be at most {limit} characters, not {len(text)}")
+        return text
+
+    return AfterValidator(check)
 
 
 class ExtractedFact(BaseModel):
     """One atomic fact about the target peer, with the message it came from."""
 
-    content: str = Field(description="one self-contained fact about the target, with absolute dates")
-    message_id: str = Field(description="id of the target's message that states it")
-    span: str = Field(description="verbatim text copied from that message that supports the fact")
+    content: Annotated[str, _storable(FACT_CHARS)] = Field(
+        description="one self-contained fact about the target, with absolute dates"
+    )
+    message_id: Annotated[str, _storable(ID_CHARS)] = Field(description="id of the target's message that states it")
+    span: Annotated[str, _storable(FACT_CHARS)] = Field(
+        description="verbatim text copied from that message that supports the fact"
+    )
 
 
 class Extraction(BaseModel):

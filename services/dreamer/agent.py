@@ -20,7 +20,7 @@ from services.dreamer.specialist import DreamRun
 from services.events import DreamCompleted, DreamFailed, DreamRequested, DreamStarted, Event, ProducerInfo
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
-from services.llm.errors import ModelError
+from services.llm.errors import EmbeddingError, ModelError
 
 if TYPE_CHECKING:
     from services.settings import Settings
@@ -72,12 +72,12 @@ class Dreamer:
             end: Event = DreamCompleted(
                 **pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER, causation_id=event.event_id
             )
-        except (ModelError, TimeoutError) as error:
-            # what the specialists wrote before the model failed (or time ran out) stands; the scheduler
-            # retries after its cooldown
+        except (ModelError, EmbeddingError, TimeoutError) as error:
+            # what the specialists wrote before a model failed (or time ran out) stands; the scheduler
+            # retries after its cooldown. An embedding model answering wrongly fails the dream the same way
             reason = (
                 str(error)
-                if isinstance(error, ModelError)
+                if not isinstance(error, TimeoutError)
                 else (
                     f"the dream ran out of its time budget of {self.settings.max_dream_s:g} s (PEERLOG_DREAM_MAX_DREAM_S)"
                 )

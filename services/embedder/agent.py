@@ -6,11 +6,14 @@ sees one message. Texts of concurrent calls (other sessions of the same batch) a
 model call (`Coalescer`): measured with the local MiniLM on 2 cores (2 ONNX threads), one text per call
 costs 3.8 ms, batches of 8–256 2.6–2.9 ms per text; an HTTP embedder saves a round trip per text. A busy
 single session still embeds one message at a time (its events must stay in order within the key).
+
+A text the model refuses for good (a 4xx, a vector it cannot give) goes without one; see Coalescer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 from services.bus.runner import Get, Step
@@ -18,13 +21,28 @@ from services.bus.topics import SESSIONS
 from services.embedder.policy import embedded, previous_turn, text_to_embed
 from services.events import Event, MessageAppended, ProducerInfo
 from services.llm.embeddings import Embedder, make_embedder
+from services.llm.errors import EmbeddingError, ModelRequestRejected
 
 if TYPE_CHECKING:
     from services.settings import Settings
 
+log = logging.getLogger(__name__)
+# what a model answers the same on every retry: a refused request (a text past the server's token limit),
+# or a reply with no usable vector (wrong size or count, NaN). Not an outage (ModelUnavailable), which
+# aborts the batch so it is retried
+REFUSED = (ModelRequestRejected, EmbeddingError)
+PROBE = "a plain sentence to embed"  # what a working model always embeds (see Coalescer._own_refusal)
+
 
 class Coalescer:
-    """Gathers the texts asked for within one event-loop turn and embeds them in one call."""
+    """Gathers the texts asked for within one event-loop turn and embeds them in one call.
+
+    A text the model refuses for good gets None, not a vector: there is no dead-letter event for a message's
+    embedding, and failing would stop the worker on that message forever. The batch is split to find it,
+    so its neighbours still get theirs; it counts as the text's fault only if the model then embeds a plain
+    text, since a model refusing everything (a wrong key, model name or dimension setting) must stop the
+    worker, not leave every message without a vector.
+    """
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
@@ -36,7 +54,8 @@ class Coalescer:
         self._flushing.add(task)
         task.add_done_callback(self._flushing.discard)
 
-    async def embed(self, text: str) -> list[float]:
+    async def embed(self, text: str) -> list[float] | None:
+        """The text's vector, or None when the model refuses this text for good."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if not self._pending:
@@ -48,7 +67,7 @@ class Coalescer:
     async def _flush(self) -> None:
         batch, self._pending = self._pending, []
         try:
-            vectors = await self.embedder.embed([text for text, _ in batch])
+            vectors = await self._vectors([text for text, _ in batch])
         except Exception as exc:  # every waiter fails, so its transaction aborts
             for _, future in batch:
                 if not future.done():
@@ -57,6 +76,26 @@ class Coalescer:
         for (_, future), vector in zip(batch, vectors, strict=True):
             if not future.done():
                 future.set_result(vector)
+
+    async def _vectors(self, texts: list[str]) -> list[list[float] | None]:
+        """One vector per text; None for a text the model refuses on its own. Halving finds one bad text
+        of a batch in a few calls."""
+        try:
+            return list(await self.embedder.embed(texts))
+        except REFUSED as refusal:
+            if len(texts) > 1:
+                half = len(texts) // 2
+                return [*await self._vectors(texts[:half]), *await self._vectors(texts[half:])]
+            await self._own_refusal(refusal)
+            log.error("the embedding model refuses a text of %d characters for good: %s", len(texts[0]), refusal)
+            return [None]
+
+    async def _own_refusal(self, refusal: Exception) -> None:
+        """Raise `refusal` unless the model embeds a plain text: then it refuses everything."""
+        try:
+            await self.embedder.embed([PROBE])
+        except REFUSED:
+            raise refusal from None
 
 
 class EmbedderProcessor:
@@ -75,6 +114,15 @@ class EmbedderProcessor:
             return Step()
         assert isinstance(event, MessageAppended)
         vector = await self.coalescer.embed(text)
+        if vector is None:
+            # full-text search still finds it; `peerlog reembed` with this model fills the vector in once it is taken
+            log.error(
+                "message %s of session %s in workspace %s goes without a vector: the embedding model refuses its text",
+                event.message_id,
+                event.session_id,
+                event.workspace_id,
+            )
+            return Step([], {event.key: previous_turn(event)})
         return Step([embedded(event, vector, self.model_name, self.producer)], {event.key: previous_turn(event)})
 
 

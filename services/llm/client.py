@@ -7,6 +7,7 @@ and per-stage metrics. Works with any OpenAI-compatible server.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -20,10 +21,11 @@ from services import tracing
 from services.llm import formats, metrics
 from services.llm.errors import ModelError, ModelOutputInvalid
 from services.llm.http import async_http_client
-from services.llm.retry import as_model_error, call_async
+from services.llm.retry import SERVER_ERRORS, as_model_error, call_async
 from services.llm.settings import ModelStageSettings
 
 V = TypeVar("V")
+_MODEL_NAME_CHARS = 200  # a server's model name is stamped on events; a runaway one must not bloat them
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -137,19 +139,20 @@ class ModelClient:
             calls: dict[int, dict[str, str]] = {}
             usage, model = Usage(), self.settings.model
             async for chunk in stream:
-                model = chunk.model or model
-                if chunk.usage is not None:
-                    usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
-                for choice in chunk.choices:
-                    if choice.delta.content:
+                model = model_name(getattr(chunk, "model", None)) or model
+                if getattr(chunk, "usage", None) is not None:
+                    usage = _usage(chunk.usage)
+                for choice in getattr(chunk, "choices", None) or []:
+                    if isinstance(choice.delta.content, str) and choice.delta.content:
                         piece = formats.valid_unicode(choice.delta.content)
                         pieces.append(piece)
                         yield piece
                     for call in choice.delta.tool_calls or []:
                         _merge_call_delta(calls, call)
-        except openai.APIError as error:
-            metrics.record_call(self.stage, "unavailable")
-            raise as_model_error(self.stage, 1, error) from error
+        except SERVER_ERRORS as error:
+            failure = as_model_error(self.stage, 1, error)
+            metrics.record_call(self.stage, failure.outcome)
+            raise failure from error
         except ModelError as error:
             metrics.record_call(self.stage, error.outcome)
             raise
@@ -157,9 +160,7 @@ class ModelClient:
             span.end()
         metrics.record_call(self.stage, "ok")
         metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
-        turn = AssistantTurn(
-            "".join(pieces), tuple(ToolCall(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items()))
-        )
+        turn = AssistantTurn("".join(pieces), tuple(_merged_call(c) for _, c in sorted(calls.items())))
         yield Completion(turn, turn.content, model, usage, attempts=1)
 
     async def aclose(self) -> None:
@@ -266,27 +267,87 @@ class ModelClient:
         return self._reply(response)
 
     def _reply(self, response: Any) -> _Reply:
-        if not response.choices:
-            raise ModelOutputInvalid(self.stage, "", "the server returned no choices")
-        usage = Usage(
-            getattr(response.usage, "prompt_tokens", 0) or 0, getattr(response.usage, "completion_tokens", 0) or 0
-        )
+        """The reply read defensively: the SDK builds its objects without validating them, so a proxy's 200
+        HTML page arrives as a str, `"message": null` as None, a number where text belongs as a number."""
+        choices = getattr(response, "choices", None)
+        if not isinstance(choices, list):
+            raise ModelOutputInvalid(self.stage, _raw(response), "the server's reply is not a chat completion")
+        if not choices:
+            raise ModelOutputInvalid(self.stage, _raw(response), "the server returned no choices")
+        message = getattr(choices[0], "message", None)
+        content = getattr(message, "content", None)
+        if message is None or not isinstance(content, str | None):
+            raise ModelOutputInvalid(self.stage, _raw(response), "the reply has no message, or its content is not text")
+        usage = _usage(getattr(response, "usage", None))
         metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
-        message = response.choices[0].message
-        content = formats.valid_unicode(message.content or "")  # a tool-call-only reply has no text
-        calls = tuple(
-            ToolCall(c.id or f"call_{i}", c.function.name, c.function.arguments or "")
-            for i, c in enumerate(message.tool_calls or [])
-            if getattr(c, "function", None)
+        content = formats.valid_unicode(content or "")  # a tool-call-only reply has no text
+        calls = _tool_calls(getattr(message, "tool_calls", None))
+        return _Reply(content, model_name(getattr(response, "model", None)) or self.settings.model, usage, calls)
+
+
+def _raw(response: Any) -> str:
+    return str(response)[:2000]
+
+
+def model_name(value: Any) -> str:
+    """The model name a server reported, as text events can carry (it is stamped on them), or "" for none."""
+    if value is None or isinstance(value, dict | list):
+        return ""
+    return formats.storable(str(value))[:_MODEL_NAME_CHARS]
+
+
+def _token_count(value: Any) -> int:
+    """A token count as reported; anything but a whole number (a server's "many", null, -1) counts 0."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _usage(usage: Any) -> Usage:
+    return Usage(_token_count(getattr(usage, "prompt_tokens", 0)), _token_count(getattr(usage, "completion_tokens", 0)))
+
+
+def _text(value: Any) -> str:
+    """A tool call's name or arguments as valid text: some servers send arguments as an object."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    # a lone surrogate would reach a tool's input, then an event Kafka's serialiser refuses
+    return formats.valid_unicode(text)
+
+
+def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
+    if not isinstance(raw, list):
+        return ()
+    calls = []
+    for i, call in enumerate(raw):
+        function = getattr(call, "function", None)
+        if function is None:
+            continue
+        call_id = getattr(call, "id", None)
+        calls.append(
+            ToolCall(
+                _text(call_id) if isinstance(call_id, str) and call_id else f"call_{i}",
+                _text(getattr(function, "name", None)),
+                _text(getattr(function, "arguments", None)),
+            )
         )
-        return _Reply(content, response.model or self.settings.model, usage, calls)
+    return tuple(calls)
 
 
 def _merge_call_delta(calls: dict[int, dict[str, str]], delta: Any) -> None:
     """Streamed tool calls arrive in pieces keyed by index: the id and name once, the arguments in parts."""
     call = calls.setdefault(delta.index, {"id": f"call_{delta.index}", "name": "", "arguments": ""})
-    if delta.id:
+    if isinstance(delta.id, str) and delta.id:
         call["id"] = delta.id
     if delta.function is not None:
-        call["name"] += delta.function.name or ""
-        call["arguments"] += delta.function.arguments or ""
+        call["name"] += _piece(delta.function.name)
+        call["arguments"] += _piece(delta.function.arguments)
+
+
+def _piece(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _merged_call(call: dict[str, str]) -> ToolCall:
+    return ToolCall(_text(call["id"]), _text(call["name"]), _text(call["arguments"]))

@@ -18,16 +18,18 @@ import importlib.util
 import os
 import threading
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import openai
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from services.llm import metrics
-from services.llm.errors import EmbeddingError
+from services.llm import formats, metrics
+from services.llm.errors import EmbeddingError, ModelOutputInvalid
 from services.llm.http import async_http_client, sync_http_client
 from services.llm.retry import call_async, call_sync
 from services.llm.settings import EmbeddingSettings
@@ -45,6 +47,15 @@ NEAR_DUPLICATE = 0.95  # the same fact, for a model without a measured level of 
 
 def _count_retry() -> None:
     metrics.record_retry(EMBEDDING_STAGE)
+
+
+def finite(vectors: Sequence[Sequence[float]] | np.ndarray, model: str) -> None:
+    """Raise EmbeddingError unless every value is a finite float4 (what a pgvector column holds): a NaN
+    vector is refused by Postgres, and would make every cosine against it NaN."""
+    with np.errstate(over="ignore"):  # a float8 past float4's range becomes inf here, as it would there
+        values = np.asarray(vectors, dtype=np.float32)
+    if not np.isfinite(values).all():
+        raise EmbeddingError(f"model {model!r} returned a vector with NaN or infinite values")
 
 
 @runtime_checkable
@@ -240,6 +251,7 @@ class LocalOnnxEmbedder:
         vectors = np.empty((len(texts), self.dimensions), dtype=np.float32)
         for batch in length_sorted_batches(texts, min(self._settings.batch_size, self._model.max_batch)):
             vectors[batch] = self._embed_batch([texts[i] for i in batch])
+        finite(vectors, self.model_name)
         return vectors.tolist()
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
@@ -268,8 +280,32 @@ class LocalOnnxEmbedder:
         return onnx_session(self._model.weights.verified(), self._settings.threads)
 
 
+class _Row(BaseModel):
+    """One vector of an embeddings reply as the API specifies it: the SDK builds its objects unchecked, so
+    `"embedding": null` or `["a"]` would otherwise reach an event."""
+
+    model_config = ConfigDict(strict=True)  # a number is a number, not the text "0.5"
+
+    index: int
+    embedding: list[float]
+
+
+_ROWS = TypeAdapter(list[_Row])
+
+
+@contextmanager
+def _readable_reply() -> Iterator[None]:
+    """A reply the SDK could not read (a 200 that is not JSON) is the embedding model answering wrongly,
+    as a vector of the wrong size is: EmbeddingError, not the chat client's ModelOutputInvalid."""
+    try:
+        yield
+    except ModelOutputInvalid as error:
+        raise EmbeddingError(str(error)) from error
+
+
 class OpenAIEmbedder:
-    """Any OpenAI-compatible `/v1/embeddings` endpoint; checks every vector has `settings.dimensions`."""
+    """Any OpenAI-compatible `/v1/embeddings` endpoint; checks every vector has `settings.dimensions`
+    finite values, and sends at most `settings.max_chars` characters of a text."""
 
     def __init__(self, settings: EmbeddingSettings) -> None:
         self._settings = settings
@@ -305,24 +341,33 @@ class OpenAIEmbedder:
 
     async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
         request = self._request(batch)
-        response = await call_async(
-            EMBEDDING_STAGE, self._settings, lambda: self._async.embeddings.create(**request), _count_retry
-        )
+        with _readable_reply():
+            response = await call_async(
+                EMBEDDING_STAGE, self._settings, lambda: self._async.embeddings.create(**request), _count_retry
+            )
         return self._checked(response, len(batch))
 
     def _embed_batch_sync(self, batch: list[str]) -> list[list[float]]:
         request = self._request(batch)
-        response = call_sync(
-            EMBEDDING_STAGE, self._settings, lambda: self._sync.embeddings.create(**request), _count_retry
-        )
+        with _readable_reply():
+            response = call_sync(
+                EMBEDDING_STAGE, self._settings, lambda: self._sync.embeddings.create(**request), _count_retry
+            )
         return self._checked(response, len(batch))
 
     def _request(self, batch: list[str]) -> dict[str, Any]:
+        # cut to the limit: a server refuses a text past its model's context, and refuses it every time
+        texts = [text[: self._settings.max_chars] for text in batch]
         # "float" explicitly: the SDK otherwise asks for base64, which some local servers do not speak
-        return {"model": self._settings.model, "input": batch, "encoding_format": "float"}
+        return {"model": self._settings.model, "input": texts, "encoding_format": "float"}
 
     def _checked(self, response: Any, expected: int) -> list[list[float]]:
-        rows = sorted(response.data, key=lambda row: row.index)
+        try:
+            rows = sorted(_ROWS.validate_python(getattr(response, "data", None), from_attributes=True), key=_index)
+        except ValidationError as error:
+            raise EmbeddingError(
+                f"the embedding server's reply is malformed:\n{formats.describe_error(error)}"
+            ) from error
         if len(rows) != expected:
             raise EmbeddingError(f"asked for {expected} embeddings, got {len(rows)}")
         for row in rows:
@@ -331,7 +376,13 @@ class OpenAIEmbedder:
                     f"model {self.model_name!r} returned {len(row.embedding)} dimensions, "
                     f"settings say {self.dimensions}"
                 )
-        return [list(row.embedding) for row in rows]
+        vectors = [row.embedding for row in rows]
+        finite(vectors, self.model_name)
+        return vectors
+
+
+def _index(row: _Row) -> int:
+    return row.index
 
 
 def near_duplicate_similarity(model: str) -> float:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# an error's text may quote what a server sent, and it is copied into dead-letter events
+from services.llm.formats import storable
+
 
 class ModelError(Exception):
     """Base for model-call failures."""
@@ -9,7 +12,7 @@ class ModelError(Exception):
     outcome = "error"
 
     def __init__(self, stage: str, message: str) -> None:
-        super().__init__(f"[{stage}] {message}")
+        super().__init__(storable(f"[{stage}] {message}"))
         self.stage = stage
 
 
@@ -48,6 +51,9 @@ class ModelOutputInvalid(ModelError):
 
 class EmbeddingError(Exception):
     """An embedding model is missing, corrupt, or returned vectors of the wrong shape."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(storable(message))
 
 
 class RerankError(Exception):

@@ -122,6 +122,11 @@ def valid_unicode(text: str) -> str:
     return _LONE_SURROGATE.sub("\ufffd", text)
 
 
+def storable(text: str) -> str:
+    """`text` as every store takes it: without NUL (Postgres refuses one in text) and valid UTF-8."""
+    return valid_unicode(text.replace("\x00", ""))
+
+
 def strip_fences(text: str) -> str:
     """The JSON inside a ```json fence, if the reply has one; else the reply trimmed."""
     match = _FENCE.search(text)

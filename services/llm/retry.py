@@ -1,11 +1,13 @@
 """The one retry policy for model servers: transient errors are retried with backoff, others are not.
 
 Both the chat client and the embedding client call servers through `call_async` / `call_sync`, which
-turn the SDK's errors into ModelUnavailable (after the retries) or ModelRequestRejected (at once).
+turn the SDK's errors into ModelUnavailable (after the retries), ModelRequestRejected (at once) or, for a
+reply the SDK could not read, ModelOutputInvalid (at once).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -19,13 +21,15 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from services.llm.errors import ModelError, ModelRequestRejected, ModelUnavailable
+from services.llm.errors import ModelError, ModelOutputInvalid, ModelRequestRejected, ModelUnavailable
 
 T = TypeVar("T")
 
 # 408 is the server's own timeout, so it is retried like a client-side one
 _TRANSIENT_STATUS = frozenset({408, 429})
-_SERVER_ERRORS = (openai.APIConnectionError, openai.APIStatusError)
+# every SDK error, and the JSONDecodeError the SDK lets out for a 200 whose body is not JSON
+SERVER_ERRORS = (openai.APIError, json.JSONDecodeError)
+_RAW_CHARS = 2000  # of an unreadable body kept on the error
 
 
 class RetrySettings(Protocol):
@@ -43,8 +47,12 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
-def as_model_error(stage: str, attempts: int, error: openai.APIError) -> ModelError:
-    """The domain error for an SDK error that ended a call."""
+def as_model_error(stage: str, attempts: int, error: Exception) -> ModelError:
+    """The domain error for an SDK error (one of SERVER_ERRORS) that ended a call."""
+    if isinstance(error, json.JSONDecodeError):
+        return ModelOutputInvalid(stage, error.doc[:_RAW_CHARS], f"the server's reply is not JSON: {error}")
+    if isinstance(error, openai.APIResponseValidationError):
+        return ModelOutputInvalid(stage, error.response.text[:_RAW_CHARS], f"the server's reply is malformed: {error}")
     if isinstance(error, openai.APIStatusError) and not is_transient(error):
         return ModelRequestRejected(stage, error.status_code, error.response.text)
     return ModelUnavailable(stage, attempts, error)
@@ -83,26 +91,26 @@ def _policy(settings: RetrySettings, on_retry: Callable[[], None]) -> dict[str, 
 async def call_async(
     stage: str, settings: RetrySettings, request: Callable[[], Awaitable[T]], on_retry: Callable[[], None]
 ) -> T:
-    """`await request()`, retried on transient errors; raises ModelUnavailable or ModelRequestRejected."""
+    """`await request()`, retried on transient errors; raises a ModelError (see `as_model_error`)."""
     attempts = 0
     try:
         async for attempt in AsyncRetrying(**_policy(settings, on_retry)):
             with attempt:
                 attempts += 1
                 return await request()
-    except _SERVER_ERRORS as error:
+    except SERVER_ERRORS as error:
         raise as_model_error(stage, attempts, error) from error
     raise AssertionError("unreachable: the retry loop returns or raises")
 
 
 def call_sync(stage: str, settings: RetrySettings, request: Callable[[], T], on_retry: Callable[[], None]) -> T:
-    """`request()`, retried on transient errors; raises ModelUnavailable or ModelRequestRejected."""
+    """`request()`, retried on transient errors; raises a ModelError (see `as_model_error`)."""
     attempts = 0
     try:
         for attempt in Retrying(**_policy(settings, on_retry)):
             with attempt:
                 attempts += 1
                 return request()
-    except _SERVER_ERRORS as error:
+    except SERVER_ERRORS as error:
         raise as_model_error(stage, attempts, error) from error
     raise AssertionError("unreachable: the retry loop returns or raises")

@@ -95,6 +95,9 @@ class EmbeddingSettings(BaseSettings):
     api_key_env: str = Field("PEERLOG_EMBEDDING_API_KEY", description="NAME of the env var that holds the key")
     batch_size: int = Field(32, ge=1, description="texts per model call")
     max_length: int = Field(256, ge=8, description="local model: tokens kept per text (the model's own limit)")
+    # 2,000 characters are about 500 English tokens: within the 512 of most small embedding models (a
+    # server refuses a longer text, and would refuse it on every retry), and more than the local models read
+    max_chars: int = Field(2000, ge=1, description="openai provider: characters of a text sent (the rest is cut)")
     # 1, not one per core: peerlog embeds short texts from many concurrent calls; measured on 2 cores, a
     # one-query embed costs 4 ms of CPU on 1 thread and 10 ms on 2 (the pool's threads spin-wait)
     threads: int = Field(1, ge=0, description="local model: ONNX Runtime intra-op threads per call (0: one per core)")

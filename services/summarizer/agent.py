@@ -10,6 +10,7 @@ from services.bus.topics import SESSIONS
 from services.events import Event, ProducerInfo, SummaryDeadLettered, SummaryKind, SummaryUpdated
 from services.llm.client import ModelClient
 from services.llm.errors import ModelError
+from services.llm.formats import storable
 from services.llm.tokens import count_tokens
 from services.summarizer.policy import (
     Dropped,
@@ -100,7 +101,8 @@ class Summarizer:
                 producer=self.producer(self.model.settings.model),
                 **common,
             )
-        content = clip_words(done.value, words)
+        # a NUL would pass here and be refused by the projection: the summary lost while counted done
+        content = clip_words(storable(done.value), words)
         if not content:
             return SummaryDeadLettered(
                 last_seq=last.seq,

@@ -160,6 +160,12 @@ def bounded(state: SessionSummaries, settings: SummarizerSettings) -> tuple[Sess
     return state.model_copy(update={"tracks": tracks}), dropped
 
 
+# ten times English's average word with its space: no real summary reaches it. The long summary's 3,000
+# words make 30,000 characters (120 KB at most in UTF-8), which leaves the state record room (settings.py)
+CHARS_PER_WORD = 10
+MIN_CHARS = 200  # a limit of a few words may still hold a long one
+
+
 def word_limit(kind: SummaryKind, input_tokens: int, settings: SummarizerSettings) -> int:
     if kind == SummaryKind.SHORT:
         return max(1, int(0.75 * min(input_tokens, settings.short_max_input_tokens)))
@@ -167,9 +173,12 @@ def word_limit(kind: SummaryKind, input_tokens: int, settings: SummarizerSetting
 
 
 def clip_words(text: str, limit: int) -> str:
-    """At most `limit` words: the limit is a promise, not a request to the model."""
+    """At most `limit` words and CHARS_PER_WORD × `limit` characters: the limit is a promise, not a request
+    to the model. Words alone would not bound a text without spaces (a runaway "word", or Chinese), and the
+    summary rides in a Kafka record and in this processor's state, both limited to 1 MiB."""
     words = text.split()
-    return text.strip() if len(words) <= limit else " ".join(words[:limit])
+    clipped = text.strip() if len(words) <= limit else " ".join(words[:limit])
+    return clipped[: max(MIN_CHARS, CHARS_PER_WORD * limit)].rstrip()
 
 
 def summarised(state: SessionSummaries, event: SummaryUpdated) -> SessionSummaries:

@@ -50,27 +50,41 @@ class Tool(Generic[Env]):
 
 def parse_arguments(raw: str | Mapping[str, Any]) -> dict[str, Any]:
     """The call's arguments as a dict ({} for empty text); ValueError when they are not a JSON object, nest
-    too deeply to parse, or hold a NUL character (Postgres cannot store or compare one)."""
+    too deeply to parse, or hold text no store takes: a NUL (Postgres cannot store or compare one) or a lone
+    surrogate, from an escape such as "\\ud800" (not UTF-8: Kafka's serialiser and protobuf refuse it)."""
     try:
         value = raw if isinstance(raw, Mapping) else json.loads(raw or "{}")
-        nul = _holds_nul(value)
+        problem = _unstorable(value)
     except RecursionError:
         raise ValueError("arguments nest too deeply") from None
     if not isinstance(value, dict):
         raise ValueError("arguments must be a JSON object")
-    if nul:
-        raise ValueError("arguments must not contain the NUL character (\\u0000)")
+    if problem:
+        raise ValueError(f"arguments must not contain {problem}")
     return value
 
 
-def _holds_nul(value: Any) -> bool:
+def _unstorable(value: Any) -> str | None:
+    """What in `value`'s texts no store takes, or None."""
     if isinstance(value, str):
-        return "\x00" in value
+        return _unstorable_text(value)
     if isinstance(value, Mapping):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_holds_nul(v) for v in value)
-    return False
+        items: list[Any] = [part for item in value.items() for part in item]
+    elif isinstance(value, list):
+        items = value
+    else:
+        return None
+    return next((problem for problem in map(_unstorable, items) if problem), None)
+
+
+def _unstorable_text(text: str) -> str | None:
+    if "\x00" in text:
+        return "the NUL character (\\u0000)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a lone surrogate (an unpaired \\ud800-\\udfff escape)"
+    return None
 
 
 def bad_arguments(name: str, error: Exception) -> str:
