@@ -235,18 +235,21 @@ async def _append_new(
 async def delete_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, reason: str) -> str:
     """Withdraw an observation (an event; its history stays); returns once lists no longer show it."""
     v.check_text("reason", reason, v.MAX_REASON_CHARS, required=False)
-    row = (await get_observation(ctx, workspace_id, observation_id)).row
-    if row["deleted_at"] is not None:
-        raise FailedPrecondition(
-            f"observation {observation_id!r} was already deleted at {row['deleted_at'].isoformat()}"
+    row = (await get_observation(ctx, workspace_id, observation_id)).row  # NOT_FOUND before any lock
+    # one delete at a time: two at once were both told OK, and the history showed two deletions
+    async with ctx.exclusive("observation", workspace_id, observation_id):
+        row = (await get_observation(ctx, workspace_id, observation_id)).row
+        if row["deleted_at"] is not None:
+            raise FailedPrecondition(
+                f"observation {observation_id!r} was already deleted at {row['deleted_at'].isoformat()}"
+            )
+        event = ObservationDeleted(
+            workspace_id=workspace_id,
+            observer_id=row["observer_id"],
+            observed_id=row["observed_id"],
+            observation_id=observation_id,
+            reason=reason,
+            derivation=row["derivation"],
+            producer=ctx.producer,
         )
-    event = ObservationDeleted(
-        workspace_id=workspace_id,
-        observer_id=row["observer_id"],
-        observed_id=row["observed_id"],
-        observation_id=observation_id,
-        reason=reason,
-        derivation=row["derivation"],
-        producer=ctx.producer,
-    )
-    return await commit(ctx, [event])
+        return await commit(ctx, [event])

@@ -7,12 +7,12 @@ import asyncio
 from datetime import UTC, datetime
 
 import grpc
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 
 from peerlog.v1 import common_pb2, context_pb2, context_pb2_grpc, messages_pb2, observations_pb2, sessions_pb2
 from projections import message_reads, peer_reads, session_reads
 from projections.db import sync_engine
-from projections.schema import memberships, observation_sources
+from projections.schema import memberships, observation_events, observation_sources
 from services.bus.producer import EventLog
 from services.cli.client import Client
 from services.events import (
@@ -264,3 +264,21 @@ def sources_of(settings, observation_id: str) -> list[tuple[str, str]]:
         s = observation_sources.c
         rows = conn.execute(select(s.event_id, s.message_id).where(s.observation_id == observation_id)).all()
     return sorted((r.event_id, r.message_id) for r in rows)
+
+
+async def test_racing_deletes_of_one_observation_delete_it_once(channel, settings):
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    created = await c.create_observations("acme", "alice", "alice", ["Alice keeps bees"])
+    (made,) = created.observation_ids
+    await c.get_observation("acme", made, created.consistency_token)  # readable
+
+    results = await asyncio.gather(
+        *(c.delete_observation("acme", made, f"take {i}") for i in range(N)), return_exceptions=True
+    )
+
+    assert codes(results) == ["OK"] + ["StatusCode.FAILED_PRECONDITION"] * (N - 1)
+    with sync_engine(settings.database).connect() as conn:
+        e = observation_events.c
+        deletions = conn.scalar(select(func.count()).where(e.observation_id == made, e.kind == "deleted"))
+    assert deletions == 1
