@@ -10,7 +10,7 @@ from functools import lru_cache
 from sqlalchemy import Float, Text, and_, any_, bindparam, cast, func, literal, literal_column, or_, select, text
 from sqlalchemy.dialects.postgresql import TSQUERY
 
-from projections.message_ranking import BM25_B, BM25_K1, TIME_LEXEMES
+from projections.message_ranking import BM25_B, BM25_K1, NAME_PART_CHARS, QUERY_TERMS, TIME_LEXEMES
 from projections.schema import (
     FIRST_NAME_LEXEME,
     HAS_DISPLAY_NAME,
@@ -29,8 +29,8 @@ def quoted_lexeme(lexeme):
 
 @lru_cache(maxsize=1)
 def query_terms():
-    """The query's lexemes found in the workspace, each with its BM25 idf and as a tsquery; and the
-    corpus' totals."""
+    """The query's lexemes found in the workspace, at most QUERY_TERMS of them, the rarest, each with its
+    BM25 idf and as a tsquery; and the corpus' totals."""
     lx = message_lexicon.c
     totals = (
         select(lx.docs.label("n"), lx.lexemes.cast(Float).op("/")(lx.docs).label("mean_length"))
@@ -51,7 +51,10 @@ def query_terms():
         .select_from(words)
         .join(message_lexicon, and_(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == words.c.lexeme))
         .join(totals, literal(True))
-        .where(words.c.lexeme.not_in(_named_lexemes()))
+        # a lexeme too short to name anyone (NAME_PART_CHARS) stays a term
+        .where(or_(words.c.lexeme.not_in(_named_lexemes()), func.length(words.c.lexeme) < NAME_PART_CHARS))
+        .order_by(lx.docs, lx.lexeme)
+        .limit(QUERY_TERMS)
         .cte("terms")
     )
     return terms, totals
@@ -86,21 +89,28 @@ def _named_lexemes():
 @lru_cache(maxsize=1)
 def named_peers():
     """The workspace's peers the query names (`peers.name_lexemes`): a display name (metadata `name`) by
-    any of its words, as people say "Maria" of Maria Lopez; an id by every word of it, read with `_` and
-    `-` as spaces ("Ann_Lee"), since an id's words may be a kind ("user_42") that names no one. A name
-    that stems to nothing (all stop words) names no one. Two indexes find them (schema.peers): the cost
-    follows the peers whose first lexeme, or a word of whose display name, is in the query, not the
-    workspace's peers."""
+    any of its words of NAME_PART_CHARS or more, as people say "Maria" of Maria Lopez, but not "x" of
+    "[x] Carol"; an id by every word of it, read with `_` and `-` as spaces ("Ann_Lee"), since an id's
+    words may be a kind ("user_42") that names no one. A name that stems to nothing (all stop words)
+    names no one. Two indexes find them (schema.peers): the cost follows the peers whose first lexeme,
+    or a word of whose display name, is in the query, not the workspace's peers."""
     pr = peers.c
     said = _lexemes(bindparam("q", type_=Text))
     # the index expressions as written there, so a generic plan uses them too
     by_id = and_(literal_column(FIRST_NAME_LEXEME) == any_(said), pr.name_lexemes.op("<@")(said))
-    by_display_name = and_(text(HAS_DISPLAY_NAME), pr.name_lexemes.op("&&")(said))
+    by_display_name = and_(text(HAS_DISPLAY_NAME), pr.name_lexemes.op("&&")(_name_words(said)))
     return (
         select(pr.peer_id, PEER_DISPLAY_NAME.label("name"), pr.name_lexemes)
         .where(pr.workspace_id == bindparam("workspace_id"), or_(by_id, by_display_name))
         .cte("named")
     )
+
+
+def _name_words(lexemes):
+    """The array `lexemes` without those shorter than NAME_PART_CHARS: a display name's short lexemes then
+    meet none of the query's, as if left out of it, and the index on the names' lexemes still serves."""
+    lexeme = func.unnest(lexemes).column_valued("l")
+    return func.array(select(lexeme).where(func.length(lexeme) >= NAME_PART_CHARS).scalar_subquery())
 
 
 def placed_in_time(tsv):

@@ -24,18 +24,25 @@ How a search ranks, and what each step was worth on LoCoMo (tests/bench/README.m
      LoCoMo with COMMON_DOCS at 0 (the share alone decides), @10 / @25 went from 0.793 / 0.875 to
      0.790 / 0.876 on seven conversations and from 0.833 / 0.914 to 0.822 / 0.910 on conv-26; a fixed
      12 messages (about 2 % of a conversation) lost 0.013 @10 on the seven, 6 (about 1 %) lost 0.023.
+     Only the query's QUERY_TERMS rarest terms (fewest messages; then in lexeme order) count: the list
+     matches each term against each row, so a pasted page of 1,100 distinct words took 2-3 s on 20,000
+     messages. A question has far fewer (LoCoMo's hold at most 24 words), and the rarest say the most.
 2. Fusion by score, not by rank: each list's scores become z-scores against that list's own candidates,
    and a message's fused score is the sum of its two z-scores, each computed exactly even when the
    message made only one list. Rank fusion (RRF) throws away how much better the best candidate is.
+   A list whose candidates all score alike (a word only one message holds) has no z-scores: there a
+   message scoring at least as they do gets 1 and any other 0, so a lone exact match still counts
+   (with 0 for all, it ranked below unrelated turns the semantic list preferred).
 3. Neighbours: an answer often spans two turns (a question, then its reply). A message's score gains
    NEIGHBOUR_WEIGHT × the better fused score of its adjacent turns in the same session (those the
    filters let through), so a turn next to a strong match rises.
 4. Named authors: a question about a peer is mostly answered by what that peer said. When the query
-   names a peer of the workspace (a word of its display name, metadata `name`, or else every word of
-   its id with `_` and `-` read as spaces: lexical_terms.named_peers), that peer's messages gain
-   AUTHOR_BOOST: three standard deviations of either list, so they lead unless another peer's message
-   matches exceptionally. When every author is named, nothing moves. The name is then neither a
-   full-text term nor part of the embedded query (`search_text`).
+   names a peer of the workspace (a word of its display name, metadata `name`, of NAME_PART_CHARS
+   or more, or else every word of its id with `_` and `-` read as spaces: lexical_terms.named_peers),
+   that peer's messages gain AUTHOR_BOOST: three standard deviations of either list, so they lead
+   unless another peer's message matches exceptionally. When every author is named, nothing moves. The name's words (of
+   NAME_PART_CHARS or more) are then neither full-text terms nor part of the embedded query
+   (`search_text`, `without_names`).
 5. Named times: "in August 2022", "on 9 May", "last week" (time_expressions.py) lift the messages sent
    in those periods by TIME_BOOST, resolved against the search's upper bound, or now. A named day or
    month reaches REPORT_LAG_DAYS further: "I went there yesterday" is said after the day it names.
@@ -60,11 +67,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence, Set
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from projections.time_expressions import Period
 
 MIN_DEPTH = 50
+# a part of a display name shorter than this names no one (step 4): an initial or a symbol ("J.", "C++",
+# "[x]") made every query holding that letter name the peer. 2, not 3, keeps names such as Al, Jo, Li, Wu
+NAME_PART_CHARS = 2
 NEIGHBOUR_WEIGHT = 0.3  # measured on LoCoMo: 0.15 and 0.5 score within ±0.01 of it
 AUTHOR_BOOST = 3.0  # LoCoMo rest @10: 0.723 without, 0.747 / 0.754 / 0.755 at 2 / 3 / 4
 TIME_BOOST = 2.0  # LoCoMo rest @10 with the author boost: 0.754 without, 0.760 / 0.766 / 0.768 at 1 / 2 / 3
@@ -91,23 +101,30 @@ _ASKS_WHEN = re.compile(
     re.IGNORECASE,
 )
 BM25_K1, BM25_B = 1.2, 0.75
+# the most query terms the lexical list weighs, the rarest kept (step 1): a bound on its cost per row that
+# no question reaches (LoCoMo's longest has 24 words, stop words included)
+QUERY_TERMS = 32
 # a term held by more messages than both is common (step 1): it scores, but selects only with the others
 COMMON_DOCS, COMMON_SHARE = 1_000, 0.05
 
 
 def list_stats(list_scores: Sequence[float]) -> tuple[float, float, float]:
-    """(mean, population standard deviation, lowest) of one list's candidate scores; zeros for none."""
+    """(mean, population standard deviation, lowest) of one list's candidate scores; for none, zeros and
+    an infinite lowest, which no score reaches (`standardised`)."""
     if not list_scores:
-        return 0.0, 0.0, 0.0
+        return 0.0, 0.0, math.inf
     mean = sum(list_scores) / len(list_scores)
     return mean, math.sqrt(sum((s - mean) ** 2 for s in list_scores) / len(list_scores)), min(list_scores)
 
 
 def standardised(score: float | None, stats: tuple[float, float, float]) -> float:
     """`score` as a z-score against its list; a message with no score yet (no embedding) counts as the
-    list's lowest candidate."""
+    list's lowest candidate. When the candidates all score alike (one candidate, say) there is no
+    z-score: a message scoring at least as they do gets 1, any other 0 (step 2)."""
     mean, std, low = stats
-    return 0.0 if std == 0 else ((low if score is None else score) - mean) / std
+    if std > 0:
+        return ((low if score is None else score) - mean) / std
+    return 1.0 if score is not None and score >= low else 0.0
 
 
 def fused_score(
@@ -174,10 +191,12 @@ def lexical_match(lexemes: Set[str], df: Mapping[str, int], docs: int) -> bool:
 
 def reported(period: Period) -> Period:
     """A named day or month widened by the REPORT_LAG_DAYS after it: what happened then is often told
-    later ("yesterday", "last week"). Longer periods are left as they are."""
+    later ("yesterday", "last week"). Longer periods are left as they are. The end stops at the last
+    moment a datetime holds: a period named days before it (a search `before` 9999-12-31) is still one."""
     if period.end - period.start > timedelta(days=31):
         return period
-    return Period(period.start, period.end + timedelta(days=REPORT_LAG_DAYS))
+    latest = datetime.max.replace(tzinfo=period.end.tzinfo)  # in the end's own zone: no offset to overflow
+    return Period(period.start, period.end + min(timedelta(days=REPORT_LAG_DAYS), latest - period.end))
 
 
 def depth(limit: int) -> int:
@@ -189,13 +208,22 @@ def depth(limit: int) -> int:
 
 
 def without_names(query: str, names: Sequence[str]) -> str:
-    """`query` without the words of those peers' names or ids (and their possessive 's): what is embedded for a
-    search. The named peers' messages are lifted by AUTHOR_BOOST already; a name left in the query
-    vector drew it towards every turn that addresses or mentions that peer ("Thanks, Ann!"). A query
-    that is nothing but names stays as it is."""
-    words = {w.lower() for p in names for w in (p, *re.split(r"[\s_-]+", p)) if w}
+    """`query` without those peers' names or ids, whole or in part (and a possessive 's): what is
+    embedded for a search. The named peers' messages are lifted by AUTHOR_BOOST already; a name left in
+    the query vector drew it towards every turn that addresses or mentions that peer ("Thanks, Ann!").
+    A query that is nothing but names stays as it is."""
+    # whole, by its words ("Ann-Marie") and by their parts ("Ann", "Marie")
+    words = {w.lower() for p in names for w in (p, *p.split(), *name_parts(p)) if len(w) >= NAME_PART_CHARS}
     if not words:
         return query
-    pattern = r"\b(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")(?:['’]s)?\b"
+    # a part is a word, not the inside of one ("Ann" in "Annabel"); \b would miss "(Carol)" whole
+    alternatives = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+    pattern = rf"(?<!\w)(?:{alternatives})(?:['’]s)?(?!\w)"
     stripped = " ".join(re.sub(pattern, " ", query, flags=re.IGNORECASE).split())
     return stripped if re.search(r"\w", stripped) else query
+
+
+def name_parts(name: str) -> list[str]:
+    """The words of a display name or id, lower case, as its lexemes come from them: split at anything
+    but a letter or digit, `_` included ("C++ (Carol)": c, carol; "Ann_Lee": ann, lee)."""
+    return [w for w in re.split(r"[\W_]+", name.lower()) if w]

@@ -210,13 +210,14 @@ def lexical(shape: Shape):
 
 
 def _stats(listed, present: bool):
-    """(mean, std, low) of a list's scores as a one-row CTE; zeros when the search has no such list."""
+    """(mean, std, low) of a list's scores as a one-row CTE; zeros when the search has no such list (its
+    z-scores are then 0 without reading them)."""
     if not present:
         return select(literal(0.0).label("mean"), literal(0.0).label("std"), literal(0.0).label("low"))
     return select(
         func.coalesce(func.avg(listed.c.s), 0.0).label("mean"),
         func.coalesce(func.stddev_pop(listed.c.s), 0.0).label("std"),
-        func.coalesce(func.min(listed.c.s), 0.0).label("low"),
+        func.min(listed.c.s).label("low"),  # NULL for no candidates: as `list_stats`' infinity, reached by none
     )
 
 
@@ -224,6 +225,7 @@ def _z(score, stats):
     """As `standardised`."""
     return case(
         (stats.c.std > 0, (func.coalesce(score, stats.c.low) - stats.c.mean).self_group().op("/")(stats.c.std)),
+        (score >= stats.c.low, 1.0),
         else_=0.0,
     )
 

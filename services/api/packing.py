@@ -2,7 +2,7 @@
 
 Every part is counted with the same tokenizer and returned separately, so the total is exact and
 never exceeds the budget. When the representation and card alone are too big they are trimmed
-deterministically: the lowest-ranked observations first, then the card's last entries.
+deterministically: the observations that do not fit, lowest-ranked first, then the card's last entries.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tupl
     for r in relevant:
         header = 0 if _day(r) in groups else count(_group_header(*_day(r)) + "\n")
         cost = count(_relevant_line(r) + "\n") + header
-        if used + cost <= room:
+        if used + cost <= room + ENDING_SLACK:
             kept.append(r)
             groups.add(_day(r))
             used += cost
@@ -182,43 +182,51 @@ def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tupl
     return kept, tokens
 
 
-def _longest_fitting_prefix(ranked: Sequence[Obs], room: int, count: Count) -> tuple[int, str, int]:
-    """The most best-ranked observations whose markdown fits `room`: (how many, the markdown, its tokens).
+ENDING_SLACK = 1  # tokens the greedy count of a representation may exceed its exact count by (_fit_observations)
 
-    Each candidate is counted exactly from its pieces' cached counts (`_tokens`), not by encoding its
-    markdown; the headings' and items' own counts say where to start looking."""
 
-    def fitted(n: int) -> tuple[list[str], int]:
-        pieces = _representation_pieces(ranked[:n])
-        return pieces, _tokens(pieces, count)
+def _fit_observations(ranked: Sequence[Obs], room: int, count: Count) -> tuple[list[Obs], str, int]:
+    """The best-ranked observations whose markdown fits `room`, best first: (them, the markdown, its
+    tokens). One that does not fit is skipped, not an end: a ranking, unlike the recent window, has no
+    contiguous run to keep, and one long observation at the top emptied the whole section.
 
-    n, used = 0, sum(count(_heading(level) + "\n") for level in LEVELS if any(o.level == level for o in ranked))
+    Greedy by the pieces' own counts (each item with a line break, a heading when its level first comes):
+    they add up to the markdown's (`_tokens`) but for the endings: the markdown's last item has no line
+    break (one token less, hence ENDING_SLACK) and a section's last has two (one token, as one). The exact
+    count then confirms, and in the rare case it is over, the lowest-ranked go. Counting each candidate
+    set exactly instead cost 0.7-3.7 ms for 100 observations, against 0.2-0.9 this way."""
+    kept: list[Obs] = []
+    used, opened = 0, set()
     for item in ranked:
-        used += count(_render_item(item) + "\n")  # the items' counts are cached: they recur from call to call
-        if used > room:
-            break
-        n += 1
-    pieces, tokens = fitted(n)
-    while n > 0 and tokens > room:  # a section's last item ends in two line breaks, not one
-        n -= 1
-        pieces, tokens = fitted(n)
-    while n < len(ranked) and (wider := fitted(n + 1))[1] <= room:
-        n, (pieces, tokens) = n + 1, wider
-    return n, "".join(pieces), tokens
+        if item.level not in LEVELS:
+            continue  # the markdown has no section for it
+        cost = count(_render_item(item) + "\n")  # the items' counts are cached: they recur from call to call
+        cost += 0 if item.level in opened else count(_heading(item.level) + "\n")
+        if used + cost <= room + ENDING_SLACK:
+            kept.append(item)
+            used += cost
+            opened.add(item.level)
+    pieces = _representation_pieces(kept)
+    tokens = _tokens(pieces, count)
+    while kept and tokens > room:  # the safety net of the exact count: the lowest-ranked go first
+        kept.pop()
+        pieces = _representation_pieces(kept)
+        tokens = _tokens(pieces, count)
+    return kept, "".join(pieces), tokens
 
 
 def _fit_representation(ranked: Sequence[Obs], card: Sequence[str], budget: int, count: Count):
-    """Representation and card within `budget`: the lowest-ranked observations go first, then the card's
-    last entries. Returns the kept observations, the markdown and its tokens, the entries, the card text
-    and its tokens."""
+    """Representation and card within `budget`: observations that do not fit are left out, the
+    lowest-ranked first, then the card's last entries. Returns the kept observations, the markdown and
+    its tokens, the entries, the card text and its tokens."""
     entries, card_text = list(card), "\n".join(card)
     card_tokens = count(card_text)
-    n, rep, rep_tokens = _longest_fitting_prefix(ranked, max(0, budget - card_tokens), count)
+    kept, rep, rep_tokens = _fit_observations(ranked, max(0, budget - card_tokens), count)
     while card_tokens > budget and entries:
         entries.pop()
         card_text = "\n".join(entries)
         card_tokens = count(card_text)
-    return list(ranked[:n]), rep, rep_tokens, entries, card_text, card_tokens
+    return kept, rep, rep_tokens, entries, card_text, card_tokens
 
 
 def _pick_summary(short: str, long: str, cap: float, count: Count) -> tuple[str, str]:
@@ -282,7 +290,11 @@ def pack_messages(
     for line in (x for x in newest_first if x.message_id not in shown):
         cost = count(render_line(line))
         if cost > room:
-            break  # keep the recent window contiguous
+            if lines:
+                break  # keep the recent window contiguous: a turn missing from its middle misleads a reader
+            # nothing packed yet: a newest turn too long for the room is left out, and the window ends
+            # just before it rather than being empty
+            continue
         lines.append(line)
         room -= cost
     tokens = {

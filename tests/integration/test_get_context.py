@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 
 import grpc
 import pytest
+from google.protobuf import timestamp_pb2
 
 from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2, sessions_pb2
 from services.api.packing import Relevant, render_relevant
@@ -199,3 +200,21 @@ async def test_a_representation_of_an_unknown_peer_is_not_found(channel, convo):
             context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice", target_id="ghost")
         )
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "ghost" in err.value.details()
+
+
+@pytest.mark.parametrize("query", ["what did bob talk about yesterday", "talk last week", "talk on Dec 25"])
+async def test_a_time_named_as_of_the_latest_date_a_timestamp_holds_is_searched_not_failed(channel, convo, query):
+    _, token = convo
+    latest = timestamp_pb2.Timestamp()
+    latest.FromDatetime(datetime(9999, 12, 31, tzinfo=UTC))
+    out = await ask(
+        channel,
+        workspace_id="w",
+        session_id="s",
+        token_budget=2000,
+        observer_id="alice",
+        search_query=query,
+        as_of=latest,
+        consistency={"consistency_token": token},
+    )
+    assert out.relevant_messages and out.tokens.total <= 2000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from services.api.context_reads import relevant_candidates
@@ -26,6 +26,9 @@ words = st.text(alphabet=st.sampled_from("abcdefgh ijk.,é😀"), min_size=0, ma
 
 
 @settings(max_examples=300, deadline=None)
+@example(  # an oversized best observation and newest message: skipped, the rest packed
+    budget=200, obs=["tea " * 300, "tea"], card=[], short="", long="", msgs=["hi " * 300, "hi"], found=[]
+)
 @given(
     budget=st.integers(0, 3000),
     obs=st.lists(words, max_size=30),
@@ -102,6 +105,45 @@ def test_the_lowest_ranked_observations_go_first_when_the_representation_is_too_
     out = pack(60, ranked, [], "", "", [], count_tokens)
     kept = {o.observation_id for o in out.observations}
     assert kept and kept == {f"o{i}" for i in range(len(kept))}  # a prefix of the ranking
+
+
+def test_an_observation_too_long_for_the_budget_is_skipped_and_the_rest_are_packed_best_first():
+    huge = Obs("huge", "word " * 3000, "explicit", (0,))
+    ranked = [huge] + [Obs(f"o{i}", f"likes tea number {i}", "explicit", (i,)) for i in range(1, 20)]
+    out = pack(2000, ranked, [], "", "", [], count_tokens)
+    assert [o.observation_id for o in out.observations] == [f"o{i}" for i in range(1, 20)]
+    assert out.tokens["representation"] == count_tokens(out.representation) <= 2000
+
+
+def test_observations_that_do_not_fit_are_skipped_and_later_ones_that_do_are_kept():
+    ranked = [
+        Obs("best", "first fact " * 10, "explicit", (3,)),
+        Obs("long", "second fact " * 40, "deductive", (1,)),
+        Obs("short", "third fact", "inductive", (2,)),
+    ]
+    room = count_tokens(render_representation([ranked[0], ranked[2]]))
+    out = pack(room, ranked, [], "", "", [], count_tokens)
+    assert {o.observation_id for o in out.observations} == {"best", "short"}
+    assert out.tokens["total"] == room
+
+
+def test_a_newest_message_too_long_for_the_room_is_skipped_and_the_window_ends_before_it():
+    newest_first = [RecentMessage("m99", "alice", "word " * 3000)] + [
+        RecentMessage(f"m{i}", "bob", f"short turn {i}") for i in range(19, -1, -1)
+    ]
+    out = pack(2000, [], [], "", "", newest_first, count_tokens)
+    assert [x.message_id for x in out.messages] == [f"m{i}" for i in range(20)]
+    assert out.tokens["messages"] == sum(count_tokens(render_line(x)) for x in out.messages) <= 2000
+
+
+def test_a_message_too_long_inside_the_recent_window_ends_it():
+    newest_first = [
+        RecentMessage("m3", "bob", "newest"),
+        RecentMessage("m2", "alice", "word " * 3000),
+        RecentMessage("m1", "bob", "older"),
+    ]
+    out = pack(2000, [], [], "", "", newest_first, count_tokens)
+    assert [x.message_id for x in out.messages] == ["m3"]  # no gap where m2 was
 
 
 def test_the_summary_is_the_long_one_when_it_fits_and_is_longer_else_the_short_one():

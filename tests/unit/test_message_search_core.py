@@ -15,8 +15,11 @@ from projections.message_ranking import (
     asks_when,
     depth,
     fused_score,
+    list_stats,
+    name_parts,
     placed_in_time,
     reported,
+    standardised,
     without_names,
 )
 from projections.time_expressions import Period
@@ -108,9 +111,27 @@ def test_a_turn_next_to_a_strong_match_gains_a_share_of_its_score():
     assert [m for m, _ in fused_score(scores, lists, {"reply": ["question"]})][:2] == ["question", "reply"]
 
 
-def test_fusion_of_nothing_is_empty_and_flat_lists_add_nothing():
+def test_fusion_of_nothing_is_empty_and_a_lone_candidate_counts_one_in_each_list():
     assert fused_score({}, ([], []), {}) == []
-    assert fused_score({"a": (0.5, 1.0)}, ([0.5], [1.0]), {}) == [("a", 0.0)]
+    assert fused_score({"a": (0.5, 1.0)}, ([0.5], [1.0]), {}) == [("a", 2.0)]
+
+
+def test_the_only_lexical_match_outranks_a_neighbour_that_does_not_match():
+    # "cobblestones" is in one message only: its list has no spread, yet it is the one exact match
+    scores = {"match": (0.40, 7.5), "neighbour": (0.45, 0.0), "far": (0.10, 0.0)}
+    lists = ([0.40, 0.45, 0.10], [7.5])
+    adjacent = {"match": ["neighbour"], "neighbour": ["match"]}
+    got = dict(fused_score(scores, lists, adjacent))
+    semantic_only = dict(fused_score(scores, (lists[0], []), adjacent))
+    assert sorted(got, key=got.__getitem__, reverse=True) == ["match", "neighbour", "far"]
+    assert got["match"] - semantic_only["match"] == pytest.approx(1.0)
+    assert semantic_only["match"] < semantic_only["neighbour"]  # what a lexical z of 0 left it at
+
+
+def test_in_a_list_without_spread_what_scores_as_its_candidates_counts_one_and_the_rest_zero():
+    stats = list_stats([3.0, 3.0])
+    assert [standardised(s, stats) for s in (3.0, 4.0, 0.0, None)] == [1.0, 1.0, 0.0, 0.0]
+    assert standardised(0.0, list_stats([])) == 0.0  # an empty list counts for no one
 
 
 def test_candidate_depth_is_at_least_fifty_four_per_result_up_to_25_then_two_more_per_result():
@@ -187,6 +208,22 @@ def test_a_query_loses_the_names_of_the_peers_it_names_and_nothing_else():
     assert without_names("Where does Annabel live?", ["Ann"]) == "Where does Annabel live?"
     assert without_names("What did Maria say?", ["Maria Lopez"]) == "What did say?"
     assert without_names("Bob?", ["bob"]) == "Bob?"  # nothing but a name: kept, or there is nothing to embed
+
+
+def test_a_name_is_taken_out_by_the_parts_its_lexemes_come_from_whatever_surrounds_them():
+    name = "C++ (Carol) [x]* Travel"
+    assert without_names("What did Carol's travel agent say?", [name]) == "What did agent say?"
+    assert without_names("what did (carol) book", [name]) == "what did book"
+    assert without_names("Did Ann-Marie call?", ["Ann-Marie O'Neil"]) == "Did call?"
+    assert without_names("Did Jo call Al today?", ["Jo", "Al"]) == "Did call today?"  # two letters are a name
+
+
+def test_a_part_of_a_name_shorter_than_two_characters_is_left_in_the_query():
+    assert without_names("does carol like vitamin C or plan X", ["C++ (Carol) [x]* Travel"]) == (
+        "does like vitamin C or plan X"
+    )
+    assert name_parts("C++ (Carol) [x]* Travel") == ["c", "carol", "x", "travel"]
+    assert name_parts("Ann_Lee") == ["ann", "lee"]
 
 
 def test_a_turn_in_the_session_of_the_best_match_outranks_an_equal_turn_elsewhere():

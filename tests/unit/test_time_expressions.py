@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -92,3 +93,39 @@ def test_a_time_out_of_range_does_not_hide_the_others_named_with_it():
 def test_a_count_of_up_to_four_digits_is_still_read():
     # about 2020-09-18, give or take a third of it
     assert periods("the trip 1000 days ago", REF) == [Period(d(2019, 10, 21), d(2021, 8, 17))]
+
+
+def _seconds_to_read(query: str) -> float:
+    """The best of three runs: the least disturbed by whatever else the machine runs."""
+    return min(_timed(periods, query, REF) for _ in range(3))
+
+
+def _timed(f, *args) -> float:
+    start = time.perf_counter()
+    f(*args)
+    return time.perf_counter() - start
+
+
+@pytest.mark.parametrize("tail", [" " * 10_000, "\t" * 10_000, " ," + " " * 10_000])
+def test_a_long_run_of_white_space_after_a_date_is_read_in_linear_time(tail):
+    # the search runs on the API's event loop: a quadratic pattern took a second for this query
+    assert _seconds_to_read("May 5" + tail) < 0.05
+
+
+def test_a_query_naming_a_date_many_times_is_read_in_linear_time():
+    query = ("May 5 " * 1_700)[:10_000]
+    assert len(periods(query, REF)) == 1_666
+    assert _seconds_to_read(query) < 0.1  # comparing each match with every one before took 0.4 s
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("May 5 , 2023", []),  # a year follows: not a day of this year
+        ("May 5  10:30", []),  # a time of day after the day: not read as "May 5" alone
+        ("May 5 ,, 2023", [Period(d(2023, 5, 5), d(2023, 5, 6))]),  # two commas: the day alone
+        ("on May 5, and then", [Period(d(2023, 5, 5), d(2023, 5, 6))]),
+    ],
+)
+def test_a_month_and_day_is_read_unless_a_year_or_a_time_follows(query, expected):
+    assert periods(query, REF) == expected
