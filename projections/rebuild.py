@@ -19,6 +19,7 @@ died is carried on by the next one (rebuild_schemas.claim_abandoned).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -37,13 +38,14 @@ from projections.db import create_schema, schema_exists, sync_engine
 from projections.outages import while_database_away
 from projections.projector import consumer_config, to_record
 from projections.rebuild_schemas import BUILDING, KEPT, build_name, claim_abandoned, mark, one_rebuild, retired_name
-from projections.schema import DATA_TABLES, metadata, projection_offsets
+from projections.schema import ACTIVE_EMBEDDING_MODEL, DATA_TABLES, metadata, projection_offsets
 from services.bus.admin import partitions_of
 from services.bus.topics import ALL_TOPICS, MESSAGE_EMBEDDINGS
 
 if TYPE_CHECKING:  # the CLI composes the whole Settings; at run time projections never import services.settings
     from services.settings import Settings
 
+log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 # index methods cheaper to build once over the full tables than to maintain through the replay; a
 # B-tree that is too (a covering index holding vectors) says so itself: Index(..., info={"deferred": True})
@@ -65,6 +67,10 @@ class RebuildReport:
     switched: bool = False
     retired: str | None = None
     resumed: bool = False  # the build was left by a rebuild that died, and this one carried it on
+    # rows of the build with no vector of the active model, by table; of them, those the live schema has a
+    # vector for (of any model), which the switch would take away from searches by meaning
+    without_vector: dict[str, int] = field(default_factory=dict)
+    vectors_lost: dict[str, int] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase, in order
 
     @contextmanager
@@ -235,20 +241,52 @@ def compare(conn: Connection, live: str, build: str) -> dict[str, int]:
     return out
 
 
+# the rows that can hold a vector, with their key: an empty message is never embedded (text_to_embed)
+_VECTOR_ROWS = {
+    "messages": ("message_id", "btrim(b.content) <> ''"),
+    "observations": ("observation_id", "true"),
+}
+
+
+def missing_vectors(conn: Connection, build: str, live: str | None, model: str) -> tuple[dict, dict]:
+    """Per table, the build's rows with no vector of `model`, and of them those `live` has a vector for
+    (what a change of model left without one of the new model: see RebuildReport)."""
+    without, lost = {}, {}
+    for table, (key, can_hold) in _VECTOR_ROWS.items():
+        lacks = f"{can_hold} AND (b.embedding IS NULL OR b.embedding_model IS DISTINCT FROM :model)"
+        rows = f'FROM "{build}"."{table}" b'
+        without[table] = conn.execute(text(f"SELECT count(*) {rows} WHERE {lacks}"), {"model": model}).scalar_one()
+        if live is not None and without[table]:
+            joined = f'{rows} JOIN "{live}"."{table}" l USING (workspace_id, {key})'
+            lost[table] = conn.execute(
+                text(f"SELECT count(*) {joined} WHERE {lacks} AND l.embedding IS NOT NULL"), {"model": model}
+            ).scalar_one()
+    return without, {t: n for t, n in lost.items() if n}
+
+
 def rebuild(
     settings: Settings,
     progress: Progress = print,
     accept_differences: bool = False,
     stop: threading.Event | None = None,
+    accept_missing_vectors: bool = False,
 ) -> RebuildReport:
     """Rebuild the serving schema from the log; see the module docstring. One rebuild at a time
     (RebuildInProgress). While Postgres or the broker is away it waits, then carries on its build, until
-    `stop` is set."""
+    `stop` is set; any other database error ends it (the build stays, and the next rebuild carries it on)."""
     retrying = while_database_away(stop or threading.Event(), "rebuild", broker_too=True)
-    return retrying(_locked, settings, progress, accept_differences)
+    return retrying(_locked, settings, progress, Acceptance(accept_differences, accept_missing_vectors))
 
 
-def _locked(settings: Settings, progress: Progress, accept_differences: bool) -> RebuildReport:
+@dataclass(frozen=True)
+class Acceptance:
+    """What a rebuild switches despite: differing tables, rows left without a vector they had."""
+
+    differences: bool = False
+    missing_vectors: bool = False
+
+
+def _locked(settings: Settings, progress: Progress, accept: Acceptance) -> RebuildReport:
     live = settings.database.schema_name
     live_engine = sync_engine(settings.database, live)
     try:
@@ -260,7 +298,7 @@ def _locked(settings: Settings, progress: Progress, accept_differences: bool) ->
                 )
             if resumed is not None:
                 progress(f"resuming {resumed.name}, left by a rebuild that did not finish, from its recorded offsets")
-            return _rebuild(settings, live_engine, progress, accept_differences, resumed.name if resumed else None)
+            return _rebuild(settings, live_engine, progress, accept, resumed.name if resumed else None)
     finally:
         live_engine.dispose()
 
@@ -280,7 +318,7 @@ def start_build(settings: Settings, resume: str | None = None) -> tuple[str, Eng
 
 
 def _rebuild(
-    settings: Settings, live_engine: Engine, progress: Progress, accept_differences: bool, resume: str | None
+    settings: Settings, live_engine: Engine, progress: Progress, accept: Acceptance, resume: str | None
 ) -> RebuildReport:
     started = time.monotonic()
     live = settings.database.schema_name
@@ -305,7 +343,7 @@ def _rebuild(
             with report.phase("catch_up_before_lock"), live_engine.connect() as conn:
                 replayer.replay_to(recorded_offsets(conn, live))
         progress("vacuumed and analysed; switching")
-        _switch(live_engine, replayer, report, has_live, accept_differences, progress)
+        _switch(live_engine, replayer, report, has_live, accept, progress)
     finally:
         replayer.close()
         build_engine.dispose()
@@ -316,7 +354,7 @@ def _rebuild(
     return report
 
 
-def _switch(engine, replayer, report, has_live, accept_differences, progress) -> None:
+def _switch(engine, replayer, report, has_live, accept: Acceptance, progress) -> None:
     live = schema_of(engine)
     with engine.begin() as conn:
         if has_live:
@@ -332,13 +370,16 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
                 if not differing
                 else f"differences from the live projection: {differing}"
             )
-            if differing and not accept_differences:
+            if differing and not accept.differences:
                 mark(conn, report.schema, KEPT, replayer.topic_prefix)
                 progress(
                     f"not switching; the rebuilt schema {report.schema} is kept for inspection "
                     f"(`peerlog projections drop {report.schema}` when done)"
                 )
                 return
+        if not _vectors_checked(conn, report, live if has_live else None, accept, progress):
+            return
+        if has_live:
             report.retired = retired_name(live, report.schema.rsplit("_", 1)[1])  # same stamp as the build
         with report.phase("switch"):
             if report.retired:
@@ -352,3 +393,40 @@ def _switch(engine, replayer, report, has_live, accept_differences, progress) ->
         + (f"; the old one is kept as {report.retired}" if report.retired else "")
         + (f"; the live projector was paused {paused:.1f} s" if has_live else "")
     )
+
+
+def _vectors_checked(conn, report: RebuildReport, live: str | None, accept: Acceptance, progress) -> bool:
+    """Count the build's rows without a vector of the active model, say so, and whether to switch: not
+    when some had a vector in the live schema (a change of model whose `peerlog reembed` missed them),
+    unless accepted. The build then stays as it is, and the next rebuild carries it on."""
+    report.without_vector, report.vectors_lost = missing_vectors(conn, report.schema, live, ACTIVE_EMBEDDING_MODEL)
+    if any(report.without_vector.values()):
+        _tell(
+            progress,
+            f"without a vector of {ACTIVE_EMBEDDING_MODEL} (searches by meaning miss them): "
+            f"{_rows(report.without_vector)}",
+        )
+    if not report.vectors_lost:
+        return True
+    lost = _rows(report.vectors_lost)
+    if accept.missing_vectors:
+        _tell(progress, f"switching although rows lose the vector they have now ({lost}; --accept-missing-vectors)")
+        return True
+    _tell(
+        progress,
+        f"not switching: rows that have a vector in the live schema have none of {ACTIVE_EMBEDDING_MODEL} here "
+        f"({lost}). "
+        f"Run `peerlog reembed --model {ACTIVE_EMBEDDING_MODEL} -w WORKSPACE` for each workspace, then rebuild "
+        f"again: it carries this build ({report.schema}) on. --accept-missing-vectors switches anyway",
+    )
+    return False
+
+
+def _rows(counts: dict[str, int]) -> str:
+    return ", ".join(f"{table}: {n}" for table, n in counts.items() if n)
+
+
+def _tell(progress: Progress, line: str) -> None:
+    # said twice on purpose: to whoever runs the rebuild, and to the log an operator reads later
+    progress(line)
+    log.warning("rebuild: %s", line)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import typer
 
@@ -15,6 +15,8 @@ from services.settings import Settings
 
 if TYPE_CHECKING:  # commands import what they use when they run: the command line starts fast
     from sqlalchemy import Engine
+
+T = TypeVar("T")
 
 app = typer.Typer(help="peerlog: event-sourced memory for AI agents.", no_args_is_help=True)
 dev = typer.Typer(help="The local stack (Kafka, Postgres, projector, API) without Docker.")
@@ -76,6 +78,36 @@ def _address(settings: Settings, given: str) -> str:
     return given or f"{settings.api.host}:{settings.api.port}"
 
 
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+@contextmanager
+def _plainly() -> Iterator[None]:
+    """A refusal (a bad name or scope, a run already holding the lock), Kafka or Postgres out of reach:
+    one line saying what to check, and exit status 2, instead of a traceback."""
+    from confluent_kafka import KafkaException
+
+    from projections.outages import DATABASE_AWAY, database_away, database_error_line
+    from projections.run_lock import RunInProgress
+
+    try:
+        yield
+    except (ValueError, RunInProgress) as err:
+        raise _fail(str(err)) from None
+    except KafkaException as err:
+        raise _fail(
+            f"Kafka did not answer ({err.args[0].str()}); check that the broker runs and PEERLOG_KAFKA_BOOTSTRAP_SERVERS"
+        ) from None
+    except DATABASE_AWAY as err:
+        if database_away(err):
+            raise _fail(
+                f"Postgres did not answer ({database_error_line(err)}); check that it runs and PEERLOG_DATABASE_URL"
+            ) from None
+        raise _fail(f"Postgres refused the work ({database_error_line(err)}); see its log") from None
+
+
 @app.command()
 def audit(
     observation_id: str,
@@ -111,15 +143,17 @@ def _pair_option(pair: str) -> tuple[str, str]:
     return observer, observed
 
 
-def _run_derivation(coro):
-    """Run a rederive/promote/retry; a refusal (bad name, a run already holding the workspace) is one line."""
-    from projections.run_lock import RunInProgress
+def _run_derivation(settings: Settings, scope, start: Callable[[], Awaitable[T]]) -> T:
+    """Run a rederive/promote/retry (or reembed) over `scope` once it exists; a refusal (bad name or scope,
+    a run already holding the workspace) or Kafka or Postgres out of reach is one line (`_plainly`)."""
+    from services.rederivation.rederive import check_scope
 
-    try:
-        return asyncio.run(coro)
-    except (ValueError, RunInProgress) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    async def checked() -> T:
+        await check_scope(settings, scope)
+        return await start()
+
+    with _plainly():
+        return asyncio.run(checked())
 
 
 @app.command()
@@ -130,11 +164,14 @@ def rederive(
     model: str = typer.Option("", "--model", help="the chat model; default: the deriver's"),
 ) -> None:
     """Re-run the deriver over the recorded perceptions into a separate, named derivation (nothing current changes)."""
-    from services.rederivation.rederive import DerivationScope
+    from services.rederivation.rederive import DerivationScope, check_name
     from services.rederivation.rederive import rederive as run
 
     observer, observed = _pair_option(pair)
-    report = _run_derivation(run(Settings(), name, DerivationScope(workspace, observer, observed), model))
+    with _plainly():
+        check_name(name)  # before anything is reached
+    settings, scope = Settings(), DerivationScope(workspace, observer, observed)
+    report = _run_derivation(settings, scope, lambda: run(settings, name, scope, model))
     typer.echo(
         f"{report.name}: {report.pairs} pairs, {report.messages} messages, {report.batches} batches, "
         f"{report.events} events, {report.skipped} messages already there"
@@ -148,21 +185,33 @@ def reembed(
     ),
     workspace: str = typer.Option(..., "--workspace", "-w"),
 ) -> None:
-    """Embed every message and observation of a workspace again with MODEL, as new events on the log;
-    resumes where a stopped run left off and never appends a vector twice. Reads keep the active model
-    until the setting names MODEL and the projections are rebuilt (see the README)."""
+    """Embed every message and observation of a workspace again with MODEL, as new events on the log,
+    skipping what MODEL embedded already (so a stopped run resumes where it left off); one run per workspace
+    and model at a time. Reads keep the active model until the setting names MODEL and the projections are
+    rebuilt (see the README)."""
     from services.llm.errors import EmbeddingError
 
     _logging()
     try:
-        total, appended = asyncio.run(_reembed(Settings(), model, workspace))
+        with _plainly():
+            total, appended = asyncio.run(_reembed(Settings(), model, workspace))
     except EmbeddingError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(err)) from None
     typer.echo(f"{workspace}: {appended} vectors appended with {model}; {total - appended} left (0 unless stopped)")
 
 
 async def _reembed(settings: Settings, model: str, workspace: str) -> tuple[int, int]:
+    """Reembed `workspace` with `model` once it exists, holding the lock of both: (vectors planned, appended)."""
+    from projections.run_lock import reembedding
+    from services.rederivation.rederive import DerivationScope, check_scope
+
+    await check_scope(settings, DerivationScope(workspace))
+    # held from the plan to the last append: a second run planned meanwhile would append the same vectors
+    async with reembedding(settings, workspace, model):
+        return await _reembed_locked(settings, model, workspace)
+
+
+async def _reembed_locked(settings: Settings, model: str, workspace: str) -> tuple[int, int]:
     from rich.progress import Progress
 
     from services.bus.producer import EventLog
@@ -193,13 +242,17 @@ def derivations_promote(
     reason: str = typer.Option("", "--reason", help="why, kept on the DerivationPromoted event"),
 ) -> None:
     """Make a derivation the current one (reads and the live deriver follow it); derive what it lacks first."""
-    from services.rederivation.promote import promote
+    from services.rederivation.promote import check_promotable, promote
     from services.rederivation.rederive import DerivationScope
 
     if bool(pair) == all_pairs:
         raise typer.BadParameter("give either --pair OBSERVER/OBSERVED or --all-pairs")
     observer, observed = _pair_option(pair)
-    report = _run_derivation(promote(Settings(), name, DerivationScope(workspace, observer, observed), model, reason))
+    with _plainly():
+        check_promotable(name)  # before anything is reached
+    settings, scope = Settings(), DerivationScope(workspace, observer, observed)
+    # a promotion is permanent: none for a workspace or pair that does not exist (_run_derivation)
+    report = _run_derivation(settings, scope, lambda: promote(settings, name, scope, model, reason))
     typer.echo(
         f"{report.name} is current for {report.pairs} pairs: {report.messages} messages caught up in "
         f"{report.batches} batches, {report.skipped} already there or left to the live deriver; "
@@ -220,14 +273,15 @@ def derivations_retry(
     from services.summarizer.retry import retry_summaries
 
     observer, observed = _pair_option(pair)
-    settings = Settings()
-    for report in _run_derivation(retry(settings, DerivationScope(workspace, observer, observed), model)):
+    settings, scope = Settings(), DerivationScope(workspace, observer, observed)
+    for report in _run_derivation(settings, scope, lambda: retry(settings, scope, model)):
         typer.echo(
             f"{report.name}: {report.messages} messages derived in {report.batches} batches over "
             f"{report.pairs} pairs; consistency token {report.consistency_token}"
         )
     if not pair:  # summaries belong to sessions, not to pairs
-        summaries = asyncio.run(retry_summaries(settings, workspace))
+        with _plainly():
+            summaries = asyncio.run(retry_summaries(settings, workspace))
         typer.echo(
             f"summaries: {len(summaries.sessions)} sessions asked to try again; "
             f"consistency token {summaries.consistency_token}"
@@ -244,23 +298,46 @@ def derivations_compare(
 ) -> None:
     """Print a pair's current observations (or --base's) beside those of a named derivation.
     Sends PEERLOG_AUTH_TOKEN."""
+    import grpc
     from rich.console import Console
 
     from services.cli.derivations import comparison
 
     settings = Settings()
     observer, observed = _pair_option(pair)
-    Console().print(
-        comparison(
-            _address(settings, address),
-            workspace,
-            observer,
-            observed,
-            name,
-            base,
-            settings.auth.token.get_secret_value(),
-        )
+    at, token = _address(settings, address), settings.auth.token.get_secret_value()
+    try:
+        if not _holds_observations(at, token, workspace, observer, observed, name):
+            raise _fail(
+                f"derivation {name!r} holds no observations of ({observer}, {observed}) in workspace "
+                f"{workspace!r}; check --name and --pair (`peerlog rederive` makes one)"
+            )
+        table = comparison(at, workspace, observer, observed, name, base, token)
+    except grpc.RpcError as err:
+        raise _fail(f"{err.code().name}: {err.details()} (the API at {at}); {_rpc_hint(err.code().name)}") from None
+    Console().print(table)
+
+
+def _rpc_hint(code: str) -> str:
+    """What to check for an RPC's failure, by its status code's name."""
+    if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+        return "check that the API runs and --address (default PEERLOG_API_HOST/PORT)"
+    if code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return "check PEERLOG_AUTH_TOKEN (`peerlog keys create`)"
+    return "check -w, --pair and --name"
+
+
+def _holds_observations(address: str, token: str, workspace: str, observer: str, observed: str, name: str) -> bool:
+    """Whether derivation `name` has any observation of the pair (the API lists a name it never saw as empty)."""
+    from peerlog.v1 import observations_pb2
+    from services.api.channels import channel
+    from services.cli.client import Client
+
+    request = observations_pb2.ListObservationsRequest(
+        workspace_id=workspace, observer_id=observer, observed_id=observed, derivation=name, page={"page_size": 1}
     )
+    with channel(address, token) as chan:
+        return bool(Client(chan).observations.ListObservations(request).observations)
 
 
 @projector.command("run")
@@ -320,17 +397,34 @@ def topics_abort_open(
 @projections.command("rebuild")
 def projections_rebuild(
     accept_differences: bool = typer.Option(False, help="switch even if the rebuilt tables differ from the live ones"),
+    accept_missing_vectors: bool = typer.Option(
+        False,
+        help="switch even if rows that have a vector now would have none of PEERLOG_EMBEDDING_MODEL "
+        "(after a change of model: run `peerlog reembed` instead)",
+    ),
 ) -> None:
     """Replay the log from offset 0 into a fresh schema (or carry on the build of a rebuild that died),
-    verify it, and switch reads to it."""
+    verify it, and switch reads to it. Waits while Postgres or Kafka is away; stops on any other error."""
+    from sqlalchemy.exc import DBAPIError
+
+    from projections.outages import database_error_line
     from projections.rebuild import rebuild
     from projections.rebuild_schemas import RebuildInProgress
 
     try:
-        report = rebuild(Settings(), progress=typer.echo, accept_differences=accept_differences)
+        report = rebuild(
+            Settings(),
+            progress=typer.echo,
+            accept_differences=accept_differences,
+            accept_missing_vectors=accept_missing_vectors,
+        )
     except RebuildInProgress as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(str(err)) from None
+    except DBAPIError as err:  # waiting would not help: a statement timeout, a refusal of the work
+        raise _fail(
+            f"Postgres refused the rebuild's work ({database_error_line(err)}); see its log, fix the cause "
+            "and run the rebuild again: it carries on its build from the recorded offsets"
+        ) from None
     if not report.switched:
         raise typer.Exit(1)
 
@@ -353,7 +447,7 @@ def projections_schemas() -> None:
     """List the schemas rebuilds left beside the live one: retired, kept for inspection, builds."""
     from projections.rebuild_schemas import side_schemas
 
-    with _serving_engine() as (engine, live), engine.connect() as conn:
+    with _plainly(), _serving_engine() as (engine, live), engine.connect() as conn:
         found = side_schemas(conn, live)
     typer.echo(f"live\t{live}")
     for schema in found:
@@ -365,12 +459,11 @@ def projections_drop(schema: str = typer.Argument(..., help="a retired, kept or 
     """Drop a schema a rebuild left (never the live one, nor a build in progress)."""
     from projections.rebuild_schemas import RebuildInProgress, drop_side_schema
 
-    with _serving_engine() as (engine, live):
+    with _plainly(), _serving_engine() as (engine, live):
         try:
             dropped = drop_side_schema(engine, live, schema)
-        except (ValueError, RebuildInProgress) as err:
-            typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(2) from None
+        except RebuildInProgress as err:
+            raise _fail(str(err)) from None
     typer.echo(f"dropped {dropped.kind} schema {dropped.name} ({dropped.bytes / 2**20:.1f} MiB)")
 
 

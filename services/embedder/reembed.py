@@ -3,8 +3,11 @@ events on the log, ahead of switching the deployment to that model.
 
 Everything is read from the log itself, not from the projections (which keep only the active model's
 vectors): the messages in session order (each embedded with its previous turn, as the embedder does),
-the observations, and what an earlier run for the same model already appended, which is skipped. So a
-run resumes where another stopped, and no vector is appended twice. The switch itself is a setting and a
+the observations, and what the same model embedded already, which is skipped: what an earlier run or
+the live embedder appended, and the vectors observations were added with. So a run resumes where
+another stopped. The command holds a lock per workspace and model for the run (projections/run_lock.py),
+so two runs never plan the same work; only a message the live embedder embeds with the same model while
+a run goes can get a second, identical vector (the later one wins). The switch itself is a setting and a
 rebuild: the projector keeps only vectors of the model it is configured with (projections/handlers.py),
 so until then live reads keep comparing the old model's vectors with the old model's queries.
 """
@@ -44,13 +47,18 @@ class Plan:
 
 
 def done_by(events: Iterable[Event | None], workspace_id: str, model: str) -> set[str]:
-    """Ids of the messages and observations of the workspace that `model` has embedded already."""
+    """Ids of the messages and observations of the workspace that `model` has embedded already: in an
+    embedding event, or (observations) in the vector the observation was added with."""
     done: set[str] = set()
     for e in events:
-        if isinstance(e, MessagesEmbedded) and e.workspace_id == workspace_id and e.embedding_model == model:
+        if e is None or e.workspace_id != workspace_id:
+            continue
+        if isinstance(e, MessagesEmbedded) and e.embedding_model == model:
             done.update(m.message_id for m in e.messages)
-        elif isinstance(e, ObservationsEmbedded) and e.workspace_id == workspace_id and e.embedding_model == model:
+        elif isinstance(e, ObservationsEmbedded) and e.embedding_model == model:
             done.update(o.observation_id for o in e.observations)
+        elif isinstance(e, ObservationAdded) and e.embedding_model == model and e.embedding:
+            done.add(e.observation_id)
     return done
 
 

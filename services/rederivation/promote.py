@@ -37,7 +37,8 @@ async def promote(
     progress: Callable[[str], None] = print,
 ) -> Report:
     """Make derivation `name` current for the pair in `scope` (or for every pair the workspace has perceived
-    so far) and derive into it, with `model`, whatever it lacks from before the promotion."""
+    so far) and derive into it, with `model`, whatever it lacks from before the promotion. The promotion is
+    permanent: the caller first checks that the scope exists (rederive.check_scope, as the command does)."""
     check_promotable(name)
     async with exclusive(settings, scope.workspace_id), Rederivation(settings, name, model, progress) as run:
         await run.catch_up(scope, f"promote:{name}")  # the bulk, before reads switch over

@@ -17,8 +17,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from projections.db import async_engine
 from projections.deriver_reads import ObservationStore
 from projections.run_lock import exclusive
+from projections.workspace_reads import known
 from services.bus.consistency import ConsistencyToken
 from services.bus.producer import EventLog
 from services.bus.streams import read, to_the_end
@@ -66,6 +68,26 @@ class Report:
     events: int
     consistency_token: str  # pass to a read to see the whole derivation
     skipped: int = 0  # messages the derivation already had, or that the live deriver writes into it
+
+
+async def check_scope(settings, scope: DerivationScope) -> None:
+    """ValueError unless the workspace exists and, for one pair, both its peers do (as projected). The
+    commands check before a run: over a scope that does not exist it would find nothing and report success,
+    and a promotion would append a DerivationPromoted for a pair that never was."""
+    wanted = [p for p in (scope.observer_id, scope.observed_id) if p]
+    engine = async_engine(settings.database)
+    try:
+        async with engine.connect() as conn:
+            found = await known(conn, scope.workspace_id, wanted, [])
+    finally:
+        await engine.dispose()
+    if not found.workspace:
+        raise ValueError(f"workspace {scope.workspace_id!r} does not exist (or is not projected yet); check -w")
+    absent = [p for p in dict.fromkeys(wanted) if p not in found.peers]
+    if absent:
+        raise ValueError(
+            f"workspace {scope.workspace_id!r} has no peer {' or '.join(map(repr, absent))}; check --pair OBSERVER/OBSERVED"
+        )
 
 
 def check_name(name: str) -> None:

@@ -9,11 +9,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from psycopg.errors import QueryCanceled
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from projections.rebuild import Replayer, rebuild, recorded_offsets, start_build
 from projections.rebuild_schemas import RebuildInProgress, mark_of, one_rebuild, side_schemas
@@ -201,3 +204,20 @@ def test_a_rebuild_started_while_the_broker_is_away_waits_and_switches_once_it_i
     report = running.result(180)
     assert report.switched and set(report.differences.values()) == {0}, said
     assert schemas(projected, settings) == {report.retired: "retired"}
+
+
+def test_a_rebuild_whose_statements_time_out_stops_at_once_instead_of_waiting_for_the_database(settings, projected):
+    timing_out = settings.model_copy(
+        update={
+            "database": settings.database.model_copy(
+                update={"url": settings.database.url + "?options=-c%20statement_timeout%3D1"}
+            )
+        }
+    )
+    stop = threading.Event()
+    running = ThreadPoolExecutor(1).submit(rebuild, timing_out, lambda _: None, False, stop)
+    try:
+        error = running.exception(60)  # before, it tried again forever, logging "the database is unavailable"
+    finally:
+        stop.set()
+    assert isinstance(error, OperationalError) and isinstance(error.orig, QueryCanceled), error

@@ -1,6 +1,7 @@
 """A change of embedding model: `peerlog reembed` appends the new model's vectors without touching live
-reads, a second run appends nothing, and a rebuild under the new setting switches every vector without
-calling a model."""
+reads, a second run appends nothing, one with the live model appends nothing either, two runs with one
+model exclude each other, and a rebuild under the new setting switches every vector without calling a
+model, but not while a row would lose the vector it has."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from sqlalchemy import select
 
 from projections.db import async_engine, sync_engine
+from projections.run_lock import RunInProgress, reembedding
 from projections.schema import messages, observations
 from projections.vector_model_reads import vectors_of_other_models
 from services.cli.client import Client
@@ -102,3 +105,59 @@ async def test_reembed_then_a_rebuild_under_the_new_setting_switches_every_vecto
             assert await vectors_of_other_models(conn, MINILM) == {}
     finally:
         await engine.dispose()
+
+
+async def embedded_by_the_live_model(channel, settings, start_worker):
+    """Workspace w with three messages and two observations, all embedded with the live model; the worker."""
+    worker = start_worker("embedder")
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await c.add("w", "s", [("alice", "I adopted a greyhound"), ("bob", "What is its name?"), ("alice", "Comet")])
+    await c.create_observations("w", "alice", "alice", ["Alice has a greyhound", "Alice's dog is named Comet"])
+    eventually(
+        lambda: (
+            [r.embedding_model for r in rows(settings, messages, "seq", "message_id", "embedding_model")]
+            == [LOCAL_MODEL] * 3
+        ),
+        60,
+    )
+    return c, worker
+
+
+async def test_reembed_with_the_live_model_appends_nothing_the_embedder_or_the_observations_hold_and_runs_once(
+    channel, settings, start_worker
+):
+    await embedded_by_the_live_model(channel, settings, start_worker)
+    async with reembedding(settings, "w", MINILM):  # a run with another model holds its own lock
+        assert await _reembed(settings, LOCAL_MODEL, "w") == (0, 0)
+        with pytest.raises(RunInProgress, match=f"another reembed of workspace 'w' with {MINILM}"):
+            await _reembed(settings, MINILM, "w")  # before, both appended every vector
+    assert await _reembed(settings, MINILM, "w") == (5, 5)
+
+
+def rebuild_under(settings, model: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **settings_env(settings), "PEERLOG_EMBEDDING_MODEL": model}
+    command = [sys.executable, "-m", "services.cli.main", "projections", "rebuild", "--accept-differences"]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+async def test_a_rebuild_under_a_new_model_does_not_switch_while_a_row_would_lose_its_vector(
+    channel, settings, start_worker
+):
+    c, worker = await embedded_by_the_live_model(channel, settings, start_worker)
+    assert await _reembed(settings, MINILM, "w") == (5, 5)
+    await c.add("w", "s", [("bob", "A message after the reembed")])  # embedded with the live model only
+    eventually(lambda: len([r for r in rows(settings, messages, "seq", "embedding_model") if r[1]]) == 4, 60)
+    worker.stop()
+
+    refused = rebuild_under(settings, MINILM)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "not switching: rows that have a vector in the live schema have none of" in refused.stdout
+    assert "(messages: 1)" in refused.stdout, refused.stdout
+    assert {r.embedding_model for r in rows(settings, messages, "seq", "embedding_model")} == {LOCAL_MODEL}
+
+    assert await _reembed(settings, MINILM, "w") == (1, 1)  # what the README says to do: reembed again
+    switched = rebuild_under(settings, MINILM)
+    assert switched.returncode == 0, switched.stdout + switched.stderr
+    assert "resuming" in switched.stdout  # the build the refused rebuild left, carried on
+    assert {r.embedding_model for r in rows(settings, messages, "seq", "embedding_model")} == {MINILM}

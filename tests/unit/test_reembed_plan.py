@@ -87,3 +87,12 @@ def test_what_the_same_model_embedded_before_is_skipped_but_its_context_is_kept(
 
 def test_work_is_cut_into_chunks_of_at_most_64():
     assert [len(c) for c in chunks(list(range(130)))] == [64, 64, 2]
+
+
+def test_an_observation_added_with_a_vector_of_the_model_is_done_and_one_of_another_model_or_none_is_not():
+    def added(i: int, model: str, vector: tuple[float, ...]) -> ObservationAdded:
+        return _obs(i).model_copy(update={"embedding_model": model, "embedding": vector})
+
+    events = [added(1, "live", (1.0,)), added(2, "other", (1.0,)), added(3, "live", ())]
+    assert done_by(events, "w", "live") == {"o1"}  # reembedding with the live model appends nothing for it
+    assert done_by(events, "elsewhere", "live") == set()
