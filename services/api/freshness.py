@@ -53,10 +53,13 @@ async def until_projected(freshness: Freshness, token: str) -> None:
             log.warning("a write holding a lock waits for the projector; the lock stays held meanwhile")
 
 
-async def answered_in_time(freshness: Freshness, held: Awaitable[T], what: str, then: str) -> T:
+async def answered_in_time(freshness: Freshness, held: Awaitable[T], what: str, then: str, keyed: bool = False) -> T:
     """The result of `held` (a write under a lock, shielded: it runs to its end whatever the caller does),
     if it comes within the consistency wait; else UNAVAILABLE saying `what` is late and what to do `then`,
-    while `held` goes on."""
+    while `held` goes on. `keyed`: under an idempotency key, whose wait (idempotency.once) bounds it
+    already, and holds the key for as long as `held` runs."""
+    if keyed:
+        return await held
     try:
         return await asyncio.wait_for(held, freshness.timeout_s)
     except TimeoutError:

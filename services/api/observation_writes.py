@@ -161,13 +161,12 @@ async def _append_observations(
     if not chosen:
         return await _append_new(ctx, pair, new, vectors, set(), request)
     claim = shielded(_claimed_append(ctx, pair, new, vectors, request, chosen))
-    if request is not None:  # keyed: idempotency.once bounds the answer, and holds the key as long as this
-        return await claim
     return await answered_in_time(
         ctx.freshness,
         claim,
         f"the write of observation id(s) {v.listed(chosen)}",
         "it stands: the same observations sent again under their ids return them once readable",
+        keyed=request is not None,
     )
 
 

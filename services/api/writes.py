@@ -287,13 +287,12 @@ async def _append_messages(
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
         return await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request, wait=False)
     claim = shielded(_claimed_append(ctx, workspace_id, session_id, new, request, chosen))
-    if request is not None:  # keyed: idempotency.once bounds the answer, and holds the key as long as this
-        return await claim
     return await answered_in_time(
         ctx.freshness,
         claim,
         f"the write of message id(s) {v.listed(chosen)}",
         "it stands: send it again only under an idempotency key (to get its reply), since its ids are now taken",
+        keyed=request is not None,
     )
 
 
