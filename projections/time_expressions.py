@@ -12,6 +12,7 @@ Pure: no clock is read here, the caller passes the reference.
 from __future__ import annotations
 
 import bisect
+import calendar
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -106,10 +107,14 @@ def _year(year: int) -> Period:
 
 
 def _latest_year(month: int, day: int, ref: datetime, strictly_before_month: bool = False) -> int:
-    """The year of the latest `month`/`day` not after `ref` (before `ref`'s month when asked)."""
+    """The year of the latest `month`/`day` not after `ref` (before `ref`'s month when asked). For 29
+    February, the latest leap year: in another year there is no such day."""
     if strictly_before_month:
         return ref.year if month < ref.month else ref.year - 1
-    return ref.year if (month, day) <= (ref.month, ref.day) else ref.year - 1
+    year = ref.year if (month, day) <= (ref.month, ref.day) else ref.year - 1
+    while (month, day) == (2, 29) and not calendar.isleap(year) and year > 1:
+        year -= 1
+    return year
 
 
 def _count(n: str) -> int:

@@ -129,3 +129,10 @@ def test_a_query_naming_a_date_many_times_is_read_in_linear_time():
 )
 def test_a_month_and_day_is_read_unless_a_year_or_a_time_follows(query, expected):
     assert periods(query, REF) == expected
+
+
+def test_29_february_without_a_year_is_the_latest_leap_years():
+    ref = datetime(2026, 12, 6, tzinfo=UTC)  # 2026 and 2025 have no 29 February: it named nothing
+    (feb29,) = periods("what happened on Feb 29", ref)
+    assert feb29.start == datetime(2024, 2, 29, tzinfo=UTC)
+    assert periods("on 29 February", datetime(2024, 3, 1, tzinfo=UTC))[0].start.year == 2024
