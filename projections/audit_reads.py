@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
-from sqlalchemy import RowMapping, select
+from sqlalchemy import RowMapping, and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.observation_reads import OBSERVATION_COLUMNS, premises_of
@@ -64,12 +65,22 @@ async def history(conn: AsyncConnection, workspace_id: str, observation_id: str)
 
 
 async def rejections(
-    conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, dream_id: str, limit: int
+    conn: AsyncConnection,
+    workspace_id: str,
+    observer_id: str,
+    observed_id: str,
+    dream_id: str,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
 ) -> Sequence[RowMapping]:
+    """Newest first (ties by id); `after` is the (rejected_at, rejection_id) a previous page ended on."""
     r = rejected_observations.c
     stmt = select(rejected_observations).where(r.workspace_id == workspace_id)
     if observer_id:
         stmt = stmt.where(r.observer_id == observer_id, r.observed_id == observed_id)
     if dream_id:
         stmt = stmt.where(r.dream_id == dream_id)
+    if after is not None:
+        at, rejection_id = after
+        stmt = stmt.where(or_(r.rejected_at < at, and_(r.rejected_at == at, r.rejection_id > rejection_id)))
     return (await conn.execute(stmt.order_by(r.rejected_at.desc(), r.rejection_id).limit(limit))).mappings().all()

@@ -78,6 +78,13 @@ def _premise_states(conn: Connection, workspace_id: str, ids: Sequence[str]) -> 
     }
 
 
+def _rejection_history(e: ObservationAdded | ObservationRejected, rejection_id: str, reason: str) -> list[dict]:
+    """The rejected write's own entry, so an auditor holding its id reads why it is not there, and one on
+    each premise it cited."""
+    own = _history(e, rejection_id, "rejected", reason=reason, observer_id=e.observer_id, observed_id=e.observed_id)
+    return [own] + [_history(e, p, "cited_by_rejected", rejection=rejection_id) for p in dict.fromkeys(e.premise_ids)]
+
+
 def _rejection(e: ObservationAdded, problems: list[str]) -> dict:
     return dict(
         workspace_id=e.workspace_id,
@@ -191,11 +198,7 @@ def observation_added(conn: Connection, events: Sequence[ObservationAdded]) -> N
         if not problems:
             _add(conn, [e])
         elif insert_new(conn, rejected_observations, [_rejection(e, problems)], returning=True):
-            insert_new(
-                conn,
-                observation_events,
-                [_history(e, p, "cited_by_rejected", rejection=e.observation_id) for p in dict.fromkeys(e.premise_ids)],
-            )
+            insert_new(conn, observation_events, _rejection_history(e, e.observation_id, "; ".join(problems)))
 
 
 def observation_reinforced(conn: Connection, events: Sequence[ObservationReinforced]) -> None:
@@ -295,15 +298,7 @@ def observation_rejected(conn: Connection, events: Sequence[ObservationRejected]
             for e in events
         ],
     )
-    insert_new(
-        conn,
-        observation_events,
-        [
-            _history(e, p, "cited_by_rejected", rejection=e.rejection_id)
-            for e in events
-            for p in dict.fromkeys(e.premise_ids)
-        ],
-    )
+    insert_new(conn, observation_events, [h for e in events for h in _rejection_history(e, e.rejection_id, e.reason)])
 
 
 _SET_EMBEDDING = (

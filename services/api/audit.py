@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import RowMapping
 
 from projections import audit_reads, message_reads
+from services.api.cursors import time_id
 from services.api.deps import ApiDeps
 from services.api.guards import require_peers, require_workspace
 from services.api.observation_reads import ObservationView, get_observation, with_provenance
 from services.api.preflight import preflight
-from services.errors import InvalidArgument
+from services.api.reads import Page, page
+from services.errors import InvalidArgument, NotFound
 
 MAX_DAG_NODES = 1_000
+
+
+@dataclass(frozen=True)
+class RejectionFilter:
+    """Which rejected writes a ListRejectedObservations page shows."""
+
+    workspace_id: str
+    observer_id: str
+    observed_id: str
+    dream_id: str
+    limit: int
+    page_token: str
 
 
 @dataclass(frozen=True)
@@ -51,23 +65,35 @@ async def get_provenance(ctx: ApiDeps, workspace_id: str, observation_id: str, t
 async def get_observation_history(
     ctx: ApiDeps, workspace_id: str, observation_id: str, token: str
 ) -> Sequence[RowMapping]:
-    await get_observation(ctx, workspace_id, observation_id, token)
+    try:
+        await get_observation(ctx, workspace_id, observation_id, token)
+        missing = None
+    except NotFound as e:
+        # a write the projector rejected is no observation, yet its id has a history: its "rejected" entry
+        missing = e
     async with ctx.engine.connect() as conn:
-        return await audit_reads.history(conn, workspace_id, observation_id)
+        rows = await audit_reads.history(conn, workspace_id, observation_id)
+    if missing and not rows:
+        raise missing
+    return rows
 
 
-async def list_rejected(
-    ctx: ApiDeps, workspace_id: str, observer_id: str, observed_id: str, dream_id: str, limit: int, token: str
-) -> Sequence[RowMapping]:
+async def list_rejected(ctx: ApiDeps, request: RejectionFilter, token: str) -> Page:
     # a dream id is an id: unchecked, a NUL in it reached Postgres (INTERNAL)
-    await preflight(ctx, token, ids={"dream_id": dream_id} if dream_id else None)
-    if bool(observer_id) != bool(observed_id):
+    await preflight(ctx, token, ids={"dream_id": request.dream_id} if request.dream_id else None)
+    if bool(request.observer_id) != bool(request.observed_id):
         raise InvalidArgument("give both observer_id and observed_id to narrow to a pair, or neither")
-    if limit > 500:
-        raise InvalidArgument(f"limit {limit} is over the maximum of 500")
-    if observer_id:
-        await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
+    if request.limit > 500:
+        raise InvalidArgument(f"limit {request.limit} is over the maximum of 500")
+    scope = ("ListRejectedObservations", repr(replace(request, limit=0, page_token="")))
+    after = ctx.cursors.decode_time_id(scope, request.page_token)
+    if request.observer_id:
+        await require_peers(ctx, request.workspace_id, observer_id=request.observer_id, observed_id=request.observed_id)
     else:
-        await require_workspace(ctx, workspace_id)
+        await require_workspace(ctx, request.workspace_id)
+    limit = request.limit or 50
     async with ctx.engine.connect() as conn:
-        return await audit_reads.rejections(conn, workspace_id, observer_id, observed_id, dream_id, limit or 50)
+        rows = await audit_reads.rejections(
+            conn, request.workspace_id, request.observer_id, request.observed_id, request.dream_id, limit, after
+        )
+    return page(ctx, scope, rows, limit, lambda r: time_id(r["rejected_at"], r["rejection_id"]))

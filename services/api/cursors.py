@@ -14,6 +14,7 @@ import hmac
 import re
 import secrets
 from collections.abc import Sequence
+from datetime import datetime
 
 from services.api.validation import ID_PATTERN
 from services.errors import InvalidArgument
@@ -81,8 +82,27 @@ class PageCursors:
             raise InvalidArgument(NOT_OURS)
         return int(position)
 
+    def decode_time_id(self, scope: Sequence[str], token: str) -> tuple[datetime, str] | None:
+        """A position of a list ordered by time then id (`time_id` wrote it), or None for no token."""
+        position = self.decode(scope, token)
+        if not position:
+            return None
+        at, _, item_id = position.partition("|")
+        try:
+            when = datetime.fromisoformat(at)
+        except ValueError:  # only a leaked key could get here
+            raise InvalidArgument(NOT_OURS) from None
+        if not ID_PATTERN.fullmatch(item_id):
+            raise InvalidArgument(NOT_OURS)
+        return when, item_id
+
     def _mac(self, scope: Sequence[str], raw: bytes) -> bytes:
         # each part length-prefixed, so no two scopes (or scope and position) can run together
         parts = [p.encode() for p in scope] + [raw]
         message = b"".join(len(p).to_bytes(4, "big") + p for p in parts)
         return hmac.new(self._key, message, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+def time_id(at: datetime, item_id: str) -> str:
+    """The position of an item in a list ordered by time then id, as `PageCursors.decode_time_id` reads it."""
+    return f"{at.isoformat()}|{item_id}"

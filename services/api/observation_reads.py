@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -13,11 +12,12 @@ from projections import observation_reads, status_reads
 from projections.observation_reads import ObservationFilter
 from projections.status_reads import StatusScope
 from services.api import validation as v
+from services.api.cursors import time_id
 from services.api.deps import ApiDeps
 from services.api.preflight import preflight
 from services.api.reads import Page, page
 from services.api.scopes import recall_sessions
-from services.errors import InvalidArgument, NotFound
+from services.errors import NotFound
 
 MAX_DEAD_LETTERED_SHOWN = 100
 
@@ -84,20 +84,8 @@ def _scope(pair: ObservationFilter, reverse: bool) -> tuple[str, ...]:
     return ("ListObservations", repr(pair), str(reverse))
 
 
-def _cursor(ctx: ApiDeps, scope: tuple[str, ...], page_token: str) -> tuple[datetime, str] | None:
-    raw = ctx.cursors.decode(scope, page_token)
-    if not raw:
-        return None
-    created_at, _, observation_id = raw.partition("|")
-    try:
-        return datetime.fromisoformat(created_at), v.check_id("page_token", observation_id)
-    except (ValueError, InvalidArgument):
-        raise InvalidArgument("page_token is not one this server issued; pass next_page_token back as-is") from None
-
-
 def _position(view: ObservationView) -> str:
-    """Where a page ending at `view` stops, as `_cursor` reads it back."""
-    return f"{view.row['created_at'].isoformat()}|{view.row['observation_id']}"
+    return time_id(view.row["created_at"], view.row["observation_id"])
 
 
 async def list_observations(
@@ -105,7 +93,7 @@ async def list_observations(
 ) -> Page:
     """One page of a pair's observations, with their provenance."""
     scope = _scope(pair, reverse)
-    limit, after = v.page_size(size), _cursor(ctx, scope, page_token)
+    limit, after = v.page_size(size), ctx.cursors.decode_time_id(scope, page_token)
     await _preflight(ctx, pair, token)
     async with ctx.engine.connect() as conn:
         rows = await observation_reads.list_observations(conn, pair, after, limit, reverse)

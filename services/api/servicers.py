@@ -407,16 +407,21 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         return audit_pb2.GetObservationHistoryResponse(entries=[convert_audit.history_entry(r) for r in rows])
 
     async def ListRejectedObservations(self, request, context):
-        rows = await audit.list_rejected(
+        rejected = await audit.list_rejected(
             self.ctx,
-            request.workspace_id,
-            request.observer_id,
-            request.observed_id,
-            request.dream_id,
-            request.limit,
+            audit.RejectionFilter(
+                request.workspace_id,
+                request.observer_id,
+                request.observed_id,
+                request.dream_id,
+                request.limit,
+                request.page_token,
+            ),
             request.consistency.consistency_token,
         )
-        return audit_pb2.ListRejectedObservationsResponse(rejections=[convert_audit.rejection(r) for r in rows])
+        return audit_pb2.ListRejectedObservationsResponse(
+            rejections=[convert_audit.rejection(r) for r in rejected.items], next_page_token=rejected.next_token
+        )
 
 
 class ScopeServicer(scopes_pb2_grpc.ScopeServiceServicer):

@@ -10,6 +10,7 @@ import asyncio
 from datetime import UTC, datetime
 from functools import partial
 
+import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 
@@ -109,6 +110,55 @@ async def test_a_derived_write_without_valid_premises_is_rejected_and_the_reason
     ]
     listed = await c.all_observations("w", "alice", "bob")
     assert {o.observation_id for o in listed} == {ids["oslo"], ids["bees"], ids["market"], "norway", "pattern"}
+
+
+async def test_the_history_of_a_rejected_id_says_why_it_was_refused(store):
+    c, _, token = store
+    history = await c.audit.GetObservationHistory(
+        audit_pb2.GetObservationHistoryRequest(
+            workspace_id="w", observation_id="borrowed", consistency={"consistency_token": token}
+        )
+    )
+    (entry,) = history.entries
+    detail = dict(entry.detail)
+    assert (entry.kind, detail["observer_id"], detail["observed_id"]) == ("rejected", "alice", "bob")
+    assert "belongs to the store of (carol, bob)" in detail["reason"]
+    assert (entry.producer.component, entry.producer.prompt_version) == ("dreamer", "deduction-v1")
+    with pytest.raises(grpc.RpcError) as never:
+        await c.audit.GetObservationHistory(
+            audit_pb2.GetObservationHistoryRequest(workspace_id="w", observation_id="never-written")
+        )
+    assert never.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_rejections_are_listed_a_page_at_a_time_newest_first_without_gaps(store, settings):
+    c, ids, token = store
+    more = [derived(f"bare-{i}", Level.DEDUCTIVE, f"Bob guess {i}", []) for i in range(8)]
+    token = append(settings, more)
+    pages, tokens, page_token = [], [], ""
+    while True:
+        got = await c.audit.ListRejectedObservations(
+            audit_pb2.ListRejectedObservationsRequest(
+                workspace_id="w", limit=3, page_token=page_token, consistency={"consistency_token": token}
+            )
+        )
+        pages.append([(r.rejected_at.ToDatetime(), r.rejection_id) for r in got.rejections])
+        page_token = got.next_page_token
+        if not page_token:
+            break
+        tokens.append(page_token)
+    listed = [item for p in pages for item in p]
+    assert len(listed) == 11 and len(set(listed)) == 11
+    assert [len(p) for p in pages[:-1]] == [3] * (len(pages) - 1)
+    assert listed == sorted(listed, key=lambda r: (-r[0].timestamp(), r[1]))
+    # a token is good only for the list and filters that issued it
+    with pytest.raises(grpc.RpcError) as elsewhere:
+        await c.audit.ListRejectedObservations(
+            audit_pb2.ListRejectedObservationsRequest(
+                workspace_id="w", observer_id="alice", observed_id="bob", limit=3, page_token=tokens[0]
+            )
+        )
+    assert elsewhere.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_provenance_walks_from_a_belief_down_to_the_verbatim_spans_of_its_messages(store):

@@ -638,25 +638,28 @@ class AsyncWorkspace(_AsyncHandle):
             )
         )
 
-    async def rejected_observations(
+    def rejected_observations(
         self,
         *,
         observer: str | AsyncPeer | None = None,
         target: str | AsyncPeer | None = None,
         dream_id: str = "",
-        limit: int = 0,
-    ) -> tuple[m.RejectedObservation, ...]:
-        """Writes a check refused, newest first; narrowed to a pair (both or neither) and/or a dream."""
-        request = au.ListRejectedObservationsRequest(
-            workspace_id=self.id,
-            observer_id=c.id_of(observer),
-            observed_id=c.id_of(target),
-            dream_id=dream_id,
-            limit=limit,
-        )
-        return await self._t.unary(
-            Call(AuditServiceStub, "ListRejectedObservations", request, c.items_of("rejections"))
-        )
+        page_size: int = 0,
+    ) -> AsyncIterator[m.RejectedObservation]:
+        """Every write a check refused, newest first; narrowed to a pair (both or neither) and/or a dream."""
+
+        def page(token: str) -> Call[m.Page[m.RejectedObservation]]:
+            request = au.ListRejectedObservationsRequest(
+                workspace_id=self.id,
+                observer_id=c.id_of(observer),
+                observed_id=c.id_of(target),
+                dream_id=dream_id,
+                limit=page_size,
+                page_token=token,
+            )
+            return Call(AuditServiceStub, "ListRejectedObservations", request, c.page_of("rejections"))
+
+        return self._t.pages(page)
 
     async def processing_status(
         self,

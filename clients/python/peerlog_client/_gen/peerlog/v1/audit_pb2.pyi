@@ -103,20 +103,22 @@ class GetObservationHistoryResponse(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ...) -> None: ...
 
 class ListRejectedObservationsRequest(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "observed_id", "dream_id", "limit", "consistency")
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "dream_id", "limit", "consistency", "page_token")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
     DREAM_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     observed_id: str
     dream_id: str
     limit: int
     consistency: _common_pb2.ReadConsistency
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., dream_id: _Optional[str] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+    page_token: str
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., dream_id: _Optional[str] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class RejectedObservation(_message.Message):
     __slots__ = ("rejection_id", "observer_id", "observed_id", "level", "content", "reason", "sources", "premise_ids", "batch_id", "dream_id", "rejected_at")
@@ -145,7 +147,9 @@ class RejectedObservation(_message.Message):
     def __init__(self, rejection_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., level: _Optional[str] = ..., content: _Optional[str] = ..., reason: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_observations_pb2.ObservationSource, _Mapping]]] = ..., premise_ids: _Optional[_Iterable[str]] = ..., batch_id: _Optional[str] = ..., dream_id: _Optional[str] = ..., rejected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListRejectedObservationsResponse(_message.Message):
-    __slots__ = ("rejections",)
+    __slots__ = ("rejections", "next_page_token")
     REJECTIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     rejections: _containers.RepeatedCompositeFieldContainer[RejectedObservation]
-    def __init__(self, rejections: _Optional[_Iterable[_Union[RejectedObservation, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, rejections: _Optional[_Iterable[_Union[RejectedObservation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -68,14 +68,17 @@ class AuditServiceServicer:
     def GetObservationHistory(self, request, context):
         """Every event that touched an observation, oldest first: added, reinforced, cited (by a later
         observation), cited_by_rejected (by a write the provenance rule refused), supersedes,
-        superseded, deleted; each with its time, producer and cause.
+        superseded, deleted, rejected (the write under this id was refused when projected; then the id
+        has no observation, only this history); each with its time, producer and cause. NOT_FOUND only if
+        nothing ever happened under the id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListRejectedObservations(self, request, context):
-        """Writes a check refused (ungrounded spans, derived observations without valid premises), newest first.
+        """Writes a check refused (ungrounded spans, derived observations without valid premises), newest first,
+        a page at a time.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
