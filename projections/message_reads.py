@@ -21,13 +21,16 @@ MESSAGE_COLUMNS = [
 
 async def message(conn: AsyncConnection, workspace_id: str, message_id: str) -> RowMapping | None:
     """A message with, if it is a copy, where it was first sent (origin_* columns, else NULL)."""
-    m, o = messages.c, message_origins.c
-    stmt = (
-        select(*MESSAGE_COLUMNS, o.origin_workspace_id, o.origin_session_id, o.origin_message_id)
-        .outerjoin(message_origins, (o.workspace_id == m.workspace_id) & (o.message_id == m.message_id))
-        .where(m.workspace_id == workspace_id, m.message_id == message_id)
-    )
+    m = messages.c
+    stmt = _with_origin().where(m.workspace_id == workspace_id, m.message_id == message_id)
     return (await conn.execute(stmt)).mappings().first()
+
+
+def _with_origin():
+    m, o = messages.c, message_origins.c
+    return select(*MESSAGE_COLUMNS, o.origin_workspace_id, o.origin_session_id, o.origin_message_id).outerjoin(
+        message_origins, (o.workspace_id == m.workspace_id) & (o.message_id == m.message_id)
+    )
 
 
 async def origins(conn: AsyncConnection, workspace_id: str, message_ids: Sequence[str]) -> dict[str, RowMapping]:
@@ -82,6 +85,22 @@ async def messages_by_id(conn: AsyncConnection, workspace_id: str, message_ids: 
         messages.c.workspace_id == workspace_id, messages.c.message_id.in_(sorted(set(message_ids)))
     )
     return {r["message_id"]: r for r in (await conn.execute(stmt)).mappings()}
+
+
+async def messages_with_origins(
+    conn: AsyncConnection, workspace_id: str, message_ids: Sequence[str]
+) -> dict[str, RowMapping]:
+    """As `messages_by_id`, each with where it was first sent if it is a copy (as `message` gives it)."""
+    return {
+        r["message_id"]: r
+        for r in (
+            await conn.execute(
+                _with_origin().where(
+                    messages.c.workspace_id == workspace_id, messages.c.message_id.in_(sorted(set(message_ids)))
+                )
+            )
+        ).mappings()
+    }
 
 
 def seen_while_member(t, observer):

@@ -52,7 +52,7 @@ async def get_provenance(ctx: ApiDeps, workspace_id: str, observation_id: str, t
         rows = await audit_reads.observations_by_id(conn, workspace_id, order)
         views = await with_provenance(conn, workspace_id, [rows[i] for i in order if i in rows])
         cited = [s["message_id"] for view in views for s in view.sources]
-        messages = await message_reads.messages_by_id(conn, workspace_id, cited) if cited else {}
+        messages = await message_reads.messages_with_origins(conn, workspace_id, cited) if cited else {}
     nodes = [
         ProvenanceNode(
             view, {s["message_id"]: messages[s["message_id"]] for s in view.sources if s["message_id"] in messages}

@@ -170,7 +170,7 @@ def message(row: RowMapping) -> messages_pb2.Message:
         created_at=ts(row["created_at"]),
         metadata=struct(row["metadata"]),
         seq=row["seq"],
-        origin=_origin(row) if row.get("origin_message_id") else None,
+        origin=origin(row) if row.get("origin_message_id") else None,
         author_name=row.get("author_name") or "",
     )
 
@@ -184,7 +184,7 @@ def clone_request(r: sessions_pb2.CloneSessionRequest) -> clones.CloneRequest:
     )
 
 
-def _origin(row: RowMapping) -> messages_pb2.MessageOrigin:
+def origin(row: RowMapping) -> messages_pb2.MessageOrigin:
     return messages_pb2.MessageOrigin(
         workspace_id=row["origin_workspace_id"],
         session_id=row["origin_session_id"],

@@ -6,7 +6,7 @@ from sqlalchemy import RowMapping
 
 from peerlog.v1 import audit_pb2, observations_pb2
 from services.api.audit import Provenance
-from services.api.convert import observation, struct, ts
+from services.api.convert import observation, origin, struct, ts
 
 
 def provenance(p: Provenance) -> audit_pb2.GetProvenanceResponse:
@@ -23,6 +23,7 @@ def provenance(p: Provenance) -> audit_pb2.GetProvenanceResponse:
                         peer_id=m["peer_id"],
                         content=m["content"],
                         created_at=ts(m["created_at"]),
+                        origin=origin(m) if m["origin_message_id"] else None,
                     )
                 )
             sources.append(out)

@@ -38,6 +38,12 @@ def _label(o) -> str:
     return "  ".join([head, *state])
 
 
+def _copy_of(m: audit_pb2.SourceMessage) -> str:
+    if not m.HasField("origin"):
+        return ""
+    return f" · copy of {escape(m.origin.message_id)} in session {escape(m.origin.session_id)}"
+
+
 def provenance_tree(p: audit_pb2.GetProvenanceResponse) -> Tree:
     """The DAG as a tree: a premise shared by two branches is shown under each (marked the second time)."""
     nodes = {n.observation.observation_id: n for n in p.nodes}
@@ -55,7 +61,7 @@ def provenance_tree(p: audit_pb2.GetProvenanceResponse) -> Tree:
         for m in node.source_messages:
             branch.add(
                 f"[cyan]{escape(m.peer_id)}[/cyan] [dim]{_when(m.created_at)} · session {escape(m.session_id)}"
-                f" · {m.message_id}[/dim]\n“{escape(m.content)}”\n[green]span:[/green] “{escape(m.span)}”"
+                f" · {m.message_id}{_copy_of(m)}[/dim]\n“{escape(m.content)}”\n[green]span:[/green] “{escape(m.span)}”"
             )
         for premise in node.observation.premise_ids:
             add(branch, premise)
@@ -81,8 +87,11 @@ def audit_view(address: str, workspace_id: str, observation_id: str, token: str 
     """Both trees for one observation, read from the API at `address` with `token`."""
     with channel(address, token) as chan:
         stub = Client(chan).audit
-        p = stub.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id=workspace_id, observation_id=observation_id))
         h = stub.GetObservationHistory(
             audit_pb2.GetObservationHistoryRequest(workspace_id=workspace_id, observation_id=observation_id)
         )
+        if any(e.kind == "rejected" for e in h.entries) and not any(e.kind == "added" for e in h.entries):
+            # a refused write has no observation, so no provenance: its history says why
+            return Group(Text("no observation: its write was rejected", style="red"), Text(""), history_tree(h))
+        p = stub.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id=workspace_id, observation_id=observation_id))
     return Group(provenance_tree(p), Text(""), history_tree(h))

@@ -7,12 +7,12 @@ import grpc
 import pytest
 from google.protobuf import json_format, struct_pb2
 
-from peerlog.v1 import messages_pb2, sessions_pb2
+from peerlog.v1 import audit_pb2, messages_pb2, observations_pb2, sessions_pb2
 from services.cli.client import Client
 from tests.support.rpc import rejected
 
 
-def origin(message: messages_pb2.Message) -> tuple[str, str, str]:
+def origin(message: messages_pb2.Message | audit_pb2.SourceMessage) -> tuple[str, str, str]:
     return message.origin.workspace_id, message.origin.session_id, message.origin.message_id
 
 
@@ -74,6 +74,28 @@ async def test_a_copy_of_a_copy_names_the_first_message_and_no_derived_knowledge
     for session in ("c1", "c2"):  # the store holds only what was learnt in s
         assert await c.all_observations("w", "alice", "bob", session_id=session) == []
     assert [o.content for o in await c.all_observations("w", "alice", "bob")] == ["Bob drinks green tea"]
+
+
+async def test_provenance_through_a_copy_names_where_the_message_was_first_sent(source):
+    c, ids = source
+    copied = await clone(c, "s", "c1")
+    await c.all_messages("w", "c1", copied.consistency_token)
+    cited = observations_pb2.NewObservation(
+        content="Bob said yes to green tea",
+        session_id="c1",
+        sources=[observations_pb2.ObservationSource(message_id=copied.message_ids[1], span="yes, green tea")],
+    )
+    made = await c.create_observations("w", "alice", "bob", [cited])
+    got = await c.audit.GetProvenance(
+        audit_pb2.GetProvenanceRequest(
+            workspace_id="w",
+            observation_id=made.observation_ids[0],
+            consistency={"consistency_token": made.consistency_token},
+        )
+    )
+    (source_message,) = got.nodes[0].source_messages
+    assert (source_message.message_id, source_message.session_id) == (copied.message_ids[1], "c1")
+    assert origin(source_message) == ("w", "s", ids[1])
 
 
 async def test_refused_clones_say_why_and_write_nothing(source):

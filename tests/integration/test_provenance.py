@@ -327,3 +327,11 @@ async def test_peerlog_audit_prints_the_premise_tree_down_to_spans_and_the_histo
         env={"PEERLOG_AUTH_TOKEN": channel.token},
     )
     assert missing.exit_code == 1 and "NOT_FOUND" in missing.output
+    refused = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["audit", "borrowed", "-w", "w", "--address", channel.address],
+        env={"COLUMNS": "200", "PEERLOG_AUTH_TOKEN": channel.token},
+    )
+    assert refused.exit_code == 0, refused.output
+    assert "its write was rejected" in refused.output and "belongs to the store of (carol, bob)" in refused.output

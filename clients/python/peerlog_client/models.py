@@ -542,12 +542,15 @@ class ProcessingStatus:
 
 @frozen
 class SourceMessage:
+    """`origin` is set when the cited message is a copy CloneSession made."""
+
     message_id: str
     span: str
     session_id: str
     peer_id: str
     content: str
     created_at: datetime | None
+    origin: MessageOrigin | None = None
 
 
 @frozen

@@ -25,38 +25,39 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from peerlog_client._gen.peerlog.v1 import common_pb2 as peerlog_dot_v1_dot_common__pb2
+from peerlog_client._gen.peerlog.v1 import messages_pb2 as peerlog_dot_v1_dot_messages__pb2
 from peerlog_client._gen.peerlog.v1 import observations_pb2 as peerlog_dot_v1_dot_observations__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16peerlog/v1/audit.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x1dpeerlog/v1/observations.proto\"v\n\x14GetProvenanceRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\x97\x01\n\rSourceMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0c\n\x04span\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x0f\n\x07peer_id\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"r\n\x0eProvenanceNode\x12,\n\x0bobservation\x18\x01 \x01(\x0b\x32\x17.peerlog.v1.Observation\x12\x32\n\x0fsource_messages\x18\x02 \x03(\x0b\x32\x19.peerlog.v1.SourceMessage\"{\n\x15GetProvenanceResponse\x12\x0f\n\x07root_id\x18\x01 \x01(\t\x12)\n\x05nodes\x18\x02 \x03(\x0b\x32\x1a.peerlog.v1.ProvenanceNode\x12\x13\n\x0bmissing_ids\x18\x03 \x03(\t\x12\x11\n\ttruncated\x18\x04 \x01(\x08\"~\n\x1cGetObservationHistoryRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"U\n\x08Producer\x12\x11\n\tcomponent\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x16\n\x0eprompt_version\x18\x04 \x01(\t\"\xc6\x01\n\x0cHistoryEntry\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12/\n\x0boccurred_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x08producer\x18\x04 \x01(\x0b\x32\x14.peerlog.v1.Producer\x12\x14\n\x0c\x63\x61usation_id\x18\x05 \x01(\t\x12\'\n\x06\x64\x65tail\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\"J\n\x1dGetObservationHistoryResponse\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.peerlog.v1.HistoryEntry\"\xc8\x01\n\x1fListRejectedObservationsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x10\n\x08\x64ream_id\x18\x04 \x01(\t\x12\r\n\x05limit\x18\x05 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\x06 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x12\n\npage_token\x18\x07 \x01(\t\"\x9f\x02\n\x13RejectedObservation\x12\x14\n\x0crejection_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\r\n\x05level\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12.\n\x07sources\x18\x07 \x03(\x0b\x32\x1d.peerlog.v1.ObservationSource\x12\x13\n\x0bpremise_ids\x18\x08 \x03(\t\x12\x10\n\x08\x62\x61tch_id\x18\t \x01(\t\x12\x10\n\x08\x64ream_id\x18\n \x01(\t\x12/\n\x0brejected_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"p\n ListRejectedObservationsResponse\x12\x33\n\nrejections\x18\x01 \x03(\x0b\x32\x1f.peerlog.v1.RejectedObservation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xc9\x02\n\x0c\x41uditService\x12T\n\rGetProvenance\x12 .peerlog.v1.GetProvenanceRequest\x1a!.peerlog.v1.GetProvenanceResponse\x12l\n\x15GetObservationHistory\x12(.peerlog.v1.GetObservationHistoryRequest\x1a).peerlog.v1.GetObservationHistoryResponse\x12u\n\x18ListRejectedObservations\x12+.peerlog.v1.ListRejectedObservationsRequest\x1a,.peerlog.v1.ListRejectedObservationsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16peerlog/v1/audit.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x19peerlog/v1/messages.proto\x1a\x1dpeerlog/v1/observations.proto\"v\n\x14GetProvenanceRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\xc2\x01\n\rSourceMessage\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0c\n\x04span\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x0f\n\x07peer_id\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06origin\x18\x07 \x01(\x0b\x32\x19.peerlog.v1.MessageOrigin\"r\n\x0eProvenanceNode\x12,\n\x0bobservation\x18\x01 \x01(\x0b\x32\x17.peerlog.v1.Observation\x12\x32\n\x0fsource_messages\x18\x02 \x03(\x0b\x32\x19.peerlog.v1.SourceMessage\"{\n\x15GetProvenanceResponse\x12\x0f\n\x07root_id\x18\x01 \x01(\t\x12)\n\x05nodes\x18\x02 \x03(\x0b\x32\x1a.peerlog.v1.ProvenanceNode\x12\x13\n\x0bmissing_ids\x18\x03 \x03(\t\x12\x11\n\ttruncated\x18\x04 \x01(\x08\"~\n\x1cGetObservationHistoryRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"U\n\x08Producer\x12\x11\n\tcomponent\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x16\n\x0eprompt_version\x18\x04 \x01(\t\"\xc6\x01\n\x0cHistoryEntry\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12/\n\x0boccurred_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x08producer\x18\x04 \x01(\x0b\x32\x14.peerlog.v1.Producer\x12\x14\n\x0c\x63\x61usation_id\x18\x05 \x01(\t\x12\'\n\x06\x64\x65tail\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\"J\n\x1dGetObservationHistoryResponse\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.peerlog.v1.HistoryEntry\"\xc8\x01\n\x1fListRejectedObservationsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x10\n\x08\x64ream_id\x18\x04 \x01(\t\x12\r\n\x05limit\x18\x05 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\x06 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x12\n\npage_token\x18\x07 \x01(\t\"\x9f\x02\n\x13RejectedObservation\x12\x14\n\x0crejection_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\r\n\x05level\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12.\n\x07sources\x18\x07 \x03(\x0b\x32\x1d.peerlog.v1.ObservationSource\x12\x13\n\x0bpremise_ids\x18\x08 \x03(\t\x12\x10\n\x08\x62\x61tch_id\x18\t \x01(\t\x12\x10\n\x08\x64ream_id\x18\n \x01(\t\x12/\n\x0brejected_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"p\n ListRejectedObservationsResponse\x12\x33\n\nrejections\x18\x01 \x03(\x0b\x32\x1f.peerlog.v1.RejectedObservation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xc9\x02\n\x0c\x41uditService\x12T\n\rGetProvenance\x12 .peerlog.v1.GetProvenanceRequest\x1a!.peerlog.v1.GetProvenanceResponse\x12l\n\x15GetObservationHistory\x12(.peerlog.v1.GetObservationHistoryRequest\x1a).peerlog.v1.GetObservationHistoryResponse\x12u\n\x18ListRejectedObservations\x12+.peerlog.v1.ListRejectedObservationsRequest\x1a,.peerlog.v1.ListRejectedObservationsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peerlog.v1.audit_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GETPROVENANCEREQUEST']._serialized_start=157
-  _globals['_GETPROVENANCEREQUEST']._serialized_end=275
-  _globals['_SOURCEMESSAGE']._serialized_start=278
-  _globals['_SOURCEMESSAGE']._serialized_end=429
-  _globals['_PROVENANCENODE']._serialized_start=431
-  _globals['_PROVENANCENODE']._serialized_end=545
-  _globals['_GETPROVENANCERESPONSE']._serialized_start=547
-  _globals['_GETPROVENANCERESPONSE']._serialized_end=670
-  _globals['_GETOBSERVATIONHISTORYREQUEST']._serialized_start=672
-  _globals['_GETOBSERVATIONHISTORYREQUEST']._serialized_end=798
-  _globals['_PRODUCER']._serialized_start=800
-  _globals['_PRODUCER']._serialized_end=885
-  _globals['_HISTORYENTRY']._serialized_start=888
-  _globals['_HISTORYENTRY']._serialized_end=1086
-  _globals['_GETOBSERVATIONHISTORYRESPONSE']._serialized_start=1088
-  _globals['_GETOBSERVATIONHISTORYRESPONSE']._serialized_end=1162
-  _globals['_LISTREJECTEDOBSERVATIONSREQUEST']._serialized_start=1165
-  _globals['_LISTREJECTEDOBSERVATIONSREQUEST']._serialized_end=1365
-  _globals['_REJECTEDOBSERVATION']._serialized_start=1368
-  _globals['_REJECTEDOBSERVATION']._serialized_end=1655
-  _globals['_LISTREJECTEDOBSERVATIONSRESPONSE']._serialized_start=1657
-  _globals['_LISTREJECTEDOBSERVATIONSRESPONSE']._serialized_end=1769
-  _globals['_AUDITSERVICE']._serialized_start=1772
-  _globals['_AUDITSERVICE']._serialized_end=2101
+  _globals['_GETPROVENANCEREQUEST']._serialized_start=184
+  _globals['_GETPROVENANCEREQUEST']._serialized_end=302
+  _globals['_SOURCEMESSAGE']._serialized_start=305
+  _globals['_SOURCEMESSAGE']._serialized_end=499
+  _globals['_PROVENANCENODE']._serialized_start=501
+  _globals['_PROVENANCENODE']._serialized_end=615
+  _globals['_GETPROVENANCERESPONSE']._serialized_start=617
+  _globals['_GETPROVENANCERESPONSE']._serialized_end=740
+  _globals['_GETOBSERVATIONHISTORYREQUEST']._serialized_start=742
+  _globals['_GETOBSERVATIONHISTORYREQUEST']._serialized_end=868
+  _globals['_PRODUCER']._serialized_start=870
+  _globals['_PRODUCER']._serialized_end=955
+  _globals['_HISTORYENTRY']._serialized_start=958
+  _globals['_HISTORYENTRY']._serialized_end=1156
+  _globals['_GETOBSERVATIONHISTORYRESPONSE']._serialized_start=1158
+  _globals['_GETOBSERVATIONHISTORYRESPONSE']._serialized_end=1232
+  _globals['_LISTREJECTEDOBSERVATIONSREQUEST']._serialized_start=1235
+  _globals['_LISTREJECTEDOBSERVATIONSREQUEST']._serialized_end=1435
+  _globals['_REJECTEDOBSERVATION']._serialized_start=1438
+  _globals['_REJECTEDOBSERVATION']._serialized_end=1725
+  _globals['_LISTREJECTEDOBSERVATIONSRESPONSE']._serialized_start=1727
+  _globals['_LISTREJECTEDOBSERVATIONSRESPONSE']._serialized_end=1839
+  _globals['_AUDITSERVICE']._serialized_start=1842
+  _globals['_AUDITSERVICE']._serialized_end=2171
 # @@protoc_insertion_point(module_scope)

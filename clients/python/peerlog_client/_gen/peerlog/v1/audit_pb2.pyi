@@ -3,6 +3,7 @@ import datetime
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from peerlog_client._gen.peerlog.v1 import common_pb2 as _common_pb2
+from peerlog_client._gen.peerlog.v1 import messages_pb2 as _messages_pb2
 from peerlog_client._gen.peerlog.v1 import observations_pb2 as _observations_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -23,20 +24,22 @@ class GetProvenanceRequest(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
 
 class SourceMessage(_message.Message):
-    __slots__ = ("message_id", "span", "session_id", "peer_id", "content", "created_at")
+    __slots__ = ("message_id", "span", "session_id", "peer_id", "content", "created_at", "origin")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     SPAN_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     span: str
     session_id: str
     peer_id: str
     content: str
     created_at: _timestamp_pb2.Timestamp
-    def __init__(self, message_id: _Optional[str] = ..., span: _Optional[str] = ..., session_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    origin: _messages_pb2.MessageOrigin
+    def __init__(self, message_id: _Optional[str] = ..., span: _Optional[str] = ..., session_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., origin: _Optional[_Union[_messages_pb2.MessageOrigin, _Mapping]] = ...) -> None: ...
 
 class ProvenanceNode(_message.Message):
     __slots__ = ("observation", "source_messages")
