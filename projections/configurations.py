@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection, RowMapping, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.inserts import insert_new
@@ -166,3 +166,33 @@ async def message_levels(
     own = [r.configuration for r in rows if as_of is None or r.recorded_at <= as_of]
     session = await _latest(conn, workspace_id, "session", m.session_id, None, before_seq=m.seq)
     return Levels(parsed(stamp), session, parsed(own[-1]) if own else None)
+
+
+async def session_changes(conn: AsyncConnection, workspace_id: str, session_id: str) -> Sequence[RowMapping]:
+    """The session level's every setting in log order: `configuration`, and `after_seq`, the session's last
+    message seq when it was applied (it governs the messages after that one)."""
+    stmt = (
+        select(c.configuration, c.after_seq, c.recorded_at)
+        .where(c.workspace_id == workspace_id, c.level == "session", c.session_id == session_id)
+        .order_by(c.after_seq, c.recorded_at, c.event_id)
+    )
+    return (await conn.execute(stmt)).mappings().all()
+
+
+async def messages_levels(
+    conn: AsyncConnection, workspace_id: str, message_ids: Sequence[str]
+) -> dict[str, tuple[Configuration | None, Configuration | None]]:
+    """For each of `message_ids` that has any: (its own level as last set, the workspace level stamped on it),
+    as `message_levels` reads them for one message."""
+    stmt = (
+        select(c.message_id, c.configuration, c.workspace_configuration)
+        .where(c.workspace_id == workspace_id, c.level == "message", c.message_id.in_(list(message_ids)))
+        .order_by(c.recorded_at, c.event_id)
+    )
+    own: dict[str, dict | None] = {}
+    stamps: dict[str, dict | None] = {}
+    for r in (await conn.execute(stmt)).mappings():
+        own[r["message_id"]] = r["configuration"]
+        if stamps.get(r["message_id"]) is None:
+            stamps[r["message_id"]] = r["workspace_configuration"]
+    return {i: (parsed(own[i]), parsed(stamps.get(i))) for i in own}

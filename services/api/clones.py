@@ -4,17 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import RowMapping
 
-from projections import message_reads, session_reads
+from projections import configurations, message_reads, session_reads
+from projections.configurations import parsed
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_session
 from services.api.writes import Written, commit
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
-from services.events import Event, MemberJoined, MessageAppended, MessageOrigin, ProducerInfo, SessionCreated, new_id
+from services.events import (
+    Configuration,
+    Event,
+    MemberJoined,
+    MemberLeft,
+    MessageAppended,
+    MessageOrigin,
+    ProducerInfo,
+    SessionConfigured,
+    SessionCreated,
+    new_id,
+)
 
 MAX_CLONED_MESSAGES = 10_000  # one transaction on the log; a longer session is cloned up to a message
 
@@ -49,38 +61,75 @@ def origin(row: RowMapping, origins: Mapping[str, RowMapping]) -> MessageOrigin:
     return MessageOrigin(workspace_id=row["workspace_id"], session_id=row["session_id"], message_id=row["message_id"])
 
 
-def clone_events(
-    r: CloneRequest,
-    session_metadata: dict,
-    members: Sequence[str],
-    rows: Sequence[RowMapping],
-    origins: Mapping[str, RowMapping],
-    producer: ProducerInfo,
-    new_id: Callable[[], str],
-    now: datetime,
-) -> list[Event]:
-    """The new session, its members (joined first, so the copies are theirs to read), then the copies in
-    order, keeping each message's author, time and metadata."""
-    w, s = r.workspace_id, r.new_session_id
-    events: list[Event] = [SessionCreated(workspace_id=w, session_id=s, metadata=session_metadata, producer=producer)]
-    events += [
-        MemberJoined(workspace_id=w, session_id=s, peer_id=p, joined_at=now, producer=producer) for p in sorted(members)
-    ]
-    events += [
-        MessageAppended(
-            workspace_id=w,
-            session_id=s,
-            message_id=new_id(),
-            peer_id=row["peer_id"],
-            author_name=row["author_name"] or "",  # as the author was named when it was sent
-            content=row["content"],
-            created_at=row["created_at"],
-            metadata=row["metadata"],
-            origin=origin(row, origins),
-            producer=producer,
+@dataclass(frozen=True)
+class Source:
+    """What a clone copies from its source session: its messages up to the cut (seq order) with their own
+    levels and origins, and the membership periods and session levels that came among them."""
+
+    metadata: dict
+    messages: Sequence[RowMapping]
+    periods: Sequence[RowMapping]  # memberships rows: a join, and a leave if any, each placed by message seq
+    session_levels: Sequence[RowMapping]  # configurations rows of the session level, in log order
+    message_levels: Mapping[str, tuple[Configuration | None, Configuration | None]]  # own, workspace stamp
+    origins: Mapping[str, RowMapping]
+    whole: bool  # no cut: what came after the last message comes too
+
+
+def _changes(src: Source, w: str, s: str, producer: ProducerInfo) -> list[tuple[int, datetime, Event]]:
+    """The source's joins, leaves and session levels, each with the seq of the message it came after."""
+    changes: list[tuple[int, datetime, Event]] = []
+    for p in src.periods:
+        who = dict(workspace_id=w, session_id=s, peer_id=p["peer_id"], producer=producer)
+        joined = MemberJoined(
+            **who, observe_me=p["observe_me"], observe_others=p["observe_others"], joined_at=p["joined_at"]
         )
-        for row in rows
-    ]
+        changes.append((p["joined_after_seq"], p["joined_at"], joined))
+        if p["left_after_seq"] is not None:
+            changes.append((p["left_after_seq"], p["left_at"], MemberLeft(**who, left_at=p["left_at"])))
+    for row in src.session_levels:
+        level = SessionConfigured(
+            workspace_id=w, session_id=s, configuration=parsed(row["configuration"]), producer=producer
+        )
+        changes.append((row["after_seq"] or 0, row["recorded_at"], level))
+    changes.sort(key=lambda c: (c[0], c[1]))  # stable: a period's join stays before its leave
+    if src.whole or not src.messages:
+        return changes
+    return [c for c in changes if c[0] < src.messages[-1]["seq"]]  # nothing after the cut message
+
+
+def _copy(row: RowMapping, src: Source, w: str, s: str, producer: ProducerInfo, message_id: str) -> MessageAppended:
+    own, stamp = src.message_levels.get(row["message_id"], (None, None))
+    return MessageAppended(
+        workspace_id=w,
+        session_id=s,
+        message_id=message_id,
+        peer_id=row["peer_id"],
+        author_name=row["author_name"] or "",  # as the author was named when it was sent
+        content=row["content"],
+        created_at=row["created_at"],
+        metadata=row["metadata"],
+        # the levels the source's processors read it under, so a copy is no more exposed than its original
+        configuration=own,
+        workspace_configuration=stamp,
+        origin=origin(row, src.origins),
+        producer=producer,
+    )
+
+
+def clone_events(r: CloneRequest, src: Source, producer: ProducerInfo, new_id: Callable[[], str]) -> list[Event]:
+    """The new session, then the source's history replayed in its order: each join, leave and session
+    level among the copies where it came among the originals, with the members' own settings. A peer sees
+    in the clone what it saw in the source, and no more."""
+    w, s = r.workspace_id, r.new_session_id
+    events: list[Event] = [SessionCreated(workspace_id=w, session_id=s, metadata=src.metadata, producer=producer)]
+    changes = _changes(src, w, s, producer)
+    i = 0
+    for row in src.messages:
+        while i < len(changes) and changes[i][0] < row["seq"]:
+            events.append(changes[i][2])
+            i += 1
+        events.append(_copy(row, src, w, s, producer, new_id()))
+    events += [c[2] for c in changes[i:]]
     return events
 
 
@@ -90,9 +139,30 @@ def _check(r: CloneRequest) -> None:
         v.check_id("up_to_message_id", r.up_to_message_id)
 
 
-async def clone_session(ctx: ApiDeps, r: CloneRequest) -> tuple[Written, list[str]]:
+async def _source(conn, r: CloneRequest, metadata: dict) -> Source:
+    rows = await message_reads.list_messages(conn, r.workspace_id, r.session_id, None, MAX_CLONED_MESSAGES + 1, False)
+    rows = up_to(rows, r.up_to_message_id)
+    if len(rows) > MAX_CLONED_MESSAGES:
+        raise FailedPrecondition(
+            f"session {r.session_id!r} has over {MAX_CLONED_MESSAGES} messages; clone it up to a message (up_to_message_id)"
+        )
+    ids = [row["message_id"] for row in rows]
+    return Source(
+        metadata=metadata,
+        messages=rows,
+        periods=(await session_reads.memberships_of(conn, r.workspace_id, [r.session_id]))[r.session_id],
+        session_levels=await configurations.session_changes(conn, r.workspace_id, r.session_id),
+        message_levels=await configurations.messages_levels(conn, r.workspace_id, ids),
+        origins=await message_reads.origins(conn, r.workspace_id, ids),
+        whole=not r.up_to_message_id,
+    )
+
+
+async def clone_session(ctx: ApiDeps, r: CloneRequest, token: str = "") -> tuple[Written, list[str]]:
     """Create the clone and answer once it is readable: the session and the copies' ids."""
     _check(r)
+    # the caller's writes to the source first: a clone read from a projection behind them would miss them
+    await ctx.freshness.wait(token)
     source = await require_session(ctx, r.workspace_id, r.session_id)
     async with ctx.exclusive("session", r.workspace_id, r.new_session_id):
         async with ctx.engine.connect() as conn:
@@ -101,27 +171,8 @@ async def clone_session(ctx: ApiDeps, r: CloneRequest) -> tuple[Written, list[st
                     f"session {r.new_session_id!r} already exists in workspace {r.workspace_id!r}; "
                     "a clone goes into a new session"
                 )
-            rows = await message_reads.list_messages(
-                conn, r.workspace_id, r.session_id, None, MAX_CLONED_MESSAGES + 1, False
-            )
-            rows = up_to(rows, r.up_to_message_id)
-            if len(rows) > MAX_CLONED_MESSAGES:
-                raise FailedPrecondition(
-                    f"session {r.session_id!r} has over {MAX_CLONED_MESSAGES} messages; "
-                    "clone it up to a message (up_to_message_id)"
-                )
-            members = await session_reads.current_members(conn, r.workspace_id, r.session_id)
-            origins = await message_reads.origins(conn, r.workspace_id, [row["message_id"] for row in rows])
-        events = clone_events(
-            r,
-            dict(source["metadata"]),
-            sorted(members),
-            rows,
-            origins,
-            ctx.producer,
-            new_id,
-            datetime.now(UTC),
-        )
-        token = await commit(ctx, events)
-    written = Written(await require_session(ctx, r.workspace_id, r.new_session_id), True, token)
+            src = await _source(conn, r, dict(source["metadata"]))
+        events = clone_events(r, src, ctx.producer, new_id)
+        written = await commit(ctx, events)
+    written = Written(await require_session(ctx, r.workspace_id, r.new_session_id), True, written)
     return written, [e.message_id for e in events if isinstance(e, MessageAppended)]

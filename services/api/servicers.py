@@ -201,7 +201,9 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
         return await _search_messages(self.ctx, request, c.message_query(request, session_ids=(request.session_id,)))
 
     async def CloneSession(self, request, context):
-        written, ids = await clones.clone_session(self.ctx, c.clone_request(request))
+        written, ids = await clones.clone_session(
+            self.ctx, c.clone_request(request), request.consistency.consistency_token
+        )
         view = await reads.get_session(self.ctx, request.workspace_id, request.new_session_id, "")
         return sessions_pb2.CloneSessionResponse(
             session=c.session(view), message_ids=ids, consistency_token=written.token

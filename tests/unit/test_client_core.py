@@ -106,6 +106,16 @@ def test_reads_carry_the_merged_token_of_every_write_and_the_bearer_token():
     assert explicit.consistency.consistency_token == "x:0:1"  # a token the caller set is kept
 
 
+def test_a_clone_carries_the_token_of_the_writes_before_it_but_is_not_repeated_on_failure():
+    ctx = CallContext(token=None, timeout=5, retry=RetryPolicy())
+    ctx.received(messages_pb2.AddMessagesResponse(consistency_token="p.msg:1:3"))
+    clone = sessions_pb2.CloneSessionRequest(workspace_id="w", session_id="s", new_session_id="c")
+    attempts = ctx.start(clone)
+    assert clone.consistency.consistency_token == "p.msg:1:3"
+    attempts.remaining()
+    assert attempts.retry_after(Failed(grpc.StatusCode.UNAVAILABLE)) is None  # it may have written
+
+
 def test_a_token_of_an_unknown_form_is_kept_as_it_is():
     writes = ReadYourWrites()
     writes.observe("topic:with:colons:2:10")

@@ -53,9 +53,19 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(max_attempts=1)
 
 
-def is_read(request: Proto) -> bool:
-    """Reads are the requests that take a consistency token; they change nothing and may be repeated."""
+# writes that read first and so take a consistency token too (a clone copies what the source holds); they
+# are not repeated on a failure: the first try may have written
+WRITES_THAT_READ = frozenset({"CloneSessionRequest"})
+
+
+def waits_for_writes(request: Proto) -> bool:
+    """Requests that take a consistency token: every read, and the writes in WRITES_THAT_READ."""
     return "consistency" in request.DESCRIPTOR.fields_by_name
+
+
+def is_read(request: Proto) -> bool:
+    """Reads change nothing and may be repeated."""
+    return waits_for_writes(request) and request.DESCRIPTOR.name not in WRITES_THAT_READ
 
 
 def may_retry(request: Proto) -> bool:
@@ -149,7 +159,7 @@ class CallContext:
     def start(self, request: Proto, timeout: float | None = None) -> Attempts:
         """Ready `request` to send: a read carries this client's consistency token (unless the caller set
         one), a write that can carry an idempotency key gets one. Returns the call's attempts."""
-        if is_read(request) and not request.consistency.consistency_token:
+        if waits_for_writes(request) and not request.consistency.consistency_token:
             request.consistency.consistency_token = self.writes.token
         if IDEMPOTENCY_KEY_FIELD in request.DESCRIPTOR.fields_by_name and not getattr(request, IDEMPOTENCY_KEY_FIELD):
             setattr(request, IDEMPOTENCY_KEY_FIELD, str(uuid.uuid4()))

@@ -1157,8 +1157,9 @@ class Session(_AsyncHandle):
         return c.with_assistant(packed, assistant_id)
 
     def clone(self, new_session_id: str, *, up_to: str = "") -> m.ClonedSession:
-        """Copy this session's messages (up to and including message `up_to`; empty: all) into a new session
-        with its current members; each copy names where it was first sent. Observations are not copied."""
+        """Copy this session's messages (up to and including message `up_to`; empty: all) into a new session,
+        with the joins, leaves and settings that came among them; each copy names where it was first sent.
+        Copies what this client wrote to the session. Observations are not copied."""
         return self._t.unary(
             Call(
                 SessionServiceStub,

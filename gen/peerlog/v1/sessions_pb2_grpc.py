@@ -138,8 +138,12 @@ class SessionServiceServicer:
 
     def CloneSession(self, request, context):
         """Copies a session's messages, in order, into a new session of the same workspace, with the
-        source's current members joined before them. Each copy is a MessageAppended event naming its
-        origin (Message.origin: where it was first sent, also for a copy of a copy); copies are not
+        source's history among them: each member joins (and leaves) the clone where it joined (and left)
+        the source, with its own settings, and each session configuration comes where it was set, so a
+        peer reads in the clone only what it saw in the source. A copy carries its original's message
+        configuration and workspace stamp, so the summarizer treats it as it treated the original. Cut
+        at `up_to_message_id`, what came after that message is left out. Each copy is a MessageAppended
+        event naming its origin (Message.origin: where it was first sent, also for a copy of a copy); copies are not
         perceived again, so nothing is derived from them twice, and derived knowledge (observations,
         cards, summaries) is not copied. Answers once the new session is readable. NOT_FOUND for an
         unknown session or `up_to_message_id`; ALREADY_EXISTS if `new_session_id` exists;

@@ -29,47 +29,47 @@ from peerlog_client._gen.peerlog.v1 import configuration_pb2 as peerlog_dot_v1_d
 from peerlog_client._gen.peerlog.v1 import messages_pb2 as peerlog_dot_v1_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19peerlog/v1/sessions.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x1epeerlog/v1/configuration.proto\x1a\x19peerlog/v1/messages.proto\"q\n\x13\x43loneSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x16\n\x0enew_session_id\x18\x03 \x01(\t\x12\x18\n\x10up_to_message_id\x18\x04 \x01(\t\"l\n\x14\x43loneSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x13\n\x0bmessage_ids\x18\x02 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"]\n\nMemberSpec\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x17\n\nobserve_me\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x16\n\x0eobserve_others\x18\x03 \x01(\x08\x42\r\n\x0b_observe_me\"\xb9\x01\n\nMembership\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x17\n\nobserve_me\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x16\n\x0eobserve_others\x18\x03 \x01(\x08\x12-\n\tjoined_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07left_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\r\n\x0b_observe_me\"\xd2\x01\n\x07Session\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x0bmemberships\x18\x05 \x03(\x0b\x32\x16.peerlog.v1.Membership\x12\x15\n\rmessage_count\x18\x06 \x01(\x04\"\xcb\x01\n\x19GetOrCreateSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\'\n\x07members\x18\x04 \x03(\x0b\x32\x16.peerlog.v1.MemberSpec\x12\x30\n\rconfiguration\x18\x05 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"n\n\x1aGetOrCreateSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"f\n\x11\x41\x64\x64MembersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\'\n\x07members\x18\x03 \x03(\x0b\x32\x16.peerlog.v1.MemberSpec\"R\n\x14RemoveMembersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08peer_ids\x18\x03 \x03(\t\"U\n\x12MembershipResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"o\n\x11GetSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\x95\x01\n\x13ListSessionsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12%\n\x04page\x18\x03 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x30\n\x0b\x63onsistency\x18\x04 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"V\n\x14ListSessionsResponse\x12%\n\x08sessions\x18\x01 \x03(\x0b\x32\x13.peerlog.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"x\n\x1aGetSessionSummariesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\xba\x01\n\x0eSessionSummary\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x17\n\x0flast_message_id\x18\x02 \x01(\t\x12\x10\n\x08last_seq\x18\x03 \x01(\x04\x12\x18\n\x10messages_covered\x18\x04 \x01(\r\x12\x13\n\x0btoken_count\x18\x05 \x01(\r\x12\r\n\x05model\x18\x06 \x01(\t\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x82\x01\n\x1bGetSessionSummariesResponse\x12\x31\n\rshort_summary\x18\x01 \x01(\x0b\x32\x1a.peerlog.v1.SessionSummary\x12\x30\n\x0clong_summary\x18\x02 \x01(\x0b\x32\x1a.peerlog.v1.SessionSummary\"\xcf\x02\n\x1cSearchSessionMessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\x17\n\x0f\x61uthor_peer_ids\x18\x04 \x03(\t\x12\x1b\n\x13perspective_peer_id\x18\x05 \x01(\t\x12)\n\x05\x61\x66ter\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x62\x65\x66ore\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x08 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\t \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x18\n\x10include_adjacent\x18\n \x01(\x08\x12\x0e\n\x06rerank\x18\x0b \x01(\x08\x32\xc5\x05\n\x0eSessionService\x12\x63\n\x12GetOrCreateSession\x12%.peerlog.v1.GetOrCreateSessionRequest\x1a&.peerlog.v1.GetOrCreateSessionResponse\x12K\n\nAddMembers\x12\x1d.peerlog.v1.AddMembersRequest\x1a\x1e.peerlog.v1.MembershipResponse\x12Q\n\rRemoveMembers\x12 .peerlog.v1.RemoveMembersRequest\x1a\x1e.peerlog.v1.MembershipResponse\x12@\n\nGetSession\x12\x1d.peerlog.v1.GetSessionRequest\x1a\x13.peerlog.v1.Session\x12Q\n\x0cListSessions\x12\x1f.peerlog.v1.ListSessionsRequest\x1a .peerlog.v1.ListSessionsResponse\x12\x66\n\x13GetSessionSummaries\x12&.peerlog.v1.GetSessionSummariesRequest\x1a\'.peerlog.v1.GetSessionSummariesResponse\x12^\n\x0eSearchMessages\x12(.peerlog.v1.SearchSessionMessagesRequest\x1a\".peerlog.v1.SearchMessagesResponse\x12Q\n\x0c\x43loneSession\x12\x1f.peerlog.v1.CloneSessionRequest\x1a .peerlog.v1.CloneSessionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19peerlog/v1/sessions.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x1epeerlog/v1/configuration.proto\x1a\x19peerlog/v1/messages.proto\"\xa3\x01\n\x13\x43loneSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x16\n\x0enew_session_id\x18\x03 \x01(\t\x12\x18\n\x10up_to_message_id\x18\x04 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x05 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"l\n\x14\x43loneSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x13\n\x0bmessage_ids\x18\x02 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"]\n\nMemberSpec\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x17\n\nobserve_me\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x16\n\x0eobserve_others\x18\x03 \x01(\x08\x42\r\n\x0b_observe_me\"\xb9\x01\n\nMembership\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x17\n\nobserve_me\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x16\n\x0eobserve_others\x18\x03 \x01(\x08\x12-\n\tjoined_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07left_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\r\n\x0b_observe_me\"\xd2\x01\n\x07Session\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x0bmemberships\x18\x05 \x03(\x0b\x32\x16.peerlog.v1.Membership\x12\x15\n\rmessage_count\x18\x06 \x01(\x04\"\xcb\x01\n\x19GetOrCreateSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\'\n\x07members\x18\x04 \x03(\x0b\x32\x16.peerlog.v1.MemberSpec\x12\x30\n\rconfiguration\x18\x05 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"n\n\x1aGetOrCreateSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"f\n\x11\x41\x64\x64MembersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\'\n\x07members\x18\x03 \x03(\x0b\x32\x16.peerlog.v1.MemberSpec\"R\n\x14RemoveMembersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08peer_ids\x18\x03 \x03(\t\"U\n\x12MembershipResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"o\n\x11GetSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\x95\x01\n\x13ListSessionsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12%\n\x04page\x18\x03 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x30\n\x0b\x63onsistency\x18\x04 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"V\n\x14ListSessionsResponse\x12%\n\x08sessions\x18\x01 \x03(\x0b\x32\x13.peerlog.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"x\n\x1aGetSessionSummariesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\xba\x01\n\x0eSessionSummary\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x17\n\x0flast_message_id\x18\x02 \x01(\t\x12\x10\n\x08last_seq\x18\x03 \x01(\x04\x12\x18\n\x10messages_covered\x18\x04 \x01(\r\x12\x13\n\x0btoken_count\x18\x05 \x01(\r\x12\r\n\x05model\x18\x06 \x01(\t\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x82\x01\n\x1bGetSessionSummariesResponse\x12\x31\n\rshort_summary\x18\x01 \x01(\x0b\x32\x1a.peerlog.v1.SessionSummary\x12\x30\n\x0clong_summary\x18\x02 \x01(\x0b\x32\x1a.peerlog.v1.SessionSummary\"\xcf\x02\n\x1cSearchSessionMessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\x17\n\x0f\x61uthor_peer_ids\x18\x04 \x03(\t\x12\x1b\n\x13perspective_peer_id\x18\x05 \x01(\t\x12)\n\x05\x61\x66ter\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x62\x65\x66ore\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x08 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\t \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x18\n\x10include_adjacent\x18\n \x01(\x08\x12\x0e\n\x06rerank\x18\x0b \x01(\x08\x32\xc5\x05\n\x0eSessionService\x12\x63\n\x12GetOrCreateSession\x12%.peerlog.v1.GetOrCreateSessionRequest\x1a&.peerlog.v1.GetOrCreateSessionResponse\x12K\n\nAddMembers\x12\x1d.peerlog.v1.AddMembersRequest\x1a\x1e.peerlog.v1.MembershipResponse\x12Q\n\rRemoveMembers\x12 .peerlog.v1.RemoveMembersRequest\x1a\x1e.peerlog.v1.MembershipResponse\x12@\n\nGetSession\x12\x1d.peerlog.v1.GetSessionRequest\x1a\x13.peerlog.v1.Session\x12Q\n\x0cListSessions\x12\x1f.peerlog.v1.ListSessionsRequest\x1a .peerlog.v1.ListSessionsResponse\x12\x66\n\x13GetSessionSummaries\x12&.peerlog.v1.GetSessionSummariesRequest\x1a\'.peerlog.v1.GetSessionSummariesResponse\x12^\n\x0eSearchMessages\x12(.peerlog.v1.SearchSessionMessagesRequest\x1a\".peerlog.v1.SearchMessagesResponse\x12Q\n\x0c\x43loneSession\x12\x1f.peerlog.v1.CloneSessionRequest\x1a .peerlog.v1.CloneSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peerlog.v1.sessions_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CLONESESSIONREQUEST']._serialized_start=188
-  _globals['_CLONESESSIONREQUEST']._serialized_end=301
-  _globals['_CLONESESSIONRESPONSE']._serialized_start=303
-  _globals['_CLONESESSIONRESPONSE']._serialized_end=411
-  _globals['_MEMBERSPEC']._serialized_start=413
-  _globals['_MEMBERSPEC']._serialized_end=506
-  _globals['_MEMBERSHIP']._serialized_start=509
-  _globals['_MEMBERSHIP']._serialized_end=694
-  _globals['_SESSION']._serialized_start=697
-  _globals['_SESSION']._serialized_end=907
-  _globals['_GETORCREATESESSIONREQUEST']._serialized_start=910
-  _globals['_GETORCREATESESSIONREQUEST']._serialized_end=1113
-  _globals['_GETORCREATESESSIONRESPONSE']._serialized_start=1115
-  _globals['_GETORCREATESESSIONRESPONSE']._serialized_end=1225
-  _globals['_ADDMEMBERSREQUEST']._serialized_start=1227
-  _globals['_ADDMEMBERSREQUEST']._serialized_end=1329
-  _globals['_REMOVEMEMBERSREQUEST']._serialized_start=1331
-  _globals['_REMOVEMEMBERSREQUEST']._serialized_end=1413
-  _globals['_MEMBERSHIPRESPONSE']._serialized_start=1415
-  _globals['_MEMBERSHIPRESPONSE']._serialized_end=1500
-  _globals['_GETSESSIONREQUEST']._serialized_start=1502
-  _globals['_GETSESSIONREQUEST']._serialized_end=1613
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=1616
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=1765
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1767
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1853
-  _globals['_GETSESSIONSUMMARIESREQUEST']._serialized_start=1855
-  _globals['_GETSESSIONSUMMARIESREQUEST']._serialized_end=1975
-  _globals['_SESSIONSUMMARY']._serialized_start=1978
-  _globals['_SESSIONSUMMARY']._serialized_end=2164
-  _globals['_GETSESSIONSUMMARIESRESPONSE']._serialized_start=2167
-  _globals['_GETSESSIONSUMMARIESRESPONSE']._serialized_end=2297
-  _globals['_SEARCHSESSIONMESSAGESREQUEST']._serialized_start=2300
-  _globals['_SEARCHSESSIONMESSAGESREQUEST']._serialized_end=2635
-  _globals['_SESSIONSERVICE']._serialized_start=2638
-  _globals['_SESSIONSERVICE']._serialized_end=3347
+  _globals['_CLONESESSIONREQUEST']._serialized_start=189
+  _globals['_CLONESESSIONREQUEST']._serialized_end=352
+  _globals['_CLONESESSIONRESPONSE']._serialized_start=354
+  _globals['_CLONESESSIONRESPONSE']._serialized_end=462
+  _globals['_MEMBERSPEC']._serialized_start=464
+  _globals['_MEMBERSPEC']._serialized_end=557
+  _globals['_MEMBERSHIP']._serialized_start=560
+  _globals['_MEMBERSHIP']._serialized_end=745
+  _globals['_SESSION']._serialized_start=748
+  _globals['_SESSION']._serialized_end=958
+  _globals['_GETORCREATESESSIONREQUEST']._serialized_start=961
+  _globals['_GETORCREATESESSIONREQUEST']._serialized_end=1164
+  _globals['_GETORCREATESESSIONRESPONSE']._serialized_start=1166
+  _globals['_GETORCREATESESSIONRESPONSE']._serialized_end=1276
+  _globals['_ADDMEMBERSREQUEST']._serialized_start=1278
+  _globals['_ADDMEMBERSREQUEST']._serialized_end=1380
+  _globals['_REMOVEMEMBERSREQUEST']._serialized_start=1382
+  _globals['_REMOVEMEMBERSREQUEST']._serialized_end=1464
+  _globals['_MEMBERSHIPRESPONSE']._serialized_start=1466
+  _globals['_MEMBERSHIPRESPONSE']._serialized_end=1551
+  _globals['_GETSESSIONREQUEST']._serialized_start=1553
+  _globals['_GETSESSIONREQUEST']._serialized_end=1664
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=1667
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=1816
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1818
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1904
+  _globals['_GETSESSIONSUMMARIESREQUEST']._serialized_start=1906
+  _globals['_GETSESSIONSUMMARIESREQUEST']._serialized_end=2026
+  _globals['_SESSIONSUMMARY']._serialized_start=2029
+  _globals['_SESSIONSUMMARY']._serialized_end=2215
+  _globals['_GETSESSIONSUMMARIESRESPONSE']._serialized_start=2218
+  _globals['_GETSESSIONSUMMARIESRESPONSE']._serialized_end=2348
+  _globals['_SEARCHSESSIONMESSAGESREQUEST']._serialized_start=2351
+  _globals['_SEARCHSESSIONMESSAGESREQUEST']._serialized_end=2686
+  _globals['_SESSIONSERVICE']._serialized_start=2689
+  _globals['_SESSIONSERVICE']._serialized_end=3398
 # @@protoc_insertion_point(module_scope)

@@ -14,16 +14,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CloneSessionRequest(_message.Message):
-    __slots__ = ("workspace_id", "session_id", "new_session_id", "up_to_message_id")
+    __slots__ = ("workspace_id", "session_id", "new_session_id", "up_to_message_id", "consistency")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     NEW_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     UP_TO_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     session_id: str
     new_session_id: str
     up_to_message_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., new_session_id: _Optional[str] = ..., up_to_message_id: _Optional[str] = ...) -> None: ...
+    consistency: _common_pb2.ReadConsistency
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., new_session_id: _Optional[str] = ..., up_to_message_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
 
 class CloneSessionResponse(_message.Message):
     __slots__ = ("session", "message_ids", "consistency_token")
