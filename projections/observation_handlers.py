@@ -250,8 +250,32 @@ def _retire(conn: Connection, e, values: dict, still_current) -> None:
         _mark_conclusions(conn, e.workspace_id, e.observation_id, e.occurred_at)
 
 
+def _replacement_problem(conn: Connection, e: ObservationSuperseded) -> str | None:
+    """Why `e`'s replacement cannot stand in for the old observation, or None. A replacement the projector
+    rejected (a dream's premise deleted while it ran) is no observation: retiring the old one for it would
+    leave the pair's store without the fact at all."""
+    o = observations.c
+    row = conn.execute(
+        select(o.observer_id, o.observed_id, o.superseded_by, o.deleted_at).where(
+            o.workspace_id == e.workspace_id, o.observation_id == e.superseded_by
+        )
+    ).first()
+    if row is None:
+        return f"its replacement {e.superseded_by} is not an observation (it was rejected or never written)"
+    if (row.observer_id, row.observed_id) != (e.observer_id, e.observed_id):
+        return f"its replacement {e.superseded_by} belongs to the store of ({row.observer_id}, {row.observed_id})"
+    if row.superseded_by is not None or row.deleted_at is not None:
+        return f"its replacement {e.superseded_by} was already superseded or deleted"
+    return None
+
+
 def observation_superseded(conn: Connection, events: Sequence[ObservationSuperseded]) -> None:
     for e in events:
+        problem = _replacement_problem(conn, e)
+        if problem is not None:
+            refused = _history(e, e.observation_id, "supersession_refused", by=e.superseded_by, reason=problem)
+            insert_new(conn, observation_events, [refused])
+            continue
         _retire(
             conn,
             e,

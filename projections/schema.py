@@ -594,6 +594,7 @@ DATA_TABLES = (
     sessions,
     memberships,
     messages,
+    message_origins,
     message_terms,
     message_lexicon,
     perceptions,

@@ -241,6 +241,33 @@ async def test_a_knowledge_update_supersedes_the_old_belief_and_both_histories_s
     assert "was superseded or deleted" in next(r.reason for r in rejected.rejections if r.rejection_id == "late")
 
 
+async def test_a_supersession_whose_replacement_was_rejected_leaves_the_old_belief_live(store, settings):
+    c, ids, token = store
+    await c.all_observations("w", "alice", "bob", token)
+    # a client withdraws the premise while a dream that read it as live runs
+    await c.delete_observation("w", ids["bees"], reason="misheard")
+    replacement = derived("hives-moved", Level.DEDUCTIVE, "Bob moved his hives to the market", [ids["bees"]])
+    retire = ObservationSuperseded(
+        workspace_id="w",
+        observer_id="alice",
+        observed_id="bob",
+        observation_id=ids["market"],
+        superseded_by="hives-moved",
+        reason="knowledge update",
+        producer=DREAMER,
+        causation_id="dream-3",
+    )
+    token = append(settings, [replacement, retire])
+    live = await c.all_observations("w", "alice", "bob", token)
+    assert ids["market"] in {o.observation_id for o in live}
+    history = await c.audit.GetObservationHistory(
+        audit_pb2.GetObservationHistoryRequest(workspace_id="w", observation_id=ids["market"])
+    )
+    last = history.entries[-1]
+    assert (last.kind, last.detail["by"]) == ("supersession_refused", "hives-moved")
+    assert "is not an observation" in last.detail["reason"]
+
+
 async def test_as_of_reads_return_the_store_and_card_as_they_stood(store, settings, channel):
     c, ids, token = store
     await c.peers.SetPeerCard(
