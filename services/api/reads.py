@@ -112,9 +112,8 @@ async def get_session(ctx: ApiDeps, workspace_id: str, session_id: str, token: s
 
 
 async def list_sessions(ctx: ApiDeps, workspace_id: str, member: str, size: int, page_token: str, token: str) -> Page:
-    await preflight(ctx, token, workspace_id)
-    if member:
-        v.check_id("peer_id", member)
+    # a peer named that does not exist is NOT_FOUND, as everywhere else, not an empty list
+    await preflight(ctx, token, workspace_id, peers={"peer_id": member} if member else None)
     limit, scope = v.page_size(size), ("ListSessions", workspace_id, member)
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:

@@ -37,7 +37,7 @@ from services.api.guards import (
     validate_messages,
 )
 from services.api.locks import held, shielded
-from services.errors import AlreadyExists, FailedPrecondition
+from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from services.events import (
     Configuration,
     Event,
@@ -220,6 +220,8 @@ async def get_or_create_session(
 
 
 async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]) -> Written:
+    if not members:  # OK with nothing written, and a token that names no write, would hide a caller's bug
+        raise InvalidArgument("members is empty: name at least one peer to add")
     await require_session(ctx, workspace_id, session_id)
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
     async with ctx.exclusive("session", workspace_id, session_id):
@@ -235,6 +237,8 @@ async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members:
 
 
 async def remove_members(ctx: ApiDeps, workspace_id: str, session_id: str, peer_ids: Sequence[str]) -> Written:
+    if not peer_ids:
+        raise InvalidArgument("peer_ids is empty: name at least one member to remove")
     await require_session(ctx, workspace_id, session_id)
     check_peer_ids(peer_ids)
     async with ctx.exclusive("session", workspace_id, session_id):

@@ -78,8 +78,9 @@ def configuration(state: SessionState, message: MessageAppended, global_: Config
 def observers(state: SessionState, message: MessageAppended, config: Effective) -> list[str]:
     """Who perceives `message`, in a stable order: the author first (self-model), then others.
 
-    A member's own setting wins; then `observe_me` / `observe_others` set at a configuration level above the
-    global one; then the peer's own observe_me (the global level being that peer default)."""
+    A member's own setting wins; then a peer's own `observe_me=False` (an opt-out no default overrides);
+    then `observe_me` / `observe_others` set at a configuration level above the global one; then the peer's
+    own observe_me (the global level being that peer default)."""
     author = state.members.get(message.peer_id)
     if author is None or not config["reasoning"]:
         return []  # not a member (the API refuses this; a hand-written log might not), or reasoning is off
@@ -88,7 +89,10 @@ def observers(state: SessionState, message: MessageAppended, config: Effective) 
         for name in ("observe_me", "observe_others")
         if config.settings[name].level != ConfigLevel.GLOBAL
     }
-    own = next(v for v in (author.observe_me, chosen.get("observe_me"), message.author_observe_me) if v is not None)
+    opted_out = False if not message.author_observe_me else None
+    own = next(
+        v for v in (author.observe_me, opted_out, chosen.get("observe_me"), message.author_observe_me) if v is not None
+    )
     others = sorted(
         p
         for p, m in state.members.items()

@@ -144,6 +144,24 @@ async def test_membership_changes_that_make_no_sense_are_refused(convo):
         "carol",
     )
     await rejected(convo.session("acme", "s3", members=["alice", "alice"]), grpc.StatusCode.INVALID_ARGUMENT, "twice")
+    await rejected(
+        convo.sessions.AddMembers(sessions_pb2.AddMembersRequest(workspace_id="acme", session_id="s1")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "members is empty",
+    )
+    await rejected(
+        convo.sessions.RemoveMembers(sessions_pb2.RemoveMembersRequest(workspace_id="acme", session_id="s1")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "peer_ids is empty",
+    )
+
+
+async def test_sessions_of_a_peer_that_does_not_exist_are_not_found(convo):
+    await rejected(
+        convo.sessions.ListSessions(sessions_pb2.ListSessionsRequest(workspace_id="acme", peer_id="nobody")),
+        grpc.StatusCode.NOT_FOUND,
+        "nobody",
+    )
 
 
 async def test_malformed_page_and_consistency_tokens_are_invalid_argument(convo):

@@ -80,9 +80,15 @@ def test_the_configurations_survive_the_log_and_an_old_message_has_none():
     assert decode(orjson.dumps(old)).configuration is None
 
 
-def joined(peer, observe_others=False):
+def joined(peer, observe_others=False, observe_me=None):
     return MemberJoined(
-        workspace_id="w", session_id="s", peer_id=peer, observe_others=observe_others, joined_at=T, producer=P
+        workspace_id="w",
+        session_id="s",
+        peer_id=peer,
+        observe_me=observe_me,
+        observe_others=observe_others,
+        joined_at=T,
+        producer=P,
     )
 
 
@@ -163,6 +169,14 @@ def test_observe_me_false_set_at_a_level_overrides_true_below_it():
         )
         == []
     )
+
+
+def test_a_peers_own_opt_out_is_not_overridden_by_a_level_only_by_its_membership():
+    opted_out = dict(author_observe_me=False)
+    ws_on = Configuration(observe_me=True)
+    assert perceived(joined("a"), said("a", "x", workspace_configuration=ws_on, **opted_out)) == []
+    assert perceived(joined("a"), configured(observe_me=True), said("a", "x", **opted_out)) == []
+    assert perceived(joined("a", observe_me=True), said("a", "x", **opted_out)) == [("a", "a", "")]
 
 
 def test_the_router_hands_the_deriver_the_instructions_in_force():
