@@ -93,14 +93,15 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def AddMembers(self, request, context):
-        """Adds peers (already-current members: FAILED_PRECONDITION). NOT_FOUND for unknown peers.
+        """Adds peers (already-current members: ALREADY_EXISTS; none named: INVALID_ARGUMENT). NOT_FOUND for
+        unknown peers.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RemoveMembers(self, request, context):
-        """Removes current members (a non-member: FAILED_PRECONDITION).
+        """Removes current members (a non-member: FAILED_PRECONDITION; none named: INVALID_ARGUMENT).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -114,7 +115,8 @@ class SessionServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListSessions(self, request, context):
-        """Sessions of a workspace ordered by id, optionally only those a peer has been a member of.
+        """Sessions of a workspace ordered by id, optionally only those a peer has been a member of (NOT_FOUND
+        if that peer does not exist).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
