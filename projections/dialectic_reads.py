@@ -8,16 +8,19 @@ from datetime import datetime
 from sqlalchemy import RowMapping, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.message_reads import MESSAGE_COLUMNS, seen_while_member
+from projections.message_reads import MESSAGE_COLUMNS, as_of_bound, seen_while_member
 from projections.observation_reads import ObservationFilter
 from projections.schema import messages, observations, premises
 
 
-def _visible(workspace_id: str, observer_id: str, sessions: Sequence[str] | None = None):
-    """Messages the observer could see; with `sessions` (a scope's), only in those (none: nothing)."""
+def _visible(workspace_id: str, observer_id: str, sessions: Sequence[str] | None = None, as_of: datetime | None = None):
+    """Messages the observer could see; with `sessions` (a scope's), only in those (none: nothing); with
+    `as_of`, only those there then."""
     stmt = select(*MESSAGE_COLUMNS).where(
         messages.c.workspace_id == workspace_id, seen_while_member(messages, observer_id)
     )
+    if as_of is not None:
+        stmt = stmt.where(*as_of_bound(messages, as_of))
     return stmt if sessions is None else stmt.where(messages.c.session_id.in_(list(sessions)))
 
 
@@ -29,10 +32,12 @@ async def messages_between(
     before: datetime | None,
     limit: int,
     sessions: Sequence[str] | None = None,
+    as_of: datetime | None = None,
 ) -> Sequence[RowMapping]:
-    """Messages the observer could see, created in [after, before) (the message search's window), oldest first."""
+    """Messages the observer could see, created in [after, before) (the message search's window), oldest
+    first; with `as_of`, only those there then (`as_of_bound`)."""
     m = messages.c
-    stmt = _visible(workspace_id, observer_id, sessions)
+    stmt = _visible(workspace_id, observer_id, sessions, as_of)
     if after is not None:
         stmt = stmt.where(m.created_at >= after)
     if before is not None:
@@ -53,11 +58,14 @@ async def grep_messages(
     limit: int,
     before: datetime | None = None,
     sessions: Sequence[str] | None = None,
+    as_of: datetime | None = None,
 ) -> Sequence[RowMapping]:
     """Messages the observer could see that contain `pattern` (literal, any case), newest first; with
-    `before`, only those created before it."""
+    `before`, only those created before it; with `as_of`, only those there then (`as_of_bound`)."""
     m = messages.c
-    stmt = _visible(workspace_id, observer_id, sessions).where(m.content.ilike(_like_literal(pattern), escape="\\"))
+    stmt = _visible(workspace_id, observer_id, sessions, as_of).where(
+        m.content.ilike(_like_literal(pattern), escape="\\")
+    )
     if before is not None:
         stmt = stmt.where(m.created_at < before)
     return (await conn.execute(stmt.order_by(m.created_at.desc(), m.message_id).limit(limit))).mappings().all()
@@ -102,6 +110,6 @@ async def has_evidence(
         m.peer_id == observed_id,
         seen_while_member(messages, observer_id),
         m.session_id.in_(list(sessions)) if sessions is not None else True,
-        m.created_at < as_of if as_of is not None else True,
+        *(as_of_bound(messages, as_of) if as_of is not None else ()),
     )
     return bool(await conn.scalar(select(store | said)))

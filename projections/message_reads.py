@@ -41,15 +41,15 @@ async def origins(conn: AsyncConnection, workspace_id: str, message_ids: Sequenc
 
 
 @functools.cache
-def _messages_statement(after: bool, reverse: bool, perspective: bool, before: bool = False):
+def _messages_statement(after: bool, reverse: bool, perspective: bool, as_of: bool = False):
     c = messages.c
     stmt = select(*MESSAGE_COLUMNS).where(
         c.workspace_id == bindparam("workspace_id"), c.session_id == bindparam("session_id")
     )
     if after:
         stmt = stmt.where(c.seq < bindparam("after_seq") if reverse else c.seq > bindparam("after_seq"))
-    if before:  # as of a time: sent before it, the message search's bound (created_at < before)
-        stmt = stmt.where(c.created_at < bindparam("before"))
+    if as_of:
+        stmt = stmt.where(*as_of_bound(messages, bindparam("as_of")))
     if perspective:
         stmt = stmt.where(seen_while_member(messages, bindparam("perspective_id")))
     return stmt.order_by(c.seq.desc() if reverse else c.seq).limit(bindparam("limit"))
@@ -63,18 +63,19 @@ async def list_messages(
     limit: int,
     reverse: bool,
     perspective_id: str = "",
-    before: datetime | None = None,
+    as_of: datetime | None = None,
 ) -> Sequence[RowMapping]:
     """A session's messages in seq order (newest first when `reverse`), after `after_seq` if given; with a
-    `perspective_id`, only those that peer saw (`seen_while_member`); with `before`, only those sent before it."""
-    stmt = _messages_statement(after_seq is not None, reverse, bool(perspective_id), before is not None)
+    `perspective_id`, only those that peer saw (`seen_while_member`); with `as_of`, only those there then
+    (`as_of_bound`)."""
+    stmt = _messages_statement(after_seq is not None, reverse, bool(perspective_id), as_of is not None)
     values = {
         "workspace_id": workspace_id,
         "session_id": session_id,
         "after_seq": after_seq,
         "limit": limit,
         "perspective_id": perspective_id,
-        "before": before,
+        "as_of": as_of,
     }
     return (await conn.execute(stmt, values)).mappings().all()
 
@@ -101,6 +102,13 @@ async def messages_with_origins(
             )
         ).mappings()
     }
+
+
+def as_of_bound(t, as_of) -> list:
+    """The messages of message table (or alias) `t` there at `as_of` (a time or a bound parameter), declared
+    once for every read as of a time: sent before it and recorded by then. created_at alone is not enough:
+    the client may set it (a backfill) and a clone's copies keep their original's."""
+    return [t.c.created_at < as_of, t.c.recorded_at <= as_of]
 
 
 def seen_while_member(t, observer):

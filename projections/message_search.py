@@ -42,7 +42,7 @@ from projections.message_ranking import (
     reported,
     without_names,
 )
-from projections.message_reads import seen_while_member
+from projections.message_reads import as_of_bound, seen_while_member
 from projections.schema import (
     message_terms,
     messages,
@@ -85,9 +85,26 @@ def _filters(shape: Shape, t=messages) -> list:
         where.append(m.created_at >= bindparam("after"))
     if shape.before:
         where.append(m.created_at < bindparam("before"))
+    if shape.as_of:
+        where.extend(_there_then(t))
     if shape.perspective:
         where.append(seen_while_member(t, bindparam("perspective_id")))
     return where
+
+
+def _there_then(t) -> list:
+    """`as_of_bound` over message table (or alias) `t`. message_terms holds no recorded_at: its message's
+    row does, read by key (a read as of a time only)."""
+    as_of = bindparam("as_of")
+    if "recorded_at" in t.c:
+        return as_of_bound(t, as_of)
+    m = messages.c
+    recorded = (
+        select(literal(1))
+        .where(m.workspace_id == t.c.workspace_id, m.message_id == t.c.message_id, m.recorded_at <= as_of)
+        .exists()
+    )
+    return [t.c.created_at < as_of, recorded]
 
 
 def _similarity(t):
@@ -330,7 +347,8 @@ async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[
     """Message rows matching `search`, best first, each with its fused `score` (see module docstring)."""
     if search.vector is None and not search.query.strip():
         return []
-    named_periods = [reported(p) for p in periods(search.query, search.before or datetime.now(UTC))]
+    at = search.before or search.as_of or datetime.now(UTC)  # what "yesterday" is relative to
+    named_periods = [reported(p) for p in periods(search.query, at)]
     values = params(search, named_periods)
     shape = Shape.of(search, named_periods)
     if search.vector is not None:
@@ -343,7 +361,7 @@ async def adjacent_turns(
     conn: AsyncConnection, search: MessageSearch, hits: Sequence[RowMapping]
 ) -> dict[tuple[str, int], RowMapping]:
     """The turns just before and after each hit in its session, by (session_id, seq). Only the
-    perspective applies: a hit's context may be another author's turn or outside the time range."""
+    perspective (and an as_of) applies: a hit's context may be another author's turn or outside the time range."""
     wanted = sorted({(h["session_id"], h["seq"] + d) for h in hits for d in (-1, 1)})
     if not wanted:
         return {}
@@ -353,4 +371,6 @@ async def adjacent_turns(
     )
     if search.perspective_id:
         stmt = stmt.where(seen_while_member(messages, search.perspective_id))
+    if search.as_of is not None:
+        stmt = stmt.where(*as_of_bound(messages, search.as_of))
     return {(r["session_id"], r["seq"]): r for r in (await conn.execute(stmt)).mappings()}

@@ -219,15 +219,26 @@ async def nearest_observations(
 
 
 async def sources_of(
-    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]
+    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str], as_of: datetime | None = None
 ) -> dict[str, list[RowMapping]]:
-    """Each observation's sources, oldest first, by observation id."""
+    """Each observation's sources, oldest first, by observation id; with `as_of`, only those the events
+    recorded by then added (a later reinforcement's are left out, as its count is)."""
     t = observation_sources.c
     stmt = (
         select(observation_sources)
         .where(t.workspace_id == workspace_id, t.observation_id.in_(list(observation_ids)))
         .order_by(t.event_id, t.ordinal)
     )
+    if as_of is not None:
+        h = observation_events.c
+        # the event that added the row (the observation's ObservationAdded or an ObservationReinforced)
+        added = select(h.event_id).where(
+            h.workspace_id == t.workspace_id,
+            h.observation_id == t.observation_id,
+            h.event_id == t.event_id,
+            h.occurred_at <= as_of,
+        )
+        stmt = stmt.where(added.exists())
     out: dict[str, list[RowMapping]] = {o: [] for o in observation_ids}
     for row in (await conn.execute(stmt)).mappings():
         out[row["observation_id"]].append(row)

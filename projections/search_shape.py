@@ -24,6 +24,8 @@ class MessageSearch:
     perspective_id: str = ""
     after: datetime | None = None
     before: datetime | None = None
+    # the store as it stood then: only messages sent before it and recorded by then (message_reads.as_of_bound)
+    as_of: datetime | None = None
     limit: int = 10
     include_adjacent: bool = False
 
@@ -39,6 +41,7 @@ class Shape:
     authors: bool = False
     after: bool = False
     before: bool = False
+    as_of: bool = False
     perspective: bool = False
     periods: bool = False
     exact: bool = False  # the semantic list compares every message of the sessions (search_path)
@@ -58,6 +61,7 @@ class Shape:
             authors=bool(s.author_ids),
             after=s.after is not None,
             before=s.before is not None,
+            as_of=s.as_of is not None,
             perspective=bool(s.perspective_id),
             periods=bool(named_periods),
             when=asks_when(s.query),
@@ -76,6 +80,7 @@ def params(s: MessageSearch, named_periods: Sequence[Period] = ()) -> dict:
         "author_ids": list(s.author_ids),
         "after": s.after,
         "before": s.before,
+        "as_of": s.as_of,
         "perspective_id": s.perspective_id,
         "n": depth(s.limit),
         # read from the ranking module at each call: one definition of the rule, also for a test that changes it

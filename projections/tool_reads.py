@@ -73,6 +73,7 @@ class SqlMemoryReads:
             author_ids=author_ids,
             after=after,
             before=before,
+            as_of=scope.as_of,
         )
         async with self.engine.connect() as conn:
             return await search_messages(conn, search)
@@ -82,7 +83,7 @@ class SqlMemoryReads:
     ) -> Sequence[RowMapping]:
         async with self.engine.connect() as conn:
             return await reads.grep_messages(
-                conn, scope.workspace_id, scope.observer_id, pattern, limit, before, scope.sessions
+                conn, scope.workspace_id, scope.observer_id, pattern, limit, before, scope.sessions, scope.as_of
             )
 
     async def messages_between(
@@ -90,7 +91,7 @@ class SqlMemoryReads:
     ) -> Sequence[RowMapping]:
         async with self.engine.connect() as conn:
             return await reads.messages_between(
-                conn, scope.workspace_id, scope.observer_id, after, before, limit, scope.sessions
+                conn, scope.workspace_id, scope.observer_id, after, before, limit, scope.sessions, scope.as_of
             )
 
     async def observation_sources(self, scope: RecallScope, observation_id: str) -> list[tuple[RowMapping, str]] | None:
@@ -98,7 +99,7 @@ class SqlMemoryReads:
         async with self.engine.connect() as conn:
             if not await reads.pair_observations(conn, _pair(scope, include_superseded=True), [observation_id]):
                 return None
-            sources = (await observation_reads.sources_of(conn, ws, [observation_id]))[observation_id]
+            sources = (await observation_reads.sources_of(conn, ws, [observation_id], scope.as_of))[observation_id]
             ids = [r["message_id"] for r in sources]
             visible = await message_reads.seen_by(conn, ws, scope.observer_id, ids)
             by_id = await message_reads.messages_by_id(conn, ws, [i for i in ids if i in visible])
@@ -143,7 +144,7 @@ class SqlChatReads(SqlMemoryReads):
                     history,
                     True,
                     perspective_id=s.observer_id,
-                    before=s.as_of,
+                    as_of=s.as_of,
                 )
                 if s.session_id
                 else []

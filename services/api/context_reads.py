@@ -145,7 +145,7 @@ async def _relevant(
         vector,
         session_ids=allowed or (),
         perspective_id=q.observer_id,
-        before=q.as_of,
+        as_of=q.as_of,
         limit=relevant_candidates(room),
     )
     return [
@@ -194,16 +194,16 @@ async def _with_recent(
     conn: AsyncConnection, q: ContextQuery, observer: str, fixed: Fixed, relevant: list[Relevant]
 ) -> Packed:
     """Pack the session's newest messages after the rest: the observer's perspective applies (only the
-    turns sent while it was a member and, as of a time, before it). Read as many as the room could hold
-    (TOKENS_PER_RECENT_LINE); when every one read fits and the session has more, read older ones, up to
-    four times as many in all."""
+    turns sent while it was a member and, as of a time, there then: message_reads.as_of_bound). Read as
+    many as the room could hold (TOKENS_PER_RECENT_LINE); when every one read fits and the session has
+    more, read older ones, up to four times as many in all."""
     limit = min(MAX_MESSAGES_SCANNED, max(MIN_RECENT_READ, fixed.room // TOKENS_PER_RECENT_LINE + 1))
     rows: list = []
     while True:
         older_than = rows[-1]["seq"] if rows else None  # newest first: the last row read is the oldest
         wanted = limit - len(rows)
         read = await message_reads.list_messages(
-            conn, q.workspace_id, q.session_id, older_than, wanted, True, perspective_id=observer, before=q.as_of
+            conn, q.workspace_id, q.session_id, older_than, wanted, True, perspective_id=observer, as_of=q.as_of
         )
         rows += read
         lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"], r["author_name"] or "") for r in rows]

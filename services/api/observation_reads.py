@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -49,10 +50,11 @@ class ProcessingStatus:
 
 
 async def with_provenance(
-    conn: AsyncConnection, workspace_id: str, rows: Sequence[RowMapping]
+    conn: AsyncConnection, workspace_id: str, rows: Sequence[RowMapping], as_of: datetime | None = None
 ) -> list[ObservationView]:
+    """`rows` with their sources (as of `as_of`, if given: those recorded by then) and premise ids."""
     ids = [r["observation_id"] for r in rows]
-    sources = await observation_reads.sources_of(conn, workspace_id, ids)
+    sources = await observation_reads.sources_of(conn, workspace_id, ids, as_of)
     premises = await observation_reads.premises_of(conn, workspace_id, ids)
     return [ObservationView(r, sources[r["observation_id"]], premises[r["observation_id"]]) for r in rows]
 
@@ -97,7 +99,7 @@ async def list_observations(
     await _preflight(ctx, pair, token)
     async with ctx.engine.connect() as conn:
         rows = await observation_reads.list_observations(conn, pair, after, limit, reverse)
-        views = await with_provenance(conn, pair.workspace_id, rows)
+        views = await with_provenance(conn, pair.workspace_id, rows, pair.as_of)
     return page(ctx, scope, views, limit, _position)
 
 
@@ -114,7 +116,7 @@ async def search_observations(ctx: ApiDeps, query: SearchQuery, token: str) -> l
                 pair, allowed_sessions=await recall_sessions(conn, pair.workspace_id, query.scope_id, (), pair.as_of)
             )
         rows = await observation_reads.nearest_observations(conn, pair, vector, limit, max_distance)
-        return await with_provenance(conn, query.pair.workspace_id, rows)
+        return await with_provenance(conn, query.pair.workspace_id, rows, query.pair.as_of)
 
 
 async def processing_status(ctx: ApiDeps, scope: StatusScope, token: str) -> ProcessingStatus:

@@ -4,24 +4,41 @@ at that time (real Kafka and Postgres; Chat talks to the HTTP test model server)
 Before `then`: bob says he lives in Oslo, alice records it (and that he keeps bees) and puts it on her card.
 After it: he says he moved to Bergen, alice records that, deletes Oslo, rewrites the card, and the session
 turns the peer card off.
+
+Then what was recorded after `then` but looks older: a reinforcement's new source, a clone's copies and a
+backfilled message (created_at set by the client) stay out of every read as of `then`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from google.protobuf import timestamp_pb2
 
 from peerlog.v1 import configuration_pb2 as cfg
-from peerlog.v1 import configuration_pb2_grpc, context_pb2, context_pb2_grpc, dialectic_pb2_grpc, peers_pb2
+from peerlog.v1 import (
+    configuration_pb2_grpc,
+    context_pb2,
+    context_pb2_grpc,
+    dialectic_pb2_grpc,
+    messages_pb2,
+    peers_pb2,
+    sessions_pb2,
+)
 from peerlog.v1 import dialectic_pb2 as d
 from peerlog.v1 import observations_pb2 as o
 from services.cli.client import Client
-from tests.integration.test_chat import serve  # noqa: F401 - the fixture: an API whose Chat uses the test model
+from services.events import ObservationReinforced, ProducerInfo, Source
+from tests.integration.test_chat import (
+    call,
+    serve,  # noqa: F401 - the fixture: an API whose Chat uses the test model
+    tool_messages,
+)
 from tests.support.model_server import Reply
+from tests.support.observations import append
 
 
 def stamp(at: datetime) -> timestamp_pb2.Timestamp:
@@ -165,3 +182,113 @@ async def test_chat_as_of_is_shown_only_the_memory_and_messages_of_then(history,
     assert "Bergen" not in prompt
     assert [m["content"] for m in second["messages"] if m["role"] == "tool"] == ["No messages found."]
     assert out.answer == "Oslo"
+
+
+DERIVER = ProducerInfo(component="deriver", version="0", model="test-model", prompt_version="v1")
+
+
+async def _a_moment() -> datetime:
+    """A time strictly between what was recorded before the call and what is recorded after it."""
+    await asyncio.sleep(0.05)
+    then = datetime.now(UTC)
+    await asyncio.sleep(0.05)
+    return then
+
+
+async def _chat_as_of(chan, then: datetime, query: str) -> None:
+    await dialectic_pb2_grpc.DialecticServiceStub(chan).Chat(
+        d.ChatRequest(
+            workspace_id="w", observer_id="alice", target_id="bob", query=query, session_id="s", as_of=stamp(then)
+        )
+    )
+
+
+async def test_an_as_of_read_shows_only_the_sources_recorded_by_then(serve, settings, model_server):  # noqa: F811
+    chan = await serve()
+    c = Client(chan)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    sent = await c.add("w", "s", [("bob", "I live in Oslo")])
+    await c.list_messages("w", "s", sent.consistency_token)
+    first = sent.message_ids[0]
+    made = await c.create_observations("w", "alice", "bob", [explicit("Bob lives in Oslo", first, "live in Oslo")])
+    (oslo,) = made.observation_ids
+    await c.all_observations("w", "alice", "bob", made.consistency_token)
+    then = await _a_moment()
+    # later bob says it again, and the deriver reinforces the observation citing the new message
+    later = await c.add("w", "s", [("bob", "Yes, I still live in Oslo")])
+    await c.list_messages("w", "s", later.consistency_token)
+    again = later.message_ids[0]
+    reinforced = ObservationReinforced(
+        workspace_id="w",
+        observer_id="alice",
+        observed_id="bob",
+        observation_id=oslo,
+        sources=(Source(message_id=again, span="I still live in Oslo"),),
+        batch_id="b-later",
+        producer=DERIVER,
+    )
+    now = await c.all_observations("w", "alice", "bob", append(settings, [reinforced]))
+    assert [(x.times_derived, [s.message_id for s in x.sources]) for x in now] == [(2, [first, again])]
+
+    (past,) = await c.all_observations("w", "alice", "bob", as_of=stamp(then))
+    assert (past.times_derived, [s.message_id for s in past.sources]) == (1, [first])
+    found = await c.search_observations("w", "alice", "bob", "Where does Bob live?", as_of=stamp(then))
+    assert [[s.message_id for s in r.observation.sources] for r in found.results] == [[first]]
+    # Chat's source_messages tool, as of then, reads the same sources
+    model_server.script([Reply(tool_calls=[call("source_messages", observation_id=oslo)])])
+    model_server.reply_with(lambda req: Reply(content="Oslo"))
+    await _chat_as_of(chan, then, "Where does Bob live?")
+    (shown,) = tool_messages(model_server.chat_requests()[1])
+    assert f"[msg:{first}]" in shown and again not in shown
+
+
+async def test_an_as_of_read_leaves_out_messages_recorded_after_it_whatever_their_created_at(
+    serve,  # noqa: F811
+    model_server,
+):
+    chan = await serve()
+    c = Client(chan)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    sent = await c.add("w", "s", [("bob", "I keep two hives of bees")])
+    await c.list_messages("w", "s", sent.consistency_token)
+    (original,) = sent.message_ids
+    then = await _a_moment()
+    # recorded after `then`, each created before it: a clone's copy keeps its original's created_at, and a
+    # backfill sets its own
+    cloned = await c.sessions.CloneSession(
+        sessions_pb2.CloneSessionRequest(workspace_id="w", session_id="s", new_session_id="copy")
+    )
+    copied = await c.list_messages("w", "copy", cloned.consistency_token)
+    (copy,) = [m.message_id for m in copied.messages]
+    old = stamp(then - timedelta(minutes=5))
+    backfill = await c.add(
+        "w", "s", [messages_pb2.NewMessage(peer_id="bob", content="My bees make honey", created_at=old)]
+    )
+    await c.list_messages("w", "s", backfill.consistency_token)
+    (backfilled,) = backfill.message_ids
+
+    stub = context_pb2_grpc.ContextServiceStub(chan)
+    base = {"workspace_id": "w", "observer_id": "alice", "target_id": "bob", "as_of": stamp(then)}
+    of_copy = await stub.GetContext(context_pb2.GetContextRequest(**base, session_id="copy"))
+    assert list(of_copy.messages) == []  # the clone did not exist then
+    of_s = await stub.GetContext(context_pb2.GetContextRequest(**base, session_id="s", search_query="bees hives"))
+    shown = [m.message_id for m in of_s.messages] + [m.message_id for m in of_s.relevant_messages]
+    assert shown == [original]
+    # Chat's message tools, as of then, read the same messages
+    model_server.script(
+        [
+            Reply(
+                tool_calls=[
+                    call("grep_messages", "c1", pattern="bees"),
+                    call("search_messages", "c2", query="bees hives honey"),
+                    call("messages_by_date_range", "c3"),
+                ]
+            )
+        ]
+    )
+    model_server.reply_with(lambda req: Reply(content="bees"))
+    await _chat_as_of(chan, then, "What does Bob keep?")
+    first, second = model_server.chat_requests()
+    assert copy not in first["messages"][1]["content"] and backfilled not in first["messages"][1]["content"]
+    for found in tool_messages(second):
+        assert f"[msg:{original}]" in found and copy not in found and backfilled not in found, found
