@@ -87,6 +87,17 @@ class ObservationStore:
             raise StoreUnavailable(attempts, getattr(exc, "orig", None) or exc) from exc
         raise AssertionError("unreachable: the retry loop returns or raises")
 
+    async def retired(self, pair: Pair, observation_ids: Sequence[str]) -> set[str]:
+        sql = (
+            f"SELECT observation_id FROM {self.table} WHERE workspace_id = :w AND observation_id = ANY(:ids) "
+            "AND (superseded_by IS NOT NULL OR deleted_at IS NOT NULL)"
+        )
+        try:
+            rows = await self._read(sql, {"w": pair.workspace_id, "ids": list(observation_ids)})
+        except ProgrammingError:  # no projection yet: nothing is retired
+            return set()
+        return {r.observation_id for r in rows}
+
     async def candidates(
         self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]
     ) -> list[KnownObservation]:

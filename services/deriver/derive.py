@@ -98,6 +98,11 @@ class Deriver:
         facts = completion.value.facts
         embeddings = await self.embedder.embed([f.content for f in facts]) if facts else []
         stored = await self.store.candidates(pair, [normalise(f.content) for f in facts], embeddings) if facts else []
+        if facts and recent:
+            # the cache outlives a DeleteObservation or a dream's supersession: a fact matched to a retired
+            # observation would only reinforce it, and stay out of every read
+            gone = await self.store.retired(pair, [k.observation_id for k in recent])
+            recent = [k for k in recent if k.observation_id not in gone]
         known = {k.observation_id: k for k in [*stored, *recent]}
         producer = self.producer(completion.model)
         verdicts = judge(

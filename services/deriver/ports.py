@@ -30,3 +30,8 @@ class DuplicateCandidates(Protocol):
         """Live explicit observations of the pair's derivation with one of `keys` (normalised contents), or
         nearest to one of `embeddings`; raises StoreUnavailable when the projections cannot be read."""
         ...
+
+    async def retired(self, pair: Pair, observation_ids: Sequence[str]) -> set[str]:
+        """Those of `observation_ids` the projections hold as superseded or deleted (one not projected yet
+        is not among them); raises StoreUnavailable when the projections cannot be read."""
+        ...

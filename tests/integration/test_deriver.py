@@ -122,6 +122,27 @@ async def test_the_same_fact_again_reinforces_and_a_fuller_near_duplicate_supers
     assert old["superseded_by"] == new["observation_id"]
 
 
+async def test_a_fact_said_again_after_its_observation_was_deleted_is_observed_anew(
+    channel, settings, model_server, start_worker
+):
+    model_server.reply_with(with_fact(lambda text: "Alice has a cat named Miso"))
+    start_worker()
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    await c.add("w", "s", [("alice", "my cat is Miso")])
+    (first,) = eventually(lambda: rows(settings, observations), 60)
+    await c.delete_observation("w", first["observation_id"], reason="wrong person")
+    eventually(lambda: rows(settings, observations)[0]["deleted_at"] is not None, 30)
+    await c.add("w", "s", [("alice", "did I mention my cat Miso")])
+
+    def live():
+        return [o for o in rows(settings, observations) if o["deleted_at"] is None] or None
+
+    (again,) = eventually(live, 60)
+    assert again["content"] == "Alice has a cat named Miso" and again["observation_id"] != first["observation_id"]
+    assert next(o for o in rows(settings, observations) if o["deleted_at"])["times_derived"] == 1
+
+
 async def test_a_batch_whose_reply_and_repair_both_fail_is_asked_again_and_derived_not_parked(
     channel, settings, model_server, start_worker
 ):

@@ -81,6 +81,9 @@ class KeysSeen:
         self.keys += keys
         return []
 
+    async def retired(self, pair, observation_ids):
+        return set()
+
 
 def deriver(store: KeysSeen) -> Deriver:
     async def emit(events):
