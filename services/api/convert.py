@@ -403,4 +403,11 @@ def search_messages_response(rows, adjacent, embedding_model: str) -> messages_p
         }
         return messages_pb2.ScoredMessage(message=message(r), score=r["score"], **around)
 
-    return messages_pb2.SearchMessagesResponse(results=[scored(r) for r in rows], embedding_model=embedding_model)
+    results, size = [], 0
+    for r in rows:
+        hit = scored(r)
+        size += hit.ByteSize() + 8  # with the element's tag and length
+        if size > v.MAX_PAGE_BYTES and results:  # the rest would pass gRPC's 4 MiB: the reply says it was cut
+            return messages_pb2.SearchMessagesResponse(results=results, embedding_model=embedding_model, truncated=True)
+        results.append(hit)
+    return messages_pb2.SearchMessagesResponse(results=results, embedding_model=embedding_model)

@@ -737,3 +737,21 @@ async def test_a_search_in_a_snapshot_plans_generically_only_until_the_snapshot_
             assert await conn.scalar(mode) == "auto" and GENERIC_PLANS not in conn.info
     finally:
         await engine.dispose()
+
+
+async def test_a_search_whose_hits_pass_4_mib_is_cut_short_and_says_so(channel):
+    c = Client(channel)
+    await c.workspace("big")
+    await c.peer("big", "alice")
+    await c.session("big", "s", members=["alice"])
+    body = "zebra " + "€€€€€ " * 4160  # within 25,000 characters, ~66 kB of UTF-8
+    token = (await c.add("big", "s", [("alice", body)] * 100)).consistency_token
+    request = sessions_pb2.SearchSessionMessagesRequest(
+        workspace_id="big", session_id="s", query="zebra", limit=100, consistency={"consistency_token": token}
+    )
+    got = await c.sessions.SearchMessages(request)  # a default client: 4 MiB at most
+    assert got.truncated and 40 <= len(got.results) < 100
+    fewer = await c.sessions.SearchMessages(
+        sessions_pb2.SearchSessionMessagesRequest(workspace_id="big", session_id="s", query="zebra", limit=10)
+    )
+    assert not fewer.truncated and len(fewer.results) == 10

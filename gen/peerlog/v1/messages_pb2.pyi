@@ -151,9 +151,11 @@ class ScoredMessage(_message.Message):
     def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., score: _Optional[float] = ..., previous: _Optional[_Union[Message, _Mapping]] = ..., next: _Optional[_Union[Message, _Mapping]] = ...) -> None: ...
 
 class SearchMessagesResponse(_message.Message):
-    __slots__ = ("results", "embedding_model")
+    __slots__ = ("results", "embedding_model", "truncated")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ScoredMessage]
     embedding_model: str
-    def __init__(self, results: _Optional[_Iterable[_Union[ScoredMessage, _Mapping]]] = ..., embedding_model: _Optional[str] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, results: _Optional[_Iterable[_Union[ScoredMessage, _Mapping]]] = ..., embedding_model: _Optional[str] = ..., truncated: _Optional[bool] = ...) -> None: ...
