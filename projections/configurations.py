@@ -142,10 +142,11 @@ async def levels(
 
 
 async def message_levels(
-    conn: AsyncConnection, workspace_id: str, message_id: str, as_of: datetime | None = None
+    conn: AsyncConnection, workspace_id: str, message_id: str, as_of: datetime | None = None, session_id: str = ""
 ) -> Levels | None:
-    """The levels in force for one message (None: no such message): the workspace's and the session's as the
-    processors saw them when it came, and its own as last set by `as_of` (None: now)."""
+    """The levels in force for one message (None: no such message, or not in `session_id` when given): the
+    workspace's and the session's as the processors saw them when it came, and its own as last set by `as_of`
+    (None: now)."""
     m = (
         await conn.execute(
             select(messages.c.session_id, messages.c.seq).where(
@@ -153,7 +154,7 @@ async def message_levels(
             )
         )
     ).first()
-    if m is None:
+    if m is None or (session_id and m.session_id != session_id):
         return None
     rows = (
         await conn.execute(

@@ -76,9 +76,11 @@ async def effective(
     await preflight(ctx, token, workspace_id, session_id=None if message_id else session_id or None)
     if message_id:
         async with ctx.engine.connect() as conn:
-            levels = await stored.message_levels(conn, workspace_id, v.check_id("message_id", message_id), as_of)
+            checked = v.check_id("message_id", message_id)
+            levels = await stored.message_levels(conn, workspace_id, checked, as_of, session_id)
         if levels is None:
-            raise NotFound(f"message {message_id!r} does not exist in workspace {workspace_id!r}")
+            where = f"session {session_id!r} of " if session_id else ""
+            raise NotFound(f"message {message_id!r} does not exist in {where}workspace {workspace_id!r}")
     else:
         async with ctx.engine.connect() as conn:
             levels = await stored.levels(conn, workspace_id, session_id, as_of)

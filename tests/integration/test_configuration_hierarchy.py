@@ -383,3 +383,7 @@ async def test_a_message_level_is_set_only_on_a_message_of_that_session(channel)
         await levels.message("w", "s", message, dream_threshold=0)
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "dream_threshold" in bad.value.details()
     assert (await levels.effective("w", m=message))["reasoning"] == (True, L.CONFIGURATION_LEVEL_GLOBAL)
+    with pytest.raises(grpc.aio.AioRpcError) as elsewhere:  # reading it under another session is no answer
+        await levels.effective("w", s="s2", m=message)
+    assert elsewhere.value.code() == grpc.StatusCode.NOT_FOUND
+    assert f"message {message!r} does not exist in session 's2'" in elsewhere.value.details()
