@@ -16,7 +16,7 @@ from services.api.guards import require_peers, require_session
 from services.api.locks import held, shielded
 from services.api.observation_reads import get_observation
 from services.api.writes import commit
-from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from services.events import Level, ObservationAdded, ObservationDeleted, Source, new_id
 from services.events.requests import KeyedRequest
 from services.events.text import normalise
@@ -51,8 +51,8 @@ async def _check_sessions(ctx: ApiDeps, workspace_id: str, new: Sequence[NewObse
 
 
 async def _check_sources(ctx: ApiDeps, workspace_id: str, observer_id: str, new: Sequence[NewObservation]) -> None:
-    """NotFound for a cited message the workspace lacks; PermissionDenied for one the observer never saw;
-    InvalidArgument for a span not in its message."""
+    """NotFound for a cited message the workspace lacks or the observer never saw (one answer for both, so a
+    peer's token learns nothing of other sessions' message ids); InvalidArgument for a span not in its message."""
     cited_ids = [s.message_id for o in new for s in o.sources]
     async with ctx.engine.connect() as conn:
         found = await message_reads.messages_by_id(conn, workspace_id, cited_ids)
@@ -60,16 +60,11 @@ async def _check_sources(ctx: ApiDeps, workspace_id: str, observer_id: str, new:
     for i, o in enumerate(new):
         for j, s in enumerate(o.sources):
             cited = found.get(s.message_id)
-            if cited is None:
+            if cited is None or s.message_id not in visible:
                 raise NotFound(
-                    f"observations[{i}].sources[{j}] cites message {s.message_id!r}, which does "
-                    f"not exist in workspace {workspace_id!r}"
-                )
-            if s.message_id not in visible:
-                raise PermissionDenied(
-                    f"observations[{i}].sources[{j}] cites message {s.message_id!r}, which {observer_id!r} "
-                    "could not see (it was not a member of that session when the message was sent); a pair's "
-                    "store may only cite what its observer saw"
+                    f"observations[{i}].sources[{j}] cites message {s.message_id!r}, which does not exist in "
+                    f"workspace {workspace_id!r} or which {observer_id!r} could not see (it was not a member of "
+                    "that session when the message was sent); a pair's store may only cite what its observer saw"
                 )
             if normalise(s.span) not in normalise(cited["content"]):
                 raise InvalidArgument(
