@@ -8,15 +8,16 @@ from services.api import convert_events as c
 from services.api import subscriptions, webhooks
 from services.api.deps import ApiDeps
 from services.api.guards import require_workspace
+from services.webhooks.settings import WebhookSettings
 from services.webhooks.store import WebhookStore
 
 
 class EventServicer(events_pb2_grpc.EventServiceServicer):
-    def __init__(self, ctx: ApiDeps, max_streams: int = 100) -> None:
-        self.ctx, self.streams = ctx, subscriptions.Streams(max_streams)
+    def __init__(self, ctx: ApiDeps, max_streams: int = 100, max_streams_per_workspace: int = 10) -> None:
+        self.ctx, self.streams = ctx, subscriptions.Streams(max_streams, max_streams_per_workspace)
 
     async def Subscribe(self, request, context):
-        with self.streams.one():
+        with self.streams.one(request.workspace_id):
             async for delivered in subscriptions.subscribe(
                 self.ctx, request.workspace_id, request.event_types, c.cursor_in(request.cursor), request.from_end
             ):
@@ -24,14 +25,22 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
 
 
 class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
-    def __init__(self, ctx: ApiDeps, store: WebhookStore, allow_private_targets: bool = False) -> None:
+    def __init__(
+        self,
+        ctx: ApiDeps,
+        store: WebhookStore,
+        allow_private_targets: bool = False,
+        max_per_workspace: int | None = None,
+    ) -> None:
         self.ctx, self.store, self.allow_private = ctx, store, allow_private_targets
+        # None: PEERLOG_WEBHOOK_MAX_PER_WORKSPACE, read here
+        self.most = WebhookSettings().max_per_workspace if max_per_workspace is None else max_per_workspace
 
     async def CreateWebhook(self, request, context):
         types = list(request.event_types)
         url = await webhooks.checked_url(request.workspace_id, request.url, types, self.allow_private)
         await require_workspace(self.ctx, request.workspace_id)  # NOT_FOUND, as for every write there
-        endpoint, created_at, secret = await webhooks.create(self.store, request.workspace_id, url, types)
+        endpoint, created_at, secret = await webhooks.create(self.store, request.workspace_id, url, types, self.most)
         return webhooks_pb2.CreateWebhookResponse(webhook=c.webhook(endpoint, created_at), secret=secret)
 
     async def ListWebhooks(self, request, context):
@@ -43,8 +52,17 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         return webhooks_pb2.DeleteWebhookResponse()
 
     async def ListWebhookDeadLetters(self, request, context):
-        found = await webhooks.dead_letters(self.store, request.workspace_id, request.webhook_id)
-        return webhooks_pb2.ListWebhookDeadLettersResponse(dead_letters=[c.dead_letter(d) for d in found])
+        found = await webhooks.dead_letters(
+            self.ctx,
+            self.store,
+            request.workspace_id,
+            request.webhook_id,
+            request.page.page_size,
+            request.page.page_token,
+        )
+        return webhooks_pb2.ListWebhookDeadLettersResponse(
+            dead_letters=[c.dead_letter(d.letter) for d in found.items], next_page_token=found.next_token
+        )
 
     async def RetryWebhookDeadLetter(self, request, context):
         outcome = await webhooks.retry(

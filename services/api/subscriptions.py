@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
-from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.guards import require_workspace
 from services.bus.subscription import Delivered, Filter, LogSubscription, Position
 from services.errors import ResourceExhausted
 
@@ -16,32 +17,47 @@ POLL_S = 0.5  # how long one blocking poll holds the stream's thread: also how s
 
 
 class Streams:
-    """How many Subscribe streams this process serves, at most `most`: each holds a Kafka consumer and a
-    thread, so a caller opening streams without end would otherwise exhaust the process."""
+    """How many Subscribe streams this process serves, at most `most`, and at most `per_workspace` of one
+    workspace: each holds a Kafka consumer and a thread, so a caller opening streams without end would
+    otherwise exhaust the process, and one tenant's idle streams would lock every other tenant out."""
 
-    def __init__(self, most: int) -> None:
-        self.most, self.open = most, 0
+    def __init__(self, most: int, per_workspace: int) -> None:
+        self.most, self.per_workspace = most, per_workspace
+        self.by_workspace: Counter[str] = Counter()
+
+    @property
+    def open(self) -> int:
+        return self.by_workspace.total()
 
     @contextmanager
-    def one(self) -> Iterator[None]:
+    def one(self, workspace_id: str) -> Iterator[None]:
+        if self.by_workspace[workspace_id] >= self.per_workspace:
+            raise ResourceExhausted(
+                f"workspace {workspace_id!r} already has {self.per_workspace} Subscribe streams open on this API "
+                "process (PEERLOG_API_MAX_SUBSCRIPTIONS_PER_WORKSPACE): close one, raise the setting, or take "
+                "the events by webhook"
+            )
         if self.open >= self.most:
             raise ResourceExhausted(
                 f"this API process already serves {self.most} Subscribe streams (PEERLOG_API_MAX_SUBSCRIPTIONS): "
-                "close one, retry later, or take the events by webhook"
+                "close one, retry later, raise the setting, or take the events by webhook"
             )
-        self.open += 1
+        self.by_workspace[workspace_id] += 1
         try:
             yield
         finally:
-            self.open -= 1
+            self.by_workspace[workspace_id] -= 1
+            if not self.by_workspace[workspace_id]:
+                del self.by_workspace[workspace_id]  # a workspace that closed all its streams is not kept
 
 
 async def subscribe(
     ctx: ApiDeps, workspace_id: str, types: Sequence[str], cursor: Mapping[Position, int], from_end: bool
 ) -> AsyncIterator[Delivered]:
     """Every wanted event from `cursor` on, in log order per partition, for as long as the caller reads."""
-    v.check_id("workspace_id", workspace_id)
-    subscription = LogSubscription(ctx.log.kafka, Filter(workspace_id, frozenset(types)), cursor, from_end)
+    wanted = Filter(workspace_id, frozenset(types))
+    await require_workspace(ctx, workspace_id)  # else a stream of an unknown workspace stays open and silent
+    subscription = LogSubscription(ctx.log.kafka, wanted, cursor, from_end)
     # a thread of its own: a stream polls for as long as it lives and must not take the shared pool's few
     thread = ThreadPoolExecutor(1, thread_name_prefix="subscribe")
     running: Future = thread.submit(subscription.start)

@@ -8,15 +8,19 @@ import ipaddress
 import secrets
 import unicodedata
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlsplit
 
 from services.api import validation as v
+from services.api.cursors import time_id
+from services.api.deps import ApiDeps
+from services.api.reads import Page, page
 from services.bus.subscription import Filter
-from services.errors import InvalidArgument, NotFound
+from services.errors import InvalidArgument, NotFound, ResourceExhausted
 from services.webhooks.delivery import Delivery, Endpoint, RetryPolicy, deliver
 from services.webhooks.store import DeadLetter, WebhookStore
-from services.webhooks.targets import PrivateTarget, check_url, delivery_client
+from services.webhooks.targets import PrivateTarget, check_url, delivery_client, unsendable
 
 MAX_URL_CHARS = 2000
 ONCE = RetryPolicy(attempts=1)  # a retry asked for by a caller: one attempt, answered at once
@@ -46,6 +50,13 @@ def check_url_form(url: str) -> None:
         raise InvalidArgument(f"{shown} is not an http(s) URL with a host")
     if port == 0:
         raise InvalidArgument(f"{shown} names port 0; name one from 1 to 65535, or none for the scheme's own")
+    # parsed as deliveries parse it: a URL accepted here that httpx refuses failed every delivery
+    why = unsendable(url)
+    if why is not None:
+        raise InvalidArgument(
+            f"{shown} is not a URL deliveries can be sent to ({why}); give the host as an IP address, a name of "
+            "letters, digits and hyphens (an internationalized one in its xn-- form), or a name valid in IDNA 2008"
+        )
     _check_host(shown, parts.hostname)
 
 
@@ -82,11 +93,18 @@ async def checked_url(workspace_id: str, url: str, types: list[str], allow_priva
     return await _check_url(url, allow_private)
 
 
-async def create(store: WebhookStore, workspace_id: str, url: str, types: list[str]) -> tuple[Endpoint, datetime, str]:
-    """The new endpoint at a `checked_url`, when it was registered, and its secret (shown once)."""
+async def create(
+    store: WebhookStore, workspace_id: str, url: str, types: list[str], most: int
+) -> tuple[Endpoint, datetime, str]:
+    """The new endpoint at a `checked_url`, when it was registered, and its secret (shown once).
+    ResourceExhausted if the workspace already has `most` webhooks."""
     secret = f"whsec_{secrets.token_hex(32)}"
     endpoint = Endpoint(f"wh_{uuid.uuid4().hex}", workspace_id, url, secret.encode(), frozenset(types))
-    await _off_loop(store.register, endpoint)
+    if not await _off_loop(store.register, endpoint, most):
+        raise ResourceExhausted(
+            f"workspace {workspace_id!r} already has {most} webhooks, the most one workspace may have "
+            "(PEERLOG_WEBHOOK_MAX_PER_WORKSPACE): delete one it no longer needs, or raise the setting"
+        )
     ((_, created_at),) = [e for e in await listed(store, workspace_id) if e[0].endpoint_id == endpoint.endpoint_id]
     return endpoint, created_at, secret
 
@@ -107,19 +125,39 @@ async def delete(store: WebhookStore, workspace_id: str, webhook_id: str) -> Non
     await _off_loop(store.delete, (await _endpoint(store, workspace_id, webhook_id)).endpoint_id)
 
 
-async def dead_letters(store: WebhookStore, workspace_id: str, webhook_id: str) -> list[DeadLetter]:
-    return await _off_loop(store.dead_letters, (await _endpoint(store, workspace_id, webhook_id)).endpoint_id)
+@dataclass(frozen=True)
+class ListedDeadLetter:
+    """A dead letter on a page, with its JSON as the text the reply carries (`reads.page` measures text; a
+    bytes value would count as an empty field) and when it was given up on (its place in the list)."""
+
+    letter: DeadLetter
+    json: str
+    dead_at: datetime
+
+
+async def dead_letters(
+    ctx: ApiDeps, store: WebhookStore, workspace_id: str, webhook_id: str, size: int, token: str
+) -> Page:
+    """A page of the webhook's dead letters, oldest first, cut short before its reply would pass
+    MAX_PAGE_BYTES: each holds a whole event."""
+    endpoint_id = (await _endpoint(store, workspace_id, webhook_id)).endpoint_id
+    limit, scope = v.page_size(size), ("ListWebhookDeadLetters", workspace_id, endpoint_id)
+    after = ctx.cursors.decode_time_id(scope, token)
+    rows = await _off_loop(store.dead_letter_page, endpoint_id, after, limit)
+    listed = [ListedDeadLetter(letter, letter.body.decode(), dead_at) for letter, dead_at in rows]
+    return page(ctx, scope, listed, limit, lambda d: time_id(d.dead_at, d.letter.event_id))
 
 
 async def retry(
     store: WebhookStore, workspace_id: str, webhook_id: str, event_id: str, allow_private: bool = False
 ) -> Delivery:
+    """One attempt now; the dead letter is forgotten if it lands. Not delivered: why, in `error`."""
     endpoint = await _endpoint(store, workspace_id, webhook_id)
-    letter = next((d for d in await _off_loop(store.dead_letters, webhook_id) if d.event_id == event_id), None)
+    letter = await _off_loop(store.dead_letter, endpoint.endpoint_id, event_id)
     if letter is None:
         raise NotFound(f"webhook {webhook_id!r} has no dead letter of event {event_id!r}")
     async with delivery_client(allow_private) as client:
         outcome = await deliver(client, endpoint, letter.event_id, letter.event_type, letter.body, ONCE)
     if outcome.delivered:
-        await _off_loop(store.forget, webhook_id, event_id)
+        await _off_loop(store.forget, endpoint.endpoint_id, event_id)
     return outcome

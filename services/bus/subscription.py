@@ -1,6 +1,7 @@
 """Reading one workspace's events off every log topic from a cursor, for outside consumers (Subscribe,
-webhooks). A cursor is the next offset to read per (topic, partition); it advances past every record
-handled, delivered or filtered out, so resuming from a delivered event's cursor misses nothing."""
+webhooks). A cursor is the next offset to read per (topic, partition), for every partition from the start;
+it advances past every record handled, delivered or filtered out, so resuming from a delivered event's
+cursor misses nothing."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from services.bus.settings import KafkaSettings
 from services.bus.streams import read
 from services.bus.topics import ALL_TOPICS
-from services.errors import InvalidArgument
+from services.errors import InvalidArgument, Unavailable
 from services.events import Event, event_types
 
 Position = tuple[str, int]  # (full topic name, partition)
@@ -69,6 +70,18 @@ def check_cursor(cursor: Cursor, topics: Iterable[str]) -> None:
             raise InvalidArgument(f"cursor position {topic}/{partition}@{offset} is negative")
 
 
+def check_partitions(cursor: Cursor, partitions: Iterable[Position]) -> None:
+    """Refuse a cursor naming a partition the log topics do not have: no stream of this log gave it."""
+    existing = set(partitions)
+    missing = sorted(set(cursor) - existing)
+    if missing:
+        topic, partition = missing[0]
+        count = sum(1 for t, _ in existing if t == topic)
+        raise InvalidArgument(
+            f"cursor names {topic}/{partition}, which does not exist: {topic!r} has {count} partitions"
+        )
+
+
 class LogSubscription:
     """A consumer without a group (nothing committed on the broker: the cursor is the caller's) over
     every partition of every log topic, read_committed. Blocking: call it off the event loop."""
@@ -89,16 +102,30 @@ class LogSubscription:
         )
 
     def start(self) -> None:
-        """Assign every partition at its cursor position (or the start, or the end)."""
+        """Assign every partition at its cursor position, or where the log starts (or ends) now."""
+        partitions = self._partitions()
+        check_partitions(self.cursor, partitions)
+        for position in partitions:
+            # a number, not OFFSET_END/BEGINNING: every cursor the stream gives names every partition, so
+            # resuming from it neither skips what a quiet partition got since nor replays its history
+            if position not in self.cursor:
+                self.cursor[position] = self._start_of(position)
+        self._consumer.assign(
+            [TopicPartition(topic, partition, self.cursor[topic, partition]) for topic, partition in partitions]
+        )
+
+    def _partitions(self) -> list[Position]:
         meta = self._consumer.list_topics(timeout=10).topics
-        default = OFFSET_END if self._from_end else OFFSET_BEGINNING
-        assignment = []
-        for topic in self.topics:
-            if topic not in meta:
-                continue  # not created yet in this deployment: nothing to read there
-            for partition in meta[topic].partitions:
-                assignment.append(TopicPartition(topic, partition, self.cursor.get((topic, partition), default)))
-        self._consumer.assign(assignment)
+        # a topic not created yet in this deployment: nothing to read there
+        return [(topic, partition) for topic in self.topics if topic in meta for partition in meta[topic].partitions]
+
+    def _start_of(self, position: Position) -> int:
+        # read_committed: the high watermark is the last stable offset, where OFFSET_END would start
+        marks = self._consumer.get_watermark_offsets(TopicPartition(*position), timeout=10, cached=False)
+        if marks is None:
+            raise Unavailable(f"the broker did not say where {position[0]}/{position[1]} starts and ends in 10 s")
+        low, high = marks
+        return high if self._from_end else low
 
     def poll(self, timeout: float = 0.5, max_records: int = 500) -> list[Delivered]:
         """The wanted events among the next records, each with the cursor just past it."""

@@ -56,7 +56,8 @@ async def deliver(
     clock: Callable[[], float] = time.time,
 ) -> Delivery:
     """POST `body` (one event's JSON) to the endpoint until a 2xx or `policy.attempts` failures. Each
-    attempt is signed anew (its own timestamp); Peerlog-Event-Id lets the receiver drop repeats."""
+    attempt is signed anew (its own timestamp); Peerlog-Event-Id lets the receiver drop repeats. Never
+    raises (but for cancellation): an error that is not the network's or the receiver's is not retried."""
     attempts = 0
 
     async def attempt() -> None:
@@ -82,6 +83,12 @@ async def deliver(
     except PrivateTarget as refused:  # the address is refused every time: no retry
         return Delivery(False, attempts, f"refused: {refused}")
     except RetryError as failed:
-        error = failed.last_attempt.exception()
-        return Delivery(False, attempts, f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+        return Delivery(False, attempts, _described(failed.last_attempt.exception()))
+    except Exception as unusable:  # e.g. a URL httpx cannot send to: it fails every time, so no retry
+        # raised, it stopped the endpoint's loop, which restarted on the same event forever
+        return Delivery(False, attempts, f"undeliverable: {_described(unusable)}")
     return Delivery(True, attempts)
+
+
+def _described(error: BaseException | None) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

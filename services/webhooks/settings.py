@@ -1,4 +1,4 @@
-"""The webhook settings: where deliveries may go."""
+"""The webhook settings: where deliveries may go, and how many webhooks one workspace may have."""
 
 from __future__ import annotations
 
@@ -15,4 +15,10 @@ class WebhookSettings(BaseSettings):
     # (a receiver on a private network, or the tests' local one, needs it on)
     allow_private_targets: bool = Field(
         False, description="allow webhook URLs on loopback, private, link-local and other non-public addresses"
+    )
+    # each webhook is a delivery loop with a Kafka consumer, a thread and a connection pool in `peerlog webhooks`
+    max_per_workspace: int = Field(
+        20,
+        ge=1,
+        description="webhooks one workspace may have; CreateWebhook past it is RESOURCE_EXHAUSTED",
     )

@@ -26,9 +26,11 @@ from sqlalchemy import (
     Text,
     create_engine,
     delete,
+    func,
     insert,
     select,
     text,
+    tuple_,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -92,8 +94,18 @@ class WebhookStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def register(self, endpoint: Endpoint) -> None:
+    def register(self, endpoint: Endpoint, most: int | None = None) -> bool:
+        """Add `endpoint`, unless its workspace already has `most` (None: no limit). Whether it was added."""
         with self.engine.begin() as conn:
+            if most is not None:
+                # one workspace's registrations one at a time, across API processes: two at once could both
+                # count `most` - 1 and both insert
+                conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"webhooks:{endpoint.workspace_id}"))))
+                held = conn.execute(
+                    select(func.count()).where(endpoints.c.workspace_id == endpoint.workspace_id)
+                ).scalar_one()
+                if held >= most:
+                    return False
             conn.execute(
                 insert(endpoints).values(
                     endpoint_id=endpoint.endpoint_id,
@@ -104,6 +116,7 @@ class WebhookStore:
                     created_at=datetime.now(UTC),
                 )
             )
+        return True
 
     def endpoints(self, workspace_id: str | None = None) -> list[Endpoint]:
         query = select(endpoints).order_by(endpoints.c.endpoint_id)
@@ -135,11 +148,18 @@ class WebhookStore:
             return {(r.topic, r.partition): r.next_offset for r in rows}
 
     def advance(self, endpoint_id: str, cursor: Mapping[Position, int], dead: DeadLetter | None = None) -> None:
-        """Record that every event before `cursor` is done with (and `dead` given up on), atomically."""
+        """Record that every event before `cursor` is done with (and `dead` given up on), atomically; nothing
+        once the endpoint is deleted (its loop may finish a delivery after that)."""
         rows = [
             {"endpoint_id": endpoint_id, "topic": t, "partition": p, "next_offset": o} for (t, p), o in cursor.items()
         ]
         with self.engine.begin() as conn:
+            # the endpoint's row held until this commits: a delete waits, then removes what is written here too;
+            # written after a delete, progress and dead letters would outlive their webhook
+            if not conn.execute(
+                select(endpoints.c.endpoint_id).where(endpoints.c.endpoint_id == endpoint_id).with_for_update(read=True)
+            ).first():
+                return
             if rows:
                 stmt = pg_insert(progress).values(rows)
                 conn.execute(
@@ -154,11 +174,29 @@ class WebhookStore:
                 )
 
     def dead_letters(self, endpoint_id: str) -> list[DeadLetter]:
+        """All the endpoint's dead letters, oldest first (`dead_letter_page` for a bounded read)."""
+        return [letter for letter, _ in self.dead_letter_page(endpoint_id)]
+
+    def dead_letter_page(
+        self, endpoint_id: str, after: tuple[datetime, str] | None = None, limit: int | None = None
+    ) -> list[tuple[DeadLetter, datetime]]:
+        """Up to `limit` dead letters (None: all) after the one that died at `after` (its time and event id),
+        oldest first, each with when it was given up on."""
+        query = select(dead_letters).where(dead_letters.c.endpoint_id == endpoint_id)
+        if after is not None:
+            query = query.where(tuple_(dead_letters.c.dead_at, dead_letters.c.event_id) > tuple_(*after))
+        query = query.order_by(dead_letters.c.dead_at, dead_letters.c.event_id).limit(limit)
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(dead_letters).where(dead_letters.c.endpoint_id == endpoint_id).order_by(dead_letters.c.dead_at)
-            )
-            return [DeadLetter(r.endpoint_id, r.event_id, r.event_type, r.body, r.attempts, r.error) for r in rows]
+            return [(_letter(r), r.dead_at) for r in conn.execute(query)]
+
+    def dead_letter(self, endpoint_id: str, event_id: str) -> DeadLetter | None:
+        """One dead letter of the endpoint, or None."""
+        query = select(dead_letters).where(
+            (dead_letters.c.endpoint_id == endpoint_id) & (dead_letters.c.event_id == event_id)
+        )
+        with self.engine.connect() as conn:
+            row = conn.execute(query).first()
+        return None if row is None else _letter(row)
 
     def forget(self, endpoint_id: str, event_id: str) -> None:
         """A dead letter delivered on retry."""
@@ -168,3 +206,7 @@ class WebhookStore:
                     (dead_letters.c.endpoint_id == endpoint_id) & (dead_letters.c.event_id == event_id)
                 )
             )
+
+
+def _letter(row) -> DeadLetter:
+    return DeadLetter(row.endpoint_id, row.event_id, row.event_type, row.body, row.attempts, row.error)

@@ -79,6 +79,17 @@ async def check_url(url: str) -> None:
     check_addresses(parts.hostname or "", addresses)
 
 
+def unsendable(url: str) -> str | None:
+    """Why deliveries cannot POST to `url` as httpx parses it (a host it encodes by IDNA 2008, stricter
+    than Python's IDNA 2003 codec; an IPv6 literal it accepts), or None when they can."""
+    try:
+        parsed = httpx.URL(url)
+        parsed.raw_host, parsed.host  # noqa: B018 - the check: httpx encodes one and decodes (xn--) the other
+    except (httpx.InvalidURL, ValueError) as refused:  # idna's errors are UnicodeErrors, so ValueErrors
+        return f"{type(refused).__name__}: {refused}"
+    return None
+
+
 class _CheckedBackend(httpcore.AsyncNetworkBackend):
     """Connects only to public addresses: resolves the host itself, checks every address, then connects
     to the checked one (TLS still names the URL's host: httpcore takes it from the request)."""
@@ -109,8 +120,9 @@ class _CheckedBackend(httpcore.AsyncNetworkBackend):
 
 
 def delivery_client(allow_private: bool) -> httpx.AsyncClient:
-    """The HTTP client deliveries use. Checked unless private targets are allowed; no proxy from the
-    environment either way a check could be bypassed through."""
+    """An HTTP client for deliveries, one per endpoint (a pool of its own: receivers that never answer
+    hold only their own webhook's connections). Checked unless private targets are allowed; no proxy from
+    the environment either way a check could be bypassed through."""
     if allow_private:
         return httpx.AsyncClient()
     transport = httpx.AsyncHTTPTransport(trust_env=False)

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -15,6 +17,7 @@ from services.webhooks.delivery import Endpoint, RetryPolicy, deliver
 from services.webhooks.store import DeadLetter, WebhookStore
 
 POLL_S = 0.5
+T = TypeVar("T")
 
 
 def body_of(delivered: Delivered) -> bytes:
@@ -30,7 +33,9 @@ async def run_endpoint(
     stop: asyncio.Event,
     policy: RetryPolicy = RetryPolicy(),
 ) -> None:
-    """Deliver until `stop` is set; a restart resumes after the last event finished with."""
+    """Deliver until `stop` is set, which also abandons a delivery under way (a deleted endpoint gets no
+    more POSTs, a stopping process does not wait out a receiver's retries); a restart resumes after the
+    last event finished with."""
     thread = ThreadPoolExecutor(1, thread_name_prefix=f"webhook-{endpoint.endpoint_id}")
     run = asyncio.get_running_loop().run_in_executor
     cursor = await run(thread, store.cursor, endpoint.endpoint_id)
@@ -39,15 +44,20 @@ async def run_endpoint(
         await run(thread, subscription.start)
         while not stop.is_set():
             for delivered in await run(thread, subscription.poll, POLL_S):
-                await _one(endpoint, store, client, policy, delivered, thread)
+                # checked before each event: a batch holds up to 500, each retried for minutes
+                if stop.is_set() or not await _one(endpoint, store, client, policy, delivered, thread, stop):
+                    break
     finally:
         await run(thread, subscription.close)
         thread.shutdown(wait=False)
 
 
-async def _one(endpoint, store, client, policy, delivered: Delivered, thread) -> None:
+async def _one(endpoint, store, client, policy, delivered: Delivered, thread, stop: asyncio.Event) -> bool:
+    """Deliver one event and record it done with; False if `stop` came first (nothing recorded)."""
     event, body = delivered.event, body_of(delivered)
-    outcome = await deliver(client, endpoint, event.event_id, event.type, body, policy)
+    outcome = await until_stopped(deliver(client, endpoint, event.event_id, event.type, body, policy), stop)
+    if outcome is None:
+        return False
     dead = (
         None
         if outcome.delivered
@@ -56,6 +66,20 @@ async def _one(endpoint, store, client, policy, delivered: Delivered, thread) ->
     await asyncio.get_running_loop().run_in_executor(
         thread, store.advance, endpoint.endpoint_id, delivered.cursor, dead
     )
+    return True
+
+
+async def until_stopped(work: Coroutine[Any, Any, T], stop: asyncio.Event) -> T | None:
+    """`work`'s result, or None once `stop` is set, `work` then cancelled."""
+    task, stopped = asyncio.ensure_future(work), asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # cancelled ourselves (the process stopping): neither is left behind
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return task.result() if not task.cancelled() else None
 
 
 async def retry_dead_letter(
@@ -66,7 +90,7 @@ async def retry_dead_letter(
     policy: RetryPolicy = RetryPolicy(),
 ) -> bool:
     """Deliver a dead letter again; forgotten once delivered. Whether it was."""
-    letter = next((d for d in store.dead_letters(endpoint.endpoint_id) if d.event_id == event_id), None)
+    letter = store.dead_letter(endpoint.endpoint_id, event_id)
     if letter is None:
         return False
     outcome = await deliver(client, endpoint, letter.event_id, letter.event_type, letter.body, policy)

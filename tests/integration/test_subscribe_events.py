@@ -11,8 +11,11 @@ import grpc
 import pytest
 
 from peerlog.v1 import events_pb2, events_pb2_grpc
+from services.api.server import start
+from services.bus.subscription import log_topics
 from services.cli.client import Client
 from services.events import MessageAppended
+from tests.support.auth import admin_channel
 from tests.support.rpc import rejected
 
 
@@ -94,3 +97,63 @@ async def test_unknown_event_types_and_foreign_cursors_are_refused(conversation)
     )
     bad = events_pb2.EventCursor(positions=[events_pb2.LogPosition(topic="someone.else", partition=0, offset=0)])
     await rejected(take(stub, 1, workspace_id="w", cursor=bad), grpc.StatusCode.INVALID_ARGUMENT, "someone.else")
+
+
+async def test_a_from_end_stream_resumed_from_its_cursor_misses_nothing_and_replays_nothing_older(conversation):
+    c, stub = conversation
+    sessions = [f"s{i}" for i in range(8)]  # keys on every partition, not only the one "live" is read from
+    for s in sessions:
+        await c.session("w", s, members=("alice",))
+        await c.add("w", s, [("alice", f"old-{s}")])
+    later = asyncio.ensure_future(take(stub, 1, workspace_id="w", event_types=["MessageAppended"], from_end=True))
+    while not later.done():  # written until the stream, at the ends of its partitions, delivers one
+        await c.add("w", "s", [("alice", "live")])
+        await asyncio.wait([later], timeout=0.2)
+    (live,) = await later
+    assert contents([live]) == ["live"]
+    for s in sessions:  # while no one listens
+        await c.add("w", s, [("alice", f"away-{s}")])
+    away = {f"away-{s}" for s in sessions}
+
+    def all_away(seen):
+        return away <= set(contents_of(seen))
+
+    resume = {"workspace_id": "w", "event_types": ["MessageAppended"], "cursor": live.cursor}
+    kept_at_end = await take(stub, 0, 20, all_away, from_end=True, **resume)
+    resumed = await take(stub, 0, 20, all_away, **resume)
+    assert len({e.position.partition for e in resumed if contents([e])[0] in away}) > 1
+    # each partition in log order: an old event replayed would have come before that partition's away one
+    assert not [m for m in contents_of(kept_at_end + resumed) if m.startswith("old-")]
+
+
+async def test_a_cursor_naming_a_partition_its_topic_does_not_have_is_refused(conversation, settings):
+    _, stub = conversation
+    topic = log_topics(settings.kafka)[0]
+    bad = events_pb2.EventCursor(positions=[events_pb2.LogPosition(topic=topic, partition=999, offset=5)])
+    await rejected(take(stub, 1, workspace_id="w", cursor=bad), grpc.StatusCode.INVALID_ARGUMENT, f"{topic}/999")
+
+
+async def test_subscribing_to_a_workspace_that_does_not_exist_is_not_found(conversation):
+    _, stub = conversation
+    await rejected(take(stub, 1, workspace_id="nope"), grpc.StatusCode.NOT_FOUND, "'nope'")
+
+
+async def test_one_workspaces_streams_past_its_limit_are_refused_and_leave_room_for_another(conversation, settings):
+    limits = {"max_subscriptions": 2, "max_subscriptions_per_workspace": 1}
+    server = await start(settings.model_copy(update={"api": settings.api.model_copy(update=limits)}))
+    try:
+        async with admin_channel(settings, server.port) as chan:
+            stub = events_pb2_grpc.EventServiceStub(chan)
+            hog = stub.Subscribe(events_pb2.SubscribeRequest(workspace_id="elsewhere"))
+            async with asyncio.timeout(30):
+                await hog.read()  # open: it holds its place
+            await rejected(
+                take(stub, 1, workspace_id="elsewhere"),
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "PEERLOG_API_MAX_SUBSCRIPTIONS_PER_WORKSPACE",
+            )
+            events = await take(stub, 1, workspace_id="w", event_types=["MessageAppended"])
+            assert contents(events) == ["one"]
+            hog.cancel()
+    finally:
+        await server.stop(0)

@@ -1,6 +1,6 @@
 """A webhook delivery against a local HTTP server that fails, times out, then recovers: retried until it
 lands, every attempt the same body correctly signed; one that never recovers is dead-lettered after the
-policy's attempts with the last error."""
+policy's attempts with the last error; one to a URL the client cannot send to, at once, saying why."""
 
 from __future__ import annotations
 
@@ -48,3 +48,12 @@ async def test_a_delivery_that_never_lands_is_dead_lettered_after_the_last_attem
         outcome = await deliver(client, endpoint(receiver), "e1", "MessageAppended", BODY, FAST)
     assert not outcome.delivered and outcome.attempts == 4 and outcome.error == "Refused: HTTP 500"
     assert len(receiver.received) == 4
+
+
+@pytest.mark.parametrize("url", ["http://\u2603.example.com/hook", "http://[v1.fe]/", "http://xn--a.example.com/"])
+async def test_a_url_the_client_cannot_send_to_is_dead_lettered_at_once_with_why(url):
+    # before, the error was raised: the endpoint's loop died on the event and restarted on it forever
+    async with httpx.AsyncClient() as client:
+        outcome = await deliver(client, Endpoint("hook-1", "w", url, SECRET), "e1", "MessageAppended", BODY, FAST)
+    assert not outcome.delivered and outcome.attempts == 1
+    assert outcome.error.startswith("undeliverable: ") and ("Invalid" in outcome.error), outcome.error

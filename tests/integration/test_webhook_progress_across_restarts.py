@@ -1,17 +1,18 @@
 """The webhook delivery loop over real Kafka and Postgres: one endpoint's events delivered in order through
 a failure and a timeout, progress kept in Postgres so a restarted loop neither repeats nor loses one, and
-a dead letter kept, visible and delivered on retry."""
+a dead letter kept, visible and delivered on retry; nothing written for a webhook once it is deleted."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import httpx
 
 from services.cli.client import Client
 from services.webhooks.delivery import Endpoint, RetryPolicy
-from services.webhooks.store import WebhookStore, engine_for
+from services.webhooks.store import DeadLetter, WebhookStore, engine_for
 from services.webhooks.worker import retry_dead_letter, run_endpoint
 from tests.support.wait import until_true
 from tests.support.webhook_receiver import Receiver
@@ -78,3 +79,15 @@ async def test_a_dead_letter_is_kept_and_delivered_on_retry_while_later_events_g
             assert contents([dead.body]) == ["one"] and dead.attempts == 3 and dead.error == "Refused: HTTP 500"
             assert await retry_dead_letter(endpoint, store, client, dead.event_id, FAST)
     assert contents(receiver.delivered()) == ["two", "one"] and store.dead_letters("hook-2") == []
+
+
+def test_a_webhook_deleted_while_its_loop_finishes_an_event_keeps_no_progress_or_dead_letter(settings):
+    store = WebhookStore(engine_for(settings.database))
+    store.register(Endpoint("hook-3", "w", "http://hooks.example.com/", b"secret"))
+    letter = DeadLetter("hook-3", "e1", "MessageAppended", b"{}", 3, "Refused: HTTP 500")
+    store.advance("hook-3", {("t", 0): 5}, letter)
+    assert store.cursor("hook-3") == {("t", 0): 5} and store.dead_letters("hook-3") == [letter]
+    store.delete("hook-3")
+    # the loop, not yet stopped, records the event it was on: before, these rows outlived the webhook
+    store.advance("hook-3", {("t", 0): 6}, replace(letter, event_id="e2"))
+    assert store.cursor("hook-3") == {} and store.dead_letters("hook-3") == []

@@ -1,5 +1,7 @@
 """WebhookService over the real stack: a webhook registered, listed without its secret, its dead letter
-shown and delivered on retry, deleted; refusals of a bad URL, unknown types and unknown webhooks."""
+shown and delivered on retry, deleted; refusals of a bad URL, unknown types and unknown webhooks, and of a
+webhook past the workspace's limit; a URL deliveries cannot send to dead-letters its events, and a retry
+answers why; dead letters listed a page at a time, each page a readable reply."""
 
 from __future__ import annotations
 
@@ -11,14 +13,15 @@ import grpc
 import httpx
 import pytest
 
+from peerlog.v1 import common_pb2, webhooks_pb2_grpc
 from peerlog.v1 import webhooks_pb2 as wh
-from peerlog.v1 import webhooks_pb2_grpc
 from services.cli.client import Client
-from services.webhooks.delivery import RetryPolicy
+from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.signing import SIGNATURE_HEADER, verify
-from services.webhooks.store import WebhookStore, engine_for
+from services.webhooks.store import DeadLetter, WebhookStore, engine_for
 from services.webhooks.worker import run_endpoint
 from tests.support.rpc import rejected
+from tests.support.wait import until_true
 from tests.support.webhook_receiver import Receiver, private_targets_allowed
 
 
@@ -87,4 +90,91 @@ async def test_bad_urls_and_unknown_event_types_are_refused(channel):
         stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url="http://x/y", event_types=["Nope"])),
         grpc.StatusCode.INVALID_ARGUMENT,
         "Nope",
+    )
+
+
+async def test_a_stored_url_deliveries_cannot_send_to_dead_letters_each_event_and_a_retry_answers_why(
+    channel, settings
+):
+    c, stub = Client(channel), webhooks_pb2_grpc.WebhookServiceStub(channel)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    await c.add("w", "s", [("alice", "one"), ("alice", "two")])
+    await rejected(
+        stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url="http://\u2603.example.com/hook")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "is not a URL deliveries can be sent to (InvalidURL: Invalid IDNA hostname",
+    )
+    # registered before CreateWebhook parsed URLs as deliveries do
+    store, stop = WebhookStore(engine_for(settings.database)), asyncio.Event()
+    store.register(Endpoint("wh_bad", "w", "http://\u2603.example.com/hook", b"k", frozenset({"MessageAppended"})))
+    (endpoint,) = store.endpoints("w")
+    async with httpx.AsyncClient() as client:
+        # before, the first event's error ended the loop, and a restarted one ended on the same event
+        task = asyncio.ensure_future(run_endpoint(endpoint, settings.kafka, store, client, stop, RetryPolicy()))
+        await until_true(lambda: len(store.dead_letters("wh_bad")) == 2 or task.done())
+        stop.set()
+        await task
+    dead = store.dead_letters("wh_bad")
+    assert [d.attempts for d in dead] == [1, 1] and "Invalid IDNA hostname" in dead[0].error
+    retried = await stub.RetryWebhookDeadLetter(
+        wh.RetryWebhookDeadLetterRequest(workspace_id="w", webhook_id="wh_bad", event_id=dead[0].event_id)
+    )
+    assert not retried.delivered and "undeliverable: InvalidURL: Invalid IDNA hostname" in retried.error
+
+
+async def test_a_workspace_past_its_webhook_limit_is_refused_until_it_deletes_one(channel):
+    c, stub = Client(channel), webhooks_pb2_grpc.WebhookServiceStub(channel)
+    for workspace in ("w", "v"):
+        await c.workspace(workspace)
+    made = [
+        await stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url=f"http://127.0.0.1:9/h{i}"))
+        for i in range(20)  # PEERLOG_WEBHOOK_MAX_PER_WORKSPACE's default
+    ]
+    one_more = wh.CreateWebhookRequest(workspace_id="w", url="http://127.0.0.1:9/more")
+    await rejected(
+        stub.CreateWebhook(one_more),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "workspace 'w' already has 20 webhooks",
+        "PEERLOG_WEBHOOK_MAX_PER_WORKSPACE",
+    )
+    assert len((await stub.ListWebhooks(wh.ListWebhooksRequest(workspace_id="w"))).webhooks) == 20
+    await stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="v", url="http://127.0.0.1:9/h"))  # another's own
+    await stub.DeleteWebhook(wh.DeleteWebhookRequest(workspace_id="w", webhook_id=made[0].webhook.webhook_id))
+    await stub.CreateWebhook(one_more)
+
+
+async def test_dead_letters_are_listed_a_page_at_a_time_each_reply_under_the_size_limit(channel, settings):
+    stub = webhooks_pb2_grpc.WebhookServiceStub(channel)
+    await Client(channel).workspace("w")
+    store = WebhookStore(engine_for(settings.database))
+    store.register(Endpoint("wh_big", "w", "http://127.0.0.1:9/", b"k"))
+    # 45 events of 100 KB each: before, all in one reply of 4.5 MB, past a client's 4 MiB receive limit
+    body = json.dumps({"content": "x" * 100_000}).encode()
+    for i in range(45):
+        store.advance("wh_big", {}, DeadLetter("wh_big", f"e{i:02}", "MessageAppended", body, 8, "Refused: HTTP 500"))
+    ref = dict(workspace_id="w", webhook_id="wh_big")
+    listed, token, replies = [], "", 0
+    while True:
+        got = await stub.ListWebhookDeadLetters(
+            wh.ListWebhookDeadLettersRequest(**ref, page=common_pb2.PageRequest(page_token=token))
+        )
+        assert got.ByteSize() < 4 * 1024 * 1024
+        listed += [d.event_id for d in got.dead_letters]
+        token, replies = got.next_page_token, replies + 1
+        if not token:
+            break
+    assert listed == [f"e{i:02}" for i in range(45)] and replies > 1
+    first = await stub.ListWebhookDeadLetters(
+        wh.ListWebhookDeadLettersRequest(**ref, page=common_pb2.PageRequest(page_size=10))
+    )
+    assert [d.event_id for d in first.dead_letters] == listed[:10] and first.next_page_token
+    store.register(Endpoint("wh_other", "w", "http://127.0.0.1:9/", b"k"))
+    await rejected(
+        stub.ListWebhookDeadLetters(
+            wh.ListWebhookDeadLettersRequest(
+                workspace_id="w", webhook_id="wh_other", page=common_pb2.PageRequest(page_token=first.next_page_token)
+            )
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "page_token is not one this list issued",
     )

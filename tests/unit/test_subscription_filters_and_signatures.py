@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.bus.subscription import Filter, check_cursor
+from services.bus.subscription import Filter, check_cursor, check_partitions
 from services.errors import InvalidArgument
 from services.webhooks.signing import signature, verify
 
@@ -27,6 +27,15 @@ def test_a_cursor_may_name_only_log_topic_partitions_at_offsets_from_zero():
     for bad in ({("p.other", 0): 0}, {("p.sessions", -1): 0}, {("p.sessions", 0): -5}):
         with pytest.raises(InvalidArgument):
             check_cursor(bad, topics)
+
+
+def test_a_cursor_naming_a_partition_its_topic_does_not_have_is_refused():
+    partitions = [("p.sessions", 0), ("p.sessions", 1), ("p.peers", 0)]
+    check_partitions({("p.sessions", 1): 4, ("p.peers", 0): 0}, partitions)
+    with pytest.raises(InvalidArgument, match="p.sessions/999, which does not exist: 'p.sessions' has 2"):
+        check_partitions({("p.sessions", 0): 0, ("p.sessions", 999): 5}, partitions)
+    with pytest.raises(InvalidArgument, match="'p.other' has 0"):  # a log topic not created here
+        check_partitions({("p.other", 0): 0}, partitions)
 
 
 def test_a_signature_verifies_only_with_its_secret_body_and_a_recent_timestamp():

@@ -39,7 +39,24 @@ def test_a_malformed_webhook_url_is_refused_with_what_is_wrong(url, reason):
         "https://über.de/hook",
         "https://user:pw@[2606:4700::1]:443/p",
         "https://93.184.216.34:/",  # an empty port is the scheme's own
+        "https://xn--ber-goa.de/hook",
     ],
 )
 def test_a_well_formed_webhook_url_passes(url):
     check_url_form(url)
+
+
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("http://\u2603.example.com/hook", "Invalid IDNA hostname"),  # IDNA 2003 takes it; httpx's IDNA 2008 not
+        ("http://a\u200db.example.com/", "Invalid IDNA hostname"),  # a zero-width joiner
+        ("http://[v1.fe]/", "Invalid IPv6 address"),  # an IPvFuture literal
+        ("http://xn--a.example.com/", "InvalidCodepoint"),  # an xn-- label that decodes to no host name
+    ],
+)
+def test_a_url_the_delivery_client_cannot_send_to_is_refused_saying_how_to_write_the_host(url, why):
+    # each was accepted, then every delivery to it raised and the webhook's loop restarted on it forever
+    with pytest.raises(InvalidArgument, match="is not a URL deliveries can be sent to") as refused:
+        check_url_form(url)
+    assert why in str(refused.value) and "xn-- form" in str(refused.value)

@@ -562,16 +562,20 @@ class AsyncWorkspace(_AsyncHandle):
             )
         )
 
-    async def webhook_dead_letters(self, webhook_id: str) -> tuple[m.WebhookDeadLetter, ...]:
-        """Events the webhook's delivery gave up on, oldest first."""
-        return await self._t.unary(
-            Call(
+    async def webhook_dead_letters(self, webhook_id: str, *, page_size: int = 0) -> tuple[m.WebhookDeadLetter, ...]:
+        """Events the webhook's delivery gave up on, oldest first (read a page at a time: each holds a whole
+        event)."""
+        pages = self._t.pages(
+            lambda token: Call(
                 WebhookServiceStub,
                 "ListWebhookDeadLetters",
-                wh.ListWebhookDeadLettersRequest(workspace_id=self.id, webhook_id=webhook_id),
-                c.items_of("dead_letters"),
+                wh.ListWebhookDeadLettersRequest(
+                    workspace_id=self.id, webhook_id=webhook_id, page=_page(page_size, token)
+                ),
+                c.page_of("dead_letters"),
             )
         )
+        return tuple([letter async for letter in pages])
 
     async def retry_webhook_dead_letter(self, webhook_id: str, event_id: str) -> m.WebhookRetry:
         """Deliver a dead letter again, once, now; it is forgotten if delivered."""

@@ -563,16 +563,20 @@ class Workspace(_AsyncHandle):
             )
         )
 
-    def webhook_dead_letters(self, webhook_id: str) -> tuple[m.WebhookDeadLetter, ...]:
-        """Events the webhook's delivery gave up on, oldest first."""
-        return self._t.unary(
-            Call(
+    def webhook_dead_letters(self, webhook_id: str, *, page_size: int = 0) -> tuple[m.WebhookDeadLetter, ...]:
+        """Events the webhook's delivery gave up on, oldest first (read a page at a time: each holds a whole
+        event)."""
+        pages = self._t.pages(
+            lambda token: Call(
                 WebhookServiceStub,
                 "ListWebhookDeadLetters",
-                wh.ListWebhookDeadLettersRequest(workspace_id=self.id, webhook_id=webhook_id),
-                c.items_of("dead_letters"),
+                wh.ListWebhookDeadLettersRequest(
+                    workspace_id=self.id, webhook_id=webhook_id, page=_page(page_size, token)
+                ),
+                c.page_of("dead_letters"),
             )
         )
+        return tuple([letter for letter in pages])
 
     def retry_webhook_dead_letter(self, webhook_id: str, event_id: str) -> m.WebhookRetry:
         """Deliver a dead letter again, once, now; it is forgotten if delivered."""

@@ -23,39 +23,40 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from peerlog.v1 import common_pb2 as peerlog_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19peerlog/v1/webhooks.proto\x12\npeerlog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x01\n\x07Webhook\x12\x12\n\nwebhook_id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\x12\x13\n\x0b\x65vent_types\x18\x04 \x03(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"N\n\x14\x43reateWebhookRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x13\n\x0b\x65vent_types\x18\x03 \x03(\t\"M\n\x15\x43reateWebhookResponse\x12$\n\x07webhook\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Webhook\x12\x0e\n\x06secret\x18\x02 \x01(\t\"+\n\x13ListWebhooksRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\"=\n\x14ListWebhooksResponse\x12%\n\x08webhooks\x18\x01 \x03(\x0b\x32\x13.peerlog.v1.Webhook\"@\n\x14\x44\x65leteWebhookRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\t\"\x17\n\x15\x44\x65leteWebhookResponse\"h\n\x11WebhookDeadLetter\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x12\n\nevent_type\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x04 \x01(\r\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"I\n\x1dListWebhookDeadLettersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\t\"U\n\x1eListWebhookDeadLettersResponse\x12\x33\n\x0c\x64\x65\x61\x64_letters\x18\x01 \x03(\x0b\x32\x1d.peerlog.v1.WebhookDeadLetter\"[\n\x1dRetryWebhookDeadLetterRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x03 \x01(\t\"B\n\x1eRetryWebhookDeadLetterResponse\x12\x11\n\tdelivered\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\t2\xf1\x03\n\x0eWebhookService\x12T\n\rCreateWebhook\x12 .peerlog.v1.CreateWebhookRequest\x1a!.peerlog.v1.CreateWebhookResponse\x12Q\n\x0cListWebhooks\x12\x1f.peerlog.v1.ListWebhooksRequest\x1a .peerlog.v1.ListWebhooksResponse\x12T\n\rDeleteWebhook\x12 .peerlog.v1.DeleteWebhookRequest\x1a!.peerlog.v1.DeleteWebhookResponse\x12o\n\x16ListWebhookDeadLetters\x12).peerlog.v1.ListWebhookDeadLettersRequest\x1a*.peerlog.v1.ListWebhookDeadLettersResponse\x12o\n\x16RetryWebhookDeadLetter\x12).peerlog.v1.RetryWebhookDeadLetterRequest\x1a*.peerlog.v1.RetryWebhookDeadLetterResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19peerlog/v1/webhooks.proto\x12\npeerlog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"\x85\x01\n\x07Webhook\x12\x12\n\nwebhook_id\x18\x01 \x01(\t\x12\x14\n\x0cworkspace_id\x18\x02 \x01(\t\x12\x0b\n\x03url\x18\x03 \x01(\t\x12\x13\n\x0b\x65vent_types\x18\x04 \x03(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"N\n\x14\x43reateWebhookRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\x13\n\x0b\x65vent_types\x18\x03 \x03(\t\"M\n\x15\x43reateWebhookResponse\x12$\n\x07webhook\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Webhook\x12\x0e\n\x06secret\x18\x02 \x01(\t\"+\n\x13ListWebhooksRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\"=\n\x14ListWebhooksResponse\x12%\n\x08webhooks\x18\x01 \x03(\x0b\x32\x13.peerlog.v1.Webhook\"@\n\x14\x44\x65leteWebhookRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\t\"\x17\n\x15\x44\x65leteWebhookResponse\"h\n\x11WebhookDeadLetter\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x12\n\nevent_type\x18\x02 \x01(\t\x12\x0c\n\x04json\x18\x03 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x04 \x01(\r\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"p\n\x1dListWebhookDeadLettersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\t\x12%\n\x04page\x18\x03 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\"n\n\x1eListWebhookDeadLettersResponse\x12\x33\n\x0c\x64\x65\x61\x64_letters\x18\x01 \x03(\x0b\x32\x1d.peerlog.v1.WebhookDeadLetter\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"[\n\x1dRetryWebhookDeadLetterRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nwebhook_id\x18\x02 \x01(\t\x12\x10\n\x08\x65vent_id\x18\x03 \x01(\t\"B\n\x1eRetryWebhookDeadLetterResponse\x12\x11\n\tdelivered\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\t2\xf1\x03\n\x0eWebhookService\x12T\n\rCreateWebhook\x12 .peerlog.v1.CreateWebhookRequest\x1a!.peerlog.v1.CreateWebhookResponse\x12Q\n\x0cListWebhooks\x12\x1f.peerlog.v1.ListWebhooksRequest\x1a .peerlog.v1.ListWebhooksResponse\x12T\n\rDeleteWebhook\x12 .peerlog.v1.DeleteWebhookRequest\x1a!.peerlog.v1.DeleteWebhookResponse\x12o\n\x16ListWebhookDeadLetters\x12).peerlog.v1.ListWebhookDeadLettersRequest\x1a*.peerlog.v1.ListWebhookDeadLettersResponse\x12o\n\x16RetryWebhookDeadLetter\x12).peerlog.v1.RetryWebhookDeadLetterRequest\x1a*.peerlog.v1.RetryWebhookDeadLetterResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peerlog.v1.webhooks_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WEBHOOK']._serialized_start=75
-  _globals['_WEBHOOK']._serialized_end=208
-  _globals['_CREATEWEBHOOKREQUEST']._serialized_start=210
-  _globals['_CREATEWEBHOOKREQUEST']._serialized_end=288
-  _globals['_CREATEWEBHOOKRESPONSE']._serialized_start=290
-  _globals['_CREATEWEBHOOKRESPONSE']._serialized_end=367
-  _globals['_LISTWEBHOOKSREQUEST']._serialized_start=369
-  _globals['_LISTWEBHOOKSREQUEST']._serialized_end=412
-  _globals['_LISTWEBHOOKSRESPONSE']._serialized_start=414
-  _globals['_LISTWEBHOOKSRESPONSE']._serialized_end=475
-  _globals['_DELETEWEBHOOKREQUEST']._serialized_start=477
-  _globals['_DELETEWEBHOOKREQUEST']._serialized_end=541
-  _globals['_DELETEWEBHOOKRESPONSE']._serialized_start=543
-  _globals['_DELETEWEBHOOKRESPONSE']._serialized_end=566
-  _globals['_WEBHOOKDEADLETTER']._serialized_start=568
-  _globals['_WEBHOOKDEADLETTER']._serialized_end=672
-  _globals['_LISTWEBHOOKDEADLETTERSREQUEST']._serialized_start=674
-  _globals['_LISTWEBHOOKDEADLETTERSREQUEST']._serialized_end=747
-  _globals['_LISTWEBHOOKDEADLETTERSRESPONSE']._serialized_start=749
-  _globals['_LISTWEBHOOKDEADLETTERSRESPONSE']._serialized_end=834
-  _globals['_RETRYWEBHOOKDEADLETTERREQUEST']._serialized_start=836
-  _globals['_RETRYWEBHOOKDEADLETTERREQUEST']._serialized_end=927
-  _globals['_RETRYWEBHOOKDEADLETTERRESPONSE']._serialized_start=929
-  _globals['_RETRYWEBHOOKDEADLETTERRESPONSE']._serialized_end=995
-  _globals['_WEBHOOKSERVICE']._serialized_start=998
-  _globals['_WEBHOOKSERVICE']._serialized_end=1495
+  _globals['_WEBHOOK']._serialized_start=100
+  _globals['_WEBHOOK']._serialized_end=233
+  _globals['_CREATEWEBHOOKREQUEST']._serialized_start=235
+  _globals['_CREATEWEBHOOKREQUEST']._serialized_end=313
+  _globals['_CREATEWEBHOOKRESPONSE']._serialized_start=315
+  _globals['_CREATEWEBHOOKRESPONSE']._serialized_end=392
+  _globals['_LISTWEBHOOKSREQUEST']._serialized_start=394
+  _globals['_LISTWEBHOOKSREQUEST']._serialized_end=437
+  _globals['_LISTWEBHOOKSRESPONSE']._serialized_start=439
+  _globals['_LISTWEBHOOKSRESPONSE']._serialized_end=500
+  _globals['_DELETEWEBHOOKREQUEST']._serialized_start=502
+  _globals['_DELETEWEBHOOKREQUEST']._serialized_end=566
+  _globals['_DELETEWEBHOOKRESPONSE']._serialized_start=568
+  _globals['_DELETEWEBHOOKRESPONSE']._serialized_end=591
+  _globals['_WEBHOOKDEADLETTER']._serialized_start=593
+  _globals['_WEBHOOKDEADLETTER']._serialized_end=697
+  _globals['_LISTWEBHOOKDEADLETTERSREQUEST']._serialized_start=699
+  _globals['_LISTWEBHOOKDEADLETTERSREQUEST']._serialized_end=811
+  _globals['_LISTWEBHOOKDEADLETTERSRESPONSE']._serialized_start=813
+  _globals['_LISTWEBHOOKDEADLETTERSRESPONSE']._serialized_end=923
+  _globals['_RETRYWEBHOOKDEADLETTERREQUEST']._serialized_start=925
+  _globals['_RETRYWEBHOOKDEADLETTERREQUEST']._serialized_end=1016
+  _globals['_RETRYWEBHOOKDEADLETTERRESPONSE']._serialized_start=1018
+  _globals['_RETRYWEBHOOKDEADLETTERRESPONSE']._serialized_end=1084
+  _globals['_WEBHOOKSERVICE']._serialized_start=1087
+  _globals['_WEBHOOKSERVICE']._serialized_end=1584
 # @@protoc_insertion_point(module_scope)

@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from peerlog.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -80,18 +81,22 @@ class WebhookDeadLetter(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., event_type: _Optional[str] = ..., json: _Optional[str] = ..., attempts: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ListWebhookDeadLettersRequest(_message.Message):
-    __slots__ = ("workspace_id", "webhook_id")
+    __slots__ = ("workspace_id", "webhook_id", "page")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     WEBHOOK_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     webhook_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., webhook_id: _Optional[str] = ...) -> None: ...
+    page: _common_pb2.PageRequest
+    def __init__(self, workspace_id: _Optional[str] = ..., webhook_id: _Optional[str] = ..., page: _Optional[_Union[_common_pb2.PageRequest, _Mapping]] = ...) -> None: ...
 
 class ListWebhookDeadLettersResponse(_message.Message):
-    __slots__ = ("dead_letters",)
+    __slots__ = ("dead_letters", "next_page_token")
     DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     dead_letters: _containers.RepeatedCompositeFieldContainer[WebhookDeadLetter]
-    def __init__(self, dead_letters: _Optional[_Iterable[_Union[WebhookDeadLetter, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, dead_letters: _Optional[_Iterable[_Union[WebhookDeadLetter, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RetryWebhookDeadLetterRequest(_message.Message):
     __slots__ = ("workspace_id", "webhook_id", "event_id")

@@ -71,7 +71,8 @@ class WebhookServiceServicer:
     """
 
     def CreateWebhook(self, request, context):
-        """Registers a URL. The answer holds the signing secret: it is shown this once.
+        """Registers a URL. The answer holds the signing secret: it is shown this once. INVALID_ARGUMENT for a URL
+        deliveries could not use; RESOURCE_EXHAUSTED past PEERLOG_WEBHOOK_MAX_PER_WORKSPACE webhooks (default 20).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -92,7 +93,7 @@ class WebhookServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListWebhookDeadLetters(self, request, context):
-        """Events the worker gave up on, oldest first.
+        """Events the worker gave up on, oldest first, a page at a time (each holds a whole event).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

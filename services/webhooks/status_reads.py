@@ -1,0 +1,221 @@
+"""Reads of processing status: derivation and dream states, dead letters, the projections' consumed offsets
+(asyncio). Every query is scoped by workspace."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import RowMapping, case, func, literal, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from projections.derivations import current_label
+from projections.schema import (
+    dead_letters,
+    derivation_batches,
+    dreams,
+    perceptions,
+    projection_offsets,
+    summaries,
+)
+
+
+async def projected_offsets(conn: AsyncConnection) -> dict[tuple[str, int], int]:
+    """Next offset the projections will apply, for every (topic, partition) they have applied."""
+    t = projection_offsets.c
+    return {(topic, p): n for topic, p, n in await conn.execute(select(t.topic, t.partition, t.next_offset))}
+
+
+async def dreams_of(
+    conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, limit: int
+) -> Sequence[RowMapping]:
+    """A pair's dreams, newest request first."""
+    d = dreams.c
+    stmt = (
+        select(dreams)
+        .where(d.workspace_id == workspace_id, d.observer_id == observer_id, d.observed_id == observed_id)
+        .order_by(d.requested_at.desc(), d.dream_id.desc())
+        .limit(limit)
+    )
+    return (await conn.execute(stmt)).mappings().all()
+
+
+@dataclass(frozen=True)
+class StatusScope:
+    """Which perceived messages a processing status covers: a workspace, optionally narrowed."""
+
+    workspace_id: str
+    observer_id: str = ""
+    observed_id: str = ""
+    session_id: str = ""
+
+
+# a perceived message counts once, in the first of these states that covers it
+BATCH_STATES = ("done", "dead_lettered", "in_flight")
+PROCESSING_STATES = (*BATCH_STATES, "pending")
+
+
+def _perceived_in(scope: StatusScope):
+    p = perceptions.c
+    stmt = select(p.observer_id, p.observed_id, p.message_id, p.session_id).where(p.workspace_id == scope.workspace_id)
+    if scope.observer_id:
+        stmt = stmt.where(p.observer_id == scope.observer_id)
+    if scope.observed_id:
+        stmt = stmt.where(p.observed_id == scope.observed_id)
+    if scope.session_id:
+        stmt = stmt.where(p.session_id == scope.session_id)
+    return stmt.subquery("perceived")
+
+
+def _current(b):
+    """Batches of their pair's current derivation: status speaks of what reads serve."""
+    return b.derivation == current_label(b.workspace_id, b.observer_id, b.observed_id)
+
+
+def _batched_in(scope: StatusScope):
+    """Per (pair, message) in a batch: the rank of the best state any of its batches reached."""
+    b = derivation_batches.c
+    rank = case(*[(b.state == s, i) for i, s in enumerate(BATCH_STATES)], else_=len(BATCH_STATES))
+    stmt = select(
+        b.observer_id, b.observed_id, func.unnest(b.message_ids).label("message_id"), rank.label("rank")
+    ).where(b.workspace_id == scope.workspace_id, _current(b))
+    if scope.observer_id:
+        stmt = stmt.where(b.observer_id == scope.observer_id)
+    if scope.observed_id:
+        stmt = stmt.where(b.observed_id == scope.observed_id)
+    per_message = stmt.subquery("batched_messages")
+    m = per_message.c
+    return (
+        select(m.observer_id, m.observed_id, m.message_id, func.min(m.rank).label("rank"))
+        .group_by(m.observer_id, m.observed_id, m.message_id)
+        .subquery("batched")
+    )
+
+
+async def processing_counts(conn: AsyncConnection, scope: StatusScope) -> dict[str, int]:
+    """Perceived messages in scope by derivation state (see PROCESSING_STATES); every state present."""
+    perceived, batched = _perceived_in(scope), _batched_in(scope)
+    rank = func.coalesce(batched.c.rank, literal(len(BATCH_STATES)))
+    joined = perceived.outerjoin(
+        batched,
+        (perceived.c.observer_id == batched.c.observer_id)
+        & (perceived.c.observed_id == batched.c.observed_id)
+        & (perceived.c.message_id == batched.c.message_id),
+    )
+    stmt = select(rank.label("rank"), func.count()).select_from(joined).group_by(rank)
+    counts = dict.fromkeys(PROCESSING_STATES, 0)
+    for r, n in await conn.execute(stmt):
+        counts[PROCESSING_STATES[min(r, len(BATCH_STATES))]] = n
+    return counts
+
+
+DREAM_STATES = ("requested", "started", "completed", "failed")
+
+
+async def dream_counts(conn: AsyncConnection, scope: StatusScope) -> dict[str, int]:
+    """Dreams of the pairs in scope by state (every state present). A dream has no session: a scope of a
+    session and no observer counts none, since it names no pair (a session token covers none)."""
+    none = dict.fromkeys(DREAM_STATES, 0)
+    if scope.session_id and not scope.observer_id:
+        return none
+    d = dreams.c
+    stmt = select(d.state, func.count()).where(d.workspace_id == scope.workspace_id).group_by(d.state)
+    if scope.observer_id:
+        stmt = stmt.where(d.observer_id == scope.observer_id)
+    if scope.observed_id:
+        stmt = stmt.where(d.observed_id == scope.observed_id)
+    return {**none, **{state: n for state, n in await conn.execute(stmt)}}
+
+
+def outstanding(b):
+    """True while some message of dead-lettered batch `b` is in no finished batch of its derivation; once
+    a retry (`peerlog derivations retry`, a promotion's catch-up) has derived them all, it needs no one."""
+    later = derivation_batches.alias("later").c
+    message = func.unnest(b.message_ids).table_valued("id").render_derived("m")
+    finished = (
+        select(literal(1))
+        .where(
+            later.workspace_id == b.workspace_id,
+            later.observer_id == b.observer_id,
+            later.observed_id == b.observed_id,
+            later.derivation == b.derivation,
+            later.state == "done",
+            message.c.id == later.message_ids.any_(),
+        )
+        .correlate(derivation_batches, message)
+    )
+    return select(literal(1)).select_from(message).where(~finished.exists()).correlate(derivation_batches).exists()
+
+
+async def dead_lettered_summaries(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:
+    """Summary dead letters of the sessions in scope whose session has no summary written since, most
+    recent first. The sessions in scope: the workspace's, or the one named; with an observer or observed
+    peer, only those where it perceived a message (a peer's status does not speak of sessions it was
+    never in)."""
+    d, s = dead_letters.c, summaries.c
+    since = select(literal(1)).where(
+        s.workspace_id == d.workspace_id, s.session_id == d.session_id, s.created_at > d.failed_at
+    )
+    stmt = select(dead_letters).where(d.workspace_id == scope.workspace_id, d.kind == "summary", ~since.exists())
+    if scope.session_id:
+        stmt = stmt.where(d.session_id == scope.session_id)
+    if scope.observer_id or scope.observed_id:
+        perceived = _perceived_in(scope)
+        stmt = stmt.where(d.session_id.in_(select(perceived.c.session_id)))
+    return (await conn.execute(stmt.order_by(d.failed_at.desc(), d.event_id).limit(limit))).mappings().all()
+
+
+def _batch_columns(scope: StatusScope):
+    """A batch's columns; in a session's scope its message ids only of that session, in order (a batch
+    of a pair spans the sessions the pair shares, and the others are not the scope's to show)."""
+    b = derivation_batches.c
+    if not scope.session_id:
+        return [derivation_batches]
+    p = perceptions.c
+    m = func.unnest(b.message_ids).table_valued("id", with_ordinality="n").render_derived("m")
+    kept = (
+        select(m.c.id)
+        .where(
+            select(literal(1))
+            .where(
+                p.workspace_id == b.workspace_id,
+                p.observer_id == b.observer_id,
+                p.observed_id == b.observed_id,
+                p.message_id == m.c.id,
+                p.session_id == scope.session_id,
+            )
+            .correlate(derivation_batches, m)
+            .exists()
+        )
+        .order_by(m.c.n)
+        .correlate(derivation_batches)
+    )
+    others = [c for c in derivation_batches.c if c.name != "message_ids"]
+    return [*others, func.array(kept.scalar_subquery()).label("message_ids")]
+
+
+async def dead_lettered_batches(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:
+    """Dead-lettered derivation batches with a perceived message in scope that no retry has finished since,
+    most recent first."""
+    b, p = derivation_batches.c, perceptions.c
+    in_scope = select(literal(1)).where(
+        p.workspace_id == b.workspace_id,
+        p.observer_id == b.observer_id,
+        p.observed_id == b.observed_id,
+        p.message_id == b.message_ids.any_(),
+    )
+    if scope.session_id:
+        in_scope = in_scope.where(p.session_id == scope.session_id)
+    stmt = select(*_batch_columns(scope)).where(
+        b.workspace_id == scope.workspace_id,
+        _current(b),
+        b.state == "dead_lettered",
+        in_scope.exists(),
+        outstanding(b),
+    )
+    if scope.observer_id:
+        stmt = stmt.where(b.observer_id == scope.observer_id)
+    if scope.observed_id:
+        stmt = stmt.where(b.observed_id == scope.observed_id)
+    order = [b.finished_at.desc().nulls_last(), b.batch_id]
+    return (await conn.execute(stmt.order_by(*order).limit(limit))).mappings().all()
