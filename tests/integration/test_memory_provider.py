@@ -24,7 +24,7 @@ STRONG = "\n".join(f"- Alice fact number {i}: she keeps bees, lives in Lisbon an
 def make_provider(api, settings, tmp_path) -> Iterator:
     made: list[MemoryProvider] = []
 
-    def make(**keys) -> MemoryProvider:
+    def make(session: str | None = None, client: Peerlog | None = None, **keys) -> MemoryProvider:
         config = validate(
             [
                 (
@@ -43,7 +43,7 @@ def make_provider(api, settings, tmp_path) -> Iterator:
                 )
             ]
         )
-        provider = MemoryProvider(config, directory=tmp_path)
+        provider = MemoryProvider(config, directory=tmp_path, session=session, client=client)
         made.append(provider)
         return provider
 
@@ -299,6 +299,58 @@ def test_a_bot_turn_goes_to_its_own_session_and_conclude_and_profile_refuse_writ
     assert list(skipping.workspace().sessions()) == []
 
 
+def test_a_bot_turns_context_reads_its_own_session_and_never_joins_the_humans(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = make_provider(recallMode="hybrid")
+    memory.record_turn("my bank PIN is 4321", "noted")
+    memory.context_for_turn("ping from another bot", sender=Sender("helper", is_bot=True))
+    assert memory.stats.base_refreshes == [1]  # the base layer was read: from the bot's own session
+    memory.record_turn("ping from another bot", "pong")
+    assert set(members(memory)) == {"alice", "bot"}
+    a2a = memory.workspace().session("a2a-bot-helper", create=False)
+    assert {m.peer_id for m in a2a.info.memberships if m.left_at is None} == {"bot-helper", "bot"}
+
+
+def test_the_search_and_context_tools_show_only_messages_the_current_user_saw(make_provider):
+    ada = make_provider(session="dm-ada", recallMode="tools", rerankSearch=False)
+    ada.record_turn("my bank PIN is 4321", "noted", sender=Sender("ada"))
+    bob = make_provider(client=ada.client, session="dm-bob", recallMode="tools", rerankSearch=False)
+    bob.record_turn("I like bank holidays", "me too", sender=Sender("bob"))
+    for memory, user, own, other in ((ada, "ada", "4321", "holidays"), (bob, "bob", "holidays", "4321")):
+        memory.context_for_turn("hi", sender=Sender(user))  # the AI saw both chats; each user only their own
+        found = json.loads(memory.dispatch("peerlog_search", {"query": "bank PIN holidays"}))
+        relevant = json.loads(memory.dispatch("peerlog_context", {"search_query": "bank PIN holidays"}))
+        for shown in (found, relevant["relevant_messages"]):
+            assert any(own in m["content"] for m in shown)
+            assert not any(other in m["content"] for m in shown)
+
+
+def test_a_member_removed_elsewhere_is_added_back_and_later_turns_are_written(make_provider):
+    memory = make_provider()
+    memory.record_turn("first", "one")
+    with Peerlog(memory.config.resolved_target, token=memory.config.resolved_token, timeout=10) as client:
+        client.workspace("acme").session("global", create=False).remove_members("alice")
+    for text in ("second", "third"):
+        memory.record_turn(text, "ok")
+    assert memory.writer.pending == 0 and not memory.stats.failures
+    got = [m.content for m in memory.workspace().session("global", create=False).messages()]
+    assert got == ["first", "one", "second", "ok", "third", "ok"]
+    assert set(members(memory)) == {"alice", "bot"}
+
+
+def test_unstorable_text_in_one_turn_is_made_storable_and_never_costs_another_turn(make_provider):
+    memory = make_provider(writeFrequency="session")
+    memory.record_turn("turn one", "answer one")
+    memory.record_turn("binary paste \x00 here", "cut mid-emoji \ud83d")
+    memory.record_turn("turn three", "answer three")
+    memory.close()
+    assert memory.writer.pending == 0
+    with Peerlog(memory.config.resolved_target, token=memory.config.resolved_token) as client:
+        client.remember_write(memory.client.consistency_token)
+        got = [m.content for m in client.workspace("acme").session("global", create=False).messages()]
+    assert got == ["turn one", "answer one", "binary paste  here", "cut mid-emoji \ufffd", "turn three", "answer three"]
+
+
 def test_gateway_users_are_written_under_their_resolved_peers(make_provider):
     memory = make_provider(userPeerAliases={"7654321": "alice"}, runtimePeerPrefix="tg_")
     memory.record_turn("from the owner", "ok", sender=Sender("7654321"))
@@ -320,6 +372,7 @@ def test_turns_are_written_under_the_senders_and_the_ais_display_names(make_prov
         ("bot", "Lumen", "ok"),
     ]
     assert memory.stats.failures["name"] == 1
+    memory.context_for_turn("my bees?", sender=Sender("7654321", name="Ada King"))  # a search in Ada's turn
     found = json.loads(memory.dispatch("peerlog_search", {"query": "bees"}))  # the tools show the name too
     assert {"peer": "tg_7654321", "name": "Ada King", "content": "I keep bees"}.items() <= found[0].items()
 
@@ -344,6 +397,38 @@ def test_the_five_tools_round_trip_against_the_server(make_provider, model_serve
     other = memory.peer("bot").create_observations(["the bot is a bot"]).observation_ids[0]
     assert "nothing deleted" in memory.dispatch("peerlog_conclude", {"delete_id": other})
     assert memory.workspace().observation(other).deleted_at is None
+
+
+def test_a_conclusion_whose_reply_was_lost_is_stored_once_when_the_model_retries_it(make_provider):
+    from peerlog_client.errors import DeadlineExceeded
+
+    memory = make_provider(recallMode="tools")
+    memory.current_session()
+    peer = memory.peer("bot")  # the observer of alice (the AI observes others by default)
+    real, lost = peer.create_observations, []
+
+    def reply_lost(items, **keys):
+        created = real(items, **keys)
+        if not lost:
+            lost.append(created)
+            raise DeadlineExceeded("Deadline Exceeded")  # the write landed, its reply did not
+        return created
+
+    peer.create_observations = reply_lost
+    first = memory.dispatch("peerlog_conclude", {"conclusion": "Alice is allergic to penicillin"})
+    assert first.startswith("error:") and "may have been saved" in first
+    second = json.loads(memory.dispatch("peerlog_conclude", {"conclusion": " Alice is allergic  to penicillin"}))
+    assert second["created"] == list(lost[0].observation_ids)  # the same write, answered again
+
+    def stored() -> list[str]:
+        return [o.content for o in memory.peer("bot").observations(target="alice")]
+
+    assert stored() == ["Alice is allergic to penicillin"]
+    # deleted (the person asked), then stated again: a new conclusion, not the deleted one's reply
+    memory.dispatch("peerlog_conclude", {"delete_id": second["created"][0]})
+    again = json.loads(memory.dispatch("peerlog_conclude", {"conclusion": "Alice is allergic to penicillin"}))
+    assert again["created"] != second["created"] and stored() == ["Alice is allergic to penicillin"]
+    assert memory.workspace().observation(again["created"][0]).deleted_at is None
 
 
 def test_with_dialectic_dynamic_the_models_level_reaches_chat_and_without_it_the_level_is_refused(
@@ -503,3 +588,21 @@ def test_peerlog_memory_status_shows_the_connection_and_the_resolved_settings(
     assert shown["settings"]["token"] == "***"
     api.stop()
     assert main(["status"]) == 1
+
+
+def test_peerlog_memory_status_on_a_fresh_setup_says_connected_and_that_the_workspace_is_not_created_yet(
+    api, settings, tmp_path, monkeypatch, capsys
+):
+    from peerlog_client.memory.cli import main
+
+    for var, value in {
+        "PEERLOG_TARGET": api.address,
+        "PEERLOG_TOKEN": admin_token(settings) or "",
+        "PEERLOG_WORKSPACE": "brand-new",
+        "PEERLOG_MEMORY_HOME": str(tmp_path),
+        "PEERLOG_MEMORY_GLOBAL": str(tmp_path / "none.json"),
+    }.items():
+        monkeypatch.setenv(var, value)
+    assert main(["status"]) == 0
+    connection = json.loads(capsys.readouterr().out)["connection"]
+    assert connection.startswith("ok") and "workspace not created yet" in connection

@@ -28,7 +28,7 @@ BASE = {"peerName": "me"}
         ({"pinUserPeer": True, "userPeerAliases": {"1": "alice"}}, Sender("1"), "me"),  # pin beats aliases
         ({"pinUserPeer": True}, Sender("helper", is_bot=True), "bot-helper"),  # a bot is never pinned
         ({"userPeerAliases": {"helper": "me"}}, Sender("helper", is_bot=True), "bot-helper"),
-        ({}, Sender("user@example.com"), "user-example-com"),  # made a valid id
+        ({}, Sender("user@example.com"), "user-example-com-b4c9a289323b"),  # made a valid id of its own
         ({}, Sender(""), "me"),
     ],
 )

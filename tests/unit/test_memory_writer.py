@@ -108,3 +108,19 @@ def test_a_batch_that_failed_transiently_is_retried_with_the_same_key_before_lat
     (first_key, first), (retry_key, retried), (_, later) = server.seen
     assert (retry_key, retried) == (first_key, first) == (first_key, ["one"])
     assert later == ["two"] and failures == [transient]
+
+
+@pytest.mark.parametrize(
+    "unsendable",
+    [UnicodeEncodeError("utf-8", "\ud83d", 0, 1, "surrogates not allowed"), TypeError("bad metadata value")],
+)
+def test_a_batch_that_cannot_be_built_into_a_request_is_dropped_not_retried_forever(unsendable, caplog):
+    server, failures = FailsFirst(unsendable), []
+    writer = Writer(server, background=False, on_failure=failures.append)
+    writer.add("s", [NewMessage("alice", "cannot be encoded")])
+    with caplog.at_level(logging.ERROR, logger="peerlog_client.memory"):
+        assert writer.flush(5) and writer.pending == 0
+    writer.add("s", [NewMessage("alice", "next")])
+    assert writer.flush(5) and writer.pending == 0
+    assert [texts for _, texts in server.seen] == [["cannot be encoded"], ["next"]]
+    assert failures == [unsendable] and "dropped 1 message(s)" in caplog.records[-1].getMessage()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from peerlog_client import Peerlog, PeerlogError
+from peerlog_client.errors import NotFound
 from peerlog_client.memory.config import ConfigError, MemoryConfig, load_config, local_path, save_local
 from peerlog_client.memory.identity import session_name
 
@@ -48,6 +49,9 @@ def status(config: MemoryConfig, args: argparse.Namespace) -> int:
         with Peerlog(config.resolved_target, token=config.resolved_token, timeout=config.timeout) as client:
             client.workspace(config.resolved_workspace, create=False)
         connection = f"ok ({(time.monotonic() - started) * 1000:.0f} ms)"
+    except NotFound:
+        # the server answered: a fresh setup, whose first turn creates the workspace
+        connection = f"ok ({(time.monotonic() - started) * 1000:.0f} ms): connected; workspace not created yet"
     except PeerlogError as error:
         connection = f"{type(error).__name__}: {error}"
     public = config.public()

@@ -13,9 +13,23 @@ from peerlog_client.memory.config import MemoryConfig
 _NOT_ID = re.compile(r"[^A-Za-z0-9_-]+")
 
 
+MAX_ID = 512
+HASH_CHARS = 12  # of the raw id's hash, appended to a peer id that cleaning changed
+
+
 def safe_id(text: str) -> str:
     """`text` as a server id: runs of other characters become '-', at most 512 characters."""
-    return _NOT_ID.sub("-", text).strip("-")[:512] or "default"
+    return _NOT_ID.sub("-", text).strip("-")[:MAX_ID] or "default"
+
+
+def distinct_id(text: str) -> str:
+    """`text` as a peer id of its own: as it is when already clean, else cleaned plus a hash of it, so
+    that two ids that clean alike ("ada.smith@x.com", "ada@smith.x.com"; "-1", "1") stay two peers."""
+    cleaned = safe_id(text)
+    if cleaned == text:
+        return text  # existing peers keep their ids
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
+    return f"{cleaned[: MAX_ID - HASH_CHARS - 1]}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -33,7 +47,7 @@ def user_peer(config: MemoryConfig, sender: Sender | None = None) -> str:
     runtimePeerPrefix + id, the raw id, peerName. A bot is never pinned nor aliased: it is its own peer."""
     runtime_id = sender.runtime_id if sender else None
     if sender and sender.is_bot and runtime_id:
-        return safe_id(f"bot-{runtime_id}")
+        return distinct_id(f"bot-{runtime_id}")
     if not runtime_id:
         return config.peer_name
     if config.pin_user_peer:
@@ -41,8 +55,8 @@ def user_peer(config: MemoryConfig, sender: Sender | None = None) -> str:
     if runtime_id in config.user_peer_aliases:
         return config.user_peer_aliases[runtime_id]
     if config.runtime_peer_prefix:
-        return safe_id(f"{config.runtime_peer_prefix}{runtime_id}")
-    return safe_id(runtime_id)
+        return distinct_id(f"{config.runtime_peer_prefix}{runtime_id}")
+    return distinct_id(runtime_id)
 
 
 def display_name(config: MemoryConfig, peer_id: str, sender: Sender | None = None) -> str | None:

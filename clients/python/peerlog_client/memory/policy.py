@@ -94,6 +94,18 @@ def assemble(base: str, dialectic: str, config: MemoryConfig) -> str:
     return text
 
 
+def storable(text: str) -> str:
+    """`text` as the server can store it: NUL removed, a lone surrogate (text cut mid-emoji) made U+FFFD."""
+    # a NUL is refused, and a lone surrogate cannot be encoded at all: either would cost the whole batch
+    text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # through UTF-16, a surrogate pair joins back into its character and a lone half becomes U+FFFD
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 def chunks(text: str, max_chars: int) -> list[str]:
     """`text` split into ordered pieces of at most `max_chars` that join back to it exactly; a piece
     ends after whitespace where there is any in its second half."""

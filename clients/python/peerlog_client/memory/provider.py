@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from peerlog_client import MemberSpec, Peerlog
 from peerlog_client._sync import Peer, Session, Workspace
-from peerlog_client.errors import InvalidArgument
+from peerlog_client.errors import FailedPrecondition, InvalidArgument
 from peerlog_client.memory import policy
 from peerlog_client.memory.config import MemoryConfig, PeerFlags
 from peerlog_client.memory.identity import Sender, a2a_session, display_name, session_name, user_peer
@@ -123,14 +123,17 @@ class MemoryProvider:
             turn = self.stats.turns
             self._turn_sender = sender
         user = user_peer(self.config, sender)
+        session_id = self._session_id(user, sender)
         layers = self._layers.setdefault(user, _Layers())
         due = policy.due(self.config, turn, layers.base_turn, layers.dialectic_turn)
         started = time.monotonic()
         deadline = started + self.config.timeout
         if due.base:
-            self._refresh(layers, "base", turn, self._bounded("context", lambda: self._base_layer(user), deadline))
+            base = self._bounded("context", lambda: self._base_layer(user, session_id), deadline)
+            self._refresh(layers, "base", turn, base)
         if due.dialectic:
-            self._refresh(layers, "dialectic", turn, self._dialectic_for_turn(user, user_message, turn, deadline))
+            dialectic = self._dialectic_for_turn(user, user_message, turn, deadline, session_id)
+            self._refresh(layers, "dialectic", turn, dialectic)
         self._turn_spent = time.monotonic() - started
         return policy.assemble(layers.base, layers.dialectic, self.config)
 
@@ -143,9 +146,9 @@ class MemoryProvider:
             return  # not saved; or a bot's turn, which without a2aSessions is left out entirely
         user = user_peer(self.config, sender)
         self._want_names(user, sender)
-        session = a2a_session(user) if sender and sender.is_bot else self.session_id
         self.writer.add(
-            session, [*self._chunked(user, user_message), *self._chunked(self.config.ai_peer, assistant_message)]
+            self._session_id(user, sender),
+            [*self._chunked(user, user_message), *self._chunked(self.config.ai_peer, assistant_message)],
         )
         frequency = self.config.write_frequency
         self._turns_unwritten += 1
@@ -247,14 +250,17 @@ class MemoryProvider:
 
     def current_session(self) -> Session:
         user = self.current_user()
-        bot = self._turn_sender is not None and self._turn_sender.is_bot
-        return self._session_for(user, a2a_session(user) if bot else None)
+        return self._session_for(user, self._session_id(user, self._turn_sender))
+
+    def _session_id(self, user: str, sender: Sender | None) -> str:
+        """The session a turn from `sender` belongs to: another bot's own, never the human's."""
+        return a2a_session(user) if sender and sender.is_bot else self.session_id
 
     # --- the layers ----------------------------------------------------------------------------
 
-    def _base_layer(self, user: str) -> str:
+    def _base_layer(self, user: str, session_id: str | None = None) -> str:
         """Session summary, what is known about the user and their card, the AI's self-model and card."""
-        session = self._session_for(user)
+        session = self._session_for(user, session_id)
         ctx = session.context(tokens=(self.config.context_tokens or 2000), observer=self.observer_of(user), target=user)
         ai = self.peer(self.config.ai_peer)
         self_model, card = ai.representation(), ai.card()
@@ -268,13 +274,21 @@ class MemoryProvider:
         return "\n\n".join(f"# {title}\n{body.strip()}" for title, body in sections if body.strip())
 
     def dialectic(
-        self, user: str, query: str, level: str, depth: int, warm: bool, deadline: float | None = None
+        self,
+        user: str,
+        query: str,
+        level: str,
+        depth: int,
+        warm: bool,
+        deadline: float | None = None,
+        session_id: str | None = None,
     ) -> str:
         """Ask peerlog's dialectic in up to `depth` passes (assessment, self-audit, reconciliation),
-        stopping early after a pass with strong signal; the last answer."""
+        stopping early after a pass with strong signal; the last answer. session_id: the turn's session
+        (None: this provider's)."""
         answers: list[str] = []
         observer = self.peer(self.observer_of(user))
-        session = self._session_for(user)
+        session = self._session_for(user, session_id)
         for index, pass_level in enumerate(policy.pass_levels(depth, level, self.config.dialectic_depth_levels)):
             prompt = policy.first_prompt(warm, query) if index == 0 else policy.next_prompt(answers)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.001)
@@ -307,7 +321,7 @@ class MemoryProvider:
             self._deadline(),
         )
 
-    def _dialectic_for_turn(self, user: str, query: str, turn: int, deadline: float) -> str | None:
+    def _dialectic_for_turn(self, user: str, query: str, turn: int, deadline: float, session_id: str) -> str | None:
         layers = self._layers[user]
         level = policy.query_level(
             self.config.dialectic_reasoning_level,
@@ -315,18 +329,21 @@ class MemoryProvider:
             self.config.reasoning_level_cap,
             self.config.reasoning_heuristic,
         )
-        if turn == 1 and self._prewarm is not None and user == self.config.peer_name:
+        if turn == 1 and self._prewarm is not None and user == self.config.peer_name and session_id == self.session_id:
             if self._prewarm.done() and self._prewarm.result():
                 self.stats.prewarm_handed_over = True
                 return self._prewarm.result()
             # the prewarm has not landed: one bounded pass now instead of waiting for it
             self.stats.sync_fallbacks += 1
             return self._bounded(
-                "dialectic", lambda: self.dialectic(user, query, level, 1, bool(layers.base), deadline), deadline
+                "dialectic",
+                lambda: self.dialectic(user, query, level, 1, bool(layers.base), deadline, session_id),
+                deadline,
             )
+        depth = self.config.dialectic_depth
         return self._bounded(
             "dialectic",
-            lambda: self.dialectic(user, query, level, self.config.dialectic_depth, bool(layers.base), deadline),
+            lambda: self.dialectic(user, query, level, depth, bool(layers.base), deadline, session_id),
             deadline,
         )
 
@@ -342,8 +359,10 @@ class MemoryProvider:
 
     def _chunked(self, peer_id: str, text: str) -> list[NewMessage]:
         """A message as ordered chunks of at most messageMaxChars, each tagged with its place; none for
-        blank text."""
-        # the server refuses blank content, and the refusal would take the batch's other messages with it
+        blank text. A NUL is left out and a lone surrogate becomes U+FFFD (policy.storable)."""
+        # the server refuses blank content or a NUL, and the refusal would take the batch's other messages
+        # with it; a lone surrogate cannot even be encoded, and would hold back every later batch
+        text = policy.storable(text)
         pieces = [piece for piece in policy.chunks(text, self.config.message_max_chars) if piece.strip()]
         if len(pieces) == 1:
             return [NewMessage(peer_id, pieces[0])]
@@ -356,27 +375,42 @@ class MemoryProvider:
             for peer_id in (user, self.config.ai_peer):
                 name = display_name(self.config, peer_id, sender)
                 if name:
-                    self._names[peer_id] = name
+                    self._names[peer_id] = policy.storable(name)
 
     def _give_name(self, peer_id: str) -> None:
         """Give the peer the display name its turns want, before they are sent (they carry it), once; a
-        name the server refuses (no letter or digit, say) is logged and the turns go unnamed."""
+        name the server refuses (no letter or digit, say) is logged and the turns go unnamed. Any other
+        failure raises, and the send is retried, name first."""
         with self._lock:
             name = self._names.get(peer_id)
             if not name or self._named.get(peer_id) == name:
                 return
-            self._named[peer_id] = name
         peer = self.peer(peer_id)
         if peer.info.metadata.get("name") != name:
             try:
                 peer.set_metadata({**peer.info.metadata, "name": name})
             except InvalidArgument as error:
-                self._failed("name", error)
+                self._failed("name", error)  # refused for good: asking again would be refused again
+        with self._lock:
+            # only now: a name lost to a transient failure is asked for again with the retried send
+            self._named[peer_id] = name
 
     def _send(self, session_id: str, messages: list[NewMessage], key: str) -> None:
         authors = sorted({m.peer_id for m in messages})
         for author in authors:
             self._give_name(author)
+        try:
+            self._append(session_id, authors, messages, key)
+        except FailedPrecondition as error:
+            if "not members" not in str(error):
+                raise
+            # an author was removed elsewhere since the session was read: read it again, which adds the
+            # authors back, and make the same write once more (same key: it cannot land twice)
+            with self._lock:
+                self._sessions.pop(session_id, None)
+            self._append(session_id, authors, messages, key)
+
+    def _append(self, session_id: str, authors: list[str], messages: list[NewMessage], key: str) -> None:
         session = None
         for author in (a for a in authors if a != self.config.ai_peer):
             session = self._session_for(author, session_id)  # each author must be a member

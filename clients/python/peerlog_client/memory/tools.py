@@ -3,6 +3,7 @@ handler. `schemas(config, "openai" | "anthropic")` for the model, `dispatch(prov
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from peerlog_client.errors import PeerlogError
+from peerlog_client.errors import DeadlineExceeded, PeerlogError, Unavailable
 from peerlog_client.memory import policy
 from peerlog_client.memory.config import Level, MemoryConfig
+from peerlog_client.memory.provider import MemoryUnavailable
 
 if TYPE_CHECKING:
     from peerlog_client.memory.provider import MemoryProvider
@@ -89,8 +91,8 @@ def _profile(p: MemoryProvider, a: ProfileArgs) -> Any:
 
 
 def _search(p: MemoryProvider, a: SearchArgs) -> Any:
-    user = p.current_user()
-    hits = p.workspace().search(a.query, perspective=p.observer_of(user), limit=a.limit, rerank=p.config.rerank_search)
+    # the user's perspective, not the AI's: the AI was in every user's sessions, this user only in their own
+    hits = p.workspace().search(a.query, perspective=p.current_user(), limit=a.limit, rerank=p.config.rerank_search)
     return [
         {
             "session": h.message.session_id,
@@ -116,11 +118,21 @@ def _context(p: MemoryProvider, a: ContextArgs) -> Any:
         "summary": ctx.summary,
         "representation": ctx.representation,
         "card": list(ctx.peer_card),
-        "relevant_messages": [
-            {**_author(r), "session": r.session_id, "content": r.content} for r in ctx.relevant_messages
-        ],
+        "relevant_messages": _relevant(p, user, a.search_query, len(ctx.relevant_messages)),
         "recent_messages": [{**_author(m), "content": m.content} for m in ctx.messages],
     }
+
+
+MAX_RELEVANT = 100  # the search's limit on results
+
+
+def _relevant(p: MemoryProvider, user: str, query: str, room: int) -> list[dict[str, Any]]:
+    """The past messages most relevant to `query` that `user` saw, as many as the context had room for."""
+    # the context's own are those the observer (the AI, in every user's sessions) saw: searched again
+    if not query.strip() or not room:
+        return []
+    hits = p.workspace().search(query, perspective=user, limit=min(room, MAX_RELEVANT))
+    return [{**_author(h.message), "session": h.message.session_id, "content": h.message.content} for h in hits]
 
 
 def _author(message: Any) -> dict[str, str]:
@@ -149,8 +161,22 @@ def _conclude(p: MemoryProvider, a: ConcludeArgs) -> Any:
             raise ValueError(f"{a.delete_id} is not a conclusion about {user}; nothing deleted")
         p.workspace().delete_observation(a.delete_id, "deleted through peerlog_conclude")
         return {"deleted": a.delete_id}
-    created = p.peer(observer).create_observations([a.conclusion], target=user)
-    return {"created": list(created.observation_ids)}
+    text = " ".join(policy.storable(a.conclusion).split())
+    key = conclusion_key(observer, user, text)
+    while True:
+        # the same conclusion is the same write: a retry of one whose reply was lost does not store it twice
+        created = p.peer(observer).create_observations([text], target=user, idempotency_key=key)
+        first = created.observation_ids[0]
+        if p.workspace().observation(first).deleted_at is None:
+            return {"created": list(created.observation_ids)}
+        key = conclusion_key(observer, user, text, deleted=first)  # concluded again after its deletion
+
+
+def conclusion_key(observer: str, target: str, text: str, deleted: str = "") -> str:
+    """The idempotency key of concluding `text` about `target`: one per conclusion, and a new one once the
+    conclusion it last stored (`deleted`) was deleted."""
+    raw = "\x1f".join((observer, target, text, deleted))
+    return "conclude-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -159,6 +185,7 @@ class Tool:
     description: str
     args: type[_Args]
     handler: Callable[[MemoryProvider, Any], Any]
+    writes: bool = False  # a call may change memory: an unanswered one may have done so
 
 
 TOOLS: dict[str, Tool] = {
@@ -170,6 +197,7 @@ TOOLS: dict[str, Tool] = {
             "it by passing every entry in `card`.",
             ProfileArgs,
             _profile,
+            writes=True,
         ),
         Tool(
             "peerlog_search",
@@ -197,6 +225,7 @@ TOOLS: dict[str, Tool] = {
             "id (`delete_id`), e.g. personal data the person asked to forget.",
             ConcludeArgs,
             _conclude,
+            writes=True,
         ),
     )
 }
@@ -239,8 +268,9 @@ def run(provider: MemoryProvider, name: str, args: dict[str, Any] | str | None) 
     if provider.config.recall_mode == "context":
         raise ValueError("memory tools are off in context mode")
     tool = TOOLS[name]
-    raw = json.loads(args) if isinstance(args, str) else (args or {})
-    parsed = _args_model(tool, provider.config).model_validate(raw)
+    if isinstance(args, str):  # "" is what some models send for a tool without arguments
+        args = json.loads(args) if args.strip() else None
+    parsed = _args_model(tool, provider.config).model_validate({} if args is None else args)
 
     def work() -> Any:
         provider.current_session()  # created on the first tool call unless initOnSessionStart made it
@@ -258,7 +288,14 @@ def dispatch(provider: MemoryProvider, name: str, args: dict[str, Any] | str | N
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors())
         return f"error: invalid arguments for {name}: {problems}"
     except (ValueError, RefusedDuringBotTurn, PeerlogError) as error:
-        return f"error: {error}"
+        return f"error: {error}{_maybe_written(name, error)}"
     except Exception as error:  # noqa: BLE001 - MemoryUnavailable, and whatever else: the turn goes on
         provider.stats.failures[name] += 1
-        return f"error: peerlog memory is unavailable ({error})"
+        return f"error: peerlog memory is unavailable ({error}){_maybe_written(name, error)}"
+
+
+def _maybe_written(name: str, error: Exception) -> str:
+    """For a write left unanswered (it may have landed all the same): what the model should know."""
+    if name in TOOLS and TOOLS[name].writes and isinstance(error, MemoryUnavailable | DeadlineExceeded | Unavailable):
+        return "; it may have been saved all the same: calling again with the same arguments does not save it twice"
+    return ""

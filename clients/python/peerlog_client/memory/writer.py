@@ -43,8 +43,9 @@ class Writer:
 
     A send that timed out may still have landed, so a failed batch is kept as it was, key and all, until
     it is acknowledged: the retry is then the same write, and the server answers it without appending twice.
-    A batch the server refused for good (INVALID_ARGUMENT, PERMISSION_DENIED, ...) is logged and dropped:
-    kept, it would be refused again forever and hold back every batch queued after it."""
+    A batch the server refused for good (INVALID_ARGUMENT, PERMISSION_DENIED, ...), or that could not be
+    turned into a request (ValueError, TypeError), is logged and dropped: kept, it would fail again forever
+    and hold back every batch queued after it."""
 
     def __init__(
         self,
@@ -137,10 +138,18 @@ class Writer:
         return done
 
 
+# raised while the request is built, before anything is sent (a lone surrogate, a value of the wrong
+# type): the same messages would fail the same way every time
+UNSENDABLE = (ValueError, TypeError)  # UnicodeError is a ValueError
+
+
 def refused_for_good(error: Exception) -> bool:
-    """True when the server answered with a status that a retry of the same write cannot change."""
+    """True when the server answered with a status that a retry of the same write cannot change, or the
+    request could not even be built."""
     # anything else (a transient status, a timeout or broken connection below the client) may still mend
-    return isinstance(error, PeerlogError) and not isinstance(error, TRANSIENT)
+    if isinstance(error, PeerlogError):
+        return not isinstance(error, TRANSIENT)
+    return isinstance(error, UNSENDABLE)
 
 
 def _log_dropped(batch: Batch, error: Exception) -> None:
