@@ -260,9 +260,11 @@ async def premises_of(conn: AsyncConnection, workspace_id: str, observation_ids:
 
 
 async def premise_rows(
-    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]
+    conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str], as_of: datetime | None = None
 ) -> dict[str, list[RowMapping]]:
-    """Each observation's premises (observation_id, level, content), oldest first, by observation id."""
+    """Each observation's live premises (observation_id, level, content), oldest first, by observation id:
+    a premise deleted or superseded (by `as_of`, None: now) is not shown, as Chat's reasoning chain does
+    not show it: its text was withdrawn and must not reach an agent as support."""
     if not observation_ids:
         return {}
     p, o = premises.c, observations.c
@@ -270,6 +272,7 @@ async def premise_rows(
         select(p.observation_id.label("concluded_id"), o.observation_id, o.level, o.content)
         .join(observations, (o.workspace_id == p.workspace_id) & (o.observation_id == p.premise_id))
         .where(p.workspace_id == workspace_id, p.observation_id.in_(list(observation_ids)))
+        .where(*_live_at(o, as_of))
         .order_by(p.observation_id, o.created_at, o.observation_id)
     )
     out: dict[str, list[RowMapping]] = {}
@@ -385,3 +388,13 @@ async def working_set(
         "recent_n": slices.recent,
     }
     return (await conn.execute(stmt, values)).mappings().all()
+
+
+def _live_at(o, as_of: datetime | None) -> list:
+    """Conditions on observation columns `o`: not deleted and not superseded by `as_of` (None: now)."""
+    if as_of is None:
+        return [o.deleted_at.is_(None), o.superseded_by.is_(None)]
+    return [
+        o.deleted_at.is_(None) | (o.deleted_at > as_of),
+        o.superseded_at.is_(None) | (o.superseded_at > as_of),
+    ]

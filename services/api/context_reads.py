@@ -118,7 +118,7 @@ async def _ranked(
     rows = await observation_reads.working_set(conn, where, slices, vector)
     kept = list(_dedup(rows))[:n]
     premises = await observation_reads.premise_rows(
-        conn, q.workspace_id, [r["observation_id"] for r in kept if r["level"] != "explicit"]
+        conn, q.workspace_id, [r["observation_id"] for r in kept if r["level"] != "explicit"], q.as_of
     )
     return [_obs(r, premises.get(r["observation_id"], ())) for r in kept]
 
@@ -148,6 +148,7 @@ async def _relevant(
         as_of=q.as_of,
         limit=relevant_candidates(room),
     )
+    hits = await _one_per_turn(conn, q, await search_messages(conn, search))
     return [
         Relevant(
             r["message_id"],
@@ -158,8 +159,20 @@ async def _relevant(
             r["score"],
             r["author_name"] or "",
         )
-        for r in await search_messages(conn, search)
+        for r in hits
     ]
+
+
+async def _one_per_turn(conn: AsyncConnection, q: ContextQuery, hits: list) -> list:
+    """`hits` with a turn and its CloneSession copies counted once, at the best one's place: the copy in the
+    session read if there is one (the recent window then does not repeat it), else the best."""
+    origins = await message_reads.origins(conn, q.workspace_id, [h["message_id"] for h in hits]) if hits else {}
+    kept: dict[str, dict] = {}
+    for h in hits:  # best first
+        first = origins[h["message_id"]]["origin_message_id"] if h["message_id"] in origins else h["message_id"]
+        if first not in kept or (h["session_id"] == q.session_id != kept[first]["session_id"]):
+            kept[first] = h
+    return list(kept.values())
 
 
 async def _card_on(ctx: ApiDeps, conn: AsyncConnection, q: ContextQuery) -> bool:
@@ -177,7 +190,8 @@ async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
     async with ctx.snapshot() as conn, ctx.embedding(await search_text(conn, q.workspace_id, q.search_query)) as vector:
         await _check_scope(conn, q, observer, target, [q.session_id])
         allowed = await recall_sessions(conn, q.workspace_id, q.scope_id, q.session_ids, q.as_of)
-        if observer and await _card_on(ctx, conn, q):
+        # a card is not tied to sessions: under an allowlist or a scope it could tell what those exclude
+        if observer and allowed is None and await _card_on(ctx, conn, q):
             row = await peer_reads.peer_card(conn, q.workspace_id, observer, target, q.as_of)
             card = list(row["entries"]) if row else []
         summaries = await session_reads.latest_summaries(conn, q.workspace_id, q.session_id, q.as_of)
@@ -208,11 +222,19 @@ async def _with_recent(
         rows += read
         lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"], r["author_name"] or "") for r in rows]
         packed = pack_messages(fixed, lines, count_tokens, relevant)
-        shown = {r.message_id for r in packed.relevant}
-        every_one_fit = len(packed.messages) == sum(line.message_id not in shown for line in lines)
-        if not every_one_fit or len(read) < wanted or limit >= MAX_MESSAGES_SCANNED:
+        if not _window_open(packed, lines) or len(read) < wanted or limit >= MAX_MESSAGES_SCANNED:
             return packed
         limit = min(MAX_MESSAGES_SCANNED, limit * 4)
+
+
+def _window_open(packed: Packed, newest_first: list[RecentMessage]) -> bool:
+    """Whether every turn read fit, so older ones might too: newest turns too long for the room, skipped
+    before the window starts (pack_messages), do not close it."""
+    shown = {r.message_id for r in packed.relevant}
+    candidates = [line.message_id for line in newest_first if line.message_id not in shown]
+    newest_packed = packed.messages[-1].message_id if packed.messages else None  # packed oldest first
+    skipped = candidates.index(newest_packed) if newest_packed is not None else len(candidates)
+    return skipped + len(packed.messages) == len(candidates)
 
 
 async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> list[Obs]:

@@ -218,3 +218,72 @@ async def test_a_time_named_as_of_the_latest_date_a_timestamp_holds_is_searched_
         consistency={"consistency_token": token},
     )
     assert out.relevant_messages and out.tokens.total <= 2000
+
+
+PIXEL = "I adopted a greyhound named Pixel last spring"
+
+
+async def test_a_turn_and_its_clone_copy_are_packed_once(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    turns = [("alice", "hello there"), ("bob", PIXEL), ("alice", "nice, how is she?"), ("bob", "she runs a lot")]
+    sent = await c.add("w", "s", turns)
+    copied = await c.sessions.CloneSession(
+        sessions_pb2.CloneSessionRequest(
+            workspace_id="w",
+            session_id="s",
+            new_session_id="c1",
+            consistency={"consistency_token": sent.consistency_token},
+        )
+    )
+    for session in ("c1", "s"):
+        out = await ask(
+            channel,
+            workspace_id="w",
+            session_id=session,
+            token_budget=3000,
+            observer_id="alice",
+            target_id="bob",
+            search_query="greyhound Pixel",
+            consistency={"consistency_token": copied.consistency_token},
+        )
+        shown = [m.content for m in out.relevant_messages] + [m.content for m in out.messages]
+        assert shown.count(PIXEL) == 1, (session, shown)
+
+
+async def test_no_peer_card_under_a_scope_or_an_allowlist_and_no_withdrawn_premise_anywhere(channel, settings):
+    from peerlog.v1 import scopes_pb2, scopes_pb2_grpc
+    from services.events import Level
+    from tests.support.observations import append, derived
+
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await c.session("w", "other", members=["alice", "bob"])
+    made = await c.create_observations("w", "alice", "bob", ["Bob lives in Oslo (WRONG)", "Bob earns 90k"])
+    oslo = made.observation_ids[0]
+    await c.all_observations("w", "alice", "bob", made.consistency_token)
+    await c.all_observations(
+        "w", "alice", "bob", append(settings, [derived("norway", Level.DEDUCTIVE, "Bob lives in Norway", [oslo])])
+    )
+    await c.peers.SetPeerCard(
+        peers_pb2.SetPeerCardRequest(
+            workspace_id="w", observer_id="alice", observed_id="bob", entries=["ATTRIBUTE: earns 90k"]
+        )
+    )
+    await c.delete_observation("w", oslo, "the user said this is false")
+    scope = await scopes_pb2_grpc.ScopeServiceStub(channel).CreateScope(
+        scopes_pb2.CreateScopeRequest(workspace_id="w", scope_id="empty")
+    )
+    token = {"consistency_token": scope.consistency_token}
+    everything = await ask(
+        channel, workspace_id="w", session_id="s", observer_id="alice", target_id="bob", consistency=token
+    )
+    assert list(everything.peer_card) == ["ATTRIBUTE: earns 90k"]
+    assert "Bob lives in Norway" in everything.representation and "WRONG" not in everything.representation
+    representation = await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(
+        context_pb2.GetRepresentationRequest(workspace_id="w", observer_id="alice", target_id="bob")
+    )
+    assert "WRONG" not in representation.markdown
+    for narrowed in ({"scope_id": "empty"}, {"session_ids": ["other"]}):
+        out = await ask(channel, workspace_id="w", session_id="other", observer_id="alice", target_id="bob", **narrowed)
+        assert list(out.peer_card) == [] and list(out.observations) == [], narrowed

@@ -205,3 +205,26 @@ def test_the_relevant_search_asks_for_no_more_candidates_than_the_room_left_coul
     crowded = fit_fixed(2000, ranked, [], "", "", count_tokens)
     assert crowded.relevant_room < 300 and relevant_candidates(crowded.relevant_room) == 10
     assert relevant_candidates(fit_fixed(100_000, [], [], "", "", count_tokens).relevant_room) == 100
+
+
+def test_a_newest_turn_too_long_for_the_room_does_not_stop_older_turns_filling_it(monkeypatch):
+    import asyncio
+
+    from projections import message_reads
+    from services.api import context_reads
+    from services.api.packing import fit_fixed
+
+    rows = [{"seq": 1001, "message_id": "m1001", "peer_id": "bob", "content": "word " * 5000, "author_name": ""}]
+    rows += [
+        {"seq": s, "message_id": f"m{s}", "peer_id": "bob", "content": f"ok {s}", "author_name": ""}
+        for s in range(1000, 0, -1)
+    ]
+
+    async def list_messages(conn, w, s, older_than, limit, reverse, perspective_id="", as_of=None):
+        return [r for r in rows if older_than is None or r["seq"] < older_than][:limit]
+
+    monkeypatch.setattr(message_reads, "list_messages", list_messages)
+    fixed = fit_fixed(1000, [], [], "", "", count_tokens)
+    q = context_reads.ContextQuery(workspace_id="w", session_id="s", token_budget=1000)
+    packed = asyncio.run(context_reads._with_recent(None, q, "", fixed, []))
+    assert packed.tokens["messages"] > 900 and packed.messages[-1].message_id == "m1000"
