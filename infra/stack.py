@@ -84,7 +84,11 @@ def load_state(root: Path) -> StackState:
 
 
 def _save(state: StackState) -> None:
-    _state_file(Path(state.root)).write_text(json.dumps(asdict(state), indent=2))
+    # it holds the HS256 secret that mints admin tokens: readable by its owner only, from the first byte
+    fd = os.open(_state_file(Path(state.root)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # also a file an earlier version wrote world-readable
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps(asdict(state), indent=2))
 
 
 def _spawn(state: StackState, name: str) -> int:

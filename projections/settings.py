@@ -43,6 +43,7 @@ class ProjectorSettings(BaseSettings):
     metrics_port: int = Field(
         0,
         ge=0,
+        le=65535,
         description="serve Prometheus metrics (lag per topic, derivations, dreams, dead letters) on this port (0: off)",
     )
     metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds (no authentication)")

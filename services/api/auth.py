@@ -4,6 +4,7 @@ against the one table (access.RULES) before any servicer runs. Health and reflec
 from __future__ import annotations
 
 import inspect
+import logging
 from contextvars import ContextVar
 
 import grpc
@@ -21,6 +22,7 @@ OPEN_SERVICES = frozenset(
     }
 )
 _grant: ContextVar[Grant | None] = ContextVar("peerlog_grant", default=None)
+log = logging.getLogger(__name__)
 
 
 def visible_workspaces() -> frozenset[str] | None:
@@ -71,6 +73,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             grant, unauthenticated = self.verifier.grant(bearer(details.invocation_metadata)), None
         except Unauthenticated as exc:
             grant, unauthenticated = None, str(exc)
+        except Exception:  # a token no check foresaw is refused as one, never UNKNOWN with library internals
+            log.exception("verifying a token failed unexpectedly")
+            grant, unauthenticated = None, "the token could not be verified"
 
         async def admit(request, context: grpc.aio.ServicerContext) -> None:
             if unauthenticated is not None:

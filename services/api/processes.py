@@ -27,17 +27,20 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Coroutine
 from typing import Any
 
 import uvloop
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from pydantic import SecretStr
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from services import logs
-from services.api.server import create_schemas, serve
+from services.api.server import create_schemas, serve, serve_metrics, tls_credentials, verifier
 from services.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -61,7 +64,11 @@ def _child(parent: int, number: int) -> None:
     if settings.api.instance_id:  # each process its own, the same after a restart
         api = settings.api.model_copy(update={"instance_id": f"{settings.api.instance_id}.{number}"})
         settings = settings.model_copy(update={"api": api})
-    run_loop(serve(settings, metrics=False, advise=number == 0), settings)
+    try:
+        run_loop(serve(settings, metrics=False, advise=number == 0), settings)
+    except ValueError as err:  # what the supervisor could not check before (a taken port): one line, not a traceback
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def run_loop(main: Coroutine[Any, Any, None], settings: Settings) -> None:
@@ -98,7 +105,7 @@ def _serve_summed_metrics(settings: Settings) -> str:
     if settings.api.metrics_port:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)
-        start_http_server(settings.api.metrics_port, addr=settings.api.metrics_host, registry=registry)
+        serve_metrics(settings.api, registry)
     return directory
 
 
@@ -112,8 +119,35 @@ def _shared_cursor_key(settings: Settings) -> Settings:
     return settings.model_copy(update={"api": settings.api.model_copy(update={"cursor_key": SecretStr(key)})})
 
 
+DRIVER = "postgresql+psycopg"  # projections.db's engines, sync and asyncio, both talk psycopg 3
+
+
+def _check_database_url(url: str) -> None:
+    try:
+        driver = make_url(url).drivername
+    except ArgumentError:
+        driver = None  # the message must not repeat the URL: it may hold a password
+    if driver != DRIVER:
+        said = f"starts with {driver}://" if driver else "is no database URL"
+        raise ValueError(
+            f"PEERLOG_DATABASE_URL {said}; peerlog reaches Postgres through psycopg 3: "
+            f"{DRIVER}://user:password@host:5432/database"
+        )
+
+
+def check(settings: Settings) -> None:
+    """Refuse, before anything starts, what would fail in every server process (ValueError saying what to
+    set): the database URL's driver, the token key, the TLS files. A child's traceback would say it once per
+    process, after the supervisor had already started."""
+    _check_database_url(settings.database.url)
+    if settings.auth.enabled:
+        verifier(settings.auth)
+    tls_credentials(settings.api)
+
+
 def run(settings: Settings) -> None:
     """Serve with `settings.api.processes` processes until SIGTERM/SIGINT."""
+    check(settings)
     if settings.api.processes == 1:
         run_loop(serve(settings), settings)
         return

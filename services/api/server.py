@@ -10,9 +10,12 @@ import threading
 from dataclasses import dataclass, field
 
 import grpc
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_private_key
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from sqlalchemy.exc import SQLAlchemyError
 
 from peerlog.v1 import (
@@ -144,9 +147,12 @@ def _register(
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(ctx), server)
     dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(DialecticServicer(ctx), server)
     configuration_pb2_grpc.add_ConfigurationServiceServicer_to_server(ConfigurationServicer(ctx), server)
-    events_pb2_grpc.add_EventServiceServicer_to_server(EventServicer(ctx, settings.api.max_subscriptions), server)
+    events_pb2_grpc.add_EventServiceServicer_to_server(
+        EventServicer(ctx, settings.api.max_subscriptions, settings.api.max_subscriptions_per_workspace), server
+    )
     webhooks_pb2_grpc.add_WebhookServiceServicer_to_server(
-        WebhookServicer(ctx, webhooks, settings.webhook.allow_private_targets), server
+        WebhookServicer(ctx, webhooks, settings.webhook.allow_private_targets, settings.webhook.max_per_workspace),
+        server,
     )
     scopes_pb2_grpc.add_ScopeServiceServicer_to_server(ScopeServicer(ctx), server)
     checker = health.aio.HealthServicer()
@@ -200,11 +206,15 @@ def _interceptors(auth: AuthSettings) -> list[grpc.aio.ServerInterceptor]:
     if not auth.enabled:
         log.warning("PEERLOG_AUTH=off: the API serves every call without a token, to anyone who reaches the port")
         return [TelemetryInterceptor(), ErrorInterceptor()]
+    return [TelemetryInterceptor(), AuthInterceptor(verifier(auth)), ErrorInterceptor()]
+
+
+def verifier(auth: AuthSettings) -> Verifier:
+    """The token verifier; ValueError saying what to set when the key is missing, unusable or weak."""
     try:
-        verifier = Verifier(auth)
+        return Verifier(auth)
     except ValueError as err:
         raise ValueError(f"{err}; or set PEERLOG_AUTH=off to serve without authentication") from None
-    return [TelemetryInterceptor(), AuthInterceptor(verifier), ErrorInterceptor()]
 
 
 def _read_pem(path) -> bytes:
@@ -214,22 +224,81 @@ def _read_pem(path) -> bytes:
         raise ValueError(f"cannot read {path}: {err.strerror}") from None
 
 
-def _listen(server: grpc.aio.Server, api: ApiSettings) -> int:
-    """Bind the port: TLS (mutual with a client CA) when a certificate is set, else plaintext."""
-    address = f"{api.host}:{api.port}"
+def _certificates(pem: bytes, setting: str, path) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        raise ValueError(f"{setting} {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----)") from None
+
+
+def _check_tls(api: ApiSettings, cert: bytes, key: bytes, ca: bytes | None) -> None:
+    """ValueError naming the setting when a TLS file is not what it should be: gRPC would only say
+    "Failed to bind"."""
+    chain = _certificates(cert, "PEERLOG_API_TLS_CERT", api.tls_cert)
+    if ca is not None:
+        _certificates(ca, "PEERLOG_API_TLS_CLIENT_CA", api.tls_client_ca)
+    try:
+        private = load_pem_private_key(key, password=None)
+    except TypeError:
+        raise ValueError(
+            f"PEERLOG_API_TLS_KEY {api.tls_key} is encrypted; give the server an unencrypted key"
+        ) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise ValueError(f"PEERLOG_API_TLS_KEY {api.tls_key} holds no PEM private key") from None
+    spki = (Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    if private.public_key().public_bytes(*spki) != chain[0].public_key().public_bytes(*spki):
+        raise ValueError(
+            f"PEERLOG_API_TLS_KEY {api.tls_key} is not the key of the certificate in PEERLOG_API_TLS_CERT "
+            f"{api.tls_cert} (the first one there must be the server's own)"
+        )
+
+
+def tls_credentials(api: ApiSettings) -> grpc.ServerCredentials | None:
+    """The server's TLS credentials (mutual with a client CA), checked; None: plaintext."""
     if api.tls_cert is None:
-        return server.add_insecure_port(address)
+        return None
+    cert, key = _read_pem(api.tls_cert), _read_pem(api.tls_key)
     ca = _read_pem(api.tls_client_ca) if api.tls_client_ca else None
-    credentials = grpc.ssl_server_credentials(
-        [(_read_pem(api.tls_key), _read_pem(api.tls_cert))], root_certificates=ca, require_client_auth=ca is not None
-    )
-    return server.add_secure_port(address, credentials)
+    _check_tls(api, cert, key, ca)
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+
+
+def _address(api: ApiSettings) -> str:
+    # settings made in code skip validation, and gRPC takes a port past 65535 modulo 65536
+    if not 0 <= api.port <= 65535:
+        raise ValueError(f"PEERLOG_API_PORT {api.port} is no port (0 to 65535)")
+    return f"{api.host}:{api.port}"
+
+
+def _listen(server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None) -> int:
+    """Bind the port: TLS when there are credentials, else plaintext."""
+    try:
+        if credentials is None:
+            return server.add_insecure_port(address)
+        return server.add_secure_port(address, credentials)
+    except RuntimeError as err:  # gRPC says only "Failed to bind to address"
+        raise ValueError(
+            f"cannot listen on {address} ({err}): is the port taken, or PEERLOG_API_HOST no address of this machine?"
+        ) from None
+
+
+def serve_metrics(api: ApiSettings, registry: CollectorRegistry = REGISTRY) -> None:
+    """Serve `registry` on the metrics port; ValueError saying which setting to check when it cannot."""
+    try:
+        start_http_server(api.metrics_port, addr=api.metrics_host, registry=registry)
+    except (OSError, OverflowError) as err:  # OverflowError: a port past 65535 in settings made in code
+        why = getattr(err, "strerror", None) or err
+        raise ValueError(
+            f"cannot serve metrics on {api.metrics_host}:{api.metrics_port} ({why}); check "
+            "PEERLOG_API_METRICS_PORT and PEERLOG_API_METRICS_HOST"
+        ) from None
 
 
 async def start(settings: Settings, stopping: threading.Event | None = None) -> RunningServer:
     """Start serving on settings.api.host:port (port 0 picks a free one). While Postgres is away, wait for
     it until `stopping` is set."""
     interceptors = _interceptors(settings.auth)  # first: a missing key fails before anything opens
+    address, credentials = _address(settings.api), tls_credentials(settings.api)  # so do a bad port and TLS files
     await asyncio.get_running_loop().run_in_executor(None, _ensure_schema, settings, stopping)
     # first: a misconfigured model fails before anything opens
     embedder = QueryVectorCache(make_embedder(settings.embedding), settings.embedding.query_cache_size)
@@ -264,7 +333,7 @@ async def start(settings: Settings, stopping: threading.Event | None = None) -> 
     webhooks = WebhookStore(await asyncio.get_running_loop().run_in_executor(None, _webhook_engine, settings, stopping))
     monitor = _health(_register(server, ctx, webhooks, settings), ctx, ends, settings)
     await monitor.check_once()  # the first answer is already a real one
-    port = _listen(server, settings.api)
+    port = _listen(server, address, credentials)
     await server.start()
     log.info(
         "peerlog API listening on %s:%d (%s)", settings.api.host, port, "TLS" if settings.api.tls_cert else "plaintext"
@@ -316,7 +385,7 @@ async def serve(settings: Settings, metrics: bool = True, advise: bool = True) -
     # metrics before the port answers: a scrape right after the first call must not find them missing
     # while the models still warm up (a CI run scraped a refused port)
     if settings.api.metrics_port and metrics:
-        start_http_server(settings.api.metrics_port, addr=settings.api.metrics_host)
+        serve_metrics(settings.api)
     try:
         running = await start(settings, stopping)
     except DATABASE_AWAY:

@@ -17,7 +17,7 @@ class ApiSettings(BaseSettings):
     model_config = prefixed("PEERLOG_API_")
 
     host: str = "127.0.0.1"
-    port: int = 50051
+    port: int = Field(50051, ge=0, le=65535, description="port the API listens on (0: any free one)")
     consistency_wait_s: float = Field(
         10.0, description="longest a read waits for the projections to reach a consistency token"
     )
@@ -39,7 +39,7 @@ class ApiSettings(BaseSettings):
         "their partitions until the broker aborted them (transaction.timeout.ms). With several processes each "
         "takes it with its number appended. Two live servers must never share one",
     )
-    metrics_port: int = Field(0, ge=0, description="serve Prometheus metrics on this port (0: off)")
+    metrics_port: int = Field(0, ge=0, le=65535, description="serve Prometheus metrics on this port (0: off)")
     metrics_host: str = Field(
         "127.0.0.1",
         description="address the metrics endpoint binds: loopback unless "
@@ -57,6 +57,12 @@ class ApiSettings(BaseSettings):
         ge=1,
         description="Subscribe streams one server process serves at once (each holds a Kafka consumer and "
         "a thread); one more is RESOURCE_EXHAUSTED",
+    )
+    max_subscriptions_per_workspace: int = Field(
+        10,
+        ge=1,
+        description="Subscribe streams of one workspace one server process serves at once, so one tenant's "
+        "streams cannot take all of max_subscriptions; one more is RESOURCE_EXHAUSTED",
     )
     processes: int = Field(
         1,
@@ -120,6 +126,13 @@ class AuthSettings(BaseSettings):
         SecretStr(""),
         description="the token this installation's own clients send "
         "(the CLI's audit and derivations commands, the benches)",
+    )
+    leeway_s: float = Field(
+        60.0,
+        ge=0,
+        le=3600,
+        description="seconds a token's iat, nbf and exp may be off by, for clocks that disagree: a token made "
+        "on a machine whose clock is a little ahead is not refused as not yet valid",
     )
 
     @model_validator(mode="after")

@@ -10,6 +10,7 @@ An optional `exp` ends it. Ids cannot hold ':', '/' or spaces, so the forms cann
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections import OrderedDict
@@ -18,6 +19,10 @@ from datetime import timedelta
 from typing import Literal
 
 import jwt
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from services.api.settings import AuthSettings
 from services.errors import Unauthenticated
@@ -27,6 +32,14 @@ _ID = r"[A-Za-z0-9_-]{1,512}"
 _SCOPE = re.compile(rf"admin|workspace:{_ID}|(?:peer|session):{_ID}/{_ID}")
 MIN_SECRET_BYTES = 32  # RFC 7518 §3.2: an HS256 key at least as long as the hash
 VERIFIED_TOKENS = 4096  # tokens whose grant Verifier remembers
+LATEST_EXP = 253_402_300_799  # 9999-12-31T23:59:59Z: an `exp` past it is no time a token can end at
+LONGEST_LIFETIME = timedelta(days=36_500)  # `--expires` at most 100 years: longer is the same as no `exp`
+_PUBLIC_KEY = {
+    "RS256": (RSAPublicKey, "an RSA public key"),
+    "ES256": (EllipticCurvePublicKey, "an EC P-256 public key"),
+}
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -108,8 +121,42 @@ def _read(path) -> bytes:
         raise ValueError(f"cannot read key file {path}: {err.strerror}") from None
 
 
-def verification_key(auth: AuthSettings) -> str | bytes:
-    """The key tokens verify with; ValueError (at start, not per call) when it is missing or too weak."""
+def _holds(data: bytes) -> str:
+    """What a key file holds, for the message refusing it."""
+    if not data.strip():
+        return "it is empty"
+    try:
+        key = load_pem_public_key(data)
+    except (ValueError, UnsupportedAlgorithm):
+        return "it holds no PEM public key"
+    if isinstance(key, EllipticCurvePublicKey):
+        return f"it holds an EC key on curve {key.curve.name}"
+    return f"it holds an {type(key).__name__.removesuffix('PublicKey')} key"
+
+
+def _public_key(auth: AuthSettings) -> RSAPublicKey | EllipticCurvePublicKey:
+    """The RS256/ES256 public key, parsed now: a file that is not one fails the start, not every call."""
+    path = auth.public_key_file
+    data = _read(path)
+    kind, wanted = _PUBLIC_KEY[auth.algorithm]
+    try:
+        key = jwt.get_algorithm_by_name(auth.algorithm).prepare_key(data)
+    except (ValueError, TypeError, UnsupportedAlgorithm, jwt.PyJWTError):
+        raise ValueError(
+            f"PEERLOG_AUTH_PUBLIC_KEY_FILE {path} must be {wanted} in PEM, which {auth.algorithm} tokens verify "
+            f"with, but {_holds(data)}"
+        ) from None
+    if not isinstance(key, kind):  # prepare_key takes a private key too; the server needs only the public half
+        raise ValueError(
+            f"PEERLOG_AUTH_PUBLIC_KEY_FILE {path} holds a private key: give the server its public half "
+            f"(`openssl pkey -in {path.name} -pubout`)"
+        )
+    return key
+
+
+def verification_key(auth: AuthSettings) -> str | RSAPublicKey | EllipticCurvePublicKey:
+    """The key tokens verify with; ValueError (at start, not per call) when it is missing, unusable or
+    too weak."""
     if auth.algorithm == "HS256":
         secret = auth.secret.get_secret_value()
         if len(secret.encode()) < MIN_SECRET_BYTES:
@@ -119,7 +166,7 @@ def verification_key(auth: AuthSettings) -> str | bytes:
         return secret
     if auth.public_key_file is None:
         raise ValueError(f"PEERLOG_AUTH_ALGORITHM={auth.algorithm} needs PEERLOG_AUTH_PUBLIC_KEY_FILE")
-    return _read(auth.public_key_file)
+    return _public_key(auth)
 
 
 def signing_key(auth: AuthSettings) -> str | bytes:
@@ -145,13 +192,14 @@ class Verifier:
     def __init__(self, auth: AuthSettings) -> None:
         self.key = verification_key(auth)
         self.algorithm = auth.algorithm
+        self.leeway_s = auth.leeway_s
         self._verified: OrderedDict[str, tuple[Grant, float | None]] = OrderedDict()
 
     def grant(self, token: str) -> Grant:
-        """The token's grant. A token that verified is remembered with its `exp` (VERIFIED_TOKENS, least
-        recently used out): a client sends the same token with every call, and decoding and checking its
-        signature again cost about 33 µs a call. Only tokens that verified are kept, so a caller cannot
-        fill the cache, and one past its `exp` is decoded again, which refuses it."""
+        """The token's grant. A token that verified is remembered until its `exp` plus the leeway
+        (VERIFIED_TOKENS, least recently used out): a client sends the same token with every call, and decoding
+        and checking its signature again cost about 33 µs a call. Only tokens that verified are kept, so a
+        caller cannot fill the cache, and one past that time is decoded again, which refuses it."""
         hit = self._verified.get(token)
         if hit is not None and (hit[1] is None or time.time() < hit[1]):
             self._verified.move_to_end(token)
@@ -164,15 +212,37 @@ class Verifier:
 
     def _verify(self, token: str) -> tuple[Grant, float | None]:
         try:
-            claims = jwt.decode(token, self.key, algorithms=[self.algorithm], options={"require": ["scope"]})
+            claims = jwt.decode(
+                token, self.key, algorithms=[self.algorithm], options={"require": ["scope"]}, leeway=self.leeway_s
+            )
         except jwt.ExpiredSignatureError:
             raise Unauthenticated("the token has expired; make a new one with `peerlog keys create`") from None
         except jwt.InvalidSignatureError:
             raise Unauthenticated("the token's signature does not verify with this server's key") from None
+        except jwt.ImmatureSignatureError as err:
+            claim = "nbf" if "nbf" in str(err) else "iat"
+            raise Unauthenticated(
+                f"the token is not yet valid ({claim} is more than {self.leeway_s:g} s ahead of this server's "
+                "clock); if it was just made, the clocks of this server and of the machine that made it disagree "
+                "(clock skew): synchronise them (NTP) or raise PEERLOG_AUTH_LEEWAY_S"
+            ) from None
         except jwt.InvalidTokenError as err:
             raise Unauthenticated(f"the token is not valid: {str(err)[:200]}") from None
-        expires = claims.get("exp")
-        return Grant(parse_scopes(claims["scope"])), float(expires) if expires is not None else None
+        except Exception as err:  # a token no check above foresaw: refused, never UNKNOWN with library internals
+            log.warning("a token failed verification unexpectedly: %s: %.200s", type(err).__name__, err)
+            raise Unauthenticated("the token could not be verified") from None
+        expires = _expiry(claims.get("exp"))
+        return Grant(parse_scopes(claims["scope"])), None if expires is None else expires + self.leeway_s
+
+
+def _expiry(exp: object) -> float | None:
+    """A verified token's `exp` as seconds; Unauthenticated for one that is no time (10**400, NaN, a string)."""
+    if exp is None:
+        return None
+    # compared before any float(): an int too large for a float overflows there; NaN fails every comparison
+    if isinstance(exp, bool) or not isinstance(exp, int | float) or not 0 <= exp <= LATEST_EXP:
+        raise Unauthenticated("the token's exp is not a time before the year 10000")
+    return float(exp)
 
 
 _DURATION = re.compile(r"(\d+)([smhdw])")
@@ -180,8 +250,16 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
 
 def parse_duration(text: str) -> timedelta:
-    """'30d', '12h', '90m', '45s', '2w' as a timedelta; ValueError otherwise."""
+    """'30d', '12h', '90m', '45s', '2w' as a timedelta, at most LONGEST_LIFETIME; ValueError otherwise."""
     found = _DURATION.fullmatch(text.strip())
-    if not found or int(found[1]) == 0:
-        raise ValueError(f"{text!r} is not a duration such as 30d, 12h, 90m (s, m, h, d, w)")
-    return timedelta(seconds=int(found[1]) * _UNIT_S[found[2]])
+    digits = found[1].lstrip("0") if found else ""
+    if not digits:
+        raise ValueError(f"{text[:40]!r} is not a duration such as 30d, 12h, 90m (s, m, h, d, w)")
+    # the digits are counted first: int() of thousands of them fails, and timedelta past 999,999,999 days
+    seconds = int(digits) * _UNIT_S[found[2]] if len(digits) <= 12 else None
+    if seconds is None or seconds > LONGEST_LIFETIME.total_seconds():
+        raise ValueError(
+            f"{text.strip()[:40]} is longer than {LONGEST_LIFETIME.days}d (100 years); leave --expires out for a "
+            "token that does not expire"
+        )
+    return timedelta(seconds=seconds)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import typer
+from pydantic import ValidationError
 
 from services import logs
 from services.settings import Settings
@@ -49,8 +50,22 @@ def serve() -> None:
     try:
         run(Settings())
     except ValueError as err:  # a missing or weak key, an unreadable certificate: said before anything serves
-        typer.echo(f"error: {err}", err=True)
+        typer.echo(f"error: {_one_line(err)}", err=True)
         raise typer.Exit(2) from None
+
+
+def _one_line(err: ValueError) -> str:
+    """A refusal in one line; a settings class's names the variables ('PEERLOG_API_PORT: Input should be
+    less than or equal to 65535'), never the values, which may be secrets."""
+    if not isinstance(err, ValidationError):
+        return str(err)
+    classes = {f.annotation.__name__: f.annotation for f in Settings.model_fields.values() if f.annotation}
+    prefix = classes[err.title].model_config["env_prefix"] if err.title in classes else "PEERLOG_"
+    said = []
+    for e in err.errors():
+        name = f"{prefix}{'_'.join(map(str, e['loc'])).upper()}: " if e["loc"] else ""
+        said.append(name + e["msg"].removeprefix("Value error, "))
+    return "; ".join(said)
 
 
 @app.command()

@@ -38,7 +38,7 @@ class WorkerSettings(BaseSettings):
         "transactions (transaction.timeout.ms). Two live workers must never share one",
     )
     metrics_port: int = Field(
-        0, ge=0, description="serve Prometheus metrics (model calls, transactions) on this port (0: off)"
+        0, ge=0, le=65535, description="serve Prometheus metrics (model calls, transactions) on this port (0: off)"
     )
     metrics_host: str = Field("127.0.0.1", description="address the metrics endpoint binds (no authentication)")
     stall_report_s: float = Field(

@@ -113,3 +113,23 @@ def test_tls_settings_come_in_pairs():
         ApiSettings(tls_cert=Path("a.pem"))
     with pytest.raises(ValueError, match="mutual TLS"):
         ApiSettings(tls_client_ca=Path("ca.pem"))
+
+
+async def test_a_file_that_is_no_certificate_refuses_the_start_naming_the_setting(settings, pki, tmp_path):
+    # gRPC said only "Failed to bind to address", in a traceback
+    (tmp_path / "garbage.pem").write_text("not a certificate\n")
+    with pytest.raises(ValueError, match="PEERLOG_API_TLS_CERT .* holds no PEM certificate"):
+        await _serve(settings, tls_cert=tmp_path / "garbage.pem", tls_key=pki["key"])
+    with pytest.raises(ValueError, match="PEERLOG_API_TLS_KEY .* holds no PEM private key"):
+        await _serve(settings, tls_cert=pki["cert"], tls_key=tmp_path / "garbage.pem")
+
+
+@pytest.mark.parametrize("port", [65536 + 50051, -1])
+async def test_a_port_no_socket_has_refuses_the_start(settings, port):
+    # gRPC took 65536 + N as N: the server listened on another port than the one set
+    from services.api.settings import ApiSettings
+
+    with pytest.raises(ValueError, match="less than or equal to 65535|greater than or equal to 0"):
+        ApiSettings(port=port)
+    with pytest.raises(ValueError, match="is no port"):  # settings made in code skip validation
+        await _serve(settings, port=port)

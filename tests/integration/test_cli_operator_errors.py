@@ -4,10 +4,15 @@ reach, refuse in one `error:` line with exit status 2, and append nothing."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from sqlalchemy import select
 from typer.testing import CliRunner
 
+from infra.processes import free_port
 from projections.db import sync_engine
 from projections.schema import peers
 from services.bus.streams import read, to_the_end
@@ -76,3 +81,56 @@ async def test_reembed_with_kafka_out_of_reach_says_so_in_one_line(channel, sett
     env = {**settings_env(settings), "PEERLOG_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
     line = await refusal(env, "reembed", "--model", "all-MiniLM-L6-v2", "-w", "w")
     assert line.startswith("error: Kafka did not answer") and "PEERLOG_KAFKA_BOOTSTRAP_SERVERS" in line, line
+
+
+def _serve_refusal(settings, env: dict[str, str]) -> list[str]:
+    """The output of `peerlog serve` in a subprocess, which must exit 2 at once."""
+    out = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "serve"],
+        env={**os.environ, **settings_env(settings), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    return out.stderr.strip().splitlines()
+
+
+def _pem_files(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "garbage.pem").write_text("not a certificate\n")
+    return {"PEERLOG_API_TLS_CERT": str(tmp_path / "garbage.pem"), "PEERLOG_API_TLS_KEY": str(tmp_path / "garbage.pem")}
+
+
+async def test_serve_refuses_bad_settings_in_one_line_before_anything_starts(settings, tmp_path):
+    # each was a traceback (with two processes, one per child): Failed to bind, OverflowError,
+    # NoSuchModuleError, ModuleNotFoundError psycopg2, ValueError in the children
+    port = {"PEERLOG_API_PORT": str(free_port())}
+    cases = [
+        ("PEERLOG_API_TLS_CERT", {**port, **_pem_files(tmp_path)}),
+        ("PEERLOG_API_METRICS_PORT", {**port, "PEERLOG_API_METRICS_PORT": "70000"}),
+        ("PEERLOG_API_PORT", {"PEERLOG_API_PORT": "99999"}),
+        ("starts with postgres://", {**port, "PEERLOG_DATABASE_URL": "postgres://peerlog@127.0.0.1/peerlog"}),
+        ("starts with postgresql://", {**port, "PEERLOG_DATABASE_URL": "postgresql://peerlog@127.0.0.1/peerlog"}),
+        ("PEERLOG_AUTH_SECRET must be", {**port, "PEERLOG_AUTH_SECRET": "short", "PEERLOG_API_PROCESSES": "2"}),
+        ("PEERLOG_API_TLS_CERT", {**port, **_pem_files(tmp_path), "PEERLOG_API_PROCESSES": "2"}),
+        (
+            "PEERLOG_AUTH_PUBLIC_KEY_FILE",
+            {
+                **port,
+                "PEERLOG_AUTH_SECRET": "",
+                "PEERLOG_AUTH_ALGORITHM": "ES256",
+                "PEERLOG_AUTH_PUBLIC_KEY_FILE": str(tmp_path / "garbage.pem"),
+            },
+        ),
+    ]
+    for said, env in cases:
+        lines = await asyncio.to_thread(_serve_refusal, settings, env)
+        errors = [line for line in lines if line.startswith("error: ")]
+        assert len(errors) == 1 and said in errors[0], lines
+        assert not any("Traceback" in line for line in lines), lines
+
+
+async def test_keys_create_with_an_expiry_no_clock_holds_says_so_in_one_line(settings):
+    # timedelta's OverflowError was a traceback
+    line = await refusal(settings_env(settings), "keys", "create", "-w", "acme", "--expires", "2000000000d")
+    assert "longer than 36500d (100 years)" in line

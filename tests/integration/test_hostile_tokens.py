@@ -4,10 +4,15 @@ request bodies too. Honest ones keep working."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
+import json
 import time
 
 import grpc
 import pytest
+from cryptography.hazmat.primitives import serialization as ser
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from google.protobuf import struct_pb2, timestamp_pb2
 
 from peerlog.v1 import (
@@ -18,7 +23,11 @@ from peerlog.v1 import (
     peers_pb2,
     sessions_pb2,
     workspaces_pb2,
+    workspaces_pb2_grpc,
 )
+from services.api.channels import aio_channel
+from services.api.settings import AuthSettings
+from services.api.tokens import mint
 from services.cli.client import Client
 from tests.integration.test_bad_input import rejected
 
@@ -188,3 +197,89 @@ async def test_request_bodies_that_do_not_decode_are_invalid_argument(channel):
         async for _ in stream:
             pass
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _signed(settings, payload: dict) -> str:
+    """An HS256 token with any payload, signed with the server's key (mint only makes honest ones)."""
+    head, body = _b64(b'{"alg":"HS256","typ":"JWT"}'), _b64(json.dumps(payload).encode())
+    key = settings.auth.secret.get_secret_value().encode()
+    return f"{head}.{body}.{_b64(hmac.new(key, f'{head}.{body}'.encode(), hashlib.sha256).digest())}"
+
+
+async def _get_workspace(address: str, token: str):
+    async with aio_channel(address, token) as chan:
+        return await workspaces_pb2_grpc.WorkspaceServiceStub(chan).GetWorkspace(
+            workspaces_pb2.GetWorkspaceRequest(workspace_id="acme")
+        )
+
+
+@pytest.mark.parametrize("exp", [10**400, 10**20])
+async def test_a_signed_token_whose_exp_is_no_time_is_unauthenticated_not_unknown(convo, channel, settings, exp):
+    # 10**400 overflowed float() after the signature verified: UNKNOWN with the library's message
+    await rejected(
+        _get_workspace(channel.address, _signed(settings, {"scope": "admin", "exp": exp})),
+        grpc.StatusCode.UNAUTHENTICATED,
+        "exp",
+    )
+
+
+async def test_a_token_made_on_a_clock_a_few_seconds_ahead_is_served(convo, channel, settings):
+    # the minting machine's clock 2 s ahead was refused as "not yet valid (iat)"
+    for ahead in (2, 30):
+        got = await _get_workspace(channel.address, mint(settings.auth, ["workspace:acme"], now=time.time() + ahead))
+        assert got.workspace_id == "acme"
+    await rejected(
+        _get_workspace(channel.address, mint(settings.auth, ["workspace:acme"], now=time.time() + 600)),
+        grpc.StatusCode.UNAUTHENTICATED,
+        "clock skew",
+    )
+
+
+def _public_key_file(tmp_path, kind: str):
+    pub = tmp_path / "pub.pem"
+    if kind == "garbage":
+        pub.write_text("-----BEGIN PUBLIC KEY-----\nnot base64\n-----END PUBLIC KEY-----\n")
+    elif kind == "empty":
+        pub.write_text("")
+    else:
+        other = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()
+        pub.write_bytes(other.public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo))
+    return pub
+
+
+@pytest.mark.parametrize("kind", ["garbage", "empty", "rsa-key-for-es256"])
+async def test_a_public_key_file_that_cannot_verify_refuses_the_start(settings, tmp_path, kind):
+    # it used to start a server on which every call with a token failed UNKNOWN
+    from services.api.server import start
+
+    auth = AuthSettings(algorithm="ES256", public_key_file=_public_key_file(tmp_path, kind))
+    with pytest.raises(ValueError, match="PEERLOG_AUTH_PUBLIC_KEY_FILE .* must be an EC P-256 public key"):
+        await start(settings.model_copy(update={"auth": auth}))
+
+
+async def test_a_good_es256_key_pair_serves_its_tokens(settings, projector, tmp_path):
+    from services.api.server import start
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "priv.pem").write_bytes(
+        private.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8, ser.NoEncryption())
+    )
+    (tmp_path / "pub.pem").write_bytes(
+        private.public_key().public_bytes(ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo)
+    )
+    token = mint(AuthSettings(algorithm="ES256", private_key_file=tmp_path / "priv.pem"), ["admin"])
+    server = await start(
+        settings.model_copy(update={"auth": AuthSettings(algorithm="ES256", public_key_file=tmp_path / "pub.pem")})
+    )
+    try:
+        async with aio_channel(f"127.0.0.1:{server.port}", token) as chan:
+            listed = await workspaces_pb2_grpc.WorkspaceServiceStub(chan).ListWorkspaces(
+                workspaces_pb2.ListWorkspacesRequest()
+            )
+        assert listed is not None
+    finally:
+        await server.stop(0)
