@@ -92,7 +92,7 @@ class LogEnds:
                 )
 
     async def _partition_count(self, topic: str, partition: int) -> int | None:
-        """The topic's partition count (0 if it does not exist); None if the broker cannot tell."""
+        """The topic's partition count; None if the broker cannot tell."""
         known = self._partitions.get(topic, 0)
         # partitions can be added to a topic; relist on a miss, but not for every call of a flood
         if partition >= known and time.monotonic() - self._listed_at >= self._relist_every_s:
@@ -101,7 +101,9 @@ class LogEnds:
             except KafkaException:
                 return None
             known = self._partitions.get(topic, 0)
-        return known
+        # none known: peerlog's topics exist, so the metadata said nothing of this one (a topic just made
+        # whose leader is not elected yet, listed with an error): no reason to refuse a token from a write
+        return known or None
 
     async def _end(self, topic: str, partition: int, offset: int) -> int | None:
         """The partition's end, fetched again when `offset` is at or past the cached one; None if unknown."""

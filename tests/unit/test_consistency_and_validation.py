@@ -76,3 +76,24 @@ def test_tokens_with_non_ascii_digits_oversized_numbers_or_nul_are_refused(bad):
 def test_a_token_of_50000_parts_is_refused_before_it_is_parsed():
     with pytest.raises(InvalidConsistencyToken, match="more than 1024 parts"):
         ConsistencyToken.decode(",".join(["peerlog.sessions:0:1"] * 50_000))
+
+
+def test_a_token_on_a_topic_the_metadata_does_not_list_yet_is_left_to_the_wait_not_refused():
+    import asyncio
+    import time
+
+    from services.bus.log_ends import LogEnds
+    from services.bus.settings import KafkaSettings
+    from services.bus.topics import SESSIONS
+
+    kafka = KafkaSettings(bootstrap_servers="127.0.0.1:1", topic_prefix="t.")
+    ends = LogEnds(kafka, timeout_s=0.1)
+    try:
+        topic = SESSIONS.full_name(kafka.topic_prefix)
+        # listed a moment ago, before the topic's leader was elected: the metadata held it with an error
+        ends._partitions, ends._listed_at = {}, time.monotonic()
+        assert asyncio.run(ends._partition_count(topic, 0)) is None
+        ends._partitions = {topic: 3}
+        assert asyncio.run(ends._partition_count(topic, 5)) == 3  # a partition the topic lacks is refused
+    finally:
+        ends.close()
