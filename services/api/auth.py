@@ -86,11 +86,22 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
             _grant.set(grant)
 
-        return _admitting(handler, admit)
+        async def still_valid(context: grpc.aio.ServicerContext) -> None:
+            if grant is not None and grant.lapsed():
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, EXPIRED_MID_STREAM)
+
+        return _admitting(handler, admit, still_valid)
 
 
-def _admitting(handler: grpc.RpcMethodHandler, admit) -> grpc.RpcMethodHandler:
-    """`handler` with `admit(request, context)` awaited before it runs (unary, server- and client-streaming)."""
+EXPIRED_MID_STREAM = (
+    "the token expired while the stream was open: reconnect with a new one (`peerlog keys create`), "
+    "from the last cursor you processed"
+)
+
+
+def _admitting(handler: grpc.RpcMethodHandler, admit, still_valid) -> grpc.RpcMethodHandler:
+    """`handler` with `admit(request, context)` awaited before it runs (unary, server- and client-streaming),
+    and a server stream's every item sent only while `still_valid(context)` lets it."""
     if handler.unary_unary is not None:
         inner = handler.unary_unary
 
@@ -105,6 +116,7 @@ def _admitting(handler: grpc.RpcMethodHandler, admit) -> grpc.RpcMethodHandler:
         async def stream(request, context):
             await admit(request, context)
             async for item in inner_stream(request, context):
+                await still_valid(context)  # a stream outlives no token: nothing goes out past its exp
                 yield item
 
         return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer, handler.response_serializer)

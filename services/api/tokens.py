@@ -70,9 +70,14 @@ def session(w: str, s: str) -> Resource:
 
 @dataclass(frozen=True)
 class Grant:
-    """The verified scopes of one token."""
+    """The verified scopes of one token, and until when (seconds since 1970, the leeway included; None:
+    for ever) it holds: a stream opened under it ends then."""
 
     scopes: frozenset[str]
+    until: float | None = None
+
+    def lapsed(self, now: float | None = None) -> bool:
+        return self.until is not None and (time.time() if now is None else now) >= self.until
 
     def covers(self, r: Resource) -> bool:
         return bool({ADMIN, f"workspace:{r.workspace}", r.scope} & self.scopes)
@@ -232,7 +237,8 @@ class Verifier:
             log.warning("a token failed verification unexpectedly: %s: %.200s", type(err).__name__, err)
             raise Unauthenticated("the token could not be verified") from None
         expires = _expiry(claims.get("exp"))
-        return Grant(parse_scopes(claims["scope"])), None if expires is None else expires + self.leeway_s
+        until = None if expires is None else expires + self.leeway_s
+        return Grant(parse_scopes(claims["scope"]), until), until
 
 
 def _expiry(exp: object) -> float | None:

@@ -225,3 +225,44 @@ def test_the_dev_stack_hands_its_processes_its_key_and_an_admin_token():
     env = StackState(root="/nowhere", api_port=5, auth_secret="k" * 64).env()
     verifier = Verifier(AuthSettings(secret=env["PEERLOG_AUTH_SECRET"]))
     assert verifier.grant(env["PEERLOG_AUTH_TOKEN"]).scopes == {"admin"}
+
+
+async def test_a_server_stream_sends_nothing_once_its_token_has_lapsed():
+    import asyncio
+    import secrets
+    from types import SimpleNamespace
+
+    import grpc
+
+    from peerlog.v1 import events_pb2
+    from services.api.auth import EXPIRED_MID_STREAM, AuthInterceptor
+
+    auth = AuthSettings(secret=secrets.token_hex(32), leeway_s=0)
+    token = mint(auth, ["workspace:acme"], expires_in=timedelta(seconds=2))
+
+    async def events(request, context):
+        yield "before"
+        await asyncio.sleep(3.2)  # the token lapses meanwhile
+        yield "after"
+
+    class Aborted(Exception):
+        pass
+
+    class Context:
+        async def abort(self, code, details):
+            self.code, self.details = code, details
+            raise Aborted
+
+    async def continuation(details):
+        return grpc.unary_stream_rpc_method_handler(events)
+
+    call = SimpleNamespace(
+        method="/peerlog.v1.EventService/Subscribe", invocation_metadata=(("authorization", f"Bearer {token}"),)
+    )
+    handler = await AuthInterceptor(Verifier(auth)).intercept_service(continuation, call)
+    context, sent = Context(), []
+    with pytest.raises(Aborted):
+        async for item in handler.unary_stream(events_pb2.SubscribeRequest(workspace_id="acme"), context):
+            sent.append(item)
+    assert sent == ["before"]
+    assert (context.code, context.details) == (grpc.StatusCode.UNAUTHENTICATED, EXPIRED_MID_STREAM)
