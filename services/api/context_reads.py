@@ -51,6 +51,7 @@ class ContextQuery:
     session_ids: tuple[str, ...] = ()  # the allowlist; empty: every session
     as_of: datetime | None = None  # the store as it stood then
     scope_id: str = ""  # a scope whose sessions (as of the read) narrow the allowlist
+    assistant_id: str = ""  # GetContext's chat_messages: whose turns are the assistant's
 
 
 def _check(q: ContextQuery) -> ContextQuery:
@@ -124,7 +125,11 @@ async def _ranked(
 
 
 async def _check_scope(conn: AsyncConnection, q: ContextQuery, observer: str, target: str, sessions: list[str]) -> None:
+    if q.target_id and not observer:  # a target alone would be ignored: say so rather than answer without it
+        raise InvalidArgument("target_id needs an observer_id: whose knowledge about the target to read")
     peers = {"observer_id": observer, "target_id": target} if observer else {}
+    if q.assistant_id:
+        peers["assistant_peer_id"] = q.assistant_id
     await check_scope(conn, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
 
 
@@ -241,6 +246,8 @@ async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> list[
     """The working representation of (observer, target), in time order."""
     await preflight(ctx, token)
     q = _check(q)
+    if not q.observer_id:
+        raise InvalidArgument("observer_id is required: whose knowledge to read")
     target = q.target_id or q.observer_id
     async with ctx.snapshot() as conn, ctx.embedding(await search_text(conn, q.workspace_id, q.search_query)) as vector:
         await _check_scope(conn, q, q.observer_id, target, [])

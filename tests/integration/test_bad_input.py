@@ -527,6 +527,26 @@ async def test_a_search_top_k_over_500_is_invalid_argument_and_500_is_accepted(c
     await context(500)
 
 
+async def test_context_reads_missing_whose_knowledge_or_naming_no_peer_are_refused(convo):
+    await rejected(
+        convo.context.GetRepresentation(context_pb2.GetRepresentationRequest(workspace_id="acme")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "observer_id is required",
+    )
+    await rejected(
+        convo.context.GetContext(context_pb2.GetContextRequest(workspace_id="acme", session_id="s1", target_id="bob")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "target_id needs an observer_id",
+    )
+    await rejected(
+        convo.context.GetContext(
+            context_pb2.GetContextRequest(workspace_id="acme", session_id="s1", assistant_peer_id="nobody")
+        ),
+        grpc.StatusCode.NOT_FOUND,
+        "assistant_peer_id 'nobody'",
+    )
+
+
 async def test_a_webhook_in_an_unknown_workspace_is_not_found_and_is_not_registered(convo):
     def create(workspace_id: str):
         return convo.webhooks.CreateWebhook(
