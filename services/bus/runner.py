@@ -236,12 +236,12 @@ class Runner:
 
     async def _transact(self, records: list[Message]) -> None:
         began = False
+        outputs: list[dict[str, Any]] = []
         try:
             # keys are independent: handle them concurrently (model calls overlap), each key in order
             by_key: dict[bytes, list[Message]] = {}
             for msg in records:
                 by_key.setdefault(msg.key() or b"", []).append(msg)
-            outputs: list[dict[str, Any]] = []
             await asyncio.gather(*(self._handle_in_order(msgs, outputs) for msgs in by_key.values()))
             # produced only now: the broker opens the transaction at its first record, so it stays open
             # for the commit's round trips, not for the batch's model calls. An open transaction holds
@@ -260,6 +260,8 @@ class Runner:
             raise  # the next incarnation's producer aborts it (fencing), whatever state this one is in
         except KafkaException as exc:  # the log, not the processor: the same
             self._count_abort(began)
+            if exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                _too_large(self.processor.name, outputs)
             raise TransactionFailed(f"the log refused the batch: {exc.args[0].str()}") from exc
         except AppendFailed as exc:
             # a processor's side append (progress markers, clock ticks) outlasted by a broker outage: the
@@ -459,3 +461,18 @@ def _next_offsets(records: list[Message]) -> list[TopicPartition]:
     for m in records:
         last[(m.topic(), m.partition())] = max(m.offset(), last.get((m.topic(), m.partition()), -1))
     return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
+
+
+def _too_large(processor: str, outputs: list[dict[str, Any]]) -> None:
+    """Say loudly which output a broker refused for its size: redone, the batch will be refused again, so
+    the processor's state or output must be bounded (a bug to report, not an outage to wait out)."""
+    biggest = max(outputs, key=lambda r: len(r.get("value") or b""), default=None)
+    if biggest is not None:
+        log.error(
+            "%s: the broker refused a record of %d bytes (topic %s, key %r): a processor's output or state must "
+            "stay under the broker's message.max.bytes; the batch will be redone and refused again",
+            processor,
+            len(biggest.get("value") or b""),
+            biggest.get("topic"),
+            (biggest.get("key") or b"")[:200],
+        )

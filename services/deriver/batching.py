@@ -9,6 +9,11 @@ from pydantic import BaseModel, ConfigDict
 from services.deriver.settings import DeriverSettings
 from services.events import Event, MessagePerceived, Turn
 
+# a pair's pending messages are one changelog record, which Kafka refuses past 1 MB (and the worker then
+# redoes the batch for ever): derive once they hold this much, whatever their tokens. A short reply after a
+# long turn holds that turn again as its context, so bytes grow faster than the token target
+PENDING_BYTES = 256_000
+
 
 class PendingMessage(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -23,6 +28,7 @@ class PendingMessage(BaseModel):
     observed_name: str = ""  # the author's display name when it sent the message
     perceived_at: datetime
     instructions: str = ""  # custom deriver instructions in force for the message
+    stored: int = 0  # bytes of its text fields (content, context turn, instructions, name) as UTF-8
 
 
 class Batching(BaseModel):
@@ -35,6 +41,10 @@ class Batching(BaseModel):
     @property
     def tokens(self) -> int:
         return sum(p.tokens for p in self.pending)
+
+    @property
+    def stored(self) -> int:
+        return sum(p.stored for p in self.pending)
 
     def oldest(self) -> datetime | None:
         return min((p.perceived_at for p in self.pending), default=None)
@@ -55,15 +65,21 @@ def add(state: Batching, event: MessagePerceived, tokens: int) -> Batching:
         observed_name=event.observed_name,
         perceived_at=event.occurred_at,
         instructions=event.instructions,
+        stored=_stored(event),
     )
     return state.model_copy(update={"pending": (*state.pending, item)})
+
+
+def _stored(event: MessagePerceived) -> int:
+    context = event.previous_turn.content if event.previous_turn is not None else ""
+    return sum(len(text.encode()) for text in (event.content, context, event.instructions, event.observed_name))
 
 
 def due(state: Batching, settings: DeriverSettings, now: datetime) -> bool:
     """Whether the pair's pending messages should be derived now."""
     if not state.pending:
         return False
-    if settings.flush or state.tokens >= settings.batch_tokens:
+    if settings.flush or state.tokens >= settings.batch_tokens or state.stored >= PENDING_BYTES:
         return True
     return (now - state.oldest()).total_seconds() >= settings.max_wait_s
 

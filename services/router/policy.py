@@ -32,13 +32,16 @@ class Member(BaseModel):
 
     observe_me: bool | None = None
     observe_others: bool = False
+    joined_after: int = 0  # the session's last seq at the join: a turn the member saw has a greater one
 
 
 class SessionState(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     members: dict[str, Member] = Field(default_factory=dict)
-    last_turns: dict[str, Turn] = Field(default_factory=dict)  # each peer's latest turn
+    # the latest turn of each of the last two peers who spoke: all `previous_turn` needs, whoever asks
+    # (one peer's per speaker grew with the session until the state passed a Kafka record's size)
+    last_turns: dict[str, Turn] = Field(default_factory=dict)
     last_seq: int = 0
     session: Configuration | None = None  # the session's configuration level
 
@@ -48,7 +51,7 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     if isinstance(event, MemberJoined):
         if event.peer_id in state.members:  # a current member's second join changes nothing, as in the projection
             return state
-        member = Member(observe_me=event.observe_me, observe_others=event.observe_others)
+        member = Member(observe_me=event.observe_me, observe_others=event.observe_others, joined_after=state.last_seq)
         return state.model_copy(update={"members": {**state.members, event.peer_id: member}})
     if isinstance(event, SessionConfigured):
         return state.model_copy(update={"session": event.configuration})
@@ -64,9 +67,8 @@ def evolve(state: SessionState, event: Event) -> SessionState:
             created_at=event.created_at,
             author_name=event.author_name,
         )
-        return state.model_copy(
-            update={"last_turns": {**state.last_turns, event.peer_id: turn}, "last_seq": state.last_seq + 1}
-        )
+        latest = sorted({**state.last_turns, event.peer_id: turn}.items(), key=lambda kv: kv[1].seq)[-2:]
+        return state.model_copy(update={"last_turns": dict(latest), "last_seq": state.last_seq + 1})
     return state
 
 
@@ -113,6 +115,11 @@ def decide(state: SessionState, event: Event, producer: ProducerInfo, global_: C
         return []  # a copy (CloneSession) was perceived where it was first sent: again would derive it twice
     config = configuration(state, event, global_)
     context = previous_turn(state, event.peer_id)
+
+    def seen_by(observer: str) -> Turn | None:
+        # the context turn is part of what the observer learns from: only one sent while it was a member
+        return context if context is not None and context.seq > state.members[observer].joined_after else None
+
     return [
         MessagePerceived(
             workspace_id=event.workspace_id,
@@ -123,7 +130,7 @@ def decide(state: SessionState, event: Event, producer: ProducerInfo, global_: C
             seq=state.last_seq + 1,
             content=event.content,
             created_at=event.created_at,
-            previous_turn=context,
+            previous_turn=seen_by(observer),
             observed_name=event.author_name,
             instructions=config["deriver_instructions"],
             dreams=config["dreams"],

@@ -58,6 +58,21 @@ def test_due_by_tokens_by_age_or_flush():
     assert not due(Batching(), DeriverSettings(flush=True), T)
 
 
+def test_short_replies_to_a_long_turn_are_derived_before_their_state_outgrows_a_kafka_record():
+    from services.deriver.batching import PENDING_BYTES
+    from services.events import Turn
+
+    long_turn = Turn(message_id="m0", seq=1, peer_id="b", content="字" * 2000, created_at=T)
+    state, s = Batching(), DeriverSettings(batch_tokens=512, max_wait_s=3600)
+    for i in range(1, 300):
+        state = add(state, perceived(i, "ok").model_copy(update={"previous_turn": long_turn}), 1)
+        if due(state, s, T):
+            break
+    assert state.tokens < s.batch_tokens  # far from the token target, yet due
+    assert len(Batching(pending=state.pending).model_dump_json().encode()) < 1_000_000
+    assert PENDING_BYTES <= state.stored < PENDING_BYTES + 7_000
+
+
 def test_a_backlog_read_late_is_derived_in_full_batches_and_a_quiet_pair_after_the_age_limit():
     s = DeriverSettings(batch_tokens=100, max_wait_s=60)
     state, sizes = Batching(), []

@@ -95,3 +95,33 @@ def test_a_perception_carries_the_authors_display_name_and_its_context_turns():
         state = evolve(state, e)
     reply = next(p for p in out if p.content == "r1")
     assert reply.observed_name == "Tom" and reply.previous_turn.author_name == "Maria Lopez"
+
+
+def perceptions(*events):
+    state, out = SessionState(), []
+    for e in events:
+        out += decide(state, e, P, G)
+        state = evolve(state, e)
+    return state, out
+
+
+def test_a_context_turn_sent_before_the_observer_joined_is_not_given_to_it():
+    _, out = perceptions(
+        joined("carol"),
+        joined("bob"),
+        said("carol", "my test came back positive, tell no one"),
+        joined("alice", observe_others=True),
+        said("bob", "I will keep it to myself"),
+    )
+    context = {p.observer_id: p.previous_turn for p in out if p.content == "I will keep it to myself"}
+    assert context["alice"] is None  # she was not there when carol spoke
+    assert context["bob"].content == "my test came back positive, tell no one"
+
+
+def test_the_session_state_keeps_two_turns_however_many_peers_speak():
+    events = [joined(f"p{i}") for i in range(200)] + [said(f"p{i}", f"turn {i} " + "字" * 1500) for i in range(200)]
+    state, _ = perceptions(*events)
+    assert len(state.last_turns) == 2 and len(state.model_dump_json()) < 20_000
+    _, out = perceptions(*events, said("p199", "again"))
+    again = [p for p in out if p.content == "again"]
+    assert [p.previous_turn.content.split()[1] for p in again] == ["198"]  # the latest turn by anyone else
