@@ -201,6 +201,12 @@ def _upgrade_memberships(conn: Connection, schema: str) -> None:
     conn.execute(text(f"ALTER TABLE {t} ALTER COLUMN joined_after_seq SET NOT NULL"))
 
 
+def _upgrade_dead_letters(conn: Connection, schema: str) -> None:
+    """A schema from before summary dead letters kept their kind gets the column (its rows stay NULL)."""
+    if not _has_column(conn, schema, "dead_letters", "summary_kind"):
+        conn.execute(text(f'ALTER TABLE "{schema}".dead_letters ADD COLUMN summary_kind text'))
+
+
 def create_schema(engine: Engine, schema: str) -> None:
     """Create `schema` and every projection table in it, if missing."""
     with engine.begin() as conn:
@@ -215,6 +221,7 @@ def create_schema(engine: Engine, schema: str) -> None:
         _upgrade_indexes(mapped, schema)
         _drop_retired_columns(mapped, schema)
         _upgrade_memberships(mapped, schema)
+        _upgrade_dead_letters(mapped, schema)
         _backfill_terms(mapped)
         if mapped.execute(projection_meta.select()).first() is None:
             mapped.execute(projection_meta.insert().values(generation=uuid.uuid4().hex))

@@ -216,6 +216,7 @@ def summary_dead_lettered(conn: Connection, events: Sequence[SummaryDeadLettered
                 error=e.error,
                 attempts=e.attempts,
                 failed_at=e.occurred_at,
+                summary_kind=e.kind.value,
             )
             for e in events
         ],

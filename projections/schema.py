@@ -472,6 +472,8 @@ dead_letters = Table(
     Column("error", Text, nullable=False),
     Column("attempts", Integer, nullable=False),
     Column("failed_at", TS, nullable=False),
+    # a summary's: short | long (NULL in rows projected before it was kept: taken as either)
+    Column("summary_kind", Text, nullable=True),
 )
 
 # every DerivationPromoted, numbered per pair in log order: the latest is the pair's current derivation,

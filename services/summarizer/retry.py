@@ -30,14 +30,16 @@ class SummaryRetry:
 
 
 def unsummarised(events: Iterable[Event], workspace_id: str) -> list[str]:
-    """The workspace's sessions with a summary dead letter later than their latest summary."""
-    failed: dict[str, datetime] = {}
-    summarised: dict[str, datetime] = {}
+    """The workspace's sessions with a summary dead letter later than their latest summary of that kind (a
+    long summary written after a short one failed leaves the short one to retry)."""
+    failed: dict[tuple[str, str], datetime] = {}
+    summarised: dict[tuple[str, str], datetime] = {}
     for e in events:
         if isinstance(e, SummaryDeadLettered | SummaryUpdated) and e.workspace_id == workspace_id:
             latest = failed if isinstance(e, SummaryDeadLettered) else summarised
-            latest[e.session_id] = max(latest.get(e.session_id, e.occurred_at), e.occurred_at)
-    return sorted(s for s, at in failed.items() if s not in summarised or at > summarised[s])
+            key = (e.session_id, e.kind.value)
+            latest[key] = max(latest.get(key, e.occurred_at), e.occurred_at)
+    return sorted({key[0] for key, at in failed.items() if key not in summarised or at > summarised[key]})
 
 
 def _summary_events(settings) -> list[Event]:

@@ -1,5 +1,5 @@
 """Summary dead letters (issue 17 §2.9) are shown by GetProcessingStatus until a summary of their session
-is written after them."""
+and kind is written after them."""
 
 from __future__ import annotations
 
@@ -38,23 +38,25 @@ async def test_a_dead_lettered_summary_is_in_the_processing_status_until_its_ses
         ] == [("s1", "model timed out", 3, True)]
         assert not (await c.processing_status("acme", token.encode(), session_id="s2")).dead_lettered_summaries
 
-        token = await log.append(
-            [
-                SummaryUpdated(
-                    workspace_id="acme",
-                    session_id="s1",
-                    kind=SummaryKind.SHORT,
-                    content="they met",
-                    last_message_id="m",
-                    last_seq=20,
-                    messages_covered=20,
-                    token_count=3,
-                    model="m",
-                    prompt_version="1",
-                    producer=P,
-                )
-            ]
-        )
+        def summary(kind: SummaryKind) -> SummaryUpdated:
+            return SummaryUpdated(
+                workspace_id="acme",
+                session_id="s1",
+                kind=kind,
+                content="they met",
+                last_message_id="m",
+                last_seq=20,
+                messages_covered=20,
+                token_count=3,
+                model="m",
+                prompt_version="1",
+                producer=P,
+            )
+
+        # a long summary written since does not stand for the short one that failed
+        token = await log.append([summary(SummaryKind.LONG)])
+        assert len((await c.processing_status("acme", token.encode())).dead_lettered_summaries) == 1
+        token = await log.append([summary(SummaryKind.SHORT)])
         assert not (await c.processing_status("acme", token.encode())).dead_lettered_summaries
     finally:
         log.close()

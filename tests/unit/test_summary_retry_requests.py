@@ -37,11 +37,11 @@ def dead(session: str, minute: int, workspace: str = "w") -> SummaryDeadLettered
     )
 
 
-def summary(session: str, minute: int) -> SummaryUpdated:
+def summary(session: str, minute: int, kind: SummaryKind = SummaryKind.SHORT) -> SummaryUpdated:
     return SummaryUpdated(
         workspace_id="w",
         session_id=session,
-        kind=SummaryKind.LONG,
+        kind=kind,
         content="c",
         last_message_id="m",
         last_seq=6,
@@ -65,6 +65,12 @@ def test_only_sessions_whose_dead_letter_has_no_summary_after_it_are_retried():
         summary("never-failed", 1),
     ]
     assert unsummarised(events, "w") == ["failed", "failed-again"]
+
+
+def test_a_long_summary_after_a_failed_short_one_leaves_the_short_one_to_retry():
+    events = [dead("s", 1), summary("s", 2, kind=SummaryKind.LONG)]
+    assert unsummarised(events, "w") == ["s"]
+    assert unsummarised([*events, summary("s", 3)], "w") == []
 
 
 def test_a_retry_request_makes_a_failed_kind_due_at_once_and_leaves_the_others_alone():
