@@ -251,15 +251,21 @@ def _retire(conn: Connection, e, values: dict, still_current) -> None:
 
 
 def _replacement_problem(conn: Connection, e: ObservationSuperseded) -> str | None:
-    """Why `e`'s replacement cannot stand in for the old observation, or None. A replacement the projector
+    """Why `e` cannot retire its observation for its replacement, or None. A replacement the projector
     rejected (a dream's premise deleted while it ran) is no observation: retiring the old one for it would
     leave the pair's store without the fact at all."""
     o = observations.c
-    row = conn.execute(
-        select(o.observer_id, o.observed_id, o.superseded_by, o.deleted_at).where(
-            o.workspace_id == e.workspace_id, o.observation_id == e.superseded_by
+    rows = {
+        r.observation_id: r
+        for r in conn.execute(
+            select(o.observation_id, o.observer_id, o.observed_id, o.superseded_by, o.deleted_at, o.derivation).where(
+                o.workspace_id == e.workspace_id, o.observation_id.in_([e.observation_id, e.superseded_by])
+            )
         )
-    ).first()
+    }
+    old, row = rows.get(e.observation_id), rows.get(e.superseded_by)
+    if old is not None and old.derivation != e.derivation:  # a staged re-derivation changes only when promoted
+        return f"it is in derivation {old.derivation!r}, not {e.derivation!r}, the one superseding it"
     if row is None:
         return f"its replacement {e.superseded_by} is not an observation (it was rejected or never written)"
     if (row.observer_id, row.observed_id) != (e.observer_id, e.observed_id):

@@ -106,6 +106,10 @@ def judge(
     out = Verdicts()
     pool = list(known)
     common = {**pair.fields(), "producer": producer, "causation_id": cause}
+    # (observation, message) pairs this batch already wrote: one message is one piece of evidence for a
+    # fact, however many times the model repeats it (each repeat counted would lift it into the most
+    # reinforced slice of every representation)
+    evidenced: set[tuple[str, str]] = set()
     for fact, emb in zip(facts, embeddings, strict=True):
         source = Source(message_id=fact.message_id, span=fact.span)
         problem = ground(fact, window, pair.observed_id)
@@ -127,6 +131,9 @@ def judge(
         norm = normalise(fact.content)
         kind, match = _match(pool, norm, session, emb, threshold)
         if kind == "exact" or (kind == "near" and len(norm) <= len(match.normalised)):
+            if (match.observation_id, fact.message_id) in evidenced:
+                continue
+            evidenced.add((match.observation_id, fact.message_id))
             out.events.append(
                 ObservationReinforced(observation_id=match.observation_id, sources=(source,), batch_id=batch, **common)
             )
@@ -145,6 +152,7 @@ def judge(
         )
         out.events.append(added)
         out.added += 1
+        evidenced.add((added.observation_id, fact.message_id))
         new = KnownObservation(added.observation_id, Level.EXPLICIT, norm, session, tuple(emb))
         if kind == "near":  # the new text says more: it replaces the old one
             out.events.append(

@@ -30,9 +30,22 @@ def load_recent(raw: dict | None) -> list[KnownObservation]:
     return [KnownObservation(i["id"], Level(i["level"]), i["key"], i["session"], _unpack(i["emb"])) for i in items]
 
 
+# the cache is one changelog record, which Kafka refuses past 1 MB: a fact of 2,000 characters can take
+# 8 kB and more once normalised, so `keep` of them is bounded by bytes too
+RECENT_BYTES = 256_000
+_ITEM_BYTES = 1_200  # an item's vector (base64 of 384 float16), id, level, session and JSON around them
+
+
 def dump_recent(known: Sequence[KnownObservation], keep: int) -> dict:
-    """The newest `keep` observations, oldest first."""
-    live = list(known)[-keep:] if keep else []
+    """The newest `keep` observations that fit RECENT_BYTES, oldest first."""
+    live: list[KnownObservation] = []
+    size = 0
+    for k in reversed(list(known)[-keep:] if keep else []):
+        size += len(k.normalised.encode()) + _ITEM_BYTES
+        if size > RECENT_BYTES:
+            break
+        live.append(k)
+    live.reverse()
     return {
         "items": [
             {

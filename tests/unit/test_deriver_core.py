@@ -163,10 +163,14 @@ def test_exact_duplicates_reinforce_and_fuller_near_duplicates_supersede():
     assert [type(e) for e in out.events] == [ObservationReinforced]
 
 
-def test_duplicates_within_one_batch_collapse():
+def test_duplicates_within_one_batch_collapse_and_one_message_is_one_piece_of_evidence():
     fact = ExtractedFact(content="a loves rust", message_id="m0", span="I love rust")
-    out = verdicts([fact, fact])
+    assert [type(e) for e in verdicts([fact] * 40).events] == [ObservationAdded]  # however often repeated
+    again = ExtractedFact(content="a loves rust", message_id="m1", span="rust again")
+    out = verdicts([fact, again, again], texts=("I love rust", "rust again"))
     assert [type(e) for e in out.events] == [ObservationAdded, ObservationReinforced]
+    known = [KnownObservation("k", Level.EXPLICIT, "a loves rust", "s", (1.0, 0.0))]
+    assert [type(e) for e in verdicts([fact] * 5, known=known).events] == [ObservationReinforced]
 
 
 def test_a_target_with_a_display_name_is_named_by_it_in_the_prompt():
@@ -241,3 +245,16 @@ def test_spans_that_support_their_facts_are_grounded():
         texts=("she is my pet",),
     )
     assert [type(e) for e in moved.events + pet.events] == [ObservationAdded] * 2
+
+
+def test_the_recent_observation_cache_stays_far_under_a_kafka_record_and_keeps_the_newest():
+    import orjson
+
+    from services.deriver.state import dump_recent, load_recent
+
+    long = [KnownObservation(f"k{i}", Level.EXPLICIT, f"{i} " + "ǅ" * 1990, "s", (0.5,) * 384) for i in range(64)]
+    dumped = dump_recent(long, keep=64)
+    assert len(orjson.dumps(dumped)) < 400_000
+    kept = load_recent(dumped)
+    assert kept[-1].observation_id == "k63" and 0 < len(kept) < 64
+    assert [k.observation_id for k in load_recent(dump_recent(long[:3], keep=64))] == ["k0", "k1", "k2"]
