@@ -68,7 +68,9 @@ class Dreamer:
             # bounded: a dream outliving the worker's poll interval would be evicted and dreamt again
             async with asyncio.timeout(self.settings.max_dream_s):
                 for specialist in SPECIALISTS:
-                    await run.specialist(specialist, self.models[specialist], rounds[specialist])
+                    await run.specialist(
+                        specialist, self.models[specialist], rounds[specialist], self.settings.max_calls_per_round
+                    )
             end: Event = DreamCompleted(
                 **pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER, causation_id=event.event_id
             )

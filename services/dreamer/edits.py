@@ -108,6 +108,7 @@ class NamedObservation:
     level: str
     live: bool
     content: str = ""
+    derivation: str = ""  # the derivation of the pair's store it belongs to ("" the original)
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,9 @@ class DreamWrites:
         view = {
             **known,
             **{
-                i: NamedObservation(dream.observer_id, dream.observed_id, level, True, texts.get(i, ""))
+                i: NamedObservation(
+                    dream.observer_id, dream.observed_id, level, True, texts.get(i, ""), dream.derivation
+                )
                 for i, level in self.added.items()
             },
         }
@@ -239,6 +242,8 @@ def _retirable(d: Dream, view: dict[str, NamedObservation], obs_id: str, levels:
         return f"observation {obs_id!r} is not in this memory"
     if not k.live:
         return f"observation {obs_id!r} was already superseded or deleted"
+    if k.derivation != d.derivation:  # a staged re-derivation changes only when promoted, never by a dream
+        return f"observation {obs_id!r} is in another derivation of this memory; only its current one can change"
     if k.level not in levels:
         return f"observation {obs_id!r} is {k.level}; only {' or '.join(levels)} observations can be changed this way"
     return None

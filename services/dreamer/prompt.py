@@ -7,12 +7,12 @@ from typing import Any
 
 from services.toolloop.turns import tool_catalogue
 
-PROMPT_VERSIONS = {"deduction": "deduction-2", "induction": "induction-2"}
+PROMPT_VERSIONS = {"deduction": "deduction-3", "induction": "induction-3"}
 
 COMMON = """You are consolidating the memory that {observer} holds about {target}: observations (explicit: stated
 in a message; deductive, inductive: derived from premises; contradiction: flags conflicts), each shown as
 [obs:ID]. Work from the observations listed; the discovery tools find more when you need them. Every write cites premise ids you were
-shown (without the obs: prefix); a write whose premises do not exist, belong elsewhere or were retired is
+shown, such as #3 (without the obs: prefix); a write whose premises do not exist, belong elsewhere or were retired is
 refused and you are told why. Write only what the memory supports: no guesses, no restating an observation
 that already exists. When you can make no more supported edits, stop: reply with one short sentence and no tool call."""
 
@@ -53,14 +53,15 @@ no more supported edits. For example {example}. Tools:
 
 # worked examples about someone else, so that a model copying one is plain to see
 EXAMPLES = {
-    "deduction": 'given [obs:o1] "Bob lives in Oslo": {"tool": "add_deduction", "arguments": {"premise_ids": '
-    '["o1"], "content": "Bob lives in Norway"}}',
-    "induction": 'given [obs:o1] "Bob runs every morning" and [obs:o2] "Bob cycles to work": {"tool": '
-    '"add_pattern", "arguments": {"premise_ids": ["o1", "o2"], "pattern_type": "behaviour", '
+    "deduction": 'given [obs:#1] "Bob lives in Oslo": {"tool": "add_deduction", "arguments": {"premise_ids": '
+    '["#1"], "content": "Bob lives in Norway"}}',
+    "induction": 'given [obs:#1] "Bob runs every morning" and [obs:#2] "Bob cycles to work": {"tool": '
+    '"add_pattern", "arguments": {"premise_ids": ["#1", "#2"], "pattern_type": "behaviour", '
     '"content": "Bob exercises as part of his daily routine"}}',
 }
 
 FORCE_STOP = "You have used all your tool rounds. Stop now: reply with one short sentence and no tool call."
+NOT_RUN = "not run: at most {most} tool calls of one turn run; call it again in a later turn if still needed"
 
 
 def system_prompt(

@@ -19,6 +19,9 @@ class DreamSettings(BaseSettings):
     tick_s: float = Field(60.0, gt=0, description="how often the clock re-checks pairs that wait")
     deduction_rounds: int = Field(12, ge=1, description="tool-round cap of the deduction specialist")
     induction_rounds: int = Field(10, ge=1, description="tool-round cap of the induction specialist")
+    max_calls_per_round: int = Field(
+        16, ge=1, description="most tool calls of one model turn a specialist runs; the rest are answered as not run"
+    )
     max_dream_s: float = Field(
         900.0,
         gt=0,

@@ -94,8 +94,9 @@ class DreamRun:
         d = self.dream
         return RecallScope(d.workspace_id, d.observer_id, d.observed_id)
 
-    async def specialist(self, name: str, model: ModelClient, rounds: int) -> None:
-        """Run one specialist until it stops (or its rounds run out)."""
+    async def specialist(self, name: str, model: ModelClient, rounds: int, calls_per_round: int) -> None:
+        """Run one specialist until it stops (or its rounds run out), running at most `calls_per_round` of
+        each turn's tool calls."""
         structured = model.settings.tool_mode == "structured"
         actions = actions_of(name, self.dream.peer_card)
         specs = tool_specs(name, self.dream.peer_card)
@@ -118,8 +119,10 @@ class DreamRun:
             calls = await self.ask(model, messages, offered, structured, used)
             if not calls or used == rounds:
                 return
-            for call in calls:
-                result = await self.run_tool(call, actions)
+            for i, call in enumerate(calls):
+                # bounded as Chat's turns are: one turn must not retire a whole store; the rest are told why
+                ran = i < calls_per_round
+                result = await self.run_tool(call, actions) if ran else prompt.NOT_RUN.format(most=calls_per_round)
                 if structured:
                     messages.append({"role": "user", "content": f"Result of {call.name}:\n{result}"})
                 else:
@@ -174,6 +177,8 @@ class DreamRun:
             return await self.recent(call)
         env = ToolEnv(self.reads, self.embedder, self.scope(), 25, RESULT_CHARS)
         result = await memory.execute(env, call, DISCOVERY)
+        if not result.shown:  # no rows, so no observation's text: a "not found" may quote the id asked for
+            return self.names.in_reply(result.text)
         return self.names.in_text(result.text, [i for i, kind in result.shown.items() if kind == "observation"])
 
     async def recent(self, call: ToolCall) -> str:
@@ -203,7 +208,7 @@ class DreamRun:
                 short = self.names.alias(outcome.events[0].observation_id)
                 self.written.append(f"[obs:{short}] ({call.name}) {action.content}")
                 return f"ok: written as {short}"
-        return self.names.in_text(outcome.reply)
+        return self.names.in_reply(outcome.reply)
 
     async def known(self, ids: Sequence[str], content: str = "") -> dict[str, NamedObservation]:
         """The observations `ids` name, and the pair's live ones that already say `content`."""
@@ -215,6 +220,7 @@ class DreamRun:
                 r["level"],
                 r["superseded_by"] is None and r["deleted_at"] is None,
                 r["content"],
+                r["derivation"],
             )
             for i, r in rows.items()
         }

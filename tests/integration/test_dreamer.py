@@ -195,11 +195,11 @@ async def test_a_model_without_tool_calling_dreams_through_structured_output_cit
 
     def reply(request: dict) -> Reply:
         if specialist(request) == "deduction" and rounds_done(request) == 0:
-            # the opening names observations o1, o2, … (oldest first): o1 is Oslo
+            # the opening names observations #1, #2, … (oldest first): #1 is Oslo
             return Reply(
                 content={
                     "tool": "add_deduction",
-                    "arguments": {"content": "Bob lives in Norway", "premise_ids": ["o1"]},
+                    "arguments": {"content": "Bob lives in Norway", "premise_ids": ["#1"]},
                 }
             )
         return Reply(content={"done": "No more supported edits."})
@@ -210,7 +210,7 @@ async def test_a_model_without_tool_calling_dreams_through_structured_output_cit
     assert dream.edits == 1
     first = model_server.chat_requests()[0]
     assert "tools" not in first and '"tool": "<name>"' in first["messages"][0]["content"]
-    assert "[obs:o1] (explicit" in first["messages"][1]["content"] and oslo not in first["messages"][1]["content"]
+    assert "[obs:#1] (explicit" in first["messages"][1]["content"] and oslo not in first["messages"][1]["content"]
     norway = next(o for o in await c.all_observations("w", "bob", "bob") if o.content == "Bob lives in Norway")
     assert list(norway.premise_ids) == [oslo] and norway.dream_id == dream.dream_id
 

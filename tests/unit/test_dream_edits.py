@@ -142,12 +142,21 @@ def test_a_dream_writes_into_the_derivation_current_when_it_began_and_the_card_s
     from dataclasses import replace
 
     d = replace(D, derivation="v2")
+    in_v2 = {i: replace(k, derivation="v2") for i, k in KNOWN.items()}
     update = UpdateKnowledge(outdated_id="oslo", content="Bob moved to Bergen", premise_ids=["bees"])
-    out = decide_edit(DreamWrites(), KNOWN, update, d)
+    out = decide_edit(DreamWrites(), in_v2, update, d)
     assert [type(e) for e in out.events] == [ObservationAdded, ObservationSuperseded]
     assert {e.derivation for e in out.events} == {"v2"}
-    card = decide_edit(DreamWrites(), KNOWN, SetPeerCard(entries=["IDENTITY: Bob"]), d)
+    card = decide_edit(DreamWrites(), in_v2, SetPeerCard(entries=["IDENTITY: Bob"]), d)
     assert isinstance(card.events[0], PeerCardUpdated)
+
+
+def test_a_dream_retires_nothing_of_another_derivation_of_the_pair():
+    staged = {**KNOWN, "v2-oslo": NamedObservation("alice", "bob", "explicit", True, "Bob lives in Oslo", "v2")}
+    update = UpdateKnowledge(outdated_id="v2-oslo", content="Bob moved to Bergen", premise_ids=["bees"])
+    out = decide_edit(DreamWrites(), staged, update, D)
+    assert not out.accepted and "another derivation" in out.reply
+    assert not any(isinstance(e, ObservationSuperseded) for e in out.events)
 
 
 def test_a_conclusion_that_only_restates_a_premise_is_refused_and_recorded():

@@ -16,7 +16,7 @@ from services.toolloop import memory
 from services.toolloop.registry import function_spec
 from services.toolloop.turns import step_schema, structured_turn_schema
 
-SHOWN = [f"id-{n}" for n in range(1, 13)]  # the observations a specialist was shown, o1 … o12
+SHOWN = [f"id-{n}" for n in range(1, 13)]  # the observations a specialist was shown, #1 … #12
 
 
 def names() -> Aliases:
@@ -82,36 +82,36 @@ def test_nested_definitions_move_to_the_root_where_their_refs_point():
 
 def test_a_pattern_must_cite_two_or_more_of_the_names_shown():
     schema = dream_step("induction")
-    assert valid(schema, pattern(["o1", "o12"]))
-    assert not valid(schema, pattern(["o1"]))  # the provenance rule's minimum for a pattern is 2
-    assert not valid(schema, pattern(["o1", "o13"]))  # never shown
-    assert not valid(schema, pattern(["o1", SHOWN[1]]))  # a full id is not a name it was shown
-    assert not valid(schema, pattern(["o1", "o2"], pattern_type="habit"))
+    assert valid(schema, pattern(["#1", "#12"]))
+    assert not valid(schema, pattern(["#1"]))  # the provenance rule's minimum for a pattern is 2
+    assert not valid(schema, pattern(["#1", "#13"]))  # never shown
+    assert not valid(schema, pattern(["#1", SHOWN[1]]))  # a full id is not a name it was shown
+    assert not valid(schema, pattern(["#1", "#2"], pattern_type="habit"))
 
 
 def test_a_deduction_cites_one_or_more_names_and_targets_are_names_too():
     schema = dream_step("deduction")
-    assert valid(schema, {"tool": "add_deduction", "arguments": {"content": "c", "premise_ids": ["o3"]}})
+    assert valid(schema, {"tool": "add_deduction", "arguments": {"content": "c", "premise_ids": ["#3"]}})
     assert not valid(schema, {"tool": "add_deduction", "arguments": {"content": "c", "premise_ids": []}})
-    assert not valid(schema, {"tool": "add_contradiction", "arguments": {"content": "c", "premise_ids": ["o3"]}})
-    update = {"outdated_id": "o2", "content": "c", "premise_ids": ["o3"]}
+    assert not valid(schema, {"tool": "add_contradiction", "arguments": {"content": "c", "premise_ids": ["#3"]}})
+    update = {"outdated_id": "#2", "content": "c", "premise_ids": ["#3"]}
     assert valid(schema, {"tool": "update_knowledge", "arguments": update})
-    assert not valid(schema, {"tool": "update_knowledge", "arguments": {**update, "outdated_id": "o99"}})
-    assert valid(schema, {"tool": "reasoning_chain", "arguments": {"observation_id": "o4"}})
+    assert not valid(schema, {"tool": "update_knowledge", "arguments": {**update, "outdated_id": "#99"}})
+    assert valid(schema, {"tool": "reasoning_chain", "arguments": {"observation_id": "#4"}})
 
 
 def test_without_tools_the_only_turn_left_is_to_stop():
-    assert not valid(step_schema(None), pattern(["o1", "o2"])) and valid(step_schema(None), {"done": "stop"})
+    assert not valid(step_schema(None), pattern(["#1", "#2"])) and valid(step_schema(None), {"done": "stop"})
 
 
 def test_names_shown_map_back_to_ids_and_text_shows_names():
     aliases = names()
-    args = aliases.unaliased({"premise_ids": ["o1", "[obs:o2]", "id-9"], "outdated_id": "obs:o3", "content": "o4"})
-    assert args == {"premise_ids": ["id-1", "id-2", "id-9"], "outdated_id": "id-3", "content": "o4"}
+    args = aliases.unaliased({"premise_ids": ["#1", "[obs:#2]", "id-9"], "outdated_id": "obs:#3", "content": "#4"})
+    assert args == {"premise_ids": ["id-1", "id-2", "id-9"], "outdated_id": "id-3", "content": "#4"}
     assert aliases.in_text("[obs:id-5] (explicit) x\n[obs:new] (deductive) y", ["id-5", "new"]) == (
-        "[obs:o5] (explicit) x\n[obs:o13] (deductive) y"
+        "[obs:#5] (explicit) x\n[obs:#13] (deductive) y"
     )
-    assert aliases.in_text("premise 'id-2' was superseded") == "premise 'o2' was superseded"  # a refusal
+    assert aliases.in_reply("premise 'id-2' was superseded") == "premise '#2' was superseded"  # a refusal
 
 
 def test_with_nothing_shown_id_arguments_stay_as_declared():
