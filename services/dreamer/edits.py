@@ -8,6 +8,7 @@ write is an ObservationRejected event too, so the audit trail shows what the dre
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
@@ -132,6 +133,18 @@ class DreamWrites:
     added: dict[str, str] = field(default_factory=dict)
     retired: frozenset[str] = frozenset()
     contents: dict[str, str] = field(default_factory=dict)  # normalised content → id, to refuse repeats
+    premises: dict[str, tuple[str, ...]] = field(default_factory=dict)  # what each new one rests on
+
+    def rests_on(self, premise_ids: Sequence[str]) -> set[str]:
+        """`premise_ids` and, through this dream's new observations among them, everything they rest on."""
+        seen: set[str] = set()
+        todo = list(premise_ids)
+        while todo:
+            i = todo.pop()
+            if i not in seen:
+                seen.add(i)
+                todo += self.premises.get(i, ())
+        return seen
 
     def overlay(self, dream: Dream, known: dict[str, NamedObservation]) -> dict[str, NamedObservation]:
         texts = {i: text for text, i in self.contents.items()}
@@ -232,6 +245,7 @@ def _written(pending: DreamWrites, event: ObservationAdded, more: list[Event] = 
         {**pending.added, event.observation_id: event.level.value},
         pending.retired | ({retired} if retired else set()),
         {**pending.contents, normalise(event.content): event.observation_id},
+        {**pending.premises, event.observation_id: tuple(event.premise_ids)},
     )
     return ActionResult([event, *more], f"ok: written as {event.observation_id}", new, True)
 
@@ -277,11 +291,12 @@ def decide_edit(
         )
     if isinstance(action, UpdateKnowledge):
         problems = [p for p in [_retirable(d, view, action.outdated_id, ("explicit", "deductive"))] if p]
-        if action.outdated_id in action.premise_ids:
-            # the write supersedes that premise, so the new belief would be born premise-superseded
+        if action.outdated_id in pending.rests_on(action.premise_ids):
+            # the write supersedes that premise (or one a deduction of this dream it cites rests on), so the
+            # new belief would be born premise-superseded, retired on evidence made from itself
             problems.append(
-                f"it cites the observation it replaces ({action.outdated_id}) as a premise: "
-                "cite the newer evidence instead"
+                f"it rests on the observation it replaces ({action.outdated_id}), directly or through a "
+                "deduction of this dream: cite the newer evidence instead"
             )
         if problems:
             return _refuse(d, pending, Level.DEDUCTIVE, action.content, action.premise_ids, problems)

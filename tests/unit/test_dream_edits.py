@@ -209,6 +209,16 @@ def test_a_knowledge_update_citing_the_observation_it_replaces_is_refused_and_re
     )
     (rejected,) = out.events
     assert isinstance(rejected, ObservationRejected) and not out.accepted
-    assert "cites the observation it replaces" in rejected.reason and "oslo" in out.reply
+    assert "rests on the observation it replaces" in rejected.reason and "oslo" in out.reply
     assert rejected.premise_ids == ("bees", "oslo") and rejected.dream_id == "dream-1"
     assert out.pending == DreamWrites()
+
+
+def test_a_knowledge_update_resting_on_its_outdated_observation_through_a_fresh_deduction_is_refused():
+    made = decide_edit(DreamWrites(), KNOWN, AddDeduction(content="Bob is Norwegian", premise_ids=["oslo"]), D)
+    assert made.accepted
+    fresh = made.events[0].observation_id
+    update = UpdateKnowledge(outdated_id="oslo", content="Bob left Oslo", premise_ids=[fresh], reason="moved")
+    out = decide_edit(made.pending, made.pending.overlay(D, KNOWN), update, D)
+    assert not out.accepted and "through a deduction of this dream" in out.reply
+    assert not any(isinstance(e, ObservationSuperseded) for e in out.events)
