@@ -72,6 +72,13 @@ def ts(value: datetime) -> timestamp_pb2.Timestamp:
 _MIN_TS_SECONDS, _MAX_TS_SECONDS = -62_135_596_800, 253_402_300_799
 
 
+def as_of(msg) -> datetime | None:
+    """A read's `as_of`: None (now) if unset or not in the past, as the API promises (a future time reads as
+    now, where a bound in the future would still leave out a turn whose created_at is ahead of the clock)."""
+    at = from_ts(msg, "as_of")
+    return at if at is not None and at < datetime.now(UTC) else None
+
+
 def from_ts(msg, field: str) -> datetime | None:
     """The timestamp `field` of `msg`, None if unset; InvalidArgument if it is outside Timestamp's range."""
     if not msg.HasField(field):
@@ -225,7 +232,7 @@ def list_filter(r: observations_pb2.ListObservationsRequest) -> ObservationFilte
         include_superseded=r.include_superseded,
         include_deleted=r.include_deleted,
         derivation=r.derivation,
-        as_of=from_ts(r, "as_of"),
+        as_of=as_of(r),
     )
 
 
@@ -235,7 +242,7 @@ def search_query(r: observations_pb2.SearchObservationsRequest) -> SearchQuery:
         observer_id=r.observer_id,
         observed_id=r.observed_id,
         levels=levels(r.levels),
-        as_of=from_ts(r, "as_of"),
+        as_of=as_of(r),
     )
     max_distance = r.max_distance if r.HasField("max_distance") else None
     return SearchQuery(pair=pair, text=r.query, top_k=r.top_k, max_distance=max_distance, scope_id=r.scope_id)

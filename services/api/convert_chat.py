@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from peerlog.v1 import dialectic_pb2
-from services.api.convert import from_ts, json_object
+from services.api.convert import as_of, json_object
 from services.dialectic import response_format
 from services.dialectic.loop import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
 from services.dialectic.prompt import PROMPT_VERSION
@@ -36,7 +36,7 @@ def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
         r.session_id,
         level,
         schema,
-        as_of=from_ts(r, "as_of"),
+        as_of=as_of(r),
         scope_id=r.scope_id,
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from peerlog.v1 import context_pb2
 from services.api import context_reads
 from services.api import validation as v
-from services.api.convert import from_ts, ts
+from services.api.convert import as_of, ts
 from services.api.packing import render_relevant, render_representation
 
 
@@ -22,7 +22,7 @@ def _query(r, **only_context) -> context_reads.ContextQuery:
         include_most_reinforced=r.include_most_reinforced if r.HasField("include_most_reinforced") else True,
         max_observations=r.max_observations,
         session_ids=tuple(r.session_ids),
-        as_of=from_ts(r, "as_of"),
+        as_of=as_of(r),
         scope_id=r.scope_id,
         **only_context,
     )

@@ -124,7 +124,7 @@ class PeerServicer(peers_pb2_grpc.PeerServiceServicer):
                 request.observer_id,
                 request.observed_id,
                 request.consistency.consistency_token,
-                c.from_ts(request, "as_of"),
+                c.as_of(request),
             )
         )
 
@@ -291,7 +291,7 @@ class ConfigurationServicer(configuration_pb2_grpc.ConfigurationServiceServicer)
                 request.workspace_id,
                 request.session_id,
                 request.message_id,
-                c.from_ts(request, "as_of"),
+                c.as_of(request),
                 request.consistency.consistency_token,
             )
         )
@@ -446,7 +446,7 @@ class ScopeServicer(scopes_pb2_grpc.ScopeServiceServicer):
                 self.ctx,
                 request.workspace_id,
                 request.scope_id,
-                c.from_ts(request, "as_of"),
+                c.as_of(request),
                 request.consistency.consistency_token,
             )
         )

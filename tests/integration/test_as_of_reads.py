@@ -292,3 +292,24 @@ async def test_an_as_of_read_leaves_out_messages_recorded_after_it_whatever_thei
     assert copy not in first["messages"][1]["content"] and backfilled not in first["messages"][1]["content"]
     for found in tool_messages(second):
         assert f"[msg:{original}]" in found and copy not in found and backfilled not in found, found
+
+
+async def test_an_as_of_in_the_future_reads_as_now(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    ahead = messages_pb2.NewMessage(peer_id="bob", content="dated half an hour ahead")
+    ahead.created_at.FromDatetime(datetime.now(UTC) + timedelta(minutes=30))  # allowed: under an hour
+    token = (await c.add("w", "s", [("bob", "plain"), ahead])).consistency_token
+    context = context_pb2_grpc.ContextServiceStub(channel)
+
+    async def read(**kw) -> list[str]:
+        got = await context.GetContext(
+            context_pb2.GetContextRequest(
+                workspace_id="w", session_id="s", observer_id="alice", consistency={"consistency_token": token}, **kw
+            )
+        )
+        return [m.content for m in got.messages]
+
+    now = await read()
+    assert now == ["plain", "dated half an hour ahead"]
+    assert await read(as_of=stamp(datetime.now(UTC) + timedelta(minutes=5))) == now
