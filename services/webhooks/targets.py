@@ -28,8 +28,9 @@ class PrivateTarget(ValueError):
 def refusal(address: str) -> str | None:
     """Why deliveries may not go to `address` (an IP literal), or None when it is public."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # a zone index (fe80::1%eth0) names no other host
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+    embedded = _embedded_ipv4(ip)
+    if embedded is not None and refusal(str(embedded)) is not None:
+        return f"{refusal(str(embedded))} (as the IPv4 address inside {ip})"
     for kind, hit in (
         ("a cloud metadata address", ip in METADATA),
         ("loopback", ip.is_loopback),
@@ -41,6 +42,25 @@ def refusal(address: str) -> str | None:
     ):
         if hit:
             return kind
+    return None
+
+
+# prefixes whose last 32 bits are an IPv4 address a gateway reaches: NAT64 (RFC 6052) and IPv4-translated
+TRANSLATED = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::ffff:0:0:0/96"))
+
+
+def _embedded_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries and a host or gateway would reach: mapped (::ffff:a.b.c.d),
+    compatible (::a.b.c.d), NAT64 or translated, 6to4 (2002:AABB:CCDD::); None for any other."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return None
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    low = int(ip) & 0xFFFFFFFF
+    if any(ip in net for net in TRANSLATED) or (int(ip) >> 32 == 0 and low > 1):  # ::a.b.c.d, not :: or ::1
+        return ipaddress.IPv4Address(low)
     return None
 
 

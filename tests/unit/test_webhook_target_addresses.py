@@ -13,7 +13,7 @@ from services.webhooks.targets import PrivateTarget, check_addresses, refusal
         ("127.0.0.1", "loopback"),
         ("127.8.9.10", "loopback"),
         ("::1", "loopback"),
-        ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped IPv6 is the IPv4 address
+        ("::ffff:127.0.0.1", "loopback (as the IPv4 address inside ::ffff:7f00:1)"),  # IPv4-mapped IPv6
         ("10.0.0.5", "private"),
         ("172.16.3.4", "private"),
         ("192.168.1.1", "private"),
@@ -41,3 +41,17 @@ def test_public_addresses_are_let_through(address):
 def test_one_private_address_among_public_ones_refuses_the_host():
     with pytest.raises(PrivateTarget, match=r"hooks.example \(10.1.2.3\) is private.*ALLOW_PRIVATE_TARGETS"):
         check_addresses("hooks.example", ["93.184.216.34", "10.1.2.3"])
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["64:ff9b::7f00:1", "64:ff9b::a00:1", "::127.0.0.1", "::ffff:0:7f00:1", "2002:7f00:1::1", "2002:a9fe:a9fe::1"],
+)
+def test_an_ipv6_address_carrying_a_non_public_ipv4_one_is_refused(address):
+    # NAT64, IPv4-compatible, IPv4-translated and 6to4 addresses reach the IPv4 address inside them
+    assert "as the IPv4 address inside" in refusal(address)
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "::ffff:0:808:808"])
+def test_an_ipv6_address_carrying_a_public_ipv4_one_is_let_through(address):
+    assert refusal(address) is None
