@@ -41,14 +41,18 @@ async def premise_dag(
 ) -> tuple[list[str], dict[str, list[str]], bool]:
     """The ids under `root_id` breadth first (root first, each once), every node's premise ids, and
     whether the walk stopped at `limit` nodes. Level by level: a DAG is shallow, and each level is one query."""
-    order, edges, frontier = [root_id], {}, [root_id]
+    order, edges, frontier, cut = [root_id], {}, [root_id], False
     while frontier and len(order) < limit:
         found = await premises_of(conn, workspace_id, frontier)
         edges.update(found)
-        frontier = [p for node in frontier for p in found[node] if p not in edges and p not in order]
-        frontier = list(dict.fromkeys(frontier))[: limit - len(order)]
+        beyond = list(dict.fromkeys(p for node in frontier for p in found[node] if p not in edges and p not in order))
+        frontier, cut = beyond[: limit - len(order)], len(beyond) > limit - len(order)
         order += frontier
-    truncated = bool(frontier) and len(order) >= limit
+    if frontier and not cut:  # the walk stopped at the limit: cut only if the last level rests on more
+        found = await premises_of(conn, workspace_id, frontier)
+        edges.update(found)
+        cut = any(p not in order for node in frontier for p in found[node])
+    truncated = cut
     for node in order:
         edges.setdefault(node, [])
     return order, edges, truncated

@@ -144,18 +144,18 @@ async def levels(
 async def message_levels(
     conn: AsyncConnection, workspace_id: str, message_id: str, as_of: datetime | None = None, session_id: str = ""
 ) -> Levels | None:
-    """The levels in force for one message (None: no such message, or not in `session_id` when given): the
+    """The levels in force for one message (None: no such message then, or not in `session_id` when given): the
     workspace's and the session's as the processors saw them when it came, and its own as last set by `as_of`
     (None: now)."""
     m = (
         await conn.execute(
-            select(messages.c.session_id, messages.c.seq).where(
+            select(messages.c.session_id, messages.c.seq, messages.c.recorded_at).where(
                 messages.c.workspace_id == workspace_id, messages.c.message_id == message_id
             )
         )
     ).first()
-    if m is None or (session_id and m.session_id != session_id):
-        return None
+    if m is None or (session_id and m.session_id != session_id) or (as_of is not None and m.recorded_at > as_of):
+        return None  # as of a time before it was recorded, it did not exist
     rows = (
         await conn.execute(
             select(c.configuration, c.workspace_configuration, c.recorded_at)

@@ -80,7 +80,8 @@ async def effective(
             levels = await stored.message_levels(conn, workspace_id, checked, as_of, session_id)
         if levels is None:
             where = f"session {session_id!r} of " if session_id else ""
-            raise NotFound(f"message {message_id!r} does not exist in {where}workspace {workspace_id!r}")
+            when = f" as of {as_of.isoformat()}" if as_of is not None else ""
+            raise NotFound(f"message {message_id!r} does not exist in {where}workspace {workspace_id!r}{when}")
     else:
         async with ctx.engine.connect() as conn:
             levels = await stored.levels(conn, workspace_id, session_id, as_of)

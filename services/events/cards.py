@@ -23,6 +23,10 @@ class PeerCardUpdated(Event):
     entries: tuple[str, ...]
 
 
+# what str.splitlines breaks at: an entry holding one would show as several lines, each read as an entry
+LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+
+
 def card_problems(entries: Sequence[str]) -> list[str]:
     """Why `entries` is not a valid card (empty list: it is)."""
     if len(entries) > MAX_ENTRIES:  # the only problem worth naming: checking each entry would list thousands
@@ -35,6 +39,8 @@ def card_problems(entries: Sequence[str]) -> list[str]:
             problems.append(f"entries[{i}] has nothing after its prefix")
         if "\x00" in entry:  # Postgres text cannot hold it: the card would be quarantined, not shown
             problems.append(f"entries[{i}] contains a NUL character (U+0000)")
+        if any(c in LINE_BREAKS for c in entry):  # a card is shown one entry a line: a break forges more entries
+            problems.append(f"entries[{i}] holds a line break; one entry is one line")
         if len(entry) > MAX_ENTRY_CHARS:
             problems.append(f"entries[{i}] has {len(entry)} characters; the limit is {MAX_ENTRY_CHARS}")
     return problems

@@ -347,6 +347,8 @@ async def test_a_message_level_set_after_the_message_is_read_back_and_as_of_and_
     c, levels = Client(channel), Levels(channel)
     await c.setup_conversation("w", "s")
     await levels.session("w", "s", observe_others=True)
+    before_it = datetime.now(UTC)
+    await asyncio.sleep(0.01)
     token = (await c.add("w", "s", [said("alice", "hi", deriver_instructions="food only")])).consistency_token
     [message] = [m.message_id for m in await c.all_messages("w", "s", token=token)]
     await asyncio.sleep(0.01)
@@ -361,6 +363,9 @@ async def test_a_message_level_set_after_the_message_is_read_back_and_as_of_and_
     before = await levels.effective("w", m=message, as_of=between)
     assert before["deriver_instructions"] == ("food only", L.CONFIGURATION_LEVEL_MESSAGE)
     assert before["observe_others"] == (True, L.CONFIGURATION_LEVEL_SESSION)
+    with pytest.raises(grpc.aio.AioRpcError) as not_yet:  # as of before it was sent, the message was no one's
+        await levels.effective("w", m=message, as_of=before_it)
+    assert not_yet.value.code() == grpc.StatusCode.NOT_FOUND and "as of" in not_yet.value.details()
 
     report = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings))
     assert report.switched and set(report.differences.values()) == {0}, report.differences
