@@ -171,7 +171,9 @@ async def _relevant(
 async def _one_per_turn(conn: AsyncConnection, q: ContextQuery, hits: list) -> list:
     """`hits` with a turn and its CloneSession copies counted once, at the best one's place: the copy in the
     session read if there is one (the recent window then does not repeat it), else the best."""
-    origins = await message_reads.origins(conn, q.workspace_id, [h["message_id"] for h in hits]) if hits else {}
+    if len({h["content"] for h in hits}) == len(hits):  # a copy says what its original says: none here
+        return hits
+    origins = await message_reads.origins(conn, q.workspace_id, [h["message_id"] for h in hits])
     kept: dict[str, dict] = {}
     for h in hits:  # best first
         first = origins[h["message_id"]]["origin_message_id"] if h["message_id"] in origins else h["message_id"]

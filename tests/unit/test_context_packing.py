@@ -228,3 +228,14 @@ def test_a_newest_turn_too_long_for_the_room_does_not_stop_older_turns_filling_i
     q = context_reads.ContextQuery(workspace_id="w", session_id="s", token_budget=1000)
     packed = asyncio.run(context_reads._with_recent(None, q, "", fixed, []))
     assert packed.tokens["messages"] > 900 and packed.messages[-1].message_id == "m1000"
+
+
+def test_hits_that_all_say_different_things_need_no_lookup_of_clone_origins():
+    import asyncio
+
+    from services.api import context_reads
+
+    q = context_reads.ContextQuery(workspace_id="w", session_id="s")
+    hits = [{"message_id": f"m{i}", "session_id": "s", "content": f"turn {i}"} for i in range(5)]
+    # no connection at all: a copy says what its original says, so distinct texts cannot hold one
+    assert asyncio.run(context_reads._one_per_turn(None, q, hits)) == hits
