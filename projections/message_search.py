@@ -44,6 +44,7 @@ from projections.message_ranking import (
 )
 from projections.message_reads import as_of_bound, seen_while_member
 from projections.schema import (
+    message_origins,
     message_terms,
     messages,
     sessions,
@@ -319,9 +320,19 @@ def fused(shape: Shape):
         based.c.message_id, (based.c.topical + based.c.boost + SESSION_WEIGHT * lead).label("score")
     ).subquery("scored")
     best = select(scored).order_by(scored.c.score.desc(), scored.c.message_id).limit(_count("limit")).subquery("best")
+    o = message_origins.c
     return (
-        select(*(m[c] for c in MESSAGE_COLUMNS), best.c.score)
+        # with where a CloneSession copy was first sent (NULL for the rest), so a turn and its copies can be
+        # told apart as one without another statement (GetContext's relevant section)
+        select(
+            *(m[c] for c in MESSAGE_COLUMNS),
+            best.c.score,
+            o.origin_workspace_id,
+            o.origin_session_id,
+            o.origin_message_id,
+        )
         .join_from(best, messages, and_(m.workspace_id == bindparam("workspace_id"), m.message_id == best.c.message_id))
+        .outerjoin(message_origins, and_(o.workspace_id == m.workspace_id, o.message_id == m.message_id))
         .order_by(best.c.score.desc(), best.c.message_id)
     )
 

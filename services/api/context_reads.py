@@ -153,7 +153,7 @@ async def _relevant(
         as_of=q.as_of,
         limit=relevant_candidates(room),
     )
-    hits = await _one_per_turn(conn, q, await search_messages(conn, search))
+    hits = _one_per_turn(q, await search_messages(conn, search))
     return [
         Relevant(
             r["message_id"],
@@ -168,15 +168,13 @@ async def _relevant(
     ]
 
 
-async def _one_per_turn(conn: AsyncConnection, q: ContextQuery, hits: list) -> list:
+def _one_per_turn(q: ContextQuery, hits: list) -> list:
     """`hits` with a turn and its CloneSession copies counted once, at the best one's place: the copy in the
-    session read if there is one (the recent window then does not repeat it), else the best."""
-    if len({h["content"] for h in hits}) == len(hits):  # a copy says what its original says: none here
-        return hits
-    origins = await message_reads.origins(conn, q.workspace_id, [h["message_id"] for h in hits])
+    session read if there is one (the recent window then does not repeat it), else the best. Each hit says
+    where it was first sent (`origin_message_id`, the search's own column)."""
     kept: dict[str, dict] = {}
     for h in hits:  # best first
-        first = origins[h["message_id"]]["origin_message_id"] if h["message_id"] in origins else h["message_id"]
+        first = h["origin_message_id"] or h["message_id"]
         if first not in kept or (h["session_id"] == q.session_id != kept[first]["session_id"]):
             kept[first] = h
     return list(kept.values())

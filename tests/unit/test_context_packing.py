@@ -230,12 +230,15 @@ def test_a_newest_turn_too_long_for_the_room_does_not_stop_older_turns_filling_i
     assert packed.tokens["messages"] > 900 and packed.messages[-1].message_id == "m1000"
 
 
-def test_hits_that_all_say_different_things_need_no_lookup_of_clone_origins():
-    import asyncio
-
+def test_a_turn_and_its_clone_copies_count_once_the_copy_in_the_session_read_kept():
     from services.api import context_reads
 
-    q = context_reads.ContextQuery(workspace_id="w", session_id="s")
-    hits = [{"message_id": f"m{i}", "session_id": "s", "content": f"turn {i}"} for i in range(5)]
-    # no connection at all: a copy says what its original says, so distinct texts cannot hold one
-    assert asyncio.run(context_reads._one_per_turn(None, q, hits)) == hits
+    q = context_reads.ContextQuery(workspace_id="w", session_id="clone")
+    hits = [
+        {"message_id": "m1", "session_id": "s", "origin_message_id": None},
+        {"message_id": "other", "session_id": "s", "origin_message_id": None},
+        {"message_id": "c1", "session_id": "clone", "origin_message_id": "m1"},
+        {"message_id": "c1b", "session_id": "clone-of-clone", "origin_message_id": "m1"},
+    ]
+    kept = context_reads._one_per_turn(q, hits)
+    assert [h["message_id"] for h in kept] == ["c1", "other"]  # at the best one's place

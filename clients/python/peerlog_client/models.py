@@ -139,7 +139,8 @@ class MessageOrigin:
 
 @frozen
 class Message:
-    """`origin` is set on a message CloneSession copied (GetMessage shows it; lists leave it None)."""
+    """`origin` is set on a message CloneSession copied (GetMessage and search hits show it; lists leave it
+    None)."""
 
     workspace_id: str
     session_id: str
