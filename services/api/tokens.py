@@ -198,7 +198,7 @@ class Verifier:
         self.key = verification_key(auth)
         self.algorithm = auth.algorithm
         self.leeway_s = auth.leeway_s
-        self._verified: OrderedDict[str, tuple[Grant, float | None]] = OrderedDict()
+        self._verified: OrderedDict[str, Grant] = OrderedDict()
 
     def grant(self, token: str) -> Grant:
         """The token's grant. A token that verified is remembered until its `exp` plus the leeway
@@ -206,16 +206,16 @@ class Verifier:
         and checking its signature again cost about 33 µs a call. Only tokens that verified are kept, so a
         caller cannot fill the cache, and one past that time is decoded again, which refuses it."""
         hit = self._verified.get(token)
-        if hit is not None and (hit[1] is None or time.time() < hit[1]):
+        if hit is not None and not hit.lapsed():
             self._verified.move_to_end(token)
-            return hit[0]
-        grant, expires = self._verify(token)
-        self._verified[token] = (grant, expires)
+            return hit
+        grant = self._verify(token)
+        self._verified[token] = grant
         if len(self._verified) > VERIFIED_TOKENS:
             self._verified.popitem(last=False)
         return grant
 
-    def _verify(self, token: str) -> tuple[Grant, float | None]:
+    def _verify(self, token: str) -> Grant:
         try:
             claims = jwt.decode(
                 token, self.key, algorithms=[self.algorithm], options={"require": ["scope"]}, leeway=self.leeway_s
@@ -237,8 +237,7 @@ class Verifier:
             log.warning("a token failed verification unexpectedly: %s: %.200s", type(err).__name__, err)
             raise Unauthenticated("the token could not be verified") from None
         expires = _expiry(claims.get("exp"))
-        until = None if expires is None else expires + self.leeway_s
-        return Grant(parse_scopes(claims["scope"]), until), until
+        return Grant(parse_scopes(claims["scope"]), None if expires is None else expires + self.leeway_s)
 
 
 def _expiry(exp: object) -> float | None:
