@@ -25,16 +25,9 @@ class EventServicer(events_pb2_grpc.EventServiceServicer):
 
 
 class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
-    def __init__(
-        self,
-        ctx: ApiDeps,
-        store: WebhookStore,
-        allow_private_targets: bool = False,
-        max_per_workspace: int | None = None,
-    ) -> None:
-        self.ctx, self.store, self.allow_private = ctx, store, allow_private_targets
-        # None: PEERLOG_WEBHOOK_MAX_PER_WORKSPACE, read here
-        self.most = WebhookSettings().max_per_workspace if max_per_workspace is None else max_per_workspace
+    def __init__(self, ctx: ApiDeps, store: WebhookStore, settings: WebhookSettings) -> None:
+        self.ctx, self.store = ctx, store
+        self.allow_private, self.most = settings.allow_private_targets, settings.max_per_workspace
 
     async def CreateWebhook(self, request, context):
         types = list(request.event_types)

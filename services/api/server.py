@@ -150,10 +150,7 @@ def _register(
     events_pb2_grpc.add_EventServiceServicer_to_server(
         EventServicer(ctx, settings.api.max_subscriptions, settings.api.max_subscriptions_per_workspace), server
     )
-    webhooks_pb2_grpc.add_WebhookServiceServicer_to_server(
-        WebhookServicer(ctx, webhooks, settings.webhook.allow_private_targets, settings.webhook.max_per_workspace),
-        server,
-    )
+    webhooks_pb2_grpc.add_WebhookServiceServicer_to_server(WebhookServicer(ctx, webhooks, settings.webhook), server)
     scopes_pb2_grpc.add_ScopeServiceServicer_to_server(ScopeServicer(ctx), server)
     checker = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
