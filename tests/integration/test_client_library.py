@@ -332,6 +332,16 @@ def test_searches_find_messages_at_workspace_session_and_peer_level(peerlog):
     assert ws.search("bees", after=before) == ()
 
 
+def test_a_search_cut_short_by_the_reply_size_says_so_through_the_client(peerlog):
+    ws, alice, bot, chat = conversation(peerlog, "big")
+    body = "zebra " + "€€€€€ " * 4160  # ~66 kB of UTF-8: 100 of them pass the 4 MiB a reply may hold
+    chat.add_messages([(alice, body)] * 100)
+    hits = chat.search("zebra", limit=100)
+    assert hits.truncated and 40 <= len(hits) < 100 and hits[0].message.content == body
+    fewer = ws.search("zebra", limit=10)
+    assert not fewer.truncated and len(fewer) == 10
+
+
 def test_observations_round_trip_with_sources_search_history_and_deletion(peerlog):
     ws, alice, bot, chat = conversation(peerlog)
     sent = chat.add_messages([(alice, "I moved to Oslo last year")])

@@ -171,8 +171,8 @@ def _search_filters(
     }
 
 
-def _searched(stub: type, request: Any) -> Call[tuple[m.ScoredMessage, ...]]:
-    return Call(stub, "SearchMessages", request, c.items_of("results"))
+def _searched(stub: type, request: Any) -> Call[m.SearchHits]:
+    return Call(stub, "SearchMessages", request, c.search_hits)
 
 
 def _scope_id(scope: str | m.Scope | None) -> str:
@@ -438,7 +438,7 @@ class AsyncWorkspace(_AsyncHandle):
         include_adjacent: bool = False,
         rerank: bool = False,
         scope: str | m.Scope | None = None,
-    ) -> tuple[m.ScoredMessage, ...]:
+    ) -> m.SearchHits:
         """Messages of the workspace by meaning and words, best first; filters as SearchMessages
         (scope: only its sessions; rerank: the server's cross-encoder re-ranks the best candidates)."""
         return await self._t.unary(
@@ -978,7 +978,7 @@ class AsyncPeer(_AsyncHandle):
         include_adjacent: bool = False,
         rerank: bool = False,
         scope: str | m.Scope | None = None,
-    ) -> tuple[m.ScoredMessage, ...]:
+    ) -> m.SearchHits:
         """The messages this peer wrote, by meaning and words, best first (scope: only its sessions)."""
         return await self._t.unary(
             _searched(
@@ -1226,7 +1226,7 @@ class AsyncSession(_AsyncHandle):
         limit: int = 0,
         include_adjacent: bool = False,
         rerank: bool = False,
-    ) -> tuple[m.ScoredMessage, ...]:
+    ) -> m.SearchHits:
         """The session's messages by meaning and words, best first."""
         return await self._t.unary(
             _searched(

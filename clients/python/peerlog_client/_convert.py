@@ -94,6 +94,11 @@ def items_of(name: str):
     return lambda message: tuple(to_model(x) for x in getattr(message, name))
 
 
+def search_hits(message: Proto) -> m.SearchHits:
+    """A SearchMessages reply as its hits, with the reply's `truncated`."""
+    return m.SearchHits(items_of("results")(message), message.truncated)
+
+
 def effective_configuration(message: Proto) -> m.EffectiveConfiguration:
     """An EffectiveConfiguration reply as typed values (its levels map by setting name)."""
     level = message.DESCRIPTOR.fields_by_name["levels"].message_type.fields_by_name["value"].enum_type

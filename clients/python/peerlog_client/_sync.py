@@ -172,8 +172,8 @@ def _search_filters(
     }
 
 
-def _searched(stub: type, request: Any) -> Call[tuple[m.ScoredMessage, ...]]:
-    return Call(stub, "SearchMessages", request, c.items_of("results"))
+def _searched(stub: type, request: Any) -> Call[m.SearchHits]:
+    return Call(stub, "SearchMessages", request, c.search_hits)
 
 
 def _scope_id(scope: str | m.Scope | None) -> str:
@@ -439,7 +439,7 @@ class Workspace(_AsyncHandle):
         include_adjacent: bool = False,
         rerank: bool = False,
         scope: str | m.Scope | None = None,
-    ) -> tuple[m.ScoredMessage, ...]:
+    ) -> m.SearchHits:
         """Messages of the workspace by meaning and words, best first; filters as SearchMessages
         (scope: only its sessions; rerank: the server's cross-encoder re-ranks the best candidates)."""
         return self._t.unary(
@@ -979,7 +979,7 @@ class Peer(_AsyncHandle):
         include_adjacent: bool = False,
         rerank: bool = False,
         scope: str | m.Scope | None = None,
-    ) -> tuple[m.ScoredMessage, ...]:
+    ) -> m.SearchHits:
         """The messages this peer wrote, by meaning and words, best first (scope: only its sessions)."""
         return self._t.unary(
             _searched(
@@ -1227,7 +1227,7 @@ class Session(_AsyncHandle):
         limit: int = 0,
         include_adjacent: bool = False,
         rerank: bool = False,
-    ) -> tuple[m.ScoredMessage, ...]:
+    ) -> m.SearchHits:
         """The session's messages by meaning and words, best first."""
         return self._t.unary(
             _searched(

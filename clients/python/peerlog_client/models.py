@@ -165,6 +165,18 @@ class ScoredMessage:
     next: Message | None = None
 
 
+class SearchHits(tuple[ScoredMessage, ...]):
+    """A search's hits, best first (a tuple), and whether the server cut the list short to keep its reply
+    under the transport's size limit (`truncated`: ask for fewer hits, or narrow the search, to see the rest)."""
+
+    truncated: bool
+
+    def __new__(cls, hits: tuple[ScoredMessage, ...] = (), truncated: bool = False) -> SearchHits:
+        made = super().__new__(cls, hits)
+        made.truncated = truncated
+        return made
+
+
 @frozen
 class AddedMessages:
     message_ids: tuple[str, ...]
