@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from sqlalchemy import RowMapping, bindparam, select
@@ -30,6 +30,20 @@ async def list_sessions(
             )
         )
     return (await conn.execute(stmt.order_by(sessions.c.session_id).limit(limit))).mappings().all()
+
+
+async def seen_by(
+    conn: AsyncConnection, workspace_id: str, peer_ids: Collection[str], session_ids: Collection[str]
+) -> set[str]:
+    """Which of `session_ids` one of `peer_ids` has been a member of, at any time."""
+    if not peer_ids or not session_ids:
+        return set()
+    stmt = select(memberships.c.session_id).where(
+        memberships.c.workspace_id == workspace_id,
+        memberships.c.session_id.in_(sorted(session_ids)),
+        memberships.c.peer_id.in_(sorted(peer_ids)),
+    )
+    return set((await conn.scalars(stmt)).all())
 
 
 async def memberships_of(

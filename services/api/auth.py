@@ -11,7 +11,7 @@ import grpc
 
 from services.api import access
 from services.api.errors import Undecodable
-from services.api.tokens import ADMIN, Grant, Verifier
+from services.api.tokens import ADMIN, Grant, NarrowView, Verifier
 from services.errors import Unauthenticated
 
 OPEN_SERVICES = frozenset(
@@ -29,6 +29,13 @@ def visible_workspaces() -> frozenset[str] | None:
     """The workspaces the current call's token may list; None: every one (admin, or auth off)."""
     grant = _grant.get()
     return None if grant is None else grant.workspaces()
+
+
+def narrow_view(workspace_id: str) -> NarrowView | None:
+    """What the current call's token covers of a workspace when less than the whole of it; None: all of
+    it (admin, a workspace token, or auth off)."""
+    grant = _grant.get()
+    return None if grant is None else grant.within(workspace_id)
 
 
 def bearer(metadata) -> str:

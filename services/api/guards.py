@@ -11,8 +11,10 @@ from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import peer_reads, session_reads, workspace_reads
+from services.api import auth
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.tokens import NarrowView
 from services.errors import NotFound
 
 if TYPE_CHECKING:
@@ -76,17 +78,26 @@ async def check_scope(
     known = await workspace_reads.known(conn, workspace_id, sorted(set(peer_ids.values())), list(session_ids))
     if not known.workspace:
         raise NotFound(f"workspace {workspace_id!r} does not exist; create it with GetOrCreateWorkspace")
-    sessions = [repr(s) for s in session_ids if s not in known.sessions]
+    view = auth.narrow_view(workspace_id)
+    visible = known.sessions if view is None else await _seen(conn, workspace_id, known.sessions, view)
+    sessions = [repr(s) for s in session_ids if s not in visible]
     if sessions:
         raise NotFound(
-            f"session {v.listed(sessions)} does not exist in workspace {workspace_id!r}; "
-            "create it with GetOrCreateSession"
+            f"session {v.listed(sessions)} does not exist in workspace {workspace_id!r}"
+            f"{'' if view is None else ' or this token may not see it'}; create it with GetOrCreateSession"
         )
     missing = [f"{kind} {p!r}" for kind, p in peer_ids.items() if p not in known.peers]
     if missing:
         raise NotFound(
             f"no such peer in workspace {workspace_id!r}: {v.listed(missing)}; create it with GetOrCreatePeer"
         )
+
+
+async def _seen(conn: AsyncConnection, workspace_id: str, sessions: frozenset[str], view: NarrowView) -> set[str]:
+    """The sessions a narrow token sees: those it names and those its peers have been members of. The
+    rest read as missing, so that such a token cannot tell which session ids exist."""
+    named = sessions & view.sessions
+    return named | await session_reads.seen_by(conn, workspace_id, view.peers, sessions - named)
 
 
 async def _known_peers(ctx: ApiDeps, workspace_id: str, peer_ids) -> set[str]:

@@ -15,6 +15,7 @@ from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections import scope_reads
+from services.api import auth
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
@@ -124,9 +125,14 @@ async def recall_sessions(
     conn: AsyncConnection, workspace_id: str, scope_id: str, session_ids: Sequence[str], as_of: datetime | None = None
 ) -> tuple[str, ...] | None:
     """The sessions a read may recall from: the allowlist, narrowed to the scope's sessions (as they stood
-    at `as_of`) when a scope is named; None when neither bounds it. NotFound for an unknown scope."""
+    at `as_of`) when a scope is named; None when neither bounds it. NotFound for an unknown scope, unless
+    the call's token is narrower than the workspace."""
     if not scope_id:
         return tuple(session_ids) if session_ids else None
-    await _require(conn, workspace_id, scope_id)
+    v.check_id("scope_id", scope_id)
+    if await scope_reads.scope(conn, workspace_id, scope_id) is None:
+        if auth.narrow_view(workspace_id) is not None:
+            return ()  # a token that cannot read scopes must not learn which exist: an unknown one recalls nothing
+        await _require(conn, workspace_id, scope_id)
     in_scope = (await scope_reads.scope_sessions(conn, workspace_id, [scope_id], as_of))[scope_id]
     return tuple(s for s in session_ids if s in in_scope) if session_ids else in_scope

@@ -69,6 +69,15 @@ def session(w: str, s: str) -> Resource:
 
 
 @dataclass(frozen=True)
+class NarrowView:
+    """What a peer or session token covers of one workspace: the sessions it names, and those its peers
+    have been members of (read where it matters: guards.check_scope)."""
+
+    peers: frozenset[str]
+    sessions: frozenset[str]
+
+
+@dataclass(frozen=True)
 class Grant:
     """The verified scopes of one token, and until when (seconds since 1970, the leeway included; None:
     for ever) it holds: a stream opened under it ends then."""
@@ -81,6 +90,17 @@ class Grant:
 
     def covers(self, r: Resource) -> bool:
         return bool({ADMIN, f"workspace:{r.workspace}", r.scope} & self.scopes)
+
+    def within(self, workspace_id: str) -> NarrowView | None:
+        """What it covers of a workspace when less than the whole of it; None: all of it."""
+        if self.covers(workspace(workspace_id)):
+            return None
+        prefix = f"{workspace_id}/"
+        named = [s.split(":", 1) for s in self.scopes if ":" in s]
+        return NarrowView(
+            peers=frozenset(i.removeprefix(prefix) for k, i in named if k == "peer" and i.startswith(prefix)),
+            sessions=frozenset(i.removeprefix(prefix) for k, i in named if k == "session" and i.startswith(prefix)),
+        )
 
     def workspaces(self) -> frozenset[str] | None:
         """The workspaces it may see whole (ListWorkspaces); None: every one."""

@@ -24,7 +24,7 @@ from sqlalchemy import RowMapping
 
 from projections import append_reads, message_reads, peer_reads, session_reads, workspace_reads
 from projections.append_reads import AppendFacts
-from services.api import idempotency
+from services.api import auth, idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.freshness import answered_in_time, until_projected
@@ -32,6 +32,7 @@ from services.api.guards import (
     check_members,
     check_peer_ids,
     check_scope,
+    require_scope,
     require_session,
     require_workspace,
     validate_messages,
@@ -332,14 +333,15 @@ async def _checked_append(
 ) -> tuple[list[str], str]:
     """The append after its checks (`facts` of the session and authors, the chosen ids `taken`); with
     `wait`, answered once readable."""
-    if not facts.session_exists:
-        await require_session(ctx, workspace_id, session_id)  # says which is missing, or what is malformed
+    outsiders = sorted({m.peer_id for m in new if m.peer_id not in facts.members})
+    if not facts.session_exists or (outsiders and auth.narrow_view(workspace_id) is not None):
+        # says which is missing, or what is malformed; to a peer token, a session it never joined is missing
+        await require_scope(ctx, workspace_id, [session_id])
     if taken:
         raise AlreadyExists(
             f"message id(s) {v.listed([repr(i) for i in sorted(taken)])} already exist in "
             f"workspace {workspace_id!r}; a client's message ids must be new"
         )
-    outsiders = sorted({m.peer_id for m in new if m.peer_id not in facts.members})
     if outsiders:
         await check_members(ctx, workspace_id, outsiders)  # unknown peers are NOT_FOUND
         raise FailedPrecondition(
