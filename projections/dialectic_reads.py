@@ -92,9 +92,10 @@ async def has_evidence(
     observed_id: str,
     as_of: datetime | None = None,
     sessions: Sequence[str] | None = None,
+    reader_id: str = "",
 ) -> bool:
     """Whether anything could answer a question about the pair: a live observation in its store, or a
-    message by the observed peer that the observer could see (as of `as_of`, if given)."""
+    message by the observed peer that the reader (the observer unless given) could see (as of `as_of`)."""
     m = messages.c
     store = exists().where(
         *ObservationFilter(
@@ -108,7 +109,7 @@ async def has_evidence(
     said = exists().where(
         m.workspace_id == workspace_id,
         m.peer_id == observed_id,
-        seen_while_member(messages, observer_id),
+        seen_while_member(messages, reader_id or observer_id),
         m.session_id.in_(list(sessions)) if sessions is not None else True,
         *(as_of_bound(messages, as_of) if as_of is not None else ()),
     )

@@ -67,7 +67,7 @@ class SqlMemoryReads:
             scope.workspace_id,
             query,
             vector,
-            perspective_id=scope.observer_id,
+            perspective_id=scope.reader_id,
             limit=limit,
             session_ids=session_ids,
             author_ids=author_ids,
@@ -83,7 +83,7 @@ class SqlMemoryReads:
     ) -> Sequence[RowMapping]:
         async with self.engine.connect() as conn:
             return await reads.grep_messages(
-                conn, scope.workspace_id, scope.observer_id, pattern, limit, before, scope.sessions, scope.as_of
+                conn, scope.workspace_id, scope.reader_id, pattern, limit, before, scope.sessions, scope.as_of
             )
 
     async def messages_between(
@@ -91,7 +91,7 @@ class SqlMemoryReads:
     ) -> Sequence[RowMapping]:
         async with self.engine.connect() as conn:
             return await reads.messages_between(
-                conn, scope.workspace_id, scope.observer_id, after, before, limit, scope.sessions, scope.as_of
+                conn, scope.workspace_id, scope.reader_id, after, before, limit, scope.sessions, scope.as_of
             )
 
     async def observation_sources(self, scope: RecallScope, observation_id: str) -> list[tuple[RowMapping, str]] | None:
@@ -101,7 +101,7 @@ class SqlMemoryReads:
                 return None
             sources = (await observation_reads.sources_of(conn, ws, [observation_id], scope.as_of))[observation_id]
             ids = [r["message_id"] for r in sources]
-            visible = await message_reads.seen_by(conn, ws, scope.observer_id, ids)
+            visible = await message_reads.seen_by(conn, ws, scope.reader_id, ids)
             by_id = await message_reads.messages_by_id(conn, ws, [i for i in ids if i in visible])
         return [(by_id[s["message_id"]], s["span"]) for s in sources if s["message_id"] in by_id]
 
@@ -143,14 +143,14 @@ class SqlChatReads(SqlMemoryReads):
                     None,
                     history,
                     True,
-                    perspective_id=s.observer_id,
+                    perspective_id=s.reader_id,
                     as_of=s.as_of,
                 )
                 if s.session_id
                 else []
             )
             found = bool(explicit or derived or recent) or await reads.has_evidence(
-                conn, s.workspace_id, s.observer_id, s.target_id, s.as_of, s.sessions
+                conn, s.workspace_id, s.observer_id, s.target_id, s.as_of, s.sessions, s.reader_id
             )
             names = await peer_reads.display_names(conn, s.workspace_id, [s.observer_id, s.target_id])
         return Evidence(list(explicit), list(derived), list(recent), found, names)

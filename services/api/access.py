@@ -88,6 +88,13 @@ def _context(r) -> list[Need]:
 
 
 _OBSERVER = _peer("observer_id")
+
+
+def _chat(r) -> list[Need]:
+    # its store is the observer's; the messages it reads, the perspective peer's when one is named
+    return _OBSERVER(r) + (_peer("perspective_peer_id")(r) if r.perspective_peer_id else [])
+
+
 _OBSERVER_OR_WORKSPACE = _peer_or_workspace("observer_id")
 
 RULES: dict[str, dict[str, Rule]] = {
@@ -144,8 +151,8 @@ RULES: dict[str, dict[str, Rule]] = {
         "GetRepresentation": _OBSERVER,
     },
     "DialecticService": {
-        "Chat": _OBSERVER,
-        "ChatStream": _OBSERVER,
+        "Chat": _chat,
+        "ChatStream": _chat,
     },
     "DreamService": {
         "ScheduleDream": _OBSERVER,

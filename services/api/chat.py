@@ -30,8 +30,14 @@ async def _checked(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
         raise InvalidArgument(f"reasoning_level {r.level!r} is not one of {', '.join(LEVELS)}")
     if r.response_schema is not None:  # metaschema checks can take a while: keep the event loop free
         await asyncio.to_thread(response_format.check, r.response_schema)
+    perspective = {"perspective_peer_id": r.perspective_id} if r.perspective_id else {}
     await require_scope(
-        ctx, r.workspace_id, [r.session_id] if r.session_id else [], observer_id=r.observer_id, target_id=r.target_id
+        ctx,
+        r.workspace_id,
+        [r.session_id] if r.session_id else [],
+        observer_id=r.observer_id,
+        target_id=r.target_id,
+        **perspective,
     )
     return r
 

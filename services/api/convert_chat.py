@@ -38,6 +38,7 @@ def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
         schema,
         as_of=as_of(r),
         scope_id=r.scope_id,
+        perspective_id=r.perspective_peer_id,
     )
 
 

@@ -54,6 +54,7 @@ class ChatRequest:
     as_of: datetime | None = None  # answer from memory as it stood then (None: now)
     scope_id: str = ""  # a scope bounding recall (the API resolves it into `sessions`)
     sessions: tuple[str, ...] | None = None  # recall only these sessions (None: every one the observer saw)
+    perspective_id: str = ""  # read the messages this peer saw instead of the observer's
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ class _Run:
             request.session_id,
             request.as_of,
             request.sessions,
+            request.perspective_id,
         )
         settings = owner.settings
         self.env = ToolEnv(

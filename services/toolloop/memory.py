@@ -26,7 +26,7 @@ DERIVED_LEVELS = ("deductive", "inductive", "contradiction")
 
 @dataclass(frozen=True)
 class RecallScope:
-    """What a tool may recall: the (observer, target) pair's store and the messages the observer could see."""
+    """What a tool may recall: the (observer, target) pair's store and the messages the reader could see."""
 
     workspace_id: str
     observer_id: str
@@ -34,6 +34,12 @@ class RecallScope:
     session_id: str = ""
     as_of: datetime | None = None  # memory as it stood then: observations and messages recorded by then
     sessions: tuple[str, ...] | None = None  # a scope's sessions: recall only these (None: no bound)
+    perspective_id: str = ""  # whose sight bounds the messages read, when not the observer's
+
+    @property
+    def reader_id(self) -> str:
+        """The peer whose perspective every message read takes: the perspective peer, else the observer."""
+        return self.perspective_id or self.observer_id
 
     def within(self, session_ids: Sequence[str]) -> tuple[str, ...] | None:
         """A message filter's sessions, narrowed to the scope's; () when nothing is left to search."""

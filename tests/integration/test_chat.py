@@ -330,6 +330,26 @@ async def test_no_tool_shows_a_message_the_observer_never_saw_nor_another_pairs_
     assert "span: 'I keep bees'" in results[7]  # and an own observation's source is shown
 
 
+async def test_a_perspective_peer_bounds_the_messages_chat_reads_to_those_it_saw(memory, model_server):
+    # bob was in both sessions, as an assistant is in every user's; asked on alice's behalf, it must not
+    # quote what bob told carol where alice was not
+    tools = [
+        call("grep_messages", "c1", pattern="sailing"),
+        call("search_messages", "c2", query="sailing"),
+        call("temporal_search", "c3", query="sailing", after="2000-01-01"),
+        call("messages_by_date_range", "c4", after="2000-01-01T00:00:00Z", limit=50),
+    ]
+    mine = {"observer_id": "bob", "target_id": "bob", "query": "What does Bob like?"}
+    for perspective in ("", "alice"):
+        model_server.script([Reply(tool_calls=tools), Reply(content="Bob keeps bees")])
+        await ask(memory["chan"], reasoning_level=d.REASONING_LEVEL_HIGH, perspective_peer_id=perspective, **mine)
+        results = tool_messages(model_server.chat_requests()[-1])
+        assert ("I love sailing" in results[0]) == (perspective == "")  # bob's own view holds it
+    assert not any("sailing" in r.lower() for r in results)
+    assert "I moved to Oslo last year" in results[3]  # what alice was there for is still read
+    await rejected(ask(memory["chan"], perspective_peer_id="ghost", **mine), grpc.StatusCode.NOT_FOUND, "ghost")
+
+
 @pytest.mark.parametrize(
     "kw,code,phrase",
     [

@@ -117,6 +117,21 @@ def test_a_pass_with_strong_signal_ends_the_run_early(make_provider, model_serve
     assert "Alice fact number 7" in context
 
 
+def test_the_dialectic_never_quotes_one_user_what_another_told_the_ai(make_provider, model_server):
+    memory = seeded(make_provider())
+    assert memory.observer_of("alice") == "bot"  # the AI's knowledge of alice answers
+    ws = memory.client.workspace("acme")
+    carols = ws.session("carol-dm", members=[ws.peer("bot"), ws.peer("carol")])
+    carols.add_messages([ws.peer("carol").message("my door code is 4471")])
+    grep = {"id": "c1", "type": "function", "function": {"name": "grep_messages", "arguments": '{"pattern": "door"}'}}
+    model_server.script([Reply(tool_calls=[grep])])
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory.context_for_turn("what is the door code?")
+    results = [m["content"] for m in chats(model_server)[1]["messages"] if m["role"] == "tool"]
+    assert results and not any("4471" in r for r in results)
+    assert "4471" in "".join(m.content for m in carols.messages())  # it was said, to the AI, where alice was not
+
+
 def test_the_warm_prompt_is_used_once_base_context_exists(make_provider, model_server):
     model_server.reply_with(lambda request: Reply(content=WEAK))
     memory = seeded(make_provider())

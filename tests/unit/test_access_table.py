@@ -64,6 +64,16 @@ def test_a_peer_token_reaches_only_what_that_peer_observes():
     )
 
 
+def test_chat_under_a_perspective_needs_both_the_observer_and_the_perspective_peer():
+    chat = "/peerlog.v1.DialecticService/Chat"
+    asked = dialectic_pb2.ChatRequest(
+        workspace_id="w", observer_id="bot", target_id="alice", perspective_peer_id="alice"
+    )
+    assert refusal(_grant("peer:w/bot"), chat, asked) == "Chat here needs scope peer:w/alice or workspace:w (or admin)"
+    assert refusal(_grant("peer:w/bot", "peer:w/alice"), chat, asked) is None
+    assert refusal(_grant("workspace:w"), chat, asked) is None
+
+
 def test_message_searches_open_to_a_peer_only_through_its_own_perspective():
     alice = _grant("peer:w/alice")
     search = "/peerlog.v1.WorkspaceService/SearchMessages"

@@ -737,6 +737,7 @@ class Peer(_AsyncHandle):
         response_format: str | dict[str, Any] | None,
         as_of: datetime | None,
         scope: Any,
+        perspective: Any,
     ) -> dialectic_pb2.ChatRequest:
         return dialectic_pb2.ChatRequest(
             workspace_id=self.workspace_id,
@@ -748,6 +749,7 @@ class Peer(_AsyncHandle):
             reasoning_level=c.enum_value(dialectic_pb2.ReasoningLevel, "ReasoningLevel", level) if level else 0,
             as_of=c.timestamp(as_of),
             scope_id=_scope_id(scope),
+            perspective_peer_id=c.id_of(perspective),
         )
 
     def chat(
@@ -761,16 +763,18 @@ class Peer(_AsyncHandle):
         timeout: float | None = None,
         as_of: datetime | None = None,
         scope: str | m.Scope | None = None,
+        perspective: str | Peer | None = None,
     ) -> m.ChatAnswer:
         """Ask what this peer knows about `target` (None: itself). session: its recent history goes into
         the prompt. level: minimal | low (default) | medium | high | max. response_format: a JSON schema
         (dict or text) the answer must satisfy. timeout: this call's deadline, if not the client's.
-        as_of: answer from memory as it stood then. scope: recall only the scope's sessions."""
+        as_of: answer from memory as it stood then. scope: recall only the scope's sessions. perspective:
+        search and quote only the messages this peer saw (this peer's store still answers)."""
         return self._t.unary(
             Call(
                 DialecticServiceStub,
                 "Chat",
-                self._chat_request(query, target, session, level, response_format, as_of, scope),
+                self._chat_request(query, target, session, level, response_format, as_of, scope, perspective),
                 c.to_model,
             ),
             timeout,
@@ -787,6 +791,7 @@ class Peer(_AsyncHandle):
         timeout: float | None = None,
         as_of: datetime | None = None,
         scope: str | m.Scope | None = None,
+        perspective: str | Peer | None = None,
     ) -> Iterator[m.ChatEvent]:
         """chat(), streamed: ToolProgress, ChatText pieces (drop those before a DiscardText), and last
         the whole ChatAnswer."""
@@ -794,7 +799,7 @@ class Peer(_AsyncHandle):
             Call(
                 DialecticServiceStub,
                 "ChatStream",
-                self._chat_request(query, target, session, level, response_format, as_of, scope),
+                self._chat_request(query, target, session, level, response_format, as_of, scope, perspective),
                 c.chat_event,
             ),
             timeout,

@@ -298,6 +298,7 @@ class MemoryProvider:
                 session=session,
                 level=pass_level,
                 timeout=remaining,
+                perspective=user,  # only turns the user was there for: never another user's words
             )
             self.stats.dialectic_passes.append(pass_level)
             if answer.abstained:
