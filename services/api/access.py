@@ -84,6 +84,8 @@ def _context(r) -> list[Need]:
         needs = _session(r) if r.session_id else _workspace(r)
     if r.session_id and summary:  # a summary covers the whole session, turns its reader may not have seen
         needs.append(_session(r)[0])
+    if r.perspective_peer_id:  # the messages packed are the ones that peer saw
+        needs.append((peer(w, r.perspective_peer_id),))
     return needs
 
 

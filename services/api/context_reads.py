@@ -52,6 +52,12 @@ class ContextQuery:
     as_of: datetime | None = None  # the store as it stood then
     scope_id: str = ""  # a scope whose sessions (as of the read) narrow the allowlist
     assistant_id: str = ""  # GetContext's chat_messages: whose turns are the assistant's
+    perspective_id: str = ""  # whose sight bounds the messages packed, when not the observer's
+
+    @property
+    def reader_id(self) -> str:
+        """The peer whose perspective the packed messages take (empty: none, the session as it is)."""
+        return self.perspective_id or self.observer_id
 
 
 def _check(q: ContextQuery) -> ContextQuery:
@@ -130,6 +136,8 @@ async def _check_scope(conn: AsyncConnection, q: ContextQuery, observer: str, ta
     peers = {"observer_id": observer, "target_id": target} if observer else {}
     if q.assistant_id:
         peers["assistant_peer_id"] = q.assistant_id
+    if q.perspective_id:
+        peers["perspective_peer_id"] = q.perspective_id
     await check_scope(conn, q.workspace_id, list(dict.fromkeys([*sessions, *q.session_ids])), **peers)
 
 
@@ -140,8 +148,8 @@ def relevant_candidates(room: int) -> int:
 async def _relevant(
     conn: AsyncConnection, q: ContextQuery, vector: list[float] | None, allowed: tuple[str, ...] | None, room: int
 ) -> list[Relevant]:
-    """The past messages most relevant to the query that the observer saw (every session it was a
-    member of while they were sent, within the allowlist): the message search, best first."""
+    """The past messages most relevant to the query that the reader saw (every session it was a member
+    of while they were sent, within the allowlist): the message search, best first."""
     if not q.search_query.strip() or allowed == ():  # an allowlist of nothing recalls nothing
         return []
     search = MessageSearch(
@@ -149,7 +157,7 @@ async def _relevant(
         q.search_query,
         vector,
         session_ids=allowed or (),
-        perspective_id=q.observer_id,
+        perspective_id=q.reader_id,
         as_of=q.as_of,
         limit=relevant_candidates(room),
     )
@@ -206,13 +214,11 @@ async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
         short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
         fixed = fit_fixed(q.token_budget or MAX_BUDGET, ranked, card, short, long, count_tokens, q.include_summary)
         relevant = await _relevant(conn, q, query_vector, allowed, fixed.relevant_room)
-        return await _with_recent(conn, q, observer, fixed, relevant)
+        return await _with_recent(conn, q, fixed, relevant)
 
 
-async def _with_recent(
-    conn: AsyncConnection, q: ContextQuery, observer: str, fixed: Fixed, relevant: list[Relevant]
-) -> Packed:
-    """Pack the session's newest messages after the rest: the observer's perspective applies (only the
+async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, relevant: list[Relevant]) -> Packed:
+    """Pack the session's newest messages after the rest: the reader's perspective applies (only the
     turns sent while it was a member and, as of a time, there then: message_reads.as_of_bound). Read as
     many as the room could hold (TOKENS_PER_RECENT_LINE); when every one read fits and the session has
     more, read older ones, up to four times as many in all."""
@@ -222,7 +228,7 @@ async def _with_recent(
         older_than = rows[-1]["seq"] if rows else None  # newest first: the last row read is the oldest
         wanted = limit - len(rows)
         read = await message_reads.list_messages(
-            conn, q.workspace_id, q.session_id, older_than, wanted, True, perspective_id=observer, as_of=q.as_of
+            conn, q.workspace_id, q.session_id, older_than, wanted, True, perspective_id=q.reader_id, as_of=q.as_of
         )
         rows += read
         lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"], r["author_name"] or "") for r in rows]

@@ -35,6 +35,7 @@ def context_query(r) -> context_reads.ContextQuery:
         token_budget=r.token_budget,
         include_summary=r.include_summary if r.HasField("include_summary") else True,
         assistant_id=r.assistant_peer_id,
+        perspective_id=r.perspective_peer_id,
     )
 
 

@@ -91,6 +91,39 @@ async def test_relevant_messages_come_from_every_session_the_observer_saw_and_no
     assert out.relevant_messages[0].created_at.seconds > 0
 
 
+async def test_a_perspective_peer_bounds_the_packed_messages_while_the_observers_store_answers(channel, convo):
+    # bob is in every session, as an assistant is in every user's; packed on alice's behalf, nothing bob was
+    # told where alice was not may come back
+    c, _ = convo
+    await c.peer("w", "carol")
+    await c.session("w", "private", members=["bob", "carol"])
+    await c.create_observations("w", "bob", "alice", ["Alice likes lighthouses"])
+    token = (await c.add("w", "private", [("carol", "The lighthouse code is 4471")])).consistency_token
+    await c.add("w", "s", [("alice", "I love that old lighthouse")])
+
+    async def packed(**kw) -> context_pb2.GetContextResponse:
+        return await ask(
+            channel,
+            workspace_id="w",
+            session_id="s",
+            token_budget=3000,
+            observer_id="bob",
+            target_id="alice",
+            search_query="lighthouse",
+            consistency={"consistency_token": token},
+            **kw,
+        )
+
+    as_bob, for_alice = await packed(), await packed(perspective_peer_id="alice")
+    assert "The lighthouse code is 4471" in [m.content for m in as_bob.relevant_messages]
+    shown = [m.content for m in [*for_alice.relevant_messages, *for_alice.messages]]
+    assert "I love that old lighthouse" in shown and not any("4471" in t for t in shown)
+    assert [o.content for o in for_alice.observations] == ["Alice likes lighthouses"]  # bob's store still answers
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await packed(perspective_peer_id="ghost")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "ghost" in err.value.details()
+
+
 async def test_recent_messages_are_only_those_the_observer_saw_while_a_member(channel):
     """carol joins after the first two turns, dave leaves after the third: each gets only its turns."""
     c = Client(channel)

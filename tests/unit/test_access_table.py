@@ -72,6 +72,12 @@ def test_chat_under_a_perspective_needs_both_the_observer_and_the_perspective_pe
     assert refusal(_grant("peer:w/bot"), chat, asked) == "Chat here needs scope peer:w/alice or workspace:w (or admin)"
     assert refusal(_grant("peer:w/bot", "peer:w/alice"), chat, asked) is None
     assert refusal(_grant("workspace:w"), chat, asked) is None
+    context = "/peerlog.v1.ContextService/GetContext"
+    packed = context_pb2.GetContextRequest(
+        workspace_id="w", session_id="s", observer_id="bot", perspective_peer_id="alice", include_summary=False
+    )
+    assert "peer:w/alice" in refusal(_grant("peer:w/bot"), context, packed)
+    assert refusal(_grant("peer:w/bot", "peer:w/alice"), context, packed) is None
 
 
 def test_message_searches_open_to_a_peer_only_through_its_own_perspective():

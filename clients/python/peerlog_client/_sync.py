@@ -1132,12 +1132,14 @@ class Session(_AsyncHandle):
         sessions: Iterable[str | Session] = (),
         as_of: datetime | None = None,
         scope: str | m.Scope | None = None,
+        perspective: str | Peer | None = None,
     ) -> m.Context:
         """A context of at most `tokens` (0: 100,000): what `observer` knows about `target` (None: itself)
         and its card, a summary, with `search_query` the most relevant past messages, then the most recent
         turns. assistant: the peer whose turns are the model's own in to_openai()/to_anthropic().
         as_of: the context as it stood then. scope: recall (representation, relevant messages) only from
-        the scope's sessions."""
+        the scope's sessions. perspective: pack only messages this peer saw (the observer's knowledge
+        still answers)."""
         assistant_id = c.id_of(assistant)
         packed = self._t.unary(
             Call(
@@ -1159,6 +1161,7 @@ class Session(_AsyncHandle):
                     session_ids=c.ids(sessions),
                     as_of=c.timestamp(as_of),
                     scope_id=_scope_id(scope),
+                    perspective_peer_id=c.id_of(perspective),
                 ),
                 c.to_model,
             )

@@ -113,26 +113,17 @@ def _context(p: MemoryProvider, a: ContextArgs) -> Any:
         observer=p.observer_of(user),
         target=user,
         assistant=p.config.ai_peer,
+        perspective=user,  # the AI is in every user's sessions: pack only what this user saw
     )
     return {
         "summary": ctx.summary,
         "representation": ctx.representation,
         "card": list(ctx.peer_card),
-        "relevant_messages": _relevant(p, user, a.search_query, len(ctx.relevant_messages)),
+        "relevant_messages": [
+            {**_author(m), "session": m.session_id, "content": m.content} for m in ctx.relevant_messages
+        ],
         "recent_messages": [{**_author(m), "content": m.content} for m in ctx.messages],
     }
-
-
-MAX_RELEVANT = 100  # the search's limit on results
-
-
-def _relevant(p: MemoryProvider, user: str, query: str, room: int) -> list[dict[str, Any]]:
-    """The past messages most relevant to `query` that `user` saw, as many as the context had room for."""
-    # the context's own are those the observer (the AI, in every user's sessions) saw: searched again
-    if not query.strip() or not room:
-        return []
-    hits = p.workspace().search(query, perspective=user, limit=min(room, MAX_RELEVANT))
-    return [{**_author(h.message), "session": h.message.session_id, "content": h.message.content} for h in hits]
 
 
 def _author(message: Any) -> dict[str, str]:
