@@ -226,7 +226,7 @@ def test_a_newest_turn_too_long_for_the_room_does_not_stop_older_turns_filling_i
     monkeypatch.setattr(message_reads, "list_messages", list_messages)
     fixed = fit_fixed(1000, [], [], "", "", count_tokens)
     q = context_reads.ContextQuery(workspace_id="w", session_id="s", token_budget=1000)
-    packed = asyncio.run(context_reads._with_recent(None, q, "", fixed, []))
+    packed = asyncio.run(context_reads._with_recent(None, q, fixed, []))
     assert packed.tokens["messages"] > 900 and packed.messages[-1].message_id == "m1000"
 
 
