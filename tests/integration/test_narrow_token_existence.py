@@ -1,6 +1,7 @@
-"""A token narrower than the workspace cannot tell which session or scope ids exist: a session its peer
-never joined answers exactly as a missing one, and a scope it cannot read recalls nothing whether or not it
-exists. A workspace token is still told plainly what is missing."""
+"""A token narrower than the workspace cannot tell which session, scope or peer ids exist: a session its
+peer never joined, or a peer it never shared a session with, answers exactly as a missing one, and a scope
+it cannot read recalls nothing whether or not it exists. A workspace token is still told plainly what is
+missing."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from peerlog.v1 import (
     context_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
+    peers_pb2,
+    peers_pb2_grpc,
     scopes_pb2,
     sessions_pb2,
     sessions_pb2_grpc,
@@ -126,3 +129,24 @@ async def test_a_perspective_search_of_an_unseen_session_answers_as_for_a_missin
         unseen, missing = await _outcome(search("bob-and-lawyer")), await _outcome(search("no-such-one"))
     assert unseen[0] == missing[0] == NOT_FOUND
     assert unseen[1].replace("bob-and-lawyer", "X") == missing[1].replace("no-such-one", "X")
+
+
+async def test_a_peer_token_cannot_tell_a_peer_it_never_met_from_one_that_does_not_exist(channel, settings):
+    c = Client(channel)
+    token = await _bobs_secret_session(c)
+    await c.peer("w", "lawyer")  # exists; shares no session with alice
+    async with aio_channel(channel.address, mint(settings.auth, ["peer:w/alice"])) as chan:
+        ctx, peers = context_pb2_grpc.ContextServiceStub(chan), peers_pb2_grpc.PeerServiceStub(chan)
+
+        async def both(target: str) -> list[tuple[grpc.StatusCode, str]]:
+            card = peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="alice", observed_id=target)
+            outcomes = [
+                await _outcome(ctx.GetContext(_context(token, target_id=target))),
+                await _outcome(peers.GetPeerCard(card)),
+            ]
+            return [(code, details.replace(target, "X")) for code, details in outcomes]
+
+        assert [code for code, _ in await both("bob")] == [grpc.StatusCode.OK] * 2  # met in "ours": its to name
+        lawyer, nobody = await both("lawyer"), await both("nobody")
+    assert lawyer == nobody and {code for code, _ in lawyer} == {NOT_FOUND}
+    assert "that this token may see" in lawyer[0][1]
