@@ -359,7 +359,7 @@ async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[
     if search.vector is None and not search.query.strip():
         return []
     at = search.before or search.as_of or datetime.now(UTC)  # what "yesterday" is relative to
-    named_periods = [reported(p) for p in periods(search.query, at)]
+    named_periods = [reported(p) for p in periods(search.query, at, search.zone)]
     values = params(search, named_periods)
     shape = Shape.of(search, named_periods)
     if search.vector is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 
 from projections import message_ranking
 from projections.message_ranking import asks_when, depth
@@ -28,6 +28,7 @@ class MessageSearch:
     as_of: datetime | None = None
     limit: int = 10
     include_adjacent: bool = False
+    zone: tzinfo = UTC  # the asker's: the days, months and years its query's time words name
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 "in 2022", "May 2023", "8 May, 2023", "May 8th 2023", "2023-05-08", "in December", "last May",
 "yesterday", "last week", "three days ago", "this month": each becomes a half-open [start, end) range.
 Expressions without a year or relative to now ("last May", "two weeks ago") are resolved against a
-reference time: the search's upper time bound when it has one, else now. The search then lifts the
+reference time: the search's upper time bound when it has one, else now. Days, months and years are
+those of the asker's time zone (UTC unless the request names one): "yesterday" asked at 01:00 in Tokyo
+is the day before in Tokyo, not in London. The search then lifts the
 messages sent in those periods (message_search.TIME_BOOST) instead of filtering by them: a question may
 name a time that is not when the answer was said ("what did she plan for June?").
 Pure: no clock is read here, the caller passes the reference.
@@ -15,7 +17,7 @@ import bisect
 import calendar
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 MONTHS = {
     name: i + 1
@@ -89,21 +91,21 @@ class Period:
     end: datetime  # exclusive
 
 
-def _day(year: int, month: int, day: int) -> Period | None:
+def _day(year: int, month: int, day: int, zone: tzinfo) -> Period | None:
     try:
-        start = datetime(year, month, day, tzinfo=UTC)
+        start = datetime(year, month, day, tzinfo=zone)
     except ValueError:
         return None  # "31 February": no such day; "February 2023" inside it may still be read
     return Period(start, start + timedelta(days=1))
 
 
-def _month(year: int, month: int) -> Period:
-    start = datetime(year, month, 1, tzinfo=UTC)
-    return Period(start, datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC))
+def _month(year: int, month: int, zone: tzinfo) -> Period:
+    start = datetime(year, month, 1, tzinfo=zone)
+    return Period(start, datetime(year + month // 12, month % 12 + 1, 1, tzinfo=zone))
 
 
-def _year(year: int) -> Period:
-    return Period(datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC))
+def _year(year: int, zone: tzinfo) -> Period:
+    return Period(datetime(year, 1, 1, tzinfo=zone), datetime(year + 1, 1, 1, tzinfo=zone))
 
 
 def _latest_year(month: int, day: int, ref: datetime, strictly_before_month: bool = False) -> int:
@@ -129,21 +131,23 @@ def _relative(which: str, unit: str, ref: datetime) -> Period:
         return Period(start, start + timedelta(days=7))
     if unit == "month":
         if which == "this":
-            return _month(today.year, today.month)
-        return _month(today.year - (today.month == 1), (today.month - 2) % 12 + 1)
-    return _year(today.year if which == "this" else today.year - 1)
+            return _month(today.year, today.month, ref.tzinfo)
+        return _month(today.year - (today.month == 1), (today.month - 2) % 12 + 1, ref.tzinfo)
+    return _year(today.year if which == "this" else today.year - 1, ref.tzinfo)
 
 
 def _period(kind: str, g: dict[str, str], ref: datetime) -> Period | None:  # noqa: PLR0911 - one per kind
+    """The period of one match, in `ref`'s time zone."""
+    zone = ref.tzinfo
     month = MONTHS.get((g.get("month") or "").lower().rstrip("."), 0)
     if kind == "iso":
-        return _day(int(g["year"]), int(g["mon"]), int(g["day"]))
+        return _day(int(g["year"]), int(g["mon"]), int(g["day"]), zone)
     if kind in ("day_month_year", "month_day_year"):
-        return _day(int(g["year"]), month, int(g["day"]))
+        return _day(int(g["year"]), month, int(g["day"]), zone)
     if kind == "month_year":
-        return _month(int(g["year"]), month)
+        return _month(int(g["year"]), month, zone)
     if kind in ("day_month", "month_day"):
-        return _day(_latest_year(month, int(g["day"]), ref), month, int(g["day"]))
+        return _day(_latest_year(month, int(g["day"]), ref), month, int(g["day"]), zone)
     if kind == "ago":
         days = _count(g["n"]) * UNITS[g["unit"].lower()]
         # "two weeks ago" is about then, give or take a third of it
@@ -151,7 +155,7 @@ def _period(kind: str, g: dict[str, str], ref: datetime) -> Period | None:  # no
         slack = timedelta(days=max(1, days // 3))
         return Period(centre - slack, centre + slack)
     if kind == "last_month_name":
-        return _month(_latest_year(month, 1, ref, strictly_before_month=True), month)
+        return _month(_latest_year(month, 1, ref, strictly_before_month=True), month, zone)
     if kind == "relative":
         return _relative(g["which"].lower(), g["unit"].lower(), ref)
     if kind == "day_word":
@@ -162,8 +166,8 @@ def _period(kind: str, g: dict[str, str], ref: datetime) -> Period | None:  # no
             else Period(today, today + timedelta(days=1))
         )
     if kind == "year":
-        return _year(int(g["year"]))
-    return _month(_latest_year(month, 1, ref), month)  # "in December": the latest December begun by ref
+        return _year(int(g["year"]), zone)
+    return _month(_latest_year(month, 1, ref), month, zone)  # "in December": the latest December begun by ref
 
 
 def _period_in_range(kind: str, g: dict[str, str], ref: datetime) -> Period | None:
@@ -175,8 +179,13 @@ def _period_in_range(kind: str, g: dict[str, str], ref: datetime) -> Period | No
         return None
 
 
-def periods(query: str, ref: datetime) -> list[Period]:
-    """The periods `query` names, in the order they appear; none when it names no time."""
+def periods(query: str, ref: datetime, zone: tzinfo = UTC) -> list[Period]:
+    """The periods `query` names, in the order they appear, as days, months and years of `zone`; none
+    when it names no time."""
+    try:
+        ref = ref.astimezone(zone)
+    except (OverflowError, ValueError):  # a reference at the edge of the years a datetime holds: read in UTC
+        pass
     taken: list[tuple[int, int]] = []  # disjoint spans, in order
     found: list[tuple[int, Period]] = []
     for kind, pattern in _COMPILED:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -53,6 +53,7 @@ class ContextQuery:
     scope_id: str = ""  # a scope whose sessions (as of the read) narrow the allowlist
     assistant_id: str = ""  # GetContext's chat_messages: whose turns are the assistant's
     perspective_id: str = ""  # whose sight bounds the messages packed, when not the observer's
+    zone: tzinfo = UTC  # the asker's, for the search query's time words
 
     @property
     def reader_id(self) -> str:
@@ -160,6 +161,7 @@ async def _relevant(
         perspective_id=q.reader_id,
         as_of=q.as_of,
         limit=relevant_candidates(room),
+        zone=q.zone,
     )
     hits = _one_per_turn(q, await search_messages(conn, search))
     return [

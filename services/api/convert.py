@@ -392,6 +392,7 @@ def message_query(r, **scope) -> MessageSearch:
         before=from_ts(r, "before"),
         limit=r.limit,
         include_adjacent=r.include_adjacent,
+        zone=v.time_zone("time_zone", r.time_zone),
     )
     for name, proto_field in (("session_ids", "session_ids"), ("author_ids", "author_peer_ids")):
         if hasattr(r, proto_field):

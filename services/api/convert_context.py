@@ -36,6 +36,7 @@ def context_query(r) -> context_reads.ContextQuery:
         include_summary=r.include_summary if r.HasField("include_summary") else True,
         assistant_id=r.assistant_peer_id,
         perspective_id=r.perspective_peer_id,
+        zone=v.time_zone("time_zone", r.time_zone),
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
@@ -178,6 +179,19 @@ def check_peer_name(field: str, metadata: dict[str, Any]) -> None:
             f'{field}.name is the peer\'s display name, how people call it ("Maria Lopez"): text of 1–'
             f"{MAX_PEER_NAME_CHARS} characters with a letter or digit, not {name!r:.60}"
         )
+
+
+def time_zone(field: str, name: str) -> tzinfo:
+    """The zone an IANA name stands for; UTC when empty."""
+    if not name:
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):  # ValueError: a path-like or malformed key
+        raise InvalidArgument(
+            f"{field} {name[:100]!r} is not a time zone this server knows: give an IANA name such as "
+            "'Europe/Lisbon' or 'America/New_York', or leave it empty for UTC"
+        ) from None
 
 
 def check_metadata(field: str, value: dict[str, Any]) -> None:

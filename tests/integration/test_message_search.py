@@ -192,6 +192,28 @@ async def test_a_query_that_names_a_day_lifts_the_messages_sent_that_day_and_no_
     assert gained == pytest.approx(dict.fromkeys(gained, 0.0), abs=1e-6)
 
 
+async def test_yesterday_is_the_askers_day_in_the_time_zone_it_names(garden):
+    from projections.message_ranking import TIME_BOOST
+
+    c, _, _ = garden
+    evening = timestamp_pb2.Timestamp()
+    evening.FromDatetime(datetime(2026, 1, 4, 20, 0, tzinfo=UTC))  # already 5 January, 05:00, in Tokyo
+
+    async def scores(**kw) -> dict[str, float]:
+        found = await search_ws(c, "what happened in the garden yesterday", limit=4, before=evening, **kw)
+        return {r.message.content: r.score for r in found.results}
+
+    utc, tokyo = await scores(), await scores(time_zone="Asia/Tokyo")
+    garlic, pond = "garden 4: planted garlic for winter", "garden 3: the pond froze over"  # 4 and 3 January, 00:00 UTC
+    # yesterday in UTC is the 3rd, in Tokyo the 4th, which began at 15:00 UTC on the 3rd: the pond froze
+    # before it; each day named is lifted with the days after it (told later), so both lift the garlic
+    assert utc[pond] - tokyo[pond] == pytest.approx(TIME_BOOST, abs=1e-6)
+    assert tokyo[garlic] == pytest.approx(utc[garlic], abs=1e-6)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await scores(time_zone="Mars/Olympus_Mons")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "IANA name" in err.value.details()
+
+
 @pytest.mark.parametrize("query", ["what did I plant yesterday", "last week", "Dec 25", "three days ago"])
 async def test_a_time_named_just_before_the_latest_date_a_timestamp_holds_is_searched_not_failed(garden, query):
     c, _, _ = garden

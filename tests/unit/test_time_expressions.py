@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -136,3 +136,19 @@ def test_29_february_without_a_year_is_the_latest_leap_years():
     (feb29,) = periods("what happened on Feb 29", ref)
     assert feb29.start == datetime(2024, 2, 29, tzinfo=UTC)
     assert periods("on 29 February", datetime(2024, 3, 1, tzinfo=UTC))[0].start.year == 2024
+
+
+def test_days_months_and_years_are_those_of_the_askers_time_zone():
+    from zoneinfo import ZoneInfo
+
+    tokyo, new_york = ZoneInfo("Asia/Tokyo"), ZoneInfo("America/New_York")
+    ref = datetime(2026, 12, 31, 16, 0, tzinfo=UTC)  # 1 January 2027, 01:00 in Tokyo; 11:00 on the 31st in New York
+    assert periods("what did I eat yesterday", ref) == [Period(d(2026, 12, 30), d(2026, 12, 31))]
+    (tokyo_yesterday,) = periods("what did I eat yesterday", ref, tokyo)
+    assert tokyo_yesterday == Period(datetime(2026, 12, 31, tzinfo=tokyo), datetime(2027, 1, 1, tzinfo=tokyo))
+    assert tokyo_yesterday.start == datetime(2026, 12, 30, 15, 0, tzinfo=UTC)  # midnight in Tokyo, in UTC
+    (this_year,) = periods("plans made this year", ref, tokyo)
+    assert this_year.start == datetime(2027, 1, 1, tzinfo=tokyo)
+    # a zone with summer time: the day named is 23 hours long when the clocks go forward
+    (spring_day,) = periods("on 2026-03-08", ref, new_york)
+    assert spring_day.end.astimezone(UTC) - spring_day.start.astimezone(UTC) == timedelta(hours=23)

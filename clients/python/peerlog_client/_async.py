@@ -158,7 +158,13 @@ def _page(size: int, token: str) -> common_pb2.PageRequest:
 
 
 def _search_filters(
-    perspective: Any, after: datetime | None, before: datetime | None, limit: int, include_adjacent: bool, rerank: bool
+    perspective: Any,
+    after: datetime | None,
+    before: datetime | None,
+    limit: int,
+    include_adjacent: bool,
+    rerank: bool,
+    time_zone: str,
 ) -> dict[str, Any]:
     """The filters and options every SearchMessages request shares."""
     return {
@@ -168,6 +174,7 @@ def _search_filters(
         "limit": limit,
         "include_adjacent": include_adjacent,
         "rerank": rerank,
+        "time_zone": time_zone,
     }
 
 
@@ -437,10 +444,12 @@ class AsyncWorkspace(_AsyncHandle):
         limit: int = 0,
         include_adjacent: bool = False,
         rerank: bool = False,
+        time_zone: str = "",
         scope: str | m.Scope | None = None,
     ) -> m.SearchHits:
         """Messages of the workspace by meaning and words, best first; filters as SearchMessages
-        (scope: only its sessions; rerank: the server's cross-encoder re-ranks the best candidates)."""
+        (scope: only its sessions; rerank: the server's cross-encoder re-ranks the best candidates;
+        time_zone: an IANA name whose days the query's time words mean, default UTC)."""
         return await self._t.unary(
             _searched(
                 WorkspaceServiceStub,
@@ -450,7 +459,7 @@ class AsyncWorkspace(_AsyncHandle):
                     session_ids=c.ids(sessions),
                     author_peer_ids=c.ids(authors),
                     scope_id=_scope_id(scope),
-                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank),
+                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank, time_zone),
                 ),
             )
         )
@@ -982,6 +991,7 @@ class AsyncPeer(_AsyncHandle):
         limit: int = 0,
         include_adjacent: bool = False,
         rerank: bool = False,
+        time_zone: str = "",
         scope: str | m.Scope | None = None,
     ) -> m.SearchHits:
         """The messages this peer wrote, by meaning and words, best first (scope: only its sessions)."""
@@ -994,7 +1004,7 @@ class AsyncPeer(_AsyncHandle):
                     query=query,
                     session_ids=c.ids(sessions),
                     scope_id=_scope_id(scope),
-                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank),
+                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank, time_zone),
                 ),
             )
         )
@@ -1132,13 +1142,14 @@ class AsyncSession(_AsyncHandle):
         as_of: datetime | None = None,
         scope: str | m.Scope | None = None,
         perspective: str | AsyncPeer | None = None,
+        time_zone: str = "",
     ) -> m.Context:
         """A context of at most `tokens` (0: 100,000): what `observer` knows about `target` (None: itself)
         and its card, a summary, with `search_query` the most relevant past messages, then the most recent
         turns. assistant: the peer whose turns are the model's own in to_openai()/to_anthropic().
         as_of: the context as it stood then. scope: recall (representation, relevant messages) only from
         the scope's sessions. perspective: pack only messages this peer saw (the observer's knowledge
-        still answers)."""
+        still answers). time_zone: an IANA name whose days `search_query`'s time words mean (default UTC)."""
         assistant_id = c.id_of(assistant)
         packed = await self._t.unary(
             Call(
@@ -1161,6 +1172,7 @@ class AsyncSession(_AsyncHandle):
                     as_of=c.timestamp(as_of),
                     scope_id=_scope_id(scope),
                     perspective_peer_id=c.id_of(perspective),
+                    time_zone=time_zone,
                 ),
                 c.to_model,
             )
@@ -1234,6 +1246,7 @@ class AsyncSession(_AsyncHandle):
         limit: int = 0,
         include_adjacent: bool = False,
         rerank: bool = False,
+        time_zone: str = "",
     ) -> m.SearchHits:
         """The session's messages by meaning and words, best first."""
         return await self._t.unary(
@@ -1244,7 +1257,7 @@ class AsyncSession(_AsyncHandle):
                     session_id=self.id,
                     query=query,
                     author_peer_ids=c.ids(authors),
-                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank),
+                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank, time_zone),
                 ),
             )
         )

@@ -159,7 +159,13 @@ def _page(size: int, token: str) -> common_pb2.PageRequest:
 
 
 def _search_filters(
-    perspective: Any, after: datetime | None, before: datetime | None, limit: int, include_adjacent: bool, rerank: bool
+    perspective: Any,
+    after: datetime | None,
+    before: datetime | None,
+    limit: int,
+    include_adjacent: bool,
+    rerank: bool,
+    time_zone: str,
 ) -> dict[str, Any]:
     """The filters and options every SearchMessages request shares."""
     return {
@@ -169,6 +175,7 @@ def _search_filters(
         "limit": limit,
         "include_adjacent": include_adjacent,
         "rerank": rerank,
+        "time_zone": time_zone,
     }
 
 
@@ -438,10 +445,12 @@ class Workspace(_AsyncHandle):
         limit: int = 0,
         include_adjacent: bool = False,
         rerank: bool = False,
+        time_zone: str = "",
         scope: str | m.Scope | None = None,
     ) -> m.SearchHits:
         """Messages of the workspace by meaning and words, best first; filters as SearchMessages
-        (scope: only its sessions; rerank: the server's cross-encoder re-ranks the best candidates)."""
+        (scope: only its sessions; rerank: the server's cross-encoder re-ranks the best candidates;
+        time_zone: an IANA name whose days the query's time words mean, default UTC)."""
         return self._t.unary(
             _searched(
                 WorkspaceServiceStub,
@@ -451,7 +460,7 @@ class Workspace(_AsyncHandle):
                     session_ids=c.ids(sessions),
                     author_peer_ids=c.ids(authors),
                     scope_id=_scope_id(scope),
-                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank),
+                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank, time_zone),
                 ),
             )
         )
@@ -983,6 +992,7 @@ class Peer(_AsyncHandle):
         limit: int = 0,
         include_adjacent: bool = False,
         rerank: bool = False,
+        time_zone: str = "",
         scope: str | m.Scope | None = None,
     ) -> m.SearchHits:
         """The messages this peer wrote, by meaning and words, best first (scope: only its sessions)."""
@@ -995,7 +1005,7 @@ class Peer(_AsyncHandle):
                     query=query,
                     session_ids=c.ids(sessions),
                     scope_id=_scope_id(scope),
-                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank),
+                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank, time_zone),
                 ),
             )
         )
@@ -1133,13 +1143,14 @@ class Session(_AsyncHandle):
         as_of: datetime | None = None,
         scope: str | m.Scope | None = None,
         perspective: str | Peer | None = None,
+        time_zone: str = "",
     ) -> m.Context:
         """A context of at most `tokens` (0: 100,000): what `observer` knows about `target` (None: itself)
         and its card, a summary, with `search_query` the most relevant past messages, then the most recent
         turns. assistant: the peer whose turns are the model's own in to_openai()/to_anthropic().
         as_of: the context as it stood then. scope: recall (representation, relevant messages) only from
         the scope's sessions. perspective: pack only messages this peer saw (the observer's knowledge
-        still answers)."""
+        still answers). time_zone: an IANA name whose days `search_query`'s time words mean (default UTC)."""
         assistant_id = c.id_of(assistant)
         packed = self._t.unary(
             Call(
@@ -1162,6 +1173,7 @@ class Session(_AsyncHandle):
                     as_of=c.timestamp(as_of),
                     scope_id=_scope_id(scope),
                     perspective_peer_id=c.id_of(perspective),
+                    time_zone=time_zone,
                 ),
                 c.to_model,
             )
@@ -1235,6 +1247,7 @@ class Session(_AsyncHandle):
         limit: int = 0,
         include_adjacent: bool = False,
         rerank: bool = False,
+        time_zone: str = "",
     ) -> m.SearchHits:
         """The session's messages by meaning and words, best first."""
         return self._t.unary(
@@ -1245,7 +1258,7 @@ class Session(_AsyncHandle):
                     session_id=self.id,
                     query=query,
                     author_peer_ids=c.ids(authors),
-                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank),
+                    **_search_filters(perspective, after, before, limit, include_adjacent, rerank, time_zone),
                 ),
             )
         )

@@ -47,7 +47,7 @@ class GetRepresentationResponse(_message.Message):
     def __init__(self, observations: _Optional[_Iterable[_Union[ContextObservation, _Mapping]]] = ..., markdown: _Optional[str] = ...) -> None: ...
 
 class GetContextRequest(_message.Message):
-    __slots__ = ("workspace_id", "session_id", "token_budget", "include_summary", "observer_id", "target_id", "search_query", "search_top_k", "search_max_distance", "include_most_reinforced", "max_observations", "assistant_peer_id", "consistency", "session_ids", "as_of", "scope_id", "perspective_peer_id")
+    __slots__ = ("workspace_id", "session_id", "token_budget", "include_summary", "observer_id", "target_id", "search_query", "search_top_k", "search_max_distance", "include_most_reinforced", "max_observations", "assistant_peer_id", "consistency", "session_ids", "as_of", "scope_id", "perspective_peer_id", "time_zone")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,7 @@ class GetContextRequest(_message.Message):
     AS_OF_FIELD_NUMBER: _ClassVar[int]
     SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
     PERSPECTIVE_PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     session_id: str
     token_budget: int
@@ -82,7 +83,8 @@ class GetContextRequest(_message.Message):
     as_of: _timestamp_pb2.Timestamp
     scope_id: str
     perspective_peer_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., token_budget: _Optional[int] = ..., include_summary: _Optional[bool] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., search_query: _Optional[str] = ..., search_top_k: _Optional[int] = ..., search_max_distance: _Optional[float] = ..., include_most_reinforced: _Optional[bool] = ..., max_observations: _Optional[int] = ..., assistant_peer_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., session_ids: _Optional[_Iterable[str]] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., scope_id: _Optional[str] = ..., perspective_peer_id: _Optional[str] = ...) -> None: ...
+    time_zone: str
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., token_budget: _Optional[int] = ..., include_summary: _Optional[bool] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., search_query: _Optional[str] = ..., search_top_k: _Optional[int] = ..., search_max_distance: _Optional[float] = ..., include_most_reinforced: _Optional[bool] = ..., max_observations: _Optional[int] = ..., assistant_peer_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., session_ids: _Optional[_Iterable[str]] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., scope_id: _Optional[str] = ..., perspective_peer_id: _Optional[str] = ..., time_zone: _Optional[str] = ...) -> None: ...
 
 class ContextObservation(_message.Message):
     __slots__ = ("observation_id", "level", "content", "created_at", "session_id", "times_derived", "premises", "confidence", "pattern_type")

@@ -143,7 +143,7 @@ class ListPeersResponse(_message.Message):
     def __init__(self, peers: _Optional[_Iterable[_Union[Peer, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class SearchPeerMessagesRequest(_message.Message):
-    __slots__ = ("workspace_id", "peer_id", "query", "session_ids", "perspective_peer_id", "after", "before", "limit", "consistency", "include_adjacent", "scope_id", "rerank")
+    __slots__ = ("workspace_id", "peer_id", "query", "session_ids", "perspective_peer_id", "after", "before", "limit", "consistency", "include_adjacent", "scope_id", "rerank", "time_zone")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +156,7 @@ class SearchPeerMessagesRequest(_message.Message):
     INCLUDE_ADJACENT_FIELD_NUMBER: _ClassVar[int]
     SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
     RERANK_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     peer_id: str
     query: str
@@ -168,4 +169,5 @@ class SearchPeerMessagesRequest(_message.Message):
     include_adjacent: bool
     scope_id: str
     rerank: bool
-    def __init__(self, workspace_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., query: _Optional[str] = ..., session_ids: _Optional[_Iterable[str]] = ..., perspective_peer_id: _Optional[str] = ..., after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., include_adjacent: _Optional[bool] = ..., scope_id: _Optional[str] = ..., rerank: _Optional[bool] = ...) -> None: ...
+    time_zone: str
+    def __init__(self, workspace_id: _Optional[str] = ..., peer_id: _Optional[str] = ..., query: _Optional[str] = ..., session_ids: _Optional[_Iterable[str]] = ..., perspective_peer_id: _Optional[str] = ..., after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., include_adjacent: _Optional[bool] = ..., scope_id: _Optional[str] = ..., rerank: _Optional[bool] = ..., time_zone: _Optional[str] = ...) -> None: ...

@@ -196,7 +196,7 @@ class GetSessionSummariesResponse(_message.Message):
     def __init__(self, short_summary: _Optional[_Union[SessionSummary, _Mapping]] = ..., long_summary: _Optional[_Union[SessionSummary, _Mapping]] = ...) -> None: ...
 
 class SearchSessionMessagesRequest(_message.Message):
-    __slots__ = ("workspace_id", "session_id", "query", "author_peer_ids", "perspective_peer_id", "after", "before", "limit", "consistency", "include_adjacent", "rerank")
+    __slots__ = ("workspace_id", "session_id", "query", "author_peer_ids", "perspective_peer_id", "after", "before", "limit", "consistency", "include_adjacent", "rerank", "time_zone")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +208,7 @@ class SearchSessionMessagesRequest(_message.Message):
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_ADJACENT_FIELD_NUMBER: _ClassVar[int]
     RERANK_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     session_id: str
     query: str
@@ -219,4 +220,5 @@ class SearchSessionMessagesRequest(_message.Message):
     consistency: _common_pb2.ReadConsistency
     include_adjacent: bool
     rerank: bool
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., query: _Optional[str] = ..., author_peer_ids: _Optional[_Iterable[str]] = ..., perspective_peer_id: _Optional[str] = ..., after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., include_adjacent: _Optional[bool] = ..., rerank: _Optional[bool] = ...) -> None: ...
+    time_zone: str
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., query: _Optional[str] = ..., author_peer_ids: _Optional[_Iterable[str]] = ..., perspective_peer_id: _Optional[str] = ..., after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., include_adjacent: _Optional[bool] = ..., rerank: _Optional[bool] = ..., time_zone: _Optional[str] = ...) -> None: ...
