@@ -74,6 +74,7 @@ class SqlMemoryReads:
             after=after,
             before=before,
             as_of=scope.as_of,
+            zone=scope.zone,
         )
         async with self.engine.connect() as conn:
             return await search_messages(conn, search)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from peerlog.v1 import dialectic_pb2
+from services.api import validation as v
 from services.api.convert import as_of, json_object
 from services.dialectic import response_format
 from services.dialectic.loop import ChatRequest, ChatResult, DiscardText, TextDelta, ToolUsed
@@ -39,6 +40,7 @@ def chat_request(r: dialectic_pb2.ChatRequest) -> ChatRequest:
         as_of=as_of(r),
         scope_id=r.scope_id,
         perspective_id=r.perspective_peer_id,
+        zone=v.time_zone("time_zone", r.time_zone),
     )
 
 

@@ -10,7 +10,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from pydantic import ValidationError
@@ -55,6 +55,7 @@ class ChatRequest:
     scope_id: str = ""  # a scope bounding recall (the API resolves it into `sessions`)
     sessions: tuple[str, ...] | None = None  # recall only these sessions (None: every one the observer saw)
     perspective_id: str = ""  # read the messages this peer saw instead of the observer's
+    zone: tzinfo = UTC  # the asker's, for time words in its tools' searches
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ class _Run:
             request.as_of,
             request.sessions,
             request.perspective_id,
+            request.zone,
         )
         settings = owner.settings
         self.env = ToolEnv(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BeforeValidator, Field, Strict, model_validator
@@ -35,6 +35,7 @@ class RecallScope:
     as_of: datetime | None = None  # memory as it stood then: observations and messages recorded by then
     sessions: tuple[str, ...] | None = None  # a scope's sessions: recall only these (None: no bound)
     perspective_id: str = ""  # whose sight bounds the messages read, when not the observer's
+    zone: tzinfo = UTC  # the asker's: the days its searches' time words name
 
     @property
     def reader_id(self) -> str:

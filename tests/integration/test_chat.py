@@ -365,6 +365,7 @@ async def test_a_perspective_peer_bounds_the_messages_chat_reads_to_those_it_saw
             "not a valid JSON schema",
         ),
         ({"query": "where\x00"}, grpc.StatusCode.INVALID_ARGUMENT, "NUL"),
+        ({"time_zone": "Mars/Olympus_Mons"}, grpc.StatusCode.INVALID_ARGUMENT, "IANA name"),
     ],
 )
 async def test_bad_input_is_refused_before_any_model_call(memory, model_server, kw, code, phrase):

@@ -117,6 +117,7 @@ def test_settings_files_layer_global_then_local_then_environment(tmp_path):
         ({"messageMaxChars": 30_000}, "messageMaxChars"),
         ({"observation": {"user": {"observeMe": "sometimes"}}}, "observation.user.observeMe"),
         ({"peerName": "has space"}, "peerName"),
+        ({"timeZone": "Europe/Atlantis"}, "timeZone"),
     ],
 )
 def test_a_wrong_key_or_value_is_an_error_that_names_it_and_its_file(keys, named):

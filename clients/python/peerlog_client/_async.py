@@ -746,6 +746,7 @@ class AsyncPeer(_AsyncHandle):
         as_of: datetime | None,
         scope: Any,
         perspective: Any,
+        time_zone: str,
     ) -> dialectic_pb2.ChatRequest:
         return dialectic_pb2.ChatRequest(
             workspace_id=self.workspace_id,
@@ -758,6 +759,7 @@ class AsyncPeer(_AsyncHandle):
             as_of=c.timestamp(as_of),
             scope_id=_scope_id(scope),
             perspective_peer_id=c.id_of(perspective),
+            time_zone=time_zone,
         )
 
     async def chat(
@@ -772,17 +774,21 @@ class AsyncPeer(_AsyncHandle):
         as_of: datetime | None = None,
         scope: str | m.Scope | None = None,
         perspective: str | AsyncPeer | None = None,
+        time_zone: str = "",
     ) -> m.ChatAnswer:
         """Ask what this peer knows about `target` (None: itself). session: its recent history goes into
         the prompt. level: minimal | low (default) | medium | high | max. response_format: a JSON schema
         (dict or text) the answer must satisfy. timeout: this call's deadline, if not the client's.
         as_of: answer from memory as it stood then. scope: recall only the scope's sessions. perspective:
-        search and quote only the messages this peer saw (this peer's store still answers)."""
+        search and quote only the messages this peer saw (this peer's store still answers). time_zone:
+        an IANA name whose days the time words in its searches mean (default UTC)."""
         return await self._t.unary(
             Call(
                 DialecticServiceStub,
                 "Chat",
-                self._chat_request(query, target, session, level, response_format, as_of, scope, perspective),
+                self._chat_request(
+                    query, target, session, level, response_format, as_of, scope, perspective, time_zone
+                ),
                 c.to_model,
             ),
             timeout,
@@ -800,6 +806,7 @@ class AsyncPeer(_AsyncHandle):
         as_of: datetime | None = None,
         scope: str | m.Scope | None = None,
         perspective: str | AsyncPeer | None = None,
+        time_zone: str = "",
     ) -> AsyncIterator[m.ChatEvent]:
         """chat(), streamed: ToolProgress, ChatText pieces (drop those before a DiscardText), and last
         the whole ChatAnswer."""
@@ -807,7 +814,9 @@ class AsyncPeer(_AsyncHandle):
             Call(
                 DialecticServiceStub,
                 "ChatStream",
-                self._chat_request(query, target, session, level, response_format, as_of, scope, perspective),
+                self._chat_request(
+                    query, target, session, level, response_format, as_of, scope, perspective, time_zone
+                ),
                 c.chat_event,
             ),
             timeout,

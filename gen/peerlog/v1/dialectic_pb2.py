@@ -27,25 +27,25 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from peerlog.v1 import common_pb2 as peerlog_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1apeerlog/v1/dialectic.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"h\n\x0eResponseFormat\x12\x15\n\x0bjson_schema\x18\x01 \x01(\tH\x00\x12\x35\n\x12json_schema_object\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x42\x08\n\x06schema\"\xe4\x02\n\x0b\x43hatRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x11\n\ttarget_id\x18\x03 \x01(\t\x12\r\n\x05query\x18\x04 \x01(\t\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x33\n\x0freasoning_level\x18\x06 \x01(\x0e\x32\x1a.peerlog.v1.ReasoningLevel\x12\x33\n\x0fresponse_format\x18\x07 \x01(\x0b\x32\x1a.peerlog.v1.ResponseFormat\x12\x30\n\x0b\x63onsistency\x18\x08 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12)\n\x05\x61s_of\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08scope_id\x18\n \x01(\t\x12\x1b\n\x13perspective_peer_id\x18\x0b \x01(\t\"\xa7\x01\n\x0c\x43hatResponse\x12\x0e\n\x06\x61nswer\x18\x01 \x01(\t\x12\x1d\n\x15\x63ited_observation_ids\x18\x02 \x03(\t\x12\x19\n\x11\x63ited_message_ids\x18\x03 \x03(\t\x12\x13\n\x0btool_rounds\x18\x04 \x01(\r\x12\r\n\x05model\x18\x05 \x01(\t\x12\x11\n\tabstained\x18\x06 \x01(\x08\x12\x16\n\x0eprompt_version\x18\x07 \x01(\t\"O\n\x0cToolProgress\x12\r\n\x05round\x18\x01 \x01(\r\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\x12\x0f\n\x07results\x18\x04 \x01(\r\"\x90\x01\n\tChatChunk\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12(\n\x04tool\x18\x02 \x01(\x0b\x32\x18.peerlog.v1.ToolProgressH\x00\x12(\n\x04\x64one\x18\x03 \x01(\x0b\x32\x18.peerlog.v1.ChatResponseH\x00\x12\x16\n\x0c\x64iscard_text\x18\x04 \x01(\x08H\x00\x42\x07\n\x05\x65vent*\xb6\x01\n\x0eReasoningLevel\x12\x1f\n\x1bREASONING_LEVEL_UNSPECIFIED\x10\x00\x12\x1b\n\x17REASONING_LEVEL_MINIMAL\x10\x01\x12\x17\n\x13REASONING_LEVEL_LOW\x10\x02\x12\x1a\n\x16REASONING_LEVEL_MEDIUM\x10\x03\x12\x18\n\x14REASONING_LEVEL_HIGH\x10\x04\x12\x17\n\x13REASONING_LEVEL_MAX\x10\x05\x32\x8d\x01\n\x10\x44ialecticService\x12\x39\n\x04\x43hat\x12\x17.peerlog.v1.ChatRequest\x1a\x18.peerlog.v1.ChatResponse\x12>\n\nChatStream\x12\x17.peerlog.v1.ChatRequest\x1a\x15.peerlog.v1.ChatChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1apeerlog/v1/dialectic.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"h\n\x0eResponseFormat\x12\x15\n\x0bjson_schema\x18\x01 \x01(\tH\x00\x12\x35\n\x12json_schema_object\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x42\x08\n\x06schema\"\xf7\x02\n\x0b\x43hatRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x11\n\ttarget_id\x18\x03 \x01(\t\x12\r\n\x05query\x18\x04 \x01(\t\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x33\n\x0freasoning_level\x18\x06 \x01(\x0e\x32\x1a.peerlog.v1.ReasoningLevel\x12\x33\n\x0fresponse_format\x18\x07 \x01(\x0b\x32\x1a.peerlog.v1.ResponseFormat\x12\x30\n\x0b\x63onsistency\x18\x08 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12)\n\x05\x61s_of\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08scope_id\x18\n \x01(\t\x12\x1b\n\x13perspective_peer_id\x18\x0b \x01(\t\x12\x11\n\ttime_zone\x18\x0c \x01(\t\"\xa7\x01\n\x0c\x43hatResponse\x12\x0e\n\x06\x61nswer\x18\x01 \x01(\t\x12\x1d\n\x15\x63ited_observation_ids\x18\x02 \x03(\t\x12\x19\n\x11\x63ited_message_ids\x18\x03 \x03(\t\x12\x13\n\x0btool_rounds\x18\x04 \x01(\r\x12\r\n\x05model\x18\x05 \x01(\t\x12\x11\n\tabstained\x18\x06 \x01(\x08\x12\x16\n\x0eprompt_version\x18\x07 \x01(\t\"O\n\x0cToolProgress\x12\r\n\x05round\x18\x01 \x01(\r\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\x12\x0f\n\x07results\x18\x04 \x01(\r\"\x90\x01\n\tChatChunk\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12(\n\x04tool\x18\x02 \x01(\x0b\x32\x18.peerlog.v1.ToolProgressH\x00\x12(\n\x04\x64one\x18\x03 \x01(\x0b\x32\x18.peerlog.v1.ChatResponseH\x00\x12\x16\n\x0c\x64iscard_text\x18\x04 \x01(\x08H\x00\x42\x07\n\x05\x65vent*\xb6\x01\n\x0eReasoningLevel\x12\x1f\n\x1bREASONING_LEVEL_UNSPECIFIED\x10\x00\x12\x1b\n\x17REASONING_LEVEL_MINIMAL\x10\x01\x12\x17\n\x13REASONING_LEVEL_LOW\x10\x02\x12\x1a\n\x16REASONING_LEVEL_MEDIUM\x10\x03\x12\x18\n\x14REASONING_LEVEL_HIGH\x10\x04\x12\x17\n\x13REASONING_LEVEL_MAX\x10\x05\x32\x8d\x01\n\x10\x44ialecticService\x12\x39\n\x04\x43hat\x12\x17.peerlog.v1.ChatRequest\x1a\x18.peerlog.v1.ChatResponse\x12>\n\nChatStream\x12\x17.peerlog.v1.ChatRequest\x1a\x15.peerlog.v1.ChatChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peerlog.v1.dialectic_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REASONINGLEVEL']._serialized_start=994
-  _globals['_REASONINGLEVEL']._serialized_end=1176
+  _globals['_REASONINGLEVEL']._serialized_start=1013
+  _globals['_REASONINGLEVEL']._serialized_end=1195
   _globals['_RESPONSEFORMAT']._serialized_start=130
   _globals['_RESPONSEFORMAT']._serialized_end=234
   _globals['_CHATREQUEST']._serialized_start=237
-  _globals['_CHATREQUEST']._serialized_end=593
-  _globals['_CHATRESPONSE']._serialized_start=596
-  _globals['_CHATRESPONSE']._serialized_end=763
-  _globals['_TOOLPROGRESS']._serialized_start=765
-  _globals['_TOOLPROGRESS']._serialized_end=844
-  _globals['_CHATCHUNK']._serialized_start=847
-  _globals['_CHATCHUNK']._serialized_end=991
-  _globals['_DIALECTICSERVICE']._serialized_start=1179
-  _globals['_DIALECTICSERVICE']._serialized_end=1320
+  _globals['_CHATREQUEST']._serialized_end=612
+  _globals['_CHATRESPONSE']._serialized_start=615
+  _globals['_CHATRESPONSE']._serialized_end=782
+  _globals['_TOOLPROGRESS']._serialized_start=784
+  _globals['_TOOLPROGRESS']._serialized_end=863
+  _globals['_CHATCHUNK']._serialized_start=866
+  _globals['_CHATCHUNK']._serialized_end=1010
+  _globals['_DIALECTICSERVICE']._serialized_start=1198
+  _globals['_DIALECTICSERVICE']._serialized_end=1339
 # @@protoc_insertion_point(module_scope)

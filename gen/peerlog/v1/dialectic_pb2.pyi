@@ -36,7 +36,7 @@ class ResponseFormat(_message.Message):
     def __init__(self, json_schema: _Optional[str] = ..., json_schema_object: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class ChatRequest(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "target_id", "query", "session_id", "reasoning_level", "response_format", "consistency", "as_of", "scope_id", "perspective_peer_id")
+    __slots__ = ("workspace_id", "observer_id", "target_id", "query", "session_id", "reasoning_level", "response_format", "consistency", "as_of", "scope_id", "perspective_peer_id", "time_zone")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_ID_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class ChatRequest(_message.Message):
     AS_OF_FIELD_NUMBER: _ClassVar[int]
     SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
     PERSPECTIVE_PEER_ID_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     target_id: str
@@ -59,7 +60,8 @@ class ChatRequest(_message.Message):
     as_of: _timestamp_pb2.Timestamp
     scope_id: str
     perspective_peer_id: str
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., query: _Optional[str] = ..., session_id: _Optional[str] = ..., reasoning_level: _Optional[_Union[ReasoningLevel, str]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., scope_id: _Optional[str] = ..., perspective_peer_id: _Optional[str] = ...) -> None: ...
+    time_zone: str
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., query: _Optional[str] = ..., session_id: _Optional[str] = ..., reasoning_level: _Optional[_Union[ReasoningLevel, str]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., scope_id: _Optional[str] = ..., perspective_peer_id: _Optional[str] = ..., time_zone: _Optional[str] = ...) -> None: ...
 
 class ChatResponse(_message.Message):
     __slots__ = ("answer", "cited_observation_ids", "cited_message_ids", "tool_rounds", "model", "abstained", "prompt_version")

@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
@@ -116,6 +117,8 @@ class MemoryConfig(_Strict):
     # peerlog_search asks the server to re-rank with its cross-encoder (more of the answer in the first
     # hits, about half a second more); false for a server that runs without one
     rerank_search: bool = True
+    # the user's time zone (IANA name; empty: UTC): what "yesterday" or "last May" means in its searches
+    time_zone: str = ""
     init_on_session_start: bool = False
     # writing
     write_frequency: WriteFrequency = "async"
@@ -124,6 +127,16 @@ class MemoryConfig(_Strict):
     # observation
     observation_mode: Literal["directional", "unified"] = "directional"
     observation: Observation | None = None
+
+    @field_validator("time_zone", mode="after")
+    @classmethod
+    def _known_zone(cls, name: str) -> str:
+        if name:
+            try:
+                ZoneInfo(name)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"{name!r} is not an IANA time zone name, such as 'Europe/Lisbon'") from None
+        return name
 
     @field_validator("dialectic_depth", mode="after")
     @classmethod

@@ -299,6 +299,7 @@ class MemoryProvider:
                 level=pass_level,
                 timeout=remaining,
                 perspective=user,  # only turns the user was there for: never another user's words
+                time_zone=self.config.time_zone,
             )
             self.stats.dialectic_passes.append(pass_level)
             if answer.abstained:

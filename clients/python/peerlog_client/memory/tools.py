@@ -92,7 +92,13 @@ def _profile(p: MemoryProvider, a: ProfileArgs) -> Any:
 
 def _search(p: MemoryProvider, a: SearchArgs) -> Any:
     # the user's perspective, not the AI's: the AI was in every user's sessions, this user only in their own
-    hits = p.workspace().search(a.query, perspective=p.current_user(), limit=a.limit, rerank=p.config.rerank_search)
+    hits = p.workspace().search(
+        a.query,
+        perspective=p.current_user(),
+        limit=a.limit,
+        rerank=p.config.rerank_search,
+        time_zone=p.config.time_zone,
+    )
     return [
         {
             "session": h.message.session_id,
@@ -114,6 +120,7 @@ def _context(p: MemoryProvider, a: ContextArgs) -> Any:
         target=user,
         assistant=p.config.ai_peer,
         perspective=user,  # the AI is in every user's sessions: pack only what this user saw
+        time_zone=p.config.time_zone,
     )
     return {
         "summary": ctx.summary,
@@ -138,7 +145,13 @@ def _reasoning(p: MemoryProvider, a: ReasoningArgs) -> Any:
     # the AI's knowledge of the user answers, but only from turns the user was there for: the AI is in every
     # user's sessions, and one user must not be quoted what another said
     answer = p.peer(p.observer_of(user)).chat(
-        query, target=user, session=p.current_session(), level=level, timeout=p.config.timeout, perspective=user
+        query,
+        target=user,
+        session=p.current_session(),
+        level=level,
+        timeout=p.config.timeout,
+        perspective=user,
+        time_zone=p.config.time_zone,
     )
     return {"answer": answer.answer, "level": level}
 
