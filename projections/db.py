@@ -202,9 +202,14 @@ def _upgrade_memberships(conn: Connection, schema: str) -> None:
 
 
 def _upgrade_dead_letters(conn: Connection, schema: str) -> None:
-    """A schema from before summary dead letters kept their kind gets the column (its rows stay NULL)."""
+    """A schema from before summary dead letters kept their kind, or whether their messages were dropped,
+    gets the column (its rows stay NULL, and not dropped: what they were cannot be told any more)."""
     if not _has_column(conn, schema, "dead_letters", "summary_kind"):
         conn.execute(text(f'ALTER TABLE "{schema}".dead_letters ADD COLUMN summary_kind text'))
+    if not _has_column(conn, schema, "dead_letters", "summary_dropped"):
+        conn.execute(
+            text(f'ALTER TABLE "{schema}".dead_letters ADD COLUMN summary_dropped boolean NOT NULL DEFAULT false')
+        )
 
 
 def create_schema(engine: Engine, schema: str) -> None:

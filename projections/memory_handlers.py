@@ -217,6 +217,7 @@ def summary_dead_lettered(conn: Connection, events: Sequence[SummaryDeadLettered
                 attempts=e.attempts,
                 failed_at=e.occurred_at,
                 summary_kind=e.kind.value,
+                summary_dropped=e.dropped,
             )
             for e in events
         ],

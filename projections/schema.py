@@ -474,6 +474,8 @@ dead_letters = Table(
     Column("failed_at", TS, nullable=False),
     # a summary's: short | long (NULL in rows projected before it was kept: taken as either)
     Column("summary_kind", Text, nullable=True),
+    # a summary's whose messages fell out of the pending state: never resolved by a later summary
+    Column("summary_dropped", Boolean, nullable=False, server_default=text("false")),
 )
 
 # every DerivationPromoted, numbered per pair in log order: the latest is the pair's current derivation,

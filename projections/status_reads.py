@@ -148,8 +148,8 @@ def outstanding(b):
 
 
 async def dead_lettered_summaries(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:
-    """Summary dead letters of the sessions in scope whose session has no summary of their kind written since,
-    most recent first. The sessions in scope: the workspace's, or the one named; with an observer or observed
+    """Summary dead letters of the sessions in scope whose session has no summary of their kind written since
+    (or whose messages were dropped, which no later summary covers), most recent first. The sessions in scope: the workspace's, or the one named; with an observer or observed
     peer, only those where it perceived a message (a peer's status does not speak of sessions it was
     never in)."""
     d, s = dead_letters.c, summaries.c
@@ -159,7 +159,9 @@ async def dead_lettered_summaries(conn: AsyncConnection, scope: StatusScope, lim
         s.created_at > d.failed_at,
         d.summary_kind.is_(None) | (s.kind == d.summary_kind),  # a long summary does not stand for a short one
     )
-    stmt = select(dead_letters).where(d.workspace_id == scope.workspace_id, d.kind == "summary", ~since.exists())
+    stmt = select(dead_letters).where(
+        d.workspace_id == scope.workspace_id, d.kind == "summary", d.summary_dropped | ~since.exists()
+    )
     if scope.session_id:
         stmt = stmt.where(d.session_id == scope.session_id)
     if scope.observer_id or scope.observed_id:

@@ -50,3 +50,5 @@ class SummaryDeadLettered(Event):
     last_seq: int
     error: str
     attempts: int
+    # its messages fell out of the pending state: no later summary covers them, so none resolves it
+    dropped: bool = False

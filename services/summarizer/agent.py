@@ -78,6 +78,7 @@ class Summarizer:
             last_seq=gone.last_seq,
             error=error,
             attempts=gone.failures,
+            dropped=True,
             causation_id=event.event_id,
             producer=self.producer(self.model.settings.model),
         )

@@ -2,7 +2,8 @@
 
 The summarizer keeps a failed kind's messages pending and tries again only one cadence later. Once the
 model is fixed, `peerlog derivations retry` appends a SummaryRetryRequested for each session whose summary
-dead letters have no summary after them (the rule GetProcessingStatus shows them by); the summarizer then
+dead letters have no summary after them (the rule GetProcessingStatus shows them by, which also always shows
+those of dropped messages); the summarizer then
 makes the failed kinds due at once. Messages that fell out of its bounded state are not summarised again:
 their dead letter stays in `dead_letters`.
 """

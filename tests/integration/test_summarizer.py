@@ -71,3 +71,24 @@ def _dead(settings):
             return conn.execute(select(dead_letters)).mappings().all()
     finally:
         engine.dispose()
+
+
+async def test_messages_dropped_unsummarised_stay_in_the_status_after_a_later_summary(
+    channel, settings, model_server, start_worker
+):
+    model_server.reply_with(lambda request: Reply(status=500))
+    start_worker("summarizer")
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    for batch in range(3):  # ~1.2 MB while the model fails: more than the pending state keeps
+        await c.add("w", "s", [("alice", f"turn {batch}-{i} " + "x" * 3990) for i in range(100)])
+    eventually(lambda: [d for d in _dead(settings) if d["summary_dropped"]], 120)
+
+    model_server.reply_with(lambda request: Reply(content="they talked at length"))
+    await c.add("w", "s", [("bob", f"short turn {i}") for i in range(25)])
+    eventually(lambda: [r for r in summary_rows(settings) if r["kind"] == "short"], 120)
+    status = await c.processing_status("w", session_id="s")
+    # a later summary covers none of the dropped messages: their dead letters are still what the status says
+    shown = {d.error for d in status.dead_lettered_summaries}
+    dropped = {d["error"] for d in _dead(settings) if d["summary_dropped"]}
+    assert dropped and dropped <= shown and all("fell out of the pending" in e for e in dropped)
