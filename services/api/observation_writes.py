@@ -12,7 +12,7 @@ from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.freshness import answered_in_time, until_projected
-from services.api.guards import require_peers, require_session
+from services.api.guards import require_peers, require_scope
 from services.api.locks import held, shielded
 from services.api.observation_reads import get_observation
 from services.api.writes import commit
@@ -46,8 +46,8 @@ def _validate(new: Sequence[NewObservation]) -> None:
 
 
 async def _check_sessions(ctx: ApiDeps, workspace_id: str, new: Sequence[NewObservation]) -> None:
-    for session_id in sorted({o.session_id for o in new if o.session_id}):
-        await require_session(ctx, workspace_id, session_id)
+    # to a narrow token, a session its peers never joined is missing (guards.check_scope)
+    await require_scope(ctx, workspace_id, sorted({o.session_id for o in new if o.session_id}))
 
 
 async def _check_sources(ctx: ApiDeps, workspace_id: str, observer_id: str, new: Sequence[NewObservation]) -> None:
@@ -65,6 +65,13 @@ async def _check_sources(ctx: ApiDeps, workspace_id: str, observer_id: str, new:
                     f"observations[{i}].sources[{j}] cites message {s.message_id!r}, which does not exist in "
                     f"workspace {workspace_id!r} or which {observer_id!r} could not see (it was not a member of "
                     "that session when the message was sent); a pair's store may only cite what its observer saw"
+                )
+            if o.session_id and cited["session_id"] != o.session_id:
+                # an allowlist judges an explicit observation by its session: it must be where its words were said
+                raise InvalidArgument(
+                    f"observations[{i}].sources[{j}] cites message {s.message_id!r} of session "
+                    f"{cited['session_id']!r}, not of observations[{i}].session_id {o.session_id!r}; an "
+                    "observation cites only messages of its own session (or leave session_id empty)"
                 )
             if normalise(s.span) not in normalise(cited["content"]):
                 raise InvalidArgument(

@@ -226,6 +226,16 @@ async def test_bad_observations_are_rejected_and_nothing_is_written(channel, set
         "'alice'",
     )
 
+    # an allowlist judges an explicit observation by its session: it may cite only that session's messages
+    await c.session("w", "other", members=["alice", "bob"])
+    seen = await c.add("w", "other", [("bob", "my bank PIN is 4321")])
+    await c.list_messages("w", "other", seen.consistency_token)
+    await rejected(
+        create(o.NewObservation(content="Bob's PIN is 4321", session_id="s", sources=[source(seen.message_ids[0])])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "of session 'other', not of observations[0].session_id 's'",
+    )
+
     sentinel = await create("the only one")
     listed = await c.all_observations("w", "alice", "bob", sentinel.consistency_token)
     assert [x.content for x in listed] == ["the only one"]
