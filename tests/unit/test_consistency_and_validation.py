@@ -97,3 +97,14 @@ def test_a_token_on_a_topic_the_metadata_does_not_list_yet_is_left_to_the_wait_n
         assert asyncio.run(ends._partition_count(topic, 5)) == 3  # a partition the topic lacks is refused
     finally:
         ends.close()
+
+
+@pytest.mark.parametrize("name", ["Mars/Base", "x" * 65, "a" * 5000, "a\x00b", "../../etc/passwd", "zone.tab", " "])
+def test_a_time_zone_that_is_no_iana_name_is_invalid_argument_whatever_it_holds(name):
+    with pytest.raises(InvalidArgument, match="IANA name"):
+        v.time_zone("time_zone", name)
+
+
+def test_a_time_zone_is_read_by_its_iana_name_and_empty_is_utc():
+    assert v.time_zone("time_zone", "") is UTC
+    assert str(v.time_zone("time_zone", "Asia/Tokyo")) == "Asia/Tokyo"
