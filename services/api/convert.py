@@ -140,12 +140,28 @@ def member_spec(spec: sessions_pb2.MemberSpec) -> MemberSpec:
     )
 
 
+UPLOAD_HEADER = ("workspace_id", "session_id", "peer_id", "file_name", "idempotency_key")
+
+
+def _same_file(first, later) -> None:
+    """A later request of the stream may repeat the first's header fields, never change them: the file
+    goes where the first said (its token was checked for that), and a client sending another is a bug."""
+    for name in UPLOAD_HEADER:
+        value = getattr(later, name)
+        if value and value != getattr(first, name):
+            raise InvalidArgument(
+                f"UploadFile's requests disagree on {name}: {getattr(first, name)[:100]!r} in the first, "
+                f"{value[:100]!r} in a later one; a stream uploads one file, set where the first request says"
+            )
+
+
 async def upload(requests) -> tuple[Upload, bytes]:
     """An UploadFile stream: where the file goes (its first request) and the file, refused as soon as it
     passes 32 MiB rather than after holding all of it."""
     first, pieces, size = None, [], 0
     async for r in requests:
         first = first or r
+        _same_file(first, r)
         size += len(r.data)
         files.check_size(size)
         pieces.append(r.data)

@@ -277,6 +277,9 @@ async def append_checked(
     # a NUL in it (the caller then got INTERNAL)
     v.check_id("workspace_id", workspace_id)
     v.check_id("session_id", session_id)
+    if idempotency_key and auth.narrow_view(workspace_id) is not None:
+        # a key's first use answers before any check: to a peer token, a session it never joined is missing
+        await require_scope(ctx, workspace_id, [session_id])
     keyed = idempotency.keyed(workspace_id, (workspace_id, session_id), idempotency_key, new)
     return await idempotency.once(
         ctx, keyed, lambda request: _append_messages(ctx, workspace_id, session_id, new, request)

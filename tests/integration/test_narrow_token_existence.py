@@ -150,3 +150,31 @@ async def test_a_peer_token_cannot_tell_a_peer_it_never_met_from_one_that_does_n
         lawyer, nobody = await both("lawyer"), await both("nobody")
     assert lawyer == nobody and {code for code, _ in lawyer} == {NOT_FOUND}
     assert "that this token may see" in lawyer[0][1]
+
+
+async def test_an_idempotency_key_used_in_an_unseen_session_tells_a_peer_token_nothing(channel, settings):
+    c = Client(channel)
+    await _bobs_secret_session(c)
+    bobs = messages_pb2.NewMessage(peer_id="bob", content="note to lawyer")
+    await c.messages.AddMessages(
+        messages_pb2.AddMessagesRequest(
+            workspace_id="w", session_id="bob-and-lawyer", idempotency_key="daily-note-1", messages=[bobs]
+        )
+    )
+
+    def add(session_id: str, key: str):
+        new = messages_pb2.NewMessage(peer_id="alice", content="hello?")
+        request = messages_pb2.AddMessagesRequest(
+            workspace_id="w", session_id=session_id, idempotency_key=key, messages=[new]
+        )
+        return messages.AddMessages(request)
+
+    async with aio_channel(channel.address, mint(settings.auth, ["peer:w/alice"])) as chan:
+        messages = messages_pb2_grpc.MessageServiceStub(chan)
+        used, unused = (
+            await _outcome(add("bob-and-lawyer", "daily-note-1")),
+            await _outcome(add("bob-and-lawyer", "k2")),
+        )
+        missing = await _outcome(add("no-such-one", "daily-note-1"))
+    assert used == unused and used[0] == NOT_FOUND  # not FAILED_PRECONDITION naming bob's write and its time
+    assert used[1].replace("bob-and-lawyer", "X") == missing[1].replace("no-such-one", "X")

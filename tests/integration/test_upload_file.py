@@ -94,6 +94,35 @@ async def test_an_author_who_is_not_a_member_is_refused_as_add_messages_refuses_
     )
 
 
+@pytest.mark.parametrize(
+    "later",
+    [
+        {"session_id": "other"},
+        {"workspace_id": "w2"},
+        {"peer_id": "bob"},
+        {"file_name": "b.txt"},
+        {"idempotency_key": "k"},
+    ],
+)
+async def test_a_later_request_naming_another_file_or_place_is_refused_and_writes_nothing(channel, session, later):
+    def requests():
+        yield messages_pb2.UploadFileRequest(
+            workspace_id="w", session_id="s", peer_id="alice", file_name="a.txt", data=b"one "
+        )
+        yield messages_pb2.UploadFileRequest(data=b"two ", workspace_id="w", session_id="s")  # the same: fine
+        yield messages_pb2.UploadFileRequest(data=b"three", **later)
+
+    field = next(iter(later))
+    await rejected(
+        messages_pb2_grpc.MessageServiceStub(channel).UploadFile(requests()),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"UploadFile's requests disagree on {field}",
+    )
+    kept = await upload(channel, b"still here", "after.txt")
+    got = await session.all_messages("w", "s", kept.consistency_token)
+    assert [m.content for m in got] == ["still here"]
+
+
 async def test_a_request_of_the_stream_that_does_not_decode_ends_the_upload_and_writes_nothing(channel, session):
     first = messages_pb2.UploadFileRequest(
         workspace_id="w", session_id="s", peer_id="alice", file_name="a.txt", data=b"hello"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
+import zlib
 
 import pytest
 from pypdf import PdfWriter
@@ -129,3 +131,51 @@ def test_a_pdf_whose_text_runs_past_the_file_limit_is_refused_however_small_the_
     assert files.text_of(pdf(["x" * 50]), "a.pdf") == "x" * 50
     with pytest.raises(InvalidArgument, match="more than 60 characters of text"):
         files.text_of(pdf(["x" * 50, "y" * 50]), "b.pdf")
+
+
+# two PDFs a mutation of a valid one damaged so that pypdf fails with AssertionError and AttributeError,
+# errors outside its own: zlib-compressed, base64
+DAMAGED_PDFS = {
+    "AssertionError": (
+        "eNrFUktu2zAQ3c8pZmMgWcQUJetjIPDCaYwUbVFD1q7ogrFGtgJFNEi6TXqu3qOL3qC5SEjGToQwKLqrSBHim5n35g00Wr5bnPFx"
+        "AqM/D79+A8cI5fUNnJ8DWypZ79ek8GR3v6ubU5jNgPraheNBWnW/I2RLsSEN7ELue4MxsA9trfELpjaxxNyfXwcESUBwIYzo5Aae"
+        "mNAplD9fCiZBwUL2Bthqf2381YEc2FxochFkV9R9I9OuxUA2fbNvYCVpuVdrq+sivt5/cHS6pWOwm32iuhVzeWeNRePIvxmPMZ/G"
+        "1pylUuTM+wo7id7Yq8bsyHDoIRv08JH6jdliVri4NorELcwrdMKWt2owt+xxhFWNJ9ZPJ/G7VF09xmrbarRboCFtxqdY3VjaMz5x"
+        "qZeV0zrQHVTz/+C8eOW8CJ2n+T84X9Fa9jXubMO4JUVHu26Vf/F8p6iBCKcQPT+YpWmSYoPPGLf/hI/0L1g6CTDOpyGWFQEWJyGW"
+        "5FGATYowL4sHeUaJtiPlh7Vqf5C1wUo5m0mDydOc3/eNRH6csTZCGe84j3MYjS4/L+ARjcwAUw=="
+    ),
+    "AttributeError": (
+        "eNrFkEtu20AMhve8RLkxkCzi0UjWw0CQhdMYKdKghq1d0cXEomwFisaYGTdJr5GDZZEbtBcpR35AiIqiuwojQfOT/MmPg9nH6Zkc"
+        "RjD4+ev1DSQGqO/u4fwcxMzoYrskgyeb501RnsLFBVBT+HDYScufN4RiplZkQVzqbeMwBHFTFRa/YsyJc0zb77eOQdQzuFRO1XoF"
+        "Oyf0HeadglGvYKobB2KxvXPt1YsSxERZ8hEU11R/J1ctVccl/uPcIOZk9dYsua+PtPXtj8TRYQ4+4paKSk30E4MFw6B9ExliOg4Z"
+        "jq0Mefi2gjfROL5aTN6RJJ0ZPlOzcmtMMh+3zpB6gEmOvjH75iWm7B4GmBd4wjy1xkdt6mKI+bqyyEehI+uGp5jfs+2ZHPnUq9z3"
+        "2tvtu6b/gTx7R571yeN0T/7hL+QLWuqmwA0PjGsy9A+4T4ZKCHAMwfHBJI6jGEs8ajJ+2UUatjqqMYPv1YMm5bivJVlPC6O+FqVB"
+        "Txtl/bwk7OQ5o6qaDAi/qkX1g5hEzLV2GO12/KkpNcrDfq1TxrXIaZjCYHD1ZQq/AYqO/uY="
+    ),
+}
+
+
+@pytest.mark.parametrize("error", sorted(DAMAGED_PDFS))
+def test_a_pdf_pypdf_fails_on_with_any_error_is_refused_as_unreadable(error):
+    data = zlib.decompress(base64.b64decode(DAMAGED_PDFS[error]))
+    with pytest.raises(InvalidArgument, match=f"is not a readable PDF: {error}"):
+        text_of(data, "damaged.pdf")
+
+
+def test_json_nested_too_deeply_is_refused_as_such():
+    with pytest.raises(InvalidArgument, match="nested too deeply"):
+        text_of(b"[" * 100_000 + b"]" * 100_000, "deep.json")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_text_is_refused_with_a_reason_a_person_can_act_on(encoding):
+    with pytest.raises(InvalidArgument, match="is UTF-16 text; send it encoded as UTF-8"):
+        text_of("Bob keeps bees in Oslo.".encode(encoding), "notes.txt")
+
+
+def test_splitting_32_mib_of_short_lines_or_of_one_endless_sentence_loses_no_word():
+    for text in ("short line.\n\n" * 2_000_000, "word " * 6_000_000, "x" * 30_000_000):
+        chunks = split(text)
+        assert max(map(len, chunks)) <= 25_000 and "".join(chunks).replace("\n", "").replace(" ", "") == text.replace(
+            "\n", ""
+        ).replace(" ", "")
