@@ -404,7 +404,8 @@ def _vectors_checked(conn, report: RebuildReport, live: str | None, accept: Acce
         _tell(
             progress,
             f"without a vector of {ACTIVE_EMBEDDING_MODEL} (searches by meaning miss them): "
-            f"{_rows(report.without_vector)}",
+            f"{_rows(report.without_vector)}; once every process embeds with {ACTIVE_EMBEDDING_MODEL}, "
+            f"`peerlog reembed --model {ACTIVE_EMBEDDING_MODEL} -w WORKSPACE` gives them one",
         )
     if not report.vectors_lost:
         return True

@@ -41,6 +41,7 @@ class DeriverProcessor:
         self.asked: dict[str, tuple[str, datetime]] = {}  # pair key -> (oldest pending message, when) last ticked
         # one side producer for progress markers and clock ticks: both must be visible at once
         self.emitter = Emitter(settings.kafka, "peerlog-deriver")
+        self.model = settings.embedding.model  # the recent cache's vectors are of this model
         self.deriver = Deriver(
             settings.deriver,
             ModelClient("deriver", settings.llm.stage("deriver")),
@@ -57,12 +58,13 @@ class DeriverProcessor:
             batching = add(batching, event, count_tokens(event.content))
         # a promotion first derives everything pending into the old derivation: no message changes label
         switch = isinstance(event, DerivationPromoted) and event.derivation != batching.derivation
-        events, batching, recent = await self._drain(event, batching, load_recent(get(event.key + RECENT)), switch)
+        recent = load_recent(get(event.key + RECENT), self.model)
+        events, batching, recent = await self._drain(event, batching, recent, switch)
         if switch:
             batching, recent = batching.model_copy(update={"derivation": event.derivation}), []
         states: dict[str, State | None] = {event.key: batching.model_dump(mode="json")}
         if events or switch:  # the cache changes only then; rewriting it per message would bloat the changelog
-            states[event.key + RECENT] = dump_recent(recent, self.settings.recent_cache)
+            states[event.key + RECENT] = dump_recent(recent, self.settings.recent_cache, self.model)
         return Step(events, states)
 
     async def _drain(self, event: Event, batching: Batching, recent: list[KnownObservation], everything: bool):

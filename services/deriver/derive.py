@@ -103,7 +103,8 @@ class Deriver:
             # observation would only reinforce it, and stay out of every read
             gone = await self.store.retired(pair, [k.observation_id for k in recent])
             recent = [k for k in recent if k.observation_id not in gone]
-        known = {k.observation_id: k for k in [*stored, *recent]}
+        # the store's row wins over the cache's copy of it: the store is what the projections hold now
+        known = {k.observation_id: k for k in [*recent, *stored]}
         producer = self.producer(completion.model)
         verdicts = judge(
             pair,

@@ -25,9 +25,14 @@ def _unpack(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in np.frombuffer(base64.b64decode(text), dtype=np.float16))
 
 
-def load_recent(raw: dict | None) -> list[KnownObservation]:
-    items = (raw or {}).get("items", [])
-    return [KnownObservation(i["id"], Level(i["level"]), i["key"], i["session"], _unpack(i["emb"])) for i in items]
+def load_recent(raw: dict | None, model: str) -> list[KnownObservation]:
+    """The cached observations, if their vectors are of `model`: after a switch of embedding model they
+    cannot be compared with the new model's (a cache from before models were recorded is dropped too)."""
+    if not raw or raw.get("model") != model:
+        return []
+    return [
+        KnownObservation(i["id"], Level(i["level"]), i["key"], i["session"], _unpack(i["emb"])) for i in raw["items"]
+    ]
 
 
 # the cache is one changelog record, which Kafka refuses past 1 MB: a fact of 2,000 characters can take
@@ -36,8 +41,8 @@ RECENT_BYTES = 256_000
 _ITEM_BYTES = 1_200  # an item's vector (base64 of 384 float16), id, level, session and JSON around them
 
 
-def dump_recent(known: Sequence[KnownObservation], keep: int) -> dict:
-    """The newest `keep` observations that fit RECENT_BYTES, oldest first."""
+def dump_recent(known: Sequence[KnownObservation], keep: int, model: str) -> dict:
+    """The newest `keep` observations that fit RECENT_BYTES, oldest first, with the model of their vectors."""
     live: list[KnownObservation] = []
     size = 0
     for k in reversed(list(known)[-keep:] if keep else []):
@@ -47,6 +52,7 @@ def dump_recent(known: Sequence[KnownObservation], keep: int) -> dict:
         live.append(k)
     live.reverse()
     return {
+        "model": model,
         "items": [
             {
                 "id": k.observation_id,
@@ -56,5 +62,5 @@ def dump_recent(known: Sequence[KnownObservation], keep: int) -> dict:
                 "emb": _pack(k.embedding),
             }
             for k in live
-        ]
+        ],
     }

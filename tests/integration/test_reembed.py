@@ -161,3 +161,32 @@ async def test_a_rebuild_under_a_new_model_does_not_switch_while_a_row_would_los
     assert switched.returncode == 0, switched.stdout + switched.stderr
     assert "resuming" in switched.stdout  # the build the refused rebuild left, carried on
     assert {r.embedding_model for r in rows(settings, messages, "seq", "embedding_model")} == {MINILM}
+
+
+async def test_an_observation_the_api_embedded_with_the_old_model_mid_switch_gets_a_vector_from_a_last_reembed(
+    channel, settings, monkeypatch
+):
+    from projections import handlers, observation_handlers
+
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await c.create_observations("w", "alice", "alice", ["Alice has a greyhound"])
+    eventually(lambda: len(rows(settings, observations, "observation_id")) == 1, 60)
+    assert await _reembed(settings, MINILM, "w") == (1, 1)  # step 1
+    for module in (handlers, observation_handlers):  # step 2: the projector runs with the new setting
+        monkeypatch.setattr(module, "ACTIVE_EMBEDDING_MODEL", MINILM)
+    assert await _reembed(settings, MINILM, "w") == (0, 0)  # step 3
+    # the API, on the old setting until step 5, embeds this one with the old model: the projector keeps no vector
+    await c.create_observations("w", "alice", "alice", ["Alice walks Comet every morning"])
+    eventually(lambda: len(rows(settings, observations, "observation_id")) == 2, 60)
+
+    switched = rebuild_under(settings, MINILM)  # step 4
+    assert switched.returncode == 0, switched.stdout + switched.stderr
+    assert "without a vector of all-MiniLM-L6-v2" in switched.stdout and "gives them one" in switched.stdout
+    assert await _reembed(settings, MINILM, "w") == (1, 1)  # step 6: the one the API embedded mid-switch
+    eventually(
+        lambda: (
+            {r.embedding_model for r in rows(settings, observations, "observation_id", "embedding_model")} == {MINILM}
+        ),
+        60,
+    )

@@ -253,8 +253,64 @@ def test_the_recent_observation_cache_stays_far_under_a_kafka_record_and_keeps_t
     from services.deriver.state import dump_recent, load_recent
 
     long = [KnownObservation(f"k{i}", Level.EXPLICIT, f"{i} " + "ǅ" * 1990, "s", (0.5,) * 384) for i in range(64)]
-    dumped = dump_recent(long, keep=64)
+    dumped = dump_recent(long, keep=64, model="m")
     assert len(orjson.dumps(dumped)) < 400_000
-    kept = load_recent(dumped)
+    kept = load_recent(dumped, "m")
     assert kept[-1].observation_id == "k63" and 0 < len(kept) < 64
-    assert [k.observation_id for k in load_recent(dump_recent(long[:3], keep=64))] == ["k0", "k1", "k2"]
+    assert [k.observation_id for k in load_recent(dump_recent(long[:3], keep=64, model="m"), "m")] == ["k0", "k1", "k2"]
+
+
+def test_a_recent_cache_of_another_embedding_model_is_dropped_not_compared():
+    from services.deriver.state import dump_recent, load_recent
+
+    cached = [KnownObservation("k0", Level.EXPLICIT, "ann hikes", "s", (0.5,) * 384)]
+    assert load_recent(dump_recent(cached, keep=64, model="e5-small-v2"), "all-MiniLM-L6-v2") == []
+    assert load_recent({"items": dump_recent(cached, keep=64, model="m")["items"]}, "m") == []  # model unrecorded
+    assert [k.observation_id for k in load_recent(dump_recent(cached, keep=64, model="m"), "m")] == ["k0"]
+
+
+def test_the_stores_vector_of_an_observation_wins_over_the_caches_copy():
+    import asyncio
+    from types import SimpleNamespace
+
+    from services.deriver.batching import PendingMessage
+    from services.deriver.derive import Deriver
+    from services.deriver.prompt import ExtractedFact
+    from services.deriver.settings import DeriverSettings
+    from services.events import ObservationSuperseded
+    from services.events.text import normalise
+
+    fact = "Ann hikes in the Alps every summer."
+    now_vector, stale_vector = (1.0,) + (0.0,) * 383, (0.0, 1.0) + (0.0,) * 382  # orthogonal: another model's
+
+    class Store:
+        async def candidates(self, pair, keys, embeddings):
+            return [
+                KnownObservation(
+                    "obs-1", Level.EXPLICIT, normalise("Ann hikes in the Alps every summer"), "s0", now_vector
+                )
+            ]
+
+        async def retired(self, pair, ids):
+            return set()
+
+    async def embed(texts):
+        return [now_vector for _ in texts]
+
+    embedder = SimpleNamespace(model_name="m", embed=embed)
+    deriver = Deriver(DeriverSettings(), SimpleNamespace(settings=SimpleNamespace(model="m")), embedder, Store(), None)
+    at = datetime.now(UTC)
+    window = [
+        PendingMessage(message_id="m1", session_id="s1", seq=1, content=fact, created_at=at, tokens=9, perceived_at=at)
+    ]
+    completion = SimpleNamespace(
+        value=SimpleNamespace(facts=[ExtractedFact(content=fact, message_id="m1", span=fact)]),
+        model="m",
+        usage=SimpleNamespace(prompt_tokens=1, completion_tokens=1),
+    )
+    base = {**PAIR.fields(), "batch_id": "b1", "message_ids": ("m1",), "causation_id": None}
+    stale = [
+        KnownObservation("obs-1", Level.EXPLICIT, normalise("Ann hikes in the Alps every summer"), "s0", stale_vector)
+    ]
+    out = asyncio.run(deriver._judge(PAIR, window, stale, completion, base, 0.0))
+    assert any(isinstance(e, ObservationSuperseded) and e.observation_id == "obs-1" for e in out.events)
