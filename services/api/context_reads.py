@@ -24,7 +24,9 @@ MAX_BUDGET = 100_000
 # a representation holds at most this many observations; a larger semantic slice would be cut to it anyway
 MAX_OBSERVATIONS = 500
 MAX_ALLOWED_SESSIONS = 100
-MAX_MESSAGES_SCANNED = 2_000  # newest messages considered; 2,000 turns exceed any budget we allow in practice
+# newest messages considered: 2,000, or as many as the room could hold at the fewest tokens a line can take
+# ("a: b" is 3), so a budget of many short turns is filled however large it is
+MAX_MESSAGES_SCANNED, FEWEST_TOKENS_PER_LINE = 2_000, 2
 # the newest messages are read as many as the room could hold at this many tokens a line (few turns are
 # shorter), and more only when every one read fits: not a session's 2,000 newest at every call
 TOKENS_PER_RECENT_LINE, MIN_RECENT_READ = 8, 20
@@ -223,8 +225,9 @@ async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, rel
     """Pack the session's newest messages after the rest: the reader's perspective applies (only the
     turns sent while it was a member and, as of a time, there then: message_reads.as_of_bound). Read as
     many as the room could hold (TOKENS_PER_RECENT_LINE); when every one read fits and the session has
-    more, read older ones, up to four times as many in all."""
-    limit = min(MAX_MESSAGES_SCANNED, max(MIN_RECENT_READ, fixed.room // TOKENS_PER_RECENT_LINE + 1))
+    more, read older ones, four times as many at each step, up to what the room could hold."""
+    most = max(MAX_MESSAGES_SCANNED, fixed.room // FEWEST_TOKENS_PER_LINE + 1)
+    limit = min(most, max(MIN_RECENT_READ, fixed.room // TOKENS_PER_RECENT_LINE + 1))
     rows: list = []
     while True:
         older_than = rows[-1]["seq"] if rows else None  # newest first: the last row read is the oldest
@@ -235,9 +238,9 @@ async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, rel
         rows += read
         lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"], r["author_name"] or "") for r in rows]
         packed = pack_messages(fixed, lines, count_tokens, relevant)
-        if not _window_open(packed, lines) or len(read) < wanted or limit >= MAX_MESSAGES_SCANNED:
+        if not _window_open(packed, lines) or len(read) < wanted or limit >= most:
             return packed
-        limit = min(MAX_MESSAGES_SCANNED, limit * 4)
+        limit = min(most, limit * 4)
 
 
 def _window_open(packed: Packed, newest_first: list[RecentMessage]) -> bool:

@@ -191,6 +191,19 @@ async def test_a_session_of_many_short_turns_fills_the_budget_with_its_newest_tu
     assert out.tokens.messages == used == out.tokens.total
 
 
+async def test_a_budget_larger_than_2000_short_turns_is_filled_with_all_of_them(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "chatty")
+    turns = [("alice" if i % 2 else "bob", f"ok {i}") for i in range(3000)]
+    for start in range(0, len(turns), 100):
+        token = (await c.add("w", "chatty", turns[start : start + 100])).consistency_token
+    out = await ask(
+        channel, workspace_id="w", session_id="chatty", token_budget=30_000, consistency={"consistency_token": token}
+    )
+    assert [m.content for m in out.messages] == [text for _, text in turns]
+    assert out.tokens.messages == sum(count_tokens(f"{peer}: {text}") for peer, text in turns) < 30_000
+
+
 async def test_chat_rendering_puts_the_assistant_peer_turns_as_assistant(channel, convo):
     out = await ask(
         channel,
