@@ -16,9 +16,10 @@ async def scope(conn: AsyncConnection, workspace_id: str, scope_id: str) -> RowM
     return (await conn.execute(stmt)).mappings().first()
 
 
-async def list_scopes(conn: AsyncConnection, workspace_id: str) -> Sequence[RowMapping]:
-    stmt = select(scopes).where(scopes.c.workspace_id == workspace_id).order_by(scopes.c.scope_id)
-    return (await conn.execute(stmt)).mappings().all()
+async def list_scopes(conn: AsyncConnection, workspace_id: str, after: str, limit: int) -> Sequence[RowMapping]:
+    """The workspace's scopes after `after`, in id order."""
+    stmt = select(scopes).where(scopes.c.workspace_id == workspace_id, scopes.c.scope_id > after)
+    return (await conn.execute(stmt.order_by(scopes.c.scope_id).limit(limit))).mappings().all()
 
 
 async def scope_sessions(

@@ -20,11 +20,14 @@ from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
 from services.api.preflight import preflight
+from services.api.reads import Page, page
 from services.api.writes import commit
 from services.errors import AlreadyExists, InvalidArgument, NotFound
 from services.events import ScopeCreated, ScopeSessionsAdded, ScopeSessionsRemoved
 
 MAX_NAME_CHARS = 200
+# a scope's sessions go whole into every reply about it: 1,000 ids of 512 characters are half a megabyte
+MAX_SCOPE_SESSIONS = 1_000
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,11 @@ async def change_sessions(
             await _require(conn, workspace_id, scope_id)
             now = set((await scope_reads.scope_sessions(conn, workspace_id, [scope_id]))[scope_id])
         changed = tuple(s for s in session_ids if (s not in now) == add)
+        if add and len(now) + len(changed) > MAX_SCOPE_SESSIONS:
+            raise InvalidArgument(
+                f"scope {scope_id!r} holds {len(now)} sessions; adding {len(changed)} would pass the limit of "
+                f"{MAX_SCOPE_SESSIONS} a scope holds. Remove some, or make another scope"
+            )
         kind = ScopeSessionsAdded if add else ScopeSessionsRemoved
         events = (
             [kind(workspace_id=workspace_id, scope_id=scope_id, session_ids=changed, producer=ctx.producer)]
@@ -112,13 +120,17 @@ async def get_scope(ctx: ApiDeps, workspace_id: str, scope_id: str, as_of: datet
     return await _view(ctx, workspace_id, scope_id, as_of)
 
 
-async def list_scopes(ctx: ApiDeps, workspace_id: str, token: str) -> list[ScopeView]:
+async def list_scopes(ctx: ApiDeps, workspace_id: str, size: int, page_token: str, token: str) -> Page:
+    """A page of the workspace's scopes (ScopeView), by id."""
     await preflight(ctx, token)
+    limit, cursor_scope = v.page_size(size), ("ListScopes", workspace_id)
+    after = ctx.cursors.decode_id(cursor_scope, page_token)
     async with ctx.engine.connect() as conn:
         await check_scope(conn, workspace_id)
-        rows = await scope_reads.list_scopes(conn, workspace_id)
+        rows = await scope_reads.list_scopes(conn, workspace_id, after, limit)
         sessions = await scope_reads.scope_sessions(conn, workspace_id, [r["scope_id"] for r in rows])
-    return [ScopeView(r, sessions[r["scope_id"]]) for r in rows]
+    views = [ScopeView(r, sessions[r["scope_id"]]) for r in rows]
+    return page(ctx, cursor_scope, views, limit, lambda view: view.row["scope_id"])
 
 
 async def recall_sessions(

@@ -437,8 +437,16 @@ class ScopeServicer(scopes_pb2_grpc.ScopeServiceServicer):
         return scopes_pb2.CreateScopeResponse(scope=c.scope(view), consistency_token=token)
 
     async def ListScopes(self, request, context):
-        views = await scopes.list_scopes(self.ctx, request.workspace_id, request.consistency.consistency_token)
-        return scopes_pb2.ListScopesResponse(scopes=[c.scope(v) for v in views])
+        listed = await scopes.list_scopes(
+            self.ctx,
+            request.workspace_id,
+            request.page.page_size,
+            request.page.page_token,
+            request.consistency.consistency_token,
+        )
+        return scopes_pb2.ListScopesResponse(
+            scopes=[c.scope(v) for v in listed.items], next_page_token=listed.next_token
+        )
 
     async def GetScope(self, request, context):
         return c.scope(

@@ -17,6 +17,7 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from peerlog.v1 import (
+    common_pb2,
     context_pb2,
     context_pb2_grpc,
     dialectic_pb2,
@@ -313,3 +314,28 @@ async def test_every_read_refuses_an_unknown_or_malformed_scope_id(world):
         code, details = await _status(read(world, scope_id="ghost"))
         assert code == grpc.StatusCode.NOT_FOUND and "scope 'ghost'" in details and "CreateScope" in details
         assert (await _status(read(world, scope_id="bad id")))[0] == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_scopes_are_listed_in_pages_and_a_scope_is_refused_past_its_session_limit(world, monkeypatch):
+    from services.api import scopes as scope_writes
+
+    scopes = world["scopes"]
+    monkeypatch.setattr(scope_writes, "MAX_SCOPE_SESSIONS", 2)  # 1,000 in service: replies stay far under 4 MiB
+    add = scopes_pb2.AddScopeSessionsRequest(workspace_id="w", scope_id="north", session_ids=["s2", "s3"])
+    code, details = await _status(scopes.AddScopeSessions(add))
+    assert (
+        code == grpc.StatusCode.INVALID_ARGUMENT and "holds 1 sessions; adding 2 would pass the limit of 2" in details
+    )
+    north = await scopes.GetScope(scopes_pb2.GetScopeRequest(workspace_id="w", scope_id="north"))
+    assert list(north.session_ids) == ["s1"]  # nothing of the refused add was written
+
+    listed, token = [], ""
+    while True:
+        page = await scopes.ListScopes(
+            scopes_pb2.ListScopesRequest(workspace_id="w", page=common_pb2.PageRequest(page_size=1, page_token=token))
+        )
+        listed += [s.scope_id for s in page.scopes]
+        token = page.next_page_token
+        if not token:
+            break
+    assert listed == ["empty", "north"]

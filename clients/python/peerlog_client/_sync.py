@@ -489,11 +489,17 @@ class Workspace(_AsyncHandle):
             )
         )
 
-    def scopes(self) -> tuple[m.Scope, ...]:
-        """The workspace's scopes, by id."""
-        return self._t.unary(
-            Call(ScopeServiceStub, "ListScopes", sc.ListScopesRequest(workspace_id=self.id), c.items_of("scopes"))
+    def scopes(self, *, page_size: int = 0) -> tuple[m.Scope, ...]:
+        """The workspace's scopes, by id (every page)."""
+        pages = self._t.pages(
+            lambda token: Call(
+                ScopeServiceStub,
+                "ListScopes",
+                sc.ListScopesRequest(workspace_id=self.id, page=_page(page_size, token)),
+                c.page_of("scopes"),
+            )
         )
+        return tuple([scope for scope in pages])
 
     def add_scope_sessions(self, scope: str | m.Scope, *sessions: str | Session) -> m.Scope:
         """Put sessions into a scope (one already in it is left as it is); returns the scope as it is now."""

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from peerlog_client._gen.peerlog.v1 import common_pb2 as peerlog_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17peerlog/v1/scopes.proto\x12\npeerlog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"\x82\x01\n\x05Scope\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x13\n\x0bsession_ids\x18\x04 \x03(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"_\n\x12\x43reateScopeRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x13\n\x0bsession_ids\x18\x04 \x03(\t\"R\n\x13\x43reateScopeResponse\x12 \n\x05scope\x18\x01 \x01(\x0b\x32\x11.peerlog.v1.Scope\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"[\n\x11ListScopesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x02 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"7\n\x12ListScopesResponse\x12!\n\x06scopes\x18\x01 \x03(\x0b\x32\x11.peerlog.v1.Scope\"\x96\x01\n\x0fGetScopeRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12)\n\x05\x61s_of\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"V\n\x17\x41\x64\x64ScopeSessionsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x13\n\x0bsession_ids\x18\x03 \x03(\t\"Y\n\x1aRemoveScopeSessionsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x13\n\x0bsession_ids\x18\x03 \x03(\t\"T\n\x15ScopeSessionsResponse\x12 \n\x05scope\x18\x01 \x01(\x0b\x32\x11.peerlog.v1.Scope\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t2\xa5\x03\n\x0cScopeService\x12N\n\x0b\x43reateScope\x12\x1e.peerlog.v1.CreateScopeRequest\x1a\x1f.peerlog.v1.CreateScopeResponse\x12K\n\nListScopes\x12\x1d.peerlog.v1.ListScopesRequest\x1a\x1e.peerlog.v1.ListScopesResponse\x12:\n\x08GetScope\x12\x1b.peerlog.v1.GetScopeRequest\x1a\x11.peerlog.v1.Scope\x12Z\n\x10\x41\x64\x64ScopeSessions\x12#.peerlog.v1.AddScopeSessionsRequest\x1a!.peerlog.v1.ScopeSessionsResponse\x12`\n\x13RemoveScopeSessions\x12&.peerlog.v1.RemoveScopeSessionsRequest\x1a!.peerlog.v1.ScopeSessionsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17peerlog/v1/scopes.proto\x12\npeerlog.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\"\x82\x01\n\x05Scope\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x13\n\x0bsession_ids\x18\x04 \x03(\t\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"_\n\x12\x43reateScopeRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x13\n\x0bsession_ids\x18\x04 \x03(\t\"R\n\x13\x43reateScopeResponse\x12 \n\x05scope\x18\x01 \x01(\x0b\x32\x11.peerlog.v1.Scope\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\x82\x01\n\x11ListScopesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x02 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12%\n\x04page\x18\x03 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\"P\n\x12ListScopesResponse\x12!\n\x06scopes\x18\x01 \x03(\x0b\x32\x11.peerlog.v1.Scope\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x96\x01\n\x0fGetScopeRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12)\n\x05\x61s_of\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"V\n\x17\x41\x64\x64ScopeSessionsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x13\n\x0bsession_ids\x18\x03 \x03(\t\"Y\n\x1aRemoveScopeSessionsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x13\n\x0bsession_ids\x18\x03 \x03(\t\"T\n\x15ScopeSessionsResponse\x12 \n\x05scope\x18\x01 \x01(\x0b\x32\x11.peerlog.v1.Scope\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t2\xa5\x03\n\x0cScopeService\x12N\n\x0b\x43reateScope\x12\x1e.peerlog.v1.CreateScopeRequest\x1a\x1f.peerlog.v1.CreateScopeResponse\x12K\n\nListScopes\x12\x1d.peerlog.v1.ListScopesRequest\x1a\x1e.peerlog.v1.ListScopesResponse\x12:\n\x08GetScope\x12\x1b.peerlog.v1.GetScopeRequest\x1a\x11.peerlog.v1.Scope\x12Z\n\x10\x41\x64\x64ScopeSessions\x12#.peerlog.v1.AddScopeSessionsRequest\x1a!.peerlog.v1.ScopeSessionsResponse\x12`\n\x13RemoveScopeSessions\x12&.peerlog.v1.RemoveScopeSessionsRequest\x1a!.peerlog.v1.ScopeSessionsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,18 +39,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATESCOPEREQUEST']._serialized_end=325
   _globals['_CREATESCOPERESPONSE']._serialized_start=327
   _globals['_CREATESCOPERESPONSE']._serialized_end=409
-  _globals['_LISTSCOPESREQUEST']._serialized_start=411
-  _globals['_LISTSCOPESREQUEST']._serialized_end=502
-  _globals['_LISTSCOPESRESPONSE']._serialized_start=504
-  _globals['_LISTSCOPESRESPONSE']._serialized_end=559
-  _globals['_GETSCOPEREQUEST']._serialized_start=562
-  _globals['_GETSCOPEREQUEST']._serialized_end=712
-  _globals['_ADDSCOPESESSIONSREQUEST']._serialized_start=714
-  _globals['_ADDSCOPESESSIONSREQUEST']._serialized_end=800
-  _globals['_REMOVESCOPESESSIONSREQUEST']._serialized_start=802
-  _globals['_REMOVESCOPESESSIONSREQUEST']._serialized_end=891
-  _globals['_SCOPESESSIONSRESPONSE']._serialized_start=893
-  _globals['_SCOPESESSIONSRESPONSE']._serialized_end=977
-  _globals['_SCOPESERVICE']._serialized_start=980
-  _globals['_SCOPESERVICE']._serialized_end=1401
+  _globals['_LISTSCOPESREQUEST']._serialized_start=412
+  _globals['_LISTSCOPESREQUEST']._serialized_end=542
+  _globals['_LISTSCOPESRESPONSE']._serialized_start=544
+  _globals['_LISTSCOPESRESPONSE']._serialized_end=624
+  _globals['_GETSCOPEREQUEST']._serialized_start=627
+  _globals['_GETSCOPEREQUEST']._serialized_end=777
+  _globals['_ADDSCOPESESSIONSREQUEST']._serialized_start=779
+  _globals['_ADDSCOPESESSIONSREQUEST']._serialized_end=865
+  _globals['_REMOVESCOPESESSIONSREQUEST']._serialized_start=867
+  _globals['_REMOVESCOPESESSIONSREQUEST']._serialized_end=956
+  _globals['_SCOPESESSIONSRESPONSE']._serialized_start=958
+  _globals['_SCOPESESSIONSRESPONSE']._serialized_end=1042
+  _globals['_SCOPESERVICE']._serialized_start=1045
+  _globals['_SCOPESERVICE']._serialized_end=1466
 # @@protoc_insertion_point(module_scope)

@@ -45,18 +45,22 @@ class CreateScopeResponse(_message.Message):
     def __init__(self, scope: _Optional[_Union[Scope, _Mapping]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class ListScopesRequest(_message.Message):
-    __slots__ = ("workspace_id", "consistency")
+    __slots__ = ("workspace_id", "consistency", "page")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     consistency: _common_pb2.ReadConsistency
-    def __init__(self, workspace_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+    page: _common_pb2.PageRequest
+    def __init__(self, workspace_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., page: _Optional[_Union[_common_pb2.PageRequest, _Mapping]] = ...) -> None: ...
 
 class ListScopesResponse(_message.Message):
-    __slots__ = ("scopes",)
+    __slots__ = ("scopes", "next_page_token")
     SCOPES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     scopes: _containers.RepeatedCompositeFieldContainer[Scope]
-    def __init__(self, scopes: _Optional[_Iterable[_Union[Scope, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, scopes: _Optional[_Iterable[_Union[Scope, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GetScopeRequest(_message.Message):
     __slots__ = ("workspace_id", "scope_id", "consistency", "as_of")

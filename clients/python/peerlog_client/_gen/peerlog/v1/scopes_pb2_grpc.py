@@ -82,7 +82,8 @@ class ScopeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListScopes(self, request, context):
-        """The workspace's scopes, by id, with their sessions now.
+        """The workspace's scopes, by id, with their sessions now; paged (a page is cut short where its reply
+        would pass 3.5 MB).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
