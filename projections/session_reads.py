@@ -46,27 +46,6 @@ async def seen_by(
     return set((await conn.scalars(stmt)).all())
 
 
-async def met(
-    conn: AsyncConnection,
-    workspace_id: str,
-    peer_ids: Collection[str],
-    session_ids: Collection[str],
-    named: Collection[str],
-) -> set[str]:
-    """Which of the `named` peers have been members, at any time, of a session that one of `peer_ids` has
-    been in or that is one of `session_ids`: the peers a narrow token has met."""
-    if not named or not (peer_ids or session_ids):
-        return set()
-    ms = memberships.alias("theirs")
-    shared = select(ms.c.session_id).where(ms.c.workspace_id == workspace_id, ms.c.peer_id.in_(sorted(peer_ids)))
-    stmt = select(memberships.c.peer_id).where(
-        memberships.c.workspace_id == workspace_id,
-        memberships.c.peer_id.in_(sorted(named)),
-        memberships.c.session_id.in_(shared) | memberships.c.session_id.in_(sorted(session_ids)),
-    )
-    return set((await conn.scalars(stmt)).all())
-
-
 async def memberships_of(
     conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str]
 ) -> dict[str, list[RowMapping]]:

@@ -45,6 +45,8 @@ async def require_session(
     v.check_id("workspace_id", workspace_id)
     v.check_id("session_id", session_id)
     async with _connection(ctx, conn) as c:
+        if auth.narrow_view(workspace_id) is not None:  # one its peers never joined reads as missing, said alike
+            await check_scope(c, workspace_id, [session_id])
         row = await session_reads.session(c, workspace_id, session_id)
     if row is None:
         await require_workspace(ctx, workspace_id)  # say which of the two is missing
@@ -86,12 +88,10 @@ async def check_scope(
             f"session {v.listed(sessions)} does not exist in workspace {workspace_id!r}"
             f"{'' if view is None else ' or this token may not see it'}; create it with GetOrCreateSession"
         )
-    met = known.peers if view is None else await _met(conn, workspace_id, known.peers, view)
-    missing = [f"{kind} {p!r}" for kind, p in peer_ids.items() if p not in met]
+    missing = [f"{kind} {p!r}" for kind, p in peer_ids.items() if p not in known.peers]
     if missing:
         raise NotFound(
-            f"no such peer in workspace {workspace_id!r}{'' if view is None else ' that this token may see'}: "
-            f"{v.listed(missing)}; create it with GetOrCreatePeer"
+            f"no such peer in workspace {workspace_id!r}: {v.listed(missing)}; create it with GetOrCreatePeer"
         )
 
 
@@ -100,13 +100,6 @@ async def _seen(conn: AsyncConnection, workspace_id: str, sessions: frozenset[st
     rest read as missing, so that such a token cannot tell which session ids exist."""
     named = sessions & view.sessions
     return named | await session_reads.seen_by(conn, workspace_id, view.peers, sessions - named)
-
-
-async def _met(conn: AsyncConnection, workspace_id: str, peers: frozenset[str], view: NarrowView) -> set[str]:
-    """The peers a narrow token sees: its own, and those that have shared a session with them or been in a
-    session it names. The rest read as missing, so that such a token cannot list who else exists."""
-    own = peers & view.peers
-    return own | await session_reads.met(conn, workspace_id, view.peers, view.sessions, peers - own)
 
 
 async def _known_peers(ctx: ApiDeps, workspace_id: str, peer_ids) -> set[str]:

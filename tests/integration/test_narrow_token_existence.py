@@ -1,7 +1,6 @@
-"""A token narrower than the workspace cannot tell which session, scope or peer ids exist: a session its
-peer never joined, or a peer it never shared a session with, answers exactly as a missing one, and a scope
-it cannot read recalls nothing whether or not it exists. A workspace token is still told plainly what is
-missing."""
+"""A token narrower than the workspace cannot tell which session or scope ids exist: a session its peer
+never joined answers exactly as a missing one, and a scope it cannot read recalls nothing whether or not it
+exists. A workspace token is still told plainly what is missing."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ from peerlog.v1 import (
     context_pb2_grpc,
     messages_pb2,
     messages_pb2_grpc,
-    peers_pb2,
-    peers_pb2_grpc,
+    observations_pb2,
+    observations_pb2_grpc,
     scopes_pb2,
     sessions_pb2,
     sessions_pb2_grpc,
@@ -131,25 +130,22 @@ async def test_a_perspective_search_of_an_unseen_session_answers_as_for_a_missin
     assert unseen[1].replace("bob-and-lawyer", "X") == missing[1].replace("no-such-one", "X")
 
 
-async def test_a_peer_token_cannot_tell_a_peer_it_never_met_from_one_that_does_not_exist(channel, settings):
+async def test_a_peer_token_reads_its_own_store_about_a_peer_it_never_shared_a_session_with(channel, settings):
+    # an app imports what its assistant knows about a user before they ever talk: the store is the token's own
     c = Client(channel)
-    token = await _bobs_secret_session(c)
-    await c.peer("w", "lawyer")  # exists; shares no session with alice
+    await _bobs_secret_session(c)
+    await c.peer("w", "newcomer")
+    made = await c.create_observations("w", "alice", "newcomer", ["the newcomer prefers green tea"])
     async with aio_channel(channel.address, mint(settings.auth, ["peer:w/alice"])) as chan:
-        ctx, peers = context_pb2_grpc.ContextServiceStub(chan), peers_pb2_grpc.PeerServiceStub(chan)
-
-        async def both(target: str) -> list[tuple[grpc.StatusCode, str]]:
-            card = peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="alice", observed_id=target)
-            outcomes = [
-                await _outcome(ctx.GetContext(_context(token, target_id=target))),
-                await _outcome(peers.GetPeerCard(card)),
-            ]
-            return [(code, details.replace(target, "X")) for code, details in outcomes]
-
-        assert [code for code, _ in await both("bob")] == [grpc.StatusCode.OK] * 2  # met in "ours": its to name
-        lawyer, nobody = await both("lawyer"), await both("nobody")
-    assert lawyer == nobody and {code for code, _ in lawyer} == {NOT_FOUND}
-    assert "that this token may see" in lawyer[0][1]
+        listed = await observations_pb2_grpc.ObservationServiceStub(chan).ListObservations(
+            observations_pb2.ListObservationsRequest(
+                workspace_id="w",
+                observer_id="alice",
+                observed_id="newcomer",
+                consistency=common_pb2.ReadConsistency(consistency_token=made.consistency_token),
+            )
+        )
+    assert [o.content for o in listed.observations] == ["the newcomer prefers green tea"]
 
 
 async def test_an_idempotency_key_used_in_an_unseen_session_tells_a_peer_token_nothing(channel, settings):
@@ -178,3 +174,24 @@ async def test_an_idempotency_key_used_in_an_unseen_session_tells_a_peer_token_n
         missing = await _outcome(add("no-such-one", "daily-note-1"))
     assert used == unused and used[0] == NOT_FOUND  # not FAILED_PRECONDITION naming bob's write and its time
     assert used[1].replace("bob-and-lawyer", "X") == missing[1].replace("no-such-one", "X")
+
+
+async def test_a_session_filter_on_a_store_read_answers_alike_for_an_unseen_and_a_missing_session(channel, settings):
+    token = await _bobs_secret_session(Client(channel))
+
+    def listed(session_id: str):
+        request = observations_pb2.ListObservationsRequest(
+            workspace_id="w",
+            observer_id="alice",
+            observed_id="alice",
+            session_id=session_id,
+            consistency=common_pb2.ReadConsistency(consistency_token=token),
+        )
+        return stub.ListObservations(request)
+
+    async with aio_channel(channel.address, mint(settings.auth, ["peer:w/alice"])) as chan:
+        stub = observations_pb2_grpc.ObservationServiceStub(chan)
+        unseen, missing = await _outcome(listed("bob-and-lawyer")), await _outcome(listed("no-such-one"))
+        assert (await _outcome(listed("ours")))[0] == grpc.StatusCode.OK
+    assert unseen[0] == missing[0] == NOT_FOUND
+    assert unseen[1].replace("bob-and-lawyer", "X") == missing[1].replace("no-such-one", "X")
