@@ -72,9 +72,9 @@ def two_process_api(settings, projector, tmp_path):
         command="serve",
     ).start()
     try:
-        wait_for_api(port, timeout=60)
+        wait_for_api(port, timeout=180)  # two processes each load the models: minutes on a loaded machine
         # the port answers as soon as one process listens; the tests need both
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while api.log_text().count("peerlog API listening") < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         yield api, port, admin_token(settings), metrics_port
@@ -152,7 +152,7 @@ def test_sigterm_while_the_processes_start_still_stops_every_one(settings, proje
         command="serve",
     ).start()
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while len(servers := _server_pids(api.proc.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(servers) == 2, api.log_text()

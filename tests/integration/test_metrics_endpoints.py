@@ -102,7 +102,7 @@ def stack(settings, tmp_path, start_worker, collector):
     ]
     started.append(start_worker("router,deriver", PEERLOG_WORKER_METRICS_PORT=str(ports["worker"]), **env))
     try:
-        wait_for_api(ports["api"], timeout=60)
+        wait_for_api(ports["api"], timeout=180)
         yield ports, started
     finally:
         for process in started[:2]:
