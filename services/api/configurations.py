@@ -44,8 +44,12 @@ async def set_session(ctx: ApiDeps, workspace_id: str, session_id: str, config: 
     )
 
 
-async def set_message(ctx: ApiDeps, workspace_id: str, session_id: str, message_id: str, config: Configuration) -> str:
-    """Replace a message's own level after it was accepted (an event after it on the session's topic)."""
+async def set_message(
+    ctx: ApiDeps, workspace_id: str, session_id: str, message_id: str, config: Configuration, token: str = ""
+) -> str:
+    """Replace a message's own level after it was accepted (an event after it on the session's topic);
+    the message is looked for once the projections hold the caller's `token` (its write)."""
+    await ctx.freshness.wait(token)
     await require_session(ctx, workspace_id, session_id)
     async with ctx.engine.connect() as conn:
         row = (await message_reads.messages_by_id(conn, workspace_id, [v.check_id("message_id", message_id)])).get(

@@ -233,9 +233,11 @@ async def _append_new(
     return [o.observation_id if o.observation_id in written else next(made) for o in new], token
 
 
-async def delete_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, reason: str) -> str:
-    """Withdraw an observation (an event; its history stays); returns once lists no longer show it."""
+async def delete_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, reason: str, token: str = "") -> str:
+    """Withdraw an observation (an event; its history stays); returns once lists no longer show it. The
+    observation is looked for once the projections hold the caller's `token` (its write)."""
     v.check_text("reason", reason, v.MAX_REASON_CHARS, required=False)
+    await ctx.freshness.wait(token)
     row = (await get_observation(ctx, workspace_id, observation_id)).row  # NOT_FOUND before any lock
     # one delete at a time: two at once were both told OK, and the history showed two deletions
     async with ctx.exclusive("observation", workspace_id, observation_id):

@@ -281,6 +281,7 @@ class ConfigurationServicer(configuration_pb2_grpc.ConfigurationServiceServicer)
             request.session_id,
             request.message_id,
             convert_configuration.configuration(request.configuration),
+            request.consistency.consistency_token,
         )
         return configuration_pb2.SetConfigurationResponse(consistency_token=token)
 
@@ -342,7 +343,11 @@ class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
 
     async def DeleteObservation(self, request, context):
         token = await observation_writes.delete_observation(
-            self.ctx, request.workspace_id, request.observation_id, request.reason
+            self.ctx,
+            request.workspace_id,
+            request.observation_id,
+            request.reason,
+            request.consistency.consistency_token,
         )
         return observations_pb2.DeleteObservationResponse(consistency_token=token)
 

@@ -55,7 +55,7 @@ NO_RETRY = RetryPolicy(max_attempts=1)
 
 # writes that read first and so take a consistency token too (a clone copies what the source holds); they
 # are not repeated on a failure: the first try may have written
-WRITES_THAT_READ = frozenset({"CloneSessionRequest"})
+WRITES_THAT_READ = frozenset({"CloneSessionRequest", "SetMessageConfigurationRequest", "DeleteObservationRequest"})
 
 
 def waits_for_writes(request: Proto) -> bool:

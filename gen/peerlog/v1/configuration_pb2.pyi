@@ -69,16 +69,18 @@ class SetSessionConfigurationRequest(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., configuration: _Optional[_Union[Configuration, _Mapping]] = ...) -> None: ...
 
 class SetMessageConfigurationRequest(_message.Message):
-    __slots__ = ("workspace_id", "session_id", "message_id", "configuration")
+    __slots__ = ("workspace_id", "session_id", "message_id", "configuration", "consistency")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CONFIGURATION_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     session_id: str
     message_id: str
     configuration: Configuration
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., message_id: _Optional[str] = ..., configuration: _Optional[_Union[Configuration, _Mapping]] = ...) -> None: ...
+    consistency: _common_pb2.ReadConsistency
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., message_id: _Optional[str] = ..., configuration: _Optional[_Union[Configuration, _Mapping]] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
 
 class SetConfigurationResponse(_message.Message):
     __slots__ = ("consistency_token",)

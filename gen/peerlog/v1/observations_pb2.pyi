@@ -197,14 +197,16 @@ class CreateObservationsResponse(_message.Message):
     def __init__(self, observation_ids: _Optional[_Iterable[str]] = ..., consistency_token: _Optional[str] = ...) -> None: ...
 
 class DeleteObservationRequest(_message.Message):
-    __slots__ = ("workspace_id", "observation_id", "reason")
+    __slots__ = ("workspace_id", "observation_id", "reason", "consistency")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observation_id: str
     reason: str
-    def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    consistency: _common_pb2.ReadConsistency
+    def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., reason: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
 
 class DeleteObservationResponse(_message.Message):
     __slots__ = ("consistency_token",)
