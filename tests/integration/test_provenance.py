@@ -362,3 +362,48 @@ async def test_peerlog_audit_prints_the_premise_tree_down_to_spans_and_the_histo
     )
     assert refused.exit_code == 0, refused.output
     assert "its write was rejected" in refused.output and "belongs to the store of (carol, bob)" in refused.output
+
+
+async def test_the_provenance_of_a_fact_reinforced_by_many_long_messages_fits_a_default_client(channel, settings):
+    from services.events import ObservationReinforced, Source
+
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    ids: list[str] = []
+    for start in range(0, 50, 10):  # each ~100 kB of UTF-8: 50 of them pass 4 MiB
+        sent = await c.add(
+            "w", "s", [("bob", f"{i} Bob lives in Oslo. " + "\U0001f600" * 24_970) for i in range(start, start + 10)]
+        )
+        ids += list(sent.message_ids)
+    await c.list_messages("w", "s", sent.consistency_token)
+    source = observations_pb2.ObservationSource(message_id=ids[0], span="Bob lives in Oslo")
+    made = await c.create_observations(
+        "w",
+        "alice",
+        "bob",
+        [observations_pb2.NewObservation(content="Bob lives in Oslo", session_id="s", sources=[source])],
+    )
+    oid = made.observation_ids[0]
+    await c.get_observation("w", oid, made.consistency_token)
+    deriver = ProducerInfo(component="deriver", version="0", model="m", prompt_version="p")
+    token = append(  # the deriver finds the fact again in each later message: one more source each time
+        settings,
+        [
+            ObservationReinforced(
+                workspace_id="w",
+                observer_id="alice",
+                observed_id="bob",
+                observation_id=oid,
+                sources=(Source(message_id=i, span="Bob lives in Oslo"),),
+                batch_id=f"b{n}",
+                producer=deriver,
+            )
+            for n, i in enumerate(ids[1:])
+        ],
+    )
+    await c.get_observation("w", oid, token)
+    found = await c.audit.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id="w", observation_id=oid))
+    (root,) = found.nodes
+    quoted = [m for m in root.source_messages if m.content]  # every source is listed; its message while room lasts
+    assert found.truncated and found.ByteSize() < 4 * 1024 * 1024 and len(root.source_messages) == 50
+    assert 20 <= len(quoted) < 50 and quoted[0].message_id == ids[0]
