@@ -3,6 +3,7 @@ configuration, context and Chat conversions have modules of their own (convert_*
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -120,6 +121,17 @@ def membership(row: RowMapping) -> sessions_pb2.Membership:
     return out
 
 
+MEMBERSHIPS_SHOWN = 1_000  # periods of 512-character ids: about 0.6 MB a session
+
+
+def shown_memberships(periods: Sequence[RowMapping], most: int) -> list[RowMapping]:
+    """The periods a reply shows, in join order: the current ones first in priority, then the newest past."""
+    current = [p for p in periods if p["left_at"] is None][:most]
+    past = [p for p in periods if p["left_at"] is not None]
+    kept = {id(p) for p in current + (past[-(most - len(current)) :] if most > len(current) else [])}
+    return [p for p in periods if id(p) in kept]
+
+
 def session(view: SessionView) -> sessions_pb2.Session:
     row = view.session
     return sessions_pb2.Session(
@@ -127,8 +139,9 @@ def session(view: SessionView) -> sessions_pb2.Session:
         session_id=row["session_id"],
         metadata=struct(row["metadata"]),
         created_at=ts(row["created_at"]),
-        memberships=[membership(m) for m in view.memberships],
+        memberships=[membership(m) for m in shown_memberships(view.memberships, MEMBERSHIPS_SHOWN)],
         message_count=row["message_count"],
+        membership_periods=len(view.memberships),
     )
 
 

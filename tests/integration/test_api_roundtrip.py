@@ -86,6 +86,26 @@ async def test_membership_history_keeps_join_and_leave_times(channel):
     assert bob_left.left_at.ToDatetime() >= bob_left.joined_at.ToDatetime()
 
 
+async def test_a_session_whose_members_come_and_go_shows_its_current_and_newest_past_periods(channel, monkeypatch):
+    from services.api import convert
+
+    monkeypatch.setattr(convert, "MEMBERSHIPS_SHOWN", 4)  # 1,000 in service: a reply stays far under 4 MiB
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1", peers=("alice", "bob"))
+    for _ in range(3):  # bob leaves and comes back three times
+        remove = sessions_pb2.RemoveMembersRequest(workspace_id="acme", session_id="s1", peer_ids=["bob"])
+        await c.sessions.RemoveMembers(remove)
+        add = sessions_pb2.AddMembersRequest(
+            workspace_id="acme", session_id="s1", members=[sessions_pb2.MemberSpec(peer_id="bob")]
+        )
+        session = (await c.sessions.AddMembers(add)).session
+    assert session.membership_periods == 5  # alice's, and bob's four
+    shown = [(m.peer_id, m.HasField("left_at")) for m in session.memberships]
+    assert shown == [("alice", False), ("bob", True), ("bob", True), ("bob", False)]  # the oldest past one left out
+    got = await c.sessions.GetSession(sessions_pb2.GetSessionRequest(workspace_id="acme", session_id="s1"))
+    assert got.membership_periods == 5 and len(got.memberships) == 4
+
+
 async def test_backfilled_messages_keep_the_client_timestamp_and_metadata(channel):
     c = Client(channel)
     await c.setup_conversation("acme", "s1")

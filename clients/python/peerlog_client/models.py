@@ -119,8 +119,9 @@ class Session:
     session_id: str
     metadata: dict[str, Any]
     created_at: datetime | None
-    memberships: tuple[Membership, ...]
+    memberships: tuple[Membership, ...]  # current ones and the newest past ones, 1,000 at most
     message_count: int
+    membership_periods: int = 0  # current and past, in all
 
     @property
     def members(self) -> tuple[str, ...]:

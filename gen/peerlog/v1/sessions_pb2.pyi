@@ -62,20 +62,22 @@ class Membership(_message.Message):
     def __init__(self, peer_id: _Optional[str] = ..., observe_me: _Optional[bool] = ..., observe_others: _Optional[bool] = ..., joined_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., left_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("workspace_id", "session_id", "metadata", "created_at", "memberships", "message_count")
+    __slots__ = ("workspace_id", "session_id", "metadata", "created_at", "memberships", "message_count", "membership_periods")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     MEMBERSHIPS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_PERIODS_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     session_id: str
     metadata: _struct_pb2.Struct
     created_at: _timestamp_pb2.Timestamp
     memberships: _containers.RepeatedCompositeFieldContainer[Membership]
     message_count: int
-    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., memberships: _Optional[_Iterable[_Union[Membership, _Mapping]]] = ..., message_count: _Optional[int] = ...) -> None: ...
+    membership_periods: int
+    def __init__(self, workspace_id: _Optional[str] = ..., session_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., memberships: _Optional[_Iterable[_Union[Membership, _Mapping]]] = ..., message_count: _Optional[int] = ..., membership_periods: _Optional[int] = ...) -> None: ...
 
 class GetOrCreateSessionRequest(_message.Message):
     __slots__ = ("workspace_id", "session_id", "metadata", "members", "configuration")
