@@ -47,5 +47,9 @@ async def promote(
         if promoted:
             await run.append(promoted)
         progress(f"{len(promoted)} pairs now read derivation {name!r}")
+        progress(
+            "not carried into it: observations clients wrote with CreateObservations and dream conclusions of the "
+            "old derivation; reads that name the old derivation still show them (README, Promotion)"
+        )
         await run.catch_up(scope, f"promote:{name}")  # what was perceived between the first pass and the promotion
     return run.report()
