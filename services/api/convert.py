@@ -313,6 +313,7 @@ def observation(view: ObservationView) -> observations_pb2.Observation:
         premise_ids=view.premise_ids,
         dream_id=row["dream_id"] or "",
         derivation=row["derivation"],
+        source_count=view.source_count,
     )
     for name in ("superseded_at", "deleted_at", "premise_superseded_at"):
         if row[name] is not None:

@@ -16,11 +16,14 @@ from services.api import validation as v
 from services.api.cursors import time_id
 from services.api.deps import ApiDeps
 from services.api.preflight import preflight
-from services.api.reads import Page, page
+from services.api.reads import Page, fitting, page
 from services.api.scopes import recall_sessions
 from services.errors import NotFound
 
 MAX_DEAD_LETTERED_SHOWN = 100
+# sources shown with an observation: each reinforcement adds one, so a fact said again and again would
+# otherwise carry thousands into every reply about it (past 4 MiB at about 40,000)
+MAX_SOURCES_SHOWN = 100
 
 
 @dataclass(frozen=True)
@@ -28,8 +31,9 @@ class ObservationView:
     """An observation row with its provenance. Search results also carry `row["distance"]`."""
 
     row: RowMapping
-    sources: Sequence[RowMapping]
+    sources: Sequence[RowMapping]  # the first MAX_SOURCES_SHOWN
     premise_ids: Sequence[str]
+    source_count: int = 0  # in all
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,15 @@ async def with_provenance(
     ids = [r["observation_id"] for r in rows]
     sources = await observation_reads.sources_of(conn, workspace_id, ids, as_of)
     premises = await observation_reads.premises_of(conn, workspace_id, ids)
-    return [ObservationView(r, sources[r["observation_id"]], premises[r["observation_id"]]) for r in rows]
+    return [
+        ObservationView(
+            r,
+            sources[r["observation_id"]][:MAX_SOURCES_SHOWN],
+            premises[r["observation_id"]],
+            len(sources[r["observation_id"]]),
+        )
+        for r in rows
+    ]
 
 
 async def get_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, token: str = "") -> ObservationView:
@@ -103,8 +115,9 @@ async def list_observations(
     return page(ctx, scope, views, limit, _position)
 
 
-async def search_observations(ctx: ApiDeps, query: SearchQuery, token: str) -> list[ObservationView]:
-    """The pair's live observations nearest to the query text, nearest first."""
+async def search_observations(ctx: ApiDeps, query: SearchQuery, token: str) -> tuple[list[ObservationView], bool]:
+    """The pair's live observations nearest to the query text, nearest first, as many as a reply of
+    MAX_PAGE_BYTES holds; whether some were left out for that."""
     v.check_text("query", query.text, v.MAX_QUERY_CHARS)
     limit, max_distance = v.top_k(query.top_k), v.check_max_distance(query.max_distance)
     await _preflight(ctx, query.pair, token)
@@ -116,7 +129,9 @@ async def search_observations(ctx: ApiDeps, query: SearchQuery, token: str) -> l
                 pair, allowed_sessions=await recall_sessions(conn, pair.workspace_id, query.scope_id, (), pair.as_of)
             )
         rows = await observation_reads.nearest_observations(conn, pair, vector, limit, max_distance)
-        return await with_provenance(conn, query.pair.workspace_id, rows, query.pair.as_of)
+        views = await with_provenance(conn, query.pair.workspace_id, rows, query.pair.as_of)
+    kept = list(fitting(views))
+    return kept, len(kept) < len(views)
 
 
 async def processing_status(ctx: ApiDeps, scope: StatusScope, token: str) -> ProcessingStatus:

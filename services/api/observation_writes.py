@@ -40,6 +40,11 @@ def _validate(new: Sequence[NewObservation]) -> None:
         for j, s in enumerate(o.sources):
             v.check_id(f"observations[{i}].sources[{j}].message_id", s.message_id)
             v.check_no_nul(f"observations[{i}].sources[{j}].span", s.span)
+            if len(s.span) > v.MAX_OBSERVATION_CHARS:  # a quote, not a copy: its message holds the rest
+                raise InvalidArgument(
+                    f"observations[{i}].sources[{j}].span has {len(s.span)} characters; the limit is "
+                    f"{v.MAX_OBSERVATION_CHARS}: quote the words that support the observation"
+                )
         if o.observation_id:
             v.check_id(f"observations[{i}].observation_id", o.observation_id)
     v.check_distinct("observation_id", [o.observation_id for o in new if o.observation_id])

@@ -323,11 +323,13 @@ class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
         )
 
     async def SearchObservations(self, request, context):
-        found = await observation_reads.search_observations(
+        found, truncated = await observation_reads.search_observations(
             self.ctx, c.search_query(request), request.consistency.consistency_token
         )
         return observations_pb2.SearchObservationsResponse(
-            results=[c.match(v) for v in found], embedding_model=self.ctx.embedder.model_name
+            results=[c.match(v) for v in found],
+            embedding_model=self.ctx.embedder.model_name,
+            truncated=truncated,
         )
 
     async def CreateObservations(self, request, context):

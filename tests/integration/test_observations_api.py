@@ -431,3 +431,45 @@ async def test_an_observation_sent_twice_under_its_client_id_is_written_once_and
     assert [x.observation_id for x in listed] == list(first.observation_ids)
     events = read_events(settings, OBSERVATIONS, lambda evs: len(evs) >= 2, settle=1)
     assert [e.observation_id for e in events] == list(first.observation_ids)
+
+
+async def test_an_observation_reinforced_many_times_shows_its_first_100_sources_and_how_many_it_has(channel, settings):
+    from services.events import ObservationReinforced, ProducerInfo, Source
+    from tests.support.observations import append
+
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    ids: list[str] = []
+    for start in (0, 100):
+        sent = await c.add("w", "s", [("bob", f"{i}: I live in Oslo") for i in range(start, start + 100)])
+        ids += list(sent.message_ids)
+    await c.list_messages("w", "s", sent.consistency_token)
+    made = await c.create_observations(
+        "w", "alice", "bob", [o.NewObservation(content="Bob lives in Oslo", session_id="s", sources=[source(ids[0])])]
+    )
+    oid = made.observation_ids[0]
+    await c.get_observation("w", oid, made.consistency_token)
+    deriver = ProducerInfo(component="deriver", version="0", model="m", prompt_version="p")
+    again = [
+        ObservationReinforced(
+            workspace_id="w",
+            observer_id="alice",
+            observed_id="bob",
+            observation_id=oid,
+            sources=(Source(message_id=i, span="I live in Oslo"),),
+            batch_id=f"b{n}",
+            producer=deriver,
+        )
+        for n, i in enumerate(ids[1:])
+    ]
+    got = await c.get_observation("w", oid, append(settings, again))
+    assert got.source_count == 200 and [s.message_id for s in got.sources] == ids[:100]
+    await rejected(
+        create_observation(c, o.NewObservation(content="Bob says a lot", sources=[source(ids[0], "x" * 2001)])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "span has 2001 characters; the limit is 2000",
+    )
+
+
+def create_observation(c: Client, item: o.NewObservation):
+    return c.create_observations("w", "alice", "bob", [item])

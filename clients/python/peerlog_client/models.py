@@ -398,6 +398,7 @@ class Observation:
     premise_superseded_at: datetime | None
     dream_id: str
     derivation: str
+    source_count: int = 0  # sources in all; `sources` holds the first 100
 
 
 @frozen

@@ -33,7 +33,7 @@ class ObservationSource(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., span: _Optional[str] = ...) -> None: ...
 
 class Observation(_message.Message):
-    __slots__ = ("workspace_id", "observation_id", "observer_id", "observed_id", "level", "content", "session_id", "confidence", "times_derived", "created_at", "superseded_by", "superseded_at", "deleted_at", "delete_reason", "sources", "premise_ids", "pattern_type", "premise_superseded_at", "dream_id", "derivation")
+    __slots__ = ("workspace_id", "observation_id", "observer_id", "observed_id", "level", "content", "session_id", "confidence", "times_derived", "created_at", "superseded_by", "superseded_at", "deleted_at", "delete_reason", "sources", "premise_ids", "pattern_type", "premise_superseded_at", "dream_id", "derivation", "source_count")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class Observation(_message.Message):
     PREMISE_SUPERSEDED_AT_FIELD_NUMBER: _ClassVar[int]
     DREAM_ID_FIELD_NUMBER: _ClassVar[int]
     DERIVATION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_COUNT_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observation_id: str
     observer_id: str
@@ -74,7 +75,8 @@ class Observation(_message.Message):
     premise_superseded_at: _timestamp_pb2.Timestamp
     dream_id: str
     derivation: str
-    def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., level: _Optional[_Union[ObservationLevel, str]] = ..., content: _Optional[str] = ..., session_id: _Optional[str] = ..., confidence: _Optional[str] = ..., times_derived: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., superseded_by: _Optional[str] = ..., superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deleted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delete_reason: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[ObservationSource, _Mapping]]] = ..., premise_ids: _Optional[_Iterable[str]] = ..., pattern_type: _Optional[str] = ..., premise_superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dream_id: _Optional[str] = ..., derivation: _Optional[str] = ...) -> None: ...
+    source_count: int
+    def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., level: _Optional[_Union[ObservationLevel, str]] = ..., content: _Optional[str] = ..., session_id: _Optional[str] = ..., confidence: _Optional[str] = ..., times_derived: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., superseded_by: _Optional[str] = ..., superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deleted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delete_reason: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[ObservationSource, _Mapping]]] = ..., premise_ids: _Optional[_Iterable[str]] = ..., pattern_type: _Optional[str] = ..., premise_superseded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dream_id: _Optional[str] = ..., derivation: _Optional[str] = ..., source_count: _Optional[int] = ...) -> None: ...
 
 class ListObservationsRequest(_message.Message):
     __slots__ = ("workspace_id", "observer_id", "observed_id", "levels", "session_id", "include_superseded", "include_deleted", "page", "reverse", "consistency", "derivation", "as_of")
@@ -155,12 +157,14 @@ class ObservationMatch(_message.Message):
     def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., distance: _Optional[float] = ...) -> None: ...
 
 class SearchObservationsResponse(_message.Message):
-    __slots__ = ("results", "embedding_model")
+    __slots__ = ("results", "embedding_model", "truncated")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_MODEL_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[ObservationMatch]
     embedding_model: str
-    def __init__(self, results: _Optional[_Iterable[_Union[ObservationMatch, _Mapping]]] = ..., embedding_model: _Optional[str] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, results: _Optional[_Iterable[_Union[ObservationMatch, _Mapping]]] = ..., embedding_model: _Optional[str] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class NewObservation(_message.Message):
     __slots__ = ("content", "session_id", "sources", "observation_id")
