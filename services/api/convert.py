@@ -331,13 +331,17 @@ def status_scope(r: observations_pb2.GetProcessingStatusRequest) -> StatusScope:
     )
 
 
+BATCH_IDS_SHOWN = 100  # 100 batches of 1,024 ids each passed the 4 MiB a status reply may hold
+
+
 def dead_lettered_batch(row: RowMapping) -> observations_pb2.DeadLetteredBatch:
     out = observations_pb2.DeadLetteredBatch(
         batch_id=row["batch_id"],
         observer_id=row["observer_id"],
         observed_id=row["observed_id"],
-        message_ids=row["message_ids"],
+        message_ids=row["message_ids"][:BATCH_IDS_SHOWN],
         error=row["error"] or "",
+        message_count=len(row["message_ids"]),
     )
     if row["finished_at"] is not None:
         out.failed_at.CopyFrom(ts(row["finished_at"]))

@@ -330,7 +330,7 @@ async def test_processing_status_shows_batches_dead_lettered_after_the_model_ret
     status = await until(lambda: c.processing_status("w", session_id="s"), lambda s: counts(s) == (0, 0, 0, 1))
     (batch,) = status.dead_lettered_batches
     assert (batch.observer_id, batch.observed_id, list(batch.message_ids)) == ("alice", "alice", list(sent.message_ids))
-    assert batch.error and batch.HasField("failed_at")
+    assert batch.error and batch.HasField("failed_at") and batch.message_count == 1
     assert await c.all_observations("w", "alice", "alice") == []
 
 

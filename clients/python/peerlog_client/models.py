@@ -531,9 +531,10 @@ class DeadLetteredBatch:
     batch_id: str
     observer_id: str
     observed_id: str
-    message_ids: tuple[str, ...]
+    message_ids: tuple[str, ...]  # the first 100
     error: str
     failed_at: datetime | None
+    message_count: int = 0  # in all
 
 
 @frozen

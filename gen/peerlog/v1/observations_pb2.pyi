@@ -245,20 +245,22 @@ class ProcessingCounts(_message.Message):
     def __init__(self, pending: _Optional[int] = ..., in_flight: _Optional[int] = ..., done: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
 
 class DeadLetteredBatch(_message.Message):
-    __slots__ = ("batch_id", "observer_id", "observed_id", "message_ids", "error", "failed_at")
+    __slots__ = ("batch_id", "observer_id", "observed_id", "message_ids", "error", "failed_at", "message_count")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FAILED_AT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
     batch_id: str
     observer_id: str
     observed_id: str
     message_ids: _containers.RepeatedScalarFieldContainer[str]
     error: str
     failed_at: _timestamp_pb2.Timestamp
-    def __init__(self, batch_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    message_count: int
+    def __init__(self, batch_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., message_count: _Optional[int] = ...) -> None: ...
 
 class DreamCounts(_message.Message):
     __slots__ = ("requested", "started", "completed", "failed")
