@@ -253,8 +253,21 @@ def _window_open(packed: Packed, newest_first: list[RecentMessage]) -> bool:
     return skipped + len(packed.messages) == len(candidates)
 
 
-async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> list[Obs]:
-    """The working representation of (observer, target), in time order."""
+def _within_reply(ranked: list[Obs]) -> list[Obs]:
+    """The best-ranked observations whose reply fits MAX_PAGE_BYTES: each is sent twice (itself and in the
+    markdown), with its premises."""
+    kept, total = [], 0
+    for o in ranked:
+        total += 2 * (len(o.content.encode()) + sum(len(p.content.encode()) + 64 for p in o.premises) + 128)
+        if total > v.MAX_PAGE_BYTES and kept:
+            break
+        kept.append(o)
+    return kept
+
+
+async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> tuple[list[Obs], bool]:
+    """The working representation of (observer, target), in time order; whether the lowest-ranked were
+    left out for the reply's size."""
     await preflight(ctx, token)
     q = _check(q)
     if not q.observer_id:
@@ -264,4 +277,5 @@ async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> list[
         await _check_scope(conn, q, q.observer_id, target, [])
         allowed = await recall_sessions(conn, q.workspace_id, q.scope_id, q.session_ids, q.as_of)
         ranked = await _ranked(conn, q, q.observer_id, target, await vector, allowed)
-    return sorted(ranked, key=lambda o: o.created_key)
+    kept = _within_reply(ranked)
+    return sorted(kept, key=lambda o: o.created_key), len(kept) < len(ranked)

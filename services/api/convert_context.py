@@ -113,8 +113,9 @@ def context_observation(o) -> context_pb2.ContextObservation:
     )
 
 
-def representation_response(observations) -> context_pb2.GetRepresentationResponse:
+def representation_response(observations, truncated: bool = False) -> context_pb2.GetRepresentationResponse:
     return context_pb2.GetRepresentationResponse(
         observations=[context_observation(o) for o in observations],
         markdown=render_representation(observations),
+        truncated=truncated,
     )

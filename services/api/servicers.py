@@ -371,10 +371,10 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         return convert_context.context_response(packed, request.assistant_peer_id)
 
     async def GetRepresentation(self, request, context):
-        observations = await context_reads.get_representation(
+        observations, truncated = await context_reads.get_representation(
             self.ctx, convert_context.representation_query(request), request.consistency.consistency_token
         )
-        return convert_context.representation_response(observations)
+        return convert_context.representation_response(observations, truncated)
 
 
 class DreamServicer(dreams_pb2_grpc.DreamServiceServicer):

@@ -238,6 +238,28 @@ async def test_the_representation_is_in_time_order_with_markdown_by_level(channe
     )
     assert [o.content for o in out.observations] == ["Bob lives in Oslo", "Bob keeps bees", "Bob is a nurse"]
     assert out.markdown.startswith("## Explicit\n- Bob lives in Oslo")
+    assert not out.truncated
+
+
+async def test_a_representation_too_big_for_a_reply_leaves_out_its_lowest_ranked_observations(
+    channel, convo, monkeypatch
+):
+    from services.api import validation
+
+    c, _ = convo
+    long = [f"Bob fact {i}: " + "\u4e2d" * 1_980 for i in range(12)]  # ~6 kB each, twice in a reply
+    made = await c.create_observations("w", "alice", "bob", long)
+    monkeypatch.setattr(validation, "MAX_PAGE_BYTES", 60_000)  # 3.5 MB in service: 500 of these pass it
+    request = context_pb2.GetRepresentationRequest(
+        workspace_id="w",
+        observer_id="alice",
+        target_id="bob",
+        consistency={"consistency_token": made.consistency_token},
+    )
+    out = await context_pb2_grpc.ContextServiceStub(channel).GetRepresentation(request)
+    assert out.truncated and 3 <= len(out.observations) < 15 and out.ByteSize() < 60_000 + 10_000
+    times = [o.created_at.ToDatetime() for o in out.observations]
+    assert times == sorted(times)  # still in time order
 
 
 async def test_a_representation_of_an_unknown_peer_is_not_found(channel, convo):

@@ -314,6 +314,7 @@ class Representation:
 
     observations: tuple[ContextObservation, ...]
     markdown: str
+    truncated: bool = False  # the lowest-ranked were left out: the reply would have passed 3.5 MB
 
 
 # ---- dialectic --------------------------------------------------------------------------------------

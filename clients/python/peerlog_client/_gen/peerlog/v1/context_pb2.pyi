@@ -39,12 +39,14 @@ class GetRepresentationRequest(_message.Message):
     def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., target_id: _Optional[str] = ..., search_query: _Optional[str] = ..., search_top_k: _Optional[int] = ..., search_max_distance: _Optional[float] = ..., include_most_reinforced: _Optional[bool] = ..., max_observations: _Optional[int] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., session_ids: _Optional[_Iterable[str]] = ..., as_of: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., scope_id: _Optional[str] = ...) -> None: ...
 
 class GetRepresentationResponse(_message.Message):
-    __slots__ = ("observations", "markdown")
+    __slots__ = ("observations", "markdown", "truncated")
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     MARKDOWN_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     observations: _containers.RepeatedCompositeFieldContainer[ContextObservation]
     markdown: str
-    def __init__(self, observations: _Optional[_Iterable[_Union[ContextObservation, _Mapping]]] = ..., markdown: _Optional[str] = ...) -> None: ...
+    truncated: bool
+    def __init__(self, observations: _Optional[_Iterable[_Union[ContextObservation, _Mapping]]] = ..., markdown: _Optional[str] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class GetContextRequest(_message.Message):
     __slots__ = ("workspace_id", "session_id", "token_budget", "include_summary", "observer_id", "target_id", "search_query", "search_top_k", "search_max_distance", "include_most_reinforced", "max_observations", "assistant_peer_id", "consistency", "session_ids", "as_of", "scope_id", "perspective_peer_id", "time_zone")
