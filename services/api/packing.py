@@ -160,21 +160,29 @@ def _relevant_pieces(found: Sequence[Relevant]) -> list[str]:
     return [line + "\n" for line in lines[:-1]] + lines[-1:]
 
 
+# what the two message sections may take in bytes, whatever their tokens: a reply holds them twice (with
+# chat_messages), and text the tokenizer packs densely (runs of spaces: 1,000 of them are 9 tokens) let
+# one member's turns make a 100,000-token context of 10 MB, which no default client reads
+MESSAGE_BYTES = 1_500_000
+
+
 def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tuple[list[Relevant], int]:
-    """The best relevant messages whose rendering fits `room`, best first. One too long is skipped, not
-    an end: relevance, unlike recency, has no contiguous window to keep. Each costs its line, plus its
-    group's header when it opens one, counted as the pieces `_tokens` adds up: the section's exact count
-    is at most their sum (its last line has no line break); were it more, the lowest-ranked would go."""
+    """The best relevant messages whose rendering fits `room` (and half of MESSAGE_BYTES), best first. One
+    too long is skipped, not an end: relevance, unlike recency, has no contiguous window to keep. Each costs
+    its line, plus its group's header when it opens one, counted as the pieces `_tokens` adds up: the
+    section's exact count is at most their sum (its last line has no line break); were it more, the
+    lowest-ranked would go."""
     kept: list[Relevant] = []
     groups: set[tuple[str, str]] = set()
-    used = 0
+    used = size = 0
     for r in relevant:
         header = 0 if _day(r) in groups else count(_group_header(*_day(r)) + "\n")
         cost = count(_relevant_line(r) + "\n") + header
-        if used + cost <= room + ENDING_SLACK:
+        grown = size + len(r.content.encode())
+        if used + cost <= room + ENDING_SLACK and grown <= MESSAGE_BYTES // 2:
             kept.append(r)
             groups.add(_day(r))
-            used += cost
+            used, size = used + cost, grown
     tokens = _tokens(_relevant_pieces(kept), count)
     while tokens > room:
         kept.pop()
@@ -286,17 +294,18 @@ def pack_messages(
     found, relevant_tokens = _fit_relevant(relevant, fixed.relevant_room, count)
     room -= relevant_tokens
     shown = {r.message_id for r in found}
+    size = sum(len(r.content.encode()) for r in found)  # bytes of the message sections (MESSAGE_BYTES)
     lines: list[RecentMessage] = []
     for line in (x for x in newest_first if x.message_id not in shown):
-        cost = count(render_line(line))
-        if cost > room:
+        cost, grown = count(render_line(line)), size + len(line.content.encode())
+        if cost > room or grown > MESSAGE_BYTES:
             if lines:
                 break  # keep the recent window contiguous: a turn missing from its middle misleads a reader
             # nothing packed yet: a newest turn too long for the room is left out, and the window ends
             # just before it rather than being empty
             continue
         lines.append(line)
-        room -= cost
+        room, size = room - cost, grown
     tokens = {
         "representation": fixed.representation_tokens,
         "card": fixed.card_tokens,

@@ -204,6 +204,26 @@ async def test_a_budget_larger_than_2000_short_turns_is_filled_with_all_of_them(
     assert out.tokens.messages == sum(count_tokens(f"{peer}: {text}") for peer, text in turns) < 30_000
 
 
+async def test_turns_the_tokenizer_packs_densely_never_make_a_reply_a_default_client_cannot_read(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    body = "| name | value |" + " " * 24_900 + "|"  # a padded table row, as pasted from a terminal: ~200 tokens
+    for k in range(2):
+        sent = await c.add("w", "s", [("bob", f"{k}-{i} {body}") for i in range(100)])
+    for assistant in ("", "alice"):  # with chat_messages, every turn is in the reply twice
+        out = await ask(
+            channel,
+            workspace_id="w",
+            session_id="s",
+            token_budget=100_000,
+            assistant_peer_id=assistant,
+            consistency={"consistency_token": sent.consistency_token},
+        )
+        assert 20 <= len(out.messages) < 200 and out.ByteSize() < 4 * 1024 * 1024
+        assert out.messages[-1].content.startswith("1-99 ")  # the newest, and a contiguous window to it
+        assert out.tokens.messages == sum(count_tokens(f"bob: {m.content}") for m in out.messages)
+
+
 async def test_chat_rendering_puts_the_assistant_peer_turns_as_assistant(channel, convo):
     out = await ask(
         channel,
