@@ -17,7 +17,15 @@ from services.bus.topics import DREAMS
 from services.dreamer.edits import Dream
 from services.dreamer.ports import DreamReads
 from services.dreamer.specialist import DreamRun
-from services.events import DreamCompleted, DreamFailed, DreamRequested, DreamStarted, Event, ProducerInfo
+from services.events import (
+    ORIGINAL,
+    DreamCompleted,
+    DreamFailed,
+    DreamRequested,
+    DreamStarted,
+    Event,
+    ProducerInfo,
+)
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.llm.errors import EmbeddingError, ModelError
@@ -71,6 +79,9 @@ class Dreamer:
                     await run.specialist(
                         specialist, self.models[specialist], rounds[specialist], self.settings.max_calls_per_round
                     )
+            now = await self.reads.current_derivation(**pair)
+            if now != derivation:
+                return Step([self._promoted_meanwhile(event, pair, derivation, now)])
             end: Event = DreamCompleted(
                 **pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER, causation_id=event.event_id
             )
@@ -89,6 +100,19 @@ class Dreamer:
                 **pair, dream_id=event.dream_id, reason=reason[:2000], producer=PRODUCER, causation_id=event.event_id
             )
         return Step([*run.events, end])
+
+    @staticmethod
+    def _promoted_meanwhile(event: DreamRequested, pair: dict, was: str, now: str) -> DreamFailed:
+        """A promotion landed while the dream ran: its edits were for a derivation reads no longer follow, so
+        none is written (they would be invisible) and it fails, to be dreamt again on the current one."""
+        reason = (
+            f"the pair was promoted to derivation {now or ORIGINAL!r} while the dream ran on {was or ORIGINAL!r}; "
+            "its edits were not written, and the scheduler dreams again"
+        )
+        log.warning("dream %s failed: %s", event.dream_id, reason)
+        return DreamFailed(
+            **pair, dream_id=event.dream_id, reason=reason, producer=PRODUCER, causation_id=event.event_id
+        )
 
 
 def build(settings: Settings, reads: DreamReads):

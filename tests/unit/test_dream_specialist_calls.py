@@ -149,3 +149,26 @@ async def test_the_name_a_tool_result_shows_retires_that_observation_even_where_
     assert [e.observation_id for e in events if isinstance(e, ObservationSuperseded)] == ["o2"]
     shown = [m["content"] for m in server.requests[2]["messages"] if m["role"] == "tool"][0]
     assert shown.count("[obs:") == 3 and len({line[: line.index("]")] for line in shown.splitlines()}) == 3
+
+
+async def test_a_dream_whose_pair_is_promoted_while_it_runs_writes_nothing_and_fails_saying_why(server, monkeypatch):
+    from services.events import DreamFailed
+
+    class PromotedMeanwhile(Store):
+        def __init__(self, rows):
+            super().__init__(rows)
+            self.asked = 0
+
+        async def current_derivation(self, **pair):
+            self.asked += 1
+            return "" if self.asked == 1 else "v2"  # the promotion lands after the dream read it
+
+    events = await dream(
+        server,
+        monkeypatch,
+        PromotedMeanwhile([row(f"fact-{i}", f"Bob fact {i}") for i in range(3)]),
+        retire_all_but_the_first(3),
+    )
+    (failed,) = events
+    assert isinstance(failed, DreamFailed) and "promoted to derivation 'v2'" in failed.reason
+    assert "edits were not written" in failed.reason
