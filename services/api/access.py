@@ -84,17 +84,20 @@ def _context(r) -> list[Need]:
         needs = _session(r) if r.session_id else _workspace(r)
     if r.session_id and summary:  # a summary covers the whole session, turns its reader may not have seen
         needs.append(_session(r)[0])
-    if r.perspective_peer_id:  # the messages packed are the ones that peer saw
-        needs.append((peer(w, r.perspective_peer_id),))
-    return needs
+    return needs + _perspective(r)  # the messages packed are the ones that peer saw
 
 
 _OBSERVER = _peer("observer_id")
 
 
+def _perspective(r) -> list[Need]:
+    """Chat and GetContext with a perspective peer read the messages it saw: the token must cover it too."""
+    return _peer("perspective_peer_id")(r) if r.perspective_peer_id else []
+
+
 def _chat(r) -> list[Need]:
     # its store is the observer's; the messages it reads, the perspective peer's when one is named
-    return _OBSERVER(r) + (_peer("perspective_peer_id")(r) if r.perspective_peer_id else [])
+    return _OBSERVER(r) + _perspective(r)
 
 
 _OBSERVER_OR_WORKSPACE = _peer_or_workspace("observer_id")

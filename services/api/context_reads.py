@@ -15,6 +15,7 @@ from services.api.deps import ApiDeps
 from services.api.guards import check_scope
 from services.api.packing import Fixed, Obs, Packed, Premise, RecentMessage, Relevant, fit_fixed, pack_messages
 from services.api.preflight import preflight
+from services.api.reads import fitting
 from services.api.scopes import recall_sessions
 from services.errors import InvalidArgument
 from services.events import resolve
@@ -253,18 +254,6 @@ def _window_open(packed: Packed, newest_first: list[RecentMessage]) -> bool:
     return skipped + len(packed.messages) == len(candidates)
 
 
-def _within_reply(ranked: list[Obs]) -> list[Obs]:
-    """The best-ranked observations whose reply fits MAX_PAGE_BYTES: each is sent twice (itself and in the
-    markdown), with its premises."""
-    kept, total = [], 0
-    for o in ranked:
-        total += 2 * (len(o.content.encode()) + sum(len(p.content.encode()) + 64 for p in o.premises) + 128)
-        if total > v.MAX_PAGE_BYTES and kept:
-            break
-        kept.append(o)
-    return kept
-
-
 async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> tuple[list[Obs], bool]:
     """The working representation of (observer, target), in time order; whether the lowest-ranked were
     left out for the reply's size."""
@@ -277,5 +266,5 @@ async def get_representation(ctx: ApiDeps, q: ContextQuery, token: str) -> tuple
         await _check_scope(conn, q, q.observer_id, target, [])
         allowed = await recall_sessions(conn, q.workspace_id, q.scope_id, q.session_ids, q.as_of)
         ranked = await _ranked(conn, q, q.observer_id, target, await vector, allowed)
-    kept = _within_reply(ranked)
+    kept = fitting(ranked, v.MAX_PAGE_BYTES // 2)  # each is in the reply twice: itself, and in the markdown
     return sorted(kept, key=lambda o: o.created_key), len(kept) < len(ranked)

@@ -51,8 +51,9 @@ def _validate(new: Sequence[NewObservation]) -> None:
 
 
 async def _check_sessions(ctx: ApiDeps, workspace_id: str, new: Sequence[NewObservation]) -> None:
-    # to a narrow token, a session its peers never joined is missing (guards.check_scope)
-    await require_scope(ctx, workspace_id, sorted({o.session_id for o in new if o.session_id}))
+    sessions = sorted({o.session_id for o in new if o.session_id})
+    if sessions:  # to a narrow token, a session its peers never joined is missing (guards.check_scope)
+        await require_scope(ctx, workspace_id, sessions)
 
 
 async def _check_sources(ctx: ApiDeps, workspace_id: str, observer_id: str, new: Sequence[NewObservation]) -> None:

@@ -166,12 +166,12 @@ def _relevant_pieces(found: Sequence[Relevant]) -> list[str]:
 MESSAGE_BYTES = 1_500_000
 
 
-def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tuple[list[Relevant], int]:
+def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tuple[list[Relevant], int, int]:
     """The best relevant messages whose rendering fits `room` (and half of MESSAGE_BYTES), best first. One
     too long is skipped, not an end: relevance, unlike recency, has no contiguous window to keep. Each costs
     its line, plus its group's header when it opens one, counted as the pieces `_tokens` adds up: the
     section's exact count is at most their sum (its last line has no line break); were it more, the
-    lowest-ranked would go."""
+    lowest-ranked would go. Returns them, their tokens and their bytes."""
     kept: list[Relevant] = []
     groups: set[tuple[str, str]] = set()
     used = size = 0
@@ -185,9 +185,9 @@ def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tupl
             used, size = used + cost, grown
     tokens = _tokens(_relevant_pieces(kept), count)
     while tokens > room:
-        kept.pop()
+        size -= len(kept.pop().content.encode())
         tokens = _tokens(_relevant_pieces(kept), count)
-    return kept, tokens
+    return kept, tokens, size
 
 
 ENDING_SLACK = 1  # tokens the greedy count of a representation may exceed its exact count by (_fit_observations)
@@ -291,10 +291,9 @@ def pack_messages(
     """Fill the room `fixed` leaves: the messages relevant to the query (at most `relevant_room`), then the
     newest messages (not repeating those)."""
     room = fixed.room
-    found, relevant_tokens = _fit_relevant(relevant, fixed.relevant_room, count)
+    found, relevant_tokens, size = _fit_relevant(relevant, fixed.relevant_room, count)  # size: toward MESSAGE_BYTES
     room -= relevant_tokens
     shown = {r.message_id for r in found}
-    size = sum(len(r.content.encode()) for r in found)  # bytes of the message sections (MESSAGE_BYTES)
     lines: list[RecentMessage] = []
     for line in (x for x in newest_first if x.message_id not in shown):
         cost, grown = count(render_line(line)), size + len(line.content.encode())

@@ -45,11 +45,15 @@ def _check_sessions(session_ids: Sequence[str], required: bool) -> None:
     v.check_distinct("session_id", session_ids)
 
 
+def _unknown(workspace_id: str, scope_id: str) -> NotFound:
+    return NotFound(f"scope {scope_id!r} does not exist in workspace {workspace_id!r}; create it with CreateScope")
+
+
 async def _require(conn: AsyncConnection, workspace_id: str, scope_id: str) -> RowMapping:
     v.check_id("scope_id", scope_id)
     row = await scope_reads.scope(conn, workspace_id, scope_id)
     if row is None:
-        raise NotFound(f"scope {scope_id!r} does not exist in workspace {workspace_id!r}; create it with CreateScope")
+        raise _unknown(workspace_id, scope_id)
     return row
 
 
@@ -145,6 +149,6 @@ async def recall_sessions(
     if await scope_reads.scope(conn, workspace_id, scope_id) is None:
         if auth.narrow_view(workspace_id) is not None:
             return ()  # a token that cannot read scopes must not learn which exist: an unknown one recalls nothing
-        await _require(conn, workspace_id, scope_id)
+        raise _unknown(workspace_id, scope_id)
     in_scope = (await scope_reads.scope_sessions(conn, workspace_id, [scope_id], as_of))[scope_id]
     return tuple(s for s in session_ids if s in in_scope) if session_ids else in_scope

@@ -188,15 +188,16 @@ def time_zone(field: str, name: str) -> tzinfo:
     """The zone an IANA name stands for; UTC when empty."""
     if not name:
         return UTC
+    unknown = InvalidArgument(
+        f"{field} {name[:100]!r} is not a time zone this server knows: give an IANA name such as "
+        "'Europe/Lisbon' or 'America/New_York', or leave it empty for UTC"
+    )
+    if len(name) > MAX_TIME_ZONE_CHARS:  # the longest IANA name has 32; a longer one is no file name
+        raise unknown
     try:
-        if len(name) > MAX_TIME_ZONE_CHARS:  # the longest IANA name has 32; a longer one is no file name
-            raise ZoneInfoNotFoundError(name)
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):  # ValueError: a path-like or malformed key
-        raise InvalidArgument(
-            f"{field} {name[:100]!r} is not a time zone this server knows: give an IANA name such as "
-            "'Europe/Lisbon' or 'America/New_York', or leave it empty for UTC"
-        ) from None
+        raise unknown from None
 
 
 def check_metadata(field: str, value: dict[str, Any]) -> None:

@@ -434,8 +434,7 @@ async def test_an_observation_sent_twice_under_its_client_id_is_written_once_and
 
 
 async def test_an_observation_reinforced_many_times_shows_its_first_100_sources_and_how_many_it_has(channel, settings):
-    from services.events import ObservationReinforced, ProducerInfo, Source
-    from tests.support.observations import append
+    from tests.support.observations import append, reinforcements
 
     c = Client(channel)
     await c.setup_conversation("w", "s", peers=("alice", "bob"))
@@ -449,20 +448,7 @@ async def test_an_observation_reinforced_many_times_shows_its_first_100_sources_
     )
     oid = made.observation_ids[0]
     await c.get_observation("w", oid, made.consistency_token)
-    deriver = ProducerInfo(component="deriver", version="0", model="m", prompt_version="p")
-    again = [
-        ObservationReinforced(
-            workspace_id="w",
-            observer_id="alice",
-            observed_id="bob",
-            observation_id=oid,
-            sources=(Source(message_id=i, span="I live in Oslo"),),
-            batch_id=f"b{n}",
-            producer=deriver,
-        )
-        for n, i in enumerate(ids[1:])
-    ]
-    got = await c.get_observation("w", oid, append(settings, again))
+    got = await c.get_observation("w", oid, append(settings, reinforcements(oid, ids[1:], "I live in Oslo")))
     assert got.source_count == 200 and [s.message_id for s in got.sources] == ids[:100]
     await rejected(
         create_observation(c, o.NewObservation(content="Bob says a lot", sources=[source(ids[0], "x" * 2001)])),

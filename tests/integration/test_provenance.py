@@ -17,7 +17,7 @@ from google.protobuf import timestamp_pb2
 from peerlog.v1 import audit_pb2, context_pb2, context_pb2_grpc, observations_pb2, peers_pb2
 from services.cli.client import Client
 from services.events import Level, ObservationAdded, ObservationSuperseded, ProducerInfo
-from tests.support.observations import append
+from tests.support.observations import append, reinforcements
 from tests.support.observations import derived as derived_observation
 
 DREAMER = ProducerInfo(component="dreamer", version="0", model="test-model", prompt_version="deduction-v1")
@@ -365,7 +365,6 @@ async def test_peerlog_audit_prints_the_premise_tree_down_to_spans_and_the_histo
 
 
 async def test_the_provenance_of_a_fact_reinforced_by_many_long_messages_fits_a_default_client(channel, settings):
-    from services.events import ObservationReinforced, Source
 
     c = Client(channel)
     await c.setup_conversation("w", "s", peers=("alice", "bob"))
@@ -385,22 +384,7 @@ async def test_the_provenance_of_a_fact_reinforced_by_many_long_messages_fits_a_
     )
     oid = made.observation_ids[0]
     await c.get_observation("w", oid, made.consistency_token)
-    deriver = ProducerInfo(component="deriver", version="0", model="m", prompt_version="p")
-    token = append(  # the deriver finds the fact again in each later message: one more source each time
-        settings,
-        [
-            ObservationReinforced(
-                workspace_id="w",
-                observer_id="alice",
-                observed_id="bob",
-                observation_id=oid,
-                sources=(Source(message_id=i, span="Bob lives in Oslo"),),
-                batch_id=f"b{n}",
-                producer=deriver,
-            )
-            for n, i in enumerate(ids[1:])
-        ],
-    )
+    token = append(settings, reinforcements(oid, ids[1:], "Bob lives in Oslo"))
     await c.get_observation("w", oid, token)
     found = await c.audit.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id="w", observation_id=oid))
     (root,) = found.nodes
