@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.observation_reads import OBSERVATION_COLUMNS, premises_of
 from projections.schema import content_key_matches, observation_events, observations, rejected_observations
+from services.events import PAIR_WIDE
 
 
 async def observations_by_id(conn: AsyncConnection, workspace_id: str, ids: Sequence[str]) -> dict[str, RowMapping]:
@@ -22,14 +23,14 @@ async def observations_by_id(conn: AsyncConnection, workspace_id: str, ids: Sequ
 async def live_with_content(
     conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, derivation: str, key: str
 ) -> dict[str, RowMapping]:
-    """The pair's live observations in `derivation` whose normalised content is `key` (via observations_by_key_hash)."""
+    """The pair's live observations in `derivation` (or written by a client) whose normalised content is `key` (via observations_by_key_hash)."""
     o = observations.c
     stmt = select(*OBSERVATION_COLUMNS).where(
         o.workspace_id == workspace_id,
         o.observer_id == observer_id,
         o.observed_id == observed_id,
         content_key_matches(key),
-        o.derivation == derivation,
+        o.derivation.in_([derivation, PAIR_WIDE]),  # what clients wrote is in every derivation
         o.superseded_by.is_(None),
         o.deleted_at.is_(None),
     )

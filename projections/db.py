@@ -21,6 +21,7 @@ from projections.schema import (
     projection_meta,
 )
 from projections.settings import DatabaseSettings
+from services.events import PAIR_WIDE
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +213,23 @@ def _upgrade_dead_letters(conn: Connection, schema: str) -> None:
         )
 
 
+def _upgrade_client_observations(conn: Connection, schema: str) -> None:
+    """A schema from before ObservationAdded v3 stamped each client's observation with the derivation
+    current when it was written; it is restamped PAIR_WIDE once, as replaying its events now does."""
+    if _has_column(conn, schema, "projection_meta", "client_writes_pair_wide"):
+        return  # every later start: no scan of the observations
+    conn.execute(
+        text(
+            f'UPDATE "{schema}".observations SET derivation = :pair_wide '
+            "WHERE batch_id IS NULL AND dream_id IS NULL AND derivation <> :pair_wide"
+        ),
+        {"pair_wide": PAIR_WIDE},
+    )
+    conn.execute(
+        text(f'ALTER TABLE "{schema}".projection_meta ADD COLUMN client_writes_pair_wide boolean NOT NULL DEFAULT true')
+    )
+
+
 def create_schema(engine: Engine, schema: str) -> None:
     """Create `schema` and every projection table in it, if missing."""
     with engine.begin() as conn:
@@ -227,6 +245,7 @@ def create_schema(engine: Engine, schema: str) -> None:
         _drop_retired_columns(mapped, schema)
         _upgrade_memberships(mapped, schema)
         _upgrade_dead_letters(mapped, schema)
+        _upgrade_client_observations(mapped, schema)
         _backfill_terms(mapped)
         if mapped.execute(projection_meta.select()).first() is None:
             mapped.execute(projection_meta.insert().values(generation=uuid.uuid4().hex))

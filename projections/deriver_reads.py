@@ -22,18 +22,19 @@ from tenacity import (
 from services.deriver.judge import KnownObservation
 from services.deriver.ports import StoreUnavailable
 from services.deriver.settings import DeriverSettings
-from services.events import Level
+from services.events import PAIR_WIDE, Level
 from services.events.pairs import Pair
 
 log = logging.getLogger(__name__)
 # the database, not the query: a refused or dropped connection, an exhausted pool
 _TRANSIENT = (OperationalError, InterfaceError, PoolTimeout)
 
+# the pair's derivation and what clients wrote, which is in every derivation (PAIR_WIDE)
 _LIVE = (
     "superseded_by IS NULL AND deleted_at IS NULL AND workspace_id = :w AND observer_id = :o "
-    "AND observed_id = :d AND derivation = :v"
+    "AND observed_id = :d AND derivation IN (:v, :pair_wide)"
 )
-_PAIR_COLS = "observation_id, level, content_key, session_id, embedding"
+_PAIR_COLS = "observation_id, level, content_key, session_id, embedding, derivation"
 
 
 def _vector(values: Sequence[float]) -> str:
@@ -42,7 +43,8 @@ def _vector(values: Sequence[float]) -> str:
 
 def _known(row) -> KnownObservation:
     emb = tuple(float(x) for x in row.embedding.strip("[]").split(",")) if row.embedding else ()
-    return KnownObservation(row.observation_id, Level(row.level), row.content_key, row.session_id, emb)
+    client = row.derivation == PAIR_WIDE
+    return KnownObservation(row.observation_id, Level(row.level), row.content_key, row.session_id, emb, client)
 
 
 class ObservationStore:
@@ -101,14 +103,15 @@ class ObservationStore:
     async def candidates(
         self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]
     ) -> list[KnownObservation]:
-        """Live explicit observations of the pair's derivation (dedup stays within it) with one of `keys`,
+        """Live explicit observations of the pair's derivation (dedup stays within it) and of clients with one of `keys`,
         or nearest to one of `embeddings`."""
-        cols = "observation_id, level, content_key, session_id, embedding::text AS embedding"
+        cols = "observation_id, level, content_key, session_id, embedding::text AS embedding, derivation"
         params = {
             "w": pair.workspace_id,
             "o": pair.observer_id,
             "d": pair.observed_id,
             "v": pair.derivation,
+            "pair_wide": PAIR_WIDE,
             "model": self.embedding_model,
         }
         # the index is on md5(content_key) (a long key is over a btree entry's size): the md5s find the

@@ -24,6 +24,7 @@ from projections.schema import (
 )
 from projections.vectors import Vector
 from services.events import (
+    PAIR_WIDE,
     Event,
     Level,
     ObservationAdded,
@@ -264,7 +265,8 @@ def _replacement_problem(conn: Connection, e: ObservationSuperseded) -> str | No
         )
     }
     old, row = rows.get(e.observation_id), rows.get(e.superseded_by)
-    if old is not None and old.derivation != e.derivation:  # a staged re-derivation changes only when promoted
+    # a staged re-derivation changes only when promoted; a client's observation is in every derivation
+    if old is not None and old.derivation not in (e.derivation, PAIR_WIDE):
         return f"it is in derivation {old.derivation!r}, not {e.derivation!r}, the one superseding it"
     if row is None:
         return f"its replacement {e.superseded_by} is not an observation (it was rejected or never written)"

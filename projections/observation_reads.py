@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections.derivations import current_label
 from projections.schema import ACTIVE_EMBEDDING_MODEL, observation_events, observation_sources, observations, premises
 from projections.vectors import Vector
-from services.events import stored_derivation
+from services.events import PAIR_WIDE, stored_derivation
 
 # everything of an observation row but its vector and search columns, which no reader returns
 OBSERVATION_COLUMNS = [c for c in observations.c if c.name not in ("embedding", "content_tsv", "content_key")]
@@ -78,8 +78,9 @@ class ObservationFilter:
             c.workspace_id == v("workspace_id"),
             c.observer_id == v("observer_id"),
             c.observed_id == v("observed_id"),
-            # a named derivation's label, or (no name: NULL) the label of the pair's current one
-            c.derivation == func.coalesce(v("derivation"), current),
+            # a named derivation's label, or (no name: NULL) the label of the pair's current one; and what
+            # clients wrote, which is in every derivation
+            c.derivation.in_([func.coalesce(v("derivation"), current), literal_column(f"'{PAIR_WIDE}'")]),
         ]
         if self.allowed_sessions is not None:
             out.append(_allowed_by_sessions(self, c, values))

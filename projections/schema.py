@@ -588,6 +588,8 @@ projection_meta = Table(
     metadata,
     Column("singleton", Boolean, primary_key=True, server_default="true"),
     Column("generation", Text, nullable=False),
+    # made by code that stamps what clients wrote PAIR_WIDE (db._upgrade_client_observations)
+    Column("client_writes_pair_wide", Boolean, nullable=False, server_default="true"),
 )
 
 # tables whose rows are the projection proper (compared row for row after a rebuild);

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from projections import message_reads, observation_reads
-from projections.derivations import current_derivation
 from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
@@ -17,7 +16,7 @@ from services.api.locks import held, shielded
 from services.api.observation_reads import get_observation
 from services.api.writes import commit
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from services.events import Level, ObservationAdded, ObservationDeleted, Source, new_id
+from services.events import PAIR_WIDE, Level, ObservationAdded, ObservationDeleted, Source, new_id
 from services.events.requests import KeyedRequest
 from services.events.text import normalise
 
@@ -214,14 +213,12 @@ async def _append_new(
             f"the rest of this request under idempotency key {request.key!r} not: send the new observations "
             "on their own, or repeat the earlier call under its own key"
         )
-    async with ctx.engine.connect() as conn:  # a client's observations join the store reads serve
-        derivation = await current_derivation(conn, workspace_id, observer_id, observed_id)
     events = [
         ObservationAdded(
             workspace_id=workspace_id,
             observer_id=observer_id,
             observed_id=observed_id,
-            derivation=derivation,
+            derivation=PAIR_WIDE,  # in every derivation: a promotion must not hide a client's write
             observation_id=o.observation_id or new_id(),
             level=Level.EXPLICIT,
             content=o.content,

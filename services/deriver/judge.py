@@ -42,6 +42,8 @@ class KnownObservation:
     normalised: str
     session_id: str | None
     embedding: tuple[float, ...]
+    # a client wrote it (CreateObservations): a derived fact may reinforce it, never retire it
+    client: bool = False
 
 
 @dataclass
@@ -154,7 +156,7 @@ def judge(
         out.added += 1
         evidenced.add((added.observation_id, fact.message_id))
         new = KnownObservation(added.observation_id, Level.EXPLICIT, norm, session, tuple(emb))
-        if kind == "near":  # the new text says more: it replaces the old one
+        if kind == "near" and not match.client:  # the new text says more: it replaces the old one
             out.events.append(
                 ObservationSuperseded(
                     observation_id=match.observation_id,

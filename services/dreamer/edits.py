@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from services.events import (
+    PAIR_WIDE,
     Event,
     Level,
     ObservationAdded,
@@ -256,7 +257,8 @@ def _retirable(d: Dream, view: dict[str, NamedObservation], obs_id: str, levels:
         return f"observation {obs_id!r} is not in this memory"
     if not k.live:
         return f"observation {obs_id!r} was already superseded or deleted"
-    if k.derivation != d.derivation:  # a staged re-derivation changes only when promoted, never by a dream
+    # a staged re-derivation changes only when promoted, never by a dream; a client's write is in every one
+    if k.derivation not in (d.derivation, PAIR_WIDE):
         return f"observation {obs_id!r} is in another derivation of this memory; only its current one can change"
     if k.level not in levels:
         return f"observation {obs_id!r} is {k.level}; only {' or '.join(levels)} observations can be changed this way"

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from services.dreamer.settings import DreamSettings
 from services.events import (
+    PAIR_WIDE,
     DerivationPromoted,
     DreamCheckDue,
     DreamCompleted,
@@ -110,7 +111,7 @@ def decide(s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo
         isinstance(e, ObservationAdded)
         and e.level == Level.EXPLICIT
         and e.dream_id is None
-        and e.derivation == s.derivation
+        and e.derivation in (s.derivation, PAIR_WIDE)  # a client's write is in every derivation
     ):
         latest = max(e.occurred_at, s.last_explicit_at or e.occurred_at)
         s = s.model_copy(update={"new_explicit": s.new_explicit + 1, "last_explicit_at": latest})

@@ -59,6 +59,7 @@ from services.events.observations import (
 )
 from services.events.perception import (
     ORIGINAL,
+    PAIR_WIDE,
     DerivationDue,
     DerivationPromoted,
     MessagePerceived,
@@ -92,6 +93,7 @@ __all__ = [
     "DerivationStarted",
     "Level",
     "ORIGINAL",
+    "PAIR_WIDE",
     "MessagePerceived",
     "EmbeddedObservation",
     "ObservationAdded",

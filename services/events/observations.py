@@ -8,7 +8,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.events.base import Event
-from services.events.perception import PAIR_KEY
+from services.events.perception import PAIR_KEY, PAIR_WIDE
 from services.events.requests import KeyedRequest, keyed_v1_to_v2
 
 
@@ -37,15 +37,24 @@ class PairEvent(Event):
     observer_id: str
     observed_id: str
     # which derivation of the pair's store this belongs to: "" is the original live one; a name is a
-    # re-derivation (peerlog rederive) kept apart until it is promoted (DerivationPromoted)
+    # re-derivation (peerlog rederive) kept apart until it is promoted (DerivationPromoted); PAIR_WIDE
+    # is what a client wrote, in every derivation
     derivation: str = ""
+
+
+def client_writes_pair_wide(data: dict) -> dict:
+    """Version 2 stamped a client's observation with the derivation current when it was written, so a
+    promotion hid it; version 3 stamps it PAIR_WIDE. A client's write is the one with no batch and no dream."""
+    if data.get("batch_id") is None and data.get("dream_id") is None:
+        return {**data, "derivation": PAIR_WIDE}
+    return data
 
 
 class ObservationAdded(PairEvent):
     """A new proposition in the pair's store, with the embedding computed for it (so replay needs no model)."""
 
-    schema_version_current: ClassVar[int] = 2  # 2: `request`
-    upcasters = {1: keyed_v1_to_v2}
+    schema_version_current: ClassVar[int] = 3  # 2: `request`; 3: a client's write is PAIR_WIDE
+    upcasters = {1: keyed_v1_to_v2, 2: client_writes_pair_wide}
 
     observation_id: str
     level: Level

@@ -75,6 +75,11 @@ class DerivationDue(Event):
 ORIGINAL = "original"
 
 
+# the label of what a client wrote (CreateObservations): a client's statement is no model's derivation, so
+# it belongs to the pair's store under every derivation, and a promotion leaves it where reads find it
+PAIR_WIDE = "*"
+
+
 def stored_derivation(name: str) -> str:
     """The `derivation` label events carry for derivation `name` (ORIGINAL is stored as "")."""
     return "" if name == ORIGINAL else name

@@ -48,8 +48,8 @@ async def promote(
             await run.append(promoted)
         progress(f"{len(promoted)} pairs now read derivation {name!r}")
         progress(
-            "not carried into it: observations clients wrote with CreateObservations and dream conclusions of the "
-            "old derivation; reads that name the old derivation still show them (README, Promotion)"
+            "observations clients wrote are in every derivation; the old derivation's dream conclusions stay "
+            "with it (reads that name it show them) and the scheduler dreams over the new one (README, Promotion)"
         )
         await run.catch_up(scope, f"promote:{name}")  # what was perceived between the first pass and the promotion
     return run.report()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from peerlog.v1 import context_pb2, context_pb2_grpc
+from peerlog.v1 import context_pb2, context_pb2_grpc, observations_pb2
 from projections.rebuild import rebuild
 from services.cli.client import Client
 from services.cli.derivations import comparison
@@ -123,7 +123,9 @@ async def test_a_promoted_derivation_is_read_by_default_and_the_live_deriver_wri
     assert contents(await c.all_observations("w", "alice", "alice")) == contents(current)
 
 
-async def test_promoting_back_to_the_original_derivation_catches_it_up(channel, settings, model_server, start_worker):
+async def one_fact_derived(channel, settings, model_server, start_worker):
+    """A worker deriving, settings whose model is the test's, and alice's first fact in the original
+    derivation: (settings, client)."""
     model_server.reply_with(by_model)
     start_worker("router,deriver")
     here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
@@ -131,6 +133,11 @@ async def test_promoting_back_to_the_original_derivation_catches_it_up(channel, 
     await c.setup_conversation("w", "s")
     await c.add("w", "s", [("alice", "I adopted a cat named Miso")])
     eventually(lambda: len(current_rows(settings)) == 1, 60)
+    return here, c
+
+
+async def test_promoting_back_to_the_original_derivation_catches_it_up(channel, settings, model_server, start_worker):
+    here, c = await one_fact_derived(channel, settings, model_server, start_worker)
     pair = DerivationScope("w", "alice", "alice")
     await promote(here, "v2", pair, model=V2_MODEL, progress=lambda _: None)
     after = await c.add("w", "s", [("alice", "I moved to Oslo")])
@@ -145,3 +152,43 @@ async def test_promoting_back_to_the_original_derivation_catches_it_up(channel, 
     )
     assert contents(current) == ["The target said: I adopted a cat named Miso", "The target said: I moved to Oslo"]
     assert {o.derivation for o in current} == {""}
+
+
+async def test_what_a_client_wrote_stays_in_reads_through_promotions_and_its_deletion_holds_in_every_derivation(
+    channel, settings, model_server, start_worker
+):
+    here, c = await one_fact_derived(channel, settings, model_server, start_worker)
+    await c.create_observations(
+        "w",
+        "alice",
+        "alice",
+        [observations_pb2.NewObservation(content="alice is allergic to peanuts", observation_id="peanuts")],
+    )
+    pair = DerivationScope("w", "alice", "alice")
+    moved = await promote(here, "v2", pair, model=V2_MODEL, progress=lambda _: None)
+    current = await until(
+        lambda: c.all_observations("w", "alice", "alice", token=moved.consistency_token),
+        lambda got: "v2: i adopted a cat named miso" in contents(got),
+    )
+    assert contents(current) == ["alice is allergic to peanuts", "v2: i adopted a cat named miso"]
+    assert [(o.observation_id, o.derivation) for o in current][0] == ("peanuts", "*")
+    for name in ("original", "v2"):  # named reads show it too: it is no derivation's
+        assert "alice is allergic to peanuts" in contents(
+            await c.all_observations("w", "alice", "alice", derivation=name)
+        )
+    context = await context_pb2_grpc.ContextServiceStub(channel).GetContext(
+        context_pb2.GetContextRequest(
+            workspace_id="w",
+            session_id="s",
+            observer_id="alice",
+            consistency={"consistency_token": moved.consistency_token},
+        )
+    )
+    assert "alice is allergic to peanuts" in context.representation
+
+    await c.delete_observation("w", "peanuts", reason="a test result said otherwise")
+    back = await promote(here, "original", pair, progress=lambda _: None)
+    after = await c.all_observations("w", "alice", "alice", token=back.consistency_token)
+    assert contents(after) == ["The target said: I adopted a cat named Miso"]  # deleted once, gone from every one
+    rebuilt = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings, progress=lambda _: None))
+    assert rebuilt.switched and set(rebuilt.differences.values()) == {0}, rebuilt.differences

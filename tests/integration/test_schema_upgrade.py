@@ -149,3 +149,33 @@ def test_a_rebuilds_comparison_reads_the_rows_not_the_expressions_their_generate
         with engine.begin() as conn:
             conn.execute(text(f'DROP SCHEMA IF EXISTS "{build}" CASCADE'))
         engine.dispose()
+
+
+def test_an_older_schemas_client_observations_are_restamped_in_every_derivation_once_at_start(settings):
+    schema = settings.database.schema_name
+    engine = sync_engine(settings.database)
+    row = (
+        f'INSERT INTO "{schema}".observations (workspace_id, observation_id, observer_id, observed_id, level, '
+        "content, content_key, embedding_model, times_derived, created_at, batch_id, dream_id, derivation, "
+        "event_id) VALUES ('w', :id, 'a', 'b', 'explicit', :id, :id, '', 1, now(), :batch, :dream, :derivation, :id)"
+    )
+    try:
+        create_schema(engine, schema)
+        with engine.begin() as conn:  # as the version before ObservationAdded v3 stamped them
+            conn.execute(text(f'ALTER TABLE "{schema}".projection_meta DROP COLUMN client_writes_pair_wide'))
+            for oid, batch, dream, derivation in (
+                ("client-original", None, None, ""),
+                ("client-v2", None, None, "v2"),
+                ("derived", "b1", None, "v2"),
+                ("dreamt", None, "d1", ""),
+            ):
+                conn.execute(text(row), dict(id=oid, batch=batch, dream=dream, derivation=derivation))
+        create_schema(engine, schema)
+        with engine.begin() as conn:  # a later start scans nothing: a row stamped now is left as it is
+            conn.execute(text(row), dict(id="later", batch=None, dream=None, derivation=""))
+        create_schema(engine, schema)
+        with engine.connect() as conn:
+            stamped = dict(conn.execute(text(f'SELECT observation_id, derivation FROM "{schema}".observations')).all())
+        assert stamped == {"client-original": "*", "client-v2": "*", "derived": "v2", "dreamt": "", "later": ""}
+    finally:
+        engine.dispose()

@@ -163,6 +163,16 @@ def test_exact_duplicates_reinforce_and_fuller_near_duplicates_supersede():
     assert [type(e) for e in out.events] == [ObservationReinforced]
 
 
+def test_a_fuller_near_duplicate_of_a_clients_observation_is_added_beside_it_never_retiring_it():
+    written = KnownObservation("client", Level.EXPLICIT, "a lives in oslo", "s", (1.0, 0.0), client=True)
+    fuller = ExtractedFact(content="a lives in Oslo, Norway", message_id="m0", span="I live in Oslo")
+    out = verdicts([fuller], [written], emb=[(0.99, 0.141)])
+    assert [type(e) for e in out.events] == [ObservationAdded]
+    same = ExtractedFact(content="A lives in  Oslo", message_id="m0", span="I live in Oslo")
+    out = verdicts([same], [written])
+    assert [type(e) for e in out.events] == [ObservationReinforced] and out.events[0].observation_id == "client"
+
+
 def test_duplicates_within_one_batch_collapse_and_one_message_is_one_piece_of_evidence():
     fact = ExtractedFact(content="a loves rust", message_id="m0", span="I love rust")
     assert [type(e) for e in verdicts([fact] * 40).events] == [ObservationAdded]  # however often repeated

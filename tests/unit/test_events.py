@@ -99,3 +99,18 @@ def test_a_promotion_is_ordered_with_the_pairs_perceptions_and_original_is_store
     assert e.key == "w/a/b" and topic_for(e) is PERCEIVED
     assert MessagePerceived.key_fields == DerivationPromoted.key_fields
     assert (stored_derivation(ORIGINAL), stored_derivation("v2")) == ("", "v2")
+
+
+def test_a_clients_observation_written_before_v3_reads_as_in_every_derivation_and_a_derived_one_keeps_its_own():
+    from services.events import PAIR_WIDE, ObservationAdded
+
+    def v2(**kw) -> dict:
+        e = ObservationAdded(
+            workspace_id="w", observer_id="a", observed_id="b", observation_id="o", level="explicit", content="c",
+            derivation="v2", producer=P, **kw,
+        )  # fmt: skip
+        return {**orjson.loads(encode(e)), "schema_version": 2}
+
+    assert decode(orjson.dumps(v2())).derivation == PAIR_WIDE
+    assert decode(orjson.dumps(v2(batch_id="b1"))).derivation == "v2"
+    assert decode(orjson.dumps(v2(dream_id="d1"))).derivation == "v2"

@@ -12,7 +12,7 @@ from services.api.idempotency import keyed
 from services.api.observation_writes import NewObservation, _fingerprinted
 from services.api.writes import NewMessage
 from services.errors import InvalidArgument
-from services.events import MessageAppended, ObservationAdded, ProducerInfo, Source, decode, encode
+from services.events import PAIR_WIDE, MessageAppended, ObservationAdded, ProducerInfo, Source, decode, encode
 
 SCOPE = ("w", "s")
 
@@ -68,6 +68,7 @@ def test_observations_fingerprint_their_sources():
             observation_id="o",
             level="explicit",
             content="c",
+            derivation=PAIR_WIDE,  # a client's write (no batch, no dream) reads as in every derivation
             producer=ProducerInfo(component="t", version="1"),
         ),
     ],
