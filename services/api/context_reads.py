@@ -173,7 +173,7 @@ async def _relevant(
             r["peer_id"],
             r["session_id"],
             r["content"],
-            r["created_at"],
+            r["created_at"].astimezone(q.zone),  # headed by the asker's day and time
             r["score"],
             r["author_name"] or "",
         )

@@ -194,12 +194,14 @@ class ReasoningChain(ToolArgs):
 
 def observation_line(row: Row) -> str:
     state = " superseded" if row.get("superseded_by") else ""
-    return f"[obs:{row['observation_id']}] ({row['level']}{state}, {row['created_at']:%Y-%m-%d}) {row['content']}"
+    day = row["created_at"].astimezone(UTC)  # in UTC whatever the database session's TimeZone
+    return f"[obs:{row['observation_id']}] ({row['level']}{state}, {day:%Y-%m-%d}) {row['content']}"
 
 
 def message_line(row: Row) -> str:
     return (
-        f"[msg:{row['message_id']}] ({row['created_at']:%Y-%m-%d %H:%M} UTC, session {row['session_id']}) "
+        f"[msg:{row['message_id']}] ({row['created_at'].astimezone(UTC):%Y-%m-%d %H:%M} UTC, "
+        f"session {row['session_id']}) "
         f"{author(row)}: {row['content']}"
     )
 

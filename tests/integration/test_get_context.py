@@ -8,7 +8,8 @@ import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 
-from peerlog.v1 import context_pb2, context_pb2_grpc, peers_pb2, sessions_pb2
+from peerlog.v1 import context_pb2, context_pb2_grpc, messages_pb2, peers_pb2, sessions_pb2
+from peerlog_client import AsyncPeerlog
 from services.api.packing import Relevant, render_relevant
 from services.cli.client import Client
 from services.llm.tokens import count_tokens
@@ -89,6 +90,41 @@ async def test_relevant_messages_come_from_every_session_the_observer_saw_and_no
         ("trip", "The lighthouse keeper retired in May")
     ]
     assert out.relevant_messages[0].created_at.seconds > 0
+
+
+async def test_relevant_messages_are_headed_by_the_day_and_time_of_the_askers_time_zone(channel, convo):
+    c, _ = convo
+    late = timestamp_pb2.Timestamp()
+    late.FromDatetime(datetime(2026, 1, 1, 23, 30, tzinfo=UTC))  # 08:30 on 2 January in Tokyo
+    sent = await c.messages.AddMessages(
+        messages_pb2.AddMessagesRequest(
+            workspace_id="w",
+            session_id="s",
+            messages=[
+                messages_pb2.NewMessage(peer_id="bob", content="The lighthouse was painted red", created_at=late)
+            ],
+        )
+    )
+    asked = dict(
+        workspace_id="w",
+        session_id="s",
+        token_budget=3000,
+        observer_id="alice",
+        assistant_peer_id="alice",  # the server renders chat_messages too
+        search_query="lighthouse painted",
+        consistency={"consistency_token": sent.consistency_token},
+    )
+    tokyo, utc = await ask(channel, **asked, time_zone="Asia/Tokyo"), await ask(channel, **asked)
+    line = "bob: The lighthouse was painted red"
+    assert f"[s · 2026-01-02]\n08:30 {line}" in "\n".join(m.content for m in tokyo.chat_messages)
+    assert f"[s · 2026-01-01]\n23:30 {line}" in "\n".join(m.content for m in utc.chat_messages)
+    assert tokyo.relevant_messages[0].created_at == utc.relevant_messages[0].created_at == late
+    async with AsyncPeerlog(channel.address, token=channel.token, timeout=20) as peerlog:
+        session = await (await peerlog.workspace("w")).session("s")
+        context = await session.context(
+            tokens=3000, observer="alice", search_query="lighthouse painted", time_zone="Asia/Tokyo"
+        )
+    assert f"[s · 2026-01-02]\n08:30 {line}" in context.system_text()  # the client library heads them alike
 
 
 async def test_a_perspective_peer_bounds_the_packed_messages_while_the_observers_store_answers(channel, convo):

@@ -1192,7 +1192,7 @@ class AsyncSession(_AsyncHandle):
                 c.to_model,
             )
         )
-        return c.with_assistant(packed, assistant_id)
+        return c.with_assistant(c.in_time_zone(packed, time_zone), assistant_id)
 
     async def clone(self, new_session_id: str, *, up_to: str = "") -> m.ClonedSession:
         """Copy this session's messages (up to and including message `up_to`; empty: all) into a new session,

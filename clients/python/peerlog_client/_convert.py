@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -112,6 +113,22 @@ def effective_configuration(message: Proto) -> m.EffectiveConfiguration:
 
 def with_assistant(context: m.Context, assistant_peer_id: str) -> m.Context:
     return dataclasses.replace(context, assistant_peer_id=assistant_peer_id)
+
+
+def in_time_zone(context: m.Context, time_zone: str) -> m.Context:
+    """`context` with its relevant messages' times in `time_zone`, so system_text() heads them by the
+    asker's days and hours, as the server counted them."""
+    try:
+        zone = ZoneInfo(time_zone) if time_zone else None
+    except (ZoneInfoNotFoundError, ValueError):  # the server took the name; this machine lacks its rules
+        zone = None
+    if zone is None:
+        return context
+    relevant = tuple(
+        dataclasses.replace(r, created_at=r.created_at.astimezone(zone)) if r.created_at else r
+        for r in context.relevant_messages
+    )
+    return dataclasses.replace(context, relevant_messages=relevant)
 
 
 def log_position(p: Proto) -> m.LogPosition:
