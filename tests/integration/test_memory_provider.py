@@ -340,6 +340,28 @@ def test_the_search_and_context_tools_show_only_messages_the_current_user_saw(ma
             assert not any(other in m["content"] for m in shown)
 
 
+def test_two_chat_keys_that_clean_alike_never_share_a_session_and_an_earlier_one_stays_its_users(make_provider):
+    ada = make_provider(session="tg:1/2", recallMode="tools", rerankSearch=False)
+    ada.record_turn("my door code is 4471", "noted", sender=Sender("ada"))
+    bob = make_provider(client=ada.client, session="tg:1.2", recallMode="tools", rerankSearch=False)
+    bob.record_turn("what is the door code?", "I cannot say", sender=Sender("bob"))
+    assert ada.current_session().id != bob.current_session().id
+    bob.context_for_turn("hi", sender=Sender("bob"))
+    assert "4471" not in json.dumps(json.loads(bob.dispatch("peerlog_context", {"search_query": "door code"})))
+
+    # a chat whose session an earlier provider named by the cleaned key alone ("tg-3-4") keeps its history,
+    # and only for a user already in it
+    workspace = ada.client.workspace("acme")
+    earlier = workspace.session("tg-3-4", members=[MemberSpec("ada"), MemberSpec("bot")])
+    earlier.add_messages([("ada", "my locker is number 12")])
+    again = make_provider(client=ada.client, session="tg:3/4", recallMode="tools", rerankSearch=False)
+    again.context_for_turn("hi", sender=Sender("ada"))
+    assert again.current_session().id == "tg-3-4"
+    other = make_provider(client=ada.client, session="tg:3.4", recallMode="tools", rerankSearch=False)
+    other.context_for_turn("hi", sender=Sender("carol"))
+    assert other.current_session().id not in ("tg-3-4", again.session_id)
+
+
 def test_a_member_removed_elsewhere_is_added_back_and_later_turns_are_written(make_provider):
     memory = make_provider()
     memory.record_turn("first", "one")

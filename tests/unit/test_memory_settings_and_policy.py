@@ -70,7 +70,10 @@ def test_session_strategies_and_the_order_of_overrides(tmp_path):
     mapped = validate([("t", {"sessions": {str((repo / "src").resolve()): "my work"}})])
     assert session_name(mapped, repo / "src", title="a title") == "my-work"  # a mapping beats a title
     assert session_name(per_dir, repo, title="Trip plans") == "Trip-plans"
-    assert session_name(per_session, repo, gateway_key="telegram:42") == "telegram-42"  # gateways keep theirs
+    assert session_name(per_session, repo, gateway_key="telegram-42") == "telegram-42"  # gateways keep theirs
+    # two chat keys that clean alike are two sessions
+    alike = {session_name(per_session, repo, gateway_key=k) for k in ("telegram:42", "telegram/42", "telegram-42")}
+    assert len(alike) == 3 and all(k.startswith("telegram-42") for k in alike)
 
 
 def test_settings_files_layer_global_then_local_then_environment(tmp_path):

@@ -70,6 +70,14 @@ def display_name(config: MemoryConfig, peer_id: str, sender: Sender | None = Non
     return {config.peer_name: config.user_display_name, config.ai_peer: config.ai_display_name}.get(peer_id)
 
 
+def cleaned_gateway_session(gateway_key: str | None) -> str | None:
+    """The session a provider before distinct session ids gave `gateway_key` (cleaned, no hash), when that
+    differs from today's: the chat's history may be there."""
+    if gateway_key and safe_id(gateway_key) != distinct_id(gateway_key):
+        return safe_id(gateway_key)
+    return None
+
+
 def a2a_session(peer_id: str) -> str:
     """The session of a bot sender's turns: one per sender, never the human's."""
     return safe_id(f"a2a-{peer_id}")
@@ -94,7 +102,7 @@ def session_name(
     """The session for this run: a gateway's stable chat key; else per-session (a fresh one per run);
     else a manual mapping of the directory, an explicit title, then the strategy."""
     if gateway_key:
-        return safe_id(gateway_key)
+        return distinct_id(gateway_key)  # two chat keys that clean alike ("tg:1/2", "tg:1.2") stay two sessions
     if config.session_strategy == "per-session":
         return safe_id(f"run-{run_id or uuid.uuid4().hex[:12]}")
     directory = directory.resolve()

@@ -26,10 +26,17 @@ from typing import Any, TypeVar
 
 from peerlog_client import MemberSpec, Peerlog
 from peerlog_client._sync import Peer, Session, Workspace
-from peerlog_client.errors import FailedPrecondition, InvalidArgument
+from peerlog_client.errors import FailedPrecondition, InvalidArgument, NotFound
 from peerlog_client.memory import policy
 from peerlog_client.memory.config import MemoryConfig, PeerFlags
-from peerlog_client.memory.identity import Sender, a2a_session, display_name, session_name, user_peer
+from peerlog_client.memory.identity import (
+    Sender,
+    a2a_session,
+    cleaned_gateway_session,
+    display_name,
+    session_name,
+    user_peer,
+)
 from peerlog_client.memory.writer import Writer
 from peerlog_client.models import NewMessage
 
@@ -84,6 +91,8 @@ class MemoryProvider:
     ) -> None:
         self.config = config
         self.session_id = session_name(config, directory or Path.cwd(), gateway_key=session, title=title)
+        self._cleaned = cleaned_gateway_session(session)  # looked at once, when the session is first needed
+        self._moved: dict[str, str] = {}  # today's session name -> the earlier one this chat keeps using
         self.client = client or Peerlog(config.resolved_target, token=config.resolved_token, timeout=config.timeout)
         self._own_client = client is None
         self.stats = Stats()
@@ -219,8 +228,8 @@ class MemoryProvider:
     def _session_for(self, user: str, session_id: str | None = None) -> Session:
         """The session with `user` and the AI as members: new members get the configured observation
         toggles, existing ones keep the server's, which are read back into `flags`."""
-        session_id = session_id or self.session_id
         with self._lock:
+            session_id = self._session_named(session_id or self.session_id, user)
             session = self._sessions.get(session_id)
             members = {m.peer_id for m in session.info.memberships if m.left_at is None} if session else set()
             if session is None or user not in members:
@@ -238,6 +247,29 @@ class MemoryProvider:
                         observe_me=m.observe_me if m.observe_me is not None else True, observe_others=m.observe_others
                     )
             return session
+
+    def _session_named(self, session_id: str, user: str) -> str:
+        """`session_id` as the server has it: this chat's earlier session when the first look found one."""
+        if session_id == self.session_id and self._cleaned:
+            self._moved[session_id] = self.session_id = self._earlier_session(user)
+        return self._moved.get(session_id, session_id)
+
+    def _earlier_session(self, user: str) -> str:
+        """This chat's session: the one an earlier provider named by the cleaned key, if `user` is in it and
+        none has today's name yet (its history stays with the chat); else today's, which no other key shares.
+        A chat key that cleans alike but another user's never joins the earlier one."""
+        cleaned, self._cleaned = self._cleaned, None
+        workspace = self.workspace()
+        try:
+            workspace.session(self.session_id, create=False)
+            return self.session_id
+        except NotFound:
+            pass
+        try:
+            earlier = workspace.session(cleaned, create=False)
+        except NotFound:
+            return self.session_id
+        return cleaned if user in {m.peer_id for m in earlier.info.memberships} else self.session_id
 
     def observer_of(self, user: str) -> str:
         """Whose knowledge about `user` the layers and tools read: the AI's when it observes others,
@@ -331,7 +363,12 @@ class MemoryProvider:
             self.config.reasoning_level_cap,
             self.config.reasoning_heuristic,
         )
-        if turn == 1 and self._prewarm is not None and user == self.config.peer_name and session_id == self.session_id:
+        if (
+            turn == 1
+            and self._prewarm is not None
+            and user == self.config.peer_name
+            and self._moved.get(session_id, session_id) == self.session_id
+        ):
             if self._prewarm.done() and self._prewarm.result():
                 self.stats.prewarm_handed_over = True
                 return self._prewarm.result()
