@@ -12,9 +12,7 @@ from projections import configurations, message_reads, session_reads
 from projections.configurations import parsed
 from services.api import validation as v
 from services.api.deps import ApiDeps
-from services.api.freshness import answered_in_time, until_projected
 from services.api.guards import require_session
-from services.api.locks import shielded
 from services.api.writes import Written, commit
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.events import (
@@ -166,20 +164,6 @@ async def clone_session(ctx: ApiDeps, r: CloneRequest, token: str = "") -> tuple
     # the caller's writes to the source first: a clone read from a projection behind them would miss them
     await ctx.freshness.wait(token)
     source = await require_session(ctx, r.workspace_id, r.session_id)
-    written, ids = await answered_in_time(
-        ctx.freshness,
-        shielded(_clone(ctx, r, dict(source["metadata"]))),
-        f"the clone of session {r.session_id!r} into {r.new_session_id!r}",
-        f"it stands: GetSession of {r.new_session_id!r} shows it once readable (cloning into it again is "
-        "ALREADY_EXISTS)",
-    )
-    return Written(await require_session(ctx, r.workspace_id, r.new_session_id), True, written), ids
-
-
-async def _clone(ctx: ApiDeps, r: CloneRequest, metadata: dict) -> tuple[str, list[str]]:
-    """The clone's append under the new session id's lock, held until it is readable however long that
-    takes: let go at the consistency wait, a second clone into the id passed the check and wrote a second
-    set of copies into it."""
     async with ctx.exclusive("session", r.workspace_id, r.new_session_id):
         async with ctx.engine.connect() as conn:
             if await session_reads.session(conn, r.workspace_id, r.new_session_id) is not None:
@@ -187,8 +171,8 @@ async def _clone(ctx: ApiDeps, r: CloneRequest, metadata: dict) -> tuple[str, li
                     f"session {r.new_session_id!r} already exists in workspace {r.workspace_id!r}; "
                     "a clone goes into a new session"
                 )
-            src = await _source(conn, r, metadata)
+            src = await _source(conn, r, dict(source["metadata"]))
         events = clone_events(r, src, ctx.producer, new_id)
-        token = await commit(ctx, events, wait=False)
-        await until_projected(ctx.freshness, token)
-    return token, [e.message_id for e in events if isinstance(e, MessageAppended)]
+        written = await commit(ctx, events)
+    written = Written(await require_session(ctx, r.workspace_id, r.new_session_id), True, written)
+    return written, [e.message_id for e in events if isinstance(e, MessageAppended)]

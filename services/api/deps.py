@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.api.backpressure import Backpressure
 from services.api.cursors import PageCursors
-from services.api.freshness import Freshness
+from services.api.freshness import Freshness, until_projected
 from services.api.locks import KeyedLocks, held
 from services.bus.producer import EventLog
 from services.dialectic.loop import Dialectic
@@ -22,6 +23,19 @@ from services.llm.rerank import Reranker
 from services.settings import Settings
 
 API_PRODUCER = ProducerInfo(component="api", version="0.1.0")
+# the consistency tokens a block under `ApiDeps.exclusive` appended (writes.commit notes them there)
+WRITTEN_UNDER_LOCK: ContextVar[list[str] | None] = ContextVar("written_under_lock", default=None)
+
+
+async def _first_of(acquired: asyncio.Event, holder: asyncio.Future) -> None:
+    """Return once `acquired` is set; raise the holder's error if it ends first (the database is away)."""
+    waiting = asyncio.ensure_future(acquired.wait())
+    try:
+        await asyncio.wait({waiting, holder}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+    if not acquired.is_set():
+        holder.result()
 
 
 @dataclass(frozen=True)
@@ -48,9 +62,32 @@ class ApiDeps:
         """A control-plane write's check-then-append on one entity (`key`, such as ("session", w, s)), one at
         a time across API processes: a lock per key in this process, so a key takes one connection, and a
         Postgres advisory lock across them. Two processes creating one session each appended a create and
-        its joins, and were both told they created it; both clones of one target were copied into it."""
+        its joins, and were both told they created it; both clones of one target were copied into it.
+
+        A task of its own holds the lock, and lets it go only once what the block appended (`commit`) is
+        readable: the block may give up waiting for that (UNAVAILABLE), and the next writer's check must
+        still see the write. Let go at once, a second clone into one id copied the source again."""
+        acquired, finished, written = asyncio.Event(), asyncio.Event(), []
+        holder = asyncio.ensure_future(self._hold(key, acquired, finished, written))
+        holder.add_done_callback(lambda t: t.cancelled() or t.exception())  # its error goes to the block
+        try:
+            await _first_of(acquired, holder)
+            before = WRITTEN_UNDER_LOCK.set(written)
+            try:
+                yield
+            finally:
+                WRITTEN_UNDER_LOCK.reset(before)
+        finally:
+            finished.set()
+
+    async def _hold(
+        self, key: tuple[str, ...], acquired: asyncio.Event, finished: asyncio.Event, written: list
+    ) -> None:
         async with self.writes.hold(key), held(self.engine, [key]):
-            yield
+            acquired.set()
+            await finished.wait()
+            for token in written:
+                await until_projected(self.freshness, token)
 
     @asynccontextmanager
     async def embedding(self, text: str) -> AsyncIterator[asyncio.Future]:

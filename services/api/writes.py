@@ -26,7 +26,7 @@ from projections import append_reads, message_reads, peer_reads, session_reads, 
 from projections.append_reads import AppendFacts
 from services.api import auth, idempotency
 from services.api import validation as v
-from services.api.deps import ApiDeps
+from services.api.deps import WRITTEN_UNDER_LOCK, ApiDeps
 from services.api.freshness import answered_in_time, until_projected
 from services.api.guards import (
     check_members,
@@ -38,7 +38,7 @@ from services.api.guards import (
     validate_messages,
 )
 from services.api.locks import held, shielded
-from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
 from services.events import (
     Configuration,
     Event,
@@ -87,10 +87,19 @@ async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> st
     if not events:
         return ""
     token = await ctx.log.append(events)
-    if wait:
-        await ctx.freshness.wait(token)
-    else:
+    written = WRITTEN_UNDER_LOCK.get()
+    if written is not None:
+        written.append(token.encode())  # the lock around it is let go once this is readable
+    if not wait:
         await ctx.backpressure.admit(token)
+        return token.encode()
+    try:
+        await ctx.freshness.wait(token)
+    except Unavailable:
+        raise Unavailable(
+            f"the write is on the log but not readable after {ctx.freshness.timeout_s:g} s (the projector may "
+            "be behind); it stands: read it back once readable rather than sending it again"
+        ) from None
     return token.encode()
 
 

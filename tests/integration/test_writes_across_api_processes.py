@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from peerlog.v1 import configuration_pb2, sessions_pb2, workspaces_pb2
 from projections.db import sync_engine
-from projections.schema import configurations, messages
+from projections.schema import configurations, memberships, messages
 from tests.integration.test_bad_input import quarantined
 from tests.integration.test_idempotent_writes import servers  # noqa: F401 (a fixture)
+from tests.support.rpc import rejected
 
 
 def outcomes(results) -> list[str]:
@@ -57,3 +58,30 @@ async def test_two_creates_of_one_workspace_on_two_servers_keep_the_creators_con
         kept = list(conn.scalars(select(c.configuration).where(c.workspace_id == "w", c.level == "workspace")))
     # the loser's configuration was applied too, and mostly won: it was recorded last
     assert [k["dream_threshold"] for k in kept] == [11 if first.created else 22]
+
+
+async def test_a_member_add_not_yet_readable_keeps_the_sessions_lock_so_a_second_on_another_server_is_refused(
+    settings,
+    servers,  # noqa: F811
+    projector,
+):
+    (_, a), (_, b) = await servers(consistency_wait_s=2.0), await servers()
+    await a.setup_conversation("acme", "s")
+    await a.peer("acme", "carol")
+    add = sessions_pb2.AddMembersRequest(
+        workspace_id="acme", session_id="s", members=[sessions_pb2.MemberSpec(peer_id="carol")]
+    )
+    projector.stop()
+    try:
+        await rejected(a.sessions.AddMembers(add, timeout=30), grpc.StatusCode.UNAVAILABLE, "it stands")
+        second = asyncio.ensure_future(b.sessions.AddMembers(add, timeout=60))
+        await asyncio.sleep(1.0)
+        assert not second.done()  # the session stays locked until the first add is readable
+    finally:
+        projector.start()
+    await rejected(second, grpc.StatusCode.ALREADY_EXISTS, "already members")
+    with sync_engine(settings.database).connect() as conn:
+        joins = conn.scalar(
+            select(func.count()).where(memberships.c.session_id == "s", memberships.c.peer_id == "carol")
+        )
+    assert joins == 1  # carol joined once, not twice
