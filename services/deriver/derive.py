@@ -45,9 +45,16 @@ class BatchOutcome:
 
 class Deriver:
     def __init__(
-        self, settings: DeriverSettings, model: ModelClient, embedder: Embedder, store: DuplicateCandidates, emit
+        self,
+        settings: DeriverSettings,
+        model: ModelClient,
+        embedder: Embedder,
+        store: DuplicateCandidates,
+        emit,
+        reinforce_clients: bool = True,  # False in a re-derivation: see judge()
     ) -> None:
         self.settings, self.model, self.embedder, self.store, self.emit = settings, model, embedder, store, emit
+        self.reinforce_clients = reinforce_clients
         self.near_duplicate = settings.near_duplicate or near_duplicate_similarity(embedder.model_name)
 
     def producer(self, model: str | None = None) -> ProducerInfo:
@@ -118,6 +125,7 @@ class Deriver:
             producer=producer,
             cause=base["causation_id"],
             new_id=new_id,
+            reinforce_clients=self.reinforce_clients,
         )
         done = BatchDerived(
             producer=producer,

@@ -103,8 +103,10 @@ def judge(
     producer: ProducerInfo,
     cause: str | None,
     new_id: Callable[[], str],
+    reinforce_clients: bool = True,
 ) -> Verdicts:
-    """The events for the model's proposed facts of one batch."""
+    """The events for the model's proposed facts of one batch. Without `reinforce_clients` (a re-derivation),
+    a fact a client already wrote is left as it is: the live deriver counts each message once for it."""
     out = Verdicts()
     pool = list(known)
     common = {**pair.fields(), "producer": producer, "causation_id": cause}
@@ -133,7 +135,7 @@ def judge(
         norm = normalise(fact.content)
         kind, match = _match(pool, norm, session, emb, threshold)
         if kind == "exact" or (kind == "near" and len(norm) <= len(match.normalised)):
-            if (match.observation_id, fact.message_id) in evidenced:
+            if (match.observation_id, fact.message_id) in evidenced or (match.client and not reinforce_clients):
                 continue
             evidenced.add((match.observation_id, fact.message_id))
             out.events.append(

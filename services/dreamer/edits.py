@@ -215,14 +215,13 @@ def _add(
     if problems:
         return None, _refuse(d, pending, level, content, premises, problems)
     return ObservationAdded(
-        **_in_store(d),
+        **{**_in_store(d), **extra},
         observation_id=new_id(),
         level=level,
         content=content,
         premise_ids=tuple(dict.fromkeys(premises)),
         embedding=tuple(vector),
         dream_id=d.dream_id,
-        **extra,
     ), None
 
 
@@ -302,7 +301,12 @@ def decide_edit(
             )
         if problems:
             return _refuse(d, pending, Level.DEDUCTIVE, action.content, action.premise_ids, problems)
-        added, refused = _add(d, pending, view, Level.DEDUCTIVE, action.content, action.premise_ids, vector, **model)
+        # what replaces a client's observation lives where it did, in every derivation: in the dream's
+        # alone, a promotion would leave the pair's store without the fact at all
+        wide = {"derivation": PAIR_WIDE} if view[action.outdated_id].derivation == PAIR_WIDE else {}
+        added, refused = _add(
+            d, pending, view, Level.DEDUCTIVE, action.content, action.premise_ids, vector, **model, **wide
+        )
         if refused:
             return refused
         retire = ObservationSuperseded(

@@ -184,6 +184,8 @@ class Rederivation:
             make_embedder(self.settings.embedding),
             self.store,
             self.log.append,
+            # a staged derivation changes no current read: what clients wrote (in every one) stays as it is
+            reinforce_clients=False,
         )
         return self
 

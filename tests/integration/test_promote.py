@@ -11,14 +11,19 @@ from peerlog.v1 import context_pb2, context_pb2_grpc, observations_pb2
 from projections.rebuild import rebuild
 from services.cli.client import Client
 from services.cli.derivations import comparison
+from services.dreamer.edits import Dream, DreamWrites, NamedObservation, UpdateKnowledge, decide_edit
+from services.events import PAIR_WIDE, ProducerInfo
 from services.rederivation.promote import promote
 from services.rederivation.rederive import DerivationScope, rederive
 from tests.integration.test_rederive import current_rows
 from tests.support.extractor import extract_each_turn, with_fact
+from tests.support.model_server import Reply
+from tests.support.observations import append
 from tests.support.wait import eventually, until
 
 V2_MODEL = "other-model"
 v2_facts = with_fact(lambda text: f"v2: {text.lower()}")
+DREAMER = ProducerInfo(component="dreamer", version="0", model="test-model", prompt_version="deduction-v1")
 FILLER = " ".join(["and the garden needs water every single day"] * 6)  # enough tokens to fill a batch
 
 
@@ -136,6 +141,21 @@ async def one_fact_derived(channel, settings, model_server, start_worker):
     return here, c
 
 
+async def promoted_to_v2(here, c: Client) -> list:
+    """Promote alice's own store to v2 and read it once v2 holds her first fact."""
+    moved = await promote(here, "v2", DerivationScope("w", "alice", "alice"), model=V2_MODEL, progress=lambda _: None)
+    return await until(
+        lambda: c.all_observations("w", "alice", "alice", token=moved.consistency_token),
+        lambda got: "v2: i adopted a cat named miso" in contents(got),
+    )
+
+
+async def write_peanuts(c: Client):
+    """A client writes alice's allergy into her own store, under its own id "peanuts"."""
+    new = observations_pb2.NewObservation(content="alice is allergic to peanuts", observation_id="peanuts")
+    return await c.create_observations("w", "alice", "alice", [new])
+
+
 async def test_promoting_back_to_the_original_derivation_catches_it_up(channel, settings, model_server, start_worker):
     here, c = await one_fact_derived(channel, settings, model_server, start_worker)
     pair = DerivationScope("w", "alice", "alice")
@@ -158,18 +178,9 @@ async def test_what_a_client_wrote_stays_in_reads_through_promotions_and_its_del
     channel, settings, model_server, start_worker
 ):
     here, c = await one_fact_derived(channel, settings, model_server, start_worker)
-    await c.create_observations(
-        "w",
-        "alice",
-        "alice",
-        [observations_pb2.NewObservation(content="alice is allergic to peanuts", observation_id="peanuts")],
-    )
+    await write_peanuts(c)
     pair = DerivationScope("w", "alice", "alice")
-    moved = await promote(here, "v2", pair, model=V2_MODEL, progress=lambda _: None)
-    current = await until(
-        lambda: c.all_observations("w", "alice", "alice", token=moved.consistency_token),
-        lambda got: "v2: i adopted a cat named miso" in contents(got),
-    )
+    current = await promoted_to_v2(here, c)
     assert contents(current) == ["alice is allergic to peanuts", "v2: i adopted a cat named miso"]
     assert [(o.observation_id, o.derivation) for o in current][0] == ("peanuts", "*")
     for name in ("original", "v2"):  # named reads show it too: it is no derivation's
@@ -181,7 +192,6 @@ async def test_what_a_client_wrote_stays_in_reads_through_promotions_and_its_del
             workspace_id="w",
             session_id="s",
             observer_id="alice",
-            consistency={"consistency_token": moved.consistency_token},
         )
     )
     assert "alice is allergic to peanuts" in context.representation
@@ -192,3 +202,52 @@ async def test_what_a_client_wrote_stays_in_reads_through_promotions_and_its_del
     assert contents(after) == ["The target said: I adopted a cat named Miso"]  # deleted once, gone from every one
     rebuilt = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings, progress=lambda _: None))
     assert rebuilt.switched and set(rebuilt.differences.values()) == {0}, rebuilt.differences
+
+
+async def test_a_dreams_update_of_a_clients_observation_survives_a_promotion(
+    channel, settings, model_server, start_worker
+):
+    here, c = await one_fact_derived(channel, settings, model_server, start_worker)
+    await write_peanuts(c)
+    cat = next(o for o in await c.all_observations("w", "alice", "alice") if o.observation_id != "peanuts")
+    # the dreamer's own rule, on the current derivation, replaces the client's fact
+    dream = Dream("w", "alice", "alice", "dream-1", DREAMER, "dream-1")
+    known = {
+        "peanuts": NamedObservation("alice", "alice", "explicit", True, "alice is allergic to peanuts", PAIR_WIDE),
+        cat.observation_id: NamedObservation("alice", "alice", "explicit", True, cat.content),
+    }
+    update = UpdateKnowledge(
+        outdated_id="peanuts", content="alice outgrew her peanut allergy", premise_ids=[cat.observation_id]
+    )
+    edit = decide_edit(DreamWrites(), known, update, dream, vector=())
+    assert edit.accepted, edit.reply
+    await c.all_observations("w", "alice", "alice", token=append(settings, edit.events))
+
+    current = await promoted_to_v2(here, c)
+    assert contents(current) == ["alice outgrew her peanut allergy", "v2: i adopted a cat named miso"]
+
+
+async def test_a_staged_rederivation_leaves_a_clients_observation_as_current_reads_show_it(
+    channel, settings, model_server, start_worker
+):
+    model_server.reply_with(
+        lambda request: (
+            with_fact(lambda text: "alice is allergic to peanuts")(request)
+            if request.get("model") == V2_MODEL
+            else Reply(content={"facts": []})
+        )  # the live deriver finds nothing
+    )
+    start_worker("router,deriver")
+    here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await write_peanuts(c)
+    sent = await c.add("w", "s", [("alice", "I am allergic to peanuts")])
+    await until(
+        lambda: c.processing_status("w", token=sent.consistency_token),
+        lambda s: s.counts.done == 1 and s.counts.pending == s.counts.in_flight == 0,
+    )
+    staged = await rederive(here, "v2", DerivationScope("w", "alice", "alice"), model=V2_MODEL, progress=lambda _: None)
+    assert staged.messages == 1
+    now = await c.all_observations("w", "alice", "alice", token=staged.consistency_token)
+    assert [(o.observation_id, o.times_derived, o.source_count) for o in now] == [("peanuts", 1, 0)]

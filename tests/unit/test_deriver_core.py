@@ -113,7 +113,7 @@ def test_windows_respect_the_token_cap_but_always_take_one_message():
     assert len(window) == 1 and rest.pending == ()
 
 
-def verdicts(facts, known=(), texts=("I live in Oslo and I love rust",), emb=None):
+def verdicts(facts, known=(), texts=("I live in Oslo and I love rust",), emb=None, **kw):
     window = next_window(batch(*texts), 1024)[0]
     ids = (f"o{i}" for i in count())
     embeddings = emb or [(1.0, 0.0)] * len(facts)
@@ -129,6 +129,7 @@ def verdicts(facts, known=(), texts=("I live in Oslo and I love rust",), emb=Non
         producer=P,
         cause=None,
         new_id=lambda: next(ids),
+        **kw,
     )
 
 
@@ -163,7 +164,7 @@ def test_exact_duplicates_reinforce_and_fuller_near_duplicates_supersede():
     assert [type(e) for e in out.events] == [ObservationReinforced]
 
 
-def test_a_fuller_near_duplicate_of_a_clients_observation_is_added_beside_it_never_retiring_it():
+def test_a_clients_observation_is_never_retired_for_a_near_duplicate_and_only_the_live_deriver_reinforces_it():
     written = KnownObservation("client", Level.EXPLICIT, "a lives in oslo", "s", (1.0, 0.0), client=True)
     fuller = ExtractedFact(content="a lives in Oslo, Norway", message_id="m0", span="I live in Oslo")
     out = verdicts([fuller], [written], emb=[(0.99, 0.141)])
@@ -171,6 +172,8 @@ def test_a_fuller_near_duplicate_of_a_clients_observation_is_added_beside_it_nev
     same = ExtractedFact(content="A lives in  Oslo", message_id="m0", span="I live in Oslo")
     out = verdicts([same], [written])
     assert [type(e) for e in out.events] == [ObservationReinforced] and out.events[0].observation_id == "client"
+    # a re-derivation leaves it as it is: staged, it changes no current read, and one message counts once
+    assert verdicts([same], [written], reinforce_clients=False).events == []
 
 
 def test_duplicates_within_one_batch_collapse_and_one_message_is_one_piece_of_evidence():

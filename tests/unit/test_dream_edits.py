@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from services.dreamer.edits import (
     AddContradiction,
     AddDeduction,
@@ -16,6 +18,7 @@ from services.dreamer.edits import (
     named_ids,
 )
 from services.events import (
+    PAIR_WIDE,
     ObservationAdded,
     ObservationDeleted,
     ObservationRejected,
@@ -100,6 +103,15 @@ def test_a_knowledge_update_writes_the_new_belief_then_supersedes_the_old_one():
     assert "already superseded" in again.reply
     cite_old = decide_edit(out.pending, KNOWN, AddDeduction(content="z", premise_ids=["oslo"]), D)
     assert "superseded or deleted" in cite_old.reply
+
+
+def test_what_replaces_a_clients_observation_is_in_every_derivation_as_the_observation_was():
+    known = {**KNOWN, "peanuts": NamedObservation("alice", "bob", "explicit", True, "bob is allergic", PAIR_WIDE)}
+    update = UpdateKnowledge(outdated_id="peanuts", content="Bob outgrew the allergy", premise_ids=["bees"])
+    added, superseded = decide_edit(DreamWrites(), known, update, replace(D, derivation="v2")).events
+    assert (added.derivation, superseded.derivation) == (PAIR_WIDE, "v2")  # a promotion keeps the update
+    mine = decide_edit(DreamWrites(), KNOWN, update.model_copy(update={"outdated_id": "oslo"}), D)
+    assert mine.events[0].derivation == ""  # the dream's own derivation's fact: replaced in it
 
 
 def test_a_later_edit_may_cite_an_earlier_one_of_the_same_dream():
