@@ -249,27 +249,27 @@ class MemoryProvider:
             return session
 
     def _session_named(self, session_id: str, user: str) -> str:
-        """`session_id` as the server has it: this chat's earlier session when the first look found one."""
+        """`session_id` as the server has it: this chat's earlier session, once a look found it this chat's.
+        Only a turn's user settles that it has none: the start-up and the prewarm read as the default peer,
+        which is no member of a gateway user's chat. A failed look is made again at the next call."""
         if session_id == self.session_id and self._cleaned:
-            self._moved[session_id] = self.session_id = self._earlier_session(user)
+            earlier = self._earlier_session(user, self._cleaned)
+            if earlier or self._turn_sender is not None or user != self.config.peer_name:
+                self._cleaned = None
+                if earlier:
+                    self._moved[session_id] = self.session_id = earlier
         return self._moved.get(session_id, session_id)
 
-    def _earlier_session(self, user: str) -> str:
-        """This chat's session: the one an earlier provider named by the cleaned key, if `user` is in it and
-        none has today's name yet (its history stays with the chat); else today's, which no other key shares.
-        A chat key that cleans alike but another user's never joins the earlier one."""
-        cleaned, self._cleaned = self._cleaned, None
-        workspace = self.workspace()
+    def _earlier_session(self, user: str, cleaned: str) -> str | None:
+        """The session an earlier version named this chat by, the cleaned key alone, when it is `user`'s chat
+        with the AI: `user` its only current member beside the AI. One that two chats' keys shared (two
+        users in it) is neither's: each starts its own, and no user reads what another told the AI there."""
         try:
-            workspace.session(self.session_id, create=False)
-            return self.session_id
+            earlier = self.workspace().session(cleaned, create=False)
         except NotFound:
-            pass
-        try:
-            earlier = workspace.session(cleaned, create=False)
-        except NotFound:
-            return self.session_id
-        return cleaned if user in {m.peer_id for m in earlier.info.memberships} else self.session_id
+            return None
+        members = {m.peer_id for m in earlier.info.memberships if m.left_at is None} - {self.config.ai_peer}
+        return cleaned if members == {user} else None
 
     def observer_of(self, user: str) -> str:
         """Whose knowledge about `user` the layers and tools read: the AI's when it observes others,
