@@ -207,7 +207,8 @@ class _Run:
         system += prompt_addition(r.instructions)
         if r.response_schema is not None:
             system += "\n\n" + prompt.json_answer_instruction(r.response_schema)
-        user = prompt.user_prompt(r.query, pre.explicit, pre.derived, pre.history)
+        when = prompt.asked_at(datetime.now(UTC), r.zone, r.as_of)
+        user = prompt.user_prompt(r.query, pre.explicit, pre.derived, pre.history, when)
         return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     async def events(self) -> AsyncIterator[ChatEvent]:

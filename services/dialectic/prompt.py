@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from services.toolloop.memory import Row, message_line, observation_line
 from services.toolloop.turns import tool_catalogue
 
-PROMPT_VERSION = "dialectic-2"
+PROMPT_VERSION = "dialectic-3"  # 3: the time the question is asked at, in the asker's zone
 
 SYSTEM = """You answer questions about a peer, using only the memory of what {observer} knows about {target}.
 Memory holds observations (explicit: stated in a message; deductive, inductive: derived from premises;
@@ -64,8 +65,18 @@ def json_answer_instruction(schema: Mapping[str, Any]) -> str:
     return JSON_ANSWER.format(schema=json.dumps(schema, separators=(",", ":")))
 
 
-def user_prompt(query: str, explicit: Sequence[Row], derived: Sequence[Row], history: Sequence[Row]) -> str:
-    """The question with the prefetched evidence (history in time order)."""
+def asked_at(now: datetime, zone: tzinfo, as_of: datetime | None = None) -> str:
+    """When the question is asked, in the asker's zone: without it, "yesterday" or "how long ago" has no
+    anchor. As of a past time, memory's time is that one."""
+    at = (as_of or now).astimezone(zone)
+    what = "Memory as it stood at" if as_of else "Asked at"
+    return f"{what}: {at:%Y-%m-%d %H:%M} ({zone}, {at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)."
+
+
+def user_prompt(
+    query: str, explicit: Sequence[Row], derived: Sequence[Row], history: Sequence[Row], when: str = ""
+) -> str:
+    """The question with the prefetched evidence (history in time order) and `when` it is asked (asked_at)."""
     parts = []
     if explicit:
         parts.append(
@@ -77,4 +88,4 @@ def user_prompt(query: str, explicit: Sequence[Row], derived: Sequence[Row], his
         parts.append("Recent messages of this session:\n" + "\n".join(map(message_line, history)))
     if not parts:
         parts.append("No observations matched the question.")
-    return "\n\n".join([*parts, f"Question: {query}"])
+    return "\n\n".join([*parts, *([when] if when else []), f"Question: {query}"])

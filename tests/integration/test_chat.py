@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import grpc
 import pytest
@@ -144,7 +145,7 @@ async def test_chat_calls_a_tool_and_the_result_reaches_the_model_in_the_next_re
     assert tool_messages(second) and "I moved to Oslo last year" in tool_messages(second)[0]
     assert out.answer == f"Bob lives in Oslo [msg:{memory['oslo']}]" and out.tool_rounds == 1
     assert list(out.cited_message_ids) == [memory["oslo"]] and out.model == "test-model" and not out.abstained
-    assert out.prompt_version == "dialectic-2"
+    assert out.prompt_version == "dialectic-3"
 
 
 async def test_chat_calls_a_display_named_peer_by_its_name_beside_its_id_in_prompt_and_tools(memory, model_server):
@@ -173,6 +174,17 @@ async def test_the_prompt_carries_the_prefetched_observations_with_their_ids(mem
     assert f"[obs:{memory['obs'][1]}]" in user and "Bob lives in Oslo" in user
     assert f"[msg:{memory['oslo']}]" in user  # the session's recent history
     assert "sailing" not in user
+
+
+async def test_the_prompt_says_when_the_question_is_asked_in_the_askers_time_zone(memory, model_server):
+    model_server.script([Reply(content="Oslo"), Reply(content="Oslo")])
+    before = datetime.now(UTC).replace(microsecond=0)
+    await ask(memory["chan"], time_zone="Asia/Tokyo")
+    await ask(memory["chan"], as_of=timestamp_pb2.Timestamp(seconds=int(before.timestamp())))
+    asked, then = (r["messages"][1]["content"] for r in model_server.chat_requests())
+    tokyo = before.astimezone(ZoneInfo("Asia/Tokyo"))
+    assert f"Asked at: {tokyo:%Y-%m-%d} " in asked and f"(Asia/Tokyo, {before:%Y-%m-%d} " in asked
+    assert f"Memory as it stood at: {before:%Y-%m-%d %H:%M} (UTC, {before:%Y-%m-%d %H:%M} UTC)." in then
 
 
 async def test_only_ids_the_agent_was_shown_are_cited(memory, model_server):
