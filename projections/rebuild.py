@@ -309,8 +309,8 @@ def start_build(settings: Settings, resume: str | None = None) -> tuple[str, Eng
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
     schema = resume or build_name(live, stamp)
     engine = sync_engine(settings.database, schema)
+    create_schema(engine, schema)  # a resumed build made by older code is upgraded as the live one was
     if resume is None:
-        create_schema(engine, schema)
         with engine.begin() as conn:
             mark(conn, schema, BUILDING, settings.kafka.topic_prefix)
     drop_deferred(engine, schema)  # a resumed build may have died while it built them

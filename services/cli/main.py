@@ -109,11 +109,13 @@ def _plainly() -> Iterator[None]:
 
     try:
         yield
-    except (ValueError, RunInProgress) as err:
+    except (ValueError, LookupError, RunInProgress) as err:  # LookupError: a topic or partition Kafka lacks
         raise _fail(str(err)) from None
-    except KafkaException as err:
+    except (KafkaException, TimeoutError) as err:
+        said = err.args[0].str() if isinstance(err, KafkaException) and err.args else "no answer in time"
         raise _fail(
-            f"Kafka did not answer ({err.args[0].str()}); check that the broker runs and PEERLOG_KAFKA_BOOTSTRAP_SERVERS"
+            f"Kafka did not answer ({said}); check that the broker runs and PEERLOG_KAFKA_BOOTSTRAP_SERVERS"
+            + (", and the topic and partition" if "PARTITION" in said.upper() else "")
         ) from None
     except DATABASE_AWAY as err:
         if database_away(err):
@@ -142,8 +144,9 @@ def audit(
             _address(settings, address), workspace, observation_id, settings.auth.token.get_secret_value()
         )
     except grpc.RpcError as err:
-        typer.echo(f"{err.code().name}: {err.details()}", err=True)
-        raise typer.Exit(1) from None
+        code, at = err.code().name, _address(settings, address)
+        hint = "check the observation id and -w" if code == "NOT_FOUND" else _rpc_hint(code)
+        raise _fail(f"{code}: {err.details()} (the API at {at}); {hint}") from None
     Console().print(view)
 
 
@@ -156,6 +159,19 @@ def _pair_option(pair: str) -> tuple[str, str]:
     if pair and not (sep and observer and observed):
         raise typer.BadParameter("--pair takes OBSERVER/OBSERVED")
     return observer, observed
+
+
+def _parked(reports) -> None:
+    """Exit status 1 when a run left messages dead-lettered: it did part of its work (it carries on from
+    there when run again, once the model answers)."""
+    parked = sum(r.parked for r in reports)
+    if parked:
+        typer.echo(
+            f"error: {parked} messages were parked (the model kept failing on their batches; GetProcessingStatus "
+            "lists them): fix the model (--model) and run this again",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def _run_derivation(settings: Settings, scope, start: Callable[[], Awaitable[T]]) -> T:
@@ -191,6 +207,7 @@ def rederive(
         f"{report.name}: {report.pairs} pairs, {report.messages} messages, {report.batches} batches, "
         f"{report.events} events, {report.skipped} messages already there"
     )
+    _parked([report])
 
 
 @app.command()
@@ -273,6 +290,7 @@ def derivations_promote(
         f"{report.batches} batches, {report.skipped} already there or left to the live deriver; "
         f"consistency token {report.consistency_token}"
     )
+    _parked([report])
 
 
 @derivations.command("retry")
@@ -289,7 +307,8 @@ def derivations_retry(
 
     observer, observed = _pair_option(pair)
     settings, scope = Settings(), DerivationScope(workspace, observer, observed)
-    for report in _run_derivation(settings, scope, lambda: retry(settings, scope, model)):
+    reports = _run_derivation(settings, scope, lambda: retry(settings, scope, model))
+    for report in reports:
         typer.echo(
             f"{report.name}: {report.messages} messages derived in {report.batches} batches over "
             f"{report.pairs} pairs; consistency token {report.consistency_token}"
@@ -301,6 +320,7 @@ def derivations_retry(
             f"summaries: {len(summaries.sessions)} sessions asked to try again; "
             f"consistency token {summaries.consistency_token}"
         )
+    _parked(reports)
 
 
 @derivations.command("compare")
@@ -322,11 +342,12 @@ def derivations_compare(
     observer, observed = _pair_option(pair)
     at, token = _address(settings, address), settings.auth.token.get_secret_value()
     try:
-        if not _holds_observations(at, token, workspace, observer, observed, name):
-            raise _fail(
-                f"derivation {name!r} holds no observations of ({observer}, {observed}) in workspace "
-                f"{workspace!r}; check --name and --pair (`peerlog rederive` makes one)"
-            )
+        for option, named in (("--name", name), ("--base", base)):
+            if named and not _holds_observations(at, token, workspace, observer, observed, named):
+                raise _fail(
+                    f"derivation {named!r} holds no observations of ({observer}, {observed}) in workspace "
+                    f"{workspace!r}; check {option} and --pair (`peerlog rederive` makes one)"
+                )
         table = comparison(at, workspace, observer, observed, name, base, token)
     except grpc.RpcError as err:
         raise _fail(f"{err.code().name}: {err.details()} (the API at {at}); {_rpc_hint(err.code().name)}") from None
@@ -343,16 +364,32 @@ def _rpc_hint(code: str) -> str:
 
 
 def _holds_observations(address: str, token: str, workspace: str, observer: str, observed: str, name: str) -> bool:
-    """Whether derivation `name` has any observation of the pair (the API lists a name it never saw as empty)."""
+    """Whether derivation `name` has any observation of the pair of its own: the API lists a name it never
+    saw with what clients wrote alone (derivation "*", in every derivation)."""
     from peerlog.v1 import observations_pb2
     from services.api.channels import channel
     from services.cli.client import Client
+    from services.events import stored_derivation
 
-    request = observations_pb2.ListObservationsRequest(
-        workspace_id=workspace, observer_id=observer, observed_id=observed, derivation=name, page={"page_size": 1}
-    )
+    page_token = ""
     with channel(address, token) as chan:
-        return bool(Client(chan).observations.ListObservations(request).observations)
+        while True:
+            listed = Client(chan).observations.ListObservations(
+                observations_pb2.ListObservationsRequest(
+                    workspace_id=workspace,
+                    observer_id=observer,
+                    observed_id=observed,
+                    derivation=name,
+                    include_superseded=True,
+                    include_deleted=True,
+                    page={"page_size": 100, "page_token": page_token},
+                )
+            )
+            if any(o.derivation == stored_derivation(name) for o in listed.observations):
+                return True
+            page_token = listed.next_page_token
+            if not page_token:
+                return False
 
 
 @projector.command("run")
@@ -378,7 +415,9 @@ def topics_create() -> None:
     """Create every peerlog topic that is missing (safe to repeat)."""
     from services.bus.admin import create_topics
 
-    for name, outcome in create_topics(Settings().kafka).items():
+    with _plainly():
+        created = create_topics(Settings().kafka)
+    for name, outcome in created.items():
         typer.echo(f"{name}: {outcome}")
 
 
@@ -399,10 +438,11 @@ def topics_abort_open(
 
     kafka = Settings().kafka
     age = kafka.transaction_timeout_ms / 1000 + 30 if min_age_s is None else min_age_s
-    if partition is None:
-        outcomes = abort_open_anywhere(kafka, topic, age) or [Outcome(True, f"no transaction is open on {topic}")]
-    else:
-        outcomes = [abort_open(kafka, topic, partition, age)]
+    with _plainly():
+        if partition is None:
+            outcomes = abort_open_anywhere(kafka, topic, age) or [Outcome(True, f"no transaction is open on {topic}")]
+        else:
+            outcomes = [abort_open(kafka, topic, partition, age)]
     for outcome in outcomes:
         typer.echo(outcome.message)
     if not all(o.ok for o in outcomes):

@@ -19,6 +19,10 @@ from services.rederivation.rederive import NAME, DerivationScope, Rederivation, 
 PRODUCER = ProducerInfo(component="promote", version="0.1.0")
 
 
+class PromotionRefused(ValueError):
+    """The catch-up left messages underived: the promotion was not appended."""
+
+
 def check_promotable(name: str) -> None:
     if name != ORIGINAL and not NAME.match(name):
         raise ValueError(f"derivation name {name!r} must match {NAME.pattern} or be {ORIGINAL!r}")
@@ -42,6 +46,12 @@ async def promote(
     check_promotable(name)
     async with exclusive(settings, scope.workspace_id), Rederivation(settings, name, model, progress) as run:
         await run.catch_up(scope, f"promote:{name}")  # the bulk, before reads switch over
+        if run.parked:  # reads would switch to a derivation without those messages' facts
+            raise PromotionRefused(
+                f"{len(run.parked)} messages could not be derived into {name!r} (the model kept failing; "
+                "GetProcessingStatus lists them as dead-lettered): nothing was promoted. Fix the model (--model) "
+                "and run the promote again; it carries on where this one stopped"
+            )
         keys = {f"{scope.workspace_id}/{scope.observer_id}/{scope.observed_id}"} if scope.observer_id else run.pairs
         promoted = promotions(keys, run.label, reason)
         if promoted:

@@ -68,6 +68,7 @@ class Report:
     events: int
     consistency_token: str  # pass to a read to see the whole derivation
     skipped: int = 0  # messages the derivation already had, or that the live deriver writes into it
+    parked: int = 0  # messages whose batch the model kept failing on: dead-lettered, not derived
 
 
 async def check_scope(settings, scope: DerivationScope) -> None:
@@ -166,10 +167,21 @@ async def rederive(
 class Rederivation:
     """One run deriving into derivation `name`: its deriver and log, its counts and consistency token."""
 
-    def __init__(self, settings, name: str, model: str = "", progress: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        settings,
+        name: str,
+        model: str = "",
+        progress: Callable[[str], None] = print,
+        reinforce_clients: bool = False,
+    ) -> None:
         self.settings, self.label, self.model, self.progress = settings, stored_derivation(name), model, progress
+        # a staged derivation changes no current read: what clients wrote (in every one) stays as it is; a
+        # retry derives into the current one what no deriver counted, as the live deriver would
+        self.reinforce_clients = reinforce_clients
         self.pairs: set[str] = set()
         self.batches = self.messages = self.events = self.perceived = 0
+        self.parked: set[str] = set()  # message ids this run dead-lettered: not tried again in a later pass
         self.written = ConsistencyToken.of([])
 
     async def __aenter__(self) -> Rederivation:
@@ -184,8 +196,7 @@ class Rederivation:
             make_embedder(self.settings.embedding),
             self.store,
             self.log.append,
-            # a staged derivation changes no current read: what clients wrote (in every one) stays as it is
-            reinforce_clients=False,
+            self.reinforce_clients,
         )
         return self
 
@@ -210,9 +221,14 @@ class Rederivation:
         self.pairs |= set(history)
         self.perceived = sum(isinstance(e, MessagePerceived) for seen in history.values() for e in seen)
         for key, seen in history.items():
-            todo = missing(seen, self.label, *logs.of(self.label, key))
+            todo = [e for e in missing(seen, self.label, *logs.of(self.label, key)) if e.message_id not in self.parked]
+            parked = len(self.parked)
             await self._derive(Pair(**pair_of(key), derivation=self.label), todo, cause)
-            self.progress(f"{key}: {len(todo)} messages derived into {self.label or ORIGINAL!r}")
+            parked = len(self.parked) - parked
+            self.progress(
+                f"{key}: {len(todo) - parked} messages derived into {self.label or ORIGINAL!r}"
+                + (f", {parked} parked (the model kept failing: GetProcessingStatus lists them)" if parked else "")
+            )
 
     async def _derive(self, pair: Pair, todo: Sequence[MessagePerceived], cause: str) -> None:
         state, recent = Batching(), []
@@ -223,12 +239,15 @@ class Rederivation:
             outcome = await self.deriver.derive(pair, window, recent, cause)
             recent = outcome.recent
             await self.append(outcome.events)
-            self.batches, self.messages = self.batches + 1, self.messages + len(window)
             self.events += len(outcome.events)
+            if any(isinstance(e, DerivationDeadLettered) for e in outcome.events):
+                self.parked |= {m.message_id for m in window}
+            else:
+                self.batches, self.messages = self.batches + 1, self.messages + len(window)
 
     def report(self) -> Report:
-        # what this run did not derive: the derivation had it already, or the live deriver writes it
-        skipped = self.perceived - self.messages
+        # what this run did not try: the derivation had it already, or the live deriver writes it
+        skipped = self.perceived - self.messages - len(self.parked)
         return Report(
             self.label or ORIGINAL,
             len(self.pairs),
@@ -237,4 +256,5 @@ class Rederivation:
             self.events,
             self.written.encode(),
             skipped,
+            len(self.parked),
         )

@@ -32,7 +32,8 @@ async def retry(
     async with exclusive(settings, scope.workspace_id):
         history, logs = perceived(settings, scope), finished(settings, scope)  # read once for every group
         for label, pairs in sorted(by_current_label(history).items()):
-            async with Rederivation(settings, label or ORIGINAL, model, progress) as run:
+            # into the current derivation, messages no deriver counted: evidence for a client's fact too
+            async with Rederivation(settings, label or ORIGINAL, model, progress, reinforce_clients=True) as run:
                 await run.catch_up(scope, "retry", pairs, logs)
             reports.append(run.report())
     return reports

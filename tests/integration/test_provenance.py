@@ -353,7 +353,9 @@ async def test_peerlog_audit_prints_the_premise_tree_down_to_spans_and_the_histo
         ["audit", "nope", "-w", "w", "--address", channel.address],
         env={"PEERLOG_AUTH_TOKEN": channel.token},
     )
-    assert missing.exit_code == 1 and "NOT_FOUND" in missing.output
+    assert (
+        missing.exit_code == 2 and "error: NOT_FOUND" in missing.output and "check the observation id" in missing.output
+    )
     refused = await asyncio.to_thread(
         CliRunner().invoke,
         app,
