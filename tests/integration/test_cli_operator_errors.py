@@ -20,6 +20,9 @@ from services.bus.topics import PERCEIVED
 from services.cli.client import Client
 from services.cli.main import app
 from services.events import DerivationPromoted
+from tests.integration.test_rederive import current_rows
+from tests.support.extractor import extract_each_turn
+from tests.support.model_server import Reply
 from tests.support.processes import settings_env
 from tests.support.wait import eventually
 
@@ -69,6 +72,8 @@ async def test_a_workspace_peer_or_derivation_that_does_not_exist_is_refused_in_
     assert promotions(settings) == []  # a promotion is permanent: none was appended
 
     compare = ["derivations", "compare", "--pair", "alice/bob", "--address", channel.address]
+    written = await Client(channel).create_observations("w", "alice", "bob", ["bob likes tea"])  # in every one
+    await Client(channel).all_observations("w", "alice", "bob", written.consistency_token)
     line = await refusal(env, *compare, "--name", "nosuch", "-w", "w")
     assert "derivation 'nosuch' holds no observations of (alice, bob)" in line, line
     line = await refusal(env, *compare, "--name", "v2", "-w", "nosuch")
@@ -134,3 +139,33 @@ async def test_keys_create_with_an_expiry_no_clock_holds_says_so_in_one_line(set
     # timedelta's OverflowError was a traceback
     line = await refusal(settings_env(settings), "keys", "create", "-w", "acme", "--expires", "2000000000d")
     assert "longer than 36500d (100 years)" in line
+
+
+async def test_a_promote_whose_catch_up_the_model_keeps_failing_switches_nothing_and_rederive_says_parked(
+    channel, settings, model_server, start_worker
+):
+    model_server.reply_with(
+        lambda request: (
+            Reply(content="not JSON at all") if request.get("model") == "broken" else extract_each_turn(request)
+        )
+    )
+    start_worker("router,deriver")
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await c.add("w", "s", [("alice", "I adopted a cat named Miso")])
+    eventually(lambda: len(current_rows(settings)) == 1, 60)
+    env = {**settings_env(settings), "PEERLOG_LLM_BASE_URL": model_server.base_url, "PEERLOG_LLM_MAX_RETRIES": "0"}
+    promote = ["derivations", "promote", "v2", "-w", "w", "--pair", "alice/alice", "--model", "broken"]
+    refused = await asyncio.to_thread(CliRunner().invoke, app, promote, env=env)
+    [line] = [x for x in refused.output.splitlines() if x.startswith("error: ")]  # beside the catch-up's progress
+    assert refused.exit_code == 2 and line.startswith("error: 1 messages could not be derived into 'v2'"), line
+    assert "nothing was promoted" in line, line
+    assert promotions(settings) == []  # reads stay on the original derivation
+    assert [o.content for o in await c.all_observations("w", "alice", "alice")] == [
+        "The target said: I adopted a cat named Miso"
+    ]
+    result = await asyncio.to_thread(
+        CliRunner().invoke, app, ["rederive", "--name", "v3", "-w", "w", "--model", "broken"], env=env
+    )
+    assert result.exit_code == 1, result.output
+    assert "0 messages derived into 'v3', 1 parked" in result.output and "1 messages were parked" in result.output
