@@ -4,6 +4,7 @@ Chat's tool loop and who we are."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -17,25 +18,41 @@ from services.api.freshness import Freshness, until_projected
 from services.api.locks import KeyedLocks, held
 from services.bus.producer import EventLog
 from services.dialectic.loop import Dialectic
+from services.errors import Unavailable
 from services.events import Configuration, ProducerInfo
 from services.llm.embeddings import Embedder
 from services.llm.rerank import Reranker
 from services.settings import Settings
 
 API_PRODUCER = ProducerInfo(component="api", version="0.1.0")
-# the consistency tokens a block under `ApiDeps.exclusive` appended (writes.commit notes them there)
-WRITTEN_UNDER_LOCK: ContextVar[list[str] | None] = ContextVar("written_under_lock", default=None)
+# the appends (tasks, each ending in its consistency token) a block under `ApiDeps.exclusive` began:
+# writes.commit notes them there
+WRITTEN_UNDER_LOCK: ContextVar[list[asyncio.Future] | None] = ContextVar("written_under_lock", default=None)
+log = logging.getLogger(__name__)
 
 
-async def _first_of(acquired: asyncio.Event, holder: asyncio.Future) -> None:
-    """Return once `acquired` is set; raise the holder's error if it ends first (the database is away)."""
+async def _first_of(acquired: asyncio.Event, holder: asyncio.Future, timeout_s: float, key: tuple[str, ...]) -> None:
+    """Return once `acquired` is set; raise the holder's error if it ends first (the database is away), and
+    UNAVAILABLE after `timeout_s`: the key is held by a write not yet readable, or every holder's slot is."""
     waiting = asyncio.ensure_future(acquired.wait())
     try:
-        await asyncio.wait({waiting, holder}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({waiting, holder}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     finally:
         waiting.cancel()
-    if not acquired.is_set():
+    if acquired.is_set():
+        return
+    if holder.done():
         holder.result()
+    raise Unavailable(
+        f"{key[0]} {key[-1]!r} is held by another write that is not readable yet (the projector may be behind); "
+        "nothing was written: send it again"
+    )
+
+
+def _logged(holder: asyncio.Future) -> None:
+    """A holder that ended in an error let its lock go early: say so (its block heard of it if it waited)."""
+    if not holder.cancelled() and holder.exception() is not None:
+        log.warning("the lock of a control-plane write ended in an error: %r", holder.exception())
 
 
 @dataclass(frozen=True)
@@ -69,9 +86,9 @@ class ApiDeps:
         still see the write. Let go at once, a second clone into one id copied the source again."""
         acquired, finished, written = asyncio.Event(), asyncio.Event(), []
         holder = asyncio.ensure_future(self._hold(key, acquired, finished, written))
-        holder.add_done_callback(lambda t: t.cancelled() or t.exception())  # its error goes to the block
+        holder.add_done_callback(_logged)
         try:
-            await _first_of(acquired, holder)
+            await _first_of(acquired, holder, self.freshness.timeout_s, key)
             before = WRITTEN_UNDER_LOCK.set(written)
             try:
                 yield
@@ -84,10 +101,16 @@ class ApiDeps:
         self, key: tuple[str, ...], acquired: asyncio.Event, finished: asyncio.Event, written: list
     ) -> None:
         async with self.writes.hold(key), held(self.engine, [key]):
+            if finished.is_set():  # its caller gave up waiting for it
+                return
             acquired.set()
             await finished.wait()
-            for token in written:
-                await until_projected(self.freshness, token)
+            for appending in written:
+                try:
+                    token = await appending
+                except Exception:  # noqa: BLE001 - not appended, or its outcome is unknown (AppendUnresolved)
+                    continue
+                await until_projected(self.freshness, token.encode())
 
     @asynccontextmanager
     async def embedding(self, text: str) -> AsyncIterator[asyncio.Future]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Coroutine
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
+from services.api.locks import shielded, started
 from services.api.projected import ProjectedPositions
-from services.bus.consistency import ConsistencyToken
+from services.bus.consistency import ConsistencyToken, InvalidConsistencyToken
 from services.bus.log_ends import LogEnds
 from services.errors import Unavailable
 
@@ -43,27 +46,72 @@ class Freshness:
             )
 
 
+RETRY_S = 0.1  # between two waits of a lock holder for the projector, after one ended in an error
+
+
 async def until_projected(freshness: Freshness, token: str) -> None:
     """Wait, however long, until `token` is projected: a lock held over a write is let go only once a
-    later holder's check can see what it wrote."""
+    later holder's check can see what it wrote. Any failure of a wait (the projector behind, a pool
+    timeout, a dropped connection) is waited out; given up, the lock let a second write of the entity in."""
     while True:
         try:
             return await freshness.wait(token)
-        except Unavailable:
-            log.warning("a write holding a lock waits for the projector; the lock stays held meanwhile")
+        except InvalidConsistencyToken:
+            raise
+        except Exception as exc:  # noqa: BLE001 - see above: only a token that can never be projected ends it
+            log.warning("a write holding a lock waits for the projector (%s); the lock stays held meanwhile", exc)
+            await asyncio.sleep(RETRY_S)  # and the event loop turns, even when a wait fails at once
 
 
-async def answered_in_time(freshness: Freshness, held: Awaitable[T], what: str, then: str, keyed: bool = False) -> T:
-    """The result of `held` (a write under a lock, shielded: it runs to its end whatever the caller does),
-    if it comes within the consistency wait; else UNAVAILABLE saying `what` is late and what to do `then`,
-    while `held` goes on. `keyed`: under an idempotency key, whose wait (idempotency.once) bounds it
-    already, and holds the key for as long as `held` runs."""
+@dataclass
+class Attempt:
+    """A write answered in time or not (answered_in_time): whether its append began, and whether its caller
+    was told first that nothing was written (then it must not begin)."""
+
+    appended: bool = False
+    abandoned: bool = False
+
+
+ATTEMPT: ContextVar[Attempt | None] = ContextVar("attempt", default=None)
+
+
+def begin_append() -> None:
+    """Mark the write of this task as appending (writes.commit calls it right before the append); refused
+    when its caller has already been told that nothing was written."""
+    attempt = ATTEMPT.get()
+    if attempt is None:
+        return
+    if attempt.abandoned:
+        raise Unavailable("its caller was told nothing was written, so it is not appended now")
+    attempt.appended = True
+
+
+async def answered_in_time(
+    freshness: Freshness, work: Coroutine[Any, Any, T], what: str, then: str, keyed: bool = False
+) -> T:
+    """The result of `work` (a write under a lock, shielded: it runs to its end whatever the caller does),
+    if it comes within the consistency wait; else UNAVAILABLE: when its append began, saying `what` is on
+    the log and what to do `then`, while `work` goes on; when not (it still waits for the lock another
+    write of its ids holds), saying nothing was written, and `work` then appends nothing. `keyed`: under
+    an idempotency key, whose wait (idempotency.once) bounds it already."""
     if keyed:
-        return await held
+        return await shielded(work)
+    attempt = Attempt()
+    before = ATTEMPT.set(attempt)
     try:
-        return await asyncio.wait_for(held, freshness.timeout_s)
+        held = started(work)  # its task's context is a copy of this one: with the attempt
+    finally:
+        ATTEMPT.reset(before)
+    try:
+        return await asyncio.wait_for(asyncio.shield(held), freshness.timeout_s)
     except TimeoutError:
+        if attempt.appended:
+            raise Unavailable(
+                f"{what} is on the log but not readable after {freshness.timeout_s:g} s (the projector may be "
+                f"behind); {then}"
+            ) from None
+        attempt.abandoned = True
         raise Unavailable(
-            f"{what} is on the log but not readable after {freshness.timeout_s:g} s (the projector may be "
-            f"behind); {then}"
+            f"{what} was not written: after {freshness.timeout_s:g} s it still waited for another write of the "
+            "same ids or key, not yet readable (the projector may be behind); send it again"
         ) from None

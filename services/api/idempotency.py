@@ -46,7 +46,7 @@ from projections.idempotency import first_request
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.freshness import answered_in_time, until_projected
-from services.api.locks import advisory, advisory_key, shielded
+from services.api.locks import advisory, advisory_key
 from services.errors import FailedPrecondition
 from services.events import new_id
 from services.events.requests import KeyedRequest
@@ -96,7 +96,7 @@ async def once(ctx: ApiDeps, k: Keyed | None, write: Callable[[KeyedRequest | No
         return found
     return await answered_in_time(
         ctx.freshness,
-        shielded(_locked(ctx, k, write)),
+        _locked(ctx, k, write),
         f"the write under idempotency key {k.key!r}",
         "retry with the same key to get its reply",
     )

@@ -74,9 +74,15 @@ async def held(engine: AsyncEngine, keys: Sequence[tuple[str, ...]]) -> AsyncIte
         yield
 
 
+def started(work: Awaitable[T]) -> asyncio.Future[T]:
+    """`work` running as a task of its own (with a copy of the caller's context), whose error nobody
+    awaiting it is no fault: the caller may be gone."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return task
+
+
 async def shielded(work: Awaitable[T]) -> T:
     """`work`'s result, run to its end even when the caller gives up (a deadline, a cancel): a write that
     holds a lock must not free it before its append is readable."""
-    task = asyncio.ensure_future(work)
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # the caller may be gone
-    return await asyncio.shield(task)
+    return await asyncio.shield(started(work))

@@ -12,7 +12,7 @@ from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.freshness import answered_in_time, until_projected
 from services.api.guards import require_peers, require_scope
-from services.api.locks import held, shielded
+from services.api.locks import held
 from services.api.observation_reads import get_observation
 from services.api.writes import commit
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -167,7 +167,7 @@ async def _append_observations(
     chosen = sorted({o.observation_id for o in new if o.observation_id})
     if not chosen:
         return await _append_new(ctx, pair, new, vectors, set(), request)
-    claim = shielded(_claimed_append(ctx, pair, new, vectors, request, chosen))
+    claim = _claimed_append(ctx, pair, new, vectors, request, chosen)
     return await answered_in_time(
         ctx.freshness,
         claim,

@@ -19,7 +19,7 @@ class ApiSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(50051, ge=0, le=65535, description="port the API listens on (0: any free one)")
     consistency_wait_s: float = Field(
-        10.0, description="longest a read waits for the projections to reach a consistency token"
+        10.0, gt=0, description="longest a read waits for the projections to reach a consistency token"
     )
     write_backlog_records: int = Field(
         1_000,

@@ -15,6 +15,7 @@ is ignored (projections/handlers.py, and the router does the same).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ from projections.append_reads import AppendFacts
 from services.api import auth, idempotency
 from services.api import validation as v
 from services.api.deps import WRITTEN_UNDER_LOCK, ApiDeps
-from services.api.freshness import answered_in_time, until_projected
+from services.api.freshness import answered_in_time, begin_append, until_projected
 from services.api.guards import (
     check_members,
     check_peer_ids,
@@ -37,7 +38,7 @@ from services.api.guards import (
     require_workspace,
     validate_messages,
 )
-from services.api.locks import held, shielded
+from services.api.locks import held, started
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
 from services.events import (
     Configuration,
@@ -86,10 +87,16 @@ async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> st
     projector is close behind them (services/api/backpressure.py)."""
     if not events:
         return ""
-    token = await ctx.log.append(events)
+    begin_append()  # a caller told nothing was written (answered_in_time) is not written to later
     written = WRITTEN_UNDER_LOCK.get()
-    if written is not None:
-        written.append(token.encode())  # the lock around it is let go once this is readable
+    if written is None:
+        token = await ctx.log.append(events)
+    else:
+        # the lock around it waits for this append however the caller ends: cancelled (a deadline) once
+        # the append began, the write still lands
+        appending = started(ctx.log.append(events))
+        written.append(appending)
+        token = await asyncio.shield(appending)
     if not wait:
         await ctx.backpressure.admit(token)
         return token.encode()
@@ -103,14 +110,21 @@ async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> st
     return token.encode()
 
 
+async def _workspace_now(ctx: ApiDeps, workspace_id: str) -> RowMapping | None:
+    async with ctx.engine.connect() as conn:
+        return await workspace_reads.workspace(conn, workspace_id)
+
+
 async def get_or_create_workspace(
     ctx: ApiDeps, workspace_id: str, metadata: dict, configuration: Configuration | None = None
 ) -> Written:
     v.check_id("workspace_id", workspace_id)
     v.check_metadata("metadata", metadata)
+    row = await _workspace_now(ctx, workspace_id)
+    if row is not None:  # a get needs no lock: none waits on a create behind the projector
+        return Written(row, False, "")
     async with ctx.exclusive("workspace", workspace_id):
-        async with ctx.engine.connect() as conn:
-            row = await workspace_reads.workspace(conn, workspace_id)
+        row = await _workspace_now(ctx, workspace_id)
         if row is not None:
             return Written(row, False, "")
         event = WorkspaceCreated(workspace_id=workspace_id, metadata=metadata, producer=ctx.producer)
@@ -131,6 +145,10 @@ async def get_or_create_peer(
     v.check_metadata("metadata", metadata)
     v.check_peer_name("metadata", metadata)
     await require_workspace(ctx, workspace_id)
+    async with ctx.engine.connect() as conn:  # a get that changes nothing needs no lock
+        before = await peer_reads.peer(conn, workspace_id, peer_id)
+    if before is not None and observe_me in (None, before["observe_me"]):
+        return Written(before, False, "")
     async with ctx.exclusive("peer", workspace_id, peer_id):
         async with ctx.engine.connect() as conn:
             before = await peer_reads.peer(conn, workspace_id, peer_id)
@@ -191,6 +209,13 @@ def _joins(ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[M
     ]
 
 
+async def _session_now(ctx: ApiDeps, workspace_id: str, session_id: str) -> tuple[RowMapping | None, set[str]]:
+    """The session's row as projected (None: none) and its current members."""
+    async with ctx.engine.connect() as conn:
+        row = await session_reads.session(conn, workspace_id, session_id)
+        return row, (await session_reads.current_members(conn, workspace_id, session_id) if row else set())
+
+
 async def get_or_create_session(
     ctx: ApiDeps,
     workspace_id: str,
@@ -203,10 +228,11 @@ async def get_or_create_session(
     v.check_metadata("metadata", metadata)
     await require_workspace(ctx, workspace_id)
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
+    row, current = await _session_now(ctx, workspace_id, session_id)
+    if row is not None and all(m.peer_id in current for m in members):  # a get that changes nothing: no lock
+        return Written(await require_session(ctx, workspace_id, session_id), False, "")
     async with ctx.exclusive("session", workspace_id, session_id):
-        async with ctx.engine.connect() as conn:
-            row = await session_reads.session(conn, workspace_id, session_id)
-            current = await session_reads.current_members(conn, workspace_id, session_id) if row else set()
+        row, current = await _session_now(ctx, workspace_id, session_id)
         events: list[Event] = []
         if row is None:
             events.append(
@@ -303,7 +329,7 @@ async def _append_messages(
         async with ctx.engine.connect() as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
         return await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request, wait=False)
-    claim = shielded(_claimed_append(ctx, workspace_id, session_id, new, request, chosen))
+    claim = _claimed_append(ctx, workspace_id, session_id, new, request, chosen)
     return await answered_in_time(
         ctx.freshness,
         claim,

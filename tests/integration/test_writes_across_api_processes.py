@@ -4,16 +4,18 @@ checks the projection, then appends, is one at a time per entity across them."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import grpc
 from sqlalchemy import func, select
 
-from peerlog.v1 import configuration_pb2, sessions_pb2, workspaces_pb2
+from peerlog.v1 import configuration_pb2, messages_pb2, sessions_pb2, workspaces_pb2
 from projections.db import sync_engine
 from projections.schema import configurations, memberships, messages
 from tests.integration.test_bad_input import quarantined
 from tests.integration.test_idempotent_writes import servers  # noqa: F401 (a fixture)
 from tests.support.rpc import rejected
+from tests.support.wait import until
 
 
 def outcomes(results) -> list[str]:
@@ -85,3 +87,56 @@ async def test_a_member_add_not_yet_readable_keeps_the_sessions_lock_so_a_second
             select(func.count()).where(memberships.c.session_id == "s", memberships.c.peer_id == "carol")
         )
     assert joins == 1  # carol joined once, not twice
+
+
+async def test_a_clone_whose_caller_gives_up_mid_append_still_holds_its_id_so_a_second_is_refused(
+    settings,
+    servers,  # noqa: F811
+    projector,
+):
+    (a_server, a), (_, b) = await servers(consistency_wait_s=2.0), await servers(consistency_wait_s=2.0)
+    await a.setup_conversation("acme", "src")
+    await a.list_messages("acme", "src", (await a.add("acme", "src", [("alice", "one")])).consistency_token)
+    clone = sessions_pb2.CloneSessionRequest(workspace_id="acme", session_id="src", new_session_id="copy")
+    commit = a_server.ctx.log._commit
+
+    def slow_broker(producer):  # the client's deadline falls inside the commit, which then goes through
+        time.sleep(1.0)
+        return commit(producer)
+
+    a_server.ctx.log._commit = slow_broker
+    projector.stop()
+    try:
+        await rejected(a.sessions.CloneSession(clone, timeout=0.5), grpc.StatusCode.DEADLINE_EXCEEDED)
+        await asyncio.sleep(1.0)  # the first clone is on the log by now, not readable
+        await rejected(b.sessions.CloneSession(clone, timeout=30), grpc.StatusCode.UNAVAILABLE, "nothing was written")
+    finally:
+        projector.start()
+    await rejected(b.sessions.CloneSession(clone, timeout=30), grpc.StatusCode.ALREADY_EXISTS)
+    assert [m.content for m in await a.all_messages("acme", "copy")] == ["one"]  # copied once
+
+
+async def test_a_second_write_of_a_message_id_still_held_is_told_it_was_not_written_and_never_lands(
+    settings,
+    servers,  # noqa: F811
+    projector,
+):
+    (_, a), (_, b) = await servers(consistency_wait_s=2.0), await servers(consistency_wait_s=2.0)
+    await a.setup_conversation("acme", "s", peers=("alice",))
+
+    def add(content: str) -> messages_pb2.AddMessagesRequest:
+        new = messages_pb2.NewMessage(peer_id="alice", content=content, message_id="m-1")
+        return messages_pb2.AddMessagesRequest(workspace_id="acme", session_id="s", messages=[new])
+
+    projector.stop()
+    try:
+        first = asyncio.ensure_future(a.messages.AddMessages(add("first"), timeout=30))
+        await asyncio.sleep(0.5)
+        await rejected(b.messages.AddMessages(add("second"), timeout=30), grpc.StatusCode.UNAVAILABLE, "not written")
+        await rejected(first, grpc.StatusCode.UNAVAILABLE, "is on the log", "it stands")
+    finally:
+        projector.start()
+    listed = await until(lambda: a.list_messages("acme", "s"), lambda got: len(got.messages) == 1)
+    assert [m.content for m in listed.messages] == ["first"]
+    await asyncio.sleep(1.0)  # the second, given up, appends nothing later
+    assert [m.content for m in (await a.list_messages("acme", "s")).messages] == ["first"]
