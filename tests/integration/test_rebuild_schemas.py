@@ -4,6 +4,7 @@ commands that list and drop those schemas."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -18,8 +19,11 @@ from psycopg.errors import QueryCanceled
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
+from peerlog.v1 import observations_pb2
+from projections.db import sync_engine
 from projections.rebuild import Replayer, rebuild, recorded_offsets, start_build
 from projections.rebuild_schemas import RebuildInProgress, mark_of, one_rebuild, side_schemas
+from services.cli.client import Client
 from tests.integration.test_rebuild import projected_session, row_count
 from tests.support.processes import settings_env
 from tests.support.tcp_proxy import database_behind_proxy
@@ -221,3 +225,36 @@ def test_a_rebuild_whose_statements_time_out_stops_at_once_instead_of_waiting_fo
     finally:
         stop.set()
     assert isinstance(error, OperationalError) and isinstance(error.orig, QueryCanceled), error
+
+
+async def test_a_build_left_by_older_code_is_upgraded_when_carried_on_and_matches_the_live_projection(
+    channel, settings
+):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    new = observations_pb2.NewObservation(content="alice is allergic to peanuts", observation_id="peanuts")
+    written = await c.create_observations("w", "alice", "alice", [new])
+    await c.all_observations("w", "alice", "alice", written.consistency_token)
+
+    def older_codes_build() -> str:
+        """A build as a killed rebuild of the version before left it: what clients wrote stamped with the
+        derivation current then (""), and no mark of the restamp."""
+        live = sync_engine(settings.database)
+        schema, engine = start_build(settings)
+        replayer = Replayer(settings, engine, progress=lambda _: None)
+        try:
+            with live.connect() as conn:
+                replayer.replay_to(recorded_offsets(conn, settings.database.schema_name))
+        finally:
+            replayer.close()
+        with engine.begin() as conn:
+            conn.execute(text(f"UPDATE \"{schema}\".observations SET derivation = '' WHERE derivation = '*'"))
+            conn.execute(text(f'ALTER TABLE "{schema}".projection_meta DROP COLUMN client_writes_pair_wide'))
+        engine.dispose()
+        live.dispose()
+        return schema
+
+    schema = await asyncio.to_thread(older_codes_build)
+    report = await asyncio.to_thread(lambda: rebuild(settings, progress=lambda _: None))
+    assert report.resumed and report.schema == schema
+    assert report.switched and set(report.differences.values()) == {0}, report.differences

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from peerlog.v1 import observations_pb2
 from projections.run_lock import RunInProgress, exclusive
 from services.cli.client import Client
 from services.rederivation.promote import promote
 from services.rederivation.rederive import DerivationScope, rederive
 from services.rederivation.retry import retry
 from tests.integration.test_rederive import current_rows
-from tests.support.extractor import extract_each_turn
+from tests.support.extractor import extract_each_turn, with_fact
 from tests.support.model_server import Reply
 from tests.support.wait import until
 
@@ -51,3 +52,24 @@ async def test_a_second_derivation_run_on_a_workspace_is_refused_while_one_holds
                 await run
         await rederive(here, "v2", DerivationScope("other"), progress=lambda _: None)  # another workspace is free
     await rederive(here, "v2", DerivationScope("w"), progress=lambda _: None)  # and so is this one once released
+
+
+async def test_a_retried_message_is_evidence_for_a_clients_observation_as_when_derived_live(
+    channel, settings, model_server, start_worker
+):
+    model_ok = {"now": False}
+    peanuts = with_fact(lambda text: "alice is allergic to peanuts")
+    model_server.reply_with(lambda request: peanuts(request) if model_ok["now"] else Reply(content="not JSON"))
+    start_worker("router,deriver")
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    new = observations_pb2.NewObservation(content="alice is allergic to peanuts", observation_id="peanuts")
+    await c.create_observations("w", "alice", "alice", [new])
+    await c.add("w", "s", [("alice", "I am allergic to peanuts")])
+    await until(lambda: c.processing_status("w"), lambda s: s.counts.dead_lettered == 1)
+    model_ok["now"] = True  # the cause is fixed
+    here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
+    [report] = await retry(here, DerivationScope("w"), progress=lambda _: None)
+    now = await c.all_observations("w", "alice", "alice", token=report.consistency_token)
+    # the live deriver makes it ("peanuts", 2, 1): the message says the client's fact again
+    assert [(o.observation_id, o.times_derived, o.source_count) for o in now] == [("peanuts", 2, 1)]
