@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from services.api.backpressure import Backpressure
 from services.api.cursors import PageCursors
 from services.api.freshness import Freshness, until_projected
-from services.api.locks import KeyedLocks, held
+from services.api.locks import KeyedLocks, held, unheld
 from services.bus.producer import EventLog
 from services.dialectic.loop import Dialectic
 from services.errors import Unavailable
@@ -44,8 +44,9 @@ async def _first_of(acquired: asyncio.Event, holder: asyncio.Future, timeout_s: 
     if holder.done():
         holder.result()
     raise Unavailable(
-        f"{key[0]} {key[-1]!r} is held by another write that is not readable yet (the projector may be behind); "
-        "nothing was written: send it again"
+        f"{key[0]} {key[-1]!r} waited {timeout_s:g} s for a lock: another write of it, or enough others of this "
+        "server to take every lock, are not readable yet (the projector may be behind); nothing was written: "
+        "send it again"
     )
 
 
@@ -96,6 +97,11 @@ class ApiDeps:
                 WRITTEN_UNDER_LOCK.reset(before)
         finally:
             finished.set()
+
+    async def unheld(self, *key: str) -> bool:
+        """Whether no write holds `key` now, here or on another API process: every write of it answered
+        before is then readable, so a read of the projection answers as the lock would (a get's fast path)."""
+        return key not in self.writes and await unheld(self.engine, key)
 
     async def _hold(
         self, key: tuple[str, ...], acquired: asyncio.Event, finished: asyncio.Event, written: list

@@ -65,9 +65,10 @@ async def until_projected(freshness: Freshness, token: str) -> None:
 
 @dataclass
 class Attempt:
-    """A write answered in time or not (answered_in_time): whether its append began, and whether its caller
-    was told first that nothing was written (then it must not begin)."""
+    """A write answered in time or not (answered_in_time): whether its append began and whether it
+    returned, and whether its caller was told first that nothing was written (then it must not begin)."""
 
+    appending: bool = False
     appended: bool = False
     abandoned: bool = False
 
@@ -75,25 +76,31 @@ class Attempt:
 ATTEMPT: ContextVar[Attempt | None] = ContextVar("attempt", default=None)
 
 
-def begin_append() -> None:
-    """Mark the write of this task as appending (writes.commit calls it right before the append); refused
-    when its caller has already been told that nothing was written."""
+def begin_append() -> Attempt | None:
+    """Mark the write of this task as appending (writes.commit calls it right before the append, and sets
+    `appended` once the append returned); refused when its caller was told that nothing was written."""
     attempt = ATTEMPT.get()
     if attempt is None:
-        return
+        return None
     if attempt.abandoned:
         raise Unavailable("its caller was told nothing was written, so it is not appended now")
-    attempt.appended = True
+    attempt.appending = True
+    return attempt
 
 
 async def answered_in_time(
-    freshness: Freshness, work: Coroutine[Any, Any, T], what: str, then: str, keyed: bool = False
+    freshness: Freshness,
+    work: Coroutine[Any, Any, T],
+    what: str,
+    then: str,
+    keyed: bool = False,
+    not_written: str = "send it again",
 ) -> T:
     """The result of `work` (a write under a lock, shielded: it runs to its end whatever the caller does),
-    if it comes within the consistency wait; else UNAVAILABLE: when its append began, saying `what` is on
-    the log and what to do `then`, while `work` goes on; when not (it still waits for the lock another
-    write of its ids holds), saying nothing was written, and `work` then appends nothing. `keyed`: under
-    an idempotency key, whose wait (idempotency.once) bounds it already."""
+    if it comes within the consistency wait; else UNAVAILABLE saying how far it got: on the log (and what
+    to do `then`), or not known yet (its append still running), or not written (it still waited for a lock
+    another write holds; what to do: `not_written`), and then `work` appends nothing. `keyed`: under an
+    idempotency key, whose wait (idempotency.once) bounds it already."""
     if keyed:
         return await shielded(work)
     attempt = Attempt()
@@ -105,13 +112,18 @@ async def answered_in_time(
     try:
         return await asyncio.wait_for(asyncio.shield(held), freshness.timeout_s)
     except TimeoutError:
+        late = f"after {freshness.timeout_s:g} s"
         if attempt.appended:
             raise Unavailable(
-                f"{what} is on the log but not readable after {freshness.timeout_s:g} s (the projector may be "
-                f"behind); {then}"
+                f"{what} is on the log but not readable {late} (the projector may be behind); {then}"
+            ) from None
+        if attempt.appending:
+            raise Unavailable(
+                f"{what} may be on the log: its append had not returned {late}; send it again only as it was "
+                "(the same ids or idempotency key), which returns it if it landed"
             ) from None
         attempt.abandoned = True
         raise Unavailable(
-            f"{what} was not written: after {freshness.timeout_s:g} s it still waited for another write of the "
-            "same ids or key, not yet readable (the projector may be behind); send it again"
+            f"{what}: this call appended nothing: {late} it still waited for another write of the same ids or "
+            f"key, not yet readable (the projector may be behind); {not_written}"
         ) from None

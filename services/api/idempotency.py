@@ -99,6 +99,8 @@ async def once(ctx: ApiDeps, k: Keyed | None, write: Callable[[KeyedRequest | No
         _locked(ctx, k, write),
         f"the write under idempotency key {k.key!r}",
         "retry with the same key to get its reply",
+        # this call waited behind an earlier write under its key, which may well be on the log
+        not_written="retry with the same key: its reply is that of the first write under it",
     )
 
 

@@ -39,6 +39,19 @@ class KeyedLocks:
     def __len__(self) -> int:
         return len(self._locks)
 
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._locks
+
+
+async def unheld(engine: AsyncEngine, key: tuple[str, ...]) -> bool:
+    """Whether no API process holds `key`'s advisory lock now (taken and let go at once if free)."""
+    async with engine.connect() as conn:
+        k = advisory_key(*key)
+        if not await conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), {"k": k}):
+            return False
+        await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": k})
+        return True
+
 
 def advisory_key(*parts: str) -> int:
     """A Postgres advisory lock key for `parts`: 64 bits of their hash."""

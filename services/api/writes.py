@@ -87,7 +87,7 @@ async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> st
     projector is close behind them (services/api/backpressure.py)."""
     if not events:
         return ""
-    begin_append()  # a caller told nothing was written (answered_in_time) is not written to later
+    attempt = begin_append()  # a caller told nothing was written (answered_in_time) is not written to later
     written = WRITTEN_UNDER_LOCK.get()
     if written is None:
         token = await ctx.log.append(events)
@@ -97,6 +97,8 @@ async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> st
         appending = started(ctx.log.append(events))
         written.append(appending)
         token = await asyncio.shield(appending)
+    if attempt is not None:
+        attempt.appended = True  # its caller may now be told it is on the log
     if not wait:
         await ctx.backpressure.admit(token)
         return token.encode()
@@ -121,7 +123,7 @@ async def get_or_create_workspace(
     v.check_id("workspace_id", workspace_id)
     v.check_metadata("metadata", metadata)
     row = await _workspace_now(ctx, workspace_id)
-    if row is not None:  # a get needs no lock: none waits on a create behind the projector
+    if row is not None:  # a get needs no lock: only a create takes it, and this one is readable
         return Written(row, False, "")
     async with ctx.exclusive("workspace", workspace_id):
         row = await _workspace_now(ctx, workspace_id)
@@ -145,10 +147,14 @@ async def get_or_create_peer(
     v.check_metadata("metadata", metadata)
     v.check_peer_name("metadata", metadata)
     await require_workspace(ctx, workspace_id)
-    async with ctx.engine.connect() as conn:  # a get that changes nothing needs no lock
+    async with ctx.engine.connect() as conn:
         before = await peer_reads.peer(conn, workspace_id, peer_id)
-    if before is not None and observe_me in (None, before["observe_me"]):
-        return Written(before, False, "")
+    if (
+        before is not None
+        and observe_me in (None, before["observe_me"])
+        and await ctx.unheld("peer", workspace_id, peer_id)
+    ):
+        return Written(before, False, "")  # a get that changes nothing, with no write of the peer pending
     async with ctx.exclusive("peer", workspace_id, peer_id):
         async with ctx.engine.connect() as conn:
             before = await peer_reads.peer(conn, workspace_id, peer_id)
@@ -229,7 +235,11 @@ async def get_or_create_session(
     await require_workspace(ctx, workspace_id)
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
     row, current = await _session_now(ctx, workspace_id, session_id)
-    if row is not None and all(m.peer_id in current for m in members):  # a get that changes nothing: no lock
+    if (
+        row is not None
+        and all(m.peer_id in current for m in members)
+        and await ctx.unheld("session", workspace_id, session_id)
+    ):  # a get that changes nothing, with no write of the session pending: no lock
         return Written(await require_session(ctx, workspace_id, session_id), False, "")
     async with ctx.exclusive("session", workspace_id, session_id):
         row, current = await _session_now(ctx, workspace_id, session_id)

@@ -274,7 +274,9 @@ async def test_a_clone_not_yet_readable_says_it_stands_and_a_second_clone_into_i
     servers, projector
 ):
     _, c = await servers(consistency_wait_s=2.0)
-    _, other = await servers()  # another API process: the id's lock is Postgres's, not one process's
+    # another API process (the id's lock is Postgres's, not one process's), which waits for it up to its
+    # consistency wait: long enough for the projector to be back
+    _, other = await servers(consistency_wait_s=45.0)
     await c.setup_conversation("w", "s")
     await c.list_messages("w", "s", (await c.add("w", "s", [("alice", "one")])).consistency_token)
     request = sessions_pb2.CloneSessionRequest(workspace_id="w", session_id="s", new_session_id="s-copy")
