@@ -222,9 +222,9 @@ class Rederivation:
         self.perceived = sum(isinstance(e, MessagePerceived) for seen in history.values() for e in seen)
         for key, seen in history.items():
             todo = [e for e in missing(seen, self.label, *logs.of(self.label, key)) if e.message_id not in self.parked]
-            parked = len(self.parked)
+            before = len(self.parked)
             await self._derive(Pair(**pair_of(key), derivation=self.label), todo, cause)
-            parked = len(self.parked) - parked
+            parked = len(self.parked) - before
             self.progress(
                 f"{key}: {len(todo) - parked} messages derived into {self.label or ORIGINAL!r}"
                 + (f", {parked} parked (the model kept failing: GetProcessingStatus lists them)" if parked else "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from datetime import UTC, datetime
@@ -178,6 +179,7 @@ async def test_the_prompt_carries_the_prefetched_observations_with_their_ids(mem
 
 async def test_the_prompt_says_when_the_question_is_asked_in_the_askers_time_zone(memory, model_server):
     model_server.script([Reply(content="Oslo"), Reply(content="Oslo")])
+    await asyncio.sleep(1.1)  # a whole second after all the fixture wrote: memory as of it holds all of it
     before = datetime.now(UTC).replace(microsecond=0)
     await ask(memory["chan"], time_zone="Asia/Tokyo")
     await ask(memory["chan"], as_of=timestamp_pb2.Timestamp(seconds=int(before.timestamp())))

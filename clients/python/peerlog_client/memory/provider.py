@@ -91,8 +91,9 @@ class MemoryProvider:
     ) -> None:
         self.config = config
         self.session_id = session_name(config, directory or Path.cwd(), gateway_key=session, title=title)
+        # today's name of the chat's session; session_id becomes the earlier one, if a look finds it this chat's
+        self._named_today = self.session_id
         self._cleaned = cleaned_gateway_session(session)  # looked at once, when the session is first needed
-        self._moved: dict[str, str] = {}  # today's session name -> the earlier one this chat keeps using
         self.client = client or Peerlog(config.resolved_target, token=config.resolved_token, timeout=config.timeout)
         self._own_client = client is None
         self.stats = Stats()
@@ -256,9 +257,8 @@ class MemoryProvider:
             earlier = self._earlier_session(user, self._cleaned)
             if earlier or self._turn_sender is not None or user != self.config.peer_name:
                 self._cleaned = None
-                if earlier:
-                    self._moved[session_id] = self.session_id = earlier
-        return self._moved.get(session_id, session_id)
+                self.session_id = earlier or self.session_id
+        return self.session_id if session_id == self._named_today else session_id
 
     def _earlier_session(self, user: str, cleaned: str) -> str | None:
         """The session an earlier version named this chat by, the cleaned key alone, when it is `user`'s chat
@@ -367,7 +367,7 @@ class MemoryProvider:
             turn == 1
             and self._prewarm is not None
             and user == self.config.peer_name
-            and self._moved.get(session_id, session_id) == self.session_id
+            and session_id in (self._named_today, self.session_id)
         ):
             if self._prewarm.done() and self._prewarm.result():
                 self.stats.prewarm_handed_over = True
