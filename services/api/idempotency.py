@@ -46,7 +46,7 @@ from projections.idempotency import first_request
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.freshness import answered_in_time, until_projected
-from services.api.locks import advisory, advisory_key
+from services.api.locks import advisory, scoped_key
 from services.errors import FailedPrecondition
 from services.events import new_id
 from services.events.requests import KeyedRequest
@@ -111,7 +111,11 @@ _HOLDERS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary(
 
 async def _locked(ctx: ApiDeps, k: Keyed, write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
     holders = _HOLDERS.setdefault(ctx.engine, asyncio.Semaphore(max(1, ctx.engine.pool.size())))
-    async with holders, ctx.engine.connect() as conn, advisory(conn, [advisory_key(k.workspace_id, k.scope, k.key)]):
+    async with (
+        holders,
+        ctx.engine.connect() as conn,
+        advisory(conn, [scoped_key(ctx.engine, (k.workspace_id, k.scope, k.key))]),
+    ):
         found = await _reply(ctx, k, conn=conn)
         if found is not None:
             return found

@@ -46,11 +46,18 @@ class KeyedLocks:
 async def unheld(engine: AsyncEngine, key: tuple[str, ...]) -> bool:
     """Whether no API process holds `key`'s advisory lock now (taken and let go at once if free)."""
     async with engine.connect() as conn:
-        k = advisory_key(*key)
+        k = scoped_key(engine, key)
         if not await conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), {"k": k}):
             return False
         await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": k})
         return True
+
+
+def scoped_key(engine: AsyncEngine, parts: Sequence[str]) -> int:
+    """The advisory lock key of `parts` within the projection schema `engine` serves: advisory locks are the
+    database's, and two deployments (or test runs) sharing one must never hold each other's keys."""
+    schema = (engine.get_execution_options().get("schema_translate_map") or {}).get(None) or ""
+    return advisory_key(schema, *parts)
 
 
 def advisory_key(*parts: str) -> int:
@@ -83,7 +90,7 @@ async def held(engine: AsyncEngine, keys: Sequence[tuple[str, ...]]) -> AsyncIte
     that checks the projection, then appends: two such writes of one entity on two processes would
     both pass the check, and both be acknowledged."""
     holders = _HOLDERS.setdefault(engine, asyncio.Semaphore(max(1, engine.pool.size() // 2)))
-    async with holders, engine.connect() as conn, advisory(conn, [advisory_key(*k) for k in keys]):
+    async with holders, engine.connect() as conn, advisory(conn, [scoped_key(engine, k) for k in keys]):
         yield
 
 
