@@ -105,11 +105,11 @@ def _plainly() -> Iterator[None]:
     from confluent_kafka import KafkaException
 
     from projections.outages import DATABASE_AWAY, database_away, database_error_line
-    from projections.run_lock import RunInProgress
+    from projections.run_lock import LockLost, RunInProgress
 
     try:
         yield
-    except (ValueError, LookupError, RunInProgress) as err:  # LookupError: a topic or partition Kafka lacks
+    except (ValueError, LookupError, RunInProgress, LockLost) as err:  # LookupError: a topic or partition Kafka lacks
         raise _fail(str(err)) from None
     except (KafkaException, TimeoutError) as err:
         said = err.args[0].str() if isinstance(err, KafkaException) and err.args else "no answer in time"
@@ -177,14 +177,17 @@ def _parked(reports) -> None:
 def _run_derivation(settings: Settings, scope, start: Callable[[], Awaitable[T]]) -> T:
     """Run a rederive/promote/retry (or reembed) over `scope` once it exists; a refusal (bad name or scope,
     a run already holding the workspace) or Kafka or Postgres out of reach is one line (`_plainly`)."""
-    from services.rederivation.rederive import check_scope
+    from services.rederivation.rederive import ProjectorBehind, check_scope
 
     async def checked() -> T:
         await check_scope(settings, scope)
         return await start()
 
-    with _plainly():
-        return asyncio.run(checked())
+    try:
+        with _plainly():
+            return asyncio.run(checked())
+    except ProjectorBehind as err:
+        raise _fail(str(err)) from None
 
 
 @app.command()
@@ -239,11 +242,11 @@ async def _reembed(settings: Settings, model: str, workspace: str) -> tuple[int,
 
     await check_scope(settings, DerivationScope(workspace))
     # held from the plan to the last append: a second run planned meanwhile would append the same vectors
-    async with reembedding(settings, workspace, model):
-        return await _reembed_locked(settings, model, workspace)
+    async with reembedding(settings, workspace, model) as lock:
+        return await _reembed_locked(settings, model, workspace, lock)
 
 
-async def _reembed_locked(settings: Settings, model: str, workspace: str) -> tuple[int, int]:
+async def _reembed_locked(settings: Settings, model: str, workspace: str, lock) -> tuple[int, int]:
     from rich.progress import Progress
 
     from services.bus.producer import EventLog
@@ -258,7 +261,7 @@ async def _reembed_locked(settings: Settings, model: str, workspace: str) -> tup
     try:
         with Progress() as bar:
             task = bar.add_task(f"reembed {workspace} with {model}", total=the_plan.size())
-            done = await run(the_plan, embedder, log.append, lambda n: bar.advance(task, n))
+            done = await run(the_plan, embedder, lock.guarded(log.append), lambda n: bar.advance(task, n))
     finally:
         log.close()
     return the_plan.size(), done

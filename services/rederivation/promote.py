@@ -44,7 +44,10 @@ async def promote(
     so far) and derive into it, with `model`, whatever it lacks from before the promotion. The promotion is
     permanent: the caller first checks that the scope exists (rederive.check_scope, as the command does)."""
     check_promotable(name)
-    async with exclusive(settings, scope.workspace_id), Rederivation(settings, name, model, progress) as run:
+    async with (
+        exclusive(settings, scope.workspace_id) as lock,
+        Rederivation(settings, lock, name, model, progress) as run,
+    ):
         await run.catch_up(scope, f"promote:{name}")  # the bulk, before reads switch over
         if run.parked:  # reads would switch to a derivation without those messages' facts
             raise PromotionRefused(

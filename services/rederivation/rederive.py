@@ -13,13 +13,16 @@ derivation up after `peerlog derivations promote`, neither repeats nor misses a 
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from projections.db import async_engine
 from projections.deriver_reads import ObservationStore
-from projections.run_lock import exclusive
+from projections.run_lock import Held, exclusive
+from projections.status_reads import projected_offsets
 from projections.workspace_reads import known
 from services.bus.consistency import ConsistencyToken
 from services.bus.producer import EventLog
@@ -45,6 +48,12 @@ from services.llm.tokens import count_tokens
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 Seen = MessagePerceived | DerivationPromoted
+Positions = dict[tuple[str, int], int]  # (topic, partition) -> offset
+PROJECTOR_WAIT_S = 300.0  # how long a run waits for the projector to apply the batches before it
+
+
+class ProjectorBehind(RuntimeError):
+    """The projections still lack batches the log holds, after PROJECTOR_WAIT_S: nothing was derived."""
 
 
 @dataclass(frozen=True)
@@ -123,34 +132,46 @@ def perceived(settings, scope: DerivationScope) -> dict[str, list[Seen]]:
     return by_pair
 
 
+async def _unprojected(engine, through: Positions) -> Positions:
+    """The positions of `through` the projections have not applied yet."""
+    async with engine.connect() as conn:
+        projected = await projected_offsets(conn)
+    return {tp: offset for tp, offset in through.items() if projected.get(tp, 0) <= offset}
+
+
 @dataclass(frozen=True)
 class Finished:
-    """Per (derivation label, pair key), the message ids in its finished batches and in its dead-lettered ones."""
+    """Per (derivation label, pair key), the message ids in its finished batches and in its dead-lettered ones;
+    and where the last finished batch in scope sits on each partition of the observations topic."""
 
     done: dict[tuple[str, str], set[str]]
     parked: dict[tuple[str, str], set[str]]
+    through: Positions
 
     def of(self, label: str, key: str) -> tuple[set[str], set[str]]:
         return self.done.get((label, key), set()), self.parked.get((label, key), set())
 
 
-def _batched(settings, topic: TopicSpec, kind: type, scope: DerivationScope) -> dict[tuple[str, str], set[str]]:
+def _batched(
+    settings, topic: TopicSpec, kind: type, scope: DerivationScope
+) -> tuple[dict[tuple[str, str], set[str]], Positions]:
     """Per (derivation label, pair key), the message ids of `kind` batch events in scope (read from the log
-    itself, so a run right after another one sees all of it)."""
+    itself, so a run right after another one sees all of it), and the last such event's offset per partition."""
     out: dict[tuple[str, str], set[str]] = {}
+    through: Positions = {}
     for msg in to_the_end(settings.kafka, topic.full_name(settings.kafka.topic_prefix), timeout=3600):
         event = read(msg.value())
         if isinstance(event, kind) and scope.covers(event):
             out.setdefault((event.derivation, event.key), set()).update(event.message_ids)
-    return out
+            through[(msg.topic(), msg.partition())] = msg.offset()
+    return out, through
 
 
 def finished(settings, scope: DerivationScope) -> Finished:
     """What every derivation in scope has finished, and what the deriver parked, as of now."""
-    return Finished(
-        _batched(settings, OBSERVATIONS, BatchDerived, scope),
-        _batched(settings, DEADLETTER, DerivationDeadLettered, scope),
-    )
+    done, through = _batched(settings, OBSERVATIONS, BatchDerived, scope)
+    parked, _ = _batched(settings, DEADLETTER, DerivationDeadLettered, scope)
+    return Finished(done, parked, through)
 
 
 async def rederive(
@@ -159,23 +180,29 @@ async def rederive(
     """Derive every perception in scope again into derivation `name`, with `model` (default: the deriver's),
     skipping what `name` already holds."""
     check_name(name)
-    async with exclusive(settings, scope.workspace_id), Rederivation(settings, name, model, progress) as run:
+    async with (
+        exclusive(settings, scope.workspace_id) as lock,
+        Rederivation(settings, lock, name, model, progress) as run,
+    ):
         await run.catch_up(scope, f"rederive:{name}")
     return run.report()
 
 
 class Rederivation:
-    """One run deriving into derivation `name`: its deriver and log, its counts and consistency token."""
+    """One run deriving into derivation `name`, under the workspace's run `lock`: its deriver and log (each
+    append checks the lock first), its counts and consistency token."""
 
     def __init__(
         self,
         settings,
+        lock: Held,
         name: str,
         model: str = "",
         progress: Callable[[str], None] = print,
         reinforce_clients: bool = False,
     ) -> None:
         self.settings, self.label, self.model, self.progress = settings, stored_derivation(name), model, progress
+        self.lock = lock
         # a staged derivation changes no current read: what clients wrote (in every one) stays as it is; a
         # retry derives into the current one what no deriver counted, as the live deriver would
         self.reinforce_clients = reinforce_clients
@@ -189,13 +216,14 @@ class Rederivation:
         stage = ModelStageSettings(**{**stage.model_dump(), **({"model": self.model} if self.model else {})})
         self.log = EventLog(self.settings.kafka, client_id=f"peerlog-rederive-{self.label or ORIGINAL}")
         self.log.start()
+        self._append = self.lock.guarded(self.log.append)
         self.store = ObservationStore.connect(self.settings, pool_size=2)
         self.deriver = Deriver(
             self.settings.deriver,
             ModelClient("deriver", stage),
             make_embedder(self.settings.embedding),
             self.store,
-            self.log.append,
+            self._append,
             self.reinforce_clients,
         )
         return self
@@ -205,7 +233,7 @@ class Rederivation:
         await self.store.close()
 
     async def append(self, events: Sequence[Event]) -> None:
-        self.written = self.written.merge(await self.log.append(events))
+        self.written = self.written.merge(await self._append(events))
 
     async def catch_up(
         self,
@@ -218,6 +246,7 @@ class Rederivation:
         (perceptions by pair key) narrows it to those pairs; `history` and `logs` are read now if not given."""
         history = perceived(self.settings, scope) if history is None else history
         logs = finished(self.settings, scope) if logs is None else logs
+        await self._projected(logs.through)
         self.pairs |= set(history)
         self.perceived = sum(isinstance(e, MessagePerceived) for seen in history.values() for e in seen)
         for key, seen in history.items():
@@ -229,6 +258,29 @@ class Rederivation:
                 f"{key}: {len(todo) - parked} messages derived into {self.label or ORIGINAL!r}"
                 + (f", {parked} parked (the model kept failing: GetProcessingStatus lists them)" if parked else "")
             )
+
+    async def _projected(self, through: Positions) -> None:
+        """Wait until the projections hold every finished batch in scope, or raise ProjectorBehind. The deriver
+        looks for a fact's duplicates in the projections (`recent` covers only this pass's own batches), so a
+        batch an earlier run or pass appended that is not projected yet would have its facts added twice."""
+        if not through:
+            return
+        engine, deadline, said = async_engine(self.settings.database), time.monotonic() + PROJECTOR_WAIT_S, False
+        try:
+            while behind := await _unprojected(engine, through):
+                if time.monotonic() >= deadline:
+                    raise ProjectorBehind(
+                        f"after {PROJECTOR_WAIT_S:g} s the projector has still not applied batches already on the "
+                        f"log ({len(behind)} partitions of the observations topic), and deriving before it has "
+                        "could add their facts twice: nothing more was derived. Check that the projector runs "
+                        "(`peerlog projector run`), then run this again"
+                    )
+                if not said:
+                    self.progress("waiting for the projector to apply the batches already on the log…")
+                    said = True
+                await asyncio.sleep(0.2)
+        finally:
+            await engine.dispose()
 
     async def _derive(self, pair: Pair, todo: Sequence[MessagePerceived], cause: str) -> None:
         state, recent = Batching(), []

@@ -29,11 +29,11 @@ async def retry(
 ) -> list[Report]:
     """Derive, with `model` (default: the deriver's), what each pair's current derivation lacks in scope."""
     reports = []
-    async with exclusive(settings, scope.workspace_id):
+    async with exclusive(settings, scope.workspace_id) as lock:
         history, logs = perceived(settings, scope), finished(settings, scope)  # read once for every group
         for label, pairs in sorted(by_current_label(history).items()):
             # into the current derivation, messages no deriver counted: evidence for a client's fact too
-            async with Rederivation(settings, label or ORIGINAL, model, progress, reinforce_clients=True) as run:
+            async with Rederivation(settings, lock, label or ORIGINAL, model, progress, reinforce_clients=True) as run:
                 await run.catch_up(scope, "retry", pairs, logs)
             reports.append(run.report())
     return reports

@@ -31,7 +31,8 @@ def current_rows(settings) -> list[dict]:
         engine.dispose()
 
 
-def current_batches(settings) -> list[dict]:
+def batches_of(settings, derivation: str = "") -> list[dict]:
+    """The projected batches of one derivation (stored label: "" is the original)."""
     engine = sync_engine(settings.database)
     try:
         with engine.connect() as conn:
@@ -39,7 +40,7 @@ def current_batches(settings) -> list[dict]:
                 dict(r)
                 for r in conn.execute(
                     select(derivation_batches)
-                    .where(derivation_batches.c.derivation == "")
+                    .where(derivation_batches.c.derivation == derivation)
                     .order_by(derivation_batches.c.batch_id)
                 ).mappings()
             ]
@@ -60,7 +61,7 @@ async def test_rederive_builds_a_named_derivation_and_leaves_the_current_one_unt
         [("alice", "I adopted a cat named Miso"), ("bob", "I run every morning"), ("alice", "Miso sleeps all day")],
     )
     eventually(lambda: len(current_rows(settings)) == 3, 60)
-    before, batches = current_rows(settings), current_batches(settings)
+    before, batches = current_rows(settings), batches_of(settings)
 
     model_server.reply_with(with_fact(lambda text: f"v2: {text.lower()}"))
     here = settings.model_copy(update={"llm": settings.llm.model_copy(update={"base_url": model_server.base_url})})
@@ -84,7 +85,7 @@ async def test_rederive_builds_a_named_derivation_and_leaves_the_current_one_unt
     assert history.entries[0].producer.model == "other-model"
 
     await asyncio.sleep(0.5)
-    assert current_rows(settings) == before and current_batches(settings) == batches
+    assert current_rows(settings) == before and batches_of(settings) == batches
     current = await c.all_observations("w", "alice", "alice")
     assert [o.content for o in current] == [
         "The target said: I adopted a cat named Miso",
