@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from services.api.backpressure import Backpressure
 from services.api.cursors import PageCursors
 from services.api.freshness import Freshness, until_projected
-from services.api.locks import KeyedLocks, held, unheld
+from services.api.locks import GaveUp, KeyedLocks, held, unheld
 from services.bus.producer import EventLog
 from services.dialectic.loop import Dialectic
 from services.errors import Unavailable
@@ -106,17 +106,20 @@ class ApiDeps:
     async def _hold(
         self, key: tuple[str, ...], acquired: asyncio.Event, finished: asyncio.Event, written: list
     ) -> None:
-        async with self.writes.hold(key), held(self.engine, [key]):
-            if finished.is_set():  # its caller gave up waiting for it
-                return
-            acquired.set()
-            await finished.wait()
-            for appending in written:
-                try:
-                    token = await appending
-                except Exception:  # noqa: BLE001 - not appended, or its outcome is unknown (AppendUnresolved)
-                    continue
-                await until_projected(self.freshness, token.encode())
+        try:
+            async with self.writes.hold(key), held(self.engine, [key], finished.is_set):
+                if finished.is_set():  # its caller gave up waiting for it
+                    return
+                acquired.set()
+                await finished.wait()
+                for appending in written:
+                    try:
+                        token = await appending
+                    except Exception:  # noqa: BLE001 - not appended, or its outcome is unknown (AppendUnresolved)
+                        continue
+                    await until_projected(self.freshness, token.encode())
+        except GaveUp:  # its caller gave up waiting while the lock was held elsewhere: nothing to hold
+            return
 
     @asynccontextmanager
     async def embedding(self, text: str) -> AsyncIterator[asyncio.Future]:

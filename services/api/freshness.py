@@ -76,6 +76,13 @@ class Attempt:
 ATTEMPT: ContextVar[Attempt | None] = ContextVar("attempt", default=None)
 
 
+def abandoned() -> bool:
+    """Whether the caller of this task's write was told that nothing was written: a lock it still waits for
+    is then of no use to it (locks.held's `gave_up`)."""
+    attempt = ATTEMPT.get()
+    return attempt is not None and attempt.abandoned
+
+
 def begin_append() -> Attempt | None:
     """Mark the write of this task as appending (writes.commit calls it right before the append, and sets
     `appended` once the append returned); refused when its caller was told that nothing was written."""

@@ -45,8 +45,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from projections.idempotency import first_request
 from services.api import validation as v
 from services.api.deps import ApiDeps
-from services.api.freshness import answered_in_time, until_projected
-from services.api.locks import advisory, scoped_key
+from services.api.freshness import abandoned, answered_in_time, until_projected
+from services.api.locks import held, slots
 from services.errors import FailedPrecondition
 from services.events import new_id
 from services.events.requests import KeyedRequest
@@ -110,12 +110,8 @@ _HOLDERS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary(
 
 
 async def _locked(ctx: ApiDeps, k: Keyed, write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
-    holders = _HOLDERS.setdefault(ctx.engine, asyncio.Semaphore(max(1, ctx.engine.pool.size())))
-    async with (
-        holders,
-        ctx.engine.connect() as conn,
-        advisory(conn, [scoped_key(ctx.engine, (k.workspace_id, k.scope, k.key))]),
-    ):
+    holders = slots(_HOLDERS, ctx.engine, ctx.engine.pool.size())
+    async with held(ctx.engine, [(k.workspace_id, k.scope, k.key)], abandoned, holders) as conn:
         found = await _reply(ctx, k, conn=conn)
         if found is not None:
             return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Awaitable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar
 from weakref import WeakKeyDictionary
@@ -65,33 +65,77 @@ def advisory_key(*parts: str) -> int:
     return int.from_bytes(hashlib.sha256("\0".join(parts).encode()).digest()[:8], "big", signed=True)
 
 
-@asynccontextmanager
-async def advisory(conn: AsyncConnection, keys: Sequence[int]) -> AsyncIterator[None]:
-    """Session advisory locks on `keys`, held on `conn` for the body. Taken in ascending order, so two
-    holders of overlapping sets cannot deadlock; a dead process's connection drops them."""
-    ordered = sorted(set(keys))
-    await conn.execute(text("SELECT pg_advisory_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k"), {"keys": ordered})
-    try:
-        yield
-    finally:
-        await conn.execute(
-            text("SELECT pg_advisory_unlock(k) FROM unnest(CAST(:keys AS bigint[])) AS k"), {"keys": ordered}
-        )
+class GaveUp(Exception):
+    """A lock's waiter stopped waiting: its caller was answered without it (nothing was written)."""
 
+
+def _never() -> bool:
+    return False
+
+
+FIRST_TRY_S, LAST_TRY_S = 0.005, 0.1  # between two tries of a held lock: doubling from the first to the last
 
 # a holder keeps one pooled connection while its write waits for the projector: at most half the pool's
-# size of them, so keyed writes (idempotency._HOLDERS) and reads always find a connection
+# size of them, so keyed writes (idempotency.py) and reads always find a connection
 _HOLDERS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary()
 
 
+def slots(table: WeakKeyDictionary, engine: AsyncEngine, size: int) -> asyncio.Semaphore:
+    """The semaphore bounding the holders of one kind on `engine` (`size` of them at most)."""
+    return table.setdefault(engine, asyncio.Semaphore(max(1, size)))
+
+
 @asynccontextmanager
-async def held(engine: AsyncEngine, keys: Sequence[tuple[str, ...]]) -> AsyncIterator[None]:
+async def held(
+    engine: AsyncEngine,
+    keys: Sequence[tuple[str, ...]],
+    gave_up: Callable[[], bool] = _never,
+    holders: asyncio.Semaphore | None = None,
+) -> AsyncIterator[AsyncConnection]:
     """`keys` (such as ("message", workspace, id)) held across API processes for the body, for a write
     that checks the projection, then appends: two such writes of one entity on two processes would
-    both pass the check, and both be acknowledged."""
-    holders = _HOLDERS.setdefault(engine, asyncio.Semaphore(max(1, engine.pool.size() // 2)))
-    async with holders, engine.connect() as conn, advisory(conn, [scoped_key(engine, k) for k in keys]):
-        yield
+    both pass the check, and both be acknowledged. Yields the connection holding them.
+
+    Session advisory locks, tried (all or none) rather than waited for: a waiter holds a slot of `holders`
+    and a connection only while it tries, and stops, raising GaveUp, once `gave_up()` says its caller was
+    answered. Blocked in pg_advisory_lock it held both until the key was free, however long the projector
+    kept that key's write unreadable, and enough abandoned waiters took every slot of the process; and a
+    waiter cancelled in there could be granted the lock on a connection going back to the pool."""
+    holders = holders or slots(_HOLDERS, engine, engine.pool.size() // 2)
+    ordered, pause = sorted({scoped_key(engine, k) for k in keys}), FIRST_TRY_S
+    while not gave_up():
+        async with holders, engine.connect() as conn:
+            if await _tried(conn, ordered):
+                try:
+                    yield conn
+                finally:
+                    await _unlock(conn, ordered)
+                return
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, LAST_TRY_S)
+    raise GaveUp("its caller was answered while it waited for a lock")
+
+
+async def _tried(conn: AsyncConnection, keys: list[int]) -> bool:
+    """Take every lock of `keys` on `conn`'s session, or none (those taken are let go again)."""
+    taken = await conn.scalar(
+        text(
+            "SELECT coalesce(array_agg(k) FILTER (WHERE pg_try_advisory_lock(k)), '{}') "
+            "FROM unnest(CAST(:keys AS bigint[])) AS k"
+        ),
+        {"keys": keys},
+    )
+    if len(taken) == len(keys):
+        return True
+    await _unlock(conn, taken)
+    return False
+
+
+async def _unlock(conn: AsyncConnection, keys: Sequence[int]) -> None:
+    if keys:
+        await conn.execute(
+            text("SELECT pg_advisory_unlock(k) FROM unnest(CAST(:keys AS bigint[])) AS k"), {"keys": list(keys)}
+        )
 
 
 def started(work: Awaitable[T]) -> asyncio.Future[T]:

@@ -28,7 +28,7 @@ from projections.append_reads import AppendFacts
 from services.api import auth, idempotency
 from services.api import validation as v
 from services.api.deps import WRITTEN_UNDER_LOCK, ApiDeps
-from services.api.freshness import answered_in_time, begin_append, until_projected
+from services.api.freshness import abandoned, answered_in_time, begin_append, until_projected
 from services.api.guards import (
     check_members,
     check_peer_ids,
@@ -360,7 +360,7 @@ async def _claimed_append(
     """The append of messages with ids the client chose, held (locks.held), held until
     readable however long that takes. Unclaimed, or let go before, two writes of one id were both
     acknowledged and the projector kept one."""
-    async with held(ctx.engine, [("message", workspace_id, i) for i in chosen]):
+    async with held(ctx.engine, [("message", workspace_id, i) for i in chosen], abandoned):
         async with ctx.engine.connect() as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
             taken = await message_reads.messages_by_id(conn, workspace_id, chosen)

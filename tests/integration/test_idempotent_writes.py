@@ -128,6 +128,29 @@ async def test_a_keyed_write_not_yet_projected_answers_unavailable_and_a_retry_g
     assert len(logged(settings, SESSIONS, MessageAppended, 1)) == 1
 
 
+async def test_retries_told_nothing_was_written_give_up_their_lock_slots_so_an_unrelated_key_still_appends(
+    settings, servers, projector
+):
+    server, c = await servers(consistency_wait_s=1.0)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    projector.stop()
+    try:
+        first = add_request("k-busy", "first")
+        await rejected(c.messages.AddMessages(first, timeout=30), grpc.StatusCode.UNAVAILABLE, "is on the log")
+        # more retries than the process has lock slots, each told it appended nothing
+        retries = [c.messages.AddMessages(first, timeout=30) for _ in range(server.ctx.engine.pool.size() + 1)]
+        for told in await asyncio.gather(*retries, return_exceptions=True):
+            assert "this call appended nothing" in told.details()
+        await rejected(  # on the log, rather than refused for want of a slot the abandoned retries kept
+            c.messages.AddMessages(add_request("k-unrelated", "other"), timeout=30),
+            grpc.StatusCode.UNAVAILABLE,
+            "is on the log but not readable",
+        )
+    finally:
+        projector.start()
+    assert len(logged(settings, SESSIONS, MessageAppended, 2)) == 2
+
+
 async def test_concurrent_calls_with_one_key_on_two_servers_give_one_copy_and_one_reply(settings, servers):
     (_, a), (_, b) = await servers(), await servers()
     await a.setup_conversation("w", "s", peers=("alice",))
