@@ -28,7 +28,7 @@ from projections.append_reads import AppendFacts
 from services.api import auth, idempotency
 from services.api import validation as v
 from services.api.deps import WRITTEN_UNDER_LOCK, ApiDeps
-from services.api.freshness import abandoned, answered_in_time, begin_append, until_projected
+from services.api.freshness import abandoned, answered_in_time, begin_append, held_while_unresolved, until_projected
 from services.api.guards import (
     check_members,
     check_peer_ids,
@@ -364,7 +364,8 @@ async def _claimed_append(
         async with ctx.engine.connect() as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
             taken = await message_reads.messages_by_id(conn, workspace_id, chosen)
-        ids, token = await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=False)
+        async with held_while_unresolved(ctx.freshness, ctx.log.kafka):
+            ids, token = await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=False)
         await until_projected(ctx.freshness, token)
         return ids, token
 

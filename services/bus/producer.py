@@ -36,7 +36,13 @@ class AppendFailed(RuntimeError):
 
 class AppendUnresolved(RuntimeError):
     """The log took a write's commit but did not say, within the transaction timeout, how it ended: the
-    write may be committed. Only a retry under the same idempotency key is safe."""
+    write may be committed. Only a retry under the same idempotency key is safe. `positions`: where the
+    broker acknowledged its records, which then become readable, or not, as the transaction ends
+    (streams.committed tells which)."""
+
+    def __init__(self, message: str, positions: ConsistencyToken | None = None) -> None:
+        super().__init__(message)
+        self.positions = positions
 
 
 @dataclass
@@ -191,7 +197,10 @@ class EventLog:
             _fail(group, AppendFailed(f"the log rejected the write: {exc.args[0].str()}"), exc)
         except AppendUnresolved as exc:
             slot.producer = None  # stuck in its commit: the slot's next producer finishes or fences it
-            _fail(group, exc, exc.__cause__)
+            for write in group:  # each with the positions of its own records
+                each = AppendUnresolved(str(exc), ConsistencyToken.of(write.written))
+                each.__cause__ = exc.__cause__
+                write.done.set_exception(each)
         except Exception as exc:  # noqa: BLE001 — whatever it is, no caller may wait forever
             _fail(group, exc, exc.__cause__)
         else:
