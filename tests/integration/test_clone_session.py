@@ -273,7 +273,7 @@ async def test_a_clone_given_a_consistency_token_copies_the_writes_it_names(chan
 async def test_a_clone_not_yet_readable_says_it_stands_and_a_second_clone_into_its_id_waits_then_is_refused(
     servers, projector
 ):
-    _, c = await servers()  # the default wait: the lock taken well within it, even on a loaded machine
+    _, c = await servers(consistency_wait_s=5.0)
     # another API process (the id's lock is Postgres's, not one process's), which waits for it up to its
     # consistency wait: long enough for the projector to be back
     _, other = await servers(consistency_wait_s=45.0)
@@ -282,8 +282,8 @@ async def test_a_clone_not_yet_readable_says_it_stands_and_a_second_clone_into_i
     request = sessions_pb2.CloneSessionRequest(workspace_id="w", session_id="s", new_session_id="s-copy")
     second = await waiting_behind(
         projector,
-        c.sessions.CloneSession(request, timeout=30),
-        other.sessions.CloneSession(request, timeout=60),
+        lambda: c.sessions.CloneSession(request, timeout=30),
+        lambda: other.sessions.CloneSession(request, timeout=60),
         "is on the log but not readable",
         "it stands",
     )

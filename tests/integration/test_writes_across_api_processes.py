@@ -88,7 +88,10 @@ async def test_a_member_add_not_yet_readable_keeps_the_sessions_lock_so_a_second
         workspace_id="acme", session_id="s", members=[sessions_pb2.MemberSpec(peer_id="carol")]
     )
     second = await waiting_behind(
-        projector, a.sessions.AddMembers(add, timeout=30), b.sessions.AddMembers(add, timeout=60), "it stands"
+        projector,
+        lambda: a.sessions.AddMembers(add, timeout=30),
+        lambda: b.sessions.AddMembers(add, timeout=60),
+        "it stands",
     )
     await rejected(second, grpc.StatusCode.ALREADY_EXISTS, "already members")
     with sync_engine(settings.database).connect() as conn:

@@ -18,14 +18,15 @@ async def rejected(call, code: grpc.StatusCode, *phrases: str) -> None:
 
 
 async def waiting_behind(projector, first, second, *phrases: str):
-    """With the projector stopped: `first` (a write) answers UNAVAILABLE with every phrase (on the log, not
-    readable), and `second` (a write of the same entity, often on another server), sent after it, still
+    """With the projector stopped: `first()` (a write) answers UNAVAILABLE with every phrase (on the log, not
+    readable), and `second()` (a write of the same entity, often on another server), sent after it, still
     waits a second later for the first to be readable. The projector is back on return; so is `second`,
-    running."""
+    running. Both are functions making the call: a gRPC call starts once made, so `second` made beside
+    `first` raced it for the entity's lock, and when it won, `first` waited for it instead."""
     projector.stop()
     try:
-        await rejected(first, grpc.StatusCode.UNAVAILABLE, *phrases)
-        waiting = asyncio.ensure_future(second)
+        await rejected(first(), grpc.StatusCode.UNAVAILABLE, *phrases)
+        waiting = asyncio.ensure_future(second())
         await asyncio.sleep(1.0)
         assert not waiting.done()  # the entity stays locked until the first write is readable
     finally:
