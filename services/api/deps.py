@@ -14,9 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from services.api.backpressure import Backpressure
 from services.api.cursors import PageCursors
-from services.api.freshness import Freshness, until_projected, until_settled
+from services.api.freshness import Freshness, until_projected
 from services.api.locks import GaveUp, KeyedLocks, held, unheld
-from services.bus.producer import AppendUnresolved, EventLog
+from services.bus.producer import EventLog
 from services.dialectic.loop import Dialectic
 from services.errors import Unavailable
 from services.events import Configuration, ProducerInfo
@@ -115,10 +115,7 @@ class ApiDeps:
                 for appending in written:
                     try:
                         token = await appending
-                    except AppendUnresolved as unresolved:  # its commit unconfirmed: it may stand
-                        await until_settled(self.freshness, self.log.kafka, unresolved)
-                        continue
-                    except Exception:  # noqa: BLE001 - not appended
+                    except Exception:  # noqa: BLE001 - not appended (an unconfirmed commit waits for its outcome)
                         continue
                     await until_projected(self.freshness, token.encode())
         except GaveUp:  # its caller gave up waiting while the lock was held elsewhere: nothing to hold

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -15,9 +14,6 @@ from services.api.locks import shielded, started
 from services.api.projected import ProjectedPositions
 from services.bus.consistency import ConsistencyToken, InvalidConsistencyToken
 from services.bus.log_ends import LogEnds
-from services.bus.producer import AppendUnresolved
-from services.bus.settings import KafkaSettings
-from services.bus.streams import committed
 from services.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -65,38 +61,6 @@ async def until_projected(freshness: Freshness, token: str) -> None:
         except Exception as exc:  # noqa: BLE001 - see above: only a token that can never be projected ends it
             log.warning("a write holding a lock waits for the projector (%s); the lock stays held meanwhile", exc)
             await asyncio.sleep(RETRY_S)  # and the event loop turns, even when a wait fails at once
-
-
-UNRESOLVED_WAIT_S = 5.0  # one look at an unconfirmed commit's transaction waits this long for it to end
-
-
-async def until_settled(freshness: Freshness, kafka: KafkaSettings, unresolved: AppendUnresolved) -> None:
-    """Wait, however long, until an append whose commit the log did not confirm has ended one way or the
-    other, and if it was committed, until it is projected. A lock held over it is let go only then: let go
-    at once, a second write of the entity passed its check and wrote again. The transaction ends when the
-    writer's next producer fences it, or when the broker times it out (transaction.timeout.ms)."""
-    positions = unresolved.positions or ConsistencyToken.of([])
-    while True:
-        try:
-            outcome = await asyncio.to_thread(committed, kafka, positions, UNRESOLVED_WAIT_S)
-        except Exception as exc:  # noqa: BLE001 - the broker away: the outcome is still unknown, so hold on
-            log.warning("a write whose commit is unconfirmed keeps its lock: its outcome is not known (%s)", exc)
-            await asyncio.sleep(RETRY_S)
-            continue
-        if outcome is not None:
-            break
-    if outcome:
-        await until_projected(freshness, positions.encode())
-
-
-@asynccontextmanager
-async def held_while_unresolved(freshness: Freshness, kafka: KafkaSettings) -> AsyncIterator[None]:
-    """Around an append under a lock: if its commit is unconfirmed, hold on (until_settled), then raise."""
-    try:
-        yield
-    except AppendUnresolved as unresolved:
-        await until_settled(freshness, kafka, unresolved)
-        raise
 
 
 @dataclass

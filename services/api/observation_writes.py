@@ -10,7 +10,7 @@ from projections import message_reads, observation_reads
 from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
-from services.api.freshness import abandoned, answered_in_time, held_while_unresolved, until_projected
+from services.api.freshness import abandoned, answered_in_time, until_projected
 from services.api.guards import require_peers, require_scope
 from services.api.locks import held
 from services.api.observation_reads import get_observation
@@ -190,8 +190,7 @@ async def _claimed_append(
     the first and gave it the second's sources, a message of the other pair's sessions among them."""
     async with held(ctx.engine, [("observation", pair[0], i) for i in chosen], abandoned):
         written = await _written_before(ctx, *pair, new)
-        async with held_while_unresolved(ctx.freshness, ctx.log.kafka):
-            ids, token = await _append_new(ctx, pair, new, vectors, written, request)
+        ids, token = await _append_new(ctx, pair, new, vectors, written, request)
         await until_projected(ctx.freshness, token)  # held until a later writer of these ids can see them
         return ids, token
 

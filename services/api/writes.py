@@ -28,7 +28,7 @@ from projections.append_reads import AppendFacts
 from services.api import auth, idempotency
 from services.api import validation as v
 from services.api.deps import WRITTEN_UNDER_LOCK, ApiDeps
-from services.api.freshness import abandoned, answered_in_time, begin_append, held_while_unresolved, until_projected
+from services.api.freshness import abandoned, answered_in_time, begin_append, until_projected
 from services.api.guards import (
     check_members,
     check_peer_ids,
@@ -39,6 +39,7 @@ from services.api.guards import (
     validate_messages,
 )
 from services.api.locks import held, started
+from services.api.unconfirmed import appended
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
 from services.events import (
     Configuration,
@@ -90,11 +91,11 @@ async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> st
     attempt = begin_append()  # a caller told nothing was written (answered_in_time) is not written to later
     written = WRITTEN_UNDER_LOCK.get()
     if written is None:
-        token = await ctx.log.append(events)
+        token = await appended(ctx.log, events)
     else:
         # the lock around it waits for this append however the caller ends: cancelled (a deadline) once
         # the append began, the write still lands
-        appending = started(ctx.log.append(events))
+        appending = started(appended(ctx.log, events))
         written.append(appending)
         token = await asyncio.shield(appending)
     if attempt is not None:
@@ -364,8 +365,7 @@ async def _claimed_append(
         async with ctx.engine.connect() as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
             taken = await message_reads.messages_by_id(conn, workspace_id, chosen)
-        async with held_while_unresolved(ctx.freshness, ctx.log.kafka):
-            ids, token = await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=False)
+        ids, token = await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=False)
         await until_projected(ctx.freshness, token)
         return ids, token
 

@@ -69,7 +69,8 @@ async def test_a_clone_whose_commit_was_not_confirmed_keeps_its_target_so_a_seco
         with_b = await _answer(b.sessions.CloneSession(clone, timeout=30))
     finally:
         projector.start()
-    assert with_a.code() == grpc.StatusCode.DEADLINE_EXCEEDED and "did not confirm" in with_a.details()
+    # once its transaction was known committed, the first is a write that stands, not yet readable
+    assert with_a.code() == grpc.StatusCode.UNAVAILABLE and "it stands" in with_a.details()
     # the second waited for the first's lock: told it wrote nothing, or, once readable, that the id is taken
     assert with_b.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ALREADY_EXISTS), with_b.details()
     await asyncio.sleep(3.0)
@@ -99,20 +100,26 @@ async def test_a_message_whose_commit_was_not_confirmed_keeps_its_id_so_another_
     with_b = await second
     await asyncio.sleep(2.0)
     assert stored(settings, messages.c.message_id == "m-1") == ["first"]
-    assert with_a.code() == grpc.StatusCode.UNAVAILABLE and "may be on the log" in with_a.details()
+    assert with_a.code() == grpc.StatusCode.UNAVAILABLE and "is on the log" in with_a.details()
     assert with_b.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ALREADY_EXISTS), with_b.details()
 
 
 @contextmanager
-def unconfirmed(server) -> Iterator[None]:
+def unconfirmed(server, aborted=None) -> Iterator[None]:
     """`server`'s appends commit, and then raise AppendUnresolved, as when the broker's answer to a commit
-    is lost: the write stands, and its writer cannot know it."""
+    is lost: the write stands, and its writer cannot know it. With `aborted` (the settings), an append
+    writes nothing of its own: it points at a transaction of another producer that aborts."""
     append = server.ctx.log.append
 
     async def committed_unconfirmed(events):
         raise AppendUnresolved("the log did not confirm whether the write was committed", await append(events))
 
-    server.ctx.log.append = committed_unconfirmed
+    async def aborted_unconfirmed(events):
+        producer, placed = open_transaction(aborted)
+        producer.abort_transaction(30)
+        raise AppendUnresolved("the log did not confirm whether the write was committed", placed)
+
+    server.ctx.log.append = aborted_unconfirmed if aborted is not None else committed_unconfirmed
     try:
         yield
     finally:
@@ -127,6 +134,24 @@ def stored(settings, where) -> list[str]:
             return list(conn.scalars(select(messages.c.content).where(where)))
     finally:
         engine.dispose()
+
+
+async def test_a_write_whose_commit_was_not_confirmed_answers_as_the_log_decided(settings, servers):  # noqa: F811
+    server, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+    new = messages_pb2.NewMessage(peer_id="alice", content="kept", message_id="m-kept")
+    with unconfirmed(server):  # committed: the call answers with its ids, readable, as any write
+        kept = await c.messages.AddMessages(
+            messages_pb2.AddMessagesRequest(workspace_id="w", session_id="s", messages=[new]), timeout=30
+        )
+    assert list(kept.message_ids) == ["m-kept"]
+    assert [m.content for m in (await c.list_messages("w", "s", token=kept.consistency_token)).messages] == ["kept"]
+
+    with unconfirmed(server, aborted=settings):  # aborted: nothing was written, and the call says so
+        told = await _answer(c.add("w", "s", [("alice", "dropped")]))
+    assert told.code() == grpc.StatusCode.UNAVAILABLE and "nothing was written; send it again" in told.details()
+    await asyncio.sleep(1.0)
+    assert stored(settings, messages.c.content == "dropped") == []
 
 
 async def _answer(call) -> grpc.aio.AioRpcError:
