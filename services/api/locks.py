@@ -11,6 +11,7 @@ from typing import TypeVar
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 T = TypeVar("T")
@@ -73,7 +74,8 @@ def _never() -> bool:
     return False
 
 
-FIRST_TRY_S, LAST_TRY_S = 0.005, 0.1  # between two tries of a held lock: doubling from the first to the last
+QUEUE_SLICE_MS = 250  # a waiter queues for a lock this long at a time, then looks whether its caller gave up
+LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout ran out
 
 # a holder keeps one pooled connection while its write waits for the projector: at most half the pool's
 # size of them, so keyed writes (idempotency.py) and reads always find a connection
@@ -96,28 +98,53 @@ async def held(
     that checks the projection, then appends: two such writes of one entity on two processes would
     both pass the check, and both be acknowledged. Yields the connection holding them.
 
-    Session advisory locks, tried (all or none) rather than waited for: a waiter holds a slot of `holders`
-    and a connection only while it tries, and stops, raising GaveUp, once `gave_up()` says its caller was
-    answered. Blocked in pg_advisory_lock it held both until the key was free, however long the projector
-    kept that key's write unreadable, and enough abandoned waiters took every slot of the process; and a
-    waiter cancelled in there could be granted the lock on a connection going back to the pool."""
+    Session advisory locks, queued for in Postgres (first come, first served across processes) a slice of
+    QUEUE_SLICE_MS at a time: between two, a waiter stops, raising GaveUp, once `gave_up()` says its caller
+    was answered. Queued for without end, abandoned waiters kept their slot of `holders` and their
+    connection until the key was free, however long the projector kept its write unreadable, and took
+    every slot of the process; tried with pauses instead, a waiter on another process lost every try to
+    this process's queue of writers of the key."""
     holders = holders or slots(_HOLDERS, engine, engine.pool.size() // 2)
-    ordered, pause = sorted({scoped_key(engine, k) for k in keys}), FIRST_TRY_S
-    while not gave_up():
-        async with holders, engine.connect() as conn:
-            if await _tried(conn, ordered):
-                try:
-                    yield conn
-                finally:
-                    await _unlock(conn, ordered)
-                return
-        await asyncio.sleep(pause)
-        pause = min(2 * pause, LAST_TRY_S)
-    raise GaveUp("its caller was answered while it waited for a lock")
+    ordered = sorted({scoped_key(engine, k) for k in keys})
+    async with holders, engine.connect() as conn:
+        if not await _queued(conn, ordered, gave_up):
+            raise GaveUp("its caller was answered while it waited for a lock")
+        try:
+            yield conn
+        finally:
+            await _unlock(conn, ordered)
+
+
+_LOCK = text("SELECT pg_advisory_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k")
+# of `keys`, those this session holds: a lock taken before a statement failed outlives the failure
+_OWN = text(
+    "SELECT k FROM unnest(CAST(:keys AS bigint[])) AS k WHERE EXISTS (SELECT 1 FROM pg_locks WHERE "
+    "locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND ((classid::bigint << 32) | objid::bigint) = k)"
+)
+
+
+async def _queued(conn: AsyncConnection, keys: list[int], gave_up: Callable[[], bool]) -> bool:
+    """Take every lock of `keys` on `conn`'s session, waiting in Postgres's queue; False once `gave_up()`."""
+    if await _tried(conn, keys):  # free: the common case, with no setting to change
+        return True
+    await conn.execute(text(f"SET lock_timeout = {QUEUE_SLICE_MS}"))
+    try:
+        while not gave_up():
+            try:
+                await conn.execute(_LOCK, {"keys": keys})
+                return True
+            except DBAPIError as err:
+                if getattr(err.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                    raise
+                await conn.rollback()
+                await _unlock(conn, list(await conn.scalars(_OWN, {"keys": keys})))
+        return False
+    finally:
+        await conn.execute(text("RESET lock_timeout"))
 
 
 async def _tried(conn: AsyncConnection, keys: list[int]) -> bool:
-    """Take every lock of `keys` on `conn`'s session, or none (those taken are let go again)."""
+    """Take every lock of `keys` on `conn`'s session at once, or none (those taken are let go again)."""
     taken = await conn.scalar(
         text(
             "SELECT coalesce(array_agg(k) FILTER (WHERE pg_try_advisory_lock(k)), '{}') "
