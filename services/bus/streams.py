@@ -95,18 +95,37 @@ def open_transactions(
     partitions = list(partitions)
     if not partitions:
         return []
-    deadline = time.monotonic() + wait_s
     stable, written = _scan_clients(kafka)
     try:
-        while True:
-            ends = (_ends(stable, topic, partitions, timeout), _ends(written, topic, partitions, timeout))
-            partitions = [p for p, lso, end in zip(partitions, *ends, strict=True) if lso < end]
-            if not partitions or time.monotonic() >= deadline:
-                return partitions
-            time.sleep(0.2)
+        return _below(stable, topic, partitions, lambda ps: _ends(written, topic, ps, timeout), wait_s, timeout)
     finally:
         stable.close()
         written.close()
+
+
+def until_stable(kafka: KafkaSettings, topic: str, wait_s: float, timeout: float = 10.0) -> list[int]:
+    """Wait up to `wait_s` until every transaction open on `topic` now has ended (each partition's last stable
+    offset has reached its end as of now; transactions begun since do not count). The partitions where one
+    is still open after that."""
+    stable, written = _scan_clients(kafka)
+    try:
+        partitions = list(written.list_topics(topic, timeout=timeout).topics[topic].partitions)
+        ends = dict(zip(partitions, _ends(written, topic, partitions, timeout), strict=True))
+        return _below(stable, topic, partitions, lambda ps: [ends[p] for p in ps], wait_s, timeout)
+    finally:
+        stable.close()
+        written.close()
+
+
+def _below(stable: Consumer, topic: str, partitions: list[int], ends, wait_s: float, timeout: float) -> list[int]:
+    """The partitions whose last stable offset is still below `ends(partitions)` after up to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        stable_ends = _ends(stable, topic, partitions, timeout)
+        partitions = [p for p, lso, end in zip(partitions, stable_ends, ends(partitions), strict=True) if lso < end]
+        if not partitions or time.monotonic() >= deadline:
+            return partitions
+        time.sleep(0.2)
 
 
 def first_open_record(kafka: KafkaSettings, topic: str, partition: int, timeout: float = 10.0) -> Message | None:

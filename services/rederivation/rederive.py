@@ -26,7 +26,7 @@ from projections.status_reads import projected_offsets
 from projections.workspace_reads import known
 from services.bus.consistency import ConsistencyToken
 from services.bus.producer import EventLog
-from services.bus.streams import read, to_the_end
+from services.bus.streams import read, to_the_end, until_stable
 from services.bus.topics import DEADLETTER, OBSERVATIONS, PERCEIVED, TopicSpec
 from services.deriver.batching import Batching, add, next_window
 from services.deriver.derive import Deriver
@@ -142,11 +142,11 @@ async def _unprojected(engine, through: Positions) -> Positions:
 @dataclass(frozen=True)
 class Finished:
     """Per (derivation label, pair key), the message ids in its finished batches and in its dead-lettered ones;
-    and where the last finished batch in scope sits on each partition of the observations topic."""
+    and where each partition of the observations topic ended when they were read."""
 
     done: dict[tuple[str, str], set[str]]
     parked: dict[tuple[str, str], set[str]]
-    through: Positions
+    through: Positions  # where the observations topic ended when read: the de-duplication reads all of it
 
     def of(self, label: str, key: str) -> tuple[set[str], set[str]]:
         return self.done.get((label, key), set()), self.parked.get((label, key), set())
@@ -156,19 +156,25 @@ def _batched(
     settings, topic: TopicSpec, kind: type, scope: DerivationScope
 ) -> tuple[dict[tuple[str, str], set[str]], Positions]:
     """Per (derivation label, pair key), the message ids of `kind` batch events in scope (read from the log
-    itself, so a run right after another one sees all of it), and the last such event's offset per partition."""
+    itself, so a run right after another one sees all of it), and the offset of the last record read on each
+    partition: where the committed log ends."""
     out: dict[tuple[str, str], set[str]] = {}
     through: Positions = {}
     for msg in to_the_end(settings.kafka, topic.full_name(settings.kafka.topic_prefix), timeout=3600):
         event = read(msg.value())
+        through[(msg.topic(), msg.partition())] = msg.offset()
         if isinstance(event, kind) and scope.covers(event):
             out.setdefault((event.derivation, event.key), set()).update(event.message_ids)
-            through[(msg.topic(), msg.partition())] = msg.offset()
     return out, through
 
 
 def finished(settings, scope: DerivationScope) -> Finished:
-    """What every derivation in scope has finished, and what the deriver parked, as of now."""
+    """What every derivation in scope has finished, and what the deriver parked, as of now: once every
+    transaction open on the observations topic has ended. A run that lost its lock may be appending a batch
+    as this one starts; read before its transaction commits, the batch would be derived again."""
+    observations = OBSERVATIONS.full_name(settings.kafka.topic_prefix)
+    # by then the broker has aborted a transaction of a dead run; past that, the read goes on as it is
+    until_stable(settings.kafka, observations, settings.kafka.transaction_timeout_ms / 1000 + 10)
     done, through = _batched(settings, OBSERVATIONS, BatchDerived, scope)
     parked, _ = _batched(settings, DEADLETTER, DerivationDeadLettered, scope)
     return Finished(done, parked, through)
@@ -260,9 +266,10 @@ class Rederivation:
             )
 
     async def _projected(self, through: Positions) -> None:
-        """Wait until the projections hold every finished batch in scope, or raise ProjectorBehind. The deriver
-        looks for a fact's duplicates in the projections (`recent` covers only this pass's own batches), so a
-        batch an earlier run or pass appended that is not projected yet would have its facts added twice."""
+        """Wait until the projections hold the observations topic as far as it was read, or raise
+        ProjectorBehind. The deriver looks for a fact's duplicates in the projections (`recent` covers only
+        this pass's own batches), so a fact on the log not projected yet (a batch an earlier run or pass
+        appended, what a client wrote, a deletion, a dream's edit) would be missed, and added twice."""
         if not through:
             return
         engine, deadline, said = async_engine(self.settings.database), time.monotonic() + PROJECTOR_WAIT_S, False
@@ -270,13 +277,13 @@ class Rederivation:
             while behind := await _unprojected(engine, through):
                 if time.monotonic() >= deadline:
                     raise ProjectorBehind(
-                        f"after {PROJECTOR_WAIT_S:g} s the projector has still not applied batches already on the "
-                        f"log ({len(behind)} partitions of the observations topic), and deriving before it has "
-                        "could add their facts twice: nothing more was derived. Check that the projector runs "
-                        "(`peerlog projector run`), then run this again"
+                        f"after {PROJECTOR_WAIT_S:g} s the projector has still not applied observations already "
+                        f"on the log ({len(behind)} partitions of the observations topic), and deriving before it "
+                        "has could add their facts twice: nothing more was derived. Check that the projector "
+                        "runs (`peerlog projector run`), then run this again"
                     )
                 if not said:
-                    self.progress("waiting for the projector to apply the batches already on the log…")
+                    self.progress("waiting for the projector to apply the observations already on the log…")
                     said = True
                 await asyncio.sleep(0.2)
         finally:

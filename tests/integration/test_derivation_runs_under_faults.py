@@ -12,10 +12,15 @@ from sqlalchemy import text
 from peerlog.v1 import observations_pb2
 from projections.db import sync_engine
 from projections.run_lock import LockLost
+from services.bus.consistency import ConsistencyToken
+from services.bus.topics import OBSERVATIONS
 from services.cli.client import Client
+from services.events import BatchDerived, MessagePerceived, ProducerInfo, encode
 from services.rederivation import rederive as rederive_module
 from services.rederivation.rederive import DerivationScope, ProjectorBehind, rederive
+from services.rederivation.rederive import perceived as perceived_log
 from tests.integration.test_rederive import batches_of
+from tests.integration.test_unconfirmed_commits import open_transaction
 from tests.support.extractor import target_turns, with_fact
 from tests.support.model_server import Reply
 from tests.support.wait import until
@@ -85,6 +90,24 @@ async def test_a_rerun_waits_for_the_projector_so_a_fact_the_run_before_derived_
     assert (again.messages, again.parked) == (1, 0)
     # the second message says the same: its fact is the first one's, reinforced, not a second row
     assert await v2_observations(c, again.consistency_token) == [FACT]
+    assert any("waiting for the projector" in line for line in said)
+
+
+async def test_a_run_behind_a_lagging_projector_waits_for_what_a_client_wrote_and_adds_no_copy_of_it(
+    channel, settings, projector, model_server, start_worker
+):
+    start_worker("router")
+    c = await perceived(channel, [FIRST])
+    here, said = settings_for(settings, model_server), []
+    projector.stop()
+    written = await c.create_observations("w", "alice", "alice", [FACT])  # on the log, not yet projected
+    model_server.reply_with(with_fact(lambda _: FACT))
+    asyncio.get_running_loop().call_later(3, projector.start)
+    run = await rederive(here, "v2", DerivationScope("w"), progress=said.append)
+    assert run.messages == 1
+    token = ConsistencyToken.decode(run.consistency_token).merge(ConsistencyToken.decode(written.consistency_token))
+    # the client's fact is in every derivation: the run found it, so v2 reads it once
+    assert await v2_observations(c, token.encode()) == [FACT]
     assert any("waiting for the projector" in line for line in said)
 
 
@@ -165,3 +188,36 @@ async def test_a_run_whose_lock_connection_was_dropped_appends_nothing_more_so_e
     assert await v2_observations(c, second.consistency_token) == [FACT]
     await asyncio.sleep(1)  # anything the first run appended would be projected by now
     assert len(batches_of(settings, "v2")) == 1 and await v2_observations(c, second.consistency_token) == [FACT]
+
+
+async def test_a_run_reads_what_is_finished_only_once_a_transaction_open_when_it_began_has_ended(
+    channel, settings, model_server, start_worker
+):
+    """As when a run that lost its lock is still committing a batch while the next run starts."""
+    start_worker("router")
+    await perceived(channel, [FIRST])
+    here = settings_for(settings, model_server)
+    history = perceived_log(here, DerivationScope("w")).values()
+    [[seen]] = [[e for e in events if isinstance(e, MessagePerceived)] for events in history]
+    model_server.reply_with(with_fact(lambda _: FACT))
+    batch = BatchDerived(
+        producer=ProducerInfo(component="deriver", version="test", model="m", prompt_version="1"),
+        workspace_id="w",
+        observer_id="alice",
+        observed_id="alice",
+        derivation="v2",
+        batch_id="b-late",
+        message_ids=(seen.message_id,),
+        added=0,
+        reinforced=0,
+        superseded=0,
+        rejected=0,
+        model="m",
+        prompt_version="1",
+    )
+    # the other run's batch of that message, not committed yet
+    late, _ = open_transaction(settings, OBSERVATIONS, encode(batch), batch.key.encode())
+    threading.Timer(2, late.commit_transaction, args=(30,)).start()  # the run reads the log without a break
+
+    run = await rederive(here, "v2", DerivationScope("w"), progress=lambda _: None)
+    assert (run.messages, run.skipped) == (0, 1)  # the other run's batch holds it: not derived again

@@ -22,8 +22,10 @@ from services.bus.topics import SESSIONS
 from tests.integration.test_idempotent_writes import servers  # noqa: F401 (a fixture)
 
 
-def open_transaction(settings) -> tuple[Producer, ConsistencyToken]:
-    """A transaction holding one record on the sessions topic, left open: its producer and the record's place."""
+def open_transaction(
+    settings, spec=SESSIONS, value: bytes = b"not an event", key: bytes = b"w/s"
+) -> tuple[Producer, ConsistencyToken]:
+    """A transaction holding one record on a topic of `spec`, left open: its producer and the record's place."""
     producer = Producer(
         {"bootstrap.servers": settings.kafka.bootstrap_servers, "transactional.id": f"test-{uuid.uuid4().hex}"}
     )
@@ -31,9 +33,9 @@ def open_transaction(settings) -> tuple[Producer, ConsistencyToken]:
     producer.begin_transaction()
     placed = []
     producer.produce(
-        SESSIONS.full_name(settings.kafka.topic_prefix),
-        b"not an event",
-        key=b"w/s",
+        spec.full_name(settings.kafka.topic_prefix),
+        value,
+        key=key,
         on_delivery=lambda err, msg: placed.append((msg.topic(), msg.partition(), msg.offset())),
     )
     assert producer.flush(30) == 0 and len(placed) == 1
