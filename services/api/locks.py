@@ -74,8 +74,8 @@ def _never() -> bool:
     return False
 
 
-QUEUE_SLICE_MS = 250  # a waiter queues for a lock this long at a time, then looks whether its caller gave up
-LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout ran out
+GIVE_UP_CHECK_S = 0.25  # how often a queued waiter looks whether its caller was answered
+QUERY_CANCELED = "57014"
 
 # a holder keeps one pooled connection while its write waits for the projector: at most half the pool's
 # size of them, so keyed writes (idempotency.py) and reads always find a connection
@@ -98,16 +98,15 @@ async def held(
     that checks the projection, then appends: two such writes of one entity on two processes would
     both pass the check, and both be acknowledged. Yields the connection holding them.
 
-    Session advisory locks, queued for in Postgres (first come, first served across processes) a slice of
-    QUEUE_SLICE_MS at a time: between two, a waiter stops, raising GaveUp, once `gave_up()` says its caller
-    was answered. Queued for without end, abandoned waiters kept their slot of `holders` and their
-    connection until the key was free, however long the projector kept its write unreadable, and took
-    every slot of the process; tried with pauses instead, a waiter on another process lost every try to
-    this process's queue of writers of the key."""
+    Session advisory locks, queued for in Postgres: first come, first served across processes. A waiter
+    whose caller was answered (`gave_up()`) has its wait cancelled and raises GaveUp. Queued for until the
+    key was free, abandoned waiters kept their slot of `holders` and their connection however long the
+    projector kept the holder's write unreadable, and took every slot of the process; tried with pauses, or
+    queued for in slices of a lock_timeout, a waiter lost its place to writers that came after it."""
     holders = holders or slots(_HOLDERS, engine, engine.pool.size() // 2)
     ordered = sorted({scoped_key(engine, k) for k in keys})
     async with holders, engine.connect() as conn:
-        if not await _queued(conn, ordered, gave_up):
+        if not await _queued(engine, conn, ordered, gave_up):
             raise GaveUp("its caller was answered while it waited for a lock")
         try:
             yield conn
@@ -123,24 +122,46 @@ _OWN = text(
 )
 
 
-async def _queued(conn: AsyncConnection, keys: list[int], gave_up: Callable[[], bool]) -> bool:
+async def _queued(engine: AsyncEngine, conn: AsyncConnection, keys: list[int], gave_up: Callable[[], bool]) -> bool:
     """Take every lock of `keys` on `conn`'s session, waiting in Postgres's queue; False once `gave_up()`."""
-    if await _tried(conn, keys):  # free: the common case, with no setting to change
-        return True
-    await conn.execute(text(f"SET lock_timeout = {QUEUE_SLICE_MS}"))
-    try:
-        while not gave_up():
-            try:
-                await conn.execute(_LOCK, {"keys": keys})
-                return True
-            except DBAPIError as err:
-                if getattr(err.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
-                    raise
-                await conn.rollback()
-                await _unlock(conn, list(await conn.scalars(_OWN, {"keys": keys})))
+    if gave_up():
         return False
-    finally:
-        await conn.execute(text("RESET lock_timeout"))
+    if await _tried(conn, keys):  # free: the common case, one statement
+        return True
+    pid = await conn.scalar(text("SELECT pg_backend_pid()"))
+    waiting, cancelled = asyncio.ensure_future(conn.execute(_LOCK, {"keys": keys})), False
+    while not waiting.done():
+        await asyncio.wait({waiting}, timeout=GIVE_UP_CHECK_S)
+        if not waiting.done() and gave_up():
+            # answered: cancel the wait. Granted meanwhile, the statement is over and the backend idle, which
+            # ignores a cancel; granted as it lands, the statement fails holding locks, let go below
+            async with engine.connect() as other:
+                cancelled = await other.scalar(text("SELECT pg_cancel_backend(:pid)"), {"pid": pid})
+            break
+    try:
+        await waiting
+    except DBAPIError as err:
+        if getattr(err.orig, "sqlstate", None) != QUERY_CANCELED:
+            raise
+        await conn.rollback()
+        await _unlock(conn, list(await conn.scalars(_OWN, {"keys": keys})))
+        return False
+    if gave_up():  # granted, but its caller was answered: nothing to hold it for
+        if cancelled:
+            await _absorbed(conn)
+        await _unlock(conn, keys)
+        return False
+    return True
+
+
+async def _absorbed(conn: AsyncConnection) -> None:
+    """A statement for a cancel sent to a wait that was granted first, should it land late."""
+    try:
+        await conn.execute(text("SELECT 1"))
+    except DBAPIError as err:
+        if getattr(err.orig, "sqlstate", None) != QUERY_CANCELED:
+            raise
+        await conn.rollback()
 
 
 async def _tried(conn: AsyncConnection, keys: list[int]) -> bool:

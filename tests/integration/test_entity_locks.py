@@ -45,6 +45,28 @@ async def test_a_write_on_another_process_gets_the_entity_at_the_next_release_no
     assert all(n <= 1 for n in counts), counts
 
 
+async def test_writes_on_three_processes_get_the_entity_in_the_order_they_asked_behind_a_long_hold(settings):
+    # a holder keeps the entity until its write is readable: often longer than any slice of a lock_timeout
+    engines = [async_engine(settings.database) for _ in range(3)]
+    served: list[str] = []
+
+    async def write(name: str, engine) -> None:
+        async with held(engine, [KEY]):
+            served.append(name)
+
+    try:
+        async with held(engines[0], [KEY]):
+            first = asyncio.ensure_future(write("first", engines[1]))
+            await asyncio.sleep(0.1)
+            second = asyncio.ensure_future(write("second", engines[2]))
+            await asyncio.sleep(0.8)
+        await asyncio.gather(first, second)
+    finally:
+        for engine in engines:
+            await engine.dispose()
+    assert served == ["first", "second"]
+
+
 async def test_a_waiter_whose_caller_was_answered_stops_waiting_and_never_holds_the_entity(settings):
     one, two = async_engine(settings.database), async_engine(settings.database)
     answered, reached = asyncio.Event(), []
