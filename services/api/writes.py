@@ -16,7 +16,7 @@ is ignored (projections/handlers.py, and the router does the same).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +40,7 @@ from services.api.guards import (
 )
 from services.api.locks import held, started
 from services.api.unconfirmed import appended
+from services.bus.consistency import ConsistencyToken
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
 from services.events import (
     Configuration,
@@ -76,6 +77,17 @@ class NewMessage:
     configuration: Configuration | None = None  # the message level of the configuration hierarchy
 
 
+async def _within(ctx: ApiDeps, appending: Awaitable[ConsistencyToken]) -> ConsistencyToken:
+    """The append's positions, or UNAVAILABLE once the consistency wait is over (it may still land)."""
+    try:
+        return await asyncio.wait_for(appending, ctx.freshness.timeout_s)
+    except TimeoutError:
+        raise Unavailable(
+            f"the write may be on the log: the log had not said after {ctx.freshness.timeout_s:g} s whether its "
+            "commit went through; read it back, or send it again only as it was"
+        ) from None
+
+
 @dataclass(frozen=True)
 class Written:
     row: RowMapping
@@ -91,13 +103,15 @@ async def commit(ctx: ApiDeps, events: Sequence[Event], wait: bool = True) -> st
     attempt = begin_append()  # a caller told nothing was written (answered_in_time) is not written to later
     written = WRITTEN_UNDER_LOCK.get()
     if written is None:
-        token = await appended(ctx.log, events)
+        # an unconfirmed commit: a write holding locks (under answered_in_time, which bounds its answer) waits
+        # for its outcome however long; a plain one answers within the consistency wait, known or not
+        token = await appended(ctx.log, events, None if attempt is not None else ctx.freshness.timeout_s)
     else:
         # the lock around it waits for this append however the caller ends: cancelled (a deadline) once
-        # the append began, the write still lands
+        # the append began, the write still lands; and its caller's answer waits at most the consistency wait
         appending = started(appended(ctx.log, events))
         written.append(appending)
-        token = await asyncio.shield(appending)
+        token = await _within(ctx, asyncio.shield(appending))
     if attempt is not None:
         attempt.appended = True  # its caller may now be told it is on the log
     if not wait:

@@ -4,6 +4,7 @@ its transaction has ended and, if it was committed, until it is readable."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from projections.schema import messages
 from services.bus.consistency import ConsistencyToken
 from services.bus.producer import AppendUnresolved
 from services.bus.streams import committed
-from services.bus.topics import SESSIONS
+from services.bus.topics import OBSERVATIONS, SESSIONS
 from tests.integration.test_idempotent_writes import servers  # noqa: F401 (a fixture)
 
 
@@ -154,6 +155,58 @@ async def test_a_write_whose_commit_was_not_confirmed_answers_as_the_log_decided
     assert told.code() == grpc.StatusCode.UNAVAILABLE and "nothing was written; send it again" in told.details()
     await asyncio.sleep(1.0)
     assert stored(settings, messages.c.content == "dropped") == []
+
+
+async def test_a_plain_write_whose_commit_stays_unknown_is_answered_within_the_consistency_wait(
+    settings,
+    servers,  # noqa: F811
+):
+    server, c = await servers(consistency_wait_s=2.0)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    hung, hung_at = open_transaction(settings, OBSERVATIONS)  # a transaction nobody ends during the call
+    try:
+        with pointed_at(server, hung_at):
+            asked = time.monotonic()
+            told = await _answer(c.add("w", "s", [("alice", "unknown")]))
+        assert time.monotonic() - asked < 6
+        assert told.code() == grpc.StatusCode.DEADLINE_EXCEEDED and "did not confirm" in told.details()
+    finally:
+        hung.abort_transaction(30)
+
+
+async def test_writes_looking_at_an_open_transaction_do_not_hold_up_one_whose_commit_is_known(
+    settings,
+    servers,  # noqa: F811
+):
+    server, c = await servers(consistency_wait_s=30.0)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    hung, hung_at = open_transaction(settings, OBSERVATIONS)
+    try:
+        with pointed_at(server, hung_at):  # four writes keep looking at a transaction still open
+            stuck = [asyncio.ensure_future(c.add("w", "s", [("alice", f"stuck {i}")])) for i in range(4)]
+            await asyncio.sleep(1.0)
+        with unconfirmed(server):
+            asked = time.monotonic()
+            await c.add("w", "s", [("alice", "committed")])
+        assert time.monotonic() - asked < 2  # one look answers it: the others do not queue it
+    finally:
+        hung.abort_transaction(30)
+        await asyncio.gather(*stuck, return_exceptions=True)
+
+
+@contextmanager
+def pointed_at(server, positions: ConsistencyToken) -> Iterator[None]:
+    """`server`'s appends write nothing and raise AppendUnresolved pointing at `positions`."""
+    append = server.ctx.log.append
+
+    async def unknown(events):
+        raise AppendUnresolved("the log did not confirm whether the write was committed", positions)
+
+    server.ctx.log.append = unknown
+    try:
+        yield
+    finally:
+        server.ctx.log.append = append
 
 
 async def _answer(call) -> grpc.aio.AioRpcError:
