@@ -39,7 +39,7 @@ from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from services import logs
+from services import collector, logs
 from services.api.server import create_schemas, serve, serve_metrics, tls_credentials, verifier
 from services.settings import Settings
 
@@ -60,6 +60,7 @@ def _die_with_parent(parent: int) -> None:
 def _child(parent: int, number: int) -> None:
     _die_with_parent(parent)
     logs.configure()
+    collector.tune()
     settings = Settings()  # the environment is inherited: the same settings
     if settings.api.instance_id:  # each process its own, the same after a restart
         api = settings.api.model_copy(update={"instance_id": f"{settings.api.instance_id}.{number}"})

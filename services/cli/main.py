@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 import typer
 from pydantic import ValidationError
 
-from services import logs
+from services import collector, logs
 from services.settings import Settings
 
 if TYPE_CHECKING:  # commands import what they use when they run: the command line starts fast
@@ -39,6 +39,7 @@ DEV_DIR = typer.Option(Path(".peerlog/dev"), "--dir", help="where the dev stack 
 
 def _logging() -> None:
     logs.configure()
+    collector.tune()  # once the command's imports are done: what they made is frozen
 
 
 @app.command()
@@ -469,6 +470,7 @@ def projections_rebuild(
     from projections.rebuild import rebuild
     from projections.rebuild_schemas import RebuildInProgress
 
+    collector.tune()
     try:
         report = rebuild(
             Settings(),

@@ -38,6 +38,7 @@ import psycopg  # noqa: E402
 
 from infra.stack import sql_dsn  # noqa: E402
 from projections.rebuild import rebuild  # noqa: E402
+from services import collector  # noqa: E402
 from services.settings import Settings  # noqa: E402
 from tests.bench import read  # noqa: E402
 from tests.bench.ingest import machine  # noqa: E402
@@ -96,6 +97,7 @@ def run_rebuild(state, kill_after_s: float | None = None) -> dict:
     os.environ.update(state.env())
     killed = killed_rebuild(state, kill_after_s) if kill_after_s else None
     started = time.monotonic()
+    collector.tune()  # as the CLI's command does before it rebuilds
     report = rebuild(Settings(), progress=lambda m: log(f"{time.monotonic() - started:7.1f} s  {m}"))
     drop_retired(sql_dsn(state.database_url), report.retired)
     return {

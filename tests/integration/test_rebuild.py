@@ -121,3 +121,23 @@ def test_a_rebuild_of_the_same_log_twice_gives_identical_tables(settings, projec
     with engine.connect() as conn:
         assert set(compare(conn, first.retired, second.retired).values()) == {0}
         assert set(compare(conn, second.retired, settings.database.schema_name).values()) == {0}
+
+
+def index_definitions(engine, schema: str) -> set[str]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT indexdef FROM pg_indexes WHERE schemaname = :s"), {"s": schema}).scalars()
+        return {d.replace(f'"{schema}".', "").replace(f"{schema}.", "") for d in rows}
+
+
+def test_a_rebuilt_schema_serves_with_every_index_the_live_one_had(settings, projector, infra):
+    """Some indexes are built beside the replay, the rest after it: the schema switched in has them all
+    (searches by meaning and by words would otherwise scan whole tables)."""
+    engine = projected_session(settings, 50)
+    report = rebuild(settings, progress=lambda _: None)
+    assert report.switched
+    retired, serving = (
+        index_definitions(engine, report.retired),
+        index_definitions(engine, settings.database.schema_name),
+    )
+    assert any("USING hnsw" in d for d in serving) and any("USING gin" in d for d in serving)
+    assert serving == retired
