@@ -11,12 +11,21 @@ from google.protobuf import timestamp_pb2
 from peerlog.v1 import context_pb2, context_pb2_grpc, messages_pb2, peers_pb2, sessions_pb2
 from peerlog_client import AsyncPeerlog
 from services.api.packing import Relevant, render_relevant
+from services.bus.consistency import ConsistencyToken
 from services.cli.client import Client
 from services.llm.tokens import count_tokens
 
 
 def ask(channel, **kw) -> context_pb2.GetContextResponse:
     return context_pb2_grpc.ContextServiceStub(channel).GetContext(context_pb2.GetContextRequest(**kw))
+
+
+def every(*tokens: str) -> str:
+    """One token that waits for all these writes: sessions may sit on different partitions."""
+    merged = ConsistencyToken.decode(tokens[0])
+    for token in tokens[1:]:
+        merged = merged.merge(ConsistencyToken.decode(token))
+    return merged.encode()
 
 
 @pytest.fixture
@@ -75,8 +84,8 @@ async def test_relevant_messages_come_from_every_session_the_observer_saw_and_no
     await c.peer("w", "carol")
     await c.session("w", "trip", members=["alice", "carol"])
     await c.session("w", "private", members=["bob", "carol"])
-    await c.add("w", "trip", [("carol", "The lighthouse keeper retired in May")])
-    token = (await c.add("w", "private", [("carol", "The lighthouse was painted red")])).consistency_token
+    trip = (await c.add("w", "trip", [("carol", "The lighthouse keeper retired in May")])).consistency_token
+    token = every(trip, (await c.add("w", "private", [("carol", "The lighthouse was painted red")])).consistency_token)
     out = await ask(
         channel,
         workspace_id="w",
@@ -134,8 +143,9 @@ async def test_a_perspective_peer_bounds_the_packed_messages_while_the_observers
     await c.peer("w", "carol")
     await c.session("w", "private", members=["bob", "carol"])
     await c.create_observations("w", "bob", "alice", ["Alice likes lighthouses"])
-    token = (await c.add("w", "private", [("carol", "The lighthouse code is 4471")])).consistency_token
-    await c.add("w", "s", [("alice", "I love that old lighthouse")])
+    private = (await c.add("w", "private", [("carol", "The lighthouse code is 4471")])).consistency_token
+    shared = (await c.add("w", "s", [("alice", "I love that old lighthouse")])).consistency_token
+    token = every(private, shared)
 
     async def packed(**kw) -> context_pb2.GetContextResponse:
         return await ask(
