@@ -14,6 +14,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from projections.outages import sqlstate
+
 T = TypeVar("T")
 
 
@@ -141,7 +143,7 @@ async def _queued(engine: AsyncEngine, conn: AsyncConnection, keys: list[int], g
     try:
         await waiting
     except DBAPIError as err:
-        if getattr(err.orig, "sqlstate", None) != QUERY_CANCELED:
+        if sqlstate(err) != QUERY_CANCELED:
             raise
         await conn.rollback()
         await _unlock(conn, list(await conn.scalars(_OWN, {"keys": keys})))
@@ -159,7 +161,7 @@ async def _absorbed(conn: AsyncConnection) -> None:
     try:
         await conn.execute(text("SELECT 1"))
     except DBAPIError as err:
-        if getattr(err.orig, "sqlstate", None) != QUERY_CANCELED:
+        if sqlstate(err) != QUERY_CANCELED:
             raise
         await conn.rollback()
 

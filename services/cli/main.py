@@ -37,7 +37,7 @@ for sub, name in (
 DEV_DIR = typer.Option(Path(".peerlog/dev"), "--dir", help="where the dev stack keeps its data")
 
 
-def _logging() -> None:
+def _set_up() -> None:
     logs.configure()
     collector.tune()  # once the command's imports are done: what they made is frozen
 
@@ -47,7 +47,7 @@ def serve() -> None:
     """Run the gRPC API server until SIGTERM. It checks tokens unless PEERLOG_AUTH=off (see `keys create`)."""
     from services.api.processes import run
 
-    _logging()
+    _set_up()
     try:
         run(Settings())
     except ValueError as err:  # a missing or weak key, an unreadable certificate: said before anything serves
@@ -75,7 +75,7 @@ def worker() -> None:
     from services.bus.admin import create_topics
     from services.worker.app import run_worker
 
-    _logging()
+    _set_up()
     settings = Settings()
     create_topics(settings.kafka)
     asyncio.run(run_worker(settings))
@@ -86,7 +86,7 @@ def webhooks() -> None:
     """Deliver webhooks (WebhookService) until SIGTERM. Run one: a second would deliver everything twice."""
     from services.webhooks.supervisor import run_webhooks
 
-    _logging()
+    _set_up()
     asyncio.run(run_webhooks(Settings()))
 
 
@@ -227,7 +227,7 @@ def reembed(
     rebuilt (see the README)."""
     from services.llm.errors import EmbeddingError
 
-    _logging()
+    _set_up()
     try:
         with _plainly():
             total, appended = asyncio.run(_reembed(Settings(), model, workspace))
@@ -405,7 +405,7 @@ def projector_run() -> None:
     from projections.projector import Projector
     from services import tracing
 
-    _logging()
+    _set_up()
     settings = Settings()
     tracing.setup(settings.tracing, "peerlog-projector")
     p = Projector(settings)
