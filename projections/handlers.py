@@ -246,7 +246,7 @@ def messages_embedded(conn: Connection, events: Sequence[MessagesEmbedded]) -> N
         dict(
             workspace_id=e.workspace_id,
             message_id=m.message_id,
-            embedding=list(m.vector),
+            embedding=m.vector.array(),
             embedding_model=e.embedding_model,
             event_id=e.event_id,
         )

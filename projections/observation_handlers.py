@@ -119,7 +119,7 @@ def _added_row(e: ObservationAdded) -> dict:
         session_id=e.session_id,
         confidence=e.confidence,
         pattern_type=e.pattern_type,
-        embedding=(list(e.embedding) or None) if active else None,
+        embedding=e.embedding.array() if active and e.embedding else None,
         embedding_model=e.embedding_model if active else "",
         times_derived=1,
         created_at=e.occurred_at,
@@ -344,7 +344,7 @@ def observations_embedded(conn: Connection, events: Sequence[ObservationsEmbedde
     """Vectors of the active model onto their observations (which precede them on the pair's partition);
     a later event replaces an earlier one."""
     rows = [
-        dict(w=e.workspace_id, o=o.observation_id, v=list(o.vector), model=e.embedding_model)
+        dict(w=e.workspace_id, o=o.observation_id, v=o.vector.array(), model=e.embedding_model)
         for e in events
         if e.embedding_model == ACTIVE_EMBEDDING_MODEL
         for o in e.observations

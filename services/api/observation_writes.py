@@ -16,7 +16,7 @@ from services.api.locks import held
 from services.api.observation_reads import get_observation
 from services.api.writes import commit
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from services.events import PAIR_WIDE, Level, ObservationAdded, ObservationDeleted, Source, new_id
+from services.events import PAIR_WIDE, Level, ObservationAdded, ObservationDeleted, PackedVector, Source, new_id
 from services.events.requests import KeyedRequest
 from services.events.text import normalise
 
@@ -224,7 +224,7 @@ async def _append_new(
             content=o.content,
             session_id=o.session_id or None,
             sources=o.sources,
-            embedding=tuple(vector),
+            embedding=PackedVector.of(vector),
             embedding_model=ctx.embedder.model_name,
             producer=ctx.producer,
             request=request,

@@ -15,6 +15,7 @@ from services.events import (
     ObservationReinforced,
     ObservationRejected,
     ObservationSuperseded,
+    PackedVector,
     ProducerInfo,
     Source,
 )
@@ -149,7 +150,7 @@ def judge(
             content=fact.content,
             session_id=session,
             sources=(source,),
-            embedding=tuple(emb),
+            embedding=PackedVector.of(emb),
             embedding_model=embedding_model,
             batch_id=batch,
             **common,

@@ -22,6 +22,7 @@ from services.events import (
     ObservationDeleted,
     ObservationRejected,
     ObservationSuperseded,
+    PackedVector,
     PeerCardUpdated,
     ProducerInfo,
     new_id,
@@ -220,7 +221,7 @@ def _add(
         level=level,
         content=content,
         premise_ids=tuple(dict.fromkeys(premises)),
-        embedding=tuple(vector),
+        embedding=PackedVector.of(vector),
         dream_id=d.dream_id,
     ), None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.events import EmbeddedMessage, Event, MessageAppended, MessagesEmbedded, ProducerInfo
+from services.events import EmbeddedMessage, Event, MessageAppended, MessagesEmbedded, PackedVector, ProducerInfo
 
 # how much of the previous turn rides along (and is kept in the embedder's per-session state)
 PREVIOUS_TURN_CHARS = 500
@@ -46,9 +46,7 @@ def text_to_embed(event: Event, previous: dict | None = None) -> str | None:
 
 def embedded(message: MessageAppended, vector: Sequence[float], model: str, producer: ProducerInfo) -> MessagesEmbedded:
     """The event recording `message`'s embedding, caused by the message's own event."""
-    item = EmbeddedMessage(
-        message_id=message.message_id, session_id=message.session_id, vector=tuple(float(x) for x in vector)
-    )
+    item = EmbeddedMessage(message_id=message.message_id, session_id=message.session_id, vector=PackedVector.of(vector))
     return MessagesEmbedded(
         workspace_id=message.workspace_id,
         session_id=message.session_id,

@@ -28,6 +28,7 @@ from services.events import (
     MessagesEmbedded,
     ObservationAdded,
     ObservationsEmbedded,
+    PackedVector,
     ProducerInfo,
 )
 from services.llm.embeddings import Embedder
@@ -96,7 +97,7 @@ async def _messages(
         embedding_model=embedder.model_name,
         producer=producer,
         messages=tuple(
-            EmbeddedMessage(message_id=m.message_id, session_id=m.session_id, vector=tuple(v))
+            EmbeddedMessage(message_id=m.message_id, session_id=m.session_id, vector=PackedVector.of(v))
             for (m, _), v in zip(items, vectors)
         ),
     )
@@ -115,7 +116,8 @@ async def _observations(
         embedding_model=embedder.model_name,
         producer=producer,
         observations=tuple(
-            EmbeddedObservation(observation_id=o.observation_id, vector=tuple(v)) for o, v in zip(items, vectors)
+            EmbeddedObservation(observation_id=o.observation_id, vector=PackedVector.of(v))
+            for o, v in zip(items, vectors)
         ),
     )
 

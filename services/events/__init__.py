@@ -68,8 +68,10 @@ from services.events.perception import (
 )
 from services.events.scopes import ScopeCreated, ScopeSessionsAdded, ScopeSessionsRemoved
 from services.events.summaries import SummaryDeadLettered, SummaryKind, SummaryRetryRequested, SummaryUpdated
+from services.events.vectors import PackedVector
 
 __all__ = [
+    "PackedVector",
     "ConfigLevel",
     "Configuration",
     "Effective",

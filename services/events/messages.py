@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from services.events.base import Event
 from services.events.configuration import Configuration
 from services.events.requests import KeyedRequest, keyed_v1_to_v2
+from services.events.vectors import PackedVector
 
 
 class MessageOrigin(BaseModel):
@@ -63,13 +64,15 @@ class EmbeddedMessage(BaseModel):
 
     message_id: str
     session_id: str
-    vector: tuple[float, ...]
+    vector: PackedVector
 
 
 class MessagesEmbedded(Event):
     """Messages of one session were embedded; the vectors ride in the event, so replay needs no model."""
 
     key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
+    schema_version_current: ClassVar[int] = 2  # 2: the vectors as base64 (vectors.py reads both)
+    upcasters = {1: lambda data: data}
 
     session_id: str
     messages: tuple[EmbeddedMessage, ...]

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.events.base import Event
 from services.events.perception import PAIR_KEY, PAIR_WIDE
 from services.events.requests import KeyedRequest, keyed_v1_to_v2
+from services.events.vectors import EMPTY, PackedVector
 
 
 class Level(StrEnum):
@@ -53,8 +54,9 @@ def client_writes_pair_wide(data: dict) -> dict:
 class ObservationAdded(PairEvent):
     """A new proposition in the pair's store, with the embedding computed for it (so replay needs no model)."""
 
-    schema_version_current: ClassVar[int] = 3  # 2: `request`; 3: a client's write is PAIR_WIDE
-    upcasters = {1: keyed_v1_to_v2, 2: client_writes_pair_wide}
+    # 2: `request`; 3: a client's write is PAIR_WIDE; 4: the embedding as base64 (vectors.py reads both)
+    schema_version_current: ClassVar[int] = 4
+    upcasters = {1: keyed_v1_to_v2, 2: client_writes_pair_wide, 3: lambda data: data}
 
     observation_id: str
     level: Level
@@ -65,7 +67,7 @@ class ObservationAdded(PairEvent):
     confidence: str | None = None
     # inductive only: the kind of pattern (preference, behaviour, personality, tendency, correlation)
     pattern_type: str | None = None
-    embedding: tuple[float, ...] = ()
+    embedding: PackedVector = EMPTY
     embedding_model: str = ""
     batch_id: str | None = None
     dream_id: str | None = None  # set when a dream wrote it
@@ -78,12 +80,15 @@ class EmbeddedObservation(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     observation_id: str
-    vector: tuple[float, ...]
+    vector: PackedVector
 
 
 class ObservationsEmbedded(PairEvent):
     """Observations of one pair were embedded again (`peerlog reembed`), typically by another model;
     on the pair's topic, after the ObservationAdded events it re-embeds."""
+
+    schema_version_current: ClassVar[int] = 2  # 2: the vectors as base64 (vectors.py reads both)
+    upcasters = {1: lambda data: data}
 
     observations: tuple[EmbeddedObservation, ...]
     embedding_model: str

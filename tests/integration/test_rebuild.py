@@ -5,14 +5,23 @@ from __future__ import annotations
 import asyncio
 import random
 
+import numpy as np
+import orjson
+from confluent_kafka import Producer
+from pgvector.psycopg import register_vector
 from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
 
 from peerlog.v1 import sessions_pb2
 from projections.db import sync_engine
 from projections.rebuild import compare, rebuild
-from projections.schema import DATA_TABLES
+from projections.schema import ACTIVE_EMBEDDING_MODEL, DATA_TABLES
+from services.bus.producer import EventLog
+from services.bus.topics import topic_for
 from services.cli.client import Client
+from services.events import EmbeddedMessage, MessagesEmbedded, ObservationAdded, encode
+from tests.integration.test_projector import P
+from tests.support.wait import eventually
 
 
 async def random_workload(c: Client, rng: random.Random, rounds: int) -> str:
@@ -95,10 +104,8 @@ async def test_a_rebuild_reproduces_every_table_and_the_live_projector_carries_o
 
 def projected_session(settings, messages: int):
     """An engine on a live projection of one session holding `messages` messages, appended to the log."""
-    from services.bus.producer import EventLog
     from services.events import SessionCreated, WorkspaceCreated
-    from tests.integration.test_projector import P, msg
-    from tests.support.wait import eventually
+    from tests.integration.test_projector import msg
 
     log = EventLog(settings.kafka)
     log.start()
@@ -141,3 +148,66 @@ def test_a_rebuilt_schema_serves_with_every_index_the_live_one_had(settings, pro
     )
     assert any("USING hnsw" in d for d in serving) and any("USING gin" in d for d in serving)
     assert serving == retired
+
+
+def _written_as_numbers(event, **old) -> bytes:
+    """`event` as code before base64 vectors wrote it: `old` holds the fields as lists of numbers."""
+    return orjson.dumps({**orjson.loads(encode(event)), **old})
+
+
+def test_vectors_older_code_wrote_as_numbers_project_and_rebuild_like_those_written_now(settings, projector, infra):
+    """A log from before vectors went as base64 holds lists of numbers. Both forms project to the same
+    stored vectors (float32, as Postgres keeps them), and a rebuild over the mixed log matches the live
+    projection row for row."""
+    values = np.random.default_rng(3).standard_normal((4, 384))
+    values /= np.linalg.norm(values, axis=1, keepdims=True)
+    new_msg, old_msg, new_obs, old_obs = (v.tolist() for v in values)
+    pair = dict(workspace_id="w", observer_id="alice", observed_id="bob", level="explicit", producer=P)
+    embedded = [
+        MessagesEmbedded(
+            workspace_id="w", session_id="s1", embedding_model=ACTIVE_EMBEDDING_MODEL, producer=P,
+            messages=(EmbeddedMessage(message_id=f"m{i}", session_id="s1", vector=v),),
+        )
+        for i, v in enumerate((new_msg, old_msg))
+    ]  # fmt: skip
+    added = [
+        ObservationAdded(observation_id=f"o{i}", content=f"fact {i}", embedding=v, embedding_model=ACTIVE_EMBEDDING_MODEL, **pair)
+        for i, v in enumerate((new_obs, old_obs))
+    ]  # fmt: skip
+    engine = projected_session(settings, 2)
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([embedded[0], added[0]])
+    log.close()
+    old = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    prefix = settings.kafka.topic_prefix
+    first = {**orjson.loads(encode(embedded[1]))["messages"][0], "vector": old_msg}
+    for event, raw in (
+        (embedded[1], _written_as_numbers(embedded[1], schema_version=1, messages=[first])),
+        (added[1], _written_as_numbers(added[1], schema_version=3, embedding=old_obs)),
+    ):
+        old.produce(topic_for(event).full_name(prefix), raw, key=event.key.encode())
+    assert old.flush(30) == 0
+    schema = settings.database.schema_name
+    with engine.connect() as conn:
+        register_vector(conn.connection.driver_connection)
+
+        def stored(table: str, key: str) -> list:
+            return conn.execute(text(f'SELECT embedding FROM "{schema}".{table} ORDER BY {key}')).scalars().all()
+
+        eventually(
+            lambda: (
+                all(v is not None for v in stored("messages", "message_id"))
+                and len(stored("observations", "observation_id")) == 2
+            )
+        )
+        for table, key, expected in (
+            ("messages", "message_id", values[:2]),
+            ("observations", "observation_id", values[2:]),
+        ):
+            got = np.stack([v.to_numpy() for v in stored(table, key)])  # pgvector's Vector
+            assert np.array_equal(got, expected.astype(np.float32)), table
+    result = rebuild(settings, progress=lambda _: None)
+    assert result.switched
+    with engine.connect() as conn:
+        assert set(compare(conn, result.retired, schema).values()) == {0}

@@ -114,3 +114,54 @@ def test_a_clients_observation_written_before_v3_reads_as_in_every_derivation_an
     assert decode(orjson.dumps(v2())).derivation == PAIR_WIDE
     assert decode(orjson.dumps(v2(batch_id="b1"))).derivation == "v2"
     assert decode(orjson.dumps(v2(dream_id="d1"))).derivation == "v2"
+
+
+def _observation(**kw):
+    from services.events import ObservationAdded
+
+    fields = dict(
+        workspace_id="w", observer_id="a", observed_id="b", observation_id="o", level="explicit", content="c",
+        embedding_model="m", producer=P,
+    )  # fmt: skip
+    return ObservationAdded(**{**fields, **kw})
+
+
+def test_a_vector_goes_on_the_log_as_base64_float32_and_comes_back_as_the_same_values():
+    import numpy as np
+
+    values = np.random.default_rng(7).standard_normal(384).astype(np.float32)
+    e = _observation(embedding=values.tolist())
+    raw = encode(e)
+    assert isinstance(orjson.loads(raw)["embedding"], str)
+    assert len(raw) < 2_900  # 384 decimals took 7.7 kB of an 8.7 kB event
+    back = decode(raw)
+    assert back == e and np.array_equal(np.asarray(back.embedding), values)
+    assert back.embedding == values.tolist() and len(back.embedding) == 384
+    assert decode(encode(_observation())).embedding == () and not _observation().embedding
+
+
+def test_vectors_written_as_lists_of_numbers_by_older_versions_read_as_the_same_vectors():
+    from services.events import EmbeddedMessage, MessagesEmbedded
+
+    e = _observation(embedding=[0.25, -0.5, 1.0])
+    old = {**orjson.loads(encode(e)), "schema_version": 3, "embedding": [0.25, -0.5, 1.0]}
+    assert decode(orjson.dumps(old)) == e
+    embedded = MessagesEmbedded(
+        workspace_id="w", session_id="s", embedding_model="m", producer=P,
+        messages=(EmbeddedMessage(message_id="m1", session_id="s", vector=[0.1, 0.2]),),
+    )  # fmt: skip
+    old = orjson.loads(encode(embedded))
+    old["schema_version"], old["messages"][0]["vector"] = 1, [0.1, 0.2]
+    assert decode(orjson.dumps(old)) == embedded
+    assert decode(orjson.dumps(old)).messages[0].vector == [0.1, 0.2]  # as float32, as Postgres keeps it
+
+
+@pytest.mark.parametrize(
+    "vector",
+    ["not base64!", "AAAAAAA=", [float("nan")], [1e39], [[1.0, 2.0]], ["x"], {"a": 1}, 7],
+    ids=["garbage", "bytes-not-fours", "nan", "beyond-float32", "nested", "words", "object", "number"],
+)
+def test_a_vector_that_is_not_finite_float32_values_is_refused_with_a_reason(vector):
+    raw = {**orjson.loads(encode(_observation())), "embedding": vector}
+    with pytest.raises(EventDecodeError, match="embedding"):
+        decode(orjson.dumps(raw))
