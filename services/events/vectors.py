@@ -80,8 +80,8 @@ class PackedVector:
     def __iter__(self) -> Iterator[float]:
         return iter(self.tolist())
 
-    def __getitem__(self, index: int) -> float:
-        return self.tolist()[index]
+    def __getitem__(self, index: int | slice) -> Any:
+        return self.array()[index].tolist()  # a float, or a list for a slice
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PackedVector):
