@@ -238,7 +238,8 @@ LEVEL_OF_PROTO = {number: level for level, number in LEVEL_TO_PROTO.items()}
 
 
 def levels(values) -> tuple[str, ...]:
-    """The levels a request filters on; UNSPECIFIED entries filter nothing."""
+    """The levels a request filters on, each once; UNSPECIFIED entries filter nothing. Each once: a
+    request repeating a level 70,000 times made one SQL parameter of each, past Postgres's 65,535."""
     out = []
     for number in values:
         if number == observations_pb2.OBSERVATION_LEVEL_UNSPECIFIED:
@@ -248,7 +249,7 @@ def levels(values) -> tuple[str, ...]:
                 f"levels: {number} is not an ObservationLevel; use EXPLICIT, DEDUCTIVE, INDUCTIVE or CONTRADICTION"
             )
         out.append(LEVEL_OF_PROTO[number].value)
-    return tuple(out)
+    return tuple(dict.fromkeys(out))
 
 
 def list_filter(r: observations_pb2.ListObservationsRequest) -> ObservationFilter:

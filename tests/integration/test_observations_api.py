@@ -459,3 +459,13 @@ async def test_an_observation_reinforced_many_times_shows_its_first_100_sources_
 
 def create_observation(c: Client, item: o.NewObservation):
     return c.create_observations("w", "alice", "bob", [item])
+
+
+async def test_a_level_filter_repeated_past_postgres_parameter_limit_reads_as_that_level_once(channel):
+    """A list of 70,000 levels made one SQL parameter each and failed UNAVAILABLE (found by fuzz seed 5555)."""
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    made = await c.create_observations("w", "alice", "bob", ["Bob keeps bees", "Bob sails"])
+    once = await c.all_observations("w", "alice", "bob", made.consistency_token, levels=[EXPLICIT])
+    many = await c.all_observations("w", "alice", "bob", made.consistency_token, levels=[EXPLICIT, DEDUCTIVE] * 35_000)
+    assert [x.content for x in many] == [x.content for x in once] == ["Bob keeps bees", "Bob sails"]

@@ -5,9 +5,11 @@ while it was away."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 
 import grpc
+import numpy as np
 import pytest
 
 from peerlog.v1 import events_pb2, events_pb2_grpc
@@ -15,6 +17,7 @@ from services.api.server import start
 from services.bus.subscription import log_topics
 from services.cli.client import Client
 from services.events import MessageAppended
+from services.llm.embeddings import LocalOnnxEmbedder
 from tests.support.auth import admin_channel
 from tests.support.rpc import rejected
 
@@ -157,3 +160,15 @@ async def test_one_workspaces_streams_past_its_limit_are_refused_and_leave_room_
             hog.cancel()
     finally:
         await server.stop(0)
+
+
+async def test_a_vector_arrives_as_base64_of_the_float32_values_the_embedding_model_gave(conversation):
+    """What the README's Events section promises a subscriber: decode the base64, read little-endian float32."""
+    c, stub = conversation
+    made = await c.create_observations("w", "alice", "bob", ["Bob keeps bees on the roof"])
+    (event,) = await take(stub, 1, workspace_id="w", event_types=["ObservationAdded"])
+    body = json.loads(event.json)
+    assert body["observation_id"] == made.observation_ids[0] and isinstance(body["embedding"], str)
+    got = np.frombuffer(base64.b64decode(body["embedding"]), dtype="<f4")
+    expected = np.asarray(LocalOnnxEmbedder().embed_sync(["Bob keeps bees on the roof"])[0], dtype=np.float32)
+    assert got.shape == (384,) and np.allclose(got, expected, atol=1e-6)
