@@ -87,7 +87,10 @@ class PackedVector:
         if isinstance(other, PackedVector):
             return self._raw == other._raw
         if isinstance(other, (list, tuple)):  # the same vector once made float32, as it would be stored
-            return self._raw == np.asarray(other, dtype=_FLOAT32).tobytes()
+            try:
+                return self._raw == np.asarray(other, dtype=_FLOAT32).tobytes()
+            except (TypeError, ValueError):  # not numbers: not this vector
+                return False
         return NotImplemented
 
     def __hash__(self) -> int:

@@ -138,6 +138,7 @@ def test_a_vector_goes_on_the_log_as_base64_float32_and_comes_back_as_the_same_v
     assert back == e and np.array_equal(np.asarray(back.embedding), values)
     assert back.embedding == values.tolist() and len(back.embedding) == 384
     assert decode(encode(_observation())).embedding == () and not _observation().embedding
+    assert back.embedding != ["not", "numbers"] and back.embedding != values.tolist()[:-1]
 
 
 def test_vectors_written_as_lists_of_numbers_by_older_versions_read_as_the_same_vectors():
