@@ -71,7 +71,6 @@ from services.events.summaries import SummaryDeadLettered, SummaryKind, SummaryR
 from services.events.vectors import PackedVector
 
 __all__ = [
-    "PackedVector",
     "ConfigLevel",
     "Configuration",
     "Effective",
@@ -100,6 +99,7 @@ __all__ = [
     "EmbeddedObservation",
     "ObservationAdded",
     "ObservationsEmbedded",
+    "PackedVector",
     "ObservationDeleted",
     "ObservationReinforced",
     "ObservationRejected",

@@ -46,15 +46,13 @@ class PackedVector:
                 return cls(binascii.a2b_base64(value, strict_mode=True))
             except binascii.Error as exc:
                 raise ValueError(f"a vector's text is base64 of float32 values: {exc}") from None
-        if isinstance(value, (bytes, dict)) or not hasattr(value, "__len__"):
-            raise ValueError("a vector is base64 text or a list of numbers")
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # what overflows is refused just below
                 values = np.asarray(value, dtype=_FLOAT32)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"a vector is a list of numbers: {exc}") from None
-        if values.ndim != 1:
-            raise ValueError("a vector is a flat list of numbers")
+        if values.ndim != 1:  # a lone number, or lists in a list
+            raise ValueError("a vector is base64 text or a flat list of numbers")
         if not np.isfinite(values).all():
             raise ValueError("a vector's values must be finite float32 numbers")
         return cls(values.tobytes())
@@ -70,9 +68,9 @@ class PackedVector:
     def tolist(self) -> list[float]:
         return self.array().tolist()
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        values = self.array()
-        return values if dtype is None else values.astype(dtype)
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        values = self.array()  # read-only: a caller that writes asks for a copy
+        return values if dtype is None and not copy else values.astype(dtype or _FLOAT32)
 
     def __len__(self) -> int:
         return len(self._raw) // _FLOAT32.itemsize
@@ -88,8 +86,8 @@ class PackedVector:
             return self._raw == other._raw
         if isinstance(other, (list, tuple)):  # the same vector once made float32, as it would be stored
             try:
-                return self._raw == np.asarray(other, dtype=_FLOAT32).tobytes()
-            except (TypeError, ValueError):  # not numbers: not this vector
+                return self._raw == PackedVector.of(other)._raw
+            except ValueError:  # not finite numbers: not a vector this could be
                 return False
         return NotImplemented
 

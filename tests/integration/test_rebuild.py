@@ -19,8 +19,15 @@ from projections.schema import ACTIVE_EMBEDDING_MODEL, DATA_TABLES
 from services.bus.producer import EventLog
 from services.bus.topics import topic_for
 from services.cli.client import Client
-from services.events import EmbeddedMessage, MessagesEmbedded, ObservationAdded, encode
-from tests.integration.test_projector import P
+from services.events import (
+    EmbeddedMessage,
+    MessagesEmbedded,
+    ObservationAdded,
+    SessionCreated,
+    WorkspaceCreated,
+    encode,
+)
+from tests.integration.test_projector import P, msg
 from tests.support.wait import eventually
 
 
@@ -104,9 +111,6 @@ async def test_a_rebuild_reproduces_every_table_and_the_live_projector_carries_o
 
 def projected_session(settings, messages: int):
     """An engine on a live projection of one session holding `messages` messages, appended to the log."""
-    from services.events import SessionCreated, WorkspaceCreated
-    from tests.integration.test_projector import msg
-
     log = EventLog(settings.kafka)
     log.start()
     log.append_sync(
