@@ -88,8 +88,10 @@ def status_for(exc: Exception) -> grpc.StatusCode | None:
 
 
 def public_message(exc: Exception) -> str | None:
-    """The fixed message an infrastructure error reaches the caller with; None for a domain error,
-    whose own message is for the caller."""
+    """The message an infrastructure error reaches the caller with (a fixed one; a model error's text
+    without what the provider's server sent); None for a domain error, whose own message is for the caller."""
+    if isinstance(exc, ModelError):
+        return exc.public
     for cls in type(exc).__mro__:
         if cls in PUBLIC_MESSAGE:
             return PUBLIC_MESSAGE[cls]

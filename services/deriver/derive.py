@@ -28,7 +28,7 @@ from services.events.pairs import Pair
 from services.events.text import normalise
 from services.llm.client import ModelClient
 from services.llm.embeddings import Embedder, near_duplicate_similarity
-from services.llm.errors import EmbeddingError, ModelError, ModelOutputInvalid
+from services.llm.errors import EmbeddingError, ModelError, ModelOutputInvalid, shown
 
 log = logging.getLogger(__name__)
 VERSION = "0.1.0"
@@ -83,7 +83,7 @@ class Deriver:
             return BatchOutcome(
                 [
                     DerivationDeadLettered(
-                        producer=self.producer(), error=str(exc)[:4000], attempts=max(1, attempts), **base
+                        producer=self.producer(), error=shown(exc)[:4000], attempts=max(1, attempts), **base
                     )
                 ],
                 recent,

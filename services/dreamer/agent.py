@@ -28,7 +28,7 @@ from services.events import (
 )
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
-from services.llm.errors import EmbeddingError, ModelError
+from services.llm.errors import EmbeddingError, ModelError, shown
 
 if TYPE_CHECKING:
     from services.settings import Settings
@@ -89,13 +89,13 @@ class Dreamer:
             # what the specialists wrote before a model failed (or time ran out) stands; the scheduler
             # retries after its cooldown. An embedding model answering wrongly fails the dream the same way
             reason = (
-                str(error)
+                shown(error)
                 if not isinstance(error, TimeoutError)
                 else (
                     f"the dream ran out of its time budget of {self.settings.max_dream_s:g} s (PEERLOG_DREAM_MAX_DREAM_S)"
                 )
             )
-            log.warning("dream %s failed: %s", event.dream_id, reason)
+            log.warning("dream %s failed: %s", event.dream_id, reason if isinstance(error, TimeoutError) else error)
             end = DreamFailed(
                 **pair, dream_id=event.dream_id, reason=reason[:2000], producer=PRODUCER, causation_id=event.event_id
             )

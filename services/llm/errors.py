@@ -7,13 +7,27 @@ from services.llm.formats import storable
 
 
 class ModelError(Exception):
-    """Base for model-call failures."""
+    """Base for model-call failures. Its text is for the server's log; `public` is what a caller's reply or
+    an event may carry: what a provider's server sent back can quote the operator's key, organisation or
+    quota, so `public` leaves it out (`shown`)."""
 
     outcome = "error"
 
-    def __init__(self, stage: str, message: str) -> None:
+    def __init__(self, stage: str, message: str, public: str | None = None) -> None:
         super().__init__(storable(f"[{stage}] {message}"))
         self.stage = stage
+        self.public = storable(f"[{stage}] {public}") if public is not None else str(self)
+
+
+def shown(error: BaseException) -> str:
+    """An error's text as a caller or the log of events may see it: a model error's `public` text."""
+    return error.public if isinstance(error, ModelError) else str(error)
+
+
+def _described(error: BaseException) -> str:
+    """What failed, without what the server said: the error's kind, and its HTTP status if it had one."""
+    status = getattr(error, "status_code", None)
+    return f"{type(error).__name__} (HTTP {status})" if isinstance(status, int) else type(error).__name__
 
 
 class ModelUnavailable(ModelError):
@@ -22,7 +36,8 @@ class ModelUnavailable(ModelError):
     outcome = "unavailable"
 
     def __init__(self, stage: str, attempts: int, last_error: BaseException) -> None:
-        super().__init__(stage, f"model unavailable after {attempts} attempt(s): {last_error}")
+        message = f"model unavailable after {attempts} attempt(s)"
+        super().__init__(stage, f"{message}: {last_error}", f"{message}: {_described(last_error)}")
         self.attempts = attempts
         self.last_error = last_error
 
@@ -33,7 +48,8 @@ class ModelRequestRejected(ModelError):
     outcome = "rejected"
 
     def __init__(self, stage: str, status_code: int, body: str) -> None:
-        super().__init__(stage, f"request rejected with HTTP {status_code}: {body[:500]}")
+        rejected = f"request rejected with HTTP {status_code}"
+        super().__init__(stage, f"{rejected}: {body[:500]}", f"{rejected}; the server's log has its reply")
         self.status_code = status_code
         self.body = body
 

@@ -9,7 +9,7 @@ from services.bus.runner import Get, Step
 from services.bus.topics import SESSIONS
 from services.events import Event, ProducerInfo, SummaryDeadLettered, SummaryKind, SummaryUpdated
 from services.llm.client import ModelClient
-from services.llm.errors import ModelError
+from services.llm.errors import ModelError, shown
 from services.llm.formats import storable
 from services.llm.tokens import count_tokens
 from services.summarizer.policy import (
@@ -97,7 +97,7 @@ class Summarizer:
             log.warning("summary %s of %s dead-lettered: %s", kind, event.session_id, exc)
             return SummaryDeadLettered(
                 last_seq=last.seq,
-                error=str(exc)[:4000],
+                error=shown(exc)[:4000],
                 attempts=self.model.settings.max_retries + 1,
                 producer=self.producer(self.model.settings.model),
                 **common,

@@ -394,6 +394,19 @@ async def test_a_model_that_is_down_is_a_clear_unavailable_error(memory, model_s
     await rejected(anext(aiter(stream(memory["chan"]))), grpc.StatusCode.UNAVAILABLE, "model unavailable")
 
 
+# what a provider answers an operator's bad key with: part of the key and the organisation
+PROVIDER_REFUSAL = {"error": {"message": "Incorrect API key provided: sk-proj-AbCd****wXyZ (org-Q1w2E3r4)"}}
+
+
+async def test_a_model_server_refusal_reaches_the_caller_without_the_servers_reply(memory, model_server):
+    model_server.reply_with(lambda req: Reply(status=401, error_body=PROVIDER_REFUSAL))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await ask(memory["chan"])
+    details = refused.value.details()
+    assert refused.value.code() == grpc.StatusCode.INTERNAL and "dialectic_low" in details and "HTTP 401" in details
+    assert "sk-proj" not in details and "org-" not in details and "Incorrect API key" not in details
+
+
 async def test_a_model_slower_than_the_deadline_is_deadline_exceeded(serve, memory, model_server):
     chan = await serve(PEERLOG_DIALECTIC_DEADLINE_S="1")
     model_server.reply_with(lambda req: Reply(content="late", delay_s=3))

@@ -15,8 +15,10 @@ from services.deriver.settings import DeriverSettings
 from services.events.pairs import Pair
 from services.rederivation.rederive import DerivationScope
 from services.rederivation.retry import retry
+from tests.integration.test_chat import PROVIDER_REFUSAL
 from tests.integration.test_rederive import current_rows
 from tests.support.extractor import extract_each_turn
+from tests.support.model_server import Reply
 from tests.support.wait import until
 
 QUICK_RETRIES = {
@@ -39,6 +41,19 @@ def embedding_env(model_server) -> dict[str, str]:
 async def dead_letters(c: Client, n: int):
     status = await until(lambda: c.processing_status("w"), lambda s: s.counts.dead_lettered >= n, timeout=90)
     return status.dead_lettered_batches
+
+
+async def test_a_batch_the_model_server_refused_is_parked_without_the_servers_reply(
+    channel, settings, model_server, start_worker
+):
+    # a dead-lettered batch's error is in the log for good and shown to the observer's status readers
+    model_server.reply_with(lambda req: Reply(status=401, error_body=PROVIDER_REFUSAL))
+    start_worker("router,deriver", **QUICK_RETRIES)
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    await c.add("w", "s", [("alice", "I live in Oslo")])
+    [parked] = await dead_letters(c, 1)
+    assert "HTTP 401" in parked.error and "sk-proj" not in parked.error and "Incorrect API key" not in parked.error
 
 
 async def test_an_embedding_outage_parks_the_batch_keeps_the_worker_and_retry_derives_it_once(

@@ -6,16 +6,19 @@ import httpx2
 import openai
 import pytest
 
-from services.llm.errors import ModelRequestRejected, ModelUnavailable
+from services.llm.errors import ModelRequestRejected, ModelUnavailable, shown
 from services.llm.retry import as_model_error, call_sync, is_transient, retry_after_s
 from services.llm.settings import ModelStageSettings
 
 REQUEST = httpx2.Request("POST", "http://127.0.0.1:1/v1/chat/completions")
 
 
-def status_error(status: int, headers: dict[str, str] | None = None) -> openai.APIStatusError:
-    response = httpx2.Response(status, headers=headers or {}, text='{"error": "x"}', request=REQUEST)
-    return openai.APIStatusError(f"HTTP {status}", response=response, body=None)
+def status_error(
+    status: int, headers: dict[str, str] | None = None, body: str = '{"error": "x"}'
+) -> openai.APIStatusError:
+    response = httpx2.Response(status, headers=headers or {}, text=body, request=REQUEST)
+    # the SDK words it so: the server's reply in the message
+    return openai.APIStatusError(f"Error code: {status} - {body}", response=response, body=None)
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
@@ -47,6 +50,17 @@ def test_final_errors_become_domain_errors() -> None:
 
     assert isinstance(rejected, ModelRequestRejected) and rejected.status_code == 400
     assert isinstance(unavailable, ModelUnavailable) and unavailable.attempts == 4
+
+
+def test_what_a_caller_or_an_event_is_shown_of_a_model_error_leaves_out_the_servers_reply() -> None:
+    body = '{"error": {"message": "Incorrect API key provided: sk-proj-AbCd****wXyZ, org-Q1w2E3r4"}}'
+    rejected = as_model_error("deriver", 1, status_error(401, body=body))
+    unavailable = as_model_error("deriver", 4, status_error(429, body=body))
+
+    assert "sk-proj" in str(rejected) and "sk-proj" in str(unavailable)  # the server's log keeps it
+    assert shown(rejected) == "[deriver] request rejected with HTTP 401; the server's log has its reply"
+    assert shown(unavailable) == "[deriver] model unavailable after 4 attempt(s): APIStatusError (HTTP 429)"
+    assert shown(ValueError("a store error")) == "a store error"
 
 
 def test_transient_errors_are_retried_up_to_the_limit() -> None:
