@@ -152,6 +152,7 @@ async def retry(
     store: WebhookStore, workspace_id: str, webhook_id: str, event_id: str, allow_private: bool = False
 ) -> Delivery:
     """One attempt now; the dead letter is forgotten if it lands. Not delivered: why, in `error`."""
+    v.check_id("event_id", event_id)  # it goes into SQL: a NUL there is the driver's error, not the caller's
     endpoint = await _endpoint(store, workspace_id, webhook_id)
     letter = await _off_loop(store.dead_letter, endpoint.endpoint_id, event_id)
     if letter is None:

@@ -79,6 +79,18 @@ async def test_a_webhook_is_registered_listed_its_dead_letter_retried_and_delete
     await rejected(stub.DeleteWebhook(wh.DeleteWebhookRequest(**ref)), grpc.StatusCode.NOT_FOUND, hook.webhook_id)
 
 
+async def test_a_dead_letter_retry_naming_an_event_id_that_is_no_id_is_invalid_argument(channel):
+    stub = webhooks_pb2_grpc.WebhookServiceStub(channel)
+    await Client(channel).setup_conversation("w", "s", peers=("alice",))
+    hook = (await stub.CreateWebhook(wh.CreateWebhookRequest(workspace_id="w", url="http://x.example.com/y"))).webhook
+    ref = dict(workspace_id="w", webhook_id=hook.webhook_id)
+    for event_id in ("a\x00b", "", "x" * 600):
+        retry = stub.RetryWebhookDeadLetter(wh.RetryWebhookDeadLetterRequest(**ref, event_id=event_id))
+        await rejected(retry, grpc.StatusCode.INVALID_ARGUMENT, "event_id", "is not a valid id")
+    unknown = stub.RetryWebhookDeadLetter(wh.RetryWebhookDeadLetterRequest(**ref, event_id="0198a0b2-no-such-event"))
+    await rejected(unknown, grpc.StatusCode.NOT_FOUND, "no dead letter")
+
+
 async def test_bad_urls_and_unknown_event_types_are_refused(channel):
     stub = webhooks_pb2_grpc.WebhookServiceStub(channel)
     await rejected(
