@@ -28,6 +28,7 @@ from peerlog.v1 import (
     observations_pb2,
     peers_pb2,
     sessions_pb2,
+    webhooks_pb2,
     workspaces_pb2,
 )
 from services.api.channels import channel
@@ -35,7 +36,7 @@ from services.bus.consistency import ConsistencyToken
 from services.events import decode
 from tests.fuzz.oracle import Outcome, Tally, judge
 from tests.fuzz.rpcs import Rpc, all_rpcs
-from tests.fuzz.strategies import Case, Pools, cases
+from tests.fuzz.strategies import WEBHOOK_URL, Case, Pools, cases
 
 QUARANTINE_EVERY = 20  # calls between reads of the quarantine table
 WRITES_KEPT = 400  # accepted writes remembered to pin a quarantined record on
@@ -305,6 +306,11 @@ class Fuzzer:
                 page=page,
                 consistency=read(made.consistency_token),
             ),
+        )
+        # a webhook, so its RPCs are fuzzed past the lookup of the webhook they name
+        call(
+            "WebhookService.CreateWebhook",
+            webhooks_pb2.CreateWebhookRequest(workspace_id="fz", url=WEBHOOK_URL, event_types=["SessionCreated"]),
         )
         call("WorkspaceService.ListWorkspaces", workspaces_pb2.ListWorkspacesRequest(page=page))
         call("PeerService.ListPeers", peers_pb2.ListPeersRequest(workspace_id="fz", page=page))

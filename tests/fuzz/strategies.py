@@ -45,6 +45,9 @@ KIND_BY_NAME = {
     "page_token": "page",
     "json_schema": "schema",
     "derivation": "derivation",
+    "webhook_id": "webhook",
+    "event_id": "event",
+    "url": "url",
 }
 # response fields whose values feed the pools, so later requests can name real messages, tokens, …
 HARVEST = {
@@ -55,8 +58,11 @@ HARVEST = {
     "dream_id": "dream",
     "consistency_token": "consistency",
     "next_page_token": "page",
+    "webhook_id": "webhook",
+    "event_id": "event",
 }
 POOL_CAP = 64
+WEBHOOK_URL = "https://93.184.215.14/peerlog-fuzz-hook"
 
 
 @dataclass
@@ -72,6 +78,10 @@ class Pools:
             "message": ["0190c6f2-0000-7000-8000-000000000000"],
             "observation": ["0190c6f2-0000-7000-8000-000000000001"],
             "dream": ["0190c6f2-0000-7000-8000-000000000002"],
+            "webhook": ["wh_missing"],
+            "event": ["0190c6f2-0000-7000-8000-000000000003"],
+            # a public address (deliveries to it fail here: no route), a private one (refused), a bad scheme
+            "url": [WEBHOOK_URL, "http://127.0.0.1:9/hook", "ftp://x/y"],
             "consistency": [""],
             "page": [""],
             "derivation": ["", "fz-derivation", "missing-derivation"],
