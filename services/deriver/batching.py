@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
+from pydantic_core import to_json
 
 from services.deriver.settings import DeriverSettings
 from services.events import Event, MessagePerceived, Turn
@@ -28,7 +29,7 @@ class PendingMessage(BaseModel):
     observed_name: str = ""  # the author's display name when it sent the message
     perceived_at: datetime
     instructions: str = ""  # custom deriver instructions in force for the message
-    stored: int = 0  # bytes of its text fields (content, context turn, instructions, name) as UTF-8
+    stored: int = 0  # its bytes in the changelog record (JSON: a control character is 6 of them, not 1)
 
 
 class Batching(BaseModel):
@@ -65,14 +66,9 @@ def add(state: Batching, event: MessagePerceived, tokens: int) -> Batching:
         observed_name=event.observed_name,
         perceived_at=event.occurred_at,
         instructions=event.instructions,
-        stored=_stored(event),
     )
+    item = item.model_copy(update={"stored": len(to_json(item)) + 16})  # + the stored field itself
     return state.model_copy(update={"pending": (*state.pending, item)})
-
-
-def _stored(event: MessagePerceived) -> int:
-    context = event.previous_turn.content if event.previous_turn is not None else ""
-    return sum(len(text.encode()) for text in (event.content, context, event.instructions, event.observed_name))
 
 
 def due(state: Batching, settings: DeriverSettings, now: datetime) -> bool:
