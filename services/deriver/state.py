@@ -6,6 +6,7 @@ import base64
 from collections.abc import Sequence
 
 import numpy as np
+import orjson
 
 from services.deriver.batching import Batching
 from services.deriver.judge import KnownObservation
@@ -36,31 +37,26 @@ def load_recent(raw: dict | None, model: str) -> list[KnownObservation]:
 
 
 # the cache is one changelog record, which Kafka refuses past 1 MB: a fact of 2,000 characters can take
-# 8 kB and more once normalised, so `keep` of them is bounded by bytes too
+# 12 kB and more as JSON (a control character is 6 bytes there), so `keep` of them is bounded by bytes too
 RECENT_BYTES = 256_000
-_ITEM_BYTES = 1_200  # an item's vector (base64 of 384 float16), id, level, session and JSON around them
 
 
 def dump_recent(known: Sequence[KnownObservation], keep: int, model: str) -> dict:
-    """The newest `keep` observations that fit RECENT_BYTES, oldest first, with the model of their vectors."""
-    live: list[KnownObservation] = []
+    """The newest `keep` observations whose JSON fits RECENT_BYTES, oldest first, with the model of their
+    vectors."""
+    items: list[dict] = []
     size = 0
     for k in reversed(list(known)[-keep:] if keep else []):
-        size += len(k.normalised.encode()) + _ITEM_BYTES
+        item = {
+            "id": k.observation_id,
+            "level": k.level.value,
+            "key": k.normalised,
+            "session": k.session_id,
+            "emb": _pack(k.embedding),
+        }
+        size += len(orjson.dumps(item)) + 1
         if size > RECENT_BYTES:
             break
-        live.append(k)
-    live.reverse()
-    return {
-        "model": model,
-        "items": [
-            {
-                "id": k.observation_id,
-                "level": k.level.value,
-                "key": k.normalised,
-                "session": k.session_id,
-                "emb": _pack(k.embedding),
-            }
-            for k in live
-        ],
-    }
+        items.append(item)
+    items.reverse()
+    return {"model": model, "items": items}

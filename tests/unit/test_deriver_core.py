@@ -265,16 +265,18 @@ def test_spans_that_support_their_facts_are_grounded():
     assert [type(e) for e in moved.events + pet.events] == [ObservationAdded] * 2
 
 
-def test_the_recent_observation_cache_stays_far_under_a_kafka_record_and_keeps_the_newest():
+# characters of 2 bytes as UTF-8, and control characters of 6 in JSON; vectors of a 1,024-dimension model
+@pytest.mark.parametrize("char,dims", [("ǅ", 384), ("\x01", 384), ("a", 1024)], ids=["utf8", "control", "dims"])
+def test_the_recent_observation_cache_stays_far_under_a_kafka_record_and_keeps_the_newest(char, dims):
     import orjson
 
-    from services.deriver.state import dump_recent, load_recent
+    from services.deriver.state import RECENT_BYTES, dump_recent, load_recent
 
-    long = [KnownObservation(f"k{i}", Level.EXPLICIT, f"{i} " + "ǅ" * 1990, "s", (0.5,) * 384) for i in range(64)]
-    dumped = dump_recent(long, keep=64, model="m")
-    assert len(orjson.dumps(dumped)) < 400_000
+    long = [KnownObservation(f"k{i}", Level.EXPLICIT, f"{i} " + char * 1990, "s", (0.5,) * dims) for i in range(128)]
+    dumped = dump_recent(long, keep=128, model="m")
+    assert len(orjson.dumps(dumped)) <= RECENT_BYTES + 100
     kept = load_recent(dumped, "m")
-    assert kept[-1].observation_id == "k63" and 0 < len(kept) < 64
+    assert kept[-1].observation_id == "k127" and 0 < len(kept) < 128
     assert [k.observation_id for k in load_recent(dump_recent(long[:3], keep=64, model="m"), "m")] == ["k0", "k1", "k2"]
 
 
