@@ -13,8 +13,10 @@ from peerlog_client import MemberSpec, Peerlog
 from peerlog_client.errors import Unavailable
 from peerlog_client.memory import MemoryProvider, Sender
 from peerlog_client.memory.config import validate
+from services.events import Level, ObservationAdded, ObservationSuperseded, ProducerInfo
 from tests.integration.test_client_library import admin_token, api  # noqa: F401 - api: the fixture
 from tests.support.model_server import Reply
+from tests.support.observations import append
 from tests.support.wait import eventually
 
 WEAK = "Not much yet."
@@ -341,6 +343,35 @@ def test_the_search_and_context_tools_show_only_messages_the_current_user_saw(ma
             assert not any(other in m["content"] for m in shown)
 
 
+def current_members(memory: MemoryProvider, session_id: str) -> set[str]:
+    session = memory.workspace().session(session_id, create=False)
+    return {m.peer_id for m in session.info.memberships if m.left_at is None}
+
+
+def test_a_gateway_chats_start_and_an_assistant_only_turn_never_make_the_default_peer_a_member(
+    make_provider, model_server
+):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    xavier = Sender("1001", name="Xavier")
+    chat = make_provider(session="telegram:42")  # hybrid: start() readies the chat, and used to prewarm as alice
+    chat.start()
+    chat.wait_prewarm(10)
+    for text, answer in (("hi", "hello"), ("", "nice photo!")):  # the second turn is a photo: no text
+        chat.context_for_turn(text, sender=xavier)
+        chat.record_turn(text, answer, sender=xavier)
+    assert current_members(chat, chat.session_id) == {"1001", "bot"}  # alice never observes Xavier
+    said = [(m.peer_id, m.content) for m in chat.workspace().session(chat.session_id, create=False).messages()]
+    assert said == [("1001", "hi"), ("bot", "hello"), ("bot", "nice photo!")]
+
+    # a chat readied at start in tools mode, whose first turn is a photo: the AI alone, until a user speaks
+    photo_first = make_provider(client=chat.client, session="telegram:43", recallMode="tools", initOnSessionStart=True)
+    photo_first.start()
+    photo_first.record_turn("", "what a sunset!", sender=xavier)
+    assert current_members(photo_first, photo_first.session_id) == {"bot"}
+    photo_first.record_turn("thanks", "any time", sender=xavier)
+    assert current_members(photo_first, photo_first.session_id) == {"1001", "bot"}
+
+
 def earlier_session(memory: MemoryProvider, name: str, members, turns) -> None:
     """A session as an earlier provider named a chat's: by its cleaned key alone."""
     workspace = memory.client.workspace("acme")
@@ -375,7 +406,7 @@ def test_a_chat_keeps_the_session_an_earlier_version_named_by_its_cleaned_key_pa
     model_server.reply_with(lambda request: Reply(content="Not much yet."))
     setup = make_provider(recallMode="tools")
     earlier_session(setup, "tg-3-4", ["ada", "bot"], [("ada", "my locker is number 12")])
-    memory = make_provider(client=setup.client, session="tg:3/4")  # hybrid: the start prewarms as peerName
+    memory = make_provider(client=setup.client, session="tg:3/4")  # hybrid: the start reads as no user
     memory.start()
     memory.wait_prewarm(10)
     memory.context_for_turn("hi", sender=Sender("ada"))
@@ -506,6 +537,35 @@ def test_a_conclusion_whose_reply_was_lost_is_stored_once_when_the_model_retries
     again = json.loads(memory.dispatch("peerlog_conclude", {"conclusion": "Alice is allergic to penicillin"}))
     assert again["created"] != second["created"] and stored() == ["Alice is allergic to penicillin"]
     assert memory.workspace().observation(again["created"][0]).deleted_at is None
+
+
+def test_a_conclusion_stated_again_after_its_first_copy_was_superseded_is_stored_anew(make_provider, settings):
+    memory = make_provider(recallMode="tools")
+    first = json.loads(memory.dispatch("peerlog_conclude", {"conclusion": "Alice is vegetarian"}))["created"][0]
+    # a dream replaces it, as the dreamer replaces a client's explicit observation
+    dreamer = ProducerInfo(component="dreamer", version="0", model="test-model", prompt_version="deduction-v1")
+    pair = {"workspace_id": "acme", "observer_id": "bot", "observed_id": "alice", "producer": dreamer}
+    replacement = ObservationAdded(
+        **pair,
+        observation_id="merged",
+        level=Level.DEDUCTIVE,
+        content="Alice eats no meat",
+        premise_ids=(first,),
+        dream_id="dream-1",
+    )
+    retired = ObservationSuperseded(
+        **pair, observation_id=first, superseded_by="merged", reason="merged", causation_id="dream-1"
+    )
+    memory.client.remember_write(append(settings, [replacement, retired]))
+    assert memory.workspace().observation(first).superseded_at is not None
+
+    # stated again (the person said it again): stored anew, not answered with the superseded copy's reply
+    again = json.loads(memory.dispatch("peerlog_conclude", {"conclusion": "Alice is vegetarian"}))["created"]
+    assert again != [first] and memory.workspace().observation(again[0]).superseded_at is None
+    current = [o.content for o in memory.peer("bot").observations(target="alice")]
+    assert sorted(current) == ["Alice eats no meat", "Alice is vegetarian"]
+    # and the model's retry of that one is still one write
+    assert json.loads(memory.dispatch("peerlog_conclude", {"conclusion": "Alice is  vegetarian"}))["created"] == again
 
 
 def test_with_dialectic_dynamic_the_models_level_reaches_chat_and_without_it_the_level_is_refused(

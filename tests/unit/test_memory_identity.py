@@ -5,11 +5,13 @@ its peer exactly."""
 from __future__ import annotations
 
 import re
+from unittest.mock import MagicMock, call
 
 import pytest
 
 from peerlog_client.memory.config import validate
 from peerlog_client.memory.identity import Sender, a2a_session, distinct_id, user_peer
+from peerlog_client.memory.provider import MemoryProvider
 
 VALID_ID = re.compile(r"[A-Za-z0-9_-]{1,512}")
 
@@ -46,3 +48,50 @@ def test_a_cleaned_id_is_stable_readable_and_its_a2a_session_valid():
     assert peer.startswith("ada-smith-example-com-")
     assert VALID_ID.fullmatch(a2a_session(peer))
     assert VALID_ID.fullmatch(distinct_id("@@@")) and VALID_ID.fullmatch(distinct_id("pasted \ud83d"))
+
+
+def test_a_human_whose_id_is_the_ai_peers_id_gets_a_peer_of_its_own_and_never_renames_the_ai(tmp_path):
+    client = MagicMock()
+    peers: dict[str, MagicMock] = {}
+    client.workspace.return_value.peer.side_effect = lambda peer_id, **_: peers.setdefault(
+        peer_id, MagicMock(**{"info.metadata": {}})
+    )
+    session = client.workspace.return_value.session.return_value
+    config = validate([("t", {"aiDisplayName": "Lumen", "recallMode": "tools", "writeFrequency": "turn"})])
+    memory = MemoryProvider(config, directory=tmp_path, session="tg:42", client=client)
+    eve = Sender("assistant", name="Eve")  # the AI's peer is "assistant" by default
+    memory.context_for_turn("hi, I'm Eve", sender=eve)
+    memory.dispatch("peerlog_profile", {"card": ["IDENTITY: Eve"]})
+    memory.record_turn("hi, I'm Eve", "hello Eve", sender=eve)
+    memory.close()
+    eves = user_peer(config, eve)
+    assert eves != "assistant" and VALID_ID.fullmatch(eves)
+    sent = session.add_messages.call_args.args[0]
+    assert [(m.peer_id, m.content) for m in sent] == [(eves, "hi, I'm Eve"), ("assistant", "hello Eve")]
+    assert peers["assistant"].set_metadata.call_args_list == [call({"name": "Lumen"})]  # never "Eve"
+    assert peers[eves].set_metadata.call_args_list == [call({"name": "Eve"})]
+    # her profile is her card, as the AI sees her: not the AI's own card
+    assert peers["assistant"].set_card.call_args_list == [call(["IDENTITY: Eve"], target=eves)]
+
+
+@pytest.mark.parametrize(
+    ("keys", "sender", "taken"),
+    [
+        ({}, Sender("user"), "user"),  # peerName's (the default peer's memory)
+        ({"peerName": "me"}, Sender("me"), "me"),
+        ({"runtimePeerPrefix": "tg_", "aiPeer": "tg_1"}, Sender("1"), "tg_1"),  # the AI's, prefix and all
+        ({}, Sender("bot-helper"), "bot-helper"),  # the form of the bot whose id is "helper"
+        ({}, Sender("bot.helper"), "bot-helper"),
+        ({"aiPeer": "bot-lumen"}, Sender("lumen", is_bot=True), "bot-lumen"),  # a bot never becomes the AI
+        ({"peerName": "bot-me"}, Sender("me", is_bot=True), "bot-me"),  # nor the default peer
+    ],
+)
+def test_a_sender_whose_id_is_the_default_peers_the_ais_or_a_bots_gets_a_peer_of_its_own(keys, sender, taken):
+    config = validate([("t", keys)])
+    peer = user_peer(config, sender)
+    assert peer not in (taken, config.peer_name, config.ai_peer) and VALID_ID.fullmatch(peer)
+    assert peer == user_peer(config, sender)  # the same peer on every run
+    assert peer.startswith("bot-") is sender.is_bot  # a human never has a bot's form, so no bot has a human's
+    assert user_peer(validate([("t", {**keys, "pinUserPeer": True})]), Sender(sender.runtime_id)) == (
+        config.peer_name  # pinned on purpose: every human is the default peer
+    )

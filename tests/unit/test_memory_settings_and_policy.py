@@ -121,12 +121,23 @@ def test_settings_files_layer_global_then_local_then_environment(tmp_path):
         ({"observation": {"user": {"observeMe": "sometimes"}}}, "observation.user.observeMe"),
         ({"peerName": "has space"}, "peerName"),
         ({"timeZone": "Europe/Atlantis"}, "timeZone"),
+        ({"userPeerAliases": {"1001": "assistant"}}, "userPeerAliases"),  # the AI's peer: turns as the AI
     ],
 )
 def test_a_wrong_key_or_value_is_an_error_that_names_it_and_its_file(keys, named):
     with pytest.raises(ConfigError) as raised:
         validate([("/home/me/.peerlog/memory.json", keys)])
     assert named in str(raised.value) and "/home/me/.peerlog/memory.json" in str(raised.value)
+
+
+@pytest.mark.parametrize("peer", ["ada@example.com", "", "ada king", "ada\n", "x" * 513])
+def test_an_alias_that_is_not_a_peer_id_is_refused_when_the_settings_load_naming_the_key_and_file(tmp_path, peer):
+    # loaded, every batch of that user would be refused by the server and dropped
+    path = tmp_path / "memory.json"
+    path.write_text(json.dumps({"userPeerAliases": {"7654321": "alice", "1001": peer}}))
+    with pytest.raises(ConfigError) as raised:
+        load_config({"PEERLOG_MEMORY_HOME": str(tmp_path), "PEERLOG_MEMORY_GLOBAL": str(tmp_path / "none.json")})
+    assert all(part in str(raised.value) for part in ("userPeerAliases", "'1001'", repr(peer), str(path)))
 
 
 def test_an_unknown_environment_setting_and_a_missing_host_block_are_errors(tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 LEVELS: tuple[str, ...] = ("minimal", "low", "medium", "high", "max")
@@ -146,9 +146,21 @@ class MemoryConfig(_Strict):
     @field_validator("peer_name", "ai_peer", "runtime_peer_prefix", mode="after")
     @classmethod
     def _id_like(cls, value: str) -> str:
-        if value and not PEER_ID.match(value):
+        if value and not PEER_ID.fullmatch(value):
             raise ValueError(f"{value!r} is not a peer id (letters, digits, _ and -)")
         return value
+
+    @field_validator("user_peer_aliases", mode="after")
+    @classmethod
+    def _aliases_are_peer_ids(cls, aliases: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        # the server refuses a batch whose author is no peer id, and the writer drops it: every turn of that
+        # user would be lost, so the alias is refused here, where the operator sees it
+        for runtime_id, peer in aliases.items():
+            if not PEER_ID.fullmatch(peer):
+                raise ValueError(f"{runtime_id!r} maps to {peer!r}, which is not a peer id (letters, digits, _ and -)")
+            if peer == info.data.get("ai_peer"):
+                raise ValueError(f"{runtime_id!r} maps to the AI's peer {peer!r}: that user's turns would be the AI's")
+        return aliases
 
     def _host_block(self) -> HostBlock:
         if self.host is None:

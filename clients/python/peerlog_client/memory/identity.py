@@ -28,8 +28,13 @@ def distinct_id(text: str) -> str:
     cleaned = safe_id(text)
     if cleaned == text:
         return text  # existing peers keep their ids
+    return hashed_id(text)
+
+
+def hashed_id(text: str, prefix: str = "") -> str:
+    """`prefix` and `text` cleaned, plus 12 hex digits of the SHA-256 of `text`."""
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
-    return f"{cleaned[: MAX_ID - HASH_CHARS - 1]}-{digest}"
+    return f"{safe_id(prefix + text)[: MAX_ID - HASH_CHARS - 1]}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -42,21 +47,35 @@ class Sender:
     name: str | None = None
 
 
+BOT_PREFIX = "bot-"  # every bot sender's peer starts so, and no human's made from a runtime id does
+HUMAN_PREFIX = "human-"  # a human whose id is taken (the AI's, peerName's, a bot's form): "human-assistant-<hash>"
+
+
 def user_peer(config: MemoryConfig, sender: Sender | None = None) -> str:
     """The peer a human's turn is written under, first match wins: pinUserPeer, userPeerAliases[id],
-    runtimePeerPrefix + id, the raw id, peerName. A bot is never pinned nor aliased: it is its own peer."""
+    runtimePeerPrefix + id, the raw id, peerName. A bot is never pinned nor aliased: it is its own peer.
+    A runtime id never yields the AI's peer, peerName's, or (for a human) a bot's form: see _own_peer."""
     runtime_id = sender.runtime_id if sender else None
     if sender and sender.is_bot and runtime_id:
-        return distinct_id(f"bot-{runtime_id}")
+        return _own_peer(config, distinct_id(f"{BOT_PREFIX}{runtime_id}"), bot=True)
     if not runtime_id:
         return config.peer_name
     if config.pin_user_peer:
         return config.peer_name
     if runtime_id in config.user_peer_aliases:
         return config.user_peer_aliases[runtime_id]
-    if config.runtime_peer_prefix:
-        return distinct_id(f"{config.runtime_peer_prefix}{runtime_id}")
-    return distinct_id(runtime_id)
+    return _own_peer(config, distinct_id(f"{config.runtime_peer_prefix}{runtime_id}"), bot=False)
+
+
+def _own_peer(config: MemoryConfig, peer: str, *, bot: bool) -> str:
+    """`peer`, made from a sender's runtime id, unless another already owns it: then its hashed form. A human
+    named "assistant" would otherwise write as the AI and rename it, one named "user" would share peerName's
+    memory, and one named "bot-x" another bot's; a bot likewise never becomes the AI or peerName."""
+    taken = peer in (config.ai_peer, config.peer_name) or (not bot and peer.startswith(BOT_PREFIX))
+    if not taken:
+        return peer
+    # a bot's hashed form keeps its bot- start; a human's gets one no bot's form can have
+    return hashed_id(peer) if bot else hashed_id(peer, HUMAN_PREFIX)
 
 
 def display_name(config: MemoryConfig, peer_id: str, sender: Sender | None = None) -> str | None:

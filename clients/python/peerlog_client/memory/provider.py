@@ -94,6 +94,7 @@ class MemoryProvider:
         # today's name of the chat's session; session_id becomes the earlier one, if a look finds it this chat's
         self._named_today = self.session_id
         self._cleaned = cleaned_gateway_session(session)  # looked at once, when the session is first needed
+        self._gateway_chat = bool(session)  # its turns' users are their senders, not peerName
         self.client = client or Peerlog(config.resolved_target, token=config.resolved_token, timeout=config.timeout)
         self._own_client = client is None
         self.stats = Stats()
@@ -118,12 +119,23 @@ class MemoryProvider:
 
     def start(self) -> None:
         """Ready the session. hybrid/context: in the background, then a prewarm dialectic at full depth
-        for turn 1. tools: only with initOnSessionStart, and then synchronously (bounded by timeout)."""
+        for turn 1. tools: only with initOnSessionStart, and then synchronously (bounded by timeout).
+        A gateway's chat is readied with the AI alone and not prewarmed: whose turns come is not known yet."""
+        user = self._start_user()
         if self.config.recall_mode == "tools":
             if self.config.init_on_session_start:
-                self._bounded("start", lambda: self._session_for(self.config.peer_name), self._deadline())
+                self._bounded("start", lambda: self._session_for(user), self._deadline())
             return
-        self._prewarm = self._pool.submit(self._prewarm_run)
+        if user is not None:
+            self._prewarm = self._pool.submit(self._prewarm_run, user)
+
+    def _start_user(self) -> str | None:
+        """Whose memory start() reads: peerName's, unless this is a gateway's chat, whose users are its
+        senders (None), or pinUserPeer makes every sender peerName."""
+        # read as peerName there, the default peer would join the chat and observe every user in it
+        if self._gateway_chat and not self.config.pin_user_peer:
+            return None
+        return self.config.peer_name
 
     def context_for_turn(self, user_message: str = "", *, sender: Sender | None = None) -> str:
         """The memory to add to the system prompt for this turn ("" in tools mode or when none is at
@@ -226,20 +238,20 @@ class MemoryProvider:
                 self._peers[peer_id] = self.workspace().peer(peer_id)
             return self._peers[peer_id]
 
-    def _session_for(self, user: str, session_id: str | None = None) -> Session:
-        """The session with `user` and the AI as members: new members get the configured observation
-        toggles, existing ones keep the server's, which are read back into `flags`."""
+    def _session_for(self, user: str | None, session_id: str | None = None) -> Session:
+        """The session with `user` and the AI as members (None: the AI alone, for what the AI does without
+        a user, so no user joins a chat just for it): new members get the configured observation toggles,
+        existing ones keep the server's, which are read back into `flags`."""
         with self._lock:
             session_id = self._session_named(session_id or self.session_id, user)
             session = self._sessions.get(session_id)
             members = {m.peer_id for m in session.info.memberships if m.left_at is None} if session else set()
-            if session is None or user not in members:
-                wanted = self.config.flags
-                specs = [
-                    MemberSpec(p, observe_me=f.observe_me, observe_others=f.observe_others)
-                    for p, f in ((user, wanted.user), (self.config.ai_peer, wanted.ai))
-                ]
-                self.peer(user), self.peer(self.config.ai_peer)
+            wanted = self.config.flags
+            needed = [*([(user, wanted.user)] if user is not None else []), (self.config.ai_peer, wanted.ai)]
+            if session is None or any(p not in members for p, _ in needed):
+                specs = [MemberSpec(p, observe_me=f.observe_me, observe_others=f.observe_others) for p, f in needed]
+                for p, _ in needed:
+                    self.peer(p)
                 session = self.workspace().session(session_id, members=specs)
                 self._sessions[session_id] = session
             for m in session.info.memberships:
@@ -249,11 +261,12 @@ class MemoryProvider:
                     )
             return session
 
-    def _session_named(self, session_id: str, user: str) -> str:
+    def _session_named(self, session_id: str, user: str | None) -> str:
         """`session_id` as the server has it: this chat's earlier session, once a look found it this chat's.
-        Only a turn's user settles that it has none: the start-up and the prewarm read as the default peer,
-        which is no member of a gateway user's chat. A failed look is made again at the next call."""
-        if session_id == self.session_id and self._cleaned:
+        Only a turn's user settles that it has none: peerName, read without a turn, may be no member of a
+        gateway user's chat, and without a user (None) whose chat it is cannot be told. A failed look is
+        made again at the next call."""
+        if session_id == self.session_id and self._cleaned and user is not None:
             earlier = self._earlier_session(user, self._cleaned)
             if earlier or self._turn_sender is not None or user != self.config.peer_name:
                 self._cleaned = None
@@ -341,9 +354,8 @@ class MemoryProvider:
                 break
         return answers[-1] if answers else ""
 
-    def _prewarm_run(self) -> str | None:
-        """Before turn 1: the base layer, then the dialectic at full depth (each fails open)."""
-        user = self.config.peer_name
+    def _prewarm_run(self, user: str) -> str | None:
+        """Before turn 1: `user`'s base layer, then the dialectic at full depth (each fails open)."""
         base = self._bounded("prewarm", lambda: self._base_layer(user), self._deadline())
         if base is not None:
             layers = self._layers.setdefault(user, _Layers())
@@ -450,10 +462,10 @@ class MemoryProvider:
             self._append(session_id, authors, messages, key)
 
     def _append(self, session_id: str, authors: list[str], messages: list[NewMessage], key: str) -> None:
-        session = None
-        for author in (a for a in authors if a != self.config.ai_peer):
-            session = self._session_for(author, session_id)  # each author must be a member
-        (session or self._session_for(self.config.peer_name, session_id)).add_messages(messages, idempotency_key=key)
+        # each author must be a member; the AI's reply to a blank turn (a photo) makes no user one
+        users: list[str | None] = [a for a in authors if a != self.config.ai_peer] or [None]
+        sessions = [self._session_for(user, session_id) for user in users]
+        sessions[-1].add_messages(messages, idempotency_key=key)
 
     # --- failing open --------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from peerlog_client.errors import DeadlineExceeded, PeerlogError, Unavailable
 from peerlog_client.memory import policy
 from peerlog_client.memory.config import Level, MemoryConfig
 from peerlog_client.memory.provider import MemoryUnavailable
+from peerlog_client.models import Observation
 
 if TYPE_CHECKING:
     from peerlog_client.memory.provider import MemoryProvider
@@ -173,15 +174,21 @@ def _conclude(p: MemoryProvider, a: ConcludeArgs) -> Any:
         # the same conclusion is the same write: a retry of one whose reply was lost does not store it twice
         created = p.peer(observer).create_observations([text], target=user, idempotency_key=key)
         first = created.observation_ids[0]
-        if p.workspace().observation(first).deleted_at is None:
+        if not _retired(p.workspace().observation(first)):
             return {"created": list(created.observation_ids)}
-        key = conclusion_key(observer, user, text, deleted=first)  # concluded again after its deletion
+        key = conclusion_key(observer, user, text, retired=first)  # concluded again after it was retired
 
 
-def conclusion_key(observer: str, target: str, text: str, deleted: str = "") -> str:
+def _retired(observation: Observation) -> bool:
+    """Deleted, or superseded (a dream replaces a client's conclusion too): no longer in force, so the
+    conclusion stated again must be stored anew rather than answered with the retired one's reply."""
+    return observation.deleted_at is not None or observation.superseded_at is not None
+
+
+def conclusion_key(observer: str, target: str, text: str, retired: str = "") -> str:
     """The idempotency key of concluding `text` about `target`: one per conclusion, and a new one once the
-    conclusion it last stored (`deleted`) was deleted."""
-    raw = "\x1f".join((observer, target, text, deleted))
+    observation it last stored (`retired`) was deleted or superseded."""
+    raw = "\x1f".join((observer, target, text, retired))
     return "conclude-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
