@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 
+from services.events.times import in_zone
+
 MONTHS = {
     name: i + 1
     for i, name in enumerate(
@@ -182,10 +184,7 @@ def _period_in_range(kind: str, g: dict[str, str], ref: datetime) -> Period | No
 def periods(query: str, ref: datetime, zone: tzinfo = UTC) -> list[Period]:
     """The periods `query` names, in the order they appear, as days, months and years of `zone`; none
     when it names no time."""
-    try:
-        ref = ref.astimezone(zone)
-    except (OverflowError, ValueError):  # a reference at the edge of the years a datetime holds: read in UTC
-        pass
+    ref = in_zone(ref, zone)
     taken: list[tuple[int, int]] = []  # disjoint spans, in order
     found: list[tuple[int, Period]] = []
     for kind, pattern in _COMPILED:

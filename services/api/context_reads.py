@@ -19,6 +19,7 @@ from services.api.reads import fitting
 from services.api.scopes import recall_sessions
 from services.errors import InvalidArgument
 from services.events import resolve
+from services.events.times import in_zone
 from services.llm.tokens import count_tokens
 
 MAX_BUDGET = 100_000
@@ -173,7 +174,7 @@ async def _relevant(
             r["peer_id"],
             r["session_id"],
             r["content"],
-            r["created_at"].astimezone(q.zone),  # headed by the asker's day and time
+            in_zone(r["created_at"], q.zone),  # headed by the asker's day and time
             r["score"],
             r["author_name"] or "",
         )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from services.events import Level
+from services.events.times import day
 
 Count = Callable[[str], int]
 
@@ -132,11 +133,11 @@ def render_line(line: RecentMessage) -> str:
 
 
 def _day(r: Relevant) -> tuple[str, str]:
-    return r.session_id, f"{r.created_at:%Y-%m-%d}"
+    return r.session_id, day(r.created_at)
 
 
-def _group_header(session_id: str, day: str) -> str:
-    return f"[{session_id} · {day}]"
+def _group_header(session_id: str, date: str) -> str:
+    return f"[{session_id} · {date}]"
 
 
 def _relevant_line(r: Relevant) -> str:

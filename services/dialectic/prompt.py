@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
+from services.events.times import in_zone, minute
 from services.toolloop.memory import Row, message_line, observation_line
 from services.toolloop.turns import tool_catalogue
 
@@ -68,9 +69,9 @@ def json_answer_instruction(schema: Mapping[str, Any]) -> str:
 def asked_at(now: datetime, zone: tzinfo, as_of: datetime | None = None) -> str:
     """When the question is asked, in the asker's zone: without it, "yesterday" or "how long ago" has no
     anchor. As of a past time, memory's time is that one."""
-    at = (as_of or now).astimezone(zone)
+    at = in_zone(as_of or now, zone)
     what = "Memory as it stood at" if as_of else "Asked at"
-    return f"{what}: {at:%Y-%m-%d %H:%M} ({zone}, {at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)."
+    return f"{what}: {minute(at)} ({at.tzinfo}, {minute(at.astimezone(UTC))} UTC)."
 
 
 def user_prompt(

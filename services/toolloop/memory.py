@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BeforeValidator, Field, Strict, model_validator
 
+from services.events.times import day, minute
 from services.llm.client import ToolCall
 from services.llm.embeddings import Embedder
 from services.llm.rerank import Reranker
@@ -194,13 +195,13 @@ class ReasoningChain(ToolArgs):
 
 def observation_line(row: Row) -> str:
     state = " superseded" if row.get("superseded_by") else ""
-    day = row["created_at"].astimezone(UTC)  # in UTC whatever the database session's TimeZone
-    return f"[obs:{row['observation_id']}] ({row['level']}{state}, {day:%Y-%m-%d}) {row['content']}"
+    created = row["created_at"].astimezone(UTC)  # in UTC whatever the database session's TimeZone
+    return f"[obs:{row['observation_id']}] ({row['level']}{state}, {day(created)}) {row['content']}"
 
 
 def message_line(row: Row) -> str:
     return (
-        f"[msg:{row['message_id']}] ({row['created_at'].astimezone(UTC):%Y-%m-%d %H:%M} UTC, "
+        f"[msg:{row['message_id']}] ({minute(row['created_at'].astimezone(UTC))} UTC, "
         f"session {row['session_id']}) "
         f"{author(row)}: {row['content']}"
     )

@@ -136,6 +136,31 @@ async def test_relevant_messages_are_headed_by_the_day_and_time_of_the_askers_ti
     assert f"[s · 2026-01-02]\n08:30 {line}" in context.system_text()  # the client library heads them alike
 
 
+async def test_a_message_backdated_to_year_one_is_headed_in_utc_when_the_askers_zone_cannot_hold_it(channel, convo):
+    c, _ = convo
+    first = timestamp_pb2.Timestamp(seconds=-62135596800 + 1800)  # 00:30 on 1 January of year 1, UTC
+    new = messages_pb2.NewMessage(peer_id="bob", content="The lighthouse was painted red", created_at=first)
+    sent = await c.messages.AddMessages(
+        messages_pb2.AddMessagesRequest(workspace_id="w", session_id="s", messages=[new])
+    )
+    asked = dict(
+        workspace_id="w",
+        session_id="s",
+        token_budget=3000,
+        observer_id="alice",
+        assistant_peer_id="alice",
+        search_query="lighthouse painted",
+        consistency={"consistency_token": sent.consistency_token},
+    )
+    for zone in ("America/New_York", "Asia/Tokyo"):
+        out = await ask(channel, **asked, time_zone=zone)
+        assert out.relevant_messages[0].created_at == first
+    west = await ask(channel, **asked, time_zone="America/New_York")  # 19:30 on 31 December of year 0: none
+    assert "[s · 0001-01-01]\n00:30 bob: The lighthouse was painted red" in "\n".join(
+        m.content for m in west.chat_messages
+    )
+
+
 async def test_a_perspective_peer_bounds_the_packed_messages_while_the_observers_store_answers(channel, convo):
     # bob is in every session, as an assistant is in every user's; packed on alice's behalf, nothing bob was
     # told where alice was not may come back

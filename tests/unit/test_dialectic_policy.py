@@ -113,3 +113,18 @@ def test_levels_have_the_reference_caps_and_minimal_searches_only():
     assert settings.level("high").stage == "dialectic_high" and len(SEARCH_TOOLS) == 2
     with pytest.raises(ValueError, match="unknown reasoning level"):
         settings.level("extreme")
+
+
+def test_the_time_asked_at_is_in_utc_where_the_askers_zone_would_pass_the_first_or_last_year():
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    from services.dialectic.prompt import asked_at
+
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    first, last = datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, 23, 30, tzinfo=UTC)
+    assert asked_at(now, ZoneInfo("America/New_York"), first) == (
+        "Memory as it stood at: 0001-01-01 00:00 (UTC, 0001-01-01 00:00 UTC)."
+    )
+    assert asked_at(now, ZoneInfo("Asia/Tokyo"), last).endswith("(UTC, 9999-12-31 23:30 UTC).")
+    assert asked_at(now, ZoneInfo("Asia/Tokyo")) == "Asked at: 2026-12-07 21:00 (Asia/Tokyo, 2026-12-07 12:00 UTC)."

@@ -34,7 +34,7 @@ def _relevant_text(found) -> str:
     then "HH:MM author: text" lines, all in time order."""
     groups: dict[tuple[str, str], list[str]] = {}
     for r in sorted(found, key=lambda r: (r.created_at is None, r.created_at or 0, r.message_id)):
-        day = f"{r.created_at:%Y-%m-%d}" if r.created_at else ""
+        day = r.created_at.date().isoformat() if r.created_at else ""  # "%Y" writes year 1 as "1"
         clock = f"{r.created_at:%H:%M} " if r.created_at else ""
         groups.setdefault((r.session_id, day), []).append(f"{clock}{author(r)}: {r.content}")
     return "\n".join(
