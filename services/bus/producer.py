@@ -202,7 +202,11 @@ class EventLog:
                 each.__cause__ = exc.__cause__
                 write.done.set_exception(each)
         except Exception as exc:  # noqa: BLE001 — whatever it is, no caller may wait forever
-            _fail(group, exc, exc.__cause__)
+            # e.g. BufferError: librdkafka's queue filled mid-transaction. Left open, the transaction would
+            # hold back every read_committed reader of its partitions and refuse the slot's next write
+            self._recover(slot, None)
+            failed = f"the write failed before its commit: {type(exc).__name__}: {exc}"
+            _fail(group, exc if isinstance(exc, AppendFailed) else AppendFailed(failed), exc)
         else:
             metrics.COMMITTED.labels(component=self._client_id).inc()
             metrics.GROUPED.labels(component=self._client_id).observe(len(group))
@@ -255,10 +259,11 @@ class EventLog:
                     ) from exc
 
     @staticmethod
-    def _recover(slot: _Slot, exc: KafkaException) -> None:
-        """Abort the failed transaction, or drop the producer so that the slot's next one fences it."""
-        producer, error = slot.producer, exc.args[0]
-        if producer is not None and error.txn_requires_abort():
+    def _recover(slot: _Slot, exc: KafkaException | None) -> None:
+        """Abort the failed transaction, or drop the producer so that the slot's next one fences it (`exc`
+        None: a failure of the client, not the log, with the transaction open)."""
+        producer = slot.producer
+        if producer is not None and (exc is None or exc.args[0].txn_requires_abort()):
             try:
                 producer.abort_transaction(10)
                 return

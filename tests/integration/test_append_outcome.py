@@ -141,3 +141,39 @@ def test_a_commit_left_unanswered_past_the_transaction_timeout_is_never_refused_
         log.close()
     written = created(settings, ["next", "unknown"] if acknowledged else ["next"]).count("unknown")
     assert written == 1 if acknowledged else written <= 1
+
+
+@pytest.fixture
+def queue_full_once(monkeypatch):
+    """Make the log's producers raise BufferError, as librdkafka does when its queue is full, at the second
+    record of the next write after `arm()`: its first record is then in an open transaction."""
+    armed: list[int] = []
+
+    class FullAtSecondRecord(Producer):
+        def produce(self, *args, **kwargs):
+            if armed:
+                armed[0] += 1
+                if armed[0] == 2:
+                    armed.clear()
+                    raise BufferError("Local: Queue full")
+            return super().produce(*args, **kwargs)
+
+    monkeypatch.setattr(producer_module, "Producer", FullAtSecondRecord)
+    return lambda: armed.append(0)
+
+
+def test_a_write_the_client_library_refuses_mid_transaction_is_refused_whole_and_the_next_write_goes_through(
+    settings, queue_full_once
+):
+    log = event_log(settings, append_timeout_s=10.0)  # one slot: the next write uses the failed one's producer
+    try:
+        queue_full_once()
+        with pytest.raises(AppendFailed, match="BufferError"):
+            log.append_sync([WorkspaceCreated(workspace_id=w, producer=P) for w in ("full-1", "full-2")])
+        started = time.monotonic()
+        log.append_sync([WorkspaceCreated(workspace_id="after", producer=P)])
+        assert time.monotonic() - started < 5.0, "the slot wrote at once, not after the broker timed out a transaction"
+    finally:
+        log.close()
+    # read_committed: "after" is readable, and nothing of the refused write ever is
+    assert created(settings, ["after"]) == ["after"]
