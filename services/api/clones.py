@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -75,23 +76,47 @@ class Source:
     whole: bool  # no cut: what came after the last message comes too
 
 
+def _period_changes(src: Source, w: str, s: str, producer: ProducerInfo) -> list[tuple[int, datetime, Event]]:
+    """Each peer's joins and leaves, placed by (message seq, time), in the order they can only have come
+    in: a period's join before its leave, before the next period's join. Their times are the clocks of
+    the API processes that took them, which need not agree: a leave taken by a process whose clock runs
+    behind the joining one's would otherwise sort first, and the peer would stay a member of the clone."""
+    changes: list[tuple[int, datetime, Event]] = []
+    by_peer: dict[str, list[RowMapping]] = {}
+    for p in src.periods:
+        by_peer.setdefault(p["peer_id"], []).append(p)
+    for peer, periods in by_peer.items():
+        who = dict(workspace_id=w, session_id=s, peer_id=peer, producer=producer)
+        floor: tuple[int, datetime] | None = None
+        for p in sorted(periods, key=_period_order):
+            joined = MemberJoined(
+                **who, observe_me=p["observe_me"], observe_others=p["observe_others"], joined_at=p["joined_at"]
+            )
+            steps = [((p["joined_after_seq"], p["joined_at"]), joined)]
+            if p["left_after_seq"] is not None:
+                steps.append(((p["left_after_seq"], p["left_at"]), MemberLeft(**who, left_at=p["left_at"])))
+            for place, event in steps:
+                floor = place if floor is None else max(place, floor)
+                changes.append((*floor, event))
+    return changes
+
+
+def _period_order(p: RowMapping) -> tuple[int, float, datetime]:
+    # periods of one peer do not overlap in log order: of two joined after the same message, the one that
+    # ended sooner (the open one last) came first; the time decides only between two ended alike
+    left = p["left_after_seq"]
+    return p["joined_after_seq"], math.inf if left is None else left, p["joined_at"]
+
+
 def _changes(src: Source, w: str, s: str, producer: ProducerInfo) -> list[tuple[int, datetime, Event]]:
     """The source's joins, leaves and session levels, each with the seq of the message it came after."""
-    changes: list[tuple[int, datetime, Event]] = []
-    for p in src.periods:
-        who = dict(workspace_id=w, session_id=s, peer_id=p["peer_id"], producer=producer)
-        joined = MemberJoined(
-            **who, observe_me=p["observe_me"], observe_others=p["observe_others"], joined_at=p["joined_at"]
-        )
-        changes.append((p["joined_after_seq"], p["joined_at"], joined))
-        if p["left_after_seq"] is not None:
-            changes.append((p["left_after_seq"], p["left_at"], MemberLeft(**who, left_at=p["left_at"])))
+    changes = _period_changes(src, w, s, producer)
     for row in src.session_levels:
         level = SessionConfigured(
             workspace_id=w, session_id=s, configuration=parsed(row["configuration"]), producer=producer
         )
         changes.append((row["after_seq"] or 0, row["recorded_at"], level))
-    changes.sort(key=lambda c: (c[0], c[1]))  # stable: a period's join stays before its leave
+    changes.sort(key=lambda c: (c[0], c[1]))  # stable: a peer's changes of one place keep their order
     if src.whole or not src.messages:
         return changes
     return [c for c in changes if c[0] < src.messages[-1]["seq"]]  # nothing after the cut message

@@ -177,3 +177,31 @@ def test_the_router_perceives_no_copy_so_nothing_is_derived_twice():
         out += decide(state, e, P, Settings().configuration())
         state = evolve(state, e)
     assert out == [] and state.last_seq == 1
+
+
+def test_a_leave_taken_by_a_process_whose_clock_ran_behind_the_join_still_follows_it_in_the_clone():
+    from datetime import timedelta
+
+    from services.events import MemberLeft
+
+    # bob joined through an API process 2 s ahead, and was removed through another one second later
+    # (its clock: a second before the join's), with no message between; then he joined again
+    skewed = [
+        {**period("bob", 1, 1), "joined_at": T + timedelta(seconds=2), "left_at": T + timedelta(seconds=1)},
+        {**period("bob", 1), "joined_at": T + timedelta(seconds=1, milliseconds=500)},
+    ]
+    events = clone([row("m1", 1), row("m2", 2)], periods=[period("alice"), *skewed])
+    assert kinds(events) == [
+        "SessionCreated",
+        "MemberJoined(alice)",
+        "m1",
+        "MemberJoined(bob)",
+        "MemberLeft(bob)",
+        "MemberJoined(bob)",
+        "m2",
+    ]
+    assert [type(e) for e in events if getattr(e, "peer_id", "") == "bob" and not isinstance(e, MessageAppended)] == [
+        MemberJoined,
+        MemberLeft,
+        MemberJoined,
+    ]
