@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from projections import idempotency
 from projections.handlers import HANDLERS
 from projections.lexicon import count_lexemes, forget_lexemes
+from projections.outages import past_a_limit
 from projections.schema import projection_offsets, quarantine
 from services.events import Event, EventDecodeError, decode
 
@@ -79,9 +80,9 @@ def apply_batch(conn: Connection, records: Sequence[Record], ahead: Decoded | No
     try:
         with conn.begin_nested():
             _apply_runs(conn, [event for _, event in decoded])
-    except OperationalError:
-        raise  # the database is unwell: retry the whole batch later, never quarantine for it
-    except DBAPIError:
+    except DBAPIError as exc:
+        if _unwell(exc):
+            raise  # retry the whole batch later, never quarantine for it
         # one event broke the bulk write: redo one by one and park just the culprits
         forget_lexemes(conn)
         bad += _apply_one_by_one(conn, decoded)
@@ -119,11 +120,18 @@ def _apply_one_by_one(conn: Connection, decoded) -> list[tuple[Record, str]]:
         try:
             with conn.begin_nested():
                 HANDLERS[type(event)](conn, [event])
-        except OperationalError:
-            raise
         except DBAPIError as exc:
+            if _unwell(exc):
+                raise
             bad.append((record, f"could not apply {event.type}: {exc.orig}"))
     return bad
+
+
+def _unwell(exc: DBAPIError) -> bool:
+    """The database is unwell, not the event: an OperationalError (it is away, or timed the statement out),
+    unless a fixed limit of Postgres refused the event's row, which it would at every try (then the batch
+    stalled the projector for good: an observation whose ids and vector passed a btree entry's 2,704 bytes)."""
+    return isinstance(exc, OperationalError) and not past_a_limit(exc)
 
 
 def _park(conn: Connection, bad: list[tuple[Record, str]]) -> None:

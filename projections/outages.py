@@ -53,6 +53,12 @@ def database_away(error: BaseException) -> bool:
     return state is None or state.startswith(_PASSING_CLASSES) or state in _SERVER_GOING
 
 
+def past_a_limit(error: BaseException) -> bool:
+    """Whether Postgres refused a statement for one of its fixed limits (SQLSTATE class 54: an index entry
+    over 2,704 bytes, too many columns or arguments): the same event is refused so at every try."""
+    return (sqlstate(error) or "").startswith("54")
+
+
 def database_error_line(error: BaseException) -> str:
     """One line naming what Postgres refused: its error class, SQLSTATE and first line of its message."""
     orig = getattr(error, "orig", None) or error

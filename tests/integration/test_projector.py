@@ -3,6 +3,7 @@ a database outage, and started again under its instance id takes its partitions 
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -12,7 +13,7 @@ from confluent_kafka import Producer
 from sqlalchemy import func, select
 
 from projections.db import create_schema, sync_engine
-from projections.schema import messages, quarantine, sessions
+from projections.schema import ACTIVE_EMBEDDING_MODEL, EMBEDDING_DIMENSIONS, messages, quarantine, sessions
 from services.bus.producer import EventLog
 from services.bus.topics import SESSIONS
 from services.events import MessageAppended, ProducerInfo, SessionCreated, WorkspaceCreated, encode
@@ -89,6 +90,44 @@ def test_malformed_and_unknown_records_are_quarantined_and_the_projector_moves_o
     assert any("not JSON" in r for r in reasons)
     assert any("unknown event type 'MessageTeleported'" in r for r in reasons)
     assert any("newer than this code" in r for r in reasons)
+    log.close()
+
+
+def test_an_event_whose_row_passes_a_postgres_size_limit_is_parked_and_the_projector_moves_on(settings, projector):
+    # ids of 512 characters beside a vector: the covering index's entry (observations_by_pair_ranked) is
+    # over the 2,704 bytes a btree entry holds, which Postgres refuses at every try. The projector took it
+    # for the database being unwell, stopped, and stopped again at every restart, for every workspace
+    from services.events import Level, ObservationAdded, PackedVector
+
+    def long_id() -> str:  # random: no compression brings the entry under the limit
+        return "x" + secrets.token_hex(256)[:511]
+
+    big = ObservationAdded(
+        workspace_id=long_id(),
+        observer_id=long_id(),
+        observed_id=long_id(),
+        observation_id="o-big",
+        level=Level.EXPLICIT,
+        content="keeps bees",
+        embedding=PackedVector.of([0.05] * EMBEDDING_DIMENSIONS),
+        embedding_model=ACTIVE_EMBEDDING_MODEL,  # another model's vector is not stored
+        producer=P,
+    )
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([big])
+    log.append_sync(
+        [
+            WorkspaceCreated(workspace_id="w", producer=P),
+            SessionCreated(workspace_id="w", session_id="s1", producer=P),
+            msg(1),
+        ]
+    )
+    engine = sync_engine(settings.database)
+    eventually(lambda: count(engine, messages) == 1 and count(engine, quarantine) == 1)  # apart: two topics
+    with engine.connect() as conn:
+        (reason,) = conn.scalars(select(quarantine.c.reason))
+    assert "ObservationAdded" in reason and "index row size" in reason
     log.close()
 
 
