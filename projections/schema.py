@@ -37,6 +37,12 @@ EMBEDDING_DIMENSIONS = EmbeddingSettings().dimensions
 # model the deployment embeds queries with (the same setting), never across vector spaces: two models of
 # one dimension would otherwise mix silently
 ACTIVE_EMBEDDING_MODEL = EmbeddingSettings().model
+# a vector rides in the covering btree indexes below (messages_session_vectors, observations_by_pair_ranked)
+# only while it leaves room for the ids beside it: a btree entry holds at most 2,704 bytes and 384 float32
+# take 1,544. A 768-dimension vector alone takes 3,080, so every insert of one failed; beyond 384 the reads
+# take the vector from the table instead of the index
+VECTOR_IN_INDEXES = EMBEDDING_DIMENSIONS <= 384
+_INDEXED_VECTOR = ["embedding"] if VECTOR_IN_INDEXES else []
 
 workspaces = Table(
     "workspaces",
@@ -160,7 +166,7 @@ messages = Table(
         "messages_session_vectors",
         "workspace_id",
         "session_id",
-        postgresql_include=["seq", "message_id", "embedding_model", "embedding"],
+        postgresql_include=["seq", "message_id", "embedding_model", *_INDEXED_VECTOR],
         info={"deferred": True},  # built after a rebuild's replay, like the search indexes
     ),
 )
@@ -286,7 +292,7 @@ observations = Table(
             "times_derived",
             "observation_id",
             "embedding_model",
-            "embedding",
+            *_INDEXED_VECTOR,
         ],
         info={"deferred": True},  # built after a rebuild's replay, like the search indexes
     ),
