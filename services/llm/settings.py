@@ -90,7 +90,9 @@ class EmbeddingSettings(BaseSettings):
     # the seven conversations apart from conv-26; tests/bench/README.md), which found more than MiniLM;
     # the others stay available (MiniLM needs no Maven fetch)
     model: str = "e5-small-v2"
-    dimensions: int = Field(384, ge=1, description="must match the vector column of the projections")
+    # pgvector's HNSW index (message search) takes at most 2,000 dimensions: a larger model is refused at
+    # start, not when the index is built
+    dimensions: int = Field(384, ge=1, le=2000, description="must match the vector column of the projections")
     base_url: str = "http://127.0.0.1:8080/v1"
     api_key_env: str = Field("PEERLOG_EMBEDDING_API_KEY", description="NAME of the env var that holds the key")
     batch_size: int = Field(32, ge=1, description="texts per model call")

@@ -93,3 +93,11 @@ def test_embedding_settings_default_to_the_local_model(monkeypatch: pytest.Monke
     monkeypatch.setenv("PEERLOG_EMBEDDING_DIMENSIONS", "1536")
     s = EmbeddingSettings()
     assert (s.provider, s.dimensions) == ("openai", 1536)
+
+
+def test_a_model_of_more_dimensions_than_the_vector_index_takes_is_refused_at_start(monkeypatch: pytest.MonkeyPatch):
+    from pydantic import ValidationError
+
+    monkeypatch.setenv("PEERLOG_EMBEDDING_DIMENSIONS", "3072")  # a large hosted model's vectors
+    with pytest.raises(ValidationError, match="less than or equal to 2000"):
+        EmbeddingSettings()
