@@ -43,6 +43,11 @@ ACTIVE_EMBEDDING_MODEL = EmbeddingSettings().model
 # take the vector from the table instead of the index
 VECTOR_IN_INDEXES = EMBEDDING_DIMENSIONS <= 384
 _INDEXED_VECTOR = ["embedding"] if VECTOR_IN_INDEXES else []
+# what an entry of observations_by_pair_ranked leaves for the ids it holds (workspace, observer, observed,
+# observation) beside the rest: ids of 512 characters thrice, a two-character observation id and a 384-dimension
+# vector made a 3,176-byte entry, so the rest takes 1,640 of the 2,704 (1,548 of them the vector). Kept below
+# what that leaves, for a longer model or derivation name
+PAIR_ENTRY_ID_BYTES = 950 if VECTOR_IN_INDEXES else 2_450
 
 workspaces = Table(
     "workspaces",

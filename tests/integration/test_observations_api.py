@@ -11,6 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from peerlog.v1 import observations_pb2 as o
+from projections.schema import PAIR_ENTRY_ID_BYTES
 from services.bus.topics import OBSERVATIONS
 from services.cli.client import Client
 from services.events import ObservationAdded
@@ -160,11 +161,13 @@ async def test_created_observations_are_explicit_carry_api_embeddings_and_are_re
 async def test_the_longest_observation_the_api_accepts_is_projected_and_listed_and_nothing_is_quarantined(
     channel, settings
 ):
-    # 512-character ids and 2,000 incompressible four-byte characters: a btree over the raw normalised
-    # content (8 KB) is over Postgres' 2,704-byte row limit, so the acknowledged event was quarantined
+    # the longest ids an observation's index entry takes beside its vector (PAIR_ENTRY_ID_BYTES, with the
+    # generated observation id), and 2,000 incompressible four-byte characters: a btree over the raw
+    # normalised content (8 KB) is over Postgres' 2,704-byte row limit, so the acknowledged event was quarantined
     rng = random.Random(17)
     content = "".join(chr(rng.randrange(0x20000, 0x2A6DF)) for _ in range(2_000))  # CJK extension B
-    workspace, alice, bob = ("w" * 511 + "1"), ("a" * 511 + "2"), ("b" * 511 + "3")
+    third = (PAIR_ENTRY_ID_BYTES - 36) // 3
+    workspace, alice, bob = (rng.randbytes(third).hex()[:third] for _ in range(3))  # random: incompressible
     c = Client(channel)
     await c.workspace(workspace)
     for peer in (alice, bob):
@@ -174,6 +177,26 @@ async def test_the_longest_observation_the_api_accepts_is_projected_and_listed_a
 
     listed = await c.all_observations(workspace, alice, bob, made.consistency_token)
     assert [(x.observation_id, x.content) for x in listed] == [(made.observation_ids[0], content)]
+    assert quarantined(settings) == 0
+
+
+async def test_ids_too_long_together_for_an_observations_index_entry_are_refused_before_anything_is_written(
+    channel, settings
+):
+    # 512 random characters each: Postgres refuses the entry (3,176 bytes of 2,704), so the acknowledged
+    # observation was parked in quarantine and never read
+    rng = random.Random(5)
+    workspace, alice, bob = (rng.randbytes(256).hex() for _ in range(3))
+    c = Client(channel)
+    await c.workspace(workspace)
+    for peer in (alice, bob):
+        await c.peer(workspace, peer)
+    await rejected(
+        c.create_observations(workspace, alice, bob, ["keeps bees"]),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "take 1572 characters together",
+        f"at most {PAIR_ENTRY_ID_BYTES}",
+    )
     assert quarantined(settings) == 0
 
 
