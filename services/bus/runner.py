@@ -104,6 +104,9 @@ _GRACE_S = 5.0
 # that then stopped on a transaction the broker lost track of at its SIGKILL (README, chaos): kept at 15 s
 # until more runs show that shorter is safe
 _SEND_OFFSETS_S = 15.0
+# how long a batch's next record may wait for room in the client's queue (deliveries free it) before the
+# batch is given up as the log's fault and redone
+_QUEUE_FULL_S = 120.0
 
 
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
@@ -250,7 +253,7 @@ class Runner:
             self.producer.begin_transaction()
             began = True
             for record in outputs:
-                self.producer.produce(**record)
+                await self._produce(record)
             offsets = _next_offsets(records)
             meta = self.consumer.consumer_group_metadata()
             await self._call(self.producer.send_offsets_to_transaction, offsets, meta, _SEND_OFFSETS_S)
@@ -280,6 +283,21 @@ class Runner:
         self.processed += len(records)
         metrics.COMMITTED.labels(component=self.processor.name).inc()
         metrics.EVENTS.labels(processor=self.processor.name).inc(len(records))
+
+    async def _produce(self, record: dict[str, Any]) -> None:
+        """Produce one record of the open transaction. A batch can hold more records than the client's queue
+        (100,000: the router's batch of 500 messages in a session of 200 observers): while it is full, wait
+        for the records before this one to be delivered (BufferError ended the batch and the worker, and
+        the same batch again after every restart)."""
+        deadline = time.monotonic() + _QUEUE_FULL_S
+        while True:
+            try:
+                self.producer.produce(**record)
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise TransactionFailed(f"the Kafka client's queue stayed full for {_QUEUE_FULL_S:g} s") from None
+                await asyncio.to_thread(self.producer.poll, 0.1)
 
     def _count_abort(self, began: bool) -> None:
         if began:  # a processor that fails does so before begin_transaction: nothing was open to abort
