@@ -41,7 +41,7 @@ from services.api.guards import (
 from services.api.locks import held, started
 from services.api.unconfirmed import appended
 from services.bus.consistency import ConsistencyToken
-from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
+from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
 from services.events import (
     Configuration,
     Event,
@@ -274,10 +274,26 @@ async def get_or_create_session(
                         producer=ctx.producer,
                     )
                 )
-        events += _joins(ctx, workspace_id, session_id, [m for m in members if m.peer_id not in current])
+        joining = [m for m in members if m.peer_id not in current]
+        _check_room(session_id, len(current), len(joining))
+        events += _joins(ctx, workspace_id, session_id, joining)
         token = await commit(ctx, events)
     after = await require_session(ctx, workspace_id, session_id)
     return Written(after, row is None and after["event_id"] == events[0].event_id, token)
+
+
+# current members of a session: the router keeps a session's members in one state record, which Kafka refuses
+# past 1 MB (and the router then redid its batch for ever): about 0.6 kB a member at the longest ids, beside
+# the two last turns it keeps (up to 150 kB each as JSON)
+MAX_MEMBERS = 500
+
+
+def _check_room(session_id: str, current: int, joining: int) -> None:
+    if current + joining > MAX_MEMBERS:
+        raise ResourceExhausted(
+            f"session {session_id!r} has {current} current member(s) and {joining} would join: a session holds at "
+            f"most {MAX_MEMBERS}; remove members first"
+        )
 
 
 async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]) -> Written:
@@ -293,6 +309,7 @@ async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members:
             raise AlreadyExists(
                 f"peer(s) {v.listed([repr(p) for p in already])} are already members of session {session_id!r}"
             )
+        _check_room(session_id, len(current), len(members))
         token = await commit(ctx, _joins(ctx, workspace_id, session_id, members))
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
 

@@ -187,3 +187,29 @@ async def test_lists_are_scoped_to_their_workspace(channel):
     assert [s.session_id for s in sessions.sessions] == ["s2"]
     spaces = await c.workspaces.ListWorkspaces(workspaces_pb2.ListWorkspacesRequest())
     assert [w.workspace_id for w in spaces.workspaces] == ["acme", "globex"]
+
+
+async def test_a_session_at_its_member_cap_refuses_another_member_and_writes_nothing(channel):
+    import grpc
+
+    from services.api.writes import MAX_MEMBERS
+    from tests.support.rpc import rejected
+
+    c = Client(channel)
+    await c.workspace("w")
+    peers = [f"p{i}" for i in range(MAX_MEMBERS + 2)]
+    for p in peers:
+        await c.peer("w", p)
+    await c.session("w", "s", members=peers[:100])  # the most one request names
+    for start in range(100, MAX_MEMBERS, 100):
+        specs = [sessions_pb2.MemberSpec(peer_id=p) for p in peers[start : start + 100]]
+        await c.sessions.AddMembers(sessions_pb2.AddMembersRequest(workspace_id="w", session_id="s", members=specs))
+    over = [sessions_pb2.MemberSpec(peer_id=p) for p in peers[MAX_MEMBERS:]]
+    await rejected(
+        c.sessions.AddMembers(sessions_pb2.AddMembersRequest(workspace_id="w", session_id="s", members=over)),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"has {MAX_MEMBERS} current member(s) and 2 would join",
+    )
+    await rejected(c.session("w", "s", members=[peers[-1]]), grpc.StatusCode.RESOURCE_EXHAUSTED, "remove members first")
+    got = await c.sessions.GetSession(sessions_pb2.GetSessionRequest(workspace_id="w", session_id="s"))
+    assert len([m for m in got.memberships if not m.HasField("left_at")]) == MAX_MEMBERS

@@ -125,3 +125,16 @@ def test_the_session_state_keeps_two_turns_however_many_peers_speak():
     _, out = perceptions(*events, said("p199", "again"))
     again = [p for p in out if p.content == "again"]
     assert [p.previous_turn.content.split()[1] for p in again] == ["198"]  # the latest turn by anyone else
+
+
+def test_a_sessions_state_at_its_member_cap_with_the_longest_ids_and_turns_fits_a_kafka_record():
+    from services.api.writes import MAX_MEMBERS
+
+    state = SessionState()
+    for i in range(MAX_MEMBERS):
+        state = evolve(state, joined(f"{i:04d}" + "p" * 508, observe_others=True))  # 512 characters
+    for peer in ("0000", "0001"):  # the two last turns it keeps, of the longest content, 6 bytes a character as JSON
+        turn = said(peer + "p" * 508, "\x01" * 25_000).model_copy(update={"message_id": f"m-{peer}"})
+        state = evolve(state, turn)
+    assert len(state.members) == MAX_MEMBERS
+    assert len(state.model_dump_json().encode()) < 400_000  # Kafka refuses a record past 1 MB
