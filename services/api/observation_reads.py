@@ -94,8 +94,10 @@ async def _preflight(ctx: ApiDeps, pair: ObservationFilter, token: str) -> None:
 
 
 def _scope(pair: ObservationFilter, reverse: bool) -> tuple[str, ...]:
-    """What a ListObservations page token is valid for: this list, this pair and filter, this direction."""
-    return ("ListObservations", repr(pair), str(reverse))
+    """What a ListObservations page token is valid for: this list, this pair and filter, this direction. Not
+    the as_of: a time not yet past reads as now (convert.as_of), and once it passes, the same request
+    resolved to another value, which refused the token its own first page had given."""
+    return ("ListObservations", repr(replace(pair, as_of=None)), str(reverse))
 
 
 def _position(view: ObservationView) -> str:

@@ -3,8 +3,10 @@ over gRPC, and how far memory formation has got."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -82,6 +84,23 @@ async def test_observations_page_by_creation_time_in_either_direction(derived):
     assert list(first.observations) == everything[:1] and first.next_page_token
     assert await c.all_observations("w", "alice", "alice", page_size=1) == everything
     assert await c.all_observations("w", "alice", "alice", page_size=1, reverse=True) == everything[::-1]
+
+
+async def test_a_page_token_read_with_an_as_of_not_yet_past_is_taken_once_that_time_has_passed(derived):
+    # a client whose clock runs ahead pins its paging at its own "now": the first page reads as now, the
+    # next one, sent after that time passed, as of it; the token of the first was refused as another list's
+    from google.protobuf import timestamp_pb2
+
+    c, _ = derived
+    everything = await c.all_observations("w", "alice", "alice")
+    ahead = timestamp_pb2.Timestamp()
+    ahead.FromDatetime(datetime.now(UTC) + timedelta(seconds=1))
+    first = await c.list_observations("w", "alice", "alice", page_size=1, as_of=ahead)
+    await asyncio.sleep(1.5)
+    second = await c.list_observations(
+        "w", "alice", "alice", page_size=1, as_of=ahead, page_token=first.next_page_token
+    )
+    assert [*first.observations, *second.observations] == everything[:2]
 
 
 async def test_get_observation_returns_its_sources(derived):
