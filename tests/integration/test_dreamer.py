@@ -4,7 +4,9 @@ knowledge updates, graded patterns, the round cap, a failing model, and a rebuil
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+from datetime import UTC, datetime
 
 from peerlog.v1 import audit_pb2, dreams_pb2, peers_pb2
 from projections.rebuild import rebuild
@@ -143,6 +145,30 @@ async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(
     }
     assert "add_pattern" in offered["induction"] and "update_knowledge" not in offered["induction"]
     assert "set_peer_card" in offered["deduction"] and "add_pattern" not in offered["deduction"]
+
+
+async def test_a_dreams_edits_are_dated_when_the_dream_writes_them_not_when_its_specialist_made_them(
+    channel, settings, model_server, start_worker
+):
+    # the edits reach the log together at the dream's end: dated earlier, a read as of a time between showed
+    # the store without them then and with them once written, and a page cursor already past that time
+    # never listed them
+    c = Client(channel)
+    ids = await seed(c)
+    plan, last_asked = scripted(ids), []
+
+    def slow_last(request: dict) -> Reply:
+        reply = plan(request)
+        if specialist(request) == "induction" and reply.tool_calls is None:  # the dream's last model call
+            last_asked.append(datetime.now(UTC))
+            return dataclasses.replace(reply, delay_s=2.0)
+        return reply
+
+    model_server.reply_with(slow_last)
+    start_worker("dream-scheduler,dreamer")
+    await dream_once(c, settings)
+    update = next(o for o in await c.all_observations("w", "bob", "bob") if o.content == "Bob lives in Bergen")
+    assert update.created_at.ToDatetime(tzinfo=UTC) > last_asked[-1]  # made in the first round, written last
 
 
 async def test_a_rebuild_reproduces_the_dream_exactly_without_calling_a_model(
