@@ -161,10 +161,14 @@ def _relevant_pieces(found: Sequence[Relevant]) -> list[str]:
     return [line + "\n" for line in lines[:-1]] + lines[-1:]
 
 
-# what the two message sections may take in bytes, whatever their tokens: a reply holds them twice (with
-# chat_messages), and text the tokenizer packs densely (runs of spaces: 1,000 of them are 9 tokens) let
-# one member's turns make a 100,000-token context of 10 MB, which no default client reads
-MESSAGE_BYTES = 1_500_000
+# what the two message sections, and the representation, may take in bytes, whatever their tokens: text the
+# tokenizer packs densely (runs of spaces: 1,000 of them are 9 tokens) let one member's turns make a
+# 100,000-token context of 10 MB, which no default client reads. A reply holds the messages twice (with
+# chat_messages) and the representation three times (its observations, its markdown, chat_messages' system
+# message): 2 x 0.9 + 3 x 0.4 MB stays under the 3.5 MB a reply may take (validation.MAX_PAGE_BYTES); 500
+# observations of 2,000 spaces made a 6 MB reply. Text of ~4 bytes a token never reaches either bound
+MESSAGE_BYTES = 900_000
+REPRESENTATION_BYTES = 400_000
 
 
 def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tuple[list[Relevant], int, int]:
@@ -195,8 +199,8 @@ ENDING_SLACK = 1  # tokens the greedy count of a representation may exceed its e
 
 
 def _fit_observations(ranked: Sequence[Obs], room: int, count: Count) -> tuple[list[Obs], str, int]:
-    """The best-ranked observations whose markdown fits `room`, best first: (them, the markdown, its
-    tokens). One that does not fit is skipped, not an end: a ranking, unlike the recent window, has no
+    """The best-ranked observations whose markdown fits `room` (and REPRESENTATION_BYTES), best first: (them,
+    the markdown, its tokens). One that does not fit is skipped, not an end: a ranking, unlike the recent window, has no
     contiguous run to keep, and one long observation at the top emptied the whole section.
 
     Greedy by the pieces' own counts (each item with a line break, a heading when its level first comes):
@@ -205,15 +209,16 @@ def _fit_observations(ranked: Sequence[Obs], room: int, count: Count) -> tuple[l
     count then confirms, and in the rare case it is over, the lowest-ranked go. Counting each candidate
     set exactly instead cost 0.7-3.7 ms for 100 observations, against 0.2-0.9 this way."""
     kept: list[Obs] = []
-    used, opened = 0, set()
+    used, size, opened = 0, 0, set()
     for item in ranked:
         if item.level not in LEVELS:
             continue  # the markdown has no section for it
         cost = count(_render_item(item) + "\n")  # the items' counts are cached: they recur from call to call
         cost += 0 if item.level in opened else count(_heading(item.level) + "\n")
-        if used + cost <= room + ENDING_SLACK:
+        grown = size + len(item.content.encode()) + sum(len(p.content.encode()) for p in item.premises)
+        if used + cost <= room + ENDING_SLACK and grown <= REPRESENTATION_BYTES:
             kept.append(item)
-            used += cost
+            used, size = used + cost, grown
             opened.add(item.level)
     pieces = _representation_pieces(kept)
     tokens = _tokens(pieces, count)

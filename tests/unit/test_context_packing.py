@@ -242,3 +242,27 @@ def test_a_turn_and_its_clone_copies_count_once_the_copy_in_the_session_read_kep
     ]
     kept = context_reads._one_per_turn(q, hits)
     assert [h["message_id"] for h in kept] == ["c1", "other"]  # at the best one's place
+
+
+def test_a_context_of_whitespace_dense_text_stays_a_reply_a_default_client_reads_with_chat_messages_too():
+    # runs of spaces cost ~9 tokens a 1,000: 500 observations of 2,000 characters (and derived ones citing as
+    # many), 25,000-character turns, all inside a 100,000-token budget, made a 6 MB reply (4 MiB: the limit)
+    from datetime import timedelta
+
+    from services.api.convert_context import context_response
+    from services.api.validation import MAX_PAGE_BYTES
+
+    t0, pad = datetime(2025, 1, 1, tzinfo=UTC), "x" + " " * 1_989
+    ranked = [
+        Obs(f"o{i:03d}", f"fact {i} {pad}", "explicit", (t0 + timedelta(seconds=i), f"o{i:03d}")) for i in range(500)
+    ]
+    cited = tuple(Premise(f"o{i:03d}", "explicit", f"fact {i} {pad}") for i in range(10))
+    ranked[:0] = [Obs(f"d{i}", f"so {i} {pad}", "deductive", (t0, f"d{i}"), premises=cited) for i in range(20)]
+    turn = "y" + " " * 24_990
+    recent = [RecentMessage(f"m{i:03d}", "alice", f"{i} {turn}") for i in range(200)]
+    relevant = [Relevant(f"r{i:03d}", "alice", "s0", f"{i} {turn}", t0, 1.0) for i in range(100)]
+    packed = pack(100_000, ranked, [], "", "", recent, count_tokens, True, relevant)
+    assert packed.observations and packed.messages and packed.relevant  # every section has some
+    assert packed.tokens["total"] <= 100_000
+    for assistant in ("", "bot"):  # chat_messages repeats the representation and the messages
+        assert context_response(packed, assistant).ByteSize() <= MAX_PAGE_BYTES
