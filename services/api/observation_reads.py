@@ -93,11 +93,11 @@ async def _preflight(ctx: ApiDeps, pair: ObservationFilter, token: str) -> None:
     )
 
 
-def _scope(pair: ObservationFilter, reverse: bool) -> tuple[str, ...]:
-    """What a ListObservations page token is valid for: this list, this pair and filter, this direction. Not
-    the as_of: a time not yet past reads as now (convert.as_of), and once it passes, the same request
-    resolved to another value, which refused the token its own first page had given."""
-    return ("ListObservations", repr(replace(pair, as_of=None)), str(reverse))
+def _scope(pair: ObservationFilter, reverse: bool, asked_as_of: str) -> tuple[str, ...]:
+    """What a ListObservations page token is valid for: this list, this pair and filter, this direction, the
+    as_of as asked. Not as resolved: a time not yet past reads as now (convert.as_of), and once it passed the
+    same request resolved to another value, which refused the token its own first page had given."""
+    return ("ListObservations", repr(replace(pair, as_of=None)), asked_as_of, str(reverse))
 
 
 def _position(view: ObservationView) -> str:
@@ -105,10 +105,10 @@ def _position(view: ObservationView) -> str:
 
 
 async def list_observations(
-    ctx: ApiDeps, pair: ObservationFilter, size: int, page_token: str, reverse: bool, token: str
+    ctx: ApiDeps, pair: ObservationFilter, size: int, page_token: str, reverse: bool, token: str, asked_as_of: str = ""
 ) -> Page:
-    """One page of a pair's observations, with their provenance."""
-    scope = _scope(pair, reverse)
+    """One page of a pair's observations, with their provenance; `asked_as_of`: the request's as_of as sent."""
+    scope = _scope(pair, reverse, asked_as_of)
     limit, after = v.page_size(size), ctx.cursors.decode_time_id(scope, page_token)
     await _preflight(ctx, pair, token)
     async with ctx.engine.connect() as conn:

@@ -310,6 +310,7 @@ class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
             request.page.page_token,
             request.reverse,
             request.consistency.consistency_token,
+            f"{request.as_of.seconds}.{request.as_of.nanos}" if request.HasField("as_of") else "",
         )
         return observations_pb2.ListObservationsResponse(
             observations=[c.observation(v) for v in page.items], next_page_token=page.next_token

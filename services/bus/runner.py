@@ -104,9 +104,6 @@ _GRACE_S = 5.0
 # that then stopped on a transaction the broker lost track of at its SIGKILL (README, chaos): kept at 15 s
 # until more runs show that shorter is safe
 _SEND_OFFSETS_S = 15.0
-# how long a batch's next record may wait for room in the client's queue (deliveries free it) before the
-# batch is given up as the log's fault and redone
-_QUEUE_FULL_S = 120.0
 
 
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
@@ -289,15 +286,17 @@ class Runner:
         (100,000: the router's batch of 500 messages in a session of 200 observers): while it is full, wait
         for the records before this one to be delivered (BufferError ended the batch and the worker, and
         the same batch again after every restart)."""
-        deadline = time.monotonic() + _QUEUE_FULL_S
+        wait_s = self.kafka.transaction_timeout_ms / 1000  # the broker aborts the transaction by then anyway
+        deadline = time.monotonic() + wait_s
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 self.producer.produce(**record)
                 return
             except BufferError:
                 if time.monotonic() > deadline:
-                    raise TransactionFailed(f"the Kafka client's queue stayed full for {_QUEUE_FULL_S:g} s") from None
-                await asyncio.to_thread(self.producer.poll, 0.1)
+                    raise TransactionFailed(f"the Kafka client's queue stayed full for {wait_s:g} s") from None
+                await loop.run_in_executor(self._io, self.producer.poll, 0.1)
 
     def _count_abort(self, began: bool) -> None:
         if began:  # a processor that fails does so before begin_transaction: nothing was open to abort

@@ -100,7 +100,7 @@ class Dreamer:
             end = DreamFailed(
                 **pair, dream_id=event.dream_id, reason=reason[:2000], producer=PRODUCER, causation_id=event.event_id
             )
-        return Step([*_written_now(run.events), end])
+        return Step(_written_now([*run.events, end]))  # the end too: a dream ends no sooner than its edits
 
     @staticmethod
     def _promoted_meanwhile(event: DreamRequested, pair: dict, was: str, now: str) -> DreamFailed:

@@ -205,6 +205,15 @@ def test_relevant_messages_render_as_the_server_counts_them_one_header_per_sessi
     )
 
 
+def test_a_message_of_year_one_asked_west_of_utc_is_headed_in_utc_as_the_server_heads_it():
+    from peerlog_client._convert import in_time_zone
+
+    said = context_pb2.RelevantMessage(message_id="a", peer_id="bob", session_id="s", content="first words")
+    said.created_at.FromDatetime(datetime(1, 1, 1, 0, 30, tzinfo=UTC))  # New York's offset: before year 1
+    ctx = in_time_zone(to_model(context_pb2.GetContextResponse(relevant_messages=[said])), "America/New_York")
+    assert ctx.system_text().endswith("[s · 0001-01-01]\n00:30 bob: first words")
+
+
 def test_a_display_named_author_is_named_so_wherever_the_text_names_it():
     said = context_pb2.RelevantMessage(
         message_id="a", peer_id="u-7f3a", session_id="trip", content="I sold the flat", author_name="Maria Lopez"

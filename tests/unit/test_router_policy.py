@@ -133,7 +133,7 @@ def test_a_sessions_state_at_its_member_cap_with_the_longest_ids_and_turns_fits_
     state = SessionState()
     for i in range(MAX_MEMBERS):
         state = evolve(state, joined(f"{i:04d}" + "p" * 508, observe_others=True))  # 512 characters
-    for peer in ("0000", "0001"):  # the two last turns it keeps, of the longest content, 6 bytes a character as JSON
+    for peer in ("0000", "0001"):  # the two last turns it keeps, cut to 2,000 characters, 6 bytes each as JSON
         turn = said(peer + "p" * 508, "\x01" * 25_000).model_copy(update={"message_id": f"m-{peer}"})
         state = evolve(state, turn)
     assert len(state.members) == MAX_MEMBERS

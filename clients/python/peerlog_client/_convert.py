@@ -7,7 +7,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from functools import cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -125,10 +125,19 @@ def in_time_zone(context: m.Context, time_zone: str) -> m.Context:
     if zone is None:
         return context
     relevant = tuple(
-        dataclasses.replace(r, created_at=r.created_at.astimezone(zone)) if r.created_at else r
+        dataclasses.replace(r, created_at=_in_zone(r.created_at, zone)) if r.created_at else r
         for r in context.relevant_messages
     )
     return dataclasses.replace(context, relevant_messages=relevant)
+
+
+def _in_zone(when: datetime, zone: tzinfo) -> datetime:
+    """`when` in `zone`, or in UTC where the zone's offset would carry it past the years a datetime holds
+    (a message of 1 January of year 1 read west of UTC), as the server heads it."""
+    try:
+        return when.astimezone(zone)
+    except (OverflowError, ValueError):
+        return when.astimezone(UTC)
 
 
 def log_position(p: Proto) -> m.LogPosition:
