@@ -43,11 +43,12 @@ ACTIVE_EMBEDDING_MODEL = EmbeddingSettings().model
 # take the vector from the table instead of the index
 VECTOR_IN_INDEXES = EMBEDDING_DIMENSIONS <= 384
 _INDEXED_VECTOR = ["embedding"] if VECTOR_IN_INDEXES else []
-# what an entry of observations_by_pair_ranked leaves for the ids it holds (workspace, observer, observed,
-# observation) beside the rest: ids of 512 characters thrice, a two-character observation id and a 384-dimension
-# vector made a 3,176-byte entry, so the rest takes 1,640 of the 2,704 (1,548 of them the vector). Kept below
-# what that leaves, for a longer model or derivation name
-PAIR_ENTRY_ID_BYTES = 950 if VECTOR_IN_INDEXES else 2_450
+# what an entry of the covering indexes leaves for the ids it holds: observations_by_pair_ranked's workspace,
+# observer, observed and observation; messages_session_vectors' workspace, session and message. Ids of 512
+# characters thrice, a two-character observation id and a 384-dimension vector made a 3,176-byte entry, so the
+# rest takes 1,640 of the 2,704 a btree entry holds (1,548 of them the vector). Kept below what that leaves,
+# for a longer model or derivation name (services/api/entry_room.py refuses what would not fit)
+ENTRY_ID_BYTES = 950 if VECTOR_IN_INDEXES else 2_450
 
 workspaces = Table(
     "workspaces",

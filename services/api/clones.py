@@ -13,6 +13,7 @@ from projections import configurations, message_reads, session_reads
 from projections.configurations import parsed
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.entry_room import check_message_ids
 from services.api.guards import require_session
 from services.api.writes import Written, commit
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
@@ -160,6 +161,7 @@ def clone_events(r: CloneRequest, src: Source, producer: ProducerInfo, new_id: C
 
 def _check(r: CloneRequest) -> None:
     v.check_id("new_session_id", r.new_session_id)
+    check_message_ids(r.workspace_id, r.new_session_id, [])  # the copies' ids, as peerlog assigns them
     if r.up_to_message_id:
         v.check_id("up_to_message_id", r.up_to_message_id)
 

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from projections import message_reads, observation_reads
-from projections.schema import PAIR_ENTRY_ID_BYTES
 from services.api import idempotency
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.entry_room import check_observation_ids
 from services.api.freshness import abandoned, answered_in_time, until_projected
 from services.api.guards import require_peers, require_scope
 from services.api.locks import held
@@ -20,8 +20,6 @@ from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, 
 from services.events import PAIR_WIDE, Level, ObservationAdded, ObservationDeleted, PackedVector, Source, new_id
 from services.events.requests import KeyedRequest
 from services.events.text import normalise
-
-GENERATED_ID_CHARS = len(new_id())  # a UUID's text
 
 
 @dataclass(frozen=True)
@@ -50,18 +48,6 @@ def _validate(new: Sequence[NewObservation]) -> None:
         if o.observation_id:
             v.check_id(f"observations[{i}].observation_id", o.observation_id)
     v.check_distinct("observation_id", [o.observation_id for o in new if o.observation_id])
-
-
-def _check_entry_fits(workspace_id: str, observer_id: str, observed_id: str, new: Sequence[NewObservation]) -> None:
-    """InvalidArgument for ids too long together for the pair's index entry (PAIR_ENTRY_ID_BYTES): Postgres
-    would refuse the row, and the acknowledged observation would be parked in quarantine, never read."""
-    longest = max((len(o.observation_id) for o in new), default=0) or GENERATED_ID_CHARS
-    used = len(workspace_id) + len(observer_id) + len(observed_id) + longest  # ids are ASCII
-    if used > PAIR_ENTRY_ID_BYTES:
-        raise InvalidArgument(
-            f"workspace_id, observer_id, observed_id and the observation id take {used} characters together; "
-            f"an observation's index entry holds at most {PAIR_ENTRY_ID_BYTES} beside its vector: use shorter ids"
-        )
 
 
 async def _check_sessions(ctx: ApiDeps, workspace_id: str, new: Sequence[NewObservation]) -> None:
@@ -156,7 +142,7 @@ async def create_observations(
     for field, value in (("workspace_id", workspace_id), ("observer_id", observer_id), ("observed_id", observed_id)):
         v.check_id(field, value)
     _validate(new)
-    _check_entry_fits(workspace_id, observer_id, observed_id, new)
+    check_observation_ids(workspace_id, observer_id, observed_id, [o.observation_id for o in new])
     keyed = idempotency.keyed(
         workspace_id, (workspace_id, observer_id, observed_id), idempotency_key, [_fingerprinted(o) for o in new]
     )

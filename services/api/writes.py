@@ -28,6 +28,7 @@ from projections.append_reads import AppendFacts
 from services.api import auth, idempotency
 from services.api import validation as v
 from services.api.deps import WRITTEN_UNDER_LOCK, ApiDeps
+from services.api.entry_room import check_member_ids, check_message_ids
 from services.api.freshness import abandoned, answered_in_time, begin_append, until_projected
 from services.api.guards import (
     check_members,
@@ -41,7 +42,7 @@ from services.api.guards import (
 from services.api.locks import held, started
 from services.api.unconfirmed import appended
 from services.bus.consistency import ConsistencyToken
-from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
+from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
 from services.events import (
     Configuration,
     Event,
@@ -247,6 +248,7 @@ async def get_or_create_session(
 ) -> Written:
     v.check_id("session_id", session_id)
     v.check_metadata("metadata", metadata)
+    check_message_ids(workspace_id, session_id, [])  # its messages' ids, as peerlog assigns them
     await require_workspace(ctx, workspace_id)
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
     row, current = await _session_now(ctx, workspace_id, session_id)
@@ -276,6 +278,7 @@ async def get_or_create_session(
                 )
         joining = [m for m in members if m.peer_id not in current]
         _check_room(session_id, len(current), len(joining))
+        check_member_ids(workspace_id, [m.peer_id for m in joining])
         events += _joins(ctx, workspace_id, session_id, joining)
         token = await commit(ctx, events)
     after = await require_session(ctx, workspace_id, session_id)
@@ -284,13 +287,15 @@ async def get_or_create_session(
 
 # current members of a session: the router keeps a session's members in one state record, which Kafka refuses
 # past 1 MB (and the router then redid its batch for ever): about 0.6 kB a member at the longest ids, beside
-# the two last turns it keeps (up to 150 kB each as JSON)
+# the two last turns it keeps (cut to 2,000 characters: up to 13 kB each as JSON)
 MAX_MEMBERS = 500
 
 
 def _check_room(session_id: str, current: int, joining: int) -> None:
+    # FAILED_PRECONDITION, not RESOURCE_EXHAUSTED: the session's state refuses it until members leave, and
+    # clients retry RESOURCE_EXHAUSTED (the memory provider's writer held its queue behind it for good)
     if current + joining > MAX_MEMBERS:
-        raise ResourceExhausted(
+        raise FailedPrecondition(
             f"session {session_id!r} has {current} current member(s) and {joining} would join: a session holds at "
             f"most {MAX_MEMBERS}; remove members first"
         )
@@ -310,6 +315,7 @@ async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members:
                 f"peer(s) {v.listed([repr(p) for p in already])} are already members of session {session_id!r}"
             )
         _check_room(session_id, len(current), len(members))
+        check_member_ids(workspace_id, [m.peer_id for m in members])
         token = await commit(ctx, _joins(ctx, workspace_id, session_id, members))
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
 
@@ -354,6 +360,7 @@ async def append_checked(
     # a NUL in it (the caller then got INTERNAL)
     v.check_id("workspace_id", workspace_id)
     v.check_id("session_id", session_id)
+    check_message_ids(workspace_id, session_id, [m.message_id for m in new])
     if idempotency_key and auth.narrow_view(workspace_id) is not None:
         # a key's first use answers before any check: to a peer token, a session it never joined is missing
         await require_scope(ctx, workspace_id, [session_id])

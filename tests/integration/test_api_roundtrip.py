@@ -207,9 +207,11 @@ async def test_a_session_at_its_member_cap_refuses_another_member_and_writes_not
     over = [sessions_pb2.MemberSpec(peer_id=p) for p in peers[MAX_MEMBERS:]]
     await rejected(
         c.sessions.AddMembers(sessions_pb2.AddMembersRequest(workspace_id="w", session_id="s", members=over)),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.FAILED_PRECONDITION,
         f"has {MAX_MEMBERS} current member(s) and 2 would join",
     )
-    await rejected(c.session("w", "s", members=[peers[-1]]), grpc.StatusCode.RESOURCE_EXHAUSTED, "remove members first")
+    await rejected(
+        c.session("w", "s", members=[peers[-1]]), grpc.StatusCode.FAILED_PRECONDITION, "remove members first"
+    )
     got = await c.sessions.GetSession(sessions_pb2.GetSessionRequest(workspace_id="w", session_id="s"))
     assert len([m for m in got.memberships if not m.HasField("left_at")]) == MAX_MEMBERS

@@ -13,7 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from peerlog.v1 import observations_pb2 as o
-from projections.schema import PAIR_ENTRY_ID_BYTES
+from projections.schema import ENTRY_ID_BYTES
 from services.bus.topics import OBSERVATIONS
 from services.cli.client import Client
 from services.events import ObservationAdded
@@ -101,6 +101,12 @@ async def test_a_page_token_read_with_an_as_of_not_yet_past_is_taken_once_that_t
         "w", "alice", "alice", page_size=1, as_of=ahead, page_token=first.next_page_token
     )
     assert [*first.observations, *second.observations] == everything[:2]
+    other = timestamp_pb2.Timestamp(seconds=ahead.seconds + 60)  # another list: its token is not this one's
+    await rejected(
+        c.list_observations("w", "alice", "alice", page_size=1, as_of=other, page_token=first.next_page_token),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "page_token",
+    )
 
 
 async def test_get_observation_returns_its_sources(derived):
@@ -180,12 +186,12 @@ async def test_created_observations_are_explicit_carry_api_embeddings_and_are_re
 async def test_the_longest_observation_the_api_accepts_is_projected_and_listed_and_nothing_is_quarantined(
     channel, settings
 ):
-    # the longest ids an observation's index entry takes beside its vector (PAIR_ENTRY_ID_BYTES, with the
+    # the longest ids an observation's index entry takes beside its vector (ENTRY_ID_BYTES, with the
     # generated observation id), and 2,000 incompressible four-byte characters: a btree over the raw
     # normalised content (8 KB) is over Postgres' 2,704-byte row limit, so the acknowledged event was quarantined
     rng = random.Random(17)
     content = "".join(chr(rng.randrange(0x20000, 0x2A6DF)) for _ in range(2_000))  # CJK extension B
-    third = (PAIR_ENTRY_ID_BYTES - 36) // 3
+    third = (ENTRY_ID_BYTES - 36) // 3
     workspace, alice, bob = (rng.randbytes(third).hex()[:third] for _ in range(3))  # random: incompressible
     c = Client(channel)
     await c.workspace(workspace)
@@ -214,7 +220,7 @@ async def test_ids_too_long_together_for_an_observations_index_entry_are_refused
         c.create_observations(workspace, alice, bob, ["keeps bees"]),
         grpc.StatusCode.INVALID_ARGUMENT,
         "take 1572 characters together",
-        f"at most {PAIR_ENTRY_ID_BYTES}",
+        f"at most {ENTRY_ID_BYTES}",
     )
     assert quarantined(settings) == 0
 
