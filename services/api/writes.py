@@ -248,7 +248,6 @@ async def get_or_create_session(
 ) -> Written:
     v.check_id("session_id", session_id)
     v.check_metadata("metadata", metadata)
-    check_message_ids(workspace_id, session_id, [])  # its messages' ids, as peerlog assigns them
     await require_workspace(ctx, workspace_id)
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
     row, current = await _session_now(ctx, workspace_id, session_id)
@@ -262,6 +261,8 @@ async def get_or_create_session(
         row, current = await _session_now(ctx, workspace_id, session_id)
         events: list[Event] = []
         if row is None:
+            # only a new one: a session made before the check still reads, and takes messages without a vector
+            check_message_ids(workspace_id, session_id, [])  # its messages' ids, as peerlog assigns them
             events.append(
                 SessionCreated(
                     workspace_id=workspace_id, session_id=session_id, metadata=metadata, producer=ctx.producer
@@ -360,7 +361,8 @@ async def append_checked(
     # a NUL in it (the caller then got INTERNAL)
     v.check_id("workspace_id", workspace_id)
     v.check_id("session_id", session_id)
-    check_message_ids(workspace_id, session_id, [m.message_id for m in new])
+    if any(m.message_id for m in new):  # a new session's generated ids fit (get_or_create_session)
+        check_message_ids(workspace_id, session_id, [m.message_id for m in new if m.message_id])
     if idempotency_key and auth.narrow_view(workspace_id) is not None:
         # a key's first use answers before any check: to a peer token, a session it never joined is missing
         await require_scope(ctx, workspace_id, [session_id])
