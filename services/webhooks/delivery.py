@@ -3,6 +3,7 @@ last failed attempt a dead letter (the caller records it) instead of an error.""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,9 +70,17 @@ async def deliver(
             "Peerlog-Event-Type": event_type,
             SIGNATURE_HEADER: signature(endpoint.secret, int(clock()), body),
         }
-        response = await client.post(endpoint.url, content=body, headers=headers, timeout=policy.timeout_s)
-        if not response.is_success:
-            raise Refused(f"HTTP {response.status_code}")
+        # the whole attempt in the time (httpx's timeout bounds each read, so an answer dripped a byte at a
+        # time never ended), and the answer judged by its status alone: its body is never read (one of
+        # gigabytes, read whole, took the webhook process, or the API's on a retry, out of memory)
+        try:
+            async with asyncio.timeout(policy.timeout_s):
+                async with client.stream("POST", endpoint.url, content=body, headers=headers) as response:
+                    status = response.status_code
+        except TimeoutError:
+            raise Refused(f"no answer within {policy.timeout_s:g} s") from None
+        if not 200 <= status < 300:
+            raise Refused(f"HTTP {status}")
 
     retrying = AsyncRetrying(
         stop=stop_after_attempt(policy.attempts),

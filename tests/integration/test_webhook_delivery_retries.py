@@ -5,6 +5,7 @@ policy's attempts with the last error; one to a URL the client cannot send to, a
 from __future__ import annotations
 
 import time
+import tracemalloc
 from collections.abc import Iterator
 
 import httpx
@@ -57,3 +58,27 @@ async def test_a_url_the_client_cannot_send_to_is_dead_lettered_at_once_with_why
         outcome = await deliver(client, Endpoint("hook-1", "w", url, SECRET), "e1", "MessageAppended", BODY, FAST)
     assert not outcome.delivered and outcome.attempts == 1
     assert outcome.error.startswith("undeliverable: ") and ("Invalid" in outcome.error), outcome.error
+
+
+@pytest.mark.parametrize("receiver", [["huge"]], indirect=True)
+async def test_a_receivers_answer_is_judged_by_its_status_and_its_body_never_read(receiver):
+    # a 300 MB answer, read whole, took the webhook process (or the API's, on a retry) out of memory
+    tracemalloc.start()
+    try:
+        async with httpx.AsyncClient() as client:
+            outcome = await deliver(client, endpoint(receiver), "e1", "MessageAppended", BODY, FAST)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert outcome.delivered and outcome.attempts == 1
+    assert peak < 20_000_000, f"{peak:,} bytes held"
+
+
+@pytest.mark.parametrize("receiver", [["drip", 204]], indirect=True)
+async def test_an_answer_dripped_a_byte_at_a_time_is_cut_off_at_the_attempt_timeout_and_retried(receiver):
+    # httpx's timeout bounds each read: a byte every 0.1 s never passed 0.5 s, and the attempt took 4 s
+    started = time.monotonic()
+    async with httpx.AsyncClient() as client:
+        outcome = await deliver(client, endpoint(receiver), "e1", "MessageAppended", BODY, FAST)
+    assert outcome.delivered and outcome.attempts == 2
+    assert time.monotonic() - started < 2.0

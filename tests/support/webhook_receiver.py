@@ -9,9 +9,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 HANG_S = 1.5  # longer than the tests' delivery timeout
 
 
+HUGE_BYTES = 300_000_000  # the body of a 'huge' answer
+DRIP_S = 0.1  # between the bytes of a 'drip' answer's status line and headers
+
+
 class Receiver(ThreadingHTTPServer):
-    """Each POST takes the next step of `script`: a status code, or 'hang' (answers 204 after HANG_S, too late).
-    Past the script it answers 204. `received` holds (headers, body, status) of every POST."""
+    """Each POST takes the next step of `script`: a status code; 'hang' (answers 204 after HANG_S, too late);
+    'huge' (200 with a body of HUGE_BYTES); 'drip' (a 200 whose status line and headers come a byte every
+    DRIP_S). Past the script it answers 204. `received` holds (headers, body, status) of every POST."""
 
     def __init__(self, script=()) -> None:
         self.script, self.received = list(script), []
@@ -41,6 +46,12 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         step = server.script.pop(0) if server.script else 204
         server.received.append((dict(self.headers), body, "hung" if step == "hang" else step))
+        if step in ("huge", "drip"):
+            try:
+                _HOSTILE[step](self)
+            except OSError:  # the client went away: what these answers are for
+                pass
+            return
         if step == "hang":
             time.sleep(HANG_S)
             step = 204
@@ -50,6 +61,25 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+
+def _huge(handler: BaseHTTPRequestHandler) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(HUGE_BYTES))
+    handler.end_headers()
+    chunk = b"x" * 1_000_000
+    for _ in range(HUGE_BYTES // len(chunk)):
+        handler.wfile.write(chunk)
+
+
+def _drip(handler: BaseHTTPRequestHandler) -> None:
+    for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n":
+        handler.wfile.write(bytes([byte]))
+        handler.wfile.flush()
+        time.sleep(DRIP_S)
+
+
+_HOSTILE = {"huge": _huge, "drip": _drip}
 
 
 def private_targets_allowed(settings):
