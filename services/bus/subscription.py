@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from services.bus.settings import KafkaSettings
 from services.bus.streams import read
@@ -82,6 +82,9 @@ def check_partitions(cursor: Cursor, partitions: Iterable[Position]) -> None:
         )
 
 
+PREFETCH_KBYTES = 2_048
+
+
 class LogSubscription:
     """A consumer without a group (nothing committed on the broker: the cursor is the caller's) over
     every partition of every log topic, read_committed. Blocking: call it off the event loop."""
@@ -98,18 +101,26 @@ class LogSubscription:
                 "group.id": f"{kafka.topic_prefix}subscribe-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
+                # what it fetches ahead of the reader: librdkafka's default is 64 MB per consumer, and a
+                # process holds one per stream (100) or webhook (20 a workspace), most reading from the start
+                "queued.max.messages.kbytes": PREFETCH_KBYTES,
             }
         )
 
     def start(self) -> None:
         """Assign every partition at its cursor position, or where the log starts (or ends) now."""
-        partitions = self._partitions()
-        check_partitions(self.cursor, partitions)
-        for position in partitions:
-            # a number, not OFFSET_END/BEGINNING: every cursor the stream gives names every partition, so
-            # resuming from it neither skips what a quiet partition got since nor replays its history
-            if position not in self.cursor:
-                self.cursor[position] = self._start_of(position)
+        try:
+            partitions = self._partitions()
+            check_partitions(self.cursor, partitions)
+            for position in partitions:
+                # a number, not OFFSET_END/BEGINNING: every cursor the stream gives names every partition, so
+                # resuming from it neither skips what a quiet partition got since nor replays its history
+                if position not in self.cursor:
+                    self.cursor[position] = self._start_of(position)
+        except KafkaException as exc:  # the broker is away (restarting): the caller retries, as a stream broken later
+            raise Unavailable(
+                f"the log is unavailable ({exc.args[0].str()}); subscribe again from your last cursor"
+            ) from exc
         self._consumer.assign(
             [TopicPartition(topic, partition, self.cursor[topic, partition]) for topic, partition in partitions]
         )

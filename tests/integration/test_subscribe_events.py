@@ -172,3 +172,20 @@ async def test_a_vector_arrives_as_base64_of_the_float32_values_the_embedding_mo
     got = np.frombuffer(base64.b64decode(body["embedding"]), dtype="<f4")
     expected = np.asarray(LocalOnnxEmbedder().embed_sync(["Bob keeps bees on the roof"])[0], dtype=np.float32)
     assert got.shape == (384,) and np.allclose(got, expected, atol=1e-6)
+
+
+def test_subscribing_while_the_broker_is_away_is_unavailable_to_retry_not_internal():
+    # a broker restarting is when clients reconnect; the stream answered INTERNAL ("a bug"), which they do
+    # not retry, where the client library documents UNAVAILABLE: start again from the last cursor
+    from infra.processes import free_port
+    from services.bus.settings import KafkaSettings
+    from services.bus.subscription import Filter, LogSubscription
+    from services.errors import Unavailable
+
+    away = KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}")  # nothing listens there
+    subscription = LogSubscription(away, Filter(workspace_id="w"), {})
+    try:
+        with pytest.raises(Unavailable, match="subscribe again from your last cursor"):
+            subscription.start()
+    finally:
+        subscription.close()
