@@ -286,11 +286,27 @@ class Acceptance:
     missing_vectors: bool = False
 
 
+def _check_sources(settings: Settings, live_engine: Engine, live: str) -> None:
+    """LookupError, before anything is dropped or built, unless the log's topics exist under this prefix and
+    the live schema in this database. A wrong PEERLOG_KAFKA_TOPIC_PREFIX dropped the build a rebuild that
+    died had left to carry on; a schema not there (dropped, or a wrong PEERLOG_DATABASE_SCHEMA) gave a
+    replay with nothing to catch up with, and an empty schema switched in as the live one."""
+    for spec in ALL_TOPICS:
+        partitions_of(settings.kafka, spec.full_name(settings.kafka.topic_prefix))
+    with live_engine.connect() as conn:
+        if not schema_exists(conn, live):
+            raise LookupError(
+                f"no schema {live!r} in this database to rebuild (PEERLOG_DATABASE_SCHEMA); with no projection "
+                "at all, start the projector: it replays the whole log into a new one"
+            )
+
+
 def _locked(settings: Settings, progress: Progress, accept: Acceptance) -> RebuildReport:
     live = settings.database.schema_name
     live_engine = sync_engine(settings.database, live)
     try:
         with one_rebuild(live_engine, live):
+            _check_sources(settings, live_engine, live)
             resumed, dropped = claim_abandoned(live_engine, live, settings.kafka.topic_prefix)
             for schema in dropped:
                 progress(

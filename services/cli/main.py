@@ -478,7 +478,7 @@ def projections_rebuild(
             accept_differences=accept_differences,
             accept_missing_vectors=accept_missing_vectors,
         )
-    except RebuildInProgress as err:
+    except (RebuildInProgress, LookupError) as err:  # another rebuild; no topics or live schema to rebuild from
         raise _fail(str(err)) from None
     except DBAPIError as err:  # waiting would not help: a statement timeout, a refusal of the work
         raise _fail(

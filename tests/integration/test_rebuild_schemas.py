@@ -164,6 +164,32 @@ def test_a_second_rebuild_while_one_runs_stops_at_once_and_writes_nothing(settin
     assert rebuild(settings, progress=lambda _: None).switched
 
 
+def test_a_rebuild_with_no_live_schema_to_rebuild_stops_in_one_line_and_switches_nothing_in(settings, projected):
+    # a dropped schema, or a wrong PEERLOG_DATABASE_SCHEMA: nothing to catch up with, so the empty build
+    # was switched in as the live schema and the command said it served reads from it
+    elsewhere = settings.model_copy(
+        update={"database": settings.database.model_copy(update={"schema_name": "no_such_projection"})}
+    )
+    with pytest.raises(LookupError, match="no schema 'no_such_projection'"):
+        rebuild(elsewhere, progress=lambda _: None)
+    refused = peerlog(elsewhere, "projections", "rebuild")
+    assert refused.returncode == 2 and "start the projector" in refused.stderr, refused.stderr
+    with projected.connect() as conn:
+        names = set(conn.scalars(text("SELECT schema_name FROM information_schema.schemata")))
+    assert not {n for n in names if n.startswith("no_such_projection")}
+
+
+def test_a_rebuild_under_a_topic_prefix_with_no_topics_stops_and_keeps_the_build_it_would_carry_on(settings, projected):
+    live = settings.database.schema_name
+    schema, engine = start_build(settings, None)  # a build a rebuild that died left, to be carried on
+    engine.dispose()
+    wrong = settings.model_copy(update={"kafka": settings.kafka.model_copy(update={"topic_prefix": "nope."})})
+    with pytest.raises(LookupError, match="does not exist"):
+        rebuild(wrong, progress=lambda _: None)
+    assert schemas(projected, settings) == {schema: "build"}
+    assert live != schema
+
+
 def test_a_build_that_differs_is_kept_for_inspection_until_an_operator_drops_it(settings, projected):
     live = settings.database.schema_name
     with projected.begin() as conn:  # the live projection no longer matches its log
