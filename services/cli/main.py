@@ -107,11 +107,25 @@ def _plainly() -> Iterator[None]:
 
     from projections.outages import DATABASE_AWAY, database_away, database_error_line
     from projections.run_lock import LockLost, RunInProgress
+    from services.bus.producer import AppendFailed, AppendUnresolved
+    from services.llm.errors import ModelError, shown
 
     try:
         yield
     except (ValueError, LookupError, RunInProgress, LockLost) as err:  # LookupError: a topic or partition Kafka lacks
         raise _fail(str(err)) from None
+    except AppendUnresolved as err:  # the runs carry on where they stopped, so again is safe either way
+        raise _fail(f"Kafka did not say whether the last write was committed ({err}); running again is safe") from None
+    except AppendFailed as err:
+        raise _fail(
+            f"Kafka did not take a write ({err}); check that the broker runs and PEERLOG_KAFKA_BOOTSTRAP_SERVERS, "
+            "then run again: it carries on where it stopped"
+        ) from None
+    except ModelError as err:
+        raise _fail(
+            f"the model did not answer ({shown(err)}); check PEERLOG_EMBEDDING_BASE_URL or PEERLOG_LLM_BASE_URL "
+            "and the key they name, then run again"
+        ) from None
     except (KafkaException, TimeoutError) as err:
         said = err.args[0].str() if isinstance(err, KafkaException) and err.args else "no answer in time"
         raise _fail(

@@ -56,3 +56,35 @@ def test_a_rebuild_stopped_by_a_statement_timeout_names_it_and_says_the_build_is
     line = one_error_line(run("projections", "rebuild"))
     assert "QueryCanceled (SQLSTATE 57014): canceling statement due to statement timeout" in line, line
     assert "carries on its build" in line, line
+
+
+@pytest.mark.parametrize(
+    "error, phrase",
+    [
+        ("AppendFailed", "Kafka did not take a write"),
+        ("AppendUnresolved", "running again is safe"),
+        (
+            "ModelUnavailable",
+            "the model did not answer ([embedding] model unavailable after 3 attempt(s): TimeoutError)",
+        ),
+        ("ModelRequestRejected", "request rejected with HTTP 401; the server's log has its reply"),
+    ],
+)
+def test_a_run_whose_write_or_model_call_fails_says_so_in_one_line(error, phrase, capsys):
+    import typer
+
+    from services.bus.producer import AppendFailed, AppendUnresolved
+    from services.cli.main import _plainly
+    from services.llm.errors import ModelRequestRejected, ModelUnavailable
+
+    raised = {
+        "AppendFailed": AppendFailed("the log rejected the write: broker down"),
+        "AppendUnresolved": AppendUnresolved("the log did not confirm whether the write was committed"),
+        "ModelUnavailable": ModelUnavailable("embedding", 3, TimeoutError()),
+        "ModelRequestRejected": ModelRequestRejected("embedding", 401, '{"error": "Incorrect API key sk-proj-x"}'),
+    }[error]
+    with pytest.raises(typer.Exit) as ended, _plainly():
+        raise raised
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert ended.value.exit_code == 2 and line.startswith("error: ") and phrase in line, line
+    assert "sk-proj" not in line
