@@ -247,7 +247,12 @@ def reembed(
             total, appended = asyncio.run(_reembed(Settings(), model, workspace))
     except EmbeddingError as err:
         raise _fail(str(err)) from None
-    typer.echo(f"{workspace}: {appended} vectors appended with {model}; {total - appended} left (0 unless stopped)")
+    typer.echo(f"{workspace}: {appended} vectors appended with {model}")
+    if total > appended:  # a run that returns went through its whole plan: what is missing was refused
+        raise _fail(
+            f"{model} refuses {total - appended} text(s) for good (logged with their length); they stay without "
+            "a vector of it: full-text search finds them, and a rebuild asks --accept-missing-vectors"
+        )
 
 
 async def _reembed(settings: Settings, model: str, workspace: str) -> tuple[int, int]:

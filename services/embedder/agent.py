@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 from services.bus.runner import Get, Step
 from services.bus.topics import SESSIONS
 from services.embedder.policy import embedded, previous_turn, text_to_embed
+from services.embedder.refusals import vectors_or_none
 from services.events import Event, MessageAppended, ProducerInfo
 from services.llm.embeddings import Embedder, make_embedder
-from services.llm.errors import EmbeddingError, ModelRequestRejected
 
 if TYPE_CHECKING:
     from services.settings import Settings
@@ -30,8 +30,6 @@ log = logging.getLogger(__name__)
 # what a model answers the same on every retry: a refused request (a text past the server's token limit),
 # or a reply with no usable vector (wrong size or count, NaN). Not an outage (ModelUnavailable), which
 # aborts the batch so it is retried
-REFUSED = (ModelRequestRejected, EmbeddingError)
-PROBE = "a plain sentence to embed"  # what a working model always embeds (see Coalescer._own_refusal)
 
 
 class Coalescer:
@@ -67,7 +65,7 @@ class Coalescer:
     async def _flush(self) -> None:
         batch, self._pending = self._pending, []
         try:
-            vectors = await self._vectors([text for text, _ in batch])
+            vectors = await vectors_or_none(self.embedder, [text for text, _ in batch])
         except Exception as exc:  # every waiter fails, so its transaction aborts
             for _, future in batch:
                 if not future.done():
@@ -76,26 +74,6 @@ class Coalescer:
         for (_, future), vector in zip(batch, vectors, strict=True):
             if not future.done():
                 future.set_result(vector)
-
-    async def _vectors(self, texts: list[str]) -> list[list[float] | None]:
-        """One vector per text; None for a text the model refuses on its own. Halving finds one bad text
-        of a batch in a few calls."""
-        try:
-            return list(await self.embedder.embed(texts))
-        except REFUSED as refusal:
-            if len(texts) > 1:
-                half = len(texts) // 2
-                return [*await self._vectors(texts[:half]), *await self._vectors(texts[half:])]
-            await self._own_refusal(refusal)
-            log.error("the embedding model refuses a text of %d characters for good: %s", len(texts[0]), refusal)
-            return [None]
-
-    async def _own_refusal(self, refusal: Exception) -> None:
-        """Raise `refusal` unless the model embeds a plain text: then it refuses everything."""
-        try:
-            await self.embedder.embed([PROBE])
-        except REFUSED:
-            raise refusal from None
 
 
 class EmbedderProcessor:

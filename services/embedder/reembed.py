@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from services.bus.streams import read, to_the_end
 from services.bus.topics import MESSAGE_EMBEDDINGS, OBSERVATIONS, SESSIONS
 from services.embedder.policy import previous_turn, text_to_embed
+from services.embedder.refusals import vectors_or_none
 from services.events import (
     EmbeddedMessage,
     EmbeddedObservation,
@@ -88,26 +89,39 @@ def chunks(items: Sequence, size: int = CHUNK) -> list[Sequence]:
 
 async def _messages(
     embedder: Embedder, items: Sequence[tuple[MessageAppended, str]], producer: ProducerInfo
-) -> MessagesEmbedded:
-    vectors = await embedder.embed([text for _, text in items])
+) -> MessagesEmbedded | None:
+    """The chunk's vectors, without those of texts the model refuses (None: it refuses every one)."""
+    vectors = await vectors_or_none(embedder, [text for _, text in items])
     first = items[0][0]
+    embedded = tuple(
+        EmbeddedMessage(message_id=m.message_id, session_id=m.session_id, vector=PackedVector.of(v))
+        for (m, _), v in zip(items, vectors)
+        if v is not None
+    )
+    if not embedded:
+        return None
     return MessagesEmbedded(
         workspace_id=first.workspace_id,
         session_id=first.session_id,
         embedding_model=embedder.model_name,
         producer=producer,
-        messages=tuple(
-            EmbeddedMessage(message_id=m.message_id, session_id=m.session_id, vector=PackedVector.of(v))
-            for (m, _), v in zip(items, vectors)
-        ),
+        messages=embedded,
     )
 
 
 async def _observations(
     embedder: Embedder, items: Sequence[ObservationAdded], producer: ProducerInfo
-) -> ObservationsEmbedded:
-    vectors = await embedder.embed([o.content for o in items])
+) -> ObservationsEmbedded | None:
+    """The chunk's vectors, without those of texts the model refuses (None: it refuses every one)."""
+    vectors = await vectors_or_none(embedder, [o.content for o in items])
     first = items[0]
+    embedded = tuple(
+        EmbeddedObservation(observation_id=o.observation_id, vector=PackedVector.of(v))
+        for o, v in zip(items, vectors)
+        if v is not None
+    )
+    if not embedded:
+        return None
     return ObservationsEmbedded(
         workspace_id=first.workspace_id,
         observer_id=first.observer_id,
@@ -115,10 +129,7 @@ async def _observations(
         derivation=first.derivation,
         embedding_model=embedder.model_name,
         producer=producer,
-        observations=tuple(
-            EmbeddedObservation(observation_id=o.observation_id, vector=PackedVector.of(v))
-            for o, v in zip(items, vectors)
-        ),
+        observations=embedded,
     )
 
 
@@ -137,17 +148,17 @@ def scan(settings, workspace_id: str, model: str) -> Plan:
 
 async def reembed(the_plan: Plan, embedder: Embedder, append: Callable, advance: Callable[[int], None]) -> int:
     """Embed what `the_plan` holds, CHUNK texts at a time, appending one event per chunk before the next
-    (so a run stopped at any point has lost at most the chunk in flight); returns the vectors appended."""
+    (so a run stopped at any point has lost at most the chunk in flight); returns the vectors appended. A
+    text the model refuses for good is left out (logged) and the rest goes on: one such text stopped every
+    run at the same chunk, and nothing after it was ever embedded."""
     producer = ProducerInfo(component="reembed", version="0.1.0", model=embedder.model_name)
+    work = [(chunk, _messages) for items in the_plan.messages.values() for chunk in chunks(items)]
+    work += [(chunk, _observations) for items in the_plan.observations.values() for chunk in chunks(items)]
     total = 0
-    for items in the_plan.messages.values():
-        for chunk in chunks(items):
-            await append([await _messages(embedder, chunk, producer)])
-            total += len(chunk)
-            advance(len(chunk))
-    for items in the_plan.observations.values():
-        for chunk in chunks(items):
-            await append([await _observations(embedder, chunk, producer)])
-            total += len(chunk)
-            advance(len(chunk))
+    for chunk, embedded_by in work:
+        event = await embedded_by(embedder, chunk, producer)
+        if event is not None:
+            await append([event])
+            total += len(event.messages if isinstance(event, MessagesEmbedded) else event.observations)
+        advance(len(chunk))
     return total

@@ -272,3 +272,21 @@ async def test_a_model_that_fails_every_text_fails_the_batch_instead_of_skipping
     coalescer = Coalescer(UnitVectors(failure=failure))
     results = await asyncio.gather(coalescer.embed("a"), coalescer.embed("b"), return_exceptions=True)
     assert all(r is failure for r in results)
+
+
+async def test_a_reembed_leaves_out_a_text_the_model_refuses_and_embeds_everything_after_it():
+    # one refused text stopped every run at the same chunk: nothing after it was ever embedded
+    from services.embedder.reembed import CHUNK, Plan, reembed
+
+    texts = [f"turn {i}" for i in range(CHUNK + 10)]
+    texts[3] = "HUGE essay"
+    messages = [appended(f"m{i}", text).model_copy(update={"session_id": "s"}) for i, text in enumerate(texts)]
+    the_plan = Plan(messages={"s": [(m, m.content) for m in messages]})
+    written: list = []
+
+    async def append(events) -> None:
+        written.extend(events)
+
+    done = await reembed(the_plan, UnitVectors(refuse="HUGE"), append, lambda _n: None)
+    ids = [m.message_id for event in written for m in event.messages]
+    assert done == len(ids) == CHUNK + 9 and "m3" not in ids and ids[-1] == f"m{CHUNK + 9}"
