@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import httpcore
@@ -70,10 +71,27 @@ async def resolve(host: str, port: int) -> list[str]:
         return [str(ipaddress.ip_address(host.strip("[]")))]
     except ValueError:
         pass
-    found = await asyncio.wait_for(
-        asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_S
-    )
+    found = await asyncio.wait_for(asyncio.shield(_lookup(host, port)), RESOLVE_TIMEOUT_S)
     return list(dict.fromkeys(info[4][0] for info in found))
+
+
+# DNS lookups block a thread until the resolver answers, and one given up after RESOLVE_TIMEOUT_S keeps its
+# thread: on asyncio's shared pool (6 threads on 2 cores) a few names whose nameserver never answers, each
+# retried, held every thread, and other endpoints' lookups (and the API's other blocking work) queued behind
+# them until they too timed out. Lookups have their own pool, and a name already being looked up is not
+# looked up again beside it: a name that hangs holds one thread, however often it is asked for
+_LOOKUPS = ThreadPoolExecutor(32, thread_name_prefix="webhook-dns")
+_IN_FLIGHT: dict[tuple[asyncio.AbstractEventLoop, str, int], asyncio.Future] = {}
+
+
+def _lookup(host: str, port: int) -> asyncio.Future:
+    loop = asyncio.get_running_loop()
+    key = (loop, host, port)  # a future belongs to its loop
+    if key not in _IN_FLIGHT:
+        future = loop.run_in_executor(_LOOKUPS, socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
+        _IN_FLIGHT[key] = future
+        future.add_done_callback(lambda _: _IN_FLIGHT.pop(key, None))
+    return _IN_FLIGHT[key]
 
 
 def check_addresses(host: str, addresses: list[str]) -> None:

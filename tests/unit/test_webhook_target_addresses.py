@@ -55,3 +55,32 @@ def test_an_ipv6_address_carrying_a_non_public_ipv4_one_is_refused(address):
 @pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "::ffff:0:808:808"])
 def test_an_ipv6_address_carrying_a_public_ipv4_one_is_let_through(address):
     assert refusal(address) is None
+
+
+async def test_names_whose_dns_never_answers_hold_one_thread_each_and_never_a_good_names_lookup(monkeypatch):
+    # each given-up lookup kept a thread of asyncio's shared pool (6 here): ten hung names, each retried,
+    # held them all, and a good name's lookup queued behind them until it too timed out
+    import asyncio
+    import socket
+    import threading
+
+    from services.webhooks import targets
+
+    asked, release = [], threading.Event()
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        asked.append(host)
+        if host.startswith("hung"):
+            release.wait(5)  # a nameserver that never answers (released at the end, for the pool's sake)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("203.0.113.9", port))]
+
+    monkeypatch.setattr(targets.socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(targets, "RESOLVE_TIMEOUT_S", 0.3)
+    try:
+        for _ in range(3):  # three rounds of retries of ten hung names
+            hung = [targets.resolve(f"hung-{i}.test", 443) for i in range(10)]
+            assert all(isinstance(r, TimeoutError) for r in await asyncio.gather(*hung, return_exceptions=True))
+        assert await targets.resolve("good.test", 443) == ["203.0.113.9"]
+        assert asked.count("good.test") == 1 and len([h for h in asked if h.startswith("hung")]) == 10
+    finally:
+        release.set()
