@@ -97,7 +97,9 @@ def reembedding(settings, workspace_id: str, model: str):
 @asynccontextmanager
 async def _held(settings, key: str, what: str, busy: str) -> AsyncIterator[Held]:
     params = {"key": key}
-    engine = create_async_engine(settings.database.url, poolclass=NullPool)
+    engine = create_async_engine(
+        settings.database.url, poolclass=NullPool, connect_args=settings.database.connect_args()
+    )
     try:
         async with engine.connect() as conn:
             got = (await conn.execute(_TRY, params)).scalar()

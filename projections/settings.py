@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 from pydantic_settings import BaseSettings
+from sqlalchemy import make_url
 
 from services.settings_base import prefixed
 
@@ -17,6 +18,14 @@ class DatabaseSettings(BaseSettings):
     url: str = "postgresql+psycopg://peerlog@127.0.0.1:5432/peerlog"
     schema_name: str = Field("peerlog", description="schema that reads are served from")
     pool_size: int = 10
+
+    def connect_args(self) -> dict[str, str]:
+        """psycopg's connection arguments: every session in UTC, beside any `options` the URL gives. In the
+        server's own zone, a timestamp of 1 January of year 1 read west of UTC is before year 1, which
+        psycopg refuses, and every read of its row failed."""
+        given = make_url(self.url).query.get("options", "")
+        given = given if isinstance(given, str) else " ".join(given)
+        return {"options": f"{given} -c TimeZone=UTC".strip()}  # the last setting of a name wins
 
 
 class ProjectorSettings(BaseSettings):
