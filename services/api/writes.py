@@ -278,8 +278,7 @@ async def get_or_create_session(
                     )
                 )
         joining = [m for m in members if m.peer_id not in current]
-        _check_room(session_id, len(current), len(joining))
-        check_member_ids(workspace_id, [m.peer_id for m in joining])
+        _check_joining(workspace_id, session_id, len(current), joining)
         events += _joins(ctx, workspace_id, session_id, joining)
         token = await commit(ctx, events)
     after = await require_session(ctx, workspace_id, session_id)
@@ -292,14 +291,16 @@ async def get_or_create_session(
 MAX_MEMBERS = 500
 
 
-def _check_room(session_id: str, current: int, joining: int) -> None:
+def _check_joining(workspace_id: str, session_id: str, current: int, joining: Sequence[MemberSpec]) -> None:
+    """Room in the session for `joining`, and room for each one's ids in an observation's index entry."""
     # FAILED_PRECONDITION, not RESOURCE_EXHAUSTED: the session's state refuses it until members leave, and
     # clients retry RESOURCE_EXHAUSTED (the memory provider's writer held its queue behind it for good)
-    if current + joining > MAX_MEMBERS:
+    if current + len(joining) > MAX_MEMBERS:
         raise FailedPrecondition(
-            f"session {session_id!r} has {current} current member(s) and {joining} would join: a session holds at "
-            f"most {MAX_MEMBERS}; remove members first"
+            f"session {session_id!r} has {current} current member(s) and {len(joining)} would join: a session "
+            f"holds at most {MAX_MEMBERS}; remove members first"
         )
+    check_member_ids(workspace_id, [m.peer_id for m in joining])
 
 
 async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members: Sequence[MemberSpec]) -> Written:
@@ -315,8 +316,7 @@ async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members:
             raise AlreadyExists(
                 f"peer(s) {v.listed([repr(p) for p in already])} are already members of session {session_id!r}"
             )
-        _check_room(session_id, len(current), len(members))
-        check_member_ids(workspace_id, [m.peer_id for m in members])
+        _check_joining(workspace_id, session_id, len(current), members)
         token = await commit(ctx, _joins(ctx, workspace_id, session_id, members))
     return Written(await require_session(ctx, workspace_id, session_id), False, token)
 

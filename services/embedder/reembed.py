@@ -87,16 +87,21 @@ def chunks(items: Sequence, size: int = CHUNK) -> list[Sequence]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
+async def _kept(embedder: Embedder, items: Sequence, texts: list[str]) -> list[tuple]:
+    """(item, vector) for each item whose text the model embeds; one it refuses for good is left out."""
+    vectors = await vectors_or_none(embedder, texts)
+    return [(item, v) for item, v in zip(items, vectors, strict=True) if v is not None]
+
+
 async def _messages(
     embedder: Embedder, items: Sequence[tuple[MessageAppended, str]], producer: ProducerInfo
 ) -> MessagesEmbedded | None:
     """The chunk's vectors, without those of texts the model refuses (None: it refuses every one)."""
-    vectors = await vectors_or_none(embedder, [text for _, text in items])
+    kept = await _kept(embedder, items, [text for _, text in items])
     first = items[0][0]
     embedded = tuple(
         EmbeddedMessage(message_id=m.message_id, session_id=m.session_id, vector=PackedVector.of(v))
-        for (m, _), v in zip(items, vectors)
-        if v is not None
+        for (m, _), v in kept
     )
     if not embedded:
         return None
@@ -113,13 +118,9 @@ async def _observations(
     embedder: Embedder, items: Sequence[ObservationAdded], producer: ProducerInfo
 ) -> ObservationsEmbedded | None:
     """The chunk's vectors, without those of texts the model refuses (None: it refuses every one)."""
-    vectors = await vectors_or_none(embedder, [o.content for o in items])
+    kept = await _kept(embedder, items, [o.content for o in items])
     first = items[0]
-    embedded = tuple(
-        EmbeddedObservation(observation_id=o.observation_id, vector=PackedVector.of(v))
-        for o, v in zip(items, vectors)
-        if v is not None
-    )
+    embedded = tuple(EmbeddedObservation(observation_id=o.observation_id, vector=PackedVector.of(v)) for o, v in kept)
     if not embedded:
         return None
     return ObservationsEmbedded(

@@ -101,20 +101,13 @@ async def test_relevant_messages_come_from_every_session_the_observer_saw_and_no
     assert out.relevant_messages[0].created_at.seconds > 0
 
 
-async def test_relevant_messages_are_headed_by_the_day_and_time_of_the_askers_time_zone(channel, convo):
-    c, _ = convo
-    late = timestamp_pb2.Timestamp()
-    late.FromDatetime(datetime(2026, 1, 1, 23, 30, tzinfo=UTC))  # 08:30 on 2 January in Tokyo
+async def lighthouse_sent_at(c: Client, at: timestamp_pb2.Timestamp) -> dict:
+    """Bob's lighthouse turn backdated to `at`; the GetContext request (chat_messages rendered too) that finds it."""
+    new = messages_pb2.NewMessage(peer_id="bob", content="The lighthouse was painted red", created_at=at)
     sent = await c.messages.AddMessages(
-        messages_pb2.AddMessagesRequest(
-            workspace_id="w",
-            session_id="s",
-            messages=[
-                messages_pb2.NewMessage(peer_id="bob", content="The lighthouse was painted red", created_at=late)
-            ],
-        )
+        messages_pb2.AddMessagesRequest(workspace_id="w", session_id="s", messages=[new])
     )
-    asked = dict(
+    return dict(
         workspace_id="w",
         session_id="s",
         token_budget=3000,
@@ -123,6 +116,13 @@ async def test_relevant_messages_are_headed_by_the_day_and_time_of_the_askers_ti
         search_query="lighthouse painted",
         consistency={"consistency_token": sent.consistency_token},
     )
+
+
+async def test_relevant_messages_are_headed_by_the_day_and_time_of_the_askers_time_zone(channel, convo):
+    c, _ = convo
+    late = timestamp_pb2.Timestamp()
+    late.FromDatetime(datetime(2026, 1, 1, 23, 30, tzinfo=UTC))  # 08:30 on 2 January in Tokyo
+    asked = await lighthouse_sent_at(c, late)
     tokyo, utc = await ask(channel, **asked, time_zone="Asia/Tokyo"), await ask(channel, **asked)
     line = "bob: The lighthouse was painted red"
     assert f"[s · 2026-01-02]\n08:30 {line}" in "\n".join(m.content for m in tokyo.chat_messages)
@@ -139,19 +139,7 @@ async def test_relevant_messages_are_headed_by_the_day_and_time_of_the_askers_ti
 async def test_a_message_backdated_to_year_one_is_headed_in_utc_when_the_askers_zone_cannot_hold_it(channel, convo):
     c, _ = convo
     first = timestamp_pb2.Timestamp(seconds=-62135596800 + 1800)  # 00:30 on 1 January of year 1, UTC
-    new = messages_pb2.NewMessage(peer_id="bob", content="The lighthouse was painted red", created_at=first)
-    sent = await c.messages.AddMessages(
-        messages_pb2.AddMessagesRequest(workspace_id="w", session_id="s", messages=[new])
-    )
-    asked = dict(
-        workspace_id="w",
-        session_id="s",
-        token_budget=3000,
-        observer_id="alice",
-        assistant_peer_id="alice",
-        search_query="lighthouse painted",
-        consistency={"consistency_token": sent.consistency_token},
-    )
+    asked = await lighthouse_sent_at(c, first)
     for zone in ("America/New_York", "Asia/Tokyo"):
         out = await ask(channel, **asked, time_zone=zone)
         assert out.relevant_messages[0].created_at == first
