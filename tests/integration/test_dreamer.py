@@ -13,6 +13,7 @@ from projections.rebuild import rebuild
 from services.cli.client import Client
 from services.dreamer.prompt import PROMPT_VERSIONS
 from tests.support.model_server import Reply
+from tests.support.wait import until
 
 FACTS = [
     "Bob lives in Oslo",
@@ -81,6 +82,13 @@ async def seed(c: Client) -> list[str]:
     return list(made.observation_ids)
 
 
+async def projected_edit(c: Client, content: str):
+    """Bob's observation saying `content`, once projected: a dream's edits are on the observations topic,
+    projected apart from its end (the dreams topic), so a dream can read as ended before they do."""
+    listed = await until(lambda: c.all_observations("w", "bob", "bob"), lambda got: content in {o.content for o in got})
+    return next(o for o in listed if o.content == content)
+
+
 async def dream_once(c: Client, settings, state: str = "completed", timeout: float = 90) -> dreams_pb2.Dream:
     await c.dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(workspace_id="w", observer_id="bob"))
 
@@ -109,6 +117,8 @@ async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(
     assert dream.edits == 3 and dream.reason == "forced"
     assert (await c.processing_status("w", observer_id="bob")).dreams.completed == 1
 
+    # its last edit, behind which the pair's partition holds all the others
+    await projected_edit(c, "Bob spends his free time on steady outdoor routines")
     live = {o.content: o for o in await c.all_observations("w", "bob", "bob")}
     assert "Bob lives in Oslo" not in live
     update, pattern = live["Bob lives in Bergen"], live["Bob spends his free time on steady outdoor routines"]
@@ -167,7 +177,7 @@ async def test_a_dreams_edits_are_dated_when_the_dream_writes_them_not_when_its_
     model_server.reply_with(slow_last)
     start_worker("dream-scheduler,dreamer")
     await dream_once(c, settings)
-    update = next(o for o in await c.all_observations("w", "bob", "bob") if o.content == "Bob lives in Bergen")
+    update = await projected_edit(c, "Bob lives in Bergen")
     assert update.created_at.ToDatetime(tzinfo=UTC) > last_asked[-1]  # made in the first round, written last
 
 
@@ -237,7 +247,7 @@ async def test_a_model_without_tool_calling_dreams_through_structured_output_cit
     first = model_server.chat_requests()[0]
     assert "tools" not in first and '"tool": "<name>"' in first["messages"][0]["content"]
     assert "[obs:#1] (explicit" in first["messages"][1]["content"] and oslo not in first["messages"][1]["content"]
-    norway = next(o for o in await c.all_observations("w", "bob", "bob") if o.content == "Bob lives in Norway")
+    norway = await projected_edit(c, "Bob lives in Norway")
     assert list(norway.premise_ids) == [oslo] and norway.dream_id == dream.dream_id
 
 
