@@ -2,8 +2,9 @@
 
     .venv/bin/python tests/bench/fuzz.py [REQUESTS (default 10000)] [--seed N] [--out tests/bench/results/fuzz.json]
 
-Starts Kafka, Postgres, the projector, a worker (router, embedder) and the API as separate processes
-(infra.stack), Chat pointed at the deterministic test model server, then sends REQUESTS fuzzed requests
+Starts Kafka, Postgres, the projector, a worker (router, embedder), the webhook deliverer and the API as
+separate processes (infra.stack), Chat pointed at the deterministic test model server and webhooks at a
+receiver on loopback (nothing is posted off the machine), then sends REQUESTS fuzzed requests
 spread evenly over every RPC (tests/fuzz) and prints the JSON result: requests per RPC, outcomes by
 status code, latency, input classes tried, and every violation of the oracle with examples. The
 refused-write check watches the topics only the API writes (the worker's router and embedder append to
@@ -32,6 +33,7 @@ from services.bus.settings import KafkaSettings  # noqa: E402
 from services.bus.topics import ALL_TOPICS, MESSAGE_EMBEDDINGS, PERCEIVED  # noqa: E402
 from tests.fuzz.harness import Fuzzer  # noqa: E402
 from tests.support.model_server import ModelServer  # noqa: E402
+from tests.support.webhook_receiver import Receiver  # noqa: E402
 
 WORKER_WRITES = {PERCEIVED.name, MESSAGE_EMBEDDINGS.name}
 
@@ -40,8 +42,9 @@ def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def fuzz(root: Path, requests: int, seed: int, model_url: str) -> dict:
+def fuzz(root: Path, requests: int, seed: int, model_url: str, hook: Receiver) -> dict:
     env = {
+        "PEERLOG_WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",  # the fuzz's webhooks POST to its own receiver
         "PEERLOG_WORKER_PROCESSORS": "router,embedder",
         "PEERLOG_LLM_BASE_URL": model_url,
         "PEERLOG_LLM_MODEL": "test-model",
@@ -61,6 +64,7 @@ def fuzz(root: Path, requests: int, seed: int, model_url: str) -> dict:
         engine = sync_engine(database)
         fuzzer = Fuzzer(
             f"127.0.0.1:{state.api_port}",
+            hook.url,
             state.bootstrap_servers,
             kafka.topic_prefix,
             topics,
@@ -72,7 +76,7 @@ def fuzz(root: Path, requests: int, seed: int, model_url: str) -> dict:
         )
         try:
             fuzzer.seed()
-            return fuzzer.run(requests, seed=seed)
+            return {**fuzzer.run(requests, seed=seed), "webhook_posts_received": len(hook.received)}
         finally:
             fuzzer.close()
             engine.dispose()
@@ -87,8 +91,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=ROOT / "tests/bench/results/fuzz.json")
     args = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="peerlog-fuzz-"))
-    with ModelServer() as model:
-        result = fuzz(root, args.requests, args.seed, model.base_url)
+    with ModelServer() as model, Receiver() as hook:
+        result = fuzz(root, args.requests, args.seed, model.base_url, hook)
     result = {
         "benchmark": "fuzz",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

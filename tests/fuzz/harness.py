@@ -36,7 +36,7 @@ from services.bus.consistency import ConsistencyToken
 from services.events import decode
 from tests.fuzz.oracle import Outcome, Tally, judge
 from tests.fuzz.rpcs import Rpc, all_rpcs
-from tests.fuzz.strategies import WEBHOOK_URL, Case, Pools, cases
+from tests.fuzz.strategies import Case, Pools, cases
 
 QUARANTINE_EVERY = 20  # calls between reads of the quarantine table
 WRITES_KEPT = 400  # accepted writes remembered to pin a quarantined record on
@@ -52,6 +52,7 @@ class Fuzzer:
     def __init__(
         self,
         address: str,
+        webhook_url: str,
         bootstrap_servers: str,
         topic_prefix: str,
         topics: Iterable[str],
@@ -63,11 +64,12 @@ class Fuzzer:
         progress: Callable[[str], None] | None = None,
         token: str = "",
     ) -> None:
-        """`topics`: full names of the log topics only the API writes while fuzzing (watched for refused
-        writes); `alive()` names a dead part of the stack, or returns None; `token`: the bearer token sent."""
+        """`webhook_url`: a receiver of the fuzz's own, the seeded webhook's target; `topics`: full names of the
+        log topics only the API writes while fuzzing (watched for refused writes); `alive()` names a dead part
+        of the stack, or returns None; `token`: the bearer token sent."""
         self.channel = channel(address, token)  # default limits: what a default client can receive
         self.health = health_pb2_grpc.HealthStub(self.channel)
-        self.pools = Pools(topic_prefix)
+        self.pools = Pools(topic_prefix, webhook_url)
         self.bootstrap = bootstrap_servers
         self.admin = AdminClient({"bootstrap.servers": bootstrap_servers})
         meta = self.admin.list_topics(timeout=10)
@@ -310,7 +312,9 @@ class Fuzzer:
         # a webhook, so its RPCs are fuzzed past the lookup of the webhook they name
         call(
             "WebhookService.CreateWebhook",
-            webhooks_pb2.CreateWebhookRequest(workspace_id="fz", url=WEBHOOK_URL, event_types=["SessionCreated"]),
+            webhooks_pb2.CreateWebhookRequest(
+                workspace_id="fz", url=self.pools.webhook_url, event_types=["SessionCreated"]
+            ),
         )
         call("WorkspaceService.ListWorkspaces", workspaces_pb2.ListWorkspacesRequest(page=page))
         call("PeerService.ListPeers", peers_pb2.ListPeersRequest(workspace_id="fz", page=page))

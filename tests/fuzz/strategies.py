@@ -62,7 +62,6 @@ HARVEST = {
     "event_id": "event",
 }
 POOL_CAP = 64
-WEBHOOK_URL = "https://93.184.215.14/peerlog-fuzz-hook"
 
 
 @dataclass
@@ -70,6 +69,7 @@ class Pools:
     """Values a plausible request is made of; seeded with existing and missing ids, grown from replies."""
 
     topic_prefix: str
+    webhook_url: str  # a receiver the fuzz owns, on loopback: no delivery may leave the machine
     values: dict[str, list[str]] = field(
         default_factory=lambda: {
             "workspace": ["fz", "fz-b", "fz-missing"],
@@ -80,8 +80,8 @@ class Pools:
             "dream": ["0190c6f2-0000-7000-8000-000000000002"],
             "webhook": ["wh_missing"],
             "event": ["0190c6f2-0000-7000-8000-000000000003"],
-            # a public address (deliveries to it fail here: no route), a private one (refused), a bad scheme
-            "url": [WEBHOOK_URL, "http://127.0.0.1:9/hook", "ftp://x/y"],
+            # the fuzz's receiver is added at start; a port nothing listens on (refused), a bad scheme
+            "url": ["http://127.0.0.1:9/hook", "ftp://x/y"],
             "consistency": [""],
             "page": [""],
             "derivation": ["", "fz-derivation", "missing-derivation"],
@@ -103,6 +103,9 @@ class Pools:
             ],
         }
     )
+
+    def __post_init__(self) -> None:
+        self.values["url"].insert(0, self.webhook_url)
 
     def add(self, kind: str, value: str) -> None:
         pool = self.values[kind]

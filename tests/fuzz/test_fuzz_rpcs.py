@@ -18,6 +18,7 @@ from services.llm.settings import LlmSettings
 from tests.fuzz.harness import Fuzzer
 from tests.fuzz.rpcs import all_rpcs
 from tests.support.auth import admin_token
+from tests.support.webhook_receiver import Receiver, private_targets_allowed
 
 EXAMPLES = 400  # about 11 per RPC
 
@@ -60,12 +61,13 @@ def test_the_fuzzer_covers_every_rpc():
 
 def test_fuzzing_every_rpc_finds_no_violation(settings, projector, model_server):
     llm = LlmSettings(base_url=model_server.base_url, model="test-model", timeout_s=5, max_retries=0)
-    served = settings.model_copy(update={"llm": llm, "dialectic": DialecticSettings()})
+    served = private_targets_allowed(settings.model_copy(update={"llm": llm, "dialectic": DialecticSettings()}))
     engine = sync_engine(settings.database)
     topics = [spec.full_name(settings.kafka.topic_prefix) for spec in ALL_TOPICS]  # only the API writes here
-    with ServerThread(served) as api:
+    with ServerThread(served) as api, Receiver() as hook:
         fuzzer = Fuzzer(
             f"127.0.0.1:{api.running.port}",
+            hook.url,
             settings.kafka.bootstrap_servers,
             settings.kafka.topic_prefix,
             topics,
