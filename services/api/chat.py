@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -29,7 +28,7 @@ async def _checked(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
     if r.level not in LEVELS:
         raise InvalidArgument(f"reasoning_level {r.level!r} is not one of {', '.join(LEVELS)}")
     if r.response_schema is not None:  # metaschema checks can take a while: keep the event loop free
-        await asyncio.to_thread(response_format.check, r.response_schema)
+        await response_format.checked(r.response_schema)
     perspective = {"perspective_peer_id": r.perspective_id} if r.perspective_id else {}
     await require_scope(
         ctx,

@@ -404,16 +404,17 @@ def unwrapped(text: str) -> str | None:
 
 async def _schema_error(text: str, schema: Mapping[str, Any]) -> str | None:
     try:
-        value = json.loads(formats.strip_fences(text))
+        value = response_format.loads_answer(formats.strip_fences(text))
         dumped = json.dumps(value, ensure_ascii=False)
     except (ValueError, RecursionError) as error:
         return f"not JSON: {error}"
     if formats.valid_unicode(dumped) != dumped:  # protobuf could not send it
         return "not valid Unicode: a \\ud800-\\udfff escape without its pair"
     # validation can be CPU-heavy (the caller wrote the schema): keep the event loop free
-    problems = await asyncio.to_thread(response_format.problems, schema, value)
+    problems = await response_format.problems_in(schema, value)
     return "\n".join(problems)[:2000] or None
 
 
 def _canonical(text: str) -> str:
-    return json.dumps(json.loads(formats.strip_fences(text)), ensure_ascii=False, separators=(",", ":"))
+    value = response_format.loads_answer(formats.strip_fences(text))
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

@@ -6,17 +6,25 @@ Its regular expressions (`pattern`, `patternProperties`) run on RE2, in time lin
 backtracking `re`, which jsonschema uses, takes exponential time on a pattern such as `^(a|aa)+$`, so a
 caller could spend the server's CPU through a model's answer. A pattern RE2 cannot run (backreferences,
 lookaround) is refused.
-`parse` is cheap and may run on the event loop; `check` and `problems` are CPU-heavy: run them in a thread.
+Applying a schema is bounded in work too: `$ref`s, `allOf`, `anyOf` and `oneOf` can multiply the subschemas
+one value is checked against (a chain of 60 `allOf`s of two `$ref`s each is 2^60 checks in 4 KB), so a check
+stops after MAX_STEPS keyword evaluations; a subschema naming its own `$schema` keeps RE2 and the bound.
+`parse` is cheap and may run on the event loop; `check` and `problems` are CPU-heavy: await `checked` and
+`problems_in`, which run them on a small pool of their own (not the default executor the embedder shares).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any
 
+import attrs
 import jsonschema
 import re2
 import referencing
@@ -37,6 +45,15 @@ LOCAL_REF_PREFIX = "#/"  # a JSON pointer into the schema itself; "#" alone is t
 NO_RETRIEVAL: referencing.Registry = referencing.Registry()
 # one instance of each JSON type: a $ref cycle that consumes nothing recurses on at least one of them
 _TRIAL_INSTANCES = (None, True, 0, "", [], {})
+# keyword evaluations one check may take (about 10 µs each): an answer of 2,000 objects of 5 typed
+# properties takes STEPS_2000, a schema's trial values a few hundred
+MAX_STEPS = 50_000
+_steps: ContextVar[list[int] | None] = ContextVar("response_format_steps", default=None)
+_CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="response-format")
+
+
+class TooMuchWork(Exception):
+    """A check passed MAX_STEPS keyword evaluations."""
 
 
 def parse(text: str | None, obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -73,14 +90,17 @@ def check(schema: Mapping[str, Any]) -> None:
         except referencing.exceptions.Unresolvable:
             raise _dangling(ref) from None
     validator = _validator(schema)
-    for instance in _TRIAL_INSTANCES:
-        try:
-            for _ in validator.iter_errors(instance):
-                pass
-        except RecursionError:
-            raise InvalidArgument("response_format: its $refs form a cycle that recurses without end") from None
-        except referencing.exceptions.Unresolvable as error:  # a ref resolved against a nested $id
-            raise _dangling(str(getattr(error, "ref", error))) from None
+    try:
+        _bounded(lambda: [list(validator.iter_errors(instance)) for instance in _TRIAL_INSTANCES])
+    except RecursionError:
+        raise InvalidArgument("response_format: its $refs form a cycle that recurses without end") from None
+    except referencing.exceptions.Unresolvable as error:  # a ref resolved against a nested $id
+        raise _dangling(str(getattr(error, "ref", error))) from None
+    except TooMuchWork:
+        raise InvalidArgument(
+            f"response_format: checking one value of each JSON type against it takes over {MAX_STEPS:,} steps; "
+            "its $refs with allOf, anyOf or oneOf multiply the subschemas each value is checked against"
+        ) from None
 
 
 def _dangling(ref: str) -> InvalidArgument:
@@ -94,13 +114,56 @@ def problems(schema: Mapping[str, Any], value: Any) -> list[str]:
     """Why `value` does not satisfy `schema` (empty: it does). CPU-heavy: call it off the event loop."""
     validator = _validator(schema)
     try:
-        return [
-            f"- {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in validator.iter_errors(value)
-        ]
+        errors = _bounded(lambda: list(validator.iter_errors(value)))
     except RecursionError:  # an answer nested deeper than a recursive schema can follow
         return ["- (root): the answer is nested too deeply to check against the schema"]
     except referencing.exceptions.Unresolvable as error:  # `check` tries every ref; this is a safety net
         return [f"- (root): the schema's $ref {_shown(str(getattr(error, 'ref', error)))} points at nothing"]
+    except TooMuchWork:
+        return [f"- (root): checking the answer against the schema took over {MAX_STEPS:,} steps; answer more simply"]
+    except ArithmeticError as error:  # multipleOf on a number too big for a float
+        return [f"- (root): a number in the answer cannot be checked: {error}"]
+    return [f"- {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors]
+
+
+async def checked(schema: Mapping[str, Any]) -> None:
+    """`check` on the module's own threads."""
+    await asyncio.get_running_loop().run_in_executor(_CHECKS, check, schema)
+
+
+async def problems_in(schema: Mapping[str, Any], value: Any) -> list[str]:
+    """`problems` on the module's own threads."""
+    return await asyncio.get_running_loop().run_in_executor(_CHECKS, problems, schema, value)
+
+
+def _bounded(run: Callable[[], list]) -> list:
+    """`run()` with a budget of MAX_STEPS keyword evaluations; TooMuchWork past it."""
+    token = _steps.set([0])
+    try:
+        return run()
+    finally:
+        _steps.reset(token)
+
+
+def _spend() -> None:
+    steps = _steps.get()
+    if steps is not None:
+        steps[0] += 1
+        if steps[0] > MAX_STEPS:
+            raise TooMuchWork
+
+
+def _budgeted(keyword: Callable[..., Any]) -> Callable[..., Any]:
+    """`keyword` counting a step for its call and one for each error it passes up: an error found deep in
+    nested $refs is handed up through every level, which costs as much as evaluating them."""
+
+    def counted(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        _spend()
+        for error in keyword(validator, value, instance, schema) or ():
+            _spend()
+            yield error
+
+    return counted
 
 
 @lru_cache(maxsize=1024)
@@ -172,13 +235,30 @@ _RE2_KEYWORDS = {
 
 
 @lru_cache(maxsize=16)
-def _re2_dialect(cls: Any) -> Any:
-    return jsonschema.validators.extend(cls, _RE2_KEYWORDS)
+def _safe_dialect(cls: Any) -> Any:
+    """`cls` with its patterns on RE2 and every keyword counted against the budget."""
+    keywords = {**cls.VALIDATORS, **_RE2_KEYWORDS}
+    safe = jsonschema.validators.extend(cls, {name: _budgeted(fn) for name, fn in keywords.items()})
+    safe.evolve = _evolve
+    return safe
+
+
+def _evolve(self: Any, **changes: Any) -> Any:
+    """jsonschema's own `evolve`, except that a subschema naming a dialect (`$schema`) gets that dialect made
+    safe: jsonschema would switch to its plain class there, with `re` and no budget."""
+    schema = changes.setdefault("schema", self.schema)
+    named = jsonschema.validators.validator_for(schema, default=None)
+    new = type(self) if named is None else _safe_dialect(named)
+    for field in attrs.fields(type(self)):
+        if field.init and field.alias not in changes:
+            changes[field.alias] = getattr(self, field.name)
+    return new(**changes)
 
 
 def _validator(schema: Mapping[str, Any]) -> Any:
-    """A validator for `schema`'s dialect that retrieves nothing and runs its patterns on RE2."""
-    return _re2_dialect(jsonschema.validators.validator_for(schema))(schema, registry=NO_RETRIEVAL)
+    """A validator for `schema`'s dialect that retrieves nothing, runs its patterns on RE2 and counts its
+    work."""
+    return _safe_dialect(jsonschema.validators.validator_for(schema))(schema, registry=NO_RETRIEVAL)
 
 
 def _loads(text: str) -> Any:
@@ -210,6 +290,19 @@ def _check_dialect(uri: Any) -> None:
 def _no_constant(name: str) -> Any:
     # Python's json accepts NaN and Infinity; JSON does not
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: a float would hold infinity, which JSON cannot express again
+        raise ValueError(f"{text[:40]} is beyond the range of a double")
+    return value
+
+
+def loads_answer(text: str) -> Any:
+    """An answer's JSON, refusing what JSON cannot express (NaN, Infinity, numbers beyond a double):
+    ValueError, like any text that is not JSON."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
 
 
 def _check_shape(schema: dict[str, Any]) -> None:

@@ -11,7 +11,11 @@ def in_zone(when: datetime, zone: tzinfo) -> datetime:
     try:
         return when.astimezone(zone)
     except (OverflowError, ValueError):
+        pass
+    try:
         return when.astimezone(UTC)
+    except (OverflowError, ValueError):  # its own offset already holds it at the edge: shown as it came
+        return when
 
 
 def day(when: datetime) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -142,13 +142,15 @@ class ModelClient:
                 model = model_name(getattr(chunk, "model", None)) or model
                 if getattr(chunk, "usage", None) is not None:
                     usage = _usage(chunk.usage)
-                for choice in getattr(chunk, "choices", None) or []:
-                    if isinstance(choice.delta.content, str) and choice.delta.content:
-                        piece = formats.valid_unicode(choice.delta.content)
+                for delta in _deltas(chunk):
+                    content = getattr(delta, "content", None)
+                    if isinstance(content, str) and content:
+                        piece = formats.valid_unicode(content)
                         pieces.append(piece)
                         yield piece
-                    for call in choice.delta.tool_calls or []:
-                        _merge_call_delta(calls, call)
+                    for call in getattr(delta, "tool_calls", None) or []:
+                        if call is not None:
+                            _merge_call_delta(calls, call)
         except SERVER_ERRORS as error:
             failure = as_model_error(self.stage, 1, error)
             metrics.record_call(self.stage, failure.outcome)
@@ -335,14 +337,27 @@ def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
+def _deltas(chunk: Any) -> Iterator[Any]:
+    """The deltas of a streamed chunk's choices, read as loosely as a whole reply is: a server may send a
+    choice that is null or has no delta."""
+    for choice in getattr(chunk, "choices", None) or []:
+        delta = getattr(choice, "delta", None)
+        if delta is not None:
+            yield delta
+
+
 def _merge_call_delta(calls: dict[int, dict[str, str]], delta: Any) -> None:
     """Streamed tool calls arrive in pieces keyed by index: the id and name once, the arguments in parts."""
-    call = calls.setdefault(delta.index, {"id": f"call_{delta.index}", "name": "", "arguments": ""})
-    if isinstance(delta.id, str) and delta.id:
-        call["id"] = delta.id
-    if delta.function is not None:
-        call["name"] += _piece(delta.function.name)
-        call["arguments"] += _piece(delta.function.arguments)
+    index = getattr(delta, "index", None)
+    index = index if isinstance(index, int) else 0  # a server that numbers nothing sends one call
+    call = calls.setdefault(index, {"id": f"call_{index}", "name": "", "arguments": ""})
+    call_id = getattr(delta, "id", None)
+    if isinstance(call_id, str) and call_id:
+        call["id"] = call_id
+    function = getattr(delta, "function", None)
+    if function is not None:
+        call["name"] += _piece(getattr(function, "name", None))
+        call["arguments"] += _piece(getattr(function, "arguments", None))
 
 
 def _piece(value: Any) -> str:

@@ -112,7 +112,12 @@ class ToolEnv:
 
 
 def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:  # in UTC now: "0001-01-01T00:00:00+14:00" is before year 1 there, which no time can hold
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{value.isoformat()} is outside the years 1 to 9999 in UTC") from None
 
 
 def _text(value: object) -> object:

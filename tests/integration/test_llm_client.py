@@ -288,6 +288,28 @@ async def test_a_streamed_turn_reassembles_tool_calls(server, client):
     assert [(c.id, c.name, c.arguments) for c in done.value.tool_calls] == [("call_7", "lookup", '{"q": "Lisbon"}')]
 
 
+async def test_a_stream_with_null_or_deltaless_choices_and_unnumbered_calls_is_read_around_them(server, client):
+    # each of these raised AttributeError, which reached ChatStream's caller as INTERNAL
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "x"}'}}
+    server.script(
+        [
+            Reply(
+                chunks=[
+                    [None],
+                    [{"index": 0}],
+                    [{"index": 0, "delta": None}],
+                    [{"index": 0, "delta": {"content": "found "}}],
+                    [{"index": 0, "delta": {"tool_calls": [None, call]}}],
+                    [{"index": 0, "delta": {"content": "it"}, "finish_reason": "stop"}],
+                ]
+            )
+        ]
+    )
+    *pieces, done = [item async for item in client.stream_turn(ASK, [TOOL])]
+    assert pieces == ["found ", "it"] and done.value.content == "found it"
+    assert [(c.id, c.name, c.arguments) for c in done.value.tool_calls] == [("c1", "lookup", '{"q": "x"}')]
+
+
 async def test_a_stream_that_cannot_open_is_retried_then_unavailable(server, client):
     server.script([Reply(status=503)] * 3)
     with pytest.raises(ModelUnavailable):

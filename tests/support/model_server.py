@@ -33,7 +33,8 @@ class Reply:
 
     content: None, text, or a dict (sent JSON-encoded); tool_calls: OpenAI-shaped tool calls;
     status != 200 sends an error (error_body, or a standard error object); delay_s waits first;
-    model: the name reported (default: the model asked for); headers: extra response headers.
+    model: the name reported (default: the model asked for); headers: extra response headers;
+    chunks: the choices of each chunk a streamed reply sends, as given (a hostile or broken server's).
     """
 
     content: str | dict[str, Any] | None = None
@@ -43,6 +44,7 @@ class Reply:
     error_body: dict[str, Any] | str | None = None
     model: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    chunks: list[list[Any]] | None = None
 
     def text(self) -> str | None:
         """The content as the message text."""
@@ -126,6 +128,9 @@ def stream_chunks(request: dict[str, Any], reply: Reply, created: int) -> Iterat
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
+    if reply.chunks is not None:
+        yield from ({**base, "choices": choices} for choices in reply.chunks)
+        return
     yield chunk({"role": "assistant", "content": ""})
     for piece in _pieces(reply.text() or ""):
         yield chunk({"content": piece})

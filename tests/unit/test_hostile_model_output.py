@@ -79,6 +79,18 @@ def test_a_time_as_iso_text_is_accepted_in_utc_when_it_has_no_zone(after):
     assert RAN[0].after.utcoffset().total_seconds() == 0
 
 
+@pytest.mark.parametrize("before", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:00:00-05:00"])
+def test_a_time_whose_offset_carries_it_past_the_calendar_is_a_bad_arguments_result(before):
+    # kept with its offset, it overflowed when the search converted it, and Chat answered INTERNAL
+    result = call("by_date", json.dumps({"before": before}))
+    assert "outside the years 1 to 9999 in UTC" in result.text and RAN == []
+
+
+def test_a_time_with_an_offset_is_taken_in_utc():
+    assert call("by_date", json.dumps({"after": "2024-05-01T02:00:00+02:00"})).text == "ok"
+    assert RAN[0].after == datetime(2024, 5, 1, tzinfo=UTC) and RAN[0].after.utcoffset().total_seconds() == 0
+
+
 def test_a_turn_asking_for_many_tools_at_once_runs_only_the_first_sixteen_in_the_rounds_room():
     calls = tuple(ToolCall(f"c{i}", "grep_messages", f'{{"pattern": "p{i}"}}') for i in range(60))
     limits = Limits(tool_rounds=3, token_budget=32_000, result_tokens=2_000)
@@ -95,6 +107,18 @@ def test_nesting_past_the_parser_limit_in_a_structured_reply_is_a_validation_err
 def test_a_json_answer_with_a_lone_surrogate_is_a_schema_problem_to_repair():
     assert "not valid Unicode" in asyncio.run(_schema_error('{"city": "Oslo \\ud800"}', {"type": "object"}))
     assert asyncio.run(_schema_error('{"city": "Oslo \\ud83d\\ude00"}', {"type": "object"})) is None
+
+
+@pytest.mark.parametrize("answer", ["NaN", '{"age": Infinity}', '{"age": -Infinity}', '{"age": 1e999}'])
+def test_a_json_answer_with_a_number_json_cannot_express_is_a_problem_to_repair(answer):
+    # 1e999 passed as infinity and was sent on as {"age":Infinity}, which is not JSON
+    assert asyncio.run(_schema_error(answer, {"type": ["object", "number"]})).startswith("not JSON")
+
+
+@pytest.mark.parametrize("answer", ["NaN", "Infinity", "1" + "0" * 400])
+def test_a_number_the_schemas_arithmetic_cannot_take_is_a_problem_not_an_internal_error(answer):
+    # multipleOf raised ValueError or OverflowError out of Chat
+    assert asyncio.run(_schema_error(answer, {"type": "number", "multipleOf": 0.5}))
 
 
 def test_a_lone_surrogate_in_model_text_becomes_the_replacement_character():
