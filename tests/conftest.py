@@ -17,6 +17,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import grpc
 import pytest
+from confluent_kafka import KafkaException
 
 from projections.db import create_schema, sync_engine
 from projections.settings import DatabaseSettings, ProjectorSettings
@@ -66,8 +67,13 @@ def settings(infra: Infra) -> Iterator[Settings]:
 def drop_topics(kafka: KafkaSettings) -> None:
     """Delete a finished test's topics. Without this the one broker ended a run holding some 12,000
     partitions, and every test that restarts it waited a minute or more for it to load them all."""
-    names = [spec.full_name(kafka.topic_prefix) for spec in ALL_TOPICS]
-    futures = admin_client(kafka).delete_topics(names, operation_timeout=10).values()
+    admin = admin_client(kafka)
+    names = {spec.full_name(kafka.topic_prefix) for spec in ALL_TOPICS}
+    try:  # and what its processors made: each runner's changelog, Faust's tables and repartitions
+        names |= {t for t in admin.list_topics(timeout=10).topics if t.startswith(kafka.topic_prefix)}
+    except KafkaException:
+        pass
+    futures = admin.delete_topics(sorted(names), operation_timeout=10).values()
     # one deadline for all: waited for one by one, a slow broker once held a test's teardown 120 s
     # (8 deletions timing out at 15 s each). Already gone, the broker down or slow: a test's cleanup
     # never fails the test

@@ -15,7 +15,7 @@ from tests.integration.test_deriver import deriver_calls
 from tests.support.extractor import extract_each_turn
 from tests.support.log import read_events
 from tests.support.model_server import Reply
-from tests.support.wait import eventually
+from tests.support.wait import eventually, until
 
 
 @pytest.fixture
@@ -65,8 +65,8 @@ async def test_a_broker_restart_mid_derivation_loses_and_doubles_no_message(
     added = Counter(e.content for e in events if isinstance(e, ObservationAdded))
     assert sorted(added.values()) == [1] * 6
     assert worker.proc.poll() is None, "the worker rode through the restart:\n" + worker.log_text()[-3000:]
-    observed = await c.all_observations("w", "alice", "alice")
-    assert len(observed) == 6  # the projector, too, picked up where it was
+    # the projector, too, picks up where it was (its consumer may rejoin its group after the worker's)
+    await until(lambda: c.all_observations("w", "alice", "alice"), lambda seen: len(seen) == 6, timeout=120)
 
 
 async def test_a_write_while_the_broker_is_down_is_refused_whole_and_later_writes_succeed(infra, channel, settings):

@@ -107,18 +107,21 @@ async def test_a_dream_waits_for_the_threshold_and_then_for_the_pair_to_be_idle(
 
 
 async def test_a_new_message_postpones_a_waiting_dream(channel, settings, start_worker):
-    start_worker("router,dream-scheduler", **SCHEDULE)
+    # a window of its own, wide enough that a message routed and projected slowly still lands inside it
+    idle_s, pause_s = 8.0, 1.5
+    start_worker("router,dream-scheduler", **{**SCHEDULE, "PEERLOG_DREAM_IDLE_S": str(idle_s)})
     c = Client(channel)
     await c.setup_conversation("w", "s")
     await bob_says(c, settings, "hello", 1)
     await three_facts(c)
     spoke = 0.0
     for i in range(3):  # keep talking inside the idle window: the dream keeps waiting
-        time.sleep(IDLE_S / 2)
+        time.sleep(pause_s)
         spoke = await bob_says(c, settings, f"and another thing {i}", 2 + i)
         assert pair_dreams(settings) == []
     eventually(lambda: pair_dreams(settings), 30)
-    assert time.monotonic() - spoke >= IDLE_S - 0.5
+    # the window ran again from the last message: far longer than the pause between messages
+    assert time.monotonic() - spoke >= idle_s - 2
 
 
 async def test_forced_dreams_are_deduplicated_while_one_is_outstanding(channel, settings, start_worker):

@@ -7,12 +7,35 @@ import asyncio
 import time
 
 import pytest
+from sqlalchemy import text
 
 from projections.db import async_engine
-from services.api.locks import GaveUp, KeyedLocks, held
+from services.api.locks import GaveUp, KeyedLocks, held, scoped_key
 
 KEY = ("session", "w", "s")
 HOLD_S = 0.1  # one write holding the entity while it waits for its projection
+
+
+async def warmed(*engines) -> None:
+    """A connection open in each pool: opening one under load can take longer than a hold."""
+    for engine in engines:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+
+async def queued_for(engine, key, n: int) -> None:
+    """Until `n` sessions wait in Postgres's queue for `key`'s advisory lock."""
+    lock = scoped_key(engine, key)
+    waiting = text(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND ((classid::bigint << 32) | objid::bigint) = :k"
+    )
+    for _ in range(600):
+        async with engine.connect() as conn:
+            if await conn.scalar(waiting, {"k": lock}) >= n:
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{n} waiters for {key} never queued")
 
 
 async def holds_before_the_other_process(settings) -> int:
@@ -27,6 +50,7 @@ async def holds_before_the_other_process(settings) -> int:
             await asyncio.sleep(HOLD_S)
 
     try:
+        await warmed(one, two)
         writes = [asyncio.ensure_future(write_on_one()) for _ in range(20)]
         await asyncio.sleep(0.25)  # the first process's writes hold the key one after another
         asked = time.monotonic()
@@ -55,11 +79,13 @@ async def test_writes_on_three_processes_get_the_entity_in_the_order_they_asked_
             served.append(name)
 
     try:
+        await warmed(*engines)
         async with held(engines[0], [KEY]):
             first = asyncio.ensure_future(write("first", engines[1]))
-            await asyncio.sleep(0.1)
+            await queued_for(engines[0], KEY, 1)
             second = asyncio.ensure_future(write("second", engines[2]))
-            await asyncio.sleep(0.8)
+            await queued_for(engines[0], KEY, 2)
+            await asyncio.sleep(0.8)  # longer than any slice of a lock_timeout would have been
         await asyncio.gather(first, second)
     finally:
         for engine in engines:

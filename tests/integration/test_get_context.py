@@ -11,21 +11,13 @@ from google.protobuf import timestamp_pb2
 from peerlog.v1 import context_pb2, context_pb2_grpc, messages_pb2, peers_pb2, sessions_pb2
 from peerlog_client import AsyncPeerlog
 from services.api.packing import Relevant, render_relevant
-from services.bus.consistency import ConsistencyToken
 from services.cli.client import Client
 from services.llm.tokens import count_tokens
+from tests.support.wait import every_write
 
 
 def ask(channel, **kw) -> context_pb2.GetContextResponse:
     return context_pb2_grpc.ContextServiceStub(channel).GetContext(context_pb2.GetContextRequest(**kw))
-
-
-def every(*tokens: str) -> str:
-    """One token that waits for all these writes: sessions may sit on different partitions."""
-    merged = ConsistencyToken.decode(tokens[0])
-    for token in tokens[1:]:
-        merged = merged.merge(ConsistencyToken.decode(token))
-    return merged.encode()
 
 
 @pytest.fixture
@@ -85,7 +77,9 @@ async def test_relevant_messages_come_from_every_session_the_observer_saw_and_no
     await c.session("w", "trip", members=["alice", "carol"])
     await c.session("w", "private", members=["bob", "carol"])
     trip = (await c.add("w", "trip", [("carol", "The lighthouse keeper retired in May")])).consistency_token
-    token = every(trip, (await c.add("w", "private", [("carol", "The lighthouse was painted red")])).consistency_token)
+    token = every_write(
+        trip, (await c.add("w", "private", [("carol", "The lighthouse was painted red")])).consistency_token
+    )
     out = await ask(
         channel,
         workspace_id="w",
@@ -158,7 +152,7 @@ async def test_a_perspective_peer_bounds_the_packed_messages_while_the_observers
     await c.create_observations("w", "bob", "alice", ["Alice likes lighthouses"])
     private = (await c.add("w", "private", [("carol", "The lighthouse code is 4471")])).consistency_token
     shared = (await c.add("w", "s", [("alice", "I love that old lighthouse")])).consistency_token
-    token = every(private, shared)
+    token = every_write(private, shared)
 
     async def packed(**kw) -> context_pb2.GetContextResponse:
         return await ask(

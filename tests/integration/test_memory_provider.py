@@ -606,7 +606,7 @@ def test_a_stopped_server_costs_a_turn_at_most_timeout_and_later_writes_arrive(
         started = time.monotonic()
         context = memory.context_for_turn(text)
         memory.record_turn(text, "ok")
-        assert time.monotonic() - started <= 1.0 + 0.1  # context and write together, within timeout
+        assert time.monotonic() - started <= 1.0 + 0.5  # context and write together, within timeout
         assert WEAK in context  # the cached layers are still served
     # failed (refused connections, retried until the client gives up) or timed out: either way counted and logged
     assert memory.stats.failures["context"] + memory.stats.timeouts["context"] - before["context"] == 2
@@ -672,12 +672,12 @@ def test_an_agent_started_while_the_server_is_down_runs_its_turns_and_writes_the
     api.stop()
     started = time.monotonic()
     memory.start()  # hybrid: the session and the prewarm are made in the background
-    assert time.monotonic() - started < 0.1
+    assert time.monotonic() - started < 0.5  # a loaded machine wakes threads late
     for text in ("while down 1", "while down 2"):
         started = time.monotonic()
         context = memory.context_for_turn(text)
         memory.record_turn(text, "ok")
-        assert time.monotonic() - started <= 1.0 + 0.1
+        assert time.monotonic() - started <= 1.0 + 0.5
         assert context == ""  # nothing cached yet: the turn goes on without memory
     assert memory.writer.pending == 4
     assert memory.stats.failures["write"] + memory.stats.timeouts["write"] >= 2
@@ -695,11 +695,11 @@ def test_an_eager_start_in_tools_mode_waits_at_most_timeout_for_a_stopped_server
     api.stop()
     started = time.monotonic()
     memory.start()
-    assert time.monotonic() - started <= 1.0 + 0.1
+    assert time.monotonic() - started <= 1.0 + 0.5
     assert memory.stats.failures["start"] + memory.stats.timeouts["start"] == 1
     started = time.monotonic()
     assert memory.dispatch("peerlog_search", {"query": "bees"}).startswith("error:")  # a tool says so
-    assert time.monotonic() - started <= 1.0 + 0.1
+    assert time.monotonic() - started <= 1.0 + 0.5
 
 
 def test_peerlog_memory_status_shows_the_connection_and_the_resolved_settings(

@@ -21,6 +21,7 @@ from peerlog.v1 import (
 from services.api.channels import aio_channel
 from services.api.tokens import mint
 from services.cli.client import Client
+from tests.support.wait import every_write
 
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
 
@@ -40,8 +41,9 @@ async def _bobs_secret_session(c: Client) -> str:
     await c.scopes.CreateScope(
         scopes_pb2.CreateScopeRequest(workspace_id="w", scope_id="legal", session_ids=["bob-and-lawyer"])
     )
-    await c.add("w", "ours", [("alice", "see you at the tea house")])
-    return (await c.add("w", "bob-and-lawyer", [("bob", "the settlement is 40,000 tea leaves")])).consistency_token
+    ours = await c.add("w", "ours", [("alice", "see you at the tea house")])
+    secret = await c.add("w", "bob-and-lawyer", [("bob", "the settlement is 40,000 tea leaves")])
+    return every_write(ours.consistency_token, secret.consistency_token)
 
 
 async def _outcome(call) -> tuple[grpc.StatusCode, str]:

@@ -11,6 +11,7 @@ import pytest
 from peerlog.v1 import webhooks_pb2 as wh
 from peerlog.v1 import webhooks_pb2_grpc
 from services.cli.client import Client
+from services.webhooks.store import WebhookStore, engine_for
 from tests.support.processes import Worker
 from tests.support.wait import until_true
 from tests.support.webhook_receiver import Receiver, private_targets_allowed
@@ -29,13 +30,15 @@ async def test_the_webhook_process_killed_and_restarted_neither_loses_nor_repeat
     await c.setup_conversation("w", "s", peers=("alice", "bob"))
     await c.add("w", "s", [("alice", "one")])
     with Receiver() as receiver:
-        await stub.CreateWebhook(
+        made = await stub.CreateWebhook(
             wh.CreateWebhookRequest(workspace_id="w", url=receiver.url, event_types=["MessageAppended"])
         )
+        store = WebhookStore(engine_for(settings.database))
         process = Worker(settings, tmp_path / "webhooks.log", command="webhooks").start()
         try:
             await until_true(lambda: len(receiver.delivered()) == 1, timeout=60)
-            await asyncio.sleep(1)  # its progress is written right after the 2xx
+            # its progress is written right after the 2xx: killed before that, a repeat is what it promises
+            await until_true(lambda: store.cursor(made.webhook.webhook_id), timeout=60)
             process.kill()
             await c.add("w", "s", [("bob", "two")])
             process = Worker(settings, tmp_path / "webhooks.log", command="webhooks").start()
@@ -43,4 +46,5 @@ async def test_the_webhook_process_killed_and_restarted_neither_loses_nor_repeat
             await asyncio.sleep(2)  # a repeat would arrive by now
         finally:
             process.stop()
+            store.engine.dispose()
     assert [json.loads(b)["content"] for b in receiver.delivered()] == ["one", "two"], process.log_text()[-2000:]

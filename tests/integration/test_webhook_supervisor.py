@@ -40,7 +40,7 @@ async def test_endpoints_registered_while_it_runs_get_deliveries_and_deleted_one
         store.register(Endpoint("hook-late", "w", receiver.url, b"k", frozenset({"MessageAppended"})))
         await until_true(lambda: len(receiver.delivered()) == 1)
         store.delete("hook-late")
-        await asyncio.sleep(1)  # the supervisor has seen the deletion
+        await asyncio.sleep(3)  # the supervisor has seen the deletion (it looks every 0.2 s)
         await c.add("w", "s", [("bob", "two")])
         await asyncio.sleep(2)
         stop.set()

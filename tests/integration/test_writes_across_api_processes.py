@@ -9,7 +9,7 @@ import time
 import grpc
 from sqlalchemy import func, select
 
-from peerlog.v1 import configuration_pb2, messages_pb2, sessions_pb2, workspaces_pb2
+from peerlog.v1 import common_pb2, configuration_pb2, messages_pb2, sessions_pb2, workspaces_pb2
 from projections.db import sync_engine
 from projections.schema import configurations, memberships, messages
 from tests.integration.test_bad_input import quarantined
@@ -38,10 +38,13 @@ def outcomes(results) -> list[str]:
 async def test_two_clones_into_one_new_session_on_two_servers_copy_once(settings, servers):  # noqa: F811
     (_, a), (_, b) = await servers(), await servers()
     await a.setup_conversation("acme", "src")
-    await a.add("acme", "src", [("alice", "one"), ("bob", "two"), ("alice", "three")])
-    await a.sessions.GetSession(sessions_pb2.GetSessionRequest(workspace_id="acme", session_id="src"))
-    clone = sessions_pb2.CloneSessionRequest(workspace_id="acme", session_id="src", new_session_id="copy")
-    await asyncio.sleep(0.5)  # the source's messages projected
+    added = await a.add("acme", "src", [("alice", "one"), ("bob", "two"), ("alice", "three")])
+    clone = sessions_pb2.CloneSessionRequest(
+        workspace_id="acme",
+        session_id="src",
+        new_session_id="copy",
+        consistency=common_pb2.ReadConsistency(consistency_token=added.consistency_token),  # copies all three
+    )
 
     results = await asyncio.gather(
         a.sessions.CloneSession(clone), b.sessions.CloneSession(clone), return_exceptions=True

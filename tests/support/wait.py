@@ -37,3 +37,14 @@ async def until_true(condition: Callable[[], object], timeout: float = 30.0) -> 
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.1)
+
+
+def every_write(*tokens: str) -> str:
+    """One consistency token that waits for all these writes: their sessions may sit on different partitions,
+    and a token waits only on the partitions it names."""
+    from services.bus.consistency import ConsistencyToken
+
+    merged = ConsistencyToken.decode(tokens[0])
+    for token in tokens[1:]:
+        merged = merged.merge(ConsistencyToken.decode(token))
+    return merged.encode()
