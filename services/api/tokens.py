@@ -159,6 +159,9 @@ def _holds(data: bytes) -> str:
     return f"it holds an {type(key).__name__.removesuffix('PublicKey')} key"
 
 
+MIN_RSA_BITS = 2048  # NIST's floor; 512-bit keys are factored in hours
+
+
 def _public_key(auth: AuthSettings) -> RSAPublicKey | EllipticCurvePublicKey:
     """The RS256/ES256 public key, parsed now: a file that is not one fails the start, not every call."""
     path = auth.public_key_file
@@ -175,6 +178,11 @@ def _public_key(auth: AuthSettings) -> RSAPublicKey | EllipticCurvePublicKey:
         raise ValueError(
             f"PEERLOG_AUTH_PUBLIC_KEY_FILE {path} holds a private key: give the server its public half "
             f"(`openssl pkey -in {path.name} -pubout`)"
+        )
+    if isinstance(key, RSAPublicKey) and key.key_size < MIN_RSA_BITS:  # factorable: anyone could mint admin
+        raise ValueError(
+            f"PEERLOG_AUTH_PUBLIC_KEY_FILE {path} holds an RSA key of {key.key_size} bits, too weak to trust "
+            f"tokens to; use one of at least {MIN_RSA_BITS} (`openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:3072`)"
         )
     return key
 

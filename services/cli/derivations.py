@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from peerlog.v1 import observations_pb2
@@ -36,16 +37,22 @@ def comparison(
         stub = Client(chan).observations
         current = _contents(stub, workspace, observer, observed, base)
         named = _contents(stub, workspace, observer, observed, name)
-    left = base or "current"
-    table = Table(title=f"({observer}, {observed}): {left} vs {name}")
-    table.add_column(f"{left} ({len(current)})")
-    table.add_column(f"{name} ({len(named)})")
+    return side_by_side(
+        f"({observer}, {observed}): {base or 'current'} vs {name}", base or "current", name, current, named
+    )
+
+
+def side_by_side(title: str, left: str, name: str, current: list[str], named: list[str]) -> Table:
+    """Two derivations' texts in columns, what only one holds coloured."""
+    table = Table(title=escape(title))
+    table.add_column(escape(f"{left} ({len(current)})"))
+    table.add_column(escape(f"{name} ({len(named)})"))
     only_current, only_named = set(current) - set(named), set(named) - set(current)
     for i in range(max(len(current), len(named))):
         left = current[i] if i < len(current) else ""
         right = named[i] if i < len(named) else ""
-        table.add_row(
-            f"[red]{left}[/red]" if left in only_current else left,
-            f"[green]{right}[/green]" if right in only_named else right,
+        table.add_row(  # stored text is the users', never markup
+            f"[red]{escape(left)}[/red]" if left in only_current else escape(left),
+            f"[green]{escape(right)}[/green]" if right in only_named else escape(right),
         )
     return table

@@ -24,7 +24,7 @@ class PromotionRefused(ValueError):
 
 
 def check_promotable(name: str) -> None:
-    if name != ORIGINAL and not NAME.match(name):
+    if name != ORIGINAL and not NAME.fullmatch(name):
         raise ValueError(f"derivation name {name!r} must match {NAME.pattern} or be {ORIGINAL!r}")
 
 

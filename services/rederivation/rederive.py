@@ -102,7 +102,7 @@ async def check_scope(settings, scope: DerivationScope) -> None:
 
 def check_name(name: str) -> None:
     """ValueError unless `name` can name a new derivation (ORIGINAL is the first live one's)."""
-    if not NAME.match(name) or name == ORIGINAL:
+    if not NAME.fullmatch(name) or name == ORIGINAL:
         raise ValueError(f"derivation name {name!r} must match {NAME.pattern} and not be {ORIGINAL!r}")
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from rich.console import Console
 from typer.testing import CliRunner
 
+from services.cli.derivations import side_by_side
 from services.cli.main import app
 
 
@@ -28,3 +30,22 @@ def test_a_pair_must_name_observer_and_observed():
 def test_promote_needs_exactly_one_of_pair_and_all_pairs():
     assert run("derivations", "promote", "v2", "-w", "w").exit_code == 2
     assert run("derivations", "promote", "v2", "-w", "w", "--pair", "a/b", "--all-pairs").exit_code == 2
+
+
+def test_a_name_ending_in_a_newline_is_refused_like_any_other_character():
+    # "v2\n" matched "^…$" (a $ matches before a final newline): promoted, it could never be read by name
+    for command in (
+        ["rederive", "--name", "v2\n", "-w", "w"],
+        ["derivations", "promote", "v2\n", "-w", "w", "--all-pairs"],
+    ):
+        result = run(*command)
+        assert result.exit_code == 2 and "must match" in result.output, result.output
+
+
+def test_compared_texts_are_shown_as_stored_never_read_as_markup():
+    both = "Bob said [/b] and [bold]x[/bold]"
+    table = side_by_side("(a, b): current vs v2", "current", "v2", [both], [both, "[red]new[/red]"])
+    console = Console(width=200, record=True)
+    console.print(table)
+    shown = console.export_text()
+    assert "Bob said [/b] and [bold]x[/bold]" in shown and "[red]new[/red]" in shown

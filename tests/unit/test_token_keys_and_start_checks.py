@@ -59,8 +59,9 @@ def keys() -> dict[str, object]:
         ("RS256", lambda k: _pem_public(k["ec"]), "EC key on curve secp256r1"),
         ("ES256", lambda k: _pem_public(ec.generate_private_key(ec.SECP384R1())), "curve secp384r1"),
         ("ES256", lambda k: _pem_private(k["ec"]), "holds a private key"),
+        ("RS256", lambda k: _pem_public(rsa.generate_private_key(65537, 1024)), "RSA key of 1024 bits, too weak"),
     ],
-    ids=["garbage", "empty", "rsa-key-for-es256", "ec-key-for-rs256", "p384-for-es256", "private-key"],
+    ids=["garbage", "empty", "rsa-key-for-es256", "ec-key-for-rs256", "p384-for-es256", "private-key", "rsa-1024"],
 )
 def test_an_unusable_public_key_file_refuses_the_start_naming_the_setting(tmp_path, keys, algorithm, content, why):
     pub = tmp_path / "pub.pem"
