@@ -54,10 +54,30 @@ def _anyone(r) -> list[Need]:
     return []  # any valid token; what it lists is narrowed to the token (ListWorkspaces)
 
 
+# what a peer may set on its own messages without the session's scope: opting out, never more. A message's
+# level overrides the session's and the workspace's, so anything else would let one member turn reasoning back
+# on where an admin turned it off, make the others model it, or put its words into their deriver's prompt
+OWN_MESSAGE_SETTINGS = {"reasoning": False, "observe_me": False}
+
+
+def settings_beyond_opting_out(r) -> list[str]:
+    """The message-level settings of an AddMessages that only the session's scope may set."""
+    return sorted(
+        {
+            field.name
+            for m in r.messages
+            if m.HasField("configuration")
+            for field, value in m.configuration.ListFields()
+            if OWN_MESSAGE_SETTINGS.get(field.name) is not value
+        }
+    )
+
+
 def _add_messages(r) -> list[Need]:
     # a peer may write into a session as itself (the server still requires it to be a member)
     authors = {m.peer_id for m in r.messages}
-    own = tuple(peer(r.workspace_id, a) for a in authors) if len(authors) == 1 else ()
+    as_itself = len(authors) == 1 and not settings_beyond_opting_out(r)
+    own = tuple(peer(r.workspace_id, a) for a in authors) if as_itself else ()
     return [(session(r.workspace_id, r.session_id), *own)]
 
 
@@ -202,6 +222,11 @@ def hint(method: str, request) -> str:
     """What would make a refused call pass that the scope it needs does not say."""
     if method.endswith("/SearchMessages") and not request.perspective_peer_id:
         return "; a peer token may search with perspective_peer_id set to its peer (what that peer saw)"
+    if method.endswith("/AddMessages") and (beyond := settings_beyond_opting_out(request)):
+        return (
+            f"; a peer token may set on its own messages only reasoning=false and observe_me=false, "
+            f"not {', '.join(beyond)}"
+        )
     return ""
 
 
