@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from enum import StrEnum
 
 from pypdf import PdfReader
@@ -14,6 +15,8 @@ from services.errors import InvalidArgument
 
 MAX_FILE_BYTES = 32 * 1024 * 1024
 MAX_CHUNK_CHARS = 25_000  # a message's limit (AddMessages)
+# for a PDF's text: a book of 500 pages of 2,500 characters took 2.3 s here
+MAX_PDF_SECONDS = 30
 _PARAGRAPHS = re.compile(r"\n[ \t]*\n+")
 # after a sentence's closing mark (and any closing quote or bracket), before the next one's start
 _SENTENCES = re.compile(r"(?<=[.!?…])[\"')\]]*\s+")
@@ -93,10 +96,20 @@ def _pdf_text(data: bytes, file_name: str) -> str:
 
 def _pages_text(reader: PdfReader, file_name: str) -> list[str]:
     """Each page's text, refused past MAX_FILE_BYTES characters in all: compressed streams let a 32 MiB
-    PDF hold far more text than a 32 MiB text file, all of it to be held, split and appended at once."""
+    PDF hold far more text than a 32 MiB text file, all of it to be held, split and appended at once. Refused
+    too past MAX_PDF_SECONDS of reading: every page may draw one shared stream of 400,000 operators (5 kB
+    of file, 6 s of CPU a page), and pypdf reads them in Python."""
     texts, total = [], 0
+    deadline = time.monotonic() + MAX_PDF_SECONDS
+
+    def in_time(*_: object) -> None:  # before each operator of a page's content
+        if time.monotonic() > deadline:
+            raise InvalidArgument(
+                f"{file_name!r} took more than {MAX_PDF_SECONDS} s to read; split it into smaller files"
+            )
+
     for page in reader.pages:
-        texts.append((page.extract_text() or "").strip())
+        texts.append((page.extract_text(visitor_operand_before=in_time) or "").strip())
         total += len(texts[-1])
         if total > MAX_FILE_BYTES:
             raise InvalidArgument(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from services.api import files
@@ -37,6 +38,9 @@ def messages(u: Upload, chunks: list[str]) -> list[NewMessage]:
     ]
 
 
+_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="file-reader")
+
+
 def _chunks(data: bytes, file_name: str) -> list[str]:
     chunks = files.split(files.text_of(data, file_name))
     # AddMessages' checks of each message's content (append_checked runs none): a chunk Postgres cannot
@@ -51,6 +55,7 @@ async def upload_file(ctx: ApiDeps, u: Upload, data: bytes) -> tuple[list[str], 
     that cannot be used."""
     _check(u)
     files.check_size(len(data))
-    # reading a PDF of up to 32 MiB is CPU work: off the event loop, as Chat's schema checks are
-    chunks = await asyncio.to_thread(_chunks, data, u.file_name)
+    # reading a PDF of up to 32 MiB is CPU work: off the event loop, one file at a time on a thread of its
+    # own (the default executor embeds queries), so uploads wait for each other, not searches for uploads
+    chunks = await asyncio.get_running_loop().run_in_executor(_READER, _chunks, data, u.file_name)
     return await append_checked(ctx, u.workspace_id, u.session_id, messages(u, chunks), u.idempotency_key)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 import zlib
 
 import pytest
@@ -131,6 +132,16 @@ def test_a_pdf_whose_text_runs_past_the_file_limit_is_refused_however_small_the_
     assert files.text_of(pdf(["x" * 50]), "a.pdf") == "x" * 50
     with pytest.raises(InvalidArgument, match="more than 60 characters of text"):
         files.text_of(pdf(["x" * 50, "y" * 50]), "b.pdf")
+
+
+def test_a_pdf_that_takes_too_long_to_read_is_refused_however_small_the_file(monkeypatch):
+    # 40 pages drawing 20,000 operators each, a few kB compressed; an attacker's 5 kB file with 400,000 took
+    # 23 s for 4 pages, holding a thread and the interpreter's lock
+    monkeypatch.setattr(files, "MAX_PDF_SECONDS", 0.3)
+    started = time.monotonic()
+    with pytest.raises(InvalidArgument, match="took more than 0.3 s to read; split it into smaller files"):
+        files.text_of(pdf(["a\n" * 20_000] * 40), "slow.pdf")
+    assert time.monotonic() - started < 3
 
 
 # two PDFs a mutation of a valid one damaged so that pypdf fails with AssertionError and AttributeError,
