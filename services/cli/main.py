@@ -49,10 +49,19 @@ def serve() -> None:
 
     _set_up()
     try:
-        run(Settings())
+        run(_settings())
     except ValueError as err:  # a missing or weak key, an unreadable certificate: said before anything serves
         typer.echo(f"error: {_one_line(err)}", err=True)
         raise typer.Exit(2) from None
+
+
+def _settings() -> Settings:
+    """The settings from the environment; a bad value is one line naming the variable, never the value (it
+    may be a secret), and exit status 2, not a traceback."""
+    try:
+        return Settings()
+    except ValidationError as err:
+        raise _fail(_one_line(err)) from None
 
 
 def _one_line(err: ValueError) -> str:
@@ -76,7 +85,7 @@ def worker() -> None:
     from services.worker.app import run_worker
 
     _set_up()
-    settings = Settings()
+    settings = _settings()
     create_topics(settings.kafka)
     asyncio.run(run_worker(settings))
 
@@ -87,7 +96,7 @@ def webhooks() -> None:
     from services.webhooks.supervisor import run_webhooks
 
     _set_up()
-    asyncio.run(run_webhooks(Settings()))
+    asyncio.run(run_webhooks(_settings()))
 
 
 def _address(settings: Settings, given: str) -> str:
@@ -112,7 +121,9 @@ def _plainly() -> Iterator[None]:
 
     try:
         yield
-    except (ValueError, LookupError, RunInProgress, LockLost) as err:  # LookupError: a topic or partition Kafka lacks
+    except ValueError as err:
+        raise _fail(_one_line(err)) from None
+    except (LookupError, RunInProgress, LockLost) as err:  # LookupError: a topic or partition Kafka lacks
         raise _fail(str(err)) from None
     except AppendUnresolved as err:  # the runs carry on where they stopped, so again is safe either way
         raise _fail(f"Kafka did not say whether the last write was committed ({err}); running again is safe") from None
@@ -153,7 +164,7 @@ def audit(
 
     from services.cli.audit import audit_view
 
-    settings = Settings()
+    settings = _settings()
     try:
         view = audit_view(
             _address(settings, address), workspace, observation_id, settings.auth.token.get_secret_value()
@@ -219,7 +230,7 @@ def rederive(
     observer, observed = _pair_option(pair)
     with _plainly():
         check_name(name)  # before anything is reached
-    settings, scope = Settings(), DerivationScope(workspace, observer, observed)
+    settings, scope = _settings(), DerivationScope(workspace, observer, observed)
     report = _run_derivation(settings, scope, lambda: run(settings, name, scope, model))
     typer.echo(
         f"{report.name}: {report.pairs} pairs, {report.messages} messages, {report.batches} batches, "
@@ -244,7 +255,7 @@ def reembed(
     _set_up()
     try:
         with _plainly():
-            total, appended = asyncio.run(_reembed(Settings(), model, workspace))
+            total, appended = asyncio.run(_reembed(_settings(), model, workspace))
     except EmbeddingError as err:
         raise _fail(str(err)) from None
     typer.echo(f"{workspace}: {appended} vectors appended with {model}")
@@ -305,7 +316,7 @@ def derivations_promote(
     observer, observed = _pair_option(pair)
     with _plainly():
         check_promotable(name)  # before anything is reached
-    settings, scope = Settings(), DerivationScope(workspace, observer, observed)
+    settings, scope = _settings(), DerivationScope(workspace, observer, observed)
     # a promotion is permanent: none for a workspace or pair that does not exist (_run_derivation)
     report = _run_derivation(settings, scope, lambda: promote(settings, name, scope, model, reason))
     typer.echo(
@@ -329,7 +340,7 @@ def derivations_retry(
     from services.summarizer.retry import retry_summaries
 
     observer, observed = _pair_option(pair)
-    settings, scope = Settings(), DerivationScope(workspace, observer, observed)
+    settings, scope = _settings(), DerivationScope(workspace, observer, observed)
     reports = _run_derivation(settings, scope, lambda: retry(settings, scope, model))
     for report in reports:
         typer.echo(
@@ -361,7 +372,7 @@ def derivations_compare(
 
     from services.cli.derivations import comparison
 
-    settings = Settings()
+    settings = _settings()
     observer, observed = _pair_option(pair)
     at, token = _address(settings, address), settings.auth.token.get_secret_value()
     try:
@@ -425,7 +436,7 @@ def projector_run() -> None:
     from services import tracing
 
     _set_up()
-    settings = Settings()
+    settings = _settings()
     tracing.setup(settings.tracing, "peerlog-projector")
     p = Projector(settings)
     metrics.serve(settings.projector, p.engine)
@@ -439,7 +450,7 @@ def topics_create() -> None:
     from services.bus.admin import create_topics
 
     with _plainly():
-        created = create_topics(Settings().kafka)
+        created = create_topics(_settings().kafka)
     for name, outcome in created.items():
         typer.echo(f"{name}: {outcome}")
 
@@ -459,7 +470,7 @@ def topics_abort_open(
     partitions' offsets did not become stable" for its input offsets (then give `__consumer_offsets`)."""
     from services.cli.transactions import Outcome, abort_open, abort_open_anywhere
 
-    kafka = Settings().kafka
+    kafka = _settings().kafka
     age = kafka.transaction_timeout_ms / 1000 + 30 if min_age_s is None else min_age_s
     with _plainly():
         if partition is None:
@@ -492,7 +503,7 @@ def projections_rebuild(
     collector.tune()
     try:
         report = rebuild(
-            Settings(),
+            _settings(),
             progress=typer.echo,
             accept_differences=accept_differences,
             accept_missing_vectors=accept_missing_vectors,
@@ -513,7 +524,7 @@ def _serving_engine() -> Iterator[tuple[Engine, str]]:
     """An engine on the configured database, and the name of the schema reads are served from."""
     from projections.db import sync_engine
 
-    database = Settings().database
+    database = _settings().database
     engine = sync_engine(database)
     try:
         yield engine, database.schema_name
@@ -561,7 +572,7 @@ def keys_create(
 
     try:
         scopes = scopes_for(workspace, peer, session)
-        token = mint(Settings().auth, scopes, parse_duration(expires) if expires else None)
+        token = mint(_settings().auth, scopes, parse_duration(expires) if expires else None)
     except (ValueError, Unauthenticated) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None

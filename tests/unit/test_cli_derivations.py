@@ -49,3 +49,21 @@ def test_compared_texts_are_shown_as_stored_never_read_as_markup():
     console.print(table)
     shown = console.export_text()
     assert "Bob said [/b] and [bold]x[/bold]" in shown and "[red]new[/red]" in shown
+
+
+def test_a_bad_setting_is_one_line_naming_the_variable_for_every_operator_command(monkeypatch):
+    # a traceback and exit 1 (what rebuild says for "not switched"), or pydantic's input_value with the
+    # tail of the HMAC secret in it
+    monkeypatch.setenv("PEERLOG_API_PORT", "99999")
+    monkeypatch.setenv("PEERLOG_AUTH_ALGORITHM", "RS256")
+    monkeypatch.setenv("PEERLOG_AUTH_SECRET", "s3cr3t-0123456789abcdef0123456789abcdef")
+    for command in (
+        ["rederive", "--name", "v2", "-w", "w"],
+        ["derivations", "retry", "-w", "w"],
+        ["reembed", "--model", "e5-small-v2", "-w", "w"],
+        ["projections", "rebuild"],
+    ):
+        result = run(*command)
+        assert result.exit_code == 2, (command, result.output)
+        assert "Traceback" not in result.output and "0123456789abcdef" not in result.output, result.output
+        assert result.output.startswith("error: PEERLOG_"), result.output
