@@ -306,6 +306,9 @@ def derivations_promote(
     all_pairs: bool = typer.Option(False, "--all-pairs", help="every pair the workspace has perceived so far"),
     model: str = typer.Option("", "--model", help="the chat model for the catch-up; default: the deriver's"),
     reason: str = typer.Option("", "--reason", help="why, kept on the DerivationPromoted event"),
+    from_scratch: bool = typer.Option(
+        False, "--from-scratch", help="promote a derivation that holds nothing yet, deriving the whole history"
+    ),
 ) -> None:
     """Make a derivation the current one (reads and the live deriver follow it); derive what it lacks first."""
     from services.rederivation.promote import check_promotable, promote
@@ -318,7 +321,9 @@ def derivations_promote(
         check_promotable(name)  # before anything is reached
     settings, scope = _settings(), DerivationScope(workspace, observer, observed)
     # a promotion is permanent: none for a workspace or pair that does not exist (_run_derivation)
-    report = _run_derivation(settings, scope, lambda: promote(settings, name, scope, model, reason))
+    report = _run_derivation(
+        settings, scope, lambda: promote(settings, name, scope, model, reason, from_scratch=from_scratch)
+    )
     typer.echo(
         f"{report.name} is current for {report.pairs} pairs: {report.messages} messages caught up in "
         f"{report.batches} batches, {report.skipped} already there or left to the live deriver; "

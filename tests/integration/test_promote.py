@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from peerlog.v1 import context_pb2, context_pb2_grpc, observations_pb2
@@ -141,9 +142,30 @@ async def one_fact_derived(channel, settings, model_server, start_worker):
     return here, c
 
 
+async def test_promoting_a_name_that_holds_nothing_or_a_pair_that_perceived_nothing_is_refused_before_any_work(
+    channel, settings, model_server, start_worker
+):
+    here, c = await one_fact_derived(channel, settings, model_server, start_worker)
+    asked, rows = len(model_server.chat_requests()), current_rows(settings)
+    # a misspelt name derived alice's whole history with the deriver's model, then switched her reads to it
+    with pytest.raises(ValueError, match=r"derivation 'V2' holds nothing in \(alice, alice\).*--from-scratch"):
+        await promote(here, "V2", DerivationScope("w", "alice", "alice"), progress=lambda _: None)
+    # the pair the wrong way round: bob never perceived alice, and its promotion was appended all the same
+    with pytest.raises(ValueError, match=r"\(bob, alice\) has perceived nothing"):
+        await promote(here, "v2", DerivationScope("w", "bob", "alice"), progress=lambda _: None, from_scratch=True)
+    assert len(model_server.chat_requests()) == asked and current_rows(settings) == rows
+    after = await c.add("w", "s", [("alice", "I moved to Oslo")])
+    current = await until(
+        lambda: c.all_observations("w", "alice", "alice", token=after.consistency_token), lambda got: len(got) == 2
+    )
+    assert {o.derivation for o in current} == {""}  # still read from the original derivation ("")
+
+
 async def promoted_to_v2(here, c: Client) -> list:
     """Promote alice's own store to v2 and read it once v2 holds her first fact."""
-    moved = await promote(here, "v2", DerivationScope("w", "alice", "alice"), model=V2_MODEL, progress=lambda _: None)
+    moved = await promote(
+        here, "v2", DerivationScope("w", "alice", "alice"), model=V2_MODEL, progress=lambda _: None, from_scratch=True
+    )
     return await until(
         lambda: c.all_observations("w", "alice", "alice", token=moved.consistency_token),
         lambda got: "v2: i adopted a cat named miso" in contents(got),
@@ -159,7 +181,7 @@ async def write_peanuts(c: Client):
 async def test_promoting_back_to_the_original_derivation_catches_it_up(channel, settings, model_server, start_worker):
     here, c = await one_fact_derived(channel, settings, model_server, start_worker)
     pair = DerivationScope("w", "alice", "alice")
-    await promote(here, "v2", pair, model=V2_MODEL, progress=lambda _: None)
+    await promote(here, "v2", pair, model=V2_MODEL, progress=lambda _: None, from_scratch=True)
     after = await c.add("w", "s", [("alice", "I moved to Oslo")])
     await until(
         lambda: c.all_observations("w", "alice", "alice", token=after.consistency_token), lambda got: len(got) == 2
