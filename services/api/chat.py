@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -16,6 +17,7 @@ from services.dialectic.loop import ChatEvent, ChatRequest, ChatResult
 from services.dialectic.settings import LEVELS
 from services.errors import InvalidArgument, Unavailable
 from services.events import resolve
+from services.llm.tokens import count_tokens
 
 MAX_QUERY_CHARS = 10_000
 
@@ -29,6 +31,7 @@ async def _checked(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
         raise InvalidArgument(f"reasoning_level {r.level!r} is not one of {', '.join(LEVELS)}")
     if r.response_schema is not None:  # metaschema checks can take a while: keep the event loop free
         await response_format.checked(r.response_schema)
+    _check_asked_tokens(r, ctx.dialectic.settings.token_budget)
     perspective = {"perspective_peer_id": r.perspective_id} if r.perspective_id else {}
     await require_scope(
         ctx,
@@ -39,6 +42,20 @@ async def _checked(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
         **perspective,
     )
     return r
+
+
+def _check_asked_tokens(r: ChatRequest, budget: int) -> None:
+    """The caller's part of the prompt, its query and its answer schema, within a quarter of the token budget.
+    The budget only withdraws tools: the first call is sent whatever its size, and a repair sends it again. By
+    characters alone, 10,000 emoji were 30,000 tokens, beside a schema of 64 KB."""
+    limit = budget // 4
+    schema = json.dumps(r.response_schema, separators=(",", ":")) if r.response_schema is not None else ""
+    asked = count_tokens(r.query) + (count_tokens(schema) if schema else 0)
+    if asked > limit:
+        raise InvalidArgument(
+            f"query and response_format take {asked:,} tokens together; at most {limit:,} are allowed "
+            "(a quarter of PEERLOG_DIALECTIC_TOKEN_BUDGET): ask more briefly"
+        )
 
 
 async def _prepared(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:

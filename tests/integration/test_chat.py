@@ -364,6 +364,16 @@ async def test_a_perspective_peer_bounds_the_messages_chat_reads_to_those_it_saw
     await rejected(ask(memory["chan"], perspective_peer_id="ghost", **mine), grpc.StatusCode.NOT_FOUND, "ghost")
 
 
+# 54 KB, under the 64 KB limit, and 10,500 tokens
+BIG_SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "properties": {f"f{i}": {"type": "string", "description": "alpha beta gamma delta " * 6} for i in range(300)},
+    },
+    separators=(",", ":"),
+)
+
+
 @pytest.mark.parametrize(
     "kw,code,phrase",
     [
@@ -379,6 +389,17 @@ async def test_a_perspective_peer_bounds_the_messages_chat_reads_to_those_it_saw
             "not a valid JSON schema",
         ),
         ({"query": "where\x00"}, grpc.StatusCode.INVALID_ARGUMENT, "NUL"),
+        # within 10,000 characters, 18,000 tokens: sent whole to the model, twice with a repair
+        (
+            {"query": "\U0001f642" * 9_000},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "take 18,000 tokens together; at most 8,000",
+        ),
+        (
+            {"response_format": d.ResponseFormat(json_schema=BIG_SCHEMA)},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "tokens together",
+        ),
         ({"time_zone": "Mars/Olympus_Mons"}, grpc.StatusCode.INVALID_ARGUMENT, "IANA name"),
     ],
 )
