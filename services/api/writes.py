@@ -410,6 +410,24 @@ async def _claimed_append(
         return ids, token
 
 
+def sent_before(taken: Mapping[str, Any], session_id: str, new: Sequence[NewMessage]) -> bool:
+    """Whether `new` is an earlier call sent again as it was: every message has its own id, already written
+    to this session by the same author with the same content and metadata (and created_at, when the call
+    gave one). A call that timed out while its append ran is told to do just that; it got ALREADY_EXISTS,
+    the answer to a clash with someone else's message, and never learnt that its write had landed."""
+
+    def same(m: NewMessage) -> bool:
+        row = taken.get(m.message_id)
+        return (
+            row is not None
+            and (row["session_id"], row["peer_id"], row["content"]) == (session_id, m.peer_id, m.content)
+            and row["metadata"] == m.metadata
+            and (m.created_at is None or row["created_at"] == m.created_at)
+        )
+
+    return all(m.message_id and same(m) for m in new)
+
+
 async def _checked_append(
     ctx: ApiDeps,
     facts: AppendFacts,
@@ -426,10 +444,13 @@ async def _checked_append(
     if not facts.session_exists or (outsiders and auth.narrow_view(workspace_id) is not None):
         # says which is missing, or what is malformed; to a peer token, a session it never joined is missing
         await require_scope(ctx, workspace_id, [session_id])
+    if taken and sent_before(taken, session_id, new):
+        return [m.message_id for m in new], ""  # readable already: a read needs no token to see them
     if taken:
         raise AlreadyExists(
             f"message id(s) {v.listed([repr(i) for i in sorted(taken)])} already exist in "
-            f"workspace {workspace_id!r}; a client's message ids must be new"
+            f"workspace {workspace_id!r}; a client's message ids must be new, or the whole earlier call sent "
+            "again unchanged (every message with its id, author, content, metadata and created_at) to get its ids back"
         )
     if outsiders:
         await check_members(ctx, workspace_id, outsiders)  # unknown peers are NOT_FOUND

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from peerlog.v1 import (
     messages_pb2,
@@ -191,18 +192,26 @@ async def test_a_repeat_after_an_api_restart_returns_the_first_reply(settings, s
     assert len(logged(settings, SESSIONS, MessageAppended, 1)) == 1
 
 
-async def test_client_message_ids_are_kept_and_must_be_new(servers):
+async def test_client_message_ids_are_kept_and_must_be_new_unless_the_same_call_is_sent_again(settings, servers):
     _, c = await servers()
     await c.setup_conversation("w", "s", peers=("alice",))
-    request = messages_pb2.AddMessagesRequest(
-        workspace_id="w",
-        session_id="s",
-        messages=[messages_pb2.NewMessage(peer_id="alice", content="mine", message_id="client-1")],
-    )
-    reply = await c.messages.AddMessages(request)
+
+    def request(content: str = "mine", **kw) -> messages_pb2.AddMessagesRequest:
+        new = messages_pb2.NewMessage(peer_id="alice", content=content, message_id="client-1", **kw)
+        return messages_pb2.AddMessagesRequest(workspace_id="w", session_id="s", messages=[new])
+
+    reply = await c.messages.AddMessages(request())
     assert list(reply.message_ids) == ["client-1"]
     await stored(c, reply.consistency_token)
-    await rejected(c.messages.AddMessages(request), grpc.StatusCode.ALREADY_EXISTS, "'client-1'", "must be new")
+    # what a call that timed out while appending is told to do: it got ALREADY_EXISTS, as for a clash
+    again = await c.messages.AddMessages(request())
+    assert list(again.message_ids) == ["client-1"]
+    assert len(logged(settings, SESSIONS, MessageAppended, 1)) == 1  # written once
+    await rejected(
+        c.messages.AddMessages(request("not mine")), grpc.StatusCode.ALREADY_EXISTS, "'client-1'", "must be new"
+    )
+    backdated = request(created_at=Timestamp(seconds=1_600_000_000))
+    await rejected(c.messages.AddMessages(backdated), grpc.StatusCode.ALREADY_EXISTS, "'client-1'")
 
 
 async def test_create_observations_under_a_key_writes_once(settings, servers):
