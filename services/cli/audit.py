@@ -47,26 +47,33 @@ def _copy_of(m: audit_pb2.SourceMessage) -> str:
 def provenance_tree(p: audit_pb2.GetProvenanceResponse) -> Tree:
     """The DAG as a tree: a premise shared by two branches is shown under each (marked the second time)."""
     nodes = {n.observation.observation_id: n for n in p.nodes}
+    missing = set(p.missing_ids)  # absent from the store; any other absent premise was left out of the reply
     shown: set[str] = set()
 
     def add(parent: Tree, obs_id: str) -> None:
         node = nodes.get(obs_id)
-        if node is None:
+        if node is None and obs_id in missing:
             parent.add(f"[red]missing premise {escape(obs_id)}[/red]")
+            return
+        if node is None:
+            parent.add(f"[dim]premise {escape(obs_id)} left out: the reply was cut short[/dim]")
             return
         branch = parent.add(_label(node.observation) + ("  [dim](shown above)[/dim]" if obs_id in shown else ""))
         if obs_id in shown:
             return
         shown.add(obs_id)
         for m in node.source_messages:
+            # a message always has text: none here is the reply cut short, not a span outside its message
+            said = f"“{escape(m.content)}”" if m.content else "[dim](its text left out: the reply was cut short)[/dim]"
             branch.add(
                 f"[cyan]{escape(m.peer_id)}[/cyan] [dim]{_when(m.created_at)} · session {escape(m.session_id)}"
-                f" · {m.message_id}{_copy_of(m)}[/dim]\n“{escape(m.content)}”\n[green]span:[/green] “{escape(m.span)}”"
+                f" · {m.message_id}{_copy_of(m)}[/dim]\n{said}\n[green]span:[/green] “{escape(m.span)}”"
             )
         for premise in node.observation.premise_ids:
             add(branch, premise)
 
-    root = Tree("[bold]provenance[/bold]" + ("  [red](cut at 1,000 nodes)[/red]" if p.truncated else ""))
+    cut = "  [red](cut short at 1,000 premises or 3.5 MB: parts are marked left out)[/red]" if p.truncated else ""
+    root = Tree("[bold]provenance[/bold]" + cut)
     add(root, p.root_id)
     return root
 
