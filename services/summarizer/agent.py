@@ -20,6 +20,7 @@ from services.summarizer.policy import (
     due,
     evolve,
     failed,
+    portion,
     summarised,
     word_limit,
 )
@@ -86,13 +87,14 @@ class Summarizer:
     async def summarise(self, state: SessionSummaries, kind: SummaryKind, event):
         """A SummaryUpdated for `kind`, or SummaryDeadLettered when the model keeps failing."""
         track = state.tracks[kind]
-        words = word_limit(kind, sum(count_tokens(line.content) for line in track.pending), self.settings)
-        last = track.pending[-1]
+        lines = portion(track, self.settings.max_input_tokens, count_tokens)
+        words = word_limit(kind, sum(count_tokens(line.content) for line in lines), self.settings)
+        last = lines[-1]
         common = dict(
             workspace_id=event.workspace_id, session_id=event.session_id, kind=kind, causation_id=event.event_id
         )
         try:
-            done = await self.model.text(build_messages(kind, track.previous, track.pending, words))
+            done = await self.model.text(build_messages(kind, track.previous, lines, words))
         except ModelError as exc:
             log.warning("summary %s of %s dead-lettered: %s", kind, event.session_id, exc)
             return SummaryDeadLettered(
@@ -116,7 +118,7 @@ class Summarizer:
             content=content,
             last_message_id=last.message_id,
             last_seq=last.seq,
-            messages_covered=len(track.pending),
+            messages_covered=len(lines),
             token_count=count_tokens(content),
             model=done.model,
             prompt_version=PROMPT_VERSION,

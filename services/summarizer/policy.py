@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -179,6 +180,20 @@ def clip_words(text: str, limit: int) -> str:
     words = text.split()
     clipped = text.strip() if len(words) <= limit else " ".join(words[:limit])
     return clipped[: max(MIN_CHARS, CHARS_PER_WORD * limit)].rstrip()
+
+
+def portion(track: Track, max_input_tokens: int, tokens: Callable[[str], int]) -> tuple[Line, ...]:
+    """The oldest pending messages one summary call covers: as many as fit `max_input_tokens`, halved after
+    each failure (at least one message). A failed attempt keeps its messages and the next one comes a cadence
+    later with more: sent whole, every retry was bigger than the last, and once the backlog outgrew the
+    model's context no summary of the session ever succeeded again. The rest waits for the next call."""
+    room, used, out = max(1, max_input_tokens >> min(track.failures, 16)), 0, []
+    for line in track.pending:
+        used += tokens(line.content)
+        if out and used > room:
+            break
+        out.append(line)
+    return tuple(out)
 
 
 def summarised(state: SessionSummaries, event: SummaryUpdated) -> SessionSummaries:

@@ -15,6 +15,12 @@ class SummarizerSettings(BaseSettings):
     long_every: int = Field(60, ge=1, description="messages between long summaries")
     short_max_input_tokens: int = Field(1000, ge=1, description="short summary ≤ 0.75 × min(input tokens, this) words")
     long_max_words: int = Field(3000, ge=1)
+    max_input_tokens: int = Field(
+        6000,
+        ge=100,
+        description="most tokens of messages one summary call reads (the oldest pending first; halved after each "
+        "failure): what does not fit waits for the next call",
+    )
     # the state record holds both kinds' pending text: 2 × 256 KiB plus two previous summaries stays under
     # the broker's default record limit (1 MiB), and 60 messages cut at 4,000 characters fit one kind
     pending_max_bytes: int = Field(

@@ -6,7 +6,16 @@ from datetime import UTC, datetime
 
 from services.events import Configuration, MessageAppended, ProducerInfo, SessionConfigured, SummaryKind, SummaryUpdated
 from services.settings import Settings
-from services.summarizer.policy import SessionSummaries, clip_words, due, evolve, failed, summarised, word_limit
+from services.summarizer.policy import (
+    SessionSummaries,
+    clip_words,
+    due,
+    evolve,
+    failed,
+    portion,
+    summarised,
+    word_limit,
+)
 from services.summarizer.settings import SummarizerSettings
 
 P = ProducerInfo(component="test", version="0")
@@ -119,3 +128,39 @@ def test_a_summary_prompt_names_a_display_named_speaker_by_its_name():
     state = evolve(state, msg(1), G)
     user = build_messages(SummaryKind.SHORT, "", state.tracks[SummaryKind.SHORT].pending, 100)[-1]["content"]
     assert 'speaker="Maria Lopez">t0<' in user and 'speaker="a">t1<' in user
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def test_a_backlog_is_summarised_in_pieces_that_shrink_after_each_failure_and_the_rest_waits():
+    state = SessionSummaries()
+    for i in range(30):
+        state = evolve(state, msg(i).model_copy(update={"content": "word " * 100}), G)
+    track = state.tracks[SummaryKind.LONG]
+    # before, every attempt read all 30 (3,000 words) and each retry more: past the model's context for good
+    assert [line.seq for line in portion(track, 1000, words)] == list(range(1, 11))
+    once = failed(state, SummaryKind.LONG, G).tracks[SummaryKind.LONG]
+    assert len(portion(once, 1000, words)) == 5
+    twice = failed(failed(state, SummaryKind.LONG, G), SummaryKind.LONG, G).tracks[SummaryKind.LONG]
+    assert len(portion(twice, 1000, words)) == 2
+    assert len(portion(track, 10, words)) == 1  # a message longer than the room still goes, alone
+    done = summarised(
+        state,
+        SummaryUpdated(
+            workspace_id="w",
+            session_id="s",
+            kind=SummaryKind.LONG,
+            content="ten of them",
+            last_message_id="m9",
+            last_seq=10,
+            messages_covered=10,
+            token_count=3,
+            model="m",
+            prompt_version="1",
+            producer=P,
+        ),
+    )
+    assert [line.seq for line in done.tracks[SummaryKind.LONG].pending] == list(range(11, 31))
+    assert SummaryKind.LONG in due_(done)  # the rest is due at once: 20 pending, over the cadence of 4
