@@ -7,7 +7,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -215,9 +215,11 @@ class EventLog:
 
     def _transact(self, producer: Producer, group: list[_Write]) -> None:
         errors: list[str] = []
+        unanswered = [0]  # records produced whose delivery report has not come back
 
         def delivered_to(write: _Write):
             def on_delivery(err, msg) -> None:
+                unanswered[0] -= 1
                 if err is not None:
                     errors.append(err.str())
                 else:
@@ -230,18 +232,21 @@ class EventLog:
             on_delivery = delivered_to(write)
             for topic, key, value in write.records:
                 producer.produce(topic, value, key=key, headers=write.headers, on_delivery=on_delivery)
-        self._commit(producer)  # flushes: every delivery callback has run
+                unanswered[0] += 1
+        self._commit(producer, lambda: unanswered[0])  # flushes: every delivery callback has run
         if errors:
             raise AppendFailed(f"delivery failed: {errors[0]}")
 
-    def _commit(self, producer: Producer) -> None:
+    def _commit(self, producer: Producer, unanswered: Callable[[], int]) -> None:
         """commit_transaction, called again for as long as its outcome is open.
 
         librdkafka sends the commit (EndTxn) only once every record is acknowledged. A call that timed out
-        with records still queued never sent it, so the write can be refused whole: the slot's next
+        with records still unacknowledged never sent it, so the write can be refused whole: the slot's next
         producer fences the transaction. A call that timed out after that may have its commit at the
         coordinator, which a fencing producer would complete: refusing then would let the client's retry
-        write it twice. Only another call tells how it ended.
+        write it twice. Only another call tells how it ended. Which of the two it was is counted from the
+        delivery reports (`unanswered()`, once the queue is served): `len(producer)` counts the client's
+        error events too, and a broker gone after the commit queues a few.
         """
         timeout = self._settings.append_timeout_s
         deadline = time.monotonic() + self._settings.transaction_timeout_ms / 1000
@@ -250,7 +255,10 @@ class EventLog:
                 producer.commit_transaction(timeout)
                 return
             except KafkaException as exc:
-                if not exc.args[0].retriable() or len(producer) > 0:
+                if not exc.args[0].retriable():
+                    raise
+                producer.poll(0)  # delivery reports already in serve their callbacks
+                if unanswered() > 0:
                     raise
                 if time.monotonic() >= deadline:
                     raise AppendUnresolved(

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from services.bus import producer as producer_module
 from services.bus.producer import AppendFailed, AppendUnresolved, EventLog
@@ -141,6 +141,49 @@ def test_a_commit_left_unanswered_past_the_transaction_timeout_is_never_refused_
         log.close()
     written = created(settings, ["next", "unknown"] if acknowledged else ["next"]).count("unknown")
     assert written == 1 if acknowledged else written <= 1
+
+
+@pytest.fixture
+def reply_lost_once(monkeypatch):
+    """Make the log's producers commit the next transaction after `arm()` but answer its first commit call
+    with a retriable transport error, as librdkafka does when the broker goes away after taking the commit;
+    the client's queue then holds the disconnect's error events, which `len(producer)` counts."""
+    armed: list[int] = []
+
+    class ReplyLostOnce(Producer):
+        lost = False  # the log took this producer's commit and its answer was dropped
+
+        def commit_transaction(self, *args):
+            if self.lost:  # asked again: the transaction is committed
+                self.lost = False
+                return None
+            if not armed:
+                return super().commit_transaction(*args)
+            armed.clear()
+            super().commit_transaction(*args)
+            self.lost = True
+            raise KafkaException(
+                KafkaError(KafkaError._TRANSPORT, "Failed to end transaction: Disconnected", retriable=True)
+            )
+
+        def __len__(self):
+            return super().__len__() + 3  # the disconnect's error events
+
+    monkeypatch.setattr(producer_module, "Producer", ReplyLostOnce)
+    return lambda: armed.append(1)
+
+
+def test_a_commit_whose_answer_was_lost_after_the_log_took_it_is_acknowledged_not_refused(settings, reply_lost_once):
+    # refused as "nothing written" (AppendFailed), its client's retry wrote it twice
+    log = event_log(settings)
+    try:
+        reply_lost_once()
+        token = log.append_sync([WorkspaceCreated(workspace_id="taken", producer=P)])
+        log.append_sync([WorkspaceCreated(workspace_id="next", producer=P)])
+    finally:
+        log.close()
+    assert token.offsets
+    assert created(settings, ["taken", "next"]).count("taken") == 1
 
 
 @pytest.fixture
