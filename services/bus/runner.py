@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -44,7 +44,7 @@ from services.bus.admin import create_topics
 from services.bus.producer import AppendFailed, init_transactions
 from services.bus.settings import KafkaSettings
 from services.bus.stall import probe, stall_after_s
-from services.bus.streams import read
+from services.bus.streams import read_input
 from services.bus.takeover import State, TransactionFailed, await_closed_changelog, await_stable_offsets, restore
 from services.bus.topics import COMPACTED_CONFIG, TopicSpec, topic_for
 from services.events import Event, encode
@@ -168,6 +168,7 @@ class Runner:
         self.states.clear()
         self.screens.clear()
         self.partition_of.clear()
+        self._assign_failure: Exception | None = None
         self.consumer = Consumer(self._consumer_config())
         try:
             self.producer = Producer(self._producer_config())
@@ -214,6 +215,8 @@ class Runner:
         quiet_since = time.monotonic()
         while not self._stop.is_set():
             msgs = await loop.run_in_executor(self._io, self.consumer.consume, self.processor.max_batch, 0.05)
+            if self._assign_failure is not None:  # its records are not processed: the next incarnation reads them
+                raise TransactionFailed(f"restoring the assigned partitions' state failed: {self._assign_failure}")
             records = [m for m in msgs if usable(m)]
             if records:
                 await self._transact(records)
@@ -223,7 +226,16 @@ class Runner:
                 quiet_since = time.monotonic()
             if self.tick and time.monotonic() >= next_tick:
                 next_tick = time.monotonic() + self.tick_s
-                await self.tick(dict(self.states))
+                await self._ticked()
+
+    async def _ticked(self) -> None:
+        """The clock's tick. What it appends (a pair's flush, a dream request) is decided again from the
+        states at the next one, so a tick the log refused is skipped: raised, it ended the runner and the
+        worker with it during any broker outage longer than the side append's wait."""
+        try:
+            await self.tick(dict(self.states))
+        except (AppendFailed, KafkaException) as exc:
+            log.warning("%s: a clock tick could not append (%s); the next tick tries again", self.group, exc)
 
     async def _check_stall(self, loop) -> None:
         """End the incarnation if its consumer gets nothing though records wait (services/bus/stall.py)."""
@@ -242,7 +254,7 @@ class Runner:
             by_key: dict[bytes, list[Message]] = {}
             for msg in records:
                 by_key.setdefault(msg.key() or b"", []).append(msg)
-            await asyncio.gather(*(self._handle_in_order(msgs, outputs) for msgs in by_key.values()))
+            await _all_or_none(self._handle_in_order(msgs, outputs) for msgs in by_key.values())
             # produced only now: the broker opens the transaction at its first record, so it stays open
             # for the commit's round trips, not for the batch's model calls. An open transaction holds
             # up every read_committed reader of its partitions, and one left by a killed worker does so
@@ -308,7 +320,7 @@ class Runner:
 
     async def _handle(self, msg: Message, outputs: list[dict[str, Any]]) -> None:
         """Decide on one record: its events and changelog records go to `outputs`, its states to memory."""
-        event = read(msg.value())
+        event = read_input(msg.value(), f"{msg.topic()}[{msg.partition()}]@{msg.offset()}")
         if event is None or self._repeated(event, msg.partition(), outputs):
             return
         # the span continues the trace of the call or event that produced this record, and its output
@@ -370,6 +382,15 @@ class Runner:
         return [dict(topic=self.changelog_topic, value=value, key=key.encode(), partition=partition)]
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The partitions' states restored. A failure (the broker away, a changelog unread in time) is kept
+        for `_loop` to end the incarnation with, not the worker; raised inside a librdkafka callback, it
+        ended the whole process (and the client can be left in a broken state)."""
+        try:
+            self._restore(consumer, partitions)
+        except Exception as exc:  # noqa: BLE001 - whatever it was, nothing may be processed without its state
+            self._assign_failure = exc
+
+    def _restore(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         started = time.monotonic()
         numbers = sorted({p.partition for p in partitions})
         # said before the waits as well as after: a runner stuck in one shows where it is
@@ -493,3 +514,17 @@ def _too_large(processor: str, outputs: list[dict[str, Any]]) -> None:
             biggest.get("topic"),
             (biggest.get("key") or b"")[:200],
         )
+
+
+async def _all_or_none(handlers: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run a batch's keys concurrently; on the first failure the others are cancelled and awaited before it
+    is raised. Left running (asyncio.gather does not cancel), a key's handler finished its model call after
+    the next incarnation restored its states, and wrote the failed batch's state over them."""
+    tasks = [asyncio.ensure_future(h) for h in handlers]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -11,7 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from services.bus.consistency import ConsistencyToken
 from services.bus.settings import KafkaSettings
-from services.events import Event, EventDecodeError, decode
+from services.events import Event, EventDecodeError, UnknownEventType, UnsupportedSchemaVersion, decode
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,25 @@ def read(raw: bytes) -> Event | None:
         return decode(raw)
     except EventDecodeError as exc:
         log.error("skipping unreadable record: %s", exc)
+        return None
+
+
+class NewerThanThisCode(RuntimeError):
+    """A processor's input holds an event of a type or schema version this code does not know."""
+
+
+def read_input(raw: bytes | None, where: str) -> Event | None:
+    """`read` for a processor's input: an event of a newer version of peerlog (an unknown type, a newer
+    schema version) stops the processor with a clear error instead (DESIGN, The log). Skipped, its offset
+    was committed with the batch and the event never processed, even once the worker was upgraded."""
+    try:
+        return decode(raw)
+    except (UnknownEventType, UnsupportedSchemaVersion) as exc:
+        raise NewerThanThisCode(
+            f"{where} holds an event this worker cannot read ({exc}): upgrade peerlog's worker"
+        ) from None
+    except EventDecodeError as exc:
+        log.error("skipping unreadable record at %s: %s", where, exc)
         return None
 
 
@@ -46,6 +65,7 @@ def to_the_end(
 ) -> Iterator[Message]:
     """Every committed record of `topic` (or of some of its partitions) from the start to the end as the
     read reaches it. Ends at end-of-partition events: watermarks also count transaction markers.
+    RuntimeError once `timeout` seconds pass without a record.
 
     Quick to start and to finish, since a runner's every new assignment reads its state this way: the
     topic's metadata is asked for before the assignment (assigned first, librdkafka does not yet know the
@@ -59,8 +79,9 @@ def to_the_end(
         deadline = time.monotonic() + timeout
         while remaining:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"could not read {topic} to its end within {timeout:.0f} s")
+                raise RuntimeError(f"could not read {topic} to its end: nothing came for {timeout:.0f} s")
             for msg in consumer.consume(1000, 0.05):
+                deadline = time.monotonic() + timeout  # a long topic read steadily is never cut off
                 if msg.error() is None:
                     yield msg
                 elif msg.error().code() == KafkaError._PARTITION_EOF:

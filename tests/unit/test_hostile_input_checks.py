@@ -14,6 +14,7 @@ from services.api import validation as v
 from services.api.errors import MAX_DETAILS_BYTES, fitted
 from services.dialectic import response_format as rf
 from services.dialectic.loop import ChatRequest
+from services.dialectic.settings import DialecticSettings
 from services.errors import InvalidArgument
 from services.events.cards import card_problems
 
@@ -116,7 +117,8 @@ async def test_the_schema_check_runs_off_the_event_loop(monkeypatch):
         return None
 
     monkeypatch.setattr(chat, "require_scope", nothing)
-    ctx = type("Ctx", (), {"dialectic": object(), "freshness": type("F", (), {"wait": staticmethod(nothing)})()})()
+    dialectic = type("D", (), {"settings": DialecticSettings()})()
+    ctx = type("Ctx", (), {"dialectic": dialectic, "freshness": type("F", (), {"wait": staticmethod(nothing)})()})()
     await chat._checked(ctx, ChatRequest("w", "a", "b", "q?", response_schema={"type": "string"}), "")
     assert threads and threads[0] != threading.get_ident()
 

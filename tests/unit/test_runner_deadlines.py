@@ -41,7 +41,6 @@ async def test_a_side_append_that_fails_in_a_broker_outage_ends_the_incarnation_
     from services.bus.producer import AppendFailed
     from services.bus.runner import Runner, Step
     from services.bus.settings import KafkaSettings
-    from services.events import ProducerInfo, WorkspaceCreated, encode
 
     class EmitsIntoAnOutage:
         name, inputs, max_batch = "deriver", (), 1
@@ -49,23 +48,10 @@ async def test_a_side_append_that_fails_in_a_broker_outage_ends_the_incarnation_
         async def handle(self, get, event) -> Step:
             raise AppendFailed("side events were not acknowledged within 30 s")
 
-    class Record:
-        def key(self):
-            return b"w"
-
-        def value(self):
-            return encode(WorkspaceCreated(workspace_id="w", producer=ProducerInfo(component="t", version="0")))
-
-        def partition(self):
-            return 0
-
-        def headers(self):
-            return None
-
     runner = Runner(KafkaSettings(), "app", EmitsIntoAnOutage())
     # TransactionFailed: the run loop starts a new incarnation from the committed offsets
     with pytest.raises(TransactionFailed, match="a side append failed"):
-        await runner._transact([Record()])
+        await runner._transact([_Keyed(b"w")])
 
 
 async def test_a_call_that_fails_after_its_deadline_leaves_no_unread_error_behind(caplog):
@@ -81,3 +67,87 @@ async def test_a_call_that_fails_after_its_deadline_leaves_no_unread_error_behin
     await asyncio.sleep(0.2)  # the thread's error reaches the future
     gc.collect()  # asyncio reports an unread error when the future is collected
     assert "exception was never retrieved" not in caplog.text
+
+
+class _Keyed:
+    """A record of `key` holding a WorkspaceCreated."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def key(self):
+        return self._key
+
+    def value(self):
+        from services.events import ProducerInfo, WorkspaceCreated, encode
+
+        return encode(
+            WorkspaceCreated(workspace_id=self._key.decode(), producer=ProducerInfo(component="t", version="0"))
+        )
+
+    def partition(self):
+        return 0
+
+    def topic(self):
+        return "t.directory"
+
+    def offset(self):
+        return 0
+
+    def headers(self):
+        return None
+
+
+async def test_a_key_that_fails_cancels_the_batchs_other_keys_before_the_incarnation_ends():
+    from services.bus.producer import AppendFailed
+    from services.bus.runner import Runner, Step
+    from services.bus.settings import KafkaSettings
+
+    finished: list[str] = []
+
+    class OneKeyFails:
+        name, inputs, max_batch = "deriver", (), 2
+
+        async def handle(self, get, event) -> Step:
+            if event.workspace_id == "a":
+                raise AppendFailed("side events were not acknowledged within 30 s")
+            await asyncio.sleep(0.3)  # a model call
+            finished.append(event.workspace_id)
+            return Step()
+
+    runner = Runner(KafkaSettings(), "app", OneKeyFails())
+    with pytest.raises(TransactionFailed):
+        await runner._transact([_Keyed(b"a"), _Keyed(b"b")])
+    await asyncio.sleep(0.6)
+    # left running, b's handler finished after the next incarnation had restored its states, over them
+    assert finished == []
+
+
+async def test_a_clock_tick_the_log_refuses_is_skipped_not_the_end_of_the_worker():
+    from services.bus.producer import AppendFailed
+    from services.bus.runner import Runner
+    from services.bus.settings import KafkaSettings
+
+    async def tick(states):
+        raise AppendFailed("side events were not acknowledged within 30 s")
+
+    class Idle:
+        name, inputs, max_batch = "dream-scheduler", (), 1
+
+    runner = Runner(KafkaSettings(), "app", Idle(), tick=tick)
+    await runner._ticked()  # raised, it ended the runner's task and the worker with it
+
+
+def test_an_input_event_newer_than_this_code_stops_the_processor_naming_where_it_is():
+    import orjson
+
+    from services.bus.streams import NewerThanThisCode, read_input
+
+    newer = orjson.loads(_Keyed(b"w").value())
+    newer["schema_version"] = 99
+    with pytest.raises(NewerThanThisCode, match="t.directory\\[0\\]@7 holds an event this worker cannot read.*upgrade"):
+        read_input(orjson.dumps(newer), "t.directory[0]@7")
+    renamed = {**orjson.loads(_Keyed(b"w").value()), "type": "WorkspaceTeleported"}
+    with pytest.raises(NewerThanThisCode):
+        read_input(orjson.dumps(renamed), "t.directory[0]@8")
+    assert read_input(b"\x00 not json", "t.directory[0]@9") is None  # damaged bytes: skipped, as before
