@@ -100,6 +100,7 @@ class Dreamer:
             end = DreamFailed(
                 **pair, dream_id=event.dream_id, reason=reason[:2000], producer=PRODUCER, causation_id=event.event_id
             )
+        await run.card_kept()
         return Step(_written_now([*run.events, end]))  # the end too: a dream ends no sooner than its edits
 
     @staticmethod

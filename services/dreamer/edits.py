@@ -272,12 +272,16 @@ def decide_edit(
     d: Dream,
     vector=(),
     embedding_model: str = "",
+    card: Sequence[str] = (),
 ) -> ActionResult:
-    """The events for `action` (or its refusal) and the dream's new pending state."""
+    """The events for `action` (or its refusal) and the dream's new pending state; `card` is the peer card
+    as the dream read it."""
     view = pending.overlay(d, known)
     model = dict(embedding_model=embedding_model)
     if isinstance(action, SetPeerCard):
         problems = card_problems(action.entries)
+        if not action.entries and card:  # a garbage reply must not erase what a client curated
+            problems.append(f"an empty card would erase all {len(card)} entries; set the entries that still hold")
         if problems:
             return ActionResult([], "rejected: " + "; ".join(problems), pending, False)
         return ActionResult(

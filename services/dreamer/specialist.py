@@ -19,7 +19,7 @@ from services.dreamer import edits, prompt
 from services.dreamer.aliases import Aliases
 from services.dreamer.edits import Action, Dream, DreamWrites, NamedObservation
 from services.dreamer.ports import DreamReads
-from services.events import Event, ObservationRejected, ProducerInfo
+from services.events import Event, ObservationRejected, PeerCardUpdated, ProducerInfo
 from services.llm.client import ModelClient, ToolCall
 from services.llm.embeddings import Embedder
 from services.toolloop import memory
@@ -89,6 +89,8 @@ class DreamRun:
     edits: int = 0
     written: list[str] = field(default_factory=list)  # lines for the next specialist's opening
     names: Aliases = field(default_factory=Aliases)  # short names of the observations shown
+    card: tuple[str, ...] = ()  # the peer card's entries as the latest opening read them
+    card_replaced: tuple[str, ...] | None = None  # the card the dream's card edit replaces, once it made one
 
     def scope(self) -> RecallScope:
         d = self.dream
@@ -159,6 +161,7 @@ class DreamRun:
 
     async def opening(self, specialist: str) -> str:
         rows, card = await self.reads.opening(self.scope(), OPENING_OBSERVATIONS)
+        self.card = tuple(card)
         lines = [self.line(r) for r in reversed(rows)]
         return prompt.opening(specialist, lines, card, self.written)
 
@@ -198,17 +201,30 @@ class DreamRun:
         vector, embedding_model = (), ""
         if isinstance(action, WRITES_TEXT):
             vector, embedding_model = (await self.embedder.embed([action.content]))[0], self.embedder.model_name
-        outcome = edits.decide_edit(self.pending, known, action, self.dream, vector, embedding_model)
+        outcome = edits.decide_edit(self.pending, known, action, self.dream, vector, embedding_model, self.card)
         self.pending, self.events = outcome.pending, [*self.events, *outcome.events]
         if any(isinstance(e, ObservationRejected) for e in outcome.events):
             REJECTED.labels(self.dream.producer.prompt_version.split("-")[0]).inc()
         if outcome.accepted:
             self.edits += 1
+            if isinstance(action, edits.SetPeerCard) and self.card_replaced is None:
+                self.card_replaced = self.card
             if isinstance(action, WRITES_TEXT):
                 short = self.names.alias(outcome.events[0].observation_id)
                 self.written.append(f"[obs:{short}] ({call.name}) {action.content}")
                 return f"ok: written as {short}"
         return self.names.in_reply(outcome.reply)
+
+    async def card_kept(self) -> None:
+        """Drop the dream's card edit when the card changed since the dream read it: a client's SetPeerCard
+        made while the dream ran would be overwritten by a card written from the older one."""
+        if self.card_replaced is None:
+            return
+        _, now = await self.reads.opening(self.scope(), 0)
+        if tuple(now) != self.card_replaced:
+            dropped = [e for e in self.events if isinstance(e, PeerCardUpdated)]
+            self.events = [e for e in self.events if not isinstance(e, PeerCardUpdated)]
+            self.edits -= len(dropped)
 
     async def known(self, ids: Sequence[str], content: str = "") -> dict[str, NamedObservation]:
         """The observations `ids` name, and the pair's live ones that already say `content`."""

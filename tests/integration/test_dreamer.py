@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import threading
 from datetime import UTC, datetime
 
 from peerlog.v1 import audit_pb2, dreams_pb2, peers_pb2
@@ -13,7 +14,7 @@ from projections.rebuild import rebuild
 from services.cli.client import Client
 from services.dreamer.prompt import PROMPT_VERSIONS
 from tests.support.model_server import Reply
-from tests.support.wait import until
+from tests.support.wait import until, until_true
 
 FACTS = [
     "Bob lives in Oslo",
@@ -179,6 +180,33 @@ async def test_a_dreams_edits_are_dated_when_the_dream_writes_them_not_when_its_
     await dream_once(c, settings)
     update = await projected_edit(c, "Bob lives in Bergen")
     assert update.created_at.ToDatetime(tzinfo=UTC) > last_asked[-1]  # made in the first round, written last
+
+
+async def test_a_card_a_client_sets_while_the_dream_runs_is_not_overwritten_by_the_dreams_card(
+    channel, settings, model_server, start_worker
+):
+    c = Client(channel)
+    ids = await seed(c)
+    plan, asked_last = scripted(ids), threading.Event()
+
+    def slow_last(request: dict) -> Reply:
+        reply = plan(request)
+        if specialist(request) == "induction" and reply.tool_calls is None:  # after the dream's card edit
+            asked_last.set()
+            return dataclasses.replace(reply, delay_s=3.0)
+        return reply
+
+    model_server.reply_with(slow_last)
+    start_worker("dream-scheduler,dreamer")
+    await c.dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(workspace_id="w", observer_id="bob"))
+    await until_true(asked_last.is_set, timeout=90)
+    mine = ["IDENTITY: Robert", "INSTRUCTION: call him Rob"]
+    await c.peers.SetPeerCard(peers_pb2.SetPeerCardRequest(workspace_id="w", observer_id="bob", entries=mine))
+    dream = await dream_once(c, settings)
+    await projected_edit(c, "Bob lives in Bergen")  # the dream's other edits stand
+    card = await c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="bob"))
+    # written at the dream's end from the card it read before, it replaced the client's
+    assert list(card.entries) == mine and dream.state == "completed"
 
 
 async def test_a_rebuild_reproduces_the_dream_exactly_without_calling_a_model(

@@ -134,6 +134,13 @@ def test_only_deductions_can_be_removed_and_cards_follow_the_card_rules():
     assert isinstance(good.events[0], PeerCardUpdated)
 
 
+def test_an_empty_card_is_refused_over_a_card_with_entries_and_allowed_over_an_empty_one():
+    curated = ("IDENTITY: Bob", "INSTRUCTION: call him Rob")
+    wipe = decide_edit(DreamWrites(), KNOWN, SetPeerCard(entries=[]), D, card=curated)
+    assert wipe.events == [] and "an empty card would erase all 2 entries" in wipe.reply
+    assert decide_edit(DreamWrites(), KNOWN, SetPeerCard(entries=[]), D, card=()).accepted
+
+
 def test_the_shell_looks_up_every_id_an_action_names():
     assert named_ids(UpdateKnowledge(outdated_id="o", content="c", premise_ids=["a", "b"])) == ["a", "b", "o"]
 
