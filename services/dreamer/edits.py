@@ -136,6 +136,8 @@ class DreamWrites:
     retired: frozenset[str] = frozenset()
     contents: dict[str, str] = field(default_factory=dict)  # normalised content → id, to refuse repeats
     premises: dict[str, tuple[str, ...]] = field(default_factory=dict)  # what each new one rests on
+    # each new one's derivation: the dream's, or every derivation's for one replacing a client's write
+    derivations: dict[str, str] = field(default_factory=dict)
 
     def rests_on(self, premise_ids: Sequence[str]) -> set[str]:
         """`premise_ids` and, through this dream's new observations among them, everything they rest on."""
@@ -154,7 +156,12 @@ class DreamWrites:
             **known,
             **{
                 i: NamedObservation(
-                    dream.observer_id, dream.observed_id, level, True, texts.get(i, ""), dream.derivation
+                    dream.observer_id,
+                    dream.observed_id,
+                    level,
+                    True,
+                    texts.get(i, ""),
+                    self.derivations.get(i, dream.derivation),
                 )
                 for i, level in self.added.items()
             },
@@ -247,6 +254,7 @@ def _written(pending: DreamWrites, event: ObservationAdded, more: list[Event] = 
         pending.retired | ({retired} if retired else set()),
         {**pending.contents, normalise(event.content): event.observation_id},
         {**pending.premises, event.observation_id: tuple(event.premise_ids)},
+        {**pending.derivations, event.observation_id: event.derivation},
     )
     return ActionResult([event, *more], f"ok: written as {event.observation_id}", new, True)
 

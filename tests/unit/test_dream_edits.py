@@ -114,6 +114,18 @@ def test_what_replaces_a_clients_observation_is_in_every_derivation_as_the_obser
     assert mine.events[0].derivation == ""  # the dream's own derivation's fact: replaced in it
 
 
+def test_a_second_update_of_what_replaced_a_clients_observation_stays_in_every_derivation():
+    known = {**KNOWN, "peanuts": NamedObservation("alice", "bob", "explicit", True, "bob is allergic", PAIR_WIDE)}
+    d = replace(D, derivation="v2")
+    first = decide_edit(
+        DreamWrites(), known, UpdateKnowledge(outdated_id="peanuts", content="y", premise_ids=["bees"]), d
+    )
+    y = first.events[0].observation_id
+    second = decide_edit(first.pending, known, UpdateKnowledge(outdated_id=y, content="z", premise_ids=["bees"]), d)
+    # z went to v2 alone and retired y from every derivation: promoted back, the pair lost the fact
+    assert second.events[0].derivation == PAIR_WIDE
+
+
 def test_a_later_edit_may_cite_an_earlier_one_of_the_same_dream():
     first = decide_edit(DreamWrites(), KNOWN, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D)
     new_id = first.events[0].observation_id
