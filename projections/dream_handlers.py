@@ -58,7 +58,7 @@ def dream_completed(conn: Connection, events: Sequence[DreamCompleted]) -> None:
 
 def dream_failed(conn: Connection, events: Sequence[DreamFailed]) -> None:
     for e in events:
-        _advance(conn, e, state="failed", error=e.reason, finished_at=e.occurred_at)
+        _advance(conn, e, state="failed", error=e.reason, edits=e.edits, finished_at=e.occurred_at)
 
 
 def no_projection(conn: Connection, events) -> None:

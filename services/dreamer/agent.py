@@ -73,6 +73,7 @@ class Dreamer:
             self.embedder,
         )
         rounds = {"deduction": self.settings.deduction_rounds, "induction": self.settings.induction_rounds}
+        failure = None
         try:
             # bounded: a dream outliving the worker's poll interval would be evicted and dreamt again
             async with asyncio.timeout(self.settings.max_dream_s):
@@ -83,24 +84,20 @@ class Dreamer:
             now = await self.reads.current_derivation(**pair)
             if now != derivation:
                 return Step([self._promoted_meanwhile(event, pair, derivation, now)])
-            end: Event = DreamCompleted(
-                **pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER, causation_id=event.event_id
-            )
         except (ModelError, EmbeddingError, TimeoutError) as error:
             # what the specialists wrote before a model failed (or time ran out) stands; the scheduler
             # retries after its cooldown. An embedding model answering wrongly fails the dream the same way
-            reason = (
+            failure = (
                 shown(error)
                 if not isinstance(error, TimeoutError)
                 else (
                     f"the dream ran out of its time budget of {self.settings.max_dream_s:g} s (PEERLOG_DREAM_MAX_DREAM_S)"
                 )
             )
-            log.warning("dream %s failed: %s", event.dream_id, reason if isinstance(error, TimeoutError) else error)
-            end = DreamFailed(
-                **pair, dream_id=event.dream_id, reason=reason[:2000], producer=PRODUCER, causation_id=event.event_id
-            )
+            log.warning("dream %s failed: %s", event.dream_id, failure if isinstance(error, TimeoutError) else error)
         await run.card_kept()
+        ended = dict(**pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER, causation_id=event.event_id)
+        end = DreamCompleted(**ended) if failure is None else DreamFailed(**ended, reason=failure[:2000])
         return Step(_written_now([*run.events, end]))  # the end too: a dream ends no sooner than its edits
 
     @staticmethod

@@ -246,7 +246,7 @@ async def test_a_model_that_fails_ends_the_dream_as_failed_with_the_reason(
     model_server.reply_with(lambda r: Reply(status=500))
     start_worker("dream-scheduler,dreamer")
     dream = await dream_once(c, settings, state="failed")
-    assert dream.error and "deduction" in dream.error
+    assert dream.error and "deduction" in dream.error and dream.edits == 0
     status = await c.processing_status("w", observer_id="bob")
     assert (status.dreams.failed, status.dreams.completed, status.dreams.requested) == (1, 0, 0)
 
@@ -277,6 +277,24 @@ async def test_a_model_without_tool_calling_dreams_through_structured_output_cit
     assert "[obs:#1] (explicit" in first["messages"][1]["content"] and oslo not in first["messages"][1]["content"]
     norway = await projected_edit(c, "Bob lives in Norway")
     assert list(norway.premise_ids) == [oslo] and norway.dream_id == dream.dream_id
+
+
+async def test_a_dream_that_fails_after_an_edit_counts_the_edit_that_stands(
+    channel, settings, model_server, start_worker
+):
+    c = Client(channel)
+    ids = await seed(c)
+
+    def edit_then_fail(request: dict) -> Reply:
+        if rounds_done(request) == 0:
+            return Reply(tool_calls=[call("add_deduction", content="Bob lives in Norway", premise_ids=[ids[0]])])
+        return Reply(status=500)
+
+    model_server.reply_with(edit_then_fail)
+    start_worker("dream-scheduler,dreamer")
+    dream = await dream_once(c, settings, state="failed")
+    await projected_edit(c, "Bob lives in Norway")
+    assert dream.edits == 1  # DreamFailed had no count: ListDreams said 0 of a store it had changed
 
 
 async def test_a_dream_that_outlasts_its_time_budget_ends_as_failed_within_it(
