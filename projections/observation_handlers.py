@@ -265,6 +265,12 @@ def _replacement_problem(conn: Connection, e: ObservationSuperseded) -> str | No
         )
     }
     old, row = rows.get(e.observation_id), rows.get(e.superseded_by)
+    # retired meanwhile (a dream read it live while the deriver's dedup or a client retired it): recorded
+    # anyway, its history showed two supersessions where its row keeps one
+    if old is not None and old.superseded_by is not None:
+        return f"it was already superseded by {old.superseded_by}"
+    if old is not None and old.deleted_at is not None:
+        return "it was already deleted"
     # a staged re-derivation changes only when promoted; a client's observation is in every derivation
     if old is not None and old.derivation not in (e.derivation, PAIR_WIDE):
         return f"it is in derivation {old.derivation!r}, not {e.derivation!r}, the one superseding it"

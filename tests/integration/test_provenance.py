@@ -268,6 +268,38 @@ async def test_a_supersession_whose_replacement_was_rejected_leaves_the_old_beli
     assert "is not an observation" in last.detail["reason"]
 
 
+async def test_a_supersession_of_a_belief_retired_meanwhile_is_refused_and_its_history_says_so(store, settings):
+    c, ids, token = store
+    await c.all_observations("w", "alice", "bob", token)
+    await c.delete_observation("w", ids["market"], reason="misheard")
+    # a dream that read it as live while the client deleted it: recorded anyway, its history said it was
+    # superseded too, while its row stayed deleted and the replacement's said it superseded it
+    replacement = derived("saturdays", Level.DEDUCTIVE, "Bob shops on Saturdays", [ids["bees"]])
+    retire = ObservationSuperseded(
+        workspace_id="w",
+        observer_id="alice",
+        observed_id="bob",
+        observation_id=ids["market"],
+        superseded_by="saturdays",
+        reason="knowledge update",
+        producer=DREAMER,
+        causation_id="dream-4",
+    )
+    token = append(settings, [replacement, retire])
+    history = await c.audit.GetObservationHistory(
+        audit_pb2.GetObservationHistoryRequest(
+            workspace_id="w", observation_id=ids["market"], consistency={"consistency_token": token}
+        )
+    )
+    kinds = [e.kind for e in history.entries]
+    assert "superseded" not in kinds and kinds[-1] == "supersession_refused"
+    assert history.entries[-1].detail["reason"] == "it was already deleted"
+    new = await c.audit.GetObservationHistory(
+        audit_pb2.GetObservationHistoryRequest(workspace_id="w", observation_id="saturdays")
+    )
+    assert [e.kind for e in new.entries] == ["added"]
+
+
 async def test_as_of_reads_return_the_store_and_card_as_they_stood(store, settings, channel):
     c, ids, token = store
     await c.peers.SetPeerCard(
