@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from projections import append_reads, message_reads, peer_reads, session_reads, workspace_reads
+from projections import append_reads, configurations, message_reads, peer_reads, session_reads, workspace_reads
 from projections.append_reads import AppendFacts
 from services.api import auth, idempotency
 from services.api import validation as v
@@ -405,9 +405,16 @@ async def _claimed_append(
         async with ctx.engine.connect() as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
             taken = await message_reads.messages_by_id(conn, workspace_id, chosen)
+            if taken:  # what each was sent with, for telling a resend of the same call (sent_before)
+                own = await configurations.messages_levels(conn, workspace_id, list(taken))
+                taken = {i: {**row, "configuration": own.get(i, (None, None))[0]} for i, row in taken.items()}
         ids, token = await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=False)
         await until_projected(ctx.freshness, token)
         return ids, token
+
+
+def _set(configuration: Configuration | None) -> dict:
+    return configuration.model_dump(exclude_none=True) if configuration is not None else {}
 
 
 def sent_before(taken: Mapping[str, Any], session_id: str, new: Sequence[NewMessage]) -> bool:
@@ -423,6 +430,7 @@ def sent_before(taken: Mapping[str, Any], session_id: str, new: Sequence[NewMess
             and (row["session_id"], row["peer_id"], row["content"]) == (session_id, m.peer_id, m.content)
             and row["metadata"] == m.metadata
             and (m.created_at is None or row["created_at"] == m.created_at)
+            and _set(row.get("configuration")) == _set(m.configuration)  # an opt-out added is no resend
         )
 
     return all(m.message_id and same(m) for m in new)

@@ -346,6 +346,9 @@ class Emitter:
             topic = topic_for(event).full_name(self._settings.topic_prefix)
             self._producer.produce(topic, encode(event), key=event.key.encode(), headers=headers)
         if self._producer.flush(30) > 0:
+            # what is still queued is dropped, not sent later: the caller, told they failed, emits them
+            # again (a tick each time), and during a long outage they would fill the client's queue
+            self._producer.purge(in_queue=True, in_flight=False)
             raise AppendFailed("side events were not acknowledged within 30 s")
 
     async def emit(self, events: Sequence[Event]) -> None:

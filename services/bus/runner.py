@@ -234,7 +234,7 @@ class Runner:
         worker with it during any broker outage longer than the side append's wait."""
         try:
             await self.tick(dict(self.states))
-        except (AppendFailed, KafkaException) as exc:
+        except (AppendFailed, KafkaException, BufferError) as exc:  # BufferError: its queue filled meanwhile
             log.warning("%s: a clock tick could not append (%s); the next tick tries again", self.group, exc)
 
     async def _check_stall(self, loop) -> None:

@@ -126,14 +126,19 @@ def problems(schema: Mapping[str, Any], value: Any) -> list[str]:
     return [f"- {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors]
 
 
+async def on_own_threads(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` on the module's own threads: CPU work a caller's schema sizes."""
+    return await asyncio.get_running_loop().run_in_executor(_CHECKS, fn, *args)
+
+
 async def checked(schema: Mapping[str, Any]) -> None:
     """`check` on the module's own threads."""
-    await asyncio.get_running_loop().run_in_executor(_CHECKS, check, schema)
+    await on_own_threads(check, schema)
 
 
 async def problems_in(schema: Mapping[str, Any], value: Any) -> list[str]:
     """`problems` on the module's own threads."""
-    return await asyncio.get_running_loop().run_in_executor(_CHECKS, problems, schema, value)
+    return await on_own_threads(problems, schema, value)
 
 
 def _bounded(run: Callable[[], list]) -> list:

@@ -126,7 +126,9 @@ def decode(raw: bytes) -> Event:
 
 def _upcast(cls: type[Event], data: dict[str, Any]) -> dict[str, Any]:
     version = data.get("schema_version", 1)
-    if not isinstance(version, int) or version > cls.schema_version_current:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:  # damaged, not newer
+        raise EventDecodeError(f"{cls.__name__} schema_version {version!r} is not a version number")
+    if version > cls.schema_version_current:
         raise UnsupportedSchemaVersion(
             f"{cls.__name__} schema_version {version!r} is newer than this code "
             f"({cls.schema_version_current}); upgrade peerlog before reading it"

@@ -61,8 +61,8 @@ class DreamFailed(_DreamEvent):
     """The dream ended without finishing; `reason` says why. Its edits so far stand, `edits` of them."""
 
     schema_version_current: ClassVar[int] = 2  # 2: `edits`
-    upcasters = {1: lambda data: data}  # version 1 did not count them: 0, as ListDreams showed
+    upcasters = {1: lambda data: data}  # version 1 did not count them: None, as the projection held them
 
     dream_id: str
     reason: str
-    edits: int = 0
+    edits: int | None = None

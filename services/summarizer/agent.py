@@ -9,7 +9,7 @@ from services.bus.runner import Get, Step
 from services.bus.topics import SESSIONS
 from services.events import Event, ProducerInfo, SummaryDeadLettered, SummaryKind, SummaryUpdated
 from services.llm.client import ModelClient
-from services.llm.errors import ModelError, shown
+from services.llm.errors import ModelError, ModelRequestRejected, shown
 from services.llm.formats import storable
 from services.llm.tokens import count_tokens
 from services.summarizer.policy import (
@@ -21,6 +21,7 @@ from services.summarizer.policy import (
     evolve,
     failed,
     portion,
+    room,
     summarised,
     word_limit,
 )
@@ -50,10 +51,13 @@ class Summarizer:
         state = evolve(SessionSummaries.model_validate(raw) if raw else SessionSummaries(), event, self.global_)
         out = []
         for kind in due(state, self.settings, self.global_):
-            result = await self.summarise(state, kind, event)
+            result, refused = await self.summarise(state, kind, event)
             out.append(result)
+            tried = room(state.tracks[kind], self.settings.max_input_tokens) if refused else None
             state = (
-                summarised(state, result) if isinstance(result, SummaryUpdated) else failed(state, kind, self.global_)
+                summarised(state, result)
+                if isinstance(result, SummaryUpdated)
+                else failed(state, kind, self.global_, tried)
             )
         state, dropped = bounded(state, self.settings)  # the state is one record: it must fit the broker's limit
         out += [self.dropped(d, event) for d in dropped]
@@ -84,8 +88,9 @@ class Summarizer:
             producer=self.producer(self.model.settings.model),
         )
 
-    async def summarise(self, state: SessionSummaries, kind: SummaryKind, event):
-        """A SummaryUpdated for `kind`, or SummaryDeadLettered when the model keeps failing."""
+    async def summarise(self, state: SessionSummaries, kind: SummaryKind, event) -> tuple[Event, bool]:
+        """A SummaryUpdated for `kind`, or SummaryDeadLettered when the model keeps failing; and whether
+        the model refused the request (as one does a prompt past its context)."""
         track = state.tracks[kind]
         lines = portion(track, self.settings.max_input_tokens, count_tokens)
         words = word_limit(kind, sum(count_tokens(line.content) for line in lines), self.settings)
@@ -97,24 +102,26 @@ class Summarizer:
             done = await self.model.text(build_messages(kind, track.previous, lines, words))
         except ModelError as exc:
             log.warning("summary %s of %s dead-lettered: %s", kind, event.session_id, exc)
-            return SummaryDeadLettered(
+            letter = SummaryDeadLettered(
                 last_seq=last.seq,
                 error=shown(exc)[:4000],
                 attempts=self.model.settings.max_retries + 1,
                 producer=self.producer(self.model.settings.model),
                 **common,
             )
+            return letter, isinstance(exc, ModelRequestRejected)
         # a NUL would pass here and be refused by the projection: the summary lost while counted done
         content = clip_words(storable(done.value), words)
         if not content:
-            return SummaryDeadLettered(
+            empty = SummaryDeadLettered(
                 last_seq=last.seq,
                 error="the model returned an empty summary",
                 attempts=1,
                 producer=self.producer(done.model),
                 **common,
             )
-        return SummaryUpdated(
+            return empty, False
+        updated = SummaryUpdated(
             content=content,
             last_message_id=last.message_id,
             last_seq=last.seq,
@@ -125,6 +132,7 @@ class Summarizer:
             producer=self.producer(done.model),
             **common,
         )
+        return updated, False
 
 
 def build(settings: Settings):

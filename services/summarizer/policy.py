@@ -45,6 +45,7 @@ class Track(BaseModel):
     previous: str = ""
     due_at: int = 0  # pending count at which the next attempt is made (0 = the configured cadence)
     failures: int = 0  # dead-lettered attempts since the last summary
+    room: int = 0  # tokens of messages one call reads; 0: PEERLOG_SUMMARIZER_MAX_INPUT_TOKENS (see `portion`)
 
 
 @dataclass(frozen=True)
@@ -182,15 +183,24 @@ def clip_words(text: str, limit: int) -> str:
     return clipped[: max(MIN_CHARS, CHARS_PER_WORD * limit)].rstrip()
 
 
+MIN_ROOM = 50  # tokens: halving stops here (one message is always sent, whatever its size)
+
+
+def room(track: Track, max_input_tokens: int) -> int:
+    """Tokens of messages the track's next call reads: the setting, or less where a bigger call failed."""
+    return min(track.room or max_input_tokens, max_input_tokens)
+
+
 def portion(track: Track, max_input_tokens: int, tokens: Callable[[str], int]) -> tuple[Line, ...]:
-    """The oldest pending messages one summary call covers: as many as fit `max_input_tokens`, halved after
-    each failure (at least one message). A failed attempt keeps its messages and the next one comes a cadence
-    later with more: sent whole, every retry was bigger than the last, and once the backlog outgrew the
-    model's context no summary of the session ever succeeded again. The rest waits for the next call."""
-    room, used, out = max(1, max_input_tokens >> min(track.failures, 16)), 0, []
+    """The oldest pending messages one summary call covers: as many as fit its `room` (at least one). A
+    failed attempt keeps its messages and the next comes a cadence later with more: sent whole, every retry
+    was bigger than the last, and once the backlog outgrew the model's context no summary of the session
+    ever succeeded again. A call the model refuses (its context too small) halves the room, and the room
+    that worked is kept (`failed`, `summarised`); the rest waits for the next call."""
+    limit, used, out = room(track, max_input_tokens), 0, []
     for line in track.pending:
         used += tokens(line.content)
-        if out and used > room:
+        if out and used > limit:
             break
         out.append(line)
     return tuple(out)
@@ -200,13 +210,17 @@ def summarised(state: SessionSummaries, event: SummaryUpdated) -> SessionSummari
     """The state after a summary of `event.kind` covering up to `event.last_seq` was recorded."""
     track = state.tracks[event.kind]
     rest = tuple(line for line in track.pending if line.seq > event.last_seq)
-    tracks = {**state.tracks, event.kind: Track(pending=rest, previous=event.content)}
+    tracks = {**state.tracks, event.kind: Track(pending=rest, previous=event.content, room=track.room)}
     return state.model_copy(update={"tracks": tracks})
 
 
-def failed(state: SessionSummaries, kind: SummaryKind, global_: Configuration) -> SessionSummaries:
-    """After a dead-lettered attempt: keep the messages, try again one cadence later."""
+def failed(
+    state: SessionSummaries, kind: SummaryKind, global_: Configuration, too_big: int | None = None
+) -> SessionSummaries:
+    """After a dead-lettered attempt: keep the messages, try again one cadence later; with half the room
+    when the model refused a call that read `too_big` tokens (an outage leaves the room as it was)."""
     track = state.tracks[kind]
     retry_at = len(track.pending) + cadence(state, kind, global_)
-    again = track.model_copy(update={"due_at": retry_at, "failures": track.failures + 1})
+    room_now = track.room if too_big is None else max(MIN_ROOM, too_big // 2)
+    again = track.model_copy(update={"due_at": retry_at, "failures": track.failures + 1, "room": room_now})
     return state.model_copy(update={"tracks": {**state.tracks, kind: again}})

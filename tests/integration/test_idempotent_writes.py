@@ -12,6 +12,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from peerlog.v1 import (
+    configuration_pb2,
     messages_pb2,
     messages_pb2_grpc,
     observations_pb2,
@@ -212,6 +213,9 @@ async def test_client_message_ids_are_kept_and_must_be_new_unless_the_same_call_
     )
     backdated = request(created_at=Timestamp(seconds=1_600_000_000))
     await rejected(c.messages.AddMessages(backdated), grpc.StatusCode.ALREADY_EXISTS, "'client-1'")
+    # an opt-out added is no resend: answered with the ids, the client would think it applied
+    opted_out = request(configuration=configuration_pb2.Configuration(reasoning=False))
+    await rejected(c.messages.AddMessages(opted_out), grpc.StatusCode.ALREADY_EXISTS, "'client-1'")
 
 
 async def test_create_observations_under_a_key_writes_once(settings, servers):

@@ -22,7 +22,7 @@ from tests.support.processes import first_line_then_kill
 class Stuck(EventLog):
     """Produces, flushes, and never commits: the process is killed there."""
 
-    def _commit(self, producer: Producer) -> None:
+    def _commit(self, producer: Producer, unanswered=None) -> None:
         producer.flush(30)
         print("open", flush=True)
         time.sleep(600)

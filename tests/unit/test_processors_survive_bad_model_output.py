@@ -226,7 +226,7 @@ def message_event() -> MessageAppended:
 
 async def test_a_summary_holding_a_nul_or_a_lone_surrogate_is_stored_without_them(server):
     server.answer = text("Ann met \x00Bo in Lisbon \ud800.")
-    summary = await Summarizer(Settings()).summarise(summarizer_state(), SummaryKind.SHORT, message_event())
+    summary, _ = await Summarizer(Settings()).summarise(summarizer_state(), SummaryKind.SHORT, message_event())
     assert isinstance(summary, SummaryUpdated)
     assert summary.content == "Ann met Bo in Lisbon \ufffd."
     encode(summary)

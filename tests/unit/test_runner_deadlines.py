@@ -151,3 +151,5 @@ def test_an_input_event_newer_than_this_code_stops_the_processor_naming_where_it
     with pytest.raises(NewerThanThisCode):
         read_input(orjson.dumps(renamed), "t.directory[0]@8")
     assert read_input(b"\x00 not json", "t.directory[0]@9") is None  # damaged bytes: skipped, as before
+    damaged = {**orjson.loads(_Keyed(b"w").value()), "schema_version": "2"}
+    assert read_input(orjson.dumps(damaged), "t.directory[0]@10") is None  # no version number: damaged, not newer

@@ -141,13 +141,15 @@ def test_a_backlog_is_summarised_in_pieces_that_shrink_after_each_failure_and_th
     track = state.tracks[SummaryKind.LONG]
     # before, every attempt read all 30 (3,000 words) and each retry more: past the model's context for good
     assert [line.seq for line in portion(track, 1000, words)] == list(range(1, 11))
-    once = failed(state, SummaryKind.LONG, G).tracks[SummaryKind.LONG]
-    assert len(portion(once, 1000, words)) == 5
-    twice = failed(failed(state, SummaryKind.LONG, G), SummaryKind.LONG, G).tracks[SummaryKind.LONG]
-    assert len(portion(twice, 1000, words)) == 2
+    once = failed(state, SummaryKind.LONG, G, 1000)
+    assert len(portion(once.tracks[SummaryKind.LONG], 1000, words)) == 5
+    twice = failed(once, SummaryKind.LONG, G, 500)
+    assert len(portion(twice.tracks[SummaryKind.LONG], 1000, words)) == 2
+    outage = failed(twice, SummaryKind.LONG, G)  # the model away, not refusing: the room stays
+    assert len(portion(outage.tracks[SummaryKind.LONG], 1000, words)) == 2
     assert len(portion(track, 10, words)) == 1  # a message longer than the room still goes, alone
     done = summarised(
-        state,
+        twice,
         SummaryUpdated(
             workspace_id="w",
             session_id="s",
@@ -164,3 +166,5 @@ def test_a_backlog_is_summarised_in_pieces_that_shrink_after_each_failure_and_th
     )
     assert [line.seq for line in done.tracks[SummaryKind.LONG].pending] == list(range(11, 31))
     assert SummaryKind.LONG in due_(done)  # the rest is due at once: 20 pending, over the cadence of 4
+    # the room that worked is kept: back at the setting, every other call failed and messages fell out
+    assert len(portion(done.tracks[SummaryKind.LONG], 1000, words)) == 2
