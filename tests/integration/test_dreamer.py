@@ -193,7 +193,7 @@ async def test_a_card_a_client_sets_while_the_dream_runs_is_not_overwritten_by_t
         reply = plan(request)
         if specialist(request) == "induction" and reply.tool_calls is None:  # after the dream's card edit
             asked_last.set()
-            return dataclasses.replace(reply, delay_s=3.0)
+            return dataclasses.replace(reply, delay_s=8.0)  # room for the client's card to be readable
         return reply
 
     model_server.reply_with(slow_last)
