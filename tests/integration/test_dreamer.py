@@ -197,7 +197,7 @@ async def test_a_card_a_client_sets_while_the_dream_runs_is_not_overwritten_by_t
         return reply
 
     model_server.reply_with(slow_last)
-    start_worker("dream-scheduler,dreamer")
+    start_worker("dream-scheduler,dreamer", PEERLOG_LLM_TIMEOUT_S="30")  # the delayed call is no timeout
     await c.dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(workspace_id="w", observer_id="bob"))
     await until_true(asked_last.is_set, timeout=90)
     mine = ["IDENTITY: Robert", "INSTRUCTION: call him Rob"]
