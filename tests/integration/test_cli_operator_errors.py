@@ -155,7 +155,18 @@ async def test_a_promote_whose_catch_up_the_model_keeps_failing_switches_nothing
     await c.add("w", "s", [("alice", "I adopted a cat named Miso")])
     eventually(lambda: len(current_rows(settings)) == 1, 60)
     env = {**settings_env(settings), "PEERLOG_LLM_BASE_URL": model_server.base_url, "PEERLOG_LLM_MAX_RETRIES": "0"}
-    promote = ["derivations", "promote", "v2", "-w", "w", "--pair", "alice/alice", "--model", "broken"]
+    promote = [
+        "derivations",
+        "promote",
+        "v2",
+        "-w",
+        "w",
+        "--pair",
+        "alice/alice",
+        "--model",
+        "broken",
+        "--from-scratch",
+    ]
     refused = await asyncio.to_thread(CliRunner().invoke, app, promote, env=env)
     [line] = [x for x in refused.output.splitlines() if x.startswith("error: ")]  # beside the catch-up's progress
     assert refused.exit_code == 2 and line.startswith("error: 1 messages could not be derived into 'v2'"), line

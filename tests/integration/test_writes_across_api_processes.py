@@ -115,9 +115,9 @@ async def test_a_clone_whose_caller_gives_up_mid_append_still_holds_its_id_so_a_
     clone = sessions_pb2.CloneSessionRequest(workspace_id="acme", session_id="src", new_session_id="copy")
     commit = a_server.ctx.log._commit
 
-    def slow_broker(producer):  # the client's deadline falls inside the commit, which then goes through
+    def slow_broker(producer, unanswered):  # the client's deadline falls inside the commit, which then goes through
         time.sleep(1.0)
-        return commit(producer)
+        return commit(producer, unanswered)
 
     a_server.ctx.log._commit = slow_broker
     projector.stop()
