@@ -320,7 +320,7 @@ class Runner:
 
     async def _handle(self, msg: Message, outputs: list[dict[str, Any]]) -> None:
         """Decide on one record: its events and changelog records go to `outputs`, its states to memory."""
-        event = read_input(msg.value(), f"{msg.topic()}[{msg.partition()}]@{msg.offset()}")
+        event = read_input(msg)
         if event is None or self._repeated(event, msg.partition(), outputs):
             return
         # the span continues the trace of the call or event that produced this record, and its output

@@ -30,19 +30,23 @@ class NewerThanThisCode(RuntimeError):
     """A processor's input holds an event of a type or schema version this code does not know."""
 
 
-def read_input(raw: bytes | None, where: str) -> Event | None:
-    """`read` for a processor's input: an event of a newer version of peerlog (an unknown type, a newer
-    schema version) stops the processor with a clear error instead (DESIGN, The log). Skipped, its offset
-    was committed with the batch and the event never processed, even once the worker was upgraded."""
+def read_input(msg: Message) -> Event | None:
+    """`read` for a processor's input record: an event of a newer version of peerlog (an unknown type, a
+    newer schema version) stops the processor with a clear error instead (DESIGN, The log). Skipped, its
+    offset was committed with the batch and the event never processed, even once the worker was upgraded."""
     try:
-        return decode(raw)
+        return decode(msg.value())
     except (UnknownEventType, UnsupportedSchemaVersion) as exc:
         raise NewerThanThisCode(
-            f"{where} holds an event this worker cannot read ({exc}): upgrade peerlog's worker"
+            f"{_where(msg)} holds an event this worker cannot read ({exc}): upgrade peerlog's worker"
         ) from None
     except EventDecodeError as exc:
-        log.error("skipping unreadable record at %s: %s", where, exc)
+        log.error("skipping unreadable record at %s: %s", _where(msg), exc)
         return None
+
+
+def _where(msg: Message) -> str:
+    return f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
 
 
 def _scanner(kafka: KafkaSettings) -> Consumer:

@@ -45,8 +45,8 @@ LOCAL_REF_PREFIX = "#/"  # a JSON pointer into the schema itself; "#" alone is t
 NO_RETRIEVAL: referencing.Registry = referencing.Registry()
 # one instance of each JSON type: a $ref cycle that consumes nothing recurses on at least one of them
 _TRIAL_INSTANCES = (None, True, 0, "", [], {})
-# keyword evaluations one check may take (about 10 µs each): an answer of 2,000 objects of 5 typed
-# properties takes STEPS_2000, a schema's trial values a few hundred
+# keyword evaluations one check may take (about 4-15 µs each): an answer of 2,000 objects of 5 typed
+# properties takes 16,002, a schema's trial values a few hundred
 MAX_STEPS = 50_000
 _steps: ContextVar[list[int] | None] = ContextVar("response_format_steps", default=None)
 _CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="response-format")

@@ -222,9 +222,9 @@ class DreamRun:
             return
         _, now = await self.reads.opening(self.scope(), 0)
         if tuple(now) != self.card_replaced:
-            dropped = [e for e in self.events if isinstance(e, PeerCardUpdated)]
-            self.events = [e for e in self.events if not isinstance(e, PeerCardUpdated)]
-            self.edits -= len(dropped)
+            kept = [e for e in self.events if not isinstance(e, PeerCardUpdated)]
+            self.edits -= len(self.events) - len(kept)
+            self.events = kept
 
     async def known(self, ids: Sequence[str], content: str = "") -> dict[str, NamedObservation]:
         """The observations `ids` name, and the pair's live ones that already say `content`."""

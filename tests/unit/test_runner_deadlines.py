@@ -70,10 +70,10 @@ async def test_a_call_that_fails_after_its_deadline_leaves_no_unread_error_behin
 
 
 class _Keyed:
-    """A record of `key` holding a WorkspaceCreated."""
+    """A record of `key` at `offset` of t.directory[0] holding a WorkspaceCreated, or the bytes `raw`."""
 
-    def __init__(self, key: bytes) -> None:
-        self._key = key
+    def __init__(self, key: bytes, raw: bytes | None = None, offset: int = 0) -> None:
+        self._key, self._raw, self._offset = key, raw, offset
 
     def key(self):
         return self._key
@@ -81,6 +81,8 @@ class _Keyed:
     def value(self):
         from services.events import ProducerInfo, WorkspaceCreated, encode
 
+        if self._raw is not None:
+            return self._raw
         return encode(
             WorkspaceCreated(workspace_id=self._key.decode(), producer=ProducerInfo(component="t", version="0"))
         )
@@ -92,7 +94,7 @@ class _Keyed:
         return "t.directory"
 
     def offset(self):
-        return 0
+        return self._offset
 
     def headers(self):
         return None
@@ -146,10 +148,10 @@ def test_an_input_event_newer_than_this_code_stops_the_processor_naming_where_it
     newer = orjson.loads(_Keyed(b"w").value())
     newer["schema_version"] = 99
     with pytest.raises(NewerThanThisCode, match="t.directory\\[0\\]@7 holds an event this worker cannot read.*upgrade"):
-        read_input(orjson.dumps(newer), "t.directory[0]@7")
+        read_input(_Keyed(b"w", orjson.dumps(newer), 7))
     renamed = {**orjson.loads(_Keyed(b"w").value()), "type": "WorkspaceTeleported"}
     with pytest.raises(NewerThanThisCode):
-        read_input(orjson.dumps(renamed), "t.directory[0]@8")
-    assert read_input(b"\x00 not json", "t.directory[0]@9") is None  # damaged bytes: skipped, as before
+        read_input(_Keyed(b"w", orjson.dumps(renamed), 8))
+    assert read_input(_Keyed(b"w", b"\x00 not json", 9)) is None  # damaged bytes: skipped, as before
     damaged = {**orjson.loads(_Keyed(b"w").value()), "schema_version": "2"}
-    assert read_input(orjson.dumps(damaged), "t.directory[0]@10") is None  # no version number: damaged, not newer
+    assert read_input(_Keyed(b"w", orjson.dumps(damaged), 10)) is None  # no version number: damaged, not newer
