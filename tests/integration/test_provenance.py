@@ -25,6 +25,10 @@ DREAMER = ProducerInfo(component="dreamer", version="0", model="test-model", pro
 
 # as the dreamer writes them: its producer, and the dream that derived them
 derived = partial(derived_observation, producer=DREAMER, dream_id="dream-1")
+# a dream's supersession in alice's store of bob
+dream_supersedes = partial(
+    ObservationSuperseded, workspace_id="w", observer_id="alice", observed_id="bob", producer=DREAMER
+)
 
 
 @pytest.fixture
@@ -194,14 +198,10 @@ async def test_a_knowledge_update_supersedes_the_old_belief_and_both_histories_s
         producer=DREAMER,
         dream_id="dream-2",
     )
-    moved = ObservationSuperseded(
-        workspace_id="w",
-        observer_id="alice",
-        observed_id="bob",
+    moved = dream_supersedes(
         observation_id=ids["oslo"],
         superseded_by="bergen",
         reason="bob moved",
-        producer=DREAMER,
         causation_id="dream-2",
     )
     late = derived("late", Level.DEDUCTIVE, "Bob lives by a harbour in Norway", [ids["oslo"]])
@@ -247,14 +247,10 @@ async def test_a_supersession_whose_replacement_was_rejected_leaves_the_old_beli
     # a client withdraws the premise while a dream that read it as live runs
     await c.delete_observation("w", ids["bees"], reason="misheard")
     replacement = derived("hives-moved", Level.DEDUCTIVE, "Bob moved his hives to the market", [ids["bees"]])
-    retire = ObservationSuperseded(
-        workspace_id="w",
-        observer_id="alice",
-        observed_id="bob",
+    retire = dream_supersedes(
         observation_id=ids["market"],
         superseded_by="hives-moved",
         reason="knowledge update",
-        producer=DREAMER,
         causation_id="dream-3",
     )
     token = append(settings, [replacement, retire])
@@ -275,14 +271,10 @@ async def test_a_supersession_of_a_belief_retired_meanwhile_is_refused_and_its_h
     # a dream that read it as live while the client deleted it: recorded anyway, its history said it was
     # superseded too, while its row stayed deleted and the replacement's said it superseded it
     replacement = derived("saturdays", Level.DEDUCTIVE, "Bob shops on Saturdays", [ids["bees"]])
-    retire = ObservationSuperseded(
-        workspace_id="w",
-        observer_id="alice",
-        observed_id="bob",
+    retire = dream_supersedes(
         observation_id=ids["market"],
         superseded_by="saturdays",
         reason="knowledge update",
-        producer=DREAMER,
         causation_id="dream-4",
     )
     token = append(settings, [replacement, retire])
@@ -312,14 +304,10 @@ async def test_as_of_reads_return_the_store_and_card_as_they_stood(store, settin
     then = timestamp_pb2.Timestamp()
     then.FromDatetime(datetime.now(UTC))
     await asyncio.sleep(0.05)
-    moved = ObservationSuperseded(
-        workspace_id="w",
-        observer_id="alice",
-        observed_id="bob",
+    moved = dream_supersedes(
         observation_id=ids["oslo"],
         superseded_by="norway",
         reason="more general",
-        producer=DREAMER,
     )
     token = append(settings, [moved])
     await c.peers.SetPeerCard(

@@ -44,6 +44,23 @@ def fed(n, state=None, **levels):
     return state
 
 
+def summary(kind: SummaryKind, content: str, last_seq: int) -> SummaryUpdated:
+    """A summary of the session's messages up to `last_seq` (message m{last_seq - 1})."""
+    return SummaryUpdated(
+        workspace_id="w",
+        session_id="s",
+        kind=kind,
+        content=content,
+        last_message_id=f"m{last_seq - 1}",
+        last_seq=last_seq,
+        messages_covered=last_seq,
+        token_count=len(content.split()),
+        model="m",
+        prompt_version="v",
+        producer=P,
+    )
+
+
 def due_(state):
     return due(state, S, G)
 
@@ -90,20 +107,7 @@ def test_a_state_from_before_the_hierarchy_keeps_its_metadata_cadence_as_the_ses
 
 def test_a_recorded_summary_keeps_only_later_messages_and_becomes_the_previous_one():
     state = fed(2)
-    done = SummaryUpdated(
-        workspace_id="w",
-        session_id="s",
-        kind=SummaryKind.SHORT,
-        content="so far",
-        last_message_id="m1",
-        last_seq=2,
-        messages_covered=2,
-        token_count=2,
-        model="m",
-        prompt_version="v",
-        producer=P,
-    )
-    after = summarised(state, done)
+    after = summarised(state, summary(SummaryKind.SHORT, "so far", 2))
     assert after.tracks[SummaryKind.SHORT].pending == () and after.tracks[SummaryKind.SHORT].previous == "so far"
     assert len(after.tracks[SummaryKind.LONG].pending) == 2
 
@@ -148,22 +152,7 @@ def test_a_backlog_is_summarised_in_pieces_that_shrink_after_each_failure_and_th
     outage = failed(twice, SummaryKind.LONG, G)  # the model away, not refusing: the room stays
     assert len(portion(outage.tracks[SummaryKind.LONG], 1000, words)) == 2
     assert len(portion(track, 10, words)) == 1  # a message longer than the room still goes, alone
-    done = summarised(
-        twice,
-        SummaryUpdated(
-            workspace_id="w",
-            session_id="s",
-            kind=SummaryKind.LONG,
-            content="ten of them",
-            last_message_id="m9",
-            last_seq=10,
-            messages_covered=10,
-            token_count=3,
-            model="m",
-            prompt_version="1",
-            producer=P,
-        ),
-    )
+    done = summarised(twice, summary(SummaryKind.LONG, "ten of them", 10))
     assert [line.seq for line in done.tracks[SummaryKind.LONG].pending] == list(range(11, 31))
     assert SummaryKind.LONG in due_(done)  # the rest is due at once: 20 pending, over the cadence of 4
     # the room that worked is kept: back at the setting, every other call failed and messages fell out
