@@ -16,7 +16,7 @@ from peerlog_client.memory.provider import MemoryProvider
 def provider_and_peer(tmp_path):
     client = MagicMock()
     peer = client.workspace.return_value.peer.return_value  # every peer's handle, here one mock
-    peer.info.metadata = {}
+    peer.info.metadata = peer.refresh.return_value.metadata = {}
     config = validate([("test", {"peerName": "alice", "userDisplayName": "Ada King", "writeFrequency": "turn"})])
     provider = MemoryProvider(config, directory=tmp_path, client=client)
     yield provider, peer, client.workspace.return_value.session.return_value
@@ -40,3 +40,11 @@ def test_a_display_name_refused_for_good_is_asked_for_once_and_the_turns_go_unna
     provider.record_turn("and two cats", "Nice!")
     assert peer.set_metadata.call_count == 1 and provider.stats.failures["name"] == 1
     assert session.add_messages.call_count == 2 and provider.writer.pending == 0
+
+
+def test_a_display_name_keeps_what_was_stored_on_the_peer_since_this_process_read_it(provider_and_peer):
+    provider, peer, session = provider_and_peer
+    peer.info.metadata = {}  # what the provider read when it made the handle
+    peer.refresh.return_value.metadata = {"tier": "gold"}  # the app stored it since
+    provider.record_turn("I keep bees", "Lovely!")
+    assert peer.set_metadata.call_args_list == [call({"tier": "gold", "name": "Ada King"})]

@@ -54,7 +54,7 @@ def test_a_human_whose_id_is_the_ai_peers_id_gets_a_peer_of_its_own_and_never_re
     client = MagicMock()
     peers: dict[str, MagicMock] = {}
     client.workspace.return_value.peer.side_effect = lambda peer_id, **_: peers.setdefault(
-        peer_id, MagicMock(**{"info.metadata": {}})
+        peer_id, MagicMock(**{"info.metadata": {}, "refresh.return_value.metadata": {}})
     )
     session = client.workspace.return_value.session.return_value
     config = validate([("t", {"aiDisplayName": "Lumen", "recallMode": "tools", "writeFrequency": "turn"})])

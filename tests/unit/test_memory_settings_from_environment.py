@@ -53,3 +53,24 @@ def test_numeric_boolean_and_structured_settings_are_still_read_as_json(env):
 def test_a_plain_word_for_a_choice_setting_is_taken_as_written(env):
     config = load_config({**env, "PEERLOG_MEMORY_RECALL_MODE": "tools", "PEERLOG_MEMORY_WRITE_FREQUENCY": "turn"})
     assert (config.recall_mode, config.write_frequency) == ("tools", "turn")
+
+
+def test_a_settings_file_that_is_not_utf8_is_a_config_error_naming_the_file(env, tmp_path):
+    from peerlog_client.memory.config import ConfigError
+
+    (tmp_path / "memory.json").write_bytes('{"peerName": "jos\u00e9"}'.encode("latin-1"))
+    with pytest.raises(ConfigError, match="memory.json: not UTF-8"):
+        load_config(env)
+
+
+@pytest.mark.parametrize("raw", ["1e10", "Infinity"])
+def test_a_timeout_no_call_could_be_given_is_refused_when_the_settings_are_read(env, raw):
+    from peerlog_client.memory.config import ConfigError
+
+    with pytest.raises(ConfigError, match="timeout"):
+        load_config({**env, "PEERLOG_TIMEOUT": raw})
+
+
+def test_the_settings_printed_or_captured_never_show_the_token(env):
+    config = load_config({**env, "PEERLOG_TOKEN": "eyJsecret.token"})
+    assert config.resolved_token == "eyJsecret.token" and "eyJsecret" not in repr(config)

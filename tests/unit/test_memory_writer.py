@@ -2,6 +2,8 @@
 server refuses for good is dropped, so it cannot hold back the batches queued after it."""
 
 import logging
+import threading
+import time
 
 import pytest
 
@@ -124,3 +126,54 @@ def test_a_batch_that_cannot_be_built_into_a_request_is_dropped_not_retried_fore
     assert writer.flush(5) and writer.pending == 0
     assert [texts for _, texts in server.seen] == [["cannot be encoded"], ["next"]]
     assert failures == [unsendable] and "dropped 1 message(s)" in caplog.records[-1].getMessage()
+
+
+class FailsTimes:
+    """A server that answers the first `n` sends with UNAVAILABLE (appending nothing), then accepts."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seen = n, []
+
+    def __call__(self, session: str, messages: list[NewMessage], key: str) -> None:
+        self.seen.append((key, [m.content for m in messages]))
+        if len(self.seen) <= self.n:
+            raise Unavailable("connection refused")
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_close_sends_what_is_queued_through_a_short_outage_instead_of_giving_up_at_the_first_failure(background):
+    # with writeFrequency "session" close is the only send: one refused connection lost the whole session
+    server = FailsTimes(3)
+    writer = Writer(server, background=background, on_failure=lambda error: None)
+    if background:
+        writer._closed = True  # the thread stays out of the way: close alone sends here
+        writer._wake.set()
+    writer.add("s", [NewMessage("alice", "one"), NewMessage("bot", "two")])
+    assert writer.close(timeout=5) and writer.pending == 0
+    assert len(server.seen) == 4 and len({key for key, _ in server.seen}) == 1
+
+
+def test_close_gives_up_at_its_timeout_when_the_outage_lasts():
+    server = FailsTimes(10_000)
+    writer = Writer(server, background=False, on_failure=lambda error: None)
+    writer.add("s", [NewMessage("alice", "one")])
+    started = time.monotonic()
+    assert not writer.close(timeout=0.5)
+    assert 0.4 < time.monotonic() - started < 1.5 and writer.pending == 1
+    assert 3 <= len(server.seen) <= 10  # paused between tries, not spun
+
+
+def test_the_background_writer_waits_longer_after_each_failure_in_a_row(monkeypatch):
+    pauses: list[float] = []
+    server = FailsTimes(5)
+    writer = Writer(server, background=False, on_failure=lambda error: None)
+    monkeypatch.setattr(writer._stop, "wait", lambda pause: pauses.append(pause) or False)
+    writer.add("s", [NewMessage("alice", "one")])
+    thread = threading.Thread(target=writer._run, daemon=True)
+    thread.start()
+    eventually = time.monotonic() + 5
+    while writer.pending and time.monotonic() < eventually:
+        time.sleep(0.01)
+    writer.close(timeout=1)
+    thread.join(2)
+    assert writer.pending == 0 and pauses == [0.5, 1.0, 2.0, 4.0, 8.0]

@@ -41,7 +41,7 @@ from peerlog_client._gen.peerlog.v1.scopes_pb2_grpc import ScopeServiceStub
 from peerlog_client._gen.peerlog.v1.sessions_pb2_grpc import SessionServiceStub
 from peerlog_client._gen.peerlog.v1.webhooks_pb2_grpc import WebhookServiceStub
 from peerlog_client._gen.peerlog.v1.workspaces_pb2_grpc import WorkspaceServiceStub
-from peerlog_client.errors import from_rpc_error
+from peerlog_client.errors import ClientClosed, from_rpc_error
 
 T = TypeVar("T")
 # gRPC waits 1 s, then longer, before reconnecting after a failure; calls in between fail at once. Retries
@@ -65,16 +65,23 @@ class AsyncTransport:
         credentials: grpc.ChannelCredentials | None,
         options: Sequence[tuple[str, Any]],
     ) -> None:
-        opts = [*CHANNEL_OPTIONS, *options]
-        self._channel = (
-            grpc.aio.secure_channel(target, credentials, opts)
-            if credentials
-            else grpc.aio.insecure_channel(target, opts)
-        )
+        self._target, self._credentials, self._options = target, credentials, [*CHANNEL_OPTIONS, *options]
+        # made at the first call, not here: an asyncio channel belongs to the event loop running when it is
+        # made, and a client is often built before any loop runs (one loop per client, all the same)
+        self._channel: Any = None
+        self._closed = False
         self.context = context
         self._stubs: dict[type, Any] = {}
 
     def _method(self, call: Call[Any]) -> Any:
+        if self._closed:
+            raise ClientClosed()  # a stub made on a closed channel can take the interpreter down
+        if self._channel is None:
+            self._channel = (
+                grpc.aio.secure_channel(self._target, self._credentials, self._options)
+                if self._credentials
+                else grpc.aio.insecure_channel(self._target, self._options)
+            )
         if call.stub not in self._stubs:
             self._stubs[call.stub] = call.stub(self._channel)
         return getattr(self._stubs[call.stub], call.method)
@@ -82,8 +89,8 @@ class AsyncTransport:
     async def unary(self, call: Call[T], timeout: float | None = None, more: Sequence[Any] | None = None) -> T:
         """One reply to `call.request`; with `more`, a client stream: the request, then those (UploadFile)."""
         attempts = self.context.start(call.request, timeout)
-        method = self._method(call)
         while True:
+            method = self._method(call)  # each attempt: the client may have been closed while one waited
             # a stream is sent whole again on a retry: its first request's idempotency key makes that safe
             sent = call.request if more is None else iter([call.request, *more])
             try:
@@ -100,10 +107,9 @@ class AsyncTransport:
     async def stream(self, call: Call[T], timeout: float | None = None) -> AsyncIterator[T]:
         """The items of a server stream; retried like `unary` while nothing has arrived yet."""
         attempts = self.context.start(call.request, timeout)
-        method = self._method(call)
         arrived = False
         while True:
-            rpc = method(call.request, timeout=attempts.remaining(), metadata=self.context.metadata)
+            rpc = self._method(call)(call.request, timeout=attempts.remaining(), metadata=self.context.metadata)
             try:
                 async for item in rpc:
                     arrived = True
@@ -141,7 +147,9 @@ class AsyncTransport:
             )
 
     async def close(self) -> None:
-        await self._channel.close()
+        self._closed = True
+        if self._channel is not None:
+            await self._channel.close()
 
 
 def _get_or_create(create: bool, stub: type, entity: str, create_request: Any, get_request: Any) -> Call[Any]:

@@ -83,6 +83,13 @@ class Unauthenticated(PeerlogError):
     code = grpc.StatusCode.UNAUTHENTICATED
 
 
+class ClientClosed(Cancelled):
+    """A call on a client after its close(): make a new client (raised before anything is sent)."""
+
+    def __init__(self) -> None:
+        super().__init__("this peerlog client was closed; make a new one to call peerlog again", attempts=0)
+
+
 # the one table from status code to exception, read off the classes' own `code`
 ERROR_OF: dict[grpc.StatusCode, type[PeerlogError]] = {cls.code: cls for cls in PeerlogError.__subclasses__()}
 

@@ -51,7 +51,7 @@ class HostBlock(_Strict):
     """One server: where it is and the token for it (each host keeps its own)."""
 
     target: str = "localhost:50051"
-    token: str | None = None
+    token: str | None = Field(None, repr=False)  # a repr (an error reporter's locals) never shows it
     workspace: str | None = None
 
 
@@ -84,9 +84,10 @@ class MemoryConfig(_Strict):
     host: str | None = None
     hosts: dict[str, HostBlock] = {}
     target: str | None = None
-    token: str | None = None
+    token: str | None = Field(None, repr=False)
     workspace: str | None = None
-    timeout: float = Field(5.0, gt=0, validation_alias=AliasChoices("timeout", "requestTimeout"))
+    # seconds; at most a day: a deadline past what gRPC can hold (1e10, Infinity) failed every call at once
+    timeout: float = Field(5.0, gt=0, le=86_400, validation_alias=AliasChoices("timeout", "requestTimeout"))
     # who
     peer_name: str = "user"
     ai_peer: str = "assistant"
@@ -209,9 +210,13 @@ def _read(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))  # JSON is UTF-8, whatever the system's locale
+    except UnicodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text ({error}); save it as UTF-8") from error
     except json.JSONDecodeError as error:
         raise ConfigError(f"{path}: not JSON: {error}") from error
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be read ({error.strerror or error})") from error
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the settings must be a JSON object")
     return data

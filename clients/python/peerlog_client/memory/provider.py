@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextvars import ContextVar, copy_context
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,6 +43,7 @@ from peerlog_client.models import NewMessage
 
 log = logging.getLogger("peerlog_client.memory")
 T = TypeVar("T")
+_NO_TURN = object()  # no turn was begun in this thread or task
 
 
 class MemoryUnavailable(RuntimeError):
@@ -99,7 +101,9 @@ class MemoryProvider:
         self._own_client = client is None
         self.stats = Stats()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="peerlog-memory")
-        self._lock = threading.RLock()  # the handles below
+        # the handles and state below; never held across a call to the server, so a turn never waits for
+        # another thread's call (a background write, a prewarm) beyond its own timeout
+        self._lock = threading.RLock()
         self._ws: Workspace | None = None
         self._peers: dict[str, Peer] = {}
         self._names: dict[str, str] = {}  # peer -> the display name its turns want
@@ -108,7 +112,12 @@ class MemoryProvider:
         self.flags: dict[str, PeerFlags] = {}  # peer -> the observation toggles in force (the server's)
         self._layers: dict[str, _Layers] = {}
         self._prewarm: Future[str | None] | None = None
-        self._turn_sender: Sender | None = None  # set from context_for_turn to record_turn
+        # the turn's sender, set from context_for_turn to record_turn: per thread (and asyncio task), so turns
+        # that overlap (a gateway's group chat) each act for their own user; the latest, for a tool call made
+        # where no turn was begun (another thread than the turn's)
+        self._turn_sender: Sender | None = None
+        self._turn_here: ContextVar[Sender | None | object] = ContextVar(f"peerlog-turn-{id(self)}", default=_NO_TURN)
+        self._closed = False
         self._turns_unwritten = 0
         self._turn_spent = 0.0  # seconds the current turn's context took, out of its timeout
         self.writer = Writer(
@@ -144,6 +153,7 @@ class MemoryProvider:
             self.stats.turns += 1
             turn = self.stats.turns
             self._turn_sender = sender
+        self._turn_here.set(sender)
         user = user_peer(self.config, sender)
         session_id = self._session_id(user, sender)
         layers = self._layers.setdefault(user, _Layers())
@@ -162,8 +172,14 @@ class MemoryProvider:
     def record_turn(self, user_message: str, assistant_message: str, *, sender: Sender | None = None) -> None:
         """Queue the turn's two messages (chunked to messageMaxChars) and send them as writeFrequency
         says: async (in the background), turn (now), session (at close) or every N turns."""
-        sender = sender or self._turn_sender
-        self._turn_sender = None
+        sender = sender or self._sender()
+        with self._lock:
+            if self._turn_sender == sender:
+                self._turn_sender = None
+        self._turn_here.set(None)
+        if self._closed:
+            log.warning("peerlog memory: a turn recorded after close() is not saved")
+            return
         if not self.config.save_messages or (sender and sender.is_bot and not self.config.a2a_sessions):
             return  # not saved; or a bot's turn, which without a2aSessions is left out entirely
         user = user_peer(self.config, sender)
@@ -183,7 +199,13 @@ class MemoryProvider:
     @property
     def bot_turn(self) -> bool:
         """True while a turn from another bot runs: the profile and conclude tools refuse writes."""
-        return bool(self._turn_sender and self._turn_sender.is_bot)
+        sender = self._sender()
+        return bool(sender and sender.is_bot)
+
+    def _sender(self) -> Sender | None:
+        """The sender of the turn this thread (or task) is in, else of the latest turn begun anywhere."""
+        here = self._turn_here.get()
+        return self._turn_sender if here is _NO_TURN else here  # type: ignore[return-value]
 
     def tools(self, fmt: str = "openai") -> list[dict[str, Any]]:
         """The five tools' schemas ("openai" or "anthropic"); none in context mode."""
@@ -212,10 +234,13 @@ class MemoryProvider:
 
     def close(self) -> None:
         """Send what is still queued (bounded by timeout), then let go of the connection."""
+        if self._closed:
+            return
+        self._closed = True
         self.writer.close(self.config.timeout)
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self._own_client:
-            self.client.close()
+            self.client.close()  # a call still running in the pool then fails as ClientClosed
 
     def __enter__(self) -> MemoryProvider:
         self.start()
@@ -226,40 +251,48 @@ class MemoryProvider:
 
     # --- handles, for the tools too ----------------------------------------------------------
 
+    # two threads that both miss a handle may both fetch it: the calls are get-or-create, so that costs a
+    # call, where holding the lock across it made every other thread wait for the server
+
     def workspace(self) -> Workspace:
-        with self._lock:
-            if self._ws is None:
-                self._ws = self.client.workspace(self.config.resolved_workspace)
-            return self._ws
+        if self._ws is None:
+            ws = self.client.workspace(self.config.resolved_workspace)
+            with self._lock:
+                self._ws = self._ws or ws
+        return self._ws
 
     def peer(self, peer_id: str) -> Peer:
         with self._lock:
-            if peer_id not in self._peers:
-                self._peers[peer_id] = self.workspace().peer(peer_id)
-            return self._peers[peer_id]
+            found = self._peers.get(peer_id)
+        if found is None:
+            found = self.workspace().peer(peer_id)
+            with self._lock:
+                found = self._peers.setdefault(peer_id, found)
+        return found
 
     def _session_for(self, user: str | None, session_id: str | None = None) -> Session:
         """The session with `user` and the AI as members (None: the AI alone, for what the AI does without
         a user, so no user joins a chat just for it): new members get the configured observation toggles,
         existing ones keep the server's, which are read back into `flags`."""
+        session_id = self._session_named(session_id or self.session_id, user)
         with self._lock:
-            session_id = self._session_named(session_id or self.session_id, user)
             session = self._sessions.get(session_id)
-            members = {m.peer_id for m in session.info.memberships if m.left_at is None} if session else set()
-            wanted = self.config.flags
-            needed = [*([(user, wanted.user)] if user is not None else []), (self.config.ai_peer, wanted.ai)]
-            if session is None or any(p not in members for p, _ in needed):
-                specs = [MemberSpec(p, observe_me=f.observe_me, observe_others=f.observe_others) for p, f in needed]
-                for p, _ in needed:
-                    self.peer(p)
-                session = self.workspace().session(session_id, members=specs)
-                self._sessions[session_id] = session
+        members = {m.peer_id for m in session.info.memberships if m.left_at is None} if session else set()
+        wanted = self.config.flags
+        needed = [*([(user, wanted.user)] if user is not None else []), (self.config.ai_peer, wanted.ai)]
+        if session is None or any(p not in members for p, _ in needed):
+            specs = [MemberSpec(p, observe_me=f.observe_me, observe_others=f.observe_others) for p, f in needed]
+            for p, _ in needed:
+                self.peer(p)
+            session = self.workspace().session(session_id, members=specs)
+        with self._lock:
+            self._sessions[session_id] = session
             for m in session.info.memberships:
                 if m.left_at is None:
                     self.flags[m.peer_id] = PeerFlags(
                         observe_me=m.observe_me if m.observe_me is not None else True, observe_others=m.observe_others
                     )
-            return session
+        return session
 
     def _session_named(self, session_id: str, user: str | None) -> str:
         """`session_id` as the server has it: this chat's earlier session, once a look found it this chat's.
@@ -268,7 +301,7 @@ class MemoryProvider:
         made again at the next call."""
         if session_id == self.session_id and self._cleaned and user is not None:
             earlier = self._earlier_session(user, self._cleaned)
-            if earlier or self._turn_sender is not None or user != self.config.peer_name:
+            if earlier or self._sender() is not None or user != self.config.peer_name:
                 self._cleaned = None
                 self.session_id = earlier or self.session_id
         return self.session_id if session_id == self._named_today else session_id
@@ -291,11 +324,11 @@ class MemoryProvider:
         return self.config.ai_peer if ai.observe_others else user
 
     def current_user(self) -> str:
-        return user_peer(self.config, self._turn_sender)
+        return user_peer(self.config, self._sender())
 
     def current_session(self) -> Session:
         user = self.current_user()
-        return self._session_for(user, self._session_id(user, self._turn_sender))
+        return self._session_for(user, self._session_id(user, self._sender()))
 
     def _session_id(self, user: str, sender: Sender | None) -> str:
         """The session a turn from `sender` belongs to: another bot's own, never the human's."""
@@ -437,9 +470,12 @@ class MemoryProvider:
             if not name or self._named.get(peer_id) == name:
                 return
         peer = self.peer(peer_id)
-        if peer.info.metadata.get("name") != name:
+        # read now: SetPeerMetadata replaces the whole object, and what this process read of it earlier may
+        # have changed since (the app stored another key), which the merge would write back over
+        metadata = peer.refresh().metadata
+        if metadata.get("name") != name:
             try:
-                peer.set_metadata({**peer.info.metadata, "name": name})
+                peer.set_metadata({**metadata, "name": name})
             except InvalidArgument as error:
                 self._failed("name", error)  # refused for good: asking again would be refused again
         with self._lock:
@@ -479,7 +515,7 @@ class MemoryProvider:
         if remaining <= 0:
             self._timed_out(what)
             return None
-        future = self._pool.submit(work)
+        future = self._pool.submit(copy_context().run, work)  # in the caller's turn
         try:
             return future.result(timeout=remaining)
         except FutureTimeout:
@@ -490,7 +526,7 @@ class MemoryProvider:
 
     def call(self, what: str, work: Callable[[], T]) -> T:
         """work() bounded by timeout, for the tools: raises MemoryUnavailable instead of hanging."""
-        future = self._pool.submit(work)
+        future = self._pool.submit(copy_context().run, work)  # in the caller's turn
         try:
             return future.result(timeout=self.config.timeout)
         except FutureTimeout:

@@ -73,6 +73,20 @@ class ConcludeArgs(_Args):
         return self
 
 
+# what a tool result may take of the model's context: a message may hold 25,000 characters, and 50 of them
+# in one result (1.25 MB) overflowed the model's next call. Each message's text is cut to an excerpt, and a
+# search stops adding hits once their excerpts take RESULT_CHARS
+EXCERPT_CHARS = 2_000
+RESULT_CHARS = 24_000
+
+
+def excerpt(text: str) -> str:
+    """`text`, or its first EXCERPT_CHARS characters and how many more there were."""
+    if len(text) <= EXCERPT_CHARS:
+        return text
+    return f"{text[:EXCERPT_CHARS]}… [{len(text) - EXCERPT_CHARS} more characters]"
+
+
 class RefusedDuringBotTurn(Exception):
     """Profile and conclude write about the human; a turn from another bot must not."""
 
@@ -100,16 +114,22 @@ def _search(p: MemoryProvider, a: SearchArgs) -> Any:
         rerank=p.config.rerank_search,
         time_zone=p.config.time_zone,
     )
-    return [
-        {
-            "session": h.message.session_id,
-            **_author(h.message),
-            "content": h.message.content,
-            "created_at": h.message.created_at.isoformat() if h.message.created_at else None,
-            "score": round(h.score, 4),
-        }
-        for h in hits
-    ]
+    found, room = [], RESULT_CHARS
+    for h in hits:
+        content = excerpt(h.message.content)
+        if found and len(content) > room:
+            break  # the best hits come first: the rest would not fit the model's context either
+        room -= len(content)
+        found.append(
+            {
+                "session": h.message.session_id,
+                **_author(h.message),
+                "content": content,
+                "created_at": h.message.created_at.isoformat() if h.message.created_at else None,
+                "score": round(h.score, 4),
+            }
+        )
+    return found
 
 
 def _context(p: MemoryProvider, a: ContextArgs) -> Any:
@@ -128,9 +148,9 @@ def _context(p: MemoryProvider, a: ContextArgs) -> Any:
         "representation": ctx.representation,
         "card": list(ctx.peer_card),
         "relevant_messages": [
-            {**_author(m), "session": m.session_id, "content": m.content} for m in ctx.relevant_messages
+            {**_author(m), "session": m.session_id, "content": excerpt(m.content)} for m in ctx.relevant_messages
         ],
-        "recent_messages": [{**_author(m), "content": m.content} for m in ctx.messages],
+        "recent_messages": [{**_author(m), "content": excerpt(m.content)} for m in ctx.messages],
     }
 
 

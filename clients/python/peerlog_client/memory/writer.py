@@ -16,7 +16,8 @@ from peerlog_client.models import NewMessage
 
 log = logging.getLogger("peerlog_client.memory")
 MAX_PER_APPEND = 100  # the server's limit on messages in one AddMessages
-RETRY_S = 0.5  # an async writer's pause after a failed send
+RETRY_S = 0.5  # the first pause after a failed send; each failure in a row doubles it, up to RETRY_MAX_S
+RETRY_MAX_S = 30.0  # an outage is not met by a retry (and a warning) every half second for its length
 # the statuses a retry can mend; any other status would be answered the same way every time
 TRANSIENT = (Unavailable, DeadlineExceeded, ResourceExhausted)
 PREVIEW_CHARS = 60  # of each dropped message, in the log
@@ -59,6 +60,7 @@ class Writer:
         self._lock = threading.Lock()  # the queue
         self._flushing = threading.Lock()  # one flush at a time, so order holds
         self._wake = threading.Event()
+        self._stop = threading.Event()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="peerlog-writer", daemon=True) if background else None
         if self._thread:
@@ -117,25 +119,44 @@ class Writer:
             self._batch = None
 
     def _run(self) -> None:
+        pause = RETRY_S
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
             if self._closed:
                 return
-            if not self.flush(timeout=60.0) and not self._closed:
-                time.sleep(RETRY_S)
+            if self.flush(timeout=60.0):
+                pause = RETRY_S
+            elif not self._closed:
+                self._stop.wait(pause)  # close() cuts the pause short
+                pause = min(pause * 2, RETRY_MAX_S)
                 self._wake.set()
 
     def close(self, timeout: float) -> bool:
-        """Stop the background thread and send what is left; True when nothing is left."""
+        """Stop the background thread and send what is left, retrying what fails transiently until
+        `timeout` seconds have passed in all; True when nothing is left."""
+        deadline = time.monotonic() + timeout
         self._closed = True
+        self._stop.set()
         self._wake.set()
         if self._thread:
             self._thread.join(timeout)
-        done = self.flush(timeout)
+        done = self._flush_until(deadline)
         if not done:
             log.warning("peerlog memory: %d message(s) not written at close", self.pending)
         return done
+
+    def _flush_until(self, deadline: float) -> bool:
+        """Flush, and after a transient failure again (pausing RETRY_S, doubled each time) until `deadline`:
+        at close there is no later flush to leave the rest to."""
+        pause = RETRY_S / 5
+        while not self.flush(deadline - time.monotonic()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, RETRY_MAX_S)
+        return True
 
 
 # raised while the request is built, before anything is sent (a lone surrogate, a value of the wrong
