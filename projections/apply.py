@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 
-from sqlalchemy import Connection, select, tuple_
+from sqlalchemy import Connection, func, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
@@ -55,6 +55,11 @@ def stored_offsets(conn: Connection, partitions: set[tuple[str, int]], lock: boo
     """{(topic, partition): next offset to apply} for the given partitions."""
     if not partitions:
         return {}
+    if lock:
+        # a partition's first batch has no row to lock: make one, so a second incarnation applying the same
+        # records (a fenced member still in its transaction) waits here for the first, then skips them
+        first = insert(projection_offsets).on_conflict_do_nothing()
+        conn.execute(first, [dict(topic=t, partition=p, next_offset=0) for t, p in sorted(partitions)])
     t = projection_offsets.c
     stmt = select(t.topic, t.partition, t.next_offset).where(tuple_(t.topic, t.partition).in_(sorted(partitions)))
     rows = conn.execute(stmt.with_for_update() if lock else stmt)
@@ -141,14 +146,20 @@ def _park(conn: Connection, bad: list[tuple[Record, str]]) -> None:
                 topic=r.topic,
                 partition=r.partition,
                 offset=r.offset,
-                key=r.key,
-                reason=reason,
+                key=_text(r.key),
+                reason=_text(reason),
                 payload=r.value,
                 logged_at=r.logged_at,
             )
             for r, reason in bad
         ]
         conn.execute(insert(quarantine).on_conflict_do_nothing(), rows)
+
+
+def _text(value: str | None) -> str | None:
+    """`value` as Postgres text holds it: a NUL (a foreign record's binary key, quoted in the reason) made
+    the quarantine's own insert fail, and the projector stop at that record for good."""
+    return value.replace("\x00", "\ufffd") if value is not None else None
 
 
 def _advance(conn: Connection, records: Sequence[Record]) -> None:
@@ -161,7 +172,9 @@ def _advance(conn: Connection, records: Sequence[Record]) -> None:
     stmt = insert(projection_offsets)
     conn.execute(
         stmt.on_conflict_do_update(
-            index_elements=["topic", "partition"], set_={"next_offset": stmt.excluded.next_offset}
+            index_elements=["topic", "partition"],
+            # never backwards: what an offset says was applied stays applied
+            set_={"next_offset": func.greatest(projection_offsets.c.next_offset, stmt.excluded.next_offset)},
         ),
         rows,
     )

@@ -48,7 +48,8 @@ if TYPE_CHECKING:  # the CLI composes the whole Settings; at run time projection
 log = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 # index methods cheaper to build once over the full tables than to maintain through the replay; a
-# B-tree that is too (a covering index holding vectors) says so itself: Index(..., info={"deferred": True})
+# B-tree that is too says so itself: Index(..., info={"deferred": True}), and may be only if no row it
+# holds can pass a btree entry's size when the table's other indexes took it (the replay would not refuse it)
 DEFERRED_METHODS = frozenset({"hnsw", "gin"})
 
 

@@ -173,7 +173,9 @@ messages = Table(
         "workspace_id",
         "session_id",
         postgresql_include=["seq", "message_id", "embedding_model", *_INDEXED_VECTOR],
-        info={"deferred": True},  # built after a rebuild's replay, like the search indexes
+        # kept through a rebuild's replay, not built after it: an entry past a btree's 2,704 bytes must be
+        # refused at its event, as the live projector refuses it (then parked), not when the index is built
+        # after the replay took the row (the rebuild failed there, and at every try after)
     ),
 )
 
@@ -300,7 +302,7 @@ observations = Table(
             "embedding_model",
             *_INDEXED_VECTOR,
         ],
-        info={"deferred": True},  # built after a rebuild's replay, like the search indexes
+        # kept through a rebuild's replay, like messages_session_vectors (which says why)
     ),
 )
 # No HNSW or full-text index over observations: every read of them is one pair's (ObservationFilter), and

@@ -15,7 +15,7 @@ from sqlalchemy.exc import ProgrammingError
 from peerlog.v1 import sessions_pb2
 from projections.db import sync_engine
 from projections.rebuild import compare, rebuild
-from projections.schema import ACTIVE_EMBEDDING_MODEL, DATA_TABLES
+from projections.schema import ACTIVE_EMBEDDING_MODEL, DATA_TABLES, quarantine
 from services.bus.producer import EventLog
 from services.bus.topics import topic_for
 from services.cli.client import Client
@@ -27,7 +27,7 @@ from services.events import (
     WorkspaceCreated,
     encode,
 )
-from tests.integration.test_projector import P, msg
+from tests.integration.test_projector import P, msg, too_big_for_its_index_entry
 from tests.support.wait import eventually
 
 
@@ -215,3 +215,23 @@ def test_vectors_older_code_wrote_as_numbers_project_and_rebuild_like_those_writ
     assert result.switched
     with engine.connect() as conn:
         assert set(compare(conn, result.retired, schema).values()) == {0}
+
+
+def test_an_event_the_live_projector_parked_for_a_postgres_limit_is_parked_by_the_rebuild_too(
+    settings, projector, infra
+):
+    """The live projector parks an observation whose index entry Postgres refuses. A rebuild that built
+    that index only after its replay took the row, then failed building the index, at every try: the
+    log could never be rebuilt again. It now meets the same refusal at the same event and switches."""
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([too_big_for_its_index_entry()])
+    log.close()
+    engine = projected_session(settings, 3)
+    schema = settings.database.schema_name
+    eventually(lambda: row_count(engine, schema, quarantine.name) == 1)
+    report = rebuild(settings, progress=lambda _: None)
+    assert report.switched, report
+    assert set(report.differences.values()) == {0}, report.differences
+    (parked,) = table_rows(engine, schema, quarantine.name)
+    assert "ObservationAdded" in parked.reason and "index row size" in parked.reason
