@@ -17,6 +17,8 @@ from projections.schema import memberships, message_origins, messages
 MESSAGE_COLUMNS = [
     c for c in messages.c if c.name not in ("embedding", "embedding_model", "embedding_event_id", "content_tsv")
 ]
+# what a turn packed into a context needs: not the metadata, which may hold 64 KB a message
+TURN_COLUMNS = [messages.c[name] for name in ("message_id", "seq", "peer_id", "content", "author_name")]
 
 
 async def message(conn: AsyncConnection, workspace_id: str, message_id: str) -> RowMapping | None:
@@ -41,9 +43,9 @@ async def origins(conn: AsyncConnection, workspace_id: str, message_ids: Sequenc
 
 
 @functools.cache
-def _messages_statement(after: bool, reverse: bool, perspective: bool, as_of: bool = False):
+def _messages_statement(after: bool, reverse: bool, perspective: bool, as_of: bool = False, turns: bool = False):
     c = messages.c
-    stmt = select(*MESSAGE_COLUMNS).where(
+    stmt = select(*(TURN_COLUMNS if turns else MESSAGE_COLUMNS)).where(
         c.workspace_id == bindparam("workspace_id"), c.session_id == bindparam("session_id")
     )
     if after:
@@ -64,11 +66,12 @@ async def list_messages(
     reverse: bool,
     perspective_id: str = "",
     as_of: datetime | None = None,
+    turns: bool = False,
 ) -> Sequence[RowMapping]:
     """A session's messages in seq order (newest first when `reverse`), after `after_seq` if given; with a
     `perspective_id`, only those that peer saw (`seen_while_member`); with `as_of`, only those there then
-    (`as_of_bound`)."""
-    stmt = _messages_statement(after_seq is not None, reverse, bool(perspective_id), as_of is not None)
+    (`as_of_bound`); with `turns`, only TURN_COLUMNS."""
+    stmt = _messages_statement(after_seq is not None, reverse, bool(perspective_id), as_of is not None, turns)
     values = {
         "workspace_id": workspace_id,
         "session_id": session_id,

@@ -30,8 +30,11 @@ MAX_ALLOWED_SESSIONS = 100
 # ("a: b" is 3), so a budget of many short turns is filled however large it is
 MAX_MESSAGES_SCANNED, FEWEST_TOKENS_PER_LINE = 2_000, 2
 # the newest messages are read as many as the room could hold at this many tokens a line (few turns are
-# shorter), and more only when every one read fits: not a session's 2,000 newest at every call
-TOKENS_PER_RECENT_LINE, MIN_RECENT_READ = 8, 20
+# shorter), and more only when every one read fits: not a session's 2,000 newest at every call. At most
+# MAX_FIRST_READ at first: the default budget (100,000) read 12,501 turns at once, which at 25,000
+# characters each is 312 MB in the API to pack the 16 that fit; the reads that follow grow fourfold only
+# while every turn read fit, so they stay as large as what could be packed
+TOKENS_PER_RECENT_LINE, MIN_RECENT_READ, MAX_FIRST_READ = 8, 20, 256
 # candidates for the relevant-messages section, by the room it gets once representation, card and summary
 # are packed (packing keeps what fits): a relevant line costs ~25-40 tokens, so room // 30 leaves packing
 # some to skip. With nothing else packed that is budget // 40, as measured on LoCoMo; a representation
@@ -229,13 +232,21 @@ async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, rel
     many as the room could hold (TOKENS_PER_RECENT_LINE); when every one read fits and the session has
     more, read older ones, four times as many at each step, up to what the room could hold."""
     most = max(MAX_MESSAGES_SCANNED, fixed.room // FEWEST_TOKENS_PER_LINE + 1)
-    limit = min(most, max(MIN_RECENT_READ, fixed.room // TOKENS_PER_RECENT_LINE + 1))
+    limit = min(most, MAX_FIRST_READ, max(MIN_RECENT_READ, fixed.room // TOKENS_PER_RECENT_LINE + 1))
     rows: list = []
     while True:
         older_than = rows[-1]["seq"] if rows else None  # newest first: the last row read is the oldest
         wanted = limit - len(rows)
         read = await message_reads.list_messages(
-            conn, q.workspace_id, q.session_id, older_than, wanted, True, perspective_id=q.reader_id, as_of=q.as_of
+            conn,
+            q.workspace_id,
+            q.session_id,
+            older_than,
+            wanted,
+            True,
+            perspective_id=q.reader_id,
+            as_of=q.as_of,
+            turns=True,
         )
         rows += read
         lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"], r["author_name"] or "") for r in rows]

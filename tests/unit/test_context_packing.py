@@ -220,7 +220,7 @@ def test_a_newest_turn_too_long_for_the_room_does_not_stop_older_turns_filling_i
         for s in range(1000, 0, -1)
     ]
 
-    async def list_messages(conn, w, s, older_than, limit, reverse, perspective_id="", as_of=None):
+    async def list_messages(conn, w, s, older_than, limit, reverse, perspective_id="", as_of=None, turns=False):
         return [r for r in rows if older_than is None or r["seq"] < older_than][:limit]
 
     monkeypatch.setattr(message_reads, "list_messages", list_messages)
@@ -228,6 +228,33 @@ def test_a_newest_turn_too_long_for_the_room_does_not_stop_older_turns_filling_i
     q = context_reads.ContextQuery(workspace_id="w", session_id="s", token_budget=1000)
     packed = asyncio.run(context_reads._with_recent(None, q, fixed, []))
     assert packed.tokens["messages"] > 900 and packed.messages[-1].message_id == "m1000"
+
+
+def test_the_default_budget_reads_a_sessions_long_turns_a_page_at_a_time_not_twelve_thousand_at_once(monkeypatch):
+    # 12,501 turns of 25,000 characters (and their metadata) were read at once, 312 MB in the API, to pack
+    # the few that fit in 100,000 tokens
+    import asyncio
+
+    from projections import message_reads
+    from services.api import context_reads
+    from services.api.packing import fit_fixed
+
+    rows = [
+        {"seq": s, "message_id": f"m{s}", "peer_id": "bob", "content": f"{s} " + "bees " * 5_000, "author_name": ""}
+        for s in range(20_000, 0, -1)
+    ]
+    asked: list[tuple[int, bool]] = []
+
+    async def list_messages(conn, w, s, older_than, limit, reverse, perspective_id="", as_of=None, turns=False):
+        asked.append((limit, turns))
+        return [r for r in rows if older_than is None or r["seq"] < older_than][:limit]
+
+    monkeypatch.setattr(message_reads, "list_messages", list_messages)
+    fixed = fit_fixed(context_reads.MAX_BUDGET, [], [], "", "", count_tokens)
+    q = context_reads.ContextQuery(workspace_id="w", session_id="s")
+    packed = asyncio.run(context_reads._with_recent(None, q, fixed, []))
+    assert asked == [(context_reads.MAX_FIRST_READ, True)]  # turns only: no metadata
+    assert packed.messages[-1].message_id == "m20000" and packed.tokens["messages"] > 90_000
 
 
 def test_a_turn_and_its_clone_copies_count_once_the_copy_in_the_session_read_kept():
