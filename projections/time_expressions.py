@@ -127,6 +127,10 @@ def _count(n: str) -> int:
 
 def _relative(which: str, unit: str, ref: datetime) -> Period:
     today = ref.replace(hour=0, minute=0, second=0, microsecond=0)
+    if which.lower() == "past" and unit in UNITS:
+        # "the past week" is the seven days up to today, where "last week" is the calendar week before this
+        # one: on a Sunday that was 8-13 days ago, and the six latest days were left out
+        return Period(today - timedelta(days=UNITS[unit]), today + timedelta(days=1))
     if unit.startswith("week"):
         monday = today - timedelta(days=today.weekday())
         start = monday if which == "this" else monday - timedelta(days=7)

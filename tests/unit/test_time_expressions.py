@@ -34,6 +34,9 @@ def d(y: int, m: int, day: int) -> datetime:
         ("what happened last year", Period(d(2022, 1, 1), d(2023, 1, 1))),
         ("the trip three weeks ago", Period(d(2023, 5, 18), d(2023, 6, 1))),
         ("a party on 3 March", Period(d(2023, 3, 3), d(2023, 3, 4))),
+        ("what did I do in the past week", Period(d(2023, 6, 8), d(2023, 6, 16))),  # up to today, not the
+        ("over the Past month", Period(d(2023, 5, 16), d(2023, 6, 16))),  # calendar period before this one
+        ("books read in the past year", Period(d(2022, 6, 15), d(2023, 6, 16))),
     ],
 )
 def test_a_named_time_becomes_the_period_it_points_at(query, expected):
