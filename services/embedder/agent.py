@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from services.bus.runner import Get, Step
 from services.bus.topics import SESSIONS
-from services.embedder.policy import embedded, previous_turn, text_to_embed
+from services.embedder.policy import after, embedded, text_to_embed
 from services.embedder.refusals import vectors_or_none
 from services.events import Event, MessageAppended, ProducerInfo
 from services.llm.embeddings import Embedder, make_embedder
@@ -87,9 +87,11 @@ class EmbedderProcessor:
         self.producer = ProducerInfo(component="embedder", version="0.2.0", model=embedder.model_name)
 
     async def handle(self, get: Get, event: Event) -> Step:
-        text = text_to_embed(event, get(event.key))
+        previous = get(event.key)
+        text = text_to_embed(event, previous)
         if text is None:
-            return Step()
+            state = after(event, previous)
+            return Step() if state is previous else Step([], {event.key: state})
         assert isinstance(event, MessageAppended)
         vector = await self.coalescer.embed(text)
         if vector is None:
@@ -100,8 +102,8 @@ class EmbedderProcessor:
                 event.session_id,
                 event.workspace_id,
             )
-            return Step([], {event.key: previous_turn(event)})
-        return Step([embedded(event, vector, self.model_name, self.producer)], {event.key: previous_turn(event)})
+            return Step([], {event.key: after(event, previous)})
+        return Step([embedded(event, vector, self.model_name, self.producer)], {event.key: after(event, previous)})
 
 
 def build(settings: Settings):

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.events import EmbeddedMessage, Event, MessageAppended, MessagesEmbedded, PackedVector, ProducerInfo
+from services.events import (
+    EmbeddedMessage,
+    Event,
+    MemberJoined,
+    MessageAppended,
+    MessagesEmbedded,
+    PackedVector,
+    ProducerInfo,
+)
 
 # how much of the previous turn rides along (and is kept in the embedder's per-session state)
 PREVIOUS_TURN_CHARS = 500
@@ -31,6 +39,15 @@ def previous_turn(event: MessageAppended) -> dict:
     """What the session's next message needs to know of this one (the embedder's state). `author` is
     the name as written (a state kept before names were stamped holds the id, read the same way)."""
     return {"author": author_name(event), "content": event.content[:PREVIOUS_TURN_CHARS]}
+
+
+def after(event: Event, previous: dict | None) -> dict | None:
+    """The session's previous turn once `event` is applied: a message is the next one's; a member's join
+    forgets it, so the first turn the newcomer sees is not embedded beside one it never saw (its searches
+    are ranked by that vector, and a score would tell whether a guess matched the hidden turn)."""
+    if isinstance(event, MessageAppended):
+        return previous_turn(event)
+    return None if isinstance(event, MemberJoined) else previous
 
 
 def text_to_embed(event: Event, previous: dict | None = None) -> str | None:

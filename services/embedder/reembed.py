@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from services.bus.streams import read, to_the_end
 from services.bus.topics import MESSAGE_EMBEDDINGS, OBSERVATIONS, SESSIONS
-from services.embedder.policy import previous_turn, text_to_embed
+from services.embedder.policy import after, text_to_embed
 from services.embedder.refusals import vectors_or_none
 from services.events import (
     EmbeddedMessage,
@@ -71,10 +71,10 @@ def plan(
     workspace not in `done`. Pure: the caller reads the topics."""
     out, previous = Plan(), {}
     for e in sessions:
-        if not isinstance(e, MessageAppended) or e.workspace_id != workspace_id:
+        if e is None or e.workspace_id != workspace_id:
             continue
         text = text_to_embed(e, previous.get(e.key))
-        previous[e.key] = previous_turn(e)
+        previous[e.key] = after(e, previous.get(e.key))
         if text is not None and e.message_id not in done:
             out.messages.setdefault(e.key, []).append((e, text))
     for e in observations:

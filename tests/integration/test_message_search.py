@@ -144,11 +144,14 @@ async def test_messages_are_embedded_with_date_author_and_previous_turn_and_proj
             created_at=r.created_at,
             producer=P,
         )
+        if r.content.startswith("garden 2"):
+            before.pop(r.session_id)  # carol joined just before it: not embedded beside a turn she never saw
         texts.append(text_to_embed(appended, before.get(r.session_id)))
         before[r.session_id] = previous_turn(appended)
+    assert texts[1] == "[2 January 2026] bob: garden 2: slugs ate the lettuce"
     assert (
-        texts[1]
-        == "[2 January 2026] bob: garden 2: slugs ate the lettuce (replying to alice: garden 1: the roses need pruning)"
+        texts[2]
+        == "[3 January 2026] alice: garden 3: the pond froze over (replying to bob: garden 2: slugs ate the lettuce)"
     )
     expected = make_embedder().embed_sync(texts)
     for row, vector in zip(rows, expected, strict=True):

@@ -96,3 +96,15 @@ def test_an_observation_added_with_a_vector_of_the_model_is_done_and_one_of_anot
     events = [added(1, "live", (1.0,)), added(2, "other", (1.0,)), added(3, "live", ())]
     assert done_by(events, "w", "live") == {"o1"}  # reembedding with the live model appends nothing for it
     assert done_by(events, "elsewhere", "live") == set()
+
+
+def test_the_first_turn_after_a_member_joins_is_embedded_without_the_turn_the_newcomer_never_saw():
+    from services.events import MemberJoined
+
+    joined = MemberJoined(workspace_id="w", session_id="s", peer_id="bo", joined_at=AT, producer=P)
+    got = plan([_msg(1), joined, _msg(2), _msg(3)], [], "w", set())
+    assert [text for _, text in got.messages["w/s"]] == [
+        "[8 May 2026] ann: turn 1",
+        "[8 May 2026] ann: turn 2",  # bo searches by this vector: it must not carry turn 1
+        "[8 May 2026] ann: turn 3 (replying to ann: turn 2)",
+    ]
