@@ -30,7 +30,7 @@ class NewerThanThisCode(RuntimeError):
     """A processor's input holds an event of a type or schema version this code does not know."""
 
 
-def read_input(msg: Message) -> Event | None:
+def read_input(msg: Message, reader: str = "worker") -> Event | None:
     """`read` for a processor's input record: an event of a newer version of peerlog (an unknown type, a
     newer schema version) stops the processor with a clear error instead (DESIGN, The log). Skipped, its
     offset was committed with the batch and the event never processed, even once the worker was upgraded."""
@@ -38,7 +38,7 @@ def read_input(msg: Message) -> Event | None:
         return decode(msg.value())
     except (UnknownEventType, UnsupportedSchemaVersion) as exc:
         raise NewerThanThisCode(
-            f"{_where(msg)} holds an event this worker cannot read ({exc}): upgrade peerlog's worker"
+            f"{_where(msg)} holds an event this {reader} cannot read ({exc}): upgrade peerlog's {reader}"
         ) from None
     except EventDecodeError as exc:
         log.error("skipping unreadable record at %s: %s", _where(msg), exc)

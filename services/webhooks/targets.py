@@ -30,8 +30,9 @@ def refusal(address: str) -> str | None:
     """Why deliveries may not go to `address` (an IP literal), or None when it is public."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # a zone index (fe80::1%eth0) names no other host
     embedded = _embedded_ipv4(ip)
-    if embedded is not None and refusal(str(embedded)) is not None:
-        return f"{refusal(str(embedded))} (as the IPv4 address inside {ip})"
+    if embedded is not None:  # a packet to it reaches the IPv4 address inside: that is what to judge
+        why = refusal(str(embedded))
+        return f"{why} (as the IPv4 address inside {ip})" if why else None
     for kind, hit in (
         ("a cloud metadata address", ip in METADATA),
         ("loopback", ip.is_loopback),
@@ -40,13 +41,20 @@ def refusal(address: str) -> str | None:
         ("multicast", ip.is_multicast),
         ("private", ip.is_private),
         ("not public", not ip.is_global),
+        # what is global differs between Python releases (site-local fec0::/10, the local-use NAT64 prefix
+        # 64:ff9b:1::/48 passed on 3.11): of IPv6, only global unicast 2000::/3 is taken, whatever runs this
+        ("not global unicast", isinstance(ip, ipaddress.IPv6Address) and ip not in GLOBAL_UNICAST),
+        ("reserved for documentation", any(ip in net for net in DOCUMENTATION)),
     ):
         if hit:
             return kind
     return None
 
 
-# prefixes whose last 32 bits are an IPv4 address a gateway reaches: NAT64 (RFC 6052) and IPv4-translated
+GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")
+DOCUMENTATION = (ipaddress.ip_network("3fff::/20"),)  # RFC 9637, inside 2000::/3; older Pythons call it global
+# prefixes whose last 32 bits are an IPv4 address a gateway reaches: NAT64 (RFC 6052) and IPv4-translated.
+# RFC 8215's local-use NAT64 prefix (64:ff9b:1::/48) is not global unicast, so refused whole
 TRANSLATED = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::ffff:0:0:0/96"))
 
 
@@ -161,10 +169,12 @@ def delivery_client(allow_private: bool) -> httpx.AsyncClient:
     """An HTTP client for deliveries, one per endpoint (a pool of its own: receivers that never answer
     hold only their own webhook's connections). Checked unless private targets are allowed; no proxy from
     the environment either way a check could be bypassed through."""
+    # no timeout of httpx's own (5 s by default): each attempt is bounded by the retry policy's (10 s), and
+    # a receiver answering after 6 s was retried, and dead-lettered, though it had taken every attempt
     if allow_private:
-        return httpx.AsyncClient()
+        return httpx.AsyncClient(timeout=None)
     transport = httpx.AsyncHTTPTransport(trust_env=False)
     # httpx does not take a network backend; its pool does (httpcore.AsyncConnectionPool.network_backend).
     # tests/integration/test_webhook_targets.py fails if this stops reaching the connections
     transport._pool._network_backend = _CheckedBackend()
-    return httpx.AsyncClient(transport=transport, trust_env=False)
+    return httpx.AsyncClient(transport=transport, trust_env=False, timeout=None)

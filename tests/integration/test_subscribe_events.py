@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from datetime import UTC, datetime
 
 import grpc
 import numpy as np
@@ -192,3 +193,43 @@ def test_subscribing_while_the_broker_is_away_is_unavailable_to_retry_not_intern
             subscription.start()
     finally:
         subscription.close()
+
+
+async def test_an_event_newer_than_this_api_ends_the_stream_before_it_instead_of_being_skipped(conversation, settings):
+    """Skipped, the cursor moved past it and the event was never delivered, even once the API was upgraded."""
+    from confluent_kafka import Producer
+
+    from services.bus.topics import SESSIONS
+    from services.events import ProducerInfo, encode
+
+    c, stub = conversation
+    newer = MessageAppended(
+        workspace_id="w",
+        session_id="s",
+        message_id="from-the-future",
+        peer_id="bob",
+        content="written by a newer peerlog",
+        created_at=datetime.now(UTC),
+        producer=ProducerInfo(component="test", version="9"),
+    )
+    current = f'"schema_version":{MessageAppended.schema_version_current}'.encode()
+    raw = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    raw.produce(
+        SESSIONS.full_name(settings.kafka.topic_prefix),
+        encode(newer).replace(current, b'"schema_version":99'),
+        key=b"w/s",
+    )
+    assert raw.flush(10) == 0
+    await c.add("w", "s", [("alice", "after it")])
+    await c.peer("w", "carol")
+    await c.session("w", "s", members=["carol"])  # on the same partition, after it too
+    got, call = [], stub.Subscribe(events_pb2.SubscribeRequest(workspace_id="w", event_types=["MessageAppended"]))
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        async with asyncio.timeout(30):
+            async for event in call:
+                got.append(event)
+    assert contents(got) == ["one", "two", "three"]  # "after it" is not delivered past the unread event
+    assert ended.value.code() == grpc.StatusCode.UNAVAILABLE and "upgrade" in ended.value.details()
+    # a stream of types it does not take goes on past it
+    joins = await take(stub, 3, workspace_id="w", event_types=["MemberJoined"])
+    assert [json.loads(e.json)["peer_id"] for e in joins][-1] == "carol"

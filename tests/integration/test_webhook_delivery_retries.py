@@ -82,3 +82,14 @@ async def test_an_answer_dripped_a_byte_at_a_time_is_cut_off_at_the_attempt_time
         outcome = await deliver(client, endpoint(receiver), "e1", "MessageAppended", BODY, FAST)
     assert outcome.delivered and outcome.attempts == 2
     assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize("receiver", [["slow"]], indirect=True)
+async def test_a_receiver_answering_within_the_policys_timeout_is_delivered_once_whatever_httpxs_default(receiver):
+    # httpx's own 5 s read timeout cut the attempt first: the receiver did the work, was sent it again, and
+    # a receiver that always takes 6 s had its events dead-lettered
+    from services.webhooks.targets import delivery_client
+
+    async with delivery_client(allow_private=True) as client:
+        outcome = await deliver(client, endpoint(receiver), "e1", "MessageAppended", BODY, RetryPolicy(attempts=2))
+    assert outcome.delivered and outcome.attempts == 1 and len(receiver.received) == 1

@@ -7,6 +7,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HANG_S = 1.5  # longer than the tests' delivery timeout
+SLOW_S = 5.5  # longer than httpx's own default timeout (5 s), shorter than the delivery policy's (10 s)
 
 
 HUGE_BYTES = 300_000_000  # the body of a 'huge' answer
@@ -15,6 +16,7 @@ DRIP_S = 0.1  # between the bytes of a 'drip' answer's status line and headers
 
 class Receiver(ThreadingHTTPServer):
     """Each POST takes the next step of `script`: a status code; 'hang' (answers 204 after HANG_S, too late);
+    'slow' (answers 204 after SLOW_S);
     'huge' (200 with a body of HUGE_BYTES); 'drip' (a 200 whose status line and headers come a byte every
     DRIP_S). Past the script it answers 204. `received` holds (headers, body, status) of every POST."""
 
@@ -52,8 +54,8 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:  # the client went away: what these answers are for
                 pass
             return
-        if step == "hang":
-            time.sleep(HANG_S)
+        if step in ("hang", "slow"):
+            time.sleep(HANG_S if step == "hang" else SLOW_S)
             step = 204
         self.send_response(step)
         self.send_header("Content-Length", "0")

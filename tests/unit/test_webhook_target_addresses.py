@@ -52,6 +52,12 @@ def test_an_ipv6_address_carrying_a_non_public_ipv4_one_is_refused(address):
     assert "as the IPv4 address inside" in refusal(address)
 
 
+@pytest.mark.parametrize("address", ["fec0::1", "64:ff9b:1::a9fe:a9fe", "3fff::1", "5f00::1", "100::1"])
+def test_ipv6_outside_global_unicast_is_refused_whatever_python_calls_global(address):
+    # site-local, the local-use NAT64 prefix and newer reserved ranges passed as public on Python 3.11
+    assert refusal(address) is not None
+
+
 @pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "::ffff:0:808:808"])
 def test_an_ipv6_address_carrying_a_public_ipv4_one_is_let_through(address):
     assert refusal(address) is None
