@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from services.events import Level
+from services.events.text import one_line
 from services.events.times import day
 
 Count = Callable[[str], int]
@@ -83,9 +84,9 @@ _PREMISE_LABEL = {"deductive": "premise", "inductive": "source", "contradiction"
 
 def _render_item(o: Obs) -> str:
     details = [d for d in (o.pattern_type, f"confidence {o.confidence}" if o.confidence else "") if d]
-    head = f"- {o.content}" + (f" ({'; '.join(details)})" if details else "")
+    head = f"- {one_line(o.content)}" + (f" ({'; '.join(details)})" if details else "")
     label = _PREMISE_LABEL.get(o.level)
-    return "\n".join([head, *(f"  - {label}: {p.content}" for p in o.premises if label)])
+    return "\n".join([head, *(f"  - {label}: {one_line(p.content)}" for p in o.premises if label)])
 
 
 def _heading(level: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -62,11 +63,20 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) if a and b and len(a) == len(b) else 0.0
 
 
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.casefold()))
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
 def ground(fact: ExtractedFact, window: Sequence[PendingMessage], observed_id: str = "") -> str | None:
     """None if the fact's span is in the cited target message and supports the fact; else why not."""
     cited = next((p for p in window if p.message_id == fact.message_id), None)
     if cited is None:
         return f"cites message {fact.message_id!r}, which is not one of the target's messages in this batch"
+    if not _words(fact.content) - _words(observed_id):
+        return "states nothing: its content has no words beyond the target's name"
     if not normalise(fact.span):
         return "has an empty span"
     if normalise(fact.span) not in normalise(cited.content):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from services.deriver.batching import PendingMessage
 from services.events import prompt_addition
@@ -45,7 +45,11 @@ class ExtractedFact(BaseModel):
 
 
 class Extraction(BaseModel):
-    facts: list[ExtractedFact] = Field(default_factory=list)
+    # `facts` required and nothing else allowed: `{}` or `{"observations": [...]}` read as "no facts" marked
+    # the batch derived with nothing, where a wrong shape goes to the repair step (an empty list stays fine)
+    model_config = ConfigDict(extra="forbid")
+
+    facts: list[ExtractedFact]
 
 
 SYSTEM = """You extract facts about one person from a conversation, for a long-term memory.

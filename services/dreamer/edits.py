@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from services.events import (
     PAIR_WIDE,
@@ -54,19 +54,28 @@ class _Action(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _says_something(text: str) -> str:
+    if not text.strip():  # "  \n " passed min_length and was stored: the API refuses blank observations
+        raise ValueError("is blank: say the observation in words")
+    return text
+
+
+Statement = Annotated[str, Field(min_length=1, max_length=2000), AfterValidator(_says_something)]
+
+
 class AddDeduction(_Action):
     """Record a conclusion that follows logically from observations already in memory."""
 
     # premises first: a constrained decoder writes fields in this order, and the content should follow from them
     premise_ids: list[ObsId] = _premises(Level.DEDUCTIVE, "ids of the observations it follows from")
-    content: str = Field(min_length=1, max_length=2000, description="the conclusion, one proposition")
+    content: Statement = Field(description="the conclusion, one proposition")
 
 
 class UpdateKnowledge(_Action):
     """Something changed: record the new belief (citing the evidence) and retire the outdated observation."""
 
     outdated_id: ObsId = Field(description="the observation that is no longer true")
-    content: str = Field(min_length=1, max_length=2000, description="the belief that replaces it")
+    content: Statement = Field(description="the belief that replaces it")
     premise_ids: list[ObsId] = _premises(Level.DEDUCTIVE, "the newer evidence it rests on")
     reason: str = Field("", max_length=500)
 
@@ -74,7 +83,7 @@ class UpdateKnowledge(_Action):
 class AddContradiction(_Action):
     """Flag observations that cannot all be true, without choosing between them."""
 
-    content: str = Field(min_length=1, max_length=2000, description="what conflicts with what")
+    content: Statement = Field(description="what conflicts with what")
     premise_ids: list[ObsId] = _premises(Level.CONTRADICTION, "the conflicting observations")
 
 
@@ -96,7 +105,7 @@ class AddPattern(_Action):
 
     premise_ids: list[ObsId] = _premises(Level.INDUCTIVE, "the observations that show it")  # first, as above
     pattern_type: PatternType
-    content: str = Field(min_length=1, max_length=2000, description="what the cited observations have in common")
+    content: Statement = Field(description="what the cited observations have in common")
 
 
 Action = AddDeduction | UpdateKnowledge | AddContradiction | RemoveDeduction | SetPeerCard | AddPattern

@@ -190,7 +190,9 @@ class DreamRun:
         except (ValueError, ValidationError) as error:
             return bad_arguments(call.name, error)
         rows = await self.reads.newest_observations(self.scope(), args.levels, args.limit)
-        return "\n".join(map(self.line, rows)) or "No observations."
+        text = "\n".join(map(self.line, rows)) or "No observations."
+        # cut as every other tool's result: 50 rows of ~2,000 characters, re-sent with the history each round
+        return text if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + "\n[truncated]"
 
     async def act(self, call: ToolCall, model: type[BaseModel]) -> str:
         try:

@@ -378,7 +378,16 @@ class OpenAIEmbedder:
                 )
         vectors = [row.embedding for row in rows]
         finite(vectors, self.model_name)
-        return vectors
+        return unit_length(vectors)
+
+
+def unit_length(vectors: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Each vector scaled to length 1 (a zero one left as it is). Servers differ (llama.cpp's
+    --embd-normalize, some models on vLLM): the deriver compares facts by dot product, so an unscaled
+    [3, 4, 0] and [0, 4, 3] (cosine 0.64) were near-duplicates, and a new fact was taken for an old one."""
+    values = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(values, axis=1, keepdims=True)
+    return (values / np.where(norms == 0, 1.0, norms)).tolist()
 
 
 def _index(row: _Row) -> int:

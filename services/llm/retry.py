@@ -30,6 +30,9 @@ _TRANSIENT_STATUS = frozenset({408, 429})
 # every SDK error, and the JSONDecodeError the SDK lets out for a 200 whose body is not JSON
 SERVER_ERRORS = (openai.APIError, json.JSONDecodeError)
 _RAW_CHARS = 2000  # of an unreadable body kept on the error
+# a server's Retry-After is waited out up to this, past max_backoff_s: cut to 8 s, a rate limit asking for
+# 30 s saw every retry refused again and the work given up (a deriver batch dead-lettered) after 24 s
+RETRY_AFTER_MOST_S = 60.0
 
 
 class RetrySettings(Protocol):
@@ -73,7 +76,7 @@ def _wait(settings: RetrySettings) -> Callable[[RetryCallState], float]:
 
     def wait(state: RetryCallState) -> float:
         hinted = retry_after_s(state.outcome.exception() if state.outcome else None)
-        return min(settings.max_backoff_s, max(backoff(state), hinted))
+        return max(min(settings.max_backoff_s, backoff(state)), min(hinted, RETRY_AFTER_MOST_S))
 
     return wait
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BeforeValidator, Field, Strict, model_validator
 
+from services.events.text import one_line
 from services.events.times import day, minute
 from services.llm.client import ToolCall
 from services.llm.embeddings import Embedder
@@ -201,7 +202,7 @@ class ReasoningChain(ToolArgs):
 def observation_line(row: Row) -> str:
     state = " superseded" if row.get("superseded_by") else ""
     created = row["created_at"].astimezone(UTC)  # in UTC whatever the database session's TimeZone
-    return f"[obs:{row['observation_id']}] ({row['level']}{state}, {day(created)}) {row['content']}"
+    return f"[obs:{row['observation_id']}] ({row['level']}{state}, {day(created)}) {one_line(row['content'])}"
 
 
 def message_line(row: Row) -> str:

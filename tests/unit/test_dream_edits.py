@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+from pydantic import ValidationError
+
 from services.dreamer.edits import (
     AddContradiction,
     AddDeduction,
@@ -253,3 +256,10 @@ def test_a_knowledge_update_resting_on_its_outdated_observation_through_a_fresh_
     out = decide_edit(made.pending, made.pending.overlay(D, KNOWN), update, D)
     assert not out.accepted and "through a deduction of this dream" in out.reply
     assert not any(isinstance(e, ObservationSuperseded) for e in out.events)
+
+
+@pytest.mark.parametrize("action", [AddDeduction, AddContradiction])
+def test_a_dream_observation_that_is_only_white_space_is_refused_to_the_model_not_stored(action):
+    # "  \n " passed min_length=1 and was stored; the API refuses blank observations
+    with pytest.raises(ValidationError, match="is blank"):
+        action(content="  \n ", premise_ids=["oslo", "bergen"])

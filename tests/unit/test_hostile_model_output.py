@@ -215,3 +215,28 @@ def test_a_repair_written_in_the_structured_turns_wrapper_gives_its_answer():
     assert unwrapped('{"answer": {"city": "Oslo"}, "cited_ids": ["m1"]}') == '{"city": "Oslo"}'
     assert unwrapped('{"city": "Oslo"}') is None
     assert unwrapped('{"tool": "grep_messages", "arguments": {}}') is None
+
+
+@pytest.mark.parametrize("reply", ["{}", '{"Facts": []}', '{"observations": [{"content": "x"}]}'])
+def test_a_deriver_reply_of_the_wrong_shape_goes_to_repair_not_to_an_empty_derivation(reply):
+    # read as "no facts", it marked the batch derived with nothing: never dead-lettered, never retried
+    from services.deriver.prompt import Extraction
+
+    with pytest.raises(ValidationError):
+        parse_reply(reply, Extraction)
+    assert parse_reply('{"facts": []}', Extraction).facts == []  # saying there are none stays an answer
+
+
+@pytest.mark.parametrize("content", ["", "   ", "...", "Ada", "Ada."])
+def test_a_fact_that_states_nothing_beyond_the_targets_name_is_rejected(content):
+    from services.deriver.batching import PendingMessage
+    from services.deriver.judge import ground
+    from services.deriver.prompt import ExtractedFact
+
+    window = [
+        PendingMessage(
+            message_id="m1", session_id="s", content="I keep bees", created_at=NOW, seq=1, tokens=3, perceived_at=NOW
+        )
+    ]
+    fact = ExtractedFact(content=content, message_id="m1", span="I keep bees")
+    assert "states nothing" in ground(fact, window, observed_id="Ada")

@@ -102,3 +102,24 @@ def test_success_after_a_transient_error_returns_the_value() -> None:
         return outcome
 
     assert call_sync("deriver", settings, flaky, lambda: None) == "ok"
+
+
+def test_a_rate_limit_asking_for_longer_than_the_backoff_is_waited_out_up_to_a_minute() -> None:
+    # cut to max_backoff_s (8 s), every retry of a "Retry-After: 30" came too early and was refused again
+    from tenacity import RetryCallState
+
+    from services.llm.retry import RETRY_AFTER_MOST_S, _wait
+    from services.llm.settings import ModelStageSettings
+
+    settings = ModelStageSettings()
+    wait = _wait(settings)
+
+    def after(error: Exception) -> float:
+        state = RetryCallState(None, None, (), {})
+        state.attempt_number = 1
+        state.set_exception((type(error), error, None))
+        return wait(state)
+
+    assert after(status_error(429, {"Retry-After": "30"})) == 30
+    assert after(status_error(429, {"Retry-After": "3600"})) == RETRY_AFTER_MOST_S
+    assert after(status_error(503)) <= settings.max_backoff_s

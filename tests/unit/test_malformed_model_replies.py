@@ -139,6 +139,13 @@ async def test_integer_components_are_accepted_as_numbers(server):
     assert await embedder().embed(["text"]) == [[1.0, 0.0, 0.0, 0.0]]
 
 
+async def test_vectors_a_server_did_not_scale_come_back_at_unit_length_so_dot_products_are_cosines(server):
+    # the deriver compares facts by dot product: unscaled [3, 4, 0, 0] and [0, 4, 3, 0] (cosine 0.64) scored
+    # 16 and an unrelated fact was merged into an old one as a duplicate
+    server.answer = vectors([3, 4, 0, 0], [0, 0, 0, 0])
+    assert await embedder().embed(["a", "b"]) == [[0.6, 0.8, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+
+
 async def test_a_text_past_the_character_limit_is_cut_before_it_is_sent(server):
     server.answer = vectors([1.0, 0.0, 0.0, 0.0])
     await embedder(max_chars=10).embed(["x" * 50])
