@@ -183,6 +183,23 @@ def _upgrade_messages(conn: Connection, schema: str) -> None:
         )
 
 
+def _upgrade_member_others(conn: Connection, schema: str) -> None:
+    """A schema from before MemberJoined v2 holds false where a member did not say whether it observes the
+    others (version 1 could not tell), which is NULL now, as replaying those events gives; once."""
+    nullable = conn.execute(
+        text(
+            "SELECT is_nullable FROM information_schema.columns WHERE table_schema = :s AND table_name = "
+            "'memberships' AND column_name = 'observe_others'"
+        ),
+        {"s": schema},
+    ).scalar()
+    if nullable != "NO":
+        return  # every later start: no ALTER TABLE (an exclusive lock) and no scan of the table
+    t = f'"{schema}".memberships'
+    conn.execute(text(f"ALTER TABLE {t} ALTER COLUMN observe_others DROP NOT NULL"))
+    conn.execute(text(f"UPDATE {t} SET observe_others = NULL WHERE NOT observe_others"))
+
+
 def _upgrade_memberships(conn: Connection, schema: str) -> None:
     """A schema from before visibility followed log order gets its membership periods as seqs, once,
     by the wall-clock rule it was read by until then (memberships.joined_after_seq)."""
@@ -246,6 +263,7 @@ def create_schema(engine: Engine, schema: str) -> None:
         _upgrade_indexes(mapped, schema)
         _drop_retired_columns(mapped, schema)
         _upgrade_memberships(mapped, schema)
+        _upgrade_member_others(mapped, schema)
         _upgrade_dead_letters(mapped, schema)
         _upgrade_client_observations(mapped, schema)
         _backfill_terms(mapped)

@@ -123,7 +123,7 @@ memberships = Table(
     Column("session_id", Text, nullable=False),
     Column("peer_id", Text, nullable=False),
     Column("observe_me", Boolean, nullable=True),
-    Column("observe_others", Boolean, nullable=False),
+    Column("observe_others", Boolean, nullable=True),  # NULL: the member did not say (MemberJoined v2)
     Column("joined_at", TS, nullable=False),
     Column("left_at", TS, nullable=True),
     Column("left_event_id", Text, nullable=True, unique=True),

@@ -111,11 +111,11 @@ def peer(row: RowMapping) -> peers_pb2.Peer:
 
 
 def membership(row: RowMapping) -> sessions_pb2.Membership:
-    out = sessions_pb2.Membership(
-        peer_id=row["peer_id"], observe_others=row["observe_others"], joined_at=ts(row["joined_at"])
-    )
+    out = sessions_pb2.Membership(peer_id=row["peer_id"], joined_at=ts(row["joined_at"]))
     if row["observe_me"] is not None:
         out.observe_me = row["observe_me"]
+    if row["observe_others"] is not None:
+        out.observe_others = row["observe_others"]
     if row["left_at"] is not None:
         out.left_at.CopyFrom(ts(row["left_at"]))
     return out
@@ -149,7 +149,7 @@ def member_spec(spec: sessions_pb2.MemberSpec) -> MemberSpec:
     return MemberSpec(
         peer_id=spec.peer_id,
         observe_me=spec.observe_me if spec.HasField("observe_me") else None,
-        observe_others=spec.observe_others,
+        observe_others=spec.observe_others if spec.HasField("observe_others") else None,
     )
 
 

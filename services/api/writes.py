@@ -65,7 +65,7 @@ from services.events.requests import KeyedRequest
 class MemberSpec:
     peer_id: str
     observe_me: bool | None = None
-    observe_others: bool = False
+    observe_others: bool | None = None  # None: the configuration's
 
 
 @dataclass(frozen=True)

@@ -48,18 +48,26 @@ class SessionCreated(Event):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+def _others_not_said(data: dict[str, Any]) -> dict[str, Any]:
+    # version 1 could not tell "no" from "not said": false deferred to the configuration, as None does now
+    return {**data, "observe_others": data.get("observe_others") or None}
+
+
 class MemberJoined(Event):
     """A peer joined a session, with its session-level observation settings.
 
-    `observe_me` None means "use the peer's own setting"; session settings override peer ones.
+    `observe_me` None means "use the peer's own setting"; `observe_others` None means "the configuration's"
+    (message, session, workspace, global); either set here overrides those.
     """
 
     key_fields: ClassVar[tuple[str, ...]] = ("workspace_id", "session_id")
+    schema_version_current: ClassVar[int] = 2  # 2: observe_others may be None (not said) and false means no
+    upcasters = {1: _others_not_said}
 
     session_id: str
     peer_id: str
     observe_me: bool | None = None
-    observe_others: bool = False
+    observe_others: bool | None = None
     joined_at: datetime
 
 

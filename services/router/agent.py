@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from services.bus.runner import Get, Step
 from services.bus.topics import SESSIONS
 from services.events import Event, ProducerInfo
-from services.router.policy import SessionState, decide, evolve
+from services.router.policy import decide, evolve, load_state
 
 if TYPE_CHECKING:
     from services.settings import Settings
@@ -25,7 +25,7 @@ class Router:
 
     async def handle(self, get: Get, event: Event) -> Step:
         raw = get(event.key)
-        state = SessionState.model_validate(raw) if raw else SessionState()
+        state = load_state(raw)
         return Step(
             decide(state, event, PRODUCER, self.global_), {event.key: evolve(state, event).model_dump(mode="json")}
         )

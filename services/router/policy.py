@@ -6,6 +6,8 @@ that come after its join and before its leave, whatever `created_at` a backfill 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.events import (
@@ -31,12 +33,15 @@ class Member(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     observe_me: bool | None = None
-    observe_others: bool = False
+    observe_others: bool | None = None  # None: the configuration's
     joined_after: int = 0  # the session's last seq at the join: a turn the member saw has a greater one
 
 
 class SessionState(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+    # 2: a member's observe_others is None when it did not say; a state kept by version 1 held false for that
+    v: int = 2
 
     members: dict[str, Member] = Field(default_factory=dict)
     # the latest turn of each of the last two peers who spoke: all `previous_turn` needs, whoever asks
@@ -44,6 +49,19 @@ class SessionState(BaseModel):
     last_turns: dict[str, Turn] = Field(default_factory=dict)
     last_seq: int = 0
     session: Configuration | None = None  # the session's configuration level
+
+
+def load_state(raw: dict[str, Any] | None) -> SessionState:
+    """A session's state as kept in the changelog; one kept by version 1 (no `v`) held false where a member
+    did not say whether it observes the others, which is None now."""
+    if not raw:
+        return SessionState()
+    if "v" not in raw:
+        members = {
+            p: {**m, "observe_others": m.get("observe_others") or None} for p, m in raw.get("members", {}).items()
+        }
+        raw = {**raw, "members": members, "v": 2}
+    return SessionState.model_validate(raw)
 
 
 def evolve(state: SessionState, event: Event) -> SessionState:
@@ -95,12 +113,13 @@ def observers(state: SessionState, message: MessageAppended, config: Effective) 
     own = next(
         v for v in (author.observe_me, opted_out, chosen.get("observe_me"), message.author_observe_me) if v is not None
     )
-    others = sorted(
-        p
-        for p, m in state.members.items()
-        if p != message.peer_id and (m.observe_others or chosen.get("observe_others", False))
-    )
+    others = sorted(p for p, m in state.members.items() if p != message.peer_id and _observes_others(m, chosen))
     return ([message.peer_id] if own else []) + others
+
+
+def _observes_others(member: Member, chosen: dict) -> bool:
+    """The member's own setting, else the configuration's (when a level above the global one sets it)."""
+    return member.observe_others if member.observe_others is not None else chosen.get("observe_others", False)
 
 
 def previous_turn(state: SessionState, author: str) -> Turn | None:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import grpc
 import pytest
 
-from peerlog.v1 import common_pb2, configuration_pb2_grpc, messages_pb2, peers_pb2
+from peerlog.v1 import common_pb2, configuration_pb2_grpc, messages_pb2, peers_pb2, sessions_pb2
 from peerlog.v1 import configuration_pb2 as cfg
 from projections.rebuild import rebuild
 from projections.schema import perceptions, summaries
@@ -186,6 +186,29 @@ async def test_reasoning_and_deriver_instructions_follow_the_levels(channel, set
     assert perceived() == ["on", "on"]  # the workspace's off, the session's on, the message's off
     prompts = deriver_prompts(model_server)
     assert [p.rsplit("\n", 1)[-1] for p in prompts] == ["Only food preferences.", "Only grains."]
+
+
+async def test_a_member_saying_observe_others_false_is_left_out_where_the_session_turns_it_on(
+    channel, settings, start_worker
+):
+    # false could not be told from unset: a session's observe_others=true made every member observe the
+    # others, and no member could be left out of it
+    start_worker("router")
+    c, levels = Client(channel), Levels(channel)
+    await c.workspace("w")
+    for p in ("alice", "bob", "carol"):
+        await c.peer("w", p, observe_me=False)
+    spec = sessions_pb2.MemberSpec
+    got = await c.session("w", "s", members=[spec(peer_id="alice"), spec(peer_id="bob", observe_others=False), "carol"])
+    shown = {m.peer_id: m.HasField("observe_others") and m.observe_others for m in got.session.memberships}
+    assert shown == {"alice": False, "bob": False, "carol": False}
+    assert [m.HasField("observe_others") for m in got.session.memberships] == [False, True, False]
+    await levels.session("w", "s", observe_others=True)
+    await c.add("w", "s", [("alice", "hello all")])
+    observers = lambda: sorted(r["observer_id"] for r in rows(settings, perceptions))  # noqa: E731
+    eventually(lambda: observers() == ["carol"], 60)
+    await asyncio.sleep(1)
+    assert observers() == ["carol"]  # bob said no; alice wrote it, and observes herself only if observe_me
 
 
 async def test_a_rebuild_reproduces_the_levels(channel, settings):

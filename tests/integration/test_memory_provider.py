@@ -246,7 +246,7 @@ def test_server_side_member_settings_win_and_are_read_back(make_provider):
     ws.peer("alice"), ws.peer("bot")
     ws.session("global", members=[MemberSpec("alice", observe_me=False), MemberSpec("bot", observe_others=False)])
     memory.record_turn("hi", "hello")
-    assert members(memory) == {"alice": (False, False), "bot": (None, False)}
+    assert members(memory) == {"alice": (False, None), "bot": (None, False)}  # alice did not say: None
     assert memory.observer_of("alice") == "alice"  # the bot does not observe others: read alice's self-model
 
 

@@ -80,7 +80,7 @@ def test_the_configurations_survive_the_log_and_an_old_message_has_none():
     assert decode(orjson.dumps(old)).configuration is None
 
 
-def joined(peer, observe_others=False, observe_me=None):
+def joined(peer, observe_others=None, observe_me=None):
     return MemberJoined(
         workspace_id="w",
         session_id="s",
@@ -133,6 +133,25 @@ def test_observe_defaults_apply_where_the_member_does_not_say():
     assert perceived(joined("a"), joined("b"), said("a", "x")) == [("a", "a", "")]
     events = (joined("a"), joined("b"), configured(observe_others=True, observe_me=False), said("a", "x"))
     assert perceived(*events) == [("b", "a", "")]
+
+
+def test_a_member_that_says_it_observes_no_one_is_not_overruled_by_the_sessions_default():
+    # false was "not said": a session's observe_others=true made every member observe the others, and no
+    # member could be left out of it
+    events = (joined("a"), joined("b", observe_others=False), joined("c"), configured(observe_others=True))
+    assert perceived(*events, said("a", "x")) == [("a", "a", ""), ("c", "a", "")]
+
+
+def test_a_join_logged_by_version_1_and_a_router_state_kept_by_it_read_false_as_not_said():
+    from services.events import decode, encode
+    from services.router.policy import Member, SessionState, load_state
+
+    raw = encode(joined("b", observe_others=False)).replace(b'"schema_version":2', b'"schema_version":1')
+    assert decode(raw).observe_others is None
+    kept = {"members": {"b": {"observe_me": None, "observe_others": False, "joined_after": 0}}, "last_seq": 3}
+    assert load_state(kept).members["b"].observe_others is None
+    said_no = SessionState(members={"b": Member(observe_others=False)})  # kept by this version: false is no
+    assert load_state(said_no.model_dump(mode="json")).members["b"].observe_others is False
 
 
 def test_observe_others_false_set_at_a_level_overrides_true_below_it():

@@ -57,11 +57,12 @@ class NewMessage:
 
 @frozen
 class MemberSpec:
-    """A session member and its session-level observation settings (None: the peer's own)."""
+    """A session member and its session-level observation settings (None: observe_me the peer's own,
+    observe_others the configuration's)."""
 
     peer_id: str
     observe_me: bool | None = None
-    observe_others: bool = False
+    observe_others: bool | None = None
 
 
 @frozen
@@ -108,7 +109,7 @@ class Membership:
 
     peer_id: str
     observe_me: bool | None
-    observe_others: bool
+    observe_others: bool | None  # None: the member did not say (the configuration's applies)
     joined_at: datetime | None
     left_at: datetime | None
 

@@ -290,7 +290,8 @@ class MemoryProvider:
             for m in session.info.memberships:
                 if m.left_at is None:
                     self.flags[m.peer_id] = PeerFlags(
-                        observe_me=m.observe_me if m.observe_me is not None else True, observe_others=m.observe_others
+                        observe_me=m.observe_me if m.observe_me is not None else True,
+                        observe_others=bool(m.observe_others),  # not said: the configuration's, off by default
                     )
         return session
 

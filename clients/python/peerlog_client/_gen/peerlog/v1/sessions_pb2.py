@@ -29,7 +29,7 @@ from peerlog_client._gen.peerlog.v1 import configuration_pb2 as peerlog_dot_v1_d
 from peerlog_client._gen.peerlog.v1 import messages_pb2 as peerlog_dot_v1_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19peerlog/v1/sessions.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x1epeerlog/v1/configuration.proto\x1a\x19peerlog/v1/messages.proto\"\xa3\x01\n\x13\x43loneSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x16\n\x0enew_session_id\x18\x03 \x01(\t\x12\x18\n\x10up_to_message_id\x18\x04 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x05 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"l\n\x14\x43loneSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x13\n\x0bmessage_ids\x18\x02 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"]\n\nMemberSpec\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x17\n\nobserve_me\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x16\n\x0eobserve_others\x18\x03 \x01(\x08\x42\r\n\x0b_observe_me\"\xb9\x01\n\nMembership\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x17\n\nobserve_me\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x16\n\x0eobserve_others\x18\x03 \x01(\x08\x12-\n\tjoined_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07left_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\r\n\x0b_observe_me\"\xee\x01\n\x07Session\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x0bmemberships\x18\x05 \x03(\x0b\x32\x16.peerlog.v1.Membership\x12\x15\n\rmessage_count\x18\x06 \x01(\x04\x12\x1a\n\x12membership_periods\x18\x07 \x01(\x04\"\xcb\x01\n\x19GetOrCreateSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\'\n\x07members\x18\x04 \x03(\x0b\x32\x16.peerlog.v1.MemberSpec\x12\x30\n\rconfiguration\x18\x05 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"n\n\x1aGetOrCreateSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"f\n\x11\x41\x64\x64MembersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\'\n\x07members\x18\x03 \x03(\x0b\x32\x16.peerlog.v1.MemberSpec\"R\n\x14RemoveMembersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08peer_ids\x18\x03 \x03(\t\"U\n\x12MembershipResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"o\n\x11GetSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\x95\x01\n\x13ListSessionsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12%\n\x04page\x18\x03 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x30\n\x0b\x63onsistency\x18\x04 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"V\n\x14ListSessionsResponse\x12%\n\x08sessions\x18\x01 \x03(\x0b\x32\x13.peerlog.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"x\n\x1aGetSessionSummariesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\xba\x01\n\x0eSessionSummary\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x17\n\x0flast_message_id\x18\x02 \x01(\t\x12\x10\n\x08last_seq\x18\x03 \x01(\x04\x12\x18\n\x10messages_covered\x18\x04 \x01(\r\x12\x13\n\x0btoken_count\x18\x05 \x01(\r\x12\r\n\x05model\x18\x06 \x01(\t\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x82\x01\n\x1bGetSessionSummariesResponse\x12\x31\n\rshort_summary\x18\x01 \x01(\x0b\x32\x1a.peerlog.v1.SessionSummary\x12\x30\n\x0clong_summary\x18\x02 \x01(\x0b\x32\x1a.peerlog.v1.SessionSummary\"\xe2\x02\n\x1cSearchSessionMessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\x17\n\x0f\x61uthor_peer_ids\x18\x04 \x03(\t\x12\x1b\n\x13perspective_peer_id\x18\x05 \x01(\t\x12)\n\x05\x61\x66ter\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x62\x65\x66ore\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x08 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\t \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x18\n\x10include_adjacent\x18\n \x01(\x08\x12\x0e\n\x06rerank\x18\x0b \x01(\x08\x12\x11\n\ttime_zone\x18\x0c \x01(\t2\xc5\x05\n\x0eSessionService\x12\x63\n\x12GetOrCreateSession\x12%.peerlog.v1.GetOrCreateSessionRequest\x1a&.peerlog.v1.GetOrCreateSessionResponse\x12K\n\nAddMembers\x12\x1d.peerlog.v1.AddMembersRequest\x1a\x1e.peerlog.v1.MembershipResponse\x12Q\n\rRemoveMembers\x12 .peerlog.v1.RemoveMembersRequest\x1a\x1e.peerlog.v1.MembershipResponse\x12@\n\nGetSession\x12\x1d.peerlog.v1.GetSessionRequest\x1a\x13.peerlog.v1.Session\x12Q\n\x0cListSessions\x12\x1f.peerlog.v1.ListSessionsRequest\x1a .peerlog.v1.ListSessionsResponse\x12\x66\n\x13GetSessionSummaries\x12&.peerlog.v1.GetSessionSummariesRequest\x1a\'.peerlog.v1.GetSessionSummariesResponse\x12^\n\x0eSearchMessages\x12(.peerlog.v1.SearchSessionMessagesRequest\x1a\".peerlog.v1.SearchMessagesResponse\x12Q\n\x0c\x43loneSession\x12\x1f.peerlog.v1.CloneSessionRequest\x1a .peerlog.v1.CloneSessionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19peerlog/v1/sessions.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x1epeerlog/v1/configuration.proto\x1a\x19peerlog/v1/messages.proto\"\xa3\x01\n\x13\x43loneSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x16\n\x0enew_session_id\x18\x03 \x01(\t\x12\x18\n\x10up_to_message_id\x18\x04 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x05 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"l\n\x14\x43loneSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x13\n\x0bmessage_ids\x18\x02 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"u\n\nMemberSpec\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x17\n\nobserve_me\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x1b\n\x0eobserve_others\x18\x03 \x01(\x08H\x01\x88\x01\x01\x42\r\n\x0b_observe_meB\x11\n\x0f_observe_others\"\xd1\x01\n\nMembership\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x17\n\nobserve_me\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x1b\n\x0eobserve_others\x18\x03 \x01(\x08H\x01\x88\x01\x01\x12-\n\tjoined_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07left_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\r\n\x0b_observe_meB\x11\n\x0f_observe_others\"\xee\x01\n\x07Session\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x0bmemberships\x18\x05 \x03(\x0b\x32\x16.peerlog.v1.Membership\x12\x15\n\rmessage_count\x18\x06 \x01(\x04\x12\x1a\n\x12membership_periods\x18\x07 \x01(\x04\"\xcb\x01\n\x19GetOrCreateSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\'\n\x07members\x18\x04 \x03(\x0b\x32\x16.peerlog.v1.MemberSpec\x12\x30\n\rconfiguration\x18\x05 \x01(\x0b\x32\x19.peerlog.v1.Configuration\"n\n\x1aGetOrCreateSessionResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"f\n\x11\x41\x64\x64MembersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\'\n\x07members\x18\x03 \x03(\x0b\x32\x16.peerlog.v1.MemberSpec\"R\n\x14RemoveMembersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x10\n\x08peer_ids\x18\x03 \x03(\t\"U\n\x12MembershipResponse\x12$\n\x07session\x18\x01 \x01(\x0b\x32\x13.peerlog.v1.Session\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"o\n\x11GetSessionRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\x95\x01\n\x13ListSessionsRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12%\n\x04page\x18\x03 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x30\n\x0b\x63onsistency\x18\x04 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"V\n\x14ListSessionsResponse\x12%\n\x08sessions\x18\x01 \x03(\x0b\x32\x13.peerlog.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"x\n\x1aGetSessionSummariesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\xba\x01\n\x0eSessionSummary\x12\x0f\n\x07\x63ontent\x18\x01 \x01(\t\x12\x17\n\x0flast_message_id\x18\x02 \x01(\t\x12\x10\n\x08last_seq\x18\x03 \x01(\x04\x12\x18\n\x10messages_covered\x18\x04 \x01(\r\x12\x13\n\x0btoken_count\x18\x05 \x01(\r\x12\r\n\x05model\x18\x06 \x01(\t\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x82\x01\n\x1bGetSessionSummariesResponse\x12\x31\n\rshort_summary\x18\x01 \x01(\x0b\x32\x1a.peerlog.v1.SessionSummary\x12\x30\n\x0clong_summary\x18\x02 \x01(\x0b\x32\x1a.peerlog.v1.SessionSummary\"\xe2\x02\n\x1cSearchSessionMessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\x17\n\x0f\x61uthor_peer_ids\x18\x04 \x03(\t\x12\x1b\n\x13perspective_peer_id\x18\x05 \x01(\t\x12)\n\x05\x61\x66ter\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x62\x65\x66ore\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x08 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\t \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x18\n\x10include_adjacent\x18\n \x01(\x08\x12\x0e\n\x06rerank\x18\x0b \x01(\x08\x12\x11\n\ttime_zone\x18\x0c \x01(\t2\xc5\x05\n\x0eSessionService\x12\x63\n\x12GetOrCreateSession\x12%.peerlog.v1.GetOrCreateSessionRequest\x1a&.peerlog.v1.GetOrCreateSessionResponse\x12K\n\nAddMembers\x12\x1d.peerlog.v1.AddMembersRequest\x1a\x1e.peerlog.v1.MembershipResponse\x12Q\n\rRemoveMembers\x12 .peerlog.v1.RemoveMembersRequest\x1a\x1e.peerlog.v1.MembershipResponse\x12@\n\nGetSession\x12\x1d.peerlog.v1.GetSessionRequest\x1a\x13.peerlog.v1.Session\x12Q\n\x0cListSessions\x12\x1f.peerlog.v1.ListSessionsRequest\x1a .peerlog.v1.ListSessionsResponse\x12\x66\n\x13GetSessionSummaries\x12&.peerlog.v1.GetSessionSummariesRequest\x1a\'.peerlog.v1.GetSessionSummariesResponse\x12^\n\x0eSearchMessages\x12(.peerlog.v1.SearchSessionMessagesRequest\x1a\".peerlog.v1.SearchMessagesResponse\x12Q\n\x0c\x43loneSession\x12\x1f.peerlog.v1.CloneSessionRequest\x1a .peerlog.v1.CloneSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,35 +41,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CLONESESSIONRESPONSE']._serialized_start=354
   _globals['_CLONESESSIONRESPONSE']._serialized_end=462
   _globals['_MEMBERSPEC']._serialized_start=464
-  _globals['_MEMBERSPEC']._serialized_end=557
-  _globals['_MEMBERSHIP']._serialized_start=560
-  _globals['_MEMBERSHIP']._serialized_end=745
-  _globals['_SESSION']._serialized_start=748
-  _globals['_SESSION']._serialized_end=986
-  _globals['_GETORCREATESESSIONREQUEST']._serialized_start=989
-  _globals['_GETORCREATESESSIONREQUEST']._serialized_end=1192
-  _globals['_GETORCREATESESSIONRESPONSE']._serialized_start=1194
-  _globals['_GETORCREATESESSIONRESPONSE']._serialized_end=1304
-  _globals['_ADDMEMBERSREQUEST']._serialized_start=1306
-  _globals['_ADDMEMBERSREQUEST']._serialized_end=1408
-  _globals['_REMOVEMEMBERSREQUEST']._serialized_start=1410
-  _globals['_REMOVEMEMBERSREQUEST']._serialized_end=1492
-  _globals['_MEMBERSHIPRESPONSE']._serialized_start=1494
-  _globals['_MEMBERSHIPRESPONSE']._serialized_end=1579
-  _globals['_GETSESSIONREQUEST']._serialized_start=1581
-  _globals['_GETSESSIONREQUEST']._serialized_end=1692
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=1695
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=1844
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1846
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1932
-  _globals['_GETSESSIONSUMMARIESREQUEST']._serialized_start=1934
-  _globals['_GETSESSIONSUMMARIESREQUEST']._serialized_end=2054
-  _globals['_SESSIONSUMMARY']._serialized_start=2057
-  _globals['_SESSIONSUMMARY']._serialized_end=2243
-  _globals['_GETSESSIONSUMMARIESRESPONSE']._serialized_start=2246
-  _globals['_GETSESSIONSUMMARIESRESPONSE']._serialized_end=2376
-  _globals['_SEARCHSESSIONMESSAGESREQUEST']._serialized_start=2379
-  _globals['_SEARCHSESSIONMESSAGESREQUEST']._serialized_end=2733
-  _globals['_SESSIONSERVICE']._serialized_start=2736
-  _globals['_SESSIONSERVICE']._serialized_end=3445
+  _globals['_MEMBERSPEC']._serialized_end=581
+  _globals['_MEMBERSHIP']._serialized_start=584
+  _globals['_MEMBERSHIP']._serialized_end=793
+  _globals['_SESSION']._serialized_start=796
+  _globals['_SESSION']._serialized_end=1034
+  _globals['_GETORCREATESESSIONREQUEST']._serialized_start=1037
+  _globals['_GETORCREATESESSIONREQUEST']._serialized_end=1240
+  _globals['_GETORCREATESESSIONRESPONSE']._serialized_start=1242
+  _globals['_GETORCREATESESSIONRESPONSE']._serialized_end=1352
+  _globals['_ADDMEMBERSREQUEST']._serialized_start=1354
+  _globals['_ADDMEMBERSREQUEST']._serialized_end=1456
+  _globals['_REMOVEMEMBERSREQUEST']._serialized_start=1458
+  _globals['_REMOVEMEMBERSREQUEST']._serialized_end=1540
+  _globals['_MEMBERSHIPRESPONSE']._serialized_start=1542
+  _globals['_MEMBERSHIPRESPONSE']._serialized_end=1627
+  _globals['_GETSESSIONREQUEST']._serialized_start=1629
+  _globals['_GETSESSIONREQUEST']._serialized_end=1740
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=1743
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=1892
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1894
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1980
+  _globals['_GETSESSIONSUMMARIESREQUEST']._serialized_start=1982
+  _globals['_GETSESSIONSUMMARIESREQUEST']._serialized_end=2102
+  _globals['_SESSIONSUMMARY']._serialized_start=2105
+  _globals['_SESSIONSUMMARY']._serialized_end=2291
+  _globals['_GETSESSIONSUMMARIESRESPONSE']._serialized_start=2294
+  _globals['_GETSESSIONSUMMARIESRESPONSE']._serialized_end=2424
+  _globals['_SEARCHSESSIONMESSAGESREQUEST']._serialized_start=2427
+  _globals['_SEARCHSESSIONMESSAGESREQUEST']._serialized_end=2781
+  _globals['_SESSIONSERVICE']._serialized_start=2784
+  _globals['_SESSIONSERVICE']._serialized_end=3493
 # @@protoc_insertion_point(module_scope)
