@@ -618,9 +618,16 @@ def demo(root: Path = typer.Option(Path(".peerlog/demo"), "--dir")) -> None:
 def mcp_stdio() -> None:
     """Serve the agent memory tools (peerlog_profile, _search, _context, _reasoning, _conclude) to an MCP
     client over stdio; settings as peerlog-memory's (PEERLOG_TARGET, PEERLOG_TOKEN, memory.json)."""
+    from peerlog_client.memory.config import ConfigError, load_config
+
+    try:
+        config = load_config()
+    except ConfigError as error:  # an MCP client shows a traceback as "the server failed to start"
+        typer.echo(f"peerlog mcp: {error}", err=True)
+        raise typer.Exit(2) from None
     from peerlog_client.memory.mcp_server import serve
 
-    serve()
+    serve(config)
 
 
 if __name__ == "__main__":

@@ -46,3 +46,16 @@ def test_init_on_session_start_still_readies_the_session_and_nothing_more(monkey
     assert provider.config.init_on_session_start
     assert client.workspace.return_value.session.called
     assert chat_calls(client) == []
+
+
+def test_peerlog_mcp_with_a_bad_setting_says_so_in_one_line_and_exits_2(monkeypatch, tmp_path):
+    # an MCP client shows a traceback as "the server failed to start"
+    from typer.testing import CliRunner
+
+    from services.cli.main import app
+
+    monkeypatch.setenv("PEERLOG_MEMORY_GLOBAL", str(tmp_path / "none.json"))
+    monkeypatch.setenv("PEERLOG_MEMORY_HOME", str(tmp_path))
+    result = CliRunner().invoke(app, ["mcp"], env={"PEERLOG_TIMEOUT": "abc"})
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.startswith("peerlog mcp: ") and "timeout" in result.output and result.output.count("\n") <= 3

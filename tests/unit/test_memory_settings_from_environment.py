@@ -74,3 +74,11 @@ def test_a_timeout_no_call_could_be_given_is_refused_when_the_settings_are_read(
 def test_the_settings_printed_or_captured_never_show_the_token(env):
     config = load_config({**env, "PEERLOG_TOKEN": "eyJsecret.token"})
     assert config.resolved_token == "eyJsecret.token" and "eyJsecret" not in repr(config)
+
+
+def test_settings_that_cannot_be_written_are_a_config_error_naming_the_file(env, tmp_path):
+    from peerlog_client.memory.config import ConfigError, save_local
+
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match="cannot be written"):
+        save_local({"peerName": "ada"}, {**env, "PEERLOG_MEMORY_HOME": str(tmp_path / "a-file" / "sub")})

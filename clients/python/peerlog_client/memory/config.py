@@ -290,6 +290,9 @@ def save_local(changes: dict[str, Any], env: Mapping[str, str] = os.environ) -> 
     path = local_path(env)
     data = {**_read(path), **changes}
     validate([(str(path), data)])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot be written ({error.strerror or error})") from error
     return path

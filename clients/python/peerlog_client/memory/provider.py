@@ -202,6 +202,11 @@ class MemoryProvider:
         sender = self._sender()
         return bool(sender and sender.is_bot)
 
+    @property
+    def serves_many_users(self) -> bool:
+        """A gateway's chat: its users are their senders (not pinned to peerName), each a peer of its own."""
+        return self._gateway_chat and not self.config.pin_user_peer
+
     def _sender(self) -> Sender | None:
         """The sender of the turn this thread (or task) is in, else of the latest turn begun anywhere."""
         here = self._turn_here.get()
@@ -213,11 +218,20 @@ class MemoryProvider:
 
         return [] if self.config.recall_mode == "context" else schemas(self.config, fmt)
 
-    def dispatch(self, name: str, args: dict[str, Any] | str | None) -> str:
-        """Run a tool call; the result (or what went wrong) as text for the model."""
+    def dispatch(self, name: str, args: dict[str, Any] | str | None, *, sender: Sender | None = None) -> str:
+        """Run a tool call; the result (or what went wrong) as text for the model. `sender`: the turn's, as
+        given to context_for_turn; without it, the turn begun in this thread or task, else the latest begun
+        anywhere. Turns that overlap and call from other threads (asyncio.to_thread copies the context, so
+        the turn a call began there is not seen here) must pass it, or a tool acts for the latest turn's user."""
         from peerlog_client.memory.tools import dispatch
 
-        return dispatch(self, name, args)
+        if sender is None:
+            return dispatch(self, name, args)
+        here = self._turn_here.set(sender)
+        try:
+            return dispatch(self, name, args)
+        finally:
+            self._turn_here.reset(here)
 
     def wait_prewarm(self, timeout: float) -> bool:
         """Wait up to `timeout` s for the prewarm; True when it has landed (whether or not it got an answer)."""

@@ -31,6 +31,7 @@ class ProfileArgs(_Args):
     )
     card: list[str] | None = Field(
         None,
+        min_length=1,  # [] from a model filling in an optional field wiped the card
         description=(
             "To replace the card: every entry, each starting with IDENTITY:, ATTRIBUTE:, RELATIONSHIP: or "
             "INSTRUCTION:. Leave out to read the card."
@@ -87,8 +88,9 @@ def excerpt(text: str) -> str:
     return f"{text[:EXCERPT_CHARS]}… [{len(text) - EXCERPT_CHARS} more characters]"
 
 
-class RefusedDuringBotTurn(Exception):
-    """Profile and conclude write about the human; a turn from another bot must not."""
+class WriteRefused(Exception):
+    """A write the tools do not make: about the human during a turn from another bot, or to the AI's own
+    card in a chat of many users (every one of them is told it)."""
 
 
 # --- handlers: (provider, args) -> a JSON-able result ---------------------------------------------
@@ -100,7 +102,10 @@ def _profile(p: MemoryProvider, a: ProfileArgs) -> Any:
     if a.card is None:
         return {"peer": target or p.config.ai_peer, "card": list(p.peer(observer).card(target=target).entries)}
     if p.bot_turn:
-        raise RefusedDuringBotTurn("peerlog_profile does not change cards during a turn from another bot")
+        raise WriteRefused("peerlog_profile does not change cards during a turn from another bot")
+    if target is None and p.serves_many_users:
+        # the AI's card goes into every user's context: one user must not write what all the others are told
+        raise WriteRefused("peerlog_profile does not change your own card in a chat of many users")
     card = p.peer(observer).set_card(a.card, target=target)
     return {"peer": target or p.config.ai_peer, "card": list(card.entries), "updated": True}
 
@@ -179,7 +184,7 @@ def _reasoning(p: MemoryProvider, a: ReasoningArgs) -> Any:
 
 def _conclude(p: MemoryProvider, a: ConcludeArgs) -> Any:
     if p.bot_turn:
-        raise RefusedDuringBotTurn("peerlog_conclude does not write during a turn from another bot")
+        raise WriteRefused("peerlog_conclude does not write during a turn from another bot")
     user = p.current_user()
     observer = p.observer_of(user)
     if a.delete_id is not None:
@@ -320,7 +325,10 @@ def dispatch(provider: MemoryProvider, name: str, args: dict[str, Any] | str | N
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors())
         return f"error: invalid arguments for {name}: {problems}"
-    except (ValueError, RefusedDuringBotTurn, PeerlogError) as error:
+    except (ValueError, WriteRefused) as error:
+        return f"error: {error}{_maybe_written(name, error)}"
+    except PeerlogError as error:  # the server's answer: counted and logged, as every failure is
+        provider._failed(name, error)
         return f"error: {error}{_maybe_written(name, error)}"
     except Exception as error:  # noqa: BLE001 - MemoryUnavailable, and whatever else: the turn goes on
         provider.stats.failures[name] += 1
