@@ -6,8 +6,8 @@
 
 Starts the dev stack (infra.stack.up) on fresh ports and stops its worker (nothing here needs a
 processor, and the deriver would call a chat model). The workspace is built THROUGH THE LOG: the
-script embeds every message and observation text with the real local embedder (all-MiniLM-L6-v2,
-in batches), appends WorkspaceCreated, PeerCreated, SessionCreated, MemberJoined, MessageAppended,
+script embeds every message and observation text with the real local embedder (the default model,
+e5-small-v2, in batches), appends WorkspaceCreated, PeerCreated, SessionCreated, MemberJoined, MessageAppended,
 MessagesEmbedded and ObservationAdded events to Kafka with the project's producer (EventLog), and
 waits for the stack's projector to catch up. Then it runs VACUUM ANALYZE (what autovacuum would do
 after a bulk load) and measures each phase with --clients concurrent gRPC clients (one channel each)

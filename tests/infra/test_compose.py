@@ -43,7 +43,7 @@ from tests.support.processes import Worker
 from tests.support.wait import eventually, until
 
 REPO = Path(__file__).resolve().parents[2]
-PEERLOG_SERVICES = {"topics", "projector", "api", "worker"}
+PEERLOG_SERVICES = {"topics", "projector", "api", "worker", "webhooks"}
 SECRET = "0123456789abcdef" * 4  # what a user writes into .env for PEERLOG_AUTH_SECRET
 
 
@@ -214,7 +214,7 @@ async def test_each_compose_command_comes_up_against_the_local_stack(infra, mode
     assert all(set(overrides) - {"PEERLOG_DERIVER_FLUSH"} <= set(s.env) for s in services.values())
     topics = services["topics"].start()
     assert topics.proc.wait(180) == 0, topics.log()
-    running = [services[n].start() for n in ("projector", "api", "worker")]
+    running = [services[n].start() for n in ("projector", "api", "worker", "webhooks")]
     try:
         await until(lambda: serving(port), bool, timeout=180)
         token = mint(AuthSettings(secret=SECRET), ["admin"])
