@@ -93,7 +93,8 @@ class Summarizer:
         the model refused the request (as one does a prompt past its context)."""
         track = state.tracks[kind]
         lines = portion(track, self.settings.max_input_tokens, count_tokens)
-        words = word_limit(kind, sum(count_tokens(line.content) for line in lines), self.settings)
+        read = sum(count_tokens(line.content) for line in lines)
+        words = word_limit(kind, read, self.settings, self.model.settings.max_tokens)
         last = lines[-1]
         common = dict(
             workspace_id=event.workspace_id, session_id=event.session_id, kind=kind, causation_id=event.event_id

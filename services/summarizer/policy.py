@@ -168,10 +168,18 @@ CHARS_PER_WORD = 10
 MIN_CHARS = 200  # a limit of a few words may still hold a long one
 
 
-def word_limit(kind: SummaryKind, input_tokens: int, settings: SummarizerSettings) -> int:
+# of the completion's tokens, what a summary's words may take: English runs about 1.3 tokens a word, other
+# languages more. Asked for 3,000 words with a reply of 1,024 tokens, a long summary stopped mid-sentence
+# and was stored so, as a summary done
+WORDS_PER_REPLY_TOKEN = 0.6
+
+
+def word_limit(kind: SummaryKind, input_tokens: int, settings: SummarizerSettings, reply_tokens: int) -> int:
+    """The words a summary may have: by kind, and no more than the model's reply (`max_tokens`) holds."""
+    most = max(1, int(WORDS_PER_REPLY_TOKEN * reply_tokens))
     if kind == SummaryKind.SHORT:
-        return max(1, int(0.75 * min(input_tokens, settings.short_max_input_tokens)))
-    return settings.long_max_words
+        return min(most, max(1, int(0.75 * min(input_tokens, settings.short_max_input_tokens))))
+    return min(most, settings.long_max_words)
 
 
 def clip_words(text: str, limit: int) -> str:

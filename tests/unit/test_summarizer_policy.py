@@ -119,9 +119,12 @@ def test_after_a_failure_the_messages_stay_and_the_next_try_waits_one_cadence():
 
 
 def test_word_limits_follow_the_design():
-    assert word_limit(SummaryKind.SHORT, 100, SummarizerSettings()) == 75
-    assert word_limit(SummaryKind.SHORT, 5000, SummarizerSettings()) == 750
-    assert word_limit(SummaryKind.LONG, 5000, SummarizerSettings()) == 3000
+    assert word_limit(SummaryKind.SHORT, 100, SummarizerSettings(), 8192) == 75
+    assert word_limit(SummaryKind.SHORT, 5000, SummarizerSettings(), 8192) == 750
+    assert word_limit(SummaryKind.LONG, 5000, SummarizerSettings(), 8192) == 3000
+    # no more than the model's reply holds: asked for 3,000 words in 1,024 tokens, it stopped mid-sentence
+    assert word_limit(SummaryKind.LONG, 5000, SummarizerSettings(), 1024) == 614
+    assert word_limit(SummaryKind.SHORT, 5000, SummarizerSettings(), 1024) == 614
     assert clip_words("a b c d", 2) == "a b"
 
 
