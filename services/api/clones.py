@@ -168,7 +168,13 @@ def _check(r: CloneRequest) -> None:
 
 async def _source(conn, r: CloneRequest, metadata: dict) -> Source:
     rows = await message_reads.list_messages(conn, r.workspace_id, r.session_id, None, MAX_CLONED_MESSAGES + 1, False)
-    rows = up_to(rows, r.up_to_message_id)
+    try:
+        rows = up_to(rows, r.up_to_message_id)
+    except NotFound:
+        # not among the first messages read: a message of the session further on is past the limit, not unknown
+        found = await message_reads.message(conn, r.workspace_id, r.up_to_message_id)
+        if len(rows) <= MAX_CLONED_MESSAGES or found is None or found["session_id"] != r.session_id:
+            raise
     if len(rows) > MAX_CLONED_MESSAGES:
         raise FailedPrecondition(
             f"session {r.session_id!r} has over {MAX_CLONED_MESSAGES} messages; clone it up to a message (up_to_message_id)"

@@ -135,14 +135,17 @@ async def create_observations(
     observed_id: str,
     new: Sequence[NewObservation],
     idempotency_key: str = "",
+    token: str = "",
 ) -> tuple[list[str], str]:
     """Append explicit observations to a pair's store atomically; returns their ids and the token. Under a
-    used idempotency key, the first call's reply instead (services/api/idempotency.py)."""
+    used idempotency key, the first call's reply instead (services/api/idempotency.py). What they cite is
+    checked once the projections hold the caller's `token` (its writes)."""
     # the ids before any read: a keyed call looks its key up under the pair first
     for field, value in (("workspace_id", workspace_id), ("observer_id", observer_id), ("observed_id", observed_id)):
         v.check_id(field, value)
     _validate(new)
     check_observation_ids(workspace_id, observer_id, observed_id, [o.observation_id for o in new])
+    await ctx.freshness.wait(token)
     keyed = idempotency.keyed(
         workspace_id, (workspace_id, observer_id, observed_id), idempotency_key, [_fingerprinted(o) for o in new]
     )

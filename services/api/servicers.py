@@ -341,6 +341,7 @@ class ObservationServicer(observations_pb2_grpc.ObservationServiceServicer):
             request.observed_id,
             [c.new_observation(o) for o in request.observations],
             request.idempotency_key,
+            request.consistency.consistency_token,
         )
         return observations_pb2.CreateObservationsResponse(observation_ids=ids, consistency_token=token)
 

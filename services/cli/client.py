@@ -172,15 +172,19 @@ class Client:
             )
         )
 
-    async def create_observations(self, workspace_id: str, observer_id: str, observed_id: str, items):
-        """items: contents, or NewObservation protos."""
+    async def create_observations(self, workspace_id: str, observer_id: str, observed_id: str, items, token=""):
+        """items: contents, or NewObservation protos; `token`: checked once the projections include it."""
         new = [
             i if isinstance(i, observations_pb2.NewObservation) else observations_pb2.NewObservation(content=i)
             for i in items
         ]
         return await self.observations.CreateObservations(
             observations_pb2.CreateObservationsRequest(
-                workspace_id=workspace_id, observer_id=observer_id, observed_id=observed_id, observations=new
+                workspace_id=workspace_id,
+                observer_id=observer_id,
+                observed_id=observed_id,
+                observations=new,
+                consistency=common_pb2.ReadConsistency(consistency_token=token),
             )
         )
 

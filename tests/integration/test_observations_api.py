@@ -155,7 +155,8 @@ async def test_created_observations_are_explicit_carry_api_embeddings_and_are_re
     c = Client(channel)
     await c.setup_conversation("w", "s")
     sent = await c.add("w", "s", [("bob", "I live in Oslo, near the fjord")])
-    await c.list_messages("w", "s", sent.consistency_token)
+    # at once, with the write's token: the cited message is checked once it is readable (it was NOT_FOUND
+    # whenever the projector had not projected it yet)
     made = await c.create_observations(
         "w",
         "alice",
@@ -166,6 +167,7 @@ async def test_created_observations_are_explicit_carry_api_embeddings_and_are_re
             ),
             "Bob prefers tea to coffee",
         ],
+        token=sent.consistency_token,
     )
     assert len(made.observation_ids) == 2 and made.consistency_token
 

@@ -205,3 +205,31 @@ def test_a_leave_taken_by_a_process_whose_clock_ran_behind_the_join_still_follow
         MemberLeft,
         MemberJoined,
     ]
+
+
+def test_a_cut_past_the_clone_limit_is_refused_as_too_long_not_as_an_unknown_message(monkeypatch):
+    # the first 10,001 messages were read, the cut message was not among them: NOT_FOUND for a message of
+    # the session, where the documented answer is FAILED_PRECONDITION
+    import asyncio
+
+    import pytest
+
+    from projections import message_reads
+    from services.api import clones
+    from services.errors import FailedPrecondition, NotFound
+
+    rows = [{"message_id": f"m{i}", "session_id": "s", "seq": i} for i in range(1, clones.MAX_CLONED_MESSAGES + 2)]
+
+    async def list_messages(conn, w, s, after, limit, reverse, **_):
+        return rows[:limit]
+
+    async def message(conn, w, message_id):
+        return {"message_id": message_id, "session_id": "s"} if message_id == "m15000" else None
+
+    monkeypatch.setattr(message_reads, "list_messages", list_messages)
+    monkeypatch.setattr(message_reads, "message", message)
+    request = clones.CloneRequest("w", "s", "copy", up_to_message_id="m15000")
+    with pytest.raises(FailedPrecondition, match="over 10000 messages"):
+        asyncio.run(clones._source(None, request, {}))
+    with pytest.raises(NotFound, match="is not a message of the session"):
+        asyncio.run(clones._source(None, clones.CloneRequest("w", "s", "copy", up_to_message_id="elsewhere"), {}))

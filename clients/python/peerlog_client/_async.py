@@ -134,18 +134,6 @@ class AsyncTransport:
             if not token:
                 return
 
-    async def catch_up(self, workspace_id: str) -> None:
-        """Wait until this client's writes are readable: a cheap read that carries its consistency token."""
-        if self.context.writes.token:
-            await self.unary(
-                Call(
-                    WorkspaceServiceStub,
-                    "GetWorkspace",
-                    wo.GetWorkspaceRequest(workspace_id=workspace_id),
-                    lambda r: None,
-                )
-            )
-
     async def close(self) -> None:
         self._closed = True
         if self._channel is not None:
@@ -982,12 +970,10 @@ class AsyncPeer(_AsyncHandle):
         idempotency_key: str = "",
     ) -> m.CreatedObservations:
         """Write explicit observations (texts, or NewObservation with session and sources) about `target`.
-        Sources may cite messages this client has just added: it first waits until they are readable
-        (the server checks a cited message against what it can read). The call is retried under one
+        Sessions and sources may be this client's own, just added: the server checks them once it can read
+        this client's writes (the request carries their consistency token). The call is retried under one
         idempotency key (a fresh one unless given: pass your own to repeat the write safely later)."""
         observations = [_new_observation(o) for o in observations]
-        if any(o.sources for o in observations):
-            await self._t.catch_up(self.workspace_id)
         return await self._t.unary(
             Call(
                 ObservationServiceStub,
@@ -998,6 +984,7 @@ class AsyncPeer(_AsyncHandle):
                     observed_id=self._target(target),
                     observations=observations,
                     idempotency_key=idempotency_key,
+                    consistency=common_pb2.ReadConsistency(consistency_token=self._t.context.writes.token),
                 ),
                 c.to_model,
             )

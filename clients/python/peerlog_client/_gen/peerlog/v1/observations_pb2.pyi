@@ -179,18 +179,20 @@ class NewObservation(_message.Message):
     def __init__(self, content: _Optional[str] = ..., session_id: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[ObservationSource, _Mapping]]] = ..., observation_id: _Optional[str] = ...) -> None: ...
 
 class CreateObservationsRequest(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "observed_id", "observations", "idempotency_key")
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "observations", "idempotency_key", "consistency")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVATIONS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     observed_id: str
     observations: _containers.RepeatedCompositeFieldContainer[NewObservation]
     idempotency_key: str
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[NewObservation, _Mapping]]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    consistency: _common_pb2.ReadConsistency
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., observations: _Optional[_Iterable[_Union[NewObservation, _Mapping]]] = ..., idempotency_key: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
 
 class CreateObservationsResponse(_message.Message):
     __slots__ = ("observation_ids", "consistency_token")
