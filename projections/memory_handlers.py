@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, bindparam, or_, update
+from sqlalchemy import Connection, bindparam, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from projections.derivations import derivation_promoted
@@ -162,21 +162,32 @@ def derivation_dead_lettered(conn: Connection, events: Sequence[DerivationDeadLe
 
 
 def peer_card_updated(conn: Connection, events: Sequence[PeerCardUpdated]) -> None:
-    insert_new(
-        conn,
-        peer_cards,
-        [
-            dict(
-                event_id=e.event_id,
-                workspace_id=e.workspace_id,
-                observer_id=e.observer_id,
-                observed_id=e.observed_id,
-                entries=list(e.entries),
-                updated_at=e.occurred_at,
-            )
-            for e in events
-        ],
-    )
+    """Each card as its event says; a dream's only if the card still reads what the dream replaced (in log
+    order: a card set meanwhile by a client stands). One at a time: a run's events may follow each other."""
+    for e in events:
+        if e.replaces is not None and _card_now(conn, e) != list(e.replaces):
+            continue
+        row = dict(
+            event_id=e.event_id,
+            workspace_id=e.workspace_id,
+            observer_id=e.observer_id,
+            observed_id=e.observed_id,
+            entries=list(e.entries),
+            updated_at=e.occurred_at,
+        )
+        insert_new(conn, peer_cards, [row])
+
+
+def _card_now(conn: Connection, e: PeerCardUpdated) -> list[str]:
+    """The pair's card as reads show it (the latest by updated_at), [] when it has none."""
+    c = peer_cards.c
+    latest = conn.execute(
+        select(c.entries)
+        .where(c.workspace_id == e.workspace_id, c.observer_id == e.observer_id, c.observed_id == e.observed_id)
+        .order_by(c.updated_at.desc(), c.event_id.desc())
+        .limit(1)
+    ).scalar()
+    return list(latest or [])
 
 
 def summary_updated(conn: Connection, events: Sequence[SummaryUpdated]) -> None:

@@ -302,7 +302,10 @@ def decide_edit(
         if problems:
             return ActionResult([], "rejected: " + "; ".join(problems), pending, False)
         return ActionResult(
-            [PeerCardUpdated(**_pair(d), entries=tuple(action.entries))], "ok: card replaced", pending, True
+            [PeerCardUpdated(**_pair(d), entries=tuple(action.entries), replaces=tuple(card))],
+            "ok: card replaced",
+            pending,
+            True,
         )
     if isinstance(action, RemoveDeduction):
         problem = _retirable(d, view, action.observation_id, ("deductive",))

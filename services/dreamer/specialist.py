@@ -209,8 +209,10 @@ class DreamRun:
             REJECTED.labels(self.dream.producer.prompt_version.split("-")[0]).inc()
         if outcome.accepted:
             self.edits += 1
-            if isinstance(action, edits.SetPeerCard) and self.card_replaced is None:
-                self.card_replaced = self.card
+            if isinstance(action, edits.SetPeerCard):
+                if self.card_replaced is None:
+                    self.card_replaced = self.card
+                self.card = tuple(action.entries)  # a second card edit replaces the first
             if isinstance(action, WRITES_TEXT):
                 short = self.names.alias(outcome.events[0].observation_id)
                 self.written.append(f"[obs:{short}] ({call.name}) {action.content}")

@@ -14,13 +14,19 @@ MAX_ENTRY_CHARS = 200
 
 
 class PeerCardUpdated(Event):
-    """The pair's peer card now reads `entries` (the whole card, not a diff)."""
+    """The pair's peer card now reads `entries` (the whole card, not a diff). A dream's names the card it
+    `replaces` (as the dream read it): applied only if the card still reads so where the event stands in the
+    log, so a client's card set while the dream ran is not overwritten by one made from the older card.
+    None (a client's): applied whatever the card was."""
 
     key_fields: ClassVar[tuple[str, ...]] = PAIR_KEY
+    schema_version_current: ClassVar[int] = 2  # 2: `replaces`
+    upcasters = {1: lambda data: data}  # version 1 replaced whatever the card was, as None does
 
     observer_id: str
     observed_id: str
     entries: tuple[str, ...]
+    replaces: tuple[str, ...] | None = None
 
 
 # what str.splitlines breaks at: an entry holding one would show as several lines, each read as an entry

@@ -351,3 +351,33 @@ def test_a_projector_killed_and_started_again_under_its_instance_id_resumes_befo
         second.stop()
         log.close()
         engine.dispose()
+
+
+def test_a_dreams_card_is_applied_only_over_the_card_it_read_so_a_clients_card_set_meanwhile_stands(
+    settings, projector
+):
+    # the dream checked the card before its commit, but a client's card not yet projected then passed the
+    # check, and the dream's card (made from the older one) replaced it on the log
+    from projections.schema import peer_cards
+    from services.events import PeerCardUpdated
+
+    pair = dict(workspace_id="w", observer_id="bob", observed_id="bob", producer=P)
+    read = ("IDENTITY: Bob",)
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync([PeerCardUpdated(**pair, entries=read)])  # what the dream read
+    log.append_sync([PeerCardUpdated(**pair, entries=("IDENTITY: Robert",))])  # a client's, meanwhile
+    log.append_sync([PeerCardUpdated(**pair, entries=("IDENTITY: Bob", "ATTRIBUTE: tall"), replaces=read)])
+    log.append_sync(
+        [PeerCardUpdated(**pair, entries=("IDENTITY: Robert", "ATTRIBUTE: tall"), replaces=("IDENTITY: Robert",))]
+    )
+    log.close()
+    engine = sync_engine(settings.database)
+    cards = lambda: [r.entries for r in _rows(engine, peer_cards)]  # noqa: E731
+    eventually(lambda: len(cards()) == 3)
+    assert cards() == [["IDENTITY: Bob"], ["IDENTITY: Robert"], ["IDENTITY: Robert", "ATTRIBUTE: tall"]]
+
+
+def _rows(engine, table) -> list:
+    with engine.connect() as conn:
+        return conn.execute(select(table).order_by(table.c.updated_at)).all()
