@@ -85,12 +85,32 @@ async def _check_url(url: str, allow_private: bool) -> str:
     return url
 
 
+def check_request(workspace_id: str, url: str, types: list[str]) -> None:
+    """What a new endpoint's request can be refused for without a lookup: its ids, types and URL's form."""
+    v.check_id("workspace_id", workspace_id)
+    Filter(workspace_id, frozenset(types))  # refuses unknown types
+    check_url_form(url)
+
+
 async def checked_url(workspace_id: str, url: str, types: list[str], allow_private: bool = False) -> str:
     """The URL a new endpoint will be called at, after checking the request. Unless `allow_private`, a URL
     whose host is or resolves to a non-public address is refused (services/webhooks/targets.py)."""
-    v.check_id("workspace_id", workspace_id)
-    Filter(workspace_id, frozenset(types))  # refuses unknown types
+    check_request(workspace_id, url, types)
     return await _check_url(url, allow_private)
+
+
+def _full(workspace_id: str, most: int) -> ResourceExhausted:
+    return ResourceExhausted(
+        f"workspace {workspace_id!r} already has {most} webhooks, the most one workspace may have "
+        "(PEERLOG_WEBHOOK_MAX_PER_WORKSPACE): delete one it no longer needs, or raise the setting"
+    )
+
+
+async def check_room(store: WebhookStore, workspace_id: str, most: int) -> None:
+    """ResourceExhausted when the workspace has `most` webhooks already: before its URL's name is looked up,
+    so a workspace at its limit makes no DNS lookups (each holds a thread until its nameserver answers)."""
+    if len(await listed(store, workspace_id)) >= most:
+        raise _full(workspace_id, most)
 
 
 async def create(
@@ -100,11 +120,8 @@ async def create(
     ResourceExhausted if the workspace already has `most` webhooks."""
     secret = f"whsec_{secrets.token_hex(32)}"
     endpoint = Endpoint(f"wh_{uuid.uuid4().hex}", workspace_id, url, secret.encode(), frozenset(types))
-    if not await _off_loop(store.register, endpoint, most):
-        raise ResourceExhausted(
-            f"workspace {workspace_id!r} already has {most} webhooks, the most one workspace may have "
-            "(PEERLOG_WEBHOOK_MAX_PER_WORKSPACE): delete one it no longer needs, or raise the setting"
-        )
+    if not await _off_loop(store.register, endpoint, most):  # two at once may both have passed check_room
+        raise _full(workspace_id, most)
     ((_, created_at),) = [e for e in await listed(store, workspace_id) if e[0].endpoint_id == endpoint.endpoint_id]
     return endpoint, created_at, secret
 

@@ -4,7 +4,8 @@ Per call: never INTERNAL or UNKNOWN, but for Chat's model output still invalid a
 model server cannot satisfy every response_format); a refusal uses a known code and says why; UNAVAILABLE
 only from Chat's model, never while the stack is up;
 RESOURCE_EXHAUSTED only for a request over gRPC's default 4 MiB limit that is not within peerlog's own
-documented limits (anything else is a reply or status a default client cannot read); no stall. The
+documented limits (anything else is a reply or status a default client cannot read), or past a documented
+quota, which names its setting; no stall. The
 harness adds what it checks around the call: a refused call appended nothing committed to the log, the
 projector quarantined nothing, the server is still up.
 """
@@ -32,6 +33,9 @@ KNOWN_REFUSALS = {
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 MODEL_OUTPUT_INVALID = "model output invalid"  # ModelOutputInvalid's message
+# the quotas a caller can reach with valid requests (a workspace's webhooks, Subscribe streams): the refusal
+# names the setting. A run that creates webhooks faster than it deletes them reaches the first
+QUOTA_SETTINGS = ("PEERLOG_WEBHOOK_MAX_PER_WORKSPACE", "PEERLOG_API_MAX_SUBSCRIPTIONS")
 EXAMPLES_PER_KIND = 3  # examples kept per (violation, RPC, code); every occurrence is counted
 
 
@@ -95,7 +99,9 @@ def judge(case: Case, outcome: Outcome, request_bytes: int) -> list[str]:
     elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
         found.append("stalled until the client's deadline")
     elif code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        if request_bytes <= GRPC_DEFAULT_MAX_MESSAGE or "documented-max" in case.class_names():
+        if any(setting in outcome.details for setting in QUOTA_SETTINGS):
+            pass  # a documented quota, reached by valid requests
+        elif request_bytes <= GRPC_DEFAULT_MAX_MESSAGE or "documented-max" in case.class_names():
             found.append("RESOURCE_EXHAUSTED for a request within the limits (reply or status too large?)")
     elif code not in KNOWN_REFUSALS:
         found.append(f"unexpected code {code.name}")
