@@ -77,6 +77,7 @@ class _Reply:
     model: str
     usage: Usage
     tool_calls: tuple[ToolCall, ...] = ()
+    cut: bool = False  # it stopped at max_tokens (finish_reason "length")
 
 
 class ModelClient:
@@ -217,12 +218,25 @@ class ModelClient:
         try:
             return self._completion(first, schema, first.usage, attempts=1)
         except ValidationError as error:
+            if first.cut:  # a repair would stop at the same limit: say which setting to raise instead
+                raise self._cut_off(first, error) from error
             retry = formats.repair_messages(messages, first.content, formats.describe_error(error))
         second = await self._call(retry, response_format)
         try:
             return self._completion(second, schema, first.usage + second.usage, attempts=2)
         except ValidationError as error:
+            if second.cut:
+                raise self._cut_off(second, error) from error
             raise ModelOutputInvalid(self.stage, second.content, formats.describe_error(error)) from error
+
+    def _cut_off(self, reply: _Reply, error: ValidationError) -> ModelOutputInvalid:
+        """A reply that stopped at max_tokens before it was whole: asking again stops there again."""
+        setting = f"PEERLOG_LLM_{self.stage.upper()}_MAX_TOKENS"
+        why = (
+            f"the reply stopped at max_tokens ({self.settings.max_tokens}) before it was whole; raise {setting} "
+            f"(or PEERLOG_LLM_MAX_TOKENS): {formats.describe_error(error)}"
+        )
+        return ModelOutputInvalid(self.stage, reply.content, why)
 
     @staticmethod
     def _completion(reply: _Reply, schema: type[M], usage: Usage, attempts: int) -> Completion[M]:
@@ -284,7 +298,8 @@ class ModelClient:
         metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
         content = formats.valid_unicode(content or "")  # a tool-call-only reply has no text
         calls = _tool_calls(getattr(message, "tool_calls", None))
-        return _Reply(content, model_name(getattr(response, "model", None)) or self.settings.model, usage, calls)
+        cut = getattr(choices[0], "finish_reason", None) == "length"
+        return _Reply(content, model_name(getattr(response, "model", None)) or self.settings.model, usage, calls, cut)
 
 
 def _raw(response: Any) -> str:

@@ -162,3 +162,18 @@ def test_the_local_model_refuses_to_return_a_vector_that_is_not_finite(monkeypat
 
 def test_finite_vectors_pass():
     finite([[0.5, -1.0], [3.4e38, 0.0]], "m")
+
+
+async def test_a_structured_reply_cut_at_max_tokens_is_refused_at_once_naming_the_setting_to_raise(server):
+    # repaired, it was cut again at the same limit; dead-lettered, the batch failed the same way at every retry,
+    # with an error that said only that the JSON did not parse
+    from services.deriver.prompt import Extraction
+
+    cut = '{"facts": [{"content": "Ada keeps bees", "message_id": "m1", "span": "I keep'
+    message = {"role": "assistant", "content": cut}
+    server.answer = completion(choices=[{"index": 0, "message": message, "finish_reason": "length"}])
+    with pytest.raises(ModelOutputInvalid, match="stopped at max_tokens .1024.*PEERLOG_LLM_DERIVER_MAX_TOKENS"):
+        await ModelClient("deriver", ModelStageSettings(base_url=BASE_URL, max_retries=0)).structured(
+            [{"role": "user", "content": "facts?"}], Extraction
+        )
+    assert len(server.requests) == 1  # no repair: it would stop at the same limit
