@@ -188,6 +188,33 @@ async def _unlock(conn: AsyncConnection, keys: Sequence[int]) -> None:
         )
 
 
+SHARED_RETRY_S = 0.05  # between tries of a shared lock an exclusive holder (or waiter) has
+
+
+@asynccontextmanager
+async def shared(engine: AsyncEngine, key: tuple[str, ...]) -> AsyncIterator[AsyncConnection]:
+    """`key`'s advisory lock taken shared for the body, on the connection yielded: writes that only add to an
+    entity (messages to a session) go side by side, and wait while an exclusive writer (`held`, such as
+    RemoveMembers) checks and appends. Tried, not queued for: a try refused while an exclusive writer holds
+    or waits for the key (Postgres grants no request past a waiting one that conflicts), so the exclusive
+    writer is never starved, and a cancelled caller leaves no statement waiting on its connection."""
+    k = scoped_key(engine, key)
+    while True:
+        # the connection goes back to the pool between tries: an exclusive writer holds the key until its
+        # write is readable, and writers waiting for it with a connection each took every one it needed
+        async with engine.connect() as conn:
+            if await conn.scalar(text("SELECT pg_try_advisory_lock_shared(:k)"), {"k": k}):
+                try:
+                    yield conn
+                finally:
+                    try:
+                        await conn.execute(text("SELECT pg_advisory_unlock_shared(:k)"), {"k": k})
+                    except DBAPIError:
+                        await conn.invalidate()  # its session, and the lock with it, end with the connection
+                return
+        await asyncio.sleep(SHARED_RETRY_S)
+
+
 def started(work: Awaitable[T]) -> asyncio.Future[T]:
     """`work` running as a task of its own (with a copy of the caller's context), whose error nobody
     awaiting it is no fault: the caller may be gone."""

@@ -39,7 +39,7 @@ from services.api.guards import (
     require_workspace,
     validate_messages,
 )
-from services.api.locks import held, started
+from services.api.locks import held, shared, started
 from services.api.unconfirmed import appended
 from services.bus.consistency import ConsistencyToken
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
@@ -377,9 +377,12 @@ async def _append_messages(
 ) -> tuple[list[str], str]:
     chosen = sorted({m.message_id for m in new if m.message_id})
     if not chosen:  # the hot path: the checks in one statement (the session row implies its workspace)
-        async with ctx.engine.connect() as conn:
+        # the session's members checked and the messages appended under the session's lock, shared: a
+        # RemoveMembers between the two (its leave on the log first) left an acknowledged message no one
+        # perceived, its author a member no more where it landed
+        async with shared(ctx.engine, ("session", workspace_id, session_id)) as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
-        return await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request, wait=False)
+            return await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request, wait=False)
     claim = _claimed_append(ctx, workspace_id, session_id, new, request, chosen)
     return await answered_in_time(
         ctx.freshness,
@@ -402,13 +405,13 @@ async def _claimed_append(
     readable however long that takes. Unclaimed, or let go before, two writes of one id were both
     acknowledged and the projector kept one."""
     async with held(ctx.engine, [("message", workspace_id, i) for i in chosen], abandoned):
-        async with ctx.engine.connect() as conn:
+        async with shared(ctx.engine, ("session", workspace_id, session_id)) as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
             taken = await message_reads.messages_by_id(conn, workspace_id, chosen)
             if taken:  # what each was sent with, for telling a resend of the same call (sent_before)
                 own = await configurations.messages_levels(conn, workspace_id, list(taken))
                 taken = {i: {**row, "configuration": own.get(i, (None, None))[0]} for i, row in taken.items()}
-        ids, token = await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=False)
+            ids, token = await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, wait=False)
         await until_projected(ctx.freshness, token)
         return ids, token
 

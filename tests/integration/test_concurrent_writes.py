@@ -12,7 +12,7 @@ from sqlalchemy import func, select, text
 from peerlog.v1 import common_pb2, context_pb2, context_pb2_grpc, messages_pb2, observations_pb2, sessions_pb2
 from projections import message_reads, peer_reads, session_reads
 from projections.db import sync_engine
-from projections.schema import memberships, observation_events, observation_sources
+from projections.schema import memberships, messages, observation_events, observation_sources
 from services.bus.producer import EventLog
 from services.cli.client import Client
 from services.events import (
@@ -282,3 +282,49 @@ async def test_racing_deletes_of_one_observation_delete_it_once(channel, setting
         e = observation_events.c
         deletions = conn.scalar(select(func.count()).where(e.observation_id == made, e.kind == "deleted"))
     assert deletions == 1
+
+
+async def test_a_message_acknowledged_while_its_author_is_removed_lands_before_the_leave_never_after(channel, settings):
+    # the members were read, then the leave appended, then the message: acknowledged, stored, listed, and
+    # perceived by no one, its author a member no more where it landed
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    await c.peer("acme", "carol")
+    await c.session("acme", "s1", members=["carol"])
+    acknowledged: list[str] = []
+    removing = asyncio.Event()
+
+    async def keep_posting(i: int) -> None:
+        for n in range(1000):
+            try:
+                sent = await c.add("acme", "s1", [("carol", f"post {i}.{n}")])
+            except grpc.aio.AioRpcError as error:
+                assert error.code() == grpc.StatusCode.FAILED_PRECONDITION and removing.is_set(), error
+                return
+            acknowledged.extend(sent.message_ids)
+
+    posting = [asyncio.ensure_future(keep_posting(i)) for i in range(N)]
+    await asyncio.sleep(0.5)
+    removing.set()
+    left = await c.sessions.RemoveMembers(
+        sessions_pb2.RemoveMembersRequest(workspace_id="acme", session_id="s1", peer_ids=["carol"])
+    )
+    await asyncio.gather(*posting)
+    engine = sync_engine(settings.database)
+
+    def projected():
+        with engine.connect() as conn:
+            period = conn.execute(
+                select(memberships.c.left_after_seq).where(
+                    memberships.c.session_id == "s1", memberships.c.peer_id == "carol"
+                )
+            ).scalar_one()
+            seqs = dict(
+                conn.execute(select(messages.c.message_id, messages.c.seq).where(messages.c.session_id == "s1")).all()
+            )
+        return period, seqs
+
+    eventually(lambda: projected()[0] is not None and set(acknowledged) <= set(projected()[1]), 60)
+    last_seen, seqs = projected()
+    assert acknowledged and left.consistency_token
+    assert max(seqs[m] for m in acknowledged) <= last_seen  # every acknowledged post came before the leave
