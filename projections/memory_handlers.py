@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, bindparam, or_, select, update
+from sqlalchemy import Connection, bindparam, or_, update
 from sqlalchemy.dialects.postgresql import insert
 
 from projections.derivations import derivation_promoted
 from projections.inserts import insert_new
 from projections.observation_handlers import OBSERVATION_HANDLERS
+from projections.peer_reads import card_statement
 from projections.schema import (
     dead_letters,
     derivation_batches,
@@ -179,15 +180,10 @@ def peer_card_updated(conn: Connection, events: Sequence[PeerCardUpdated]) -> No
 
 
 def _card_now(conn: Connection, e: PeerCardUpdated) -> list[str]:
-    """The pair's card as reads show it (the latest by updated_at), [] when it has none."""
-    c = peer_cards.c
-    latest = conn.execute(
-        select(c.entries)
-        .where(c.workspace_id == e.workspace_id, c.observer_id == e.observer_id, c.observed_id == e.observed_id)
-        .order_by(c.updated_at.desc(), c.event_id.desc())
-        .limit(1)
-    ).scalar()
-    return list(latest or [])
+    """The pair's card as reads show it, [] when it has none."""
+    pair = dict(workspace_id=e.workspace_id, observer_id=e.observer_id, observed_id=e.observed_id)
+    latest = conn.execute(card_statement(), pair).mappings().first()
+    return list(latest["entries"]) if latest else []
 
 
 def summary_updated(conn: Connection, events: Sequence[SummaryUpdated]) -> None:

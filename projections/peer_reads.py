@@ -41,7 +41,9 @@ async def list_peers(conn: AsyncConnection, workspace_id: str, after: str, limit
 
 
 @functools.cache
-def _card_statement(as_of: bool):
+def card_statement(as_of: bool = False):
+    """A pair's latest card (binds workspace_id, observer_id, observed_id, and as_of when asked): what reads
+    show, and what a dream's card is checked against when it is projected (memory_handlers)."""
     c = peer_cards.c
     return (
         select(peer_cards)
@@ -61,4 +63,4 @@ async def peer_card(
 ) -> RowMapping | None:
     """The latest card of a pair (as it stood at `as_of`, if given), or None."""
     values = {"workspace_id": workspace_id, "observer_id": observer_id, "observed_id": observed_id, "as_of": as_of}
-    return (await conn.execute(_card_statement(as_of is not None), values)).mappings().first()
+    return (await conn.execute(card_statement(as_of is not None), values)).mappings().first()

@@ -34,8 +34,10 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         webhooks.check_request(request.workspace_id, request.url, types)  # what needs no lookup first
         await require_workspace(self.ctx, request.workspace_id)  # NOT_FOUND, as for every write there
         await webhooks.check_room(self.store, request.workspace_id, self.most)
-        url = await webhooks.checked_url(request.workspace_id, request.url, types, self.allow_private)
-        endpoint, created_at, secret = await webhooks.create(self.store, request.workspace_id, url, types, self.most)
+        await webhooks.check_target(request.url, self.allow_private)
+        endpoint, created_at, secret = await webhooks.create(
+            self.store, request.workspace_id, request.url, types, self.most
+        )
         return webhooks_pb2.CreateWebhookResponse(webhook=c.webhook(endpoint, created_at), secret=secret)
 
     async def ListWebhooks(self, request, context):

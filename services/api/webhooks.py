@@ -75,16 +75,6 @@ def _check_host(shown: str, host: str) -> None:
         ) from None
 
 
-async def _check_url(url: str, allow_private: bool) -> str:
-    check_url_form(url)
-    if not allow_private:
-        try:
-            await check_url(url)
-        except PrivateTarget as refused:
-            raise InvalidArgument(f"url {url[:80]!r}: {refused}") from None
-    return url
-
-
 def check_request(workspace_id: str, url: str, types: list[str]) -> None:
     """What a new endpoint's request can be refused for without a lookup: its ids, types and URL's form."""
     v.check_id("workspace_id", workspace_id)
@@ -92,11 +82,14 @@ def check_request(workspace_id: str, url: str, types: list[str]) -> None:
     check_url_form(url)
 
 
-async def checked_url(workspace_id: str, url: str, types: list[str], allow_private: bool = False) -> str:
-    """The URL a new endpoint will be called at, after checking the request. Unless `allow_private`, a URL
-    whose host is or resolves to a non-public address is refused (services/webhooks/targets.py)."""
-    check_request(workspace_id, url, types)
-    return await _check_url(url, allow_private)
+async def check_target(url: str, allow_private: bool = False) -> None:
+    """Unless `allow_private`, refuse a URL (of a checked request) whose host is or resolves to a non-public
+    address (services/webhooks/targets.py)."""
+    if not allow_private:
+        try:
+            await check_url(url)
+        except PrivateTarget as refused:
+            raise InvalidArgument(f"url {url[:80]!r}: {refused}") from None
 
 
 def _full(workspace_id: str, most: int) -> ResourceExhausted:
@@ -116,7 +109,7 @@ async def check_room(store: WebhookStore, workspace_id: str, most: int) -> None:
 async def create(
     store: WebhookStore, workspace_id: str, url: str, types: list[str], most: int
 ) -> tuple[Endpoint, datetime, str]:
-    """The new endpoint at a `checked_url`, when it was registered, and its secret (shown once).
+    """The new endpoint at a checked `url` (check_request, check_target), when it was registered, and its secret (shown once).
     ResourceExhausted if the workspace already has `most` webhooks."""
     secret = f"whsec_{secrets.token_hex(32)}"
     endpoint = Endpoint(f"wh_{uuid.uuid4().hex}", workspace_id, url, secret.encode(), frozenset(types))

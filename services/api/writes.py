@@ -384,7 +384,7 @@ async def _append_messages(
         # perceived, its author a member no more where it landed
         async with shared(ctx.engine, ("session", workspace_id, session_id)) as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
-            ids, token = await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request, admit=False)
+            ids, token = await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request)
         # slowed to the projector's pace with the lock and its connection let go: held, the writers waiting
         # took the connections the pace is read with (ingest ran 11 % slower)
         if token:
@@ -419,7 +419,7 @@ async def _claimed_append(
                 own = await configurations.messages_levels(conn, workspace_id, list(taken))
                 taken = {i: {**row, "configuration": own.get(i, (None, None))[0]} for i, row in taken.items()}
             # no pace to keep: it waits below until it is readable
-            ids, token = await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request, admit=False)
+            ids, token = await _checked_append(ctx, facts, taken, workspace_id, session_id, new, request)
         await until_projected(ctx.freshness, token)
         return ids, token
 
@@ -455,10 +455,9 @@ async def _checked_append(
     session_id: str,
     new: Sequence[NewMessage],
     request: KeyedRequest | None,
-    admit: bool,
 ) -> tuple[list[str], str]:
     """The append after its checks (`facts` of the session and authors, the chosen ids `taken`), answered at
-    the ack; with `admit`, once the projector is close behind it (commit)."""
+    the ack: the caller keeps the projector's pace, or waits until it is readable, after its lock."""
     outsiders = sorted({m.peer_id for m in new if m.peer_id not in facts.members})
     if not facts.session_exists or (outsiders and auth.narrow_view(workspace_id) is not None):
         # says which is missing, or what is malformed; to a peer token, a session it never joined is missing
@@ -496,5 +495,5 @@ async def _checked_append(
         )
         for m in new
     ]
-    token = await commit(ctx, events, wait=False, admit=admit)
+    token = await commit(ctx, events, wait=False, admit=False)
     return [e.message_id for e in events], token

@@ -11,7 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from services.bus.consistency import ConsistencyToken
 from services.bus.settings import KafkaSettings
-from services.events import Event, EventDecodeError, UnknownEventType, UnsupportedSchemaVersion, decode
+from services.events import Event, EventDecodeError, NewerEvent, decode
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,10 @@ def read(raw: bytes) -> Event | None:
 class NewerThanThisCode(RuntimeError):
     """A processor's input holds an event of a type or schema version this code does not know."""
 
+    def __init__(self, message: str, type_name: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name  # what the record says it is
+
 
 def read_input(msg: Message, reader: str = "worker") -> Event | None:
     """`read` for a processor's input record: an event of a newer version of peerlog (an unknown type, a
@@ -36,9 +40,10 @@ def read_input(msg: Message, reader: str = "worker") -> Event | None:
     offset was committed with the batch and the event never processed, even once the worker was upgraded."""
     try:
         return decode(msg.value())
-    except (UnknownEventType, UnsupportedSchemaVersion) as exc:
+    except NewerEvent as exc:
         raise NewerThanThisCode(
-            f"{_where(msg)} holds an event this {reader} cannot read ({exc}): upgrade peerlog's {reader}"
+            f"{_where(msg)} holds an event this {reader} cannot read ({exc}): upgrade peerlog's {reader}",
+            exc.type_name,
         ) from None
     except EventDecodeError as exc:
         log.error("skipping unreadable record at %s: %s", _where(msg), exc)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +20,7 @@ from services.events import (
     Source,
 )
 from services.events.pairs import Pair
-from services.events.text import normalise, span_support
+from services.events.text import normalise, span_support, words
 
 # the share of a fact's content words its span must contain: "Great." does not ground a fact about a job, while
 # a short span that leans on earlier turns ("she is my pet" for "Alice has a pet cat named Miso") still does
@@ -63,19 +62,12 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) if a and b and len(a) == len(b) else 0.0
 
 
-def _words(text: str) -> set[str]:
-    return set(_WORD.findall(text.casefold()))
-
-
-_WORD = re.compile(r"[^\W_]+")
-
-
 def ground(fact: ExtractedFact, window: Sequence[PendingMessage], observed_id: str = "") -> str | None:
     """None if the fact's span is in the cited target message and supports the fact; else why not."""
     cited = next((p for p in window if p.message_id == fact.message_id), None)
     if cited is None:
         return f"cites message {fact.message_id!r}, which is not one of the target's messages in this batch"
-    if not _words(fact.content) - _words(observed_id):
+    if not words(fact.content) - words(observed_id):
         return "states nothing: its content has no words beyond the target's name"
     if not normalise(fact.span):
         return "has an empty span"

@@ -3,6 +3,7 @@
 from services.events.base import (
     Event,
     EventDecodeError,
+    NewerEvent,
     ProducerInfo,
     UnknownEventType,
     UnsupportedSchemaVersion,
@@ -128,6 +129,7 @@ __all__ = [
     "PeerMetadataSet",
     "ProducerInfo",
     "SessionCreated",
+    "NewerEvent",
     "UnknownEventType",
     "UnsupportedSchemaVersion",
     "WorkspaceCreated",

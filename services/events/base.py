@@ -40,11 +40,19 @@ class EventDecodeError(ValueError):
     """A record on the log is not an event this code can read."""
 
 
-class UnknownEventType(EventDecodeError):
+class NewerEvent(EventDecodeError):
+    """An event a newer version of peerlog wrote: of a type, or a schema version, this code does not know."""
+
+    def __init__(self, message: str, type_name: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name  # what the record says it is
+
+
+class UnknownEventType(NewerEvent):
     pass
 
 
-class UnsupportedSchemaVersion(EventDecodeError):
+class UnsupportedSchemaVersion(NewerEvent):
     pass
 
 
@@ -116,7 +124,7 @@ def decode(raw: bytes) -> Event:
         raise EventDecodeError("record has no event type")
     cls = _REGISTRY.get(data["type"])
     if cls is None:
-        raise UnknownEventType(f"unknown event type {data['type']!r}")
+        raise UnknownEventType(f"unknown event type {data['type']!r}", data["type"])
     data = _upcast(cls, data)
     try:
         return cls.model_validate(data)
@@ -131,7 +139,8 @@ def _upcast(cls: type[Event], data: dict[str, Any]) -> dict[str, Any]:
     if version > cls.schema_version_current:
         raise UnsupportedSchemaVersion(
             f"{cls.__name__} schema_version {version!r} is newer than this code "
-            f"({cls.schema_version_current}); upgrade peerlog before reading it"
+            f"({cls.schema_version_current}); upgrade peerlog before reading it",
+            cls.__name__,
         )
     while version < cls.schema_version_current:
         data = cls.upcasters[version](data)

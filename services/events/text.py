@@ -59,9 +59,14 @@ def _without_e(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("e") else word  # live / lives / lived → liv
 
 
+def words(text: str) -> set[str]:
+    """`text`'s words, case-folded: runs of letters and digits."""
+    return set(_WORD.findall(text.casefold()))
+
+
 def content_words(text: str, drop: str = "") -> set[str]:
     """The stems of `text`'s words that carry content: stop words and the words of `drop` left out."""
-    dropped = _STOP | set(_WORD.findall(drop.casefold()))
+    dropped = _STOP | words(drop)
     return {stem(w) for w in _WORD.findall(text.casefold()) if w not in dropped and (len(w) > 1 or w.isdigit())}
 
 

@@ -21,6 +21,15 @@ def group_chat(**settings) -> tuple[MemoryProvider, MagicMock]:
     return MemoryProvider(config, directory=Path("/tmp"), session="tg:group-1", client=client), client
 
 
+def concluding(client: MagicMock) -> MagicMock:
+    """The peer handle a conclusion is written through, answering with a live observation "o1"."""
+    peer = client.workspace.return_value.peer.return_value
+    peer.create_observations.return_value.observation_ids = ("o1",)
+    client.workspace.return_value.observation.return_value.deleted_at = None
+    client.workspace.return_value.observation.return_value.superseded_at = None
+    return peer
+
+
 def in_thread(work) -> None:
     thread = threading.Thread(target=work)
     thread.start()
@@ -30,10 +39,7 @@ def in_thread(work) -> None:
 def test_overlapping_turns_of_two_users_each_conclude_about_their_own_user():
     provider, client = group_chat()
     ada, bob = Sender("111", name="Ada"), Sender("222", name="Bob")
-    peer = client.workspace.return_value.peer.return_value
-    peer.create_observations.return_value.observation_ids = ("o1",)
-    client.workspace.return_value.observation.return_value.deleted_at = None
-    client.workspace.return_value.observation.return_value.superseded_at = None
+    peer = concluding(client)
     ada_turn, bob_done = threading.Event(), threading.Event()
     targets: list[str] = []
 
@@ -118,10 +124,7 @@ def test_a_tool_call_given_its_turns_sender_acts_for_that_user_whatever_turn_beg
     # to_thread, which fell back to the latest turn begun anywhere (Bob's) and concluded about Bob
     provider, client = group_chat()
     ada, bob = Sender("111", name="Ada"), Sender("222", name="Bob")
-    peer = client.workspace.return_value.peer.return_value
-    peer.create_observations.return_value.observation_ids = ("o1",)
-    client.workspace.return_value.observation.return_value.deleted_at = None
-    client.workspace.return_value.observation.return_value.superseded_at = None
+    peer = concluding(client)
     in_thread(lambda: provider.context_for_turn("hi", sender=ada))
     in_thread(lambda: provider.context_for_turn("yo", sender=bob))
     answers: list[str] = []

@@ -146,7 +146,7 @@ def test_close_sends_what_is_queued_through_a_short_outage_instead_of_giving_up_
     server = FailsTimes(3)
     writer = Writer(server, background=background, on_failure=lambda error: None)
     if background:
-        writer._closed = True  # the thread stays out of the way: close alone sends here
+        writer._stop.set()  # the thread stays out of the way: close alone sends here
         writer._wake.set()
     writer.add("s", [NewMessage("alice", "one"), NewMessage("bot", "two")])
     assert writer.close(timeout=5) and writer.pending == 0

@@ -60,8 +60,7 @@ class Writer:
         self._lock = threading.Lock()  # the queue
         self._flushing = threading.Lock()  # one flush at a time, so order holds
         self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._closed = False
+        self._stop = threading.Event()  # set by close(): the thread ends, and a pause of its is cut short
         self._thread = threading.Thread(target=self._run, name="peerlog-writer", daemon=True) if background else None
         if self._thread:
             self._thread.start()
@@ -120,15 +119,15 @@ class Writer:
 
     def _run(self) -> None:
         pause = RETRY_S
-        while not self._closed:
+        while not self._stop.is_set():
             self._wake.wait()
             self._wake.clear()
-            if self._closed:
+            if self._stop.is_set():
                 return
             if self.flush(timeout=60.0):
                 pause = RETRY_S
-            elif not self._closed:
-                self._stop.wait(pause)  # close() cuts the pause short
+            elif not self._stop.is_set():
+                self._stop.wait(pause)
                 pause = min(pause * 2, RETRY_MAX_S)
                 self._wake.set()
 
@@ -136,7 +135,6 @@ class Writer:
         """Stop the background thread and send what is left, retrying what fails transiently until
         `timeout` seconds have passed in all; True when nothing is left."""
         deadline = time.monotonic() + timeout
-        self._closed = True
         self._stop.set()
         self._wake.set()
         if self._thread:
