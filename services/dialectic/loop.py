@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
@@ -38,7 +39,9 @@ from services.toolloop.memory import (
     specs,
 )
 from services.toolloop.registry import ToolResult
-from services.toolloop.turns import StructuredReply, ToolRequest, structured_turn_schema
+from services.toolloop.turns import StructuredAnswer, StructuredReply, ToolRequest, structured_turn_schema
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -241,7 +244,7 @@ class _Run:
             if streamed and not isinstance(decision, Finish):
                 yield DiscardText()
             if isinstance(decision, Finish):
-                answer = await self.finish(messages, decision)
+                answer = await self.finish(messages, decision, turn)
                 sent = turn.text if streamed else ""
                 if self.stream and answer.text != sent.strip():  # checked or corrected after streaming: resend
                     if sent:
@@ -277,7 +280,10 @@ class _Run:
         """The model's next turn (streamed text pieces first, when asked to stream)."""
         if self.structured:
             wire = structured_turn_schema(tools, free_text=self.request.response_schema is None)
-            done = await self.model.structured(messages, StructuredReply, name="dialectic_turn", wire_schema=wire)
+            # with its tools withdrawn only an answer will do: a tool request is repaired like any invalid turn
+            # (taken as the answer, its empty text read as "nothing in memory tells me that")
+            shape = StructuredReply if tools else StructuredAnswer
+            done = await self.model.structured(messages, shape, name="dialectic_turn", wire_schema=wire)
             self.model_name = done.model
             yield self._structured_turn(done.value.root)
             return
@@ -292,7 +298,7 @@ class _Run:
                     yield item
         self.model_name = completion.model
         value: AssistantTurn = completion.value
-        yield ModelTurn(value.content, value.tool_calls)
+        yield ModelTurn(value.content, value.tool_calls, cut=value.cut)
 
     def _structured_turn(self, reply) -> ModelTurn:
         if isinstance(reply, ToolRequest):
@@ -346,18 +352,30 @@ class _Run:
             n = count_tokens(text)
         return ToolResult(text, {i: k for i, k in result.shown.items() if i in text}, result.hits)
 
-    async def finish(self, messages, decision: Finish) -> policy.Answer:
+    async def finish(self, messages, decision: Finish, turn: ModelTurn) -> policy.Answer:
+        if turn.tool_calls and not decision.text.strip():  # a server sent calls though none were offered
+            names = ", ".join(sorted({c.name for c in turn.tool_calls}))
+            raise ModelOutputInvalid(
+                self.model.stage,
+                "",
+                f"the model asked for tools ({names}) after they were withdrawn and gave no answer",
+            )
         schema = self.request.response_schema
         text = decision.text
         if schema is not None:
-            text = await self.checked_json(messages, text, schema)
+            text = await self.checked_json(messages, text, schema, turn.cut)
+        elif turn.cut:
+            log.warning("Chat's answer stopped at max_tokens (%s); raise its MAX_TOKENS setting", self.model.stage)
         return policy.final_answer(text, decision.cited, self.state.shown, free_text=schema is None)
 
-    async def checked_json(self, messages, text: str, schema: Mapping[str, Any]) -> str:
-        """The answer as canonical JSON valid for `schema`, after at most one repair; else ModelOutputInvalid."""
+    async def checked_json(self, messages, text: str, schema: Mapping[str, Any], cut: bool = False) -> str:
+        """The answer as canonical JSON valid for `schema`, after at most one repair; else ModelOutputInvalid.
+        No repair for an answer cut at max_tokens: it would stop at the same limit."""
         error = await _schema_error(text, schema)
         if error is None:
             return _canonical(text)
+        if cut:
+            raise self.model.cut_off(text, error)
         retry = [
             *messages,
             {"role": "assistant", "content": text},

@@ -39,6 +39,7 @@ class ModelTurn:
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     cited: tuple[str, ...] = ()
+    cut: bool = False  # it stopped at max_tokens: the text may end mid-way
 
 
 @dataclass(frozen=True)

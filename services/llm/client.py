@@ -69,6 +69,7 @@ class AssistantTurn:
 
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
+    cut: bool = False  # it stopped at max_tokens (finish_reason "length"): the text may end mid-way
 
 
 @dataclass(frozen=True)
@@ -137,21 +138,23 @@ class ModelClient:
                 self.stage, self.settings, lambda: self._openai.chat.completions.create(**body), self._count_retry
             )
             pieces: list[str] = []
-            calls: dict[int, dict[str, str]] = {}
-            usage, model = Usage(), self.settings.model
+            calls = _StreamedCalls()
+            usage, model, chunks, cut = Usage(), self.settings.model, 0, False
             async for chunk in stream:
+                if not isinstance(getattr(chunk, "choices", None), list):
+                    continue  # not a chat completion chunk: a server's error object, or whatever a proxy sent
+                chunks += 1
                 model = model_name(getattr(chunk, "model", None)) or model
                 if getattr(chunk, "usage", None) is not None:
                     usage = _usage(chunk.usage)
-                for delta in _deltas(chunk):
-                    content = getattr(delta, "content", None)
-                    if isinstance(content, str) and content:
-                        piece = formats.valid_unicode(content)
+                for choice in chunk.choices:
+                    cut = cut or getattr(choice, "finish_reason", None) == "length"
+                    for piece in _streamed_text(choice, calls):
                         pieces.append(piece)
                         yield piece
-                    for call in getattr(delta, "tool_calls", None) or []:
-                        if call is not None:
-                            _merge_call_delta(calls, call)
+            if not chunks:  # a 200 that was no event stream (a server ignoring "stream", a proxy's page) yields
+                # nothing: taken as an empty turn, it became "nothing in memory tells me that"
+                raise ModelOutputInvalid(self.stage, "", "the server's reply is not a stream of chat completion chunks")
         except SERVER_ERRORS as error:
             failure = as_model_error(self.stage, 1, error)
             metrics.record_call(self.stage, failure.outcome)
@@ -163,7 +166,7 @@ class ModelClient:
             span.end()
         metrics.record_call(self.stage, "ok")
         metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
-        turn = AssistantTurn("".join(pieces), tuple(_merged_call(c) for _, c in sorted(calls.items())))
+        turn = AssistantTurn("".join(pieces), calls.merged(), cut)
         yield Completion(turn, turn.content, model, usage, attempts=1)
 
     async def aclose(self) -> None:
@@ -204,7 +207,7 @@ class ModelClient:
 
     async def _turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Completion[Any]:
         reply = await self._call(messages, None, tools)
-        turn = AssistantTurn(reply.content, reply.tool_calls)
+        turn = AssistantTurn(reply.content, reply.tool_calls, reply.cut)
         return Completion(turn, reply.content, reply.model, reply.usage, attempts=1)
 
     async def _structured(
@@ -219,24 +222,24 @@ class ModelClient:
             return self._completion(first, schema, first.usage, attempts=1)
         except ValidationError as error:
             if first.cut:  # a repair would stop at the same limit: say which setting to raise instead
-                raise self._cut_off(first, error) from error
+                raise self.cut_off(first.content, formats.describe_error(error)) from error
             retry = formats.repair_messages(messages, first.content, formats.describe_error(error))
         second = await self._call(retry, response_format)
         try:
             return self._completion(second, schema, first.usage + second.usage, attempts=2)
         except ValidationError as error:
             if second.cut:
-                raise self._cut_off(second, error) from error
+                raise self.cut_off(second.content, formats.describe_error(error)) from error
             raise ModelOutputInvalid(self.stage, second.content, formats.describe_error(error)) from error
 
-    def _cut_off(self, reply: _Reply, error: ValidationError) -> ModelOutputInvalid:
-        """A reply that stopped at max_tokens before it was whole: asking again stops there again."""
+    def cut_off(self, content: str, problem: str) -> ModelOutputInvalid:
+        """A reply that stopped at max_tokens before it was whole (`problem`): asking again stops there again."""
         setting = f"PEERLOG_LLM_{self.stage.upper()}_MAX_TOKENS"
         why = (
             f"the reply stopped at max_tokens ({self.settings.max_tokens}) before it was whole; raise {setting} "
-            f"(or PEERLOG_LLM_MAX_TOKENS): {formats.describe_error(error)}"
+            f"(or PEERLOG_LLM_MAX_TOKENS): {problem}"
         )
-        return ModelOutputInvalid(self.stage, reply.content, why)
+        return ModelOutputInvalid(self.stage, content, why)
 
     @staticmethod
     def _completion(reply: _Reply, schema: type[M], usage: Usage, attempts: int) -> Completion[M]:
@@ -352,32 +355,52 @@ def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def _deltas(chunk: Any) -> Iterator[Any]:
-    """The deltas of a streamed chunk's choices, read as loosely as a whole reply is: a server may send a
-    choice that is null or has no delta."""
-    for choice in getattr(chunk, "choices", None) or []:
-        delta = getattr(choice, "delta", None)
-        if delta is not None:
-            yield delta
+def _streamed_text(choice: Any, calls: _StreamedCalls) -> Iterator[str]:
+    """A streamed choice's text piece, its tool-call pieces merged into `calls`; read as loosely as a whole
+    reply is: a server may send a choice that is null or has no delta, or a number where a list belongs."""
+    delta = getattr(choice, "delta", None)
+    if delta is None:
+        return
+    content = getattr(delta, "content", None)
+    if isinstance(content, str) and content:
+        yield formats.valid_unicode(content)
+    pieces = getattr(delta, "tool_calls", None)
+    for call in pieces if isinstance(pieces, list) else ():
+        if call is not None:
+            calls.add(call)
 
 
-def _merge_call_delta(calls: dict[int, dict[str, str]], delta: Any) -> None:
-    """Streamed tool calls arrive in pieces keyed by index: the id and name once, the arguments in parts."""
-    index = getattr(delta, "index", None)
-    index = index if isinstance(index, int) else 0  # a server that numbers nothing sends one call
-    call = calls.setdefault(index, {"id": f"call_{index}", "name": "", "arguments": ""})
-    call_id = getattr(delta, "id", None)
-    if isinstance(call_id, str) and call_id:
-        call["id"] = call_id
-    function = getattr(delta, "function", None)
-    if function is not None:
-        call["name"] += _piece(getattr(function, "name", None))
-        call["arguments"] += _piece(getattr(function, "arguments", None))
+class _StreamedCalls:
+    """Streamed tool calls, which arrive in pieces keyed by index: the id and name once, the arguments in
+    parts. Some servers (Ollama) number every call 0 and tell them apart only by id: a new id at an index
+    starts a new call, where merged, two searches became one call of "grep_messagesgrep_messages"."""
+
+    def __init__(self) -> None:
+        self._calls: list[dict[str, str]] = []
+        self._at: dict[int, int] = {}  # index -> the position in _calls of the latest call sent under it
+
+    def add(self, delta: Any) -> None:
+        index = getattr(delta, "index", None)
+        index = index if isinstance(index, int) else 0  # a server that numbers nothing sends one call
+        call_id = getattr(delta, "id", None)
+        call_id = call_id if isinstance(call_id, str) and call_id else ""
+        at = self._at.get(index)
+        if at is None or (call_id and self._calls[at]["id"] and self._calls[at]["id"] != call_id):
+            self._at[index] = at = len(self._calls)
+            self._calls.append({"id": "", "name": "", "arguments": ""})
+        call = self._calls[at]
+        call["id"] = call_id or call["id"]
+        function = getattr(delta, "function", None)
+        if function is not None:
+            call["name"] += _piece(getattr(function, "name", None))
+            call["arguments"] += _piece(getattr(function, "arguments", None))
+
+    def merged(self) -> tuple[ToolCall, ...]:
+        return tuple(
+            ToolCall(_text(c["id"] or f"call_{i}"), _text(c["name"]), _text(c["arguments"]))
+            for i, c in enumerate(self._calls)
+        )
 
 
 def _piece(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-def _merged_call(call: dict[str, str]) -> ToolCall:
-    return ToolCall(_text(call["id"]), _text(call["name"]), _text(call["arguments"]))

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ValidationError
 from services.llm.settings import SchemaMode
 
 _FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\r?\n?(.*?)```", re.DOTALL)
+# a fence on lines of its own: its body may hold ``` of its own (a command quoted inside a string)
+_LINE_FENCE = re.compile(r"^[ \t]*```[A-Za-z0-9_-]*[ \t]*\r?\n(.*?)\r?\n[ \t]*```[ \t]*$", re.DOTALL | re.MULTILINE)
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_ERROR_CHARS = 2000
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str only from an escape such as "\\ud800" without its pair
@@ -128,21 +130,34 @@ def storable(text: str) -> str:
 
 
 def strip_fences(text: str) -> str:
-    """The JSON inside a ```json fence, if the reply has one; else the reply trimmed."""
-    match = _FENCE.search(text)
+    """The reply trimmed if it is JSON as it stands; else the JSON inside its ```json fence, if it has one.
+    JSON first: a string value may quote ``` ("run ```make deploy``` first"), which is no fence."""
+    body = text.strip()
+    if _loads(body) is not _NOT_JSON:
+        return body
+    match = _LINE_FENCE.search(text) or _FENCE.search(text)
     return (match.group(1) if match else text).strip()
+
+
+_NOT_JSON = object()
+
+
+def _loads(body: str) -> Any:
+    """`body` parsed as JSON (raw control characters let through), or _NOT_JSON."""
+    try:
+        # raw control characters inside strings are let through: llama-cpp-python's grammars for a JSON
+        # schema allow them (its plain-JSON grammar does not), and a newline in a text is no reason to repair
+        return json.loads(body, strict=False)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
 
 
 def parse_reply(text: str, schema: type[M]) -> M:
     """The reply validated as `schema`; raises pydantic.ValidationError (bad JSON included)."""
     body = strip_fences(text)
-    try:
-        # raw control characters inside strings are let through: llama-cpp-python's grammars for a JSON
-        # schema allow them (its plain-JSON grammar does not), and a newline in a text is no reason to repair
-        body = json.dumps(json.loads(body, strict=False))
-    except (ValueError, RecursionError):
-        pass  # pydantic describes the bad JSON (and refuses nesting past its own limit)
-    return schema.model_validate_json(body)
+    value = _loads(body)
+    # not JSON: pydantic describes the bad JSON (and refuses nesting past its own limit)
+    return schema.model_validate_json(body if value is _NOT_JSON else json.dumps(value))
 
 
 def describe_error(error: ValidationError) -> str:

@@ -32,6 +32,10 @@ class StructuredReply(RootModel[ToolRequest | _FinalReply]):
     """One turn in structured tool mode: a tool request or the final answer."""
 
 
+class StructuredAnswer(RootModel[_FinalReply]):
+    """The turn in structured tool mode after the tools are withdrawn: the final answer only."""
+
+
 def structured_turn_schema(tools: list[dict[str, Any]] | None, free_text: bool) -> dict[str, Any]:
     """The JSON schema a structured-mode turn is held to: a call of one offered tool, or the final answer."""
     finish = _FinalReply.model_json_schema()

@@ -296,6 +296,39 @@ async def test_structured_tool_mode_works_end_to_end(serve, memory, model_server
     assert out.answer == "Bob keeps bees" and list(out.cited_message_ids) == [memory["bees"]] and out.tool_rounds == 1
 
 
+async def test_a_json_answer_cut_at_max_tokens_names_the_setting_without_a_repair(memory, model_server):
+    model_server.script([Reply(content='{"city": "Os', finish_reason="length")])
+    await rejected(
+        ask(memory["chan"], response_format=d.ResponseFormat(json_schema=json.dumps(SCHEMA))),
+        grpc.StatusCode.INTERNAL,
+        "PEERLOG_LLM_DIALECTIC_LOW_MAX_TOKENS",
+    )
+    assert len(model_server.chat_requests()) == 1  # a repair would have stopped at the same limit
+
+
+async def test_a_tool_request_after_the_tools_are_withdrawn_is_repaired_not_taken_for_no_answer(
+    serve, memory, model_server
+):
+    chan = await serve(
+        PEERLOG_LLM_DIALECTIC_LOW_TOOL_MODE="structured", PEERLOG_LLM_DIALECTIC_LOW_SCHEMA_MODE="json_object"
+    )
+    wants_tool = Reply(content={"tool": "grep_messages", "arguments": {"pattern": "bees"}})
+    # five rounds of tools (the level's cap), then still a tool request, then the answer once repaired
+    model_server.script([wants_tool] * 6 + [Reply(content={"answer": "Bob keeps bees", "cited_ids": []})])
+
+    out = await ask(chan, query="What does Bob keep?")
+
+    assert out.answer == "Bob keeps bees" and not out.abstained and out.tool_rounds == CAPS[d.REASONING_LEVEL_LOW]
+    assert "not valid JSON for the required schema" in model_server.chat_requests()[-1]["messages"][-1]["content"]
+
+
+async def test_tool_calls_a_server_sends_after_the_tools_are_withdrawn_are_an_error_not_no_answer(memory, model_server):
+    # a server that sends calls though none were offered: taken as the answer, its empty text read
+    # "nothing in memory tells me that", after five rounds of evidence
+    model_server.reply_with(lambda req: Reply(tool_calls=[call("search_observations", query="home")]))
+    await rejected(ask(memory["chan"]), grpc.StatusCode.INTERNAL, "after they were withdrawn")
+
+
 async def test_with_nothing_about_the_pair_it_says_it_does_not_know_without_calling_a_model(memory, model_server):
     # carol never spoke where alice could hear, and alice holds no observations about her
     out = await ask(memory["chan"], target_id="carol", query="What does Carol do?")

@@ -34,7 +34,8 @@ class Reply:
     content: None, text, or a dict (sent JSON-encoded); tool_calls: OpenAI-shaped tool calls;
     status != 200 sends an error (error_body, or a standard error object); delay_s waits first;
     model: the name reported (default: the model asked for); headers: extra response headers;
-    chunks: the choices of each chunk a streamed reply sends, as given (a hostile or broken server's).
+    chunks: the choices of each chunk a streamed reply sends, as given (a hostile or broken server's);
+    finish_reason: as the server reports it (default: "tool_calls" with calls, else "stop"; "length": cut).
     """
 
     content: str | dict[str, Any] | None = None
@@ -45,6 +46,10 @@ class Reply:
     model: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     chunks: list[list[Any]] | None = None
+    finish_reason: str | None = None
+
+    def finish(self) -> str:
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
 
     def text(self) -> str | None:
         """The content as the message text."""
@@ -111,7 +116,7 @@ def completion_body(request: dict[str, Any], reply: Reply, created: int) -> dict
         "object": "chat.completion",
         "created": created,
         "model": reply.model or request.get("model", DEFAULT_MODEL),
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": reply.finish()}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
     }
 
@@ -136,7 +141,7 @@ def stream_chunks(request: dict[str, Any], reply: Reply, created: int) -> Iterat
         yield chunk({"content": piece})
     for index, call in enumerate(reply.tool_calls or []):
         yield chunk({"tool_calls": [{"index": index, **call}]})
-    yield chunk({}, "tool_calls" if reply.tool_calls else "stop")
+    yield chunk({}, reply.finish())
     if request.get("stream_options", {}).get("include_usage"):
         prompt, completion = prompt_words(request), completion_words(reply)
         usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

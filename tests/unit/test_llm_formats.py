@@ -87,6 +87,22 @@ def test_replies_parse_with_or_without_code_fences(reply: str) -> None:
     assert formats.parse_reply(reply, Facts) == Facts(facts=[])
 
 
+QUOTED = "Alice runs ```make deploy``` before Friday"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        json.dumps({"facts": [{"subject": "alice", "statement": QUOTED}]}),
+        "```json\n" + json.dumps({"facts": [{"subject": "alice", "statement": QUOTED}]}) + "\n```",
+        "Here:\n```\n" + json.dumps({"facts": [{"subject": "alice", "statement": QUOTED}]}) + "\n```\nDone.",
+    ],
+)
+def test_a_reply_whose_string_quotes_a_code_fence_parses_as_itself(reply: str) -> None:
+    # a message quoting a command in fences made its facts "not JSON": the batch was dead-lettered
+    assert formats.parse_reply(reply, Facts) == Facts(facts=[Fact(subject="alice", statement=QUOTED)])
+
+
 def test_a_raw_newline_inside_a_string_is_read_as_a_newline() -> None:
     # llama-cpp-python's schema grammars let a model write one; strict JSON would call the reply invalid
     assert formats.parse_reply('{"facts": [{"subject": "a", "statement": "line one\nline two"}]}', Facts) == Facts(

@@ -85,17 +85,69 @@ async def test_tool_call_arguments_sent_as_an_object_are_read_as_json_text(serve
     assert json.loads(made.arguments) == {"q": 1}
 
 
-async def test_lone_surrogates_in_a_streamed_tool_call_become_replacement_characters(server):
-    def chunk(delta: dict) -> str:
-        body = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m"}
-        return "data: " + json.dumps({**body, "choices": [{"index": 0, "delta": delta}]}) + "\n\n"
+def chunk(delta: dict, finish_reason: str | None = None) -> str:
+    body = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+    return "data: " + json.dumps({**body, "choices": [choice]}) + "\n\n"
 
+
+def event_stream(*chunks: str) -> tuple[int, str, bytes]:
+    return (200, "text/event-stream", ("".join(chunks) + "data: [DONE]\n\n").encode())
+
+
+async def test_lone_surrogates_in_a_streamed_tool_call_become_replacement_characters(server):
     first = {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "to\ud800", "arguments": '{"a": '}}]}
     second = {"tool_calls": [{"index": 0, "function": {"arguments": '"b\udc00"}'}}]}
-    server.answer = (200, "text/event-stream", (chunk(first) + chunk(second) + "data: [DONE]\n\n").encode())
+    server.answer = event_stream(chunk(first), chunk(second))
     items = [item async for item in model().stream_turn([], tools=[])]
     (made,) = items[-1].value.tool_calls
     assert made.name == "to\ufffd" and json.loads(made.arguments) == {"a": "b\ufffd"}
+
+
+async def test_streamed_tool_calls_that_share_an_index_but_not_an_id_stay_separate_calls(server):
+    # Ollama numbers every streamed call 0: merged, two searches became one call of "grep_messagesgrep_messages"
+    def call(call_id: str, pattern: str) -> str:
+        function = {"name": "grep_messages", "arguments": json.dumps({"pattern": pattern})}
+        return chunk({"tool_calls": [{"index": 0, "id": call_id, "function": function}]})
+
+    server.answer = event_stream(call("c1", "bees"), call("c2", "honey"))
+    items = [item async for item in model().stream_turn([], tools=[])]
+    made = items[-1].value.tool_calls
+    assert [(c.id, c.name, json.loads(c.arguments)) for c in made] == [
+        ("c1", "grep_messages", {"pattern": "bees"}),
+        ("c2", "grep_messages", {"pattern": "honey"}),
+    ]
+
+
+NOT_A_STREAM = {
+    "a whole completion, the server ignoring stream": completion({"role": "assistant", "content": "Paris"}),
+    "a proxy's HTML page": (200, "text/html", b"<html>502 bad gateway</html>"),
+    "chunks whose choices are not a list": event_stream('data: {"object": "chat.completion.chunk", "choices": 5}\n\n'),
+}
+
+
+@pytest.mark.parametrize("answer", NOT_A_STREAM.values(), ids=NOT_A_STREAM.keys())
+async def test_a_stream_that_is_no_event_stream_is_an_error_not_an_empty_turn(server, answer):
+    # taken as an empty turn, ChatStream answered "nothing in memory tells me that", status OK
+    server.answer = answer
+    with pytest.raises(ModelOutputInvalid, match="not a stream of chat completion chunks"):
+        [item async for item in model().stream_turn([], tools=[])]
+
+
+async def test_tool_calls_that_are_not_a_list_in_a_chunk_are_left_out(server):
+    server.answer = event_stream(chunk({"content": "Paris", "tool_calls": 5}))
+    items = [item async for item in model().stream_turn([], tools=[])]
+    assert items[0] == "Paris" and items[-1].value.tool_calls == ()
+
+
+async def test_a_turn_cut_at_max_tokens_says_so_streamed_or_not(server):
+    cut = {"index": 0, "message": {"role": "assistant", "content": "The answer is"}, "finish_reason": "length"}
+    server.answer = completion(choices=[cut])
+    assert (await model().turn([], tools=[])).value.cut
+    server.answer = event_stream(chunk({"content": "The answer is"}, finish_reason="length"))
+    assert [item async for item in model().stream_turn([], tools=[])][-1].value.cut
+    server.answer = event_stream(chunk({"content": "Paris."}, finish_reason="stop"))
+    assert not [item async for item in model().stream_turn([], tools=[])][-1].value.cut
 
 
 def test_a_reply_the_sdk_refuses_to_validate_is_model_output_invalid():
