@@ -15,6 +15,7 @@ from projections import message_reads, observation_reads, peer_reads
 from projections.audit_reads import live_with_content, observations_by_id
 from projections.derivations import current_derivation
 from projections.message_search import search_messages, search_text
+from projections.outages import DATABASE_AWAY
 from projections.search_shape import MessageSearch
 from services.dialectic.ports import Evidence
 from services.events.text import normalise
@@ -159,6 +160,8 @@ class SqlChatReads(SqlMemoryReads):
 
 class SqlDreamReads(SqlMemoryReads):
     """DreamReads over the projections."""
+
+    unavailable = DATABASE_AWAY
 
     async def current_derivation(self, workspace_id: str, observer_id: str, observed_id: str) -> str:
         async with self.engine.connect() as conn:

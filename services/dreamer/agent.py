@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from services.bus.producer import Emitter
 from services.bus.runner import Get, Step
+from services.bus.takeover import TransactionFailed
 from services.bus.topics import DREAMS
 from services.dreamer.edits import Dream
 from services.dreamer.ports import DreamReads
@@ -59,6 +60,14 @@ class Dreamer:
         await self.emitter.emit(
             [DreamStarted(**pair, dream_id=event.dream_id, producer=PRODUCER, causation_id=event.event_id)]
         )
+        try:
+            return await self._dream(event, pair)
+        except self.reads.unavailable as error:
+            # the log's fault's kin: nothing of the dream is written, and it is dreamt again from the committed
+            # offsets. Raised as it was, it ended the worker and every processor in it (a Postgres restart)
+            raise TransactionFailed(f"dream {event.dream_id}: the projections went out of reach: {error}") from error
+
+    async def _dream(self, event: DreamRequested, pair: dict) -> Step:
         derivation = await self.reads.current_derivation(**pair)  # read before any model call, never across one
         run = DreamRun(
             Dream(

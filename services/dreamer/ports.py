@@ -10,6 +10,10 @@ from services.toolloop.memory import MemoryReads, RecallScope, Row
 
 
 class DreamReads(MemoryReads, Protocol):
+    # the errors by which these reads say the store is out of reach (not a bad query): a dream that meets
+    # one is done again from the committed offsets, where it ended the worker
+    unavailable: tuple[type[Exception], ...]
+
     async def current_derivation(self, workspace_id: str, observer_id: str, observed_id: str) -> str:
         """The pair's current derivation, which a dream's edits go to."""
 

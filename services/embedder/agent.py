@@ -17,11 +17,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from services.bus.runner import Get, Step
+from services.bus.takeover import TransactionFailed
 from services.bus.topics import SESSIONS
 from services.embedder.policy import after, embedded, text_to_embed
 from services.embedder.refusals import vectors_or_none
 from services.events import Event, MessageAppended, ProducerInfo
 from services.llm.embeddings import Embedder, make_embedder
+from services.llm.errors import EmbeddingError, ModelError
 
 if TYPE_CHECKING:
     from services.settings import Settings
@@ -93,7 +95,13 @@ class EmbedderProcessor:
             state = after(event, previous)
             return Step() if state is previous else Step([], {event.key: state})
         assert isinstance(event, MessageAppended)
-        vector = await self.coalescer.embed(text)
+        try:
+            vector = await self.coalescer.embed(text)
+        except (ModelError, EmbeddingError) as error:
+            # the model failed every text (an outage, a wrong key or size): the batch is embedded again from the
+            # committed offsets by this processor alone. Raised as it was, it ended the worker and every
+            # processor in it, the router and deriver too
+            raise TransactionFailed(f"the embedding model failed: {error}") from error
         if vector is None:
             # full-text search still finds it; `peerlog reembed` with this model fills the vector in once it is taken
             log.error(

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from services.bus.takeover import TransactionFailed
 from services.deriver.batching import PendingMessage
 from services.deriver.derive import Deriver
 from services.deriver.prompt import FACT_CHARS
@@ -148,6 +149,8 @@ def test_tool_arguments_holding_a_lone_surrogate_are_refused():
 
 
 class NoReads:
+    unavailable: tuple[type[Exception], ...] = ()
+
     async def opening(self, scope, limit):
         return [], []
 
@@ -177,7 +180,7 @@ def tool_call(name: str, arguments: str):
     return completion({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
-async def dream(server: MockModel, monkeypatch: pytest.MonkeyPatch, embedder, first_reply) -> list:
+async def dream(server: MockModel, monkeypatch: pytest.MonkeyPatch, embedder, first_reply, reads=None) -> list:
     """The events of one dream whose model first answers `first_reply`, then stops."""
     monkeypatch.setattr(dreamer_agent, "Emitter", QuietEmitter)
     monkeypatch.setattr(dreamer_agent, "make_embedder", lambda _settings: embedder)
@@ -192,7 +195,7 @@ async def dream(server: MockModel, monkeypatch: pytest.MonkeyPatch, embedder, fi
         new_explicit=0,
         producer=P,
     )
-    step = await dreamer_agent.Dreamer(Settings(), NoReads()).handle(lambda _key: None, requested)
+    step = await dreamer_agent.Dreamer(Settings(), reads or NoReads()).handle(lambda _key: None, requested)
     for event in step.events:
         encode(event)  # what the runner does: it must not fail
     return step.events
@@ -203,6 +206,25 @@ async def test_an_embedding_model_answering_wrongly_mid_dream_ends_it_as_failed(
     call = tool_call("add_deduction", json.dumps({"premise_ids": [], "content": "Bob likes tea"}))
     events = await dream(server, monkeypatch, refusing, call)
     assert isinstance(events[-1], DreamFailed) and "2 dimensions" in events[-1].reason
+
+
+class StoreAway(Exception):
+    """How a store's reads say it is out of reach (for Postgres: projections.outages.DATABASE_AWAY)."""
+
+
+class ReadsGoingAway(NoReads):
+    unavailable = (StoreAway,)
+
+    async def newest_observations(self, *args):
+        raise StoreAway("connection refused")
+
+
+async def test_a_dream_whose_store_goes_away_is_dreamt_again_not_the_end_of_the_worker(server, monkeypatch):
+    # a Postgres restart mid-dream raised out of the runner as a processor's bug: the worker, with the
+    # router, deriver and summarizer in it, stopped
+    call = tool_call("recent_observations", json.dumps({}))
+    with pytest.raises(TransactionFailed, match="out of reach: connection refused"):
+        await dream(server, monkeypatch, UnitVectors(), call, reads=ReadsGoingAway())
 
 
 async def test_a_peer_card_written_with_a_lone_surrogate_escape_is_refused_and_the_dream_completes(server, monkeypatch):
@@ -272,6 +294,21 @@ async def test_a_model_that_fails_every_text_fails_the_batch_instead_of_skipping
     coalescer = Coalescer(UnitVectors(failure=failure))
     results = await asyncio.gather(coalescer.embed("a"), coalescer.embed("b"), return_exceptions=True)
     assert all(r is failure for r in results)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ModelUnavailable("embedding", 4, TimeoutError()),
+        ModelRequestRejected("embedding", 401, "bad key"),
+        EmbeddingError("model 'e' returned 2 dimensions, settings say 4"),
+    ],
+)
+async def test_an_embedding_model_failing_every_text_restarts_the_embedder_not_the_worker(failure):
+    # raised as it was, an embedding outage ended the worker and every processor in it
+    processor = EmbedderProcessor(UnitVectors(failure=failure))
+    with pytest.raises(TransactionFailed, match="the embedding model failed"):
+        await processor.handle(lambda _key: None, appended("m1", "hello"))
 
 
 async def test_a_reembed_leaves_out_a_text_the_model_refuses_and_embeds_everything_after_it():
