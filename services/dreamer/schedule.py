@@ -9,6 +9,7 @@ At most one dream is outstanding per pair: requested and not yet completed or fa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
@@ -44,10 +45,20 @@ class PairSchedule(BaseModel):
     outstanding: str | None = None  # the dream id requested and not yet ended
     outstanding_explicit: int = 0  # what that dream took from new_explicit (given back if it fails)
     derivation: str = ""  # the pair's current derivation: only its new observations count
-    # the configuration in force for the pair's latest perceived message (None: this scheduler's settings)
+    # the configuration in force for the pair's latest perceived message (None: the global level, Defaults)
     dreams: bool | None = None
     threshold: int | None = None
     peer_card: bool | None = None
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The global level's switches (PEERLOG_REASONING_DREAMS / _PEER_CARD), for a pair whose schedule holds
+    none: one fed only by client observations, or whose messages no one perceives (reasoning off). Read as
+    on, such a pair dreamt and edited its card with both switched off."""
+
+    dreams: bool = True
+    peer_card: bool = True
 
 
 def last_activity(s: PairSchedule) -> datetime | None:
@@ -59,19 +70,19 @@ def last_activity(s: PairSchedule) -> datetime | None:
     return max(known, default=None)
 
 
-def ready(s: PairSchedule, now: datetime, cfg: DreamSettings) -> bool:
+def ready(s: PairSchedule, now: datetime, cfg: DreamSettings, defaults: Defaults = Defaults()) -> bool:
     """Whether the pair should dream at `now` (the clock pre-checks with this before sending a tick)."""
     active = last_activity(s)
     return (
         s.outstanding is None
-        and s.dreams is not False
+        and (s.dreams if s.dreams is not None else defaults.dreams)
         and s.new_explicit >= (s.threshold or cfg.threshold)
         and (s.last_dream_at is None or now - s.last_dream_at >= timedelta(seconds=cfg.cooldown_s))
         and (active is None or now - active >= timedelta(seconds=cfg.idle_s))
     )
 
 
-def _request(s: PairSchedule, e: Event, reason: DreamReason, producer: ProducerInfo):
+def _request(s: PairSchedule, e: Event, reason: DreamReason, producer: ProducerInfo, defaults: Defaults):
     dream = DreamRequested(
         workspace_id=e.workspace_id,
         observer_id=e.observer_id,
@@ -79,7 +90,7 @@ def _request(s: PairSchedule, e: Event, reason: DreamReason, producer: ProducerI
         dream_id=new_id(),
         reason=reason,
         new_explicit=s.new_explicit,
-        peer_card=s.peer_card is not False,
+        peer_card=s.peer_card if s.peer_card is not None else defaults.peer_card,
         causation_id=e.event_id,
         producer=producer,
     )
@@ -105,7 +116,9 @@ def _ended(s: PairSchedule, e: DreamCompleted | DreamFailed) -> PairSchedule:
     return s.model_copy(update={"outstanding": None, "outstanding_explicit": 0, "last_dream_at": e.occurred_at})
 
 
-def decide(s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo) -> tuple[PairSchedule, list[Event]]:
+def decide(
+    s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo, defaults: Defaults = Defaults()
+) -> tuple[PairSchedule, list[Event]]:
     """The pair's new state and the dream requests `e` causes (none or one)."""
     if (
         isinstance(e, ObservationAdded)
@@ -128,9 +141,10 @@ def decide(s: PairSchedule, e: Event, cfg: DreamSettings, producer: ProducerInfo
             }
         ), []
     elif isinstance(e, DreamForced):
-        return _request(s, e, DreamReason.FORCED, producer) if s.outstanding is None else (s, [])
+        return _request(s, e, DreamReason.FORCED, producer, defaults) if s.outstanding is None else (s, [])
     elif isinstance(e, DreamCompleted | DreamFailed):
         s = _ended(s, e)
     elif not isinstance(e, DreamCheckDue):
         return s, []
-    return _request(s, e, DreamReason.THRESHOLD, producer) if ready(s, e.occurred_at, cfg) else (s, [])
+    due = ready(s, e.occurred_at, cfg, defaults)
+    return _request(s, e, DreamReason.THRESHOLD, producer, defaults) if due else (s, [])

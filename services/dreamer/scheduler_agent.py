@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from services.bus.producer import Emitter
 from services.bus.runner import Get, State, Step
 from services.bus.topics import DREAMS, OBSERVATIONS, PERCEIVED
-from services.dreamer.schedule import PairSchedule, decide, ready
+from services.dreamer.schedule import Defaults, PairSchedule, decide, ready
 from services.events import DreamCheckDue, Event, ProducerInfo
 from services.events.perception import pair_of
 
@@ -31,13 +31,14 @@ class DreamScheduler:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings.dream
+        self.defaults = Defaults(dreams=settings.reasoning.dreams, peer_card=settings.reasoning.peer_card)
         self.tick_s = settings.dream.tick_s
         self.emitter = Emitter(settings.kafka, "peerlog-dream-clock")
 
     async def handle(self, get: Get, event: Event) -> Step:
         raw = get(event.key)
         state, events = decide(
-            PairSchedule.model_validate(raw) if raw else PairSchedule(), event, self.settings, PRODUCER
+            PairSchedule.model_validate(raw) if raw else PairSchedule(), event, self.settings, PRODUCER, self.defaults
         )
         return Step(events, {event.key: state.model_dump(mode="json")})
 
@@ -46,7 +47,7 @@ class DreamScheduler:
         ticks = [
             DreamCheckDue(**pair_of(k), producer=CLOCK)
             for k, raw in states.items()
-            if raw and ready(PairSchedule.model_validate(raw), now, self.settings)
+            if raw and ready(PairSchedule.model_validate(raw), now, self.settings, self.defaults)
         ]
         if ticks:
             await self.emitter.emit(ticks)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from services.dreamer.schedule import PairSchedule, decide, ready
+from services.dreamer.schedule import Defaults, PairSchedule, decide, ready
 from services.dreamer.settings import DreamSettings
 from services.events import (
     DreamCheckDue,
@@ -51,10 +51,10 @@ def tick(minute: float) -> DreamCheckDue:
     return DreamCheckDue(**PAIR, occurred_at=at(minute))
 
 
-def run(events, state=PairSchedule()):
+def run(events, state=PairSchedule(), defaults=Defaults()):
     out = []
     for e in events:
-        state, produced = decide(state, e, CFG, P)
+        state, produced = decide(state, e, CFG, P, defaults)
         out += produced
     return state, out
 
@@ -166,3 +166,18 @@ def test_after_a_promotion_only_the_promoted_derivations_observations_count():
     assert state.derivation == "v2" and out == []
     _, out = run([in_derivation(6, "v2"), tick(200)], state)
     assert [e.new_explicit for e in out] == [3]
+
+
+def test_a_pair_fed_only_by_client_observations_does_not_dream_when_dreams_are_off_globally():
+    # no perceived message stamps the pair's configuration: read as on, it dreamt against PEERLOG_REASONING_DREAMS
+    off = Defaults(dreams=False, peer_card=False)
+    state, out = run([explicit(1), explicit(2), explicit(3), tick(13)], defaults=off)
+    assert out == [] and not ready(state, at(13), CFG, off)
+    _, forced = run([DreamForced(**PAIR, occurred_at=at(14))], state, defaults=off)
+    assert [e.peer_card for e in forced] == [False]  # a forced dream still leaves the card alone
+
+
+def test_a_perceived_messages_configuration_outranks_the_global_level():
+    on = message(0).model_copy(update={"dreams": True, "peer_card": True})
+    _, out = run([on, explicit(1), explicit(2), explicit(3), tick(13)], defaults=Defaults(False, False))
+    assert [e.peer_card for e in out] == [True]
