@@ -11,7 +11,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.events import (
-    ConfigLevel,
     Configuration,
     Effective,
     Event,
@@ -98,28 +97,23 @@ def configuration(state: SessionState, message: MessageAppended, global_: Config
 def observers(state: SessionState, message: MessageAppended, config: Effective) -> list[str]:
     """Who perceives `message`, in a stable order: the author first (self-model), then others.
 
-    A member's own setting wins; then a peer's own `observe_me=False` (an opt-out no default overrides);
-    then `observe_me` / `observe_others` set at a configuration level above the global one; then the peer's
-    own observe_me (the global level being that peer default)."""
+    A member's own setting wins; then a peer's own `observe_me=False` (an opt-out no level overrides); then
+    `observe_me` / `observe_others` as the levels resolve them, the global one (PEERLOG_REASONING_OBSERVE_*)
+    included: left out, the environment's values were reported in force and never applied."""
     author = state.members.get(message.peer_id)
     if author is None or not config["reasoning"]:
         return []  # not a member (the API refuses this; a hand-written log might not), or reasoning is off
-    chosen = {
-        name: config[name]
-        for name in ("observe_me", "observe_others")
-        if config.settings[name].level != ConfigLevel.GLOBAL
-    }
     opted_out = False if not message.author_observe_me else None
-    own = next(
-        v for v in (author.observe_me, opted_out, chosen.get("observe_me"), message.author_observe_me) if v is not None
+    own = next(v for v in (author.observe_me, opted_out, config["observe_me"]) if v is not None)
+    others = sorted(
+        p for p, m in state.members.items() if p != message.peer_id and _observes_others(m, config["observe_others"])
     )
-    others = sorted(p for p, m in state.members.items() if p != message.peer_id and _observes_others(m, chosen))
     return ([message.peer_id] if own else []) + others
 
 
-def _observes_others(member: Member, chosen: dict) -> bool:
-    """The member's own setting, else the configuration's (when a level above the global one sets it)."""
-    return member.observe_others if member.observe_others is not None else chosen.get("observe_others", False)
+def _observes_others(member: Member, configured: bool) -> bool:
+    """The member's own setting, else the configuration's."""
+    return member.observe_others if member.observe_others is not None else configured
 
 
 def previous_turn(state: SessionState, author: str) -> Turn | None:

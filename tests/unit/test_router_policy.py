@@ -39,10 +39,10 @@ def said(peer, text, author_observe_me=True, name=""):
     )
 
 
-def run(*events):
+def run(*events, global_=G):
     state, out = SessionState(), []
     for e in events:
-        out += decide(state, e, P, G)
+        out += decide(state, e, P, global_)
         state = evolve(state, e)
     return [(p.observer_id, p.observed_id, p.content) for p in out]
 
@@ -138,3 +138,18 @@ def test_a_sessions_state_at_its_member_cap_with_the_longest_ids_and_turns_fits_
         state = evolve(state, turn)
     assert len(state.members) == MAX_MEMBERS
     assert len(state.model_dump_json().encode()) < 400_000  # Kafka refuses a record past 1 MB
+
+
+def test_the_global_observe_others_and_observe_me_are_applied_as_reported():
+    # the environment's values were reported in force by GetEffectiveConfiguration and never routed
+    others_on = G.model_copy(update={"observe_others": True})
+    assert run(
+        joined("bot", observe_others=None), joined("ann", observe_others=None), said("ann", "hi"), global_=others_on
+    ) == [
+        ("ann", "ann", "hi"),
+        ("bot", "ann", "hi"),
+    ]
+    me_off = G.model_copy(update={"observe_me": False})
+    assert run(joined("ann", observe_others=None), said("ann", "hi"), global_=me_off) == []
+    # a member's own setting still wins over the global level
+    assert run(joined("ann", observe_me=True), said("ann", "hi"), global_=me_off) == [("ann", "ann", "hi")]
