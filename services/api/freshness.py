@@ -131,6 +131,7 @@ async def answered_in_time(
             ) from None
         attempt.abandoned = True
         raise Unavailable(
-            f"{what}: this call appended nothing: {late} it still waited for another write of the same ids or "
-            f"key, not yet readable (the projector may be behind); {not_written}"
+            f"{what}: this call appended nothing: {late} it still waited for another write (of the same ids or "
+            f"key, or a change of the session's members), not yet readable (the projector may be behind); "
+            f"{not_written}"
         ) from None

@@ -192,14 +192,19 @@ SHARED_RETRY_S = 0.05  # between tries of a shared lock an exclusive holder (or 
 
 
 @asynccontextmanager
-async def shared(engine: AsyncEngine, key: tuple[str, ...]) -> AsyncIterator[AsyncConnection]:
+async def shared(
+    engine: AsyncEngine, key: tuple[str, ...], gave_up: Callable[[], bool] = _never
+) -> AsyncIterator[AsyncConnection]:
     """`key`'s advisory lock taken shared for the body, on the connection yielded: writes that only add to an
     entity (messages to a session) go side by side, and wait while an exclusive writer (`held`, such as
     RemoveMembers) checks and appends. Tried, not queued for: a try refused while an exclusive writer holds
     or waits for the key (Postgres grants no request past a waiting one that conflicts), so the exclusive
-    writer is never starved, and a cancelled caller leaves no statement waiting on its connection."""
+    writer is never starved, and a cancelled caller leaves no statement waiting on its connection. Raises
+    GaveUp once `gave_up()`: its caller was answered without it."""
     k = scoped_key(engine, key)
     while True:
+        if gave_up():
+            raise GaveUp("its caller was answered while it waited for a lock")
         # the connection goes back to the pool between tries: an exclusive writer holds the key until its
         # write is readable, and writers waiting for it with a connection each took every one it needed
         async with engine.connect() as conn:

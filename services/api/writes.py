@@ -379,12 +379,16 @@ async def _append_messages(
 ) -> tuple[list[str], str]:
     chosen = sorted({m.message_id for m in new if m.message_id})
     if not chosen:  # the hot path: the checks in one statement (the session row implies its workspace)
-        # the session's members checked and the messages appended under the session's lock, shared: a
-        # RemoveMembers between the two (its leave on the log first) left an acknowledged message no one
-        # perceived, its author a member no more where it landed
-        async with shared(ctx.engine, ("session", workspace_id, session_id)) as conn:
-            facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
-            ids, token = await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request)
+        # bounded by the consistency wait (a member change holds the session's lock until it is readable,
+        # and an unkeyed post waited for it without end) and run to its end (shielded): cancelled while its
+        # append ran, it let the lock go first, and a RemoveMembers queued behind could land its leave first
+        ids, token = await answered_in_time(
+            ctx.freshness,
+            _shared_append(ctx, workspace_id, session_id, new, request),
+            f"the write of {len(new)} message(s) to session {session_id!r}",
+            "it stands: send it again only under an idempotency key (to get its reply)",
+            keyed=request is not None,
+        )
         # slowed to the projector's pace with the lock and its connection let go: held, the writers waiting
         # took the connections the pace is read with (ingest ran 11 % slower)
         if token:
@@ -400,6 +404,17 @@ async def _append_messages(
     )
 
 
+async def _shared_append(
+    ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage], request: KeyedRequest | None
+) -> tuple[list[str], str]:
+    """The session's members checked and the messages appended under the session's lock, shared: a
+    RemoveMembers between the two (its leave on the log first) left an acknowledged message no one
+    perceived, its author a member no more where it landed. Answered at the ack (the caller keeps the pace)."""
+    async with shared(ctx.engine, ("session", workspace_id, session_id), abandoned) as conn:
+        facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
+        return await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request)
+
+
 async def _claimed_append(
     ctx: ApiDeps,
     workspace_id: str,
@@ -412,7 +427,7 @@ async def _claimed_append(
     readable however long that takes. Unclaimed, or let go before, two writes of one id were both
     acknowledged and the projector kept one."""
     async with held(ctx.engine, [("message", workspace_id, i) for i in chosen], abandoned):
-        async with shared(ctx.engine, ("session", workspace_id, session_id)) as conn:
+        async with shared(ctx.engine, ("session", workspace_id, session_id), abandoned) as conn:
             facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
             taken = await message_reads.messages_by_id(conn, workspace_id, chosen)
             if taken:  # what each was sent with, for telling a resend of the same call (sent_before)

@@ -4,6 +4,7 @@ across lost replies, racing API servers and restarts; another request under a us
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -128,6 +129,32 @@ async def test_a_keyed_write_not_yet_projected_answers_unavailable_and_a_retry_g
     reply = await retry
     assert await stored(c, reply.consistency_token) == list(reply.message_ids)
     assert len(logged(settings, SESSIONS, MessageAppended, 1)) == 1
+
+
+async def test_an_unkeyed_post_behind_a_member_change_not_yet_readable_answers_unavailable_and_appends_nothing(
+    settings, servers, projector
+):
+    # it waited for the session's lock without end: hung until the client's deadline, DEADLINE_EXCEEDED
+    # (which means "may be committed") though nothing was written
+    _, c = await servers(consistency_wait_s=2.0)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    await c.peer("w", "carol")
+    projector.stop()  # the member change below holds the session's lock until it is readable
+    add = sessions_pb2.AddMembersRequest(
+        workspace_id="w", session_id="s", members=[sessions_pb2.MemberSpec(peer_id="carol")]
+    )
+    await rejected(c.sessions.AddMembers(add, timeout=30), grpc.StatusCode.UNAVAILABLE)
+    started = time.monotonic()
+    await rejected(
+        c.messages.AddMessages(add_request("", "behind the member change"), timeout=30),
+        grpc.StatusCode.UNAVAILABLE,
+        "appended nothing",
+        "a change of the session's members",
+    )
+    assert time.monotonic() - started < 20  # the consistency wait, not the client's deadline
+    projector.start()
+    reply = await c.messages.AddMessages(add_request("", "after it"), timeout=60)
+    assert [e.message_id for e in logged(settings, SESSIONS, MessageAppended, 1)] == list(reply.message_ids)
 
 
 async def test_retries_told_nothing_was_written_give_up_their_lock_slots_so_an_unrelated_key_still_appends(
