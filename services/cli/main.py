@@ -473,15 +473,20 @@ def topics_abort_open(
     """Abort a transaction the broker left open (a hanging transaction), which holds every reader of its
     partition: a runner logs "a transaction stayed open on TOPIC [P]" for a changelog, or "the assigned
     partitions' offsets did not become stable" for its input offsets (then give `__consumer_offsets`)."""
-    from services.cli.transactions import Outcome, abort_open, abort_open_anywhere
+    from services.cli.transactions import CommandFailed, Outcome, abort_open, abort_open_anywhere
 
     kafka = _settings().kafka
     age = kafka.transaction_timeout_ms / 1000 + 30 if min_age_s is None else min_age_s
     with _plainly():
-        if partition is None:
-            outcomes = abort_open_anywhere(kafka, topic, age) or [Outcome(True, f"no transaction is open on {topic}")]
-        else:
-            outcomes = [abort_open(kafka, topic, partition, age)]
+        try:
+            if partition is None:
+                outcomes = abort_open_anywhere(kafka, topic, age) or [
+                    Outcome(True, f"no transaction is open on {topic}")
+                ]
+            else:
+                outcomes = [abort_open(kafka, topic, partition, age)]
+        except CommandFailed as err:  # no java where the CLI runs (the image has none), or the command failed
+            raise _fail(str(err)) from None
     for outcome in outcomes:
         typer.echo(outcome.message)
     if not all(o.ok for o in outcomes):

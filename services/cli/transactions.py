@@ -58,13 +58,21 @@ def abort_open_anywhere(kafka: KafkaSettings, topic: str, min_age_s: float) -> l
     return [abort_open(kafka, topic, p, min_age_s) for p in open_now]
 
 
+class CommandFailed(RuntimeError):
+    """Kafka's transactions command could not run, or failed: what the operator is told, in one line."""
+
+
 def _transactions_command(kafka: KafkaSettings, *args: str) -> None:
     java = shutil.which("java")
     if java is None:
-        raise RuntimeError("java not found on PATH; Kafka's transactions command needs it")
+        raise CommandFailed("java not found on PATH; Kafka's transactions command needs it (run this where java is)")
     cmd = [java, "-cp", f"{ensure_jars()}/*", "org.apache.kafka.tools.TransactionsCommand"]
-    done = subprocess.run(
-        [*cmd, "--bootstrap-server", kafka.bootstrap_servers, *args], capture_output=True, text=True, timeout=120
-    )
+    try:
+        done = subprocess.run(
+            [*cmd, "--bootstrap-server", kafka.bootstrap_servers, *args], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        raise CommandFailed(f"kafka-transactions {' '.join(args)} did not finish in 120 s; is the broker up?") from None
     if done.returncode != 0:
-        raise RuntimeError(f"kafka-transactions {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+        last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+        raise CommandFailed(f"kafka-transactions {' '.join(args)} failed: {last}")

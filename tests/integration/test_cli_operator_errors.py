@@ -88,6 +88,20 @@ async def test_reembed_with_kafka_out_of_reach_says_so_in_one_line(channel, sett
     assert line.startswith("error: Kafka did not answer") and "PEERLOG_KAFKA_BOOTSTRAP_SERVERS" in line, line
 
 
+async def test_a_run_under_a_topic_prefix_with_no_topics_stops_in_one_line(channel, settings):
+    # it read the missing topics as empty: "0 vectors appended", exit 0, step 1 of a migration "done"
+    await Client(channel).setup_conversation("w", "s")
+    eventually(lambda: projected_peers(settings) == {"alice", "bob"}, 30)
+    env = {**settings_env(settings), "PEERLOG_KAFKA_TOPIC_PREFIX": "nosuch."}
+    for command in (
+        ["reembed", "--model", "all-MiniLM-L6-v2", "-w", "w"],
+        ["rederive", "--name", "v2", "-w", "w"],
+        ["derivations", "retry", "-w", "w", "--pair", "alice/bob"],
+    ):
+        line = await refusal(env, *command)
+        assert "topic nosuch." in line and "does not exist; check PEERLOG_KAFKA_TOPIC_PREFIX" in line, (command, line)
+
+
 def _serve_refusal(settings, env: dict[str, str]) -> list[str]:
     """The output of `peerlog serve` in a subprocess, which must exit 2 at once."""
     out = subprocess.run(

@@ -88,3 +88,15 @@ def test_a_run_whose_write_or_model_call_fails_says_so_in_one_line(error, phrase
     [line] = capsys.readouterr().err.strip().splitlines()
     assert ended.value.exit_code == 2 and line.startswith("error: ") and phrase in line, line
     assert "sk-proj" not in line
+
+
+def test_abort_open_without_java_says_so_in_one_line(monkeypatch):
+    # the image has no java; the runner's own log tells operators to run this, and it printed a traceback
+    from services.cli import transactions
+
+    monkeypatch.setattr(transactions.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(
+        transactions, "abort_open_anywhere", lambda kafka, *_: transactions._transactions_command(kafka, "list")
+    )
+    line = one_error_line(run("topics", "abort-open", "peerlog.sessions"))
+    assert "java not found on PATH" in line, line
