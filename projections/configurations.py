@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import Connection, RowMapping, bindparam, select
+from sqlalchemy import Connection, RowMapping, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.inserts import insert_new
@@ -45,13 +45,25 @@ def workspace_configured(conn: Connection, events: Sequence[WorkspaceConfigured]
 
 
 def session_configured(conn: Connection, events: Sequence[SessionConfigured], last_seq) -> None:
-    insert_new(
-        conn,
-        configurations,
-        [
-            _row(e, "session", e.configuration, e.session_id, after_seq=last_seq(conn, e.workspace_id, e.session_id))
-            for e in events
-        ],
+    """Each session level in log order, its time no earlier than the session's level before it: reads take the
+    latest by time, and the processors apply the levels in log order. Two sets raced (or came from API hosts
+    whose clocks differ), the later on the log stamped the earlier time: reads showed the one overridden."""
+    latest: dict[tuple[str, str], datetime] = {}
+    rows = []
+    for e in events:
+        key = (e.workspace_id, e.session_id)
+        before = latest[key] if key in latest else _latest_time(conn, *key)
+        row = _row(e, "session", e.configuration, e.session_id, after_seq=last_seq(conn, e.workspace_id, e.session_id))
+        row["recorded_at"] = latest[key] = max(row["recorded_at"], before) if before is not None else row["recorded_at"]
+        rows.append(row)
+    insert_new(conn, configurations, rows)
+
+
+def _latest_time(conn: Connection, workspace_id: str, session_id: str) -> datetime | None:
+    return conn.scalar(
+        select(func.max(c.recorded_at)).where(
+            c.workspace_id == workspace_id, c.level == "session", c.session_id == session_id, c.message_id == ""
+        )
     )
 
 

@@ -43,12 +43,14 @@ from services.events.pairs import Pair
 from services.events.perception import pair_of
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
+from services.llm.errors import ModelOutputInvalid
 from services.llm.settings import ModelStageSettings
 from services.llm.tokens import count_tokens
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 Seen = MessagePerceived | DerivationPromoted
 Positions = dict[tuple[str, int], int]  # (topic, partition) -> offset
+PROBE = "Reply with the word OK."  # what any chat model answers: a run checks its model can be reached
 PROJECTOR_WAIT_S = 300.0  # how long a run waits for the projector to apply the batches before it
 
 
@@ -216,6 +218,7 @@ class Rederivation:
         self.batches = self.messages = self.events = self.perceived = 0
         self.parked: set[str] = set()  # message ids this run dead-lettered: not tried again in a later pass
         self.written = ConsistencyToken.of([])
+        self.probed = False  # whether the model answered this run's probe (_reachable)
 
     async def __aenter__(self) -> Rederivation:
         stage = self.settings.llm.stage("deriver")
@@ -289,7 +292,21 @@ class Rederivation:
         finally:
             await engine.dispose()
 
+    async def _reachable(self) -> None:
+        """Raise ModelUnavailable / ModelRequestRejected unless the chat model answers a plain request: out of
+        reach (a wrong URL, model name or key), each batch was parked in turn, dead letters on the log for a
+        workspace's every batch and hours of retries, where the run should stop at once and say why."""
+        if self.probed:
+            return
+        try:
+            await self.deriver.model.text([{"role": "user", "content": PROBE}])
+        except ModelOutputInvalid:
+            pass  # it answered: what it says is the batches' business
+        self.probed = True
+
     async def _derive(self, pair: Pair, todo: Sequence[MessagePerceived], cause: str) -> None:
+        if todo:
+            await self._reachable()
         state, recent = Batching(), []
         for e in todo:
             state = add(state, e, count_tokens(e.content))

@@ -16,10 +16,10 @@ from infra.processes import free_port
 from projections.db import sync_engine
 from projections.schema import peers
 from services.bus.streams import read, to_the_end
-from services.bus.topics import PERCEIVED
+from services.bus.topics import OBSERVATIONS, PERCEIVED
 from services.cli.client import Client
 from services.cli.main import app
-from services.events import DerivationPromoted
+from services.events import DerivationDeadLettered, DerivationPromoted, MessagePerceived
 from tests.integration.test_rederive import current_rows
 from tests.support.extractor import extract_each_turn
 from tests.support.model_server import Reply
@@ -194,3 +194,28 @@ async def test_a_promote_whose_catch_up_the_model_keeps_failing_switches_nothing
     )
     assert result.exit_code == 1, result.output
     assert "0 messages derived into 'v3', 1 parked" in result.output and "1 messages were parked" in result.output
+
+
+def dead_letters(settings) -> list[DerivationDeadLettered]:
+    topic = OBSERVATIONS.full_name(settings.kafka.topic_prefix)
+    return [e for m in to_the_end(settings.kafka, topic) if isinstance(e := read(m.value()), DerivationDeadLettered)]
+
+
+async def test_rederive_with_the_model_out_of_reach_stops_in_one_line_and_parks_nothing(
+    channel, settings, model_server, start_worker
+):
+    # each batch was parked in turn (a dead letter on the log for every one, retried for minutes each) and
+    # the run ended "the model kept failing on their batches", never naming the URL
+    start_worker("router")  # perceived, so a rederive has something to derive
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await c.add("w", "s", [("alice", "I adopted a cat named Miso"), ("bob", "Lovely")])
+    eventually(lambda: sum(isinstance(read(m.value()), MessagePerceived) for m in perceived_records(settings)) >= 2, 60)
+    env = {**settings_env(settings), "PEERLOG_LLM_BASE_URL": "http://127.0.0.1:1/v1", "PEERLOG_LLM_MAX_RETRIES": "0"}
+    line = await refusal(env, "rederive", "--name", "v2", "-w", "w")
+    assert line.startswith("error: the model did not answer") and "PEERLOG_LLM_BASE_URL" in line, line
+    assert dead_letters(settings) == []
+
+
+def perceived_records(settings) -> list:
+    return list(to_the_end(settings.kafka, PERCEIVED.full_name(settings.kafka.topic_prefix)))

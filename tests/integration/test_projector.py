@@ -381,3 +381,40 @@ def test_a_dreams_card_is_applied_only_over_the_card_it_read_so_a_clients_card_s
 def _rows(engine, table) -> list:
     with engine.connect() as conn:
         return conn.execute(select(table).order_by(table.c.updated_at)).all()
+
+
+async def test_the_session_level_read_is_the_last_on_the_log_whatever_the_clocks_say(settings, projector):
+    # two sets raced (or two API hosts' clocks differ): the later on the log carried the earlier time, and
+    # reads showed the level the summarizer and router had overridden
+    from datetime import timedelta
+
+    from projections.configurations import levels
+    from projections.db import async_engine
+    from services.events import Configuration, SessionConfigured
+
+    t0 = datetime(2026, 3, 1, tzinfo=UTC)
+    configured = [
+        SessionConfigured(
+            workspace_id="w", session_id="s1", configuration=Configuration(summaries=on), producer=P
+        ).model_copy(update={"occurred_at": t0 + timedelta(seconds=s)})
+        for on, s in ((True, 10), (False, 5))  # the second on the log, stamped earlier
+    ]
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync(
+        [WorkspaceCreated(workspace_id="w", producer=P), SessionCreated(workspace_id="w", session_id="s1", producer=P)]
+    )
+    log.append_sync([configured[0]])
+    log.append_sync([configured[1]])
+    log.close()
+    from projections.schema import configurations
+
+    eventually(lambda: count(sync_engine(settings.database), configurations) == 2)
+    engine = async_engine(settings.database)
+    try:
+        async with engine.connect() as conn:
+            assert (await levels(conn, "w", "s1")).session.summaries is False
+            # as of a time between the two stamps, the first is still in force
+            assert (await levels(conn, "w", "s1", as_of=t0 + timedelta(seconds=7))).session is None
+    finally:
+        await engine.dispose()
