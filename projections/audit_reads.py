@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import RowMapping, and_, or_, select
+from sqlalchemy import RowMapping, and_, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.observation_reads import OBSERVATION_COLUMNS, premises_of
@@ -59,13 +59,19 @@ async def premise_dag(
     return order, edges, truncated
 
 
-async def history(conn: AsyncConnection, workspace_id: str, observation_id: str) -> Sequence[RowMapping]:
+async def history(
+    conn: AsyncConnection,
+    workspace_id: str,
+    observation_id: str,
+    limit: int,
+    after: tuple[datetime, str] | None = None,
+) -> Sequence[RowMapping]:
+    """At most `limit` entries of the observation's history, oldest first, after the entry `after`."""
     h = observation_events.c
-    stmt = (
-        select(observation_events)
-        .where(h.workspace_id == workspace_id, h.observation_id == observation_id)
-        .order_by(h.occurred_at, h.event_id)
-    )
+    stmt = select(observation_events).where(h.workspace_id == workspace_id, h.observation_id == observation_id)
+    if after is not None:
+        stmt = stmt.where(tuple_(h.occurred_at, h.event_id) > tuple_(*after))
+    stmt = stmt.order_by(h.occurred_at, h.event_id).limit(limit)
     return (await conn.execute(stmt)).mappings().all()
 
 

@@ -80,20 +80,31 @@ def _within_reply(views: Sequence[ObservationView], messages: dict[str, RowMappi
     return nodes, False
 
 
+HISTORY_PAGE = 1_000  # entries a history page holds unless asked for fewer
+MAX_HISTORY_PAGE = 5_000
+
+
 async def get_observation_history(
-    ctx: ApiDeps, workspace_id: str, observation_id: str, token: str
-) -> Sequence[RowMapping]:
+    ctx: ApiDeps, workspace_id: str, observation_id: str, token: str, limit: int = 0, page_token: str = ""
+) -> Page:
+    """A page of the observation's history: a fact reinforced or cited tens of thousands of times has as many
+    entries, and sent whole they passed what a client takes in one reply (4 MiB by default)."""
+    if limit > MAX_HISTORY_PAGE:
+        raise InvalidArgument(f"limit {limit} is over the maximum of {MAX_HISTORY_PAGE:,}")
+    scope = ("GetObservationHistory", workspace_id, observation_id)
+    after = ctx.cursors.decode_time_id(scope, page_token)
     try:
         await get_observation(ctx, workspace_id, observation_id, token)
         missing = None
     except NotFound as e:
         # a write the projector rejected is no observation, yet its id has a history: its "rejected" entry
         missing = e
+    limit = limit or HISTORY_PAGE
     async with ctx.engine.connect() as conn:
-        rows = await audit_reads.history(conn, workspace_id, observation_id)
-    if missing and not rows:
+        rows = await audit_reads.history(conn, workspace_id, observation_id, limit, after)
+    if missing and not rows and after is None:
         raise missing
-    return rows
+    return page(ctx, scope, rows, limit, lambda r: time_id(r["occurred_at"], r["event_id"]))
 
 
 async def list_rejected(ctx: ApiDeps, request: RejectionFilter, token: str) -> Page:

@@ -412,10 +412,17 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         return convert_audit.provenance(found)
 
     async def GetObservationHistory(self, request, context):
-        rows = await audit.get_observation_history(
-            self.ctx, request.workspace_id, request.observation_id, request.consistency.consistency_token
+        found = await audit.get_observation_history(
+            self.ctx,
+            request.workspace_id,
+            request.observation_id,
+            request.consistency.consistency_token,
+            request.limit,
+            request.page_token,
         )
-        return audit_pb2.GetObservationHistoryResponse(entries=[convert_audit.history_entry(r) for r in rows])
+        return audit_pb2.GetObservationHistoryResponse(
+            entries=[convert_audit.history_entry(r) for r in found.items], next_page_token=found.next_token
+        )
 
     async def ListRejectedObservations(self, request, context):
         rejected = await audit.list_rejected(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Group
 from rich.markup import escape
 from rich.text import Text
@@ -69,6 +71,9 @@ def provenance_tree(p: audit_pb2.GetProvenanceResponse) -> Tree:
                 f"[cyan]{escape(m.peer_id)}[/cyan] [dim]{_when(m.created_at)} · session {escape(m.session_id)}"
                 f" · {m.message_id}{_copy_of(m)}[/dim]\n{said}\n[green]span:[/green] “{escape(m.span)}”"
             )
+        left = node.observation.source_count - len(node.source_messages)
+        if left > 0:  # the first 100 are sent (each reinforcement adds one): say so, or the newest vanish unseen
+            branch.add(f"[dim]… {left:,} more source(s) of {node.observation.source_count:,} not shown[/dim]")
         for premise in node.observation.premise_ids:
             add(branch, premise)
 
@@ -78,9 +83,9 @@ def provenance_tree(p: audit_pb2.GetProvenanceResponse) -> Tree:
     return root
 
 
-def history_tree(h: audit_pb2.GetObservationHistoryResponse) -> Tree:
+def history_tree(entries: Sequence[audit_pb2.HistoryEntry]) -> Tree:
     root = Tree("[bold]history[/bold]")
-    for e in h.entries:
+    for e in entries:
         who = " ".join(
             x for x in (e.producer.component, e.producer.version, e.producer.model, e.producer.prompt_version) if x
         )
@@ -90,14 +95,27 @@ def history_tree(h: audit_pb2.GetObservationHistoryResponse) -> Tree:
     return root
 
 
+def _history(stub, workspace_id: str, observation_id: str) -> list[audit_pb2.HistoryEntry]:
+    """The observation's whole history, page by page."""
+    entries, token = [], ""
+    while True:
+        page = stub.GetObservationHistory(
+            audit_pb2.GetObservationHistoryRequest(
+                workspace_id=workspace_id, observation_id=observation_id, page_token=token
+            )
+        )
+        entries += page.entries
+        token = page.next_page_token
+        if not token:
+            return entries
+
+
 def audit_view(address: str, workspace_id: str, observation_id: str, token: str = "") -> Group:
     """Both trees for one observation, read from the API at `address` with `token`."""
     with channel(address, token) as chan:
         stub = Client(chan).audit
-        h = stub.GetObservationHistory(
-            audit_pb2.GetObservationHistoryRequest(workspace_id=workspace_id, observation_id=observation_id)
-        )
-        if any(e.kind == "rejected" for e in h.entries) and not any(e.kind == "added" for e in h.entries):
+        h = _history(stub, workspace_id, observation_id)
+        if any(e.kind == "rejected" for e in h) and not any(e.kind == "added" for e in h):
             # a refused write has no observation, so no provenance: its history says why
             return Group(Text("no observation: its write was rejected", style="red"), Text(""), history_tree(h))
         p = stub.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id=workspace_id, observation_id=observation_id))

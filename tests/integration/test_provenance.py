@@ -19,6 +19,7 @@ from services.cli.client import Client
 from services.events import Level, ObservationAdded, ObservationSuperseded, ProducerInfo
 from tests.support.observations import append, reinforcements
 from tests.support.observations import derived as derived_observation
+from tests.support.rpc import rejected
 
 DREAMER = ProducerInfo(component="dreamer", version="0", model="test-model", prompt_version="deduction-v1")
 
@@ -413,3 +414,43 @@ async def test_the_provenance_of_a_fact_reinforced_by_many_long_messages_fits_a_
     quoted = [m for m in root.source_messages if m.content]  # every source is listed; its message while room lasts
     assert found.truncated and found.ByteSize() < 4 * 1024 * 1024 and len(root.source_messages) == 50
     assert 20 <= len(quoted) < 50 and quoted[0].message_id == ids[0]
+
+
+async def test_a_much_reinforced_facts_history_comes_a_page_at_a_time_without_gaps(channel, settings):
+    # sent whole, 20,000 or so entries passed the 4 MiB a default client takes: the audit failed outright
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    sent = await c.add("w", "s", [("bob", "Bob lives in Oslo")])
+    await c.list_messages("w", "s", sent.consistency_token)
+    source = observations_pb2.ObservationSource(message_id=sent.message_ids[0], span="Bob lives in Oslo")
+    made = await c.create_observations(
+        "w",
+        "alice",
+        "bob",
+        [observations_pb2.NewObservation(content="Bob lives in Oslo", session_id="s", sources=[source])],
+    )
+    oid = made.observation_ids[0]
+    await c.get_observation("w", oid, made.consistency_token)
+    token = append(settings, reinforcements(oid, [sent.message_ids[0]] * 1_100, "Bob lives in Oslo"))
+    await c.get_observation("w", oid, token)
+
+    entries, page_token, pages = [], "", 0
+    while True:
+        page = await c.audit.GetObservationHistory(
+            audit_pb2.GetObservationHistoryRequest(
+                workspace_id="w", observation_id=oid, limit=500, page_token=page_token
+            )
+        )
+        entries += page.entries
+        pages, page_token = pages + 1, page.next_page_token
+        if not page_token:
+            break
+    assert pages == 3 and len(entries) == 1_101
+    assert [e.kind for e in entries[:2]] == ["added", "reinforced"]
+    assert len({e.event_id for e in entries}) == 1_101
+    await rejected(
+        c.audit.GetObservationHistory(
+            audit_pb2.GetObservationHistoryRequest(workspace_id="w", observation_id=oid, limit=5_001)
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )

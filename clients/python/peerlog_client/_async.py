@@ -643,15 +643,16 @@ class AsyncWorkspace(_AsyncHandle):
         )
 
     async def observation_history(self, observation_id: str) -> tuple[m.HistoryEntry, ...]:
-        """Every event that touched an observation, oldest first."""
-        return await self._t.unary(
-            Call(
+        """Every event that touched an observation, oldest first (every page)."""
+        pages = self._t.pages(
+            lambda token: Call(
                 AuditServiceStub,
                 "GetObservationHistory",
-                au.GetObservationHistoryRequest(workspace_id=self.id, observation_id=observation_id),
-                c.items_of("entries"),
+                au.GetObservationHistoryRequest(workspace_id=self.id, observation_id=observation_id, page_token=token),
+                c.page_of("entries"),
             )
         )
+        return tuple([entry async for entry in pages])
 
     def rejected_observations(
         self,

@@ -644,15 +644,16 @@ class Workspace(_AsyncHandle):
         )
 
     def observation_history(self, observation_id: str) -> tuple[m.HistoryEntry, ...]:
-        """Every event that touched an observation, oldest first."""
-        return self._t.unary(
-            Call(
+        """Every event that touched an observation, oldest first (every page)."""
+        pages = self._t.pages(
+            lambda token: Call(
                 AuditServiceStub,
                 "GetObservationHistory",
-                au.GetObservationHistoryRequest(workspace_id=self.id, observation_id=observation_id),
-                c.items_of("entries"),
+                au.GetObservationHistoryRequest(workspace_id=self.id, observation_id=observation_id, page_token=token),
+                c.page_of("entries"),
             )
         )
+        return tuple([entry for entry in pages])
 
     def rejected_observations(
         self,

@@ -69,8 +69,8 @@ class AuditServiceServicer:
         """Every event that touched an observation, oldest first: added, reinforced, cited (by a later
         observation), cited_by_rejected (by a write the provenance rule refused), supersedes,
         superseded, deleted, rejected (the write under this id was refused when projected; then the id
-        has no observation, only this history); each with its time, producer and cause. NOT_FOUND only if
-        nothing ever happened under the id.
+        has no observation, only this history); each with its time, producer and cause; a page at a time.
+        NOT_FOUND only if nothing ever happened under the id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

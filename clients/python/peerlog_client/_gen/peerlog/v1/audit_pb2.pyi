@@ -62,14 +62,18 @@ class GetProvenanceResponse(_message.Message):
     def __init__(self, root_id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[ProvenanceNode, _Mapping]]] = ..., missing_ids: _Optional[_Iterable[str]] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class GetObservationHistoryRequest(_message.Message):
-    __slots__ = ("workspace_id", "observation_id", "consistency")
+    __slots__ = ("workspace_id", "observation_id", "consistency", "limit", "page_token")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVATION_ID_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observation_id: str
     consistency: _common_pb2.ReadConsistency
-    def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ...) -> None: ...
+    limit: int
+    page_token: str
+    def __init__(self, workspace_id: _Optional[str] = ..., observation_id: _Optional[str] = ..., consistency: _Optional[_Union[_common_pb2.ReadConsistency, _Mapping]] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class Producer(_message.Message):
     __slots__ = ("component", "version", "model", "prompt_version")
@@ -100,10 +104,12 @@ class HistoryEntry(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., kind: _Optional[str] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., producer: _Optional[_Union[Producer, _Mapping]] = ..., causation_id: _Optional[str] = ..., detail: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class GetObservationHistoryResponse(_message.Message):
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "next_page_token")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[HistoryEntry]
-    def __init__(self, entries: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[HistoryEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListRejectedObservationsRequest(_message.Message):
     __slots__ = ("workspace_id", "observer_id", "observed_id", "dream_id", "limit", "consistency", "page_token")
