@@ -11,6 +11,7 @@ from sqlalchemy import Connection, RowMapping, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.inserts import insert_new
+from projections.log_time import after
 from projections.schema import configurations, messages
 from services.events import Configuration, MessageAppended, MessageConfigured, SessionConfigured, WorkspaceConfigured
 
@@ -41,28 +42,37 @@ def _row(
 
 
 def workspace_configured(conn: Connection, events: Sequence[WorkspaceConfigured]) -> None:
-    insert_new(conn, configurations, [_row(e, "workspace", e.configuration) for e in events])
+    """Each workspace level timed after the one before it (log_time.py): reads, and the stamp every message
+    accepted after it carries, take the latest by time. Stamped by a host whose clock ran behind, a level set
+    later read as overridden, and messages went on carrying the one it replaced (reasoning on, after off)."""
+    insert_new(conn, configurations, _in_log_order(conn, [_row(e, "workspace", e.configuration) for e in events]))
 
 
 def session_configured(conn: Connection, events: Sequence[SessionConfigured], last_seq) -> None:
-    """Each session level in log order, its time no earlier than the session's level before it: reads take the
-    latest by time, and the processors apply the levels in log order. Two sets raced (or came from API hosts
-    whose clocks differ), the later on the log stamped the earlier time: reads showed the one overridden."""
-    latest: dict[tuple[str, str], datetime] = {}
-    rows = []
-    for e in events:
-        key = (e.workspace_id, e.session_id)
-        before = latest[key] if key in latest else _latest_time(conn, *key)
-        row = _row(e, "session", e.configuration, e.session_id, after_seq=last_seq(conn, e.workspace_id, e.session_id))
-        row["recorded_at"] = latest[key] = max(row["recorded_at"], before) if before is not None else row["recorded_at"]
-        rows.append(row)
-    insert_new(conn, configurations, rows)
+    """Each session level timed after the one before it (log_time.py), as the processors apply them: two
+    sets raced, or came from hosts whose clocks differ, and reads showed the level the processors overrode."""
+    rows = [
+        _row(e, "session", e.configuration, e.session_id, after_seq=last_seq(conn, e.workspace_id, e.session_id))
+        for e in events
+    ]
+    insert_new(conn, configurations, _in_log_order(conn, rows))
 
 
-def _latest_time(conn: Connection, workspace_id: str, session_id: str) -> datetime | None:
+def _in_log_order(conn: Connection, rows: list[dict]) -> list[dict]:
+    """`rows` (one level's, in log order) with each `recorded_at` after its scope's row before it."""
+    latest: dict[tuple[str, str, str], datetime | None] = {}
+    for row in rows:
+        key = (row["workspace_id"], row["level"], row["session_id"])
+        if key not in latest:
+            latest[key] = _latest_time(conn, *key)
+        row["recorded_at"] = latest[key] = after(latest[key], row["recorded_at"])
+    return rows
+
+
+def _latest_time(conn: Connection, workspace_id: str, level: str, session_id: str) -> datetime | None:
     return conn.scalar(
         select(func.max(c.recorded_at)).where(
-            c.workspace_id == workspace_id, c.level == "session", c.session_id == session_id, c.message_id == ""
+            c.workspace_id == workspace_id, c.level == level, c.session_id == session_id, c.message_id == ""
         )
     )
 

@@ -10,6 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from projections.derivations import derivation_promoted
 from projections.inserts import insert_new
+from projections.log_time import after
 from projections.observation_handlers import OBSERVATION_HANDLERS
 from projections.peer_reads import card_statement
 from projections.schema import (
@@ -166,7 +167,8 @@ def peer_card_updated(conn: Connection, events: Sequence[PeerCardUpdated]) -> No
     """Each card as its event says; a dream's only if the card still reads what the dream replaced (in log
     order: a card set meanwhile by a client stands). One at a time: a run's events may follow each other."""
     for e in events:
-        if e.replaces is not None and _card_now(conn, e) != list(e.replaces):
+        now = _card_now(conn, e)
+        if e.replaces is not None and (list(now["entries"]) if now else []) != list(e.replaces):
             continue
         row = dict(
             event_id=e.event_id,
@@ -174,16 +176,17 @@ def peer_card_updated(conn: Connection, events: Sequence[PeerCardUpdated]) -> No
             observer_id=e.observer_id,
             observed_id=e.observed_id,
             entries=list(e.entries),
-            updated_at=e.occurred_at,
+            # timed after the card before it (log_time.py): set from a host whose clock ran behind, a later
+            # card read as older, and SetPeerCard's own reply showed the card it replaced
+            updated_at=after(now["updated_at"] if now else None, e.occurred_at),
         )
         insert_new(conn, peer_cards, [row])
 
 
-def _card_now(conn: Connection, e: PeerCardUpdated) -> list[str]:
-    """The pair's card as reads show it, [] when it has none."""
+def _card_now(conn: Connection, e: PeerCardUpdated):
+    """The pair's card row as reads show it (entries, updated_at), None when it has none."""
     pair = dict(workspace_id=e.workspace_id, observer_id=e.observer_id, observed_id=e.observed_id)
-    latest = conn.execute(card_statement(), pair).mappings().first()
-    return list(latest["entries"]) if latest else []
+    return conn.execute(card_statement(), pair).mappings().first()
 
 
 def summary_updated(conn: Connection, events: Sequence[SummaryUpdated]) -> None:

@@ -70,11 +70,17 @@ def _scanner(kafka: KafkaSettings) -> Consumer:
 
 
 def to_the_end(
-    kafka: KafkaSettings, topic: str, partitions: Iterable[int] | None = None, timeout: float = 120.0
+    kafka: KafkaSettings,
+    topic: str,
+    partitions: Iterable[int] | None = None,
+    timeout: float = 120.0,
+    must_exist: bool = False,
 ) -> Iterator[Message]:
     """Every committed record of `topic` (or of some of its partitions) from the start to the end as the
     read reaches it. Ends at end-of-partition events: watermarks also count transaction markers.
-    RuntimeError once `timeout` seconds pass without a record.
+    RuntimeError once `timeout` seconds pass without a record. `must_exist`: LookupError for a topic the
+    broker does not know, rather than nothing (an operator's run under a wrong PEERLOG_KAFKA_TOPIC_PREFIX
+    read the missing topics as empty, and reported success).
 
     Quick to start and to finish, since a runner's every new assignment reads its state this way: the
     topic's metadata is asked for before the assignment (assigned first, librdkafka does not yet know the
@@ -83,9 +89,7 @@ def to_the_end(
     consumer = _scanner(kafka)
     try:
         info = consumer.list_topics(topic, timeout=10).topics[topic]
-        if partitions is None and info.error is not None:
-            # a whole topic that is not there (a wrong PEERLOG_KAFKA_TOPIC_PREFIX): read as empty, reembed,
-            # rederive and retry found nothing to do and reported success
+        if must_exist and info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             raise LookupError(f"topic {topic} does not exist; check PEERLOG_KAFKA_TOPIC_PREFIX")
         known = info.partitions
         remaining = set(known if partitions is None else partitions)

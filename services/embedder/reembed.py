@@ -139,7 +139,9 @@ def scan(settings, workspace_id: str, model: str) -> Plan:
     prefix = settings.kafka.topic_prefix
 
     def events(topic):
-        return (read(m.value()) for m in to_the_end(settings.kafka, topic.full_name(prefix), timeout=3600))
+        return (
+            read(m.value()) for m in to_the_end(settings.kafka, topic.full_name(prefix), timeout=3600, must_exist=True)
+        )
 
     # the observations topic holds both what to embed and what was embedded: read it once
     observations = list(events(OBSERVATIONS))

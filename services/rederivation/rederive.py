@@ -127,7 +127,9 @@ def missing(
 def perceived(settings, scope: DerivationScope) -> dict[str, list[Seen]]:
     """Every committed perception and promotion in scope, by pair key in log order (up to the end as of now)."""
     by_pair: dict[str, list[Seen]] = {}
-    for msg in to_the_end(settings.kafka, PERCEIVED.full_name(settings.kafka.topic_prefix), timeout=3600):
+    for msg in to_the_end(
+        settings.kafka, PERCEIVED.full_name(settings.kafka.topic_prefix), timeout=3600, must_exist=True
+    ):
         event = read(msg.value())
         if isinstance(event, Seen) and scope.covers(event):
             by_pair.setdefault(event.key, []).append(event)
@@ -162,7 +164,7 @@ def _batched(
     partition: where the committed log ends."""
     out: dict[tuple[str, str], set[str]] = {}
     through: Positions = {}
-    for msg in to_the_end(settings.kafka, topic.full_name(settings.kafka.topic_prefix), timeout=3600):
+    for msg in to_the_end(settings.kafka, topic.full_name(settings.kafka.topic_prefix), timeout=3600, must_exist=True):
         event = read(msg.value())
         through[(msg.topic(), msg.partition())] = msg.offset()
         if isinstance(event, kind) and scope.covers(event):

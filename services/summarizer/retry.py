@@ -49,7 +49,7 @@ def _summary_events(settings) -> list[Event]:
     return [
         e
         for topic in topics
-        for m in to_the_end(settings.kafka, topic, timeout=3600)
+        for m in to_the_end(settings.kafka, topic, timeout=3600, must_exist=True)
         if (e := read(m.value())) is not None
     ]
 

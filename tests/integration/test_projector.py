@@ -6,23 +6,37 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from confluent_kafka import Producer
 from sqlalchemy import func, select
 
-from projections.db import create_schema, sync_engine
-from projections.schema import ACTIVE_EMBEDDING_MODEL, EMBEDDING_DIMENSIONS, messages, quarantine, sessions
+from projections import append_reads, peer_reads
+from projections.configurations import levels
+from projections.db import async_engine, create_schema, sync_engine
+from projections.schema import (
+    ACTIVE_EMBEDDING_MODEL,
+    EMBEDDING_DIMENSIONS,
+    configurations,
+    messages,
+    peer_cards,
+    quarantine,
+    sessions,
+)
 from services.bus.producer import EventLog
 from services.bus.topics import SESSIONS
 from services.events import (
+    Configuration,
     Level,
     MessageAppended,
     ObservationAdded,
     PackedVector,
+    PeerCardUpdated,
     ProducerInfo,
+    SessionConfigured,
     SessionCreated,
+    WorkspaceConfigured,
     WorkspaceCreated,
     encode,
 )
@@ -383,38 +397,67 @@ def _rows(engine, table) -> list:
         return conn.execute(select(table).order_by(table.c.updated_at)).all()
 
 
-async def test_the_session_level_read_is_the_last_on_the_log_whatever_the_clocks_say(settings, projector):
-    # two sets raced (or two API hosts' clocks differ): the later on the log carried the earlier time, and
-    # reads showed the level the summarizer and router had overridden
-    from datetime import timedelta
+def clocked(event, seconds: float):
+    """`event` as a host whose clock read t0 + `seconds` stamps it."""
+    return event.model_copy(update={"occurred_at": datetime(2026, 3, 1, tzinfo=UTC) + timedelta(seconds=seconds)})
 
-    from projections.configurations import levels
-    from projections.db import async_engine
-    from services.events import Configuration, SessionConfigured
 
-    t0 = datetime(2026, 3, 1, tzinfo=UTC)
-    configured = [
-        SessionConfigured(
-            workspace_id="w", session_id="s1", configuration=Configuration(summaries=on), producer=P
-        ).model_copy(update={"occurred_at": t0 + timedelta(seconds=s)})
-        for on, s in ((True, 10), (False, 5))  # the second on the log, stamped earlier
-    ]
+def later_on_the_log_from_a_lagging_host(settings, earlier, later) -> None:
+    """`earlier` then `later` appended, `later` stamped 5 s before `earlier` and its id minted first (the ids
+    are UUIDv7s of the same clocks): set later, by an API host, or a worker, whose clock runs behind."""
+    lagging = clocked(later(), 5)  # minted first: its id is the smaller too
     log = EventLog(settings.kafka)
     log.start()
     log.append_sync(
         [WorkspaceCreated(workspace_id="w", producer=P), SessionCreated(workspace_id="w", session_id="s1", producer=P)]
     )
-    log.append_sync([configured[0]])
-    log.append_sync([configured[1]])
+    log.append_sync([clocked(earlier(), 10)])
+    log.append_sync([lagging])
     log.close()
-    from projections.schema import configurations
 
-    eventually(lambda: count(sync_engine(settings.database), configurations) == 2)
+
+async def read_when(settings, table, rows: int, read):
     engine = async_engine(settings.database)
     try:
+        eventually(lambda: count(sync_engine(settings.database), table) == rows)
         async with engine.connect() as conn:
-            assert (await levels(conn, "w", "s1")).session.summaries is False
-            # as of a time between the two stamps, the first is still in force
-            assert (await levels(conn, "w", "s1", as_of=t0 + timedelta(seconds=7))).session is None
+            return await read(conn)
     finally:
         await engine.dispose()
+
+
+async def test_the_session_level_read_is_the_last_set_on_the_log_whatever_the_clocks_say(settings, projector):
+    # reads showed the level the summarizer and router had overridden
+    def configured(on: bool):
+        return lambda: SessionConfigured(
+            workspace_id="w", session_id="s1", configuration=Configuration(summaries=on), producer=P
+        )
+
+    later_on_the_log_from_a_lagging_host(settings, configured(True), configured(False))
+    got = await read_when(settings, configurations, 2, lambda conn: levels(conn, "w", "s1"))
+    assert got.session.summaries is False
+
+
+async def test_messages_are_stamped_with_the_last_workspace_level_on_the_log_whatever_the_clocks_say(
+    settings, projector
+):
+    # every message went on carrying reasoning on, after an admin turned it off from a lagging host
+    def configured(on: bool):
+        return lambda: WorkspaceConfigured(workspace_id="w", configuration=Configuration(reasoning=on), producer=P)
+
+    later_on_the_log_from_a_lagging_host(settings, configured(True), configured(False))
+    facts = await read_when(
+        settings, configurations, 2, lambda conn: append_reads.append_facts(conn, "w", "s1", ["alice"])
+    )
+    assert facts.workspace_level.reasoning is False
+
+
+async def test_the_card_read_is_the_last_set_on_the_log_whatever_the_clocks_say(settings, projector):
+    # SetPeerCard's own reply, GetPeerCard and GetContext showed the card it replaced
+    def card(name: str):
+        pair = dict(workspace_id="w", observer_id="bob", observed_id="bob", producer=P)
+        return lambda: PeerCardUpdated(**pair, entries=(f"IDENTITY: {name}",))
+
+    later_on_the_log_from_a_lagging_host(settings, card("Bob"), card("Robert"))
+    got = await read_when(settings, peer_cards, 2, lambda conn: peer_reads.peer_card(conn, "w", "bob", "bob"))
+    assert got["entries"] == ["IDENTITY: Robert"]
