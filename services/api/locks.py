@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -191,20 +192,27 @@ async def _unlock(conn: AsyncConnection, keys: Sequence[int]) -> None:
 SHARED_RETRY_S = 0.05  # between tries of a shared lock an exclusive holder (or waiter) has
 
 
+class NotGranted(Exception):
+    """A lock not granted within the time its taker would wait (nothing was done under it)."""
+
+
 @asynccontextmanager
 async def shared(
-    engine: AsyncEngine, key: tuple[str, ...], gave_up: Callable[[], bool] = _never
+    engine: AsyncEngine, key: tuple[str, ...], gave_up: Callable[[], bool] = _never, within_s: float | None = None
 ) -> AsyncIterator[AsyncConnection]:
     """`key`'s advisory lock taken shared for the body, on the connection yielded: writes that only add to an
     entity (messages to a session) go side by side, and wait while an exclusive writer (`held`, such as
     RemoveMembers) checks and appends. Tried, not queued for: a try refused while an exclusive writer holds
     or waits for the key (Postgres grants no request past a waiting one that conflicts), so the exclusive
     writer is never starved, and a cancelled caller leaves no statement waiting on its connection. Raises
-    GaveUp once `gave_up()`: its caller was answered without it."""
+    GaveUp once `gave_up()` (its caller was answered without it), NotGranted after `within_s` seconds."""
     k = scoped_key(engine, key)
+    deadline = None if within_s is None else time.monotonic() + within_s
     while True:
         if gave_up():
             raise GaveUp("its caller was answered while it waited for a lock")
+        if deadline is not None and time.monotonic() > deadline:
+            raise NotGranted(f"the lock was not granted in {within_s:g} s")
         # the connection goes back to the pool between tries: an exclusive writer holds the key until its
         # write is readable, and writers waiting for it with a connection each took every one it needed
         async with engine.connect() as conn:

@@ -16,7 +16,7 @@ is ignored (projections/handlers.py, and the router does the same).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -39,7 +39,7 @@ from services.api.guards import (
     require_workspace,
     validate_messages,
 )
-from services.api.locks import held, shared, started
+from services.api.locks import NotGranted, held, shared, started
 from services.api.unconfirmed import appended
 from services.bus.consistency import ConsistencyToken
 from services.errors import AlreadyExists, FailedPrecondition, InvalidArgument, Unavailable
@@ -379,16 +379,15 @@ async def _append_messages(
 ) -> tuple[list[str], str]:
     chosen = sorted({m.message_id for m in new if m.message_id})
     if not chosen:  # the hot path: the checks in one statement (the session row implies its workspace)
-        # bounded by the consistency wait (a member change holds the session's lock until it is readable,
-        # and an unkeyed post waited for it without end) and run to its end (shielded): cancelled while its
-        # append ran, it let the lock go first, and a RemoveMembers queued behind could land its leave first
-        ids, token = await answered_in_time(
-            ctx.freshness,
-            _shared_append(ctx, workspace_id, session_id, new, request),
-            f"the write of {len(new)} message(s) to session {session_id!r}",
-            "it stands: send it again only under an idempotency key (to get its reply)",
-            keyed=request is not None,
-        )
+        gone = asyncio.Event()
+        work = started(_shared_append(ctx, workspace_id, session_id, new, request, gone.is_set))
+        try:
+            # run to its end: cancelled (a deadline) while its append ran, it let the session's lock go
+            # first, and a RemoveMembers queued behind could land its leave before the message
+            ids, token = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            gone.set()  # still waiting for the lock, it stops; appending, it ends as it would have
+            raise
         # slowed to the projector's pace with the lock and its connection let go: held, the writers waiting
         # took the connections the pace is read with (ingest ran 11 % slower)
         if token:
@@ -405,14 +404,31 @@ async def _append_messages(
 
 
 async def _shared_append(
-    ctx: ApiDeps, workspace_id: str, session_id: str, new: Sequence[NewMessage], request: KeyedRequest | None
+    ctx: ApiDeps,
+    workspace_id: str,
+    session_id: str,
+    new: Sequence[NewMessage],
+    request: KeyedRequest | None,
+    gone: Callable[[], bool],
 ) -> tuple[list[str], str]:
     """The session's members checked and the messages appended under the session's lock, shared: a
     RemoveMembers between the two (its leave on the log first) left an acknowledged message no one
-    perceived, its author a member no more where it landed. Answered at the ack (the caller keeps the pace)."""
-    async with shared(ctx.engine, ("session", workspace_id, session_id), abandoned) as conn:
-        facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
-        return await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request)
+    perceived, its author a member no more where it landed. Answered at the ack (the caller keeps the pace).
+    The lock waited for at most the consistency wait: a member change holds it until it is readable, and a
+    post waited for it without end (the client's deadline then said "may be committed", with nothing written)."""
+    try:
+        lock = shared(
+            ctx.engine, ("session", workspace_id, session_id), lambda: gone() or abandoned(), ctx.freshness.timeout_s
+        )
+        async with lock as conn:
+            facts = await append_reads.append_facts(conn, workspace_id, session_id, (m.peer_id for m in new))
+            return await _checked_append(ctx, facts, {}, workspace_id, session_id, new, request)
+    except NotGranted:
+        raise Unavailable(
+            f"the write of {len(new)} message(s) to session {session_id!r} appended nothing: after "
+            f"{ctx.freshness.timeout_s:g} s it still waited for a change of the session's members, not yet readable "
+            "(the projector may be behind); send it again"
+        ) from None
 
 
 async def _claimed_append(
