@@ -52,6 +52,7 @@ class Completion(Generic[V]):
     model: str
     usage: Usage
     attempts: int
+    cut: bool = False  # the reply stopped at max_tokens (finish_reason "length"): a text may end mid-way
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ class ModelClient:
 
     async def _text(self, messages: list[dict[str, Any]]) -> Completion[str]:
         reply = await self._call(messages, None)
-        return Completion(reply.content, reply.content, reply.model, reply.usage, attempts=1)
+        return Completion(reply.content, reply.content, reply.model, reply.usage, attempts=1, cut=reply.cut)
 
     async def _turn(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Completion[Any]:
         reply = await self._call(messages, None, tools)

@@ -53,6 +53,13 @@ class ModelRequestRejected(ModelError):
         self.status_code = status_code
         self.body = body
 
+    @property
+    def too_long(self) -> bool:
+        """Whether the server refused the prompt as past its context (not a key, model name or credit that
+        any request would meet): a 400 or 413 whose reply speaks of the context, length or tokens."""
+        said = self.body.lower()
+        return self.status_code in (400, 413) and any(w in said for w in ("context", "too long", "length", "token"))
+
 
 class ModelOutputInvalid(ModelError):
     """The model's reply did not validate against the schema, even after one repair attempt."""

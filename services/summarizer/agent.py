@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from services.bus.runner import Get, Step
 from services.bus.topics import SESSIONS
 from services.events import Event, ProducerInfo, SummaryDeadLettered, SummaryKind, SummaryUpdated
-from services.llm.client import ModelClient
+from services.llm.client import Completion, ModelClient
 from services.llm.errors import ModelError, ModelRequestRejected, shown
 from services.llm.formats import storable
 from services.llm.tokens import count_tokens
@@ -20,6 +20,7 @@ from services.summarizer.policy import (
     due,
     evolve,
     failed,
+    over_bound,
     portion,
     room,
     summarised,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from services.settings import Settings
 
 log = logging.getLogger(__name__)
+CATCH_UP = 8  # summary calls of one kind an event may make to bring it back within its byte bound
 
 
 class Summarizer:
@@ -49,19 +51,27 @@ class Summarizer:
     async def handle(self, get: Get, event: Event) -> Step:
         raw = get(event.key)
         state = evolve(SessionSummaries.model_validate(raw) if raw else SessionSummaries(), event, self.global_)
-        out = []
+        out: list[Event] = []
         for kind in due(state, self.settings, self.global_):
-            result, refused = await self.summarise(state, kind, event)
-            out.append(result)
-            tried = room(state.tracks[kind], self.settings.max_input_tokens) if refused else None
-            state = (
-                summarised(state, result)
-                if isinstance(result, SummaryUpdated)
-                else failed(state, kind, self.global_, tried)
-            )
+            state = await self.catch_up(state, kind, event, out)
         state, dropped = bounded(state, self.settings)  # the state is one record: it must fit the broker's limit
         out += [self.dropped(d, event) for d in dropped]
         return Step(out, {event.key: state.model_dump(mode="json")})
+
+    async def catch_up(self, state: SessionSummaries, kind: SummaryKind, event, out: list[Event]) -> SessionSummaries:
+        """Summaries of `kind` (appended to `out`) until it is within its byte bound, CATCH_UP calls at most. One
+        call reads what fits its room: a few short messages before a long one freed too few bytes, and the
+        bound dropped messages a working model was summarising, with a dead letter blaming the model."""
+        for _ in range(CATCH_UP):
+            result, refused = await self.summarise(state, kind, event)
+            out.append(result)
+            if not isinstance(result, SummaryUpdated):
+                tried = room(state.tracks[kind], self.settings.max_input_tokens) if refused else None
+                return failed(state, kind, self.global_, tried)
+            state = summarised(state, result)
+            if not over_bound(state.tracks[kind], self.settings):
+                break
+        return state
 
     def dropped(self, gone: Dropped, event) -> SummaryDeadLettered:
         """The dead letter of messages that fell out of the pending state while the model kept failing."""
@@ -72,9 +82,12 @@ class Summarizer:
             gone.first_seq,
             gone.last_seq,
         )
+        why = (
+            "while the model kept failing" if gone.failures else f"faster than {CATCH_UP} summary calls a message freed"
+        )
         error = (
             f"messages {gone.first_seq}-{gone.last_seq} of the session fell out of the pending {gone.kind} "
-            f"summary (over {self.settings.pending_max_bytes} bytes) while the model kept failing"
+            f"summary (over {self.settings.pending_max_bytes} bytes) {why}"
         )
         return SummaryDeadLettered(
             workspace_id=event.workspace_id,
@@ -93,14 +106,16 @@ class Summarizer:
         the model refused the request (as one does a prompt past its context)."""
         track = state.tracks[kind]
         lines = portion(track, self.settings.max_input_tokens, count_tokens)
-        read = sum(count_tokens(line.content) for line in lines)
+        # what the summary is made of: the new messages and the summary it rolls on. Counted without the
+        # latter, twenty turns of "ok" held a rolling summary of eighty words to twenty, cut mid-sentence
+        read = sum(count_tokens(line.content) for line in lines) + count_tokens(track.previous)
         words = word_limit(kind, read, self.settings, self.model.settings.max_tokens)
         last = lines[-1]
         common = dict(
             workspace_id=event.workspace_id, session_id=event.session_id, kind=kind, causation_id=event.event_id
         )
         try:
-            done = await self.model.text(build_messages(kind, track.previous, lines, words))
+            done, words = await self.written(kind, track.previous, lines, words)
         except ModelError as exc:
             log.warning("summary %s of %s dead-lettered: %s", kind, event.session_id, exc)
             letter = SummaryDeadLettered(
@@ -110,7 +125,7 @@ class Summarizer:
                 producer=self.producer(self.model.settings.model),
                 **common,
             )
-            return letter, isinstance(exc, ModelRequestRejected)
+            return letter, isinstance(exc, ModelRequestRejected) and exc.too_long  # not a key or a model name
         # a NUL would pass here and be refused by the projection: the summary lost while counted done
         content = clip_words(storable(done.value), words)
         if not content:
@@ -134,6 +149,18 @@ class Summarizer:
             **common,
         )
         return updated, False
+
+    async def written(self, kind: SummaryKind, previous: str, lines, words: int) -> tuple[Completion[str], int]:
+        """The summary and the words it was asked for; asked again for half as many if the reply stopped at
+        max_tokens (the words a reply holds vary by language: 0.6 a token is English), else stored cut
+        mid-sentence as done, and the next summary built on it. Cut again: ModelOutputInvalid naming the setting."""
+        done = await self.model.text(build_messages(kind, previous, lines, words))
+        if done.cut and words > 1:
+            words //= 2
+            done = await self.model.text(build_messages(kind, previous, lines, words))
+        if done.cut:
+            raise self.model.cut_off(done.value, f"a summary of at most {words} words did not fit")
+        return done, words
 
 
 def build(settings: Settings):

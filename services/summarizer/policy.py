@@ -125,6 +125,11 @@ def _weights(track: Track) -> list[int]:
     return [line.weight for line in track.pending]
 
 
+def over_bound(track: Track, settings: SummarizerSettings) -> bool:
+    """Whether the kind's pending text passes `pending_max_bytes` (`bounded` would drop its oldest)."""
+    return sum(_weights(track)) > settings.pending_max_bytes
+
+
 def due(state: SessionSummaries, settings: SummarizerSettings, global_: Configuration) -> list[SummaryKind]:
     """The kinds whose cadence the pending messages have reached, or (unless waiting out a failure) their
     byte bound: a long cadence must not make the bound drop messages a working model would summarise."""
@@ -135,7 +140,7 @@ def due(state: SessionSummaries, settings: SummarizerSettings, global_: Configur
         if not track.pending:
             continue
         if len(track.pending) >= (track.due_at or cadence(state, kind, global_)) or (
-            not track.due_at and sum(_weights(track)) > settings.pending_max_bytes
+            not track.due_at and over_bound(track, settings)
         ):
             out.append(kind)
     return out
@@ -148,7 +153,7 @@ def bounded(state: SessionSummaries, settings: SummarizerSettings) -> tuple[Sess
     tracks, dropped = dict(state.tracks), []
     for kind, track in state.tracks.items():
         weights = _weights(track)
-        if sum(weights) <= settings.pending_max_bytes:
+        if not over_bound(track, settings):
             continue
         keep, size = len(weights), 0
         while size + weights[keep - 1] <= settings.pending_max_bytes // 2:
