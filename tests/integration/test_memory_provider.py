@@ -170,7 +170,7 @@ def test_turn_1_makes_one_bounded_call_when_the_prewarm_is_late(make_provider, m
         time.sleep(0.02)  # the prewarm's Chat is waiting on its slow model reply
     started = time.monotonic()
     context = memory.context_for_turn("hello")
-    assert time.monotonic() - started < 5 + 0.1
+    assert time.monotonic() - started < 5 + 0.5
     assert memory.stats.sync_fallbacks == 1 and not memory.stats.prewarm_handed_over
     assert "Fallback: Alice likes tea." in context
 

@@ -13,7 +13,7 @@ import grpc
 from confluent_kafka import Producer
 from sqlalchemy import select
 
-from peerlog.v1 import messages_pb2, sessions_pb2
+from peerlog.v1 import common_pb2, messages_pb2, sessions_pb2
 from projections.db import sync_engine
 from projections.schema import messages
 from services.bus.consistency import ConsistencyToken
@@ -21,6 +21,7 @@ from services.bus.producer import AppendUnresolved
 from services.bus.streams import committed
 from services.bus.topics import OBSERVATIONS, SESSIONS
 from tests.integration.test_idempotent_writes import servers  # noqa: F401 (a fixture)
+from tests.support.wait import until_true
 
 
 def open_transaction(
@@ -62,9 +63,13 @@ async def test_a_clone_whose_commit_was_not_confirmed_keeps_its_target_so_a_seco
 ):
     (sa, a), (_, b) = await servers(consistency_wait_s=2.0), await servers(consistency_wait_s=2.0)
     await a.setup_conversation("acme", "src")
-    await a.add("acme", "src", [("alice", "one"), ("bob", "two"), ("alice", "three")])
-    await asyncio.sleep(1.0)
-    clone = sessions_pb2.CloneSessionRequest(workspace_id="acme", session_id="src", new_session_id="copy")
+    added = await a.add("acme", "src", [("alice", "one"), ("bob", "two"), ("alice", "three")])
+    clone = sessions_pb2.CloneSessionRequest(
+        workspace_id="acme",
+        session_id="src",
+        new_session_id="copy",
+        consistency=common_pb2.ReadConsistency(consistency_token=added.consistency_token),  # the source, whole
+    )
     projector.stop()
     try:
         with unconfirmed(sa):
@@ -76,7 +81,8 @@ async def test_a_clone_whose_commit_was_not_confirmed_keeps_its_target_so_a_seco
     assert with_a.code() == grpc.StatusCode.UNAVAILABLE and "it stands" in with_a.details()
     # the second waited for the first's lock: told it wrote nothing, or, once readable, that the id is taken
     assert with_b.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ALREADY_EXISTS), with_b.details()
-    await asyncio.sleep(3.0)
+    await until_true(lambda: len(stored(settings, messages.c.session_id == "copy")) >= 3, 60)
+    await asyncio.sleep(1.0)  # for a second copy, had there been one
     assert sorted(stored(settings, messages.c.session_id == "copy")) == ["one", "three", "two"]  # copied once
 
 

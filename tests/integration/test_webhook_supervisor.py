@@ -33,7 +33,7 @@ async def test_endpoints_registered_while_it_runs_get_deliveries_and_deleted_one
     store, stop = WebhookStore(engine_for(settings.database)), asyncio.Event()
     task = asyncio.ensure_future(
         supervise(
-            settings, store, stop, refresh_s=0.2, policy=RetryPolicy(attempts=2, first_wait_s=0.05, timeout_s=0.5)
+            settings, store, stop, refresh_s=0.2, policy=RetryPolicy(attempts=2, first_wait_s=0.05, timeout_s=3.0)
         )
     )
     with Receiver() as receiver:

@@ -160,7 +160,7 @@ def test_close_gives_up_at_its_timeout_when_the_outage_lasts():
     started = time.monotonic()
     assert not writer.close(timeout=0.5)
     assert 0.4 < time.monotonic() - started < 1.5 and writer.pending == 1
-    assert 3 <= len(server.seen) <= 10  # paused between tries, not spun
+    assert 2 <= len(server.seen) <= 10  # tried again, paused between tries, not spun
 
 
 def test_the_background_writer_waits_longer_after_each_failure_in_a_row(monkeypatch):

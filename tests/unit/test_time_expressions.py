@@ -120,7 +120,7 @@ def test_a_long_run_of_white_space_after_a_date_is_read_in_linear_time(tail):
 def test_a_query_naming_a_date_many_times_is_read_in_linear_time():
     query = ("May 5 " * 1_700)[:10_000]
     assert len(periods(query, REF)) == 1_666
-    assert _seconds_to_read(query) < 0.1  # comparing each match with every one before took 0.4 s
+    assert _seconds_to_read(query) < 0.3  # comparing each match with every one before took 0.4 s or more
 
 
 @pytest.mark.parametrize(
