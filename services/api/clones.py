@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import orjson
 from sqlalchemy import RowMapping
 
 from projections import configurations, message_reads, session_reads
@@ -31,6 +32,9 @@ from services.events import (
 )
 
 MAX_CLONED_MESSAGES = 10_000  # one transaction on the log; a longer session is cloned up to a message
+# and its bytes: 10,000 copies of 25,000 four-byte characters are 1 GB, past the producer's queue (the clone
+# failed UNAVAILABLE every time, with the writes grouped into its transaction)
+MAX_CLONED_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,11 @@ def _check(r: CloneRequest) -> None:
         v.check_id("up_to_message_id", r.up_to_message_id)
 
 
+def _bytes(row: RowMapping) -> int:
+    """What a message's copy weighs on the log, near enough: its text and its metadata."""
+    return len(row["content"].encode()) + len(orjson.dumps(row["metadata"]))
+
+
 async def _source(conn, r: CloneRequest, metadata: dict) -> Source:
     rows = await message_reads.list_messages(conn, r.workspace_id, r.session_id, None, MAX_CLONED_MESSAGES + 1, False)
     try:
@@ -178,6 +187,11 @@ async def _source(conn, r: CloneRequest, metadata: dict) -> Source:
     if len(rows) > MAX_CLONED_MESSAGES:
         raise FailedPrecondition(
             f"session {r.session_id!r} has over {MAX_CLONED_MESSAGES} messages; clone it up to a message (up_to_message_id)"
+        )
+    if sum(_bytes(row) for row in rows) > MAX_CLONED_BYTES:
+        raise FailedPrecondition(
+            f"session {r.session_id!r} holds over {MAX_CLONED_BYTES // (1024 * 1024)} MiB of messages to copy; "
+            "clone it up to a message (up_to_message_id)"
         )
     ids = [row["message_id"] for row in rows]
     return Source(

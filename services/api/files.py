@@ -6,7 +6,10 @@ from __future__ import annotations
 import io
 import json
 import re
+import resource
+import sys
 import time
+from collections.abc import Callable
 from enum import StrEnum
 
 from pypdf import PdfReader
@@ -81,12 +84,15 @@ def _storable(pdf_text: str) -> str:
     return pdf_text.replace("\x00", "").encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def _pdf_text(data: bytes, file_name: str) -> str:
+def pdf_text(data: bytes, file_name: str, limit_s: float | None = None) -> str:
+    """The PDF's text; InvalidArgument for one encrypted, damaged, too long to read (`limit_s`, default
+    MAX_PDF_SECONDS) or holding too much."""
+    limit_s = MAX_PDF_SECONDS if limit_s is None else limit_s
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             raise InvalidArgument(f"{file_name!r} is an encrypted PDF; send it without a password")
-        return _storable("\n\n".join(_pages_text(reader, file_name)))
+        return _storable("\n\n".join(_pages_text(reader, file_name, limit_s)))
     except InvalidArgument:
         raise
     except Exception as exc:  # noqa: BLE001 - pypdf fails on a damaged file with any kind of error (its
@@ -94,21 +100,28 @@ def _pdf_text(data: bytes, file_name: str) -> str:
         raise InvalidArgument(f"{file_name!r} is not a readable PDF: {type(exc).__name__}: {exc}"[:500]) from None
 
 
-def _pages_text(reader: PdfReader, file_name: str) -> list[str]:
+PDF_MEMORY_BYTES = 4 << 30  # what a PDF's reader may map: a decompression bomb ends it, not the API
+
+
+def too_slow(file_name: str, limit_s: float) -> InvalidArgument:
+    return InvalidArgument(f"{file_name!r} took more than {limit_s:g} s to read; split it into smaller files")
+
+
+def _pages_text(reader: PdfReader, file_name: str, limit_s: float) -> list[str]:
     """Each page's text, refused past MAX_FILE_BYTES characters in all: compressed streams let a 32 MiB
     PDF hold far more text than a 32 MiB text file, all of it to be held, split and appended at once. Refused
     too past MAX_PDF_SECONDS of reading: every page may draw one shared stream of 400,000 operators (5 kB
     of file, 6 s of CPU a page), and pypdf reads them in Python."""
     texts, total = [], 0
-    deadline = time.monotonic() + MAX_PDF_SECONDS
+    deadline = time.monotonic() + limit_s
 
     def in_time(*_: object) -> None:  # before each operator of a page's content
         if time.monotonic() > deadline:
-            raise InvalidArgument(
-                f"{file_name!r} took more than {MAX_PDF_SECONDS} s to read; split it into smaller files"
-            )
+            raise too_slow(file_name, limit_s)
 
     for page in reader.pages:
+        in_time()  # a page without content has no operator; what pypdf reads before the first is uncounted:
+        # only a process of its own, stopped at the limit, bounds that (uploads.py)
         texts.append((page.extract_text(visitor_operand_before=in_time) or "").strip())
         total += len(texts[-1])
         if total > MAX_FILE_BYTES:
@@ -118,14 +131,16 @@ def _pages_text(reader: PdfReader, file_name: str) -> list[str]:
     return texts
 
 
-def text_of(data: bytes, file_name: str) -> str:
+def text_of(data: bytes, file_name: str, read_pdf: Callable[[bytes, str], str] = pdf_text) -> str:
     """The file's text; InvalidArgument when it is not text, not valid JSON, an encrypted or broken PDF,
     or holds no text."""
     kind = kind_of(file_name, data[:5])
-    text = _pdf_text(data, file_name) if kind is FileKind.PDF else _decoded(data, file_name)
+    text = read_pdf(data, file_name) if kind is FileKind.PDF else _decoded(data, file_name)
     if kind is FileKind.JSON:
         try:
-            json.loads(text)
+            # checked, not kept: numbers stay text (an integer past 4,300 digits is valid JSON, and refused
+            # by int()) and objects are built as nothing (31 MiB of [{},{},…] took 880 MB to build)
+            json.loads(text, parse_int=len, parse_float=len, object_pairs_hook=_nothing)
         except ValueError as exc:
             raise InvalidArgument(f"{file_name!r} is not valid JSON: {exc}") from None
         except RecursionError:
@@ -133,6 +148,10 @@ def text_of(data: bytes, file_name: str) -> str:
     if not text.strip():
         raise InvalidArgument(f"{file_name!r} is empty: it holds no text")
     return text
+
+
+def _nothing(_pairs: object) -> None:
+    return None
 
 
 def _pieces(text: str, limit: int) -> list[str]:
@@ -181,3 +200,19 @@ def split(text: str, limit: int = MAX_CHUNK_CHARS) -> list[str]:
         else:  # its sentences are packed on their own, so a chunk never mixes two paragraphs' halves
             pieces += _packed(_pieces(paragraph, limit), " ", limit)
     return _packed(pieces, "\n\n", limit)
+
+
+def _read_apart() -> None:
+    """`python -m services.api.files NAME LIMIT_S`: a PDF on stdin, its text (or the refusal) as JSON on stdout.
+    The process uploads.pdf_text_apart runs, and ends at the time limit."""
+    resource.setrlimit(resource.RLIMIT_AS, (PDF_MEMORY_BYTES, PDF_MEMORY_BYTES))
+    file_name, limit_s = sys.argv[1], float(sys.argv[2])
+    try:
+        said = {"text": pdf_text(sys.stdin.buffer.read(), file_name, limit_s)}
+    except InvalidArgument as refused:
+        said = {"refused": str(refused)}
+    sys.stdout.buffer.write(json.dumps(said).encode())
+
+
+if __name__ == "__main__":
+    _read_apart()

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+import orjson
 
 from services.api import files
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.writes import NewMessage, append_checked
+from services.errors import InvalidArgument
 
 MAX_FILE_NAME_CHARS = 255
 
@@ -39,15 +44,37 @@ def messages(u: Upload, chunks: list[str]) -> list[NewMessage]:
 
 
 _READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="file-reader")
+_STARTUP_S = 5.0  # a fresh interpreter importing pypdf (0.2 s here), on a loaded machine
 
 
 def _chunks(data: bytes, file_name: str) -> list[str]:
-    chunks = files.split(files.text_of(data, file_name))
+    chunks = files.split(files.text_of(data, file_name, read_pdf=pdf_text_apart))
     # AddMessages' checks of each message's content (append_checked runs none): a chunk Postgres cannot
     # store would be acknowledged, then quarantined by the projector, its message id never readable
     for i, chunk in enumerate(chunks):
         v.check_content(i, chunk)
     return chunks
+
+
+def pdf_text_apart(data: bytes, file_name: str) -> str:
+    """files.pdf_text in a process of its own, ended at the time limit. pypdf checks the limit only between a
+    page's drawing operators: a 70 kB file whose pages name one font a dozen times, its character map
+    millions of lines long, took 80 s before its first, and every upload of the process waited behind it
+    (a thread cannot be stopped)."""
+    limit_s = files.MAX_PDF_SECONDS
+    command = [sys.executable, "-m", "services.api.files", file_name, str(limit_s)]
+    try:
+        done = subprocess.run(command, input=data, capture_output=True, timeout=limit_s + _STARTUP_S, check=False)
+    except subprocess.TimeoutExpired:  # killed by run()
+        raise files.too_slow(file_name, limit_s) from None
+    if done.returncode != 0 or not done.stdout:
+        raise InvalidArgument(
+            f"{file_name!r} could not be read: its reader ran out of memory or stopped; split it into smaller files"
+        )
+    said = orjson.loads(done.stdout)
+    if "refused" in said:
+        raise InvalidArgument(said["refused"])
+    return said["text"]
 
 
 async def upload_file(ctx: ApiDeps, u: Upload, data: bytes) -> tuple[list[str], str]:

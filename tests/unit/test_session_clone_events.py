@@ -233,3 +233,27 @@ def test_a_cut_past_the_clone_limit_is_refused_as_too_long_not_as_an_unknown_mes
         asyncio.run(clones._source(None, request, {}))
     with pytest.raises(NotFound, match="is not a message of the session"):
         asyncio.run(clones._source(None, clones.CloneRequest("w", "s", "copy", up_to_message_id="elsewhere"), {}))
+
+
+def test_a_clone_past_its_byte_cap_is_refused_before_anything_is_read_or_appended(monkeypatch):
+    # 10,000 copies of 25,000 four-byte characters passed the producer's 1 GiB queue: UNAVAILABLE every
+    # time, and the writes grouped into the same transaction failed with it
+    import asyncio
+
+    import pytest
+
+    from projections import message_reads
+    from services.api import clones
+    from services.errors import FailedPrecondition
+
+    monkeypatch.setattr(clones, "MAX_CLONED_BYTES", 1_000)
+    rows = [
+        {"message_id": f"m{i}", "session_id": "s", "seq": i, "content": "é" * 100, "metadata": {}} for i in range(6)
+    ]
+
+    async def list_messages(conn, w, s, after, limit, reverse, **_):
+        return rows[:limit]
+
+    monkeypatch.setattr(message_reads, "list_messages", list_messages)
+    with pytest.raises(FailedPrecondition, match="clone it up to a message"):
+        asyncio.run(clones._source(None, clones.CloneRequest("w", "s", "copy"), {}))

@@ -190,3 +190,57 @@ def test_splitting_32_mib_of_short_lines_or_of_one_endless_sentence_loses_no_wor
         assert max(map(len, chunks)) <= 25_000 and "".join(chunks).replace("\n", "").replace(" ", "") == text.replace(
             "\n", ""
         ).replace(" ", "")
+
+
+def _pdf_bytes(objects: dict[int, bytes]) -> bytes:
+    """A PDF of these numbered objects (1 is the catalog), with its cross-reference table."""
+    out, offsets = bytearray(b"%PDF-1.7\n"), {}
+    for n in sorted(objects):
+        offsets[n] = len(out)
+        out += b"%d 0 obj\n" % n + objects[n] + b"\nendobj\n"
+    xref, size = len(out), max(objects) + 1
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % size
+    out += b"".join(b"%010d 00000 n \n" % offsets[n] for n in range(1, size))
+    return bytes(out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, xref))
+
+
+def slow_fonts_pdf(names: int = 12, map_lines: int = 6_000_000) -> bytes:
+    """One page naming one font `names` times, the font's character map millions of (comment) lines long:
+    pypdf parses the map once per name before the page's first operator, where no time limit is checked."""
+    cmap = zlib.compress(b"beginbfrange <00> <FF> <0041> endbfrange\n" + b"%\n" * map_lines, 9)
+    fonts = b" ".join(b"/F%d 3 0 R" % i for i in range(names))
+    return _pdf_bytes(
+        {
+            1: b"<< /Type /Catalog /Pages 2 0 R >>",
+            2: b"<< /Type /Pages /Count 1 /Kids [5 0 R] >>",
+            3: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 4 0 R >>",
+            4: b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(cmap) + cmap + b"\nendstream",
+            5: b"<< /Type /Page /Parent 2 0 R /Resources << /Font << " + fonts + b" >> >> >>",
+        }
+    )
+
+
+def test_a_pdf_slow_before_its_first_operator_is_refused_at_the_time_limit(monkeypatch):
+    # a 70 kB file like this one held the reading thread, and every upload of the process behind it, 80 s
+    from services.api import uploads
+
+    monkeypatch.setattr(files, "MAX_PDF_SECONDS", 1)
+    monkeypatch.setattr(uploads, "_STARTUP_S", 2.0)
+    started = time.monotonic()
+    with pytest.raises(InvalidArgument, match="took more than 1 s to read; split it into smaller files"):
+        uploads.pdf_text_apart(slow_fonts_pdf(), "fonts.pdf")
+    assert time.monotonic() - started < 6
+
+
+def test_a_pdf_read_in_its_own_process_gives_the_same_text_and_refusals():
+    from services.api import uploads
+
+    assert uploads.pdf_text_apart(pdf(["Hello there"]), "a.pdf") == files.pdf_text(pdf(["Hello there"]), "a.pdf")
+    with pytest.raises(InvalidArgument, match="is not a readable PDF"):
+        uploads.pdf_text_apart(b"%PDF-1.7\nnot really", "broken.pdf")
+
+
+def test_valid_json_with_a_huge_integer_is_accepted():
+    # int() refuses past 4,300 digits: the file was called "not valid JSON", naming Python's setting
+    text = '{"n": ' + "7" * 5_000 + "}"
+    assert files.text_of(text.encode(), "big.json") == text
