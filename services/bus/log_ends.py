@@ -87,8 +87,10 @@ class LogEnds:
             end = await self._end(topic, partition, offset)
             if end is not None and offset >= end:
                 raise InvalidConsistencyToken(
+                    # not how far the log goes: the partition is every workspace's, and its end tells how much
+                    # the others write
                     f"consistency token names offset {offset} of {topic!r} partition {partition}, beyond the "
-                    f"log's end ({end}); pass back the token a write returned"
+                    "log's end; pass back the token a write returned"
                 )
 
     async def _partition_count(self, topic: str, partition: int) -> int | None:

@@ -61,6 +61,12 @@ async def test_consistency_tokens_no_write_can_have_made_are_refused_at_once(con
             convo.list_messages("acme", "s1", token=token), grpc.StatusCode.INVALID_ARGUMENT, "consistency token"
         )
         assert time.monotonic() - started < 3, f"held for the wait: {token[:60]!r}"  # the wait is 15 s
+    # without the log's end: the partition is every workspace's, and its end says how much the others write
+    await rejected(
+        convo.list_messages("acme", "s1", token=f"{sessions}:0:{10**12}"),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "beyond the log's end; pass back the token a write returned",
+    )
     # a real token, also merged with an earlier one, still waits and reads
     got = await convo.list_messages("acme", "s1", token=written.consistency_token)
     assert [m.content for m in got.messages] == ["hello"]
