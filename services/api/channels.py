@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import grpc
 
@@ -73,7 +74,17 @@ def aio_channel(
     return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
 
 
-def channel(address: str, token: str = "", options=None) -> grpc.Channel:
-    """A blocking channel to `address` sending `token` (none when empty)."""
-    plain = grpc.insecure_channel(address, options=options)
+def channel(
+    address: str, token: str = "", options=None, credentials: grpc.ChannelCredentials | None = None
+) -> grpc.Channel:
+    """A blocking channel to `address` sending `token` (none when empty); TLS with `credentials`."""
+    if credentials is not None:
+        plain = grpc.secure_channel(address, credentials, options=options)
+    else:
+        plain = grpc.insecure_channel(address, options=options)
     return grpc.intercept_channel(plain, _Bearer(token)) if token else plain
+
+
+def tls_to(ca_file: Path | None) -> grpc.ChannelCredentials | None:
+    """TLS credentials verifying the server with the CA certificate(s) in `ca_file`; None (plain) without one."""
+    return grpc.ssl_channel_credentials(root_certificates=ca_file.read_bytes()) if ca_file is not None else None

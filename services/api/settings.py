@@ -127,6 +127,11 @@ class AuthSettings(BaseSettings):
         description="the token this installation's own clients send "
         "(the CLI's audit and derivations commands, the benches)",
     )
+    tls_ca: Path | None = Field(
+        None,
+        description="PEM CA certificate(s): set, the CLI's own calls (audit, derivations compare) reach the API "
+        "over TLS, verifying its certificate with them (an API serving PEERLOG_API_TLS_CERT takes no other)",
+    )
     leeway_s: float = Field(
         60.0,
         ge=0,

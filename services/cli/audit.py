@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import grpc
 from rich.console import Group
 from rich.markup import escape
 from rich.text import Text
@@ -110,9 +111,15 @@ def _history(stub, workspace_id: str, observation_id: str) -> list[audit_pb2.His
             return entries
 
 
-def audit_view(address: str, workspace_id: str, observation_id: str, token: str = "") -> Group:
-    """Both trees for one observation, read from the API at `address` with `token`."""
-    with channel(address, token) as chan:
+def audit_view(
+    address: str,
+    workspace_id: str,
+    observation_id: str,
+    token: str = "",
+    credentials: grpc.ChannelCredentials | None = None,
+) -> Group:
+    """Both trees for one observation, read from the API at `address` with `token` (over TLS with `credentials`)."""
+    with channel(address, token, credentials=credentials) as chan:
         stub = Client(chan).audit
         h = _history(stub, workspace_id, observation_id)
         if any(e.kind == "rejected" for e in h) and not any(e.kind == "added" for e in h):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grpc
 from rich.markup import escape
 from rich.table import Table
 
@@ -29,11 +30,18 @@ def _contents(stub, workspace: str, observer: str, observed: str, derivation: st
 
 
 def comparison(
-    address: str, workspace: str, observer: str, observed: str, name: str, base: str = "", token: str = ""
+    address: str,
+    workspace: str,
+    observer: str,
+    observed: str,
+    name: str,
+    base: str = "",
+    token: str = "",
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> Table:
     """`base` ("" = the pair's current derivation) on the left, derivation `name` on the right; the API
-    at `address` is called with `token`."""
-    with channel(address, token) as chan:
+    at `address` is called with `token` (over TLS with `credentials`)."""
+    with channel(address, token, credentials=credentials) as chan:
         stub = Client(chan).observations
         current = _contents(stub, workspace, observer, observed, base)
         named = _contents(stub, workspace, observer, observed, name)

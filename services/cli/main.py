@@ -167,7 +167,11 @@ def audit(
     settings = _settings()
     try:
         view = audit_view(
-            _address(settings, address), workspace, observation_id, settings.auth.token.get_secret_value()
+            _address(settings, address),
+            workspace,
+            observation_id,
+            settings.auth.token.get_secret_value(),
+            _tls(settings),
         )
     except grpc.RpcError as err:
         code, at = err.code().name, _address(settings, address)
@@ -379,30 +383,45 @@ def derivations_compare(
 
     settings = _settings()
     observer, observed = _pair_option(pair)
-    at, token = _address(settings, address), settings.auth.token.get_secret_value()
+    at, token, tls = _address(settings, address), settings.auth.token.get_secret_value(), _tls(settings)
     try:
         for option, named in (("--name", name), ("--base", base)):
-            if named and not _holds_observations(at, token, workspace, observer, observed, named):
+            if named and not _holds_observations(at, token, workspace, observer, observed, named, tls):
                 raise _fail(
                     f"derivation {named!r} holds no observations of ({observer}, {observed}) in workspace "
                     f"{workspace!r}; check {option} and --pair (`peerlog rederive` makes one)"
                 )
-        table = comparison(at, workspace, observer, observed, name, base, token)
+        table = comparison(at, workspace, observer, observed, name, base, token, tls)
     except grpc.RpcError as err:
         raise _fail(f"{err.code().name}: {err.details()} (the API at {at}); {_rpc_hint(err.code().name)}") from None
     Console().print(table)
 
 
+def _tls(settings: Settings):
+    """The CLI's own calls' TLS credentials (PEERLOG_AUTH_TLS_CA), None for a plain connection."""
+    from services.api.channels import tls_to
+
+    try:
+        return tls_to(settings.auth.tls_ca)
+    except OSError as err:
+        raise _fail(f"cannot read PEERLOG_AUTH_TLS_CA ({err.strerror}: {settings.auth.tls_ca})") from None
+
+
 def _rpc_hint(code: str) -> str:
     """What to check for an RPC's failure, by its status code's name."""
     if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
-        return "check that the API runs and --address (default PEERLOG_API_HOST/PORT)"
+        return (
+            "check that the API runs and --address (default PEERLOG_API_HOST/PORT), and for an API serving TLS, "
+            "PEERLOG_AUTH_TLS_CA"
+        )
     if code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
         return "check PEERLOG_AUTH_TOKEN (`peerlog keys create`)"
     return "check -w, --pair and --name"
 
 
-def _holds_observations(address: str, token: str, workspace: str, observer: str, observed: str, name: str) -> bool:
+def _holds_observations(
+    address: str, token: str, workspace: str, observer: str, observed: str, name: str, credentials=None
+) -> bool:
     """Whether derivation `name` has any observation of the pair of its own: the API lists a name it never
     saw with what clients wrote alone (derivation "*", in every derivation)."""
     from peerlog.v1 import observations_pb2
@@ -411,7 +430,7 @@ def _holds_observations(address: str, token: str, workspace: str, observer: str,
     from services.events import stored_derivation
 
     page_token = ""
-    with channel(address, token) as chan:
+    with channel(address, token, credentials=credentials) as chan:
         while True:
             listed = Client(chan).observations.ListObservations(
                 observations_pb2.ListObservationsRequest(

@@ -133,3 +133,26 @@ async def test_a_port_no_socket_has_refuses_the_start(settings, port):
         ApiSettings(port=port)
     with pytest.raises(ValueError, match="is no port"):  # settings made in code skip validation
         await _serve(settings, port=port)
+
+
+async def test_peerlog_audit_reaches_an_api_that_serves_tls_only_given_its_ca(settings, pki):
+    # it always dialled in plaintext: "UNAVAILABLE … Socket closed; check that the API runs", with no way round
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from services.cli.main import app
+    from tests.support.processes import settings_env
+
+    server = await _serve(settings, tls_cert=pki["cert"], tls_key=pki["key"])
+    env = {**settings_env(settings), "PEERLOG_AUTH_TOKEN": admin_token(settings)}
+    audit = ["audit", "no-such-observation", "-w", "w", "--address", f"localhost:{server.port}"]
+    try:
+        with_ca = await asyncio.to_thread(
+            CliRunner().invoke, app, audit, env={**env, "PEERLOG_AUTH_TLS_CA": str(pki["ca"])}
+        )
+        plain = await asyncio.to_thread(CliRunner().invoke, app, audit, env=env)
+    finally:
+        await server.stop(0)
+    assert with_ca.exit_code == 2 and "error: NOT_FOUND" in with_ca.output, with_ca.output  # it got an answer
+    assert plain.exit_code == 2 and "UNAVAILABLE" in plain.output and "PEERLOG_AUTH_TLS_CA" in plain.output
