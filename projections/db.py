@@ -232,6 +232,12 @@ def _upgrade_dead_letters(conn: Connection, schema: str) -> None:
         )
 
 
+def _upgrade_peer_cards(conn: Connection, schema: str) -> None:
+    """A schema from before a card kept who set it gets the columns (NULL in its rows until a rebuild)."""
+    if not _has_column(conn, schema, "peer_cards", "producer"):
+        conn.execute(text(f'ALTER TABLE "{schema}".peer_cards ADD COLUMN producer jsonb, ADD COLUMN dream_id text'))
+
+
 def _upgrade_client_observations(conn: Connection, schema: str) -> None:
     """A schema from before ObservationAdded v3 stamped each client's observation with the derivation
     current when it was written; it is restamped PAIR_WIDE once, as replaying its events now does."""
@@ -265,6 +271,7 @@ def create_schema(engine: Engine, schema: str) -> None:
         _upgrade_memberships(mapped, schema)
         _upgrade_member_others(mapped, schema)
         _upgrade_dead_letters(mapped, schema)
+        _upgrade_peer_cards(mapped, schema)
         _upgrade_client_observations(mapped, schema)
         _backfill_terms(mapped)
         if mapped.execute(projection_meta.select()).first() is None:

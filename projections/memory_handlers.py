@@ -176,6 +176,8 @@ def peer_card_updated(conn: Connection, events: Sequence[PeerCardUpdated]) -> No
             observer_id=e.observer_id,
             observed_id=e.observed_id,
             entries=list(e.entries),
+            producer=e.producer.model_dump(exclude_none=True),
+            dream_id=e.causation_id if e.replaces is not None else None,  # a dream's card names its dream
             # timed after the card before it (log_time.py): set from a host whose clock ran behind, a later
             # card read as older, and SetPeerCard's own reply showed the card it replaced
             updated_at=after(now["updated_at"] if now else None, e.occurred_at),

@@ -452,6 +452,9 @@ peer_cards = Table(
     Column("observed_id", Text, nullable=False),
     Column("entries", JSONB, nullable=False),
     Column("updated_at", TS, nullable=False),
+    # who set it, and the dream that did (the event's cause), for an auditor: NULL in rows from before them
+    Column("producer", JSONB, nullable=True),
+    Column("dream_id", Text, nullable=True),
     Index("peer_cards_by_pair", "workspace_id", "observer_id", "observed_id", "updated_at"),
 )
 

@@ -24,6 +24,8 @@ class Card:
     observed_id: str
     entries: tuple[str, ...]
     updated_at: datetime | None
+    producer: dict | None = None  # who set it (component, version, model, prompt_version)
+    dream_id: str | None = None  # the dream that set it
 
 
 async def get_peer_card(
@@ -35,7 +37,15 @@ async def get_peer_card(
         row = await peer_reads.peer_card(conn, workspace_id, observer_id, observed_id, as_of)
     if row is None:
         return Card(workspace_id, observer_id, observed_id, (), None)
-    return Card(workspace_id, observer_id, observed_id, tuple(row["entries"]), row["updated_at"])
+    return Card(
+        workspace_id,
+        observer_id,
+        observed_id,
+        tuple(row["entries"]),
+        row["updated_at"],
+        row["producer"],
+        row["dream_id"],
+    )
 
 
 async def set_peer_card(

@@ -10,6 +10,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from sqlalchemy import RowMapping
 
 from peerlog.v1 import (
+    audit_pb2,
     dreams_pb2,
     messages_pb2,
     observations_pb2,
@@ -413,6 +414,9 @@ def peer_card(card) -> peers_pb2.PeerCard:
     )
     if card.updated_at is not None:
         out.updated_at.CopyFrom(ts(card.updated_at))
+    if card.producer:
+        out.producer.CopyFrom(audit_pb2.Producer(**card.producer))
+    out.dream_id = card.dream_id or ""
     return out
 
 

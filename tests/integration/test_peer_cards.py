@@ -93,3 +93,37 @@ async def test_a_card_for_an_unknown_peer_is_not_found(channel):
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await set_card(c, ["IDENTITY: ghost"], observed="ghost")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "ghost" in err.value.details()
+
+
+async def test_a_card_says_who_set_it_and_a_dreams_card_names_its_dream(channel, settings):
+    # an auditor could not tell a client's IDENTITY entry from one a dream and its model wrote
+    from services.events import ProducerInfo
+    from tests.support.observations import append
+
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    client_set = await set_card(c, ["IDENTITY: Bob, a nurse in Oslo"])
+    assert client_set.card.producer.component == "api" and client_set.card.dream_id == ""
+    dreamer = ProducerInfo(component="dreamer", version="1", model="test-model", prompt_version="card-v1")
+    token = append(
+        settings,
+        [
+            PeerCardUpdated(
+                workspace_id="w",
+                observer_id="alice",
+                observed_id="bob",
+                entries=("IDENTITY: Bob, a nurse in Oslo", "ATTRIBUTE: keeps bees"),
+                replaces=("IDENTITY: Bob, a nurse in Oslo",),
+                causation_id="dream-1",
+                producer=dreamer,
+            )
+        ],
+    )
+    got = await get_card(c, token=token)
+    assert list(got.entries)[-1] == "ATTRIBUTE: keeps bees"
+    assert (got.producer.component, got.producer.model, got.producer.prompt_version) == (
+        "dreamer",
+        "test-model",
+        "card-v1",
+    )
+    assert got.dream_id == "dream-1"

@@ -211,6 +211,8 @@ class PeerCard:
     observed_id: str
     entries: tuple[str, ...]
     updated_at: datetime | None
+    producer: Producer | None = None  # who set it: the API (a client) or the dreamer, with its model
+    dream_id: str = ""  # the dream that set it; empty for a client's card
 
 
 # ---- context and representation ---------------------------------------------------------------------

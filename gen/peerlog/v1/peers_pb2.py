@@ -24,43 +24,44 @@ _sym_db = _symbol_database.Default()
 
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from peerlog.v1 import audit_pb2 as peerlog_dot_v1_dot_audit__pb2
 from peerlog.v1 import common_pb2 as peerlog_dot_v1_dot_common__pb2
 from peerlog.v1 import messages_pb2 as peerlog_dot_v1_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16peerlog/v1/peers.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17peerlog/v1/common.proto\x1a\x19peerlog/v1/messages.proto\"\x8b\x01\n\x08PeerCard\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x0f\n\x07\x65ntries\x18\x04 \x03(\t\x12.\n\nupdated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb1\x01\n\x12GetPeerCardRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x04 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12)\n\x05\x61s_of\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"e\n\x12SetPeerCardRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x0f\n\x07\x65ntries\x18\x04 \x03(\t\"T\n\x13SetPeerCardResponse\x12\"\n\x04\x63\x61rd\x18\x01 \x01(\x0b\x32\x14.peerlog.v1.PeerCard\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\x9c\x01\n\x04Peer\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\x12\n\nobserve_me\x18\x03 \x01(\x08\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x92\x01\n\x16GetOrCreatePeerRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\x17\n\nobserve_me\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructB\r\n\x0b_observe_me\"e\n\x17GetOrCreatePeerResponse\x12\x1e\n\x04peer\x18\x01 \x01(\x0b\x32\x10.peerlog.v1.Peer\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"j\n\x16SetPeerMetadataRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"T\n\x17SetPeerMetadataResponse\x12\x1e\n\x04peer\x18\x01 \x01(\x0b\x32\x10.peerlog.v1.Peer\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"i\n\x0eGetPeerRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\x81\x01\n\x10ListPeersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12%\n\x04page\x18\x02 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"M\n\x11ListPeersResponse\x12\x1f\n\x05peers\x18\x01 \x03(\x0b\x32\x10.peerlog.v1.Peer\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xea\x02\n\x19SearchPeerMessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\x13\n\x0bsession_ids\x18\x04 \x03(\t\x12\x1b\n\x13perspective_peer_id\x18\x05 \x01(\t\x12)\n\x05\x61\x66ter\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x62\x65\x66ore\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x08 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\t \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x18\n\x10include_adjacent\x18\n \x01(\x08\x12\x10\n\x08scope_id\x18\x0b \x01(\t\x12\x0e\n\x06rerank\x18\x0c \x01(\x08\x12\x11\n\ttime_zone\x18\r \x01(\t2\xba\x04\n\x0bPeerService\x12Z\n\x0fGetOrCreatePeer\x12\".peerlog.v1.GetOrCreatePeerRequest\x1a#.peerlog.v1.GetOrCreatePeerResponse\x12Z\n\x0fSetPeerMetadata\x12\".peerlog.v1.SetPeerMetadataRequest\x1a#.peerlog.v1.SetPeerMetadataResponse\x12\x37\n\x07GetPeer\x12\x1a.peerlog.v1.GetPeerRequest\x1a\x10.peerlog.v1.Peer\x12H\n\tListPeers\x12\x1c.peerlog.v1.ListPeersRequest\x1a\x1d.peerlog.v1.ListPeersResponse\x12\x43\n\x0bGetPeerCard\x12\x1e.peerlog.v1.GetPeerCardRequest\x1a\x14.peerlog.v1.PeerCard\x12N\n\x0bSetPeerCard\x12\x1e.peerlog.v1.SetPeerCardRequest\x1a\x1f.peerlog.v1.SetPeerCardResponse\x12[\n\x0eSearchMessages\x12%.peerlog.v1.SearchPeerMessagesRequest\x1a\".peerlog.v1.SearchMessagesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16peerlog/v1/peers.proto\x12\npeerlog.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16peerlog/v1/audit.proto\x1a\x17peerlog/v1/common.proto\x1a\x19peerlog/v1/messages.proto\"\xc5\x01\n\x08PeerCard\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x0f\n\x07\x65ntries\x18\x04 \x03(\t\x12.\n\nupdated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x08producer\x18\x06 \x01(\x0b\x32\x14.peerlog.v1.Producer\x12\x10\n\x08\x64ream_id\x18\x07 \x01(\t\"\xb1\x01\n\x12GetPeerCardRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x04 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12)\n\x05\x61s_of\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"e\n\x12SetPeerCardRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x13\n\x0bobserver_id\x18\x02 \x01(\t\x12\x13\n\x0bobserved_id\x18\x03 \x01(\t\x12\x0f\n\x07\x65ntries\x18\x04 \x03(\t\"T\n\x13SetPeerCardResponse\x12\"\n\x04\x63\x61rd\x18\x01 \x01(\x0b\x32\x14.peerlog.v1.PeerCard\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\x9c\x01\n\x04Peer\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\x12\n\nobserve_me\x18\x03 \x01(\x08\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x92\x01\n\x16GetOrCreatePeerRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\x17\n\nobserve_me\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12)\n\x08metadata\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructB\r\n\x0b_observe_me\"e\n\x17GetOrCreatePeerResponse\x12\x1e\n\x04peer\x18\x01 \x01(\x0b\x32\x10.peerlog.v1.Peer\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"j\n\x16SetPeerMetadataRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12)\n\x08metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"T\n\x17SetPeerMetadataResponse\x12\x1e\n\x04peer\x18\x01 \x01(\x0b\x32\x10.peerlog.v1.Peer\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"i\n\x0eGetPeerRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"\x81\x01\n\x10ListPeersRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12%\n\x04page\x18\x02 \x01(\x0b\x32\x17.peerlog.v1.PageRequest\x12\x30\n\x0b\x63onsistency\x18\x03 \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\"M\n\x11ListPeersResponse\x12\x1f\n\x05peers\x18\x01 \x03(\x0b\x32\x10.peerlog.v1.Peer\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xea\x02\n\x19SearchPeerMessagesRequest\x12\x14\n\x0cworkspace_id\x18\x01 \x01(\t\x12\x0f\n\x07peer_id\x18\x02 \x01(\t\x12\r\n\x05query\x18\x03 \x01(\t\x12\x13\n\x0bsession_ids\x18\x04 \x03(\t\x12\x1b\n\x13perspective_peer_id\x18\x05 \x01(\t\x12)\n\x05\x61\x66ter\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12*\n\x06\x62\x65\x66ore\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x08 \x01(\r\x12\x30\n\x0b\x63onsistency\x18\t \x01(\x0b\x32\x1b.peerlog.v1.ReadConsistency\x12\x18\n\x10include_adjacent\x18\n \x01(\x08\x12\x10\n\x08scope_id\x18\x0b \x01(\t\x12\x0e\n\x06rerank\x18\x0c \x01(\x08\x12\x11\n\ttime_zone\x18\r \x01(\t2\xba\x04\n\x0bPeerService\x12Z\n\x0fGetOrCreatePeer\x12\".peerlog.v1.GetOrCreatePeerRequest\x1a#.peerlog.v1.GetOrCreatePeerResponse\x12Z\n\x0fSetPeerMetadata\x12\".peerlog.v1.SetPeerMetadataRequest\x1a#.peerlog.v1.SetPeerMetadataResponse\x12\x37\n\x07GetPeer\x12\x1a.peerlog.v1.GetPeerRequest\x1a\x10.peerlog.v1.Peer\x12H\n\tListPeers\x12\x1c.peerlog.v1.ListPeersRequest\x1a\x1d.peerlog.v1.ListPeersResponse\x12\x43\n\x0bGetPeerCard\x12\x1e.peerlog.v1.GetPeerCardRequest\x1a\x14.peerlog.v1.PeerCard\x12N\n\x0bSetPeerCard\x12\x1e.peerlog.v1.SetPeerCardRequest\x1a\x1f.peerlog.v1.SetPeerCardResponse\x12[\n\x0eSearchMessages\x12%.peerlog.v1.SearchPeerMessagesRequest\x1a\".peerlog.v1.SearchMessagesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peerlog.v1.peers_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PEERCARD']._serialized_start=154
-  _globals['_PEERCARD']._serialized_end=293
-  _globals['_GETPEERCARDREQUEST']._serialized_start=296
-  _globals['_GETPEERCARDREQUEST']._serialized_end=473
-  _globals['_SETPEERCARDREQUEST']._serialized_start=475
-  _globals['_SETPEERCARDREQUEST']._serialized_end=576
-  _globals['_SETPEERCARDRESPONSE']._serialized_start=578
-  _globals['_SETPEERCARDRESPONSE']._serialized_end=662
-  _globals['_PEER']._serialized_start=665
-  _globals['_PEER']._serialized_end=821
-  _globals['_GETORCREATEPEERREQUEST']._serialized_start=824
-  _globals['_GETORCREATEPEERREQUEST']._serialized_end=970
-  _globals['_GETORCREATEPEERRESPONSE']._serialized_start=972
-  _globals['_GETORCREATEPEERRESPONSE']._serialized_end=1073
-  _globals['_SETPEERMETADATAREQUEST']._serialized_start=1075
-  _globals['_SETPEERMETADATAREQUEST']._serialized_end=1181
-  _globals['_SETPEERMETADATARESPONSE']._serialized_start=1183
-  _globals['_SETPEERMETADATARESPONSE']._serialized_end=1267
-  _globals['_GETPEERREQUEST']._serialized_start=1269
-  _globals['_GETPEERREQUEST']._serialized_end=1374
-  _globals['_LISTPEERSREQUEST']._serialized_start=1377
-  _globals['_LISTPEERSREQUEST']._serialized_end=1506
-  _globals['_LISTPEERSRESPONSE']._serialized_start=1508
-  _globals['_LISTPEERSRESPONSE']._serialized_end=1585
-  _globals['_SEARCHPEERMESSAGESREQUEST']._serialized_start=1588
-  _globals['_SEARCHPEERMESSAGESREQUEST']._serialized_end=1950
-  _globals['_PEERSERVICE']._serialized_start=1953
-  _globals['_PEERSERVICE']._serialized_end=2523
+  _globals['_PEERCARD']._serialized_start=178
+  _globals['_PEERCARD']._serialized_end=375
+  _globals['_GETPEERCARDREQUEST']._serialized_start=378
+  _globals['_GETPEERCARDREQUEST']._serialized_end=555
+  _globals['_SETPEERCARDREQUEST']._serialized_start=557
+  _globals['_SETPEERCARDREQUEST']._serialized_end=658
+  _globals['_SETPEERCARDRESPONSE']._serialized_start=660
+  _globals['_SETPEERCARDRESPONSE']._serialized_end=744
+  _globals['_PEER']._serialized_start=747
+  _globals['_PEER']._serialized_end=903
+  _globals['_GETORCREATEPEERREQUEST']._serialized_start=906
+  _globals['_GETORCREATEPEERREQUEST']._serialized_end=1052
+  _globals['_GETORCREATEPEERRESPONSE']._serialized_start=1054
+  _globals['_GETORCREATEPEERRESPONSE']._serialized_end=1155
+  _globals['_SETPEERMETADATAREQUEST']._serialized_start=1157
+  _globals['_SETPEERMETADATAREQUEST']._serialized_end=1263
+  _globals['_SETPEERMETADATARESPONSE']._serialized_start=1265
+  _globals['_SETPEERMETADATARESPONSE']._serialized_end=1349
+  _globals['_GETPEERREQUEST']._serialized_start=1351
+  _globals['_GETPEERREQUEST']._serialized_end=1456
+  _globals['_LISTPEERSREQUEST']._serialized_start=1459
+  _globals['_LISTPEERSREQUEST']._serialized_end=1588
+  _globals['_LISTPEERSRESPONSE']._serialized_start=1590
+  _globals['_LISTPEERSRESPONSE']._serialized_end=1667
+  _globals['_SEARCHPEERMESSAGESREQUEST']._serialized_start=1670
+  _globals['_SEARCHPEERMESSAGESREQUEST']._serialized_end=2032
+  _globals['_PEERSERVICE']._serialized_start=2035
+  _globals['_PEERSERVICE']._serialized_end=2605
 # @@protoc_insertion_point(module_scope)

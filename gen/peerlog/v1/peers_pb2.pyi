@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from peerlog.v1 import audit_pb2 as _audit_pb2
 from peerlog.v1 import common_pb2 as _common_pb2
 from peerlog.v1 import messages_pb2 as _messages_pb2
 from google.protobuf.internal import containers as _containers
@@ -13,18 +14,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class PeerCard(_message.Message):
-    __slots__ = ("workspace_id", "observer_id", "observed_id", "entries", "updated_at")
+    __slots__ = ("workspace_id", "observer_id", "observed_id", "entries", "updated_at", "producer", "dream_id")
     WORKSPACE_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVER_ID_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_ID_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    DREAM_ID_FIELD_NUMBER: _ClassVar[int]
     workspace_id: str
     observer_id: str
     observed_id: str
     entries: _containers.RepeatedScalarFieldContainer[str]
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., entries: _Optional[_Iterable[str]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    producer: _audit_pb2.Producer
+    dream_id: str
+    def __init__(self, workspace_id: _Optional[str] = ..., observer_id: _Optional[str] = ..., observed_id: _Optional[str] = ..., entries: _Optional[_Iterable[str]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., producer: _Optional[_Union[_audit_pb2.Producer, _Mapping]] = ..., dream_id: _Optional[str] = ...) -> None: ...
 
 class GetPeerCardRequest(_message.Message):
     __slots__ = ("workspace_id", "observer_id", "observed_id", "consistency", "as_of")
