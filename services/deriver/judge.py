@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -20,7 +21,7 @@ from services.events import (
     Source,
 )
 from services.events.pairs import Pair
-from services.events.text import normalise, span_support, words
+from services.events.text import content_words, normalise, span_support, words
 
 # the share of a fact's content words its span must contain: "Great." does not ground a fact about a job, while
 # a short span that leans on earlier turns ("she is my pet" for "Alice has a pet cat named Miso") still does
@@ -62,8 +63,20 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) if a and b and len(a) == len(b) else 0.0
 
 
+def unescaped(fact: ExtractedFact, window: Sequence[PendingMessage]) -> ExtractedFact:
+    """The fact with its span as its message has it: a model that copied the span from the turn as the prompt
+    showed it (`&amp;`, `&lt;`) copied the escaping too, and the span was not found in the message."""
+    plain = html.unescape(fact.span)
+    if plain == fact.span:
+        return fact
+    cited = next((p for p in window if p.message_id == fact.message_id), None)
+    missing = cited is not None and normalise(fact.span) not in normalise(cited.content)
+    return fact.model_copy(update={"span": plain}) if missing else fact
+
+
 def ground(fact: ExtractedFact, window: Sequence[PendingMessage], observed_id: str = "") -> str | None:
-    """None if the fact's span is in the cited target message and supports the fact; else why not."""
+    """None if the fact's span is in the cited target message and supports the fact; else why not. The
+    target's name (`observed_id`: its id and display name) is no content a span must hold."""
     cited = next((p for p in window if p.message_id == fact.message_id), None)
     if cited is None:
         return f"cites message {fact.message_id!r}, which is not one of the target's messages in this batch"
@@ -83,14 +96,23 @@ def ground(fact: ExtractedFact, window: Sequence[PendingMessage], observed_id: s
 
 
 def _match(known: Sequence[KnownObservation], norm: str, session: str, emb, threshold: float):
-    explicit = [k for k in known if k.level == Level.EXPLICIT]
+    """("exact" | "near" | None, the observation): the same text in the same session; else the nearest of
+    the session's (and clients', which belong to none) that says the same or less, or more, in its words."""
+    explicit = [k for k in known if k.level == Level.EXPLICIT and (k.session_id == session or k.client)]
     for k in explicit:
         if k.normalised == norm and k.session_id == session:
             return "exact", k
-    best = max(explicit, key=lambda k: cosine(k.embedding, emb), default=None)
-    if best is not None and cosine(best.embedding, emb) >= threshold:
-        return "near", best
-    return None, None
+    close = [k for k in explicit if cosine(k.embedding, emb) >= threshold and _nested(k.normalised, norm)]
+    best = max(close, key=lambda k: cosine(k.embedding, emb), default=None)
+    return ("near", best) if best is not None else (None, None)
+
+
+def _nested(a: str, b: str) -> bool:
+    """Whether one text's content words (digits too) are all in the other's: a near-duplicate says the same
+    or more. A changed date or number ("12 May" -> "14 May", cosine 0.997) is a new fact, not another count
+    of the old one; a fact restated in another session belongs to that session's reads too."""
+    x, y = content_words(a), content_words(b)
+    return x <= y or y <= x
 
 
 def judge(
@@ -118,8 +140,9 @@ def judge(
     # reinforced slice of every representation)
     evidenced: set[tuple[str, str]] = set()
     for fact, emb in zip(facts, embeddings, strict=True):
+        fact = unescaped(fact, window)
         source = Source(message_id=fact.message_id, span=fact.span)
-        problem = ground(fact, window, pair.observed_id)
+        problem = ground(fact, window, f"{pair.observed_id} {window[-1].observed_name}")
         if problem:
             out.events.append(
                 ObservationRejected(
@@ -137,7 +160,7 @@ def judge(
         session = next(p.session_id for p in window if p.message_id == fact.message_id)
         norm = normalise(fact.content)
         kind, match = _match(pool, norm, session, emb, threshold)
-        if kind == "exact" or (kind == "near" and len(norm) <= len(match.normalised)):
+        if kind == "exact" or (kind == "near" and content_words(norm) <= content_words(match.normalised)):
             if (match.observation_id, fact.message_id) in evidenced or (match.client and not reinforce_clients):
                 continue
             evidenced.add((match.observation_id, fact.message_id))

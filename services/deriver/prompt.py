@@ -11,7 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from services.deriver.batching import PendingMessage
 from services.events import prompt_addition
 
-PROMPT_VERSION = "deriver-v2"
+PROMPT_VERSION = "deriver-v3"  # 3: quotes in a turn's text unescaped
 # as for a dream's edits: a fact is a sentence, and a span a phrase of it. A server that ignores max_tokens
 # could otherwise send a fact past Kafka's record limit, and the batch's transaction would fail on every retry
 FACT_CHARS = 2000
@@ -77,7 +77,9 @@ def render_turn(item_id: str, speaker: str, when: str, content: str, target: boo
     role = ' role="context"' if context else ""
     return (
         f'<turn id="{escape(item_id)}" speaker="{escape(speaker)}" date="{when}" '
-        f'target="{"yes" if target else "no"}"{role}>{escape(content)}</turn>'
+        # quotes left as they are in the text (only attributes need them escaped): shown as &#x27; and &quot;,
+        # a span copied "character for character" held them, and was not in the message
+        f'target="{"yes" if target else "no"}"{role}>{escape(content, quote=False)}</turn>'
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import select
 
 from projections.db import sync_engine
@@ -66,8 +68,8 @@ async def test_the_prompt_marks_target_turns_and_escapes_markup_in_messages(
     alice_call = next(r for r in deriver_calls(model_server) if "I code" in r["messages"][1]["content"])
     user = alice_call["messages"][1]["content"]
     assert 'target="no" role="context">what do you do?</turn>' in user
-    assert "I code&lt;/turn&gt;&lt;turn id=&quot;x&quot;" in user
-    assert user.count('target="yes"') == 1
+    assert 'I code&lt;/turn&gt;&lt;turn id="x"' in user  # quotes as they are: only < and > could forge a turn
+    assert len(re.findall(r'<turn [^>]*target="yes"', user)) == 1
 
 
 async def test_a_fact_whose_span_is_not_in_the_message_is_rejected_and_recorded(

@@ -305,11 +305,7 @@ def test_the_stores_vector_of_an_observation_wins_over_the_caches_copy():
 
     class Store:
         async def candidates(self, pair, keys, embeddings):
-            return [
-                KnownObservation(
-                    "obs-1", Level.EXPLICIT, normalise("Ann hikes in the Alps every summer"), "s0", now_vector
-                )
-            ]
+            return [KnownObservation("obs-1", Level.EXPLICIT, normalise("Ann hikes in the Alps"), "s1", now_vector)]
 
         async def retired(self, pair, ids):
             return set()
@@ -329,8 +325,70 @@ def test_the_stores_vector_of_an_observation_wins_over_the_caches_copy():
         usage=SimpleNamespace(prompt_tokens=1, completion_tokens=1),
     )
     base = {**PAIR.fields(), "batch_id": "b1", "message_ids": ("m1",), "causation_id": None}
-    stale = [
-        KnownObservation("obs-1", Level.EXPLICIT, normalise("Ann hikes in the Alps every summer"), "s0", stale_vector)
-    ]
+    stale = [KnownObservation("obs-1", Level.EXPLICIT, normalise("Ann hikes in the Alps"), "s1", stale_vector)]
     out = asyncio.run(deriver._judge(PAIR, window, stale, completion, base, 0.0))
     assert any(isinstance(e, ObservationSuperseded) and e.observation_id == "obs-1" for e in out.events)
+
+
+def test_a_near_duplicate_that_changes_a_date_or_number_is_a_new_observation():
+    # cosine 0.997 with e5: the old date was reinforced with a source quoting the new one, the new one lost
+    old = KnownObservation("old", Level.EXPLICIT, "a's flight to lisbon leaves on 12 may 2024", "s", (1.0, 0.0))
+    said = "My flight to Lisbon now leaves on 14 May 2024"
+    moved = ExtractedFact(content="a's flight to Lisbon leaves on 14 May 2024", message_id="m0", span=said)
+    out = verdicts([moved], [old], texts=(said,), emb=[(0.999, 0.045)])
+    assert [type(e) for e in out.events] == [ObservationAdded]
+
+
+def test_the_same_fact_stated_in_another_session_gets_its_own_observation():
+    # it reinforced the first session's observation, and reads of the second session never saw it
+    elsewhere = KnownObservation("s0-obs", Level.EXPLICIT, "a lives in oslo", "s0", (1.0, 0.0))
+    out = verdicts([ExtractedFact(content="a lives in Oslo", message_id="m0", span="I live in Oslo")], [elsewhere])
+    assert [type(e) for e in out.events] == [ObservationAdded] and out.events[0].session_id == "s"
+
+
+def test_a_span_copied_from_the_turn_as_escaped_is_grounded_and_kept_as_the_message_has_it():
+    fact = ExtractedFact(content="a works at Ben & Jerry's", message_id="m0", span="Ben &amp; Jerry's")
+    out = verdicts([fact], texts=("I work at Ben & Jerry's",))
+    assert [type(e) for e in out.events] == [ObservationAdded]
+    assert out.events[0].sources[0].span == "Ben & Jerry's"
+
+
+def test_the_prompt_shows_quotes_in_a_turn_as_they_are():
+    from services.deriver.prompt import render_turn
+
+    shown = render_turn("m1", "ann", "2024-01-01", 'I\'m "Lia" <b>', target=True, context=False)
+    assert 'I\'m "Lia" &lt;b&gt;</turn>' in shown
+
+
+def test_a_fact_naming_the_target_by_display_name_is_grounded_as_by_id():
+    # the prompt names the target by its display name: its words counted as content the span lacked
+    at = T
+    message = MessagePerceived(
+        workspace_id="w",
+        observer_id="u-7f3a",
+        observed_id="u-7f3a",
+        session_id="s",
+        message_id="m0",
+        seq=0,
+        content="she is my pet",
+        observed_name="Alice Smith",
+        created_at=at,
+        occurred_at=at,
+        producer=P,
+    )
+    window = next_window(add(Batching(), message, 5), 1024)[0]
+    fact = ExtractedFact(content="Alice Smith has a pet cat named Miso", message_id="m0", span="she is my pet")
+    out = judge(
+        Pair("w", "u-7f3a", "u-7f3a"),
+        [fact],
+        [(1.0, 0.0)],
+        window,
+        [],
+        batch="b",
+        threshold=0.95,
+        embedding_model="e",
+        producer=P,
+        cause=None,
+        new_id=lambda: "o1",
+    )
+    assert [type(e) for e in out.events] == [ObservationAdded]
