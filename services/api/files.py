@@ -202,13 +202,19 @@ def split(text: str, limit: int = MAX_CHUNK_CHARS) -> list[str]:
     return _packed(pieces, "\n\n", limit)
 
 
+READ_APART = (FileKind.PDF, FileKind.JSON)  # what a process of its own reads: a file that costs time or memory
+
+
 def _read_apart() -> None:
-    """`python -m services.api.files NAME LIMIT_S`: a PDF on stdin, its text (or the refusal) as JSON on stdout.
-    The process uploads.pdf_text_apart runs, and ends at the time limit."""
-    resource.setrlimit(resource.RLIMIT_AS, (PDF_MEMORY_BYTES, PDF_MEMORY_BYTES))
+    """`python -m services.api.files NAME LIMIT_S`: a file on stdin, its text (or the refusal) as JSON on
+    stdout. The process uploads.text_apart runs, and stops at the time limit, within PDF_MEMORY_BYTES."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    # the soft limit only, and never above an inherited hard one: raising that is refused (systemd LimitAS=)
+    soft = PDF_MEMORY_BYTES if hard == resource.RLIM_INFINITY else min(PDF_MEMORY_BYTES, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     file_name, limit_s = sys.argv[1], float(sys.argv[2])
     try:
-        said = {"text": pdf_text(sys.stdin.buffer.read(), file_name, limit_s)}
+        said = {"text": text_of(sys.stdin.buffer.read(), file_name, lambda d, n: pdf_text(d, n, limit_s))}
     except InvalidArgument as refused:
         said = {"refused": str(refused)}
     sys.stdout.buffer.write(json.dumps(said).encode())

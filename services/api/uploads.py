@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ from services.api.writes import NewMessage, append_checked
 from services.errors import InvalidArgument
 
 MAX_FILE_NAME_CHARS = 255
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ _STARTUP_S = 5.0  # a fresh interpreter importing pypdf (0.2 s here), on a loade
 
 
 def _chunks(data: bytes, file_name: str) -> list[str]:
-    chunks = files.split(files.text_of(data, file_name, read_pdf=pdf_text_apart))
+    apart = files.kind_of(file_name, data[:5]) in files.READ_APART
+    chunks = files.split(text_apart(data, file_name) if apart else files.text_of(data, file_name))
     # AddMessages' checks of each message's content (append_checked runs none): a chunk Postgres cannot
     # store would be acknowledged, then quarantined by the projector, its message id never readable
     for i, chunk in enumerate(chunks):
@@ -56,11 +59,11 @@ def _chunks(data: bytes, file_name: str) -> list[str]:
     return chunks
 
 
-def pdf_text_apart(data: bytes, file_name: str) -> str:
-    """files.pdf_text in a process of its own, ended at the time limit. pypdf checks the limit only between a
-    page's drawing operators: a 70 kB file whose pages name one font a dozen times, its character map
-    millions of lines long, took 80 s before its first, and every upload of the process waited behind it
-    (a thread cannot be stopped)."""
+def text_apart(data: bytes, file_name: str) -> str:
+    """files.text_of in a process of its own, stopped at the time limit, its memory bounded. pypdf checks the
+    limit only between a page's drawing operators: a 70 kB file whose pages name one font a dozen times, its
+    character map millions of lines long, took 80 s before its first, and every upload of the process waited
+    behind it (a thread cannot be stopped). Checking 31 MiB of JSON arrays took 780 MB."""
     limit_s = files.MAX_PDF_SECONDS
     command = [sys.executable, "-m", "services.api.files", file_name, str(limit_s)]
     try:
@@ -68,9 +71,12 @@ def pdf_text_apart(data: bytes, file_name: str) -> str:
     except subprocess.TimeoutExpired:  # killed by run()
         raise files.too_slow(file_name, limit_s) from None
     if done.returncode != 0 or not done.stdout:
-        raise InvalidArgument(
-            f"{file_name!r} could not be read: its reader ran out of memory or stopped; split it into smaller files"
-        )
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        if said and said[-1].startswith("MemoryError"):
+            raise InvalidArgument(f"{file_name!r} takes more memory to read than a file may; split it")
+        # the reader itself failed (not the file's fault): INTERNAL, with its last words in the log
+        log.error("the file reader for %r ended %d: %s", file_name, done.returncode, "\n".join(said[-20:]))
+        raise RuntimeError(f"the file reader ended with status {done.returncode}")
     said = orjson.loads(done.stdout)
     if "refused" in said:
         raise InvalidArgument(said["refused"])

@@ -42,6 +42,20 @@ class ModelUnavailable(ModelError):
         self.last_error = last_error
 
 
+# how servers say a prompt is past the model's context (OpenAI, vLLM, llama.cpp, Ollama, Anthropic-compatible
+# proxies); "max_tokens must be less than …" is a setting every call meets, not a prompt to shorten
+_PAST_CONTEXT = (
+    "context length",
+    "context_length",
+    "context window",
+    "maximum context",
+    "exceeds the available context",
+    "prompt is too long",
+    "input is too long",
+    "too many tokens in the prompt",
+)
+
+
 class ModelRequestRejected(ModelError):
     """The server refused the request itself (4xx other than 429); retrying would not help."""
 
@@ -55,10 +69,10 @@ class ModelRequestRejected(ModelError):
 
     @property
     def too_long(self) -> bool:
-        """Whether the server refused the prompt as past its context (not a key, model name or credit that
-        any request would meet): a 400 or 413 whose reply speaks of the context, length or tokens."""
+        """Whether the server refused the prompt as past its context (not a key, a model name, credit or a
+        max_tokens setting, which every request would meet): a 413, or a 400 whose reply says so."""
         said = self.body.lower()
-        return self.status_code in (400, 413) and any(w in said for w in ("context", "too long", "length", "token"))
+        return self.status_code == 413 or (self.status_code == 400 and any(p in said for p in _PAST_CONTEXT))
 
 
 class ModelOutputInvalid(ModelError):

@@ -57,6 +57,8 @@ def asked_words(request: dict) -> int:
 REFUSALS = {
     "a wrong key": (401, "invalid api key", None),
     "a wrong model name": (404, "model 'x' not found", None),
+    "max_tokens over the model's limit": (400, "max_tokens must be less than or equal to 8192", None),
+    "max_tokens not taken": (400, "Unsupported parameter: 'max_tokens'; use 'max_completion_tokens'", None),
     "a prompt past the context": (400, "This model's maximum context length is 4096 tokens", 3000),
 }
 

@@ -228,19 +228,49 @@ def test_a_pdf_slow_before_its_first_operator_is_refused_at_the_time_limit(monke
     monkeypatch.setattr(uploads, "_STARTUP_S", 2.0)
     started = time.monotonic()
     with pytest.raises(InvalidArgument, match="took more than 1 s to read; split it into smaller files"):
-        uploads.pdf_text_apart(slow_fonts_pdf(), "fonts.pdf")
+        uploads.text_apart(slow_fonts_pdf(), "fonts.pdf")
     assert time.monotonic() - started < 6
 
 
 def test_a_pdf_read_in_its_own_process_gives_the_same_text_and_refusals():
     from services.api import uploads
 
-    assert uploads.pdf_text_apart(pdf(["Hello there"]), "a.pdf") == files.pdf_text(pdf(["Hello there"]), "a.pdf")
+    assert uploads.text_apart(pdf(["Hello there"]), "a.pdf") == files.pdf_text(pdf(["Hello there"]), "a.pdf")
     with pytest.raises(InvalidArgument, match="is not a readable PDF"):
-        uploads.pdf_text_apart(b"%PDF-1.7\nnot really", "broken.pdf")
+        uploads.text_apart(b"%PDF-1.7\nnot really", "broken.pdf")
 
 
 def test_valid_json_with_a_huge_integer_is_accepted():
     # int() refuses past 4,300 digits: the file was called "not valid JSON", naming Python's setting
     text = '{"n": ' + "7" * 5_000 + "}"
     assert files.text_of(text.encode(), "big.json") == text
+
+
+def test_json_is_checked_in_the_reading_process_not_in_the_api(monkeypatch):
+    # 31 MiB of [[],[],…] took 780 MB and 6.5 s on the API's one reading thread
+    from services.api import uploads
+
+    assert uploads.text_apart(b"[" + b"[]," * 1000 + b"[]]", "arrays.json").startswith("[[],")
+    with pytest.raises(InvalidArgument, match="is not valid JSON"):
+        uploads.text_apart(b"[1,", "broken.json")
+    read_apart = []
+    monkeypatch.setattr(uploads, "text_apart", lambda data, name: read_apart.append(name) or data.decode())
+    uploads._chunks(b'{"a": 1}', "a.json")
+    uploads._chunks(b"plain words", "a.txt")
+    assert read_apart == ["a.json"]
+
+
+def test_a_file_is_read_under_a_lower_inherited_memory_limit():
+    # raising the hard limit to 4 GiB is refused under systemd's LimitAS= (3 GiB here): every PDF was refused
+    import subprocess
+    import sys
+
+    script = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30));"
+        "from services.api import uploads;"
+        "from tests.unit.test_upload_file_text import pdf;"
+        "print(uploads.text_apart(pdf(['Hello there']), 'a.pdf'))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "Hello there"
