@@ -253,3 +253,43 @@ def test_the_sync_client_is_the_generated_twin_of_the_async_one():
         sys.path.pop(0)
     source = (CLIENT / "peerlog_client" / "_async.py").read_text()
     assert (CLIENT / "peerlog_client" / "_sync.py").read_text() == unasync(source)
+
+
+def test_an_enum_value_or_chat_event_from_a_newer_server_does_not_break_reads():
+    # a level this client did not know raised KeyError, past `except PeerlogError`: every read holding one failed
+    from peerlog_client._convert import chat_event
+    from peerlog_client._gen.peerlog.v1 import dialectic_pb2
+
+    assert to_model(observations_pb2.Observation(level=99)).level == "unknown_99"
+    assert chat_event(dialectic_pb2.ChatChunk()) is None  # a kind it does not know: skipped
+
+
+def test_remember_write_refuses_what_is_no_token_and_keeps_its_own_positions():
+    # kept as an opaque token, "t:0:7\n" from a file replaced the client's positions and failed every read
+    writes = ReadYourWrites()
+    writes.observe("t:0:5")
+    writes.remember("t:1:7\n")
+    assert writes.token == "t:0:5,t:1:7"
+    with pytest.raises(ValueError, match="not a consistency token"):
+        writes.remember("garbage")
+    assert writes.token == "t:0:5,t:1:7"
+    writes.forget()
+    assert writes.token == ""
+
+
+def test_a_page_token_that_does_not_advance_raises_instead_of_looping():
+    import asyncio
+
+    from peerlog_client._async import AsyncTransport
+
+    class Same:
+        async def unary(self, call):
+            return m.Page(("alice",), "same-token")
+
+    pages = AsyncTransport.pages(Same(), lambda token: None)
+
+    async def drain():
+        return [item async for item in pages]
+
+    with pytest.raises(errors.DataLoss, match="twice"):
+        asyncio.run(drain())

@@ -143,3 +143,24 @@ def test_no_user_of_a_chat_of_many_rewrites_the_ais_own_card_through_a_tool():
     assert not client.workspace.return_value.peer.return_value.set_card.called
     assert provider.dispatch("peerlog_profile", {"card": []}).startswith("error:")  # [] reads nothing, wipes nothing
     provider.close()
+
+
+def test_a_call_abandoned_before_its_work_started_never_reaches_the_server():
+    # left queued behind slow work, 37 of 48 searches whose callers were told "unavailable" reached the
+    # server after it recovered, and held up the turns that came then
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pytest
+
+    from peerlog_client.memory.provider import MemoryUnavailable
+
+    provider, _ = group_chat(timeout=0.2)
+    provider._pool = ThreadPoolExecutor(max_workers=1)  # one worker, held by the first call
+    release, ran = threading.Event(), []
+    with pytest.raises(MemoryUnavailable):
+        provider.call("slow", lambda: release.wait(5))
+    with pytest.raises(MemoryUnavailable):
+        provider.call("queued", lambda: ran.append("queued"))  # queued behind it, then abandoned
+    release.set()
+    provider._pool.shutdown(wait=True)
+    assert ran == []

@@ -220,3 +220,15 @@ def test_a_path_that_is_not_json_is_a_clear_error(tmp_path: Path):
     (tmp_path / "memory.json").write_text("{nope")
     with pytest.raises(ConfigError, match="not JSON"):
         load_config({"PEERLOG_MEMORY_HOME": str(tmp_path), "PEERLOG_MEMORY_GLOBAL": str(tmp_path / "x")})
+
+
+def test_a_long_cjk_turn_is_cut_to_what_chat_takes_whatever_its_script():
+    # cut at dialecticMaxInputChars alone, 6,300 Chinese characters were 8,428 tokens: Chat refused the query
+    from peerlog_client.memory.policy import chat_query
+    from services.llm.tokens import count_tokens
+
+    chinese = "我们明天去北京看长城然后吃烤鸭。" * 600  # 9,600 characters, within dialecticMaxInputChars
+    cut = chat_query(chinese, 10_000)
+    assert count_tokens(chinese) > 8_000 and count_tokens(cut) <= 8_000 and chinese.startswith(cut)
+    english = "word " * 1_000
+    assert chat_query(english, 10_000) == english

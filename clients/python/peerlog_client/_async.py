@@ -41,7 +41,7 @@ from peerlog_client._gen.peerlog.v1.scopes_pb2_grpc import ScopeServiceStub
 from peerlog_client._gen.peerlog.v1.sessions_pb2_grpc import SessionServiceStub
 from peerlog_client._gen.peerlog.v1.webhooks_pb2_grpc import WebhookServiceStub
 from peerlog_client._gen.peerlog.v1.workspaces_pb2_grpc import WorkspaceServiceStub
-from peerlog_client.errors import ClientClosed, from_rpc_error
+from peerlog_client.errors import ClientClosed, DataLoss, from_rpc_error
 
 T = TypeVar("T")
 # gRPC waits 1 s, then longer, before reconnecting after a failure; calls in between fail at once. Retries
@@ -113,7 +113,9 @@ class AsyncTransport:
             try:
                 async for item in rpc:
                     arrived = True
-                    yield call.convert(item)
+                    converted = call.convert(item)
+                    if converted is not None:  # a kind of item this client does not know
+                        yield converted
                 return
             except grpc.RpcError as error:
                 wait = None if arrived else attempts.retry_after(error)
@@ -125,7 +127,7 @@ class AsyncTransport:
 
     async def pages(self, page: Callable[[str], Call[m.Page[T]]]) -> AsyncIterator[T]:
         """Every item of a paged list: `page(token)` is the call for the page after `token`."""
-        token = ""
+        token, seen = "", set()
         while True:
             got = await self.unary(page(token))
             for item in got.items:
@@ -133,6 +135,9 @@ class AsyncTransport:
             token = got.next_page_token
             if not token:
                 return
+            if token in seen:  # a server's bug: the same page again and again, without end
+                raise DataLoss(f"the server sent page token {token[:40]!r} twice: the list would never end")
+            seen.add(token)
 
     async def close(self) -> None:
         self._closed = True
@@ -298,8 +303,14 @@ class AsyncPeerlog:
         return self._t.context.writes.token
 
     def remember_write(self, token: str) -> None:
-        """Make this client's reads wait for a write made elsewhere (another client's token)."""
-        self._t.context.writes.observe(token)
+        """Make this client's reads wait for a write made elsewhere (another client's token). ValueError for
+        what is no token peerlog returns: kept, it replaced this client's own positions and failed every read."""
+        self._t.context.writes.remember(token)
+
+    def forget_writes(self) -> None:
+        """Stop waiting for the writes this client made or remembered (after a log was reset or replaced,
+        whose positions no read can reach)."""
+        self._t.context.writes.forget()
 
     async def close(self) -> None:
         await self._t.close()

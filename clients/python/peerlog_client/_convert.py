@@ -105,9 +105,7 @@ def effective_configuration(message: Proto) -> m.EffectiveConfiguration:
     level = message.DESCRIPTOR.fields_by_name["levels"].message_type.fields_by_name["value"].enum_type
     return m.EffectiveConfiguration(
         values=to_model(message.values),
-        levels={
-            name: _enum_name(level.values_by_number[number].name, level.name) for name, number in message.levels.items()
-        },
+        levels={name: _enum_label(level, number) for name, number in message.levels.items()},
     )
 
 
@@ -156,8 +154,11 @@ def log_event(e: Proto) -> m.LogEvent:
     )
 
 
-def chat_event(chunk: Proto) -> m.ChatEvent:
+def chat_event(chunk: Proto) -> m.ChatEvent | None:
+    """The chunk's event; None for a kind a newer server sends that this client does not know (skipped)."""
     kind = chunk.WhichOneof("event")
+    if kind is None:
+        return None
     if kind == "text":
         return m.ChatText(chunk.text)
     if kind == "discard_text":
@@ -183,12 +184,19 @@ def _value(message: Proto, fd: FieldDescriptor) -> Any:
 
 def _one(fd: FieldDescriptor, value: Any) -> Any:
     if fd.enum_type is not None:
-        return _enum_name(fd.enum_type.values_by_number[value].name, fd.enum_type.name)
+        return _enum_label(fd.enum_type, value)
     if fd.message_type is None:
         return value
     if fd.message_type.full_name == _TIMESTAMP:
         return value.ToDatetime(tzinfo=UTC)
     return to_model(value)
+
+
+def _enum_label(enum_type, number: int) -> str:
+    """An enum's value by name ("deductive"); "unknown_<n>" for a number a newer server sends that this
+    client does not know (it raised KeyError, past `except PeerlogError`, and broke every read holding one)."""
+    known = enum_type.values_by_number.get(number)
+    return _enum_name(known.name, enum_type.name) if known is not None else f"unknown_{number}"
 
 
 def _enum_name(value_name: str, enum_name: str) -> str:

@@ -123,6 +123,16 @@ class ReadYourWrites:
                 return self._opaque
             return ",".join(f"{t}:{p}:{o}" for (t, p), o in sorted(self._positions.items()))
 
+    def remember(self, token: str) -> None:
+        """`observe` for a token a caller hands over: refused unless it is `topic:partition:offset` parts."""
+        if _positions(token.strip()) is None:
+            raise ValueError(f"not a consistency token peerlog returns (topic:partition:offset, …): {token[:80]!r}")
+        self.observe(token.strip())
+
+    def forget(self) -> None:
+        with self._lock:
+            self._positions, self._opaque = {}, ""
+
     def observe(self, token: str) -> None:
         if not token:
             return

@@ -83,6 +83,23 @@ def truncate_words(text: str, max_chars: int) -> str:
     return (cut[:space] if space > 0 else text[:max_chars]).rstrip()
 
 
+# what the server's Chat takes of a query: 8,000 tokens, and a cl100k token is at least one UTF-8 byte. Cut at
+# dialecticMaxInputChars alone, a 6,300-character Chinese turn was 8,428 tokens: refused, and that turn
+# went without its dialectic layer
+CHAT_QUERY_BYTES = 8_000
+
+
+def chat_query(text: str, max_chars: int) -> str:
+    """`text` cut to `max_chars` and to what Chat takes whatever the script, at a word boundary."""
+    text = truncate_words(text, max_chars)
+    data = text.encode()
+    if len(data) <= CHAT_QUERY_BYTES:
+        return text
+    cut = data[:CHAT_QUERY_BYTES].decode(errors="ignore")
+    space = cut.rfind(" ")
+    return (cut[:space] if space > len(cut) // 2 else cut).rstrip()
+
+
 def assemble(base: str, dialectic: str, config: MemoryConfig) -> str:
     """The injected context: the base layer, then the dialectic layer cut to dialecticMaxChars, the
     whole cut to contextTokens at a word boundary."""

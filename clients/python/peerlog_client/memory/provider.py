@@ -386,7 +386,7 @@ class MemoryProvider:
             prompt = policy.first_prompt(warm, query) if index == 0 else policy.next_prompt(answers)
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.001)
             answer = observer.chat(
-                policy.truncate_words(prompt, self.config.dialectic_max_input_chars),
+                policy.chat_query(prompt, self.config.dialectic_max_input_chars),
                 target=user,
                 session=session,
                 level=pass_level,
@@ -534,6 +534,9 @@ class MemoryProvider:
         try:
             return future.result(timeout=remaining)
         except FutureTimeout:
+            # not started yet (queued behind other late work): never started. Left queued, a burst of late
+            # calls ran on after the server recovered, and held up the turns that came then
+            future.cancel()
             self._timed_out(what)
         except Exception as error:  # noqa: BLE001 - fail open: whatever went wrong, the turn goes on
             self._failed(what, error)
@@ -545,6 +548,7 @@ class MemoryProvider:
         try:
             return future.result(timeout=self.config.timeout)
         except FutureTimeout:
+            future.cancel()  # not started yet: never started, as its caller is told (see _bounded)
             self._timed_out(what)
             raise MemoryUnavailable(f"peerlog did not answer within {self.config.timeout} s") from None
 

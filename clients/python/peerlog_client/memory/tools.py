@@ -167,7 +167,7 @@ def _author(message: Any) -> dict[str, str]:
 def _reasoning(p: MemoryProvider, a: ReasoningArgs) -> Any:
     level = getattr(a, "reasoning_level", None) or p.config.dialectic_reasoning_level
     user = p.current_user()
-    query = policy.truncate_words(a.query, p.config.dialectic_max_input_chars)
+    query = policy.chat_query(a.query, p.config.dialectic_max_input_chars)
     # the AI's knowledge of the user answers, but only from turns the user was there for: the AI is in every
     # user's sessions, and one user must not be quoted what another said
     answer = p.peer(p.observer_of(user)).chat(
