@@ -29,7 +29,7 @@ import openai
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from services.llm import formats, metrics
-from services.llm.errors import EmbeddingError, ModelOutputInvalid
+from services.llm.errors import EmbeddingError, ModelOutputInvalid, ModelRequestRejected
 from services.llm.http import async_http_client, sync_http_client
 from services.llm.retry import call_async, call_sync
 from services.llm.settings import EmbeddingSettings
@@ -303,6 +303,19 @@ def _readable_reply() -> Iterator[None]:
         raise EmbeddingError(str(error)) from error
 
 
+MIN_CHARS = 100  # the shortest cut a text refused as too long is tried at
+
+
+def _shorter(refused: ModelRequestRejected, request: dict[str, Any]) -> int:
+    """Half the longest text's characters, for a request the server refused as past its model's context;
+    else `refused` raised again. max_chars is counted in characters: 2,000 of Chinese, emoji or digits
+    are some 2,000 tokens, past a 512-token model, and the search or write answered INTERNAL."""
+    longest = max((len(t) for t in request["input"]), default=0)
+    if not refused.too_long or longest <= MIN_CHARS:
+        raise refused
+    return max(MIN_CHARS, longest // 2)
+
+
 class OpenAIEmbedder:
     """Any OpenAI-compatible `/v1/embeddings` endpoint; checks every vector has `settings.dimensions`
     finite values, and sends at most `settings.max_chars` characters of a text."""
@@ -339,25 +352,31 @@ class OpenAIEmbedder:
         size = self._settings.batch_size
         return [texts[start : start + size] for start in range(0, len(texts), size)]
 
-    async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
-        request = self._request(batch)
-        with _readable_reply():
-            response = await call_async(
-                EMBEDDING_STAGE, self._settings, lambda: self._async.embeddings.create(**request), _count_retry
-            )
+    async def _embed_batch(self, batch: list[str], chars: int = 0) -> list[list[float]]:
+        request = self._request(batch, chars or self._settings.max_chars)
+        try:
+            with _readable_reply():
+                response = await call_async(
+                    EMBEDDING_STAGE, self._settings, lambda: self._async.embeddings.create(**request), _count_retry
+                )
+        except ModelRequestRejected as refused:
+            return await self._embed_batch(batch, _shorter(refused, request))
         return self._checked(response, len(batch))
 
-    def _embed_batch_sync(self, batch: list[str]) -> list[list[float]]:
-        request = self._request(batch)
-        with _readable_reply():
-            response = call_sync(
-                EMBEDDING_STAGE, self._settings, lambda: self._sync.embeddings.create(**request), _count_retry
-            )
+    def _embed_batch_sync(self, batch: list[str], chars: int = 0) -> list[list[float]]:
+        request = self._request(batch, chars or self._settings.max_chars)
+        try:
+            with _readable_reply():
+                response = call_sync(
+                    EMBEDDING_STAGE, self._settings, lambda: self._sync.embeddings.create(**request), _count_retry
+                )
+        except ModelRequestRejected as refused:
+            return self._embed_batch_sync(batch, _shorter(refused, request))
         return self._checked(response, len(batch))
 
-    def _request(self, batch: list[str]) -> dict[str, Any]:
+    def _request(self, batch: list[str], chars: int) -> dict[str, Any]:
         # cut to the limit: a server refuses a text past its model's context, and refuses it every time
-        texts = [text[: self._settings.max_chars] for text in batch]
+        texts = [text[:chars] for text in batch]
         # "float" explicitly: the SDK otherwise asks for base64, which some local servers do not speak
         return {"model": self._settings.model, "input": texts, "encoding_format": "float"}
 

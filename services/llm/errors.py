@@ -53,6 +53,8 @@ _PAST_CONTEXT = (
     "prompt is too long",
     "input is too long",
     "too many tokens in the prompt",
+    "must have less than",  # text-embeddings-inference: "`inputs` must have less than 512 tokens"
+    "too large to process",  # llama.cpp's server
 )
 
 

@@ -96,7 +96,9 @@ class EmbeddingSettings(BaseSettings):
     base_url: str = "http://127.0.0.1:8080/v1"
     api_key_env: str = Field("PEERLOG_EMBEDDING_API_KEY", description="NAME of the env var that holds the key")
     batch_size: int = Field(32, ge=1, description="texts per model call")
-    max_length: int = Field(256, ge=8, description="local model: tokens kept per text (the model's own limit)")
+    # the local models have 512 positions: a longer cut made ONNX Runtime fail on the first long text, an
+    # error no caller expects (it ended the worker, on every restart)
+    max_length: int = Field(256, ge=8, le=512, description="local model: tokens kept per text (at most 512)")
     # 2,000 characters are about 500 English tokens: within the 512 of most small embedding models (a
     # server refuses a longer text, and would refuse it on every retry), and more than the local models read
     max_chars: int = Field(2000, ge=1, description="openai provider: characters of a text sent (the rest is cut)")

@@ -229,3 +229,25 @@ async def test_a_structured_reply_cut_at_max_tokens_is_refused_at_once_naming_th
             [{"role": "user", "content": "facts?"}], Extraction
         )
     assert len(server.requests) == 1  # no repair: it would stop at the same limit
+
+
+async def test_a_text_a_server_refuses_as_past_its_context_is_embedded_cut_shorter(server):
+    # 2,000 characters of Chinese are some 2,000 tokens: a 512-token server refused it, and the search or
+    # write answered INTERNAL
+    def tei(body: dict):
+        if any(len(text) > 300 for text in body["input"]):
+            refusal = {"error": "Input validation error: `inputs` must have less than 512 tokens. Given: 900"}
+            return 413 if len(body["input"][0]) > 1000 else 400, "application/json", json.dumps(refusal).encode()
+        return vectors(*([1.0, 0.0, 0.0, 0.0] for _ in body["input"]))
+
+    server.answer = tei
+    assert await embedder().embed(["长城" * 450]) == [[1.0, 0.0, 0.0, 0.0]]
+    assert [len(r["input"][0]) for r in server.requests] == [900, 450, 225]
+    server.answer = (401, "application/json", b'{"error": "invalid api key"}')
+    with pytest.raises(ModelRequestRejected):  # any other refusal stands
+        await embedder().embed(["hi"])
+
+
+def test_a_local_model_cut_past_its_512_positions_is_refused_at_start():
+    with pytest.raises(ValueError, match="less than or equal to 512"):
+        EmbeddingSettings(max_length=1024)
