@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from sqlalchemy import Engine, select
 
 from projections.apply import Applied, Record, apply_batch, stored_offsets
@@ -111,6 +111,11 @@ class Projector:
 
     def _step(self) -> None:
         msgs = self._poll()
+        fatal = next((m.error() for m in msgs if _fatal(m.error())), None)
+        if fatal is not None:
+            # fenced (another projector under this instance id) or otherwise done for: logged and dropped, it
+            # stayed alive projecting nothing, and no supervisor restarted it
+            raise KafkaException(fatal)
         records = [to_record(m) for m in msgs if usable(m)]
         if records:
             result = self._while_database_away(self._apply, records)
@@ -180,3 +185,8 @@ class Projector:
                 TopicPartition(p.topic, p.partition, done.get((p.topic, p.partition), OFFSET_BEGINNING))
             )
         log.info("projection schema was swapped; rewound to its stored offsets")
+
+
+def _fatal(error: KafkaError | None) -> bool:
+    """Whether a consumer's error ends it for good (librdkafka reports a fenced static member as _FATAL)."""
+    return error is not None and (error.fatal() or error.code() == KafkaError._FATAL)

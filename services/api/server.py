@@ -291,6 +291,18 @@ def serve_metrics(api: ApiSettings, registry: CollectorRegistry = REGISTRY) -> N
         ) from None
 
 
+# a connection is pinged after a minute without traffic and dropped if the ping is not answered in 20 s: an
+# idle Subscribe whose client vanished (a NAT's idle timeout, a killed laptop) kept its consumer and its
+# place among the workspace's streams for gRPC's default of two hours
+KEEPALIVE = (
+    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", 30_000),
+)
+
+
 async def start(settings: Settings, stopping: threading.Event | None = None) -> RunningServer:
     """Start serving on settings.api.host:port (port 0 picks a free one). While Postgres is away, wait for
     it until `stopping` is set."""
@@ -325,7 +337,11 @@ async def start(settings: Settings, stopping: threading.Event | None = None) -> 
     shared = settings.api.processes > 1
     # the receive limit admits the largest request the documented limits allow (gRPC's default, 4 MiB, did
     # not: 100 messages of 25,000 three-byte characters were refused by the transport)
-    options = [("grpc.so_reuseport", int(shared)), ("grpc.max_receive_message_length", v.MAX_REQUEST_BYTES)]
+    options = [
+        ("grpc.so_reuseport", int(shared)),
+        ("grpc.max_receive_message_length", v.MAX_REQUEST_BYTES),
+        *KEEPALIVE,
+    ]
     server = grpc.aio.server(interceptors=interceptors, options=options)
     webhooks = WebhookStore(await asyncio.get_running_loop().run_in_executor(None, _webhook_engine, settings, stopping))
     monitor = _health(_register(server, ctx, webhooks, settings), ctx, ends, settings)

@@ -461,3 +461,22 @@ async def test_the_card_read_is_the_last_set_on_the_log_whatever_the_clocks_say(
     later_on_the_log_from_a_lagging_host(settings, card("Bob"), card("Robert"))
     got = await read_when(settings, peer_cards, 2, lambda conn: peer_reads.peer_card(conn, "w", "bob", "bob"))
     assert got["entries"] == ["IDENTITY: Robert"]
+
+
+def test_a_projector_fenced_by_another_under_its_instance_id_exits_nonzero(settings, tmp_path):
+    # the fatal error was logged as a warning and dropped: the process stayed alive projecting nothing, and
+    # no supervisor restarted it
+    engine = sync_engine(settings.database)
+    create_schema(engine, settings.database.schema_name)
+    env = {"PEERLOG_PROJECTOR_INSTANCE_ID": "projector-1"}
+    first = Worker(settings, tmp_path / "first.log", env, command="projector run").start()
+    second = Worker(settings, tmp_path / "second.log", env, command="projector run")
+    try:
+        time.sleep(8)  # the first has joined the group
+        second.start()
+        eventually(lambda: first.proc.poll() is not None, timeout=90)
+        assert first.proc.returncode != 0
+        assert "fenced" in (tmp_path / "first.log").read_text().lower()
+    finally:
+        second.stop()
+        first.stop()
