@@ -91,6 +91,18 @@ def _save(state: StackState) -> None:
         out.write(json.dumps(asdict(state), indent=2))
 
 
+def ours(pid: int, name: str) -> bool:
+    """Whether `pid` is alive and still the stack's `name` process: after a reboot, or once a process died, its
+    recorded pid may be another program's, which `down` killed and `up` took for the process running."""
+    if not pid_alive(pid):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return not Path("/proc").is_dir()  # no /proc (macOS): the pid alone
+    return b"services.cli.main" in argv and all(arg.encode() in argv for arg in PROCESSES[name])
+
+
 def _spawn(state: StackState, name: str) -> int:
     log = open(Path(state.root) / f"{name}.log", "ab")
     # a projector or worker restarted under its name takes its partitions back at once (static group
@@ -150,7 +162,7 @@ def up(root: Path, progress=print, model_env: dict[str, str] | None = None) -> S
     created = create_topics(KafkaSettings(bootstrap_servers=state.bootstrap_servers))
     progress(f"topics    {', '.join(f'{t} ({s})' for t, s in created.items())}")
     for name in PROCESSES:
-        if not pid_alive(state.pids.get(name, 0)):
+        if not ours(state.pids.get(name, 0), name):
             state.pids[name] = _spawn(state, name)
             progress(f"{name:<9} started (pid {state.pids[name]}, log {root / (name + '.log')})")
     _save(state)
@@ -164,7 +176,7 @@ def down(root: Path, progress=print) -> None:
     root = root.resolve()
     state = load_state(root)
     for name, pid in state.pids.items():
-        if pid_alive(pid):
+        if ours(pid, name):
             terminate(pid, 30)
             progress(f"{name:<9} stopped")
     state.pids = {}

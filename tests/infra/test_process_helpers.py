@@ -84,3 +84,18 @@ def test_a_log_tail_is_the_last_lines_or_characters_or_the_missing_text(tmp_path
     log.write_text("".join(f"line {i}\n" for i in range(50)))
     assert log_tail(log, 2) == "line 48\nline 49"
     assert log_tail(log, chars=8) == "line 49\n"
+
+
+def test_a_recorded_pid_another_program_took_is_not_the_stacks_process() -> None:
+    # after a reboot `dev down` signalled, then killed, whatever now had the api's recorded pid
+    from infra.stack import ours
+
+    other = subprocess.Popen(["sleep", "30"])
+    api_like = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "services.cli.main", "serve"])
+    try:
+        assert not ours(other.pid, "api")
+        assert ours(api_like.pid, "api") and not ours(api_like.pid, "worker")
+    finally:
+        for proc in (other, api_like):
+            proc.kill()
+            proc.wait()
