@@ -8,6 +8,7 @@ instead of being held for the whole consistency wait.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,6 +17,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from services.bus.consistency import ConsistencyToken, InvalidConsistencyToken
 from services.bus.settings import KafkaSettings
 from services.bus.topics import ALL_TOPICS
+
+log = logging.getLogger(__name__)
 
 
 def _shown(text: str) -> str:
@@ -32,6 +35,7 @@ class LogEnds:
 
     def __init__(self, settings: KafkaSettings, timeout_s: float = 2.0, relist_every_s: float = 1.0) -> None:
         self._names = frozenset(spec.full_name(settings.topic_prefix) for spec in ALL_TOPICS)
+        self._said_missing = False  # whether the topics missing were logged (once, until they are there)
         # no group is ever joined: the consumer only asks for metadata and watermarks. Read uncommitted,
         # so the end is the high watermark, which an acknowledged write (acks=all) is always below; the
         # last stable offset can trail a committed transaction until its markers are written
@@ -63,12 +67,18 @@ class LogEnds:
         }
 
     async def reachable(self) -> bool:
-        """Whether the broker answers a metadata request now (for the health check)."""
+        """Whether the broker answers a metadata request now and holds every peerlog topic (for the health
+        check): without its topics (`peerlog serve` before `peerlog topics create`, or another
+        PEERLOG_KAFKA_TOPIC_PREFIX) the API said SERVING, and every write timed out "may be on the log"."""
         try:
             await self._run(self.list_topics)
-            return True
         except KafkaException:
             return False
+        missing = sorted(self._names - set(self._partitions))
+        if missing and not self._said_missing:
+            log.warning("topics %s do not exist: run `peerlog topics create`, or check the prefix", ", ".join(missing))
+        self._said_missing = bool(missing)
+        return not missing
 
     async def check(self, token: ConsistencyToken) -> None:
         """Raise InvalidConsistencyToken if some position of `token` can never be reached."""

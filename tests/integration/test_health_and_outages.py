@@ -199,3 +199,20 @@ async def test_a_pooled_connection_in_steady_use_is_not_pinged_before_a_read(set
             assert last == ("SELECT pg_backend_pid() + 0",)
     finally:
         await engine.dispose()
+
+
+async def test_health_is_not_serving_while_a_topic_is_missing(settings):
+    # `peerlog serve` before `peerlog topics create` said SERVING, and every write timed out "may be on the log"
+    from services.bus.admin import create_topics
+    from tests.conftest import drop_topics
+
+    fast = settings.model_copy(update={"api": settings.api.model_copy(update={"health_interval_s": 0.3})})
+    drop_topics(settings.kafka)
+    server = await start(fast)
+    try:
+        async with admin_channel(fast, server.port) as channel:
+            await until(lambda: health_of(channel), lambda status: status == NOT_SERVING, 30)
+            create_topics(settings.kafka)
+            await until(lambda: health_of(channel), lambda status: status == SERVING, 60)
+    finally:
+        await server.stop(0)
