@@ -130,16 +130,22 @@ def storable(text: str) -> str:
 
 
 def strip_fences(text: str) -> str:
-    """The reply trimmed if it is JSON as it stands; else the JSON inside its ```json fence, if it has one.
-    JSON first: a string value may quote ``` ("run ```make deploy``` first"), which is no fence."""
-    body = text.strip()
-    if _loads(body) is not _NOT_JSON:
-        return body
-    match = _LINE_FENCE.search(text) or _FENCE.search(text)
-    return (match.group(1) if match else text).strip()
+    """The reply trimmed if it is JSON as it stands; else the JSON inside its ```json fence, if it has one."""
+    return _unfenced(text)[0]
 
 
 _NOT_JSON = object()
+
+
+def _unfenced(text: str) -> tuple[str, Any]:
+    """The reply's JSON text and its value (_NOT_JSON if it does not parse), parsed once. JSON first: a string
+    value may quote ``` ("run ```make deploy``` first"), which is no fence."""
+    body = text.strip()
+    value = _loads(body)
+    if value is _NOT_JSON and (match := _LINE_FENCE.search(text) or _FENCE.search(text)):
+        body = match.group(1).strip()
+        value = _loads(body)
+    return body, value
 
 
 def _loads(body: str) -> Any:
@@ -154,8 +160,7 @@ def _loads(body: str) -> Any:
 
 def parse_reply(text: str, schema: type[M]) -> M:
     """The reply validated as `schema`; raises pydantic.ValidationError (bad JSON included)."""
-    body = strip_fences(text)
-    value = _loads(body)
+    body, value = _unfenced(text)
     # not JSON: pydantic describes the bad JSON (and refuses nesting past its own limit)
     return schema.model_validate_json(body if value is _NOT_JSON else json.dumps(value))
 

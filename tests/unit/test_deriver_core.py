@@ -118,12 +118,12 @@ def test_windows_respect_the_token_cap_but_always_take_one_message():
     assert len(window) == 1 and rest.pending == ()
 
 
-def verdicts(facts, known=(), texts=("I live in Oslo and I love rust",), emb=None, **kw):
-    window = next_window(batch(*texts), 1024)[0]
+def verdicts(facts, known=(), texts=("I live in Oslo and I love rust",), emb=None, window=None, pair=PAIR, **kw):
+    window = window or next_window(batch(*texts), 1024)[0]
     ids = (f"o{i}" for i in count())
     embeddings = emb or [(1.0, 0.0)] * len(facts)
     return judge(
-        PAIR,
+        pair,
         facts,
         embeddings,
         window,
@@ -378,17 +378,5 @@ def test_a_fact_naming_the_target_by_display_name_is_grounded_as_by_id():
     )
     window = next_window(add(Batching(), message, 5), 1024)[0]
     fact = ExtractedFact(content="Alice Smith has a pet cat named Miso", message_id="m0", span="she is my pet")
-    out = judge(
-        Pair("w", "u-7f3a", "u-7f3a"),
-        [fact],
-        [(1.0, 0.0)],
-        window,
-        [],
-        batch="b",
-        threshold=0.95,
-        embedding_model="e",
-        producer=P,
-        cause=None,
-        new_id=lambda: "o1",
-    )
+    out = verdicts([fact], window=window, pair=Pair("w", "u-7f3a", "u-7f3a"))
     assert [type(e) for e in out.events] == [ObservationAdded]
