@@ -6,10 +6,10 @@ import functools
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from sqlalchemy import RowMapping, bindparam, select
+from sqlalchemy import RowMapping, bindparam, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.schema import memberships, sessions, summaries
+from projections.schema import memberships, messages, sessions, summaries
 
 
 async def session(conn: AsyncConnection, workspace_id: str, session_id: str) -> RowMapping | None:
@@ -71,21 +71,44 @@ async def current_members(conn: AsyncConnection, workspace_id: str, session_id: 
 
 
 @functools.cache
-def _summaries_statement(as_of: bool = False):
+def _summaries_statement(as_of: bool = False, reader: bool = False):
     t = summaries.c
-    return (
+    stmt = (
         select(summaries)
         .where(t.workspace_id == bindparam("workspace_id"), t.session_id == bindparam("session_id"))
         .where(t.created_at <= bindparam("as_of") if as_of else True)
         .order_by(t.kind, t.last_seq.desc(), t.created_at.desc(), t.event_id.desc())
         .distinct(t.kind)
     )
+    return stmt.where(_reader_saw_all(t)) if reader else stmt
+
+
+def _reader_saw_all(t):
+    """That the reader saw every turn a summary covers (rows `t` of summaries): one membership period of
+    its in the session runs from before the session's first message to the summary's last or later, in
+    log order (message_reads.seen_while_member's rule). A summary covers its session from the start, as
+    each rolls on the one before."""
+    ms, m = memberships.c, messages.c
+    first = select(func.min(m.seq)).where(m.workspace_id == t.workspace_id, m.session_id == t.session_id)
+    return (
+        select(literal(1))
+        .where(
+            ms.workspace_id == t.workspace_id,
+            ms.session_id == t.session_id,
+            ms.peer_id == bindparam("reader_id"),
+            ms.joined_after_seq < first.scalar_subquery(),
+            ms.left_after_seq.is_(None) | (ms.left_after_seq >= t.last_seq),
+        )
+        .exists()
+    )
 
 
 async def latest_summaries(
-    conn: AsyncConnection, workspace_id: str, session_id: str, as_of: datetime | None = None
+    conn: AsyncConnection, workspace_id: str, session_id: str, as_of: datetime | None = None, reader_id: str = ""
 ) -> dict[str, RowMapping]:
-    """The latest summary of each kind a session has (had at `as_of`, if given), by kind ("short", "long")."""
-    values = {"workspace_id": workspace_id, "session_id": session_id, "as_of": as_of}
-    rows = await conn.execute(_summaries_statement(as_of is not None), values)
+    """The latest summary of each kind a session has (had at `as_of`, if given), by kind ("short", "long");
+    with a `reader_id`, the latest of those covering only turns that peer saw: a summary is not a way
+    around the perspective its messages are read under."""
+    values = {"workspace_id": workspace_id, "session_id": session_id, "as_of": as_of, "reader_id": reader_id}
+    rows = await conn.execute(_summaries_statement(as_of is not None, bool(reader_id)), values)
     return {r["kind"]: r for r in rows.mappings()}

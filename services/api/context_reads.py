@@ -216,7 +216,7 @@ async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
         if observer and allowed is None and await _card_on(ctx, conn, q):
             row = await peer_reads.peer_card(conn, q.workspace_id, observer, target, q.as_of)
             card = list(row["entries"]) if row else []
-        summaries = await session_reads.latest_summaries(conn, q.workspace_id, q.session_id, q.as_of)
+        summaries = await session_reads.latest_summaries(conn, q.workspace_id, q.session_id, q.as_of, q.reader_id)
         query_vector = await vector
         if observer:
             ranked = await _ranked(conn, q, observer, target, query_vector, allowed)

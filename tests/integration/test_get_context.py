@@ -11,9 +11,13 @@ from google.protobuf import timestamp_pb2
 from peerlog.v1 import context_pb2, context_pb2_grpc, messages_pb2, peers_pb2, sessions_pb2
 from peerlog_client import AsyncPeerlog
 from services.api.packing import Relevant, render_relevant
+from services.bus.producer import EventLog
 from services.cli.client import Client
+from services.events import ProducerInfo, SummaryKind, SummaryUpdated
 from services.llm.tokens import count_tokens
 from tests.support.wait import every_write
+
+P = ProducerInfo(component="test", version="0")
 
 
 def ask(channel, **kw) -> context_pb2.GetContextResponse:
@@ -428,3 +432,63 @@ async def test_no_peer_card_under_a_scope_or_an_allowlist_and_no_withdrawn_premi
     for narrowed in ({"scope_id": "empty"}, {"session_ids": ["other"]}):
         out = await ask(channel, workspace_id="w", session_id="other", observer_id="alice", target_id="bob", **narrowed)
         assert list(out.peer_card) == [] and list(out.observations) == [], narrowed
+
+
+async def test_a_summary_is_packed_only_for_a_reader_who_saw_every_turn_it_covers(channel, settings):
+    """carol joins after the PIN was told, dave leaves before the summary's last turn: the summary would
+    tell each of them what their own messages section leaves out. The short summary covers turns 1-3,
+    an older long one turns 1-2, which dave did see."""
+    SHORT = "Bob's PIN is 4321; Alice noted it, and greeted Carol when she joined the session."
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob", "dave"))
+    await c.peer("w", "carol")
+    await c.add("w", "s", [("bob", "my PIN is 4321"), ("alice", "noted")])
+    await c.session("w", "s", members=["carol"])
+    await c.sessions.RemoveMembers(
+        sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="s", peer_ids=["dave"])
+    )
+    await c.add("w", "s", [("alice", "hello carol")])
+
+    def summary(kind: SummaryKind, content: str, last_seq: int) -> SummaryUpdated:
+        return SummaryUpdated(
+            workspace_id="w",
+            session_id="s",
+            kind=kind,
+            content=content,
+            last_message_id="m",
+            last_seq=last_seq,
+            messages_covered=last_seq,
+            token_count=5,
+            model="m",
+            prompt_version="1",
+            producer=P,
+        )
+
+    log = EventLog(settings.kafka)
+    log.start()
+    try:
+        token = await log.append(
+            [
+                summary(SummaryKind.LONG, "Bob told Alice his PIN.", 2),
+                summary(SummaryKind.SHORT, SHORT, 3),
+            ]
+        )
+    finally:
+        log.close()
+
+    async def summary_for(**kw) -> str:
+        out = await ask(
+            channel,
+            workspace_id="w",
+            session_id="s",
+            token_budget=2000,
+            consistency={"consistency_token": token.encode()},
+            **kw,
+        )
+        return out.summary
+
+    assert await summary_for(observer_id="alice") == SHORT  # both, and the short one is the longer here
+    assert await summary_for() == SHORT  # no reader: the session as it is
+    assert await summary_for(observer_id="carol") == ""
+    assert await summary_for(observer_id="alice", perspective_peer_id="carol") == ""
+    assert await summary_for(observer_id="dave") == "Bob told Alice his PIN."
