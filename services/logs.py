@@ -53,3 +53,6 @@ def configure(settings: LogSettings | None = None) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if settings.format == "json" else logging.Formatter(FORMAT))
     logging.basicConfig(level=settings.level.upper(), handlers=[handler])
+    # httpx logs every request's full URL at INFO: a webhook receiver's URL may hold its credentials
+    # (user:password@, ?token=), which would reach the operator's log at every delivery
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 
+import httpx
 import orjson
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from services.logs import JsonFormatter
+from services.logs import JsonFormatter, LogSettings, configure
 from services.tracing import context_from, record_headers
 
 
@@ -42,3 +43,14 @@ def test_record_headers_carry_the_current_span_as_w3c_traceparent_and_back():
     assert [name for name, _ in headers] == ["traceparent"]
     carried = trace.get_current_span(context_from(headers)).get_span_context()
     assert carried.trace_id == span.get_span_context().trace_id and carried.is_remote
+
+
+def test_a_request_to_a_url_holding_credentials_leaves_no_part_of_them_in_the_log(caplog):
+    configure(LogSettings(level="debug"))
+    with (
+        caplog.at_level(logging.DEBUG),
+        httpx.Client(transport=httpx.MockTransport(lambda _: httpx.Response(204))) as c,
+    ):
+        c.post("https://user:s3cret@hooks.example.com/T0/B0?token=abc123", content=b"{}")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "s3cret" not in logged and "abc123" not in logged
