@@ -17,8 +17,13 @@ from projections.schema import memberships, message_origins, messages
 MESSAGE_COLUMNS = [
     c for c in messages.c if c.name not in ("embedding", "embedding_model", "embedding_event_id", "content_tsv")
 ]
-# what a turn packed into a context needs: not the metadata, which may hold 64 KB a message
-TURN_COLUMNS = [messages.c[name] for name in ("message_id", "seq", "peer_id", "content", "author_name")]
+# what a turn packed into a context needs: not the metadata, which may hold 64 KB a message; and the id it
+# was first sent under if it is a CloneSession copy (origin_message_id, else NULL), so a context packs a
+# turn and its copies once
+TURN_COLUMNS = [
+    *(messages.c[name] for name in ("message_id", "seq", "peer_id", "content", "author_name")),
+    message_origins.c.origin_message_id,
+]
 
 
 async def message(conn: AsyncConnection, workspace_id: str, message_id: str) -> RowMapping | None:
@@ -44,10 +49,12 @@ async def origins(conn: AsyncConnection, workspace_id: str, message_ids: Sequenc
 
 @functools.cache
 def _messages_statement(after: bool, reverse: bool, perspective: bool, as_of: bool = False, turns: bool = False):
-    c = messages.c
+    c, o = messages.c, message_origins.c
     stmt = select(*(TURN_COLUMNS if turns else MESSAGE_COLUMNS)).where(
         c.workspace_id == bindparam("workspace_id"), c.session_id == bindparam("session_id")
     )
+    if turns:
+        stmt = stmt.outerjoin(message_origins, (o.workspace_id == c.workspace_id) & (o.message_id == c.message_id))
     if after:
         stmt = stmt.where(c.seq < bindparam("after_seq") if reverse else c.seq > bindparam("after_seq"))
     if as_of:

@@ -180,6 +180,7 @@ async def _relevant(
             in_zone(r["created_at"], q.zone),  # headed by the asker's day and time
             r["score"],
             r["author_name"] or "",
+            r["origin_message_id"] or "",
         )
         for r in hits
     ]
@@ -249,7 +250,12 @@ async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, rel
             turns=True,
         )
         rows += read
-        lines = [RecentMessage(r["message_id"], r["peer_id"], r["content"], r["author_name"] or "") for r in rows]
+        lines = [
+            RecentMessage(
+                r["message_id"], r["peer_id"], r["content"], r["author_name"] or "", r["origin_message_id"] or ""
+            )
+            for r in rows
+        ]
         packed = pack_messages(fixed, lines, count_tokens, relevant)
         if not _window_open(packed, lines) or len(read) < wanted or limit >= most:
             return packed
@@ -259,8 +265,8 @@ async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, rel
 def _window_open(packed: Packed, newest_first: list[RecentMessage]) -> bool:
     """Whether every turn read fit, so older ones might too: newest turns too long for the room, skipped
     before the window starts (pack_messages), do not close it."""
-    shown = {r.message_id for r in packed.relevant}
-    candidates = [line.message_id for line in newest_first if line.message_id not in shown]
+    shown = {r.turn for r in packed.relevant}
+    candidates = [line.message_id for line in newest_first if line.turn not in shown]
     newest_packed = packed.messages[-1].message_id if packed.messages else None  # packed oldest first
     skipped = candidates.index(newest_packed) if newest_packed is not None else len(candidates)
     return skipped + len(packed.messages) == len(candidates)

@@ -46,6 +46,12 @@ class RecentMessage:
     peer_id: str
     content: str
     author: str = ""  # the author's display name, shown in place of its id (`named`)
+    first_id: str = ""  # the id it was first sent under, if it is a CloneSession copy
+
+    @property
+    def turn(self) -> str:
+        """Which turn it is: a message and its CloneSession copies are one."""
+        return self.first_id or self.message_id
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,11 @@ class Relevant:
     created_at: datetime
     score: float
     author: str = ""  # as RecentMessage.author
+    first_id: str = ""  # as RecentMessage.first_id
+
+    @property
+    def turn(self) -> str:
+        return self.first_id or self.message_id
 
 
 @dataclass(frozen=True)
@@ -300,9 +311,9 @@ def pack_messages(
     room = fixed.room
     found, relevant_tokens, size = _fit_relevant(relevant, fixed.relevant_room, count)  # size: toward MESSAGE_BYTES
     room -= relevant_tokens
-    shown = {r.message_id for r in found}
+    shown = {r.turn for r in found}
     lines: list[RecentMessage] = []
-    for line in (x for x in newest_first if x.message_id not in shown):
+    for line in (x for x in newest_first if x.turn not in shown):
         cost, grown = count(render_line(line)), size + len(line.content.encode())
         if cost > room or grown > MESSAGE_BYTES:
             if lines:

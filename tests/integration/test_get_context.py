@@ -381,11 +381,14 @@ async def test_a_turn_and_its_clone_copy_are_packed_once(channel):
             consistency={"consistency_token": sent.consistency_token},
         )
     )
-    for session in ("c1", "s"):
+    # read in either session; recalled from every session, or only from the other one (its copies can then
+    # never be hits beside the turn read, and were packed in both sections)
+    for session, allowed in (("c1", []), ("s", []), ("c1", ["s"]), ("s", ["c1"])):
         out = await ask(
             channel,
             workspace_id="w",
             session_id=session,
+            session_ids=allowed,
             token_budget=3000,
             observer_id="alice",
             target_id="bob",
@@ -393,7 +396,7 @@ async def test_a_turn_and_its_clone_copy_are_packed_once(channel):
             consistency={"consistency_token": copied.consistency_token},
         )
         shown = [m.content for m in out.relevant_messages] + [m.content for m in out.messages]
-        assert shown.count(PIXEL) == 1, (session, shown)
+        assert shown.count(PIXEL) == 1 and len(shown) == len(set(shown)) == 4, (session, allowed, shown)
 
 
 async def test_no_peer_card_under_a_scope_or_an_allowlist_and_no_withdrawn_premise_anywhere(channel, settings):

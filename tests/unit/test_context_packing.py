@@ -214,9 +214,25 @@ def test_a_newest_turn_too_long_for_the_room_does_not_stop_older_turns_filling_i
     from services.api import context_reads
     from services.api.packing import fit_fixed
 
-    rows = [{"seq": 1001, "message_id": "m1001", "peer_id": "bob", "content": "word " * 5000, "author_name": ""}]
+    rows = [
+        {
+            "seq": 1001,
+            "message_id": "m1001",
+            "peer_id": "bob",
+            "content": "word " * 5000,
+            "author_name": "",
+            "origin_message_id": None,
+        }
+    ]
     rows += [
-        {"seq": s, "message_id": f"m{s}", "peer_id": "bob", "content": f"ok {s}", "author_name": ""}
+        {
+            "seq": s,
+            "message_id": f"m{s}",
+            "peer_id": "bob",
+            "content": f"ok {s}",
+            "author_name": "",
+            "origin_message_id": None,
+        }
         for s in range(1000, 0, -1)
     ]
 
@@ -240,7 +256,14 @@ def test_the_default_budget_reads_a_sessions_long_turns_a_page_at_a_time_not_twe
     from services.api.packing import fit_fixed
 
     rows = [
-        {"seq": s, "message_id": f"m{s}", "peer_id": "bob", "content": f"{s} " + "bees " * 5_000, "author_name": ""}
+        {
+            "seq": s,
+            "message_id": f"m{s}",
+            "peer_id": "bob",
+            "content": f"{s} " + "bees " * 5_000,
+            "author_name": "",
+            "origin_message_id": None,
+        }
         for s in range(20_000, 0, -1)
     ]
     asked: list[tuple[int, bool]] = []
