@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -284,6 +285,21 @@ def test_each_write_frequency_writes_every_turn_in_order_by_close(make_provider,
         client.remember_write(memory.client.consistency_token)  # the writes of the closed provider's client
         got = [m.content for m in client.workspace("acme").session("global", create=False).messages()]
     assert got == ["q0", "a0", "q1", "a1", "q2", "a2"]
+
+
+def test_turns_written_late_keep_the_time_they_were_recorded(make_provider):
+    memory = make_provider(writeFrequency="session")  # every turn waits for close()
+    before = datetime.now(UTC)
+    memory.record_turn("I keep bees", "How many hives?")
+    after = datetime.now(UTC)
+    time.sleep(1.5)
+    memory.close()
+    with Peerlog(memory.config.resolved_target, token=memory.config.resolved_token) as client:
+        client.remember_write(memory.client.consistency_token)
+        got = list(client.workspace("acme").session("global", create=False).messages())
+    assert [m.content for m in got] == ["I keep bees", "How many hives?"]
+    for message in got:  # stamped when the turn was recorded, not 1.5 s later when close() sent it
+        assert before - timedelta(seconds=1) <= message.created_at <= after + timedelta(seconds=1)
 
 
 def test_save_messages_false_writes_nothing(make_provider):

@@ -10,7 +10,7 @@ from unittest.mock import MagicMock, call
 import pytest
 
 from peerlog_client.memory.config import validate
-from peerlog_client.memory.identity import Sender, a2a_session, distinct_id, user_peer
+from peerlog_client.memory.identity import BOT_PREFIX, Sender, a2a_session, distinct_id, user_peer
 from peerlog_client.memory.provider import MemoryProvider
 
 VALID_ID = re.compile(r"[A-Za-z0-9_-]{1,512}")
@@ -40,6 +40,47 @@ def test_an_id_already_clean_keeps_its_peer_exactly(clean):
     assert user_peer(config, Sender(clean)) == clean
     assert user_peer(validate([("t", {"runtimePeerPrefix": "tg_"})]), Sender(clean[:500])) == f"tg_{clean[:500]}"
     assert user_peer(config, Sender("helper", is_bot=True)) == "bot-helper"
+
+
+@pytest.mark.parametrize(
+    ("keys", "victim"),
+    [
+        ({}, Sender("ada.smith@example.com")),  # ada-smith-example-com-<hash>
+        ({"runtimePeerPrefix": "tg_"}, Sender("ada.smith@example.com")),  # tg_ada-smith-example-com-<hash>
+        ({}, Sender("user")),  # peerName's id: human-user-<hash>
+        ({}, Sender("assistant")),  # the AI's: human-assistant-<hash>
+        ({}, Sender("helper.x", is_bot=True)),  # bot-helper-x-<hash>
+        ({"aiPeer": "bot-lumen"}, Sender("lumen", is_bot=True)),  # the AI's form: bot-lumen-<hash>
+    ],
+)
+def test_a_runtime_id_spelled_like_another_users_hashed_peer_gets_a_peer_of_its_own(keys, victim):
+    config = validate([("t", keys)])
+    peer = user_peer(config, victim)
+    form = BOT_PREFIX if victim.is_bot else config.runtime_peer_prefix  # what user_peer puts before the id
+    assert peer.startswith(form) and peer != f"{form}{victim.runtime_id}"  # a hashed form: public, deterministic
+    impostor = Sender(peer.removeprefix(form), is_bot=victim.is_bot)  # whose id is that string, typed in
+    theirs = user_peer(config, impostor)
+    assert theirs != peer and VALID_ID.fullmatch(theirs)
+    assert theirs == user_peer(config, impostor)  # the same peer on every run
+
+
+@pytest.mark.parametrize(
+    ("keys", "runtime_id", "peer"),
+    [
+        ({}, "550e8400-e29b-41d4-a716-446655440000", "550e8400-e29b-41d4-a716-446655440000"),  # a UUID
+        (
+            {"runtimePeerPrefix": "tg_"},
+            "550e8400-e29b-41d4-a716-446655440000",
+            "tg_550e8400-e29b-41d4-a716-446655440000",
+        ),
+        ({"runtimePeerPrefix": "wa-"}, "447700900123", "wa-447700900123"),  # a phone number after a dash
+        ({}, "human-resources", "human-resources"),
+        ({}, "order-ABCDEF012345", "order-ABCDEF012345"),  # a hash's hex is lowercase
+        ({}, "build-0123456789a", "build-0123456789a"),  # 11 hex digits
+    ],
+)
+def test_ordinary_ids_that_end_a_little_like_a_hash_keep_their_peers(keys, runtime_id, peer):
+    assert user_peer(validate([("t", keys)]), Sender(runtime_id)) == peer
 
 
 def test_a_cleaned_id_is_stable_readable_and_its_a2a_session_valid():

@@ -31,6 +31,29 @@ def distinct_id(text: str) -> str:
     return hashed_id(text)
 
 
+# what every hashed form ends in (hashed_id): "-" and 12 lowercase hex digits
+_HASHED_TAIL = re.compile(rf"-[0-9a-f]{{{HASH_CHARS}}}\Z")
+_UUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+
+
+def runtime_peer(text: str, runtime_id: str) -> str:
+    """distinct_id(`text`), the peer made from a sender's `runtime_id`; and hashed too when `text` is already
+    clean but spelled like a hashed form (looks_hashed), which is another id's peer: "ada.smith@x.com" is
+    "ada-smith-x-com-<hash>", and a user whose id is that literal string must not become her."""
+    if safe_id(text) == text and looks_hashed(text, runtime_id):
+        return hashed_id(text)
+    return distinct_id(text)
+
+
+def looks_hashed(peer: str, runtime_id: str) -> bool:
+    """True when `peer` ends as a hashed form does, "-" and 12 hex digits with a letter among them; a tail of
+    decimal digits (a phone number) or a runtime id that is a UUID is taken for an ordinary id."""
+    # those two shapes are common ids, whose users keep their peers; a hashed form is one only if its hash
+    # has no letter (about 1 in 280) or its id cleans to four groups of hex digits (a UUID cut short)
+    tail = _HASHED_TAIL.search(peer)
+    return bool(tail) and not tail.group()[1:].isdigit() and not _UUID.fullmatch(runtime_id)
+
+
 def hashed_id(text: str, prefix: str = "") -> str:
     """`prefix` and `text` cleaned, plus 12 hex digits of the SHA-256 of `text`."""
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:HASH_CHARS]
@@ -54,17 +77,18 @@ HUMAN_PREFIX = "human-"  # a human whose id is taken (the AI's, peerName's, a bo
 def user_peer(config: MemoryConfig, sender: Sender | None = None) -> str:
     """The peer a human's turn is written under, first match wins: pinUserPeer, userPeerAliases[id],
     runtimePeerPrefix + id, the raw id, peerName. A bot is never pinned nor aliased: it is its own peer.
-    A runtime id never yields the AI's peer, peerName's, or (for a human) a bot's form: see _own_peer."""
+    A runtime id never yields the AI's peer, peerName's, (for a human) a bot's form, nor another id's
+    hashed form: see _own_peer and runtime_peer."""
     runtime_id = sender.runtime_id if sender else None
     if sender and sender.is_bot and runtime_id:
-        return _own_peer(config, distinct_id(f"{BOT_PREFIX}{runtime_id}"), bot=True)
+        return _own_peer(config, runtime_peer(f"{BOT_PREFIX}{runtime_id}", runtime_id), bot=True)
     if not runtime_id:
         return config.peer_name
     if config.pin_user_peer:
         return config.peer_name
     if runtime_id in config.user_peer_aliases:
         return config.user_peer_aliases[runtime_id]
-    return _own_peer(config, distinct_id(f"{config.runtime_peer_prefix}{runtime_id}"), bot=False)
+    return _own_peer(config, runtime_peer(f"{config.runtime_peer_prefix}{runtime_id}", runtime_id), bot=False)
 
 
 def _own_peer(config: MemoryConfig, peer: str, *, bot: bool) -> str:

@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextvars import ContextVar, copy_context
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -184,9 +185,15 @@ class MemoryProvider:
             return  # not saved; or a bot's turn, which without a2aSessions is left out entirely
         user = user_peer(self.config, sender)
         self._want_names(user, sender)
+        # stamped now: the send may come much later (at close, the Nth turn, after an outage), and the server
+        # would stamp it then; carried in the queued messages, so a retry sends the identical request
+        said_at = datetime.now(UTC)
         self.writer.add(
             self._session_id(user, sender),
-            [*self._chunked(user, user_message), *self._chunked(self.config.ai_peer, assistant_message)],
+            [
+                *self._chunked(user, user_message, said_at),
+                *self._chunked(self.config.ai_peer, assistant_message, said_at),
+            ],
         )
         frequency = self.config.write_frequency
         self._turns_unwritten += 1
@@ -456,17 +463,18 @@ class MemoryProvider:
 
     # --- writing -------------------------------------------------------------------------------
 
-    def _chunked(self, peer_id: str, text: str) -> list[NewMessage]:
-        """A message as ordered chunks of at most messageMaxChars, each tagged with its place; none for
-        blank text. A NUL is left out and a lone surrogate becomes U+FFFD (policy.storable)."""
+    def _chunked(self, peer_id: str, text: str, said_at: datetime) -> list[NewMessage]:
+        """A message said at `said_at` as ordered chunks of at most messageMaxChars, each tagged with its
+        place; none for blank text. A NUL is left out and a lone surrogate becomes U+FFFD (policy.storable)."""
         # the server refuses blank content or a NUL, and the refusal would take the batch's other messages
         # with it; a lone surrogate cannot even be encoded, and would hold back every later batch
         text = policy.storable(text)
         pieces = [piece for piece in policy.chunks(text, self.config.message_max_chars) if piece.strip()]
         if len(pieces) == 1:
-            return [NewMessage(peer_id, pieces[0])]
+            return [NewMessage(peer_id, pieces[0], said_at)]
         return [
-            NewMessage(peer_id, piece, metadata={"chunk": i, "chunks": len(pieces)}) for i, piece in enumerate(pieces)
+            NewMessage(peer_id, piece, said_at, metadata={"chunk": i, "chunks": len(pieces)})
+            for i, piece in enumerate(pieces)
         ]
 
     def _want_names(self, user: str, sender: Sender | None) -> None:
