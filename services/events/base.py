@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import orjson
 import uuid_utils
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 _REGISTRY: dict[str, type[Event]] = {}
 
@@ -73,7 +73,7 @@ class Event(BaseModel):
     event_id: str = Field(default_factory=new_id)
     type: str
     schema_version: int = 1
-    occurred_at: datetime = Field(default_factory=utcnow)
+    occurred_at: AwareDatetime = Field(default_factory=utcnow)
     key: str = ""
     causation_id: str | None = None
     producer: ProducerInfo

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
 from services.events.base import Event
 
@@ -68,7 +67,7 @@ class MemberJoined(Event):
     peer_id: str
     observe_me: bool | None = None
     observe_others: bool | None = None
-    joined_at: datetime
+    joined_at: AwareDatetime
 
 
 class MemberLeft(Event):
@@ -78,4 +77,4 @@ class MemberLeft(Event):
 
     session_id: str
     peer_id: str
-    left_at: datetime
+    left_at: AwareDatetime

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from services.events.base import Event
 from services.events.configuration import Configuration
@@ -40,7 +39,7 @@ class MessageAppended(Event):
     message_id: str
     peer_id: str
     content: str
-    created_at: datetime
+    created_at: AwareDatetime
     # the author's peer-level observe_me when the message was accepted; a session-level setting
     # (MemberJoined.observe_me) overrides it. Stamped here so the router decides from its own stream.
     author_observe_me: bool = True

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AwareDatetime, BaseModel, ConfigDict
 
 from services.events.base import Event
 
@@ -26,7 +25,7 @@ class Turn(BaseModel):
     seq: int
     peer_id: str
     content: str
-    created_at: datetime
+    created_at: AwareDatetime
     author_name: str = ""  # the author's display name (MessageAppended.author_name), if any
 
 
@@ -49,7 +48,7 @@ class MessagePerceived(Event):
     message_id: str
     seq: int
     content: str
-    created_at: datetime
+    created_at: AwareDatetime
     previous_turn: Turn | None = None
     observed_name: str = ""  # the author's display name (MessageAppended.author_name): the deriver names it so
     # the custom deriver instructions in force for the message (configuration hierarchy), resolved by the

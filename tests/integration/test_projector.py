@@ -3,6 +3,7 @@ a database outage, and started again under its instance id takes its partitions 
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from collections.abc import Iterator
@@ -97,6 +98,10 @@ def test_malformed_and_unknown_records_are_quarantined_and_the_projector_moves_o
     # a foreign record with a binary key: Postgres text holds no NUL, so parking it failed, and the projector
     # stopped at it for good
     raw.produce(topic, b'{"type": "ForeignEvent", "workspace_id": "w"}', key=b"\x00\xffw")
+    # a time without a zone: read as valid, it failed the write with a TypeError, which stopped the projector
+    # at that record for good (and took the good message of its batch with it)
+    naive = re.sub(rb'("created_at":"[^"+Z]+)(?:\+00:00|Z)"', rb'\1"', encode(msg(3)))
+    raw.produce(topic, naive, key=b"w/s1")
     raw.flush(10)
     log = EventLog(settings.kafka)
     log.start()
@@ -112,8 +117,9 @@ def test_malformed_and_unknown_records_are_quarantined_and_the_projector_moves_o
     eventually(lambda: count(engine, messages) == 1)
     with engine.connect() as conn:
         reasons = sorted(conn.scalars(select(quarantine.c.reason)))
-    assert len(reasons) == 4
+    assert len(reasons) == 5
     assert any("not JSON" in r for r in reasons)
+    assert any("timezone" in r for r in reasons)
     assert any("unknown event type 'ForeignEvent'" in r for r in reasons)
     with engine.connect() as conn:
         assert "\ufffd\ufffdw" in set(conn.scalars(select(quarantine.c.key)))
