@@ -6,7 +6,7 @@ search_shape.py, and the choice of its semantic list's path in search_path.py.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -49,7 +49,13 @@ from projections.schema import (
     messages,
     sessions,
 )
-from projections.search_path import PERIOD_AFTER, PERIOD_SESSIONS, PERIOD_UNTIL, walk_settings_and_path
+from projections.search_path import (
+    PERIOD_AFTER,
+    PERIOD_SESSIONS,
+    PERIOD_UNTIL,
+    walk_settings_and_path,
+    workspace_sessions,
+)
 from projections.search_shape import MessageSearch, Shape, params
 from projections.time_expressions import periods
 from projections.vectors import Vector
@@ -130,61 +136,76 @@ def _in_periods(created_at):
     return select(literal(1)).select_from(spans).where(created_at >= spans.c.s, created_at < spans.c.e).exists()
 
 
-def _listed_sessions():
-    """The listed sessions of a search confined to them without a perspective (one under a perspective
-    reads the observer's periods instead, _seen_compared), as a subquery of session ids."""
-    return select(sessions.c.session_id).where(
-        sessions.c.workspace_id == bindparam("workspace_id"),
-        sessions.c.session_id.in_(bindparam("session_ids", expanding=True)),
-    )
-
-
 def semantic(shape: Shape):
-    """(message_id, s): the n most similar messages, s = cosine similarity: all of the search's sessions'
-    messages compared (`exact`), or the HNSW graph walked."""
+    """(message_id, s): the n most similar messages, s = cosine similarity: every message the search may
+    return compared (`exact`: its sessions', or its workspace's), or the HNSW graph walked."""
+    if shape.exact:
+        return _seen_compared(shape) if shape.perspective else _sessions_compared(shape)
     m = messages.alias("sm")
     distance = m.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))
     # only the active model's vectors are candidates, so the similarity needs no model check here
-    similarity = (1 - distance).label("s")
-    candidates = (
-        select(m.c.message_id, m.c.session_id, m.c.seq, similarity)
+    return (
+        select(m.c.message_id, m.c.session_id, m.c.seq, (1 - distance).label("s"))
         .where(*_filters(shape, m), m.c.embedding.is_not(None), m.c.embedding_model == bindparam("model"))
+        .order_by(distance)
         .limit(_count("n"))
     )
-    if shape.exact and shape.perspective:
-        return _seen_compared(shape)
-    if shape.exact:  # no index serves this order, so every message of the listed sessions is compared
-        # ordered by the output column: the expression again would compute each distance twice
-        return candidates.where(m.c.session_id.in_(_listed_sessions())).order_by(similarity.desc(), m.c.message_id)
-    return candidates.order_by(distance)
+
+
+def _sessions_compared(shape: Shape):
+    """The exact semantic list without a perspective: the messages of each listed session, or of each of
+    the workspace's, all compared (_compared). Not the workspace's messages read at once: a generic plan
+    takes one workspace for a share of the table (half of it, beside one other), and read all 160,000
+    rows to compare a small workspace's 400 (75-125 ms where a custom plan took 3-4)."""
+    if shape.sessions:
+        s = sessions.c
+        listed = select(s.session_id).where(
+            s.workspace_id == bindparam("workspace_id"), s.session_id.in_(bindparam("session_ids", expanding=True))
+        )
+    else:  # no more than the path's choice counted: it walks the graph past MAX_EXACT_SESSIONS
+        listed = workspace_sessions()
+    return _compared(listed.subquery("listed"), lambda m: [], replace(shape, sessions=False))
 
 
 def _seen_compared(shape: Shape):
     """The exact semantic list under a perspective: for each of the observer's membership periods (read
-    before, PERIOD_ARRAYS), the vectors of its session's messages sent within it
-    (messages_session_vectors), all compared. A lateral subquery behind OFFSET 0, from the periods as
-    given: that is the plan whatever the statistics say. Joined freely, a generic plan sized the
-    observer's memberships by the workspace's mean, and once one peer (an assistant) was in 50,000
-    sessions it read all of the workspace's messages for every observer (26 of a search's 42 ms).
-    Periods do not overlap, so no message comes twice."""
+    before, PERIOD_ARRAYS), its session's messages sent within it, all compared (_compared), from the
+    periods as given. Joined freely, a generic plan sized the observer's memberships by the workspace's
+    mean, and once one peer (an assistant) was in 50,000 sessions it read all of the workspace's messages
+    for every observer (26 of a search's 42 ms). Periods do not overlap, so no message comes twice."""
     period = _periods_given()
+    return _compared(
+        period,
+        lambda m: [
+            # `seq + 0`: a filter on the covering index's included seq, not a key of messages_session_seq,
+            # whose scan would read every compared message's row for its vector
+            m.c.seq + 0 > period.c.joined_after_seq,
+            period.c.left_after_seq.is_(None) | (m.c.seq <= period.c.left_after_seq),
+        ],
+        replace(shape, perspective=False, sessions=False),  # the periods stand for those two
+    )
+
+
+def _compared(outer, within: Callable, shape: Shape):
+    """The n most similar messages of the sessions `outer` lists (rows with a session_id), under
+    `shape`'s filters and the conditions `within` gives over the message table: for each session, the
+    vectors of its messages (the covering index messages_session_vectors), all compared. A lateral
+    subquery behind OFFSET 0: that is the plan whatever the statistics say."""
     m = messages.alias("sm")
-    within = select(m.c.message_id, m.c.session_id, m.c.seq, m.c.embedding).where(
-        m.c.session_id == period.c.session_id,
-        # `seq + 0`: a filter on the covering index's included seq, not a key of messages_session_seq,
-        # whose scan would read every compared message's row for its vector
-        m.c.seq + 0 > period.c.joined_after_seq,
-        period.c.left_after_seq.is_(None) | (m.c.seq <= period.c.left_after_seq),
+    rows = select(m.c.message_id, m.c.session_id, m.c.seq, m.c.embedding).where(
+        m.c.session_id == outer.c.session_id,
+        *within(m),
         m.c.embedding.is_not(None),
         m.c.embedding_model == bindparam("model"),
-        *_filters(replace(shape, perspective=False, sessions=False), m),  # the periods stand for those two
+        *_filters(shape, m),
     )
-    seen = within.offset(0).lateral("seen")
+    seen = rows.offset(0).lateral("seen")
     similarity = (1 - seen.c.embedding.cosine_distance(bindparam("vector", type_=Vector()))).label("s")
     return (
         select(seen.c.message_id, seen.c.session_id, seen.c.seq, similarity)
-        .select_from(period)
+        .select_from(outer)
         .join(seen, literal(True))
+        # ordered by the output column: the expression again would compute each distance twice
         .order_by(similarity.desc(), seen.c.message_id)
         .limit(_count("n"))
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import grpc
+import numpy as np
 import pytest
 from google.protobuf import timestamp_pb2
 from sqlalchemy import func, select
@@ -422,11 +423,14 @@ async def test_a_perspective_sees_only_what_was_sent_while_it_was_a_member(garde
     assert await days("alice") == {1, 2, 3, 4}
 
 
-async def test_an_observer_in_more_sessions_than_the_exact_comparison_takes_walks_the_graph(garden, monkeypatch):
-    """Even when its sessions hold few messages: the comparison looks each session up (bob is in 2 here)."""
+@pytest.mark.parametrize("whose", [{"perspective_peer_id": "bob"}, {}], ids=["an observer's", "the workspace's"])
+async def test_a_search_over_more_sessions_than_the_exact_comparison_takes_walks_the_graph(garden, monkeypatch, whose):
+    """Even when its sessions hold few messages: the comparison looks each session up (bob is in 2 here,
+    the workspace has 2)."""
     monkeypatch.setattr(search_path, "EXACT_SCAN_FACTOR", 1e9)
     monkeypatch.setattr(search_path, "MAX_EXACT_SESSIONS", 1)
     c, _, _ = garden
+    seen = {1, 2, 4} if whose else {1, 2, 3, 4}  # bob left before turn 3
     taken = []
     decide = message_search.walk_settings_and_path
 
@@ -436,12 +440,12 @@ async def test_an_observer_in_more_sessions_than_the_exact_comparison_takes_walk
         return exact, observed
 
     monkeypatch.setattr(message_search, "walk_settings_and_path", spy)
-    found = contents(await search_ws(c, "garden", limit=100, perspective_peer_id="bob"))
-    assert {int(t.split(":")[0].split()[1]) for t in found} == {1, 2, 4}  # left before turn 3
+    found = contents(await search_ws(c, "garden", limit=100, **whose))
+    assert {int(t.split(":")[0].split()[1]) for t in found} == seen
     assert taken == [False]  # the graph walked
     monkeypatch.setattr(search_path, "MAX_EXACT_SESSIONS", 2)
-    found = contents(await search_ws(c, "garden", limit=100, perspective_peer_id="bob"))
-    assert {int(t.split(":")[0].split()[1]) for t in found} == {1, 2, 4}
+    found = contents(await search_ws(c, "garden", limit=100, **whose))
+    assert {int(t.split(":")[0].split()[1]) for t in found} == seen
     assert taken == [False, True]  # compared one by one
 
 
@@ -780,3 +784,49 @@ async def test_a_search_whose_hits_pass_4_mib_is_cut_short_and_says_so(channel):
         sessions_pb2.SearchSessionMessagesRequest(workspace_id="big", session_id="s", query="zebra", limit=10)
     )
     assert not fewer.truncated and len(fewer.results) == 10
+
+
+def crowd_with_another_workspace(settings, workspace_id: str, copies: int) -> None:
+    """`copies` messages of another workspace in this test's schema, each vector a noisy copy (cosine
+    about 0.9) of one of the schema's vectors: a larger tenant talking about the same things. Written
+    straight into the projection (their content matters to no search here), then analysed, as
+    autovacuum would."""
+    engine = sync_engine(settings.database)
+    m = messages.c
+    with engine.connect() as conn:
+        seeds = np.array([list(v) for v in conn.execute(select(m.embedding).where(m.embedding.is_not(None))).scalars()])
+    rng = np.random.default_rng(7)
+    vectors = seeds[rng.integers(len(seeds), size=copies)] + 0.025 * rng.standard_normal((copies, seeds.shape[1]))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    columns = "workspace_id, message_id, session_id, seq, peer_id, content, created_at, recorded_at, metadata, event_id"
+    with engine.raw_connection() as raw, raw.cursor() as cur:
+        cur.execute(f'SET search_path TO "{settings.database.schema_name}", public')
+        with cur.copy(f"COPY messages ({columns}, embedding, embedding_model) FROM STDIN") as copy:
+            for i, v in enumerate(vectors):
+                at = "2026-01-01T00:00:00Z"
+                row = (workspace_id, f"o{i}", "crowd", i, "p", "-", at, at, "{}", f"crowd-{i}")
+                copy.write_row((*row, "[" + ",".join(map(str, v)) + "]", LOCAL_MODEL))
+        cur.execute("ANALYZE messages")
+        raw.commit()
+    engine.dispose()
+
+
+async def test_a_small_workspace_beside_a_larger_one_searches_all_of_its_messages(settings, garden):
+    """One HNSW graph holds every workspace's vectors, and pgvector's walk gives up after
+    hnsw.max_scan_tuples entries (20,000 by default; 300 here, so that 3,000 vectors stand for 200,000).
+    A workspace holding a sliver of the graph compares its own messages instead of walking: before, the
+    walk came back with about one in ten of them, and a search found nothing the query had no word for."""
+    from services.api.server import start
+    from tests.support.auth import admin_channel
+
+    crowd_with_another_workspace(settings, "other", 3_000)
+    url = f"{settings.database.url}?options=-c%20hnsw.max_scan_tuples%3D300"
+    limited = settings.model_copy(update={"database": settings.database.model_copy(update={"url": url})})
+    server = await start(limited)
+    try:
+        async with admin_channel(limited, server.port) as chan:
+            # no word of the query is in any message: only the semantic list can find them
+            found = contents(await search_ws(Client(chan), "flowers, vegetables and ice", limit=10))
+    finally:
+        await server.stop(0)
+    assert sorted(text.split(":")[0] for text in found) == [f"garden {i}" for i in range(1, 5)]
