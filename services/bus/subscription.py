@@ -9,12 +9,12 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from services.bus.settings import KafkaSettings
 from services.bus.streams import NewerThanThisCode, read_input
 from services.bus.topics import ALL_TOPICS
-from services.errors import InvalidArgument, Unavailable
+from services.errors import FailedPrecondition, InvalidArgument, Unavailable
 from services.events import Event, event_types
 
 Position = tuple[str, int]  # (full topic name, partition)
@@ -86,6 +86,21 @@ def check_partitions(cursor: Cursor, partitions: Iterable[Position]) -> None:
         )
 
 
+def check_ends(cursor: Cursor, ends: Mapping[Position, int]) -> None:
+    """Refuse a cursor offset past its partition's end: a stream gives none (its cursor is at most the end
+    it read up to, and the log only grows), so the log was re-created or restored from an older copy, and
+    reading from there would skip whatever is written up to that offset."""
+    for (topic, partition), offset in sorted(cursor.items()):
+        if offset > ends[topic, partition]:
+            raise InvalidArgument(
+                # not how far the log goes: the partition is every workspace's, and its end tells how much
+                # the others write
+                f"cursor names offset {offset} of {topic!r} partition {partition}, beyond the log's end: no "
+                "stream of this log gave it (the log was re-created or restored from an older copy since); "
+                "resume from a cursor this log gave, or start again with an empty cursor or from_end"
+            )
+
+
 PREFETCH_KBYTES = 2_048
 
 
@@ -99,6 +114,7 @@ class LogSubscription:
         self.filter = wanted
         self.cursor: dict[Position, int] = dict(cursor)
         self._from_end = from_end
+        self._lost: FailedPrecondition | None = None  # the log lost the stream's position: the next poll raises it
         self._consumer = Consumer(
             {
                 "bootstrap.servers": kafka.bootstrap_servers,
@@ -108,19 +124,24 @@ class LogSubscription:
                 # what it fetches ahead of the reader: librdkafka's default is 64 MB per consumer, and a
                 # process holds one per stream (100) or webhook (20 a workspace), most reading from the start
                 "queued.max.messages.kbytes": PREFETCH_KBYTES,
+                # an offset the broker does not hold is an error poll raises: librdkafka's default jumps to
+                # the end, and every record written up to the cursor's offset was skipped without a word
+                "auto.offset.reset": "error",
             }
         )
 
     def start(self) -> None:
-        """Assign every partition at its cursor position, or where the log starts (or ends) now."""
+        """Assign every partition at its cursor position, or where the log starts (or ends) now; refuse a
+        cursor past a partition's end."""
         try:
             partitions = self._partitions()
             check_partitions(self.cursor, partitions)
-            for position in partitions:
+            marks = {position: self._watermarks(position) for position in partitions}
+            check_ends(self.cursor, {position: high for position, (_, high) in marks.items()})
+            for position, (low, high) in marks.items():
                 # a number, not OFFSET_END/BEGINNING: every cursor the stream gives names every partition, so
                 # resuming from it neither skips what a quiet partition got since nor replays its history
-                if position not in self.cursor:
-                    self.cursor[position] = self._start_of(position)
+                self.cursor.setdefault(position, high if self._from_end else low)
         except KafkaException as exc:  # the broker is away (restarting): the caller retries, as a stream broken later
             raise Unavailable(
                 f"the log is unavailable ({exc.args[0].str()}); subscribe again from your last cursor"
@@ -134,20 +155,26 @@ class LogSubscription:
         # a topic not created yet in this deployment: nothing to read there
         return [(topic, partition) for topic in self.topics if topic in meta for partition in meta[topic].partitions]
 
-    def _start_of(self, position: Position) -> int:
+    def _watermarks(self, position: Position) -> tuple[int, int]:
         # read_committed: the high watermark is the last stable offset, where OFFSET_END would start
         marks = self._consumer.get_watermark_offsets(TopicPartition(*position), timeout=10, cached=False)
         if marks is None:
             raise Unavailable(f"the broker did not say where {position[0]}/{position[1]} starts and ends in 10 s")
-        low, high = marks
-        return high if self._from_end else low
+        return marks
 
     def poll(self, timeout: float = 0.5, max_records: int = 500) -> list[Delivered]:
         """The wanted events among the next records, each with the cursor just past it."""
+        if self._lost is not None:
+            raise self._lost
         delivered = []
         for msg in self._consumer.consume(max_records, timeout):
             if msg.error() is not None:
-                continue  # transient broker errors: librdkafka retries by itself
+                if msg.error().code() != KafkaError._AUTO_OFFSET_RESET:
+                    continue  # transient broker errors: librdkafka retries by itself
+                self._lost = self._position_lost(msg)
+                if not delivered:
+                    raise self._lost
+                return delivered  # what came before it first; the next poll ends the subscription
             try:
                 event = self._wanted(msg)
             except Unavailable:
@@ -159,6 +186,16 @@ class LogSubscription:
             if event is not None:
                 delivered.append(Delivered(event, msg.topic(), msg.partition(), msg.offset(), dict(self.cursor)))
         return delivered
+
+    def _position_lost(self, msg: Message) -> FailedPrecondition:
+        """The error ending a subscription whose next offset on `msg`'s partition the log no longer holds."""
+        topic, partition = msg.topic(), msg.partition()
+        offset = self.cursor.get((topic, partition), msg.offset())
+        return FailedPrecondition(
+            f"the log no longer holds offset {offset} of {topic!r} partition {partition} (re-created, restored "
+            "from an older copy or its records deleted under the stream): it ends there instead of skipping to "
+            "the end; resume from a cursor this log gave, or start again with an empty cursor or from_end"
+        )
 
     def _rewind(self) -> None:
         """Read again from the cursor: records fetched past it were not delivered."""

@@ -13,6 +13,7 @@ import orjson
 
 from services.bus.settings import KafkaSettings
 from services.bus.subscription import Delivered, Filter, LogSubscription
+from services.errors import FailedPrecondition, InvalidArgument
 from services.webhooks.delivery import Endpoint, RetryPolicy, deliver
 from services.webhooks.store import DeadLetter, WebhookStore
 
@@ -35,7 +36,8 @@ async def run_endpoint(
 ) -> None:
     """Deliver until `stop` is set, which also abandons a delivery under way (a deleted endpoint gets no
     more POSTs, a stopping process does not wait out a receiver's retries); a restart resumes after the
-    last event finished with."""
+    last event finished with. Raises FailedPrecondition, its progress untouched, if the log does not hold
+    that progress."""
     thread = ThreadPoolExecutor(1, thread_name_prefix=f"webhook-{endpoint.endpoint_id}")
     run = asyncio.get_running_loop().run_in_executor
     cursor = await run(thread, store.cursor, endpoint.endpoint_id)
@@ -47,9 +49,22 @@ async def run_endpoint(
                 # checked before each event: a batch holds up to 500, each retried for minutes
                 if stop.is_set() or not await _one(endpoint, store, client, policy, delivered, thread, stop):
                     break
+    except (InvalidArgument, FailedPrecondition) as exc:  # start's and poll's "the log does not hold the cursor"
+        raise progress_off_the_log(endpoint, exc) from exc
     finally:
         await run(thread, subscription.close)
         thread.shutdown(wait=False)
+
+
+def progress_off_the_log(endpoint: Endpoint, why: Exception) -> FailedPrecondition:
+    """Why an endpoint's loop stopped instead of skipping: no one is there to reconnect with a better cursor,
+    so the operator is told, every round the supervisor starts it again, until the log holds its progress
+    again (restored) or the progress is reset by hand."""
+    return FailedPrecondition(
+        f"webhook {endpoint.endpoint_id} holds its deliveries: its progress is not on the log ({why}). Nothing "
+        "is skipped: it resumes by itself once the log is restored, or delete its rows in webhook_progress "
+        "(schema <projection schema>_webhooks) to deliver again from the log's start"
+    )
 
 
 async def _one(endpoint, store, client, policy, delivered: Delivered, thread, stop: asyncio.Event) -> bool:

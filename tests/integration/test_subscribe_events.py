@@ -233,3 +233,46 @@ async def test_an_event_newer_than_this_api_ends_the_stream_before_it_instead_of
     # a stream of types it does not take goes on past it
     joins = await take(stub, 3, workspace_id="w", event_types=["MemberJoined"])
     assert [json.loads(e.json)["peer_id"] for e in joins][-1] == "carol"
+
+
+async def test_a_cursor_past_a_partitions_end_is_invalid_argument(conversation):
+    """Accepted, the broker answered "out of range", librdkafka jumped to the end, and everything written up
+    to the cursor's offset was never delivered: a log re-created or restored under a client's cursor."""
+    _, stub = conversation
+    (first,) = await take(stub, 1, workspace_id="w", event_types=["MessageAppended"])
+    topic, partition = first.position.topic, first.position.partition
+    ahead = events_pb2.EventCursor()
+    ahead.CopyFrom(first.cursor)
+    (position,) = [p for p in ahead.positions if (p.topic, p.partition) == (topic, partition)]
+    position.offset = 1000
+    await rejected(
+        take(stub, 1, 10, workspace_id="w", event_types=["MessageAppended"], cursor=ahead),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"offset 1000 of {topic!r} partition {partition}, beyond the log's end",
+        "empty cursor",
+    )
+
+
+async def test_a_stream_whose_position_the_log_no_longer_holds_ends_failed_precondition_instead_of_skipping(
+    conversation, settings
+):
+    """Records deleted under a cursor: librdkafka jumped to the end, past what was written since, unsaid."""
+    from confluent_kafka import OFFSET_END, TopicPartition
+
+    from services.bus.admin import admin_client
+
+    c, stub = conversation
+    (first,) = await take(stub, 1, workspace_id="w", event_types=["MessageAppended"])
+    here = TopicPartition(first.position.topic, first.position.partition, OFFSET_END)
+    admin = admin_client(settings.kafka)  # held: a client collected mid-request never completes its futures
+    for deleted in admin.delete_records([here]).values():
+        deleted.result(30)
+    await c.add("w", "s", [("bob", "after the deletion")])
+    got, call = [], stub.Subscribe(events_pb2.SubscribeRequest(workspace_id="w", cursor=first.cursor))
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        async with asyncio.timeout(10):
+            async for event in call:
+                got.append(event)
+    assert ended.value.code() == grpc.StatusCode.FAILED_PRECONDITION, ended.value.details()
+    assert f"no longer holds offset {first.position.offset + 1}" in ended.value.details()
+    assert "after the deletion" not in contents_of(got)

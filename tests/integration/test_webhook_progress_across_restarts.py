@@ -9,8 +9,11 @@ import json
 from dataclasses import replace
 
 import httpx
+import pytest
 
+from services.bus.topics import SESSIONS
 from services.cli.client import Client
+from services.errors import FailedPrecondition
 from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import DeadLetter, WebhookStore, engine_for
 from services.webhooks.worker import retry_dead_letter, run_endpoint
@@ -91,3 +94,25 @@ def test_a_webhook_deleted_while_its_loop_finishes_an_event_keeps_no_progress_or
     # the loop, not yet stopped, records the event it was on: before, these rows outlived the webhook
     store.advance("hook-3", {("t", 0): 6}, replace(letter, event_id="e2"))
     assert store.cursor("hook-3") == {} and store.dead_letters("hook-3") == []
+
+
+async def test_a_webhook_whose_progress_is_past_the_logs_end_stops_and_says_so_instead_of_skipping_events(
+    channel, settings
+):
+    """Its progress from a log since re-created, or restored from an older copy: before, the loop jumped to
+    the end and every event written up to that offset was never delivered, with nothing in any log."""
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice",))
+    await c.add("w", "s", [("alice", "one")])
+    store = WebhookStore(engine_for(settings.database))
+    ahead = {(SESSIONS.full_name(settings.kafka.topic_prefix), p): 1000 for p in range(settings.kafka.partitions)}
+    with Receiver() as receiver:
+        endpoint = Endpoint("hook-4", "w", receiver.url, b"secret", frozenset({"MessageAppended"}))
+        store.register(endpoint)
+        store.advance("hook-4", ahead)
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(FailedPrecondition, match="webhook hook-4 holds its deliveries") as stopped:
+                async with asyncio.timeout(10):
+                    await run_endpoint(endpoint, settings.kafka, store, client, asyncio.Event(), FAST)
+    assert "beyond the log's end" in str(stopped.value) and "webhook_progress" in str(stopped.value)
+    assert receiver.received == [] and store.cursor("hook-4") == ahead  # nothing skipped, for when the log is back
