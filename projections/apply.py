@@ -7,21 +7,23 @@ rebalance changes nothing. A record that cannot be read or applied is parked in 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import groupby
 
-from sqlalchemy import Connection, func, select, tuple_
+from sqlalchemy import Connection, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from projections import idempotency
+from projections.db import mapped_schema
 from projections.handlers import HANDLERS
 from projections.lexicon import count_lexemes, forget_lexemes
 from projections.outages import past_a_limit
 from projections.schema import projection_offsets, quarantine
-from services.events import Event, EventDecodeError, decode
+from services.events import Event, EventDecodeError, MessageAppended, MessagesEmbedded, decode
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ def apply_batch(conn: Connection, records: Sequence[Record], ahead: Decoded | No
     decoded = [(r, e) for r, e in ahead.events if is_fresh(r)]
     bad = [(r, why) for r, why in ahead.bad if is_fresh(r)]
     decoded = idempotency.screen(conn, decoded)  # a later append under a used key is a no-op
+    hold_sessions(conn, [event for _, event in decoded])
     forget_lexemes(conn)  # what a batch that failed on this pooled connection before left noted
     try:
         with conn.begin_nested():
@@ -95,6 +98,33 @@ def apply_batch(conn: Connection, records: Sequence[Record], ahead: Decoded | No
     _park(conn, bad)
     _advance(conn, fresh)
     return Applied(events=len(fresh) - len(bad), skipped=len(records) - len(fresh), quarantined=len(bad))
+
+
+# events whose rows meet across topics: a message (sessions topic) and its vector (message-embeddings topic),
+# which projector processes sharing the partitions may apply at once (hold_sessions)
+_MEET = (MessageAppended, MessagesEmbedded)
+
+
+def hold_sessions(conn: Connection, events: Sequence[Event]) -> None:
+    """Hold, until the transaction ends, a lock per session whose messages or vectors `events` write, taken
+    in one order (no deadlock between batches). Without it, a vector applied while another process's
+    transaction inserting its message was still open could not see the message and waited in the pending
+    table, where the message's insert had already looked and found nothing: the message never got its
+    vector. With it, the second transaction sees what the first committed. Keys are the projection
+    schema's own (as the API's locks), and of another space than the API's session locks."""
+    schema = mapped_schema(conn) or ""
+    keys = sorted({_lock_key(schema, e.workspace_id, e.session_id) for e in events if isinstance(e, _MEET)})
+    if keys:
+        conn.execute(_HOLD, {"keys": keys})
+
+
+_HOLD = text("SELECT pg_advisory_xact_lock(k) FROM (SELECT unnest(CAST(:keys AS bigint[])) AS k OFFSET 0) AS held")
+
+
+def _lock_key(*parts: str) -> int:
+    return int.from_bytes(
+        hashlib.sha256("\0".join(("projector-session", *parts)).encode()).digest()[:8], "big", signed=True
+    )
 
 
 def decode_all(records: Sequence[Record]) -> Decoded:

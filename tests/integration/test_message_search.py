@@ -3,6 +3,7 @@ semantic and full-text rankings under every filter, at workspace, session and pe
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 
 import grpc
@@ -578,6 +579,48 @@ def test_many_vectors_ahead_of_their_messages_keep_the_newest_and_land_with_thei
     assert got == {
         f"m{i}": ({0.75}, newer[i // 2].event_id) if i % 2 == 0 else ({0.25}, older[i].event_id) for i in range(n)
     }
+    engine.dispose()
+
+
+def test_a_vector_applied_while_another_projector_inserts_its_message_lands_on_the_message(settings):
+    """Two projector processes share the partitions: one applies the message (sessions topic) and, before it
+    commits, the other applies its vector (message-embeddings topic). The second waits for the first, then
+    sees the message: before, it could not see it, left the vector waiting in the pending table (where the
+    message's insert had already looked) and the message never had a vector."""
+    engine = sync_engine(settings.database)
+    create_schema(engine, settings.database.schema_name)
+
+    def records(topic: str, *events) -> list[Record]:
+        return [Record(topic, 0, i, None, encode(e)) for i, e in enumerate(events)]
+
+    with engine.begin() as conn:
+        made = [
+            WorkspaceCreated(workspace_id="w", producer=P),
+            SessionCreated(workspace_id="w", session_id="s1", producer=P),
+        ]
+        apply_batch(conn, records("setup", *made))
+    vector = MessagesEmbedded(
+        workspace_id="w",
+        session_id="s1",
+        embedding_model=LOCAL_MODEL,
+        producer=P,
+        messages=(EmbeddedMessage(message_id="m1", session_id="s1", vector=tuple([0.5] * 384)),),
+    )
+    with engine.connect() as first, engine.connect() as second:
+        first.begin()
+        apply_batch(first, records("sessions", msg(1)))  # not committed yet
+        second.begin()
+        applying = threading.Thread(target=apply_batch, args=(second, records("embeddings", vector)))
+        applying.start()
+        applying.join(2)
+        waited = applying.is_alive()
+        first.commit()
+        applying.join(30)
+        second.commit()
+    with engine.connect() as conn:
+        assert conn.scalar(select(messages.c.embedding_model).where(messages.c.message_id == "m1")) == LOCAL_MODEL
+        assert conn.scalar(select(func.count()).select_from(pending_message_embeddings)) == 0
+    assert waited
     engine.dispose()
 
 
