@@ -13,7 +13,17 @@ from projections.search_shape import MessageSearch
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
-from services.api.packing import Fixed, Obs, Packed, Premise, RecentMessage, Relevant, fit_fixed, pack_messages
+from services.api.packing import (
+    Fixed,
+    Obs,
+    Packed,
+    Premise,
+    RecentMessage,
+    Relevant,
+    fit_fixed,
+    pack_messages,
+    render_line,
+)
 from services.api.preflight import preflight
 from services.api.reads import fitting
 from services.api.scopes import recall_sessions
@@ -235,6 +245,13 @@ async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, rel
     most = max(MAX_MESSAGES_SCANNED, fixed.room // FEWEST_TOKENS_PER_LINE + 1)
     limit = min(most, MAX_FIRST_READ, max(MIN_RECENT_READ, fixed.room // TOKENS_PER_RECENT_LINE + 1))
     rows: list = []
+    costs: dict[str, int] = {}  # each turn's line counted once, however many rounds pack it
+
+    def line_cost(line: RecentMessage) -> int:
+        if line.message_id not in costs:
+            costs[line.message_id] = count_tokens(render_line(line))
+        return costs[line.message_id]
+
     while True:
         older_than = rows[-1]["seq"] if rows else None  # newest first: the last row read is the oldest
         wanted = limit - len(rows)
@@ -256,8 +273,11 @@ async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, rel
             )
             for r in rows
         ]
-        packed = pack_messages(fixed, lines, count_tokens, relevant)
-        if not _window_open(packed, lines) or len(read) < wanted or limit >= most:
+        packed = pack_messages(fixed, lines, count_tokens, relevant, line_cost)
+        # none of the newest MAX_FIRST_READ fitting, the window would start further back than a reader follows;
+        # reading on, a session of 25,000-character turns was read and counted to its 2,000th (14 s of CPU)
+        given_up = not packed.messages and len(rows) >= MAX_FIRST_READ
+        if given_up or not _window_open(packed, lines) or len(read) < wanted or limit >= most:
             return packed
         limit = min(most, limit * 4)
 

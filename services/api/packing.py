@@ -53,6 +53,10 @@ class RecentMessage:
         """Which turn it is: a message and its CloneSession copies are one."""
         return self.first_id or self.message_id
 
+    @property
+    def size(self) -> int:
+        return wire_size(self.content, self.message_id, self.peer_id, self.author)
+
 
 @dataclass(frozen=True)
 class Relevant:
@@ -70,6 +74,20 @@ class Relevant:
     @property
     def turn(self) -> str:
         return self.first_id or self.message_id
+
+    @property
+    def size(self) -> int:
+        return wire_size(self.content, self.message_id, self.peer_id, self.session_id, self.author)
+
+
+# what a packed message adds to a reply beside its text: field tags, lengths and times, in each place it is
+MESSAGE_OVERHEAD = 32
+
+
+def wire_size(*texts: str) -> int:
+    """The bytes a packed message adds to a reply, each time the reply holds it, counted toward MESSAGE_BYTES:
+    its text and its ids. Text alone let 6,000 turns of "ok" with 500-character ids make a 5.5 MB reply."""
+    return sum(len(t.encode()) for t in texts) + MESSAGE_OVERHEAD
 
 
 @dataclass(frozen=True)
@@ -195,14 +213,14 @@ def _fit_relevant(relevant: Sequence[Relevant], room: int, count: Count) -> tupl
     for r in relevant:
         header = 0 if _day(r) in groups else count(_group_header(*_day(r)) + "\n")
         cost = count(_relevant_line(r) + "\n") + header
-        grown = size + len(r.content.encode())
+        grown = size + r.size
         if used + cost <= room + ENDING_SLACK and grown <= MESSAGE_BYTES // 2:
             kept.append(r)
             groups.add(_day(r))
             used, size = used + cost, grown
     tokens = _tokens(_relevant_pieces(kept), count)
     while tokens > room:
-        size -= len(kept.pop().content.encode())
+        size -= kept.pop().size
         tokens = _tokens(_relevant_pieces(kept), count)
     return kept, tokens, size
 
@@ -304,17 +322,22 @@ def fit_fixed(
 
 
 def pack_messages(
-    fixed: Fixed, newest_first: Sequence[RecentMessage], count: Count, relevant: Sequence[Relevant] = ()
+    fixed: Fixed,
+    newest_first: Sequence[RecentMessage],
+    count: Count,
+    relevant: Sequence[Relevant] = (),
+    line_cost: Callable[[RecentMessage], int] | None = None,
 ) -> Packed:
     """Fill the room `fixed` leaves: the messages relevant to the query (at most `relevant_room`), then the
-    newest messages (not repeating those)."""
+    newest messages (not repeating those). `line_cost`: a recent line's tokens, if not count(its line)."""
+    line_cost = line_cost or (lambda line: count(render_line(line)))
     room = fixed.room
     found, relevant_tokens, size = _fit_relevant(relevant, fixed.relevant_room, count)  # size: toward MESSAGE_BYTES
     room -= relevant_tokens
     shown = {r.turn for r in found}
     lines: list[RecentMessage] = []
     for line in (x for x in newest_first if x.turn not in shown):
-        cost, grown = count(render_line(line)), size + len(line.content.encode())
+        cost, grown = line_cost(line), size + line.size
         if cost > room or grown > MESSAGE_BYTES:
             if lines:
                 break  # keep the recent window contiguous: a turn missing from its middle misleads a reader

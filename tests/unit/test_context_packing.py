@@ -280,6 +280,39 @@ def test_the_default_budget_reads_a_sessions_long_turns_a_page_at_a_time_not_twe
     assert packed.messages[-1].message_id == "m20000" and packed.tokens["messages"] > 90_000
 
 
+def test_a_session_of_turns_too_long_for_the_room_is_read_and_counted_boundedly(monkeypatch):
+    # none of 4,000 turns of 25,000 characters fits 4,000 tokens: "nothing packed" kept the window open,
+    # so 2,000 were read and each round counted them all again (2,622 counts, 14 s of the event loop)
+    import asyncio
+
+    from projections import message_reads
+    from services.api import context_reads
+    from services.api.packing import fit_fixed
+
+    rows = [
+        {"seq": s, "message_id": f"m{s}", "peer_id": "bob", "content": f"{s} " + "bees " * 5_000}
+        | {"author_name": "", "origin_message_id": None}
+        for s in range(4_000, 0, -1)
+    ]
+    asked, counted = [], []
+
+    async def list_messages(conn, w, s, older_than, limit, reverse, perspective_id="", as_of=None, turns=False):
+        asked.append(limit)
+        return [r for r in rows if older_than is None or r["seq"] < older_than][:limit]
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return count_tokens(text)
+
+    monkeypatch.setattr(message_reads, "list_messages", list_messages)
+    monkeypatch.setattr(context_reads, "count_tokens", count)
+    fixed = fit_fixed(4_000, [], [], "", "", count_tokens)
+    q = context_reads.ContextQuery(workspace_id="w", session_id="s")
+    packed = asyncio.run(context_reads._with_recent(None, q, fixed, []))
+    assert not packed.messages and sum(asked) == context_reads.MAX_FIRST_READ
+    assert len(counted) == len(set(counted)) <= context_reads.MAX_FIRST_READ
+
+
 def test_a_turn_and_its_clone_copies_count_once_the_copy_in_the_session_read_kept():
     from services.api import context_reads
 
@@ -315,6 +348,21 @@ def test_a_context_of_whitespace_dense_text_stays_a_reply_a_default_client_reads
     assert packed.observations and packed.messages and packed.relevant  # every section has some
     assert packed.tokens["total"] <= 100_000
     for assistant in ("", "bot"):  # chat_messages repeats the representation and the messages
+        assert context_response(packed, assistant).ByteSize() <= MAX_PAGE_BYTES
+
+
+def test_many_short_turns_with_long_ids_stay_a_reply_a_default_client_reads():
+    # "ok" is one token, and its line shows the author's display name ("A"), not its 400-character id: the
+    # ids were not counted toward the sections' byte bound, and 6,000 such turns made a 5.5 MB reply
+    from services.api.convert_context import context_response
+    from services.api.validation import MAX_PAGE_BYTES
+
+    peer, t0 = "p" * 400, datetime(2025, 1, 1, tzinfo=UTC)
+    recent = [RecentMessage(f"{i:06d}" + "m" * 494, peer, "ok", "A") for i in range(6_000)]
+    relevant = [Relevant(f"{i:06d}" + "r" * 494, peer, "s" * 500, "ok", t0, 1.0, "A") for i in range(100)]
+    packed = pack(100_000, [], [], "", "", recent, count_tokens, True, relevant)
+    assert len(packed.messages) > 100 and packed.relevant
+    for assistant in ("", peer):
         assert context_response(packed, assistant).ByteSize() <= MAX_PAGE_BYTES
 
 
