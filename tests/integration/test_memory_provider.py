@@ -14,6 +14,7 @@ from peerlog_client import MemberSpec, Peerlog
 from peerlog_client.errors import Unavailable
 from peerlog_client.memory import MemoryProvider, Sender
 from peerlog_client.memory.config import validate
+from peerlog_client.models import NewObservation
 from services.events import Level, ObservationAdded, ObservationSuperseded, ProducerInfo
 from tests.integration.test_client_library import admin_token, api  # noqa: F401 - api: the fixture
 from tests.support.model_server import Reply
@@ -650,7 +651,8 @@ def test_the_base_layer_holds_the_summary_both_representations_and_both_cards(
     memory = seeded(make_provider(recallMode="tools", timeout=30))  # tools: the layer is read below, not injected
     bot = memory.peer("bot")
     bot.create_observations(["Alice keeps three hives"], target="alice")
-    bot.create_observations(["The bot answers in short sentences"])  # its self-representation
+    # its self-representation, from this session: the base layer reads the AI's self-model from it alone
+    bot.create_observations([NewObservation("The bot answers in short sentences", session_id="global")])
     bot.set_card(["ATTRIBUTE: keeps bees"], target="alice")
     bot.set_card(["IDENTITY: a travel assistant"])
     session = memory.workspace().session("global", create=False)
@@ -665,6 +667,35 @@ def test_the_base_layer_holds_the_summary_both_representations_and_both_cards(
     ):
         assert part in layer
     assert layer.index(summary) < layer.index("Alice keeps three hives") < layer.index("IDENTITY: a travel")
+
+
+def test_the_base_layer_never_carries_what_the_ai_said_in_another_users_chat(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    ada = make_provider(session="dm-ada", recallMode="context")
+    ada.record_turn(
+        "book my oncology check", "I've booked your oncology follow-up for Tuesday, Ada", sender=Sender("ada")
+    )
+    bob = make_provider(client=ada.client, session="dm-bob", recallMode="context")
+    bob.record_turn("any bank holiday soon?", "Monday is one, Bob", sender=Sender("bob"))
+    ai = ada.peer("bot")
+    # the AI observes itself in every chat (directional): what it makes of each reply, in that reply's session
+    ai.create_observations([NewObservation("I booked Ada's oncology follow-up for Tuesday", session_id="dm-ada")])
+    ai.create_observations([NewObservation("I told Bob that Monday is a bank holiday", session_id="dm-bob")])
+    ai.set_card(["ATTRIBUTE: books oncology follow-ups for Ada"])  # as a dream over all its chats may write it
+    bobs = bob.context_for_turn("hi", sender=Sender("bob"))
+    assert "Monday is a bank holiday" in bobs  # what the AI said in this chat still reaches it
+    assert "oncology" not in bobs.lower()
+    adas = ada.context_for_turn("hi", sender=Sender("ada"))
+    assert "oncology follow-up for Tuesday" in adas and "bank holiday" not in adas
+
+
+def test_another_bots_turn_is_never_told_the_ais_card_and_the_one_user_still_is(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = seeded(make_provider(recallMode="context"))
+    memory.peer("bot").set_card(["ATTRIBUTE: looks after alice's bees"])  # a dream may write it from alice's chats
+    assert "alice's bees" in memory.context_for_turn("hi")
+    memory.record_turn("hi", "hello")
+    assert "alice's bees" not in memory.context_for_turn("ping", sender=Sender("helper", is_bot=True))
 
 
 def test_a_long_turn_reaches_the_dialectic_cut_at_dialectic_max_input_chars(make_provider, model_server):
