@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Collection
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine, event, exists, insert, select, text
+from sqlalchemy import Connection, Engine, Index, create_engine, event, exists, insert, select, text
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -93,14 +94,16 @@ def schema_exists(conn: Connection, schema: str) -> bool:
     return found.first() is not None
 
 
-def _upgrade_indexes(conn: Connection, schema: str) -> None:
-    """Bring a schema created by an older version to today's indexes: create_all adds none to a table
-    that already exists."""
-    for name in RETIRED_INDEXES:
+def _upgrade_indexes(conn: Connection, schema: str, left_out: set[str]) -> None:
+    """Bring a schema created by an older version to today's indexes, but those `left_out` (by name):
+    create_all adds none to a table that already exists. The left-out ones are dropped where create_all
+    made them (over the empty tables it created: at no cost) or a rebuild that died building them left them."""
+    for name in (*RETIRED_INDEXES, *sorted(left_out)):
         conn.execute(text(f'DROP INDEX IF EXISTS "{schema}"."{name}"'))
     for table in metadata.sorted_tables:
         for index in table.indexes:
-            index.create(conn, checkfirst=True)
+            if index.name not in left_out:
+                index.create(conn, checkfirst=True)
 
 
 def _drop_retired_columns(conn: Connection, schema: str) -> None:
@@ -255,8 +258,10 @@ def _upgrade_client_observations(conn: Connection, schema: str) -> None:
     )
 
 
-def create_schema(engine: Engine, schema: str) -> None:
-    """Create `schema` and every projection table in it, if missing."""
+def create_schema(engine: Engine, schema: str, without: Collection[Index] = ()) -> None:
+    """Create `schema` and every projection table in it, if missing, with every index but those `without`
+    (a rebuild's build leaves out the ones it builds once its replay has caught up)."""
+    left_out = {index.name for index in without}
     with engine.begin() as conn:
         # the projector and the API may both create it at start: serialise them
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:s))"), {"s": f"peerlog-schema:{schema}"})
@@ -266,7 +271,7 @@ def create_schema(engine: Engine, schema: str) -> None:
         metadata.create_all(mapped)
         _upgrade_peers(mapped, schema)
         _upgrade_messages(mapped, schema)
-        _upgrade_indexes(mapped, schema)
+        _upgrade_indexes(mapped, schema, left_out)
         _drop_retired_columns(mapped, schema)
         _upgrade_memberships(mapped, schema)
         _upgrade_member_others(mapped, schema)

@@ -94,12 +94,6 @@ def deferred_indexes() -> list[Index]:
     ]
 
 
-def drop_deferred(engine: Engine, schema: str) -> None:
-    with engine.begin() as conn:
-        for index in deferred_indexes():
-            conn.execute(text(f'DROP INDEX IF EXISTS "{schema}"."{index.name}"'))
-
-
 def create_deferred(engine: Engine, progress: Progress) -> None:
     """Build the deferred indexes over the replayed tables, each in one pass."""
     with engine.connect() as conn:
@@ -326,11 +320,13 @@ def start_build(settings: Settings, resume: str | None = None) -> tuple[str, Eng
     stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:6]
     schema = resume or build_name(live, stamp)
     engine = sync_engine(settings.database, schema)
-    create_schema(engine, schema)  # a resumed build made by older code is upgraded as the live one was
+    # a resumed build made by older code is upgraded as the live one was; its deferred indexes are left
+    # out (and dropped, if it died building them): built now, over the rows replayed so far, each would be
+    # built again once the replay catches up
+    create_schema(engine, schema, without=deferred_indexes())
     if resume is None:
         with engine.begin() as conn:
             mark(conn, schema, BUILDING, settings.kafka.topic_prefix)
-    drop_deferred(engine, schema)  # a resumed build may have died while it built them
     return schema, engine
 
 

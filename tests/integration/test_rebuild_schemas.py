@@ -7,21 +7,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import pytest
 from psycopg.errors import QueryCanceled
-from sqlalchemy import text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.exc import OperationalError
 
-from peerlog.v1 import observations_pb2
+from peerlog.v1 import observations_pb2, workspaces_pb2
 from projections.db import sync_engine
-from projections.rebuild import Replayer, rebuild, recorded_offsets, start_build
+from projections.rebuild import Replayer, deferred_indexes, rebuild, recorded_offsets, start_build
 from projections.rebuild_schemas import RebuildInProgress, mark_of, one_rebuild, side_schemas
 from services.cli.client import Client
 from tests.integration.test_rebuild import projected_session, row_count
@@ -284,3 +287,51 @@ async def test_a_build_left_by_older_code_is_upgraded_when_carried_on_and_matche
     report = await asyncio.to_thread(lambda: rebuild(settings, progress=lambda _: None))
     assert report.resumed and report.schema == schema
     assert report.switched and set(report.differences.values()) == {0}, report.differences
+
+
+def index_names(engine, schema: str) -> set[str]:
+    with engine.connect() as conn:
+        found = conn.execute(text("SELECT indexname FROM pg_indexes WHERE schemaname = :s"), {"s": schema})
+        return set(found.scalars())
+
+
+@contextmanager
+def indexes_created(schema: str, timeline: list[str]) -> Iterator[None]:
+    """Note "built <name>" in `timeline` for each index any engine creates in `schema` while the body runs."""
+
+    def noted(_conn, _cursor, statement: str, *_) -> None:
+        created = re.match(rf'CREATE INDEX "?(\w+)"? ON "?{re.escape(schema)}"?\.', statement)
+        if created:
+            timeline.append(f"built {created[1]}")
+
+    event.listen(Engine, "before_cursor_execute", noted)
+    try:
+        yield
+    finally:
+        event.remove(Engine, "before_cursor_execute", noted)
+
+
+async def test_carrying_on_a_build_builds_no_search_index_before_its_replay_catches_up(channel, settings, projected):
+    """Each carrying on of a build (after a kill, or after every Postgres outage) built the HNSW and GIN
+    indexes over the rows replayed so far, then dropped them: minutes thrown away on a large log."""
+    schema, _ = await asyncio.to_thread(partial_build, settings, projected)
+    deferred = [index.name for index in deferred_indexes()]
+    timeline: list[str] = []
+    held_while_replaying: set[str] = set()
+
+    def said(line: str) -> None:
+        if line.startswith("caught up with the live projection"):
+            held_while_replaying.update(set(deferred) & index_names(projected, schema))
+            timeline.append("caught up")
+
+    with indexes_created(schema, timeline):
+        report = await asyncio.to_thread(rebuild, settings, said)
+
+    assert report.resumed and report.schema == schema and report.switched, report
+    assert not held_while_replaying
+    assert timeline == ["caught up", *(f"built {name}" for name in deferred)]  # each once, over every row
+    assert set(deferred) <= index_names(projected, settings.database.schema_name)
+    found = await Client(channel).workspaces.SearchMessages(
+        workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="w", query="turn 123", limit=3)
+    )
+    assert found.results[0].message.content == "turn 123", found
