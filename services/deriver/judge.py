@@ -97,8 +97,14 @@ def ground(fact: ExtractedFact, window: Sequence[PendingMessage], observed_id: s
 
 def _match(known: Sequence[KnownObservation], norm: str, session: str, emb, threshold: float):
     """("exact" | "near" | None, the observation): the same text in the same session; else the nearest of
-    the session's (and clients', which belong to none) that says the same or less, or more, in its words."""
-    explicit = [k for k in known if k.level == Level.EXPLICIT and (k.session_id == session or k.client)]
+    the session's (and clients' written for no session) that says the same or less, or more, in its words.
+    A client's written for another session is that session's: reinforced from here, it would cite a message
+    its own session's reads cannot see, and this session's reads would never find the fact."""
+    explicit = [
+        k
+        for k in known
+        if k.level == Level.EXPLICIT and (k.session_id == session or (k.client and k.session_id is None))
+    ]
     for k in explicit:
         if k.normalised == norm and k.session_id == session:
             return "exact", k

@@ -181,6 +181,16 @@ def test_a_clients_observation_is_never_retired_for_a_near_duplicate_and_only_th
     assert verdicts([same], [written], reinforce_clients=False).events == []
 
 
+def test_a_fact_restated_in_another_session_is_new_even_when_a_client_wrote_it_for_one_session():
+    same = ExtractedFact(content="a lives in Oslo", message_id="m0", span="I live in Oslo")
+    for_s1 = KnownObservation("client-s1", Level.EXPLICIT, "a lives in oslo", "s1", (1.0, 0.0), client=True)
+    assert [type(e) for e in verdicts([same], [for_s1]).events] == [ObservationAdded]
+    # written for no session, it is the pair's: restated anywhere, it is counted again
+    for_none = KnownObservation("client", Level.EXPLICIT, "a lives in oslo", None, (1.0, 0.0), client=True)
+    out = verdicts([same], [for_none])
+    assert [type(e) for e in out.events] == [ObservationReinforced] and out.events[0].observation_id == "client"
+
+
 def test_duplicates_within_one_batch_collapse_and_one_message_is_one_piece_of_evidence():
     fact = ExtractedFact(content="a loves rust", message_id="m0", span="I love rust")
     assert [type(e) for e in verdicts([fact] * 40).events] == [ObservationAdded]  # however often repeated
