@@ -1,16 +1,18 @@
 """Reading one workspace's events off every log topic from a cursor, for outside consumers (Subscribe,
 webhooks). A cursor is the next offset to read per (topic, partition), for every partition from the start;
 it advances past every record handled, delivered or filtered out, so resuming from a delivered event's
-cursor misses nothing."""
+cursor misses nothing. Of a keyed write appended twice, only the first append is delivered (first_appends.py)."""
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from services.bus.first_appends import LOOK_BACK_S, FirstAppends
 from services.bus.settings import KafkaSettings
 from services.bus.streams import NewerThanThisCode, read_input
 from services.bus.topics import ALL_TOPICS
@@ -102,6 +104,23 @@ def check_ends(cursor: Cursor, ends: Mapping[Position, int]) -> None:
 
 
 PREFETCH_KBYTES = 2_048
+LOOK_BACK_TIMEOUT_S = 30.0  # reading back a partition's last minutes before a stream began: past it, Unavailable
+
+
+def consumer_config(kafka: KafkaSettings) -> dict:
+    """A read_committed consumer outside any group (nothing committed on the broker)."""
+    return {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "group.id": f"{kafka.topic_prefix}subscribe-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        # what it fetches ahead of the reader: librdkafka's default is 64 MB per consumer, and a
+        # process holds one per stream (100) or webhook (20 a workspace), most reading from the start
+        "queued.max.messages.kbytes": PREFETCH_KBYTES,
+        # an offset the broker does not hold is an error poll raises: librdkafka's default jumps to
+        # the end, and every record written up to the cursor's offset was skipped without a word
+        "auto.offset.reset": "error",
+    }
 
 
 class LogSubscription:
@@ -115,20 +134,12 @@ class LogSubscription:
         self.cursor: dict[Position, int] = dict(cursor)
         self._from_end = from_end
         self._lost: FailedPrecondition | None = None  # the log lost the stream's position: the next poll raises it
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": kafka.bootstrap_servers,
-                "group.id": f"{kafka.topic_prefix}subscribe-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                # what it fetches ahead of the reader: librdkafka's default is 64 MB per consumer, and a
-                # process holds one per stream (100) or webhook (20 a workspace), most reading from the start
-                "queued.max.messages.kbytes": PREFETCH_KBYTES,
-                # an offset the broker does not hold is an error poll raises: librdkafka's default jumps to
-                # the end, and every record written up to the cursor's offset was skipped without a word
-                "auto.offset.reset": "error",
-            }
-        )
+        self.first_appends = FirstAppends()
+        # where the stream began on each partition it did not read from the log's start, until it has read
+        # back there (_look_back): a key's first append may lie before, unread
+        self._began_past_start: dict[Position, int] = {}
+        self._kafka = kafka
+        self._consumer = Consumer(consumer_config(kafka))
 
     def start(self) -> None:
         """Assign every partition at its cursor position, or where the log starts (or ends) now; refuse a
@@ -142,6 +153,8 @@ class LogSubscription:
                 # a number, not OFFSET_END/BEGINNING: every cursor the stream gives names every partition, so
                 # resuming from it neither skips what a quiet partition got since nor replays its history
                 self.cursor.setdefault(position, high if self._from_end else low)
+                if self.cursor[position] > low:
+                    self._began_past_start[position] = self.cursor[position]
         except KafkaException as exc:  # the broker is away (restarting): the caller retries, as a stream broken later
             raise Unavailable(
                 f"the log is unavailable ({exc.args[0].str()}); subscribe again from your last cursor"
@@ -214,7 +227,76 @@ class LogSubscription:
             # the stream ends here instead (the cursor stays before it), and a webhook's loop stops and is
             # started again, from the last event delivered, until this process is upgraded
             raise Unavailable(f"{exc}, then resume from the last cursor received") from None
+        if event is None or not self.filter.wants(event) or self._repeated(msg, event):
+            return None
+        return event
+
+    def _repeated(self, msg: Message, event: Event) -> bool:
+        """Whether `event` is of a later append under an idempotency key than the first, which the
+        projections and processors drop: a client's retry after its API died before projecting the first."""
+        if getattr(event, "request", None) is None:
+            return False
+        position = (msg.topic(), msg.partition())
+        if position in self._began_past_start:
+            self._look_back(position, _millis(msg))
+        return self.first_appends.repeated(event)
+
+    def _look_back(self, position: Position, at_ms: int) -> None:
+        """Meet the keyed appends of the wanted events written on `position` from LOOK_BACK_S before `at_ms`
+        up to where the stream began, so a key's first append before the cursor is known. Once per
+        partition, at its first keyed event: the later ones' windows start later still."""
+        began = self._began_past_start[position]
+        since = self._offset_at(position, at_ms - LOOK_BACK_S * 1_000)
+        if 0 <= since < began:
+            for msg in self._records(position, since, began):
+                event = self._readable(msg)
+                if event is not None:
+                    self.first_appends.repeated(event)
+        del self._began_past_start[position]  # only once it is done: an Unavailable above reads it again
+
+    def _offset_at(self, position: Position, at_ms: int) -> int:
+        """The first offset of `position` written at `at_ms` or later; -1 if none is."""
+        try:
+            (found,) = self._consumer.offsets_for_times([TopicPartition(*position, max(at_ms, 0))], timeout=10)
+        except KafkaException as exc:
+            raise Unavailable(f"the log is unavailable ({exc.args[0].str()}); resume from the last cursor") from exc
+        return found.offset
+
+    def _records(self, position: Position, first: int, end: int) -> Iterator[Message]:
+        """The committed records of `position` from offset `first` up to `end` (excluded), by a consumer of
+        their own: the stream's stays where it is."""
+        reader = Consumer({**consumer_config(self._kafka), "enable.partition.eof": True})
+        deadline = time.monotonic() + LOOK_BACK_TIMEOUT_S
+        try:
+            reader.assign([TopicPartition(*position, first)])
+            while time.monotonic() < deadline:
+                for msg in reader.consume(500, 0.5):
+                    if msg.error() is None and msg.offset() < end:
+                        yield msg
+                    elif msg.error() is None or msg.error().code() == KafkaError._PARTITION_EOF:
+                        return  # past `end`, or at the log's end with nothing more: a transaction marker
+        finally:
+            reader.close()
+        raise Unavailable(
+            f"reading back {position[0]}/{position[1]} from offset {first} to {end} took over "
+            f"{LOOK_BACK_TIMEOUT_S:g} s; resume from the last cursor"
+        )
+
+    def _readable(self, msg: Message) -> Event | None:
+        """A record read back, if it is a wanted event this code can read: the stream itself is past it."""
+        if not self.filter.wants_key(msg.key()):
+            return None
+        try:
+            event = read_input(msg, "API or webhooks process")
+        except NewerThanThisCode:
+            return None
         return event if event is not None and self.filter.wants(event) else None
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _millis(msg: Message) -> int:
+    """When `msg` was written, by its timestamp (now if it has none)."""
+    kind, at_ms = msg.timestamp()
+    return int(time.time() * 1_000) if kind == TIMESTAMP_NOT_AVAILABLE else at_ms

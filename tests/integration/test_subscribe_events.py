@@ -17,7 +17,8 @@ from peerlog.v1 import events_pb2, events_pb2_grpc
 from services.api.server import start
 from services.bus.subscription import log_topics
 from services.cli.client import Client
-from services.events import MessageAppended
+from services.events import MessageAppended, ProducerInfo, encode
+from services.events.requests import KeyedRequest
 from services.llm.embeddings import LocalOnnxEmbedder
 from tests.support.auth import admin_channel
 from tests.support.rpc import rejected
@@ -45,6 +46,31 @@ def contents(events) -> list[str]:
 
 def contents_of(events) -> list[str]:
     return contents(e for e in events if e.type == "MessageAppended")
+
+
+def append_keyed(settings, texts: list[str], request_id: str, key: str = "k") -> None:
+    """An AddMessages append of `texts` by alice in w/s under idempotency key `key`, straight onto the log, as
+    an API writes one; the same key again with another request id is a retry's copy (its API died before
+    projecting the first), with new event and message ids."""
+    from confluent_kafka import Producer
+
+    from services.bus.topics import SESSIONS
+
+    request = KeyedRequest(key=key, scope="w/s", fingerprint="f", request_id=request_id)
+    raw = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    for text in texts:
+        event = MessageAppended(
+            workspace_id="w",
+            session_id="s",
+            message_id=f"{request_id}-{text}",
+            peer_id="alice",
+            content=text,
+            created_at=datetime.now(UTC),
+            producer=ProducerInfo(component="test", version="1"),
+            request=request,
+        )
+        raw.produce(SESSIONS.full_name(settings.kafka.topic_prefix), encode(event), key=b"w/s")
+    assert raw.flush(10) == 0
 
 
 @pytest.fixture
@@ -276,3 +302,26 @@ async def test_a_stream_whose_position_the_log_no_longer_holds_ends_failed_preco
     assert ended.value.code() == grpc.StatusCode.FAILED_PRECONDITION, ended.value.details()
     assert f"no longer holds offset {first.position.offset + 1}" in ended.value.details()
     assert "after the deletion" not in contents_of(got)
+
+
+async def test_a_repeated_keyed_append_reaches_no_subscriber_live_or_resumed_between_the_copies(conversation, settings):
+    """peerlog keeps only the first append under a key: a stream delivering a retry's copy gave ids that
+    GetMessage says do not exist, and an event_id check cannot tell the copy from a new write."""
+    c, stub = conversation
+    append_keyed(settings, ["kept-1", "kept-2"], "first")
+    first = await take(stub, 5, workspace_id="w", event_types=["MessageAppended"])
+    assert contents(first)[-2:] == ["kept-1", "kept-2"]
+    append_keyed(settings, ["copy-1", "copy-2"], "retry")  # the client's retry: same key, a new request id
+    append_keyed(settings, ["other"], "another", key="k2")
+    await c.add("w", "s", [("bob", "after")])
+
+    def after(seen):
+        return "after" in contents(seen)
+
+    live = await take(stub, 0, until=after, workspace_id="w", event_types=["MessageAppended"])
+    assert contents(live) == ["one", "two", "three", "kept-1", "kept-2", "other", "after"]
+    # resumed after the first copy, which it never reads: it reads the log back to know the key was used
+    resumed = await take(
+        stub, 0, until=after, workspace_id="w", event_types=["MessageAppended"], cursor=first[-1].cursor
+    )
+    assert contents(resumed) == ["other", "after"]

@@ -17,6 +17,7 @@ from services.errors import FailedPrecondition
 from services.webhooks.delivery import Endpoint, RetryPolicy
 from services.webhooks.store import DeadLetter, WebhookStore, engine_for
 from services.webhooks.worker import retry_dead_letter, run_endpoint
+from tests.integration.test_subscribe_events import append_keyed
 from tests.support.wait import until_true
 from tests.support.webhook_receiver import Receiver
 
@@ -116,3 +117,31 @@ async def test_a_webhook_whose_progress_is_past_the_logs_end_stops_and_says_so_i
                     await run_endpoint(endpoint, settings.kafka, store, client, asyncio.Event(), FAST)
     assert "beyond the log's end" in str(stopped.value) and "webhook_progress" in str(stopped.value)
     assert receiver.received == [] and store.cursor("hook-4") == ahead  # nothing skipped, for when the log is back
+
+
+async def test_a_webhook_is_posted_a_keyed_write_once_though_a_retry_appended_it_twice(channel, settings):
+    """The retry's copy, with ids peerlog itself drops, was POSTed too: by a running loop, and by one
+    restarted from progress stored after the first copy."""
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    store = WebhookStore(engine_for(settings.database))
+    append_keyed(settings, ["kept"], "first")
+    with Receiver() as receiver:
+        endpoint = Endpoint("hook-5", "w", receiver.url, b"secret", frozenset({"MessageAppended"}))
+        store.register(endpoint)
+        async with httpx.AsyncClient() as client:
+            loop = Loop(endpoint, settings, store, client).start()
+            await until_true(lambda: len(receiver.delivered()) == 1)
+            await loop.halt()
+            append_keyed(settings, ["copy"], "retry")  # while no loop runs: the restarted one never read "kept"
+            await c.add("w", "s", [("bob", "after the restart")])
+            loop.start()
+            # one key, one partition: in log order, a copy would come before what was written after it
+            await until_true(lambda: "after the restart" in contents(receiver.delivered()))
+            assert contents(receiver.delivered()) == ["kept", "after the restart"]
+            append_keyed(settings, ["kept-2"], "first-2", key="k2")
+            append_keyed(settings, ["copy-2"], "retry-2", key="k2")  # while it runs
+            await c.add("w", "s", [("bob", "last")])
+            await until_true(lambda: "last" in contents(receiver.delivered()))
+            await loop.halt()
+    assert contents(receiver.delivered()) == ["kept", "after the restart", "kept-2", "last"]
