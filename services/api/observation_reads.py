@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections import observation_reads, status_reads
+from projections import message_reads, observation_reads, status_reads
 from projections.observation_reads import ObservationFilter
 from projections.status_reads import StatusScope
 from services.api import validation as v
@@ -54,11 +54,18 @@ class ProcessingStatus:
 
 
 async def with_provenance(
-    conn: AsyncConnection, workspace_id: str, rows: Sequence[RowMapping], as_of: datetime | None = None
+    conn: AsyncConnection,
+    workspace_id: str,
+    rows: Sequence[RowMapping],
+    as_of: datetime | None = None,
+    allowed: Sequence[str] | None = None,
 ) -> list[ObservationView]:
-    """`rows` with their sources (as of `as_of`, if given: those recorded by then) and premise ids."""
+    """`rows` with their sources (as of `as_of`, if given: those recorded by then) and premise ids; with an
+    allowlist of sessions, only the sources sent in those (as Chat's source_messages shows them)."""
     ids = [r["observation_id"] for r in rows]
     sources = await observation_reads.sources_of(conn, workspace_id, ids, as_of)
+    if allowed is not None:
+        sources = await _within(conn, workspace_id, sources, set(allowed))
     premises = await observation_reads.premises_of(conn, workspace_id, ids)
     return [
         ObservationView(
@@ -69,6 +76,18 @@ async def with_provenance(
         )
         for r in rows
     ]
+
+
+async def _within(
+    conn: AsyncConnection, workspace_id: str, sources: dict[str, list[RowMapping]], allowed: set[str]
+) -> dict[str, list[RowMapping]]:
+    """`sources` without those sent outside the `allowed` sessions. An observation read under a scope is one of
+    its sessions', but a deriver before stop 60 reinforced a client's from any session, adding such sources
+    to the log for good: shown, they quoted a session the scope leaves out."""
+    cited = {row["message_id"] for rows in sources.values() for row in rows}
+    sent = await message_reads.messages_by_id(conn, workspace_id, sorted(cited))
+    kept = {m for m, row in sent.items() if row["session_id"] in allowed}
+    return {o: [row for row in rows if row["message_id"] in kept] for o, rows in sources.items()}
 
 
 async def get_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, token: str = "") -> ObservationView:
@@ -113,7 +132,7 @@ async def list_observations(
     await _preflight(ctx, pair, token)
     async with ctx.engine.connect() as conn:
         rows = await observation_reads.list_observations(conn, pair, after, limit, reverse)
-        views = await with_provenance(conn, pair.workspace_id, rows, pair.as_of)
+        views = await with_provenance(conn, pair.workspace_id, rows, pair.as_of, pair.allowed_sessions)
     return page(ctx, scope, views, limit, _position)
 
 
@@ -131,7 +150,7 @@ async def search_observations(ctx: ApiDeps, query: SearchQuery, token: str) -> t
                 pair, allowed_sessions=await recall_sessions(conn, pair.workspace_id, query.scope_id, (), pair.as_of)
             )
         rows = await observation_reads.nearest_observations(conn, pair, vector, limit, max_distance)
-        views = await with_provenance(conn, query.pair.workspace_id, rows, query.pair.as_of)
+        views = await with_provenance(conn, pair.workspace_id, rows, pair.as_of, pair.allowed_sessions)
     kept = list(fitting(views))
     return kept, len(kept) < len(views)
 

@@ -31,7 +31,7 @@ from peerlog.v1 import observations_pb2 as o
 from projections.db import sync_engine
 from projections.rebuild import rebuild
 from services.cli.client import Client
-from services.events import Level, ObservationAdded
+from services.events import Level, ObservationAdded, ObservationReinforced, ProducerInfo, Source
 from services.llm.embeddings import make_embedder
 from services.llm.settings import EmbeddingSettings
 from tests.integration.test_chat import serve  # noqa: F401 - the fixture: an API whose Chat uses the test model
@@ -180,6 +180,36 @@ async def test_a_scope_bounds_search_observations(world):
     }
     north = await _search_observations(world, scope_id="north")
     assert {r.observation.observation_id for r in north.results} == {ids["oslo"], "norway"}
+
+
+async def test_an_observation_found_under_a_scope_shows_no_source_from_a_session_outside_it(world, settings):
+    """A deriver before stop 60 reinforced a client's observation from any session: the oslo fact (s1), said
+    again in s3, got a source in s3, on the log for good. Under a scope of s1 it is shown with its s1 source
+    only; without the scope, with both."""
+    ids, c = world["ids"], world["client"]
+    again = await c.add("w", "s3", [("bob", "Oslo is home")])
+    await c.list_messages("w", "s3", again.consistency_token)
+    token = append(
+        settings,
+        [
+            ObservationReinforced(
+                workspace_id="w",
+                observer_id="alice",
+                observed_id="bob",
+                observation_id=ids["oslo"],
+                sources=(Source(message_id=again.message_ids[0], span="Oslo is home"),),
+                producer=ProducerInfo(component="test", version="0"),
+            )
+        ],
+    )
+    await c.all_observations("w", "alice", "bob", token)
+
+    def cited(reply) -> list[str]:
+        (oslo,) = [r.observation for r in reply.results if r.observation.observation_id == ids["oslo"]]
+        return sorted(s.span for s in oslo.sources)
+
+    assert cited(await _search_observations(world)) == ["Oslo", "Oslo is home"]
+    assert cited(await _search_observations(world, scope_id="north")) == ["Oslo"]
 
 
 async def test_a_scope_bounds_workspace_and_peer_search_messages(world):
