@@ -1,8 +1,8 @@
 """Handlers of a pair store's observation events, with the provenance rule and the audit history.
 
 Every event that touches an observation leaves a row in `observation_events` (added, reinforced,
-superseded, supersedes, deleted, cited, cited_by_rejected), so an observation's history can be read
-back without scanning the log. A derived observation whose premises break the provenance rule
+superseded, supersedes, deleted, cited, cited_by_rejected, and supersession_refused or deletion_refused
+for one the projector did not apply), so an observation's history can be read back without scanning the log. A derived observation whose premises break the provenance rule
 (services/events/provenance.py) is not added: it is recorded as rejected, exactly as on replay.
 """
 
@@ -198,6 +198,7 @@ def observation_added(conn: Connection, events: Sequence[ObservationAdded]) -> N
         )
         if not problems:
             _add(conn, [e])
+            _mark_if_resting_on_retired(conn, e)
         elif insert_new(conn, rejected_observations, [_rejection(e, problems)], returning=True):
             insert_new(conn, observation_events, _rejection_history(e, e.observation_id, "; ".join(problems)))
 
@@ -236,7 +237,31 @@ def _mark_conclusions(conn: Connection, workspace_id: str, observation_id: str, 
     )
 
 
-def _retire(conn: Connection, e, values: dict, still_current) -> None:
+def _mark_if_resting_on_retired(conn: Connection, e: ObservationAdded) -> None:
+    """Mark the conclusion `e` added when a premise it cites is retired or already marked: it rests on a
+    retired observation as much as those marked at the retirement (_mark_conclusions), which ran before it
+    existed. Stamped with the event's own time, so a replay marks it alike."""
+    o = observations.c
+    broken = select(o.observation_id).where(
+        o.workspace_id == e.workspace_id,
+        o.observation_id.in_(list(e.premise_ids)),
+        o.premise_superseded_at.is_not(None) | o.superseded_by.is_not(None) | o.deleted_at.is_not(None),
+    )
+    conn.execute(
+        update(observations)
+        .where(
+            o.workspace_id == e.workspace_id,
+            o.observation_id == e.observation_id,
+            o.event_id == e.event_id,  # the row this event added, not one another event holds under its id
+            o.premise_superseded_at.is_(None),
+            broken.exists(),
+        )
+        .values(premise_superseded_at=e.occurred_at)
+    )
+
+
+def _retire(conn: Connection, e, values: dict, still_current) -> bool:
+    """Retire `e`'s observation if `still_current`, marking what rests on it; whether it did."""
     done = conn.execute(
         update(observations)
         .where(
@@ -249,6 +274,7 @@ def _retire(conn: Connection, e, values: dict, still_current) -> None:
     ).all()
     if done:
         _mark_conclusions(conn, e.workspace_id, e.observation_id, e.occurred_at)
+    return bool(done)
 
 
 def _replacement_problem(conn: Connection, e: ObservationSuperseded) -> str | None:
@@ -306,10 +332,28 @@ def observation_superseded(conn: Connection, events: Sequence[ObservationSuperse
         )
 
 
+def _deletion_problem(conn: Connection, e: ObservationDeleted) -> str:
+    """Why `e` retired nothing: its observation was deleted before (a dream's RemoveDeduction committed
+    after a client's delete of it), or there is none."""
+    o = observations.c
+    held = conn.scalar(
+        select(o.observation_id).where(o.workspace_id == e.workspace_id, o.observation_id == e.observation_id)
+    )
+    return (
+        "it was already deleted" if held is not None else "it is not an observation (it was rejected or never written)"
+    )
+
+
 def observation_deleted(conn: Connection, events: Sequence[ObservationDeleted]) -> None:
     for e in events:
-        _retire(conn, e, dict(deleted_at=e.occurred_at, delete_reason=e.reason), observations.c.deleted_at.is_(None))
-        insert_new(conn, observation_events, [_history(e, e.observation_id, "deleted", reason=e.reason)])
+        values = dict(deleted_at=e.occurred_at, delete_reason=e.reason)
+        if _retire(conn, e, values, observations.c.deleted_at.is_(None)):
+            entry = _history(e, e.observation_id, "deleted", reason=e.reason)
+        else:
+            # recorded anyway, its history showed two deletions with two reasons where its row keeps one
+            refused = _deletion_problem(conn, e)
+            entry = _history(e, e.observation_id, "deletion_refused", reason=refused, requested_reason=e.reason)
+        insert_new(conn, observation_events, [entry])
 
 
 def observation_rejected(conn: Connection, events: Sequence[ObservationRejected]) -> None:

@@ -246,6 +246,23 @@ async def sources_of(
     return out
 
 
+async def sources_added_with(
+    conn: AsyncConnection, workspace_id: str, rows: Sequence[RowMapping]
+) -> dict[str, list[RowMapping]]:
+    """Each observation's sources as its own ObservationAdded recorded them, in their order, by observation
+    id: those later reinforcements added are left out (`rows` are observation rows, with their `event_id`)."""
+    t = observation_sources.c
+    stmt = (
+        select(observation_sources)
+        .where(t.workspace_id == workspace_id, t.event_id.in_([r["event_id"] for r in rows]))
+        .order_by(t.event_id, t.ordinal)
+    )
+    out: dict[str, list[RowMapping]] = {r["observation_id"]: [] for r in rows}
+    for row in (await conn.execute(stmt)).mappings():
+        out[row["observation_id"]].append(row)
+    return out
+
+
 async def premises_of(conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str]) -> dict[str, list[str]]:
     """Each observation's premise ids, by observation id."""
     t = premises.c

@@ -93,7 +93,8 @@ def _fingerprinted(o: NewObservation) -> NewObservation | dict:
 
 
 def _same(row, sources, observer_id: str, observed_id: str, o: NewObservation) -> bool:
-    """Whether the stored observation `row` (with its `sources`) is `o` sent again to the pair."""
+    """Whether the stored observation `row` (with the `sources` its ObservationAdded recorded) is `o` sent
+    again to the pair."""
     stored = tuple(Source(message_id=s["message_id"], span=s["span"]) for s in sources)
     return (row["observer_id"], row["observed_id"], row["level"], row["content"], row["session_id"] or "", stored) == (
         observer_id,
@@ -115,7 +116,8 @@ async def _written_before(
         return set()
     async with ctx.engine.connect() as conn:
         rows = await observation_reads.observations_by_id(conn, workspace_id, ids)
-        sources = await observation_reads.sources_of(conn, workspace_id, list(rows)) if rows else {}
+        # as written: the sources a reinforcement added since are the deriver's, not the client's request
+        sources = await observation_reads.sources_added_with(conn, workspace_id, list(rows.values())) if rows else {}
     for i, o in enumerate(new):
         row = rows.get(o.observation_id)
         if row is not None and not _same(row, sources[o.observation_id], observer_id, observed_id, o):

@@ -483,6 +483,37 @@ async def test_an_observation_sent_twice_under_its_client_id_is_written_once_and
     assert [e.observation_id for e in events] == list(first.observation_ids)
 
 
+async def test_an_observation_sent_again_under_its_id_after_a_reinforcement_returns_its_id(channel, settings):
+    # the deriver's reinforcement adds a source to the observation: compared with the client's request, it
+    # made the resend the server advises after UNAVAILABLE an ALREADY_EXISTS
+    from tests.support.observations import append, reinforcements
+
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    sent = await c.add("w", "s", [("bob", "I live in Oslo"), ("bob", "Oslo is home")])
+    first, later = sent.message_ids
+    await c.list_messages("w", "s", sent.consistency_token)
+    oslo = o.NewObservation(
+        content="Bob lives in Oslo",
+        session_id="s",
+        sources=[source(first, "I live in Oslo")],
+        observation_id="obs-oslo",
+    )
+    made = await c.create_observations("w", "alice", "bob", [oslo])
+    await c.get_observation("w", "obs-oslo", made.consistency_token)
+    reinforced = await c.get_observation("w", "obs-oslo", append(settings, reinforcements("obs-oslo", [later], "Oslo")))
+    assert reinforced.source_count == 2
+
+    again = await c.create_observations("w", "alice", "bob", [oslo])
+    assert list(again.observation_ids) == ["obs-oslo"]
+    assert (await c.get_observation("w", "obs-oslo", again.consistency_token)).times_derived == 2
+    # the reinforcement's source is not the client's: asking for it under the id is another observation
+    other = o.NewObservation(
+        content="Bob lives in Oslo", session_id="s", sources=[source(later, "Oslo")], observation_id="obs-oslo"
+    )
+    await rejected(create_observation(c, other), grpc.StatusCode.ALREADY_EXISTS, "different observation")
+
+
 async def test_an_observation_reinforced_many_times_shows_its_first_100_sources_and_how_many_it_has(channel, settings):
     from tests.support.observations import append, reinforcements
 

@@ -15,8 +15,9 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from peerlog.v1 import audit_pb2, context_pb2, context_pb2_grpc, observations_pb2, peers_pb2
+from projections.rebuild import rebuild
 from services.cli.client import Client
-from services.events import Level, ObservationAdded, ObservationSuperseded, ProducerInfo
+from services.events import Level, ObservationAdded, ObservationDeleted, ObservationSuperseded, ProducerInfo
 from tests.support.observations import append, reinforcements
 from tests.support.observations import derived as derived_observation
 from tests.support.rpc import rejected
@@ -291,6 +292,85 @@ async def test_a_supersession_of_a_belief_retired_meanwhile_is_refused_and_its_h
         audit_pb2.GetObservationHistoryRequest(workspace_id="w", observation_id="saturdays")
     )
     assert [e.kind for e in new.entries] == ["added"]
+
+
+async def test_a_conclusion_citing_a_premise_that_rests_on_a_retired_observation_is_marked(store, settings):
+    c, ids, token = store
+    await c.all_observations("w", "alice", "bob", token)
+    await c.delete_observation("w", ids["oslo"], reason="misheard")
+    assert (await c.get_observation("w", "norway")).HasField("premise_superseded_at")
+    # a later dream concludes from Norway, still live but resting on the deleted Oslo: it was added clean
+    token = append(
+        settings,
+        [
+            derived("scandinavia", Level.DEDUCTIVE, "Bob lives in Scandinavia", ["norway"]),
+            derived("nordic", Level.DEDUCTIVE, "Bob lives in a Nordic country", ["scandinavia"]),
+            derived("beekeeper", Level.DEDUCTIVE, "Bob is a beekeeper", [ids["bees"]]),
+        ],
+    )
+    scandinavia = await c.get_observation("w", "scandinavia", token)
+    assert scandinavia.HasField("premise_superseded_at")
+    assert scandinavia.premise_superseded_at.ToDatetime() == scandinavia.created_at.ToDatetime()
+    assert (await c.get_observation("w", "nordic")).HasField("premise_superseded_at")
+    assert not (await c.get_observation("w", "beekeeper")).HasField("premise_superseded_at")
+    tree = await c.audit.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id="w", observation_id="nordic"))
+    assert tree.nodes[0].observation.HasField("premise_superseded_at")
+
+
+async def test_a_deletion_of_an_observation_already_deleted_leaves_one_deletion_in_its_history(store, settings):
+    c, ids, token = store
+    await c.all_observations("w", "alice", "bob", token)
+    await c.delete_observation("w", ids["market"], reason="misheard")
+    # a dream's RemoveDeduction that read it as live while the client deleted it
+    removed = ObservationDeleted(
+        workspace_id="w",
+        observer_id="alice",
+        observed_id="bob",
+        observation_id=ids["market"],
+        reason="contradicted by a later message",
+        producer=DREAMER,
+        causation_id="dream-5",
+    )
+    token = append(settings, [removed])
+    history = await c.audit.GetObservationHistory(
+        audit_pb2.GetObservationHistoryRequest(
+            workspace_id="w", observation_id=ids["market"], consistency={"consistency_token": token}
+        )
+    )
+    assert [dict(e.detail).get("reason") for e in history.entries if e.kind == "deleted"] == ["misheard"]
+    last = history.entries[-1]
+    assert (last.kind, last.causation_id, dict(last.detail)) == (
+        "deletion_refused",
+        "dream-5",
+        {"reason": "it was already deleted", "requested_reason": "contradicted by a later message"},
+    )
+    assert (await c.get_observation("w", ids["market"])).delete_reason == "misheard"
+
+
+async def test_a_rebuild_marks_late_conclusions_and_refuses_second_deletions_as_the_live_projector_did(
+    channel, settings
+):
+    # its own store: the fixture's "borrowed" cites another pair's observation, whose partition a replay
+    # may reach after alice's, so its rejection's reason may differ
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    made = await c.create_observations("w", "alice", "bob", ["Bob lives in Oslo"])
+    (oslo,) = made.observation_ids
+    await c.get_observation("w", oslo, made.consistency_token)
+    token = append(settings, [derived("norway", Level.DEDUCTIVE, "Bob lives in Norway", [oslo])])
+    await c.get_observation("w", "norway", token)
+    await c.delete_observation("w", oslo, reason="misheard")
+    again = ObservationDeleted(
+        workspace_id="w", observer_id="alice", observed_id="bob", observation_id=oslo, producer=DREAMER
+    )
+    token = append(settings, [derived("nordic", Level.DEDUCTIVE, "Bob is Nordic", ["norway"]), again])
+    assert (await c.get_observation("w", "nordic", token)).HasField("premise_superseded_at")
+    history = await c.audit.GetObservationHistory(
+        audit_pb2.GetObservationHistoryRequest(workspace_id="w", observation_id=oslo)
+    )
+    assert [e.kind for e in history.entries][-2:] == ["deleted", "deletion_refused"]
+    report = await asyncio.to_thread(rebuild, settings, progress=lambda _: None)
+    assert report.switched and set(report.differences.values()) == {0}, report.differences
 
 
 async def test_as_of_reads_return_the_store_and_card_as_they_stood(store, settings, channel):
