@@ -66,11 +66,15 @@ def _sources(events) -> list[dict]:
     ]
 
 
-def _premise_states(conn: Connection, workspace_id: str, ids: Sequence[str]) -> dict[str, PremiseState]:
+def _premise_states(conn: Connection, e: ObservationAdded) -> dict[str, PremiseState]:
+    """The states of `e`'s premises in its own pair's store (premise_problems: not the workspace's)."""
     o = observations.c
     rows = conn.execute(
         select(o.observation_id, o.observer_id, o.observed_id, o.superseded_by, o.deleted_at).where(
-            o.workspace_id == workspace_id, o.observation_id.in_(list(ids))
+            o.workspace_id == e.workspace_id,
+            o.observation_id.in_(list(e.premise_ids)),
+            o.observer_id == e.observer_id,
+            o.observed_id == e.observed_id,
         )
     )
     return {
@@ -193,9 +197,7 @@ def observation_added(conn: Connection, events: Sequence[ObservationAdded]) -> N
     _add(conn, explicit)
     # derived ones one at a time: one may cite another written just before it in the same batch
     for e in (e for e in events if e.level != Level.EXPLICIT):
-        problems = premise_problems(
-            e.level, e.observer_id, e.observed_id, e.premise_ids, _premise_states(conn, e.workspace_id, e.premise_ids)
-        )
+        problems = premise_problems(e.level, e.observer_id, e.observed_id, e.premise_ids, _premise_states(conn, e))
         if not problems:
             _add(conn, [e])
             _mark_if_resting_on_retired(conn, e)

@@ -31,7 +31,10 @@ def premise_problems(
 ) -> list[str]:
     """Why a derived observation of (observer, observed) may not cite `premise_ids` (empty: it may).
 
-    `known` holds the cited observations that exist anywhere in the workspace.
+    `known` holds the cited observations that exist, anywhere in the workspace (a dream's check, which can
+    say whose store a premise is in) or in the pair's store alone (the projector's: where another pair's
+    premise stands depends on the order the pairs' partitions were read, and a rebuild must give the same
+    reason as the live projector did).
     """
     if level not in MIN_PREMISES:
         return []
@@ -45,7 +48,7 @@ def premise_problems(
     for pid in distinct:
         state = known.get(pid)
         if state is None:
-            problems.append(f"premise {pid!r} does not exist")
+            problems.append(f"premise {pid!r} is not an observation of ({observer_id}, {observed_id})")
         elif (state.observer_id, state.observed_id) != (observer_id, observed_id):
             problems.append(
                 f"premise {pid!r} belongs to the store of ({state.observer_id}, {state.observed_id}), "

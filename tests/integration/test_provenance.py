@@ -104,7 +104,9 @@ async def test_a_derived_write_without_valid_premises_is_rejected_and_the_reason
     reasons = {r.rejection_id: r.reason for r in got.rejections}
     assert set(reasons) == {"no-premise", "borrowed", "thin-pattern"}
     assert "at least 1 distinct premise" in reasons["no-premise"]
-    assert "belongs to the store of (carol, bob)" in reasons["borrowed"]
+    # the pair's own store is what the projector checks: the same reason whichever pair's partition a
+    # rebuild reads first (the workspace's, it was "belongs to (carol, bob)" live and "does not exist" rebuilt)
+    assert "is not an observation of (alice, bob)" in reasons["borrowed"]
     assert "at least 2 distinct premise" in reasons["thin-pattern"]
     assert {r.dream_id for r in got.rejections} == {"dream-1"}
     history = await c.audit.GetObservationHistory(
@@ -118,6 +120,34 @@ async def test_a_derived_write_without_valid_premises_is_rejected_and_the_reason
     assert {o.observation_id for o in listed} == {ids["oslo"], ids["bees"], ids["market"], "norway", "pattern"}
 
 
+def test_a_premise_of_another_pair_is_rejected_for_one_reason_whichever_partition_comes_first(settings):
+    """A deduction of (alice, bob) citing carol's observation, on another pair's partition: the live projector
+    and a rebuild may apply the two in either order, and must record the same reason (a rebuild that differs
+    does not switch). The reason is the pair's own store's."""
+    from sqlalchemy import select
+
+    from projections.apply import Record, apply_batch
+    from projections.db import create_schema, sync_engine
+    from projections.schema import rejected_observations
+    from services.events import encode
+
+    carols = derived("carols", Level.DEDUCTIVE, "Bob is tall", [], observer="carol")
+    carols = carols.model_copy(update={"level": Level.EXPLICIT, "premise_ids": ()})
+    borrowed = derived("borrowed", Level.DEDUCTIVE, "Bob is tall and lives in Oslo", ["carols"])
+    reasons = []
+    for n, order in enumerate([([carols], [borrowed]), ([borrowed], [carols])]):
+        schema = f"{settings.database.schema_name}_{n}"
+        engine = sync_engine(settings.database, schema)
+        create_schema(engine, schema)
+        for i, events in enumerate(order):
+            with engine.begin() as conn:
+                apply_batch(conn, [Record(f"t{i}", 0, 0, None, encode(e)) for e in events])
+        with engine.connect() as conn:
+            reasons.append(conn.scalar(select(rejected_observations.c.reason)))
+        engine.dispose()
+    assert reasons[0] == reasons[1] and "is not an observation of (alice, bob)" in reasons[0]
+
+
 async def test_the_history_of_a_rejected_id_says_why_it_was_refused(store):
     c, _, token = store
     history = await c.audit.GetObservationHistory(
@@ -128,7 +158,7 @@ async def test_the_history_of_a_rejected_id_says_why_it_was_refused(store):
     (entry,) = history.entries
     detail = dict(entry.detail)
     assert (entry.kind, detail["observer_id"], detail["observed_id"]) == ("rejected", "alice", "bob")
-    assert "belongs to the store of (carol, bob)" in detail["reason"]
+    assert "is not an observation of (alice, bob)" in detail["reason"]
     assert (entry.producer.component, entry.producer.prompt_version) == ("dreamer", "deduction-v1")
     with pytest.raises(grpc.RpcError) as never:
         await c.audit.GetObservationHistory(
@@ -350,8 +380,6 @@ async def test_a_deletion_of_an_observation_already_deleted_leaves_one_deletion_
 async def test_a_rebuild_marks_late_conclusions_and_refuses_second_deletions_as_the_live_projector_did(
     channel, settings
 ):
-    # its own store: the fixture's "borrowed" cites another pair's observation, whose partition a replay
-    # may reach after alice's, so its rejection's reason may differ
     c = Client(channel)
     await c.setup_conversation("w", "s")
     made = await c.create_observations("w", "alice", "bob", ["Bob lives in Oslo"])
@@ -464,7 +492,7 @@ async def test_peerlog_audit_prints_the_premise_tree_down_to_spans_and_the_histo
         env={"COLUMNS": "200", "PEERLOG_AUTH_TOKEN": channel.token},
     )
     assert refused.exit_code == 0, refused.output
-    assert "its write was rejected" in refused.output and "belongs to the store of (carol, bob)" in refused.output
+    assert "its write was rejected" in refused.output and "is not an observation of (alice, bob)" in refused.output
 
 
 async def test_the_provenance_of_a_fact_reinforced_by_many_long_messages_fits_a_default_client(channel, settings):

@@ -65,7 +65,7 @@ def test_a_deduction_without_premises_or_citing_another_pair_is_refused_and_reco
     for premises, why in (
         ([], "at least 1"),
         (["carols"], "store of (carol, bob)"),
-        (["nope"], "does not exist"),
+        (["nope"], "is not an observation of (alice, bob)"),
         (["old"], "superseded or deleted"),
     ):
         out = decide_edit(DreamWrites(), KNOWN, AddDeduction(content="x", premise_ids=premises), D)
