@@ -73,6 +73,8 @@ def test_a_runtime_id_spelled_like_another_users_hashed_peer_gets_a_peer_of_its_
             "550e8400-e29b-41d4-a716-446655440000",
             "tg_550e8400-e29b-41d4-a716-446655440000",
         ),
+        ({}, "user-6f1c2a0e-8b3d-4c1e-9a7f-3b5e9a2c1d4f", "user-6f1c2a0e-8b3d-4c1e-9a7f-3b5e9a2c1d4f"),  # ends in one
+        ({}, "usr_6f1c2a0e-8b3d-4c1e-9a7f-3b5e9a2c1d4f", "usr_6f1c2a0e-8b3d-4c1e-9a7f-3b5e9a2c1d4f"),
         ({"runtimePeerPrefix": "wa-"}, "447700900123", "wa-447700900123"),  # a phone number after a dash
         ({}, "human-resources", "human-resources"),
         ({}, "order-ABCDEF012345", "order-ABCDEF012345"),  # a hash's hex is lowercase

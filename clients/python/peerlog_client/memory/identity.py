@@ -33,7 +33,8 @@ def distinct_id(text: str) -> str:
 
 # what every hashed form ends in (hashed_id): "-" and 12 lowercase hex digits
 _HASHED_TAIL = re.compile(rf"-[0-9a-f]{{{HASH_CHARS}}}\Z")
-_UUID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+# a runtime id that is or ends in a UUID ("user-<uuid>", "org_acme_<uuid>"), a common shape of platform ids
+_UUID_TAIL = re.compile(r"(?:\A|[^0-9a-fA-F])[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\Z")
 
 
 def runtime_peer(text: str, runtime_id: str) -> str:
@@ -47,11 +48,12 @@ def runtime_peer(text: str, runtime_id: str) -> str:
 
 def looks_hashed(peer: str, runtime_id: str) -> bool:
     """True when `peer` ends as a hashed form does, "-" and 12 hex digits with a letter among them; a tail of
-    decimal digits (a phone number) or a runtime id that is a UUID is taken for an ordinary id."""
-    # those two shapes are common ids, whose users keep their peers; a hashed form is one only if its hash
-    # has no letter (about 1 in 280) or its id cleans to four groups of hex digits (a UUID cut short)
+    decimal digits (a phone number) or a runtime id that is or ends in a UUID is taken for an ordinary id."""
+    # those shapes are common ids, whose users keep their peers (a user-<uuid> moved to a new, empty peer);
+    # a hashed form is one only if its hash has no letter (about 1 in 280) or its id cleans to four groups
+    # of hex digits (a UUID cut short)
     tail = _HASHED_TAIL.search(peer)
-    return bool(tail) and not tail.group()[1:].isdigit() and not _UUID.fullmatch(runtime_id)
+    return bool(tail) and not tail.group()[1:].isdigit() and not _UUID_TAIL.search(runtime_id)
 
 
 def hashed_id(text: str, prefix: str = "") -> str:
