@@ -8,8 +8,8 @@ One HNSW index holds every workspace's vectors. The bench copies `--others` vect
 `--small` into another (sessions of `--per-session` messages each), builds the index, analyses, and runs 20
 searches of the small workspace (limit 25, 100 candidates a list, a vector and no words) twice: with the
 graph walked whatever the sizes (EXACT_SCAN_FACTOR 0, what a search confined to no session always did
-before stop 60) and with the path search_path chooses. It reports how many rows each search returned
-and its time. Vectors are drawn around one common direction, so that every pair has a cosine well above
+before stop 60) and with the path search_path chooses. It reports how many rows each search returned,
+how many candidates its semantic list held (of the 100 wanted), and its time. Vectors are drawn around one common direction, so that every pair has a cosine well above
 0 as sentence embeddings do. JSON to stdout and --out.
 """
 
@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,13 +31,16 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import psycopg  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
 
 from infra.postgres.embedded import EmbeddedPostgres  # noqa: E402
 from projections import search_path  # noqa: E402
 from projections.db import async_engine, create_schema, sync_engine  # noqa: E402
-from projections.message_search import search_messages  # noqa: E402
+from projections.message_ranking import depth  # noqa: E402
+from projections.message_search import search_messages, semantic  # noqa: E402
 from projections.schema import ACTIVE_EMBEDDING_MODEL, EMBEDDING_DIMENSIONS  # noqa: E402
-from projections.search_shape import MessageSearch  # noqa: E402
+from projections.search_path import walk_settings_and_path  # noqa: E402
+from projections.search_shape import MessageSearch, Shape, params  # noqa: E402
 from projections.settings import DatabaseSettings  # noqa: E402
 from tests.bench.derive import machine  # noqa: E402
 
@@ -85,21 +89,34 @@ def load(conn: psycopg.Connection, args, rng, common) -> dict:
     return {"copy_s": round(copied, 1), "index_s": round(indexed, 1)}
 
 
+async def candidates(conn, search: MessageSearch) -> int:
+    """How many candidates the search's semantic list holds (of depth(limit) wanted), on the path it takes."""
+    values, shape = params(search), Shape.of(search)
+    exact, observed = await walk_settings_and_path(conn, shape, values)
+    listed = semantic(replace(shape, exact=exact)).subquery()
+    return (await conn.execute(select(func.count()).select_from(listed), {**values, **observed})).scalar_one()
+
+
 async def searches(settings: DatabaseSettings, factor: float, queries: np.ndarray) -> dict:
     search_path.EXACT_SCAN_FACTOR = factor
     engine = async_engine(settings)
-    rows, times = [], []
+    rows, listed, times = [], [], []
     async with engine.connect() as conn:
         for q in queries:
+            search = MessageSearch("small", "", list(q), limit=25)
             started = time.perf_counter()
-            found = await search_messages(conn, MessageSearch("small", "", list(q), limit=25))
+            found = await search_messages(conn, search)
             times.append((time.perf_counter() - started) * 1000)
             rows.append(len(found))
+            listed.append(await candidates(conn, search))
     await engine.dispose()
     times.sort()
     return {
         "rows_min": min(rows),
         "rows_mean": sum(rows) / len(rows),
+        "candidates_wanted": depth(25),
+        "candidates_min": min(listed),
+        "candidates_mean": sum(listed) / len(listed),
         "p50_ms": round(times[len(times) // 2], 1),
         "max_ms": round(times[-1], 1),
     }
