@@ -90,9 +90,6 @@ class Dreamer:
                     await run.specialist(
                         specialist, self.models[specialist], rounds[specialist], self.settings.max_calls_per_round
                     )
-            now = await self.reads.current_derivation(**pair)
-            if now != derivation:
-                return Step([self._promoted_meanwhile(event, pair, derivation, now)])
         except (ModelError, EmbeddingError, TimeoutError) as error:
             # what the specialists wrote before a model failed (or time ran out) stands; the scheduler
             # retries after its cooldown. An embedding model answering wrongly fails the dream the same way
@@ -104,6 +101,11 @@ class Dreamer:
                 )
             )
             log.warning("dream %s failed: %s", event.dream_id, failure if isinstance(error, TimeoutError) else error)
+        # a failed dream's edits are written too, so this holds for it as well: after a promotion they would
+        # land in a derivation reads no longer follow
+        now = await self.reads.current_derivation(**pair)
+        if now != derivation:
+            return Step([self._promoted_meanwhile(event, pair, derivation, now)])
         await run.card_kept()
         ended = dict(**pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER, causation_id=event.event_id)
         end = DreamCompleted(**ended) if failure is None else DreamFailed(**ended, reason=failure[:2000])

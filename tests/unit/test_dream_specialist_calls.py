@@ -172,3 +172,26 @@ async def test_a_dream_whose_pair_is_promoted_while_it_runs_writes_nothing_and_f
     (failed,) = events
     assert isinstance(failed, DreamFailed) and "promoted to derivation 'v2'" in failed.reason
     assert "edits were not written" in failed.reason
+
+
+async def test_a_dream_whose_pair_is_promoted_and_whose_model_then_fails_writes_nothing(server, monkeypatch):
+    from services.events import DreamFailed
+
+    class PromotedMeanwhile(Store):
+        asked = 0
+
+        async def current_derivation(self, **pair):
+            self.asked += 1
+            return "" if self.asked == 1 else "v2"
+
+    turns = [retire_all_but_the_first(3)]
+    refused = (400, "application/json", b'{"error": {"message": "the model is gone"}}')
+    events = await dream(
+        server,
+        monkeypatch,
+        PromotedMeanwhile([row(f"fact-{i}", f"Bob fact {i}") for i in range(3)]),
+        lambda _body: turns.pop(0) if turns else refused,
+    )
+    # the edits of its first turn were for the derivation reads no longer follow: none is written
+    (failed,) = events
+    assert isinstance(failed, DreamFailed) and "promoted to derivation 'v2'" in failed.reason
