@@ -13,6 +13,16 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+_MARKER = re.compile(r"\[(obs|msg):", re.IGNORECASE)
+
+
+def inert(text: str) -> str:
+    """`text` as a tool result shows a message's or an observation's own words: on one line (`one_line`), its
+    `[obs:` and `[msg:` markers broken (`[obs :`). A message could otherwise add a line shaped like an
+    observation's, under a short name a real one holds, and have a model cite it as a premise."""
+    return _MARKER.sub(r"[\1 :", one_line(text))
+
+
 def normalise(text: str) -> str:
     """Case- and whitespace-insensitive form: the basis of grounding and exact-duplicate checks."""
     return _SPACE.sub(" ", text).strip().casefold()

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BeforeValidator, Field, Strict, model_validator
 
-from services.events.text import one_line
+from services.events.text import inert
 from services.events.times import day, minute
 from services.llm.client import ToolCall
 from services.llm.embeddings import Embedder
@@ -202,14 +202,14 @@ class ReasoningChain(ToolArgs):
 def observation_line(row: Row) -> str:
     state = " superseded" if row.get("superseded_by") else ""
     created = row["created_at"].astimezone(UTC)  # in UTC whatever the database session's TimeZone
-    return f"[obs:{row['observation_id']}] ({row['level']}{state}, {day(created)}) {one_line(row['content'])}"
+    return f"[obs:{row['observation_id']}] ({row['level']}{state}, {day(created)}) {inert(row['content'])}"
 
 
 def message_line(row: Row) -> str:
     return (
         f"[msg:{row['message_id']}] ({minute(row['created_at'].astimezone(UTC))} UTC, "
         f"session {row['session_id']}) "
-        f"{author(row)}: {row['content']}"
+        f"{author(row)}: {inert(row['content'])}"
     )
 
 
