@@ -8,7 +8,8 @@ commits them with the request's offset in one transaction. No connection is held
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,8 +23,10 @@ from services.dreamer.ports import DreamReads
 from services.events import Event, ObservationRejected, PeerCardUpdated, ProducerInfo
 from services.llm.client import ModelClient, ToolCall
 from services.llm.embeddings import Embedder
+from services.llm.errors import ModelRequestRejected
+from services.llm.tokens import count_tokens
 from services.toolloop import memory
-from services.toolloop.memory import ObservationLevel, RecallScope, ToolEnv, observation_line
+from services.toolloop.memory import ObservationLevel, RecallScope, Row, ToolEnv, observation_line
 from services.toolloop.registry import bad_arguments, function_spec, parse_arguments
 from services.toolloop.turns import StructuredStep, ToolRequest, step_schema
 
@@ -52,7 +55,12 @@ REJECTED = Counter(
     ["specialist"],
 )
 OPENING_OBSERVATIONS = 60
+# a constant, as the model's context is in no setting: a quarter of the shipped local model's 4,096 tokens,
+# where the deduction's system prompt and step schema take about 2,700. Sixty full observations were ~30,000
+OPENING_TOKENS = 1_000
 RESULT_CHARS = 6_000
+
+log = logging.getLogger(__name__)
 
 
 class RecentObservations(BaseModel):
@@ -61,6 +69,17 @@ class RecentObservations(BaseModel):
     model_config = ConfigDict(extra="forbid")
     levels: list[ObservationLevel] = Field(default_factory=list, description="only these levels")
     limit: int = Field(20, ge=1, le=50)
+
+
+def newest_within(rows: Sequence[Row], budget: int, cost: Callable[[Row], int]) -> list[Row]:
+    """The leading rows (newest first) whose costs together stay within `budget`."""
+    kept, spent = [], 0
+    for row in rows:
+        spent += cost(row)
+        if spent > budget:
+            break
+        kept.append(row)
+    return kept
 
 
 def actions_of(specialist: str, peer_card: bool = True) -> dict[str, type[BaseModel]]:
@@ -118,7 +137,15 @@ class DreamRun:
                 messages.append({"role": "user", "content": prompt.FORCE_STOP})
             # narrowed each turn: the names a call may cite grow as the specialist is shown more
             offered = [self.names.narrowed(s) for s in specs] if used < rounds else None
-            calls = await self.ask(model, messages, offered, structured, used)
+            try:
+                calls = await self.ask(model, messages, offered, structured, used)
+            except ModelRequestRejected as error:
+                if not error.too_long:
+                    raise
+                # the conversation outgrew the model's context: what was written is validated and stands, and
+                # failing the dream would skip the next specialist and fail the same way after every cooldown
+                log.warning("dream %s: %s ended, its prompt past the model's context", self.dream.dream_id, name)
+                return
             if not calls or used == rounds:
                 return
             for i, call in enumerate(calls):
@@ -162,7 +189,9 @@ class DreamRun:
     async def opening(self, specialist: str) -> str:
         rows, card = await self.reads.opening(self.scope(), OPENING_OBSERVATIONS)
         self.card = tuple(card)
-        lines = [self.line(r) for r in reversed(rows)]
+        # counted with the full ids, longer than the short names shown: the cap holds; only the kept get names
+        shown = newest_within(rows, OPENING_TOKENS, lambda r: count_tokens(observation_line(r)))
+        lines = [self.line(r) for r in reversed(shown)]
         return prompt.opening(specialist, lines, card, self.written)
 
     def line(self, row) -> str:
