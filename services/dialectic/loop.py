@@ -176,12 +176,26 @@ class _Run:
             settings.tool_result_chars,
             owner.reranker,
         )
-        self.limits = Limits(
-            self.level.tool_rounds, settings.token_budget, settings.tool_result_chars // policy.CHARS_PER_TOKEN
-        )
         self.tools = SEARCH_TOOLS if self.level.search_only else tuple(TOOLS)
+        self.limits = Limits(
+            self.level.tool_rounds,
+            settings.token_budget,
+            settings.tool_result_chars // policy.CHARS_PER_TOKEN,
+            offer_tokens=self.beside_messages(specs(self.tools)),
+            plain_tokens=self.beside_messages(None),
+        )
         self.state = LoopState()
         self.model_name = ""
+
+    def beside_messages(self, tools: list[dict[str, Any]] | None) -> int:
+        """Prompt tokens a call offered `tools` sends beside its messages: the tool specs, or in structured
+        mode the turn's schema when the client writes it into the prompt (schema_mode json_object)."""
+        if not self.structured:
+            return count_tokens(json.dumps(tools)) if tools else 0
+        if self.model.settings.schema_mode != "json_object":
+            return 0  # the schema goes in response_format, not the prompt
+        wire = structured_turn_schema(tools, free_text=self.request.response_schema is None)
+        return count_tokens(json.dumps(formats.schema_instruction(wire)))
 
     async def prefetch(self) -> Prefetched:
         n = self.level.prefetch
@@ -239,7 +253,7 @@ class _Run:
                 else:
                     streamed = True
                     yield TextDelta(item)
-            self.state = self.state.called(tokens)
+            self.state = self.state.called(policy.call_tokens(self.limits, tokens, offered is not None))
             decision = policy.decide(self.state, turn, self.limits, tokens)
             if streamed and not isinstance(decision, Finish):
                 yield DiscardText()

@@ -27,6 +27,10 @@ class Limits:
     # calls run per round, at most: a turn may ask for any number at once (a stored message can ask the
     # model for sixty searches), and each costs reads; the round's room (round_room) bounds their text
     calls_per_round: int = 16
+    # prompt tokens a call sends beside its messages (the offered tool specs, or a schema the client writes
+    # into the prompt): with the tools offered, and without; the budget counts them as sent
+    offer_tokens: int = 0
+    plain_tokens: int = 0
 
 
 CHARS_PER_TOKEN = 3  # a tool result's characters per token, as the budget counts them (few real texts have fewer)
@@ -86,12 +90,19 @@ class ForceAnswer:
 Decision = CallTools | Finish | ForceAnswer
 
 
+def call_tokens(limits: Limits, conversation_tokens: int, offers_tools: bool) -> int:
+    """A model call's prompt tokens: its conversation and what it sends beside it."""
+    return conversation_tokens + (limits.offer_tokens if offers_tools else limits.plain_tokens)
+
+
 def withheld(state: LoopState, limits: Limits, conversation_tokens: int) -> ForceReason | None:
     """Why the next call may not offer tools, if it may not: no rounds left, or no room for another
     round plus the final answer."""
     if state.rounds >= limits.tool_rounds:
         return "round_cap"
-    if state.spent_tokens + 2 * (conversation_tokens + limits.result_tokens) > limits.token_budget:
+    # room for the next call, offering the tools, and the answer after it: a result more, no tools
+    beside = limits.offer_tokens + limits.plain_tokens
+    if state.spent_tokens + 2 * (conversation_tokens + limits.result_tokens) + beside > limits.token_budget:
         return "token_budget"
     return None
 
@@ -118,7 +129,8 @@ def decide(state: LoopState, turn: ModelTurn, limits: Limits, conversation_token
 def round_room(state: LoopState, limits: Limits, conversation_tokens: int) -> int:
     """Tokens one round's tool results may add together: what leaves room in the budget for the next call
     and the answer's, both of which carry them; never less than one result (`withheld` saw to that)."""
-    return max(limits.result_tokens, (limits.token_budget - state.spent_tokens) // 2 - conversation_tokens)
+    left = limits.token_budget - state.spent_tokens - limits.offer_tokens - limits.plain_tokens
+    return max(limits.result_tokens, left // 2 - conversation_tokens)
 
 
 @dataclass(frozen=True)

@@ -201,15 +201,18 @@ async def test_only_ids_the_agent_was_shown_are_cited(memory, model_server):
 
 @pytest.mark.parametrize("level,cap", sorted(CAPS.items()))
 async def test_a_model_that_always_wants_tools_is_cut_off_at_the_level_cap_and_made_to_answer(
-    memory, model_server, level, cap
+    serve, memory, model_server, level, cap
 ):
+    # a budget the cap is reached within: every call's tool specs count toward it (~1,350 tokens), and at
+    # the default 32,000 the budget ends the loop of `max` first
+    chan = await serve(PEERLOG_DIALECTIC_TOKEN_BUDGET="64000")
     model_server.reply_with(
         lambda req: Reply(
             content="Bob lives in Oslo" if "tools" not in req else "",
             tool_calls=[call("search_observations", query="home")],
         )
     )
-    out = await ask(memory["chan"], reasoning_level=level)
+    out = await ask(chan, reasoning_level=level)
     requests = model_server.chat_requests()
     assert out.tool_rounds == cap and len(requests) == cap + 1
     assert all("tools" in r for r in requests[:-1]) and "tools" not in requests[-1]

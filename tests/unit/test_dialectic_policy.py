@@ -128,3 +128,9 @@ def test_the_time_asked_at_is_in_utc_where_the_askers_zone_would_pass_the_first_
     )
     assert asked_at(now, ZoneInfo("Asia/Tokyo"), last).endswith("(UTC, 9999-12-31 23:30 UTC).")
     assert asked_at(now, ZoneInfo("Asia/Tokyo")) == "Asked at: 2026-12-07 21:00 (Asia/Tokyo, 2026-12-07 12:00 UTC)."
+
+
+def test_tools_are_withdrawn_sooner_when_their_specs_take_room_in_every_call():
+    state, with_specs = LoopState(spent_tokens=7_000), Limits(2, 10_000, 500, offer_tokens=1_000)
+    assert may_use_tools(state, LIMITS, 600)  # 7,000 + 2 × 1,100 fits in 10,000
+    assert not may_use_tools(state, with_specs, 600)  # and 1,000 more does not
