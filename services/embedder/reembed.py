@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from services.bus.first_appends import FirstAppends
 from services.bus.streams import read, to_the_end
 from services.bus.topics import MESSAGE_EMBEDDINGS, OBSERVATIONS, SESSIONS
 from services.embedder.policy import after, text_to_embed
@@ -64,21 +65,31 @@ def done_by(events: Iterable[Event | None], workspace_id: str, model: str) -> se
     return done
 
 
+# keyed appends remembered while planning: a retry's copy follows its first within seconds (FirstAppends'
+# own bound is a stream's); a million keys is ~100 MB at most, for one run
+REPEAT_WINDOW = 1_000_000
+
+
 def plan(
     sessions: Iterable[Event | None], observations: Iterable[Event | None], workspace_id: str, done: set[str]
 ) -> Plan:
     """The work left: every message (in session order, with its context) and observation of the
-    workspace not in `done`. Pure: the caller reads the topics."""
-    out, previous = Plan(), {}
+    workspace not in `done`. Pure: the caller reads the topics. A later append under a used idempotency key
+    (a client's retry after its API died before projecting the first) is no message or observation of the
+    store, as the projector and the live embedder drop it: it is skipped here too, else its vector won over
+    the first's (replying to itself) and the turn after it took it for context."""
+    out, previous, firsts = Plan(), {}, FirstAppends(REPEAT_WINDOW)
     for e in sessions:
-        if e is None or e.workspace_id != workspace_id:
+        if e is None or e.workspace_id != workspace_id or firsts.repeated(e):
             continue
         text = text_to_embed(e, previous.get(e.key))
         previous[e.key] = after(e, previous.get(e.key))
         if text is not None and e.message_id not in done:
             out.messages.setdefault(e.key, []).append((e, text))
     for e in observations:
-        if isinstance(e, ObservationAdded) and e.workspace_id == workspace_id and e.observation_id not in done:
+        if not isinstance(e, ObservationAdded) or e.workspace_id != workspace_id or firsts.repeated(e):
+            continue
+        if e.observation_id not in done:
             out.observations.setdefault(e.key, []).append(e)
     return out
 

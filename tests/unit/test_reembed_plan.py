@@ -14,6 +14,7 @@ from services.events import (
     ObservationsEmbedded,
     ProducerInfo,
 )
+from services.events.requests import KeyedRequest
 
 P = ProducerInfo(component="test", version="0")
 AT = datetime(2026, 5, 8, tzinfo=UTC)
@@ -108,3 +109,20 @@ def test_the_first_turn_after_a_member_joins_is_embedded_without_the_turn_the_ne
         "[8 May 2026] ann: turn 2",  # bo searches by this vector: it must not carry turn 1
         "[8 May 2026] ann: turn 3 (replying to ann: turn 2)",
     ]
+
+
+def test_a_repeated_keyed_append_is_skipped_as_the_live_embedder_and_the_projector_skip_it():
+    # an API died after appending a keyed post; the client's retry appended it again (same message id, a
+    # new request): the store holds the first only, so the repeat is neither embedded nor anyone's context
+    def keyed(event, request_id: str):
+        request = KeyedRequest(key="k1", scope=event.key, fingerprint="f", request_id=request_id)
+        return event.model_copy(update={"request": request})
+
+    got = plan(
+        [keyed(_msg(1), "r1"), keyed(_msg(1), "r2"), _msg(2)], [keyed(_obs(1), "r1"), keyed(_obs(1), "r2")], "w", set()
+    )
+    assert [text for _, text in got.messages["w/s"]] == [
+        "[8 May 2026] ann: turn 1",
+        "[8 May 2026] ann: turn 2 (replying to ann: turn 1)",
+    ]
+    assert [o.observation_id for o in got.observations["w/ann/ann"]] == ["o1"]
