@@ -40,7 +40,7 @@ from opentelemetry.trace import SpanKind
 
 from services import tracing
 from services.bus import metrics
-from services.bus.admin import create_topics
+from services.bus.admin import create_topics, partitions_of
 from services.bus.producer import AppendFailed, init_transactions
 from services.bus.settings import KafkaSettings
 from services.bus.stall import probe, stall_after_s
@@ -109,6 +109,18 @@ _SEND_OFFSETS_S = 15.0
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
+def _created(kafka: KafkaSettings, topic: str, within_s: float = 30.0) -> list[int]:
+    """The partitions of a topic just created: the broker's metadata may not name it for a moment."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return partitions_of(kafka, topic)
+        except LookupError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 class Runner:
     """Runs one processor as a member of its consumer group until `stop()`."""
 
@@ -149,8 +161,33 @@ class Runner:
     def stop(self) -> None:
         self._stop.set()
 
+    def _check_partitions(self) -> None:
+        """Refuse to start where a partition's state could not be where its input is: state is kept in the
+        changelog's partition of the input's number, so inputs of different partition counts, or a changelog
+        of fewer partitions (created by a worker whose PEERLOG_KAFKA_PARTITIONS was lower than the topics
+        job's, or inputs grown since), restarted the processor without end on the first partition past the
+        changelog's, and moved sessions' keys away from their state."""
+        counts = {}
+        for spec in self.processor.inputs:
+            topic = spec.full_name(self.kafka.topic_prefix)
+            try:
+                counts[topic] = len(partitions_of(self.kafka, topic))
+            except LookupError:
+                continue  # not created yet: the consumer waits for it, as before
+        have = len(_created(self.kafka, self.changelog_topic))
+        if counts and (len(set(counts.values())) > 1 or have < max(counts.values())):
+            shown = ", ".join(f"{t} {n}" for t, n in sorted(counts.items()))
+            raise RuntimeError(
+                f"{self.processor.name} cannot start: its inputs have {shown} partitions and its state topic "
+                f"{self.changelog_topic} {have}; a processor keeps each input partition's state in the state "
+                "topic's partition of the same number, so every input needs as many partitions and the state "
+                "topic at least as many. Create the topics with one PEERLOG_KAFKA_PARTITIONS everywhere; "
+                "partitions added to a running deployment are not supported (keys would move away from their state)"
+            )
+
     async def run(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, create_topics, self.kafka, (self.changelog,))
+        await asyncio.get_running_loop().run_in_executor(None, self._check_partitions)
         while not self._stop.is_set():
             try:
                 await self._incarnation()

@@ -88,3 +88,12 @@ async def _run_until_written(runner: Runner, settings, within_s: float) -> bool:
         runner.stop()
         if not task.done() or not task.cancelled():
             await asyncio.gather(task, return_exceptions=True)
+
+
+def test_a_runner_whose_state_topic_has_fewer_partitions_than_its_inputs_refuses_to_start_saying_why(settings):
+    # a worker started with a lower PEERLOG_KAFKA_PARTITIONS than the topics job made the state topic with 2
+    # partitions beside inputs of 3: the first input partition past 1 restarted the processor without end
+    fewer = settings.kafka.model_copy(update={"partitions": 2})
+    runner = Runner(fewer, settings.worker.app_id_for(settings.kafka.topic_prefix), FanOut())
+    with pytest.raises(RuntimeError, match=r"state topic .* 2; .*at least as many"):
+        asyncio.run(asyncio.wait_for(runner.run(), 60))
