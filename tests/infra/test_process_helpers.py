@@ -91,8 +91,11 @@ def test_a_recorded_pid_another_program_took_is_not_the_stacks_process() -> None
     from infra.stack import ours
 
     other = subprocess.Popen(["sleep", "30"])
-    api_like = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "services.cli.main", "serve"])
+    started = "import time; print('up', flush=True); time.sleep(30)"
+    api_like = subprocess.Popen([sys.executable, "-c", started, "services.cli.main", "serve"], stdout=subprocess.PIPE)
     try:
+        # its command line is the forked parent's until exec: under load, read before it, it was pytest's
+        assert api_like.stdout.readline() == b"up\n"
         assert not ours(other.pid, "api")
         assert ours(api_like.pid, "api") and not ours(api_like.pid, "worker")
     finally:
