@@ -11,13 +11,12 @@ from google.protobuf import timestamp_pb2
 from peerlog.v1 import context_pb2, context_pb2_grpc, messages_pb2, peers_pb2, sessions_pb2
 from peerlog_client import AsyncPeerlog
 from services.api.packing import Relevant, render_relevant
-from services.bus.producer import EventLog
 from services.cli.client import Client
-from services.events import ProducerInfo, SummaryKind, SummaryUpdated
+from services.events import SummaryKind
 from services.llm.tokens import count_tokens
+from tests.support.observations import append
 from tests.support.wait import every_write
-
-P = ProducerInfo(component="test", version="0")
+from tests.unit.test_summarizer_policy import summary
 
 
 def ask(channel, **kw) -> context_pb2.GetContextResponse:
@@ -452,32 +451,10 @@ async def test_a_summary_is_packed_only_for_a_reader_who_saw_every_turn_it_cover
     )
     await c.add("w", "s", [("alice", "hello carol")])
 
-    def summary(kind: SummaryKind, content: str, last_seq: int) -> SummaryUpdated:
-        return SummaryUpdated(
-            workspace_id="w",
-            session_id="s",
-            kind=kind,
-            content=content,
-            last_message_id="m",
-            last_seq=last_seq,
-            messages_covered=last_seq,
-            token_count=5,
-            model="m",
-            prompt_version="1",
-            producer=P,
-        )
-
-    log = EventLog(settings.kafka)
-    log.start()
-    try:
-        token = await log.append(
-            [
-                summary(SummaryKind.LONG, "Bob told Alice his PIN.", 2),
-                summary(SummaryKind.SHORT, SHORT, 3),
-            ]
-        )
-    finally:
-        log.close()
+    # appended as the summarizer writes them (the model is not what this is about)
+    token = append(
+        settings, [summary(SummaryKind.LONG, "Bob told Alice his PIN.", 2), summary(SummaryKind.SHORT, SHORT, 3)]
+    )
 
     async def summary_for(**kw) -> str:
         out = await ask(
@@ -485,7 +462,7 @@ async def test_a_summary_is_packed_only_for_a_reader_who_saw_every_turn_it_cover
             workspace_id="w",
             session_id="s",
             token_budget=2000,
-            consistency={"consistency_token": token.encode()},
+            consistency={"consistency_token": token},
             **kw,
         )
         return out.summary
