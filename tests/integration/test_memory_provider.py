@@ -689,6 +689,19 @@ def test_the_base_layer_never_carries_what_the_ai_said_in_another_users_chat(mak
     assert "oncology follow-up for Tuesday" in adas and "bank holiday" not in adas
 
 
+def test_the_profile_tool_never_shows_a_gateway_user_the_ais_card_written_from_every_chat(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = make_provider(session="dm-bob", recallMode="tools")
+    memory.peer("bot").set_card(["ATTRIBUTE: books oncology follow-ups for Ada"])  # a dream over all its chats
+    memory.context_for_turn("who are you?", sender=Sender("bob"))
+    shown = memory.dispatch("peerlog_profile", {"peer": "ai"})
+    assert shown.startswith("error:") and "oncology" not in shown
+    refused = memory.dispatch("peerlog_profile", {"peer": "ai", "card": ["IDENTITY: Bob's own bot"]})
+    assert refused.startswith("error:")
+    assert memory.peer("bot").card().entries == ("ATTRIBUTE: books oncology follow-ups for Ada",)
+    assert json.loads(memory.dispatch("peerlog_profile", {}))["peer"] == memory.current_user()  # Bob's card is his
+
+
 def test_another_bots_turn_is_never_told_the_ais_card_and_the_one_user_still_is(make_provider, model_server):
     model_server.reply_with(lambda request: Reply(content=WEAK))
     memory = seeded(make_provider(recallMode="context"))

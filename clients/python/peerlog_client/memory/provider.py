@@ -360,14 +360,14 @@ class MemoryProvider:
 
     def _base_layer(self, user: str, session_id: str | None = None) -> str:
         """Session summary, what is known about the user and their card, the AI's self-model from this
-        session, and the AI's card where it is only ever this user's (_ai_card_is_users)."""
+        session, and the AI's card where it is only ever this user's (ai_card_is_users)."""
         session = self._session_for(user, session_id)
         ctx = session.context(tokens=(self.config.context_tokens or 2000), observer=self.observer_of(user), target=user)
         ai = self.peer(self.config.ai_peer)
         # the AI observes itself in every user's chats: only what it said here (and what it concluded from
         # that alone) is this user's to read, never what it told another user
         self_model = ai.representation(sessions=[session])
-        card = ai.card().entries if self._ai_card_is_users(user) else ()
+        card = ai.card().entries if self.ai_card_is_users(user) else ()
         sections = [
             ("This conversation so far", ctx.summary),
             (f"What is known about {user}", ctx.representation),
@@ -377,7 +377,7 @@ class MemoryProvider:
         ]
         return "\n\n".join(f"# {title}\n{body.strip()}" for title, body in sections if body.strip())
 
-    def _ai_card_is_users(self, user: str) -> bool:
+    def ai_card_is_users(self, user: str) -> bool:
         """Whether the AI's card may go into `user`'s prompt: when this provider serves that one user only
         (no gateway's chat of many users, and not another bot's turn)."""
         # a card is not tied to sessions (a dream writes the AI's from every chat it was in), so no session

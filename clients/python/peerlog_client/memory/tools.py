@@ -88,9 +88,9 @@ def excerpt(text: str) -> str:
     return f"{text[:EXCERPT_CHARS]}… [{len(text) - EXCERPT_CHARS} more characters]"
 
 
-class WriteRefused(Exception):
-    """A write the tools do not make: about the human during a turn from another bot, or to the AI's own
-    card in a chat of many users (every one of them is told it)."""
+class Refused(Exception):
+    """What the tools do not do: write about the human during a turn from another bot, or show or change
+    the AI's own card where someone other than the one user it serves would be told it."""
 
 
 # --- handlers: (provider, args) -> a JSON-able result ---------------------------------------------
@@ -99,13 +99,17 @@ class WriteRefused(Exception):
 def _profile(p: MemoryProvider, a: ProfileArgs) -> Any:
     user = p.current_user()
     observer, target = (p.observer_of(user), user) if a.peer == "user" else (p.config.ai_peer, None)
+    if target is None and not p.ai_card_is_users(user):
+        # a dream writes the AI's card from every chat it was in: read here, it tells this user what another
+        # said; written here, one user would write what all the others are told
+        raise Refused(
+            "peerlog_profile does not show or change your own card in a chat of many users or during a turn "
+            "from another bot; it holds what you learned in every chat"
+        )
     if a.card is None:
         return {"peer": target or p.config.ai_peer, "card": list(p.peer(observer).card(target=target).entries)}
     if p.bot_turn:
-        raise WriteRefused("peerlog_profile does not change cards during a turn from another bot")
-    if target is None and p.serves_many_users:
-        # the AI's card goes into every user's context: one user must not write what all the others are told
-        raise WriteRefused("peerlog_profile does not change your own card in a chat of many users")
+        raise Refused("peerlog_profile does not change cards during a turn from another bot")
     card = p.peer(observer).set_card(a.card, target=target)
     return {"peer": target or p.config.ai_peer, "card": list(card.entries), "updated": True}
 
@@ -184,7 +188,7 @@ def _reasoning(p: MemoryProvider, a: ReasoningArgs) -> Any:
 
 def _conclude(p: MemoryProvider, a: ConcludeArgs) -> Any:
     if p.bot_turn:
-        raise WriteRefused("peerlog_conclude does not write during a turn from another bot")
+        raise Refused("peerlog_conclude does not write during a turn from another bot")
     user = p.current_user()
     observer = p.observer_of(user)
     if a.delete_id is not None:
@@ -325,7 +329,7 @@ def dispatch(provider: MemoryProvider, name: str, args: dict[str, Any] | str | N
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in error.errors())
         return f"error: invalid arguments for {name}: {problems}"
-    except (ValueError, WriteRefused) as error:
+    except (ValueError, Refused) as error:
         return f"error: {error}{_maybe_written(name, error)}"
     except PeerlogError as error:  # the server's answer: counted and logged, as every failure is
         provider._failed(name, error)
