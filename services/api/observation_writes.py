@@ -127,6 +127,12 @@ async def _written_before(
                 f"{workspace_id!r} by a different observation; send a new id, or send that observation "
                 "unchanged (pair, content, session and sources) to get its id back"
             )
+        if row is not None and row["deleted_at"] is not None:
+            # answered OK, it would stay deleted: the client would take the fact for remembered
+            raise FailedPrecondition(
+                f"observations[{i}].observation_id {o.observation_id!r} was deleted at "
+                f"{row['deleted_at'].isoformat()}; to state it again, send it under a new id"
+            )
     return set(rows)
 
 

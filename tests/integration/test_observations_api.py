@@ -483,6 +483,25 @@ async def test_an_observation_sent_twice_under_its_client_id_is_written_once_and
     assert [e.observation_id for e in events] == list(first.observation_ids)
 
 
+async def test_an_observation_sent_again_under_its_id_after_it_was_deleted_is_refused_not_acknowledged(channel):
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    veg = o.NewObservation(content="Bob is vegetarian", session_id="s", observation_id="obs-veg")
+    made = await c.create_observations("w", "alice", "bob", [veg])
+    await c.get_observation("w", "obs-veg", made.consistency_token)
+    await c.delete_observation("w", "obs-veg", reason="no longer true")
+    await rejected(
+        c.create_observations("w", "alice", "bob", [veg, "Bob prefers tea"]),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "observations[0].observation_id 'obs-veg' was deleted",
+        "under a new id",
+    )
+    renamed = o.NewObservation(content="Bob is vegetarian", session_id="s", observation_id="obs-veg-2")
+    again = await c.create_observations("w", "alice", "bob", [renamed])
+    listed = await c.all_observations("w", "alice", "bob", again.consistency_token)
+    assert [(x.observation_id, x.content) for x in listed] == [("obs-veg-2", "Bob is vegetarian")]  # no tea: nothing
+
+
 async def test_an_observation_sent_again_under_its_id_after_a_reinforcement_returns_its_id(channel, settings):
     # the deriver's reinforcement adds a source to the observation: compared with the client's request, it
     # made the resend the server advises after UNAVAILABLE an ALREADY_EXISTS
