@@ -251,6 +251,7 @@ async def get_or_create_session(
     v.check_id("session_id", session_id)
     v.check_metadata("metadata", metadata)
     await require_workspace(ctx, workspace_id)
+    _check_asked(session_id, members)
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
     row, current = await _session_now(ctx, workspace_id, session_id)
     if (
@@ -293,6 +294,15 @@ async def get_or_create_session(
 MAX_MEMBERS = 500
 
 
+def _check_asked(session_id: str, members: Sequence[MemberSpec]) -> None:
+    """More members asked for than a session holds never fit: refused before they are looked up (70,000 ids
+    passed Postgres's 65,535 parameters, and the error read as the database being down)."""
+    if len(members) > MAX_MEMBERS:
+        raise FailedPrecondition(
+            f"{len(members):,} members asked for session {session_id!r}: a session holds at most {MAX_MEMBERS}"
+        )
+
+
 def _check_joining(workspace_id: str, session_id: str, current: int, joining: Sequence[MemberSpec]) -> None:
     """Room in the session for `joining`, and room for each one's ids in an observation's index entry."""
     # FAILED_PRECONDITION, not RESOURCE_EXHAUSTED: the session's state refuses it until members leave, and
@@ -309,6 +319,7 @@ async def add_members(ctx: ApiDeps, workspace_id: str, session_id: str, members:
     if not members:  # OK with nothing written, and a token that names no write, would hide a caller's bug
         raise InvalidArgument("members is empty: name at least one peer to add")
     await require_session(ctx, workspace_id, session_id)
+    _check_asked(session_id, members)
     await check_members(ctx, workspace_id, [m.peer_id for m in members])
     async with ctx.exclusive("session", workspace_id, session_id):
         async with ctx.engine.connect() as conn:

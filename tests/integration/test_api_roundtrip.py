@@ -189,6 +189,35 @@ async def test_lists_are_scoped_to_their_workspace(channel):
     assert [w.workspace_id for w in spaces.workspaces] == ["acme", "globex"]
 
 
+async def test_more_members_than_a_session_holds_in_one_request_are_refused_not_taken_for_an_outage(channel):
+    # 70,000 ids were looked up at once: past Postgres's 65,535 parameters, answered UNAVAILABLE ("retry later")
+    import grpc
+
+    from services.api.writes import MAX_MEMBERS
+    from tests.support.rpc import rejected
+
+    c = Client(channel)
+    await c.workspace("w")
+    await c.peer("w", "alice")
+    made = await c.session("w", "s", members=["alice"])
+    specs = [sessions_pb2.MemberSpec(peer_id=f"p{i}") for i in range(70_000)]
+    for call in (
+        c.sessions.GetOrCreateSession(
+            sessions_pb2.GetOrCreateSessionRequest(workspace_id="w", session_id="s2", members=specs)
+        ),
+        c.sessions.AddMembers(sessions_pb2.AddMembersRequest(workspace_id="w", session_id="s", members=specs)),
+    ):
+        await rejected(call, grpc.StatusCode.FAILED_PRECONDITION, f"holds at most {MAX_MEMBERS}")
+    got = await c.sessions.GetSession(
+        sessions_pb2.GetSessionRequest(
+            workspace_id="w",
+            session_id="s",
+            consistency=common_pb2.ReadConsistency(consistency_token=made.consistency_token),
+        )
+    )
+    assert [m.peer_id for m in got.memberships] == ["alice"]
+
+
 async def test_a_session_at_its_member_cap_refuses_another_member_and_writes_nothing(channel):
     import grpc
 
