@@ -6,14 +6,14 @@ from collections.abc import Sequence
 
 from sqlalchemy import RowMapping
 
-from projections import status_reads
+from projections import configurations, status_reads
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_peers
 from services.api.preflight import preflight
 from services.api.writes import commit
-from services.errors import InvalidArgument
-from services.events import DreamForced
+from services.errors import FailedPrecondition, InvalidArgument
+from services.events import DreamForced, resolve
 
 MAX_REASON_CHARS = 1_000
 
@@ -23,6 +23,7 @@ async def schedule_dream(ctx: ApiDeps, workspace_id: str, observer_id: str, obse
     observed_id = observed_id or observer_id
     v.check_text("reason", reason, MAX_REASON_CHARS, required=False)
     await require_peers(ctx, workspace_id, observer_id=observer_id, observed_id=observed_id)
+    await _require_dreams_on(ctx, workspace_id)
     event = DreamForced(
         workspace_id=workspace_id,
         observer_id=observer_id,
@@ -31,6 +32,18 @@ async def schedule_dream(ctx: ApiDeps, workspace_id: str, observer_id: str, obse
         producer=ctx.producer,
     )
     return await commit(ctx, [event], wait=False)
+
+
+async def _require_dreams_on(ctx: ApiDeps, workspace_id: str) -> None:
+    """Refuse a dream where the workspace's configuration (or the global level) turns dreams off: the
+    scheduler would not request it, and the caller would wait for a dream that never comes."""
+    async with ctx.engine.connect() as conn:
+        levels = await configurations.levels(conn, workspace_id)
+    if not resolve(ctx.configuration, *levels)["dreams"]:
+        raise FailedPrecondition(
+            f"dreams are off in workspace {workspace_id!r} (its configuration, or PEERLOG_REASONING_DREAMS); "
+            "turn them on with SetWorkspaceConfiguration to dream"
+        )
 
 
 async def list_dreams(

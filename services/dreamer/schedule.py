@@ -70,12 +70,17 @@ def last_activity(s: PairSchedule) -> datetime | None:
     return max(known, default=None)
 
 
+def dreams_on(s: PairSchedule, defaults: Defaults) -> bool:
+    """The pair's dreams switch: its latest perceived message's configuration, else the global level."""
+    return s.dreams if s.dreams is not None else defaults.dreams
+
+
 def ready(s: PairSchedule, now: datetime, cfg: DreamSettings, defaults: Defaults = Defaults()) -> bool:
     """Whether the pair should dream at `now` (the clock pre-checks with this before sending a tick)."""
     active = last_activity(s)
     return (
         s.outstanding is None
-        and (s.dreams if s.dreams is not None else defaults.dreams)
+        and dreams_on(s, defaults)
         and s.new_explicit >= (s.threshold or cfg.threshold)
         and (s.last_dream_at is None or now - s.last_dream_at >= timedelta(seconds=cfg.cooldown_s))
         and (active is None or now - active >= timedelta(seconds=cfg.idle_s))
@@ -141,7 +146,10 @@ def decide(
             }
         ), []
     elif isinstance(e, DreamForced):
-        return _request(s, e, DreamReason.FORCED, producer, defaults) if s.outstanding is None else (s, [])
+        # forced past threshold, cooldown and idle wait, never past the switch: dreams off is an operator's
+        # decision on cost and on what may be inferred, and any peer's token may force one
+        forced = s.outstanding is None and dreams_on(s, defaults)
+        return _request(s, e, DreamReason.FORCED, producer, defaults) if forced else (s, [])
     elif isinstance(e, DreamCompleted | DreamFailed):
         s = _ended(s, e)
     elif not isinstance(e, DreamCheckDue):

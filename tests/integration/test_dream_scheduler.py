@@ -141,6 +141,28 @@ async def test_forced_dreams_are_deduplicated_while_one_is_outstanding(channel, 
     assert [(d.dream_id, d.state) for d in listed.dreams] == [(first[0]["dream_id"], "requested")]
 
 
+async def test_a_dream_forced_where_the_workspace_turned_dreams_off_is_refused(channel):
+    # any peer's token may force a dream: past the switch, it ran the model where an operator had turned it off
+    import grpc
+
+    from peerlog.v1 import configuration_pb2 as cfg
+    from peerlog.v1 import configuration_pb2_grpc
+    from tests.support.rpc import rejected
+
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    levels = configuration_pb2_grpc.ConfigurationServiceStub(channel)
+    off = await levels.SetWorkspaceConfiguration(
+        cfg.SetWorkspaceConfigurationRequest(workspace_id="w", configuration=cfg.Configuration(dreams=False))
+    )
+    seen = cfg.GetEffectiveConfigurationRequest(workspace_id="w")
+    seen.consistency.consistency_token = off.consistency_token
+    await levels.GetEffectiveConfiguration(seen)
+    ask = dreams_pb2.ScheduleDreamRequest(workspace_id="w", observer_id="bob", reason="operator asked")
+    await rejected(c.dreams.ScheduleDream(ask), grpc.StatusCode.FAILED_PRECONDITION, "dreams are off", "'w'")
+    # the scheduler too leaves a forced dream alone where the pair's switch is off (test_dream_schedule.py)
+
+
 async def test_after_a_dream_the_cooldown_holds_the_next_until_a_tick_finds_it_over(channel, settings, start_worker):
     start_worker("router,dream-scheduler", **{**SCHEDULE, "PEERLOG_DREAM_COOLDOWN_S": "4", "PEERLOG_DREAM_IDLE_S": "0"})
     c = Client(channel)

@@ -174,7 +174,18 @@ def test_a_pair_fed_only_by_client_observations_does_not_dream_when_dreams_are_o
     state, out = run([explicit(1), explicit(2), explicit(3), tick(13)], defaults=off)
     assert out == [] and not ready(state, at(13), CFG, off)
     _, forced = run([DreamForced(**PAIR, occurred_at=at(14))], state, defaults=off)
-    assert [e.peer_card for e in forced] == [False]  # a forced dream still leaves the card alone
+    assert forced == []  # nor when forced: any peer's token may ask
+
+
+def test_a_forced_dream_leaves_the_card_alone_where_peer_cards_are_off():
+    _, forced = run([DreamForced(**PAIR, occurred_at=at(14))], defaults=Defaults(dreams=True, peer_card=False))
+    assert [e.peer_card for e in forced] == [False]
+
+
+def test_a_forced_dream_is_not_requested_for_a_pair_whose_messages_turned_dreams_off():
+    off = message(0).model_copy(update={"dreams": False})
+    _, forced = run([off, DreamForced(**PAIR, occurred_at=at(0.5))])
+    assert forced == []
 
 
 def test_a_perceived_messages_configuration_outranks_the_global_level():
