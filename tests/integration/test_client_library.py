@@ -21,6 +21,7 @@ from peerlog_client import (
     AlreadyExists,
     AsyncPeerlog,
     Configuration,
+    DeadlineExceeded,
     EffectiveConfiguration,
     FailedPrecondition,
     InvalidArgument,
@@ -247,6 +248,7 @@ def test_writes_are_not_retried_while_they_carry_no_idempotency_key(api):
     with Peerlog(address, timeout=10) as peerlog, pytest.raises(Unavailable) as raised:
         peerlog.workspace("acme")  # GetOrCreateWorkspace writes
     assert raised.value.attempts == 1
+    assert raised.value.idempotency_key is None  # a write without a key has none to repeat under
 
 
 def test_a_read_is_retried_through_a_server_restart(api, token):
@@ -275,6 +277,27 @@ def test_a_write_is_retried_through_a_server_restart_under_one_key_and_stored_on
         again = chat.add_messages([("alice", "through the restart")], idempotency_key="mine")
         assert chat.add_messages([("alice", "through the restart")], idempotency_key="mine") == again
         assert [m.message_id for m in chat.messages()] == [*added.message_ids, *again.message_ids]
+
+
+def test_a_keyed_write_that_times_out_tells_the_caller_its_key_and_a_retry_under_it_stores_nothing_twice(
+    api, projector, token
+):
+    with (
+        Peerlog(api.address, token=token, timeout=20) as patient,
+        Peerlog(api.address, token=token, timeout=1) as hasty,
+    ):
+        ws = patient.workspace("acme")
+        chat = ws.session("s1", members=[ws.peer("alice")])
+        hasty_chat = hasty.workspace("acme", create=False).session("s1", create=False)
+        projector.stop()  # a keyed write answers once readable: now only after the client's deadline
+        try:
+            with pytest.raises(DeadlineExceeded) as raised:
+                hasty_chat.add_messages([("alice", "slow to be readable")])  # the client mints the key
+        finally:
+            projector.start()
+        assert raised.value.idempotency_key
+        again = chat.add_messages([("alice", "slow to be readable")], idempotency_key=raised.value.idempotency_key)
+        assert [m.message_id for m in chat.messages()] == list(again.message_ids)  # the write that timed out
 
 
 def test_the_deadline_bounds_every_call_retries_included(api):

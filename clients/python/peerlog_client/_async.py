@@ -16,7 +16,7 @@ import grpc
 
 from peerlog_client import _convert as c
 from peerlog_client import models as m
-from peerlog_client._core import Call, CallContext, RetryPolicy
+from peerlog_client._core import Call, CallContext, RetryPolicy, sent_under
 from peerlog_client._gen.peerlog.v1 import audit_pb2 as au
 from peerlog_client._gen.peerlog.v1 import common_pb2, context_pb2, dialectic_pb2, dreams_pb2
 from peerlog_client._gen.peerlog.v1 import configuration_pb2 as cf
@@ -75,7 +75,8 @@ class AsyncTransport:
 
     def _method(self, call: Call[Any]) -> Any:
         if self._closed:
-            raise ClientClosed()  # a stub made on a closed channel can take the interpreter down
+            # a stub made on a closed channel can take the interpreter down
+            raise ClientClosed(sent_under(call.request))
         if self._channel is None:
             self._channel = (
                 grpc.aio.secure_channel(self._target, self._credentials, self._options)
@@ -98,7 +99,7 @@ class AsyncTransport:
             except grpc.RpcError as error:
                 wait = attempts.retry_after(error)
                 if wait is None:
-                    raise from_rpc_error(error, attempts.made) from error
+                    raise from_rpc_error(error, attempts.made, sent_under(call.request)) from error
                 await asyncio.sleep(wait)
             else:
                 self.context.received(response)
@@ -120,7 +121,7 @@ class AsyncTransport:
             except grpc.RpcError as error:
                 wait = None if arrived else attempts.retry_after(error)
                 if wait is None:
-                    raise from_rpc_error(error, attempts.made) from error
+                    raise from_rpc_error(error, attempts.made, sent_under(call.request)) from error
             finally:
                 rpc.cancel()  # the caller stopped early, or the call failed: free it either way
             await asyncio.sleep(wait)

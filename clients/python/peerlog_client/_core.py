@@ -69,7 +69,13 @@ def is_read(request: Proto) -> bool:
 
 
 def may_retry(request: Proto) -> bool:
-    return is_read(request) or bool(getattr(request, IDEMPOTENCY_KEY_FIELD, ""))
+    return is_read(request) or bool(sent_under(request))
+
+
+def sent_under(request: Proto) -> str | None:
+    """The idempotency key of a keyed write (after `CallContext.start`, the one it mints), else None: a
+    failed write's error carries it, since only a repeat under it is safe once the write may have landed."""
+    return getattr(request, IDEMPOTENCY_KEY_FIELD, "") or None
 
 
 class Attempts:

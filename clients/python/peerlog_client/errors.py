@@ -6,14 +6,18 @@ import grpc
 
 
 class PeerlogError(Exception):
-    """A call failed. `str(error)` is the server's message; `code` the gRPC status code."""
+    """A call failed. `str(error)` is the server's message; `code` the gRPC status code; `idempotency_key`
+    the key a keyed write was sent under (None for other calls)."""
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
 
-    def __init__(self, message: str, *, attempts: int = 1) -> None:
+    def __init__(self, message: str, *, attempts: int = 1, idempotency_key: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.attempts = attempts  # calls made, retries included
+        # a write that failed DEADLINE_EXCEEDED or UNAVAILABLE may be on the log all the same: repeated under
+        # this key it is stored once, under a fresh one (the client's default) twice
+        self.idempotency_key = idempotency_key
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r})"
@@ -84,19 +88,25 @@ class Unauthenticated(PeerlogError):
 
 
 class ClientClosed(Cancelled):
-    """A call on a client after its close(): make a new client (raised before anything is sent)."""
+    """A call on a client after its close(): make a new client (raised before the call's next attempt is
+    sent; a keyed write's earlier attempt may have landed, so repeat it under `idempotency_key`)."""
 
-    def __init__(self) -> None:
-        super().__init__("this peerlog client was closed; make a new one to call peerlog again", attempts=0)
+    def __init__(self, idempotency_key: str | None = None) -> None:
+        super().__init__(
+            "this peerlog client was closed; make a new one to call peerlog again",
+            attempts=0,
+            idempotency_key=idempotency_key,
+        )
 
 
 # the one table from status code to exception, read off the classes' own `code`
 ERROR_OF: dict[grpc.StatusCode, type[PeerlogError]] = {cls.code: cls for cls in PeerlogError.__subclasses__()}
 
 
-def from_rpc_error(error: grpc.RpcError, attempts: int = 1) -> PeerlogError:
-    """The exception for a failed call: its class by status code, its text the server's message."""
+def from_rpc_error(error: grpc.RpcError, attempts: int = 1, idempotency_key: str | None = None) -> PeerlogError:
+    """The exception for a failed call: its class by status code, its text the server's message, and the
+    idempotency key the call was sent under, if any."""
     # grpc.aio's errors are not grpc.Call, but both kinds have code() and details()
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     message = (error.details() if hasattr(error, "details") else None) or code.name
-    return ERROR_OF.get(code, Unknown)(message, attempts=attempts)
+    return ERROR_OF.get(code, Unknown)(message, attempts=attempts, idempotency_key=idempotency_key)
