@@ -378,6 +378,10 @@ class _Run:
         text = decision.text
         if schema is not None:
             text = await self.checked_json(messages, text, schema, turn.cut)
+        elif turn.cut and not text.strip():
+            # read as an abstention it told the user memory holds nothing, though its evidence was in the prompt
+            # (a reasoning model can spend all of max_tokens thinking)
+            raise self.model.cut_off(text, "the reply held no answer text")
         elif turn.cut:
             log.warning("Chat's answer stopped at max_tokens (%s); raise its MAX_TOKENS setting", self.model.stage)
         return policy.final_answer(text, decision.cited, self.state.shown, free_text=schema is None)

@@ -309,6 +309,13 @@ async def test_a_json_answer_cut_at_max_tokens_names_the_setting_without_a_repai
     assert len(model_server.chat_requests()) == 1  # a repair would have stopped at the same limit
 
 
+async def test_an_answer_cut_at_max_tokens_before_any_text_is_an_error_not_nothing_in_memory(memory, model_server):
+    # a reasoning model may spend all of max_tokens thinking: read as an abstention, the user was told memory
+    # holds nothing though the evidence was in the prompt
+    model_server.script([Reply(content="", finish_reason="length")])
+    await rejected(ask(memory["chan"]), grpc.StatusCode.INTERNAL, "PEERLOG_LLM_DIALECTIC_LOW_MAX_TOKENS")
+
+
 async def test_a_tool_request_after_the_tools_are_withdrawn_is_repaired_not_taken_for_no_answer(
     serve, memory, model_server
 ):
