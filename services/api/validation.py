@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -169,8 +170,9 @@ MAX_PEER_NAME_CHARS = 200
 
 
 def check_peer_name(field: str, metadata: dict[str, Any]) -> None:
-    """InvalidArgument unless a peer's metadata `name`, when given, is a display name: text of 1 to
-    MAX_PEER_NAME_CHARS characters with a letter or digit. Messages carry it, and search reads it."""
+    """InvalidArgument unless a peer's metadata `name`, when given, is a display name: one line of 1 to
+    MAX_PEER_NAME_CHARS characters with a letter or digit and no control character. Messages carry it,
+    search reads it, and models are shown it."""
     name = metadata.get("name")
     if name is None:
         return
@@ -179,6 +181,23 @@ def check_peer_name(field: str, metadata: dict[str, Any]) -> None:
             f'{field}.name is the peer\'s display name, how people call it ("Maria Lopez"): text of 1–'
             f"{MAX_PEER_NAME_CHARS} characters with a letter or digit, not {name!r:.60}"
         )
+    _check_one_line(field, name)
+
+
+# the characters str.splitlines breaks a line at, named so in the refusal; any other Cc is "a control character"
+_LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def _check_one_line(field: str, name: str) -> None:
+    """InvalidArgument at `name`'s first line break or control character: a peer names itself, and a name
+    that broke a model's prompt into lines could pass itself off as an observation or an instruction."""
+    for at, c in enumerate(name, 1):
+        if c in _LINE_BREAKS or unicodedata.category(c) == "Cc":
+            what = "a line break" if c in _LINE_BREAKS else "a control character"
+            raise InvalidArgument(
+                f"{field}.name has {what} (U+{ord(c):04X}) at character {at} of {name!r:.60}; a display name "
+                "is one line of text with no control characters: remove it, or put a space where the name breaks"
+            )
 
 
 MAX_TIME_ZONE_CHARS = 64

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from services.deriver.batching import PendingMessage
 from services.events import prompt_addition
+from services.events.text import inert
 
 PROMPT_VERSION = "deriver-v3"  # 3: quotes in a turn's text unescaped
 # as for a dream's edits: a fact is a sentence, and a span a phrase of it. A server that ignores max_tokens
@@ -83,17 +84,23 @@ def render_turn(item_id: str, speaker: str, when: str, content: str, target: boo
     )
 
 
+def called(peer_id: str, name: str) -> str:
+    """A peer as the prompt names it: by its display name ("Maria Lopez", not "u-7f3a"), so that the facts
+    name the person as people do. The name is shown `inert`: a peer names itself, and a name on the log from
+    before names were checked may hold line breaks that would add lines to the instructions."""
+    return inert(name) or peer_id
+
+
 def build_messages(observer: str, observed: str, window: Sequence[PendingMessage]) -> list[dict]:
-    """The chat messages for one model call over `window` (all written by `observed`). A peer with a
-    display name goes by it ("Maria Lopez", not "u-7f3a"): the facts then name the person as people do."""
-    observed = window[-1].observed_name or observed
+    """The chat messages for one model call over `window` (all written by `observed`), each peer `called`."""
+    observed = called(observed, window[-1].observed_name)
     turns = []
     context = window[0].previous_turn
     if context is not None:
         turns.append(
             render_turn(
                 context.message_id,
-                context.author_name or context.peer_id,
+                called(context.peer_id, context.author_name),
                 context.created_at.date().isoformat(),
                 context.content,
                 target=False,

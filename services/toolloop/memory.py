@@ -220,8 +220,10 @@ def author(row: Row) -> str:
 
 def called(peer_id: str, name: str | None) -> str:
     """How a model is shown a peer: its display name beside its id, so that a question's "Maria" meets
-    peer u-7f3a, and an answer can still name the peer by id."""
-    return f"{name} ({peer_id})" if name else peer_id
+    peer u-7f3a, and an answer can still name the peer by id. The name is shown `inert`, as a message's words
+    are: a peer names itself, and a name on the log from before names were checked may hold line breaks."""
+    shown = inert(name or "")
+    return f"{shown} ({peer_id})" if shown else peer_id
 
 
 def _observations(rows: Sequence[Row], empty: str) -> ToolResult:
@@ -300,7 +302,8 @@ async def _source_messages(env: ToolEnv, a: SourceMessages) -> ToolResult:
     for row, span in sources:
         if s.sessions is None or row["session_id"] in s.sessions:
             shown[row["message_id"]] = "message"
-            lines.append(f"{message_line(row)}\n  span: {span!r}")
+            # a span is a message's own words: shown inert, as its content is
+            lines.append(f"{message_line(row)}\n  span: {inert(span)!r}")
     return ToolResult(
         "\n".join(lines) or "This observation cites no messages (it was written without sources).", shown, len(lines)
     )
