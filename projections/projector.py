@@ -46,7 +46,7 @@ def to_record(msg: Message) -> Record:
 
 def consumer_config(settings: Settings, group_id: str, instance_id: str = "") -> dict:
     config = {
-        "bootstrap.servers": settings.kafka.bootstrap_servers,
+        **settings.kafka.client_config(),
         "group.id": group_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,

@@ -4,7 +4,8 @@ Used by the dev loop (``python -m infra.kafka start|stop``) and by tests that ne
 broker: idempotent/transactional producers, read_committed consumers, compacted topics and
 state changelogs all behave as in production, which in-memory stand-ins do not.
 
-Layout of ``data_dir`` (everything the broker writes lives there):
+Layout of ``data_dir`` (everything the broker writes lives there; owner-only, since the topic data is
+every workspace's conversations):
 
 - ``server.properties``  rendered on every start from the ports held by the object
 - ``kraft/``             Kafka ``log.dirs`` (topic data and the KRaft metadata log)
@@ -21,6 +22,7 @@ import base64
 import fcntl
 import hashlib
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -40,6 +42,7 @@ POM = INFRA_DIR / "pom.xml"
 LOG4J2_CONFIG = INFRA_DIR / "log4j2.xml"
 LIB_DIR_ENV = "PEERLOG_KAFKA_LIB_DIR"
 JARS_MARKER = ".complete"
+BROKER_ACCOUNT = "broker"  # with sasl_users: the broker's own SASL account (inter-broker, readiness probe)
 
 
 class BrokerStartError(RuntimeError):
@@ -234,7 +237,7 @@ def running_broker(data_dir: Path) -> dict | None:
     if pid is None:
         return None
     for line in (data_dir / "server.properties").read_text().splitlines():
-        if line.startswith("advertised.listeners=PLAINTEXT://"):
+        if line.startswith("advertised.listeners="):
             return {"bootstrap_servers": line.split("//", 1)[1], "pid": pid}
     return None
 
@@ -261,6 +264,8 @@ class KafkaBroker:
     Ports given as 0 are picked once, in __init__, and reused by every start/restart,
     so clients' bootstrap_servers stays valid across restarts. A node of a cluster
     (infra.kafka.cluster) passes the cluster's id and its voter set in properties.
+    With sasl_users ({name: password}) the client listener is SASL_PLAINTEXT with the PLAIN mechanism and
+    takes only those accounts, for tests of clients that authenticate.
     """
 
     def __init__(
@@ -272,6 +277,7 @@ class KafkaBroker:
         lib_dir: Path | None = None,
         properties: Mapping[str, str] | None = None,
         cluster_id: str | None = None,
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
@@ -280,6 +286,8 @@ class KafkaBroker:
         self.lib_dir = lib_dir
         self.properties = dict(properties or {})
         self.cluster_id = cluster_id  # the nodes of one cluster share it; None: a fresh one at format time
+        self.sasl_users = dict(sasl_users or {})
+        self._own_password = secrets.token_urlsafe(16)
         self._proc: subprocess.Popen | None = None
 
     # -- paths and properties
@@ -323,9 +331,13 @@ class KafkaBroker:
         if self.pid is not None:
             return self
         lib_dir = ensure_jars(self.lib_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # also a directory an older version made 0755: any local user could read the segment files
+        self.data_dir.chmod(0o700)
         self.config_path.write_text(
-            render_server_properties(self.log_dir, self.port, self.controller_port, self.properties)
+            render_server_properties(
+                self.log_dir, self.port, self.controller_port, {**self._sasl_properties(), **self.properties}
+            )
         )
         if not self._formatted():
             self._format(lib_dir)
@@ -359,6 +371,37 @@ class KafkaBroker:
         self.stop()
 
     # -- internals
+
+    def _sasl_properties(self) -> dict[str, str]:
+        """The server.properties that make the client listener SASL_PLAINTEXT/PLAIN, if sasl_users is set."""
+        if not self.sasl_users:
+            return {}
+        accounts = {BROKER_ACCOUNT: self._own_password, **self.sasl_users}
+        users = " ".join(f'user_{name}="{password}"' for name, password in accounts.items())
+        login = f'username="{BROKER_ACCOUNT}" password="{self._own_password}"'  # its own, inter-broker
+        return {
+            "listeners": f"SASL_PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
+            "advertised.listeners": f"SASL_PLAINTEXT://{HOST}:{self.port}",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {login} {users};"
+            ),
+        }
+
+    def _probe_config(self) -> dict[str, str]:
+        """The client config of the readiness probe: the broker's own account when it asks for one."""
+        config = {"bootstrap.servers": self.bootstrap_servers}
+        if self.sasl_users:
+            config |= {
+                "security.protocol": "sasl_plaintext",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": BROKER_ACCOUNT,
+                "sasl.password": self._own_password,
+            }
+        return config
 
     def _formatted(self) -> bool:
         """Tell whether the KRaft log dir was formatted (formatting again would fail)."""
@@ -418,7 +461,7 @@ class KafkaBroker:
         while not _port_open(self.port):
             self._check_alive(deadline)
             time.sleep(0.2)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(self._probe_config())
         while True:
             self._check_alive(deadline)
             try:

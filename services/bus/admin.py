@@ -10,7 +10,7 @@ from services.bus.topics import ALL_TOPICS, TopicSpec
 
 
 def admin_client(settings: KafkaSettings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    return AdminClient(settings.client_config())
 
 
 def create_topics(

@@ -41,7 +41,7 @@ class LogEnds:
         # last stable offset can trail a committed transaction until its markers are written
         self._consumer = Consumer(
             {
-                "bootstrap.servers": settings.bootstrap_servers,
+                **settings.client_config(),
                 "group.id": f"{settings.topic_prefix}api-log-ends",
                 "enable.auto.commit": False,
                 "isolation.level": "read_uncommitted",

@@ -123,7 +123,7 @@ class EventLog:
     def _open(self, transactional_id: str, timeout: float) -> Producer:
         producer = Producer(
             {
-                "bootstrap.servers": self._settings.bootstrap_servers,
+                **self._settings.client_config(),
                 "client.id": self._client_id,
                 "enable.idempotence": True,
                 "acks": "all",
@@ -332,7 +332,7 @@ class Emitter:
         self._settings = settings
         self._producer = Producer(
             {
-                "bootstrap.servers": settings.bootstrap_servers,
+                **settings.client_config(),
                 "client.id": client_id,
                 "enable.idempotence": True,
                 "acks": "all",

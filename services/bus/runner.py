@@ -462,7 +462,7 @@ class Runner:
 
     def _consumer_config(self) -> dict:
         return {
-            "bootstrap.servers": self.kafka.bootstrap_servers,
+            **self.kafka.client_config(),
             "group.id": self.group,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
@@ -478,7 +478,7 @@ class Runner:
 
     def _producer_config(self) -> dict:
         return {
-            "bootstrap.servers": self.kafka.bootstrap_servers,
+            **self.kafka.client_config(),
             "enable.idempotence": True,
             "acks": "all",
             "transactional.id": self.transactional_id,

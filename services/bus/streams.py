@@ -59,7 +59,7 @@ def _scanner(kafka: KafkaSettings) -> Consumer:
     the end after 10 ms instead of 500."""
     return Consumer(
         {
-            "bootstrap.servers": kafka.bootstrap_servers,
+            **kafka.client_config(),
             "group.id": f"scan-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
@@ -112,7 +112,7 @@ def _scan_clients(kafka: KafkaSettings) -> tuple[Consumer, Consumer]:
     """Two clients outside any group: a read_committed one, whose end of a partition is its last stable
     offset, and a read_uncommitted one, whose end is its high watermark."""
     return tuple(
-        Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"scan-{uuid.uuid4().hex}", **isolation})
+        Consumer({**kafka.client_config(), "group.id": f"scan-{uuid.uuid4().hex}", **isolation})
         for isolation in ({"isolation.level": "read_committed"}, {"isolation.level": "read_uncommitted"})
     )
 

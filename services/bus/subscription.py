@@ -110,7 +110,7 @@ LOOK_BACK_TIMEOUT_S = 30.0  # reading back a partition's last minutes before a s
 def consumer_config(kafka: KafkaSettings) -> dict:
     """A read_committed consumer outside any group (nothing committed on the broker)."""
     return {
-        "bootstrap.servers": kafka.bootstrap_servers,
+        **kafka.client_config(),
         "group.id": f"{kafka.topic_prefix}subscribe-{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "isolation.level": "read_committed",

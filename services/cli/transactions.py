@@ -11,14 +11,17 @@ read from the partition, and only for a transaction older than the timeout, whic
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from infra.kafka.broker import ensure_jars
 from services.bus.admin import partitions_of
-from services.bus.settings import KafkaSettings
+from services.bus.settings import SASL_PROTOCOLS, KafkaSettings
 from services.bus.streams import first_open_record, open_transactions
 
 
@@ -67,12 +70,73 @@ def _transactions_command(kafka: KafkaSettings, *args: str) -> None:
     if java is None:
         raise CommandFailed("java not found on PATH; Kafka's transactions command needs it (run this where java is)")
     cmd = [java, "-cp", f"{ensure_jars()}/*", "org.apache.kafka.tools.TransactionsCommand"]
-    try:
-        done = subprocess.run(
-            [*cmd, "--bootstrap-server", kafka.bootstrap_servers, *args], capture_output=True, text=True, timeout=120
-        )
-    except subprocess.TimeoutExpired:
-        raise CommandFailed(f"kafka-transactions {' '.join(args)} did not finish in 120 s; is the broker up?") from None
+    # the credentials go in a file only this user can read, never on a command line `ps` shows
+    with tempfile.TemporaryDirectory(prefix="peerlog-kafka-") as private:
+        security = _command_config(kafka, Path(private))
+        try:
+            done = subprocess.run(
+                [*cmd, "--bootstrap-server", kafka.bootstrap_servers, *security, *args],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except subprocess.TimeoutExpired:
+            raise CommandFailed(
+                f"kafka-transactions {' '.join(args)} did not finish in 120 s; is the broker up?"
+            ) from None
     if done.returncode != 0:
         last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
         raise CommandFailed(f"kafka-transactions {' '.join(args)} failed: {last}")
+
+
+def _command_config(kafka: KafkaSettings, private: Path) -> list[str]:
+    """The --command-config option that gives Kafka's Java tools the settings' security, written in the
+    directory `private` (owner-only); none for a PLAINTEXT broker."""
+    if kafka.security_protocol == "PLAINTEXT":
+        return []
+    lines = (f"{key}={_escaped(value)}\n" for key, value in java_client_properties(kafka, private).items())
+    path = _write_private(private / "command.properties", "".join(lines))
+    return ["--command-config", str(path)]
+
+
+LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def java_client_properties(kafka: KafkaSettings, private: Path) -> dict[str, str]:
+    """The Java client's names for what KafkaSettings.client_config gives librdkafka. The Java client takes
+    its credentials as a JAAS line and its client certificate as one PEM file holding key and chain (the
+    key in PKCS#8), which is written in `private`."""
+    props = {"security.protocol": kafka.security_protocol}
+    if kafka.security_protocol in SASL_PROTOCOLS:
+        user, password = _jaas_quoted(kafka.sasl_username), _jaas_quoted(kafka.sasl_password.get_secret_value())
+        props["sasl.mechanism"] = str(kafka.sasl_mechanism)
+        props["sasl.jaas.config"] = (
+            f'{LOGIN_MODULES[str(kafka.sasl_mechanism)]} required username="{user}" password="{password}";'
+        )
+    if kafka.ssl_ca_location is not None:
+        props |= {"ssl.truststore.type": "PEM", "ssl.truststore.location": str(kafka.ssl_ca_location)}
+    if kafka.ssl_certificate_location is not None and kafka.ssl_key_location is not None:
+        pem = kafka.ssl_key_location.read_text() + kafka.ssl_certificate_location.read_text()
+        keystore = _write_private(private / "client.pem", pem)
+        props |= {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore)}
+    return props
+
+
+def _jaas_quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _escaped(value: str) -> str:
+    """`value` as a .properties file must hold it: there a backslash starts an escape and a newline a new
+    property."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _write_private(path: Path, text: str) -> Path:
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(text)
+    return path
