@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,7 +16,14 @@ from peerlog_client.errors import Unavailable
 from peerlog_client.memory import MemoryProvider, Sender
 from peerlog_client.memory.config import validate
 from peerlog_client.models import NewObservation
-from services.events import Level, ObservationAdded, ObservationSuperseded, ProducerInfo
+from services.events import (
+    Level,
+    ObservationAdded,
+    ObservationSuperseded,
+    ProducerInfo,
+    SummaryKind,
+    SummaryUpdated,
+)
 from tests.integration.test_client_library import admin_token, api  # noqa: F401 - api: the fixture
 from tests.support.model_server import Reply
 from tests.support.observations import append
@@ -671,22 +679,61 @@ def test_the_base_layer_holds_the_summary_both_representations_and_both_cards(
 
 def test_the_base_layer_never_carries_what_the_ai_said_in_another_users_chat(make_provider, model_server):
     model_server.reply_with(lambda request: Reply(content=WEAK))
-    ada = make_provider(session="dm-ada", recallMode="context")
-    ada.record_turn(
-        "book my oncology check", "I've booked your oncology follow-up for Tuesday, Ada", sender=Sender("ada")
-    )
-    bob = make_provider(client=ada.client, session="dm-bob", recallMode="context")
-    bob.record_turn("any bank holiday soon?", "Monday is one, Bob", sender=Sender("bob"))
+    # two agents of one AI, each serving its one user (a gateway's chat reads no self-model at all)
+    ada = make_provider(peerName="ada", sessionStrategy="per-session", recallMode="context")
+    ada.record_turn("book my oncology check", "I've booked your oncology follow-up for Tuesday, Ada")
+    bob = make_provider(client=ada.client, peerName="bob", sessionStrategy="per-session", recallMode="context")
+    bob.record_turn("any bank holiday soon?", "Monday is one, Bob")
     ai = ada.peer("bot")
     # the AI observes itself in every chat (directional): what it makes of each reply, in that reply's session
-    ai.create_observations([NewObservation("I booked Ada's oncology follow-up for Tuesday", session_id="dm-ada")])
-    ai.create_observations([NewObservation("I told Bob that Monday is a bank holiday", session_id="dm-bob")])
-    ai.set_card(["ATTRIBUTE: books oncology follow-ups for Ada"])  # as a dream over all its chats may write it
-    bobs = bob.context_for_turn("hi", sender=Sender("bob"))
+    ai.create_observations([NewObservation("I booked Ada's oncology follow-up for Tuesday", session_id=ada.session_id)])
+    ai.create_observations([NewObservation("I told Bob that Monday is a bank holiday", session_id=bob.session_id)])
+    bobs = bob.context_for_turn("hi")
     assert "Monday is a bank holiday" in bobs  # what the AI said in this chat still reaches it
     assert "oncology" not in bobs.lower()
-    adas = ada.context_for_turn("hi", sender=Sender("ada"))
+    adas = ada.context_for_turn("hi")
     assert "oncology follow-up for Tuesday" in adas and "bank holiday" not in adas
+    # in a gateway's chat, neither the AI's card (a dream over all its chats may write it) nor its self-model
+    ai.set_card(["ATTRIBUTE: books oncology follow-ups for Ada"])
+    dm = make_provider(client=ada.client, session="dm-bob", recallMode="context")
+    dm.record_turn("any bank holiday soon?", "Monday is one, Bob", sender=Sender("bob"))
+    ai.create_observations([NewObservation("I told Bob that Monday is a bank holiday", session_id=dm.session_id)])
+    assert "oncology" not in dm.context_for_turn("hi", sender=Sender("bob")).lower()
+
+
+def group_chat_summary(memory: MemoryProvider, content: str) -> SummaryUpdated:
+    """A short summary of the chat's messages so far, as the summarizer writes it."""
+    said = list(memory.workspace().session(memory.session_id, create=False).messages())
+    return SummaryUpdated(
+        workspace_id="acme",
+        session_id=memory.session_id,
+        kind=SummaryKind.SHORT,
+        content=content,
+        last_message_id=said[-1].message_id,
+        last_seq=said[-1].seq,
+        messages_covered=len(said),
+        token_count=len(content.split()),
+        model="m",
+        prompt_version="v",
+        producer=ProducerInfo(component="summarizer", version="0"),
+    )
+
+
+def test_a_late_member_of_a_group_chat_is_not_told_the_summary_of_turns_before_they_joined(
+    make_provider, model_server, settings
+):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    chat = make_provider(session="group-7", recallMode="context")
+    ada, bob = Sender("ada"), Sender("bob")
+    chat.context_for_turn("my bank PIN is 4321", sender=ada)
+    chat.record_turn("my bank PIN is 4321", "noted, Ada", sender=ada)
+    summary = group_chat_summary(chat, "Ada told the AI her bank PIN, 4321.")
+    chat.client.remember_write(append(settings, [summary]))  # the summarizer's model is not what this is about
+    # what the AI made of its reply, in this session
+    chat.peer("bot").create_observations([NewObservation("I noted Ada's bank PIN", session_id=chat.session_id)])
+    assert "her bank PIN, 4321" in chat.context_for_turn("what did I tell you?", sender=ada)  # she saw it all
+    bobs = chat.context_for_turn("hello all", sender=bob)  # Bob speaks first after the summary was written
+    assert "4321" not in bobs and "PIN" not in bobs
 
 
 def test_the_profile_tool_never_shows_a_gateway_user_the_ais_card_written_from_every_chat(make_provider, model_server):
@@ -709,6 +756,42 @@ def test_another_bots_turn_is_never_told_the_ais_card_and_the_one_user_still_is(
     assert "alice's bees" in memory.context_for_turn("hi")
     memory.record_turn("hi", "hello")
     assert "alice's bees" not in memory.context_for_turn("ping", sender=Sender("helper", is_bot=True))
+
+
+def test_a_tool_call_without_a_known_sender_in_a_chat_of_many_never_acts_as_the_default_peer(make_provider):
+    chat = make_provider(session="group-8", recallMode="tools", rerankSearch=False)
+    ada = Sender("ada")
+
+    def from_a_thread_of_its_own(name: str, args: dict) -> str:  # as asyncio.to_thread: no turn begun there
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(chat.dispatch, name, args).result()
+
+    refused = from_a_thread_of_its_own("peerlog_conclude", {"conclusion": "Likes tea"})  # no turn begun yet
+    assert refused.startswith("error:") and "pass sender=" in refused
+    chat.context_for_turn("I like green tea", sender=ada)
+    chat.record_turn("I like green tea", "noted", sender=ada)
+    chat.context_for_turn("ping", sender=Sender("helper", is_bot=True))
+    chat.record_turn("ping", "pong")
+    assert not chat.bot_turn  # the bot's turn is over
+    made = json.loads(from_a_thread_of_its_own("peerlog_conclude", {"conclusion": "Ada likes green tea"}))
+    assert made["created"]  # for the latest human turn begun: Ada's
+    found = json.loads(from_a_thread_of_its_own("peerlog_search", {"query": "green tea"}))
+    assert any("green tea" in hit["content"] for hit in found)  # searched as Ada, who saw her turn
+    observer = chat.observer_of("ada")
+    assert [o.content for o in chat.peer(observer).observations(target="ada")] == ["Ada likes green tea"]
+    assert current_members(chat, chat.session_id) == {"ada", "bot"}  # alice, peerName, never joined the chat
+
+
+def test_a_turn_begun_after_close_goes_on_without_memory(make_provider, model_server):
+    model_server.reply_with(lambda request: Reply(content=WEAK))
+    memory = seeded(make_provider(dialecticCadence=1))
+    before = memory.context_for_turn("hi")
+    memory.record_turn("hi", "hello")
+    memory.close()
+    assert memory.context_for_turn("still there?") == before  # the layers it had, as a failed refresh leaves them
+    assert memory.stats.failures["context"] == 1 and memory.stats.failures["dialectic"] == 1
+    assert memory.dispatch("peerlog_search", {"query": "bees"}).startswith("error:")
+    memory.record_turn("still there?", "yes")  # logged, not saved
 
 
 def test_a_long_turn_reaches_the_dialectic_cut_at_dialectic_max_input_chars(make_provider, model_server):

@@ -114,9 +114,11 @@ class MemoryProvider:
         self._layers: dict[str, _Layers] = {}
         self._prewarm: Future[str | None] | None = None
         # the turn's sender, set from context_for_turn to record_turn: per thread (and asyncio task), so turns
-        # that overlap (a gateway's group chat) each act for their own user; the latest, for a tool call made
-        # where no turn was begun (another thread than the turn's)
-        self._turn_sender: Sender | None = None
+        # that overlap (a gateway's group chat) each act for their own user; the latest begun, for a call made
+        # where no turn was begun (another thread than the turn's), and once a bot's turn is recorded the
+        # latest human's: never cleared to None, which in a chat of many users would act as peerName
+        self._turn_sender: Sender | None | object = _NO_TURN
+        self._human_sender: Sender | None | object = _NO_TURN
         self._turn_here: ContextVar[Sender | None | object] = ContextVar(f"peerlog-turn-{id(self)}", default=_NO_TURN)
         self._closed = False
         self._turns_unwritten = 0
@@ -154,6 +156,8 @@ class MemoryProvider:
             self.stats.turns += 1
             turn = self.stats.turns
             self._turn_sender = sender
+            if not (sender and sender.is_bot):
+                self._human_sender = sender
         self._turn_here.set(sender)
         user = user_peer(self.config, sender)
         session_id = self._session_id(user, sender)
@@ -176,8 +180,8 @@ class MemoryProvider:
         sender = sender or self._sender()
         with self._lock:
             if self._turn_sender == sender:
-                self._turn_sender = None
-        self._turn_here.set(None)
+                self._turn_sender = self._human_sender  # a bot's turn is over: bot_turn no longer holds
+        self._turn_here.set(_NO_TURN)  # this thread's calls now act as any other thread's
         if self._closed:
             log.warning("peerlog memory: a turn recorded after close() is not saved")
             return
@@ -214,10 +218,16 @@ class MemoryProvider:
         """A gateway's chat: its users are their senders (not pinned to peerName), each a peer of its own."""
         return self._gateway_chat and not self.config.pin_user_peer
 
-    def _sender(self) -> Sender | None:
-        """The sender of the turn this thread (or task) is in, else of the latest turn begun anywhere."""
+    def _turn(self) -> Sender | None | object:
+        """The sender of the turn this thread (or task) is in, else of the latest turn begun anywhere (the
+        latest human's once a bot's is recorded); _NO_TURN when no turn is known."""
         here = self._turn_here.get()
-        return self._turn_sender if here is _NO_TURN else here  # type: ignore[return-value]
+        return self._turn_sender if here is _NO_TURN else here
+
+    def _sender(self) -> Sender | None:
+        """The sender a call acts for (_turn); None for a turn without one, or none known (peerName)."""
+        turn = self._turn()
+        return None if turn is _NO_TURN else turn  # type: ignore[return-value]
 
     def tools(self, fmt: str = "openai") -> list[dict[str, Any]]:
         """The five tools' schemas ("openai" or "anthropic"); none in context mode."""
@@ -229,16 +239,28 @@ class MemoryProvider:
         """Run a tool call; the result (or what went wrong) as text for the model. `sender`: the turn's, as
         given to context_for_turn; without it, the turn begun in this thread or task, else the latest begun
         anywhere. Turns that overlap and call from other threads (asyncio.to_thread copies the context, so
-        the turn a call began there is not seen here) must pass it, or a tool acts for the latest turn's user."""
+        the turn a call began there is not seen here) must pass it, or a tool acts for the latest turn's user.
+        In a chat of many users, a call made before any turn was begun (or only another bot's) is refused."""
         from peerlog_client.memory.tools import dispatch
 
         if sender is None:
-            return dispatch(self, name, args)
+            return self._unknown_sender(name) or dispatch(self, name, args)
         here = self._turn_here.set(sender)
         try:
             return dispatch(self, name, args)
         finally:
             self._turn_here.reset(here)
+
+    def _unknown_sender(self, name: str) -> str | None:
+        """The error line for a tool call in a chat of many users when no turn is known (none begun yet,
+        or only another bot's); None when the call may go on."""
+        # read as peerName, the call would write about the default peer, search as it, and make it a member
+        # of the chat, where it observes every user. A turn begun without a sender is the caller's word that
+        # peerName speaks (its context and messages are peerName's too), so its calls go on
+        if not self.serves_many_users or self._turn() is not _NO_TURN:
+            return None
+        log.warning("peerlog memory: %s called in a chat of many users with no sender known; refused", name)
+        return f"error: {name} cannot tell whose turn this is in a chat of many users: pass sender= to dispatch"
 
     def wait_prewarm(self, timeout: float) -> bool:
         """Wait up to `timeout` s for the prewarm; True when it has landed (whether or not it got an answer)."""
@@ -359,23 +381,37 @@ class MemoryProvider:
     # --- the layers ----------------------------------------------------------------------------
 
     def _base_layer(self, user: str, session_id: str | None = None) -> str:
-        """Session summary, what is known about the user and their card, the AI's self-model from this
-        session, and the AI's card where it is only ever this user's (ai_card_is_users)."""
+        """Session summary (of turns the user saw), what is known about the user and their card, the AI's
+        self-model from this session (_self_model), and the AI's card where it is only ever this user's
+        (ai_card_is_users)."""
         session = self._session_for(user, session_id)
-        ctx = session.context(tokens=(self.config.context_tokens or 2000), observer=self.observer_of(user), target=user)
-        ai = self.peer(self.config.ai_peer)
-        # the AI observes itself in every user's chats: only what it said here (and what it concluded from
-        # that alone) is this user's to read, never what it told another user
-        self_model = ai.representation(sessions=[session])
-        card = ai.card().entries if self.ai_card_is_users(user) else ()
+        ctx = session.context(
+            tokens=(self.config.context_tokens or 2000),
+            observer=self.observer_of(user),
+            target=user,
+            # the AI saw every turn: as its reader, a summary would tell a user who joined a group chat late
+            # what was said before they did; as the user's, it is packed only if they saw all it covers
+            perspective=user,
+        )
+        card = self.peer(self.config.ai_peer).card().entries if self.ai_card_is_users(user) else ()
         sections = [
             ("This conversation so far", ctx.summary),
             (f"What is known about {user}", ctx.representation),
             (f"{user}'s card", "\n".join(f"- {e}" for e in ctx.peer_card)),
-            (f"What you ({self.config.ai_peer}) know about yourself", self_model.markdown),
+            (f"What you ({self.config.ai_peer}) know about yourself", self._self_model(session)),
             ("Your identity card", "\n".join(f"- {e}" for e in card)),
         ]
         return "\n\n".join(f"# {title}\n{body.strip()}" for title, body in sections if body.strip())
+
+    def _self_model(self, session: Session) -> str:
+        """The AI's self-model from `session` alone (what it said here, and what it concluded from that
+        only); none in a gateway's chat of many users."""
+        # the AI observes itself in every user's chats, so only this session's is the user's to read; and a
+        # representation read takes no perspective (GetRepresentation has none), so in a chat of many users
+        # it would tell one who joined late what the AI concluded from its replies before they did
+        if self.serves_many_users:
+            return ""
+        return self.peer(self.config.ai_peer).representation(sessions=[session]).markdown
 
     def ai_card_is_users(self, user: str) -> bool:
         """Whether the AI's card may go into `user`'s prompt: when this provider serves that one user only
@@ -549,8 +585,9 @@ class MemoryProvider:
         if remaining <= 0:
             self._timed_out(what)
             return None
-        future = self._pool.submit(copy_context().run, work)  # in the caller's turn
         try:
+            # in the caller's turn; after close() the pool takes no work (RuntimeError): a failure like any other
+            future = self._pool.submit(copy_context().run, work)
             return future.result(timeout=remaining)
         except FutureTimeout:
             # not started yet (queued behind other late work): never started. Left queued, a burst of late
