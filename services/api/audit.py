@@ -64,7 +64,9 @@ def _within_reply(views: Sequence[ObservationView], messages: dict[str, RowMappi
     messages cites each of them: 50 of 100 kB passed the 4 MiB a default client reads."""
     nodes, total = [], 0
     for view in views:
-        total += reply_bytes(view)
+        # each source goes out twice, in the observation and as its SourceMessage (whose message may be left
+        # out): counted once, spans quoting whole messages took a reply "cut at 3.5 MB" past 4 MiB
+        total += reply_bytes(view) + sum(reply_bytes(s) for s in view.sources)
         if total > v.MAX_PAGE_BYTES and nodes:
             return nodes, True
         kept: dict[str, RowMapping] = {}

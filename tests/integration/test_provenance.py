@@ -17,7 +17,14 @@ from google.protobuf import timestamp_pb2
 from peerlog.v1 import audit_pb2, context_pb2, context_pb2_grpc, observations_pb2, peers_pb2
 from projections.rebuild import rebuild
 from services.cli.client import Client
-from services.events import Level, ObservationAdded, ObservationDeleted, ObservationSuperseded, ProducerInfo
+from services.events import (
+    Level,
+    ObservationAdded,
+    ObservationDeleted,
+    ObservationSuperseded,
+    ProducerInfo,
+    Source,
+)
 from tests.support.observations import append, reinforcements
 from tests.support.observations import derived as derived_observation
 from tests.support.rpc import rejected
@@ -522,6 +529,30 @@ async def test_the_provenance_of_a_fact_reinforced_by_many_long_messages_fits_a_
     quoted = [m for m in root.source_messages if m.content]  # every source is listed; its message while room lasts
     assert found.truncated and found.ByteSize() < 4 * 1024 * 1024 and len(root.source_messages) == 50
     assert 20 <= len(quoted) < 50 and quoted[0].message_id == ids[0]
+
+
+async def test_the_provenance_of_facts_whose_spans_quote_whole_messages_fits_a_default_client(channel, settings):
+    # each span goes out twice (in its observation and beside its message): counted once, a reply cut at
+    # 3.5 MB came to 4.8 MB, past the 4 MiB a default client reads
+    c = Client(channel)
+    await c.setup_conversation("w", "s", peers=("alice", "bob"))
+    text = "\U0001f600" * 1_990  # about 8 kB of UTF-8, quoted whole by each span
+    ids: list[str] = []
+    for start in range(0, 100, 25):
+        sent = await c.add("w", "s", [("bob", f"{i} {text}") for i in range(start, start + 25)])
+        ids += list(sent.message_ids)
+    await c.list_messages("w", "s", sent.consistency_token)
+    premises = [f"p{n}" for n in range(3)]
+    events = []
+    for p in premises:
+        first = Source(message_id=ids[0], span=text)
+        events.append(derived_observation(p, Level.EXPLICIT, f"Bob said {p}", [], sources=(first,)))
+        events += reinforcements(p, ids[1:], text)
+    token = append(settings, [*events, derived_observation("d", Level.DEDUCTIVE, "Bob repeats himself", premises)])
+    await c.get_observation("w", "d", token)
+    found = await c.audit.GetProvenance(audit_pb2.GetProvenanceRequest(workspace_id="w", observation_id="d"))
+    assert found.truncated and found.ByteSize() < 4 * 1024 * 1024
+    assert [n.observation.observation_id for n in found.nodes][:2] == ["d", "p0"]
 
 
 async def test_a_much_reinforced_facts_history_comes_a_page_at_a_time_without_gaps(channel, settings):
