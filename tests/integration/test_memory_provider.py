@@ -24,7 +24,8 @@ from services.events import (
     SummaryKind,
     SummaryUpdated,
 )
-from tests.integration.test_client_library import admin_token, api  # noqa: F401 - api: the fixture
+from tests.integration.test_api_tls import pki  # noqa: F401 - the fixture
+from tests.integration.test_client_library import ApiInThread, admin_token, api  # noqa: F401 - api: the fixture
 from tests.support.model_server import Reply
 from tests.support.observations import append
 from tests.support.wait import eventually
@@ -886,3 +887,19 @@ def test_peerlog_memory_status_on_a_fresh_setup_says_connected_and_that_the_work
     assert main(["status"]) == 0
     connection = json.loads(capsys.readouterr().out)["connection"]
     assert connection.startswith("ok") and "workspace not created yet" in connection
+
+
+def test_a_provider_configured_for_tls_reaches_a_tls_server(settings, projector, pki, tmp_path):
+    # it always dialled in plaintext: a server run with PEERLOG_API_TLS_CERT could not be reached at all
+    tls = {"tls_cert": pki["cert"], "tls_key": pki["key"]}
+    api = ApiInThread(settings.model_copy(update={"api": settings.api.model_copy(update=tls)})).start()
+    secure = {"target": api.address, "token": admin_token(settings), "tls": True, "caFile": str(pki["ca"])}
+    keys = {"host": "secure", "hosts": {"secure": secure}, "workspace": "acme", "peerName": "alice", "aiPeer": "bot"}
+    try:
+        with MemoryProvider(validate([("test", {**keys, "writeFrequency": "turn"})]), directory=tmp_path) as memory:
+            memory.record_turn("I keep bees on my roof in Lisbon", "How many hives?")
+            chat = memory.client.workspace("acme").session(memory.session_id, create=False)
+            assert [m.content for m in chat.messages()] == ["I keep bees on my roof in Lisbon", "How many hives?"]
+            assert not memory.stats.failures and not memory.stats.timeouts
+    finally:
+        api.close()

@@ -232,3 +232,53 @@ def test_a_long_cjk_turn_is_cut_to_what_chat_takes_whatever_its_script():
     assert count_tokens(chinese) > 8_000 and count_tokens(cut) <= 8_000 and chinese.startswith(cut)
     english = "word " * 1_000
     assert chat_query(english, 10_000) == english
+
+
+FAKE_CA = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+
+
+def test_tls_and_a_ca_file_are_read_from_a_host_block_the_top_level_and_the_environment(tmp_path):
+    import grpc
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text(FAKE_CA)
+    remote = {"host": "remote", "hosts": {"remote": {"target": "m.example.com:443", "tls": True, "caFile": str(ca)}}}
+    config = validate([("t", remote)])
+    assert (config.resolved_tls, config.resolved_ca_file) == (True, str(ca))
+    assert isinstance(config.channel_credentials(), grpc.ChannelCredentials)
+    assert validate([("t", {**remote, "tls": False, "caFile": ""})]).channel_credentials() is None  # top level wins
+    assert validate([("t", {"target": "m.example.com:443"})]).channel_credentials() is None  # a port implies nothing
+    system_roots = validate([("t", {"tls": True})])
+    assert system_roots.resolved_ca_file is None and system_roots.channel_credentials() is not None
+    env = {"PEERLOG_MEMORY_HOME": str(tmp_path), "PEERLOG_MEMORY_GLOBAL": str(tmp_path / "none.json")}
+    from_env = load_config({**env, "PEERLOG_MEMORY_TLS": "true", "PEERLOG_MEMORY_CA_FILE": str(ca)})
+    assert (from_env.resolved_tls, from_env.resolved_ca_file) == (True, str(ca))
+
+
+def test_a_ca_file_that_cannot_be_read_holds_no_certificate_or_comes_without_tls_is_refused_naming_it(tmp_path):
+    from peerlog_client.memory import MemoryProvider
+
+    (tmp_path / "garbage.pem").write_text("not a certificate\n")
+    (tmp_path / "ca.pem").write_text(FAKE_CA)
+    for keys, problem in [
+        ({"tls": True, "caFile": str(tmp_path / "missing.pem")}, "cannot be read"),
+        ({"tls": True, "caFile": str(tmp_path / "garbage.pem")}, "holds no PEM certificate"),
+        ({"caFile": str(tmp_path / "ca.pem")}, "tls is not"),  # never plaintext with settings that look secure
+    ]:
+        with pytest.raises(ConfigError, match=problem) as raised:
+            MemoryProvider(validate([("t", {"target": "127.0.0.1:1", **keys})]), directory=tmp_path)
+        assert keys["caFile"] in str(raised.value)
+
+
+def test_a_host_blocks_token_is_not_sent_to_a_target_the_environment_overrides(tmp_path):
+    (tmp_path / "memory.json").write_text(
+        json.dumps({"host": "home", "hosts": {"home": {"target": "home:1", "token": "home-token"}}})
+    )
+    env = {"PEERLOG_MEMORY_HOME": str(tmp_path), "PEERLOG_MEMORY_GLOBAL": str(tmp_path / "none.json")}
+    assert load_config(env).resolved_token == "home-token"
+    assert load_config({**env, "PEERLOG_TARGET": "home:1"}).resolved_token == "home-token"  # the same server
+    elsewhere = load_config({**env, "PEERLOG_TARGET": "elsewhere:2"})
+    assert (elsewhere.resolved_target, elsewhere.resolved_token) == ("elsewhere:2", None)
+    assert load_config({**env, "PEERLOG_TARGET": "elsewhere:2", "PEERLOG_TOKEN": "its-token"}).resolved_token == (
+        "its-token"
+    )

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from peerlog_client import Peerlog, PeerlogError
+from peerlog_client import PeerlogError
 from peerlog_client.errors import NotFound
-from peerlog_client.memory.config import ConfigError, MemoryConfig, load_config, local_path, save_local
+from peerlog_client.memory.config import ConfigError, MemoryConfig, connect, load_config, local_path, save_local
 from peerlog_client.memory.identity import session_name
 
 KEY_SETTINGS = (
@@ -46,7 +46,7 @@ def _show(data: Any) -> None:
 def status(config: MemoryConfig, args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
-        with Peerlog(config.resolved_target, token=config.resolved_token, timeout=config.timeout) as client:
+        with connect(config) as client:
             client.workspace(config.resolved_workspace, create=False)
         connection = f"ok ({(time.monotonic() - started) * 1000:.0f} ms)"
     except NotFound:
@@ -61,6 +61,7 @@ def status(config: MemoryConfig, args: argparse.Namespace) -> int:
             "workspace": config.resolved_workspace,
             "connection": connection,
             "token": "set" if config.resolved_token else "none",
+            "tls": (config.resolved_ca_file or "system roots") if config.resolved_tls else "off",
             "session": session_name(config, Path.cwd()),
             "key settings": {k: public[k] for k in KEY_SETTINGS},
             "settings": public,

@@ -1,7 +1,8 @@
 """The memory provider's settings: a global and a profile-local JSON file, host blocks, environment overrides.
 
     {"host": "local", "peerName": "alice", "recallMode": "hybrid", "contextTokens": 1200,
-     "hosts": {"local": {"target": "localhost:50051", "token": "eyJ...", "workspace": "me"}}}
+     "hosts": {"local": {"target": "localhost:50051", "token": "eyJ...", "workspace": "me"},
+               "remote": {"target": "memory.example.com:443", "token": "eyJ...", "tls": true}}}
 
 Files are read global first (~/.peerlog/memory.json, or $PEERLOG_MEMORY_GLOBAL), then profile-local
 ($PEERLOG_MEMORY_HOME/memory.json, default ./.peerlog/memory.json), each key of a later file replacing the
@@ -19,8 +20,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import grpc
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
+
+from peerlog_client import Peerlog
 
 LEVELS: tuple[str, ...] = ("minimal", "low", "medium", "high", "max")
 Level = Literal["minimal", "low", "medium", "high", "max"]
@@ -48,11 +52,15 @@ class _Strict(BaseModel):
 
 
 class HostBlock(_Strict):
-    """One server: where it is and the token for it (each host keeps its own)."""
+    """One server: where it is, the token for it (each host keeps its own) and how to reach it."""
 
     target: str = "localhost:50051"
     token: str | None = Field(None, repr=False)  # a repr (an error reporter's locals) never shows it
     workspace: str | None = None
+    # TLS is asked for, never guessed from the target's port or scheme; caFile: a PEM file of the CA that
+    # signed the server's certificate, else the system's roots verify it
+    tls: bool = False
+    ca_file: str | None = None
 
 
 class PeerFlags(_Strict):
@@ -80,12 +88,14 @@ PRESETS = {
 class MemoryConfig(_Strict):
     """Every setting of the memory provider (JSON keys in camelCase, e.g. contextTokens)."""
 
-    # where: the host block named by `host` gives target/token/workspace unless set at the top level
+    # where: the host block named by `host` gives target/token/workspace/tls/caFile unless set at the top level
     host: str | None = None
     hosts: dict[str, HostBlock] = {}
     target: str | None = None
     token: str | None = Field(None, repr=False)
     workspace: str | None = None
+    tls: bool | None = None  # None: the host block's
+    ca_file: str | None = None
     # seconds; at most a day: a deadline past what gRPC can hold (1e10, Infinity) failed every call at once
     timeout: float = Field(5.0, gt=0, le=86_400, validation_alias=AliasChoices("timeout", "requestTimeout"))
     # who
@@ -176,7 +186,21 @@ class MemoryConfig(_Strict):
 
     @property
     def resolved_token(self) -> str | None:
-        return self.token or self._host_block().token
+        # a host block's token is for its own server: with the target set elsewhere (PEERLOG_TARGET, a top-level
+        # target) it would hand that server's credential to another, so only a top-level token goes there
+        block = self._host_block()
+        return self.token or (block.token if self.resolved_target == block.target else None)
+
+    @property
+    def resolved_tls(self) -> bool:
+        # unlike the token, kept for an overridden target: a wrong guess fails to connect, it leaks nothing
+        return self.tls if self.tls is not None else self._host_block().tls
+
+    @property
+    def resolved_ca_file(self) -> str | None:
+        # "" at the top level (PEERLOG_MEMORY_CA_FILE=) names none, whatever the host block names
+        ca_file = self.ca_file if self.ca_file is not None else self._host_block().ca_file
+        return ca_file or None
 
     @property
     def resolved_workspace(self) -> str:
@@ -187,6 +211,16 @@ class MemoryConfig(_Strict):
         """The observation toggles: the explicit block if given, else the preset."""
         return self.observation or PRESETS[self.observation_mode]
 
+    def channel_credentials(self) -> grpc.ChannelCredentials | None:
+        """TLS credentials for the resolved server, None for plaintext; a ConfigError naming caFile when it
+        cannot be read, holds no certificate, or is given without tls."""
+        ca_file = self.resolved_ca_file
+        if not self.resolved_tls:
+            if ca_file:  # a CA with TLS off: the token would go out in plaintext while the settings look secure
+                raise ConfigError(f"caFile {ca_file} is set but tls is not: set tls to true (or remove caFile)")
+            return None
+        return grpc.ssl_channel_credentials(root_certificates=_read_ca(ca_file) if ca_file else None)
+
     def public(self) -> dict[str, Any]:
         """The settings as JSON keys, every token masked (for status output and logs)."""
         data = self.model_dump(by_alias=True, mode="json")
@@ -196,6 +230,27 @@ class MemoryConfig(_Strict):
             if block.get("token"):
                 block["token"] = "***"
         return data
+
+
+def _read_ca(path: str) -> bytes:
+    try:
+        pem = Path(path).expanduser().read_bytes()
+    except OSError as error:
+        raise ConfigError(f"caFile {path}: cannot be read ({error.strerror or error})") from error
+    # gRPC takes any bytes here and only fails each handshake later, as an unexplained UNAVAILABLE
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise ConfigError(f"caFile {path}: holds no PEM certificate")
+    return pem
+
+
+def connect(config: MemoryConfig) -> Peerlog:
+    """A client of the server the settings resolve to: its target, token, timeout and TLS."""
+    return Peerlog(
+        config.resolved_target,
+        token=config.resolved_token,
+        timeout=config.timeout,
+        credentials=config.channel_credentials(),
+    )
 
 
 def global_path(env: Mapping[str, str] = os.environ) -> Path:

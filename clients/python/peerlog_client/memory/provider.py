@@ -30,7 +30,7 @@ from peerlog_client import MemberSpec, Peerlog
 from peerlog_client._sync import Peer, Session, Workspace
 from peerlog_client.errors import FailedPrecondition, InvalidArgument, NotFound
 from peerlog_client.memory import policy
-from peerlog_client.memory.config import MemoryConfig, PeerFlags
+from peerlog_client.memory.config import MemoryConfig, PeerFlags, connect
 from peerlog_client.memory.identity import (
     Sender,
     a2a_session,
@@ -98,7 +98,7 @@ class MemoryProvider:
         self._named_today = self.session_id
         self._cleaned = cleaned_gateway_session(session)  # looked at once, when the session is first needed
         self._gateway_chat = bool(session)  # its turns' users are their senders, not peerName
-        self.client = client or Peerlog(config.resolved_target, token=config.resolved_token, timeout=config.timeout)
+        self.client = client or connect(config)
         self._own_client = client is None
         self.stats = Stats()
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="peerlog-memory")
