@@ -27,7 +27,8 @@ class Router:
         raw = get(event.key)
         state = load_state(raw)
         return Step(
-            decide(state, event, PRODUCER, self.global_), {event.key: evolve(state, event).model_dump(mode="json")}
+            decide(state, event, PRODUCER, self.global_),
+            {event.key: evolve(state, event, self.global_).model_dump(mode="json")},
         )
 
 

@@ -63,7 +63,7 @@ def load_state(raw: dict[str, Any] | None) -> SessionState:
     return SessionState.model_validate(raw)
 
 
-def evolve(state: SessionState, event: Event) -> SessionState:
+def evolve(state: SessionState, event: Event, global_: Configuration) -> SessionState:
     """The session state after `event`."""
     if isinstance(event, MemberJoined):
         if event.peer_id in state.members:  # a current member's second join changes nothing, as in the projection
@@ -75,6 +75,12 @@ def evolve(state: SessionState, event: Event) -> SessionState:
     if isinstance(event, MemberLeft):
         members = {p: m for p, m in state.members.items() if p != event.peer_id}
         return state.model_copy(update={"members": members})
+    if isinstance(event, MessageAppended) and not configuration(state, event, global_)["reasoning"]:
+        # sent with reasoning off, it is never perceived: nor is it the next turn's context, which goes to the
+        # deriver's model and onto the log in MessagePerceived. It is its author's latest turn, so their older
+        # one is no one's context either
+        turns = {p: t for p, t in state.last_turns.items() if p != event.peer_id}
+        return state.model_copy(update={"last_turns": turns, "last_seq": state.last_seq + 1})
     if isinstance(event, MessageAppended):
         turn = Turn(
             message_id=event.message_id,

@@ -43,7 +43,7 @@ def run(*events, global_=G):
     state, out = SessionState(), []
     for e in events:
         out += decide(state, e, P, global_)
-        state = evolve(state, e)
+        state = evolve(state, e, global_)
     return [(p.observer_id, p.observed_id, p.content) for p in out]
 
 
@@ -80,7 +80,7 @@ def test_the_context_turn_is_the_latest_by_someone_else_and_seq_counts_messages(
     out = []
     for e in (joined("a"), joined("b"), said("a", "q1"), said("b", "r1"), said("b", "r2"), said("a", "q2")):
         out += decide(state, e, P, G)
-        state = evolve(state, e)
+        state = evolve(state, e, G)
     by = {p.content: p for p in out}
     assert by["q1"].previous_turn is None
     assert by["r2"].previous_turn.content == "q1"
@@ -92,7 +92,7 @@ def test_a_perception_carries_the_authors_display_name_and_its_context_turns():
     state, out = SessionState(), []
     for e in (joined("u-1"), joined("u-2"), said("u-1", "q1", name="Maria Lopez"), said("u-2", "r1", name="Tom")):
         out += decide(state, e, P, G)
-        state = evolve(state, e)
+        state = evolve(state, e, G)
     reply = next(p for p in out if p.content == "r1")
     assert reply.observed_name == "Tom" and reply.previous_turn.author_name == "Maria Lopez"
 
@@ -101,7 +101,7 @@ def perceptions(*events):
     state, out = SessionState(), []
     for e in events:
         out += decide(state, e, P, G)
-        state = evolve(state, e)
+        state = evolve(state, e, G)
     return state, out
 
 
@@ -132,10 +132,10 @@ def test_a_sessions_state_at_its_member_cap_with_the_longest_ids_and_turns_fits_
 
     state = SessionState()
     for i in range(MAX_MEMBERS):
-        state = evolve(state, joined(f"{i:04d}" + "p" * 508, observe_others=True))  # 512 characters
+        state = evolve(state, joined(f"{i:04d}" + "p" * 508, observe_others=True), G)  # 512 characters
     for peer in ("0000", "0001"):  # the two last turns it keeps, cut to 2,000 characters, 6 bytes each as JSON
         turn = said(peer + "p" * 508, "\x01" * 25_000).model_copy(update={"message_id": f"m-{peer}"})
-        state = evolve(state, turn)
+        state = evolve(state, turn, G)
     assert len(state.members) == MAX_MEMBERS
     assert len(state.model_dump_json().encode()) < 400_000  # Kafka refuses a record past 1 MB
 
@@ -153,3 +153,17 @@ def test_the_global_observe_others_and_observe_me_are_applied_as_reported():
     assert run(joined("ann", observe_others=None), said("ann", "hi"), global_=me_off) == []
     # a member's own setting still wins over the global level
     assert run(joined("ann", observe_me=True), said("ann", "hi"), global_=me_off) == [("ann", "ann", "hi")]
+
+
+def test_a_message_sent_with_reasoning_off_is_not_the_next_turns_context():
+    # never perceived, it still went to the deriver's model as the reply's context, and onto the log with it
+    from services.events import Configuration
+
+    private = said("ann", "my card number is 4111 1111 1111 1111").model_copy(
+        update={"configuration": Configuration(reasoning=False)}
+    )
+    _, out = perceptions(joined("ann"), joined("bot"), said("ann", "hi"), private, said("bot", "thanks"))
+    assert "4111" not in str([p.model_dump() for p in out])
+    reply = next(p for p in out if p.content == "thanks")
+    assert reply.previous_turn is None  # nor ann's older turn, from before what the reply answers
+    assert reply.seq == 3  # the private message still counts in the session's sequence
