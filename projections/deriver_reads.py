@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
@@ -35,16 +36,49 @@ _LIVE = (
     "AND observed_id = :d AND derivation IN (:v, :pair_wide)"
 )
 _PAIR_COLS = "observation_id, level, content_key, session_id, embedding, derivation"
+# a deletion through the API (DeleteObservation: someone said the fact is wrong) is one no re-derivation may
+# undo; a dream's removal is its own derivation's reasoning. The API's producer (services/api/deps.py)
+_API_COMPONENT = "api"
+_PAIR_EXPLICIT = "o.workspace_id = :w AND o.observer_id = :o AND o.observed_id = :d AND o.level = 'explicit'"
+
+
+@dataclass(frozen=True)
+class CitedFact:
+    """An explicit observation as a re-derivation compares it with the ones the API deleted: what it says
+    (normalised), the messages it cites, its vector; for a deleted one, the reason given."""
+
+    observation_id: str
+    normalised: str
+    message_ids: frozenset[str]
+    embedding: tuple[float, ...]
+    embedding_model: str
+    delete_reason: str = ""
 
 
 def _vector(values: Sequence[float]) -> str:
     return "[" + ",".join(f"{v:.7g}" for v in values) + "]"
 
 
+def _floats(text_vector: str | None) -> tuple[float, ...]:
+    return tuple(float(x) for x in text_vector.strip("[]").split(",")) if text_vector else ()
+
+
 def _known(row) -> KnownObservation:
-    emb = tuple(float(x) for x in row.embedding.strip("[]").split(",")) if row.embedding else ()
     client = row.derivation == PAIR_WIDE
-    return KnownObservation(row.observation_id, Level(row.level), row.content_key, row.session_id, emb, client)
+    return KnownObservation(
+        row.observation_id, Level(row.level), row.content_key, row.session_id, _floats(row.embedding), client
+    )
+
+
+def _cited(row) -> CitedFact:
+    return CitedFact(
+        row.observation_id,
+        row.content_key,
+        frozenset(row.message_ids),
+        _floats(row.embedding),
+        row.embedding_model,
+        row.delete_reason or "",
+    )
 
 
 class ObservationStore:
@@ -55,6 +89,7 @@ class ObservationStore:
     ) -> None:
         self.engine = engine
         self.table = f'"{schema}".observations'
+        self.sources, self.history = f'"{schema}".observation_sources', f'"{schema}".observation_events'
         self.embedding_model = embedding_model  # near duplicates are looked for among its vectors only
         self.settings = settings or DeriverSettings()
 
@@ -144,3 +179,35 @@ class ObservationStore:
             log.warning("no projection to de-duplicate against yet (%s); relying on recent state", exc.orig)
             return []
         return [_known(r) for r in rows]
+
+    async def _cited_rows(self, pair: Pair, where: str, params: dict) -> list[CitedFact]:
+        """The pair's explicit observations that match `where`, with the messages they cite."""
+        sql = (
+            "SELECT o.observation_id, o.content_key, o.embedding::text AS embedding, o.embedding_model, "
+            f"o.delete_reason, ARRAY(SELECT s.message_id FROM {self.sources} s WHERE s.workspace_id = o.workspace_id "
+            f"AND s.observation_id = o.observation_id) AS message_ids FROM {self.table} o "
+            f"WHERE {_PAIR_EXPLICIT} AND {where}"
+        )
+        params = {**params, "w": pair.workspace_id, "o": pair.observer_id, "d": pair.observed_id}
+        try:
+            rows = await self._read(sql, params)
+        except ProgrammingError:  # no projection yet: nothing was deleted, nothing is live
+            return []
+        return [_cited(r) for r in rows]
+
+    async def deleted_by_api(self, pair: Pair) -> list[CitedFact]:
+        """The pair's explicit observations, in every derivation, that were deleted through the API."""
+        deleted = (
+            f"o.deleted_at IS NOT NULL AND EXISTS (SELECT 1 FROM {self.history} h WHERE h.workspace_id = o.workspace_id "
+            "AND h.observation_id = o.observation_id AND h.kind = 'deleted' AND h.producer->>'component' = :api)"
+        )
+        return await self._cited_rows(pair, deleted, {"api": _API_COMPONENT})
+
+    async def live_citing(self, pair: Pair, message_ids: Sequence[str]) -> list[CitedFact]:
+        """Live explicit observations of the pair's derivation (not what clients wrote) citing one of `message_ids`."""
+        citing = (
+            "o.derivation = :v AND o.superseded_by IS NULL AND o.deleted_at IS NULL AND EXISTS (SELECT 1 FROM "
+            f"{self.sources} s WHERE s.workspace_id = o.workspace_id AND s.observation_id = o.observation_id "
+            "AND s.message_id = ANY(:ids))"
+        )
+        return await self._cited_rows(pair, citing, {"v": pair.derivation, "ids": list(message_ids)})

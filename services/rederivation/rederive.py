@@ -9,6 +9,10 @@ one log transaction.
 It resumes: a message already in a finished batch of the derivation is skipped, and so is one perceived
 while the derivation was current (the live deriver writes those), so running it again, or to catch a
 derivation up after `peerlog derivations promote`, neither repeats nor misses a message.
+
+What someone deleted through the API stays deleted: the derivation's copy of a deleted fact (the same fact
+from the same message, in any derivation of the pair) is deleted with it, whether this run derives it or an
+earlier one did (`withheld`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from projections.db import async_engine
-from projections.deriver_reads import ObservationStore
+from projections.deriver_reads import CitedFact, ObservationStore
 from projections.run_lock import Held, exclusive
 from projections.status_reads import projected_offsets
 from projections.workspace_reads import known
@@ -30,6 +34,7 @@ from services.bus.streams import read, to_the_end, until_stable
 from services.bus.topics import DEADLETTER, OBSERVATIONS, PERCEIVED, TopicSpec
 from services.deriver.batching import Batching, add, next_window
 from services.deriver.derive import Deriver
+from services.deriver.judge import _nested, cosine
 from services.events import (
     ORIGINAL,
     BatchDerived,
@@ -37,10 +42,14 @@ from services.events import (
     DerivationPromoted,
     Event,
     MessagePerceived,
+    ObservationAdded,
+    ObservationDeleted,
+    ProducerInfo,
     stored_derivation,
 )
 from services.events.pairs import Pair
 from services.events.perception import pair_of
+from services.events.text import normalise
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.llm.errors import ModelOutputInvalid
@@ -122,6 +131,63 @@ def missing(
         elif e.message_id not in done and (current != label or e.message_id in parked):
             out.append(e)
     return out
+
+
+def restates(fact: CitedFact, deleted: CitedFact, threshold: float) -> bool:
+    """Whether `fact` is `deleted` derived again: from a message `deleted` cites, the same text, or a near
+    duplicate by the judge's rule (vectors of one model at least `threshold` alike, and one text's content
+    words all in the other's). Another message saying it is new evidence, which the deletion never judged."""
+    if not fact.message_ids & deleted.message_ids:
+        return False
+    if fact.normalised == deleted.normalised:
+        return True
+    return (
+        fact.embedding_model == deleted.embedding_model
+        and cosine(fact.embedding, deleted.embedding) >= threshold
+        and _nested(fact.normalised, deleted.normalised)
+    )
+
+
+def withheld(
+    pair: Pair,
+    facts: Sequence[CitedFact],
+    deleted: Sequence[CitedFact],
+    threshold: float,
+    producer: ProducerInfo,
+    cause: str,
+) -> list[ObservationDeleted]:
+    """A deletion from `pair` of each of `facts` that restates one the API `deleted`, giving that deletion's
+    reason: reads follow whichever derivation is promoted, and a fact someone withdrew must not come back."""
+    out = []
+    for fact in facts:
+        original = next((d for d in deleted if restates(fact, d, threshold)), None)
+        if original is not None:
+            why = f"as {original.observation_id} (the same fact, from the same message) was deleted"
+            out.append(
+                ObservationDeleted(
+                    **pair.fields(),
+                    observation_id=fact.observation_id,
+                    reason=f"{why}: {original.delete_reason}" if original.delete_reason else why,
+                    producer=producer,
+                    causation_id=cause,
+                )
+            )
+    return out
+
+
+def added(events: Sequence[Event]) -> list[CitedFact]:
+    """The observations `events` add, as `withheld` compares them."""
+    return [
+        CitedFact(
+            e.observation_id,
+            normalise(e.content),
+            frozenset(s.message_id for s in e.sources),
+            tuple(e.embedding),
+            e.embedding_model,
+        )
+        for e in events
+        if isinstance(e, ObservationAdded)
+    ]
 
 
 def perceived(settings, scope: DerivationScope) -> dict[str, list[Seen]]:
@@ -262,13 +328,34 @@ class Rederivation:
         self.perceived = sum(isinstance(e, MessagePerceived) for seen in history.values() for e in seen)
         for key, seen in history.items():
             todo = [e for e in missing(seen, self.label, *logs.of(self.label, key)) if e.message_id not in self.parked]
-            before = len(self.parked)
-            await self._derive(Pair(**pair_of(key), derivation=self.label), todo, cause)
+            pair, before = Pair(**pair_of(key), derivation=self.label), len(self.parked)
+            deleted = await self.store.deleted_by_api(pair)
+            followed = await self._follow(pair, deleted, cause)
+            await self._derive(pair, todo, cause, deleted)
             parked = len(self.parked) - before
             self.progress(
                 f"{key}: {len(todo) - parked} messages derived into {self.label or ORIGINAL!r}"
+                + (f", {followed} earlier copies of deleted facts deleted" if followed else "")
                 + (f", {parked} parked (the model kept failing: GetProcessingStatus lists them)" if parked else "")
             )
+
+    async def _follow(self, pair: Pair, deleted: Sequence[CitedFact], cause: str) -> int:
+        """Delete the derivation's live copies of facts the API `deleted` (a copy derived before its original
+        was deleted, or in a derivation the deletion was not made in); how many."""
+        if not deleted:
+            return 0
+        cited = {m for d in deleted for m in d.message_ids}
+        live = await self.store.live_citing(pair, sorted(cited))
+        gone = self._withheld(pair, live, deleted, cause)
+        if gone:
+            await self.append(gone)
+            self.events += len(gone)
+        return len(gone)
+
+    def _withheld(
+        self, pair: Pair, facts: Sequence[CitedFact], deleted: Sequence[CitedFact], cause: str
+    ) -> list[ObservationDeleted]:
+        return withheld(pair, facts, deleted, self.deriver.near_duplicate, self.deriver.producer(), cause)
 
     async def _projected(self, through: Positions) -> None:
         """Wait until the projections hold the observations topic as far as it was read, or raise
@@ -306,7 +393,10 @@ class Rederivation:
             pass  # it answered: what it says is the batches' business
         self.probed = True
 
-    async def _derive(self, pair: Pair, todo: Sequence[MessagePerceived], cause: str) -> None:
+    async def _derive(
+        self, pair: Pair, todo: Sequence[MessagePerceived], cause: str, deleted: Sequence[CitedFact]
+    ) -> None:
+        """Derive `todo` batch by batch; a fact the API `deleted` is written deleted again, in its batch."""
         if todo:
             await self._reachable()
         state, recent = Batching(), []
@@ -315,9 +405,12 @@ class Rederivation:
         while state.pending:
             window, state = next_window(state, self.settings.deriver.window_tokens)
             outcome = await self.deriver.derive(pair, window, recent, cause)
-            recent = outcome.recent
-            await self.append(outcome.events)
-            self.events += len(outcome.events)
+            gone = self._withheld(pair, added(outcome.events), deleted, cause)
+            # a later batch must not reinforce a deleted copy: its evidence would vanish with it
+            recent = [k for k in outcome.recent if k.observation_id not in {g.observation_id for g in gone}]
+            events = [*outcome.events, *gone]
+            await self.append(events)
+            self.events += len(events)
             if any(isinstance(e, DerivationDeadLettered) for e in outcome.events):
                 self.parked |= {m.message_id for m in window}
             else:

@@ -273,3 +273,47 @@ async def test_a_staged_rederivation_leaves_a_clients_observation_as_current_rea
     assert staged.messages == 1
     now = await c.all_observations("w", "alice", "alice", token=staged.consistency_token)
     assert [(o.observation_id, o.times_derived, o.source_count) for o in now] == [("peanuts", 1, 0)]
+
+
+async def test_a_deleted_derived_fact_stays_deleted_after_promoting_another_derivation(
+    channel, settings, model_server, start_worker
+):
+    cat, oslo, run, vet = (
+        f"The target said: {text}"
+        for text in ("I adopted a cat named Miso", "I moved to Oslo", "I run every morning", "Miso hates the vet")
+    )
+    here, c = await one_fact_derived(channel, settings, model_server, start_worker)
+    pair = DerivationScope("w", "alice", "alice")
+    # staged before the deletion, in the original's words (the deriver's model): v2 holds its own copy of the cat
+    await rederive(here, "v2", pair, progress=lambda _: None)
+    await c.add("w", "s", [("alice", "I moved to Oslo"), ("alice", "I run every morning")])
+    eventually(lambda: len(current_rows(settings)) == 3, 60)
+    original = {r["content"]: r["observation_id"] for r in current_rows(settings)}
+    for wrong in (cat, oslo):
+        await c.delete_observation("w", original[wrong], reason="false")
+
+    moved = await promote(here, "v2", pair, progress=lambda _: None)
+    current = await c.all_observations("w", "alice", "alice", token=moved.consistency_token)
+    assert [(o.content, o.derivation) for o in current] == [(run, "v2")]
+    # v2 derived the cat (before the deletion) and Oslo (while promoting) again, each deleted as its original was
+    v2 = await c.all_observations("w", "alice", "alice", derivation="v2", include_deleted=True)
+    assert [(o.content, o.delete_reason.endswith("from the same message) was deleted: false")) for o in v2] == [
+        (cat, True),
+        (oslo, True),
+        (run, False),
+    ]
+
+    sent = await c.add("w", "s", [("alice", "Miso hates the vet")])  # derived into v2 by the live deriver
+    in_v2 = await until(
+        lambda: c.all_observations("w", "alice", "alice", token=sent.consistency_token),
+        lambda got: vet in contents(got),
+    )
+    await c.delete_observation("w", next(o.observation_id for o in in_v2 if o.content == vet), reason="false")
+    back = await promote(here, "original", pair, progress=lambda _: None)
+    assert back.messages == 1  # the vet, derived into the original again, and deleted with it
+    after = await c.all_observations("w", "alice", "alice", token=back.consistency_token)
+    assert [(o.content, o.derivation) for o in after] == [(run, "")]
+
+    rebuilt = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings, progress=lambda _: None))
+    assert rebuilt.switched and set(rebuilt.differences.values()) == {0}, rebuilt.differences
+    assert contents(await c.all_observations("w", "alice", "alice")) == [run]
