@@ -36,6 +36,7 @@ _LIVE = (
     "AND observed_id = :d AND derivation IN (:v, :pair_wide)"
 )
 _PAIR_COLS = "observation_id, level, content_key, session_id, embedding, derivation"
+NEAREST = 4  # rows per fact for the judge: the nearest may say another thing in its words (judge._nested)
 # a deletion through the API (DeleteObservation: someone said the fact is wrong) is one no re-derivation may
 # undo; a dream's removal is its own derivation's reasoning. The API's producer (services/api/deps.py)
 _API_COMPONENT = "api"
@@ -138,10 +139,10 @@ class ObservationStore:
         return {r.observation_id for r in rows}
 
     async def candidates(
-        self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]
+        self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]], sessions: Sequence[str]
     ) -> list[KnownObservation]:
         """Live explicit observations of the pair's derivation (dedup stays within it) and of clients with one of `keys`,
-        or nearest to one of `embeddings`."""
+        or nearest to one of `embeddings` among those a fact from `sessions[i]` may match."""
         cols = "observation_id, level, content_key, session_id, embedding::text AS embedding, derivation"
         params = {
             "w": pair.workspace_id,
@@ -159,9 +160,14 @@ class ObservationStore:
             "AND content_key = ANY(:keys)"
         ]
         params["keys"] = list(keys)
-        for i, emb in enumerate(embeddings):
-            queries.append(f"(SELECT {cols} FROM pair ORDER BY embedding <=> CAST(:e{i} AS vector) LIMIT 1)")
-            params[f"e{i}"] = _vector(emb)
+        for i, (emb, session) in enumerate(zip(embeddings, sessions, strict=True)):
+            # only those the judge may match: its session's, and clients' written for no session. Over the
+            # whole pair, another session's copy of the fact came nearest and hid this session's
+            queries.append(
+                f"(SELECT {cols} FROM pair WHERE session_id = :s{i} OR (derivation = :pair_wide AND session_id IS NULL) "
+                f"ORDER BY embedding <=> CAST(:e{i} AS vector) LIMIT {NEAREST})"
+            )
+            params[f"e{i}"], params[f"s{i}"] = _vector(emb), session
         # exact over the pair's rows: ordering the whole table by distance lets the planner walk the HNSW index
         # (ef_search candidates from the whole workspace) and filter afterwards, which misses the pair's
         # duplicate when other rows are nearer; a materialised CTE of the pair's rows cannot use that index

@@ -101,10 +101,16 @@ class Deriver:
                 log.info("batch %s: no valid extraction (%s); asking again", bid, exc.error[:200])
         return await self.model.structured(asked, Extraction, name="extraction")
 
+    async def _candidates(self, pair, window, facts, embeddings) -> list[KnownObservation]:
+        """The stored observations each fact may duplicate, looked for in its message's session."""
+        session_of = {p.message_id: p.session_id for p in window}
+        keys = [normalise(f.content) for f in facts]
+        return await self.store.candidates(pair, keys, embeddings, [session_of.get(f.message_id, "") for f in facts])
+
     async def _judge(self, pair, window, recent, completion, base, started) -> BatchOutcome:
         facts = completion.value.facts
         embeddings = await self.embedder.embed([f.content for f in facts]) if facts else []
-        stored = await self.store.candidates(pair, [normalise(f.content) for f in facts], embeddings) if facts else []
+        stored = await self._candidates(pair, window, facts, embeddings) if facts else []
         if facts and recent:
             # the cache outlives a DeleteObservation or a dream's supersession: a fact matched to a retired
             # observation would only reinforce it, and stay out of every read

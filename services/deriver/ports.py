@@ -25,10 +25,11 @@ class DuplicateCandidates(Protocol):
     """Existing observations that a new fact may duplicate. Read after the model call, never across it."""
 
     async def candidates(
-        self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]]
+        self, pair: Pair, keys: Sequence[str], embeddings: Sequence[Sequence[float]], sessions: Sequence[str]
     ) -> list[KnownObservation]:
         """Live explicit observations of the pair's derivation with one of `keys` (normalised contents), or
-        nearest to one of `embeddings`; raises StoreUnavailable when the projections cannot be read."""
+        nearest to one of `embeddings` among those a fact from `sessions[i]` may match (that session's, and
+        clients' written for no session); raises StoreUnavailable when the projections cannot be read."""
         ...
 
     async def retired(self, pair: Pair, observation_ids: Sequence[str]) -> set[str]:

@@ -112,7 +112,7 @@ async def test_a_connection_the_database_dropped_is_replaced_and_the_lookup_stil
     create_schema(admin, settings.database.schema_name)
     engine = create_async_engine(settings.database.url, pool_size=1, max_overflow=0)  # one connection, reused
     store = ObservationStore(engine, settings.database.schema_name, "m", DeriverSettings(store_backoff_s=0.01))
-    lookup = (Pair("w", "alice", "alice"), ["alice lives in oslo"], [[1.0] + [0.0] * 383])
+    lookup = (Pair("w", "alice", "alice"), ["alice lives in oslo"], [[1.0] + [0.0] * 383], ["s"])
     try:
         assert await store.candidates(*lookup) == []
         async with engine.connect() as conn:

@@ -34,18 +34,31 @@ def vec(values: list[float]) -> str:
     return "[" + ",".join(f"{v:.7g}" for v in values) + "]"
 
 
-def insert(conn, schema: str, rows: list[tuple[str, str, str, list[float]]]) -> None:
+def insert(conn, schema: str, rows: list[tuple[str, str, str, list[float]]], session: str = "s") -> None:
     conn.execute(
         text(
             f'INSERT INTO "{schema}".observations (workspace_id, observation_id, observer_id, observed_id, level, content, '
-            "content_key, embedding, embedding_model, times_derived, created_at, event_id) VALUES "
-            "('w', :id, :o, :d, :l, :c, :c, CAST(:e AS vector), :m, 1, :t, :id)"
+            "content_key, session_id, embedding, embedding_model, times_derived, created_at, event_id) VALUES "
+            "('w', :id, :o, :d, :l, :c, :c, :s, CAST(:e AS vector), :m, 1, :t, :id)"
         ),
         [
-            {"id": i, "o": o, "d": "bob", "l": lvl, "c": f"fact {i}", "e": vec(e), "m": MODEL, "t": datetime.now(UTC)}
+            {
+                "id": i,
+                "o": o,
+                "d": "bob",
+                "l": lvl,
+                "c": f"fact {i}",
+                "s": session,
+                "e": vec(e),
+                "m": MODEL,
+                "t": datetime.now(UTC),
+            }
             for i, o, lvl, e in rows
         ],
     )
+
+
+QUERY = [1.0] + [0.0] * (EMBEDDING_DIMENSIONS - 1)
 
 
 @pytest.fixture
@@ -80,7 +93,7 @@ async def test_a_pairs_near_duplicate_is_found_among_many_other_pairs_nearer_the
     event.listen(aengine.sync_engine, "before_cursor_execute", lambda *a: sent.append((a[2], a[3])))
     try:
         store = ObservationStore(aengine, schema, MODEL)
-        found = await store.candidates(Pair("w", "alice", "bob"), [], [[1.0] + [0.0] * (EMBEDDING_DIMENSIONS - 1)])
+        found = await store.candidates(Pair("w", "alice", "bob"), [], [QUERY], ["s"])
     finally:
         await aengine.dispose()
     assert [k.observation_id for k in found] == ["mine"]
@@ -91,3 +104,23 @@ async def test_a_pairs_near_duplicate_is_found_among_many_other_pairs_nearer_the
         cursor.execute("EXPLAIN " + statement, params)
         plan = "\n".join(r[0] for r in cursor.fetchall())
     assert "operators_hnsw" not in plan, plan
+
+
+async def test_a_near_duplicate_in_the_facts_session_is_found_when_another_sessions_copy_is_nearer(
+    settings, store_schema
+):
+    # a fact restated in a new session is that session's (the judge matches only there): the nearest row of
+    # the whole pair was another session's copy, and the one in the fact's own session went unseen
+    engine, schema = store_schema
+    rng = random.Random(11)
+    with engine.begin() as conn:
+        insert(conn, schema, [("elsewhere", "alice", "explicit", near(0, 0.999, rng))], session="s1")
+        insert(conn, schema, [("here", "alice", "explicit", near(0, 0.98, rng))], session="s3")
+    aengine = create_async_engine(settings.database.url)
+    try:
+        found = await ObservationStore(aengine, schema, MODEL).candidates(
+            Pair("w", "alice", "bob"), [], [QUERY], ["s3"]
+        )
+    finally:
+        await aengine.dispose()
+    assert [k.observation_id for k in found] == ["here"]

@@ -314,7 +314,7 @@ def test_the_stores_vector_of_an_observation_wins_over_the_caches_copy():
     now_vector, stale_vector = (1.0,) + (0.0,) * 383, (0.0, 1.0) + (0.0,) * 382  # orthogonal: another model's
 
     class Store:
-        async def candidates(self, pair, keys, embeddings):
+        async def candidates(self, pair, keys, embeddings, sessions):
             return [KnownObservation("obs-1", Level.EXPLICIT, normalise("Ann hikes in the Alps"), "s1", now_vector)]
 
         async def retired(self, pair, ids):

@@ -78,7 +78,7 @@ class KeysSeen:
     def __init__(self) -> None:
         self.keys: list[str] = []
 
-    async def candidates(self, pair, keys, embeddings):
+    async def candidates(self, pair, keys, embeddings, sessions):
         self.keys += keys
         return []
 
