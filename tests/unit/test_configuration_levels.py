@@ -113,7 +113,7 @@ def perceived(*events):
     state, out = SessionState(), []
     for e in events:
         out += [(p.observer_id, p.observed_id, p.instructions) for p in decide(state, e, P, G)]
-        state = evolve(state, e)
+        state = evolve(state, e, G)
     return out
 
 
@@ -219,7 +219,7 @@ def test_a_deriver_window_holds_one_set_of_instructions_and_its_prompt_carries_t
 
 
 def _perception(text, instructions):
-    state = evolve(evolve(SessionState(), joined("a")), configured(deriver_instructions=instructions))
+    state = evolve(evolve(SessionState(), joined("a"), G), configured(deriver_instructions=instructions), G)
     return decide(state, said("a", text), P, G)[0]
 
 
@@ -236,7 +236,7 @@ def test_the_dream_scheduler_follows_the_dream_settings_of_the_latest_perceived_
 
 
 def test_the_router_stamps_the_dream_settings_in_force():
-    state = evolve(evolve(SessionState(), joined("a")), configured(dream_threshold=7))
+    state = evolve(evolve(SessionState(), joined("a"), G), configured(dream_threshold=7), G)
     (p,) = decide(state, said("a", "x", configuration=Configuration(dreams=False)), P, G)
     assert (p.dreams, p.dream_threshold) == (False, 7)
 

@@ -175,7 +175,7 @@ def test_the_router_perceives_no_copy_so_nothing_is_derived_twice():
     state, out = SessionState(), []
     for e in clone([row("m1")], periods=[period("bob")]):
         out += decide(state, e, P, Settings().configuration())
-        state = evolve(state, e)
+        state = evolve(state, e, Settings().configuration())
     assert out == [] and state.last_seq == 1
 
 
