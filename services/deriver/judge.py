@@ -21,7 +21,7 @@ from services.events import (
     Source,
 )
 from services.events.pairs import Pair
-from services.events.text import content_words, normalise, span_support, words
+from services.events.text import ClaimWord, claim_words, normalise, span_support, words
 
 # the share of a fact's content words its span must contain: "Great." does not ground a fact about a job, while
 # a short span that leans on earlier turns ("she is my pet" for "Alice has a pet cat named Miso") still does
@@ -97,7 +97,7 @@ def ground(fact: ExtractedFact, window: Sequence[PendingMessage], observed_id: s
 
 def _match(known: Sequence[KnownObservation], norm: str, session: str, emb, threshold: float):
     """("exact" | "near" | None, the observation): the same text in the same session; else the nearest of
-    the session's (and clients' written for no session) that says the same or less, or more, in its words.
+    the session's (and clients' written for no session) that the text restates, says less than or extends.
     A client's written for another session is that session's: reinforced from here, it would cite a message
     its own session's reads cannot see, and this session's reads would never find the fact."""
     explicit = [
@@ -108,17 +108,52 @@ def _match(known: Sequence[KnownObservation], norm: str, session: str, emb, thre
     for k in explicit:
         if k.normalised == norm and k.session_id == session:
             return "exact", k
-    close = [k for k in explicit if cosine(k.embedding, emb) >= threshold and _nested(k.normalised, norm)]
+    close = [k for k in explicit if cosine(k.embedding, emb) >= threshold and nested(norm, k.normalised)]
     best = max(close, key=lambda k: cosine(k.embedding, emb), default=None)
     return ("near", best) if best is not None else (None, None)
 
 
-def _nested(a: str, b: str) -> bool:
-    """Whether one text's content words (digits too) are all in the other's: a near-duplicate says the same
-    or more. A changed date or number ("12 May" -> "14 May", cosine 0.997) is a new fact, not another count
-    of the old one; a fact restated in another session belongs to that session's reads too."""
-    x, y = content_words(a), content_words(b)
-    return x <= y or y <= x
+def nested(new: str, old: str) -> bool:
+    """Whether `new` is a near duplicate of `old` in its words: it says the same or less (`_says_no_more`), or the
+    same and more (`_extends`). A changed date or number ("12 May" -> "14 May", cosine 0.997) is a new fact, not
+    another count of the old one; a fact restated in another session belongs to that session's reads too."""
+    return _says_no_more(new, old) or _extends(new, old)
+
+
+def _says_no_more(new: str, old: str) -> bool:
+    """Whether `new` restates `old` or says less: its words (`claim_words`, function words aside) all in `old`'s,
+    in `old`'s order, with the same negation, tense and direction words. A statement in the past tense, reversed
+    or with roles swapped ("Ann moved from Berlin to Oslo") is another fact, not support for the old one."""
+    n, o = claim_words(new), claim_words(old)
+    said = ("content", "marker")
+    return _keys(n, "marker") == _keys(o, "marker") and _in_order(_keys(n, *said), _keys(o, *said))
+
+
+def _extends(new: str, old: str) -> bool:
+    """Whether `new` says what `old` says and more: it opens with `old`'s words in their order, with only content
+    words added among them ("has a pet cat" for "has a cat") and anything after them ("lives in Oslo, Norway").
+    A function word added among them makes another relation ("likes the sister of Bob"), a marker another claim
+    ("no longer lives in"), and another opening word another subject ("Ann's wife works as a nurse")."""
+    wanted = claim_words(old)
+    matched = 0
+    for word in claim_words(new):
+        if matched == len(wanted):
+            return True
+        if word.key == wanted[matched].key:
+            matched += 1
+        elif word.kind != "content" or matched == 0:
+            return False
+    return matched == len(wanted)
+
+
+def _keys(words: Sequence[ClaimWord], *kinds: str) -> list[str]:
+    return [w.key for w in words if w.kind in kinds]
+
+
+def _in_order(few: Sequence[str], many: Sequence[str]) -> bool:
+    """Whether `few` is `many` with some words left out."""
+    rest = iter(many)
+    return all(word in rest for word in few)
 
 
 def judge(
@@ -166,7 +201,7 @@ def judge(
         session = next(p.session_id for p in window if p.message_id == fact.message_id)
         norm = normalise(fact.content)
         kind, match = _match(pool, norm, session, emb, threshold)
-        if kind == "exact" or (kind == "near" and content_words(norm) <= content_words(match.normalised)):
+        if kind == "exact" or (kind == "near" and _says_no_more(norm, match.normalised)):
             if (match.observation_id, fact.message_id) in evidenced or (match.client and not reinforce_clients):
                 continue
             evidenced.add((match.observation_id, fact.message_id))
@@ -190,7 +225,7 @@ def judge(
         out.added += 1
         evidenced.add((added.observation_id, fact.message_id))
         new = KnownObservation(added.observation_id, Level.EXPLICIT, norm, session, tuple(emb))
-        if kind == "near" and not match.client:  # the new text says more: it replaces the old one
+        if kind == "near" and not match.client:  # the new text extends the old one: it replaces it
             out.events.append(
                 ObservationSuperseded(
                     observation_id=match.observation_id,

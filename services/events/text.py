@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 _SPACE = re.compile(r"\s+")
 
@@ -78,6 +79,42 @@ def content_words(text: str, drop: str = "") -> set[str]:
     """The stems of `text`'s words that carry content: stop words and the words of `drop` left out."""
     dropped = _STOP | words(drop)
     return {stem(w) for w in _WORD.findall(text.casefold()) if w not in dropped and (len(w) > 1 or w.isdigit())}
+
+
+# words that change what a statement claims: negation, tense and modality, direction, order and role. Most are stop
+# words (a span need not repeat them), but "Ann was married to Bob" is not "Ann is married to Bob"
+MARKERS = frozenset(
+    """
+not no nor never none nothing nobody neither cannot without am is are was were be been being had has have having
+do does did doing will would shall should can could might must used once former formerly previously ago anymore ex
+from to before after than into onto until till since by with as against toward towards above below under over up
+down more most less least
+""".split()
+)
+_ARTICLES = frozenset({"a", "an", "the"})
+_CLAIM_WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # "ann's" and "doesn't" are one word each
+
+
+class ClaimWord(NamedTuple):
+    key: str  # what two statements compare
+    kind: str  # "content", "marker" (one of `MARKERS`, or a "n't" word) or "function"
+
+
+def claim_words(text: str) -> tuple[ClaimWord, ...]:
+    """`text`'s words in order, articles left out, for comparing what two statements claim. Unlike `content_words`,
+    negation, tense and direction words count, a past form keeps its "-ed" ("worked" is not "works"), and a word
+    keeps its "'s" or "n't" ("Ann's wife" is not Ann)."""
+    tokens = _CLAIM_WORD.findall(text.casefold().replace("\u2019", "'"))
+    return tuple(_claim_word(t) for t in tokens if t not in _ARTICLES)
+
+
+def _claim_word(token: str) -> ClaimWord:
+    if token in MARKERS or token.endswith("n't"):
+        return ClaimWord(token, "marker")
+    if token in _STOP or (len(token) == 1 and not token.isdigit()):
+        return ClaimWord(token, "function")
+    whole = token.endswith("ed") or "'" in token  # `stem` makes "married" "marry" and "ann's" "ann'"
+    return ClaimWord(token if whole else stem(token), "content")
 
 
 def span_support(content: str, span: str, subject: str = "") -> tuple[set[str], set[str]]:

@@ -34,7 +34,7 @@ from services.bus.streams import read, to_the_end, until_stable
 from services.bus.topics import DEADLETTER, OBSERVATIONS, PERCEIVED, TopicSpec
 from services.deriver.batching import Batching, add, next_window
 from services.deriver.derive import Deriver
-from services.deriver.judge import _nested, cosine
+from services.deriver.judge import cosine, nested
 from services.events import (
     ORIGINAL,
     BatchDerived,
@@ -135,8 +135,8 @@ def missing(
 
 def restates(fact: CitedFact, deleted: CitedFact, threshold: float) -> bool:
     """Whether `fact` is `deleted` derived again: from a message `deleted` cites, the same text, or a near
-    duplicate by the judge's rule (vectors of one model at least `threshold` alike, and one text's content
-    words all in the other's). Another message saying it is new evidence, which the deletion never judged."""
+    duplicate by the judge's rule (vectors of one model at least `threshold` alike, and the one text restating,
+    saying less than or extending the other: judge.nested). Another message saying it is new evidence, which the deletion never judged."""
     if not fact.message_ids & deleted.message_ids:
         return False
     if fact.normalised == deleted.normalised:
@@ -144,7 +144,7 @@ def restates(fact: CitedFact, deleted: CitedFact, threshold: float) -> bool:
     return (
         fact.embedding_model == deleted.embedding_model
         and cosine(fact.embedding, deleted.embedding) >= threshold
-        and _nested(fact.normalised, deleted.normalised)
+        and nested(fact.normalised, deleted.normalised)
     )
 
 

@@ -23,6 +23,7 @@ from services.events import (
     Turn,
 )
 from services.events.pairs import Pair
+from services.events.text import normalise
 
 P = ProducerInfo(component="test", version="0")
 T = datetime(2026, 1, 1, tzinfo=UTC)
@@ -347,6 +348,83 @@ def test_a_near_duplicate_that_changes_a_date_or_number_is_a_new_observation():
     moved = ExtractedFact(content="a's flight to Lisbon leaves on 14 May 2024", message_id="m0", span=said)
     out = verdicts([moved], [old], texts=(said,), emb=[(0.999, 0.045)])
     assert [type(e) for e in out.events] == [ObservationAdded]
+
+
+def near_verdicts(old: str, new: str, said: str):
+    """The verdicts on `new`, cited from a message saying `said`, against a known `old` at cosine 0.999: e5-small-v2
+    puts each pair below at 0.975-0.99, at or above its threshold."""
+    known = KnownObservation("old", Level.EXPLICIT, normalise(old), "s", (1.0, 0.0))
+    fact = ExtractedFact(content=new, message_id="m0", span=said)
+    return verdicts([fact], [known], texts=(said,), emb=[(0.999, 0.045)])
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("Ann works at Google", "Ann worked at Google"),
+        ("Ann is married to Bob", "Ann was married to Bob"),
+        ("Ann will start a new job in May", "Ann started a new job in May"),
+    ],
+    ids=["-ed", "was", "will"],
+)
+def test_a_past_tense_restatement_is_a_new_observation_not_a_reinforcement(old, new):
+    # it counted as support for the present fact it ends, citing the message that ends it
+    out = near_verdicts(old, new, said=new.replace("Ann", "I"))
+    assert [type(e) for e in out.events] == [ObservationAdded] and out.events[0].content == new
+
+
+@pytest.mark.parametrize(
+    "old,new,said",
+    [
+        ("Ann moved from Oslo to Berlin", "Ann moved from Berlin to Oslo", "I moved from Berlin to Oslo"),
+        ("Ann is older than Bob", "Bob is older than Ann", "Bob is older than me, Ann"),
+    ],
+    ids=["from-to", "roles"],
+)
+def test_a_reversed_direction_is_a_new_observation_not_a_reinforcement(old, new, said):
+    out = near_verdicts(old, new, said)
+    assert [type(e) for e in out.events] == [ObservationAdded] and out.events[0].content == new
+
+
+def test_a_dropped_negation_is_a_new_observation_not_a_reinforcement():
+    out = near_verdicts("Ann doesn't smoke", "Ann smokes", said="I smoke")
+    assert [type(e) for e in out.events] == [ObservationAdded]
+
+
+def test_a_fact_about_a_relative_does_not_supersede_the_peers_own():
+    # it did, as "a near duplicate with more information", and Ann's own job left every read
+    said = "My wife works as a nurse at the city hospital"
+    out = near_verdicts("Ann works as a nurse at the city hospital", "Ann's wife " + said[8:], said)
+    assert [type(e) for e in out.events] == [ObservationAdded] and out.superseded == 0
+
+
+@pytest.mark.parametrize(
+    "old,new,said",
+    [
+        ("Ann lives in Oslo", "Ann lives in Oslo, Norway", "I live in Oslo, Norway"),
+        ("Ann lives in Oslo", "Ann lives in Oslo since 2019", "I have lived in Oslo since 2019"),
+        ("Ann has a cat named Miso", "Ann has a pet cat named Miso", "my pet cat is named Miso"),
+    ],
+    ids=["place", "time", "detail"],
+)
+def test_a_fact_extended_with_a_place_time_or_detail_supersedes_the_shorter_one(old, new, said):
+    out = near_verdicts(old, new, said)
+    assert [type(e) for e in out.events] == [ObservationAdded, ObservationSuperseded]
+    assert out.events[1].observation_id == "old" and out.events[1].superseded_by == out.events[0].observation_id
+
+
+@pytest.mark.parametrize(
+    "old,new,said",
+    [
+        ("Ann lives in Oslo", "ANN lives in Oslo.", "I live in Oslo"),
+        ("Ann\u2019s dog is called Rex", "Ann's dog is called Rex", "my dog is called Rex"),
+        ("Ann has a pet cat named Miso", "Ann has a cat", "I have a cat"),
+    ],
+    ids=["case-and-punctuation", "apostrophe", "less-in-order"],
+)
+def test_a_restatement_in_other_case_or_punctuation_or_saying_less_reinforces(old, new, said):
+    out = near_verdicts(old, new, said)
+    assert [type(e) for e in out.events] == [ObservationReinforced] and out.events[0].observation_id == "old"
 
 
 def test_the_same_fact_stated_in_another_session_gets_its_own_observation():
