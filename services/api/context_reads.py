@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -21,7 +25,8 @@ from services.api.packing import (
     RecentMessage,
     Relevant,
     fit_fixed,
-    pack_messages,
+    fit_relevant,
+    pack_recent,
     render_line,
 )
 from services.api.preflight import preflight
@@ -50,6 +55,11 @@ TOKENS_PER_RECENT_LINE, MIN_RECENT_READ, MAX_FIRST_READ = 8, 20, 256
 # some to skip. With nothing else packed that is budget // 40, as measured on LoCoMo; a representation
 # that fills most of the budget leaves room for a few lines, and the search then ranks fewer candidates
 TOKENS_PER_CANDIDATE, MIN_CANDIDATES, MAX_CANDIDATES = 30, 10, 100
+# packing counts tokens, CPU work a reader's texts size (100 relevant turns of 25,000 characters, counted
+# on the event loop, held every RPC of the process for 6.6 s): it runs on threads of its own, so contexts
+# wait for each other, not the query embeddings of the default executor. tiktoken lets go of the
+# interpreter lock while it counts, so a few threads count side by side
+_PACKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="context-packing")
 
 
 @dataclass(frozen=True)
@@ -232,9 +242,15 @@ async def get_context(ctx: ApiDeps, q: ContextQuery, token: str) -> Packed:
         if observer:
             ranked = await _ranked(conn, q, observer, target, query_vector, allowed)
         short, long = (summaries[k]["content"] if k in summaries else "" for k in ("short", "long"))
-        fixed = fit_fixed(q.token_budget or MAX_BUDGET, ranked, card, short, long, count_tokens, q.include_summary)
+        budget = q.token_budget or MAX_BUDGET
+        fixed = await _packing(fit_fixed, budget, ranked, card, short, long, count_tokens, q.include_summary)
         relevant = await _relevant(conn, q, query_vector, allowed, fixed.relevant_room)
         return await _with_recent(conn, q, fixed, relevant)
+
+
+async def _packing(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` on the packing threads (_PACKERS): one hop a step, never one a line."""
+    return await asyncio.get_running_loop().run_in_executor(_PACKERS, fn, *args)
 
 
 async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, relevant: list[Relevant]) -> Packed:
@@ -244,7 +260,7 @@ async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, rel
     more, read older ones, four times as many at each step, up to what the room could hold."""
     most = max(MAX_MESSAGES_SCANNED, fixed.room // FEWEST_TOKENS_PER_LINE + 1)
     limit = min(most, MAX_FIRST_READ, max(MIN_RECENT_READ, fixed.room // TOKENS_PER_RECENT_LINE + 1))
-    rows: list = []
+    lines: list[RecentMessage] = []  # newest first
     costs: dict[str, int] = {}  # each turn's line counted once, however many rounds pack it
 
     def line_cost(line: RecentMessage) -> int:
@@ -252,9 +268,10 @@ async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, rel
             costs[line.message_id] = count_tokens(render_line(line))
         return costs[line.message_id]
 
+    fitted = await _packing(fit_relevant, fixed, relevant, count_tokens)  # whatever the rounds read: once
+    older_than = None
     while True:
-        older_than = rows[-1]["seq"] if rows else None  # newest first: the last row read is the oldest
-        wanted = limit - len(rows)
+        wanted = limit - len(lines)
         read = await message_reads.list_messages(
             conn,
             q.workspace_id,
@@ -266,25 +283,27 @@ async def _with_recent(conn: AsyncConnection, q: ContextQuery, fixed: Fixed, rel
             as_of=q.as_of,
             turns=True,
         )
-        rows += read
-        lines = [
-            RecentMessage(
-                r["message_id"], r["peer_id"], r["content"], r["author_name"] or "", r["origin_message_id"] or ""
-            )
-            for r in rows
-        ]
-        packed = pack_messages(fixed, lines, count_tokens, relevant, line_cost)
+        lines += map(_recent_line, read)  # a round builds only the lines it read
+        if read:
+            older_than = read[-1]["seq"]  # newest first: the last row read is the oldest
+        packed = await _packing(pack_recent, fixed, fitted, lines, line_cost)
         # none of the newest MAX_FIRST_READ fitting, the window would start further back than a reader follows;
         # reading on, a session of 25,000-character turns was read and counted to its 2,000th (14 s of CPU)
-        given_up = not packed.messages and len(rows) >= MAX_FIRST_READ
+        given_up = not packed.messages and len(lines) >= MAX_FIRST_READ
         if given_up or not _window_open(packed, lines) or len(read) < wanted or limit >= most:
             return packed
         limit = min(most, limit * 4)
 
 
+def _recent_line(row) -> RecentMessage:
+    return RecentMessage(
+        row["message_id"], row["peer_id"], row["content"], row["author_name"] or "", row["origin_message_id"] or ""
+    )
+
+
 def _window_open(packed: Packed, newest_first: list[RecentMessage]) -> bool:
     """Whether every turn read fit, so older ones might too: newest turns too long for the room, skipped
-    before the window starts (pack_messages), do not close it."""
+    before the window starts (pack_recent), do not close it."""
     shown = {r.turn for r in packed.relevant}
     candidates = [line.message_id for line in newest_first if line.turn not in shown]
     newest_packed = packed.messages[-1].message_id if packed.messages else None  # packed oldest first

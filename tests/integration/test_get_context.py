@@ -472,3 +472,31 @@ async def test_a_summary_is_packed_only_for_a_reader_who_saw_every_turn_it_cover
     assert await summary_for(observer_id="carol") == ""
     assert await summary_for(observer_id="alice", perspective_peer_id="carol") == ""
     assert await summary_for(observer_id="dave") == "Bob told Alice his PIN."
+
+
+async def test_the_api_answers_other_calls_while_a_get_context_counts_its_tokens(channel, convo, monkeypatch):
+    # GetContext counted tokens on the event loop: a context of long turns (6.6 s of counting) held every
+    # RPC of every tenant on that API process until it was done
+    import asyncio
+    import threading
+
+    from services.api import context_reads
+
+    c, token = convo
+    counting, answered, waits = threading.Event(), threading.Event(), []
+
+    def count(text: str) -> int:
+        if "talk" in text and not counting.is_set():  # the first turn counted waits for another call's answer
+            counting.set()
+            waits.append(answered.wait(timeout=10))
+        return count_tokens(text)
+
+    monkeypatch.setattr(context_reads, "count_tokens", count)
+    call = asyncio.ensure_future(
+        ask(channel, workspace_id="w", session_id="s", search_query="talk", consistency={"consistency_token": token})
+    )
+    assert await asyncio.to_thread(counting.wait, 10)
+    assert len(await c.all_messages("w", "s", token)) == 30  # answered while the context is being packed
+    answered.set()
+    out = await call
+    assert waits == [True] and out.relevant_messages
