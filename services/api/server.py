@@ -51,6 +51,7 @@ from projections.outages import DATABASE_AWAY, while_database_away
 from projections.tool_reads import SqlChatReads
 from projections.vector_model_reads import vectors_of_other_models
 from services import tracing
+from services.api import uploads
 from services.api import validation as v
 from services.api.auth import AuthInterceptor
 from services.api.backpressure import Backpressure
@@ -336,13 +337,19 @@ async def start(settings: Settings, stopping: threading.Event | None = None) -> 
     # several processes (services/api/processes.py) they share it on purpose
     shared = settings.api.processes > 1
     # the receive limit admits the largest request the documented limits allow (gRPC's default, 4 MiB, did
-    # not: 100 messages of 25,000 three-byte characters were refused by the transport)
+    # not: 100 messages of 25,000 three-byte characters were refused by the transport). The call limits bound
+    # what those requests may hold at once: a request is received and decoded before its token is checked, so
+    # a caller without one opened streams without end, each sending 50 MB
     options = [
         ("grpc.so_reuseport", int(shared)),
         ("grpc.max_receive_message_length", v.MAX_REQUEST_BYTES),
+        ("grpc.max_concurrent_streams", settings.api.max_streams_per_connection),
         *KEEPALIVE,
     ]
-    server = grpc.aio.server(interceptors=interceptors, options=options)
+    server = grpc.aio.server(
+        interceptors=interceptors, options=options, maximum_concurrent_rpcs=settings.api.max_concurrent_rpcs
+    )
+    uploads.bound(settings.api)
     webhooks = WebhookStore(await asyncio.get_running_loop().run_in_executor(None, _webhook_engine, settings, stopping))
     monitor = _health(_register(server, ctx, webhooks, settings), ctx, ends, settings)
     await monitor.check_once()  # the first answer is already a real one

@@ -64,6 +64,31 @@ class ApiSettings(BaseSettings):
         description="Subscribe streams of one workspace one server process serves at once, so one tenant's "
         "streams cannot take all of max_subscriptions; one more is RESOURCE_EXHAUSTED",
     )
+    uploads_per_workspace: int = Field(
+        2,
+        ge=1,
+        description="UploadFile calls of one workspace one server process reads or holds to read at once (each "
+        "holds its file, up to 32 MiB), so one tenant's slow PDFs cannot fill the queue; one more is "
+        "RESOURCE_EXHAUSTED",
+    )
+    uploads_queued: int = Field(
+        8,
+        ge=1,
+        description="UploadFile calls one server process reads or holds to read at once on each of its two "
+        "readers (PDFs; text and JSON), each reading one file at a time; one more is RESOURCE_EXHAUSTED",
+    )
+    max_concurrent_rpcs: int = Field(
+        1_000,
+        ge=1,
+        description="calls one server process serves at once, Subscribe streams included (each may hold a "
+        "request of up to 50 MB); one more is RESOURCE_EXHAUSTED",
+    )
+    max_streams_per_connection: int = Field(
+        100,
+        ge=1,
+        description="calls one client connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); "
+        "a client's further calls wait for one to end",
+    )
     processes: int = Field(
         1,
         ge=1,

@@ -6,7 +6,10 @@ import asyncio
 import logging
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import orjson
@@ -14,8 +17,9 @@ import orjson
 from services.api import files
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.settings import ApiSettings
 from services.api.writes import NewMessage, append_checked
-from services.errors import InvalidArgument
+from services.errors import InvalidArgument, ResourceExhausted
 
 MAX_FILE_NAME_CHARS = 255
 log = logging.getLogger(__name__)
@@ -45,7 +49,69 @@ def messages(u: Upload, chunks: list[str]) -> list[NewMessage]:
     ]
 
 
-_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="file-reader")
+@dataclass(frozen=True)
+class Reader:
+    """A thread reading uploaded files one at a time, and what it reads (for the caller told it is full)."""
+
+    reads: str
+    thread: ThreadPoolExecutor
+
+
+# reading a file of up to 32 MiB is CPU work: off the event loop, on threads of their own (the default executor
+# embeds queries). Two, so a text file waits for others like it (seconds at worst), never behind a PDF (the
+# time limit and more)
+PDF_READER = Reader("PDF", ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdf-reader"))
+TEXT_READER = Reader("text and JSON", ThreadPoolExecutor(max_workers=1, thread_name_prefix="file-reader"))
+
+
+def reader_of(data: bytes, file_name: str) -> Reader:
+    """The reader a file waits for: the PDFs' own, else the one of text and JSON."""
+    return PDF_READER if files.kind_of(file_name, data[:5]) is files.FileKind.PDF else TEXT_READER
+
+
+class Uploads:
+    """The uploads this process reads or holds to read, at most `per_workspace` of one workspace and at most
+    `queued` for each reader. Each holds its file: unbounded, one caller queueing slow PDFs held 32 MiB for
+    each, and every other workspace's upload waited behind them until it timed out."""
+
+    def __init__(self, per_workspace: int, queued: int) -> None:
+        self.per_workspace, self.queued = per_workspace, queued
+        self.by_workspace: Counter[str] = Counter()
+        self.by_reader: Counter[str] = Counter()
+
+    @contextmanager
+    def one(self, workspace_id: str, reader: Reader) -> Iterator[None]:
+        if self.by_workspace[workspace_id] >= self.per_workspace:
+            raise ResourceExhausted(
+                f"workspace {workspace_id!r} already has {self.by_workspace[workspace_id]} uploads in progress on "
+                "this API process (PEERLOG_API_UPLOADS_PER_WORKSPACE): retry once one has finished"
+            )
+        if self.by_reader[reader.reads] >= self.queued:
+            raise ResourceExhausted(
+                f"this API process is already reading or holding {self.by_reader[reader.reads]} {reader.reads} "
+                "uploads to read (PEERLOG_API_UPLOADS_QUEUED): retry later"
+            )
+        self.by_workspace[workspace_id] += 1
+        self.by_reader[reader.reads] += 1
+        try:
+            yield
+        finally:
+            self.by_workspace[workspace_id] -= 1
+            self.by_reader[reader.reads] -= 1
+            if not self.by_workspace[workspace_id]:
+                del self.by_workspace[workspace_id]  # a workspace whose uploads all ended is not kept
+
+
+_DEFAULTS = ApiSettings.model_construct()  # the settings' defaults, not the environment's
+# of the process, as its readers are: two servers in one process (tests) share the readers, so the bounds too
+UPLOADS = Uploads(_DEFAULTS.uploads_per_workspace, _DEFAULTS.uploads_queued)
+
+
+def bound(api: ApiSettings) -> None:
+    """Bound this process's uploads as a server's settings say (at its start)."""
+    UPLOADS.per_workspace, UPLOADS.queued = api.uploads_per_workspace, api.uploads_queued
+
+
 _STARTUP_S = 5.0  # a fresh interpreter importing pypdf (0.2 s here), on a loaded machine
 
 
@@ -88,7 +154,7 @@ async def upload_file(ctx: ApiDeps, u: Upload, data: bytes) -> tuple[list[str], 
     that cannot be used."""
     _check(u)
     files.check_size(len(data))
-    # reading a PDF of up to 32 MiB is CPU work: off the event loop, one file at a time on a thread of its
-    # own (the default executor embeds queries), so uploads wait for each other, not searches for uploads
-    chunks = await asyncio.get_running_loop().run_in_executor(_READER, _chunks, data, u.file_name)
-    return await append_checked(ctx, u.workspace_id, u.session_id, messages(u, chunks), u.idempotency_key)
+    reader = reader_of(data, u.file_name)
+    with UPLOADS.one(u.workspace_id, reader):
+        chunks = await asyncio.get_running_loop().run_in_executor(reader.thread, _chunks, data, u.file_name)
+        return await append_checked(ctx, u.workspace_id, u.session_id, messages(u, chunks), u.idempotency_key)

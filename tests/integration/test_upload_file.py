@@ -3,24 +3,37 @@ the file; a file that cannot be used is refused with its reason and writes nothi
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import grpc
 import pytest
 from google.protobuf import json_format
 
 from peerlog.v1 import messages_pb2, messages_pb2_grpc
+from services.api import uploads
 from services.cli.client import Client
+from services.errors import ResourceExhausted
 from tests.support.rpc import rejected
 from tests.unit.test_upload_file_text import pdf
 
 PIECE = 1024 * 1024
 
 
-def upload(channel, data: bytes, file_name: str, peer_id: str = "alice", key: str = "", piece: int = PIECE):
+def upload(
+    channel,
+    data: bytes,
+    file_name: str,
+    peer_id: str = "alice",
+    key: str = "",
+    piece: int = PIECE,
+    workspace_id: str = "w",
+):
     """The file in pieces of `piece` bytes; the first request names it and where it goes."""
 
     def requests():
         head = messages_pb2.UploadFileRequest(
-            workspace_id="w", session_id="s", peer_id=peer_id, file_name=file_name, idempotency_key=key
+            workspace_id=workspace_id, session_id="s", peer_id=peer_id, file_name=file_name, idempotency_key=key
         )
         for start in range(0, max(len(data), 1), piece):
             head.data = data[start : start + piece]
@@ -136,3 +149,55 @@ async def test_a_request_of_the_stream_that_does_not_decode_ends_the_upload_and_
     await rejected(call(iter([first, broken])), grpc.StatusCode.INVALID_ARGUMENT, "is not a valid message")
     await rejected(call(iter([broken])), grpc.StatusCode.INVALID_ARGUMENT, "is not a valid message")
     assert await session.all_messages("w", "s") == []
+
+
+async def test_a_workspace_past_its_uploads_in_progress_is_resource_exhausted_and_another_workspace_still_uploads(
+    channel, session, monkeypatch
+):
+    # before: one reader for every file of the process, its queue unbounded: a workspace's slow PDFs each held
+    # 32 MiB, and another workspace's small text file waited behind them all until it timed out
+    await session.setup_conversation("elsewhere", "s", peers=("alice",))
+    texts = {"slow.pdf": "Bob keeps bees.", "slow.json": '{"hives": 2}'}
+    reading, release = ({name: threading.Event() for name in texts} for _ in range(2))
+
+    def held(data: bytes, file_name: str) -> str:  # a file the reader is held on until the test lets it go
+        reading[file_name].set()
+        release[file_name].wait(30)
+        return texts[file_name]
+
+    monkeypatch.setattr(uploads, "text_apart", held)
+    uploading = [asyncio.ensure_future(upload(channel, pdf(["x"]), "slow.pdf"))]
+    uploading.append(asyncio.ensure_future(upload(channel, texts["slow.json"].encode(), "slow.json")))
+    try:
+        for name in texts:  # each is being read
+            assert await asyncio.to_thread(reading[name].wait, 20), f"{name} waits for the reader"
+        await rejected(
+            upload(channel, b"one more", "more.txt"),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "workspace 'w' already has 2 uploads in progress",
+            "retry once one has finished",
+        )
+        release["slow.json"].set()
+        async with asyncio.timeout(20):  # the PDF still holds its reader
+            elsewhere = await upload(channel, b"notes", "notes.txt", workspace_id="elsewhere")
+    finally:
+        for event in release.values():
+            event.set()
+    for done in await asyncio.gather(*uploading):  # the last read is after both uploads are readable
+        got = await session.all_messages("w", "s", done.consistency_token)
+    assert sorted(m.content for m in got) == sorted(texts.values())
+    got = await session.all_messages("elsewhere", "s", elsewhere.consistency_token)
+    assert [m.content for m in got] == ["notes"]
+
+
+def test_uploads_past_the_queue_of_a_reader_are_resource_exhausted_and_the_other_reader_still_takes_files():
+    # before: the one reader's queue held every upload sent, each with its file
+    bounds = uploads.Uploads(per_workspace=2, queued=2)
+    with bounds.one("a", uploads.PDF_READER), bounds.one("b", uploads.PDF_READER):
+        with pytest.raises(ResourceExhausted, match="already reading or holding 2 PDF uploads to read"):
+            with bounds.one("c", uploads.PDF_READER):
+                pass
+        with bounds.one("c", uploads.TEXT_READER):  # a text file does not wait behind PDFs
+            pass
+    with bounds.one("c", uploads.PDF_READER):  # their places are free once they end
+        pass
