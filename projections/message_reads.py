@@ -5,10 +5,13 @@ Every query is scoped by workspace."""
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import RowMapping, bindparam, literal, select
+from sqlalchemy import BigInteger, RowMapping, Text, and_, bindparam, cast, func, literal, or_, select
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.schema import memberships, message_origins, messages
@@ -88,6 +91,112 @@ async def list_messages(
         "as_of": as_of,
     }
     return (await conn.execute(stmt, values)).mappings().all()
+
+
+@dataclass(frozen=True)
+class ReplyBytes:
+    """How the API bounds a row's bytes in a reply: `per_column` for each column besides the bytes of its text,
+    and `per_json_byte` for each byte of its JSON; a page stops before its rows pass `budget`."""
+
+    budget: int
+    per_column: int
+    per_json_byte: int
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    rows: Sequence[RowMapping]
+    cut: bool  # the next message was left out for bytes: the session may hold more
+
+
+async def message_page(
+    conn: AsyncConnection,
+    workspace_id: str,
+    session_id: str,
+    after_seq: int | None,
+    limit: int,
+    reverse: bool,
+    size: ReplyBytes,
+) -> MessagePage:
+    """A session's messages in seq order (newest first when `reverse`), after `after_seq` if given, at most
+    `limit`, and no more than fit `size.budget` (one at least). Postgres cuts the page: read whole and cut
+    after, 300 rows of 60 KB metadata took 445 MB of the API's memory and a 2.5 s stall to return 9."""
+    values = {
+        "workspace_id": workspace_id,
+        "session_id": session_id,
+        "after_seq": after_seq,
+        "limit": limit,
+        "budget": size.budget,
+        "per_column": size.per_column,
+        "per_json_byte": size.per_json_byte,
+    }
+    rows = (await conn.execute(_page_statement(after_seq is not None, reverse), values)).mappings().all()
+    return MessagePage(rows, bool(rows) and rows[0]["walked"] > len(rows))
+
+
+@functools.cache
+def _page_statement(after: bool, reverse: bool):
+    """The page's rows, each with `walked`: how many messages were sized, one more than the page holds when
+    it was cut for bytes. The walk takes one message at a time by the session's seq index and stops at the
+    first that does not fit: sizing a page's every candidate at once took Postgres 2.5 s for 1,000 rows of
+    60 KB metadata (each written out as JSON) to keep 7; the walk costs 15 µs a row."""
+    first = _next_message(bindparam("after_seq") if after else None, reverse).subquery("first")
+    walk = select(first.c.seq, literal(1, BigInteger).label("n"), first.c.bytes.label("total"))
+    walk = walk.cte("walk", recursive=True)
+    following = _next_message(walk.c.seq, reverse).lateral("following")
+    walk = walk.union_all(
+        select(following.c.seq, walk.c.n + 1, walk.c.total + following.c.bytes)
+        .select_from(walk)
+        .join(following, literal(True))
+        .where(walk.c.n < bindparam("limit"), _on_page(walk))
+    )
+    c = messages.c
+    walked = select(func.count()).select_from(walk).scalar_subquery()
+    return (
+        select(*MESSAGE_COLUMNS, walked.label("walked"))
+        .join_from(
+            walk,
+            messages,
+            and_(
+                c.workspace_id == bindparam("workspace_id"),
+                c.session_id == bindparam("session_id"),
+                c.seq == walk.c.seq,
+            ),
+        )
+        .where(_on_page(walk))
+        .order_by(walk.c.n)
+    )
+
+
+def _next_message(after_seq, reverse: bool):
+    """(seq, bytes) of the session's message next after `after_seq` in page order (without one, its first)."""
+    m = messages.alias("m")
+    stmt = select(m.c.seq, _reply_bytes(m).label("bytes")).where(
+        m.c.workspace_id == bindparam("workspace_id"), m.c.session_id == bindparam("session_id")
+    )
+    if after_seq is not None:
+        stmt = stmt.where(m.c.seq < after_seq if reverse else m.c.seq > after_seq)
+    return stmt.order_by(m.c.seq.desc() if reverse else m.c.seq).limit(1)
+
+
+def _on_page(walk):
+    """A walked message is on the page: the first, or within the budget with all those before it."""
+    return or_(walk.c.n == 1, walk.c.total <= bindparam("budget", type_=BigInteger))
+
+
+def _reply_bytes(t):
+    """ReplyBytes' bound of a row of MESSAGE_COLUMNS of message table (or alias) `t`. Its JSON is counted as
+    Postgres writes it (spaced, numbers in full), at least 3 bytes a value: per_json_byte of them still
+    hold a value's Struct (11 bytes at most for a number)."""
+    columns = [t.c[column.name] for column in MESSAGE_COLUMNS]
+    texts = [func.coalesce(func.octet_length(c), 0) for c in columns if isinstance(c.type, Text)]
+    json = [func.octet_length(cast(c, Text)) for c in columns if isinstance(c.type, JSONB)]
+    per_column, per_json_byte = (bindparam(name, type_=BigInteger) for name in ("per_column", "per_json_byte"))
+    return (
+        len(columns) * per_column
+        + functools.reduce(operator.add, texts)
+        + per_json_byte * functools.reduce(operator.add, json)
+    )
 
 
 async def messages_by_id(conn: AsyncConnection, workspace_id: str, message_ids: Sequence[str]) -> dict[str, RowMapping]:

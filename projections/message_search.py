@@ -60,7 +60,8 @@ from projections.search_shape import MessageSearch, Shape, params
 from projections.time_expressions import periods
 from projections.vectors import Vector
 
-MESSAGE_COLUMNS = (
+# what a hit carries; not its metadata, up to 64 KB of JSON a message, which only SearchMessages returns
+HIT_COLUMNS = (
     "workspace_id",
     "message_id",
     "session_id",
@@ -69,8 +70,8 @@ MESSAGE_COLUMNS = (
     "author_name",
     "content",
     "created_at",
-    "metadata",
 )
+MESSAGE_COLUMNS = (*HIT_COLUMNS, "metadata")
 
 
 def _count(name: str):
@@ -270,9 +271,10 @@ def _z(score, stats):
 
 
 @lru_cache(maxsize=256)
-def fused(shape: Shape):
+def fused(shape: Shape, metadata: bool = False):
     """The whole search as one statement: both lists, their candidates and adjacent turns scored
-    exactly, z-score fusion, the neighbours' and the session's share as in `fused_score`, then the rows."""
+    exactly, z-score fusion, the neighbours' and the session's share as in `fused_score`, then the rows
+    (with their metadata if asked)."""
     terms, totals = query_terms()
     lists = []
     if shape.vector:
@@ -346,7 +348,7 @@ def fused(shape: Shape):
         # with where a CloneSession copy was first sent (NULL for the rest), so a turn and its copies can be
         # told apart as one without another statement (GetContext's relevant section)
         select(
-            *(m[c] for c in MESSAGE_COLUMNS),
+            *(m[c] for c in (MESSAGE_COLUMNS if metadata else HIT_COLUMNS)),
             best.c.score,
             o.origin_workspace_id,
             o.origin_session_id,
@@ -375,8 +377,9 @@ def _named():
     return select(named.c.peer_id, named.c.name)
 
 
-async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[RowMapping]:
-    """Message rows matching `search`, best first, each with its fused `score` (see module docstring)."""
+async def search_messages(conn: AsyncConnection, search: MessageSearch, metadata: bool = False) -> list[RowMapping]:
+    """Message rows matching `search`, best first, each with its fused `score` (see module docstring); with
+    `metadata`, each with its metadata too."""
     if search.vector is None and not search.query.strip():
         return []
     at = search.before or search.as_of or datetime.now(UTC)  # what "yesterday" is relative to
@@ -386,7 +389,7 @@ async def search_messages(conn: AsyncConnection, search: MessageSearch) -> list[
     if search.vector is not None:
         exact, observed = await walk_settings_and_path(conn, shape, values)
         shape, values = replace(shape, exact=exact), {**values, **observed}
-    return list((await conn.execute(fused(shape), values)).mappings().all())
+    return list((await conn.execute(fused(shape, metadata), values)).mappings().all())
 
 
 async def adjacent_turns(

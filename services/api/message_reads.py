@@ -85,7 +85,7 @@ async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "",
         if allowed == ():  # a scope of no sessions (or none of those asked for) finds nothing
             return Found([], {})
         q = replace(q, session_ids=allowed or ())
-        hits = await search_messages(conn, replace(q, vector=await vector, limit=depth))
+        hits = await search_messages(conn, replace(q, vector=await vector, limit=depth), metadata=True)
         adjacent = await adjacent_turns(conn, q, hits) if q.include_adjacent else {}
     if reranker:  # after the connection is closed: none is held across a model call
         hits = await reranker.rerank(q.query, hits, limit)

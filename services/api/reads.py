@@ -47,6 +47,10 @@ def reply_bytes(item: Any) -> int:
     return FIELD_BYTES
 
 
+# a page of messages is cut by Postgres, as reply_bytes would count its rows (metadata may hold 64 KB each)
+MESSAGE_BYTES = message_reads.ReplyBytes(v.MAX_PAGE_BYTES, FIELD_BYTES, v.STRUCT_BYTES_PER_JSON_BYTE)
+
+
 def fitting(items: Sequence, budget: int = v.MAX_PAGE_BYTES) -> Sequence:
     """The first of `items` whose replies fit `budget` bytes together; at least one (an item alone fits
     any client: the request limits keep it well under 4 MiB)."""
@@ -62,8 +66,11 @@ def page(ctx: ApiDeps, scope: Sequence[str], items: Sequence, limit: int, cursor
     """`items` as a page, cut short where its reply would pass MAX_PAGE_BYTES; a full or cut page carries
     the token of its last item, signed for `scope` (see cursors.py)."""
     kept = fitting(items)
-    more = len(items) == limit or len(kept) < len(items)
-    return Page(kept, ctx.cursors.encode(scope, str(cursor_of(kept[-1]))) if more else "")
+    return _page(ctx, scope, kept, len(items) == limit or len(kept) < len(items), cursor_of)
+
+
+def _page(ctx: ApiDeps, scope: Sequence[str], items: Sequence, more: bool, cursor_of) -> Page:
+    return Page(items, ctx.cursors.encode(scope, str(cursor_of(items[-1]))) if more else "")
 
 
 async def get_workspace(ctx: ApiDeps, workspace_id: str, token: str) -> RowMapping:
@@ -144,8 +151,9 @@ async def list_messages(
     limit, scope = v.page_size(size), ("ListMessages", workspace_id, session_id, str(reverse))
     after = ctx.cursors.decode_seq(scope, page_token)
     async with ctx.engine.connect() as conn:
-        rows = await message_reads.list_messages(conn, workspace_id, session_id, after, limit, reverse)
-    return page(ctx, scope, rows, limit, lambda r: r["seq"])
+        listed = await message_reads.message_page(conn, workspace_id, session_id, after, limit, reverse, MESSAGE_BYTES)
+    more = listed.cut or len(listed.rows) == limit
+    return _page(ctx, scope, listed.rows, more, lambda r: r["seq"])
 
 
 async def get_session_summaries(ctx: ApiDeps, workspace_id: str, session_id: str, token: str) -> dict[str, RowMapping]:

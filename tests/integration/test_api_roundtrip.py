@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from google.protobuf import timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from peerlog.v1 import common_pb2, messages_pb2, peers_pb2, sessions_pb2, workspaces_pb2
 from services.api.validation import MAX_PAGE_BYTES
@@ -175,6 +175,50 @@ async def test_a_page_of_large_messages_is_cut_short_to_fit_a_default_client(cha
                 break
         assert [m.message_id for p in pages for m in p.messages] == (ids[::-1] if reverse else ids)
         assert len(pages) == 3 and all(p.ByteSize() <= MAX_PAGE_BYTES for p in pages)
+
+
+async def test_a_page_of_messages_with_large_metadata_is_cut_in_postgres_not_after_reading_every_row(channel):
+    # ListMessages read page_size whole rows and cut the reply only once their metadata was decoded: 300
+    # messages with metadata of [{}, {}, …] (60 KB as JSON, 1.45 MB as Python objects) took 445 MB and a
+    # 2.5 s stall of the server's event loop to return 9 of them
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    c = Client(channel)
+    await c.setup_conversation("acme", "s1")
+    metadata = struct_pb2.Struct()
+    metadata.update({"note": "x" * 60_000})  # as large, cheaper to convert: the rows read are what counts
+    ids, token = [], ""
+    for batch in range(5):  # each call under the default 4 MiB the client sends
+        sent = await c.add("acme", "s1", [_turn(f"{batch}-{i:02}", metadata) for i in range(40)])
+        ids, token = ids + list(sent.message_ids), sent.consistency_token
+
+    read: list[int] = []  # rows of messages (with content and metadata) fetched from Postgres
+
+    def count(conn, cursor, statement, parameters, context, executemany):
+        if {"content", "metadata"} <= {d[0] for d in cursor.description or ()}:
+            read.append(cursor.rowcount)
+
+    for reverse in (False, True):
+        event.listen(Engine, "after_cursor_execute", count)
+        try:
+            pages = [await c.list_messages("acme", "s1", token, page_size=1000, reverse=reverse)]
+        finally:
+            event.remove(Engine, "after_cursor_execute", count)
+        returned = len(pages[0].messages)
+        assert 0 < returned < len(ids) and sum(read) <= returned + 1
+        read.clear()
+        while page_token := pages[-1].next_page_token:
+            pages.append(
+                await c.list_messages("acme", "s1", token, page_size=1000, page_token=page_token, reverse=reverse)
+            )
+        assert [m.message_id for p in pages for m in p.messages] == (ids[::-1] if reverse else ids)
+        assert all(p.ByteSize() < 4 * 1024 * 1024 for p in pages)
+        assert all(m.metadata == metadata for p in pages for m in p.messages)
+
+
+def _turn(content: str, metadata: struct_pb2.Struct) -> messages_pb2.NewMessage:
+    return messages_pb2.NewMessage(peer_id="alice", content=content, metadata=metadata)
 
 
 async def test_lists_are_scoped_to_their_workspace(channel):
