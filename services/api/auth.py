@@ -3,6 +3,7 @@ against the one table (access.RULES) before any servicer runs. Health and reflec
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from contextvars import ContextVar
@@ -84,9 +85,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             log.exception("verifying a token failed unexpectedly")
             grant, unauthenticated = None, "the token could not be verified"
 
-        async def admit(request, context: grpc.aio.ServicerContext) -> None:
+        async def authenticate(context: grpc.aio.ServicerContext) -> None:
             if unauthenticated is not None:
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, unauthenticated)
+
+        async def admit(request, context: grpc.aio.ServicerContext) -> None:
+            await authenticate(context)
             # an undecodable request touches nothing: the error interceptor inside refuses it
             why = None if isinstance(request, Undecodable) else refusal(grant, details.method, request)
             if why is not None:
@@ -97,7 +101,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             if grant is not None and grant.lapsed():
                 await context.abort(grpc.StatusCode.UNAUTHENTICATED, EXPIRED_MID_STREAM)
 
-        return _admitting(handler, admit, still_valid)
+        return _admitting(handler, authenticate, admit, still_valid)
 
 
 EXPIRED_MID_STREAM = (
@@ -106,7 +110,7 @@ EXPIRED_MID_STREAM = (
 )
 
 
-def _admitting(handler: grpc.RpcMethodHandler, admit, still_valid) -> grpc.RpcMethodHandler:
+def _admitting(handler: grpc.RpcMethodHandler, authenticate, admit, still_valid) -> grpc.RpcMethodHandler:
     """`handler` with `admit(request, context)` awaited before it runs (unary, server- and client-streaming),
     and a server stream's every item sent only while `still_valid(context)` lets it."""
     if handler.unary_unary is not None:
@@ -129,18 +133,31 @@ def _admitting(handler: grpc.RpcMethodHandler, admit, still_valid) -> grpc.RpcMe
         return grpc.unary_stream_rpc_method_handler(stream, handler.request_deserializer, handler.response_serializer)
     if handler.stream_unary is not None:
         return grpc.stream_unary_rpc_method_handler(
-            _admitting_stream(handler, admit), handler.request_deserializer, handler.response_serializer
+            _admitting_stream(handler, authenticate, admit), handler.request_deserializer, handler.response_serializer
         )
     raise TypeError("peerlog serves unary, server-streaming (async generator) and client-streaming RPCs only")
 
 
-def _admitting_stream(handler: grpc.RpcMethodHandler, admit):
+# how long a client stream may take to send its first request: a call holds one of the server's
+# PEERLOG_API_MAX_CONCURRENT_RPCS slots while it waits, and streams that sent nothing took them all
+FIRST_REQUEST_S = 30.0
+
+
+def _admitting_stream(handler: grpc.RpcMethodHandler, authenticate, admit):
     """A client stream is admitted by its first request, which names what the call touches (an empty
-    stream by an empty request); the handler then gets the whole stream, that request first."""
+    stream by an empty request); the handler then gets the whole stream, that request first. Its token is
+    checked before that request is awaited, and the request must come within FIRST_REQUEST_S."""
     inner = handler.stream_unary
 
     async def upload(requests, context):
-        first = await anext(aiter(requests), None)
+        await authenticate(context)
+        try:
+            first = await asyncio.wait_for(anext(aiter(requests), None), FIRST_REQUEST_S)
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"no request came within {FIRST_REQUEST_S:g} s of the call's start: send the first one at once",
+            )
         await admit(first if first is not None else handler.request_deserializer(b""), context)
 
         async def whole():

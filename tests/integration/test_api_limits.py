@@ -76,3 +76,56 @@ async def test_a_connections_calls_past_its_stream_limit_wait_for_one_to_end(set
                 assert (await waiting).workspace_id == "w"
     finally:
         await server.stop(0)
+
+
+async def test_client_streams_without_a_token_are_refused_at_once_and_hold_no_call_slot(settings, projector):
+    # the token was checked only once the stream's first request came: streams that sent nothing kept their
+    # slot of max_concurrent_rpcs for as long as the connection lived, and the server refused every tenant
+    from peerlog.v1 import messages_pb2_grpc
+
+    never = asyncio.Event()
+
+    async def nothing():
+        await never.wait()
+        yield  # pragma: no cover - never sent
+
+    limits = {"max_concurrent_rpcs": 2}
+    server = await start(settings.model_copy(update={"api": settings.api.model_copy(update=limits)}))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as anonymous:
+            uploads = messages_pb2_grpc.MessageServiceStub(anonymous)
+            async with asyncio.timeout(10):
+                for _ in range(3):
+                    await rejected(uploads.UploadFile(nothing()), grpc.StatusCode.UNAUTHENTICATED, "no token")
+        async with admin_channel(settings, server.port) as chan:
+            assert (await Client(chan).workspace("w")).workspace.workspace_id == "w"
+    finally:
+        never.set()
+        await server.stop(0)
+
+
+async def test_a_client_stream_whose_first_request_never_comes_ends_and_frees_its_slot(
+    settings, projector, monkeypatch
+):
+    from peerlog.v1 import messages_pb2_grpc
+    from services.api import auth
+
+    monkeypatch.setattr(auth, "FIRST_REQUEST_S", 0.5)
+    never = asyncio.Event()
+
+    async def nothing():
+        await never.wait()
+        yield  # pragma: no cover - never sent
+
+    server = await start(settings)
+    try:
+        async with admin_channel(settings, server.port) as chan:
+            async with asyncio.timeout(10):
+                await rejected(
+                    messages_pb2_grpc.MessageServiceStub(chan).UploadFile(nothing()),
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    "no request came within 0.5 s",
+                )
+    finally:
+        never.set()
+        await server.stop(0)
