@@ -103,9 +103,19 @@ class ClaimWord(NamedTuple):
 def claim_words(text: str) -> tuple[ClaimWord, ...]:
     """`text`'s words in order, articles left out, for comparing what two statements claim. Unlike `content_words`,
     negation, tense and direction words count, a past form keeps its "-ed" ("worked" is not "works"), and a word
-    keeps its "'s" or "n't" ("Ann's wife" is not Ann)."""
+    keeps its "'s" ("Ann's wife" is not Ann); a contraction is spelled out ("doesn't": does not)."""
     tokens = _CLAIM_WORD.findall(text.casefold().replace("\u2019", "'"))
-    return tuple(_claim_word(t) for t in tokens if t not in _ARTICLES)
+    return tuple(_claim_word(w) for t in tokens if t not in _ARTICLES for w in _spelled_out(t))
+
+
+# a contraction is its words spelled out: "doesn't eat meat" restates "does not eat meat" (cosine 0.986)
+_CONTRACTED = {"won't": ("will", "not"), "can't": ("can", "not"), "cannot": ("can", "not"), "shan't": ("shall", "not")}
+
+
+def _spelled_out(token: str) -> tuple[str, ...]:
+    if token in _CONTRACTED:
+        return _CONTRACTED[token]
+    return (token[:-3], "not") if token.endswith("n't") and len(token) > 3 else (token,)
 
 
 def _claim_word(token: str) -> ClaimWord:
