@@ -14,6 +14,7 @@ from projections.schema import (
     dead_letters,
     derivation_batches,
     dreams,
+    messages,
     perceptions,
     projection_offsets,
     summaries,
@@ -38,6 +39,23 @@ async def dreams_of(
         .limit(limit)
     )
     return (await conn.execute(stmt)).mappings().all()
+
+
+async def latest_perception(
+    conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str
+) -> RowMapping | None:
+    """The pair's latest perceived message (`message_id`, `session_id`, and `recorded_at`, when it was
+    accepted), None when it perceived none. Latest by when the router perceived it, which is the order the
+    dream scheduler reads them in: across sessions, a message accepted earlier can be routed later."""
+    p, m = perceptions.c, messages.c
+    stmt = (
+        select(m.message_id, m.session_id, m.recorded_at)
+        .join_from(perceptions, messages, (m.workspace_id == p.workspace_id) & (m.message_id == p.message_id))
+        .where(p.workspace_id == workspace_id, p.observer_id == observer_id, p.observed_id == observed_id)
+        .order_by(p.perceived_at.desc(), p.event_id.desc())
+        .limit(1)
+    )
+    return (await conn.execute(stmt)).mappings().first()
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,12 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+import grpc
 import orjson
 from sqlalchemy import select
 
-from peerlog.v1 import dreams_pb2
+from peerlog.v1 import configuration_pb2 as cfg
+from peerlog.v1 import configuration_pb2_grpc, dreams_pb2
 from projections.db import sync_engine
 from projections.schema import dreams, perceptions
 from services.bus.producer import EventLog
@@ -20,6 +22,7 @@ from services.bus.topics import DREAMS, OBSERVATIONS, TopicSpec
 from services.cli.client import Client
 from services.dreamer.scheduler_agent import DreamScheduler
 from services.events import DreamCompleted, DreamReason, DreamRequested, Event, ProducerInfo, decode
+from tests.support.rpc import rejected
 from tests.support.wait import eventually
 
 IDLE_S = 3.0
@@ -141,26 +144,70 @@ async def test_forced_dreams_are_deduplicated_while_one_is_outstanding(channel, 
     assert [(d.dream_id, d.state) for d in listed.dreams] == [(first[0]["dream_id"], "requested")]
 
 
+async def dreams_switched(channel, on: bool, session_id: str = "") -> None:
+    """Turn dreams on or off at the workspace level (or the session's, given one); returns once readable."""
+    levels = configuration_pb2_grpc.ConfigurationServiceStub(channel)
+    switch = cfg.Configuration(dreams=on)
+    if session_id:
+        set_ = levels.SetSessionConfiguration(
+            cfg.SetSessionConfigurationRequest(workspace_id="w", session_id=session_id, configuration=switch)
+        )
+    else:
+        set_ = levels.SetWorkspaceConfiguration(
+            cfg.SetWorkspaceConfigurationRequest(workspace_id="w", configuration=switch)
+        )
+    seen = cfg.GetEffectiveConfigurationRequest(workspace_id="w", session_id=session_id)
+    seen.consistency.consistency_token = (await set_).consistency_token
+    await levels.GetEffectiveConfiguration(seen)
+
+
+FORCE = dreams_pb2.ScheduleDreamRequest(workspace_id="w", observer_id="bob", reason="operator asked")
+
+
 async def test_a_dream_forced_where_the_workspace_turned_dreams_off_is_refused(channel):
     # any peer's token may force a dream: past the switch, it ran the model where an operator had turned it off
-    import grpc
-
-    from peerlog.v1 import configuration_pb2 as cfg
-    from peerlog.v1 import configuration_pb2_grpc
-    from tests.support.rpc import rejected
-
     c = Client(channel)
     await c.setup_conversation("w", "s")
-    levels = configuration_pb2_grpc.ConfigurationServiceStub(channel)
-    off = await levels.SetWorkspaceConfiguration(
-        cfg.SetWorkspaceConfigurationRequest(workspace_id="w", configuration=cfg.Configuration(dreams=False))
-    )
-    seen = cfg.GetEffectiveConfigurationRequest(workspace_id="w")
-    seen.consistency.consistency_token = off.consistency_token
-    await levels.GetEffectiveConfiguration(seen)
-    ask = dreams_pb2.ScheduleDreamRequest(workspace_id="w", observer_id="bob", reason="operator asked")
-    await rejected(c.dreams.ScheduleDream(ask), grpc.StatusCode.FAILED_PRECONDITION, "dreams are off", "'w'")
+    await dreams_switched(channel, False)
+    await rejected(c.dreams.ScheduleDream(FORCE), grpc.StatusCode.FAILED_PRECONDITION, "dreams are off", "'w'")
     # the scheduler too leaves a forced dream alone where the pair's switch is off (test_dream_schedule.py)
+
+
+async def test_a_dream_forced_where_a_session_turns_dreams_on_over_a_workspace_off_is_accepted(
+    channel, settings, start_worker
+):
+    # the pair dreams by its latest message's levels, the session's over the workspace's: refused, its dreams
+    # ran on their own schedule while no one could force one
+    start_worker("router,dream-scheduler", **SCHEDULE)
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await dreams_switched(channel, False)
+    await dreams_switched(channel, True, session_id="s")
+    await bob_says(c, settings, "hello", 1)
+    await c.dreams.ScheduleDream(FORCE)
+    assert eventually(lambda: pair_dreams(settings), 30)[0]["reason"] == "forced"
+
+
+async def test_a_dream_forced_where_the_pairs_latest_message_turned_dreams_off_is_refused(
+    channel, settings, start_worker
+):
+    # the scheduler drops a forced dream where the pair's latest message turned dreams off: accepted, the caller
+    # waited for a dream that never came
+    start_worker("router,dream-scheduler", **SCHEDULE)
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    await c.session("w", "quiet", members=("alice", "bob"))
+    await dreams_switched(channel, False, session_id="quiet")
+    await bob_says(c, settings, "hello", 1)
+    await c.add("w", "quiet", [("bob", "shh")])  # later, in a session whose dreams are off
+    eventually(lambda: perceived(settings) >= 2, 30)
+    await rejected(
+        c.dreams.ScheduleDream(FORCE),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "dreams are off for ('bob', 'bob')",
+        "session 'quiet'",
+        "SetSessionConfiguration",
+    )
 
 
 async def test_after_a_dream_the_cooldown_holds_the_next_until_a_tick_finds_it_over(channel, settings, start_worker):
