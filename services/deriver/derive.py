@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from services.deriver.batching import PendingMessage
-from services.deriver.judge import KnownObservation, batch_id, judge
+from services.deriver.judge import KnownObservation, Withhold, batch_id, judge
 from services.deriver.ports import DuplicateCandidates, StoreUnavailable
 from services.deriver.prompt import PROMPT_VERSION, Extraction, build_messages
 from services.deriver.settings import DeriverSettings
@@ -66,8 +66,14 @@ class Deriver:
         )
 
     async def derive(
-        self, pair: Pair, window: Sequence[PendingMessage], recent: list[KnownObservation], cause: str | None
+        self,
+        pair: Pair,
+        window: Sequence[PendingMessage],
+        recent: list[KnownObservation],
+        cause: str | None,
+        withhold: Withhold | None = None,
     ) -> BatchOutcome:
+        """The batch's events and the pair's recent observations after it; `withhold`: see judge()."""
         ids = tuple(p.message_id for p in window)
         bid = batch_id(pair.workspace_id, pair.observer_id, pair.observed_id, ids, pair.derivation)
         base = {**pair.fields(), "batch_id": bid, "message_ids": ids, "causation_id": cause}
@@ -76,7 +82,7 @@ class Deriver:
         started = time.monotonic()
         try:
             completion = await self._extract(pair, window, bid)
-            return await self._judge(pair, window, recent, completion, base, started)
+            return await self._judge(pair, window, recent, completion, base, started, withhold)
         except INFRASTRUCTURE as exc:
             log.warning("batch %s dead-lettered: %s", bid, exc)
             attempts = getattr(exc, "attempts", None) or self.model.settings.max_retries + 1
@@ -107,7 +113,7 @@ class Deriver:
         keys = [normalise(f.content) for f in facts]
         return await self.store.candidates(pair, keys, embeddings, [session_of.get(f.message_id, "") for f in facts])
 
-    async def _judge(self, pair, window, recent, completion, base, started) -> BatchOutcome:
+    async def _judge(self, pair, window, recent, completion, base, started, withhold=None) -> BatchOutcome:
         facts = completion.value.facts
         embeddings = await self.embedder.embed([f.content for f in facts]) if facts else []
         stored = await self._candidates(pair, window, facts, embeddings) if facts else []
@@ -132,6 +138,7 @@ class Deriver:
             cause=base["causation_id"],
             new_id=new_id,
             reinforce_clients=self.reinforce_clients,
+            withhold=withhold,
         )
         done = BatchDerived(
             producer=producer,

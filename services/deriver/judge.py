@@ -13,6 +13,7 @@ from services.events import (
     Event,
     Level,
     ObservationAdded,
+    ObservationDeleted,
     ObservationReinforced,
     ObservationRejected,
     ObservationSuperseded,
@@ -156,6 +157,10 @@ def _in_order(few: Sequence[str], many: Sequence[str]) -> bool:
     return all(word in rest for word in few)
 
 
+# why a re-derivation withholds a proposed fact (with its vector): it restates one deleted through the API
+Withhold = Callable[[ExtractedFact, Sequence[float]], str | None]
+
+
 def judge(
     pair: Pair,
     facts: Sequence[ExtractedFact],
@@ -170,9 +175,12 @@ def judge(
     cause: str | None,
     new_id: Callable[[], str],
     reinforce_clients: bool = True,
+    withhold: Withhold | None = None,
 ) -> Verdicts:
     """The events for the model's proposed facts of one batch. Without `reinforce_clients` (a re-derivation),
-    a fact a client already wrote is left as it is: the live deriver counts each message once for it."""
+    a fact a client already wrote is left as it is: the live deriver counts each message once for it. A fact
+    `withhold` gives a reason for (a re-derivation's copy of one deleted through the API) is no evidence: it
+    reinforces nothing, and is added and deleted at once, so another message's fact matches nothing of it."""
     out = Verdicts()
     pool = list(known)
     common = {**pair.fields(), "producer": producer, "causation_id": cause}
@@ -201,8 +209,14 @@ def judge(
         session = next(p.session_id for p in window if p.message_id == fact.message_id)
         norm = normalise(fact.content)
         kind, match = _match(pool, norm, session, emb, threshold)
+        # a withheld fact reinforcing another message's copy would count the evidence its deletion withdrew
+        why = withhold(fact, emb) if withhold else None
         if kind == "exact" or (kind == "near" and _says_no_more(norm, match.normalised)):
-            if (match.observation_id, fact.message_id) in evidenced or (match.client and not reinforce_clients):
+            if (
+                why is not None
+                or (match.observation_id, fact.message_id) in evidenced
+                or (match.client and not reinforce_clients)
+            ):
                 continue
             evidenced.add((match.observation_id, fact.message_id))
             out.events.append(
@@ -223,6 +237,10 @@ def judge(
         )
         out.events.append(added)
         out.added += 1
+        if why is not None:
+            # deleted in its batch, it never joins the pool: a later fact from another message is new evidence
+            out.events.append(ObservationDeleted(observation_id=added.observation_id, reason=why, **common))
+            continue
         evidenced.add((added.observation_id, fact.message_id))
         new = KnownObservation(added.observation_id, Level.EXPLICIT, norm, session, tuple(emb))
         if kind == "near" and not match.client:  # the new text extends the old one: it replaces it

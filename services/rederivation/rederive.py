@@ -11,8 +11,9 @@ while the derivation was current (the live deriver writes those), so running it 
 derivation up after `peerlog derivations promote`, neither repeats nor misses a message.
 
 What someone deleted through the API stays deleted: the derivation's copy of a deleted fact (the same fact
-from the same message, in any derivation of the pair) is deleted with it, whether this run derives it or an
-earlier one did (`withheld`).
+from the same message, in any derivation of the pair) is deleted with it. A copy this run derives is written
+deleted in its batch and counts as evidence for nothing (`withholding`), so another message stating the fact
+still adds it; a copy an earlier run derived is deleted before the run derives more (`withheld`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from services.bus.streams import read, to_the_end, until_stable
 from services.bus.topics import DEADLETTER, OBSERVATIONS, PERCEIVED, TopicSpec
 from services.deriver.batching import Batching, add, next_window
 from services.deriver.derive import Deriver
-from services.deriver.judge import cosine, nested
+from services.deriver.judge import Withhold, cosine
+from services.deriver.prompt import ExtractedFact
 from services.events import (
     ORIGINAL,
     BatchDerived,
@@ -42,14 +44,13 @@ from services.events import (
     DerivationPromoted,
     Event,
     MessagePerceived,
-    ObservationAdded,
     ObservationDeleted,
     ProducerInfo,
     stored_derivation,
 )
 from services.events.pairs import Pair
 from services.events.perception import pair_of
-from services.events.text import normalise
+from services.events.text import content_words, normalise
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.llm.errors import ModelOutputInvalid
@@ -135,16 +136,19 @@ def missing(
 
 def restates(fact: CitedFact, deleted: CitedFact, threshold: float) -> bool:
     """Whether `fact` is `deleted` derived again: from a message `deleted` cites, the same text, or a near
-    duplicate by the judge's rule (vectors of one model at least `threshold` alike, and the one text restating,
-    saying less than or extending the other: judge.nested). Another message saying it is new evidence, which the deletion never judged."""
+    duplicate (vectors of one model at least `threshold` alike, and one text's content words all in the other's).
+    Looser than the judge's rule (judge.nested), which another model's wording of the claim can miss ("would not
+    eat meat" for "doesn't eat meat"): a fact the user withdrew must not come back. Another message saying it is
+    new evidence, which the deletion never judged."""
     if not fact.message_ids & deleted.message_ids:
         return False
     if fact.normalised == deleted.normalised:
         return True
+    ours, theirs = content_words(fact.normalised), content_words(deleted.normalised)
     return (
         fact.embedding_model == deleted.embedding_model
         and cosine(fact.embedding, deleted.embedding) >= threshold
-        and nested(fact.normalised, deleted.normalised)
+        and (ours <= theirs or theirs <= ours)
     )
 
 
@@ -160,14 +164,13 @@ def withheld(
     reason: reads follow whichever derivation is promoted, and a fact someone withdrew must not come back."""
     out = []
     for fact in facts:
-        original = next((d for d in deleted if restates(fact, d, threshold)), None)
-        if original is not None:
-            why = f"as {original.observation_id} (the same fact, from the same message) was deleted"
+        why = _why(fact, deleted, threshold)
+        if why is not None:
             out.append(
                 ObservationDeleted(
                     **pair.fields(),
                     observation_id=fact.observation_id,
-                    reason=f"{why}: {original.delete_reason}" if original.delete_reason else why,
+                    reason=why,
                     producer=producer,
                     causation_id=cause,
                 )
@@ -175,19 +178,28 @@ def withheld(
     return out
 
 
-def added(events: Sequence[Event]) -> list[CitedFact]:
-    """The observations `events` add, as `withheld` compares them."""
-    return [
-        CitedFact(
-            e.observation_id,
-            normalise(e.content),
-            frozenset(s.message_id for s in e.sources),
-            tuple(e.embedding),
-            e.embedding_model,
+def withholding(deleted: Sequence[CitedFact], threshold: float, embedding_model: str) -> Withhold | None:
+    """The judge's `withhold` for a derivation whose pair had `deleted` deleted through the API: the deletion
+    reason for a proposed fact (embedded by `embedding_model`) that restates one of them; None if none was."""
+    if not deleted:
+        return None
+
+    def why(fact: ExtractedFact, embedding: Sequence[float]) -> str | None:
+        proposed = CitedFact(
+            "", normalise(fact.content), frozenset({fact.message_id}), tuple(embedding), embedding_model
         )
-        for e in events
-        if isinstance(e, ObservationAdded)
-    ]
+        return _why(proposed, deleted, threshold)
+
+    return why
+
+
+def _why(fact: CitedFact, deleted: Sequence[CitedFact], threshold: float) -> str | None:
+    """The reason to delete `fact`, naming the deleted one it restates and that one's reason; None if none."""
+    original = next((d for d in deleted if restates(fact, d, threshold)), None)
+    if original is None:
+        return None
+    why = f"as {original.observation_id} (the same fact, from the same message) was deleted"
+    return f"{why}: {original.delete_reason}" if original.delete_reason else why
 
 
 def perceived(settings, scope: DerivationScope) -> dict[str, list[Seen]]:
@@ -348,8 +360,11 @@ class Rederivation:
         live = await self.store.live_citing(pair, sorted(cited))
         gone = self._withheld(pair, live, deleted, cause)
         if gone:
-            await self.append(gone)
-            self.events += len(gone)
+            written = await self._append(gone)
+            self.written, self.events = self.written.merge(written), self.events + len(gone)
+            # the batches below look for duplicates in the projections: a copy deleted on the log but not
+            # projected yet would still read live, and another message's fact reinforce it
+            await self._projected(dict(written.offsets))
         return len(gone)
 
     def _withheld(
@@ -400,17 +415,15 @@ class Rederivation:
         if todo:
             await self._reachable()
         state, recent = Batching(), []
+        withhold = withholding(deleted, self.deriver.near_duplicate, self.deriver.embedder.model_name)
         for e in todo:
             state = add(state, e, count_tokens(e.content))
         while state.pending:
             window, state = next_window(state, self.settings.deriver.window_tokens)
-            outcome = await self.deriver.derive(pair, window, recent, cause)
-            gone = self._withheld(pair, added(outcome.events), deleted, cause)
-            # a later batch must not reinforce a deleted copy: its evidence would vanish with it
-            recent = [k for k in outcome.recent if k.observation_id not in {g.observation_id for g in gone}]
-            events = [*outcome.events, *gone]
-            await self.append(events)
-            self.events += len(events)
+            outcome = await self.deriver.derive(pair, window, recent, cause, withhold)
+            recent = outcome.recent
+            await self.append(outcome.events)
+            self.events += len(outcome.events)
             if any(isinstance(e, DerivationDeadLettered) for e in outcome.events):
                 self.parked |= {m.message_id for m in window}
             else:

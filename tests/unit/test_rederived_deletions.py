@@ -1,14 +1,15 @@
-"""A re-derivation deletes its copy of a fact someone deleted through the API (rederive.withheld)."""
+"""A re-derivation deletes its copy of a fact someone deleted through the API (rederive.withheld, withholding)."""
 
 from __future__ import annotations
 
 import math
 
 from projections.deriver_reads import CitedFact
-from services.events import Level, ObservationAdded, PackedVector, Source
+from services.deriver.prompt import ExtractedFact
+from services.events import ObservationAdded, ObservationDeleted, ObservationReinforced
 from services.events.pairs import Pair
-from services.rederivation.rederive import added, withheld
-from tests.unit.test_deriver_core import PAIR, P
+from services.rederivation.rederive import withheld, withholding
+from tests.unit.test_deriver_core import P, verdicts
 
 V2 = Pair("w", "a", "a", derivation="v2")
 MODEL = "embedder"
@@ -51,17 +52,49 @@ def test_the_same_fact_from_another_message_is_new_evidence_and_stays():
     assert deletions([fact("x1", "alice has diabetes")], deleted=()) == {}
 
 
-def test_what_a_batch_adds_is_compared_by_its_normalised_text_and_cited_messages():
-    event = ObservationAdded(
-        **PAIR.fields(),
-        observation_id="x1",
-        level=Level.EXPLICIT,
-        content="Alice  has Diabetes",
-        sources=(Source(message_id="m1", span="I have diabetes"),),
-        embedding=PackedVector.of([1.0, 0.0]),
-        embedding_model=MODEL,
-        producer=P,
-    )
-    [cited] = added([event])
-    assert (cited.normalised, cited.message_ids, cited.embedding) == ("alice has diabetes", {"m1"}, (1.0, 0.0))
-    assert set(deletions([cited])) == {"x1"}
+def test_a_proposed_fact_is_compared_by_its_normalised_text_cited_message_and_vector():
+    why = withholding([DIABETES], THRESHOLD, MODEL)
+    proposed = ExtractedFact(content="Alice  has Diabetes", message_id="m1", span="I have diabetes")
+    assert why(proposed, unit(1, 0)) == "as o1 (the same fact, from the same message) was deleted: false"
+    assert why(proposed.model_copy(update={"message_id": "m2"}), unit(1, 0)) is None
+    assert withholding([], THRESHOLD, MODEL) is None  # nothing deleted: the judge checks nothing
+
+
+def test_a_deleted_fact_restated_with_a_contraction_is_withheld():
+    meat = [fact("o2", "ann doesn't eat meat", reason="false")]
+    # cosine 0.986: the new derivation's model spelled it out, the deleted fact must not come back
+    assert set(deletions([fact("x1", "ann does not eat meat", vector=unit(1, 0.17))], meat)) == {"x1"}
+    said = [fact("o3", "ann does not eat meat", reason="false")]
+    assert set(deletions([fact("x2", "ann doesn't eat meat", vector=unit(1, 0.17))], said)) == {"x2"}
+    # nor in words the judge would tell apart: one text's content words are all in the other's
+    assert set(deletions([fact("x3", "ann would not eat meat", vector=unit(1, 0.17))], meat)) == {"x3"}
+
+
+def diabetes_from(*messages: str):
+    """The judge's verdicts in a re-derivation of m0 and m1 (both "I have diabetes"; o1, derived from m0,
+    deleted through the API), the model stating the fact from `messages` in that order."""
+    facts = [ExtractedFact(content="alice has diabetes", message_id=m, span="I have diabetes") for m in messages]
+    deleted = [fact("o1", "alice has diabetes", messages=("m0",), model="e", reason="false")]
+    texts = ("I have diabetes", "I have diabetes, as I said")
+    return verdicts(facts, texts=texts, withhold=withholding(deleted, THRESHOLD, "e"))
+
+
+def live(events) -> dict[str, set[str]]:
+    """The observations `events` leave live, with the messages each cites."""
+    out: dict[str, set[str]] = {}
+    for e in events:
+        if isinstance(e, ObservationAdded | ObservationReinforced):
+            out.setdefault(e.observation_id, set()).update(s.message_id for s in e.sources)
+        elif isinstance(e, ObservationDeleted):
+            out.pop(e.observation_id)
+    return out
+
+
+def test_a_restatement_from_another_message_in_the_same_batch_survives_the_withheld_copy():
+    out = diabetes_from("m0", "m1")
+    assert [type(e) for e in out.events] == [ObservationAdded, ObservationDeleted, ObservationAdded]
+    assert out.events[1].reason == "as o1 (the same fact, from the same message) was deleted: false"
+    [kept] = live(out.events)
+    assert live(out.events) == {kept: {"m1"}} and [k.observation_id for k in out.new_known] == [kept]
+    # stated from m1 first, the fact is m1's alone: m0's restatement is no evidence for it
+    assert live(diabetes_from("m1", "m0").events) == {"o0": {"m1"}}
