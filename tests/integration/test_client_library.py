@@ -284,7 +284,7 @@ def test_a_keyed_write_that_times_out_tells_the_caller_its_key_and_a_retry_under
 ):
     with (
         Peerlog(api.address, token=token, timeout=20) as patient,
-        Peerlog(api.address, token=token, timeout=1) as hasty,
+        Peerlog(api.address, token=token, timeout=5) as hasty,  # far below the server's wait of 15 s
     ):
         ws = patient.workspace("acme")
         chat = ws.session("s1", members=[ws.peer("alice")])

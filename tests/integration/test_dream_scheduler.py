@@ -199,7 +199,8 @@ async def test_a_dream_forced_where_the_pairs_latest_message_turned_dreams_off_i
     await c.session("w", "quiet", members=("alice", "bob"))
     await dreams_switched(channel, False, session_id="quiet")
     await bob_says(c, settings, "hello", 1)
-    await c.add("w", "quiet", [("bob", "shh")])  # later, in a session whose dreams are off
+    shh = await c.add("w", "quiet", [("bob", "shh")])  # later, in a session whose dreams are off
+    await c.list_messages("w", "quiet", shh.consistency_token)  # the read joins its perception to its row
     eventually(lambda: perceived(settings) >= 2, 30)
     await rejected(
         c.dreams.ScheduleDream(FORCE),

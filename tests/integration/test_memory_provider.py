@@ -894,7 +894,14 @@ def test_a_provider_configured_for_tls_reaches_a_tls_server(settings, projector,
     tls = {"tls_cert": pki["cert"], "tls_key": pki["key"]}
     api = ApiInThread(settings.model_copy(update={"api": settings.api.model_copy(update=tls)})).start()
     secure = {"target": api.address, "token": admin_token(settings), "tls": True, "caFile": str(pki["ca"])}
-    keys = {"host": "secure", "hosts": {"secure": secure}, "workspace": "acme", "peerName": "alice", "aiPeer": "bot"}
+    keys = {
+        "host": "secure",
+        "hosts": {"secure": secure},
+        "workspace": "acme",
+        "peerName": "alice",
+        "aiPeer": "bot",
+        "timeout": 30,  # the handshake, the first writes and a write read back, on a loaded machine
+    }
     try:
         with MemoryProvider(validate([("test", {**keys, "writeFrequency": "turn"})]), directory=tmp_path) as memory:
             memory.record_turn("I keep bees on my roof in Lisbon", "How many hives?")
