@@ -17,7 +17,7 @@ async def test_rpcs_past_the_servers_concurrency_limit_are_resource_exhausted(se
     # before: no limit, so a caller (even one without a token: its requests are received and decoded before
     # the token is checked) opened streams without end, each sending 50 MB
     limits = {"max_concurrent_rpcs": 2}
-    server = await start(settings.model_copy(update={"api": settings.api.model_copy(update=limits)}))
+    server = await limited(settings, limits)
     try:
         async with admin_channel(settings, server.port) as chan:
             await Client(chan).workspace("w")
@@ -36,6 +36,18 @@ async def test_rpcs_past_the_servers_concurrency_limit_are_resource_exhausted(se
             held[1].cancel()
     finally:
         await server.stop(0)
+
+
+async def limited(settings, limits: dict):
+    """An API server whose settings are the test's with `limits` (ApiSettings fields) changed."""
+    return await start(settings.model_copy(update={"api": settings.api.model_copy(update=limits)}))
+
+
+async def silent(until: asyncio.Event):
+    """A client stream's requests: none, until `until` is set."""
+    await until.wait()
+    return
+    yield  # an async generator that sends nothing
 
 
 async def _opened(events, timeout_s: float = 30.0):
@@ -69,7 +81,7 @@ async def test_a_connections_calls_past_its_stream_limit_wait_for_one_to_end(set
     # the limit per connection keeps one connection from taking all of max_concurrent_rpcs; the client's
     # HTTP/2 transport holds a further call back rather than failing it
     limits = {"max_streams_per_connection": 1}
-    server = await start(settings.model_copy(update={"api": settings.api.model_copy(update=limits)}))
+    server = await limited(settings, limits)
     try:
         async with admin_channel(settings, server.port) as chan:
             await Client(chan).workspace("w")
@@ -96,19 +108,14 @@ async def test_client_streams_without_a_token_are_refused_at_once_and_hold_no_ca
     from peerlog.v1 import messages_pb2_grpc
 
     never = asyncio.Event()
-
-    async def nothing():
-        await never.wait()
-        yield  # pragma: no cover - never sent
-
     limits = {"max_concurrent_rpcs": 2}
-    server = await start(settings.model_copy(update={"api": settings.api.model_copy(update=limits)}))
+    server = await limited(settings, limits)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as anonymous:
             uploads = messages_pb2_grpc.MessageServiceStub(anonymous)
             async with asyncio.timeout(30):
                 for _ in range(3):
-                    await rejected(uploads.UploadFile(nothing()), grpc.StatusCode.UNAUTHENTICATED, "no token")
+                    await rejected(uploads.UploadFile(silent(never)), grpc.StatusCode.UNAUTHENTICATED, "no token")
         async with admin_channel(settings, server.port) as chan:
             assert (await Client(chan).workspace("w")).workspace.workspace_id == "w"
     finally:
@@ -124,19 +131,14 @@ async def test_a_client_stream_whose_first_request_never_comes_ends_and_frees_it
 
     monkeypatch.setattr(auth, "FIRST_REQUEST_S", 0.5)
     never = asyncio.Event()
-
-    async def nothing():
-        await never.wait()
-        yield  # pragma: no cover - never sent
-
     limits = {"max_concurrent_rpcs": 1}
-    server = await start(settings.model_copy(update={"api": settings.api.model_copy(update=limits)}))
+    server = await limited(settings, limits)
     try:
         async with admin_channel(settings, server.port) as chan:
             await Client(chan).workspace("w")
             async with asyncio.timeout(30):
                 await rejected(
-                    messages_pb2_grpc.MessageServiceStub(chan).UploadFile(nothing()),
+                    messages_pb2_grpc.MessageServiceStub(chan).UploadFile(silent(never)),
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     "no request came within 0.5 s",
                 )
