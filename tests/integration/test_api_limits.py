@@ -50,31 +50,33 @@ async def silent(until: asyncio.Event):
     yield  # an async generator that sends nothing
 
 
-async def _opened(events, timeout_s: float = 30.0):
-    """A Subscribe stream of 'w' that has answered, opened again while the server has not yet let the place
-    of a call just finished go (gRPC frees it after its own clean-up)."""
+async def _while_full(call, timeout_s: float = 30.0):
+    """`call()` made again while it is RESOURCE_EXHAUSTED: gRPC frees a finished or cancelled call's place
+    only after its own clean-up."""
     async with asyncio.timeout(timeout_s):
         while True:
-            stream = events.Subscribe(events_pb2.SubscribeRequest(workspace_id="w"))
             try:
-                await stream.read()
-                return stream
+                return await call()
             except grpc.aio.AioRpcError as err:
                 if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                     raise
             await asyncio.sleep(0.05)
 
 
-async def _once_room(stub, timeout_s: float = 30.0):
-    """GetWorkspace of 'w', sent again while the server has not yet let a cancelled call's place go."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            try:
-                return await stub.GetWorkspace(workspaces_pb2.GetWorkspaceRequest(workspace_id="w"))
-            except grpc.aio.AioRpcError as err:
-                if err.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    raise
-            await asyncio.sleep(0.05)
+async def _opened(events):
+    """A Subscribe stream of 'w' that has answered: it holds its place."""
+
+    async def open_one():
+        stream = events.Subscribe(events_pb2.SubscribeRequest(workspace_id="w"))
+        await stream.read()
+        return stream
+
+    return await _while_full(open_one)
+
+
+async def _once_room(stub):
+    """GetWorkspace of 'w', once the server has room for it."""
+    return await _while_full(lambda: stub.GetWorkspace(workspaces_pb2.GetWorkspaceRequest(workspace_id="w")))
 
 
 async def test_a_connections_calls_past_its_stream_limit_wait_for_one_to_end(settings, projector):
