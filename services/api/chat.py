@@ -12,6 +12,7 @@ from services.api.deps import ApiDeps
 from services.api.guards import require_scope
 from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
+from services.api.slots import Slots
 from services.dialectic import response_format
 from services.dialectic.loop import ChatEvent, ChatRequest, ChatResult
 from services.dialectic.settings import LEVELS
@@ -67,6 +68,17 @@ async def _prepared(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
         levels = await configurations.levels(conn, r.workspace_id, r.session_id, r.as_of)
         sessions = await recall_sessions(conn, r.workspace_id, r.scope_id, (), r.as_of)
     return replace(r, instructions=resolve(ctx.configuration, *levels)["dialectic_instructions"], sessions=sessions)
+
+
+def running_chats(per_workspace: int) -> Slots:
+    """The Chat calls one workspace may run at once on this process."""
+    return Slots(
+        per_workspace,
+        lambda workspace_id, held: (
+            f"workspace {workspace_id!r} already has {held} Chat calls running on this API "
+            "process (PEERLOG_API_CHATS_PER_WORKSPACE): retry once one has finished, or raise the setting"
+        ),
+    )
 
 
 async def chat(ctx: ApiDeps, r: ChatRequest, token: str, deadline_s: float | None) -> ChatResult:

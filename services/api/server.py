@@ -146,7 +146,9 @@ def _register(
     observations_pb2_grpc.add_ObservationServiceServicer_to_server(ObservationServicer(ctx), server)
     dreams_pb2_grpc.add_DreamServiceServicer_to_server(DreamServicer(ctx), server)
     audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(ctx), server)
-    dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(DialecticServicer(ctx), server)
+    dialectic_pb2_grpc.add_DialecticServiceServicer_to_server(
+        DialecticServicer(ctx, settings.api.chats_per_workspace), server
+    )
     configuration_pb2_grpc.add_ConfigurationServiceServicer_to_server(ConfigurationServicer(ctx), server)
     events_pb2_grpc.add_EventServiceServicer_to_server(
         EventServicer(ctx, settings.api.max_subscriptions, settings.api.max_subscriptions_per_workspace), server

@@ -47,6 +47,7 @@ from services.api import (
 from services.api import convert as c
 from services.api.auth import visible_workspaces
 from services.api.deps import ApiDeps
+from services.api.slots import holding
 
 
 class WorkspaceServicer(workspaces_pb2_grpc.WorkspaceServiceServicer):
@@ -489,23 +490,25 @@ class ScopeServicer(scopes_pb2_grpc.ScopeServiceServicer):
 
 
 class DialecticServicer(dialectic_pb2_grpc.DialecticServiceServicer):
-    def __init__(self, ctx: ApiDeps) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: ApiDeps, per_workspace: int = 16) -> None:
+        self.ctx, self.running = ctx, chat.running_chats(per_workspace)
 
     async def Chat(self, request, context):
-        result = await chat.chat(
-            self.ctx,
-            convert_chat.chat_request(request),
-            request.consistency.consistency_token,
-            context.time_remaining(),
-        )
+        with holding((self.running, request.workspace_id)):
+            result = await chat.chat(
+                self.ctx,
+                convert_chat.chat_request(request),
+                request.consistency.consistency_token,
+                context.time_remaining(),
+            )
         return convert_chat.chat_response(result)
 
     async def ChatStream(self, request, context):
-        async for event in chat.chat_stream(
-            self.ctx,
-            convert_chat.chat_request(request),
-            request.consistency.consistency_token,
-            context.time_remaining(),
-        ):
-            yield convert_chat.chat_chunk(event)
+        with holding((self.running, request.workspace_id)):
+            async for event in chat.chat_stream(
+                self.ctx,
+                convert_chat.chat_request(request),
+                request.consistency.consistency_token,
+                context.time_remaining(),
+            ):
+                yield convert_chat.chat_chunk(event)

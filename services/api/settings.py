@@ -77,6 +77,13 @@ class ApiSettings(BaseSettings):
         description="UploadFile calls one server process reads or holds to read at once on each of its two "
         "readers (PDFs; text and JSON), each reading one file at a time; one more is RESOURCE_EXHAUSTED",
     )
+    chats_per_workspace: int = Field(
+        16,
+        ge=1,
+        description="Chat and ChatStream calls of one workspace one server process runs at once (each makes "
+        "model calls for seconds, on the server's one model account), so one tenant cannot take every other's "
+        "share of the model; one more is RESOURCE_EXHAUSTED",
+    )
     max_concurrent_rpcs: int = Field(
         1_000,
         ge=1,

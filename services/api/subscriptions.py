@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from services.api.deps import ApiDeps
 from services.api.guards import require_workspace
+from services.api.slots import Slots, holding
 from services.bus.subscription import Delivered, Filter, LogSubscription, Position
-from services.errors import ResourceExhausted
 
 POLL_S = 0.5  # how long one blocking poll holds the stream's thread: also how soon a cancelled stream lets go
 
@@ -22,33 +21,25 @@ class Streams:
     otherwise exhaust the process, and one tenant's idle streams would lock every other tenant out."""
 
     def __init__(self, most: int, per_workspace: int) -> None:
-        self.most, self.per_workspace = most, per_workspace
-        self.by_workspace: Counter[str] = Counter()
+        self.of_workspace = Slots(
+            per_workspace,
+            lambda workspace_id, held: (
+                f"workspace {workspace_id!r} already has {held} Subscribe streams open on "
+                "this API process (PEERLOG_API_MAX_SUBSCRIPTIONS_PER_WORKSPACE): close one, raise the setting, or "
+                "take the events by webhook"
+            ),
+        )
+        self.all = Slots(
+            most,
+            lambda _, held: (
+                f"this API process already serves {held} Subscribe streams "
+                "(PEERLOG_API_MAX_SUBSCRIPTIONS): close one, retry later, raise the setting, or take the events by "
+                "webhook"
+            ),
+        )
 
-    @property
-    def open(self) -> int:
-        return self.by_workspace.total()
-
-    @contextmanager
-    def one(self, workspace_id: str) -> Iterator[None]:
-        if self.by_workspace[workspace_id] >= self.per_workspace:
-            raise ResourceExhausted(
-                f"workspace {workspace_id!r} already has {self.per_workspace} Subscribe streams open on this API "
-                "process (PEERLOG_API_MAX_SUBSCRIPTIONS_PER_WORKSPACE): close one, raise the setting, or take "
-                "the events by webhook"
-            )
-        if self.open >= self.most:
-            raise ResourceExhausted(
-                f"this API process already serves {self.most} Subscribe streams (PEERLOG_API_MAX_SUBSCRIPTIONS): "
-                "close one, retry later, raise the setting, or take the events by webhook"
-            )
-        self.by_workspace[workspace_id] += 1
-        try:
-            yield
-        finally:
-            self.by_workspace[workspace_id] -= 1
-            if not self.by_workspace[workspace_id]:
-                del self.by_workspace[workspace_id]  # a workspace that closed all its streams is not kept
+    def one(self, workspace_id: str) -> AbstractContextManager[None]:
+        return holding((self.of_workspace, workspace_id), (self.all, ""))
 
 
 async def subscribe(

@@ -6,10 +6,8 @@ import asyncio
 import logging
 import subprocess
 import sys
-from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import orjson
@@ -18,8 +16,9 @@ from services.api import files
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.settings import ApiSettings
+from services.api.slots import Slots, holding
 from services.api.writes import NewMessage, append_checked
-from services.errors import InvalidArgument, ResourceExhausted
+from services.errors import InvalidArgument
 
 MAX_FILE_NAME_CHARS = 255
 log = logging.getLogger(__name__)
@@ -75,31 +74,23 @@ class Uploads:
     each, and every other workspace's upload waited behind them until it timed out."""
 
     def __init__(self, per_workspace: int, queued: int) -> None:
-        self.per_workspace, self.queued = per_workspace, queued
-        self.by_workspace: Counter[str] = Counter()
-        self.by_reader: Counter[str] = Counter()
-
-    @contextmanager
-    def one(self, workspace_id: str, reader: Reader) -> Iterator[None]:
-        if self.by_workspace[workspace_id] >= self.per_workspace:
-            raise ResourceExhausted(
-                f"workspace {workspace_id!r} already has {self.by_workspace[workspace_id]} uploads in progress on "
+        self.of_workspace = Slots(
+            per_workspace,
+            lambda workspace_id, held: (
+                f"workspace {workspace_id!r} already has {held} uploads in progress on "
                 "this API process (PEERLOG_API_UPLOADS_PER_WORKSPACE): retry once one has finished"
-            )
-        if self.by_reader[reader.reads] >= self.queued:
-            raise ResourceExhausted(
-                f"this API process is already reading or holding {self.by_reader[reader.reads]} {reader.reads} "
-                "uploads to read (PEERLOG_API_UPLOADS_QUEUED): retry later"
-            )
-        self.by_workspace[workspace_id] += 1
-        self.by_reader[reader.reads] += 1
-        try:
-            yield
-        finally:
-            self.by_workspace[workspace_id] -= 1
-            self.by_reader[reader.reads] -= 1
-            if not self.by_workspace[workspace_id]:
-                del self.by_workspace[workspace_id]  # a workspace whose uploads all ended is not kept
+            ),
+        )
+        self.of_reader = Slots(
+            queued,
+            lambda reads, held: (
+                f"this API process is already reading or holding {held} {reads} uploads to read "
+                "(PEERLOG_API_UPLOADS_QUEUED): retry later"
+            ),
+        )
+
+    def one(self, workspace_id: str, reader: Reader) -> AbstractContextManager[None]:
+        return holding((self.of_workspace, workspace_id), (self.of_reader, reader.reads))
 
 
 _DEFAULTS = ApiSettings.model_construct()  # the settings' defaults, not the environment's
@@ -109,7 +100,7 @@ UPLOADS = Uploads(_DEFAULTS.uploads_per_workspace, _DEFAULTS.uploads_queued)
 
 def bound(api: ApiSettings) -> None:
     """Bound this process's uploads as a server's settings say (at its start)."""
-    UPLOADS.per_workspace, UPLOADS.queued = api.uploads_per_workspace, api.uploads_queued
+    UPLOADS.of_workspace.most, UPLOADS.of_reader.most = api.uploads_per_workspace, api.uploads_queued
 
 
 _STARTUP_S = 5.0  # a fresh interpreter importing pypdf (0.2 s here), on a loaded machine

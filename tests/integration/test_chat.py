@@ -23,7 +23,7 @@ from tests.integration.test_message_search import embedded_count
 from tests.support.auth import admin_channel
 from tests.support.model_server import Reply
 from tests.support.rpc import rejected
-from tests.support.wait import eventually
+from tests.support.wait import eventually, until_true
 
 CAPS = {
     d.REASONING_LEVEL_MINIMAL: 1,
@@ -36,16 +36,18 @@ CAPS = {
 
 @pytest.fixture
 async def serve(settings, projector, model_server, monkeypatch):
-    """Start an API server whose Chat talks to the test model server; env: extra PEERLOG_* settings."""
+    """Start an API server whose Chat talks to the test model server; env: extra PEERLOG_* settings, `api`:
+    ApiSettings fields to change."""
     from services.api.server import start
 
     running = []
 
-    async def start_with(**env: str) -> grpc.aio.Channel:
+    async def start_with(api: dict | None = None, **env: str) -> grpc.aio.Channel:
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         llm = LlmSettings(base_url=model_server.base_url, model="test-model", timeout_s=5, max_retries=0)
-        server = await start(settings.model_copy(update={"llm": llm, "dialectic": DialecticSettings()}))
+        update = {"llm": llm, "dialectic": DialecticSettings(), "api": settings.api.model_copy(update=api or {})}
+        server = await start(settings.model_copy(update=update))
         chan = admin_channel(settings, server.port)
         running.append((server, chan))
         return chan
@@ -475,6 +477,28 @@ async def test_a_model_slower_than_the_deadline_is_deadline_exceeded(serve, memo
     chan = await serve(PEERLOG_DIALECTIC_DEADLINE_S="1")
     model_server.reply_with(lambda req: Reply(content="late", delay_s=3))
     await rejected(ask(chan), grpc.StatusCode.DEADLINE_EXCEEDED, "did not finish within 1.0 s")
+
+
+async def test_a_workspace_past_its_running_chats_is_resource_exhausted_while_another_workspace_still_chats(
+    serve, memory, model_server
+):
+    # before: no bound, so one tenant's calls could take every model call the server's account allows
+    chan = await serve(api={"chats_per_workspace": 1})
+    await Client(chan).setup_conversation("w2", "s", peers=("alice", "bob"))
+    model_server.reply_with(lambda req: Reply(content="Oslo", delay_s=1.5))
+    held = asyncio.ensure_future(ask(chan))
+    await until_true(model_server.chat_requests)  # its model call is under way
+    await rejected(ask(chan), grpc.StatusCode.RESOURCE_EXHAUSTED, "'w' already has 1 Chat", "CHATS_PER_WORKSPACE")
+    await rejected(
+        _streamed(stream(chan)), grpc.StatusCode.RESOURCE_EXHAUSTED, "'w' already has 1 Chat", "CHATS_PER_WORKSPACE"
+    )
+    assert (await ask(chan, workspace_id="w2")).answer  # another workspace is not held up (it knows nothing)
+    assert (await held).answer == "Oslo"
+    assert (await ask(chan)).answer == "Oslo"  # the finished call gave its place back
+
+
+async def _streamed(call) -> list:
+    return [chunk async for chunk in call]
 
 
 async def test_a_token_budget_too_small_for_a_tool_round_makes_the_model_answer_without_tools(

@@ -20,8 +20,8 @@ def test_a_stream_past_the_limit_is_resource_exhausted_and_a_closed_one_frees_it
         assert status_for(refused.value) == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "PEERLOG_API_MAX_SUBSCRIPTIONS" in str(refused.value)
     with streams.one("c"):  # both closed: room again
-        assert streams.open == 1
-    assert streams.open == 0
+        assert streams.all.total() == 1
+    assert streams.all.total() == 0
 
 
 def test_one_workspace_past_its_own_limit_is_refused_while_another_still_gets_a_stream():
@@ -32,10 +32,10 @@ def test_one_workspace_past_its_own_limit_is_refused_while_another_still_gets_a_
                 pass
         assert "PEERLOG_API_MAX_SUBSCRIPTIONS_PER_WORKSPACE" in str(refused.value)
         with streams.one("b"):
-            assert streams.open == 3
+            assert streams.all.total() == 3
     with streams.one("a"):  # its streams closed: room again, and no count kept for a workspace with none
-        assert streams.by_workspace == {"a": 1}
-    assert not streams.by_workspace
+        assert streams.of_workspace.held == {"a": 1}
+    assert not streams.of_workspace.held
 
 
 def test_a_stream_that_fails_gives_its_place_back():
