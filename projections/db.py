@@ -35,7 +35,7 @@ def mapped_schema(connectable: Connection | Engine) -> str | None:
 
 def sync_engine(settings: DatabaseSettings, schema: str | None = None) -> Engine:
     """A blocking engine whose tables resolve to `schema` (default: the serving schema)."""
-    engine = create_engine(settings.url, pool_size=4, pool_pre_ping=True, connect_args=settings.connect_args())
+    engine = create_engine(settings.url, pool_size=4, pool_pre_ping=True, **settings.engine_args())
     return engine.execution_options(schema_translate_map={None: schema or settings.schema_name})
 
 
@@ -45,7 +45,7 @@ def async_engine(settings: DatabaseSettings) -> AsyncEngine:
     Autocommit: a read needs no BEGIN and ROLLBACK round trips around it, and under READ COMMITTED
     each statement saw its own snapshot anyway."""
     engine = create_async_engine(
-        settings.url, pool_size=settings.pool_size, isolation_level="AUTOCOMMIT", connect_args=settings.connect_args()
+        settings.url, pool_size=settings.pool_size, isolation_level="AUTOCOMMIT", **settings.engine_args()
     )
     event.listen(engine.sync_engine.pool, "checkin", _note_checkin)
     event.listen(engine.sync_engine.pool, "checkout", _ready)

@@ -98,9 +98,7 @@ class ObservationStore:
     def connect(cls, settings, pool_size: int) -> ObservationStore:
         """A store on its own engine over the serving schema of `settings` (the whole peerlog settings)."""
         return cls(
-            create_async_engine(
-                settings.database.url, pool_size=pool_size, connect_args=settings.database.connect_args()
-            ),
+            create_async_engine(settings.database.url, pool_size=pool_size, **settings.database.engine_args()),
             settings.database.schema_name,
             settings.embedding.model,
             settings.deriver,

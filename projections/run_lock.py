@@ -97,9 +97,7 @@ def reembedding(settings, workspace_id: str, model: str):
 @asynccontextmanager
 async def _held(settings, key: str, what: str, busy: str) -> AsyncIterator[Held]:
     params = {"key": key}
-    engine = create_async_engine(
-        settings.database.url, poolclass=NullPool, connect_args=settings.database.connect_args()
-    )
+    engine = create_async_engine(settings.database.url, poolclass=NullPool, **settings.database.engine_args())
     try:
         async with engine.connect() as conn:
             got = (await conn.execute(_TRY, params)).scalar()

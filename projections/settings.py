@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 from pydantic_settings import BaseSettings
 from sqlalchemy import make_url
@@ -26,6 +28,12 @@ class DatabaseSettings(BaseSettings):
         given = make_url(self.url).query.get("options", "")
         given = given if isinstance(given, str) else " ".join(given)
         return {"options": f"{given} -c TimeZone=UTC".strip()}  # the last setting of a name wins
+
+    def engine_args(self) -> dict[str, Any]:
+        """SQLAlchemy's engine arguments for every engine on this database: `connect_args`, and statements'
+        parameters kept out of error texts. They hold the caller's words (a search query, a message), and
+        an error's text reaches the operator's log."""
+        return {"connect_args": self.connect_args(), "hide_parameters": True}
 
 
 class ProjectorSettings(BaseSettings):

@@ -10,6 +10,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from sqlalchemy import exc as sa
 
+from projections.outages import database_error_line
 from services.bus.consistency import InvalidConsistencyToken
 from services.bus.producer import AppendFailed, AppendUnresolved
 from services.errors import (
@@ -159,11 +160,19 @@ async def _refuse_undecodable(request, context: grpc.aio.ServicerContext) -> Non
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request is not a valid message: {shown}")
 
 
+def _for_the_log(exc: Exception) -> str:
+    """One line on what failed. A database error's own text runs over many lines, and the statement it
+    quotes can hold the caller's words."""
+    if isinstance(exc, sa.DBAPIError):
+        return database_error_line(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
 async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str) -> None:
     if isinstance(exc, HANDLED):
         fixed = public_message(exc)
         if fixed is not None:  # the operator needs what the caller does not see
-            log.warning("%s: %s: %s", method, type(exc).__name__, exc)
+            log.warning("%s: %s", method, _for_the_log(exc))
         await context.abort(status_for(exc), fitted(fixed or str(exc)))
     # a bug, not the caller's fault: keep internals out of the reply, keep them in the log
     log.exception("unexpected error in %s", method)

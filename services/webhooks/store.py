@@ -82,7 +82,7 @@ class DeadLetter:
 
 def engine_for(settings: DatabaseSettings) -> Engine:
     schema = f"{settings.schema_name}_webhooks"
-    engine = create_engine(settings.url, pool_size=2, pool_pre_ping=True, connect_args=settings.connect_args())
+    engine = create_engine(settings.url, pool_size=2, pool_pre_ping=True, **settings.engine_args())
     with engine.begin() as conn:
         conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
     engine = engine.execution_options(schema_translate_map={None: schema})

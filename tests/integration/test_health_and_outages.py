@@ -4,6 +4,7 @@ UNAVAILABLE, a status they may retry, never INTERNAL."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import grpc
 import pytest
@@ -25,6 +26,7 @@ from services.bus.log_ends import LogEnds
 from services.bus.settings import KafkaSettings
 from services.llm.errors import EmbeddingError, TokenizerUnavailable
 from tests.support.auth import admin_channel
+from tests.support.rpc import rejected
 from tests.support.wait import until
 
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
@@ -137,6 +139,46 @@ async def test_a_postgres_outage_reaches_the_client_as_unavailable_without_its_i
     finally:
         await server.stop(0)
         await dead.dispose()
+
+
+async def test_a_read_postgres_ends_logs_one_line_without_the_callers_words(settings, caplog):
+    # before: the log got SQLAlchemy's text, over several lines, with [parameters: {'q': <the query>}]
+    from sqlalchemy import text
+
+    engine = async_engine(settings.database)
+    secret = "my test came back positive, tell nobody"
+
+    async def read(request, context):
+        async with engine.connect() as conn:  # sleeps until ended, as every backend is when Postgres restarts
+            await conn.execute(text("SELECT pg_sleep(30) WHERE :q <> ''"), {"q": secret})
+
+    async def end_the_sleeper():
+        async with asyncio.timeout(20):
+            while True:
+                async with engine.connect() as admin:
+                    ended = await admin.execute(
+                        text(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(30)%'"
+                        )
+                    )
+                    if ended.all():
+                        return
+                await asyncio.sleep(0.1)
+
+    handler = grpc.method_handlers_generic_handler("test.Read", {"Call": grpc.unary_unary_rpc_method_handler(read)})
+    server, port = await serve(handler)
+    caplog.set_level(logging.WARNING, logger="services.api.errors")
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/test.Read/Call")(b"")
+            await end_the_sleeper()
+            await rejected(call, grpc.StatusCode.UNAVAILABLE, "database is unavailable")
+    finally:
+        await server.stop(0)
+        await engine.dispose()
+    (line,) = [r.getMessage() for r in caplog.records if "/test.Read/Call" in r.getMessage()]
+    assert "AdminShutdown" in line and "57P01" in line  # what happened, for the operator
+    assert "tell nobody" not in line and "\n" not in line
 
 
 @pytest.mark.parametrize(
