@@ -74,14 +74,20 @@ class LagGauges:
 
 def _pending_derivations():
     """Perceived messages that no derivation batch has taken up yet."""
-    p, b = perceptions.c, derivation_batches.c
-    batched = exists().where(
-        b.workspace_id == p.workspace_id,
-        b.observer_id == p.observer_id,
-        b.observed_id == p.observed_id,
-        p.message_id == func.any(b.message_ids),
+    # one row per batched message, so the anti-join hashes on the message too: matched by `= any(message_ids)`
+    # it could hash on the pair only, each perception against each batch of its pair (8.8 s at 32,000 perceptions)
+    b = derivation_batches.c
+    batched = select(
+        b.workspace_id, b.observer_id, b.observed_id, func.unnest(b.message_ids).label("message_id")
+    ).subquery("batched")
+    p, m = perceptions.c, batched.c
+    taken = exists().where(
+        m.workspace_id == p.workspace_id,
+        m.observer_id == p.observer_id,
+        m.observed_id == p.observed_id,
+        m.message_id == p.message_id,
     )
-    return select(func.count()).select_from(perceptions).where(~batched)
+    return select(func.count()).select_from(perceptions).where(~taken)
 
 
 def _batches_by_state():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from projections.db import create_schema, sync_engine
@@ -112,3 +113,29 @@ def test_pending_and_in_flight_derivations_dreams_and_dead_letters(settings):
     assert (
         gauges[("peerlog_dead_letters", ("summary",))] == 1 and gauges[("peerlog_dead_letters", ("derivation",))] == 0
     )
+
+
+def test_the_pending_derivations_count_stays_fast_for_a_pair_with_a_long_history(settings):
+    # 16,000 perceptions of one pair, all but the last 5 derived in batches of 10. Matched by `= any(message_ids)`,
+    # each perception was compared with each batch of the pair: 2.3 to 9 s, on a loaded machine 0.1 s since
+    perceived, per_batch = 16_000, 10
+    ids = [f"m{i}" for i in range(perceived)]
+    derived = ids[:-5]
+    engine, schema = sync_engine(settings.database), settings.database.schema_name
+    try:
+        create_schema(engine, schema)
+        with engine.begin() as conn:
+            conn.execute(perceptions.insert(), [_perceived(m) for m in ids])
+            conn.execute(
+                derivation_batches.insert(),
+                [_batch(f"b{i}", "done", *derived[i : i + per_batch]) for i in range(0, len(derived), per_batch)],
+            )
+        with engine.begin() as conn:  # the statistics autovacuum gathers on a live projection
+            conn.exec_driver_sql(f'ANALYZE "{schema}".perceptions, "{schema}".derivation_batches')
+        started = time.perf_counter()
+        gauges = _gauges(engine)
+        took = time.perf_counter() - started
+    finally:
+        engine.dispose()
+    assert gauges[("peerlog_derivations_pending_messages", ())] == 5
+    assert took < 1.0, f"a scrape took {took:.2f} s"
