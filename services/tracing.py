@@ -56,8 +56,31 @@ def setup(settings: TracingSettings, service: str) -> None:
     trace.set_tracer_provider(provider)
 
 
+# for a span whose failure could quote what a model server or a database sent back: OpenTelemetry would
+# export str(error) as its status and an exception event
+QUIET_FAILURES = {"record_exception": False, "set_status_on_exception": False}
+
+
+def failed(span: trace.Span, description: str) -> None:
+    """Marks `span` failed, saying only `description` (text a caller may see, or the error's kind)."""
+    span.set_status(trace.Status(trace.StatusCode.ERROR, description))
+
+
+def _own_span_context() -> trace.SpanContext | None:
+    """The current span's context if this process started the span, else None.
+
+    With tracing off the no-op tracer's span is the caller's own (remote) context, which must neither travel
+    on nor name our log lines. Not `is_recording()`: a sampled-out span is ours too, and its traceparent
+    carries the decision not to record on to the processors (a propagated trace follows its parent's).
+    """
+    context = trace.get_current_span().get_span_context()
+    return context if context.is_valid and not context.is_remote else None
+
+
 def record_headers() -> list[tuple[str, bytes]]:
-    """The current span's context as Kafka record headers (none when no span is recording)."""
+    """The current span's context as Kafka record headers (none outside a span this process started)."""
+    if _own_span_context() is None:
+        return []
     carrier: dict[str, str] = {}
     _W3C.inject(carrier)
     return [(name, value.encode()) for name, value in carrier.items()]
@@ -73,8 +96,8 @@ def context_from(pairs: Iterable[tuple[str, str | bytes]] | None) -> Context:
 
 
 def current_ids() -> tuple[str, str] | None:
-    """(trace id, span id) in hex of the span being handled, for log lines; None outside any."""
-    context = trace.get_current_span().get_span_context()
-    if not context.is_valid:
+    """(trace id, span id) in hex of the span being handled, for log lines; None outside any we started."""
+    context = _own_span_context()
+    if context is None:
         return None
     return trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id)

@@ -38,6 +38,7 @@ class _Call:
             context=tracing.context_from(metadata),
             kind=SpanKind.SERVER,
             attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
+            **tracing.QUIET_FAILURES,  # `end` sets the status: the code's name, never an exception's text
         )
 
     def current_span(self):

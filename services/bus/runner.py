@@ -371,8 +371,13 @@ class Runner:
                 "peerlog.processor": self.processor.name,
                 "peerlog.event_id": event.event_id,
             },
-        ):
-            step = await self.processor.handle(self.states.get, event)
+            **tracing.QUIET_FAILURES,
+        ) as span:
+            try:
+                step = await self.processor.handle(self.states.get, event)
+            except Exception as error:
+                tracing.failed(span, type(error).__name__)
+                raise
             headers = tracing.record_headers()
         for out in step.events:
             topic = topic_for(out).full_name(self.kafka.topic_prefix)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import openai
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import Span, SpanKind
 from pydantic import BaseModel, ValidationError
 
 from services import tracing
@@ -159,9 +159,11 @@ class ModelClient:
         except SERVER_ERRORS as error:
             failure = as_model_error(self.stage, 1, error)
             metrics.record_call(self.stage, failure.outcome)
+            _failed(span, failure)
             raise failure from error
         except ModelError as error:
             metrics.record_call(self.stage, error.outcome)
+            _failed(span, error)
             raise
         finally:
             span.end()
@@ -182,12 +184,19 @@ class ModelClient:
 
     async def _observed(self, work: Any) -> Completion[Any]:
         with tracing.TRACER.start_as_current_span(
-            f"model {self.stage}", kind=SpanKind.CLIENT, attributes=self._span_attributes()
+            f"model {self.stage}",
+            kind=SpanKind.CLIENT,
+            attributes=self._span_attributes(),
+            **tracing.QUIET_FAILURES,
         ) as span:
             try:
                 completion = await work
             except ModelError as error:
                 metrics.record_call(self.stage, error.outcome)
+                _failed(span, error)
+                raise
+            except Exception as error:
+                _failed(span, error)
                 raise
             metrics.record_call(self.stage, "ok" if completion.attempts == 1 else "repaired")
             span.set_attributes(
@@ -304,6 +313,12 @@ class ModelClient:
         calls = _tool_calls(getattr(message, "tool_calls", None))
         cut = getattr(choices[0], "finish_reason", None) == "length"
         return _Reply(content, model_name(getattr(response, "model", None)) or self.settings.model, usage, calls, cut)
+
+
+def _failed(span: Span, error: Exception) -> None:
+    """Marks a model call's span failed with only what a caller may see: a model error's public text, else the
+    error's kind (the text of either can quote what the provider's server sent back)."""
+    tracing.failed(span, error.public if isinstance(error, ModelError) else type(error).__name__)
 
 
 def _raw(response: Any) -> str:

@@ -6,9 +6,14 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from prometheus_client import REGISTRY
 from pydantic import BaseModel
 
+from services import tracing
 from services.llm.client import Completion, ModelClient, Usage
 from services.llm.errors import ModelOutputInvalid, ModelRequestRejected, ModelUnavailable
 from services.llm.settings import ModelStageSettings
@@ -161,6 +166,30 @@ async def test_a_bad_request_is_rejected_without_retries(server: ModelServer, cl
     assert caught.value.status_code == 400
     assert "context length exceeded" in caught.value.body
     assert len(server.requests) == 1
+
+
+async def test_a_rejected_model_call_span_carries_only_the_public_text(
+    server: ModelServer, client: ModelClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(tracing, "TRACER", provider.get_tracer("test"))
+    secret = "Incorrect API key provided: sk-proj-AbCdEf123456. Organization org-SECRETORG"
+    server.script([Reply(status=401, error_body={"error": {"message": secret}})] * 2)
+
+    with pytest.raises(ModelRequestRejected) as plain:
+        await client.text([{"role": "user", "content": "hi"}])
+    with pytest.raises(ModelRequestRejected) as streamed:
+        [item async for item in client.stream_turn(ASK)]
+
+    spans = exporter.get_finished_spans()
+    assert [(s.status.status_code, s.status.description) for s in spans] == [
+        (StatusCode.ERROR, plain.value.public),
+        (StatusCode.ERROR, streamed.value.public),
+    ]
+    assert "sk-proj" not in plain.value.public  # the provider's reply stays in the server's log
+    assert [event.name for s in spans for event in s.events] == []  # no `exception` event quoting it
 
 
 @pytest.mark.parametrize(
