@@ -13,6 +13,17 @@ def admin_client(settings: KafkaSettings) -> AdminClient:
     return AdminClient(settings.client_config())
 
 
+def topic_config(spec: TopicSpec, replication_factor: int) -> dict[str, str]:
+    """A topic's settings. Replicated, an append is acknowledged only once two replicas hold it, and a replica
+    that fell behind never becomes leader: with a broker's defaults (min.insync.replicas 1, which Kafka ships),
+    `acks=all` is satisfied by the leader alone once the others drop out of sync, and losing that node lost
+    acknowledged writes of the log every projection is rebuilt from."""
+    config = dict(spec.config)
+    if replication_factor > 1:
+        config |= {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+    return config
+
+
 def create_topics(
     settings: KafkaSettings, specs: tuple[TopicSpec, ...] = ALL_TOPICS, timeout: float = 30.0
 ) -> dict[str, str]:
@@ -23,7 +34,7 @@ def create_topics(
             spec.full_name(settings.topic_prefix),
             num_partitions=settings.partitions,
             replication_factor=settings.replication_factor,
-            config=dict(spec.config),
+            config=topic_config(spec, settings.replication_factor),
         )
         for spec in specs
     ]
