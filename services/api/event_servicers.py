@@ -8,6 +8,7 @@ from services.api import convert_events as c
 from services.api import subscriptions, webhooks
 from services.api.deps import ApiDeps
 from services.api.guards import require_workspace
+from services.api.slots import holding
 from services.webhooks.settings import WebhookSettings
 from services.webhooks.store import WebhookStore
 
@@ -28,6 +29,7 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
     def __init__(self, ctx: ApiDeps, store: WebhookStore, settings: WebhookSettings) -> None:
         self.ctx, self.store = ctx, store
         self.allow_private, self.most = settings.allow_private_targets, settings.max_per_workspace
+        self.retrying = webhooks.running_retries(settings.retries_per_workspace)
 
     async def CreateWebhook(self, request, context):
         types = list(request.event_types)
@@ -62,7 +64,8 @@ class WebhookServicer(webhooks_pb2_grpc.WebhookServiceServicer):
         )
 
     async def RetryWebhookDeadLetter(self, request, context):
-        outcome = await webhooks.retry(
-            self.store, request.workspace_id, request.webhook_id, request.event_id, self.allow_private
-        )
+        with holding((self.retrying, request.workspace_id)):
+            outcome = await webhooks.retry(
+                self.store, request.workspace_id, request.webhook_id, request.event_id, self.allow_private
+            )
         return webhooks_pb2.RetryWebhookDeadLetterResponse(delivered=outcome.delivered, error=outcome.error)

@@ -8,7 +8,7 @@ import ipaddress
 import secrets
 import unicodedata
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from urllib.parse import urlsplit
 
@@ -16,11 +16,13 @@ from services.api import validation as v
 from services.api.cursors import time_id
 from services.api.deps import ApiDeps
 from services.api.reads import Page, page
+from services.api.slots import Slots
 from services.bus.subscription import Filter
 from services.errors import InvalidArgument, NotFound, ResourceExhausted
 from services.webhooks.delivery import Delivery, Endpoint, RetryPolicy, deliver
 from services.webhooks.store import DeadLetter, WebhookStore
 from services.webhooks.targets import PrivateTarget, check_url, delivery_client, unsendable
+from services.webhooks.worker import current_body
 
 MAX_URL_CHARS = 2000
 ONCE = RetryPolicy(attempts=1)  # a retry asked for by a caller: one attempt, answered at once
@@ -153,9 +155,28 @@ async def dead_letters(
     endpoint_id = (await _endpoint(store, workspace_id, webhook_id)).endpoint_id
     limit, scope = v.page_size(size), ("ListWebhookDeadLetters", workspace_id, endpoint_id)
     after = ctx.cursors.decode_time_id(scope, token)
-    rows = await _off_loop(store.dead_letter_page, endpoint_id, after, limit)
+    rows = await _off_loop(_current_page, store, endpoint_id, after, limit)
     listed = [ListedDeadLetter(letter, letter.body.decode(), dead_at) for letter, dead_at in rows]
     return page(ctx, scope, listed, limit, lambda d: time_id(d.dead_at, d.letter.event_id))
+
+
+def _current_page(store: WebhookStore, endpoint_id: str, after, limit: int) -> list[tuple[DeadLetter, datetime]]:
+    return [(_current(letter), at) for letter, at in store.dead_letter_page(endpoint_id, after, limit)]
+
+
+def _current(letter: DeadLetter) -> DeadLetter:
+    return replace(letter, body=current_body(letter.body))
+
+
+def running_retries(per_workspace: int) -> Slots:
+    """The dead-letter retries one workspace may run at once on this process."""
+    return Slots(
+        per_workspace,
+        lambda workspace_id, held: (
+            f"workspace {workspace_id!r} already has {held} dead-letter retries waiting on "
+            "their receivers on this API process (PEERLOG_WEBHOOK_RETRIES_PER_WORKSPACE): retry once one has answered"
+        ),
+    )
 
 
 async def retry(
@@ -167,8 +188,9 @@ async def retry(
     letter = await _off_loop(store.dead_letter, endpoint.endpoint_id, event_id)
     if letter is None:
         raise NotFound(f"webhook {webhook_id!r} has no dead letter of event {event_id!r}")
+    body = await _off_loop(current_body, letter.body)
     async with delivery_client(allow_private) as client:
-        outcome = await deliver(client, endpoint, letter.event_id, letter.event_type, letter.body, ONCE)
+        outcome = await deliver(client, endpoint, letter.event_id, letter.event_type, body, ONCE)
     if outcome.delivered:
         await _off_loop(store.forget, endpoint.endpoint_id, event_id)
     return outcome

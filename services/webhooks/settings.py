@@ -22,3 +22,10 @@ class WebhookSettings(BaseSettings):
         ge=1,
         description="webhooks one workspace may have; CreateWebhook past it is RESOURCE_EXHAUSTED",
     )
+    # a retry waits up to a delivery attempt's 10 s on the workspace's own receiver, holding a call's place
+    retries_per_workspace: int = Field(
+        2,
+        ge=1,
+        description="RetryWebhookDeadLetter calls of one workspace one API process runs at once; one more is "
+        "RESOURCE_EXHAUSTED",
+    )

@@ -14,6 +14,7 @@ import orjson
 from services.bus.settings import KafkaSettings
 from services.bus.subscription import Delivered, Filter, LogSubscription
 from services.errors import FailedPrecondition, InvalidArgument
+from services.events import EventDecodeError, decode
 from services.webhooks.delivery import Endpoint, RetryPolicy, deliver
 from services.webhooks.store import DeadLetter, WebhookStore
 
@@ -24,6 +25,15 @@ T = TypeVar("T")
 def body_of(delivered: Delivered) -> bytes:
     """What is POSTed: the event's JSON object, as Subscribe sends it."""
     return orjson.dumps(delivered.event.model_dump(mode="json"))
+
+
+def current_body(kept: bytes) -> bytes:
+    """A dead letter's body at this code's schema version, as live deliveries and Subscribe send it: a letter
+    kept across an upgrade holds the version it died at. One this code cannot read is sent as it was kept."""
+    try:
+        return orjson.dumps(decode(kept).model_dump(mode="json"))
+    except EventDecodeError:
+        return kept
 
 
 async def run_endpoint(

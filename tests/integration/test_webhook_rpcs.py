@@ -190,3 +190,86 @@ async def test_dead_letters_are_listed_a_page_at_a_time_each_reply_under_the_siz
         grpc.StatusCode.INVALID_ARGUMENT,
         "page_token is not one this list issued",
     )
+
+
+async def test_a_dead_letter_kept_at_an_older_schema_version_is_listed_and_retried_at_the_current_one(
+    channel, settings
+):
+    # before: listed and sent as kept, so after an upgrade a receiver got v4 beside live deliveries' v5
+    from datetime import UTC, datetime
+
+    from services.events import MessageAppended, ProducerInfo
+
+    stub = webhooks_pb2_grpc.WebhookServiceStub(channel)
+    await Client(channel).workspace("w")
+    event = MessageAppended(
+        workspace_id="w",
+        session_id="s",
+        message_id="m1",
+        peer_id="alice",
+        content="one",
+        created_at=datetime.now(UTC),
+        producer=ProducerInfo(component="api", version="0"),
+    )
+    kept = event.model_dump(mode="json") | {"schema_version": 4}
+    del kept["author_name"]  # what version 4 did not carry
+    store = WebhookStore(engine_for(settings.database))
+    with Receiver([200]) as receiver:
+        store.register(Endpoint("wh_old", "w", receiver.url, b"k"))
+        dead = DeadLetter(
+            "wh_old", event.event_id, "MessageAppended", json.dumps(kept).encode(), 8, "Refused: HTTP 500"
+        )
+        store.advance("wh_old", {}, dead)
+        ref = dict(workspace_id="w", webhook_id="wh_old")
+        (listed,) = (await stub.ListWebhookDeadLetters(wh.ListWebhookDeadLettersRequest(**ref))).dead_letters
+        assert json.loads(listed.json)["schema_version"] == MessageAppended.schema_version_current
+        assert (
+            await stub.RetryWebhookDeadLetter(wh.RetryWebhookDeadLetterRequest(**ref, event_id=event.event_id))
+        ).delivered
+        _, body, _ = receiver.received[-1]
+    sent = json.loads(body)
+    assert sent["schema_version"] == MessageAppended.schema_version_current and sent["content"] == "one"
+    assert "author_name" in sent
+
+
+async def test_a_workspaces_retries_past_its_limit_are_resource_exhausted_while_they_wait_on_a_silent_receiver(
+    settings, projector
+):
+    # before: no bound, so one workspace's retries to a receiver that never answers took every call place
+    import socket
+
+    from services.api.server import start
+    from services.webhooks.settings import WebhookSettings
+    from tests.support.auth import admin_channel
+
+    webhook = WebhookSettings(allow_private_targets=True, retries_per_workspace=1)
+    server = await start(settings.model_copy(update={"webhook": webhook}))
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts connections, never answers
+    store = WebhookStore(engine_for(settings.database))
+    try:
+        async with admin_channel(settings, server.port) as chan:
+            stub = webhooks_pb2_grpc.WebhookServiceStub(chan)
+            for workspace in ("w", "other"):
+                await Client(chan).workspace(workspace)
+                url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+                store.register(Endpoint(f"wh_{workspace}", workspace, url, b"k"))
+                store.advance(
+                    f"wh_{workspace}", {}, DeadLetter(f"wh_{workspace}", "e1", "MessageAppended", b"{}", 8, "x")
+                )
+
+            def retry(workspace: str):
+                request = wh.RetryWebhookDeadLetterRequest(
+                    workspace_id=workspace, webhook_id=f"wh_{workspace}", event_id="e1"
+                )
+                return stub.RetryWebhookDeadLetter(request)
+
+            waiting = retry("w")
+            await asyncio.sleep(1.0)  # the first is waiting on the receiver
+            await rejected(retry("w"), grpc.StatusCode.RESOURCE_EXHAUSTED, "RETRIES_PER_WORKSPACE")
+            other = retry("other")  # another workspace still gets its place
+            await asyncio.sleep(1.0)
+            assert not other.done()
+            assert "no answer" in (await waiting).error and not (await other).delivered
+    finally:
+        silent.close()
+        await server.stop(0)
