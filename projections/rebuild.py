@@ -303,9 +303,10 @@ def _locked(settings: Settings, progress: Progress, accept: Acceptance) -> Rebui
         with one_rebuild(live_engine, live):
             _check_sources(settings, live_engine, live)
             resumed, dropped = claim_abandoned(live_engine, live, settings.kafka.topic_prefix)
-            for schema in dropped:
+            for schema, why in dropped:
                 progress(
-                    f"dropped {schema.name} ({schema.bytes / 2**20:.1f} MiB), left by a rebuild that did not finish"
+                    f"dropped {schema.name} ({schema.bytes / 2**20:.1f} MiB), left by a rebuild that did not finish, "
+                    f"{why}"
                 )
             if resumed is not None:
                 progress(f"resuming {resumed.name}, left by a rebuild that did not finish, from its recorded offsets")

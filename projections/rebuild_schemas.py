@@ -2,12 +2,14 @@
 
 A rebuild fills `<live>_build_<stamp>` and, when it switches, renames the live schema to
 `<live>_retired_<stamp>`. A comment on a build schema says what it is: a build, with the topics it
-replays and the settings that shape its rows (the embedding model and size), or one kept for inspection
-because its tables differed from the live ones. A build found while no rebuild runs was left by one that died (killed, its machine
-lost, Postgres restarted under it). Each batch it replayed was committed with its offsets, so the next
-rebuild resumes the newest such build made under the same settings, and drops the others: each holds a
-full copy of the projections. Retired and kept schemas stay until an operator drops them
-(`peerlog projections drop`).
+replays, the settings that shape its rows (the embedding model and size) and the code that makes them
+(made_by), or one kept for inspection because its tables differed from the live ones. A build found while
+no rebuild runs was left by one that died (killed, its machine lost, Postgres restarted under it). Each
+batch it replayed was committed with its offsets, so the next rebuild resumes the newest such build made
+by the same code under the same settings, and drops the others: each holds a full copy of the
+projections. A build an older version left is not carried on: that version may have parked events of a
+version it could not read, or computed a column by an older expression, and the replay would start past
+them. Retired and kept schemas stay until an operator drops them (`peerlog projections drop`).
 
 Two rebuilds at once would each replay the whole log and switch one after the other; the second one now
 stops at once instead. The lock is a Postgres session-level advisory lock held on its own connection for
@@ -16,6 +18,7 @@ the whole rebuild: if the holder dies, its session ends and the lock goes with i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -23,8 +26,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.schema import CreateIndex, CreateTable
 
-from projections.schema import ACTIVE_EMBEDDING_MODEL, EMBEDDING_DIMENSIONS
+from projections.schema import ACTIVE_EMBEDDING_MODEL, EMBEDDING_DIMENSIONS, metadata
+from services.events import event_types
 
 BUILDING, KEPT = "build", "kept"
 
@@ -50,18 +56,56 @@ class SideSchema:
     mark: dict = field(default_factory=dict)  # what its comment says (builds and kept ones)
 
     def resumable(self, topic_prefix: str) -> bool:
-        """A build whose rows the current settings would write the same way, from the same topics."""
-        return self.kind == BUILDING and self.mark == mark_of(BUILDING, topic_prefix)
+        """A build whose rows the current code and settings would write the same way, from the same topics."""
+        return self.kind == BUILDING and not self.unlike(topic_prefix)
+
+    def unlike(self, topic_prefix: str) -> str:
+        """How the build differs from one the current code and settings would make, in words for the
+        operator; '' when it does not."""
+        now = mark_of(BUILDING, topic_prefix)
+        if self.mark == now:
+            return ""
+        if self.mark.get("peerlog") != BUILDING:
+            return "with no mark of what made it (killed before it was marked)"
+        differing = (why for key, why in _MADE_UNDER.items() if self.mark.get(key) != now[key])
+        return next(differing, "made under other settings")
+
+
+# what a build's mark names, and how a build that differs in it is told apart in the log
+_MADE_UNDER = {
+    "topic_prefix": "made from another topic prefix's topics",
+    "embedding_model": "made under another embedding model",
+    "dimensions": "made under another embedding size",
+    "made_by": "made by another version of peerlog (other event versions, tables or handlers)",
+}
+# what makes the rows when no declaration says so: bump it when a handler writes other rows than before
+# for the same events (refuses what it recorded, fills a column otherwise), so that a build an older
+# version left is made anew instead of carried on
+HANDLERS_REVISION = 1
+
+
+def made_by() -> str:
+    """A digest of what turns the log into rows: each event type's current schema version (an older one
+    parks what it cannot read), each table and index as Postgres creates it (generated expressions
+    included), and HANDLERS_REVISION."""
+    dialect = postgresql.dialect()
+    shape = [f"{name} v{cls.schema_version_current}" for name, cls in sorted(event_types().items())]
+    for table in metadata.sorted_tables:
+        shape.append(str(CreateTable(table).compile(dialect=dialect)))
+        shape += [str(CreateIndex(i).compile(dialect=dialect)) for i in sorted(table.indexes, key=lambda i: i.name)]
+    shape.append(f"handlers {HANDLERS_REVISION}")
+    return hashlib.sha256("\n".join(shape).encode()).hexdigest()[:16]
 
 
 def mark_of(state: str, topic_prefix: str) -> dict:
-    """What a build schema's comment holds: its state, the topics it replays and the settings that shape
-    its rows."""
+    """What a build schema's comment holds: its state, the topics it replays, the settings that shape its
+    rows and the code that makes them."""
     return {
         "peerlog": state,
         "topic_prefix": topic_prefix,
         "embedding_model": ACTIVE_EMBEDDING_MODEL,
         "dimensions": EMBEDDING_DIMENSIONS,
+        "made_by": made_by(),
     }
 
 
@@ -120,16 +164,20 @@ def one_rebuild(engine: Engine, live: str) -> Iterator[None]:
             conn.commit()
 
 
-def claim_abandoned(engine: Engine, live: str, topic_prefix: str) -> tuple[SideSchema | None, list[SideSchema]]:
-    """The build to resume, if any, and the builds dropped: of the builds rebuilds that died left behind,
-    the newest the current settings can resume is kept, the others are dropped. Only under
-    `one_rebuild`: then no build is in progress."""
+def claim_abandoned(
+    engine: Engine, live: str, topic_prefix: str
+) -> tuple[SideSchema | None, list[tuple[SideSchema, str]]]:
+    """The build to resume, if any, and the builds dropped, each with why: of the builds rebuilds that died
+    left behind, the newest the current code and settings can resume is kept, the others are dropped.
+    Only under `one_rebuild`: then no build is in progress."""
     with engine.begin() as conn:
         abandoned = [s for s in side_schemas(conn, live) if s.kind == BUILDING]
         resumable = [s for s in abandoned if s.resumable(topic_prefix)]
         resumed = resumable[-1] if resumable else None
-        dropped = [s for s in abandoned if s is not resumed]
-        for schema in dropped:
+        dropped = [
+            (s, s.unlike(topic_prefix) or "older than the one carried on") for s in abandoned if s is not resumed
+        ]
+        for schema, _ in dropped:
             conn.execute(text(f'DROP SCHEMA "{schema.name}" CASCADE'))
     return resumed, dropped
 

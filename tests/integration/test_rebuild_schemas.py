@@ -1,6 +1,6 @@
 """What rebuilds leave behind: one rebuild at a time; a build that a killed rebuild left, or one cut off
-from Postgres, carried on from its recorded offsets; a differing build kept for inspection; and the
-commands that list and drop those schemas."""
+from Postgres, carried on from its recorded offsets, unless older code made it; a differing build kept for
+inspection; and the commands that list and drop those schemas."""
 
 from __future__ import annotations
 
@@ -26,10 +26,14 @@ from peerlog.v1 import observations_pb2, workspaces_pb2
 from projections.db import sync_engine
 from projections.rebuild import Replayer, deferred_indexes, rebuild, recorded_offsets, start_build
 from projections.rebuild_schemas import RebuildInProgress, mark_of, one_rebuild, side_schemas
+from services.bus.producer import EventLog
 from services.cli.client import Client
+from services.events import MessageAppended, SessionCreated, WorkspaceCreated
+from tests.integration.test_projector import P, msg
 from tests.integration.test_rebuild import projected_session, row_count
 from tests.support.processes import settings_env
 from tests.support.tcp_proxy import database_behind_proxy
+from tests.support.wait import eventually
 
 
 @pytest.fixture
@@ -95,15 +99,15 @@ def test_a_rebuild_killed_mid_way_leaves_a_build_that_the_next_rebuild_carries_o
     assert schemas(projected, settings) == {report.retired: "retired"}
 
 
-def partial_build(settings, projected) -> tuple[str, int]:
-    """A build that replayed half of every partition, as a rebuild that died mid-way leaves it: its
-    name, and the events it applied."""
+def partial_build(settings, projected, share: float = 0.5) -> tuple[str, int]:
+    """A build that replayed `share` of every partition (of the live projection's offsets), as a rebuild
+    that died leaves it: its name, and the events it applied."""
     schema, engine = start_build(settings)
     replayer = Replayer(settings, engine, progress=lambda _: None)
     try:
         with projected.connect() as conn:
             live = recorded_offsets(conn, settings.database.schema_name)
-        replayer.replay_to({tp: n // 2 for tp, n in live.items()})
+        replayer.replay_to({tp: int(n * share) for tp, n in live.items()})
         return schema, replayer.events
     finally:
         replayer.close()
@@ -122,6 +126,47 @@ def test_a_rebuild_carries_on_a_build_left_half_done_replaying_only_the_rest(set
     assert applied + resumed.events == fresh.events  # each event applied once across the two runs
 
 
+def test_a_build_left_by_code_that_parked_newer_event_versions_is_dropped_and_the_rebuild_applies_them(
+    settings, projector, monkeypatch
+):
+    """An older peerlog parks events of a version newer than it reads, and a rebuild under the new version
+    applies them (README, "Upgrading to vectors as base64"). A build the older version's rebuild left was
+    carried on instead: its replay started past the parked records, it compared equal to the live schema
+    (which parked them too) and switched, and the acknowledged messages were never projected."""
+    live = settings.database.schema_name
+    written = [msg(i) for i in range(5)]
+    assert {m.schema_version for m in written} == {5}
+    projector.stop()
+    monkeypatch.setattr(MessageAppended, "schema_version_current", 4)  # the version before `author_name`
+    projector.start()
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync(
+        [WorkspaceCreated(workspace_id="w", producer=P), SessionCreated(workspace_id="w", session_id="s1", producer=P)]
+    )
+    log.append_sync(written)
+    log.close()
+    engine = sync_engine(settings.database)
+    eventually(lambda: row_count(engine, live, "quarantine") == 5, timeout=60)
+    older, _ = partial_build(settings, engine, share=1)  # a rebuild of the older version that died
+    projector.stop()
+    monkeypatch.undo()  # the upgrade
+    projector.start()
+
+    said: list[str] = []
+    report = rebuild(settings, progress=said.append, accept_differences=True)
+
+    assert row_count(engine, live, "messages") == 5, said
+    assert row_count(engine, live, "quarantine") == 0
+    assert not report.resumed and report.differences["messages"] == 5, report
+    dropped = [line for line in said if line.startswith(f"dropped {older} ")]
+    assert dropped and dropped[0].endswith(
+        "made by another version of peerlog (other event versions, tables or handlers)"
+    ), said
+    assert schemas(engine, settings) == {report.retired: "retired"}
+    engine.dispose()
+
+
 def test_a_build_left_under_another_embedding_model_is_dropped_not_carried_on(settings, projected):
     schema, _ = partial_build(settings, projected)
     other = {**mark_of("build", settings.kafka.topic_prefix), "embedding_model": "another-model"}
@@ -131,7 +176,8 @@ def test_a_build_left_under_another_embedding_model_is_dropped_not_carried_on(se
     said: list[str] = []
     report = rebuild(settings, progress=said.append)
     assert report.switched and not report.resumed and report.schema != schema
-    assert any(line.startswith(f"dropped {schema} ") for line in said), said
+    dropped = [line for line in said if line.startswith(f"dropped {schema} ")]
+    assert dropped and dropped[0].endswith("made under another embedding model"), said
     assert schemas(projected, settings) == {report.retired: "retired"}
 
 
