@@ -60,25 +60,32 @@ def session_configured(conn: Connection, events: Sequence[SessionConfigured], la
 
 def _in_log_order(conn: Connection, rows: list[dict]) -> list[dict]:
     """`rows` (one level's, in log order) with each `recorded_at` after its scope's row before it."""
-    latest: dict[tuple[str, str, str], datetime | None] = {}
+    latest: dict[tuple[str, str, str, str], datetime | None] = {}
     for row in rows:
-        key = (row["workspace_id"], row["level"], row["session_id"])
+        key = (row["workspace_id"], row["level"], row["session_id"], row["message_id"])
         if key not in latest:
             latest[key] = _latest_time(conn, *key)
         row["recorded_at"] = latest[key] = after(latest[key], row["recorded_at"])
     return rows
 
 
-def _latest_time(conn: Connection, workspace_id: str, level: str, session_id: str) -> datetime | None:
-    return conn.scalar(
-        select(func.max(c.recorded_at)).where(
-            c.workspace_id == workspace_id, c.level == level, c.session_id == session_id, c.message_id == ""
-        )
+def _latest_time(conn: Connection, workspace_id: str, level: str, session_id: str, message_id: str) -> datetime | None:
+    newest = select(func.max(c.recorded_at)).where(
+        c.workspace_id == workspace_id, c.level == level, c.session_id == session_id, c.message_id == message_id
     )
+    if not message_id:
+        return conn.scalar(newest)
+    # a level set later follows its message on the log, which has no row here if it came with no level;
+    # as_of reads "as it came" at the message's own time (GREATEST skips a NULL)
+    came = select(messages.c.recorded_at).where(
+        messages.c.workspace_id == workspace_id, messages.c.message_id == message_id
+    )
+    return conn.scalar(select(func.greatest(newest.scalar_subquery(), came.scalar_subquery())))
 
 
 def messages_configured(conn: Connection, events: Sequence[tuple[MessageAppended, int]]) -> None:
-    """The message level and the workspace stamp of new messages (with their seqs) that carry either."""
+    """The message level and the workspace stamp of new messages (with their seqs) that carry either.
+    Each is its message's first row, so its time needs no floor: a level set later is timed after it."""
     insert_new(
         conn,
         configurations,
@@ -91,8 +98,11 @@ def messages_configured(conn: Connection, events: Sequence[tuple[MessageAppended
 
 
 def message_configured(conn: Connection, events: Sequence[MessageConfigured]) -> None:
-    """A message level set after the message: a later row of the message (its workspace stamp stays on the first)."""
-    insert_new(conn, configurations, [_row(e, "message", e.configuration, e.session_id, e.message_id) for e in events])
+    """A message level set after the message: a later row of the message (its workspace stamp stays on the
+    first), timed after the message's row before it (log_time.py). Stamped by an API host whose clock ran
+    behind, a level set later read as overridden by the one it replaced, now and as of any time."""
+    rows = [_row(e, "message", e.configuration, e.session_id, e.message_id) for e in events]
+    insert_new(conn, configurations, _in_log_order(conn, rows))
 
 
 class Levels(NamedTuple):

@@ -4,7 +4,7 @@ processors do and in what GetEffectiveConfiguration reports, and a rebuild repro
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -13,7 +13,9 @@ from peerlog.v1 import common_pb2, configuration_pb2_grpc, messages_pb2, peers_p
 from peerlog.v1 import configuration_pb2 as cfg
 from projections.rebuild import rebuild
 from projections.schema import perceptions, summaries
+from services.api import configurations as configuration_api
 from services.cli.client import Client
+from services.events import MessageConfigured
 from tests.integration.test_chat import memory, serve  # noqa: F401 (fixtures)
 from tests.integration.test_deriver import rows
 from tests.support.extractor import is_deriver
@@ -394,6 +396,48 @@ async def test_a_message_level_set_after_the_message_is_read_back_and_as_of_and_
     assert report.switched and set(report.differences.values()) == {0}, report.differences
     assert await levels.effective("w", m=message) == now
     assert await levels.effective("w", m=message, as_of=between) == before
+
+
+def stamped_behind(seconds: float):
+    """MessageConfigured as an API host whose clock runs `seconds` behind stamps it."""
+    return lambda **fields: MessageConfigured(**fields, occurred_at=datetime.now(UTC) - timedelta(seconds=seconds))
+
+
+async def test_a_message_level_set_later_from_a_host_whose_clock_runs_behind_is_the_one_reads_show(
+    channel, settings, monkeypatch
+):
+    # stamped before the set it replaced, it read as overridden by it: now, as of any time, in a clone
+    c, levels = Client(channel), Levels(channel)
+    await c.setup_conversation("w", "s")
+    token = (await c.add("w", "s", [said("alice", "hi")])).consistency_token
+    [message] = [m.message_id for m in await c.all_messages("w", "s", token=token)]
+    await asyncio.sleep(0.01)
+    before_sets = datetime.now(UTC)
+    await asyncio.sleep(0.01)
+    await levels.message("w", "s", message, deriver_instructions="first")
+    monkeypatch.setattr(configuration_api, "MessageConfigured", stamped_behind(4))
+    token = await levels.message("w", "s", message, deriver_instructions="second")
+
+    now = await levels.effective("w", m=message, token=token)
+    then = await levels.effective("w", m=message, as_of=before_sets)
+    assert now["deriver_instructions"] == ("second", L.CONFIGURATION_LEVEL_MESSAGE)
+    assert then["deriver_instructions"] == ("", L.CONFIGURATION_LEVEL_GLOBAL)  # before either set
+    cloned = await c.sessions.CloneSession(
+        sessions_pb2.CloneSessionRequest(
+            workspace_id="w",
+            session_id="s",
+            new_session_id="s2",
+            consistency=common_pb2.ReadConsistency(consistency_token=token),
+        )
+    )
+    [copy] = cloned.message_ids
+    copied = await levels.effective("w", m=copy, token=cloned.consistency_token)
+    assert copied["deriver_instructions"] == ("second", L.CONFIGURATION_LEVEL_MESSAGE)
+
+    report = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings))
+    assert report.switched and set(report.differences.values()) == {0}, report.differences
+    assert await levels.effective("w", m=message) == now
+    assert await levels.effective("w", m=message, as_of=before_sets) == then
 
 
 async def test_a_message_level_is_set_only_on_a_message_of_that_session(channel):
