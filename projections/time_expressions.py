@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import calendar
 import re
+import string
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 
@@ -84,7 +85,11 @@ PATTERNS = (
     ("year", rf"\b(?:in|during|of|since|from|by|throughout)\s+{_YEAR}\b"),
     ("month", rf"\b(?:in|during|of|early|late|mid|beginning of|end of)\s+{_MONTH}\b"),
 )
-_COMPILED = tuple((kind, re.compile(p, re.IGNORECASE)) for kind, p in PATTERNS)
+# The patterns are lower case and the query is matched with A-Z lowered: re.IGNORECASE folds Unicode look-alikes
+# too ("fıve" with a dotless i matched "five", "ſix" with a long s "six"), words the tables do not hold. re.ASCII
+# would also drop Unicode spaces and digits ("8\u00a0May 2023"); lowering A-Z alone keeps them and every span.
+_COMPILED = tuple((kind, re.compile(p)) for kind, p in PATTERNS)
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
 @dataclass(frozen=True)
@@ -121,13 +126,25 @@ def _latest_year(month: int, day: int, ref: datetime, strictly_before_month: boo
     return year
 
 
-def _count(n: str) -> int:
-    return int(n) if n.isdigit() else NUMBERS[n.lower()]
+def _count(n: str) -> int | None:
+    return int(n) if n.isdigit() else NUMBERS.get(n)
+
+
+def _ago(n: str, unit: str, ref: datetime) -> Period | None:
+    """The days around `n` units before `ref` ("two weeks ago" is about then, give or take a third of it); None
+    for a word the tables do not hold."""
+    count, unit_days = _count(n), UNITS.get(unit)
+    if count is None or unit_days is None:
+        return None
+    days = count * unit_days
+    centre = ref.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=days)
+    slack = timedelta(days=max(1, days // 3))
+    return Period(centre - slack, centre + slack)
 
 
 def _relative(which: str, unit: str, ref: datetime) -> Period:
     today = ref.replace(hour=0, minute=0, second=0, microsecond=0)
-    if which.lower() == "past" and unit in UNITS:
+    if which == "past" and unit in UNITS:
         # "the past week" is the seven days up to today, where "last week" is the calendar week before this
         # one: on a Sunday that was 8-13 days ago, and the six latest days were left out
         return Period(today - timedelta(days=UNITS[unit]), today + timedelta(days=1))
@@ -145,7 +162,7 @@ def _relative(which: str, unit: str, ref: datetime) -> Period:
 def _period(kind: str, g: dict[str, str], ref: datetime) -> Period | None:  # noqa: PLR0911 - one per kind
     """The period of one match, in `ref`'s time zone."""
     zone = ref.tzinfo
-    month = MONTHS.get((g.get("month") or "").lower().rstrip("."), 0)
+    month = MONTHS.get((g.get("month") or "").rstrip("."), 0)
     if kind == "iso":
         return _day(int(g["year"]), int(g["mon"]), int(g["day"]), zone)
     if kind in ("day_month_year", "month_day_year"):
@@ -155,20 +172,16 @@ def _period(kind: str, g: dict[str, str], ref: datetime) -> Period | None:  # no
     if kind in ("day_month", "month_day"):
         return _day(_latest_year(month, int(g["day"]), ref), month, int(g["day"]), zone)
     if kind == "ago":
-        days = _count(g["n"]) * UNITS[g["unit"].lower()]
-        # "two weeks ago" is about then, give or take a third of it
-        centre = ref.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=days)
-        slack = timedelta(days=max(1, days // 3))
-        return Period(centre - slack, centre + slack)
+        return _ago(g["n"], g["unit"], ref)
     if kind == "last_month_name":
         return _month(_latest_year(month, 1, ref, strictly_before_month=True), month, zone)
     if kind == "relative":
-        return _relative(g["which"].lower(), g["unit"].lower(), ref)
+        return _relative(g["which"], g["unit"], ref)
     if kind == "day_word":
         today = ref.replace(hour=0, minute=0, second=0, microsecond=0)
         return (
             Period(today - timedelta(days=1), today)
-            if g["word"].lower() == "yesterday"
+            if g["word"] == "yesterday"
             else Period(today, today + timedelta(days=1))
         )
     if kind == "year":
@@ -181,14 +194,15 @@ def _period_in_range(kind: str, g: dict[str, str], ref: datetime) -> Period | No
     ago", "yesterday" from a reference on 1 January of year 1): no period, not a failed search."""
     try:
         return _period(kind, g, ref)
-    except (OverflowError, ValueError):  # only date arithmetic happens there: these are its range errors
+    # date arithmetic's range errors, and a word missing from a table as a last guard: the lookups use .get()
+    except (OverflowError, ValueError, LookupError):
         return None
 
 
 def periods(query: str, ref: datetime, zone: tzinfo = UTC) -> list[Period]:
     """The periods `query` names, in the order they appear, as days, months and years of `zone`; none
     when it names no time."""
-    ref = in_zone(ref, zone)
+    ref, query = in_zone(ref, zone), query.translate(_ASCII_LOWER)
     taken: list[tuple[int, int]] = []  # disjoint spans, in order
     found: list[tuple[int, Period]] = []
     for kind, pattern in _COMPILED:

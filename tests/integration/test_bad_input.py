@@ -461,6 +461,22 @@ async def test_a_time_word_outside_the_years_1_to_9999_is_no_time_and_the_search
         await convo.workspaces.SearchMessages(request)
 
 
+async def test_a_time_word_with_a_turkish_i_or_long_s_is_no_time_and_the_search_answers(convo, channel):
+    """Found in review: Unicode case folding let "fıve days ago" match "five" and then miss the number table
+    (KeyError): SearchMessages and GetContext answered INTERNAL."""
+    context = context_pb2_grpc.ContextServiceStub(channel)
+    for query in ("what did we do fıve days ago", "FİVE DAYS AGO", "ſix days ago", "ſeven weeks ago"):
+        await convo.workspaces.SearchMessages(
+            workspaces_pb2.SearchWorkspaceMessagesRequest(workspace_id="acme", query=query)
+        )
+        await convo.sessions.SearchMessages(
+            sessions_pb2.SearchSessionMessagesRequest(workspace_id="acme", session_id="s1", query=query)
+        )
+        await context.GetContext(
+            context_pb2.GetContextRequest(workspace_id="acme", session_id="s1", observer_id="alice", search_query=query)
+        )
+
+
 async def test_search_filters_of_70000_ids_are_invalid_argument(convo):
     many = [f"s{i}" for i in range(70_000)]
     await rejected(

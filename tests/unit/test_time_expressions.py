@@ -93,6 +93,21 @@ def test_a_time_out_of_range_does_not_hide_the_others_named_with_it():
     assert periods("3000 years ago or in August 2022", REF) == [Period(d(2022, 8, 1), d(2022, 9, 1))]
 
 
+@pytest.mark.parametrize(
+    "query",
+    ["fıve days ago", "FİVE DAYS AGO", "ſix days ago", "ſeven weeks ago", "thiſ week", "yeſterday", "paſt year"],
+)
+def test_a_time_word_that_only_folds_to_ascii_names_no_period_and_does_not_raise(query):
+    # a dotless or dotted i and a long s fold to i and s under Unicode case folding: "fıve" raised a KeyError
+    # (the search answered INTERNAL), "thiſ week" was read as last week, "yeſterday" as today
+    assert periods(query, REF) == []
+
+
+def test_a_no_break_space_between_time_words_still_separates_them():
+    assert periods("the trip three\u00a0weeks ago", REF) == [Period(d(2023, 5, 18), d(2023, 6, 1))]
+    assert periods("on 8\u00a0May 2023", REF) == [Period(d(2023, 5, 8), d(2023, 5, 9))]  # the day, not the month
+
+
 def test_a_count_of_up_to_four_digits_is_still_read():
     # about 2020-09-18, give or take a third of it
     assert periods("the trip 1000 days ago", REF) == [Period(d(2019, 10, 21), d(2021, 8, 17))]
