@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
@@ -19,7 +20,12 @@ import httpcore
 import httpx
 
 RESOLVE_TIMEOUT_S = 5.0
+# of a host's addresses all but the last get this long to connect: a dead address's whole cost to an attempt
+CONNECT_TRY_S = 2.0
+IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 METADATA = {ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")}
+
+log = logging.getLogger(__name__)
 
 
 class PrivateTarget(ValueError):
@@ -28,11 +34,19 @@ class PrivateTarget(ValueError):
 
 def refusal(address: str) -> str | None:
     """Why deliveries may not go to `address` (an IP literal), or None when it is public."""
+    ip, reached = _reached(address)
+    why = _kind(reached)
+    return f"{why} (as the IPv4 address inside {ip})" if why and reached is not ip else why
+
+
+def _reached(address: str) -> tuple[IP, IP]:
+    """`address` parsed, and the address a packet to it reaches: the IPv4 one it carries, else itself."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # a zone index (fe80::1%eth0) names no other host
     embedded = _embedded_ipv4(ip)
-    if embedded is not None:  # a packet to it reaches the IPv4 address inside: that is what to judge
-        why = refusal(str(embedded))
-        return f"{why} (as the IPv4 address inside {ip})" if why else None
+    return ip, ip if embedded is None else embedded
+
+
+def _kind(ip: IP) -> str | None:
     for kind, hit in (
         ("a cloud metadata address", ip in METADATA),
         ("loopback", ip.is_loopback),
@@ -58,7 +72,7 @@ DOCUMENTATION = (ipaddress.ip_network("3fff::/20"),)  # RFC 9637, inside 2000::/
 TRANSLATED = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("::ffff:0:0:0/96"))
 
 
-def _embedded_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+def _embedded_ipv4(ip: IP) -> ipaddress.IPv4Address | None:
     """The IPv4 address an IPv6 one carries and a host or gateway would reach: mapped (::ffff:a.b.c.d),
     compatible (::a.b.c.d), NAT64 or translated, 6to4 (2002:AABB:CCDD::); None for any other."""
     if not isinstance(ip, ipaddress.IPv6Address):
@@ -75,12 +89,19 @@ def _embedded_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddre
 
 async def resolve(host: str, port: int) -> list[str]:
     """The addresses `host` stands for: itself when it is an IP literal, else what DNS answers."""
-    try:
-        return [str(ipaddress.ip_address(host.strip("[]")))]
-    except ValueError:
-        pass
+    literal = _literal(host)
+    if literal is not None:
+        return [literal]
     found = await asyncio.wait_for(asyncio.shield(_lookup(host, port)), RESOLVE_TIMEOUT_S)
     return list(dict.fromkeys(info[4][0] for info in found))
+
+
+def _literal(host: str) -> str | None:
+    """`host` as an IP address when it is one (a URL's IPv6 literal may keep its brackets), else None."""
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return None
 
 
 # DNS lookups block a thread until the resolver answers, and one given up after RESOLVE_TIMEOUT_S keeps its
@@ -103,15 +124,24 @@ def _lookup(host: str, port: int) -> asyncio.Future:
 
 
 def check_addresses(host: str, addresses: list[str]) -> None:
-    """PrivateTarget if any address is not public: an attacker's DNS may answer with several."""
+    """PrivateTarget if any address is not public: an attacker's DNS may answer with several. A host
+    name's refusal gives the kind of address it resolves to, not the address, which only the log gets."""
     for address in addresses:
         why = refusal(address)
         if why is not None:
-            shown = host if host == address else f"{host} ({address})"
             raise PrivateTarget(
-                f"{shown} is {why}; webhooks may only reach public addresses "
+                f"{_refused(host, address, why)}; webhooks may only reach public addresses "
                 "(PEERLOG_WEBHOOK_ALLOW_PRIVATE_TARGETS=true allows others)"
             )
+
+
+def _refused(host: str, address: str, why: str) -> str:
+    if _literal(host) is not None:  # the caller wrote the address: naming it tells them nothing
+        return f"{host} is {why}"
+    # the caller sees no address: with it, a workspace token could learn which internal names exist and
+    # where they point, one CreateWebhook (or dead letter) at a time
+    log.info("webhook host %r refused: it resolves to %s, %s", host, address, why)
+    return f"{host} resolves to a non-public address ({_kind(_reached(address)[1])})"
 
 
 async def check_url(url: str) -> None:
@@ -151,10 +181,14 @@ class _CheckedBackend(httpcore.AsyncNetworkBackend):
         # PrivateTarget itself, not a ConnectError: httpx lets it through unmapped, so the delivery
         # dead-letters it at once instead of retrying an address that is refused every time
         check_addresses(host, addresses)
-        for address in addresses[:-1]:  # the next one if one does not answer, as a plain connect would
+        # the next address when one refuses or stays silent for CONNECT_TRY_S: with no bound (deliveries'
+        # client has no connect timeout) an address that drops SYNs took each whole attempt, every retry
+        # went to it again, and a receiver curl reaches through its next address got nothing
+        bounded = CONNECT_TRY_S if timeout is None else min(timeout, CONNECT_TRY_S)
+        for address in addresses[:-1]:
             try:
-                return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
-            except httpcore.ConnectError:
+                return await self._inner.connect_tcp(address, port, bounded, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout):
                 continue
         return await self._inner.connect_tcp(addresses[-1], port, timeout, local_address, socket_options)
 

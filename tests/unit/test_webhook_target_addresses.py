@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import logging
+
 import pytest
 
 from services.webhooks.targets import PrivateTarget, check_addresses, refusal
@@ -39,8 +42,28 @@ def test_public_addresses_are_let_through(address):
 
 
 def test_one_private_address_among_public_ones_refuses_the_host():
-    with pytest.raises(PrivateTarget, match=r"hooks.example \(10.1.2.3\) is private.*ALLOW_PRIVATE_TARGETS"):
+    with pytest.raises(
+        PrivateTarget, match=r"hooks.example resolves to a non-public address \(private\).*ALLOW_PRIVATE"
+    ):
         check_addresses("hooks.example", ["93.184.216.34", "10.1.2.3"])
+
+
+@pytest.mark.parametrize("address", ["10.1.2.3", "::ffff:10.1.2.3", "64:ff9b::a01:203"])
+def test_a_host_names_refusal_gives_the_kind_of_address_not_the_address(address, caplog):
+    # the caller would learn where an internal name points; the operator's log gets it, once
+    caplog.set_level(logging.INFO, logger="services.webhooks.targets")
+    with pytest.raises(PrivateTarget) as refused:
+        check_addresses("db.internal", [address])
+    assert str(refused.value).startswith("db.internal resolves to a non-public address (private);")
+    assert not any(shown in str(refused.value) for shown in (address, str(ipaddress.ip_address(address)), "10.1.2.3"))
+    assert [address in r.getMessage() for r in caplog.records] == [True]
+
+
+@pytest.mark.parametrize("host", ["10.1.2.3", "[::ffff:10.1.2.3]"])
+def test_an_ip_literals_refusal_names_it(host):
+    with pytest.raises(PrivateTarget) as refused:
+        check_addresses(host, [str(ipaddress.ip_address(host.strip("[]")))])
+    assert str(refused.value).startswith(f"{host} is private")  # the caller wrote it: nothing is revealed
 
 
 @pytest.mark.parametrize(
