@@ -16,9 +16,11 @@ is ignored (projections/handlers.py, and the router does the same).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import RowMapping
@@ -208,7 +210,7 @@ async def set_peer_metadata(ctx: ApiDeps, workspace_id: str, peer_id: str, metad
         async with ctx.engine.connect() as conn:
             await check_scope(conn, workspace_id, peer_id=peer_id)  # NotFound, said as every write says it
             before = await peer_reads.peer(conn, workspace_id, peer_id)
-        if before["metadata"] == metadata:
+        if same_json(before["metadata"], metadata):
             return Written(before, False, "")
         event = PeerMetadataSet(workspace_id=workspace_id, peer_id=peer_id, metadata=metadata, producer=ctx.producer)
         token = await commit(ctx, [event])
@@ -470,6 +472,22 @@ def _set(configuration: Configuration | None) -> dict:
     return configuration.model_dump(exclude_none=True) if configuration is not None else {}
 
 
+def same_json(stored: Any, sent: Any) -> bool:
+    """Whether a value read back from a jsonb column is the one `sent` to it, compared as jsonb compares.
+    Python's == is not that: a float such as 1.7336000001234568e+18 is stored as the decimal it prints
+    as, which reads back as the int 1733600000123456800, and that differs from the float's exact value."""
+    return _as_jsonb(stored) == _as_jsonb(sent)
+
+
+def _as_jsonb(value: Any) -> Any:
+    # a float's shortest digits, as the write sends them, kept exact; in a tuple, as True == 1 in Python
+    return json.loads(json.dumps(value), parse_float=_number, parse_int=_number)
+
+
+def _number(text: str) -> tuple[Decimal]:
+    return (Decimal(text),)
+
+
 def sent_before(taken: Mapping[str, Any], session_id: str, new: Sequence[NewMessage]) -> bool:
     """Whether `new` is an earlier call sent again as it was: every message has its own id, already written
     to this session by the same author with the same content and metadata (and created_at, when the call
@@ -481,7 +499,7 @@ def sent_before(taken: Mapping[str, Any], session_id: str, new: Sequence[NewMess
         return (
             row is not None
             and (row["session_id"], row["peer_id"], row["content"]) == (session_id, m.peer_id, m.content)
-            and row["metadata"] == m.metadata
+            and same_json(row["metadata"], m.metadata)
             and (m.created_at is None or row["created_at"] == m.created_at)
             and _set(row.get("configuration")) == _set(m.configuration)  # an opt-out added is no resend
         )

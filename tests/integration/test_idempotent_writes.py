@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import grpc
 import pytest
+from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from peerlog.v1 import (
@@ -26,9 +27,9 @@ from peerlog.v1 import (
 )
 from projections.rebuild import rebuild
 from services.api.channels import channel
-from services.bus.topics import MESSAGE_EMBEDDINGS, OBSERVATIONS, PERCEIVED, SESSIONS
+from services.bus.topics import DIRECTORY, MESSAGE_EMBEDDINGS, OBSERVATIONS, PERCEIVED, SESSIONS
 from services.cli.client import Client
-from services.events import MessageAppended, MessagePerceived, MessagesEmbedded, ObservationAdded
+from services.events import MessageAppended, MessagePerceived, MessagesEmbedded, ObservationAdded, PeerMetadataSet
 from services.events.requests import KeyedRequest
 from tests.integration.test_api_processes import two_process_api  # noqa: F401 (a fixture)
 from tests.support.auth import admin_channel
@@ -243,6 +244,52 @@ async def test_client_message_ids_are_kept_and_must_be_new_unless_the_same_call_
     # an opt-out added is no resend: answered with the ids, the client would think it applied
     opted_out = request(configuration=configuration_pb2.Configuration(reasoning=False))
     await rejected(c.messages.AddMessages(opted_out), grpc.StatusCode.ALREADY_EXISTS, "'client-1'")
+
+
+def struct(**values) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update(values)
+    return s
+
+
+# a Struct holds every number as a double; jsonb keeps this one as 1733600000123456800, which reads back
+# as an int that Python's == finds unequal to the double (1733600000123456768 exactly)
+NANOS = 1_733_600_000_123_456_789
+
+
+async def test_an_unchanged_resend_with_large_numbers_in_metadata_returns_its_ids(settings, servers):
+    _, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+
+    def request(**metadata) -> messages_pb2.AddMessagesRequest:
+        new = messages_pb2.NewMessage(peer_id="alice", content="hi", message_id="client-1", metadata=struct(**metadata))
+        return messages_pb2.AddMessagesRequest(workspace_id="w", session_id="s", messages=[new])
+
+    sent = {"sent_ns": NANOS, "ratio": 0.1, "count": 3, "big": 1e300}
+    reply = await c.messages.AddMessages(request(**sent))
+    await stored(c, reply.consistency_token)
+    again = await c.messages.AddMessages(request(**sent))
+    assert list(again.message_ids) == ["client-1"]
+    assert len(logged(settings, SESSIONS, MessageAppended, 1)) == 1  # written once
+    changed = request(**{**sent, "sent_ns": NANOS + 10_000})  # another double: a real change is no resend
+    await rejected(c.messages.AddMessages(changed), grpc.StatusCode.ALREADY_EXISTS, "'client-1'")
+
+
+async def test_setting_the_same_large_number_peer_metadata_twice_appends_one_event(settings, servers):
+    _, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+
+    def request(**metadata) -> peers_pb2.SetPeerMetadataRequest:
+        return peers_pb2.SetPeerMetadataRequest(workspace_id="w", peer_id="alice", metadata=struct(**metadata))
+
+    first = await c.peers.SetPeerMetadata(request(sent_ns=NANOS, ratio=0.1))
+    assert first.consistency_token
+    again = await c.peers.SetPeerMetadata(request(sent_ns=NANOS, ratio=0.1))
+    assert again.consistency_token == ""  # it already reads so: nothing written
+    assert len(logged(settings, DIRECTORY, PeerMetadataSet, 1)) == 1
+    changed = await c.peers.SetPeerMetadata(request(sent_ns=NANOS + 10_000, ratio=0.1))
+    assert changed.consistency_token  # a real change is still written
+    assert len(logged(settings, DIRECTORY, PeerMetadataSet, 2)) == 2
 
 
 async def test_create_observations_under_a_key_writes_once(settings, servers):
