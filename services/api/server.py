@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from peerlog.v1 import (
     audit_pb2,
@@ -60,7 +61,7 @@ from services.api.deps import ApiDeps
 from services.api.errors import ErrorInterceptor
 from services.api.event_servicers import EventServicer, WebhookServicer
 from services.api.freshness import Freshness
-from services.api.health import HealthMonitor, database_reachable
+from services.api.health import HealthMonitor, database_reachable, probe_engine
 from services.api.projected import ProjectedPositions
 from services.api.servicers import (
     AuditServicer,
@@ -117,6 +118,7 @@ class RunningServer:
     ends: LogEnds | None = None
     webhooks: WebhookStore | None = None
     background: list[asyncio.Task] = field(default_factory=list)
+    probe: AsyncEngine | None = None  # the health check's own engine
 
     async def stop(self, grace: float = 5.0) -> None:
         for task in self.background:
@@ -126,6 +128,8 @@ class RunningServer:
         if self.ends is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.ends.close)
         await self.ctx.engine.dispose()
+        if self.probe is not None:
+            await self.probe.dispose()
         if self.webhooks is not None:
             self.webhooks.engine.dispose()
         for model in self.ctx.dialectic.models.values() if self.ctx.dialectic else ():
@@ -161,9 +165,10 @@ def _register(
     return checker
 
 
-def _health(checker: health.aio.HealthServicer, ctx: ApiDeps, ends: LogEnds, settings: Settings) -> HealthMonitor:
-    """SERVING only while the log and the projections answer (checked every few seconds)."""
-    checks = {"kafka": ends.reachable, "postgres": lambda: database_reachable(ctx.engine)}
+def _health(checker: health.aio.HealthServicer, probe: AsyncEngine, ends: LogEnds, settings: Settings) -> HealthMonitor:
+    """SERVING only while the log and the projections answer (checked every few seconds); Postgres through
+    `probe`, not the read pool, whose queue says how busy the server is, not whether Postgres answers."""
+    checks = {"kafka": ends.reachable, "postgres": lambda: database_reachable(probe)}
     return HealthMonitor(checker, (*SERVICE_NAMES, ""), checks, settings.api.health_interval_s)
 
 
@@ -353,14 +358,16 @@ async def start(settings: Settings, stopping: threading.Event | None = None) -> 
     )
     uploads.bound(settings.api)
     webhooks = WebhookStore(await asyncio.get_running_loop().run_in_executor(None, _webhook_engine, settings, stopping))
-    monitor = _health(_register(server, ctx, webhooks, settings), ctx, ends, settings)
+    probe = probe_engine(settings.database)
+    monitor = _health(_register(server, ctx, webhooks, settings), probe, ends, settings)
     await monitor.check_once()  # the first answer is already a real one
     port = _listen(server, address, credentials)
     await server.start()
     log.info(
         "peerlog API listening on %s:%d (%s)", settings.api.host, port, "TLS" if settings.api.tls_cert else "plaintext"
     )
-    return RunningServer(server, port, ctx, ends, webhooks, [asyncio.get_running_loop().create_task(monitor.run())])
+    background = [asyncio.get_running_loop().create_task(monitor.run())]
+    return RunningServer(server, port, ctx, ends, webhooks, background, probe)
 
 
 async def _warm(ctx: ApiDeps) -> None:

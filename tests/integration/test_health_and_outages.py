@@ -18,7 +18,7 @@ from services.api.backpressure import Backpressure
 from services.api.deps import ApiDeps
 from services.api.errors import ErrorInterceptor
 from services.api.freshness import Freshness
-from services.api.health import HealthMonitor, database_reachable
+from services.api.health import HealthMonitor, database_reachable, probe_engine
 from services.api.projected import ProjectedPositions
 from services.api.server import start
 from services.api.servicers import WorkspaceServicer
@@ -67,8 +67,8 @@ async def test_health_says_not_serving_while_the_broker_is_down_and_serving_once
 
 
 async def test_the_dependency_checks_fail_against_unreachable_endpoints_and_pass_against_real_ones(infra, settings):
-    dead = async_engine(dead_database())
-    live = async_engine(settings.database)
+    dead = probe_engine(dead_database())
+    live = probe_engine(settings.database)
     nowhere = LogEnds(KafkaSettings(bootstrap_servers=f"127.0.0.1:{free_port()}"), timeout_s=1.0)
     broker = LogEnds(settings.kafka)
     try:
@@ -84,7 +84,7 @@ async def test_the_dependency_checks_fail_against_unreachable_endpoints_and_pass
 
 
 async def test_the_monitor_reports_not_serving_when_postgres_does_not_answer():
-    dead = async_engine(dead_database())
+    dead = probe_engine(dead_database())
     servicer = health.aio.HealthServicer()
 
     async def kafka_up() -> bool:
@@ -103,6 +103,38 @@ async def test_the_monitor_reports_not_serving_when_postgres_does_not_answer():
             assert response.status == NOT_SERVING
     finally:
         await dead.dispose()
+
+
+async def test_health_stays_serving_while_the_read_pool_is_saturated(settings):
+    # the check borrowed from the read pool and queued behind slow reads: it timed out and a busy server,
+    # Postgres answering, said NOT_SERVING, so a load balancer would pull exactly the loaded instances
+    from sqlalchemy import text
+
+    fast = settings.model_copy(update={"api": settings.api.model_copy(update={"health_interval_s": 0.3})})
+    server = await start(fast)
+    pool = server.ctx.engine.sync_engine.pool
+    stop = asyncio.Event()
+
+    async def slow_reads() -> None:
+        while not stop.is_set():
+            async with server.ctx.engine.connect() as conn:
+                await conn.execute(text("SELECT pg_sleep(0.5)"))
+
+    # 80 callers on 15 connections: a connection of the pool is some 2.7 s away, past the check's 2 s
+    readers = [asyncio.create_task(slow_reads()) for _ in range(80)]
+    try:
+        async with admin_channel(fast, server.port) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+            assert (await watch.read()).status == SERVING
+            with pytest.raises(TimeoutError):  # some 20 checks, and not one change of status
+                await asyncio.wait_for(watch.read(), 6)
+            assert pool.checkedout() == pool.size() + 10  # still saturated: every connection, overflow too
+            assert await health_of(channel) == SERVING
+            watch.cancel()
+    finally:
+        stop.set()
+        await asyncio.gather(*readers)
+        await server.stop(0)
 
 
 async def serve(*handlers) -> tuple[grpc.aio.Server, int]:
