@@ -50,9 +50,15 @@ class _Call:
         return tracing.TRACER.start_span(**self._span_args)
 
     def code(self, context: grpc.aio.ServicerContext, exc: BaseException | None) -> grpc.StatusCode:
-        # a stream's generator is closed (GeneratorExit) when the client goes away
+        # a stream's generator is closed (GeneratorExit) when the client goes away; a call whose deadline
+        # passed is cancelled too, and its client was told DEADLINE_EXCEEDED
         if isinstance(exc, asyncio.CancelledError | GeneratorExit):
-            return grpc.StatusCode.CANCELLED
+            remaining = context.time_remaining()
+            return (
+                grpc.StatusCode.DEADLINE_EXCEEDED
+                if remaining is not None and remaining <= 0
+                else grpc.StatusCode.CANCELLED
+            )
         set_code = context.code()  # what an abort set; None when the handler returned normally
         if set_code is not None:
             return set_code

@@ -24,6 +24,14 @@ class FakeContext:
     def code(self):
         return None
 
+    def time_remaining(self):
+        return None
+
+
+class PastDeadline(FakeContext):
+    def time_remaining(self):
+        return 0.0
+
 
 @pytest.fixture
 def spans(monkeypatch) -> InMemorySpanExporter:
@@ -70,3 +78,18 @@ async def test_a_stream_that_ends_is_counted_ok_and_its_span_carries_the_code(sp
     assert requests(method, "OK") == before + 1
     (span,) = spans.get_finished_spans()
     assert span.attributes["rpc.grpc.status_code"] == 0
+
+
+async def test_a_call_cancelled_at_its_deadline_is_counted_deadline_exceeded(spans):
+    # before: every cancellation was CANCELLED, while the client was told DEADLINE_EXCEEDED
+    async def slow(request, context):
+        raise asyncio.CancelledError
+
+    method = "/test.Slow/Call"
+    before = requests(method, "DEADLINE_EXCEEDED")
+    with pytest.raises(asyncio.CancelledError):
+        await telemetry._observed_unary(slow, method)(object(), PastDeadline())
+    assert requests(method, "DEADLINE_EXCEEDED") == before + 1
+    with pytest.raises(asyncio.CancelledError):  # a client that went away before its deadline
+        await telemetry._observed_unary(slow, method)(object(), FakeContext())
+    assert requests(method, "CANCELLED") == 1
