@@ -10,6 +10,7 @@ import orjson
 from sqlalchemy import RowMapping
 
 from projections import message_reads, peer_reads, session_reads, workspace_reads
+from services.api import auth
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.preflight import preflight
@@ -113,6 +114,28 @@ async def session_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMappi
     return [SessionView(r, members[r["session_id"]]) for r in rows]
 
 
+async def listed_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
+    """The listed sessions as the caller's token may see them: whole to a workspace token, and in the
+    sessions a narrow one names; any other only as its peers saw it (session_reads.as_seen_by), with only
+    their own membership periods. A peer's token lists every session the peer was ever in, left ones too,
+    where GetSession would need the session's scope."""
+    narrow = auth.narrow_view(workspace_id)
+    outside = [] if narrow is None else [r["session_id"] for r in rows if r["session_id"] not in narrow.sessions]
+    views = await session_views(ctx, workspace_id, rows)
+    if not outside:
+        return views
+    async with ctx.engine.connect() as conn:
+        seen = await session_reads.as_seen_by(conn, workspace_id, narrow.peers, outside)
+    return [_as_seen(view, seen, narrow.peers) for view in views]
+
+
+def _as_seen(view: SessionView, seen: Mapping[str, RowMapping], peers: frozenset[str]) -> SessionView:
+    row = seen.get(view.session["session_id"])
+    if row is None:  # a session the token names
+        return view
+    return SessionView(row, [m for m in view.memberships if m["peer_id"] in peers])
+
+
 async def get_session(ctx: ApiDeps, workspace_id: str, session_id: str, token: str) -> SessionView:
     row = await preflight(ctx, token, workspace_id, session_id=session_id)
     return (await session_views(ctx, workspace_id, [row]))[0]
@@ -125,7 +148,7 @@ async def list_sessions(ctx: ApiDeps, workspace_id: str, member: str, size: int,
     after = ctx.cursors.decode_id(scope, page_token)
     async with ctx.engine.connect() as conn:
         rows = await session_reads.list_sessions(conn, workspace_id, member, after, limit)
-    views = await session_views(ctx, workspace_id, rows)  # memberships count towards the page's bytes
+    views = await listed_views(ctx, workspace_id, rows)  # memberships count towards the page's bytes
     return page(ctx, scope, views, limit, lambda view: view.session["session_id"])
 
 

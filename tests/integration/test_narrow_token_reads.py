@@ -1,5 +1,6 @@
 """A token narrower than the workspace reads only what it covers: a peer's message search shows no turn the
-peer did not see, and GetProcessingStatus under a peer or session token speaks of no other session or pair.
+peer did not see, ListSessions shows a peer's token only its own side of a session it has no scope of, and
+GetProcessingStatus under a peer or session token speaks of no other session or pair.
 A workspace token still reads everything."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from datetime import UTC, datetime
 
 import grpc
 import pytest
+from google.protobuf import struct_pb2
 
 from peerlog.v1 import common_pb2, peers_pb2, peers_pb2_grpc, sessions_pb2
 from services.api.channels import aio_channel
@@ -30,11 +32,12 @@ DENIED = grpc.StatusCode.PERMISSION_DENIED
 
 
 async def _alice_came_and_went(c: Client):
-    """s1: bob alone, then alice joins, says one thing and is removed, then bob goes on."""
+    """s1 (metadata {"case": "merger"}): bob alone, then alice joins, says one thing and is removed, then
+    bob goes on."""
     await c.workspace("w")
     for p in ("alice", "bob"):
         await c.peer("w", p)
-    await c.session("w", "s1", members=["bob"])
+    await c.session("w", "s1", members=["bob"], metadata=struct_pb2.Struct(fields={"case": _text("merger")}))
     await c.add("w", "s1", [("bob", "before alice came: the old code is 1234")])
     await c.sessions.AddMembers(
         sessions_pb2.AddMembersRequest(
@@ -46,6 +49,10 @@ async def _alice_came_and_went(c: Client):
         sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="s1", peer_ids=["alice"])
     )
     return (await c.add("w", "s1", [("bob", "now alice is gone: the vault code is 7781")])).consistency_token
+
+
+def _text(value: str) -> struct_pb2.Value:
+    return struct_pb2.Value(string_value=value)
 
 
 def _search_alices(stub, token: str, include_adjacent: bool = True, **kw):
@@ -78,6 +85,40 @@ async def test_a_peer_token_gets_adjacent_turns_only_from_its_own_perspective(ch
         (whole,) = (await _search_alices(peers_pb2_grpc.PeerServiceStub(chan), token)).results
     assert whole.previous.content == "before alice came: the old code is 1234"
     assert whole.next.content == "now alice is gone: the vault code is 7781"
+
+
+async def _alices_sessions(address: str, settings, scopes: list[str], token: str):
+    async with aio_channel(address, mint(settings.auth, scopes)) as chan:
+        request = sessions_pb2.ListSessionsRequest(
+            workspace_id="w", peer_id="alice", consistency=common_pb2.ReadConsistency(consistency_token=token)
+        )
+        return (await Client(chan).sessions.ListSessions(request)).sessions
+
+
+async def test_a_peer_token_lists_its_sessions_without_their_metadata_members_or_turns_after_it_left(channel, settings):
+    c = Client(channel)
+    await _alice_came_and_went(c)
+    await c.peer("w", "carol")
+    await c.sessions.AddMembers(
+        sessions_pb2.AddMembersRequest(
+            workspace_id="w", session_id="s1", members=[sessions_pb2.MemberSpec(peer_id="carol", observe_others=True)]
+        )
+    )
+    token = (await c.add("w", "s1", [("carol", "hello bob")])).consistency_token
+
+    (whole,) = await _alices_sessions(channel.address, settings, ["workspace:w"], token)
+    assert [m.peer_id for m in whole.memberships] == ["bob", "alice", "carol"]
+    assert (whole.metadata["case"], whole.message_count) == ("merger", 4)
+
+    (own,) = await _alices_sessions(channel.address, settings, ["peer:w/alice"], token)
+    assert (own.session_id, own.created_at) == ("s1", whole.created_at)
+    assert not own.metadata.fields  # the session's metadata is for session:w/s1 (GetSession) only
+    (period,) = own.memberships  # not bob's, nor carol's, who came after alice left
+    assert period.peer_id == "alice" and period.HasField("left_at") and own.membership_periods == 1
+    assert own.message_count == 1  # her own turn: bob's were said before she came and after she left
+
+    (named,) = await _alices_sessions(channel.address, settings, ["peer:w/alice", "session:w/s1"], token)
+    assert named == whole
 
 
 def _perceived(observer: str, observed: str, session: str, message_id: str) -> MessagePerceived:
