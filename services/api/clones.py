@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,6 +36,9 @@ MAX_CLONED_MESSAGES = 10_000  # one transaction on the log; a longer session is 
 # and its bytes: 10,000 copies of 25,000 four-byte characters are 1 GB, past the producer's queue (the clone
 # failed UNAVAILABLE every time, with the writes grouped into its transaction)
 MAX_CLONED_BYTES = 64 * 1024 * 1024
+# and its events, copies, joins, leaves and session levels together: each is a record of the one transaction,
+# and past the producer's queue (100,000 records) the clone failed UNAVAILABLE on every retry
+MAX_CLONED_EVENTS = 50_000
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,30 @@ def _changes(src: Source, w: str, s: str, producer: ProducerInfo) -> list[tuple[
     changes.sort(key=lambda c: (c[0], c[1]))  # stable: a peer's changes of one place keep their order
     if src.whole or not src.messages:
         return changes
-    return [c for c in changes if c[0] < src.messages[-1]["seq"]]  # nothing after the cut message
+    cut = sum(1 for c in changes if c[0] < src.messages[-1]["seq"])  # nothing after the cut message: a prefix
+    return changes[:cut] + _gone_since(changes[:cut], changes[cut:], src)
+
+
+def _gone_since(
+    kept: Sequence[tuple[int, datetime, Event]], dropped: Sequence[tuple[int, datetime, Event]], src: Source
+) -> list[tuple[int, datetime, Event]]:
+    """The leaves the cut dropped of peers who are members of the clone but no longer of the source, each
+    after the last copy: a peer removed after the cut would otherwise be a member of the clone, and shown
+    every new turn there."""
+    current = {p["peer_id"] for p in src.periods if p["left_after_seq"] is None}
+    members: set[str] = set()
+    for _, _, e in kept:
+        if isinstance(e, MemberJoined):
+            members.add(e.peer_id)
+        elif isinstance(e, MemberLeft):
+            members.discard(e.peer_id)
+    gone = members - current
+    leaves = []
+    for c in dropped:  # a peer's changes in their order: the first leave ends the period open at the cut
+        if isinstance(c[2], MemberLeft) and c[2].peer_id in gone:
+            gone.discard(c[2].peer_id)
+            leaves.append(c)
+    return leaves
 
 
 def _copy(row: RowMapping, src: Source, w: str, s: str, producer: ProducerInfo, message_id: str) -> MessageAppended:
@@ -149,7 +176,7 @@ def _copy(row: RowMapping, src: Source, w: str, s: str, producer: ProducerInfo, 
 def clone_events(r: CloneRequest, src: Source, producer: ProducerInfo, new_id: Callable[[], str]) -> list[Event]:
     """The new session, then the source's history replayed in its order: each join, leave and session
     level among the copies where it came among the originals, with the members' own settings. A peer sees
-    in the clone what it saw in the source, and no more."""
+    in the clone what it saw in the source, and no more. FailedPrecondition past MAX_CLONED_EVENTS."""
     w, s = r.workspace_id, r.new_session_id
     events: list[Event] = [SessionCreated(workspace_id=w, session_id=s, metadata=src.metadata, producer=producer)]
     changes = _changes(src, w, s, producer)
@@ -160,7 +187,20 @@ def clone_events(r: CloneRequest, src: Source, producer: ProducerInfo, new_id: C
             i += 1
         events.append(_copy(row, src, w, s, producer, new_id()))
     events += [c[2] for c in changes[i:]]
+    _check_count(r, events)
     return events
+
+
+def _check_count(r: CloneRequest, events: Sequence[Event]) -> None:
+    if len(events) <= MAX_CLONED_EVENTS:
+        return
+    n = Counter(type(e) for e in events)
+    raise FailedPrecondition(
+        f"cloning session {r.session_id!r} takes {len(events)} events, over the {MAX_CLONED_EVENTS} one write may "
+        f"hold: {n[MemberJoined] + n[MemberLeft]} joins and leaves of its membership periods and "
+        f"{n[SessionConfigured]} session configurations besides its {n[MessageAppended]} messages; "
+        "clone it up to an earlier message (up_to_message_id): those after it are left out"
+    )
 
 
 def _check(r: CloneRequest) -> None:

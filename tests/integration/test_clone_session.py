@@ -223,6 +223,41 @@ async def test_a_clone_keeps_members_settings_and_the_session_level_so_new_turns
     assert not [p for p in perceived() if p[0].startswith("private")]
 
 
+async def test_a_clone_cut_before_a_removal_leaves_the_removed_peer_out_of_new_turns(channel, settings, start_worker):
+    start_worker("router")
+    c = Client(channel)
+    await c.workspace("w")
+    for p in ("alice", "bob", "mallory"):
+        await c.peer("w", p)
+    watching = sessions_pb2.MemberSpec(peer_id="mallory", observe_others=True)
+    await c.session("w", "s", members=["alice", "bob", watching])
+    sent = await c.add("w", "s", [("alice", "one"), ("bob", "two"), ("alice", "three")])
+    removed = await c.sessions.RemoveMembers(
+        sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="s", peer_ids=["mallory"])
+    )
+    # a fork from before mallory was removed: she saw its copies in the source, but nothing said after it
+    await clone(c, "s", "fork", up_to=sent.message_ids[1], after=removed.consistency_token)
+    new = {}
+    for session in ("s", "fork"):
+        new[session] = (await c.add("w", session, [("bob", f"bob in {session}")])).message_ids[0]
+
+    def perceived(session: str) -> list[tuple[str, str]]:
+        found = rows(settings, perceptions, perceptions.c.message_id == new[session])
+        return sorted((r["observer_id"], r["observed_id"]) for r in found)
+
+    # bob's new turn is perceived by bob about himself, in the source and the fork alike: not by mallory
+    eventually(lambda: perceived("s") and perceived("fork"), 60)
+    assert perceived("fork") == perceived("s") == [("bob", "bob")]
+    fork = await c.sessions.GetSession(sessions_pb2.GetSessionRequest(workspace_id="w", session_id="fork"))
+    assert sorted((m.peer_id, m.HasField("left_at")) for m in fork.memberships) == [
+        ("alice", False),
+        ("bob", False),
+        ("mallory", True),
+    ]
+    copies = await c.all_messages("w", "fork")
+    assert [m.content for m in copies] == ["one", "two", "bob in fork"]
+
+
 async def test_a_copy_of_a_message_kept_from_the_summarizer_is_kept_from_it_too(
     channel, settings, model_server, start_worker
 ):

@@ -147,6 +147,7 @@ def test_a_clone_up_to_a_message_leaves_out_what_came_after_it():
         "m1",
         "MemberJoined(carol)",
         "m2",
+        "MemberLeft(bob)",  # removed from the source since: it leaves the clone after its last copy
     ]
     whole = clone([row("m1", 1), row("m2", 2)], periods=periods)
     assert kinds(whole)[-1] == "MemberLeft(bob)"
