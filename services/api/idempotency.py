@@ -13,11 +13,13 @@ The window between an append and its projection, and two processes racing on one
 2. Otherwise the caller takes a Postgres advisory lock on (workspace, scope, key), which serialises the
    key across API processes (a lock, not a stored row: a dead process's connection drops it).
 3. Holding it, it reads the row again. A holder lets go only once its own append is projected, so an
-   earlier append under the key is in the row by now: found, it answers. Absent, it appends, waits
-   until its own append is projected, and answers with the row: its own append, or, had one been
-   appended by a holder that died before its projection, that earlier one (the projector dropped ours).
-   That death frees the lock with its append unprojected, so the log can hold two appends under the key:
-   the projector and every stream processor (services/bus/runner.py) keep the first and skip the other.
+   earlier append under the key is in the row by now: found, it answers once the row is whole. Absent,
+   it appends, waits until its own append is projected, and answers with the row: its own append, or,
+   had one been appended by a holder that died before its projection, that earlier one (the projector
+   dropped ours). That death frees the lock with its append unprojected, so the log can hold two appends
+   under the key: the projector and every stream processor (services/bus/runner.py) keep the first and
+   skip the other. It also frees it with its append part-way projected (the projector split it over two
+   batches): the row then has some of the ids, and the holder waits for the rest rather than write again.
 The locked part runs shielded from the call: a client that gives up (deadline, cancel) never frees the
 key before its append is projected; if the projector is slow, the call answers UNAVAILABLE after the
 consistency wait and a retry under the same key queues for the lock and gets the first reply.
@@ -40,13 +42,14 @@ from weakref import WeakKeyDictionary
 
 import orjson
 from pydantic import BaseModel
+from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from projections.idempotency import first_request
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.freshness import abandoned, answered_in_time, until_projected
-from services.api.locks import held, slots
+from services.api.locks import GaveUp, held, slots
 from services.errors import FailedPrecondition
 from services.events import new_id
 from services.events.requests import KeyedRequest
@@ -112,20 +115,43 @@ _HOLDERS: WeakKeyDictionary[AsyncEngine, asyncio.Semaphore] = WeakKeyDictionary(
 async def _locked(ctx: ApiDeps, k: Keyed, write: Callable[[KeyedRequest | None], Awaitable[Reply]]) -> Reply:
     holders = slots(_HOLDERS, ctx.engine, ctx.engine.pool.size())
     async with held(ctx.engine, [(k.workspace_id, k.scope, k.key)], abandoned, holders) as conn:
-        found = await _reply(ctx, k, conn=conn)
-        if found is not None:
-            return found
-        ids, token = await write(k.request())
-        await until_projected(ctx.freshness, token)
-        return await _reply(ctx, k, conn=conn) or (ids, token)
+        row = await _row(conn, k)
+        if row is None:
+            ids, token = await write(k.request())
+            await until_projected(ctx.freshness, token)
+            row = await _row(conn, k)
+            if row is None:
+                return ids, token  # nothing appended under the key: the write found its ids written before
+        return await _whole(conn, k, row)
 
 
-async def _reply(ctx: ApiDeps, k: Keyed, conn: AsyncConnection | None = None) -> Reply | None:
+POLL_S = 0.05  # between two reads of a key's row that the projector has part of so far
+
+
+async def _whole(conn: AsyncConnection, k: Keyed, row: RowMapping) -> Reply:
+    """The reply in `row` once the projector has all of its append. The rest is in the same Kafka
+    transaction, so it comes; written again instead, the request's ids in the row were refused as taken."""
+    while (found := _judged(k, row)) is None:
+        if abandoned():  # its caller was told to retry with the key: nothing to wait for
+            raise GaveUp("its caller was answered while it waited for the rest of the first append")
+        await asyncio.sleep(POLL_S)
+        row = await _row(conn, k)
+    return found
+
+
+async def _reply(ctx: ApiDeps, k: Keyed) -> Reply | None:
     """The first reply under the key, once its append is wholly projected."""
-    if conn is None:
-        async with ctx.engine.connect() as conn:
-            return await _reply(ctx, k, conn)
-    row = await first_request(conn, k.workspace_id, k.scope, k.key)
+    async with ctx.engine.connect() as conn:
+        return _judged(k, await _row(conn, k))
+
+
+async def _row(conn: AsyncConnection, k: Keyed) -> RowMapping | None:
+    return await first_request(conn, k.workspace_id, k.scope, k.key)
+
+
+def _judged(k: Keyed, row: RowMapping | None) -> Reply | None:
+    """The reply `row` holds for `k`; None when there is no row or the projector has part of it so far,
+    FailedPrecondition when the key stands for another request."""
     if row is None:
         return None
     if row["fingerprint"] != k.fingerprint:
@@ -135,5 +161,5 @@ async def _reply(ctx: ApiDeps, k: Keyed, conn: AsyncConnection | None = None) ->
             "request unchanged to get its reply"
         )
     if len(row["ids"]) < k.size:
-        return None  # the projector has part of its append so far: the lock waits for the rest
+        return None
     return list(row["ids"]), row["token"]

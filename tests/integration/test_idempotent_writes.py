@@ -26,6 +26,7 @@ from peerlog.v1 import (
     workspaces_pb2_grpc,
 )
 from projections.rebuild import rebuild
+from services.api import convert, idempotency
 from services.api.channels import channel
 from services.bus.topics import DIRECTORY, MESSAGE_EMBEDDINGS, OBSERVATIONS, PERCEIVED, SESSIONS
 from services.cli.client import Client
@@ -338,6 +339,41 @@ async def test_the_projector_keeps_the_first_append_under_a_key_and_drops_a_late
     token = await append_stray(server, "k-twice")
     assert await stored(c, token) == list(first.message_ids)
     assert (await c.messages.AddMessages(add_request("k-twice", "first"))) == first
+
+
+async def test_a_keyed_retry_while_its_first_append_is_half_projected_returns_the_first_reply(settings, servers):
+    # an API appended two messages under a key and died (its lock gone); the projector applied the first
+    # in one batch, the second falls in its next. The retry found half the reply and wrote again: the ids
+    # it chose were taken (ALREADY_EXISTS) though the first write stood whole
+    server, c = await servers()
+    await c.setup_conversation("w", "s", peers=("alice",))
+    request = add_request("k-half", "one", "two")
+    for i, m in enumerate(request.messages):
+        m.message_id = f"half-{i}"
+    new = [convert.new_message(m, i) for i, m in enumerate(request.messages)]
+    dead = idempotency.keyed("w", ("w", "s"), "k-half", new).request()  # what the dead API's events carried
+    first, rest = (
+        MessageAppended(
+            workspace_id="w",
+            session_id="s",
+            message_id=m.message_id,
+            peer_id=m.peer_id,
+            content=m.content,
+            created_at=datetime.now(UTC),
+            producer=server.ctx.producer,
+            request=dead,
+        )
+        for m in new
+    )
+    await server.ctx.freshness.wait(await server.ctx.log.append([first]))  # the first batch
+    retry = asyncio.ensure_future(c.messages.AddMessages(request, timeout=60))
+    await asyncio.sleep(1.0)  # the retry meets half the first append projected
+    await server.ctx.log.append([rest])  # the next batch
+    reply = await retry
+    assert list(reply.message_ids) == ["half-0", "half-1"]
+    assert await stored(c, reply.consistency_token) == ["half-0", "half-1"]
+    assert (await c.messages.AddMessages(request)) == reply
+    assert [e.message_id for e in logged(settings, SESSIONS, MessageAppended, 2)] == ["half-0", "half-1"]
 
 
 def test_concurrent_calls_with_one_key_through_peerlog_serve_with_two_processes(settings, two_process_api):
