@@ -14,6 +14,7 @@ from projections.schema import (
     dead_letters,
     derivation_batches,
     dreams,
+    memberships,
     messages,
     perceptions,
     projection_offsets,
@@ -168,8 +169,8 @@ def outstanding(b):
 async def dead_lettered_summaries(conn: AsyncConnection, scope: StatusScope, limit: int) -> Sequence[RowMapping]:
     """Summary dead letters of the sessions in scope whose session has no summary of their kind written since
     (or whose messages were dropped, which no later summary covers), most recent first. The sessions in scope: the workspace's, or the one named; with an observer or observed
-    peer, only those where it perceived a message (a peer's status does not speak of sessions it was
-    never in)."""
+    peer, only those where it perceived a message, and only failures while it was a member (a peer's status
+    does not speak of sessions it was never in, nor of what they did after it left)."""
     d, s = dead_letters.c, summaries.c
     since = select(literal(1)).where(
         s.workspace_id == d.workspace_id,
@@ -185,7 +186,25 @@ async def dead_lettered_summaries(conn: AsyncConnection, scope: StatusScope, lim
     if scope.observer_id or scope.observed_id:
         perceived = _perceived_in(scope)
         stmt = stmt.where(d.session_id.in_(select(perceived.c.session_id)))
+        stmt = stmt.where(*(_member_when_it_failed(d, peer) for peer in (scope.observer_id, scope.observed_id) if peer))
     return (await conn.execute(stmt.order_by(d.failed_at.desc(), d.event_id).limit(limit))).mappings().all()
+
+
+def _member_when_it_failed(d, peer_id: str):
+    """The peer was a member of the dead letter's session when its summary failed: one that failed after
+    the peer left told a removed member's token that the session went on, how far, and when."""
+    m = memberships.c
+    return (
+        select(literal(1))
+        .where(
+            m.workspace_id == d.workspace_id,
+            m.session_id == d.session_id,
+            m.peer_id == peer_id,
+            m.joined_at <= d.failed_at,
+            m.left_at.is_(None) | (m.left_at >= d.failed_at),
+        )
+        .exists()
+    )
 
 
 def _batch_columns(scope: StatusScope):
