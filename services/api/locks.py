@@ -12,7 +12,7 @@ from typing import TypeVar
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, PendingRollbackError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from projections.outages import sqlstate
@@ -114,7 +114,20 @@ async def held(
         try:
             yield conn
         finally:
-            await _unlock(conn, ordered)
+            await _let_go(conn, lambda: _unlock(conn, ordered))
+
+
+async def _let_go(conn: AsyncConnection, release: Callable[[], Awaitable[object]]) -> None:
+    """`release()` the session's locks, unless the connection broke: the session ended with it, and its
+    locks too. Released on it anyway, the body's own error (Postgres restarted under it) was lost to a
+    PendingRollbackError, which callers were told as INTERNAL. A release that fails ends the session, so no
+    lock is left held on a pooled connection."""
+    if conn.invalidated:
+        return
+    try:
+        await release()
+    except (DBAPIError, PendingRollbackError):
+        await conn.invalidate()
 
 
 _LOCK = text("SELECT pg_advisory_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k")
@@ -220,10 +233,7 @@ async def shared(
                 try:
                     yield conn
                 finally:
-                    try:
-                        await conn.execute(text("SELECT pg_advisory_unlock_shared(:k)"), {"k": k})
-                    except DBAPIError:
-                        await conn.invalidate()  # its session, and the lock with it, end with the connection
+                    await _let_go(conn, lambda: conn.execute(text("SELECT pg_advisory_unlock_shared(:k)"), {"k": k}))
                 return
         await asyncio.sleep(SHARED_RETRY_S)
 

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from projections.db import async_engine
-from services.api.locks import GaveUp, KeyedLocks, held, scoped_key
+from services.api.locks import GaveUp, KeyedLocks, held, scoped_key, shared
 
 KEY = ("session", "w", "s")
 HOLD_S = 0.1  # one write holding the entity while it waits for its projection
@@ -114,3 +114,24 @@ async def test_a_waiter_whose_caller_was_answered_stops_waiting_and_never_holds_
     finally:
         await one.dispose()
         await two.dispose()
+
+
+@pytest.mark.parametrize("lock", [held, shared], ids=["exclusive", "shared"])
+async def test_a_write_whose_connection_postgres_ends_under_its_lock_fails_with_that_error(settings, lock):
+    # before: letting go of the lock on the broken connection raised PendingRollbackError instead, which no
+    # table maps (callers were told INTERNAL while Postgres restarted)
+    from sqlalchemy.exc import OperationalError
+
+    engine, admin = async_engine(settings.database), async_engine(settings.database)
+    try:
+        with pytest.raises(OperationalError):
+            async with lock(engine, [KEY] if lock is held else KEY) as conn:
+                pid = await conn.scalar(text("SELECT pg_backend_pid()"))
+                async with admin.connect() as other:  # as a Postgres restart ends every backend
+                    await other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+                await conn.execute(text("SELECT 1"))
+        async with asyncio.timeout(5), held(engine, [KEY]):  # the lock ended with its session
+            pass
+    finally:
+        await engine.dispose()
+        await admin.dispose()
