@@ -68,6 +68,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence, Set
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 from projections.time_expressions import Period
 
@@ -211,19 +212,96 @@ def without_names(query: str, names: Sequence[str]) -> str:
     """`query` without those peers' names or ids, whole or in part (and a possessive 's): what is
     embedded for a search. The named peers' messages are lifted by AUTHOR_BOOST already; a name left in
     the query vector drew it towards every turn that addresses or mentions that peer ("Thanks, Ann!").
-    A query that is nothing but names stays as it is."""
-    # whole, by its words ("Ann-Marie") and by their parts ("Ann", "Marie")
-    words = {w.lower() for p in names for w in (p, *p.split(), *name_parts(p)) if len(w) >= NAME_PART_CHARS}
-    if not words:
+    A query that is nothing but names stays as it is. One pass over the query's tokens: a pattern of
+    every name took seconds on the API's event loop when a query named thousands of peers."""
+    tokens = _tokens(query)
+    trie = _name_trie(names, [key for _, key, _ in tokens])
+    if not trie:
         return query
-    # a part is a word, not the inside of one ("Ann" in "Annabel"); \b would miss "(Carol)" whole
-    alternatives = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
-    pattern = rf"(?<!\w)(?:{alternatives})(?:['’]s)?(?!\w)"
-    stripped = " ".join(re.sub(pattern, " ", query, flags=re.IGNORECASE).split())
+    kept, at = [], 0
+    while at < len(tokens):
+        # a name starts a word, not the inside of one ("Ann" in "Annabel"), nor a symbol right after a word
+        starts = tokens[at][1] in trie and (at == 0 or not tokens[at - 1][2])
+        end = _name_end(tokens, at, trie) if starts else None
+        kept.append(" " if end else tokens[at][0])
+        at = end or at + 1
+    stripped = " ".join("".join(kept).split())
     return stripped if re.search(r"\w", stripped) else query
 
 
 def name_parts(name: str) -> list[str]:
-    """The words of a display name or id, lower case, as its lexemes come from them: split at anything
-    but a letter or digit, `_` included ("C++ (Carol)": c, carol; "Ann_Lee": ann, lee)."""
-    return [w for w in re.split(r"[\W_]+", name.lower()) if w]
+    """The words of a display name or id as written, as its lexemes come from them: split at anything but a
+    letter or digit, `_` included ("C++ (Carol)": C, Carol; "Ann_Lee": Ann, Lee). Not folded: "İ" folds
+    to two characters, and a part of one names no one."""
+    return [w for w in re.split(r"[\W_]+", name) if w]
+
+
+# a name and a query are read as the same tokens: a word (letters, digits, `_`), a run of whitespace, or any
+# other one character; "(Carol)" is then (, carol, ), and a name matches the query token by token
+_TOKEN = re.compile(r"(\w+)|(\s+)|[^\w\s]")
+_END = ""  # a trie node's key for "a name ends here": no token is empty
+
+
+def _tokens(text: str) -> list[tuple[str, str, bool]]:
+    """`text` as (token, key, whether it is a word): the key case-folded, token by token (the name "İlker"
+    lowered whole gave "i̇lker", which a case-blind pattern missed in the query), any whitespace one space."""
+    return [
+        (m.group(), " " if m.lastindex == 2 else m.group().casefold(), m.lastindex == 1) for m in _TOKEN.finditer(text)
+    ]
+
+
+def _name_trie(names: Sequence[str], query: Sequence[str]) -> dict:
+    """A trie of the token keys of each way `names` are said (whole, by their words, by their parts, each
+    of NAME_PART_CHARS or more) that the query's token keys may hold; the others cannot match, and a
+    query may name thousands of peers ("Lopez"): each distinct word is read once."""
+    said = set(query)
+    words = set(" ".join(names).split())
+    keyed = {w: keys for w in words if (keys := _said_keys(w, said))}
+    pieces = [keys for w, keys in keyed.items() if len(w) >= NAME_PART_CHARS]
+    # a word of one token is its only part, in already
+    parts = (p.casefold() for w in words if not w.isalnum() for p in name_parts(w) if len(p) >= NAME_PART_CHARS)
+    pieces += [[p] for p in parts if p in said]
+    # the tokens either side of each space: a name of several words is said only across these
+    spaced = {(query[i - 1], query[i + 1]) for i in range(1, len(query) - 1) if query[i] == " "}
+    for ws in map(str.split, names):
+        if len(ws) > 1 and all(w in keyed for w in ws):
+            if all((keyed[a][-1], keyed[b][0]) in spaced for a, b in pairwise(ws)):
+                pieces.append([key for w in ws for key in (" ", *keyed[w])][1:])
+    trie: dict = {}
+    for keys in pieces:
+        node = trie
+        for key in keys:
+            node = node.setdefault(key, {})
+        node[_END] = {}
+    return trie
+
+
+def _said_keys(word: str, said: Set[str]) -> list[str] | None:
+    """The token keys of `word` (no whitespace in it) when the query holds every one, else None."""
+    key = word.casefold()
+    if key in said:
+        return [key]
+    if word.isalnum():  # one token, not said
+        return None
+    keys = [key for _, key, _ in _tokens(word)]
+    return keys if said.issuperset(keys) else None
+
+
+def _name_end(tokens: list[tuple[str, str, bool]], at: int, trie: dict) -> int | None:
+    """Where the longest name said from `tokens[at]` ends, with its possessive; None when none is."""
+    node, end = trie, None
+    for i in range(at, len(tokens)):
+        node = node.get(tokens[i][1])
+        if node is None:
+            break
+        if _END in node:
+            end = _after(tokens, i + 1) or end
+    return end
+
+
+def _after(tokens: list[tuple[str, str, bool]], at: int) -> int | None:
+    """Where a name that `tokens[at]` follows ends: past a possessive ("Ann's"), else there, unless a word
+    goes on (a name "C++" is not said in "C++x"); None then."""
+    if [key for _, key, _ in tokens[at : at + 2]] in (["'", "s"], ["’", "s"]):
+        return at + 2
+    return at if at == len(tokens) or not tokens[at][2] else None
