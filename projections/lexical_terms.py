@@ -1,13 +1,13 @@
-"""The lexical half of message search, as SQL parts: the query's lexemes with their BM25 idf (`query_terms`),
-a row's BM25 score (`bm25`), the peers a query names (`named_peers`), and whether a turn is placed in
-time (`placed_in_time`). message_search.py composes them into its one statement; message_ranking.py
-defines the rule."""
+"""The lexical half of message search, as SQL parts: the query's lexemes with their BM25 idf (`query_terms`;
+without the workspace's statistics for a caller who sees less than the workspace), a row's BM25 score
+(`bm25`), the peers a query names (`named_peers`), and whether a turn is placed in time (`placed_in_time`).
+message_search.py composes them into its one statement; message_ranking.py defines the rule."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-from sqlalchemy import Float, Text, and_, any_, bindparam, cast, func, literal, literal_column, or_, select, text
+from sqlalchemy import Float, Text, and_, any_, bindparam, cast, false, func, literal, literal_column, or_, select, text
 from sqlalchemy.dialects.postgresql import TSQUERY
 
 from projections.message_ranking import BM25_B, BM25_K1, NAME_PART_CHARS, QUERY_TERMS, TIME_LEXEMES
@@ -27,17 +27,28 @@ def quoted_lexeme(lexeme):
     return literal("'").concat(func.replace(func.replace(lexeme, "\\", "\\\\"), "'", "''")).concat("'")
 
 
-@lru_cache(maxsize=1)
-def query_terms():
-    """The query's lexemes found in the workspace, at most QUERY_TERMS of them, the rarest, each with its
-    BM25 idf and as a tsquery; and the corpus' totals."""
+# the mean length BM25 assumes when it may not read the workspace's: LoCoMo's turns hold 12.7 distinct
+# lexemes on average, their author's name included (11.1-14.8 by conversation)
+OWN_MEAN_LENGTH = 12.0
+
+
+@lru_cache(maxsize=2)
+def query_terms(narrow: bool = False):
+    """The query's terms, at most QUERY_TERMS of them, each with its BM25 idf and as a tsquery; and the
+    corpus' totals. `narrow`: the caller sees less than the workspace, whose statistics would tell it what
+    the rest holds (`_own_terms`)."""
+    return _own_terms() if narrow else _workspace_terms()
+
+
+def _workspace_terms():
+    """The query's lexemes found in the workspace, the rarest, with the workspace's idf and mean length."""
     lx = message_lexicon.c
     totals = (
         select(lx.docs.label("n"), lx.lexemes.cast(Float).op("/")(lx.docs).label("mean_length"))
         .where(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == "")
         .cte("corpus")
     )
-    words = select(func.unnest(_lexemes(bindparam("q", type_=Text))).label("lexeme")).subquery("words")
+    words = _words()
     idf = func.ln(1 + (totals.c.n - lx.docs + 0.5) / (lx.docs + 0.5))
     terms = (
         select(
@@ -51,13 +62,43 @@ def query_terms():
         .select_from(words)
         .join(message_lexicon, and_(lx.workspace_id == bindparam("workspace_id"), lx.lexeme == words.c.lexeme))
         .join(totals, literal(True))
-        # a lexeme too short to name anyone (NAME_PART_CHARS) stays a term
-        .where(or_(words.c.lexeme.not_in(_named_lexemes()), func.length(words.c.lexeme) < NAME_PART_CHARS))
+        .where(_not_named(words.c.lexeme))
         .order_by(lx.docs, lx.lexeme)
         .limit(QUERY_TERMS)
         .cte("terms")
     )
     return terms, totals
+
+
+def _own_terms():
+    """The query's own lexemes, the first in lexeme order, each of idf 1 and none common, and a fixed mean
+    length: nothing read from the workspace's messages. Its document frequencies would rank a caller's own
+    messages by what the sessions it never joined hold (a term they hold weighs less), and a term they
+    lack would drop out: its scores would say whether a word is written anywhere in the workspace."""
+    words = _words()
+    totals = select(literal(OWN_MEAN_LENGTH, Float).label("mean_length")).cte("corpus")
+    terms = (
+        select(
+            words.c.lexeme,
+            literal(1.0, Float).label("idf"),
+            cast(quoted_lexeme(words.c.lexeme), TSQUERY).label("q"),
+            false().label("common"),
+        )
+        .where(_not_named(words.c.lexeme))
+        .order_by(words.c.lexeme)
+        .limit(QUERY_TERMS)
+        .cte("terms")
+    )
+    return terms, totals
+
+
+def _words():
+    return select(func.unnest(_lexemes(bindparam("q", type_=Text))).label("lexeme")).subquery("words")
+
+
+def _not_named(lexeme):
+    # a lexeme too short to name anyone (NAME_PART_CHARS) stays a term
+    return or_(lexeme.not_in(_named_lexemes()), func.length(lexeme) < NAME_PART_CHARS)
 
 
 def bm25(t, terms, totals):

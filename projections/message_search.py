@@ -229,7 +229,7 @@ def _periods_given():
 @lru_cache(maxsize=256)
 def lexical(shape: Shape):
     """(message_id, s): the n messages of best BM25 among those `lexical_match` lets in."""
-    terms, totals = query_terms()
+    terms, totals = query_terms(shape.narrow)
     m = message_terms.alias("lx")
     quoted = quoted_lexeme(terms.c.lexeme)
     any_rare = func.string_agg(quoted, literal(" | ")).filter(~terms.c.common)
@@ -275,7 +275,7 @@ def fused(shape: Shape, metadata: bool = False):
     """The whole search as one statement: both lists, their candidates and adjacent turns scored
     exactly, z-score fusion, the neighbours' and the session's share as in `fused_score`, then the rows
     (with their metadata if asked)."""
-    terms, totals = query_terms()
+    terms, totals = query_terms(shape.narrow)
     lists = []
     if shape.vector:
         sem = semantic(shape).cte("sem").prefix_with("MATERIALIZED", dialect="postgresql")

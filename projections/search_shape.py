@@ -29,6 +29,9 @@ class MessageSearch:
     limit: int = 10
     include_adjacent: bool = False
     zone: tzinfo = UTC  # the asker's: the days, months and years its query's time words name
+    # the asker sees less than the workspace (a peer's or a session's token): its terms take no workspace
+    # statistics, which would tell it what the sessions it never joined hold (lexical_terms.query_terms)
+    narrow: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Shape:
     periods: bool = False
     exact: bool = False  # the semantic list compares every message of the sessions (search_path)
     when: bool = False  # the query asks when (message_ranking step 8)
+    narrow: bool = False  # as MessageSearch.narrow
 
     @property
     def confined(self) -> bool:
@@ -66,6 +70,7 @@ class Shape:
             perspective=bool(s.perspective_id),
             periods=bool(named_periods),
             when=asks_when(s.query),
+            narrow=s.narrow,
         )
 
 

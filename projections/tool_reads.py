@@ -76,6 +76,7 @@ class SqlMemoryReads:
             before=before,
             as_of=scope.as_of,
             zone=scope.zone,
+            narrow=scope.narrow,
         )
         async with self.engine.connect() as conn:
             return await search_messages(conn, search)

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from projections import configurations
+from services.api import auth
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import require_scope
@@ -67,7 +68,10 @@ async def _prepared(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
     async with ctx.engine.connect() as conn:
         levels = await configurations.levels(conn, r.workspace_id, r.session_id, r.as_of)
         sessions = await recall_sessions(conn, r.workspace_id, r.scope_id, (), r.as_of)
-    return replace(r, instructions=resolve(ctx.configuration, *levels)["dialectic_instructions"], sessions=sessions)
+    instructions = resolve(ctx.configuration, *levels)["dialectic_instructions"]
+    # its tools' searches rank without the workspace's statistics under a narrow token (MessageSearch.narrow)
+    narrow = auth.narrow_view(r.workspace_id) is not None
+    return replace(r, instructions=instructions, sessions=sessions, narrow=narrow)
 
 
 def running_chats(per_workspace: int) -> Slots:

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from projections import configurations, message_reads, observation_reads, peer_reads, session_reads
 from projections.message_search import search_messages, search_text
 from projections.search_shape import MessageSearch
+from services.api import auth
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
@@ -189,6 +190,7 @@ async def _relevant(
         as_of=q.as_of,
         limit=relevant_candidates(room),
         zone=q.zone,
+        narrow=auth.narrow_view(q.workspace_id) is not None,  # ranked without the workspace's statistics
     )
     hits = _one_per_turn(q, await search_messages(conn, search))
     return [

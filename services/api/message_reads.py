@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.message_search import adjacent_turns, search_messages, search_text
 from projections.search_shape import MessageSearch
+from services.api import auth
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.guards import check_scope
@@ -84,7 +85,8 @@ async def search(ctx: ApiDeps, q: MessageSearch, token: str, scope_id: str = "",
         allowed = await recall_sessions(conn, q.workspace_id, scope_id, q.session_ids)
         if allowed == ():  # a scope of no sessions (or none of those asked for) finds nothing
             return Found([], {})
-        q = replace(q, session_ids=allowed or ())
+        # a token narrower than the workspace is ranked without the workspace's statistics (MessageSearch.narrow)
+        q = replace(q, session_ids=allowed or (), narrow=auth.narrow_view(q.workspace_id) is not None)
         hits = await search_messages(conn, replace(q, vector=await vector, limit=depth), metadata=True)
         adjacent = await adjacent_turns(conn, q, hits) if q.include_adjacent else {}
     if reranker:  # after the connection is closed: none is held across a model call

@@ -59,6 +59,7 @@ class ChatRequest:
     sessions: tuple[str, ...] | None = None  # recall only these sessions (None: every one the observer saw)
     perspective_id: str = ""  # read the messages this peer saw instead of the observer's
     zone: tzinfo = UTC  # the asker's, for time words in its tools' searches
+    narrow: bool = False  # the asker's token sees less than the workspace (RecallScope.narrow)
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ class _Run:
             request.sessions,
             request.perspective_id,
             request.zone,
+            request.narrow,
         )
         settings = owner.settings
         self.env = ToolEnv(

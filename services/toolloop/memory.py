@@ -38,6 +38,9 @@ class RecallScope:
     sessions: tuple[str, ...] | None = None  # a scope's sessions: recall only these (None: no bound)
     perspective_id: str = ""  # whose sight bounds the messages read, when not the observer's
     zone: tzinfo = UTC  # the asker's: the days its searches' time words name
+    # the asker's token sees less than the workspace: its searches rank without the workspace's statistics,
+    # which would tell what the sessions it never joined hold
+    narrow: bool = False
 
     @property
     def reader_id(self) -> str:

@@ -1,7 +1,7 @@
 """A token narrower than the workspace reads only what it covers: a peer's message search shows no turn the
 peer did not see, ListSessions shows a peer's token only its own side of a session it has no scope of, and
-GetProcessingStatus under a peer or session token speaks of no other session or pair.
-A workspace token still reads everything."""
+GetProcessingStatus under a peer or session token speaks of no other session or pair, and its searches score
+what it sees alike whatever the sessions it never joined hold. A workspace token still reads everything."""
 
 from __future__ import annotations
 
@@ -11,7 +11,17 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from peerlog.v1 import common_pb2, peers_pb2, peers_pb2_grpc, sessions_pb2
+from peerlog.v1 import (
+    common_pb2,
+    context_pb2,
+    context_pb2_grpc,
+    peers_pb2,
+    peers_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    workspaces_pb2,
+    workspaces_pb2_grpc,
+)
 from services.api.channels import aio_channel
 from services.api.tokens import mint
 from services.bus.producer import EventLog
@@ -26,6 +36,7 @@ from services.events import (
     SummaryKind,
 )
 from tests.support.rpc import rejected
+from tests.support.wait import every_write
 
 TEST = ProducerInfo(component="test", version="0")
 DENIED = grpc.StatusCode.PERMISSION_DENIED
@@ -246,3 +257,66 @@ async def test_a_workspace_token_still_sees_every_session_pair_and_message(chann
     assert whole.dreams.requested == 1
     bob = await _status(settings, channel.address, ["workspace:acme"], token, observer_id="bob")
     assert _batches(bob) == [("batch-bob", [in_s1, in_hr])] and bob.dreams.requested == 1
+
+
+GUESS = "7781 5512"
+
+
+async def _alice_remembers(c: Client, w: str, secret: str) -> str:
+    """alice writes her two numbers in "ours" (with bob); bob alone writes `secret` in "bob-private", which
+    alice never joined."""
+    await c.workspace(w)
+    for p in ("alice", "bob"):
+        await c.peer(w, p)
+    await c.session(w, "ours", members=["alice", "bob"])
+    await c.session(w, "bob-private", members=["bob"])
+    ours = await c.add(w, "ours", [("alice", "remember 7781"), ("bob", "okay"), ("alice", "remember 5512")])
+    hidden = await c.add(w, "bob-private", [("bob", f"the vault code is {secret}")])
+    return every_write(ours.consistency_token, hidden.consistency_token)
+
+
+def _found(reply) -> dict[str, float]:
+    return {r.message.content: round(r.score, 6) for r in reply.results}
+
+
+async def _narrow_searches(address: str, settings, w: str, token: str) -> dict[str, dict[str, float]]:
+    """Content → score of each search a narrow token makes for GUESS: alice's token of her own messages and
+    of what she saw (a perspective, and GetContext's relevant messages), and the token of "ours"."""
+    asked = {"workspace_id": w, "consistency": common_pb2.ReadConsistency(consistency_token=token)}
+    async with aio_channel(address, mint(settings.auth, [f"peer:{w}/alice"])) as chan:
+        own = await peers_pb2_grpc.PeerServiceStub(chan).SearchMessages(
+            peers_pb2.SearchPeerMessagesRequest(peer_id="alice", query=GUESS, **asked)
+        )
+        seen = await workspaces_pb2_grpc.WorkspaceServiceStub(chan).SearchMessages(
+            workspaces_pb2.SearchWorkspaceMessagesRequest(perspective_peer_id="alice", query=GUESS, **asked)
+        )
+        context = await context_pb2_grpc.ContextServiceStub(chan).GetContext(
+            context_pb2.GetContextRequest(
+                session_id="ours",
+                include_summary=False,
+                observer_id="alice",
+                search_query=GUESS,
+                token_budget=2000,
+                **asked,
+            )
+        )
+    async with aio_channel(address, mint(settings.auth, [f"session:{w}/ours"])) as chan:
+        session = await sessions_pb2_grpc.SessionServiceStub(chan).SearchMessages(
+            sessions_pb2.SearchSessionMessagesRequest(session_id="ours", query=GUESS, **asked)
+        )
+    return {
+        "own messages": _found(own),
+        "perspective": _found(seen),
+        "GetContext": {m.content: round(m.score, 6) for m in context.relevant_messages},
+        "session token": _found(session),
+    }
+
+
+async def test_a_narrow_tokens_search_scores_do_not_depend_on_sessions_it_never_joined(channel, settings):
+    c = Client(channel)
+    held = await _narrow_searches(channel.address, settings, "wyes", await _alice_remembers(c, "wyes", "7781"))
+    not_held = await _narrow_searches(channel.address, settings, "wno", await _alice_remembers(c, "wno", "3344"))
+    for entry_point, scores in held.items():
+        # each number is one of alice's words, held by one of her messages: they score alike
+        assert scores["remember 7781"] == scores["remember 5512"], entry_point
+    assert held == not_held  # bob's private session does not show through
