@@ -485,13 +485,14 @@ async def test_a_workspace_past_its_running_chats_is_resource_exhausted_while_an
     # before: no bound, so one tenant's calls could take every model call the server's account allows
     chan = await serve(api={"chats_per_workspace": 1})
     await Client(chan).setup_conversation("w2", "s", peers=("alice", "bob"))
-    model_server.reply_with(lambda req: Reply(content="Oslo", delay_s=1.5))
+    model_server.reply_with(lambda req: Reply(content="Oslo", delay_s=3))
     held = asyncio.ensure_future(ask(chan))
     await until_true(model_server.chat_requests)  # its model call is under way
     await rejected(ask(chan), grpc.StatusCode.RESOURCE_EXHAUSTED, "'w' already has 1 Chat", "CHATS_PER_WORKSPACE")
     await rejected(
         _streamed(stream(chan)), grpc.StatusCode.RESOURCE_EXHAUSTED, "'w' already has 1 Chat", "CHATS_PER_WORKSPACE"
     )
+    assert not held.done()  # the refusals came while it held its place
     assert (await ask(chan, workspace_id="w2")).answer  # another workspace is not held up (it knows nothing)
     assert (await held).answer == "Oslo"
     assert (await ask(chan)).answer == "Oslo"  # the finished call gave its place back

@@ -341,7 +341,9 @@ async def test_the_projector_keeps_the_first_append_under_a_key_and_drops_a_late
     assert (await c.messages.AddMessages(add_request("k-twice", "first"))) == first
 
 
-async def test_a_keyed_retry_while_its_first_append_is_half_projected_returns_the_first_reply(settings, servers):
+async def test_a_keyed_retry_while_its_first_append_is_half_projected_returns_the_first_reply(
+    settings, servers, monkeypatch
+):
     # an API appended two messages under a key and died (its lock gone); the projector applied the first
     # in one batch, the second falls in its next. The retry found half the reply and wrote again: the ids
     # it chose were taken (ALREADY_EXISTS) though the first write stood whole
@@ -366,8 +368,16 @@ async def test_a_keyed_retry_while_its_first_append_is_half_projected_returns_th
         for m in new
     )
     await server.ctx.freshness.wait(await server.ctx.log.append([first]))  # the first batch
+    met_half, whole = asyncio.Event(), idempotency._whole
+
+    async def watched(conn, k, row):
+        if len(row["ids"]) < k.size:
+            met_half.set()
+        return await whole(conn, k, row)
+
+    monkeypatch.setattr(idempotency, "_whole", watched)
     retry = asyncio.ensure_future(c.messages.AddMessages(request, timeout=60))
-    await asyncio.sleep(1.0)  # the retry meets half the first append projected
+    await asyncio.wait_for(met_half.wait(), 30)  # the retry meets half the first append projected
     await server.ctx.log.append([rest])  # the next batch
     reply = await retry
     assert list(reply.message_ids) == ["half-0", "half-1"]

@@ -71,6 +71,7 @@ async def test_a_removed_peers_status_shows_no_summary_failure_from_after_it_lef
     from services.api.channels import aio_channel
     from services.api.tokens import mint
     from services.events import MessagePerceived
+    from tests.support.wait import every_write
 
     c = Client(channel)
     await c.setup_conversation("w", "s1", peers=("alice", "bob"))
@@ -90,7 +91,7 @@ async def test_a_removed_peers_status_shows_no_summary_failure_from_after_it_lef
             created_at=datetime.now(UTC),
             producer=P,
         )
-        await log.append([perceived])
+        seen = await log.append([perceived])
         await Client(channel).list_messages("w", "s1", while_there.encode())
         await c.sessions.RemoveMembers(
             sessions_pb2.RemoveMembersRequest(workspace_id="w", session_id="s1", peer_ids=["alice"])
@@ -100,7 +101,9 @@ async def test_a_removed_peers_status_shows_no_summary_failure_from_after_it_lef
     finally:
         log.close()
     async with aio_channel(channel.address, mint(settings.auth, ["peer:w/alice"])) as chan:
-        status = await Client(chan).processing_status("w", token.encode(), observer_id="alice")
+        status = await Client(chan).processing_status(
+            "w", every_write(token.encode(), seen.encode()), observer_id="alice"
+        )
     assert len(status.dead_lettered_summaries) == 1  # the failure while alice was there
     whole = await Client(channel).processing_status("w", token.encode())
     assert len(whole.dead_lettered_summaries) == 2  # the workspace's status keeps both

@@ -236,6 +236,7 @@ async def test_a_workspaces_retries_past_its_limit_are_resource_exhausted_while_
     settings, projector
 ):
     # before: no bound, so one workspace's retries to a receiver that never answers took every call place
+    import select
     import socket
 
     from services.api.server import start
@@ -264,7 +265,8 @@ async def test_a_workspaces_retries_past_its_limit_are_resource_exhausted_while_
                 return stub.RetryWebhookDeadLetter(request)
 
             waiting = retry("w")
-            await asyncio.sleep(1.0)  # the first is waiting on the receiver
+            # the first is waiting on the receiver once its connection is there (it took its place before)
+            await until_true(lambda: select.select([silent], [], [], 0)[0], 10)
             await rejected(retry("w"), grpc.StatusCode.RESOURCE_EXHAUSTED, "RETRIES_PER_WORKSPACE")
             other = retry("other")  # another workspace still gets its place
             await asyncio.sleep(1.0)
