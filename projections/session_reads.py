@@ -6,11 +6,9 @@ import functools
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from sqlalchemy import RowMapping, bindparam, false, func, literal, or_, select
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import RowMapping, bindparam, func, literal, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections.message_reads import seen_while_member
 from projections.schema import memberships, messages, sessions, summaries
 
 
@@ -32,25 +30,6 @@ async def list_sessions(
             )
         )
     return (await conn.execute(stmt.order_by(sessions.c.session_id).limit(limit))).mappings().all()
-
-
-async def as_seen_by(
-    conn: AsyncConnection, workspace_id: str, peer_ids: Collection[str], session_ids: Collection[str]
-) -> dict[str, RowMapping]:
-    """The given sessions as `peer_ids` saw them, by id: rows of `sessions` with no metadata and a
-    message_count of only the messages one of them saw while a member (seen_while_member). One count
-    per session, of its messages: a page of sessions costs what reading them under a perspective would."""
-    s, m = sessions.c, messages.c
-    seen = or_(false(), *(seen_while_member(messages, p) for p in sorted(peer_ids)))
-    count = select(func.count()).where(m.workspace_id == s.workspace_id, m.session_id == s.session_id, seen)
-    stmt = select(
-        s.workspace_id,
-        s.session_id,
-        func.jsonb_build_object(type_=JSONB).label("metadata"),
-        s.created_at,
-        count.scalar_subquery().label("message_count"),
-    ).where(s.workspace_id == workspace_id, s.session_id.in_(sorted(session_ids)))
-    return {r["session_id"]: r for r in (await conn.execute(stmt)).mappings()}
 
 
 async def seen_by(

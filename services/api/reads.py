@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -116,24 +117,38 @@ async def session_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMappi
 
 async def listed_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
     """The listed sessions as the caller's token may see them: whole to a workspace token, and in the
-    sessions a narrow one names; any other only as its peers saw it (session_reads.as_seen_by), with only
-    their own membership periods. A peer's token lists every session the peer was ever in, left ones too,
-    where GetSession would need the session's scope."""
+    sessions a narrow one names; any other only as its peers saw it (`_as_seen`). A peer's token lists
+    every session the peer was ever in, left ones too, where GetSession would need the session's scope."""
     narrow = auth.narrow_view(workspace_id)
-    outside = [] if narrow is None else [r["session_id"] for r in rows if r["session_id"] not in narrow.sessions]
     views = await session_views(ctx, workspace_id, rows)
-    if not outside:
+    if narrow is None:
         return views
-    async with ctx.engine.connect() as conn:
-        seen = await session_reads.as_seen_by(conn, workspace_id, narrow.peers, outside)
-    return [_as_seen(view, seen, narrow.peers) for view in views]
+    return [view if view.session["session_id"] in narrow.sessions else _as_seen(view, narrow.peers) for view in views]
 
 
-def _as_seen(view: SessionView, seen: Mapping[str, RowMapping], peers: frozenset[str]) -> SessionView:
-    row = seen.get(view.session["session_id"])
-    if row is None:  # a session the token names
-        return view
-    return SessionView(row, [m for m in view.memberships if m["peer_id"] in peers])
+def _as_seen(view: SessionView, peers: frozenset[str]) -> SessionView:
+    """The session without its metadata or others' membership periods, and counting only the turns `peers`
+    saw while members (message_reads.seen_while_member's rule)."""
+    own = [m for m in view.memberships if m["peer_id"] in peers]
+    row = {**view.session, "metadata": {}, "message_count": seen_turns(own, view.session["message_count"])}
+    return SessionView(MappingProxyType(row), own)  # a row, not a JSON column (reply_bytes tells them apart)
+
+
+def seen_turns(periods: Sequence[Mapping], last_seq: int) -> int:
+    """How many of a session's turns (seq 1 to `last_seq`, one each) fall in `periods`: after a join, up
+    to its leave. Counted from the periods, not by reading each turn: a page of sessions read every message
+    of each (0.7-1 s for 1,000 sessions of 1,000 turns)."""
+    spans = sorted((p["joined_after_seq"], min(_or(p["left_after_seq"], last_seq), last_seq)) for p in periods)
+    count = reached = 0
+    for after, until in spans:
+        start = max(after, reached)
+        if until > start:
+            count, reached = count + until - start, until
+    return count
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 async def get_session(ctx: ApiDeps, workspace_id: str, session_id: str, token: str) -> SessionView:
