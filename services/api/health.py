@@ -11,7 +11,6 @@ from grpc_health.v1 import health, health_pb2
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
 
 from projections.settings import DatabaseSettings
 
@@ -21,11 +20,20 @@ Check = Callable[[], Awaitable[bool]]
 
 
 def probe_engine(settings: DatabaseSettings) -> AsyncEngine:
-    """An engine for the health check alone, which opens a connection of its own for each check.
+    """An engine for the health check alone, holding one connection of its own between checks.
 
     On the read pool the check queued behind slow reads, timed out, and a loaded server said NOT_SERVING
-    with Postgres answering. Unpooled, a check cut off at its timeout leaves no half-used connection."""
-    return create_async_engine(settings.url, poolclass=NullPool, isolation_level="AUTOCOMMIT", **settings.engine_args())
+    with Postgres answering. Kept open, it is no new client at each check either: at max_connections every
+    API process said NOT_SERVING at once while their pools still served. Pinged before each check, a
+    connection a timed-out check left broken is replaced."""
+    return create_async_engine(
+        settings.url,
+        pool_size=1,
+        max_overflow=0,
+        pool_pre_ping=True,
+        isolation_level="AUTOCOMMIT",
+        **settings.engine_args(),
+    )
 
 
 async def database_reachable(engine: AsyncEngine, timeout_s: float = 2.0) -> bool:

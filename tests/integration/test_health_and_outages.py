@@ -290,3 +290,32 @@ async def test_health_is_not_serving_while_a_topic_is_missing(settings):
             await until(lambda: health_of(channel), lambda status: status == SERVING, 60)
     finally:
         await server.stop(0)
+
+
+async def test_health_stays_serving_when_postgres_refuses_new_connections(settings):
+    # the probe opened a connection each check: at max_connections every API process said NOT_SERVING at
+    # once, while their pooled connections still served. A role's connection limit stands in for it
+    from sqlalchemy import make_url, text
+    from sqlalchemy.exc import OperationalError
+
+    admin = async_engine(settings.database)
+    async with admin.connect() as conn:
+        await conn.execute(text("DROP ROLE IF EXISTS crowded"))
+        await conn.execute(text("CREATE ROLE crowded LOGIN PASSWORD 'crowded' CONNECTION LIMIT 2"))
+    url = make_url(settings.database.url).set(username="crowded", password="crowded")
+    crowded = settings.database.model_copy(update={"url": url.render_as_string(hide_password=False)})
+    probe, others = probe_engine(crowded), async_engine(crowded)
+    try:
+        assert await database_reachable(probe)
+        async with others.connect() as taken:  # the role's last connection: a new client is refused now
+            await taken.execute(text("SELECT 1"))
+            with pytest.raises(OperationalError, match="too many connections"):
+                async with probe_engine(crowded).connect():
+                    pass
+            assert await database_reachable(probe)
+    finally:
+        await probe.dispose()
+        await others.dispose()
+        async with admin.connect() as conn:
+            await conn.execute(text("DROP ROLE crowded"))
+        await admin.dispose()
