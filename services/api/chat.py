@@ -13,7 +13,7 @@ from services.api.deps import ApiDeps
 from services.api.guards import require_scope
 from services.api.preflight import preflight
 from services.api.scopes import recall_sessions
-from services.api.slots import Slots
+from services.api.slots import Slots, per_workspace
 from services.dialectic import response_format
 from services.dialectic.loop import ChatEvent, ChatRequest, ChatResult
 from services.dialectic.settings import LEVELS
@@ -74,14 +74,13 @@ async def _prepared(ctx: ApiDeps, r: ChatRequest, token: str) -> ChatRequest:
     return replace(r, instructions=instructions, sessions=sessions, narrow=narrow)
 
 
-def running_chats(per_workspace: int) -> Slots:
+def running_chats(most: int) -> Slots:
     """The Chat calls one workspace may run at once on this process."""
-    return Slots(
-        per_workspace,
-        lambda workspace_id, held: (
-            f"workspace {workspace_id!r} already has {held} Chat calls running on this API "
-            "process (PEERLOG_API_CHATS_PER_WORKSPACE): retry once one has finished, or raise the setting"
-        ),
+    return per_workspace(
+        most,
+        "Chat calls running",
+        "PEERLOG_API_CHATS_PER_WORKSPACE",
+        "retry once one has finished, or raise the setting",
     )
 
 

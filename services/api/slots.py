@@ -32,6 +32,17 @@ class Slots:
         return self.held.total()
 
 
+def per_workspace(most: int, what: str, setting: str, advice: str) -> Slots:
+    """At most `most` places for each workspace, refused as "workspace W already has N `what` on this API
+    process (`setting`): `advice`"."""
+    return Slots(
+        most,
+        lambda workspace_id, held: (
+            f"workspace {workspace_id!r} already has {held} {what} on this API process ({setting}): {advice}"
+        ),
+    )
+
+
 @contextmanager
 def holding(*places: tuple[Slots, str]) -> Iterator[None]:
     """One place in each of `places` (slots, key) for the block, or none at all: the first that is full

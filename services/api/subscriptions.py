@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
+from services.api import slots
 from services.api.deps import ApiDeps
 from services.api.guards import require_workspace
 from services.api.slots import Slots, holding
@@ -21,13 +22,11 @@ class Streams:
     otherwise exhaust the process, and one tenant's idle streams would lock every other tenant out."""
 
     def __init__(self, most: int, per_workspace: int) -> None:
-        self.of_workspace = Slots(
+        self.of_workspace = slots.per_workspace(
             per_workspace,
-            lambda workspace_id, held: (
-                f"workspace {workspace_id!r} already has {held} Subscribe streams open on "
-                "this API process (PEERLOG_API_MAX_SUBSCRIPTIONS_PER_WORKSPACE): close one, raise the setting, or "
-                "take the events by webhook"
-            ),
+            "Subscribe streams open",
+            "PEERLOG_API_MAX_SUBSCRIPTIONS_PER_WORKSPACE",
+            "close one, raise the setting, or take the events by webhook",
         )
         self.all = Slots(
             most,

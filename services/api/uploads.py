@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from services.api import files
+from services.api import files, slots
 from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.settings import ApiSettings
@@ -74,12 +74,11 @@ class Uploads:
     each, and every other workspace's upload waited behind them until it timed out."""
 
     def __init__(self, per_workspace: int, queued: int) -> None:
-        self.of_workspace = Slots(
+        self.of_workspace = slots.per_workspace(
             per_workspace,
-            lambda workspace_id, held: (
-                f"workspace {workspace_id!r} already has {held} uploads in progress on "
-                "this API process (PEERLOG_API_UPLOADS_PER_WORKSPACE): retry once one has finished"
-            ),
+            "uploads in progress",
+            "PEERLOG_API_UPLOADS_PER_WORKSPACE",
+            "retry once one has finished",
         )
         self.of_reader = Slots(
             queued,

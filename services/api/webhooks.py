@@ -16,7 +16,7 @@ from services.api import validation as v
 from services.api.cursors import time_id
 from services.api.deps import ApiDeps
 from services.api.reads import Page, page
-from services.api.slots import Slots
+from services.api.slots import Slots, per_workspace
 from services.bus.subscription import Filter
 from services.errors import InvalidArgument, NotFound, ResourceExhausted
 from services.webhooks.delivery import Delivery, Endpoint, RetryPolicy, deliver
@@ -168,14 +168,13 @@ def _current(letter: DeadLetter) -> DeadLetter:
     return replace(letter, body=current_body(letter.body))
 
 
-def running_retries(per_workspace: int) -> Slots:
+def running_retries(most: int) -> Slots:
     """The dead-letter retries one workspace may run at once on this process."""
-    return Slots(
-        per_workspace,
-        lambda workspace_id, held: (
-            f"workspace {workspace_id!r} already has {held} dead-letter retries waiting on "
-            "their receivers on this API process (PEERLOG_WEBHOOK_RETRIES_PER_WORKSPACE): retry once one has answered"
-        ),
+    return per_workspace(
+        most,
+        "dead-letter retries waiting on their receivers",
+        "PEERLOG_WEBHOOK_RETRIES_PER_WORKSPACE",
+        "retry once one has answered",
     )
 
 
