@@ -3,6 +3,7 @@ retried and after how long, the consistency token carried from writes to reads, 
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
@@ -63,9 +64,15 @@ def waits_for_writes(request: Proto) -> bool:
     return "consistency" in request.DESCRIPTOR.fields_by_name
 
 
+# reads whose request has no consistency field, so that field cannot tell them from writes: named here, or
+# UNAVAILABLE would fail them at once, against the README's word that reads are retried
+READS_WITHOUT_TOKEN = frozenset({"ListWebhooksRequest", "ListWebhookDeadLettersRequest", "SubscribeRequest"})
+
+
 def is_read(request: Proto) -> bool:
     """Reads change nothing and may be repeated."""
-    return waits_for_writes(request) and request.DESCRIPTOR.name not in WRITES_THAT_READ
+    name = request.DESCRIPTOR.name
+    return name in READS_WITHOUT_TOKEN or (waits_for_writes(request) and name not in WRITES_THAT_READ)
 
 
 def may_retry(request: Proto) -> bool:
@@ -76,6 +83,17 @@ def sent_under(request: Proto) -> str | None:
     """The idempotency key of a keyed write (after `CallContext.start`, the one it mints), else None: a
     failed write's error carries it, since only a repeat under it is safe once the write may have landed."""
     return getattr(request, IDEMPOTENCY_KEY_FIELD, "") or None
+
+
+# what an asyncio call raises when its channel is closed under it, named here (not in _async.py) so that the
+# sync twin, the same text, names something real; its calls never raise it
+CANCELLED = asyncio.CancelledError
+
+
+def cancelled_by_caller() -> bool:
+    """Whether the running asyncio task itself is being cancelled, not only a call it awaits."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class Attempts:

@@ -9,6 +9,7 @@ modules both import.
 from __future__ import annotations
 
 import time
+import threading
 from collections.abc import Iterator, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -17,7 +18,7 @@ import grpc
 
 from peerlog_client import _convert as c
 from peerlog_client import models as m
-from peerlog_client._core import Call, CallContext, RetryPolicy, sent_under
+from peerlog_client._core import CANCELLED, Call, CallContext, RetryPolicy, cancelled_by_caller, sent_under
 from peerlog_client._gen.peerlog.v1 import audit_pb2 as au
 from peerlog_client._gen.peerlog.v1 import common_pb2, context_pb2, dialectic_pb2, dreams_pb2
 from peerlog_client._gen.peerlog.v1 import configuration_pb2 as cf
@@ -71,22 +72,28 @@ class Transport:
         # made, and a client is often built before any loop runs (one loop per client, all the same)
         self._channel: Any = None
         self._closed = False
+        # the sync client may be shared by threads: without it, their first calls each made a channel, and
+        # close() closed one; and a stub made on a channel that close() just closed can crash the interpreter
+        self._lock = threading.Lock()
         self.context = context
         self._stubs: dict[type, Any] = {}
 
     def _method(self, call: Call[Any]) -> Any:
+        with self._lock:
+            self._refuse_if_closed(call, 0)
+            if self._channel is None:
+                self._channel = (
+                    grpc.secure_channel(self._target, self._credentials, self._options)
+                    if self._credentials
+                    else grpc.insecure_channel(self._target, self._options)
+                )
+            if call.stub not in self._stubs:
+                self._stubs[call.stub] = call.stub(self._channel)
+            return getattr(self._stubs[call.stub], call.method)
+
+    def _refuse_if_closed(self, call: Call[Any], attempts: int) -> None:
         if self._closed:
-            # a stub made on a closed channel can take the interpreter down
-            raise ClientClosed(sent_under(call.request))
-        if self._channel is None:
-            self._channel = (
-                grpc.secure_channel(self._target, self._credentials, self._options)
-                if self._credentials
-                else grpc.insecure_channel(self._target, self._options)
-            )
-        if call.stub not in self._stubs:
-            self._stubs[call.stub] = call.stub(self._channel)
-        return getattr(self._stubs[call.stub], call.method)
+            raise ClientClosed(sent_under(call.request), attempts)
 
     def unary(self, call: Call[T], timeout: float | None = None, more: Sequence[Any] | None = None) -> T:
         """One reply to `call.request`; with `more`, a client stream: the request, then those (UploadFile)."""
@@ -102,6 +109,9 @@ class Transport:
                 if wait is None:
                     raise from_rpc_error(error, attempts.made, sent_under(call.request)) from error
                 time.sleep(wait)
+            except CANCELLED:
+                self._refuse_if_cut_off(call, attempts.made)
+                raise
             else:
                 self.context.received(response)
                 return call.convert(response)
@@ -123,6 +133,9 @@ class Transport:
                 wait = None if arrived else attempts.retry_after(error)
                 if wait is None:
                     raise from_rpc_error(error, attempts.made, sent_under(call.request)) from error
+            except CANCELLED:
+                self._refuse_if_cut_off(call, attempts.made)
+                raise
             finally:
                 rpc.cancel()  # the caller stopped early, or the call failed: free it either way
             time.sleep(wait)
@@ -141,10 +154,18 @@ class Transport:
                 raise DataLoss(f"the server sent page token {token[:40]!r} twice: the list would never end")
             seen.add(token)
 
+    def _refuse_if_cut_off(self, call: Call[Any], attempts: int) -> None:
+        """For a call cancelled under it: ClientClosed, a PeerlogError with the write's key, if close() cut it
+        off; nothing if the caller's own task is being cancelled, whose CancelledError must go on up."""
+        if not cancelled_by_caller():
+            self._refuse_if_closed(call, attempts)
+
     def close(self) -> None:
-        self._closed = True
-        if self._channel is not None:
-            self._channel.close()
+        with self._lock:  # no call makes a channel or a stub once this is set
+            self._closed = True
+            channel = self._channel
+        if channel is not None:
+            channel.close()
 
 
 def _get_or_create(create: bool, stub: type, entity: str, create_request: Any, get_request: Any) -> Call[Any]:

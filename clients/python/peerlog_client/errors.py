@@ -89,12 +89,13 @@ class Unauthenticated(PeerlogError):
 
 class ClientClosed(Cancelled):
     """A call on a client after its close(): make a new client (raised before the call's next attempt is
-    sent; a keyed write's earlier attempt may have landed, so repeat it under `idempotency_key`)."""
+    sent, or by the asyncio client for a call its close() cut off; a keyed write's attempt may have landed,
+    so repeat it under `idempotency_key`)."""
 
-    def __init__(self, idempotency_key: str | None = None) -> None:
+    def __init__(self, idempotency_key: str | None = None, attempts: int = 0) -> None:
         super().__init__(
             "this peerlog client was closed; make a new one to call peerlog again",
-            attempts=0,
+            attempts=attempts,
             idempotency_key=idempotency_key,
         )
 
