@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from projections import message_reads
 from services.api import context_reads
 from services.api.packing import Relevant, fit_fixed
+from services.events.text import one_line
 from services.llm.tokens import count_tokens
 
 
@@ -35,7 +36,7 @@ def _serve(monkeypatch, rows: list[dict]) -> list[int]:
 
 
 def _heavy_candidates(n: int) -> list[Relevant]:
-    """`n` relevant messages of another session, each a long run of line breaks (slow to count, not cached)."""
+    """`n` relevant messages of another session, each a long run of line breaks (shown on one line)."""
     at = datetime(2026, 12, 1, tzinfo=UTC)
     return [
         Relevant(f"r{i}", "p", "elsewhere", f"x{i}" + "\r\n" * 2_000 + "y", at + timedelta(minutes=i), 1.0 - i / 1000)
@@ -59,7 +60,7 @@ def test_get_context_counts_each_relevant_candidate_once_per_call(monkeypatch):
     q = context_reads.ContextQuery(workspace_id="w", session_id="s", search_query="x")
     packed = asyncio.run(context_reads._with_recent(None, q, fixed, candidates))
     assert len(asked) >= 3 and packed.relevant and packed.messages  # several rounds, both sections packed
-    per_candidate = Counter(t for t in counted for r in candidates if r.content in t)
+    per_candidate = Counter(t for t in counted for r in candidates if one_line(r.content) in t)
     assert per_candidate and max(per_candidate.values()) == 1
     assert len(per_candidate) <= len(candidates) + 1  # each line once, and the section's last without its break
 

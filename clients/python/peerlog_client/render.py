@@ -31,12 +31,12 @@ def system_text(ctx: Context) -> str:
 
 def _relevant_text(found) -> str:
     """Relevant messages as the server counted them: one "[session · day]" header per session and day,
-    then "HH:MM author: text" lines, all in time order."""
+    then "HH:MM author: text" lines, each message on one line (`one_line`), all in time order."""
     groups: dict[tuple[str, str], list[str]] = {}
     for r in sorted(found, key=lambda r: (r.created_at is None, r.created_at or 0, r.message_id)):
         day = r.created_at.date().isoformat() if r.created_at else ""  # "%Y" writes year 1 as "1"
         clock = f"{r.created_at:%H:%M} " if r.created_at else ""
-        groups.setdefault((r.session_id, day), []).append(f"{clock}{author(r)}: {r.content}")
+        groups.setdefault((r.session_id, day), []).append(f"{clock}{author(r)}: {one_line(r.content)}")
     return "\n".join(
         "\n".join([f"[{session} · {day}]" if day else f"[{session}]", *lines])
         for (session, day), lines in groups.items()
@@ -61,12 +61,14 @@ def anthropic_messages(ctx: Context, assistant: str) -> tuple[str, list[dict[str
     """(system text, messages) for the Messages API. Consecutive turns of one role merge (blank line
     between), so roles alternate; a conversation that opens with the assistant gets a short user turn
     first, since the list must start with a user turn. When several peers share the user role, each
-    of their turns is prefixed with its display name or peer id so the model can tell them apart."""
+    of their turns is prefixed with its display name or peer id, on one line (`one_line`), so the model
+    can tell them apart."""
     speakers = {t.peer_id for t in ctx.messages if _role(t, assistant) == "user"}
     out: list[dict[str, Any]] = []
     for turn in ctx.messages:
         role = _role(turn, assistant)
-        text = f"{author(turn)}: {turn.content}" if role == "user" and len(speakers) > 1 else turn.content
+        # a prefixed turn on one line: its own blank line and "carol: " passed for carol's turn in the merge
+        text = f"{author(turn)}: {one_line(turn.content)}" if role == "user" and len(speakers) > 1 else turn.content
         if out and out[-1]["role"] == role:
             out[-1]["content"] += "\n\n" + text
         else:
@@ -74,6 +76,13 @@ def anthropic_messages(ctx: Context, assistant: str) -> tuple[str, list[dict[str
     if out and out[0]["role"] == "assistant":
         out.insert(0, {"role": "user", "content": "(earlier in this conversation)"})
     return system_text(ctx), out
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of white space, line breaks included, as one space: the server's
+    `services.events.text.one_line`, which the relevant messages' text and token count are made with. A
+    message's line breaks forged a section ("\n\n# Peer card\n- ..."), a header or another's line."""
+    return " ".join(text.split())
 
 
 def author(turn) -> str:
