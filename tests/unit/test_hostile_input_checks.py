@@ -85,9 +85,9 @@ def test_a_schema_over_64_kb_is_refused():
 
 def test_a_draft4_enum_of_thousands_of_objects_is_refused_at_once():
     schema = {"$schema": "http://json-schema.org/draft-04/schema#", "enum": [{"a": i} for i in range(3_000)]}
-    started = time.monotonic()
+    started = time.thread_time()
     assert "too many objects" in refused(obj=schema)
-    assert time.monotonic() - started < 0.5  # jsonschema's own check took 25 s
+    assert time.thread_time() - started < 0.5  # jsonschema's own check took 25 s
 
 
 def test_the_largest_enum_of_objects_allowed_is_checked_quickly():
@@ -95,9 +95,9 @@ def test_the_largest_enum_of_objects_allowed_is_checked_quickly():
         "$schema": "http://json-schema.org/draft-04/schema#",
         "enum": [{"k": i, "v": [i, str(i)]} for i in range(rf.MAX_COMPOSITES_PER_ARRAY)],
     }
-    started = time.monotonic()
+    started = time.thread_time()
     rf.check(rf.parse(None, schema))
-    assert time.monotonic() - started < 1.0
+    assert time.thread_time() - started < 1.0
 
 
 @pytest.mark.parametrize("dialect", [[], 5, "http://127.0.0.1:9/my-dialect"])
@@ -204,7 +204,7 @@ def test_a_status_message_over_the_header_budget_is_cut_and_says_how_much_was_le
 
 
 def test_checks_of_large_inputs_are_quick():
-    started = time.monotonic()
+    started = time.thread_time()
     with pytest.raises(InvalidArgument):
         v.check_metadata("metadata", {f"k{i}": "v" * 100 for i in range(40_000)})
-    assert time.monotonic() - started < 2.0
+    assert time.thread_time() - started < 2.0
