@@ -154,8 +154,9 @@ def scan(settings, workspace_id: str, model: str) -> Plan:
             read(m.value()) for m in to_the_end(settings.kafka, topic.full_name(prefix), timeout=3600, must_exist=True)
         )
 
-    # the observations topic holds both what to embed and what was embedded: read it once
-    observations = list(events(OBSERVATIONS))
+    # the observations topic holds both what to embed and what was embedded: read it once, keeping only the
+    # workspace's events, since it holds every workspace's, each with its vector (about 7 KB decoded at 384 dimensions)
+    observations = [e for e in events(OBSERVATIONS) if e is not None and e.workspace_id == workspace_id]
     done = done_by(events(MESSAGE_EMBEDDINGS), workspace_id, model) | done_by(observations, workspace_id, model)
     return plan(events(SESSIONS), observations, workspace_id, done)
 

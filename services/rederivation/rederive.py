@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+from confluent_kafka import Message
 
 from projections.db import async_engine
 from projections.deriver_reads import CitedFact, ObservationStore
@@ -202,12 +204,21 @@ def _why(fact: CitedFact, deleted: Sequence[CitedFact], threshold: float) -> str
     return f"{why}: {original.delete_reason}" if original.delete_reason else why
 
 
+def _settled(settings, topic: TopicSpec) -> Iterator[Message]:
+    """Every committed record of `topic`, read once every transaction open on it now has ended. A read that
+    stops at an open one misses its records for good, though they sit before everything appended since."""
+    name = topic.full_name(settings.kafka.topic_prefix)
+    # by then the broker has aborted a transaction of a dead producer; past that, the read goes on as it is
+    until_stable(settings.kafka, name, settings.kafka.transaction_timeout_ms / 1000 + 10)
+    return to_the_end(settings.kafka, name, timeout=3600, must_exist=True)
+
+
 def perceived(settings, scope: DerivationScope) -> dict[str, list[Seen]]:
-    """Every committed perception and promotion in scope, by pair key in log order (up to the end as of now)."""
+    """Every committed perception and promotion in scope, by pair key in log order (up to the end as of now),
+    once the router's open transactions have ended: a perception it commits just after a promotion is appended
+    sits before it, so the live deriver writes it into the old derivation and the catch-up must see it."""
     by_pair: dict[str, list[Seen]] = {}
-    for msg in to_the_end(
-        settings.kafka, PERCEIVED.full_name(settings.kafka.topic_prefix), timeout=3600, must_exist=True
-    ):
+    for msg in _settled(settings, PERCEIVED):
         event = read(msg.value())
         if isinstance(event, Seen) and scope.covers(event):
             by_pair.setdefault(event.key, []).append(event)
@@ -238,11 +249,12 @@ def _batched(
     settings, topic: TopicSpec, kind: type, scope: DerivationScope
 ) -> tuple[dict[tuple[str, str], set[str]], Positions]:
     """Per (derivation label, pair key), the message ids of `kind` batch events in scope (read from the log
-    itself, so a run right after another one sees all of it), and the offset of the last record read on each
+    itself, once its open transactions have ended, so a run right after another one, or while the live deriver
+    commits a batch or a dead letter, sees all of it), and the offset of the last record read on each
     partition: where the committed log ends."""
     out: dict[tuple[str, str], set[str]] = {}
     through: Positions = {}
-    for msg in to_the_end(settings.kafka, topic.full_name(settings.kafka.topic_prefix), timeout=3600, must_exist=True):
+    for msg in _settled(settings, topic):
         event = read(msg.value())
         through[(msg.topic(), msg.partition())] = msg.offset()
         if isinstance(event, kind) and scope.covers(event):
@@ -252,11 +264,9 @@ def _batched(
 
 def finished(settings, scope: DerivationScope) -> Finished:
     """What every derivation in scope has finished, and what the deriver parked, as of now: once every
-    transaction open on the observations topic has ended. A run that lost its lock may be appending a batch
-    as this one starts; read before its transaction commits, the batch would be derived again."""
-    observations = OBSERVATIONS.full_name(settings.kafka.topic_prefix)
-    # by then the broker has aborted a transaction of a dead run; past that, the read goes on as it is
-    until_stable(settings.kafka, observations, settings.kafka.transaction_timeout_ms / 1000 + 10)
+    transaction open on the observations and dead-letter topics has ended. A run that lost its lock may be
+    appending a batch as this one starts; read before its transaction commits, the batch would be derived
+    again. A dead letter the live deriver is committing, read before, would leave its messages underived."""
     done, through = _batched(settings, OBSERVATIONS, BatchDerived, scope)
     parked, _ = _batched(settings, DEADLETTER, DerivationDeadLettered, scope)
     return Finished(done, parked, through)

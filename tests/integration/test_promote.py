@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import UTC, datetime
 
 import pytest
@@ -10,13 +11,18 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from peerlog.v1 import context_pb2, context_pb2_grpc, observations_pb2
 from projections.rebuild import rebuild
+from services.bus.topics import PERCEIVED
 from services.cli.client import Client
 from services.cli.derivations import comparison
 from services.dreamer.edits import Dream, DreamWrites, NamedObservation, UpdateKnowledge, decide_edit
-from services.events import PAIR_WIDE, ProducerInfo
+from services.events import PAIR_WIDE, MessagePerceived, ProducerInfo, encode
+from services.events.base import new_id
 from services.rederivation.promote import promote
-from services.rederivation.rederive import DerivationScope, rederive
+from services.rederivation.rederive import DerivationScope, finished, rederive
+from services.rederivation.rederive import perceived as perceived_log
+from tests.integration.test_derivation_runs_under_faults import FACT, FIRST, perceived, settings_for
 from tests.integration.test_rederive import current_rows
+from tests.integration.test_unconfirmed_commits import open_transaction
 from tests.support.extractor import extract_each_turn, with_fact
 from tests.support.model_server import Reply
 from tests.support.observations import append
@@ -317,3 +323,34 @@ async def test_a_deleted_derived_fact_stays_deleted_after_promoting_another_deri
     rebuilt = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings, progress=lambda _: None))
     assert rebuilt.switched and set(rebuilt.differences.values()) == {0}, rebuilt.differences
     assert contents(await c.all_observations("w", "alice", "alice")) == [run]
+
+
+async def test_a_message_the_router_was_committing_during_a_promotion_is_in_the_promoted_derivation(
+    channel, settings, model_server, start_worker
+):
+    start_worker("router")
+    await perceived(channel, [FIRST])
+    here, pair = settings_for(settings, model_server), DerivationScope("w", "alice", "alice")
+    model_server.reply_with(with_fact(lambda _: FACT))
+    await rederive(here, "v2", pair, progress=lambda _: None)
+    [[first]] = perceived_log(here, pair).values()
+    late = first.model_copy(update={"event_id": new_id(), "message_id": "m-late", "seq": first.seq + 1})
+    router, commits = None, []
+
+    def meanwhile(line: str) -> None:
+        """The router perceives alice's next message after the bulk pass read the log, and commits it just
+        after the promotion is appended: it sits before the promotion, in the old derivation's share."""
+        nonlocal router
+        if router is None:
+            router, _ = open_transaction(settings, PERCEIVED, encode(late), late.key.encode())
+        elif "now read derivation" in line:
+            commits.append(threading.Timer(2.0, router.commit_transaction, (30,)))
+            commits[0].start()
+
+    report = await promote(here, "v2", pair, progress=meanwhile)
+    commits[0].join()
+
+    [history] = perceived_log(here, pair).values()
+    order = [e.message_id if isinstance(e, MessagePerceived) else e.derivation for e in history]
+    assert order == [first.message_id, "m-late", "v2"]  # the live deriver writes m-late into the original
+    assert report.messages == 1 and "m-late" in finished(here, pair).of("v2", late.key)[0]

@@ -1,8 +1,12 @@
 """What `peerlog reembed` plans: every message (with its previous turn, as the embedder embeds it) and
 observation of the workspace, minus what the same model already embedded."""
 
+import gc
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
+from services.bus.topics import MESSAGE_EMBEDDINGS, OBSERVATIONS, SESSIONS
+from services.embedder import reembed
 from services.embedder.reembed import chunks, done_by, plan
 from services.events import (
     EmbeddedMessage,
@@ -13,6 +17,7 @@ from services.events import (
     ObservationAdded,
     ObservationsEmbedded,
     ProducerInfo,
+    encode,
 )
 from services.events.requests import KeyedRequest
 
@@ -32,9 +37,9 @@ def _msg(i: int, session: str = "s", workspace: str = "w") -> MessageAppended:
     )
 
 
-def _obs(i: int) -> ObservationAdded:
+def _obs(i: int, workspace: str = "w") -> ObservationAdded:
     return ObservationAdded(
-        workspace_id="w",
+        workspace_id=workspace,
         observer_id="ann",
         observed_id="ann",
         observation_id=f"o{i}",
@@ -126,3 +131,35 @@ def test_a_repeated_keyed_append_is_skipped_as_the_live_embedder_and_the_project
         "[8 May 2026] ann: turn 2 (replying to ann: turn 1)",
     ]
     assert [o.observation_id for o in got.observations["w/ann/ann"]] == ["o1"]
+
+
+class _Record:
+    """A log record as the scan reads it: its value."""
+
+    def __init__(self, value: bytes) -> None:
+        self._value = value
+
+    def value(self) -> bytes:
+        return self._value
+
+
+def test_reembed_keeps_only_the_workspaces_observation_events_while_planning(monkeypatch):
+    # the observations topic holds every workspace's events, each with its vector: planning one workspace held
+    # all of them in memory
+    elsewhere = [_Record(encode(_obs(i, workspace="other"))) for i in range(50)]
+    held: list[int] = []
+
+    def sessions():
+        gc.collect()  # what the scan still holds when it reads the sessions, after the observations
+        held.append(sum(isinstance(o, ObservationAdded) and o.workspace_id == "other" for o in gc.get_objects()))
+        yield _Record(encode(_msg(1)))
+
+    records = {
+        OBSERVATIONS.full_name("t."): iter([_Record(encode(_obs(1))), *elsewhere]),
+        MESSAGE_EMBEDDINGS.full_name("t."): iter([]),
+        SESSIONS.full_name("t."): sessions(),
+    }
+    monkeypatch.setattr(reembed, "to_the_end", lambda kafka, topic, **_: records[topic])
+    got = reembed.scan(SimpleNamespace(kafka=SimpleNamespace(topic_prefix="t.")), "w", "new-model")
+    assert held == [0]
+    assert [o.observation_id for o in got.observations["w/ann/ann"]] == ["o1"] and got.size() == 2
