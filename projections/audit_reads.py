@@ -20,10 +20,12 @@ async def observations_by_id(conn: AsyncConnection, workspace_id: str, ids: Sequ
     return {r["observation_id"]: r for r in (await conn.execute(stmt)).mappings()}
 
 
-async def live_with_content(
+async def unsuperseded_with_content(
     conn: AsyncConnection, workspace_id: str, observer_id: str, observed_id: str, derivation: str, key: str
 ) -> dict[str, RowMapping]:
-    """The pair's live observations in `derivation` (or written by a client) whose normalised content is `key` (via observations_by_key_hash)."""
+    """The pair's observations in `derivation` (or written by a client) whose normalised content is `key`
+    (via observations_by_key_hash), live or deleted. Deleted ones too: what was deleted is not to be written
+    again from the same premises; a superseded one was outdated, not withdrawn, and may be said again."""
     o = observations.c
     stmt = select(*OBSERVATION_COLUMNS).where(
         o.workspace_id == workspace_id,
@@ -32,7 +34,6 @@ async def live_with_content(
         content_key_matches(key),
         o.derivation.in_([derivation, PAIR_WIDE]),  # what clients wrote is in every derivation
         o.superseded_by.is_(None),
-        o.deleted_at.is_(None),
     )
     return {r["observation_id"]: r for r in (await conn.execute(stmt)).mappings()}
 

@@ -7,15 +7,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import RowMapping
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import RowMapping, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from projections import dialectic_reads as reads
 from projections import message_reads, observation_reads, peer_reads
-from projections.audit_reads import live_with_content, observations_by_id
+from projections.audit_reads import observations_by_id, unsuperseded_with_content
 from projections.derivations import current_derivation
 from projections.message_search import search_messages, search_text
 from projections.outages import DATABASE_AWAY
+from projections.schema import perceptions
 from projections.search_shape import MessageSearch
 from services.dialectic.ports import Evidence
 from services.events.text import normalise
@@ -159,10 +160,63 @@ class SqlChatReads(SqlMemoryReads):
         return Evidence(list(explicit), list(derived), list(recent), found, names)
 
 
+# a dream's message search asks for this many times the rows it shows, as it drops those its pair did not
+# perceive after the search (which has no such condition): a few among the best then leave room for others
+PERCEIVED_SLACK = 4
+
+
+async def _perceived(conn: AsyncConnection, scope: RecallScope, message_ids: Sequence[str]) -> set[str]:
+    """The given messages that the pair perceived (a MessagePerceived of (observer, target) for each)."""
+    p = perceptions.c
+    stmt = select(p.message_id).where(
+        p.workspace_id == scope.workspace_id,
+        p.observer_id == scope.observer_id,
+        p.observed_id == scope.target_id,
+        p.message_id.in_(list(message_ids)),
+    )
+    return set((await conn.scalars(stmt)).all())
+
+
 class SqlDreamReads(SqlMemoryReads):
-    """DreamReads over the projections."""
+    """DreamReads over the projections. Its message reads show only what the pair perceived: a dream reasons
+    over the deriver's input, never over a message sent with reasoning off (README: "never perceived")."""
 
     unavailable = DATABASE_AWAY
+
+    async def search_messages(
+        self,
+        scope: RecallScope,
+        query: str,
+        vector: Sequence[float],
+        limit: int,
+        *,
+        session_ids: tuple[str, ...] | None,
+        before: datetime | None,
+        author_ids: Sequence[str] = (),
+        after: datetime | None = None,
+    ) -> list[RowMapping]:
+        rows = await super().search_messages(
+            scope,
+            query,
+            vector,
+            limit * PERCEIVED_SLACK,
+            session_ids=session_ids,
+            before=before,
+            author_ids=author_ids,
+            after=after,
+        )
+        async with self.engine.connect() as conn:
+            seen = await _perceived(conn, scope, [r["message_id"] for r in rows])
+        return [r for r in rows if r["message_id"] in seen][:limit]
+
+    async def observation_sources(self, scope: RecallScope, observation_id: str) -> list[tuple[RowMapping, str]] | None:
+        # a client's observation may cite any message; the deriver's cite only what the pair perceived
+        sources = await super().observation_sources(scope, observation_id)
+        if not sources:
+            return sources
+        async with self.engine.connect() as conn:
+            seen = await _perceived(conn, scope, [row["message_id"] for row, _ in sources])
+        return [(row, span) for row, span in sources if row["message_id"] in seen]
 
     async def current_derivation(self, workspace_id: str, observer_id: str, observed_id: str) -> str:
         async with self.engine.connect() as conn:
@@ -182,15 +236,16 @@ class SqlDreamReads(SqlMemoryReads):
 
     async def named_observations(
         self, scope: RecallScope, derivation: str, ids: Sequence[str], content: str = ""
-    ) -> dict[str, RowMapping]:
+    ) -> dict[str, dict]:
         s = scope
         async with self.engine.connect() as conn:
             rows = await observations_by_id(conn, s.workspace_id, list(ids))
             if content:
                 rows = {
-                    **await live_with_content(
+                    **await unsuperseded_with_content(
                         conn, s.workspace_id, s.observer_id, s.target_id, derivation, normalise(content)
                     ),
                     **rows,
                 }
-        return rows
+            premises = await observation_reads.premises_of(conn, s.workspace_id, list(rows))
+        return {i: {**r, "premise_ids": premises[i]} for i, r in rows.items()}

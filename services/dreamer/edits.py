@@ -121,6 +121,8 @@ class NamedObservation:
     live: bool
     content: str = ""
     derivation: str = ""  # the derivation of the pair's store it belongs to ("" the original)
+    deleted: bool = False  # withdrawn (by a client or a dream), not merely superseded
+    premise_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -244,17 +246,23 @@ def _add(
 
 def _restated(view: dict[str, NamedObservation], content: str, premises: list[str], d: Dream) -> list[str]:
     # a conclusion that repeats one of its premises, or a belief the pair's store already holds, adds
-    # nothing; small models write them often. `view` holds the live observations with this content too
+    # nothing; small models write them often. `view` holds the live and deleted observations with this content too
     key = normalise(content)
     copied = next((p for p in premises if p in view and normalise(view[p].content) == key), None)
     if copied:
         return [f"it only restates its premise {copied}: write what the premises show together, in new words"]
-    held = sorted(
-        i
+    same = {
+        i: k
         for i, k in view.items()
-        if k.live and (k.observer_id, k.observed_id) == (d.observer_id, d.observed_id) and normalise(k.content) == key
-    )
-    return [f"observation {held[0]} already says that: cite it, or write only what is new"] if held else []
+        if (k.observer_id, k.observed_id) == (d.observer_id, d.observed_id) and normalise(k.content) == key
+    }
+    held = sorted(i for i, k in same.items() if k.live)
+    if held:
+        return [f"observation {held[0]} already says that: cite it, or write only what is new"]
+    # a deletion judges that conclusion from those premises: citing them again (with or without more) does
+    # not make it true, and each dream would otherwise restore it (a deleted fact without premises: always)
+    withdrawn = sorted(i for i, k in same.items() if k.deleted and set(k.premise_ids) <= set(premises))
+    return [f"observation {withdrawn[0]} said that and was deleted: do not write it again"] if withdrawn else []
 
 
 def _written(pending: DreamWrites, event: ObservationAdded, more: list[Event] = (), retired: str = "") -> ActionResult:

@@ -26,5 +26,5 @@ class DreamReads(MemoryReads, Protocol):
     async def named_observations(
         self, scope: RecallScope, derivation: str, ids: Sequence[str], content: str = ""
     ) -> dict[str, Row]:
-        """The workspace's observations among `ids`, and with `content` the pair's live ones in `derivation`
-        that already say it (normalised), by id."""
+        """The workspace's observations among `ids`, and with `content` the pair's live and deleted ones in
+        `derivation` that say it (normalised), by id; each row with its `premise_ids`."""

@@ -260,7 +260,7 @@ class DreamRun:
             self.events = kept
 
     async def known(self, ids: Sequence[str], content: str = "") -> dict[str, NamedObservation]:
-        """The observations `ids` name, and the pair's live ones that already say `content`."""
+        """The observations `ids` name, and the pair's live and deleted ones that say `content`."""
         rows = await self.reads.named_observations(self.scope(), self.dream.derivation, ids, content)
         return {
             i: NamedObservation(
@@ -270,6 +270,8 @@ class DreamRun:
                 r["superseded_by"] is None and r["deleted_at"] is None,
                 r["content"],
                 r["derivation"],
+                deleted=r["deleted_at"] is not None,
+                premise_ids=tuple(r["premise_ids"]),
             )
             for i, r in rows.items()
         }

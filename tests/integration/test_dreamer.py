@@ -1,5 +1,6 @@
 """The dreamer, running as a worker against the HTTP test model: specialists' tool loops, enforced premises,
-knowledge updates, graded patterns, the round cap, a failing model, and a rebuild that needs no model."""
+knowledge updates, graded patterns, the round cap, a failing model, a rebuild that needs no model, what a
+dream may read (only what its pair perceived) and what it may not write again (what a client deleted)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import json
 import threading
 from datetime import UTC, datetime
 
-from peerlog.v1 import audit_pb2, dreams_pb2, peers_pb2
+from peerlog.v1 import audit_pb2, dreams_pb2, messages_pb2, observations_pb2, peers_pb2
+from peerlog.v1 import configuration_pb2 as cfg
 from projections.rebuild import rebuild
+from projections.schema import perceptions
 from services.cli.client import Client
 from services.dreamer.prompt import PROMPT_VERSIONS
+from tests.integration.test_deriver import rows
 from tests.support.model_server import Reply
 from tests.support.wait import until, until_true
 
@@ -90,20 +94,39 @@ async def projected_edit(c: Client, content: str):
     return next(o for o in listed if o.content == content)
 
 
+FORCE = dreams_pb2.ScheduleDreamRequest(workspace_id="w", observer_id="bob")
+
+
+async def listed_dreams(c: Client) -> list[dreams_pb2.Dream]:
+    """Bob's dreams, newest first."""
+    return list((await c.dreams.ListDreams(dreams_pb2.ListDreamsRequest(workspace_id="w", observer_id="bob"))).dreams)
+
+
+async def ended(c: Client, state: str, timeout: float) -> dreams_pb2.Dream:
+    for _ in range(int(timeout * 5)):
+        got = await listed_dreams(c)
+        if got and got[0].state in ("completed", "failed"):
+            assert got[0].state == state, got[0].error
+            return got[0]
+        await asyncio.sleep(0.2)
+    raise AssertionError("the dream did not end in time")
+
+
 async def dream_once(c: Client, settings, state: str = "completed", timeout: float = 90) -> dreams_pb2.Dream:
-    await c.dreams.ScheduleDream(dreams_pb2.ScheduleDreamRequest(workspace_id="w", observer_id="bob"))
+    await c.dreams.ScheduleDream(FORCE)
+    return await ended(c, state, timeout)
 
-    async def ended():
-        for _ in range(int(timeout * 5)):
-            got = await c.dreams.ListDreams(dreams_pb2.ListDreamsRequest(workspace_id="w", observer_id="bob"))
-            if got.dreams and got.dreams[0].state in ("completed", "failed"):
-                return got.dreams[0]
-            await asyncio.sleep(0.2)
-        raise AssertionError("the dream did not end in time")
 
-    dream = await ended()
-    assert dream.state == state, dream.error
-    return dream
+async def dream_after(c: Client, last: dreams_pb2.Dream, timeout: float = 90) -> dreams_pb2.Dream:
+    """The pair's next dream, forced, once ended: until the scheduler has taken `last`'s end, a forced dream
+    is folded into it (one is outstanding per pair at most), so it is asked for until a new one is listed."""
+
+    async def asked() -> list[dreams_pb2.Dream]:
+        await c.dreams.ScheduleDream(FORCE)
+        return await listed_dreams(c)
+
+    await until(asked, lambda got: got[0].dream_id != last.dream_id)
+    return await ended(c, "completed", timeout)
 
 
 async def test_a_dream_updates_knowledge_records_refusals_and_grades_a_pattern(
@@ -308,3 +331,109 @@ async def test_a_dream_that_outlasts_its_time_budget_ends_as_failed_within_it(
     dream = await dream_once(c, settings, state="failed")
     assert "time budget of 2.5 s" in dream.error
     assert len(model_server.chat_requests()) <= 5  # cut off, not run to its round cap
+
+
+def tool_results(model_server, of: str = "deduction") -> list[str]:
+    """What the specialist `of` was shown by its tools in the latest dream, in order (its last request
+    carries every result of the conversation)."""
+    last = [r for r in model_server.chat_requests() if specialist(r) == of][-1]
+    return [m["content"] for m in last["messages"] if m["role"] == "tool"]
+
+
+async def test_a_message_sent_with_reasoning_off_is_never_shown_to_a_dream_nor_written_to_its_card(
+    channel, settings, model_server, start_worker
+):
+    # a dream read every message the observer saw: one sent with reasoning off ("never perceived") was found
+    # by its message search and written to the peer card
+    c = Client(channel)
+    await c.setup_conversation("w", "s")
+    added = await c.add(
+        "w",
+        "s",
+        [
+            messages_pb2.NewMessage(
+                peer_id="bob",
+                content="my card number is 4111 1111 1111 1111",
+                configuration=cfg.Configuration(reasoning=False),
+            ),
+            messages_pb2.NewMessage(peer_id="bob", content="I keep my card number in the kitchen drawer"),
+        ],
+    )
+    secret, drawer = added.message_ids
+    # a client's observation may cite any message the observer saw, the unperceived one too
+    sourced = observations_pb2.NewObservation(
+        content="Bob keeps his card in the kitchen drawer",
+        sources=[
+            observations_pb2.ObservationSource(message_id=secret, span="4111 1111 1111 1111"),
+            observations_pb2.ObservationSource(message_id=drawer, span="kitchen drawer"),
+        ],
+    )
+    (noted,) = (await c.create_observations("w", "bob", "bob", [sourced], added.consistency_token)).observation_ids
+
+    def reply(request: dict) -> Reply:
+        # the model writes to the card what its tools showed it
+        steps = [
+            call("search_messages", query="card number"),
+            call("source_messages", observation_id=noted),
+        ]
+        n = rounds_done(request)
+        if specialist(request) != "deduction" or n > len(steps):
+            return Reply(content="No more supported edits.")
+        if n < len(steps):
+            return Reply(tool_calls=[steps[n]])
+        shown = " ".join(m["content"] for m in request["messages"] if m["role"] == "tool")
+        entry = "ATTRIBUTE: card number 4111 1111 1111 1111" if "4111" in shown else "ATTRIBUTE: card in a drawer"
+        return Reply(tool_calls=[call("set_peer_card", entries=[entry])])
+
+    model_server.reply_with(reply)
+    start_worker("router,dream-scheduler,dreamer")
+    # the dream starts once the router's perception of the second message is readable: the first has none
+    perceived = await until(
+        lambda: asyncio.to_thread(rows, settings, perceptions, perceptions.c.observer_id == "bob"), lambda got: got
+    )
+    assert [p["message_id"] for p in perceived] == [drawer]
+    await dream_once(c, settings)
+
+    search, sources, _card = tool_results(model_server)
+    assert "kitchen drawer" in search and "4111" not in search
+    assert drawer in sources and "4111" not in sources
+    card = await c.peers.GetPeerCard(peers_pb2.GetPeerCardRequest(workspace_id="w", observer_id="bob"))
+    assert list(card.entries) == ["ATTRIBUTE: card in a drawer"]
+
+
+async def test_a_dream_does_not_rewrite_a_conclusion_deleted_from_the_same_premises(
+    channel, settings, model_server, start_worker
+):
+    # the next dream wrote a deleted deduction again from the same premises: deleting one never stuck
+    c = Client(channel)
+    oslo, bergen, bees, market = await seed(c)
+    model_server.reply_with(
+        lambda r: (
+            Reply(tool_calls=[call("add_deduction", content="Bob lives in Norway", premise_ids=[oslo])])
+            if specialist(r) == "deduction" and rounds_done(r) == 0
+            else Reply(content="No more supported edits.")
+        )
+    )
+    start_worker("dream-scheduler,dreamer")
+    first = await dream_once(c, settings)
+    norway = await projected_edit(c, "Bob lives in Norway")
+    await c.delete_observation("w", norway.observation_id, reason="wrong: Bob never said that")
+    await until(
+        lambda: c.all_observations("w", "bob", "bob"),
+        lambda got: "Bob lives in Norway" not in {o.content for o in got},
+    )
+
+    second = await dream_after(c, first)
+    assert second.edits == 0
+    why = f"observation {norway.observation_id} said that and was deleted"
+    assert why in tool_results(model_server)[-1]  # the specialist is told
+    refused = await until(
+        lambda: c.audit.ListRejectedObservations(
+            audit_pb2.ListRejectedObservationsRequest(workspace_id="w", dream_id=second.dream_id)
+        ),
+        lambda got: got.rejections,
+    )
+    assert [(r.content, list(r.premise_ids)) for r in refused.rejections] == [("Bob lives in Norway", [oslo])]
+    assert why in refused.rejections[0].reason
+    live = await c.all_observations("w", "bob", "bob")
+    assert "Bob lives in Norway" not in {o.content for o in live}

@@ -231,6 +231,27 @@ def test_a_belief_that_was_superseded_may_be_written_again():
     assert out.accepted
 
 
+def test_a_dream_does_not_rewrite_a_conclusion_deleted_from_the_same_premises():
+    deleted = NamedObservation(
+        "alice", "bob", "deductive", False, "Bob lives in Norway", deleted=True, premise_ids=("oslo",)
+    )
+    known = {**KNOWN, "norway": deleted}
+    for premises in (["oslo"], ["oslo", "bees"]):  # the same premises, or more around them
+        out = decide_edit(DreamWrites(), known, AddDeduction(content="bob lives in  NORWAY", premise_ids=premises), D)
+        (refused,) = out.events
+        assert isinstance(refused, ObservationRejected) and not out.accepted and out.pending == DreamWrites()
+        assert "observation norway said that and was deleted" in refused.reason and "norway" in out.reply
+        assert refused.premise_ids == tuple(premises) and refused.dream_id == "dream-1"
+    # other evidence may conclude it anew; a deletion in another pair's store says nothing of this one
+    assert decide_edit(
+        DreamWrites(), known, AddDeduction(content="Bob lives in Norway", premise_ids=["bees"]), D
+    ).accepted
+    elsewhere = {**KNOWN, "norway": replace(deleted, observer_id="carol")}
+    assert decide_edit(
+        DreamWrites(), elsewhere, AddDeduction(content="Bob lives in Norway", premise_ids=["oslo"]), D
+    ).accepted
+
+
 def test_a_knowledge_update_citing_the_observation_it_replaces_is_refused_and_recorded():
     # the new belief would be born resting on a superseded premise
     out = decide_edit(

@@ -57,7 +57,7 @@ class Store:
         return list(self.rows.values())[:limit]
 
     async def named_observations(self, scope, derivation, ids, content=""):
-        return {i: self.rows[i] for i in ids if i in self.rows}
+        return {i: {**self.rows[i], "premise_ids": []} for i in ids if i in self.rows}  # explicit: no premises
 
 
 def calls(*arguments: dict, tool: str = "update_knowledge") -> tuple:
