@@ -20,7 +20,9 @@ from projections.schema import (
     messages,
     metadata,
     projection_meta,
+    scope_members,
 )
+from projections.scope_reads import members_by_history
 from projections.settings import DatabaseSettings
 from services.events import PAIR_WIDE
 
@@ -130,6 +132,16 @@ def _backfill_terms(conn: Connection) -> None:
             columns, select(*(messages.c[c] for c in columns)).where(~exists(select(message_terms.c.message_id)))
         )
     )
+
+
+def _has_table(conn: Connection, schema: str, table: str) -> bool:
+    return conn.execute(text("SELECT to_regclass(:t)"), {"t": f'"{schema}"."{table}"'}).scalar() is not None
+
+
+def _backfill_scope_members(conn: Connection) -> None:
+    """A schema from before scope_members gets each scope's sessions now computed from its history, once
+    (create_all has just made the table; the projector keeps it from then on)."""
+    conn.execute(insert(scope_members).from_select([c.name for c in scope_members.c], members_by_history()))
 
 
 def _has_column(conn: Connection, schema: str, table: str, column: str) -> bool:
@@ -268,7 +280,10 @@ def create_schema(engine: Engine, schema: str, without: Collection[Index] = ()) 
         conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
         mapped = conn.execution_options(schema_translate_map={None: schema})
+        had_scope_members = _has_table(mapped, schema, scope_members.name)
         metadata.create_all(mapped)
+        if not had_scope_members:
+            _backfill_scope_members(mapped)
         _upgrade_peers(mapped, schema)
         _upgrade_messages(mapped, schema)
         _upgrade_indexes(mapped, schema, left_out)

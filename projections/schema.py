@@ -531,6 +531,7 @@ configurations = Table(
 )
 
 # scopes (issue 13 §1): named groups of sessions that bound recall; their sessions are in scope_changes
+# (history) and scope_members (now)
 scopes = Table(
     "scopes",
     metadata,
@@ -557,6 +558,17 @@ scope_changes = Table(
     Column("recorded_at", TS, nullable=False),
     PrimaryKeyConstraint("event_id", "session_id"),
     Index("scope_changes_by_scope", "workspace_id", "scope_id", "session_id", "seq"),
+)
+
+# each scope's sessions now (at most 1,000), kept beside scope_changes by the same handlers: a read of the
+# present costs what the scope holds, not every add and remove it ever had (the history serves as_of reads)
+scope_members = Table(
+    "scope_members",
+    metadata,
+    Column("workspace_id", Text, nullable=False),
+    Column("scope_id", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    PrimaryKeyConstraint("workspace_id", "scope_id", "session_id"),
 )
 
 # the first keyed client write per (workspace, scope, key) and the reply it got: the ids it created, in
@@ -638,4 +650,5 @@ DATA_TABLES = (
     configurations,
     scopes,
     scope_changes,
+    scope_members,
 )

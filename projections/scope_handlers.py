@@ -1,13 +1,14 @@
-"""Projection of scope events: the scope rows and the history of its sessions (schema.scope_changes)."""
+"""Projection of scope events: the scope rows, the history of their sessions (schema.scope_changes) and
+their sessions now (schema.scope_members)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, delete, func, select
 
 from projections.inserts import insert_new
-from projections.schema import scope_changes, scopes
+from projections.schema import scope_changes, scope_members, scopes
 from services.events import ScopeCreated, ScopeSessionsAdded, ScopeSessionsRemoved
 
 
@@ -43,10 +44,12 @@ def scope_sessions_removed(conn: Connection, events: Sequence[ScopeSessionsRemov
 
 
 def _record(conn: Connection, e, session_ids: Sequence[str], added: bool) -> None:
-    """One row per session, all with the event's place among the scope's changes; a repeat is skipped."""
+    """One row per session, all with the event's place among the scope's changes, and the members moved to
+    match; a repeat is skipped, both for its history and its members."""
     c = scope_changes.c
     if not session_ids or conn.scalar(select(c.event_id).where(c.event_id == e.event_id).limit(1)) is not None:
         return
+    _move_members(conn, e.workspace_id, e.scope_id, session_ids, added)
     last = conn.scalar(select(func.max(c.seq)).where(c.workspace_id == e.workspace_id, c.scope_id == e.scope_id))
     seq = (last or 0) + 1
     insert_new(
@@ -65,6 +68,16 @@ def _record(conn: Connection, e, session_ids: Sequence[str], added: bool) -> Non
             for s in dict.fromkeys(session_ids)
         ],
     )
+
+
+def _move_members(conn: Connection, workspace_id: str, scope_id: str, session_ids: Sequence[str], added: bool) -> None:
+    if added:  # one already in (another API process added it too) stays as it is
+        rows = [dict(workspace_id=workspace_id, scope_id=scope_id, session_id=s) for s in dict.fromkeys(session_ids)]
+        insert_new(conn, scope_members, rows)
+        return
+    m = scope_members.c
+    gone = (m.workspace_id == workspace_id, m.scope_id == scope_id, m.session_id.in_(list(session_ids)))
+    conn.execute(delete(scope_members).where(*gone))
 
 
 SCOPE_HANDLERS = {

@@ -65,20 +65,32 @@ async def _view(ctx: ApiDeps, workspace_id: str, scope_id: str, as_of: datetime 
     return ScopeView(row, sessions[scope_id])
 
 
+async def _unless_created_as(conn: AsyncConnection, row: RowMapping, name: str, session_ids: Sequence[str]) -> None:
+    """AlreadyExists unless the scope `row` is what this request creates: the same name, and the same sessions
+    as it was created with, whatever changed them since (a create sent again after an UNAVAILABLE, which
+    landed, gets the scope it made)."""
+    if row["name"] != name or await scope_reads.created_sessions(conn, row) != set(session_ids):
+        raise AlreadyExists(
+            f"scope {row['scope_id']!r} already exists in workspace {row['workspace_id']!r} with another name "
+            "or other first sessions; change its sessions with AddScopeSessions / RemoveScopeSessions"
+        )
+
+
 async def create_scope(
     ctx: ApiDeps, workspace_id: str, scope_id: str, name: str, session_ids: Sequence[str]
 ) -> tuple[ScopeView, str]:
+    """A new scope; sent again as it was (after an UNAVAILABLE whose create landed), the scope it made."""
     v.check_id("scope_id", scope_id)
     v.check_text("name", name, MAX_NAME_CHARS, required=False)
     _check_sessions(session_ids, required=False)
     async with ctx.exclusive("scope", workspace_id, scope_id):
         async with ctx.engine.connect() as conn:
             await check_scope(conn, workspace_id, session_ids)
-            if await scope_reads.scope(conn, workspace_id, scope_id) is not None:
-                raise AlreadyExists(
-                    f"scope {scope_id!r} already exists in workspace {workspace_id!r}; "
-                    "change its sessions with AddScopeSessions / RemoveScopeSessions"
-                )
+            row = await scope_reads.scope(conn, workspace_id, scope_id)
+            if row is not None:
+                await _unless_created_as(conn, row, name, session_ids)
+        if row is not None:
+            return await _view(ctx, workspace_id, scope_id), ""  # readable already: a read needs no token
         event = ScopeCreated(
             workspace_id=workspace_id,
             scope_id=scope_id,
@@ -88,8 +100,9 @@ async def create_scope(
         )
         token = await commit(ctx, [event])
     view = await _view(ctx, workspace_id, scope_id)
-    if view.row["event_id"] != event.event_id:  # another API process created it first
-        raise AlreadyExists(f"scope {scope_id!r} already exists in workspace {workspace_id!r}")
+    if view.row["event_id"] != event.event_id:  # another API process created it first: this request's twin?
+        async with ctx.engine.connect() as conn:
+            await _unless_created_as(conn, view.row, name, session_ids)
     return view, token
 
 

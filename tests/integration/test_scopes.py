@@ -295,12 +295,15 @@ async def test_a_rebuild_reproduces_the_scope_projection(world, settings):
     listed = await world["scopes"].ListScopes(scopes_pb2.ListScopesRequest(workspace_id="w"))
     report = await asyncio.get_running_loop().run_in_executor(None, lambda: rebuild(settings, progress=print))
     assert report.switched
-    assert report.differences["scopes"] == 0 and report.differences["scope_changes"] == 0, report.differences
+    tables = ("scopes", "scope_changes", "scope_members")
+    assert all(report.differences[t] == 0 for t in tables), report.differences
     with sync_engine(settings.database).connect() as conn:
         from sqlalchemy import text
 
         changes = conn.execute(text(f'SELECT count(*) FROM "{report.retired}".scope_changes')).scalar_one()
+        members = conn.execute(text(f'SELECT session_id FROM "{report.retired}".scope_members')).scalars().all()
     assert changes == 3  # s1 added at creation, s2 added, s1 removed: the comparison compared something
+    assert members == ["s2"]
     assert await world["scopes"].ListScopes(scopes_pb2.ListScopesRequest(workspace_id="w")) == listed
 
 
@@ -327,6 +330,40 @@ async def test_bad_scope_requests_get_a_clear_status_and_write_nothing(world):
     assert (await _status(add(scope_id="north", session_ids=["nope"])))[0] == missing
     listed = await scopes.ListScopes(scopes_pb2.ListScopesRequest(workspace_id="w"))
     assert [(s.scope_id, list(s.session_ids)) for s in listed.scopes] == [("empty", []), ("north", ["s1"])]
+
+
+async def test_create_scope_sent_again_unchanged_returns_the_scope(world, monkeypatch):
+    from projections import scope_reads
+
+    scopes = world["scopes"]
+    create = lambda **kw: scopes.CreateScope(scopes_pb2.CreateScopeRequest(**{"workspace_id": "w", **kw}))
+    first = await create(scope_id="south", name="Bob down south", session_ids=["s3", "s2"])
+    again = await create(scope_id="south", name="Bob down south", session_ids=["s2", "s3"])
+    assert again.scope == first.scope and list(again.scope.session_ids) == ["s2", "s3"]
+    # compared with the scope as created, not as it stands now; the reply shows it as it stands now
+    await scopes.RemoveScopeSessions(
+        scopes_pb2.RemoveScopeSessionsRequest(workspace_id="w", scope_id="south", session_ids=["s3"])
+    )
+    again = await create(scope_id="south", name="Bob down south", session_ids=["s3", "s2"])
+    assert again.scope.created_at == first.scope.created_at and list(again.scope.session_ids) == ["s2"]
+    # the first one landed but was not readable yet when the second looked: the second loses to it, and
+    # still gets the scope
+    real, looks = scope_reads.scope, []
+
+    async def unseen_at_first(conn, workspace_id, scope_id):
+        looks.append(scope_id)
+        return None if len(looks) == 1 else await real(conn, workspace_id, scope_id)
+
+    monkeypatch.setattr(scope_reads, "scope", unseen_at_first)
+    raced = await create(scope_id="south", name="Bob down south", session_ids=["s2", "s3"])
+    assert raced.scope.created_at == first.scope.created_at and raced.consistency_token
+    monkeypatch.undo()
+    # anything else under its id is still refused
+    for other in (dict(name="Bob", session_ids=["s2", "s3"]), dict(name="Bob down south", session_ids=["s2"])):
+        code, details = await _status(create(scope_id="south", **other))
+        assert code == grpc.StatusCode.ALREADY_EXISTS and "with another name or other first sessions" in details
+    listed = await scopes.ListScopes(scopes_pb2.ListScopesRequest(workspace_id="w"))
+    assert [s.scope_id for s in listed.scopes] == ["empty", "north", "south"]
 
 
 async def test_every_read_refuses_an_unknown_or_malformed_scope_id(world):
