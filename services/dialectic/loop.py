@@ -301,6 +301,8 @@ class _Run:
             shape = StructuredReply if tools else StructuredAnswer
             done = await self.model.structured(messages, shape, name="dialectic_turn", wire_schema=wire)
             self.model_name = done.model
+            if done.repair is not None:  # it re-sent the whole conversation (events() counts the first attempt)
+                self.state = self.state.called(conversation_tokens(done.repair))
             yield self._structured_turn(done.value.root)
             return
         if not streams_text:
@@ -401,6 +403,7 @@ class _Run:
             {"role": "assistant", "content": text},
             {"role": "user", "content": prompt.REPAIR.format(error=error)},
         ]
+        self.state = self.state.called(conversation_tokens(retry))  # the budget counts repairs as sent
         repaired = await self.model.turn(retry, None)
         self.model_name = repaired.model
         content = repaired.value.content

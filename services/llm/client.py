@@ -19,13 +19,18 @@ from pydantic import BaseModel, ValidationError
 
 from services import tracing
 from services.llm import formats, metrics
-from services.llm.errors import ModelError, ModelOutputInvalid
+from services.llm.errors import ModelError, ModelOutputInvalid, ModelUnavailable
 from services.llm.http import async_http_client
 from services.llm.retry import SERVER_ERRORS, as_model_error, call_async
 from services.llm.settings import ModelStageSettings
 
 V = TypeVar("V")
 _MODEL_NAME_CHARS = 200  # a server's model name is stamped on events; a runaway one must not bloat them
+# a reply's UTF-8 bytes per token of max_tokens, generously (a token is a few bytes): a longer reply is from a
+# server that ignored max_tokens. Taken whole, a 5 MB answer reached Chat's caller as RESOURCE_EXHAUSTED
+# "Received message larger than max", which reads as the caller's fault
+_BYTES_PER_TOKEN = 16
+_MOST_REPLY_BYTES = 1_000_000  # whatever max_tokens says: a Chat answer must fit gRPC's 4 MB messages
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -53,6 +58,8 @@ class Completion(Generic[V]):
     usage: Usage
     attempts: int
     cut: bool = False  # the reply stopped at max_tokens (finish_reason "length"): a text may end mid-way
+    # the messages the repair attempt sent (None: no repair), for a caller that budgets the prompts it sends
+    repair: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -138,24 +145,19 @@ class ModelClient:
             stream = await call_async(
                 self.stage, self.settings, lambda: self._openai.chat.completions.create(**body), self._count_retry
             )
-            pieces: list[str] = []
-            calls = _StreamedCalls()
-            usage, model, chunks, cut = Usage(), self.settings.model, 0, False
+            reply = _StreamedReply(self.settings.model)
             async for chunk in stream:
-                if not isinstance(getattr(chunk, "choices", None), list):
-                    continue  # not a chat completion chunk: a server's error object, or whatever a proxy sent
-                chunks += 1
-                model = model_name(getattr(chunk, "model", None)) or model
-                if getattr(chunk, "usage", None) is not None:
-                    usage = _usage(chunk.usage)
-                for choice in chunk.choices:
-                    cut = cut or getattr(choice, "finish_reason", None) == "length"
-                    for piece in _streamed_text(choice, calls):
-                        pieces.append(piece)
-                        yield piece
-            if not chunks:  # a 200 that was no event stream (a server ignoring "stream", a proxy's page) yields
-                # nothing: taken as an empty turn, it became "nothing in memory tells me that"
+                pieces = reply.read(chunk)
+                if reply.size > self._most_bytes:
+                    await stream.close()  # read no further: the rest may be megabytes more
+                    raise self._too_long(reply.text)
+                for piece in pieces:
+                    yield piece
+            if not reply.chunks:  # a 200 that was no event stream (a server ignoring "stream", a proxy's page)
+                # yields nothing: taken as an empty turn, it became "nothing in memory tells me that"
                 raise ModelOutputInvalid(self.stage, "", "the server's reply is not a stream of chat completion chunks")
+            if not reply.finished:
+                raise self._ended_early()
         except SERVER_ERRORS as error:
             failure = as_model_error(self.stage, 1, error)
             metrics.record_call(self.stage, failure.outcome)
@@ -168,9 +170,28 @@ class ModelClient:
         finally:
             span.end()
         metrics.record_call(self.stage, "ok")
-        metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
-        turn = AssistantTurn("".join(pieces), calls.merged(), cut)
-        yield Completion(turn, turn.content, model, usage, attempts=1)
+        metrics.record_tokens(self.stage, reply.usage.prompt_tokens, reply.usage.completion_tokens)
+        turn = AssistantTurn(reply.text, reply.calls.merged(), reply.cut)
+        yield Completion(turn, turn.content, reply.model, reply.usage, attempts=1)
+
+    def _ended_early(self) -> ModelUnavailable:
+        """A stream that ended before any choice said why it finished: a server that ends its body by closing
+        the connection (no chunked encoding) was cut off mid-answer, and the SDK cannot tell that from an end.
+        Unavailable, as a stream dropped mid-body is: taken as the answer, "Bob does not live in Oslo any more"
+        came back as "Bob does not"."""
+        return ModelUnavailable(self.stage, 1, StreamEndedEarly("the model's stream ended before it finished"))
+
+    def _too_long(self, content: str) -> ModelOutputInvalid:
+        """A reply longer than max_tokens allows (more than `_most_bytes` of text and tool calls): the server
+        ignored max_tokens, and its reply may go on for megabytes."""
+        max_tokens = self.settings.max_tokens
+        why = f"the model's answer is longer than max_tokens ({max_tokens}) allows: over {self._most_bytes} bytes"
+        return ModelOutputInvalid(self.stage, _raw(content), why)
+
+    @property
+    def _most_bytes(self) -> int:
+        """The UTF-8 bytes of text and tool calls a reply within max_tokens may hold, generously."""
+        return min(self.settings.max_tokens * _BYTES_PER_TOKEN, _MOST_REPLY_BYTES)
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
@@ -236,7 +257,7 @@ class ModelClient:
             retry = formats.repair_messages(messages, first.content, formats.describe_error(error))
         second = await self._call(retry, response_format)
         try:
-            return self._completion(second, schema, first.usage + second.usage, attempts=2)
+            return self._completion(second, schema, first.usage + second.usage, attempts=2, repair=retry)
         except ValidationError as error:
             if second.cut:
                 raise self.cut_off(second.content, formats.describe_error(error)) from error
@@ -252,9 +273,11 @@ class ModelClient:
         return ModelOutputInvalid(self.stage, content, why)
 
     @staticmethod
-    def _completion(reply: _Reply, schema: type[M], usage: Usage, attempts: int) -> Completion[M]:
+    def _completion(
+        reply: _Reply, schema: type[M], usage: Usage, attempts: int, repair: list[dict[str, Any]] | None = None
+    ) -> Completion[M]:
         value = formats.parse_reply(reply.content, schema)
-        return Completion(value, reply.content, reply.model, usage, attempts)
+        return Completion(value, reply.content, reply.model, usage, attempts, repair=repair)
 
     async def _call(
         self,
@@ -311,6 +334,8 @@ class ModelClient:
         metrics.record_tokens(self.stage, usage.prompt_tokens, usage.completion_tokens)
         content = formats.valid_unicode(content or "")  # a tool-call-only reply has no text
         calls = _tool_calls(getattr(message, "tool_calls", None))
+        if _utf8_bytes(content) + sum(_call_bytes(c.name, c.arguments) for c in calls) > self._most_bytes:
+            raise self._too_long(content)
         cut = getattr(choices[0], "finish_reason", None) == "length"
         return _Reply(content, model_name(getattr(response, "model", None)) or self.settings.model, usage, calls, cut)
 
@@ -394,6 +419,7 @@ class _StreamedCalls:
     def __init__(self) -> None:
         self._calls: list[dict[str, str]] = []
         self._at: dict[int, int] = {}  # index -> the position in _calls of the latest call sent under it
+        self.size = 0  # UTF-8 bytes of their names and arguments
 
     def add(self, delta: Any) -> None:
         index = getattr(delta, "index", None)
@@ -408,8 +434,10 @@ class _StreamedCalls:
         call["id"] = call_id or call["id"]
         function = getattr(delta, "function", None)
         if function is not None:
-            call["name"] += _piece(getattr(function, "name", None))
-            call["arguments"] += _piece(getattr(function, "arguments", None))
+            name, arguments = _piece(getattr(function, "name", None)), _piece(getattr(function, "arguments", None))
+            call["name"] += name
+            call["arguments"] += arguments
+            self.size += _call_bytes(name, arguments)
 
     def merged(self) -> tuple[ToolCall, ...]:
         return tuple(
@@ -420,3 +448,56 @@ class _StreamedCalls:
 
 def _piece(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _utf8_bytes(text: str) -> int:
+    """`text`'s length in UTF-8 (a lone surrogate, not yet replaced, counts the 3 bytes of its U+FFFD)."""
+    return len(text.encode(errors="surrogatepass"))
+
+
+def _call_bytes(name: str, arguments: str) -> int:
+    return _utf8_bytes(name) + _utf8_bytes(arguments)
+
+
+class StreamEndedEarly(ConnectionError):
+    """A model's event stream ended before any choice carried a finish_reason (see `_ended_early`)."""
+
+
+class _StreamedReply:
+    """A streamed reply as its chunks arrive: the text, tool calls, usage and model name, and whether a choice
+    said why it finished."""
+
+    def __init__(self, model: str) -> None:
+        self.model, self.usage, self.chunks = model, Usage(), 0
+        self.calls = _StreamedCalls()
+        self.finished = False  # a choice carried a finish_reason (stop, length, tool_calls, …)
+        self.cut = False  # it stopped at max_tokens (finish_reason "length"): the text may end mid-way
+        self._pieces: list[str] = []
+        self._text_bytes = 0
+
+    def read(self, chunk: Any) -> list[str]:
+        """Takes in one chunk; returns its text pieces."""
+        if not isinstance(getattr(chunk, "choices", None), list):
+            return []  # not a chat completion chunk: a server's error object, or whatever a proxy sent
+        self.chunks += 1
+        self.model = model_name(getattr(chunk, "model", None)) or self.model
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = _usage(chunk.usage)
+        pieces = []
+        for choice in chunk.choices:
+            reason = getattr(choice, "finish_reason", None)
+            self.finished = self.finished or reason not in (None, "")
+            self.cut = self.cut or reason == "length"
+            pieces.extend(_streamed_text(choice, self.calls))
+        self._pieces += pieces
+        self._text_bytes += sum(map(_utf8_bytes, pieces))
+        return pieces
+
+    @property
+    def text(self) -> str:
+        return "".join(self._pieces)
+
+    @property
+    def size(self) -> int:
+        """UTF-8 bytes of text and tool calls so far."""
+        return self._text_bytes + self.calls.size

@@ -460,6 +460,25 @@ async def test_a_model_that_is_down_is_a_clear_unavailable_error(memory, model_s
     await rejected(anext(aiter(stream(memory["chan"]))), grpc.StatusCode.UNAVAILABLE, "model unavailable")
 
 
+async def read_all(call) -> list:
+    return [chunk async for chunk in call]
+
+
+async def test_a_model_stream_cut_off_mid_answer_is_unavailable_not_a_shorter_answer(memory, model_server):
+    # no finish_reason, then the end of a connection-delimited body: "Bob does not" was the whole answer, OK
+    words = [[{"index": 0, "delta": {"content": word}}] for word in ("Bob ", "does ", "not")]
+    model_server.reply_with(lambda req: Reply(chunks=words))
+    await rejected(read_all(stream(memory["chan"])), grpc.StatusCode.UNAVAILABLE, "dialectic_low", "model unavailable")
+
+
+async def test_a_model_answer_past_max_tokens_is_internal_not_the_callers_message_size(memory, model_server):
+    # a server ignoring max_tokens: its 5.2 MB answer was RESOURCE_EXHAUSTED "Received message larger than max"
+    model_server.reply_with(lambda req: Reply(content="Oslo" * 1_300_000))
+    phrases = ("dialectic_low", "longer than max_tokens (1024) allows")
+    await rejected(ask(memory["chan"]), grpc.StatusCode.INTERNAL, *phrases)
+    await rejected(read_all(stream(memory["chan"])), grpc.StatusCode.INTERNAL, *phrases)
+
+
 # what a provider answers an operator's bad key with: part of the key and the organisation
 PROVIDER_REFUSAL = {"error": {"message": "Incorrect API key provided: sk-proj-AbCd****wXyZ (org-Q1w2E3r4)"}}
 

@@ -86,6 +86,7 @@ async def test_garbage_then_a_repaired_reply_succeeds_on_the_second_attempt(
     assert completion.value == Facts.model_validate(GOOD)
     assert completion.attempts == 2
     repair = server.requests[1]["messages"]
+    assert completion.repair == repair  # for a caller that budgets what it sends (Chat's token budget)
     assert repair[: len(ASK)] == ASK
     assert repair[len(ASK)] == {"role": "assistant", "content": "Sure! Alice moved."}
     assert repair[-1]["role"] == "user" and "Invalid JSON" in repair[-1]["content"]
@@ -344,3 +345,32 @@ async def test_a_stream_that_cannot_open_is_retried_then_unavailable(server, cli
     with pytest.raises(ModelUnavailable):
         [item async for item in client.stream_turn(ASK)]
     assert len(server.chat_requests()) == 3
+
+
+async def test_a_stream_that_ends_without_a_finish_reason_is_unavailable_not_an_answer(server, client):
+    # a server that ends its body by closing the connection, cut off mid-answer: the SDK sees an end, and
+    # "Bob does not live in Oslo any more" came back as the whole answer "Bob does not"
+    words = [[{"index": 0, "delta": {"content": word}}] for word in ("Bob ", "does ", "not")]
+    server.script([Reply(chunks=words)])
+    pieces = []
+    with pytest.raises(ModelUnavailable, match="stream ended before it finished"):
+        async for item in client.stream_turn(ASK):
+            pieces.append(item)
+    assert pieces == ["Bob ", "does ", "not"]  # handed on as they came; the turn itself never is
+
+
+async def test_an_answer_past_max_tokens_is_a_model_error_not_a_client_size_failure(server):
+    # a server that ignores max_tokens: its 5 MB answer reached Chat's caller as RESOURCE_EXHAUSTED
+    # "Received message larger than max", which reads as the caller's own fault
+    async with ModelClient("dialectic_low", settings_for(server, max_tokens=100)) as client:
+        server.reply_with(lambda request: Reply(content="Oslo " * 1_000))
+        with pytest.raises(ModelOutputInvalid, match=r"longer than max_tokens \(100\) allows: over 1600 bytes"):
+            await client.turn(ASK)
+        pieces = []
+        with pytest.raises(ModelOutputInvalid, match=r"longer than max_tokens \(100\) allows"):
+            async for item in client.stream_turn(ASK):
+                pieces.append(item)
+        assert sum(map(len, pieces)) <= 1600  # it stopped reading at the bound
+        server.reply_with(lambda request: Reply(content="Oslo " * 300))  # 1,500 bytes: within the bound
+        assert (await client.turn(ASK)).value.content.count("Oslo") == 300
+        assert [item async for item in client.stream_turn(ASK)][-1].value.content.count("Oslo") == 300

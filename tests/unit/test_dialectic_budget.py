@@ -1,5 +1,5 @@
 """Chat's token budget counts every prompt token a model call sends: its messages, the tool specs it offers,
-and a schema the client writes into the prompt."""
+and a schema the client writes into the prompt; and every call, a repair of an invalid turn too."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from services.dialectic.loop import ChatRequest, Dialectic, conversation_tokens
 from services.dialectic.ports import Evidence
 from services.dialectic.settings import DialecticSettings
 from services.llm import formats
-from services.llm.client import AssistantTurn, Completion, ToolCall, Usage
+from services.llm.client import AssistantTurn, Completion, ModelClient, ToolCall, Usage
 from services.llm.settings import ModelStageSettings
 from services.llm.tokens import count_tokens
+from tests.support.model_server import ModelServer, Reply
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PROSE = "Bob said the bees were calm today and that the honey should be ready by the end of June. "
@@ -76,3 +77,30 @@ def test_chat_prompt_tokens_including_tool_specs_stay_within_the_budget(model_se
     result = asyncio.run(chat.chat(ChatRequest("w", "alice", "bob", "What does Bob keep?", level="max")))
     assert result.answer == "Bob keeps bees [obs:o1]" and result.tool_rounds > 0
     assert sum(model.sent) <= settings.token_budget
+
+
+def _repaired_searches(request: dict) -> Reply:
+    """Every turn offered the tools is garbage at first and a search once repaired; an answer is valid."""
+    if "grep_messages" not in json.dumps(request["response_format"]):
+        return Reply(content={"answer": "Bob keeps bees [obs:o1]", "cited_ids": []})
+    if not request["messages"][-1]["content"].startswith("Your reply was not valid JSON"):
+        return Reply(content="Let me search for that.")
+    return Reply(content={"tool": "grep_messages", "arguments": {"pattern": f"p{len(request['messages'])}"}})
+
+
+def test_structured_turn_repairs_count_against_the_chat_token_budget():
+    # a repair re-sends the whole conversation: uncounted, this Chat sent 12,450 prompt tokens on its 12,000 budget
+    settings = DialecticSettings(token_budget=12_000)
+    with ModelServer() as server:
+        server.reply_with(_repaired_searches)
+
+        async def chat():
+            stage = ModelStageSettings(base_url=server.base_url, tool_mode="structured", schema_mode="json_schema")
+            async with ModelClient("dialectic_max", stage) as model:
+                dialectic = Dialectic(_Reads(), _Embedder(), settings, {"max": model})
+                return await dialectic.chat(ChatRequest("w", "alice", "bob", "What does Bob keep?", level="max"))
+
+        result = asyncio.run(chat())
+        sent = [conversation_tokens(request["messages"]) for request in server.chat_requests()]
+    assert result.answer == "Bob keeps bees [obs:o1]" and result.tool_rounds > 0
+    assert sum(sent) <= settings.token_budget, sent

@@ -98,7 +98,7 @@ def event_stream(*chunks: str) -> tuple[int, str, bytes]:
 async def test_lone_surrogates_in_a_streamed_tool_call_become_replacement_characters(server):
     first = {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "to\ud800", "arguments": '{"a": '}}]}
     second = {"tool_calls": [{"index": 0, "function": {"arguments": '"b\udc00"}'}}]}
-    server.answer = event_stream(chunk(first), chunk(second))
+    server.answer = event_stream(chunk(first), chunk(second, finish_reason="tool_calls"))
     items = [item async for item in model().stream_turn([], tools=[])]
     (made,) = items[-1].value.tool_calls
     assert made.name == "to\ufffd" and json.loads(made.arguments) == {"a": "b\ufffd"}
@@ -110,7 +110,7 @@ async def test_streamed_tool_calls_that_share_an_index_but_not_an_id_stay_separa
         function = {"name": "grep_messages", "arguments": json.dumps({"pattern": pattern})}
         return chunk({"tool_calls": [{"index": 0, "id": call_id, "function": function}]})
 
-    server.answer = event_stream(call("c1", "bees"), call("c2", "honey"))
+    server.answer = event_stream(call("c1", "bees"), call("c2", "honey"), chunk({}, finish_reason="tool_calls"))
     items = [item async for item in model().stream_turn([], tools=[])]
     made = items[-1].value.tool_calls
     assert [(c.id, c.name, json.loads(c.arguments)) for c in made] == [
@@ -135,7 +135,7 @@ async def test_a_stream_that_is_no_event_stream_is_an_error_not_an_empty_turn(se
 
 
 async def test_tool_calls_that_are_not_a_list_in_a_chunk_are_left_out(server):
-    server.answer = event_stream(chunk({"content": "Paris", "tool_calls": 5}))
+    server.answer = event_stream(chunk({"content": "Paris", "tool_calls": 5}, finish_reason="stop"))
     items = [item async for item in model().stream_turn([], tools=[])]
     assert items[0] == "Paris" and items[-1].value.tool_calls == ()
 
