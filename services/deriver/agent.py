@@ -18,6 +18,7 @@ from services.deriver.state import dump_recent, load_batching, load_recent
 from services.events import DerivationDue, DerivationPromoted, Event, MessagePerceived, ProducerInfo
 from services.events.pairs import Pair
 from services.events.perception import pair_of
+from services.events.stamps import written_now
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.llm.tokens import count_tokens
@@ -65,7 +66,9 @@ class DeriverProcessor:
         states: dict[str, State | None] = {event.key: batching.model_dump(mode="json")}
         if events or switch:  # the cache changes only then; rewriting it per message would bloat the changelog
             states[event.key + RECENT] = dump_recent(recent, self.settings.recent_cache, self.model)
-        return Step(events, states)
+        # dated as they commit, together: a window judged before the next window's model call would be dated
+        # before a client's write that lands first, and slip behind a page cursor or into a past as_of view
+        return Step(written_now(events), states)
 
     async def _drain(self, event: Event, batching: Batching, recent: list[KnownObservation], everything: bool):
         """Derive the pair's due windows (all of them with `everything`) into its current derivation."""

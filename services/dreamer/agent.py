@@ -27,7 +27,7 @@ from services.events import (
     Event,
     ProducerInfo,
 )
-from services.events.base import utcnow
+from services.events.stamps import written_now
 from services.llm.client import ModelClient
 from services.llm.embeddings import make_embedder
 from services.llm.errors import EmbeddingError, ModelError, shown
@@ -109,7 +109,7 @@ class Dreamer:
         await run.card_kept()
         ended = dict(**pair, dream_id=event.dream_id, edits=run.edits, producer=PRODUCER, causation_id=event.event_id)
         end = DreamCompleted(**ended) if failure is None else DreamFailed(**ended, reason=failure[:2000])
-        return Step(_written_now([*run.events, end]))  # the end too: a dream ends no sooner than its edits
+        return Step(written_now([*run.events, end]))  # the end too: a dream ends no sooner than its edits
 
     @staticmethod
     def _promoted_meanwhile(event: DreamRequested, pair: dict, was: str, now: str) -> DreamFailed:
@@ -128,11 +128,3 @@ class Dreamer:
 def build(settings: Settings, reads: DreamReads):
     """The dreamer, reading the projections through `reads` (the worker passes projections' implementation)."""
     return Dreamer(settings, reads), None
-
-
-def _written_now(events: list[Event]) -> list[Event]:
-    """The dream's edits dated when they reach the log, all at once at its end, not when each was made (up to
-    PEERLOG_DREAM_MAX_DREAM_S before): an observation's time is when reads as of a time first see it, and a
-    page cursor past an earlier time would never list it."""
-    now = utcnow()
-    return [e.model_copy(update={"occurred_at": now}) for e in events]

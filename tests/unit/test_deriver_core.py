@@ -23,6 +23,7 @@ from services.events import (
     Turn,
 )
 from services.events.pairs import Pair
+from services.events.stamps import written_now
 from services.events.text import normalise
 
 P = ProducerInfo(component="test", version="0")
@@ -468,3 +469,15 @@ def test_a_fact_naming_the_target_by_display_name_is_grounded_as_by_id():
     fact = ExtractedFact(content="Alice Smith has a pet cat named Miso", message_id="m0", span="she is my pet")
     out = verdicts([fact], window=window, pair=Pair("w", "u-7f3a", "u-7f3a"))
     assert [type(e) for e in out.events] == [ObservationAdded]
+
+
+def test_a_batchs_events_judged_window_by_window_are_dated_together_when_written():
+    common = dict(**PAIR.fields(), producer=P, causation_id=None)
+    first = ObservationAdded(observation_id="o1", level=Level.EXPLICIT, content="x", occurred_at=T, **common)
+    later = ObservationReinforced(observation_id="o0", occurred_at=T + timedelta(seconds=10), **common)
+    before = datetime.now(UTC)
+    written = written_now([first, later])
+    assert {e.occurred_at for e in written} == {written[0].occurred_at} and written[0].occurred_at >= before
+    assert [e.model_copy(update={"occurred_at": T}) for e in written] == [
+        e.model_copy(update={"occurred_at": T}) for e in (first, later)
+    ]
