@@ -103,23 +103,34 @@ def configuration(state: SessionState, message: MessageAppended, global_: Config
 def observers(state: SessionState, message: MessageAppended, config: Effective) -> list[str]:
     """Who perceives `message`, in a stable order: the author first (self-model), then others.
 
-    A member's own setting wins; then a peer's own `observe_me=False` (an opt-out no level overrides); then
+    An opt-out on the message itself (`observe_me` / `observe_others` false at its level) wins over everything;
+    then a member's own setting; then a peer's own `observe_me=False` (an opt-out no level overrides); then
     `observe_me` / `observe_others` as the levels resolve them, the global one (PEERLOG_REASONING_OBSERVE_*)
     included: left out, the environment's values were reported in force and never applied."""
     author = state.members.get(message.peer_id)
     if author is None or not config["reasoning"]:
         return []  # not a member (the API refuses this; a hand-written log might not), or reasoning is off
-    opted_out = False if not message.author_observe_me else None
-    own = next(v for v in (author.observe_me, opted_out, config["observe_me"]) if v is not None)
+    peer_opted_out = False if not message.author_observe_me else None
+    own = _first_said(_message_opt_out(message, "observe_me"), author.observe_me, peer_opted_out, config["observe_me"])
+    no_others = _message_opt_out(message, "observe_others")
     others = sorted(
-        p for p, m in state.members.items() if p != message.peer_id and _observes_others(m, config["observe_others"])
+        p
+        for p, m in state.members.items()
+        if p != message.peer_id and _first_said(no_others, m.observe_others, config["observe_others"])
     )
     return ([message.peer_id] if own else []) + others
 
 
-def _observes_others(member: Member, configured: bool) -> bool:
-    """The member's own setting, else the configuration's."""
-    return member.observe_others if member.observe_others is not None else configured
+def _message_opt_out(message: MessageAppended, name: str) -> bool | None:
+    """False where the message's own level turns `name` off, else None (not said). Only its "no" outranks
+    the membership: a message may keep itself out of a model, never put itself into one a member declined."""
+    level = message.configuration
+    return False if level is not None and getattr(level, name) is False else None
+
+
+def _first_said(*values: bool | None) -> bool:
+    """The first value that is not None (the last one always is not)."""
+    return next(v for v in values if v is not None)
 
 
 def previous_turn(state: SessionState, author: str) -> Turn | None:

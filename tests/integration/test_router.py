@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from peerlog.v1 import sessions_pb2
+from peerlog.v1 import configuration_pb2, messages_pb2, sessions_pb2
+from services.api.channels import aio_channel
+from services.api.tokens import mint
 from services.bus.topics import PERCEIVED
 from services.cli.client import Client
 from services.events import MessagePerceived
@@ -79,6 +81,38 @@ async def test_observe_me_settings_decide_whether_a_self_model_is_built(channel,
     # the peer-level "no" holds for bot in s; alice's session-level "no" overrides her peer-level "yes";
     # bot's session-level "yes" in s2 overrides its peer-level "no"
     assert seen == [("bot", "bot", "boop")]
+
+
+async def test_a_message_sent_with_observe_me_or_observe_others_off_reaches_no_pair_its_members_asked_for(
+    channel, settings, router
+):
+    c = Client(channel)
+    await c.workspace("w")
+    for p in ("alice", "bob"):
+        await c.peer("w", p)
+    both_ways = [member(p, observe_others=True, observe_me=True) for p in ("alice", "bob")]
+    await c.session("w", "s", members=both_ways)
+
+    def sent(peer, text, **level):
+        return messages_pb2.NewMessage(
+            peer_id=peer, content=text, configuration=configuration_pb2.Configuration(**level)
+        )
+
+    # observe_me=false is one of the two settings alice's own token may put on her messages
+    async with aio_channel(channel.address, mint(settings.auth, ["peer:w/alice"])) as as_alice:
+        await Client(as_alice).add("w", "s", [sent("alice", "my diagnosis", observe_me=False)])
+    await c.add("w", "s", [sent("bob", "my address", observe_others=False), ("bob", "I like tea")])
+
+    seen = pairs(read_events(settings, PERCEIVED, lambda ev: len(pairs(ev)) >= 4, settle=3.0))
+
+    assert sorted(seen) == sorted(
+        [
+            ("bob", "alice", "my diagnosis"),
+            ("bob", "bob", "my address"),
+            ("bob", "bob", "I like tea"),
+            ("alice", "bob", "I like tea"),
+        ]
+    )
 
 
 async def test_each_perceived_message_carries_the_previous_turn_by_another_speaker(channel, settings, router):

@@ -167,3 +167,22 @@ def test_a_message_sent_with_reasoning_off_is_not_the_next_turns_context():
     reply = next(p for p in out if p.content == "thanks")
     assert reply.previous_turn is None  # nor ann's older turn, from before what the reply answers
     assert reply.seq == 3  # the private message still counts in the session's sequence
+
+
+def test_a_message_level_opt_out_keeps_the_message_out_of_pairs_whatever_the_membership_says():
+    from services.events import Configuration
+
+    def sent_with(**level):
+        return said("a", "x").model_copy(update={"configuration": Configuration(**level)})
+
+    # a peer token may put observe_me=false on its own message: the member's "yes" must not put it back
+    assert run(joined("a", observe_me=True), sent_with(observe_me=False)) == []
+    # observe_others=false on the message: members who joined observing the others do not perceive it
+    assert run(joined("a"), joined("b", observe_others=True), sent_with(observe_others=False)) == [("a", "a", "x")]
+    # a message's "yes" opts no one in: the member's and the peer's own "no" still hold
+    assert run(joined("a", observe_me=False), sent_with(observe_me=True)) == []
+    opted_out = said("a", "x", author_observe_me=False).model_copy(
+        update={"configuration": Configuration(observe_me=True)}
+    )
+    assert run(joined("a"), opted_out) == []
+    assert run(joined("a"), joined("b", observe_others=False), sent_with(observe_others=True)) == [("a", "a", "x")]
