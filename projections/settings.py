@@ -19,7 +19,8 @@ class DatabaseSettings(BaseSettings):
 
     url: str = "postgresql+psycopg://peerlog@127.0.0.1:5432/peerlog"
     schema_name: str = Field("peerlog", description="schema that reads are served from")
-    pool_size: int = 10
+    # SQLAlchemy reads a pool size of 0 or less as "no limit": refused, not a connection per call
+    pool_size: int = Field(10, ge=1, description="the API's connections kept open per process")
 
     def connect_args(self) -> dict[str, str]:
         """psycopg's connection arguments: every session in UTC, beside any `options` the URL gives. In the
@@ -43,7 +44,8 @@ class ProjectorSettings(BaseSettings):
 
     group_id: str = "peerlog-projector"
     max_batch: int = Field(2000, ge=1, description="events applied per transaction, at most")
-    poll_timeout_s: float = 0.05
+    # 0 polled in a busy loop; a negative timeout waited for events forever, deaf to SIGTERM
+    poll_timeout_s: float = Field(0.05, gt=0, description="how long one poll of the log waits for events")
     instance_id: str = Field(
         "",
         description="static membership in the consumer group (each projector process its own id): a projector "

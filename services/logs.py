@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 import orjson
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
 from services.settings_base import prefixed
@@ -27,7 +27,13 @@ class LogSettings(BaseSettings):
     format: Literal["text", "json"] = Field(
         "text", description="json: one object a line, with the trace and span ids of the call or event being handled"
     )
-    level: str = "INFO"
+    # refused at start: logging.basicConfig raised on an unknown name, after the settings had been accepted
+    level: Literal["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"] = Field("INFO", description="any case")
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
 
 class JsonFormatter(logging.Formatter):
@@ -49,10 +55,11 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure(settings: LogSettings | None = None) -> None:
+    """Log as `settings` say (default: from the environment); a service passes the ones it checked at start."""
     settings = settings or LogSettings()
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if settings.format == "json" else logging.Formatter(FORMAT))
-    logging.basicConfig(level=settings.level.upper(), handlers=[handler])
+    logging.basicConfig(level=settings.level, handlers=[handler])
     # httpx logs every request's full URL at INFO: a webhook receiver's URL may hold its credentials
     # (user:password@, ?token=), which would reach the operator's log at every delivery
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))

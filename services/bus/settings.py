@@ -34,7 +34,9 @@ class KafkaSettings(BaseSettings):
         ge=1,
         description="the API stops adding queued writes to one transaction once it holds this many events",
     )
-    transaction_timeout_ms: int = 60_000
+    # librdkafka's range for transaction.timeout.ms: a value outside it failed at the first client, with a
+    # traceback; the broker refuses more than its transaction.max.timeout.ms (15 minutes unless raised)
+    transaction_timeout_ms: int = Field(60_000, ge=1_000, le=2**31 - 1)
     append_timeout_s: float = Field(
         30.0, gt=0, description="how long a write waits for the log to commit it before it fails UNAVAILABLE"
     )

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from services import collector, logs
 from services.settings import Settings
+from services.settings_base import variables_said
 
 if TYPE_CHECKING:  # commands import what they use when they run: the command line starts fast
     from sqlalchemy import Engine
@@ -37,22 +38,57 @@ for sub, name in (
 DEV_DIR = typer.Option(Path(".peerlog/dev"), "--dir", help="where the dev stack keeps its data")
 
 
-def _set_up() -> None:
-    logs.configure()
+def _service_settings() -> Settings:
+    """A service's settings, every one checked (the models they name too) before the service imports its
+    modules, logs or connects: a bad one is one line naming the variable, exit status 2. Every service checks
+    them all: the services of a deployment share one environment. Before the imports, because
+    projections.schema reads the embedding settings as it is imported."""
+    settings = _settings()
+    _embedding_model_runs(settings)
+    _rerank_model_runs(settings)
+    return settings
+
+
+def _set_up(settings: Settings) -> None:
+    logs.configure(settings.log)
     collector.tune()  # once the command's imports are done: what they made is frozen
+
+
+def _embedding_model_runs(settings: Settings) -> None:
+    """Refuse a local embedding model peerlog does not have: the API and the worker failed on it."""
+    from services.llm.embeddings import make_embedder
+    from services.llm.errors import EmbeddingError
+
+    if settings.embedding.provider != "local":
+        return  # a server's model: only that server knows which it has
+    try:
+        make_embedder(settings.embedding)  # the model loads at its first use, not here
+    except EmbeddingError as err:
+        raise _fail(f"PEERLOG_EMBEDDING_MODEL, PEERLOG_EMBEDDING_DIMENSIONS: {err}") from None
+
+
+def _rerank_model_runs(settings: Settings) -> None:
+    """Refuse a re-ranking model peerlog does not have: the API failed to start with a traceback."""
+    from services.llm.errors import RerankError
+    from services.llm.rerank import make_reranker
+
+    try:
+        make_reranker(settings.rerank)  # the model loads at its first use, not here
+    except RerankError as err:
+        raise _fail(f"PEERLOG_RERANK_MODEL: {err}") from None
 
 
 @app.command()
 def serve() -> None:
     """Run the gRPC API server until SIGTERM. It checks tokens unless PEERLOG_AUTH=off (see `keys create`)."""
+    settings = _service_settings()
     from services.api.processes import run
 
-    _set_up()
+    _set_up(settings)
     try:
-        run(_settings())
+        run(settings)
     except ValueError as err:  # a missing or weak key, an unreadable certificate: said before anything serves
-        typer.echo(f"error: {_one_line(err)}", err=True)
-        raise typer.Exit(2) from None
+        raise _fail(_one_line(err)) from None
 
 
 def _settings() -> Settings:
@@ -70,22 +106,19 @@ def _one_line(err: ValueError) -> str:
     if not isinstance(err, ValidationError):
         return str(err)
     classes = {f.annotation.__name__: f.annotation for f in Settings.model_fields.values() if f.annotation}
-    prefix = classes[err.title].model_config["env_prefix"] if err.title in classes else "PEERLOG_"
-    said = []
-    for e in err.errors():
-        name = f"{prefix}{'_'.join(map(str, e['loc'])).upper()}: " if e["loc"] else ""
-        said.append(name + e["msg"].removeprefix("Value error, "))
-    return "; ".join(said)
+    classes[Settings.__name__] = Settings
+    known = classes.get(err.title)
+    return variables_said(err, known.model_config["env_prefix"] if known else "")
 
 
 @app.command()
 def worker() -> None:
     """Run the stream processors (router, deriver, summarizer; see PEERLOG_WORKER_PROCESSORS)."""
+    settings = _service_settings()
     from services.bus.admin import create_topics
     from services.worker.app import run_worker
 
-    _set_up()
-    settings = _settings()
+    _set_up(settings)
     create_topics(settings.kafka)
     asyncio.run(run_worker(settings))
 
@@ -93,10 +126,11 @@ def worker() -> None:
 @app.command()
 def webhooks() -> None:
     """Deliver webhooks (WebhookService) until SIGTERM. Run one: a second would deliver everything twice."""
+    settings = _service_settings()
     from services.webhooks.supervisor import run_webhooks
 
-    _set_up()
-    asyncio.run(run_webhooks(_settings()))
+    _set_up(settings)
+    asyncio.run(run_webhooks(settings))
 
 
 def _address(settings: Settings, given: str) -> str:
@@ -256,10 +290,11 @@ def reembed(
     rebuilt (see the README)."""
     from services.llm.errors import EmbeddingError
 
-    _set_up()
+    settings = _settings()
+    _set_up(settings)
     try:
         with _plainly():
-            total, appended = asyncio.run(_reembed(_settings(), model, workspace))
+            total, appended = asyncio.run(_reembed(settings, model, workspace))
     except EmbeddingError as err:
         raise _fail(str(err)) from None
     typer.echo(f"{workspace}: {appended} vectors appended with {model}")
@@ -455,12 +490,12 @@ def projector_run() -> None:
     """Project the log into Postgres until SIGTERM."""
     import signal
 
+    settings = _service_settings()
     from projections import metrics
     from projections.projector import Projector
     from services import tracing
 
-    _set_up()
-    settings = _settings()
+    _set_up(settings)
     tracing.setup(settings.tracing, "peerlog-projector")
     p = Projector(settings)
     metrics.serve(settings.projector, p.engine)

@@ -7,12 +7,13 @@ overrides, read from `PEERLOG_LLM_<STAGE>_<FIELD>` (e.g. `PEERLOG_LLM_DERIVER_MO
 from __future__ import annotations
 
 import os
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource
 
-from services.settings_base import prefixed
+from services.settings_base import prefixed, variables_said
 
 Stage = Literal[
     "deriver",
@@ -33,12 +34,24 @@ ToolMode = Literal["native", "structured"]
 NO_API_KEY = "none"  # what local servers get when no key is configured; the SDK refuses an empty one
 
 
+def _model_url(url: str) -> str:
+    # the SDK takes a URL without a scheme (127.0.0.1:8080/v1) for a path: every call then failed, and every
+    # derivation was dead-lettered. The message leaves the URL out: it may hold credentials
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise ValueError("should be an http:// or https:// URL, such as http://127.0.0.1:8080/v1")
+    return url
+
+
+ModelUrl = Annotated[str, AfterValidator(_model_url)]
+
+
 class ModelStageSettings(BaseModel):
     """How one stage talks to its chat model."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    base_url: str = "http://127.0.0.1:8080/v1"
+    base_url: ModelUrl = "http://127.0.0.1:8080/v1"
     api_key_env: str = Field("PEERLOG_LLM_API_KEY", description="NAME of the env var that holds the key")
     model: str = "qwen2.5-coder-0.5b-instruct"
     temperature: float = Field(0.0, ge=0, le=2)
@@ -69,12 +82,25 @@ class LlmSettings(ModelStageSettings, BaseSettings):
 
     model_config = prefixed("PEERLOG_LLM_")
 
+    @model_validator(mode="after")
+    def _stages_valid(self) -> LlmSettings:
+        # a bad stage override refused at start, not at the stage's first call (in the API's middle of a chat,
+        # or as a traceback ending the worker)
+        for name in STAGES:
+            self.stage(name)
+        return self
+
     def stage(self, name: str) -> ModelStageSettings:
-        """This stage's settings: the shared defaults with its `PEERLOG_LLM_<STAGE>_<FIELD>` overrides."""
+        """This stage's settings: the shared defaults with its `PEERLOG_LLM_<STAGE>_<FIELD>` overrides. A bad
+        override is a ValueError naming its variable."""
         if name not in STAGES:
             raise ValueError(f"unknown model stage {name!r}; expected one of {', '.join(STAGES)}")
-        overrides = EnvSettingsSource(type(self), env_prefix=f"PEERLOG_LLM_{name.upper()}_")()
-        return ModelStageSettings(**{**self.model_dump(), **overrides})
+        prefix = f"PEERLOG_LLM_{name.upper()}_"
+        overrides = EnvSettingsSource(type(self), env_prefix=prefix)()
+        try:
+            return ModelStageSettings(**{**self.model_dump(), **overrides})
+        except ValidationError as err:  # the shared defaults are valid: an override is wrong
+            raise ValueError(variables_said(err, prefix)) from None
 
 
 class EmbeddingSettings(BaseSettings):
@@ -93,7 +119,7 @@ class EmbeddingSettings(BaseSettings):
     # pgvector's HNSW index (message search) takes at most 2,000 dimensions: a larger model is refused at
     # start, not when the index is built
     dimensions: int = Field(384, ge=1, le=2000, description="must match the vector column of the projections")
-    base_url: str = "http://127.0.0.1:8080/v1"
+    base_url: ModelUrl = Field("http://127.0.0.1:8080/v1", description="openai provider's endpoint")
     api_key_env: str = Field("PEERLOG_EMBEDDING_API_KEY", description="NAME of the env var that holds the key")
     batch_size: int = Field(32, ge=1, description="texts per model call")
     # the local models have 512 positions: a longer cut made ONNX Runtime fail on the first long text, an

@@ -81,12 +81,17 @@ class DeadLetter:
 
 
 def engine_for(settings: DatabaseSettings) -> Engine:
+    """An engine on the webhook tables, which it creates if they are missing."""
     schema = f"{settings.schema_name}_webhooks"
     engine = create_engine(settings.url, pool_size=2, pool_pre_ping=True, **settings.engine_args())
-    with engine.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
     engine = engine.execution_options(schema_translate_map={None: schema})
-    metadata.create_all(engine)
+    with engine.begin() as conn:
+        # the API and the webhook process both create them at start: serialised as projections/db.py does its
+        # schema (two CREATE ... IF NOT EXISTS at once collide on the catalogue's unique indexes, and one
+        # process failed to start)
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"peerlog-schema:{schema}"))))
+        conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+        metadata.create_all(conn)
     return engine
 
 

@@ -15,27 +15,17 @@ from projections.tool_reads import SqlDreamReads
 from services import tracing
 from services.bus.runner import Runner
 from services.settings import Settings
+from services.worker.settings import PROCESSORS
 from services.worker.stalled_loop import report_stalls
 
 log = logging.getLogger(__name__)
 
-PROCESSORS = {
-    "router": "services.router.agent",
-    "deriver": "services.deriver.agent",
-    "summarizer": "services.summarizer.agent",
-    "dream-scheduler": "services.dreamer.scheduler_agent",
-    "dreamer": "services.dreamer.agent",
-    "embedder": "services.embedder.agent",
-}
-
 
 def build_runners(settings: Settings) -> list[Runner]:
-    """One runner per processor named in settings.worker.processors."""
+    """One runner per processor named in settings.worker.processors (WorkerSettings knows every name)."""
     w = settings.worker
     runners = []
     for name in w.processor_names():
-        if name not in PROCESSORS:
-            raise ValueError(f"unknown processor {name!r}; choose from {', '.join(PROCESSORS)}")
         # members share one processor (model client, embedder, pool); each runner keeps its own state
         processor, tick = _build(name, settings)
         for number in range(1, 1 + (w.deriver_instances if name == "deriver" else 1)):

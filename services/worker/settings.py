@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings
 
 from services.settings_base import prefixed
+
+# every processor a worker can run, and the module whose `build` makes it (imported only when it runs)
+PROCESSORS = {
+    "router": "services.router.agent",
+    "deriver": "services.deriver.agent",
+    "summarizer": "services.summarizer.agent",
+    "dream-scheduler": "services.dreamer.scheduler_agent",
+    "dreamer": "services.dreamer.agent",
+    "embedder": "services.embedder.agent",
+}
 
 
 class WorkerSettings(BaseSettings):
@@ -48,6 +58,17 @@ class WorkerSettings(BaseSettings):
         "interpreter lock), write every thread's stack to stderr, again as often while it lasts (0: off)",
     )
 
+    @field_validator("processors")
+    @classmethod
+    def _known_processors(cls, value: str) -> str:
+        # refused at start: a misspelt name ended the worker with a traceback once it had reached Kafka
+        names = _names(value)
+        unknown = [name for name in names if name not in PROCESSORS]
+        if unknown or not names:
+            said = f"unknown processor {unknown[0]!r}" if unknown else "no processor named"
+            raise ValueError(f"{said}; choose from {', '.join(PROCESSORS)}")
+        return value
+
     def app_id_for(self, topic_prefix: str) -> str:
         return self.app_id or f"{topic_prefix}processors"
 
@@ -56,4 +77,8 @@ class WorkerSettings(BaseSettings):
         return f"{self.instance_id}.{number}" if self.instance_id else ""
 
     def processor_names(self) -> list[str]:
-        return [p.strip() for p in self.processors.split(",") if p.strip()]
+        return _names(self.processors)
+
+
+def _names(processors: str) -> list[str]:
+    return [p.strip() for p in processors.split(",") if p.strip()]

@@ -55,11 +55,12 @@ def test_constructor_values_are_the_defaults_stages_start_from() -> None:
     assert settings.stage("induction").max_retries == 0
 
 
-def test_a_bad_override_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_override_is_rejected_with_the_settings_naming_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PEERLOG_LLM_DEDUCTION_SCHEMA_MODE", "xml")
 
-    with pytest.raises(ValidationError, match="schema_mode"):
-        LlmSettings().stage("deduction")
+    # at start, not at the stage's first call
+    with pytest.raises(ValidationError, match="PEERLOG_LLM_DEDUCTION_SCHEMA_MODE: Input should be 'json_schema'"):
+        LlmSettings()
 
 
 def test_an_unknown_stage_is_an_error() -> None:
