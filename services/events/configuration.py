@@ -24,7 +24,7 @@ class Configuration(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     reasoning: bool | None = None  # derive observations at all (off: no perceptions, no summaries)
-    observe_me: bool | None = None  # default when neither the member nor the peer says; false on a message: out of its self-model
+    observe_me: bool | None = None  # default when neither member nor peer says; false on a message wins
     observe_others: bool | None = None  # default when the member does not say
     summaries: bool | None = None
     summary_short_every: int | None = Field(None, ge=1)  # messages between short summaries
