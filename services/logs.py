@@ -28,7 +28,9 @@ class LogSettings(BaseSettings):
         "text", description="json: one object a line, with the trace and span ids of the call or event being handled"
     )
     # refused at start: logging.basicConfig raised on an unknown name, after the settings had been accepted
-    level: Literal["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"] = Field("INFO", description="any case")
+    level: Literal["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"] = Field(
+        "INFO", description="any case"
+    )
 
     @field_validator("level", mode="before")
     @classmethod
