@@ -13,13 +13,15 @@ from services.llm.errors import ModelError, ModelRequestRejected, shown
 from services.llm.formats import storable
 from services.llm.tokens import count_tokens
 from services.summarizer.policy import (
+    Attempt,
     Dropped,
+    Failure,
     SessionSummaries,
+    after_failure,
     bounded,
     clip_words,
     due,
     evolve,
-    failed,
     over_bound,
     portion,
     room,
@@ -33,6 +35,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 CATCH_UP = 8  # summary calls of one kind an event may make to bring it back within its byte bound
+
+# the 4xx statuses that may be about what a call read (a bad request, too large, unprocessable); the others
+# are a key, credit, a permission or the model's name, which every call meets (429 and 408 are retried)
+CONTENT_STATUSES = frozenset({400, 413, 422})
+# words in such a reply that blame what every call sends, not its messages: a max_tokens setting, a
+# parameter, the model, the key. Taken for the messages, each call's would be left out one by one
+SETTING_WORDS = ("max_tokens", "max_completion_tokens", "parameter", "model", "api key", "api_key")
+
+
+def cause(error: ModelError) -> Failure:
+    """Why a summary call failed, for the core: only a refusal about what the call read is the messages'."""
+    if not isinstance(error, ModelRequestRejected):  # unreachable, 5xx or 429 retried out, a garbled reply
+        return Failure.OUTAGE
+    if error.too_long:
+        return Failure.TOO_LONG
+    said = error.body.lower()
+    if error.status_code in CONTENT_STATUSES and not any(word in said for word in SETTING_WORDS):
+        return Failure.REFUSED
+    return Failure.OUTAGE
 
 
 class Summarizer:
@@ -63,18 +84,23 @@ class Summarizer:
         call reads what fits its room: a few short messages before a long one freed too few bytes, and the
         bound dropped messages a working model was summarising, with a dead letter blaming the model."""
         for _ in range(CATCH_UP):
-            result, refused = await self.summarise(state, kind, event)
+            result, attempt = await self.summarise(state, kind, event)
+            if isinstance(result, SummaryDeadLettered) and attempt is not None:
+                state, gone = after_failure(state, kind, self.global_, attempt)
+                out.append(self.dropped(gone, event, result.error) if gone else result)
+                # past a message the model refused alone, the rest is summarised now if its cadence has passed
+                if gone is None or kind not in due(state, self.settings, self.global_):
+                    return state
+                continue
             out.append(result)
-            if not isinstance(result, SummaryUpdated):
-                tried = room(state.tracks[kind], self.settings.max_input_tokens) if refused else None
-                return failed(state, kind, self.global_, tried)
             state = summarised(state, result)
             if not over_bound(state.tracks[kind], self.settings):
                 break
         return state
 
-    def dropped(self, gone: Dropped, event) -> SummaryDeadLettered:
-        """The dead letter of messages that fell out of the pending state while the model kept failing."""
+    def dropped(self, gone: Dropped, event, refusal: str = "") -> SummaryDeadLettered:
+        """The dead letter of messages that fell out of the pending state, or of the one message the model
+        refused alone (`refusal`: the model's error); no later summary covers them."""
         log.warning(
             "summary %s of %s: messages %d-%d dropped unsummarised",
             gone.kind,
@@ -82,13 +108,7 @@ class Summarizer:
             gone.first_seq,
             gone.last_seq,
         )
-        why = (
-            "while the model kept failing" if gone.failures else f"faster than {CATCH_UP} summary calls a message freed"
-        )
-        error = (
-            f"messages {gone.first_seq}-{gone.last_seq} of the session fell out of the pending {gone.kind} "
-            f"summary (over {self.settings.pending_max_bytes} bytes) {why}"
-        )
+        error = self.refused_alone(gone, refusal) if gone.message_id else self.fell_out(gone)
         return SummaryDeadLettered(
             workspace_id=event.workspace_id,
             session_id=event.session_id,
@@ -101,11 +121,29 @@ class Summarizer:
             producer=self.producer(self.model.settings.model),
         )
 
-    async def summarise(self, state: SessionSummaries, kind: SummaryKind, event) -> tuple[Event, bool]:
-        """A SummaryUpdated for `kind`, or SummaryDeadLettered when the model keeps failing; and whether
-        the model refused the request (as one does a prompt past its context)."""
+    def fell_out(self, gone: Dropped) -> str:
+        why = (
+            "while the model kept failing" if gone.failures else f"faster than {CATCH_UP} summary calls a message freed"
+        )
+        return (
+            f"messages {gone.first_seq}-{gone.last_seq} of the session fell out of the pending {gone.kind} "
+            f"summary (over {self.settings.pending_max_bytes} bytes) {why}"
+        )
+
+    @staticmethod
+    def refused_alone(gone: Dropped, refusal: str) -> str:
+        said = (
+            f"message {gone.message_id} (seq {gone.last_seq}) of the session was left out of the {gone.kind} "
+            f"summary: the model refused a call holding it alone: {refusal}"
+        )
+        return said[:4000]
+
+    async def summarise(self, state: SessionSummaries, kind: SummaryKind, event) -> tuple[Event, Attempt | None]:
+        """A SummaryUpdated for `kind`; or SummaryDeadLettered when the model keeps failing, with the failed
+        call as the core weighs it."""
         track = state.tracks[kind]
         lines = portion(track, self.settings.max_input_tokens, count_tokens)
+        tried = room(track, self.settings.max_input_tokens)
         # what the summary is made of: the new messages and the summary it rolls on. Counted without the
         # latter, twenty turns of "ok" held a rolling summary of eighty words to twenty, cut mid-sentence
         read = sum(count_tokens(line.content) for line in lines) + count_tokens(track.previous)
@@ -117,7 +155,8 @@ class Summarizer:
         try:
             done, words = await self.written(kind, track.previous, lines, words)
         except ModelError as exc:
-            log.warning("summary %s of %s dead-lettered: %s", kind, event.session_id, exc)
+            why = cause(exc)
+            log.warning("summary %s of %s dead-lettered (%s): %s", kind, event.session_id, why, exc)
             letter = SummaryDeadLettered(
                 last_seq=last.seq,
                 error=shown(exc)[:4000],
@@ -125,18 +164,20 @@ class Summarizer:
                 producer=self.producer(self.model.settings.model),
                 **common,
             )
-            return letter, isinstance(exc, ModelRequestRejected) and exc.too_long  # not a key or a model name
+            return letter, Attempt(why, len(lines), tried)
         # a NUL would pass here and be refused by the projection: the summary lost while counted done
         content = clip_words(storable(done.value), words)
-        if not content:
-            empty = SummaryDeadLettered(
+        unusable = self.unusable(done, content, words)
+        if unusable:  # what the model made of these messages: theirs to answer for, as a content filter's
+            log.warning("summary %s of %s dead-lettered (refused): %s", kind, event.session_id, unusable)
+            letter = SummaryDeadLettered(
                 last_seq=last.seq,
-                error="the model returned an empty summary",
+                error=unusable[:4000],
                 attempts=1,
                 producer=self.producer(done.model),
                 **common,
             )
-            return empty, False
+            return letter, Attempt(Failure.REFUSED, len(lines), tried)
         updated = SummaryUpdated(
             content=content,
             last_message_id=last.message_id,
@@ -148,19 +189,24 @@ class Summarizer:
             producer=self.producer(done.model),
             **common,
         )
-        return updated, False
+        return updated, None
 
     async def written(self, kind: SummaryKind, previous: str, lines, words: int) -> tuple[Completion[str], int]:
         """The summary and the words it was asked for; asked again for half as many if the reply stopped at
         max_tokens (the words a reply holds vary by language: 0.6 a token is English), else stored cut
-        mid-sentence as done, and the next summary built on it. Cut again: ModelOutputInvalid naming the setting."""
+        mid-sentence as done, and the next summary built on it. Cut again, it is returned cut (`unusable`)."""
         done = await self.model.text(build_messages(kind, previous, lines, words))
         if done.cut and words > 1:
             words //= 2
             done = await self.model.text(build_messages(kind, previous, lines, words))
-        if done.cut:
-            raise self.model.cut_off(done.value, f"a summary of at most {words} words did not fit")
         return done, words
+
+    def unusable(self, done: Completion[str], content: str, words: int) -> str:
+        """Why a reply is no summary to store ("" if it is one): cut at max_tokens even when asked for half
+        the words (the error names the setting to raise), or empty."""
+        if done.cut:
+            return shown(self.model.cut_off(done.value, f"a summary of at most {words} words did not fit"))
+        return "" if content else "the model returned an empty summary"
 
 
 def build(settings: Settings):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import to_json
@@ -13,6 +14,7 @@ from services.events import (
     Effective,
     Event,
     MessageAppended,
+    MessageConfigured,
     SessionConfigured,
     SummaryKind,
     SummaryRetryRequested,
@@ -46,6 +48,10 @@ class Track(BaseModel):
     due_at: int = 0  # pending count at which the next attempt is made (0 = the configured cadence)
     failures: int = 0  # dead-lettered attempts since the last summary
     room: int = 0  # tokens of messages one call reads; 0: PEERLOG_SUMMARIZER_MAX_INPUT_TOKENS (see `portion`)
+    # while the model refuses what it is sent, the next call reads `at_most` messages (0: what fits the room),
+    # till a summary passes the last message of the refused calls (`refused_through`) or one is left out
+    at_most: int = 0
+    refused_through: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class Dropped:
     first_seq: int
     last_seq: int
     failures: int
+    message_id: str = ""  # set when the model refused this one message alone (`after_failure`)
 
 
 class SessionSummaries(BaseModel):
@@ -114,10 +121,27 @@ def evolve(state: SessionSummaries, event: Event, global_: Configuration) -> Ses
         tracks = {k: state.tracks.get(k, Track()) for k in SummaryKind}
         tracks = {k: t.model_copy(update={"pending": (*t.pending, line)}) for k, t in tracks.items()}
         return state.model_copy(update={"tracks": tracks})
+    if isinstance(event, MessageConfigured):
+        return withdrawn(state, event, global_)
     if isinstance(event, SummaryRetryRequested):  # a kind that failed is due at once (due_at 1: any pending)
         tracks = {k: t.model_copy(update={"due_at": 1}) if t.failures else t for k, t in state.tracks.items()}
-        return state.model_copy(update={"tracks": tracks})
+        # the request is about the session, not its latest message: that message's level (reasoning or
+        # summaries off for it alone) answered `due` for the whole session and the retry did nothing
+        return state.model_copy(update={"tracks": tracks, "message": None})
     return state
+
+
+def withdrawn(state: SessionSummaries, event: MessageConfigured, global_: Configuration) -> SessionSummaries:
+    """The state after a message's level was set: turned off for reasoning or summaries, the message leaves
+    every kind's pending messages, since its new level governs what is read of it from now. Turned back on,
+    it is not queued again: its text is no longer here, and the summaries since went on without it."""
+    if summarising(state.model_copy(update={"message": event.configuration}), global_):
+        return state
+    tracks = {
+        k: t.model_copy(update={"pending": tuple(line for line in t.pending if line.message_id != event.message_id)})
+        for k, t in state.tracks.items()
+    }
+    return state.model_copy(update={"tracks": tracks})
 
 
 def _weights(track: Track) -> list[int]:
@@ -205,15 +229,15 @@ def room(track: Track, max_input_tokens: int) -> int:
 
 
 def portion(track: Track, max_input_tokens: int, tokens: Callable[[str], int]) -> tuple[Line, ...]:
-    """The oldest pending messages one summary call covers: as many as fit its `room` (at least one). A
-    failed attempt keeps its messages and the next comes a cadence later with more: sent whole, every retry
-    was bigger than the last, and once the backlog outgrew the model's context no summary of the session
-    ever succeeded again. A call the model refuses (its context too small) halves the room, and the room
-    that worked is kept (`failed`, `summarised`); the rest waits for the next call."""
-    limit, used, out = room(track, max_input_tokens), 0, []
+    """The oldest pending messages one summary call covers: as many as fit its `room` (at least one), and
+    no more than `at_most`. A failed attempt keeps its messages and the next comes a cadence later with
+    more: sent whole, every retry was bigger than the last, and once the backlog outgrew the model's context
+    no summary of the session ever succeeded again. A call the model refuses (its context too small) halves
+    the room, and the room that worked is kept (`failed`, `summarised`); the rest waits for the next call."""
+    limit, most, used, out = room(track, max_input_tokens), track.at_most or len(track.pending), 0, []
     for line in track.pending:
         used += tokens(line.content)
-        if out and used > limit:
+        if out and (used > limit or len(out) >= most):
             break
         out.append(line)
     return tuple(out)
@@ -223,17 +247,65 @@ def summarised(state: SessionSummaries, event: SummaryUpdated) -> SessionSummari
     """The state after a summary of `event.kind` covering up to `event.last_seq` was recorded."""
     track = state.tracks[event.kind]
     rest = tuple(line for line in track.pending if line.seq > event.last_seq)
-    tracks = {**state.tracks, event.kind: Track(pending=rest, previous=event.content, room=track.room)}
-    return state.model_copy(update={"tracks": tracks})
+    after = Track(pending=rest, previous=event.content, room=track.room)
+    if event.last_seq < track.refused_through:
+        # the search for the message the model refuses goes on among the refused calls' messages: started
+        # afresh at each summary, it sent a refused message after the first few in a call as big as the first
+        after = after.model_copy(update={"at_most": track.at_most, "refused_through": track.refused_through})
+    return state.model_copy(update={"tracks": {**state.tracks, event.kind: after}})
+
+
+class Failure(StrEnum):
+    """Why a summary call failed, as the shell tells the core (`Attempt`)."""
+
+    OUTAGE = "outage"  # the model away, or what every call meets (a key, the model's name, a setting)
+    TOO_LONG = "too_long"  # the prompt past the model's context
+    # the model would not take or answer these messages: a 4xx about what the call read (a content
+    # filter), an empty reply, a reply cut at max_tokens even when asked for half the words
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """A failed summary call: why, how many of the oldest pending messages it read, and its room (tokens)."""
+
+    why: Failure
+    held: int
+    room: int
 
 
 def failed(
-    state: SessionSummaries, kind: SummaryKind, global_: Configuration, too_big: int | None = None
+    state: SessionSummaries, kind: SummaryKind, global_: Configuration, attempt: Attempt | None = None
 ) -> SessionSummaries:
-    """After a dead-lettered attempt: keep the messages, try again one cadence later; with half the room
-    when the model refused a call that read `too_big` tokens (an outage leaves the room as it was)."""
+    """After a dead-lettered attempt: keep the messages, try again one cadence later. A prompt past the
+    model's context halves the room, for good (the context stays as small); a call the model refused for
+    what it read halves the messages the next one reads, until a summary passes them or the message it
+    refuses is found alone (`after_failure`); an outage (None) leaves the call as it was."""
     track = state.tracks[kind]
-    retry_at = len(track.pending) + cadence(state, kind, global_)
-    room_now = track.room if too_big is None else max(MIN_ROOM, too_big // 2)
-    again = track.model_copy(update={"due_at": retry_at, "failures": track.failures + 1, "room": room_now})
-    return state.model_copy(update={"tracks": {**state.tracks, kind: again}})
+    update = {"due_at": len(track.pending) + cadence(state, kind, global_), "failures": track.failures + 1}
+    if attempt is not None and attempt.why is Failure.TOO_LONG:
+        update["room"] = max(MIN_ROOM, attempt.room // 2)
+    if attempt is not None and attempt.why is Failure.REFUSED:
+        # by messages, not tokens: a token room has a floor, and messages of a few tokens each stayed under it
+        update["at_most"] = max(1, attempt.held // 2)
+        update["refused_through"] = max(track.refused_through, track.pending[attempt.held - 1].seq)
+    return state.model_copy(update={"tracks": {**state.tracks, kind: track.model_copy(update=update)}})
+
+
+def after_failure(
+    state: SessionSummaries, kind: SummaryKind, global_: Configuration, attempt: Attempt
+) -> tuple[SessionSummaries, Dropped | None]:
+    """The state after a failed call, and the message left out of the kind's summaries if the model refused
+    it alone (too long or refused for its content): no smaller call can do without it, and kept, it came
+    first in every later call. One such message held the kind back until the byte bound dropped hundreds
+    of messages with it (1,500 messages: the first short summary at message 650, 474 messages dropped)."""
+    if attempt.why is Failure.OUTAGE or attempt.held > 1:
+        return failed(state, kind, global_, attempt), None
+    track = state.tracks[kind]
+    line = track.pending[0]  # a call reads the oldest pending first
+    # past it the kind starts afresh: its next summary comes at its cadence, or now if that has passed
+    rest = track.model_copy(
+        update={"pending": track.pending[1:], "due_at": 0, "failures": 0, "at_most": 0, "refused_through": 0}
+    )
+    gone = Dropped(kind, line.seq, line.seq, track.failures + 1, message_id=line.message_id)
+    return state.model_copy(update={"tracks": {**state.tracks, kind: rest}}), gone

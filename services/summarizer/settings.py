@@ -18,8 +18,8 @@ class SummarizerSettings(BaseSettings):
     max_input_tokens: int = Field(
         6000,
         ge=100,
-        description="most tokens of messages one summary call reads (the oldest pending first; halved after each "
-        "failure): what does not fit waits for the next call",
+        description="most tokens of messages one summary call reads (the oldest pending first; halved after a "
+        "prompt past the model's context): what does not fit waits for the next call",
     )
     # the state record holds both kinds' pending text: 2 × 256 KiB plus two previous summaries stays under
     # the broker's default record limit (1 MiB), and 60 messages cut at 4,000 characters fit one kind

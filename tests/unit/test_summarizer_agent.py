@@ -6,10 +6,20 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
+from itertools import pairwise
 
 import pytest
 
-from services.events import MessageAppended, ProducerInfo, SummaryDeadLettered, SummaryKind, SummaryUpdated
+from services.events import (
+    Configuration,
+    Event,
+    MessageAppended,
+    MessageConfigured,
+    ProducerInfo,
+    SummaryDeadLettered,
+    SummaryKind,
+    SummaryUpdated,
+)
 from services.settings import Settings
 from services.summarizer.agent import Summarizer
 from services.summarizer.policy import Line, SessionSummaries, Track
@@ -45,7 +55,7 @@ def due_short(previous: str = "", content: str = "Ann and Bo met in Lisbon.") ->
     return SessionSummaries(tracks={SummaryKind.SHORT: Track(pending=lines, previous=previous)}, seq=19)
 
 
-async def handled(summarizer: Summarizer, state: SessionSummaries, event: MessageAppended):
+async def handled(summarizer: Summarizer, state: SessionSummaries, event: Event):
     step = await summarizer.handle(lambda _key: state.model_dump(mode="json"), event)
     return step.events, SessionSummaries.model_validate(step.states[event.key])
 
@@ -54,22 +64,29 @@ def asked_words(request: dict) -> int:
     return int(re.search(r"at most (\d+) words", request["messages"][0]["content"]).group(1))
 
 
-REFUSALS = {
-    "a wrong key": (401, "invalid api key", None),
-    "a wrong model name": (404, "model 'x' not found", None),
-    "max_tokens over the model's limit": (400, "max_tokens must be less than or equal to 8192", None),
-    "max_tokens not taken": (400, "Unsupported parameter: 'max_tokens'; use 'max_completion_tokens'", None),
-    "a prompt past the context": (400, "This model's maximum context length is 4096 tokens", 3000),
+FILTERED = "The response was filtered due to the prompt triggering content management policy"
+REFUSALS = {  # status, what the server said, the room (tokens) and messages the next call reads
+    "a wrong key": (401, "invalid api key", None, None),
+    "a wrong model name": (404, "model 'x' not found", None, None),
+    "max_tokens over the model's limit": (400, "max_tokens must be less than or equal to 8192", None, None),
+    "max_tokens not taken": (400, "Unsupported parameter: 'max_tokens'; use 'max_completion_tokens'", None, None),
+    "a prompt past the context": (400, "This model's maximum context length is 4096 tokens", 3000, None),
+    "a content filter": (400, FILTERED, None, 10),
+    "unprocessable text": (422, "Input contains invalid UTF-8 text", None, 10),
 }
 
 
-@pytest.mark.parametrize("status,body,room", REFUSALS.values(), ids=REFUSALS.keys())
-async def test_only_a_prompt_past_the_models_context_halves_a_calls_room(server, status, body, room):
-    # any 4xx halved it, for good: after a wrong key was fixed, each summary covered one message
+@pytest.mark.parametrize("status,body,room,at_most", REFUSALS.values(), ids=REFUSALS.keys())
+async def test_a_prompt_past_the_context_halves_the_room_a_refused_one_the_messages_and_a_key_neither(
+    server, status, body, room, at_most
+):
+    # any 4xx halved the room, for good: after a wrong key was fixed, each summary covered one message. A
+    # refusal of what the call read halves its 20 messages, until the one refused is found (see below)
     server.answer = (status, "application/json", json.dumps({"error": {"message": body}}).encode())
     events, state = await handled(Summarizer(Settings()), due_short(), said(20, "Bo moved to Porto."))
     assert isinstance(events[0], SummaryDeadLettered)
-    assert (state.tracks[SummaryKind.SHORT].room or None) == room
+    track = state.tracks[SummaryKind.SHORT]
+    assert (track.room or None, track.at_most or None) == (room, at_most)
 
 
 async def test_a_working_model_never_drops_messages_over_the_byte_bound(server):
@@ -121,3 +138,55 @@ async def test_a_summary_cut_twice_is_a_dead_letter_naming_the_setting_not_a_sum
     events, _ = await handled(Summarizer(Settings()), due_short(), said(20, "Bo moved to Porto."))
     assert [type(e) for e in events] == [SummaryDeadLettered]
     assert "PEERLOG_LLM_SUMMARIZER_MAX_TOKENS" in events[0].error
+
+
+REFUSED = {
+    "a content filter": (400, "application/json", json.dumps({"error": {"message": FILTERED}}).encode()),
+    "an empty reply": text(""),
+    "a reply cut twice": cut("Ann and Bo met in"),
+}
+
+
+@pytest.mark.parametrize("refusal", REFUSED.values(), ids=REFUSED.keys())
+async def test_one_message_the_model_refuses_is_dead_lettered_alone_and_the_next_summary_comes_at_its_cadence(
+    server, refusal
+):
+    # sent first in every later call, it held each kind back until the byte bound dropped hundreds of
+    # messages with it: 1,500 messages, the first short summary at message 650, 474 dropped unsummarised
+    server.answer = lambda body: refusal if "POISON" in json.dumps(body) else text("A summary.")
+    settings = Settings(summarizer=SummarizerSettings(short_every=4, long_every=8))
+    summarizer, state, events = Summarizer(settings), SessionSummaries(), []
+    for seq in range(1, 50):
+        step, state = await handled(summarizer, state, said(seq, "POISON" if seq == 3 else f"turn {seq}"))
+        events += step
+    letters = [e for e in events if isinstance(e, SummaryDeadLettered) and e.dropped]
+    assert [(e.kind, e.last_seq, "message m3 (seq 3)" in e.error) for e in letters] == [
+        (SummaryKind.SHORT, 3, True),
+        (SummaryKind.LONG, 3, True),
+    ]
+    for kind, every in ((SummaryKind.SHORT, 4), (SummaryKind.LONG, 8)):
+        mine = [e for e in events if isinstance(e, SummaryUpdated) and e.kind == kind]
+        assert sum(e.messages_covered for e in mine) == 48  # every other message, once
+        after = [e.last_seq for e in mine if e.last_seq > 3]
+        assert [b - a for a, b in pairwise(after)] == [every] * (len(after) - 1)
+        assert after[-1] == 49
+
+
+@pytest.mark.parametrize(
+    "off", [Configuration(reasoning=False), Configuration(summaries=False)], ids=["reasoning off", "summaries off"]
+)
+async def test_a_message_set_to_reasoning_false_before_its_summary_is_never_sent_to_the_summary_model(server, off):
+    # the setting governs what is read of the message from now: still pending, its text went in the summary
+    server.answer = text("A summary.")
+    summarizer, state, events = Summarizer(Settings()), SessionSummaries(), []
+    for seq in range(1, 22):
+        step, state = await handled(summarizer, state, said(seq, "my card is 4111 1111" if seq == 5 else f"turn {seq}"))
+        events += step
+        if seq == 10:
+            configured = MessageConfigured(
+                workspace_id="w", session_id="s", message_id="m5", configuration=off, producer=P
+            )
+            step, state = await handled(summarizer, state, configured)
+            events += step
+    assert [(e.kind, e.last_seq, e.messages_covered) for e in events] == [(SummaryKind.SHORT, 21, 20)]
+    assert server.requests and not any("4111" in json.dumps(r) for r in server.requests)

@@ -7,7 +7,10 @@ from datetime import UTC, datetime
 from services.events import Configuration, MessageAppended, ProducerInfo, SessionConfigured, SummaryKind, SummaryUpdated
 from services.settings import Settings
 from services.summarizer.policy import (
+    Attempt,
+    Failure,
     SessionSummaries,
+    after_failure,
     clip_words,
     due,
     evolve,
@@ -148,9 +151,9 @@ def test_a_backlog_is_summarised_in_pieces_that_shrink_after_each_failure_and_th
     track = state.tracks[SummaryKind.LONG]
     # before, every attempt read all 30 (3,000 words) and each retry more: past the model's context for good
     assert [line.seq for line in portion(track, 1000, words)] == list(range(1, 11))
-    once = failed(state, SummaryKind.LONG, G, 1000)
+    once = failed(state, SummaryKind.LONG, G, Attempt(Failure.TOO_LONG, 10, 1000))
     assert len(portion(once.tracks[SummaryKind.LONG], 1000, words)) == 5
-    twice = failed(once, SummaryKind.LONG, G, 500)
+    twice = failed(once, SummaryKind.LONG, G, Attempt(Failure.TOO_LONG, 5, 500))
     assert len(portion(twice.tracks[SummaryKind.LONG], 1000, words)) == 2
     outage = failed(twice, SummaryKind.LONG, G)  # the model away, not refusing: the room stays
     assert len(portion(outage.tracks[SummaryKind.LONG], 1000, words)) == 2
@@ -160,3 +163,38 @@ def test_a_backlog_is_summarised_in_pieces_that_shrink_after_each_failure_and_th
     assert SummaryKind.LONG in due_(done)  # the rest is due at once: 20 pending, over the cadence of 4
     # the room that worked is kept: back at the setting, every other call failed and messages fell out
     assert len(portion(done.tracks[SummaryKind.LONG], 1000, words)) == 2
+
+
+def with_a_model_refusing(refused: str, n: int):
+    """What the shell makes of `n` messages when the model refuses every call holding message `refused`:
+    the messages left out, and each summary as (kind, first seq, last seq)."""
+    state, left_out, summaries = SessionSummaries(), [], []
+    for i in range(n):
+        state = evolve(state, msg(i), G)
+        for kind in due_(state):
+            while kind in due_(state):  # as the shell: past a message left out, the rest at once if due
+                lines = portion(state.tracks[kind], 1000, words)
+                if refused in (line.message_id for line in lines):
+                    state, gone = after_failure(state, kind, G, Attempt(Failure.REFUSED, len(lines), 1000))
+                    left_out += [gone] if gone else []
+                    continue
+                summaries.append((kind, lines[0].seq, lines[-1].seq))
+                state = summarised(state, summary(kind, "so far", lines[-1].seq))
+    return left_out, summaries
+
+
+def test_one_message_the_model_refuses_is_dead_lettered_alone_and_the_next_summary_comes_at_its_cadence():
+    # kept and sent first in every call, it held each kind back until the byte bound dropped hundreds of
+    # messages with it: 1,500 messages, the first short summary at message 650, 474 dropped unsummarised
+    left_out, summaries = with_a_model_refusing("m5", 40)  # seq 6
+    assert [(d.kind, d.message_id, d.first_seq, d.last_seq) for d in left_out] == [
+        (SummaryKind.SHORT, "m5", 6, 6),
+        (SummaryKind.LONG, "m5", 6, 6),
+    ]
+    # found by calls half as big each time, a cadence apart (short: 5-6 refused, then 5 and 6 alone at
+    # message 8; long: 5-8, 5-6, then 5 and 6 alone at message 16); the summary past it then, the rest on time
+    for kind, every, found in ((SummaryKind.SHORT, 2, 8), (SummaryKind.LONG, 4, 16)):
+        mine = [(first, last) for k, first, last in summaries if k == kind]
+        covered = [seq for first, last in mine for seq in range(first, last + 1)]
+        assert covered == [seq for seq in range(1, 41) if seq != 6]  # each other message once, in order
+        assert [last for _, last in mine if last > 6] == list(range(found, 41, every))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from services.events import (
+    Configuration,
     MessageAppended,
     ProducerInfo,
     SummaryDeadLettered,
@@ -94,3 +95,27 @@ def test_a_retry_request_makes_a_failed_kind_due_at_once_and_leaves_the_others_a
     state = evolve(state, SummaryRetryRequested(workspace_id="w", session_id="s", producer=P), G)
     assert due(state, S, G) == [SummaryKind.SHORT]
     assert state.tracks[SummaryKind.LONG].due_at == 0
+
+
+def said(i: int, **fields) -> MessageAppended:
+    return MessageAppended(
+        workspace_id="w",
+        session_id="s",
+        message_id=f"m{i}",
+        peer_id="a",
+        content="hi",
+        created_at=T,
+        producer=P,
+        **fields,
+    )
+
+
+def test_a_retry_request_summarises_at_once_even_after_a_message_sent_with_reasoning_off():
+    # `due` read the latest message's own level, so the request did nothing in a session whose last turn
+    # was sent with reasoning (or summaries) off: the retry is about the session
+    state = evolve(evolve(SessionSummaries(), said(0), G), said(1), G)
+    state = failed(state, SummaryKind.SHORT, G)  # the model away at the short summary of m0 and m1
+    state = evolve(state, said(2, configuration=Configuration(reasoning=False)), G)
+    state = evolve(state, SummaryRetryRequested(workspace_id="w", session_id="s", producer=P), G)
+    assert due(state, S, G) == [SummaryKind.SHORT]
+    assert [line.message_id for line in state.tracks[SummaryKind.SHORT].pending] == ["m0", "m1"]
