@@ -8,6 +8,8 @@ rebalance changes nothing. A record that cannot be read or applied is parked in 
 from __future__ import annotations
 
 import hashlib
+import logging
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,15 +17,17 @@ from itertools import groupby
 
 from sqlalchemy import Connection, func, select, text, tuple_
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from projections import idempotency
 from projections.db import mapped_schema
 from projections.handlers import HANDLERS
 from projections.lexicon import count_lexemes, forget_lexemes
-from projections.outages import past_a_limit
+from projections.outages import DATABASE_AWAY, past_a_limit
 from projections.schema import projection_offsets, quarantine
 from services.events import Event, EventDecodeError, MessageAppended, MessagesEmbedded, decode
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,11 @@ class Decoded:
 class Applied:
     events: int
     skipped: int
-    quarantined: int
+    parked: tuple[Record, ...] = ()  # the records set aside in `quarantine`
+
+    @property
+    def quarantined(self) -> int:
+        return len(self.parked)
 
 
 def stored_offsets(conn: Connection, partitions: set[tuple[str, int]], lock: bool = False):
@@ -88,16 +96,17 @@ def apply_batch(conn: Connection, records: Sequence[Record], ahead: Decoded | No
     try:
         with conn.begin_nested():
             _apply_runs(conn, [event for _, event in decoded])
-    except DBAPIError as exc:
+    except Exception as exc:
         if _unwell(exc):
             raise  # retry the whole batch later, never quarantine for it
-        # one event broke the bulk write: redo one by one and park just the culprits
+        # one event broke the bulk write (a row Postgres refused, or a handler's Python error): redo one by
+        # one and park just the culprits
         forget_lexemes(conn)
         bad += _apply_one_by_one(conn, decoded)
     count_lexemes(conn)
     _park(conn, bad)
     _advance(conn, fresh)
-    return Applied(events=len(fresh) - len(bad), skipped=len(records) - len(fresh), quarantined=len(bad))
+    return Applied(events=len(fresh) - len(bad), skipped=len(records) - len(fresh), parked=tuple(r for r, _ in bad))
 
 
 # events whose rows meet across topics: a message (sessions topic) and its vector (message-embeddings topic),
@@ -155,21 +164,51 @@ def _apply_one_by_one(conn: Connection, decoded) -> list[tuple[Record, str]]:
         try:
             with conn.begin_nested():
                 HANDLERS[type(event)](conn, [event])
-        except DBAPIError as exc:
+        except Exception as exc:
             if _unwell(exc):
                 raise
-            bad.append((record, f"could not apply {event.type}: {exc.orig}"))
+            bad.append((record, _reason(record, event, exc)))
     return bad
 
 
-def _unwell(exc: DBAPIError) -> bool:
-    """The database is unwell, not the event: an OperationalError (it is away, or timed the statement out),
-    unless a fixed limit of Postgres refused the event's row, which it would at every try (then the batch
-    stalled the projector for good: an observation whose ids and vector passed a btree entry's 2,704 bytes)."""
-    return isinstance(exc, OperationalError) and not past_a_limit(exc)
+def _reason(record: Record, event: Event, exc: Exception) -> str:
+    """Why `event` is parked. A Python error (a TypeError, an OverflowError) had ended the projector's run,
+    and a restart met the same event again, for good; it is a fault of the code or of a value it did not
+    expect, so its traceback is logged for whoever fixes it."""
+    if isinstance(exc, DBAPIError):
+        return f"could not apply {event.type}: {exc.orig}"
+    log.error(
+        "projector: the handler of %s raised at %s partition %d offset %d",
+        event.type,
+        record.topic,
+        record.partition,
+        record.offset,
+        exc_info=exc,
+    )
+    return f"could not apply {event.type}: {type(exc).__name__}: {exc}"
+
+
+def _unwell(exc: Exception) -> bool:
+    """The process or the database is unwell, not the event: the database is away or timed the statement out
+    (an OperationalError, as outages.DATABASE_AWAY has it), unless a fixed limit of Postgres refused the
+    event's row, which it would at every try (then the batch stalled the projector for good: an observation
+    whose ids and vector passed a btree entry's 2,704 bytes); or memory ran short, which passes."""
+    if isinstance(exc, MemoryError):
+        return True
+    return isinstance(exc, DATABASE_AWAY) and not past_a_limit(exc)
 
 
 def _park(conn: Connection, bad: list[tuple[Record, str]]) -> None:
+    for r, reason in bad:
+        # a parked record is never projected: an acknowledged write that never becomes readable, with no lag to
+        # show for it; the payload is not logged (it may hold users' words)
+        log.error(
+            "projector parked a record in quarantine: topic %s partition %d offset %d: %s",
+            r.topic,
+            r.partition,
+            r.offset,
+            _without_values(reason),
+        )
     if bad:
         rows = [
             dict(
@@ -184,6 +223,16 @@ def _park(conn: Connection, bad: list[tuple[Record, str]]) -> None:
             for r, reason in bad
         ]
         conn.execute(insert(quarantine).on_conflict_do_nothing(), rows)
+
+
+# pydantic quotes the value it refused in its errors (the start and end of a whole event, with its content)
+_INPUT = re.compile(r"input_value=.*?, input_type=")
+
+
+def _without_values(reason: str) -> str:
+    """`reason` without what it quotes of the record (the quarantine row keeps it whole): pydantic's input
+    values, and Postgres' DETAIL on (the failing row, a key's values)."""
+    return _INPUT.sub("input_value=..., input_type=", reason.split("\nDETAIL:")[0])
 
 
 def _text(value: str | None) -> str | None:

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the projections: how far the projector trails the log, and the work the log describes.
+"""Prometheus metrics of the projections: how far the projector trails the log, what it parked, and the work the
+log describes.
 
 Lag is measured by the projector's own loop (its consumer knows positions and high watermarks); the counts
 of derivations, dreams and dead letters are read from the projected tables when Prometheus scrapes.
@@ -13,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 from confluent_kafka import Consumer
-from prometheus_client import REGISTRY, Gauge, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, exists, func, or_, select
@@ -37,6 +38,25 @@ LAG_SECONDS = Gauge(
     "While records wait: seconds since the newest applied record of the topic was logged; 0 when caught up",
     ["topic"],
 )
+# a parked record is never projected: the lag gauges pass over it, and a write the API acknowledged never
+# becomes readable; this is what shows it
+QUARANTINED = Counter(
+    "peerlog_projector_quarantined_total",
+    "Records the projector parked in its quarantine table (unreadable, or refused when applied) and so never projected",
+    ["topic"],
+)
+
+
+class QuarantineCounter:
+    """Counts the records the projector parked, by topic."""
+
+    def __init__(self, topics: Sequence[str]) -> None:
+        for topic in topics:  # every topic shows from the start, at 0, so a rise is seen from the first one
+            QUARANTINED.labels(topic=topic)
+
+    def parked(self, records: Sequence[Record]) -> None:
+        for r in records:
+            QUARANTINED.labels(topic=r.topic).inc()
 
 
 class LagGauges:

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, select
 
 from projections.apply import Applied, Record, apply_batch, stored_offsets
 from projections.db import create_schema, sync_engine
-from projections.metrics import LagGauges
+from projections.metrics import LagGauges, QuarantineCounter
 from projections.outages import DATABASE_AWAY, while_database_away
 from projections.schema import projection_meta
 from services.bus.runner import usable
@@ -84,6 +84,7 @@ class Projector:
         # built once: every batch goes through it (see _while_database_away)
         self._retrying = while_database_away(self._stop, "projector", self._count_database_wait)
         self.lag = LagGauges(self.topics)
+        self.quarantine = QuarantineCounter(self.topics)
 
     def run(self) -> None:
         try:
@@ -121,6 +122,7 @@ class Projector:
             result = self._while_database_away(self._apply, records)
             if result is not None:
                 self.applied_total += result.events
+                self.quarantine.parked(result.parked)  # counted once committed (apply.py logs each one)
                 self.lag.applied(records)
         self.lag.measure(self._consumer)
 

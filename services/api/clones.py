@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-import orjson
 from sqlalchemy import RowMapping
 
 from projections import configurations, message_reads, session_reads
@@ -17,6 +16,7 @@ from services.api import validation as v
 from services.api.deps import ApiDeps
 from services.api.entry_room import check_message_ids
 from services.api.guards import require_session
+from services.api.jsonb import as_logged, json_bytes
 from services.api.writes import Written, commit
 from services.errors import AlreadyExists, FailedPrecondition, NotFound
 from services.events import (
@@ -164,7 +164,7 @@ def _copy(row: RowMapping, src: Source, w: str, s: str, producer: ProducerInfo, 
         author_name=row["author_name"] or "",  # as the author was named when it was sent
         content=row["content"],
         created_at=row["created_at"],
-        metadata=row["metadata"],
+        metadata=as_logged(row["metadata"]),
         # the levels the source's processors read it under, so a copy is no more exposed than its original
         configuration=own,
         workspace_configuration=stamp,
@@ -212,7 +212,7 @@ def _check(r: CloneRequest) -> None:
 
 def _bytes(row: RowMapping) -> int:
     """What a message's copy weighs on the log, near enough: its text and its metadata."""
-    return len(row["content"].encode()) + len(orjson.dumps(row["metadata"]))
+    return len(row["content"].encode()) + len(json_bytes(row["metadata"]))
 
 
 async def _source(conn, r: CloneRequest, metadata: dict) -> Source:
@@ -258,7 +258,7 @@ async def clone_session(ctx: ApiDeps, r: CloneRequest, token: str = "") -> tuple
                     f"session {r.new_session_id!r} already exists in workspace {r.workspace_id!r}; "
                     "a clone goes into a new session"
                 )
-            src = await _source(conn, r, dict(source["metadata"]))
+            src = await _source(conn, r, as_logged(dict(source["metadata"])))
         events = clone_events(r, src, ctx.producer, new_id)
         written = await commit(ctx, events)
     written = Written(await require_session(ctx, r.workspace_id, r.new_session_id), True, written)

@@ -7,13 +7,13 @@ from dataclasses import dataclass, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any
 
-import orjson
 from sqlalchemy import RowMapping
 
 from projections import message_reads, peer_reads, session_reads, workspace_reads
 from services.api import auth
 from services.api import validation as v
 from services.api.deps import ApiDeps
+from services.api.jsonb import json_bytes
 from services.api.preflight import preflight
 from services.errors import NotFound
 
@@ -39,7 +39,7 @@ def reply_bytes(item: Any) -> int:
     if isinstance(item, str):
         return len(item.encode()) + FIELD_BYTES
     if isinstance(item, dict):  # a JSON column; rows are RowMappings, not dicts
-        return v.STRUCT_BYTES_PER_JSON_BYTE * len(orjson.dumps(item, default=str)) + FIELD_BYTES
+        return v.STRUCT_BYTES_PER_JSON_BYTE * len(json_bytes(item)) + FIELD_BYTES
     if isinstance(item, Mapping):
         return sum(map(reply_bytes, item.values()))
     if is_dataclass(item):

@@ -3,19 +3,23 @@ a database outage, and started again under its instance id takes its partitions 
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import orjson
 import pytest
 from confluent_kafka import Producer
+from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
 from projections import append_reads, peer_reads
 from projections.configurations import levels
 from projections.db import async_engine, create_schema, sync_engine
+from projections.handlers import HANDLERS
 from projections.schema import (
     ACTIVE_EMBEDDING_MODEL,
     EMBEDDING_DIMENSIONS,
@@ -168,6 +172,70 @@ def test_an_event_whose_row_passes_a_postgres_size_limit_is_parked_and_the_proje
     with engine.connect() as conn:
         (reason,) = conn.scalars(select(quarantine.c.reason))
     assert "ObservationAdded" in reason and "index row size" in reason
+    log.close()
+
+
+def quarantined_total(topic: str) -> float | None:
+    return REGISTRY.get_sample_value("peerlog_projector_quarantined_total", {"topic": topic})
+
+
+def test_a_parked_record_is_logged_and_counted_in_metrics(settings, projector, caplog):
+    # parked in silence before: the acknowledged write never became readable, and the lag gauges stayed at 0
+    caplog.set_level(logging.ERROR)
+    topic = SESSIONS.full_name(settings.kafka.topic_prefix)
+    assert quarantined_total(topic) == 0  # shown from the start
+    words = "the users own words"  # quoted by pydantic in the reason, which the log line must not show
+    raw = Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
+    raw.produce(topic, orjson.dumps({"type": "MessageAppended", "workspace_id": "w", "created_at": words}), key=b"w/s1")
+    raw.flush(10)
+    engine = sync_engine(settings.database)
+
+    eventually(lambda: quarantined_total(topic) == 1)
+    with engine.connect() as conn:
+        q = quarantine.c
+        partition, offset, reason = conn.execute(select(q.partition, q.offset, q.reason)).one()
+    assert words in reason  # the row keeps it whole
+    said = [r for r in caplog.records if r.name == "projections.apply" and r.levelno == logging.ERROR]
+    assert [r.getMessage().split(": invalid MessageAppended")[0] for r in said] == [
+        f"projector parked a record in quarantine: topic {topic} partition {partition} offset {offset}"
+    ]
+    assert "created_at" in said[0].getMessage() and words not in said[0].getMessage()
+
+
+def test_a_handler_raising_a_python_error_parks_the_event_and_the_projector_moves_on(
+    settings, projector, monkeypatch, caplog
+):
+    # only a database error was parked: the TypeError or OverflowError of a handler ended the projector's run,
+    # and every restart met the same event again
+    caplog.set_level(logging.ERROR)
+    applied = HANDLERS[MessageAppended]
+
+    def fails_on_m2(conn, events):
+        if any(e.message_id == "m2" for e in events):
+            raise OverflowError("a value the handler did not expect")
+        applied(conn, events)
+
+    monkeypatch.setitem(HANDLERS, MessageAppended, fails_on_m2)
+    log = EventLog(settings.kafka)
+    log.start()
+    log.append_sync(
+        [
+            WorkspaceCreated(workspace_id="w", producer=P),
+            SessionCreated(workspace_id="w", session_id="s1", producer=P),
+            *(msg(i) for i in (1, 2, 3)),
+        ]
+    )
+    engine = sync_engine(settings.database)
+
+    eventually(lambda: count(engine, messages) == 2 and count(engine, quarantine) == 1)
+    with engine.connect() as conn:
+        assert list(conn.scalars(select(quarantine.c.reason))) == [
+            "could not apply MessageAppended: OverflowError: a value the handler did not expect"
+        ]
+    assert any(isinstance(r.exc_info[1], OverflowError) for r in caplog.records if r.exc_info)  # its traceback
+    log.append_sync([msg(4)])
+    eventually(lambda: count(engine, messages) == 3)
+    assert projector.thread.is_alive()
     log.close()
 
 
