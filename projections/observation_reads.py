@@ -7,11 +7,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Integer, RowMapping, and_, bindparam, case, func, literal_column, select, tuple_, union_all
+from sqlalchemy import (
+    ARRAY,
+    Integer,
+    RowMapping,
+    Text,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    select,
+    true,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.derivations import current_label
-from projections.schema import ACTIVE_EMBEDDING_MODEL, observation_events, observation_sources, observations, premises
+from projections.schema import (
+    ACTIVE_EMBEDDING_MODEL,
+    messages,
+    observation_events,
+    observation_sources,
+    observations,
+    premises,
+)
 from projections.vectors import Vector
 from services.events import PAIR_WIDE, stored_derivation
 
@@ -223,13 +244,82 @@ async def sources_of(
     conn: AsyncConnection, workspace_id: str, observation_ids: Sequence[str], as_of: datetime | None = None
 ) -> dict[str, list[RowMapping]]:
     """Each observation's sources, oldest first, by observation id; with `as_of`, only those the events
-    recorded by then added (a later reinforcement's are left out, as its count is)."""
+    recorded by then added (a later reinforcement's are left out, as its count is). Every one: a fact
+    reinforced often has thousands, so a reply shows `first_sources` instead."""
     t = observation_sources.c
     stmt = (
         select(observation_sources)
-        .where(t.workspace_id == workspace_id, t.observation_id.in_(list(observation_ids)))
+        .where(t.observation_id.in_(list(observation_ids)), *_shown_sources(workspace_id, as_of, None))
         .order_by(t.event_id, t.ordinal)
     )
+    out: dict[str, list[RowMapping]] = {o: [] for o in observation_ids}
+    for row in (await conn.execute(stmt)).mappings():
+        out[row["observation_id"]].append(row)
+    return out
+
+
+@dataclass(frozen=True)
+class FirstSources:
+    """The first of an observation's sources, oldest first, and how many it has in all."""
+
+    rows: list[RowMapping]
+    count: int
+
+
+async def first_sources(
+    conn: AsyncConnection,
+    workspace_id: str,
+    observation_ids: Sequence[str],
+    limit: int,
+    as_of: datetime | None = None,
+    allowed_sessions: Sequence[str] | None = None,
+) -> dict[str, FirstSources]:
+    """Each observation's first `limit` sources in `sources_of`'s order, with their number, by observation id;
+    with `as_of`, only those recorded by then; with an allowlist of sessions, only those citing a message sent
+    in one of them. Only those rows are fetched: the deriver adds a source at each reinforcement, and reading
+    all 40,000 of one fact to show 100 took a second a read."""
+    ids = list(dict.fromkeys(observation_ids))
+    shown = _shown_sources(workspace_id, as_of, allowed_sessions)
+    counts = await _source_counts(conn, ids, shown)
+    out = {o: FirstSources([], counts.get(o, 0)) for o in ids}
+    for row in await _first_source_rows(conn, ids, shown, limit):
+        out[row["observation_id"]].rows.append(row)
+    return out
+
+
+async def _source_counts(conn: AsyncConnection, ids: list[str], shown: list) -> dict[str, int]:
+    t = observation_sources.c
+    stmt = select(t.observation_id, func.count()).where(t.observation_id.in_(ids), *shown).group_by(t.observation_id)
+    return dict((await conn.execute(stmt)).all())
+
+
+async def _first_source_rows(conn: AsyncConnection, ids: list[str], shown: list, limit: int) -> Sequence[RowMapping]:
+    """The first `limit` rows of each observation: a LATERAL top-N per id keeps only `limit` rows in memory at
+    a time, where numbering every row (row_number) would sort all of them."""
+    t = observation_sources.c
+    wanted = (
+        func.unnest(bindparam("first_ids", ids, type_=ARRAY(Text)))
+        .table_valued("observation_id")
+        .render_derived("wanted")
+    )
+    first = (
+        select(observation_sources)
+        .where(t.observation_id == wanted.c.observation_id, *shown)
+        .order_by(t.event_id, t.ordinal)
+        .limit(limit)
+        .lateral("first_sources")
+    )
+    f = first.c
+    stmt = select(first).select_from(wanted).join(first, true()).order_by(f.observation_id, f.event_id, f.ordinal)
+    return (await conn.execute(stmt)).mappings().all()
+
+
+def _shown_sources(workspace_id: str, as_of: datetime | None, allowed_sessions: Sequence[str] | None) -> list:
+    """Conditions on observation_sources: the workspace's rows; recorded by `as_of`, if given; citing a message
+    sent in one of `allowed_sessions`, if given (a deriver before stop 60 reinforced a client's observation
+    from any session, so a scope's observation may cite a session the scope leaves out)."""
+    t = observation_sources.c
+    out = [t.workspace_id == workspace_id]
     if as_of is not None:
         h = observation_events.c
         # the event that added the row (the observation's ObservationAdded or an ObservationReinforced)
@@ -239,10 +329,13 @@ async def sources_of(
             h.event_id == t.event_id,
             h.occurred_at <= as_of,
         )
-        stmt = stmt.where(added.exists())
-    out: dict[str, list[RowMapping]] = {o: [] for o in observation_ids}
-    for row in (await conn.execute(stmt)).mappings():
-        out[row["observation_id"]].append(row)
+        out.append(added.exists())
+    if allowed_sessions is not None:
+        m = messages.c
+        sent = select(m.message_id).where(
+            m.workspace_id == t.workspace_id, m.message_id == t.message_id, m.session_id.in_(list(allowed_sessions))
+        )
+        out.append(sent.exists())
     return out
 
 

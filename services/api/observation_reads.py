@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from projections import message_reads, observation_reads, status_reads
+from projections import observation_reads, status_reads
 from projections.observation_reads import ObservationFilter
 from projections.status_reads import StatusScope
 from services.api import validation as v
@@ -60,44 +60,43 @@ async def with_provenance(
     as_of: datetime | None = None,
     allowed: Sequence[str] | None = None,
 ) -> list[ObservationView]:
-    """`rows` with their sources (as of `as_of`, if given: those recorded by then) and premise ids; with an
-    allowlist of sessions, only the sources sent in those (as Chat's source_messages shows them)."""
+    """`rows` with their first sources (as of `as_of`, if given: those recorded by then) and premise ids; with
+    an allowlist of sessions, only the sources sent in those (as Chat's source_messages shows them)."""
     ids = [r["observation_id"] for r in rows]
-    sources = await observation_reads.sources_of(conn, workspace_id, ids, as_of)
-    if allowed is not None:
-        sources = await _within(conn, workspace_id, sources, set(allowed))
+    sources = await observation_reads.first_sources(conn, workspace_id, ids, MAX_SOURCES_SHOWN, as_of, allowed)
     premises = await observation_reads.premises_of(conn, workspace_id, ids)
     return [
         ObservationView(
             r,
-            sources[r["observation_id"]][:MAX_SOURCES_SHOWN],
+            sources[r["observation_id"]].rows,
             premises[r["observation_id"]],
-            len(sources[r["observation_id"]]),
+            sources[r["observation_id"]].count,
         )
         for r in rows
     ]
 
 
-async def _within(
-    conn: AsyncConnection, workspace_id: str, sources: dict[str, list[RowMapping]], allowed: set[str]
-) -> dict[str, list[RowMapping]]:
-    """`sources` without those sent outside the `allowed` sessions. An observation read under a scope is one of
-    its sessions', but a deriver before stop 60 reinforced a client's from any session, adding such sources
-    to the log for good: shown, they quoted a session the scope leaves out."""
-    cited = {row["message_id"] for rows in sources.values() for row in rows}
-    sent = await message_reads.messages_by_id(conn, workspace_id, sorted(cited))
-    kept = {m for m, row in sent.items() if row["session_id"] in allowed}
-    return {o: [row for row in rows if row["message_id"] in kept] for o, rows in sources.items()}
+async def observation_row(ctx: ApiDeps, workspace_id: str, observation_id: str, token: str = "") -> RowMapping:
+    """The observation's row, without its provenance, once `token` is projected; NotFound if it does not
+    exist. For a read that only needs to know it exists: its sources may number tens of thousands."""
+    await preflight(ctx, token, workspace_id, ids={"observation_id": observation_id})
+    async with ctx.engine.connect() as conn:
+        return await _existing(conn, workspace_id, observation_id)
 
 
 async def get_observation(ctx: ApiDeps, workspace_id: str, observation_id: str, token: str = "") -> ObservationView:
     """The observation with its provenance once `token` is projected; NotFound if it does not exist."""
     await preflight(ctx, token, workspace_id, ids={"observation_id": observation_id})
     async with ctx.engine.connect() as conn:
-        row = await observation_reads.observation(conn, workspace_id, observation_id)
-        if row is None:
-            raise NotFound(f"observation {observation_id!r} does not exist in workspace {workspace_id!r}")
+        row = await _existing(conn, workspace_id, observation_id)
         return (await with_provenance(conn, workspace_id, [row]))[0]
+
+
+async def _existing(conn: AsyncConnection, workspace_id: str, observation_id: str) -> RowMapping:
+    row = await observation_reads.observation(conn, workspace_id, observation_id)
+    if row is None:
+        raise NotFound(f"observation {observation_id!r} does not exist in workspace {workspace_id!r}")
+    return row
 
 
 async def _preflight(ctx: ApiDeps, pair: ObservationFilter, token: str) -> None:
