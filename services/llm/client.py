@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from services import tracing
 from services.llm import formats, metrics
-from services.llm.errors import ModelError, ModelOutputInvalid, ModelUnavailable
+from services.llm.errors import ModelError, ModelOutputCut, ModelOutputInvalid, ModelUnavailable
 from services.llm.http import async_http_client
 from services.llm.retry import SERVER_ERRORS, as_model_error, call_async
 from services.llm.settings import ModelStageSettings
@@ -263,14 +263,14 @@ class ModelClient:
                 raise self.cut_off(second.content, formats.describe_error(error)) from error
             raise ModelOutputInvalid(self.stage, second.content, formats.describe_error(error)) from error
 
-    def cut_off(self, content: str, problem: str) -> ModelOutputInvalid:
+    def cut_off(self, content: str, problem: str) -> ModelOutputCut:
         """A reply that stopped at max_tokens before it was whole (`problem`): asking again stops there again."""
         setting = f"PEERLOG_LLM_{self.stage.upper()}_MAX_TOKENS"
         why = (
             f"the reply stopped at max_tokens ({self.settings.max_tokens}) before it was whole; raise {setting} "
             f"(or PEERLOG_LLM_MAX_TOKENS): {problem}"
         )
-        return ModelOutputInvalid(self.stage, content, why)
+        return ModelOutputCut(self.stage, content, why)
 
     @staticmethod
     def _completion(

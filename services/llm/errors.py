@@ -88,6 +88,11 @@ class ModelOutputInvalid(ModelError):
         self.error = error
 
 
+class ModelOutputCut(ModelOutputInvalid):
+    """The reply stopped at max_tokens before it was whole: asking the same again stops there again, so a
+    caller that can ask for less (the deriver, in smaller pieces) does."""
+
+
 class EmbeddingError(Exception):
     """An embedding model is missing, corrupt, or returned vectors of the wrong shape."""
 
