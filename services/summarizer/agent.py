@@ -168,8 +168,9 @@ class Summarizer:
         # a NUL would pass here and be refused by the projection: the summary lost while counted done
         content = clip_words(storable(done.value), words)
         unusable = self.unusable(done, content, words)
-        if unusable:  # what the model made of these messages: theirs to answer for, as a content filter's
-            log.warning("summary %s of %s dead-lettered (refused): %s", kind, event.session_id, unusable)
+        if unusable:  # cut twice or empty: a setting (max_tokens, a reasoning model's thinking) more often than
+            # the messages, so they stay pending, as in an outage; only a refusal about content leaves one out
+            log.warning("summary %s of %s dead-lettered (unusable reply): %s", kind, event.session_id, unusable)
             letter = SummaryDeadLettered(
                 last_seq=last.seq,
                 error=unusable[:4000],
@@ -177,7 +178,7 @@ class Summarizer:
                 producer=self.producer(done.model),
                 **common,
             )
-            return letter, Attempt(Failure.REFUSED, len(lines), tried)
+            return letter, Attempt(Failure.OUTAGE, len(lines), tried)
         updated = SummaryUpdated(
             content=content,
             last_message_id=last.message_id,

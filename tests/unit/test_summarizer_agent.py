@@ -142,9 +142,22 @@ async def test_a_summary_cut_twice_is_a_dead_letter_naming_the_setting_not_a_sum
 
 REFUSED = {
     "a content filter": (400, "application/json", json.dumps({"error": {"message": FILTERED}}).encode()),
-    "an empty reply": text(""),
-    "a reply cut twice": cut("Ann and Bo met in"),
 }
+UNUSABLE = {"an empty reply": text(""), "a reply cut twice": cut("Ann and Bo met in")}
+
+
+@pytest.mark.parametrize("reply", UNUSABLE.values(), ids=UNUSABLE.keys())
+async def test_a_model_whose_replies_are_always_cut_or_empty_leaves_no_message_out(server, reply):
+    # a setting more often than the messages (max_tokens too small, a reasoning model's thinking using it up):
+    # taken for a refusal, the messages were left out one by one while the setting stayed wrong
+    server.answer = reply
+    summarizer, state, events = Summarizer(Settings(summarizer=SummarizerSettings(short_every=4))), None, []
+    state = SessionSummaries()
+    for seq in range(1, 41):
+        step, state = await handled(summarizer, state, said(seq, f"turn {seq}"))
+        events += step
+    letters = [e for e in events if isinstance(e, SummaryDeadLettered)]
+    assert letters and not any(e.dropped for e in letters)
 
 
 @pytest.mark.parametrize("refusal", REFUSED.values(), ids=REFUSED.keys())
