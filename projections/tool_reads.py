@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import RowMapping, select
+from sqlalchemy import RowMapping, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from projections import dialectic_reads as reads
@@ -160,26 +160,29 @@ class SqlChatReads(SqlMemoryReads):
         return Evidence(list(explicit), list(derived), list(recent), found, names)
 
 
-# a dream's message search asks for this many times the rows it shows, as it drops those its pair did not
+# a dream's message search asks for this many times the rows it shows, as it drops those its observer did not
 # perceive after the search (which has no such condition): a few among the best then leave room for others
 PERCEIVED_SLACK = 4
 
 
-async def _perceived(conn: AsyncConnection, scope: RecallScope, message_ids: Sequence[str]) -> set[str]:
-    """The given messages that the pair perceived (a MessagePerceived of (observer, target) for each)."""
+async def _perceived(conn: AsyncConnection, scope: RecallScope, rows: Sequence[RowMapping]) -> set[str]:
+    """The ids of the given messages that the observer perceived (a MessagePerceived of (observer, author) for
+    each): the target's turns and the other speakers' turns the observer took in (a question put to the target),
+    never a message sent with reasoning off, which nobody perceives."""
+    if not rows:
+        return set()
     p = perceptions.c
     stmt = select(p.message_id).where(
         p.workspace_id == scope.workspace_id,
         p.observer_id == scope.observer_id,
-        p.observed_id == scope.target_id,
-        p.message_id.in_(list(message_ids)),
+        tuple_(p.observed_id, p.message_id).in_([(r["peer_id"], r["message_id"]) for r in rows]),
     )
     return set((await conn.scalars(stmt)).all())
 
 
 class SqlDreamReads(SqlMemoryReads):
-    """DreamReads over the projections. Its message reads show only what the pair perceived: a dream reasons
-    over the deriver's input, never over a message sent with reasoning off (README: "never perceived")."""
+    """DreamReads over the projections. Its message reads show only what the observer perceived: a dream
+    reasons over what the deriver was given, never over a message sent with reasoning off ("never perceived")."""
 
     unavailable = DATABASE_AWAY
 
@@ -206,16 +209,16 @@ class SqlDreamReads(SqlMemoryReads):
             after=after,
         )
         async with self.engine.connect() as conn:
-            seen = await _perceived(conn, scope, [r["message_id"] for r in rows])
+            seen = await _perceived(conn, scope, rows)
         return [r for r in rows if r["message_id"] in seen][:limit]
 
     async def observation_sources(self, scope: RecallScope, observation_id: str) -> list[tuple[RowMapping, str]] | None:
-        # a client's observation may cite any message; the deriver's cite only what the pair perceived
+        # a client's observation may cite any message; the deriver's cite only what the observer perceived
         sources = await super().observation_sources(scope, observation_id)
         if not sources:
             return sources
         async with self.engine.connect() as conn:
-            seen = await _perceived(conn, scope, [row["message_id"] for row, _ in sources])
+            seen = await _perceived(conn, scope, [row for row, _ in sources])
         return [(row, span) for row, span in sources if row["message_id"] in seen]
 
     async def current_derivation(self, workspace_id: str, observer_id: str, observed_id: str) -> str:
