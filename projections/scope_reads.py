@@ -47,6 +47,21 @@ def _members_now(workspace_id: str, scope_ids: Sequence[str]) -> Select:
     return select(m.scope_id, m.session_id).where(m.workspace_id == workspace_id, m.scope_id.in_(scope_ids))
 
 
+async def session_id_sizes(
+    conn: AsyncConnection, workspace_id: str, scope_ids: Sequence[str]
+) -> dict[str, tuple[int, int]]:
+    """Each scope's number of sessions now and the UTF-8 bytes of their ids together, (0, 0) for an empty
+    one: what a reply of the scope holds, known without reading every id."""
+    m = scope_members.c
+    stmt = (
+        select(m.scope_id, func.count(), func.coalesce(func.sum(func.octet_length(m.session_id)), 0))
+        .where(m.workspace_id == workspace_id, m.scope_id.in_(list(scope_ids)))
+        .group_by(m.scope_id)
+    )
+    sizes = {scope_id: (count, int(octets)) for scope_id, count, octets in await conn.execute(stmt)}
+    return {s: sizes.get(s, (0, 0)) for s in scope_ids}
+
+
 async def created_sessions(conn: AsyncConnection, scope_row: RowMapping) -> frozenset[str]:
     """The sessions a scope was created with: its ScopeCreated's rows in the history."""
     c = scope_changes.c

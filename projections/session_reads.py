@@ -6,7 +6,7 @@ import functools
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from sqlalchemy import RowMapping, bindparam, func, literal, select
+from sqlalchemy import Integer, RowMapping, Text, bindparam, column, func, literal, select, true, values
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from projections.schema import memberships, messages, sessions, summaries
@@ -47,18 +47,75 @@ async def seen_by(
 
 
 async def memberships_of(
-    conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str]
+    conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str], peer_ids: Collection[str] | None = None
 ) -> dict[str, list[RowMapping]]:
-    """Every membership period of the given sessions, in join order, by session id."""
+    """Every membership period of the given sessions (only `peer_ids`' if given), in join order, by session id."""
+    m = memberships.c
     stmt = (
         select(memberships)
-        .where(memberships.c.workspace_id == workspace_id, memberships.c.session_id.in_(list(session_ids)))
-        .order_by(memberships.c.joined_at, memberships.c.joined_event_id)
+        .where(m.workspace_id == workspace_id, m.session_id.in_(list(session_ids)))
+        .where(m.peer_id.in_(sorted(peer_ids)) if peer_ids is not None else true())
+        .order_by(m.joined_at, m.joined_event_id)
     )
+    return _by_session((await conn.execute(stmt)).mappings(), session_ids)
+
+
+def _by_session(rows, session_ids: Sequence[str]) -> dict[str, list[RowMapping]]:
     out: dict[str, list[RowMapping]] = {s: [] for s in session_ids}
-    for row in (await conn.execute(stmt)).mappings():
+    for row in rows:
         out[row["session_id"]].append(row)
     return out
+
+
+async def shown_memberships_of(
+    conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str], most: int
+) -> dict[str, list[RowMapping]]:
+    """Of each given session, in join order, its first `most` current membership periods and then its newest
+    past ones, `most` in all, read without the older past ones: a session whose members come and go may
+    have had hundreds of thousands of periods."""
+    current = _by_session((await conn.execute(_first_current(workspace_id, session_ids, most))).mappings(), session_ids)
+    room = [(s, most - len(rows)) for s, rows in current.items() if len(rows) < most]
+    past = (await conn.execute(_newest_past(workspace_id, room))).mappings() if room else ()
+    out = _by_session(past, session_ids)
+    order = lambda r: (r["joined_at"], r["joined_event_id"])
+    return {s: sorted(current[s] + out[s], key=order) for s in session_ids}
+
+
+def _first_current(workspace_id: str, session_ids: Sequence[str], most: int):
+    m = memberships.c
+    n = func.row_number().over(partition_by=m.session_id, order_by=(m.joined_at, m.joined_event_id)).label("n")
+    ranked = (
+        select(memberships, n)
+        .where(m.workspace_id == workspace_id, m.session_id.in_(list(session_ids)), m.left_at.is_(None))
+        .subquery()
+    )
+    return select(*(ranked.c[c.name] for c in memberships.c)).where(ranked.c.n <= most)
+
+
+def _newest_past(workspace_id: str, room: Sequence[tuple[str, int]]):
+    """The newest (by join) past periods of each session, as many as its `room` says: a LIMIT per session."""
+    m = memberships.c
+    wanted = values(column("session_id", Text), column("room", Integer), name="wanted").data(list(room))
+    newest = (
+        select(memberships)
+        .where(m.workspace_id == workspace_id, m.session_id == wanted.c.session_id, m.left_at.is_not(None))
+        .order_by(m.joined_at.desc(), m.joined_event_id.desc())
+        .limit(wanted.c.room)
+        .lateral()
+    )
+    return select(newest).select_from(wanted).join(newest, true())
+
+
+async def membership_counts(conn: AsyncConnection, workspace_id: str, session_ids: Sequence[str]) -> dict[str, int]:
+    """How many membership periods, current and past, each given session has had."""
+    m = memberships.c
+    stmt = (
+        select(m.session_id, func.count())
+        .where(m.workspace_id == workspace_id, m.session_id.in_(list(session_ids)))
+        .group_by(m.session_id)
+    )
+    counts = dict((await conn.execute(stmt)).tuples().all())
+    return {s: counts.get(s, 0) for s in session_ids}
 
 
 async def current_members(conn: AsyncConnection, workspace_id: str, session_id: str) -> set[str]:

@@ -27,7 +27,7 @@ from services.api import validation as v
 from services.api.convert_configuration import optional_configuration
 from services.api.observation_reads import ObservationView, ProcessingStatus, SearchQuery
 from services.api.observation_writes import NewObservation
-from services.api.reads import SessionView
+from services.api.reads import MEMBERSHIPS_SHOWN, SessionView
 from services.api.scopes import ScopeView
 from services.api.uploads import Upload
 from services.api.writes import MemberSpec, NewMessage
@@ -122,11 +122,9 @@ def membership(row: RowMapping) -> sessions_pb2.Membership:
     return out
 
 
-MEMBERSHIPS_SHOWN = 1_000  # periods of 512-character ids: about 0.6 MB a session
-
-
 def shown_memberships(periods: Sequence[RowMapping], most: int) -> list[RowMapping]:
-    """The periods a reply shows, in join order: the current ones first in priority, then the newest past."""
+    """The periods a reply shows, in join order: the current ones first in priority, then the newest past
+    (session_reads.shown_memberships_of reads only these)."""
     current = [p for p in periods if p["left_at"] is None][:most]
     past = [p for p in periods if p["left_at"] is not None]
     kept = {id(p) for p in current + (past[-(most - len(current)) :] if most > len(current) else [])}
@@ -142,7 +140,7 @@ def session(view: SessionView) -> sessions_pb2.Session:
         created_at=ts(row["created_at"]),
         memberships=[membership(m) for m in shown_memberships(view.memberships, MEMBERSHIPS_SHOWN)],
         message_count=row["message_count"],
-        membership_periods=len(view.memberships),
+        membership_periods=view.periods,
     )
 
 

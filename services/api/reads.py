@@ -24,10 +24,15 @@ class Page:
     next_token: str
 
 
+# membership periods a session's reply shows (convert.shown_memberships): 512-character ids make about 0.6 MB
+MEMBERSHIPS_SHOWN = 1_000
+
+
 @dataclass(frozen=True)
 class SessionView:
     session: RowMapping
-    memberships: Sequence[RowMapping]
+    memberships: Sequence[RowMapping]  # those a reply may show (MEMBERSHIPS_SHOWN), not necessarily every one
+    periods: int  # how many membership periods the session has had
 
 
 FIELD_BYTES = 16  # a field's tag and length, or a number, timestamp or boolean with its tag
@@ -49,26 +54,32 @@ def reply_bytes(item: Any) -> int:
     return FIELD_BYTES
 
 
+def ids_bytes(count: int, octets: int) -> int:
+    """What reply_bytes counts for a list of `count` strings of `octets` UTF-8 bytes together."""
+    return octets + FIELD_BYTES * count + FIELD_BYTES
+
+
 # a page of messages is cut by Postgres, as reply_bytes would count its rows (metadata may hold 64 KB each)
 MESSAGE_BYTES = message_reads.ReplyBytes(v.MAX_PAGE_BYTES, FIELD_BYTES, v.STRUCT_BYTES_PER_JSON_BYTE)
 
 
-def fitting(items: Sequence, budget: int = v.MAX_PAGE_BYTES) -> Sequence:
-    """The first of `items` whose replies fit `budget` bytes together; at least one (an item alone fits
-    any client: the request limits keep it well under 4 MiB)."""
+def fitting(items: Sequence, budget: int = v.MAX_PAGE_BYTES, size=reply_bytes) -> Sequence:
+    """The first of `items` whose replies fit `budget` bytes together, each `size(item)` bytes; at least one
+    (an item alone fits any client: the request limits keep it well under 4 MiB)."""
     total = 0
     for n, item in enumerate(items):
-        total += reply_bytes(item)
+        total += size(item)
         if total > budget and n:
             return items[:n]
     return items
 
 
-def page(ctx: ApiDeps, scope: Sequence[str], items: Sequence, limit: int, cursor_of) -> Page:
+def page(ctx: ApiDeps, scope: Sequence[str], items: Sequence, limit: int, cursor_of, read: int | None = None) -> Page:
     """`items` as a page, cut short where its reply would pass MAX_PAGE_BYTES; a full or cut page carries
-    the token of its last item, signed for `scope` (see cursors.py)."""
-    kept = fitting(items)
-    return _page(ctx, scope, kept, len(items) == limit or len(kept) < len(items), cursor_of)
+    the token of its last item, signed for `scope` (see cursors.py). `read`: how many rows were read, when
+    `items` are already the first of them that fit (sized before their parts were read)."""
+    kept, read = fitting(items), len(items) if read is None else read
+    return _page(ctx, scope, kept, read == limit or len(kept) < read, cursor_of)
 
 
 def _page(ctx: ApiDeps, scope: Sequence[str], items: Sequence, more: bool, cursor_of) -> Page:
@@ -110,9 +121,12 @@ async def list_peers(ctx: ApiDeps, workspace_id: str, size: int, page_token: str
 
 
 async def session_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
+    """The sessions with the membership periods their replies show, and how many they have had in all."""
+    ids = [r["session_id"] for r in rows]
     async with ctx.engine.connect() as conn:
-        members = await session_reads.memberships_of(conn, workspace_id, [r["session_id"] for r in rows])
-    return [SessionView(r, members[r["session_id"]]) for r in rows]
+        shown = await session_reads.shown_memberships_of(conn, workspace_id, ids, MEMBERSHIPS_SHOWN)
+        counts = await session_reads.membership_counts(conn, workspace_id, ids)
+    return [SessionView(r, shown[r["session_id"]], counts[r["session_id"]]) for r in rows]
 
 
 async def listed_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMapping]) -> list[SessionView]:
@@ -120,18 +134,30 @@ async def listed_views(ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMappin
     sessions a narrow one names; any other only as its peers saw it (`_as_seen`). A peer's token lists
     every session the peer was ever in, left ones too, where GetSession would need the session's scope."""
     narrow = auth.narrow_view(workspace_id)
-    views = await session_views(ctx, workspace_id, rows)
     if narrow is None:
-        return views
-    return [view if view.session["session_id"] in narrow.sessions else _as_seen(view, narrow.peers) for view in views]
+        return await session_views(ctx, workspace_id, rows)
+    whole = await session_views(ctx, workspace_id, [r for r in rows if r["session_id"] in narrow.sessions])
+    seen = await _seen_views(
+        ctx, workspace_id, [r for r in rows if r["session_id"] not in narrow.sessions], narrow.peers
+    )
+    by_id = {view.session["session_id"]: view for view in whole + seen}
+    return [by_id[r["session_id"]] for r in rows]
 
 
-def _as_seen(view: SessionView, peers: frozenset[str]) -> SessionView:
-    """The session without its metadata or others' membership periods, and counting only the turns `peers`
-    saw while members (message_reads.seen_while_member's rule)."""
-    own = [m for m in view.memberships if m["peer_id"] in peers]
-    row = {**view.session, "metadata": {}, "message_count": seen_turns(own, view.session["message_count"])}
-    return SessionView(MappingProxyType(row), own)  # a row, not a JSON column (reply_bytes tells them apart)
+async def _seen_views(
+    ctx: ApiDeps, workspace_id: str, rows: Sequence[RowMapping], peers: frozenset[str]
+) -> list[SessionView]:
+    # every period of `peers` is read (not only those shown): the turns they saw are counted from all of them
+    async with ctx.engine.connect() as conn:
+        own = await session_reads.memberships_of(conn, workspace_id, [r["session_id"] for r in rows], peers)
+    return [_as_seen(r, own[r["session_id"]]) for r in rows]
+
+
+def _as_seen(session: RowMapping, own: Sequence[RowMapping]) -> SessionView:
+    """The session without its metadata or others' membership periods (`own`: those of the token's peers),
+    and counting only the turns those peers saw while members (message_reads.seen_while_member's rule)."""
+    row = {**session, "metadata": {}, "message_count": seen_turns(own, session["message_count"])}
+    return SessionView(MappingProxyType(row), own, len(own))  # a row, not a JSON column (reply_bytes tells them apart)
 
 
 def seen_turns(periods: Sequence[Mapping], last_seq: int) -> int:
