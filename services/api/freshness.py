@@ -37,13 +37,40 @@ class Freshness:
             token = ConsistencyToken.decode(token)
         if not token or not token.offsets:
             return
-        if self._ends is not None:
-            await self._ends.check(token)  # what no write can have made would only hold the call, then fail
-        if not await self._projected.until(token.offsets, time.monotonic() + self._timeout_s):
+        deadline = time.monotonic() + self._timeout_s  # the check against the log's end keeps to it too
+        if self._ends is None:
+            projected = await self._projected.until(token.offsets, deadline)
+        else:
+            projected = await self._checked_until(token, self._ends, deadline)
+        if not projected:
             raise Unavailable(
                 f"the projections have not caught up with consistency token {token.encode()!r} "
                 f"after {self._timeout_s:g} s; the projector may be down or far behind"
             )
+
+    async def _checked_until(self, token: ConsistencyToken, ends: LogEnds, deadline: float) -> bool:
+        """The wait for `token`, with the token checked against the log meanwhile: what no write can have made
+        would only hold the call, then fail. Side by side, as the check may need the broker, which can hang:
+        the read of a write already projected then still answers. A position the projector passed is a record
+        on the log, which no answer of the broker can refuse, so the check is left unfinished then."""
+        ends.check_topics(token)  # needs no broker: refused whatever the projector holds
+        checking = asyncio.ensure_future(ends.check(token, deadline))
+        waiting = asyncio.ensure_future(self._projected.until(token.offsets, deadline))
+        waiting.add_done_callback(lambda f: f.cancelled() or f.exception())  # raised below, or moot once refused
+        try:
+            await asyncio.wait({checking, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            if checking.done() or not (waiting.result() and _records_only(token)):
+                await checking  # over by the deadline; refuses the token if the broker answered in time
+            return await waiting
+        finally:
+            checking.cancel()
+            waiting.cancel()
+
+
+def _records_only(token: ConsistencyToken) -> bool:
+    """Whether every offset of `token` names a record: a negative one is "projected" before any write, so
+    only the check can refuse its partition."""
+    return all(offset >= 0 for offset in token.offsets.values())
 
 
 RETRY_S = 0.1  # between two waits of a lock holder for the projector, after one ended in an error
