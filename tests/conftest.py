@@ -131,6 +131,7 @@ def start_worker(settings, tmp_path, model_server):
         }
         worker = Worker(settings, tmp_path / f"worker-{len(started)}.log", {**base, **env}).start()
         started.append(worker)
+        worker.wait_for("worker running")  # its start-up outside the test's own waits
         return worker
 
     yield start

@@ -3,6 +3,7 @@ client's observation written while a later window's model call runs is no later 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -16,7 +17,7 @@ from tests.support.wait import until, until_true
 SMALL = "I adopted a cat named Miso last spring and she sleeps on my desk all day long now"
 BIG = "I work night shifts as a nurse at the hospital " * 12  # past the window cap: a window of its own
 WRITTEN = ["Alice keeps a journal", "Alice runs on Sundays"]
-SLOW_S = 3.0
+HELD_S = 120  # the second window's reply waits until the client has written and read, at most this
 
 
 @dataclass
@@ -31,12 +32,13 @@ class Meanwhile:
 
 async def _write_during_a_slow_batch(channel, model_server, start_worker) -> Meanwhile:
     """Two windows in one batch, the second's model call slow; a client writes and reads in between."""
-    asked_big = []
+    asked_big, release = [], threading.Event()
 
     def slow_on_big(request):
         if any(BIG[:40] in text for _, text in target_turns(request)):
             asked_big.append(True)  # the first window is judged by now
-            return Reply(content=extract_each_turn(request).content, delay_s=SLOW_S)
+            release.wait(HELD_S)  # held until the client's reads are done: no delay to outlast them
+            return Reply(content=extract_each_turn(request).content)
         return extract_each_turn(request)
 
     model_server.reply_with(slow_on_big)
@@ -45,7 +47,7 @@ async def _write_during_a_slow_batch(channel, model_server, start_worker) -> Mea
         PEERLOG_DERIVER_FLUSH="false",
         PEERLOG_DERIVER_BATCH_TOKENS="60",
         PEERLOG_DERIVER_WINDOW_TOKENS="64",
-        PEERLOG_LLM_TIMEOUT_S="30",
+        PEERLOG_LLM_TIMEOUT_S=str(HELD_S + 30),
     )
     c = Client(channel)
     await c.setup_conversation("w", "s1", peers=("alice",))
@@ -59,6 +61,7 @@ async def _write_during_a_slow_batch(channel, model_server, start_worker) -> Mea
     seen = await c.list_observations("w", "alice", "alice", as_of=as_of)
     landed = await c.all_observations("w", "alice", "alice")
     # read before the batch landed, or neither read says anything about it
+    release.set()
     assert [o.content for o in landed] == WRITTEN, "the batch landed before the client's reads"
     await until(lambda: c.all_observations("w", "alice", "alice"), lambda o: len(o) == 4, timeout=60)
     return Meanwhile(c, first.next_page_token, as_of, [o.content for o in seen.observations])

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -58,6 +59,19 @@ class Worker:
             stdin=subprocess.DEVNULL,
         )
         return self
+
+    def wait_for(self, line: str, timeout: float = 180) -> bool:
+        """Whether the log shows `line` within `timeout` s; False at once if the process has ended (a test may
+        start one that refuses to run). A loaded CI machine took 49 s to start a worker (imports, the local
+        models, the group join): a test's own waits then measured its start-up, not what it tests."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if line in self.log_text():
+                return True
+            if self.proc is None or self.proc.poll() is not None:
+                return False
+            time.sleep(0.2)
+        return False
 
     def stop(self, timeout: float = 30) -> None:
         if self.proc and self.proc.poll() is None:

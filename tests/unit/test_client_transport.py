@@ -21,6 +21,7 @@ from peerlog_client._sync import Session, Workspace
 from peerlog_client.errors import ClientClosed, Unavailable
 
 HELD_S = 10.0  # how long the server holds a write the test cuts off (it is released long before)
+ARRIVAL_S = 60.0  # how long a write may take to reach the server on a loaded machine
 
 
 class Messages(messages_pb2_grpc.MessageServiceServicer):
@@ -118,7 +119,7 @@ async def _add_while(client: AsyncPeerlog, messages: Messages, meanwhile) -> asy
     messages.hold = True
     session = AsyncSession(client._t, _session_info(), False)
     write = asyncio.create_task(session.add_messages([("alice", "hi")]))
-    await asyncio.to_thread(messages.arrived.wait, HELD_S)
+    assert await asyncio.to_thread(messages.arrived.wait, ARRIVAL_S), "the write never reached the server"
     await meanwhile(write)
     return write
 
