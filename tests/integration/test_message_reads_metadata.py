@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from google.protobuf import struct_pb2
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
 
 from peerlog.v1 import context_pb2, context_pb2_grpc, messages_pb2, workspaces_pb2
 from services.cli.client import Client
-
-
-@contextmanager
-def rows_with_metadata() -> Iterator[list[int]]:
-    """How many rows of messages, with their content and metadata, each statement run meanwhile fetched."""
-    read: list[int] = []
-
-    def count(conn, cursor, statement, parameters, context, executemany):
-        if {"content", "metadata"} <= {d[0] for d in cursor.description or ()}:
-            read.append(cursor.rowcount)
-
-    event.listen(Engine, "after_cursor_execute", count)
-    try:
-        yield read
-    finally:
-        event.remove(Engine, "after_cursor_execute", count)
+from tests.support.sql_rows import rows_read
 
 
 async def test_get_context_searches_messages_without_reading_their_metadata_which_search_messages_returns(channel):
@@ -41,7 +21,7 @@ async def test_get_context_searches_messages_without_reading_their_metadata_whic
     ]
     token = (await c.add("w", "s", turns)).consistency_token
 
-    with rows_with_metadata() as read:
+    with rows_read({"content", "metadata"}) as read:
         context = await context_pb2_grpc.ContextServiceStub(channel).GetContext(
             context_pb2.GetContextRequest(
                 workspace_id="w",

@@ -4,11 +4,7 @@ a minute to page through."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-from sqlalchemy import event, insert, select
-from sqlalchemy.engine import Engine
+from sqlalchemy import insert, select
 
 from peerlog.v1 import audit_pb2
 from peerlog.v1 import observations_pb2 as o
@@ -16,23 +12,9 @@ from projections.db import sync_engine
 from projections.schema import observation_events, observation_sources
 from services.api.observation_reads import MAX_SOURCES_SHOWN
 from services.cli.client import Client
+from tests.support.sql_rows import rows_read
 
-
-@contextmanager
-def source_rows_fetched() -> Iterator[list[int]]:
-    """The number of observation_sources rows each statement run meanwhile returned (the API runs in this
-    process, so its statements are seen here)."""
-    fetched: list[int] = []
-
-    def count(conn, cursor, statement, parameters, context, executemany):
-        if {"span", "ordinal"} <= {d[0] for d in cursor.description or ()}:
-            fetched.append(cursor.rowcount)
-
-    event.listen(Engine, "after_cursor_execute", count)
-    try:
-        yield fetched
-    finally:
-        event.remove(Engine, "after_cursor_execute", count)
+SOURCE_COLUMNS = {"span", "ordinal"}  # a statement reading observation_sources rows
 
 
 async def observation_reinforced(c: Client, settings, content: str, times: int) -> str:
@@ -83,7 +65,7 @@ async def history_page_costs(c: Client, observation_id: str, limit: int) -> tupl
     """Source rows fetched by each page of the observation's history, and the entries read in all."""
     costs, entries, token = [], 0, ""
     while True:
-        with source_rows_fetched() as fetched:
+        with rows_read(SOURCE_COLUMNS) as fetched:
             page = await c.audit.GetObservationHistory(
                 audit_pb2.GetObservationHistoryRequest(
                     workspace_id="w", observation_id=observation_id, limit=limit, page_token=token
@@ -103,7 +85,7 @@ async def test_get_observation_reads_only_the_sources_it_shows(channel, settings
     oid = await observation_reinforced(c, settings, "Bob lives in Lisbon", times)
     shown = first_spans(settings, oid, MAX_SOURCES_SHOWN)
 
-    with source_rows_fetched() as fetched:
+    with rows_read(SOURCE_COLUMNS) as fetched:
         got = await c.get_observation("w", oid)
 
     assert got.source_count == times + 1
@@ -122,6 +104,6 @@ async def test_history_pages_cost_the_same_whatever_the_reinforcement_count(chan
 
     assert (few_entries, many_entries) == (4, 2_001)
     assert many_costs == [few_cost] * 5
-    with source_rows_fetched() as fetched:  # and the count does see the API's reads of sources
+    with rows_read(SOURCE_COLUMNS) as fetched:  # and the count does see the API's reads of sources
         await c.get_observation("w", many)
     assert sum(fetched) == MAX_SOURCES_SHOWN

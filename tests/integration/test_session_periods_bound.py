@@ -3,35 +3,18 @@ of scopes that do not fit the page."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import event, insert, select
-from sqlalchemy.engine import Engine
+from sqlalchemy import insert, select
 
 from peerlog.v1 import common_pb2, scopes_pb2, sessions_pb2
 from projections.db import sync_engine
 from projections.schema import memberships, scope_members, scopes
 from services.api import convert
 from services.cli.client import Client
+from tests.support.sql_rows import rows_read
 
 PAST = 3 * convert.MEMBERSHIPS_SHOWN
-
-
-@contextmanager
-def rows_read(columns: set[str]):
-    """How many rows the API read from statements whose results hold all of `columns`."""
-    read: list[int] = []
-
-    def count(conn, cursor, statement, parameters, context, executemany):
-        if columns <= {d[0] for d in cursor.description or ()}:
-            read.append(cursor.rowcount)
-
-    event.listen(Engine, "after_cursor_execute", count)
-    try:
-        yield read
-    finally:
-        event.remove(Engine, "after_cursor_execute", count)
 
 
 def _add_past_periods(settings, peer_id: str, n: int) -> list:
