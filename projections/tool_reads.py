@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import RowMapping, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -187,27 +188,9 @@ class SqlDreamReads(SqlMemoryReads):
     unavailable = DATABASE_AWAY
 
     async def search_messages(
-        self,
-        scope: RecallScope,
-        query: str,
-        vector: Sequence[float],
-        limit: int,
-        *,
-        session_ids: tuple[str, ...] | None,
-        before: datetime | None,
-        author_ids: Sequence[str] = (),
-        after: datetime | None = None,
+        self, scope: RecallScope, query: str, vector: Sequence[float], limit: int, **filters: Any
     ) -> list[RowMapping]:
-        rows = await super().search_messages(
-            scope,
-            query,
-            vector,
-            limit * PERCEIVED_SLACK,
-            session_ids=session_ids,
-            before=before,
-            author_ids=author_ids,
-            after=after,
-        )
+        rows = await super().search_messages(scope, query, vector, limit * PERCEIVED_SLACK, **filters)
         async with self.engine.connect() as conn:
             seen = await _perceived(conn, scope, rows)
         return [r for r in rows if r["message_id"] in seen][:limit]
